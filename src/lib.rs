@@ -1,0 +1,3 @@
+//! Saltpeter: a distributed cron for fleets managed with SaltStack.
+
+pub mod wire;

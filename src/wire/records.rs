@@ -1,0 +1,215 @@
+//! Run and target records: the states every interface (CLI, API, database) speaks.
+//!
+//! A run is `queued -> dispatching -> running -> succeeded | failed | partial | canceled |
+//! skipped`; a target is `pending -> launching -> running -> finished` (with an exit code
+//! and a reason) or `skipped_maintenance`. The names here are the contract: they are what
+//! `saltpeterctl --json`, the API and the `state` columns of the database show.
+
+use serde::{Deserialize, Serialize};
+
+/// Database id of a run; also the `SP_RUN` of its wrappers.
+pub type RunId = u64;
+
+/// Unix time in milliseconds (UTC). Instants are stored and sent as this everywhere.
+pub type Millis = i64;
+
+macro_rules! str_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            pub fn parse(text: &str) -> Option<$name> {
+                match text { $($text => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+str_enum!(
+    /// State of a whole run.
+    RunState {
+        Queued => "queued",
+        Dispatching => "dispatching",
+        Running => "running",
+        Succeeded => "succeeded",
+        Failed => "failed",
+        Partial => "partial",
+        Canceled => "canceled",
+        Skipped => "skipped",
+    }
+);
+
+impl RunState {
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            RunState::Succeeded
+                | RunState::Failed
+                | RunState::Partial
+                | RunState::Canceled
+                | RunState::Skipped
+        )
+    }
+}
+
+str_enum!(
+    /// State of one target of a run.
+    TargetState {
+        Pending => "pending",
+        Launching => "launching",
+        Running => "running",
+        Finished => "finished",
+        SkippedMaintenance => "skipped_maintenance",
+    }
+);
+
+str_enum!(
+    /// Why a target finished; with the exit code it is the outcome of the target.
+    TargetReason {
+        Exit => "exit",
+        Timeout => "timeout",
+        Killed => "killed",
+        Lost => "lost",
+        WrapperFailed => "wrapper_failed",
+        Unreachable => "unreachable",
+        Canceled => "canceled",
+    }
+);
+
+impl TargetReason {
+    /// Exit code recorded for outcomes that have no command exit code of their own
+    /// (compatible with the original Saltpeter).
+    pub fn synthetic_code(self) -> Option<i32> {
+        match self {
+            TargetReason::Exit | TargetReason::Canceled => None,
+            TargetReason::Timeout => Some(124),
+            TargetReason::Killed => Some(143),
+            TargetReason::Lost => Some(253),
+            TargetReason::WrapperFailed => Some(254),
+            TargetReason::Unreachable => Some(255),
+        }
+    }
+}
+
+str_enum!(
+    /// What started a run.
+    Trigger {
+        Schedule => "schedule",
+        Manual => "manual",
+        Catchup => "catchup",
+    }
+);
+
+/// One target of a run as stored and shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetRecord {
+    pub machine: String,
+    pub state: TargetState,
+    pub reason: Option<TargetReason>,
+    pub exit_code: Option<i32>,
+    pub started: Option<Millis>,
+    pub ended: Option<Millis>,
+}
+
+/// One run as stored and shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub id: RunId,
+    pub job: String,
+    /// Scheduled instant, `None` for a manual run.
+    pub slot: Option<Millis>,
+    pub trigger: Trigger,
+    pub state: RunState,
+    pub reason: Option<String>,
+    pub started: Option<Millis>,
+    pub ended: Option<Millis>,
+    pub targets: Vec<TargetRecord>,
+}
+
+/// Overall state of a run whose targets are all settled: `succeeded` if every target
+/// finished with exit 0, `failed` if none did, `partial` otherwise; `skipped` when no
+/// target was left to run.
+pub fn settle_run_state(targets: &[TargetRecord]) -> RunState {
+    let ran: Vec<&TargetRecord> = targets
+        .iter()
+        .filter(|t| t.state != TargetState::SkippedMaintenance)
+        .collect();
+    if ran.is_empty() {
+        return RunState::Skipped;
+    }
+    let ok = ran
+        .iter()
+        .filter(|t| t.state == TargetState::Finished && t.exit_code == Some(0))
+        .count();
+    if ok == ran.len() {
+        RunState::Succeeded
+    } else if ok == 0 {
+        RunState::Failed
+    } else {
+        RunState::Partial
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(state: TargetState, code: Option<i32>) -> TargetRecord {
+        TargetRecord {
+            machine: "m".into(),
+            state,
+            reason: None,
+            exit_code: code,
+            started: None,
+            ended: None,
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for s in RunState::ALL {
+            assert_eq!(RunState::parse(s.as_str()), Some(*s));
+        }
+        assert_eq!(
+            serde_json::to_string(&TargetState::SkippedMaintenance).unwrap(),
+            "\"skipped_maintenance\""
+        );
+    }
+
+    #[test]
+    fn settle_rules() {
+        use TargetState::*;
+        assert_eq!(settle_run_state(&[]), RunState::Skipped);
+        assert_eq!(
+            settle_run_state(&[target(SkippedMaintenance, None)]),
+            RunState::Skipped
+        );
+        assert_eq!(
+            settle_run_state(&[target(Finished, Some(0)), target(SkippedMaintenance, None)]),
+            RunState::Succeeded
+        );
+        assert_eq!(
+            settle_run_state(&[target(Finished, Some(0)), target(Finished, Some(1))]),
+            RunState::Partial
+        );
+        assert_eq!(
+            settle_run_state(&[target(Finished, Some(143))]),
+            RunState::Failed
+        );
+    }
+}

@@ -1,0 +1,234 @@
+//! Wrapper <-> hub protocol v1 (PROTOCOLS.md section 1), shared by `saltpeter-wrapper`
+//! and the hub.
+//!
+//! Text frames carry one JSON object with a `type` field; binary frames carry output as
+//! `[u8 stream][u64 seq, big endian][bytes]`. Both sides use these types, so the two ends
+//! cannot drift apart.
+
+use serde::{Deserialize, Serialize};
+
+/// Protocol version spoken by this build (`hello.v`).
+pub const PROTOCOL_VERSION: u32 = 1;
+/// WebSocket path of the wrapper endpoint.
+pub const WRAPPER_PATH: &str = "/wrapper/v1";
+/// Size of the binary output frame header: stream byte + big-endian seq.
+pub const OUTPUT_HEADER_LEN: usize = 9;
+
+/// Environment variables the wrapper is started with; nothing else travels through Salt.
+pub const ENV_URL: &str = "SP_URL";
+pub const ENV_RUN: &str = "SP_RUN";
+pub const ENV_MACHINE: &str = "SP_MACHINE";
+pub const ENV_TOKEN: &str = "SP_TOKEN";
+
+/// Messages from the wrapper to the server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WrapperMsg {
+    Hello {
+        v: u32,
+        run: u64,
+        machine: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume_key: Option<String>,
+        wrapper_version: String,
+        pid: u32,
+        resume_from: Option<u64>,
+    },
+    Started {
+        pid: u32,
+        /// Wrapper clock, unix milliseconds (informational; the server clock decides).
+        at: i64,
+    },
+    Heartbeat {
+        at: i64,
+    },
+    Exited {
+        end_seq: u64,
+        code: Option<i32>,
+        signal: Option<i32>,
+        reason: ExitReason,
+        at: i64,
+    },
+}
+
+/// Why the command ended, as the wrapper saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitReason {
+    Exit,
+    Timeout,
+    Killed,
+    SpawnFailed,
+    LockBusy,
+    /// The server sent `cancel` to a pre-staged wrapper; nothing ran.
+    Canceled,
+}
+
+/// The job as the wrapper needs it, sent in `welcome` (never through Salt).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: String,
+    pub command: String,
+    pub user: Option<String>,
+    pub cwd: Option<String>,
+    pub env: std::collections::BTreeMap<String, String>,
+    /// 0 means no limit.
+    pub timeout_s: u64,
+    pub kill_grace_s: u64,
+    pub heartbeat_s: u64,
+    /// Take the per-host `flock` overlap lock (`overlap: forbid`).
+    pub overlap_lock: bool,
+    /// Wait a random 0..splay_s seconds before starting the command.
+    #[serde(default)]
+    pub splay_s: u64,
+}
+
+/// Messages from the server to the wrapper.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMsg {
+    Welcome {
+        job: JobSpec,
+        resume_key: String,
+        acked_seq: u64,
+        wait_for_go: bool,
+    },
+    Go {},
+    Cancel {
+        reason: String,
+    },
+    Reject {
+        code: RejectCode,
+        message: String,
+    },
+    Ack {
+        seq: u64,
+    },
+    Kill {
+        reason: KillReason,
+        grace_s: u64,
+    },
+    Done {},
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectCode {
+    BadToken,
+    UnknownRun,
+    Finished,
+    Version,
+    BadMessage,
+    RetryLater,
+}
+
+impl RejectCode {
+    /// Only transient rejections are worth retrying.
+    pub fn is_transient(self) -> bool {
+        matches!(self, RejectCode::RetryLater)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KillReason {
+    User,
+    Timeout,
+    Maintenance,
+}
+
+/// Output stream of a binary frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Stream {
+    Stdout = 1,
+    Stderr = 2,
+}
+
+/// One output frame: which stream, its sequence number and the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputFrame {
+    pub stream: Stream,
+    pub seq: u64,
+    pub data: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum OutputFrameError {
+    #[error("output frame of {0} bytes is shorter than its 9-byte header")]
+    Short(usize),
+    #[error("output frame names unknown stream {0} (expected 1 stdout or 2 stderr)")]
+    BadStream(u8),
+    #[error("output frame has sequence number 0 (sequences start at 1)")]
+    ZeroSeq,
+}
+
+impl OutputFrame {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(OUTPUT_HEADER_LEN + self.data.len());
+        out.push(self.stream as u8);
+        out.extend_from_slice(&self.seq.to_be_bytes());
+        out.extend_from_slice(&self.data);
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<OutputFrame, OutputFrameError> {
+        if bytes.len() < OUTPUT_HEADER_LEN {
+            return Err(OutputFrameError::Short(bytes.len()));
+        }
+        let stream = match bytes[0] {
+            1 => Stream::Stdout,
+            2 => Stream::Stderr,
+            other => return Err(OutputFrameError::BadStream(other)),
+        };
+        let mut seq_bytes = [0u8; 8];
+        seq_bytes.copy_from_slice(&bytes[1..OUTPUT_HEADER_LEN]);
+        let seq = u64::from_be_bytes(seq_bytes);
+        if seq == 0 {
+            return Err(OutputFrameError::ZeroSeq);
+        }
+        Ok(OutputFrame {
+            stream,
+            seq,
+            data: bytes[OUTPUT_HEADER_LEN..].to_vec(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_frame_round_trips() {
+        let f = OutputFrame {
+            stream: Stream::Stderr,
+            seq: 7,
+            data: b"hi".to_vec(),
+        };
+        assert_eq!(OutputFrame::decode(&f.encode()), Ok(f));
+    }
+
+    #[test]
+    fn output_frame_rejects_garbage() {
+        assert_eq!(OutputFrame::decode(&[1, 2]), Err(OutputFrameError::Short(2)));
+        assert_eq!(
+            OutputFrame::decode(&[9, 0, 0, 0, 0, 0, 0, 0, 1]),
+            Err(OutputFrameError::BadStream(9))
+        );
+        assert_eq!(
+            OutputFrame::decode(&[1, 0, 0, 0, 0, 0, 0, 0, 0]),
+            Err(OutputFrameError::ZeroSeq)
+        );
+    }
+
+    #[test]
+    fn control_messages_use_type_tag() {
+        let m: WrapperMsg = serde_json::from_str(r#"{"type":"heartbeat","at":5}"#).unwrap();
+        assert_eq!(m, WrapperMsg::Heartbeat { at: 5 });
+        let s = serde_json::to_string(&ServerMsg::Go {}).unwrap();
+        assert_eq!(s, r#"{"type":"go"}"#);
+        assert!(serde_json::from_str::<WrapperMsg>(r#"{"type":"nope"}"#).is_err());
+    }
+}
