@@ -1,3 +1,4 @@
 //! Saltpeter: a distributed cron for fleets managed with SaltStack.
 
+pub mod ipc;
 pub mod wire;

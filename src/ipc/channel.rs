@@ -1,0 +1,287 @@
+//! A typed channel over a stream socket: `Channel<Tx, Rx>` sends `Tx` and receives `Rx`.
+//!
+//! The first frame each way is a `Hello { role, proto_version, pid }`; the channel checks
+//! the peer's role and protocol version before any other message is accepted, so two
+//! builds that do not speak the same protocol fail at once with a clear message. Sending
+//! queues the encoded frame and writes as much as the socket takes; the owner calls
+//! `on_writable` when the loop reports writability. Nothing here blocks unless the socket
+//! itself is blocking (as in `saltpeterctl`).
+
+use std::io::{self, Read, Write};
+use std::marker::PhantomData;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::MAX_FRAME;
+use super::codec::{self, CodecError};
+use super::frame::{FrameError, FrameReader, WriteQueue, encode_frame};
+use crate::wire::link::{Hello, PROTO_VERSION, Role};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    #[error("the {0} process closed the link")]
+    PeerGone(Role),
+    #[error("i/o error on the link to {role}: {source}")]
+    Io { role: Role, source: io::Error },
+    #[error("bad frame from {role}: {source}")]
+    Frame { role: Role, source: FrameError },
+    #[error("bad message from {role}: {source}")]
+    Codec { role: Role, source: CodecError },
+    #[error("expected hello from {expected}, got one from {got}")]
+    WrongPeer { expected: Role, got: Role },
+    #[error(
+        "{role} speaks link protocol version {got}, this build speaks {ours}: \
+         all Saltpeter binaries must come from the same build"
+    )]
+    Version { role: Role, got: u32, ours: u32 },
+}
+
+/// One end of a link.
+pub struct Channel<S, Tx, Rx> {
+    stream: S,
+    peer_role: Role,
+    peer: Option<Hello>,
+    reader: FrameReader,
+    writes: WriteQueue,
+    _types: PhantomData<fn(Tx) -> Rx>,
+}
+
+impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
+    /// Wrap a connected stream; our hello is queued at once.
+    pub fn new(stream: S, me: Role, peer_role: Role) -> Result<Self, ChannelError> {
+        let mut channel = Channel {
+            stream,
+            peer_role,
+            peer: None,
+            reader: FrameReader::new(MAX_FRAME),
+            writes: WriteQueue::default(),
+            _types: PhantomData,
+        };
+        let hello = Hello {
+            role: me,
+            proto_version: PROTO_VERSION,
+            pid: std::process::id(),
+        };
+        channel.queue(&hello)?;
+        channel.on_writable()?;
+        Ok(channel)
+    }
+
+    pub fn peer_role(&self) -> Role {
+        self.peer_role
+    }
+
+    /// The peer's hello, once it has arrived.
+    pub fn peer(&self) -> Option<&Hello> {
+        self.peer.as_ref()
+    }
+
+    pub fn stream_mut(&mut self) -> &mut S {
+        &mut self.stream
+    }
+
+    pub fn stream(&self) -> &S {
+        &self.stream
+    }
+
+    fn queue<T: Serialize>(&mut self, msg: &T) -> Result<(), ChannelError> {
+        let payload = codec::encode(msg, MAX_FRAME).map_err(|source| ChannelError::Codec {
+            role: self.peer_role,
+            source,
+        })?;
+        self.writes.push(encode_frame(&payload));
+        Ok(())
+    }
+
+    /// Queue a message and write what the socket takes now.
+    pub fn send(&mut self, msg: &Tx) -> Result<(), ChannelError> {
+        self.queue(msg)?;
+        self.on_writable()
+    }
+
+    /// Flush queued frames; call on every writable event.
+    pub fn on_writable(&mut self) -> Result<(), ChannelError> {
+        let role = self.peer_role;
+        self.writes
+            .flush_to(&mut self.stream)
+            .map_err(|source| match source.kind() {
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
+                    ChannelError::PeerGone(role)
+                }
+                _ => ChannelError::Io { role, source },
+            })
+    }
+
+    /// Bytes still waiting for the socket.
+    pub fn pending_write_bytes(&self) -> usize {
+        self.writes.queued_bytes()
+    }
+
+    /// Read everything available and decode it. Messages received before the peer closed
+    /// are returned first; the next call then reports `PeerGone`.
+    pub fn receive(&mut self) -> Result<Vec<Rx>, ChannelError> {
+        let role = self.peer_role;
+        let open = match self.reader.fill_from(&mut self.stream) {
+            Ok(open) => open,
+            Err(source) if source.kind() == io::ErrorKind::ConnectionReset => false,
+            Err(source) => return Err(ChannelError::Io { role, source }),
+        };
+        let msgs = self.decode_buffered()?;
+        if !open && msgs.is_empty() {
+            return Err(ChannelError::PeerGone(role));
+        }
+        Ok(msgs)
+    }
+
+    fn decode_buffered(&mut self) -> Result<Vec<Rx>, ChannelError> {
+        let role = self.peer_role;
+        let mut msgs = Vec::new();
+        while let Some(payload) = self
+            .reader
+            .next_frame()
+            .map_err(|source| ChannelError::Frame { role, source })?
+        {
+            if self.peer.is_none() {
+                let hello: Hello = codec::decode(&payload, MAX_FRAME)
+                    .map_err(|source| ChannelError::Codec { role, source })?;
+                check_hello(role, &hello)?;
+                self.peer = Some(hello);
+                continue;
+            }
+            msgs.push(
+                codec::decode(&payload, MAX_FRAME)
+                    .map_err(|source| ChannelError::Codec { role, source })?,
+            );
+        }
+        Ok(msgs)
+    }
+
+    /// For blocking streams (`saltpeterctl`, tests): flush, then wait for one message.
+    pub fn call_blocking(&mut self, msg: &Tx) -> Result<Rx, ChannelError> {
+        self.send(msg)?;
+        while !self.writes.is_empty() {
+            self.on_writable()?;
+        }
+        self.recv_blocking()
+    }
+
+    /// For blocking streams: wait for the next message.
+    pub fn recv_blocking(&mut self) -> Result<Rx, ChannelError> {
+        let role = self.peer_role;
+        let mut pending: std::collections::VecDeque<Rx> = self.decode_buffered()?.into();
+        loop {
+            if let Some(msg) = pending.pop_front() {
+                // Anything decoded past the first message stays decodable next time only if
+                // it is still in the reader; callers of the blocking API are strictly
+                // request/response, so more than one message at once is a protocol error.
+                if !pending.is_empty() {
+                    return Err(ChannelError::Io {
+                        role,
+                        source: io::Error::other("unexpected extra message from peer"),
+                    });
+                }
+                return Ok(msg);
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            let n = match self.stream.read(&mut chunk) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => 0,
+                Err(source) => return Err(ChannelError::Io { role, source }),
+            };
+            if n == 0 {
+                return Err(ChannelError::PeerGone(role));
+            }
+            self.reader.push(&chunk[..n]);
+            pending.extend(self.decode_buffered()?);
+        }
+    }
+}
+
+fn check_hello(expected: Role, hello: &Hello) -> Result<(), ChannelError> {
+    if hello.proto_version != PROTO_VERSION {
+        return Err(ChannelError::Version {
+            role: hello.role,
+            got: hello.proto_version,
+            ours: PROTO_VERSION,
+        });
+    }
+    if hello.role != expected {
+        return Err(ChannelError::WrongPeer {
+            expected,
+            got: hello.role,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    type Ends = (
+        Channel<UnixStream, String, u32>,
+        Channel<UnixStream, u32, String>,
+    );
+
+    fn pair() -> Ends {
+        let (a, b) = UnixStream::pair().unwrap();
+        let main = Channel::new(a, Role::Main, Role::Db).unwrap();
+        let db = Channel::new(b, Role::Db, Role::Main).unwrap();
+        (main, db)
+    }
+
+    #[test]
+    fn typed_messages_after_hello() {
+        let (mut main, mut db) = pair();
+        main.send(&"hi".to_string()).unwrap();
+        assert_eq!(db.recv_blocking().unwrap(), "hi");
+        db.send(&7).unwrap();
+        assert_eq!(main.recv_blocking().unwrap(), 7);
+        assert_eq!(main.peer().map(|h| h.role), Some(Role::Db));
+        assert_eq!(db.peer().map(|h| h.pid), Some(std::process::id()));
+    }
+
+    #[test]
+    fn wrong_role_is_fatal() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut main: Channel<_, String, u32> = Channel::new(a, Role::Main, Role::Db).unwrap();
+        let _hub: Channel<_, u32, String> = Channel::new(b, Role::Hub, Role::Main).unwrap();
+        let err = main.recv_blocking().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ChannelError::WrongPeer {
+                    expected: Role::Db,
+                    got: Role::Hub
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn peer_close_is_peer_gone() {
+        let (mut main, db) = pair();
+        drop(db);
+        let err = main.recv_blocking().unwrap_err();
+        assert!(matches!(err, ChannelError::PeerGone(Role::Db)), "{err}");
+    }
+
+    #[test]
+    fn version_mismatch_is_fatal() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut main: Channel<_, String, u32> = Channel::new(a, Role::Main, Role::Db).unwrap();
+        let bad = Hello {
+            role: Role::Db,
+            proto_version: PROTO_VERSION + 1,
+            pid: 1,
+        };
+        let payload = codec::encode(&bad, MAX_FRAME).unwrap();
+        b.write_all(&encode_frame(&payload)).unwrap();
+        let err = main.recv_blocking().unwrap_err();
+        assert!(matches!(err, ChannelError::Version { .. }), "{err}");
+    }
+}

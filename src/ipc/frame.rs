@@ -1,0 +1,215 @@
+//! Framing: `u32` little-endian length, then the payload.
+//!
+//! `FrameReader` accepts bytes in arbitrary pieces (a frame split across reads, many frames
+//! in one read) and hands out whole payloads; a length over the limit is an error before
+//! any buffer for it is allocated. `WriteQueue` holds encoded frames until the socket takes
+//! them, so a full socket buffer never blocks the loop.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+
+const LEN_BYTES: usize = 4;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameError {
+    #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
+    TooLarge { len: usize, max: usize },
+}
+
+/// Prefix `payload` with its length.
+pub fn encode_frame(payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(LEN_BYTES + payload.len());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Reassembles frames from a byte stream.
+#[derive(Debug)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+    max: usize,
+}
+
+impl FrameReader {
+    pub fn new(max: usize) -> FrameReader {
+        FrameReader {
+            buf: Vec::new(),
+            max,
+        }
+    }
+
+    /// Append bytes that arrived from the peer.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next complete payload, `Ok(None)` while one is incomplete.
+    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        if self.buf.len() < LEN_BYTES {
+            return Ok(None);
+        }
+        let mut len_bytes = [0u8; LEN_BYTES];
+        len_bytes.copy_from_slice(&self.buf[..LEN_BYTES]);
+        let len = u32::from_le_bytes(len_bytes) as usize;
+        if len > self.max {
+            return Err(FrameError::TooLarge { len, max: self.max });
+        }
+        if self.buf.len() < LEN_BYTES + len {
+            return Ok(None);
+        }
+        let payload = self.buf[LEN_BYTES..LEN_BYTES + len].to_vec();
+        self.buf.drain(..LEN_BYTES + len);
+        Ok(Some(payload))
+    }
+
+    /// Read from `src` until it would block. Returns `Ok(false)` when the peer closed.
+    pub fn fill_from(&mut self, src: &mut impl Read) -> io::Result<bool> {
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match src.read(&mut chunk) {
+                Ok(0) => return Ok(false),
+                Ok(n) => self.push(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Bytes waiting to be written, flushed as far as the socket allows.
+#[derive(Debug, Default)]
+pub struct WriteQueue {
+    chunks: VecDeque<Vec<u8>>,
+    /// Bytes of the front chunk already written.
+    offset: usize,
+    queued: usize,
+}
+
+impl WriteQueue {
+    pub fn push(&mut self, bytes: Vec<u8>) {
+        self.queued += bytes.len();
+        self.chunks.push_back(bytes);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// Bytes not yet written.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued - self.offset
+    }
+
+    /// Write until empty or the sink would block; partial writes keep their place.
+    pub fn flush_to(&mut self, sink: &mut impl Write) -> io::Result<()> {
+        while let Some(front) = self.chunks.front() {
+            match sink.write(&front[self.offset..]) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => {
+                    self.offset += n;
+                    if self.offset == front.len() {
+                        self.queued -= front.len();
+                        self.offset = 0;
+                        self.chunks.pop_front();
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sink that takes at most `step` bytes per write and then blocks once.
+    struct Trickle {
+        out: Vec<u8>,
+        step: usize,
+        block_next: bool,
+    }
+
+    impl Write for Trickle {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.block_next {
+                self.block_next = false;
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            self.block_next = true;
+            let n = buf.len().min(self.step);
+            self.out.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn frame_split_across_reads() {
+        let bytes = [encode_frame(b"hello"), encode_frame(b"world!")].concat();
+        let mut reader = FrameReader::new(100);
+        let mut got = Vec::new();
+        for b in &bytes {
+            reader.push(std::slice::from_ref(b));
+            while let Some(f) = reader.next_frame().unwrap() {
+                got.push(f);
+            }
+        }
+        assert_eq!(got, vec![b"hello".to_vec(), b"world!".to_vec()]);
+    }
+
+    #[test]
+    fn many_frames_in_one_read() {
+        let bytes = [encode_frame(b"a"), encode_frame(b""), encode_frame(b"bc")].concat();
+        let mut reader = FrameReader::new(100);
+        reader.push(&bytes);
+        assert_eq!(reader.next_frame().unwrap(), Some(b"a".to_vec()));
+        assert_eq!(reader.next_frame().unwrap(), Some(Vec::new()));
+        assert_eq!(reader.next_frame().unwrap(), Some(b"bc".to_vec()));
+        assert_eq!(reader.next_frame().unwrap(), None);
+    }
+
+    #[test]
+    fn oversize_rejected_from_header_alone() {
+        let mut reader = FrameReader::new(10);
+        // Only the header of a 4 GiB frame: must fail now, not wait or allocate.
+        reader.push(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            reader.next_frame(),
+            Err(FrameError::TooLarge {
+                len: u32::MAX as usize,
+                max: 10
+            })
+        );
+    }
+
+    #[test]
+    fn partial_writes_resume_in_place() {
+        let mut q = WriteQueue::default();
+        q.push(encode_frame(b"0123456789"));
+        q.push(encode_frame(b"abc"));
+        let mut sink = Trickle {
+            out: Vec::new(),
+            step: 3,
+            block_next: false,
+        };
+        let mut rounds = 0;
+        while !q.is_empty() {
+            q.flush_to(&mut sink).unwrap();
+            rounds += 1;
+            assert!(rounds < 100, "flush makes progress");
+        }
+        let mut reader = FrameReader::new(100);
+        reader.push(&sink.out);
+        assert_eq!(reader.next_frame().unwrap(), Some(b"0123456789".to_vec()));
+        assert_eq!(reader.next_frame().unwrap(), Some(b"abc".to_vec()));
+        assert_eq!(q.queued_bytes(), 0);
+    }
+}

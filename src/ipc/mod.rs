@@ -1,0 +1,22 @@
+//! Links between Saltpeter's processes.
+//!
+//! Every link is a Unix stream socket carrying frames: a `u32` little-endian length, then
+//! a bincode payload (`codec` is the only module that names bincode). Outline:
+//! - `frame`: splitting a byte stream into frames, rejecting oversize ones before any
+//!   allocation, and a write queue flushed on writability (never a blocking write);
+//! - `codec`: typed payloads to and from bytes, with a size limit;
+//! - `channel`: a typed `Channel<Tx, Rx>` over a non-blocking socket, with the versioned
+//!   `Hello` that opens every link;
+//! - `rpc`: call ids, deadlines and the `PeerGone` / `Timeout` failures of pending calls.
+
+pub mod channel;
+pub mod codec;
+pub mod frame;
+pub mod rpc;
+
+pub use channel::{Channel, ChannelError};
+pub use rpc::{CallError, CallId, PendingCalls};
+
+/// Largest frame accepted on any internal link (16 MiB): output chunks are at most a few
+/// hundred KiB, so anything larger is a bug or an attack.
+pub const MAX_FRAME: usize = 16 * 1024 * 1024;

@@ -1,0 +1,187 @@
+//! Calls across a link: ids, deadlines and how pending calls fail.
+//!
+//! A `Packet` is what travels: a `Call` (expects a `Reply` with the same id), a `Cast`
+//! (one-way) or a `Reply`. `PendingCalls<T>` keeps, per call id, the caller's own tag `T`
+//! (what to do with the answer) and a deadline; the loop asks it for expired calls
+//! (`Timeout`) and, when the peer goes away, fails all of them (`PeerGone`). Tags instead of
+//! closures keep the state a plain value that the loop passes to handlers.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::wire::link::Role;
+
+pub type CallId = u64;
+
+/// What travels on a link in one direction: our calls and casts, and replies to the
+/// peer's calls.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Packet<Req, Rep> {
+    Call { id: CallId, req: Req },
+    Cast(Req),
+    Reply { id: CallId, result: Result<Rep, RemoteError> },
+}
+
+/// An error the remote side returned for a call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum RemoteError {
+    #[error("{0}")]
+    Failed(String),
+    #[error("the disk is full: {0}")]
+    DiskFull(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+}
+
+/// Why a call produced no reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("the {0} process went away before answering")]
+    PeerGone(Role),
+    #[error("the {0} process did not answer within {1:?}")]
+    Timeout(Role, Duration),
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+}
+
+struct Pending<T> {
+    deadline: Instant,
+    timeout: Duration,
+    tag: T,
+}
+
+/// Calls awaiting a reply on one link.
+pub struct PendingCalls<T> {
+    peer: Role,
+    next_id: CallId,
+    calls: HashMap<CallId, Pending<T>>,
+}
+
+impl<T> PendingCalls<T> {
+    pub fn new(peer: Role) -> PendingCalls<T> {
+        PendingCalls {
+            peer,
+            next_id: 1,
+            calls: HashMap::new(),
+        }
+    }
+
+    /// Register a call that must be answered within `timeout`; returns its id.
+    pub fn start(&mut self, now: Instant, timeout: Duration, tag: T) -> CallId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.calls.insert(
+            id,
+            Pending {
+                deadline: now + timeout,
+                timeout,
+                tag,
+            },
+        );
+        id
+    }
+
+    /// The reply for `id` arrived: hand back the tag (`None` for an unknown or expired id,
+    /// which the caller logs and drops).
+    pub fn finish(&mut self, id: CallId) -> Option<T> {
+        self.calls.remove(&id).map(|p| p.tag)
+    }
+
+    /// Remove and return every call whose deadline has passed.
+    pub fn expire(&mut self, now: Instant) -> Vec<(CallId, T, CallError)> {
+        let ids: Vec<CallId> = self
+            .calls
+            .iter()
+            .filter(|(_, p)| p.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(p) = self.calls.remove(&id) {
+                out.push((id, p.tag, CallError::Timeout(self.peer, p.timeout)));
+            }
+        }
+        out.sort_by_key(|(id, _, _)| *id);
+        out
+    }
+
+    /// The peer is gone: every pending call fails.
+    pub fn fail_all(&mut self) -> Vec<(CallId, T, CallError)> {
+        let mut out: Vec<_> = self
+            .calls
+            .drain()
+            .map(|(id, p)| (id, p.tag, CallError::PeerGone(self.peer)))
+            .collect();
+        out.sort_by_key(|(id, _, _)| *id);
+        out
+    }
+
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.calls.values().map(|p| p.deadline).min()
+    }
+
+    pub fn len(&self) -> usize {
+        self.calls.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipc::channel::{Channel, ChannelError};
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn deadline_expiry_fails_only_late_calls() {
+        let mut calls = PendingCalls::new(Role::Db);
+        let t0 = Instant::now();
+        let fast = calls.start(t0, Duration::from_millis(10), "fast");
+        let slow = calls.start(t0, Duration::from_secs(10), "slow");
+        assert_eq!(calls.next_deadline(), Some(t0 + Duration::from_millis(10)));
+        let expired = calls.expire(t0 + Duration::from_millis(20));
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].0, fast);
+        assert_eq!(
+            expired[0].2,
+            CallError::Timeout(Role::Db, Duration::from_millis(10))
+        );
+        assert_eq!(calls.finish(fast), None, "an expired call is gone");
+        assert_eq!(calls.finish(slow), Some("slow"));
+        assert!(calls.is_empty());
+    }
+
+    #[test]
+    fn peer_close_fails_pending_calls() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut main: Channel<_, Packet<u32, ()>, Packet<(), u32>> =
+            Channel::new(a, Role::Main, Role::Db).unwrap();
+        let db: Channel<_, Packet<(), u32>, Packet<u32, ()>> =
+            Channel::new(b, Role::Db, Role::Main).unwrap();
+        let mut calls = PendingCalls::new(Role::Db);
+        let now = Instant::now();
+        for n in 0..3 {
+            let id = calls.start(now, Duration::from_secs(60), n);
+            main.send(&Packet::Call { id, req: n }).unwrap();
+        }
+        drop(db);
+        match main.recv_blocking() {
+            Err(ChannelError::PeerGone(Role::Db)) => {
+                let failed = calls.fail_all();
+                assert_eq!(failed.len(), 3);
+                assert!(
+                    failed
+                        .iter()
+                        .all(|(_, _, e)| *e == CallError::PeerGone(Role::Db))
+                );
+            }
+            other => panic!("expected PeerGone, got {other:?}"),
+        }
+        assert!(calls.is_empty());
+    }
+}

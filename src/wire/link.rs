@@ -1,0 +1,214 @@
+//! Messages of the internal links: one request enum and one reply enum per direction.
+//!
+//! ```text
+//! supervisor <-> every child   control: Ready, Shutdown, Reload, process table
+//! hub  <-> main                 admin requests, wrapper sessions (hello, output, exits)
+//! main <-> db                   (in `db` role module) runs, targets, output, events
+//! main <-> blocking             launching wrappers, resolving targets
+//! ```
+//! Each link carries `ipc::rpc::Packet<Req, Rep>` values after the `Hello`.
+
+use serde::{Deserialize, Serialize};
+
+use super::admin::{AdminRequest, AdminResponse};
+use super::records::{Millis, RunId};
+use super::wrapper::{ExitReason, JobSpec, RejectCode, ServerMsg, Stream};
+
+/// Version of the internal link protocol; every binary of one build shares it.
+pub const PROTO_VERSION: u32 = 1;
+
+/// Who is at the other end of a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Role {
+    Supervisor,
+    Hub,
+    Main,
+    Db,
+    Blocking,
+    Ctl,
+}
+
+impl Role {
+    pub const CHILDREN: [Role; 4] = [Role::Hub, Role::Main, Role::Db, Role::Blocking];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Supervisor => "supervisor",
+            Role::Hub => "hub",
+            Role::Main => "main",
+            Role::Db => "db",
+            Role::Blocking => "blocking",
+            Role::Ctl => "saltpeterctl",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Role> {
+        Role::CHILDREN.into_iter().find(|r| r.name() == name)
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// First frame on every link.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub role: Role,
+    pub proto_version: u32,
+    pub pid: u32,
+}
+
+/// A process of the daemon, as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    pub role: String,
+    pub pid: u32,
+}
+
+/// Supervisor -> child.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ControlDown {
+    /// Finish what is in flight (up to the grace) and exit 0.
+    Shutdown,
+    /// Re-read the configuration (main only).
+    Reload,
+    /// Every process of the daemon, sent to main once all are ready.
+    Processes {
+        started_at: Millis,
+        processes: Vec<ProcessInfo>,
+    },
+}
+
+/// Child -> supervisor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ControlUp {
+    Ready,
+}
+
+/// A wrapper connection inside the hub.
+pub type ConnId = u64;
+
+/// Hub -> main requests (calls and casts).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum HubRequest {
+    /// An operator's request from the admin socket (call).
+    Admin(AdminRequest),
+    /// A wrapper said hello (call; the reply decides welcome or reject).
+    WrapperHello {
+        conn: ConnId,
+        peer: String,
+        run: RunId,
+        machine: String,
+        token: Option<String>,
+        resume_key: Option<String>,
+        resume_from: Option<u64>,
+        wrapper_version: String,
+        pid: u32,
+    },
+    WrapperStarted {
+        conn: ConnId,
+        pid: u32,
+    },
+    WrapperHeartbeat {
+        conn: ConnId,
+    },
+    WrapperOutput {
+        conn: ConnId,
+        seq: u64,
+        stream: Stream,
+        data: Vec<u8>,
+    },
+    WrapperExited {
+        conn: ConnId,
+        end_seq: u64,
+        code: Option<i32>,
+        signal: Option<i32>,
+        reason: ExitReason,
+    },
+    /// The connection closed (either side) or was dropped for a protocol error.
+    WrapperGone {
+        conn: ConnId,
+    },
+}
+
+/// Main's answer to a `WrapperHello`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum WrapperVerdict {
+    Welcome {
+        job: JobSpec,
+        resume_key: String,
+        acked_seq: u64,
+        wait_for_go: bool,
+    },
+    Reject {
+        code: RejectCode,
+        message: String,
+    },
+}
+
+/// Main -> hub replies.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum HubReply {
+    Admin(AdminResponse),
+    Verdict(WrapperVerdict),
+}
+
+/// Main -> hub requests (casts).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum MainToHub {
+    /// Send a control message to a wrapper.
+    ToWrapper { conn: ConnId, msg: ServerMsg },
+    /// Close a wrapper connection (after `done` or `reject`).
+    CloseWrapper { conn: ConnId },
+    /// Progress of a long admin call (e.g. `run --wait`), before its final reply.
+    AdminProgress { call: u64, line: String },
+}
+
+/// Hub -> main replies (hub answers no calls of main's today).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum HubAnswer {}
+
+/// Which executor launches wrappers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExecutorKind {
+    Salt,
+    Local,
+}
+
+/// One wrapper to start: the machine and the four variables that travel to it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LaunchTarget {
+    pub machine: String,
+    pub env: Vec<(String, String)>,
+}
+
+/// Main -> blocking calls.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum BlockingRequest {
+    /// Start one wrapper per target.
+    Launch {
+        executor: ExecutorKind,
+        wrapper_path: String,
+        targets: Vec<LaunchTarget>,
+    },
+}
+
+/// Outcome of launching one wrapper.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LaunchOutcome {
+    pub machine: String,
+    pub result: Result<(), String>,
+}
+
+/// Blocking -> main replies.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum BlockingReply {
+    Launched(Vec<LaunchOutcome>),
+}
+
+/// Blocking -> main requests (none today).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum BlockingNotice {}
