@@ -1,4 +1,5 @@
 //! Saltpeter: a distributed cron for fleets managed with SaltStack.
 
+pub mod evloop;
 pub mod ipc;
 pub mod wire;
