@@ -154,7 +154,7 @@ pub fn signal<S>(ctx: &mut Ctx<S>, id: ChildId, signal: nix::sys::signal::Signal
     }
 }
 
-fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is shared.
     let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid as nix::libc::pid_t, 0) };
     if fd < 0 {

@@ -43,6 +43,25 @@ pub trait Listener<S> {
     fn close(&mut self, _state: &mut S, _ctx: &mut Ctx<S>) {}
 }
 
+/// A listener for a source that the state owns (a link the state must also write to):
+/// events are forwarded to `handler` with the key that names the source.
+pub struct Forward<S, K> {
+    key: K,
+    handler: fn(&mut S, &mut Ctx<S>, K, &Event) -> Flow,
+}
+
+impl<S, K: Copy> Forward<S, K> {
+    pub fn new(key: K, handler: fn(&mut S, &mut Ctx<S>, K, &Event) -> Flow) -> Self {
+        Forward { key, handler }
+    }
+}
+
+impl<S, K: Copy> Listener<S> for Forward<S, K> {
+    fn handle_event(&mut self, state: &mut S, ctx: &mut Ctx<S>, event: &Event) -> Flow {
+        (self.handler)(state, ctx, self.key, event)
+    }
+}
+
 /// Everything a handler may change besides the state: listeners, timers, stopping.
 pub struct Ctx<S> {
     registry: Registry,

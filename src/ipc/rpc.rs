@@ -89,6 +89,11 @@ impl<T> PendingCalls<T> {
         self.calls.remove(&id).map(|p| p.tag)
     }
 
+    /// The tag of a call still pending.
+    pub fn get(&self, id: CallId) -> Option<&T> {
+        self.calls.get(&id).map(|p| &p.tag)
+    }
+
     /// Remove and return every call whose deadline has passed.
     pub fn expire(&mut self, now: Instant) -> Vec<(CallId, T, CallError)> {
         let ids: Vec<CallId> = self

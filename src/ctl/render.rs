@@ -1,0 +1,204 @@
+//! Printing answers: a table for people, JSON (the documented shapes) for scripts.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use crate::wire::admin::{AdminFailure, AdminResponse, JobInfo, StatusInfo};
+use crate::wire::records::{Millis, RunRecord, TargetRecord};
+
+/// RFC 3339 in UTC, or null.
+pub fn time(ms: Option<Millis>) -> Value {
+    match ms.and_then(chrono::DateTime::from_timestamp_millis) {
+        Some(t) => Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+        None => Value::Null,
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+pub fn target_json(t: &TargetRecord) -> Value {
+    json!({
+        "machine": t.machine,
+        "state": t.state.as_str(),
+        "reason": t.reason.map(|r| r.as_str()),
+        "exit_code": t.exit_code,
+        "started": time(t.started),
+        "ended": time(t.ended),
+    })
+}
+
+pub fn run_json(r: &RunRecord) -> Value {
+    json!({
+        "id": r.id,
+        "job": r.job,
+        "slot": time(r.slot),
+        "trigger": r.trigger.as_str(),
+        "state": r.state.as_str(),
+        "reason": r.reason,
+        "started": time(r.started),
+        "ended": time(r.ended),
+        "targets": r.targets.iter().map(target_json).collect::<Vec<_>>(),
+    })
+}
+
+fn job_json(j: &JobInfo) -> Value {
+    json!({
+        "name": j.name,
+        "group": j.group,
+        "next_run": time(j.next_run),
+        "last_run": time(j.last_run),
+        "last_result": j.last_result.map(|s| s.as_str()),
+        "enabled": j.enabled,
+        "error": j.error,
+    })
+}
+
+fn status_json(s: &StatusInfo) -> Value {
+    json!({
+        "version": s.version,
+        "started_at": time(Some(s.started_at)),
+        "uptime_s": s.uptime_s,
+        "processes": s.processes.iter().map(|p| json!({"role": p.role, "pid": p.pid})).collect::<Vec<_>>(),
+        "jobs": s.jobs,
+        "running_runs": s.running_runs,
+        "config_errors": s.config_errors,
+    })
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()));
+}
+
+pub fn run(r: &RunRecord, json: bool) {
+    if json {
+        print_json(&run_json(r));
+        return;
+    }
+    println!(
+        "run {}  job {}  {}  {}{}",
+        r.id,
+        r.job,
+        r.trigger,
+        r.state,
+        r.reason.as_deref().map(|x| format!(" ({x})")).unwrap_or_default()
+    );
+    println!(
+        "  slot {}  started {}  ended {}",
+        text(&time(r.slot)),
+        text(&time(r.started)),
+        text(&time(r.ended))
+    );
+    println!("  {:<24} {:<20} {:<15} {:>5}", "MACHINE", "STATE", "REASON", "EXIT");
+    for t in &r.targets {
+        println!(
+            "  {:<24} {:<20} {:<15} {:>5}",
+            t.machine,
+            t.state.as_str(),
+            t.reason.map(|x| x.as_str()).unwrap_or("-"),
+            t.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into())
+        );
+    }
+}
+
+pub fn started(run: u64, json: bool) -> CtlResult {
+    if json {
+        print_json(&json!({ "run": run }));
+    } else {
+        println!("started run {run}");
+    }
+    Ok(EXIT_OK)
+}
+
+pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
+    match resp {
+        AdminResponse::Status(s) => {
+            if json {
+                print_json(&status_json(&s));
+            } else {
+                println!("saltpeter {}  up {}s", s.version, s.uptime_s);
+                for p in &s.processes {
+                    println!("  {:<12} pid {}", p.role, p.pid);
+                }
+                println!("  {} jobs, {} runs in flight", s.jobs, s.running_runs);
+                for e in &s.config_errors {
+                    println!("  config error: {e}");
+                }
+            }
+        }
+        AdminResponse::Jobs(jobs) => {
+            if json {
+                print_json(&Value::Array(jobs.iter().map(job_json).collect()));
+            } else {
+                println!(
+                    "{:<24} {:<12} {:<26} {:<10} {}",
+                    "JOB", "GROUP", "NEXT RUN", "LAST", "STATUS"
+                );
+                for j in &jobs {
+                    let status = match (&j.error, j.enabled) {
+                        (Some(e), _) => format!("error: {e}"),
+                        (None, false) => "disabled".into(),
+                        (None, true) => "enabled".into(),
+                    };
+                    println!(
+                        "{:<24} {:<12} {:<26} {:<10} {}",
+                        j.name,
+                        j.group,
+                        text(&time(j.next_run)),
+                        j.last_result.map(|s| s.as_str()).unwrap_or("-"),
+                        status
+                    );
+                }
+            }
+        }
+        AdminResponse::Runs(runs) => {
+            if json {
+                print_json(&Value::Array(runs.iter().map(run_json).collect()));
+            } else {
+                for r in &runs {
+                    run(r, false);
+                }
+            }
+        }
+        AdminResponse::Run(r) => run(&r, json),
+        AdminResponse::Started { run } => return started(run, json),
+        AdminResponse::Output(bytes) => {
+            let mut out = std::io::stdout().lock();
+            if let Err(e) = out.write_all(&bytes).and_then(|_| out.flush()) {
+                return Err((EXIT_FAILED, format!("could not write the output: {e}")));
+            }
+        }
+        AdminResponse::Done(message) => {
+            if json {
+                print_json(&json!({ "ok": true, "message": message }));
+            } else {
+                println!("{message}");
+            }
+        }
+        AdminResponse::Progress(line) => eprintln!("{line}"),
+        AdminResponse::Failure(f) => {
+            let code = match f {
+                AdminFailure::NotFound(_) | AdminFailure::Invalid(_) => EXIT_USAGE,
+                AdminFailure::Internal(_) => EXIT_FAILED,
+            };
+            return Err((code, f.to_string()));
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+pub fn config_check(dir: &Path, json: bool) -> CtlResult {
+    let _ = json;
+    Err((
+        EXIT_USAGE,
+        format!("{}: configuration checking is not available yet", dir.display()),
+    ))
+}

@@ -1,0 +1,95 @@
+//! Where Saltpeter keeps its files.
+//!
+//! Each directory comes from the command line, then `saltpeter_config`, then the variable
+//! systemd sets (`$STATE_DIRECTORY`, `$RUNTIME_DIRECTORY`), then the packaged default.
+
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_CONFIG_DIR: &str = "/etc/saltpeter";
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/saltpeter";
+pub const DEFAULT_RUNTIME_DIR: &str = "/run/saltpeter";
+pub const ADMIN_SOCKET: &str = "admin.sock";
+pub const PID_FILE: &str = "saltpeter.pid";
+pub const DATABASE: &str = "saltpeter.db";
+pub const SECRET_FILE: &str = "server.secret";
+
+/// The three directories of a daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dirs {
+    pub config: PathBuf,
+    pub state: PathBuf,
+    pub runtime: PathBuf,
+}
+
+impl Dirs {
+    pub fn admin_socket(&self) -> PathBuf {
+        self.runtime.join(ADMIN_SOCKET)
+    }
+
+    pub fn pid_file(&self) -> PathBuf {
+        self.runtime.join(PID_FILE)
+    }
+
+    pub fn database(&self) -> PathBuf {
+        self.state.join(DATABASE)
+    }
+
+    pub fn secret(&self) -> PathBuf {
+        self.state.join(SECRET_FILE)
+    }
+}
+
+/// First of: command line, configuration, systemd's variable, default.
+pub fn pick_dir(
+    cli: Option<&Path>,
+    config: Option<&Path>,
+    env_var: &str,
+    default: &str,
+) -> PathBuf {
+    if let Some(p) = cli.or(config) {
+        return p.to_path_buf();
+    }
+    // systemd may list several directories separated by ':'; the first is ours.
+    match std::env::var_os(env_var) {
+        Some(v) if !v.is_empty() => {
+            let v = v.to_string_lossy().into_owned();
+            PathBuf::from(v.split(':').next().unwrap_or(default))
+        }
+        _ => PathBuf::from(default),
+    }
+}
+
+/// The admin socket `saltpeterctl` talks to: `--socket`, then `$SALTPETER_SOCKET`, then
+/// `$RUNTIME_DIRECTORY` or the default runtime dir.
+pub fn admin_socket_for_ctl(cli: Option<&Path>) -> PathBuf {
+    if let Some(p) = cli {
+        return p.to_path_buf();
+    }
+    if let Some(p) = std::env::var_os("SALTPETER_SOCKET").filter(|v| !v.is_empty()) {
+        return PathBuf::from(p);
+    }
+    pick_dir(None, None, "RUNTIME_DIRECTORY", DEFAULT_RUNTIME_DIR).join(ADMIN_SOCKET)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_beats_config_beats_default() {
+        let cli = PathBuf::from("/a");
+        let cfg = PathBuf::from("/b");
+        assert_eq!(
+            pick_dir(Some(&cli), Some(&cfg), "SALTPETER_TEST_UNSET_VAR", "/c"),
+            cli
+        );
+        assert_eq!(
+            pick_dir(None, Some(&cfg), "SALTPETER_TEST_UNSET_VAR", "/c"),
+            cfg
+        );
+        assert_eq!(
+            pick_dir(None, None, "SALTPETER_TEST_UNSET_VAR", "/c"),
+            PathBuf::from("/c")
+        );
+    }
+}

@@ -1,0 +1,113 @@
+//! The `blocking` process: slow commands as child processes, so no other loop waits.
+//!
+//! Main asks it to launch wrappers (through the executor of the job); each launch is a
+//! child process whose pipes are drained by the loop while it runs, and the reply goes
+//! back when it has exited. Nothing here decides anything about runs.
+
+mod local;
+
+use mio::event::Event;
+
+use super::{Controlled, ControlLink, Link, RoleArgs, RoleError, attach_control, open_link};
+use crate::evloop::{Ctx, EventLoop, Flow};
+use crate::ipc::rpc::{CallId, Packet, RemoteError};
+use crate::wire::link::{
+    BlockingNotice, BlockingReply, BlockingRequest, ControlDown, ExecutorKind, Role,
+};
+
+type MainLink = Link<Packet<BlockingNotice, BlockingReply>, Packet<BlockingRequest, ()>>;
+
+pub struct Blocking {
+    control: ControlLink,
+    main: MainLink,
+    stopping: bool,
+    batches: local::Batches,
+    wrapper_log_dir: std::path::PathBuf,
+}
+
+impl Controlled for Blocking {
+    fn control(&mut self) -> &mut ControlLink {
+        &mut self.control
+    }
+
+    fn on_control(&mut self, ctx: &mut Ctx<Self>, msg: ControlDown) {
+        if let ControlDown::Shutdown = msg {
+            self.stopping = true;
+            stop_when_idle(self, ctx);
+        }
+    }
+}
+
+fn stop_when_idle(state: &mut Blocking, ctx: &mut Ctx<Blocking>) {
+    if state.stopping && ctx.children().is_empty() {
+        ctx.stop();
+    }
+}
+
+impl Blocking {
+    /// Answer a call of main's.
+    pub fn reply(&mut self, id: CallId, result: Result<BlockingReply, RemoteError>) {
+        if let Err(e) = self.main.send(&Packet::Reply { id, result }) {
+            log::error!("could not answer main: {e}");
+        }
+    }
+}
+
+fn on_main(state: &mut Blocking, ctx: &mut Ctx<Blocking>, _: (), event: &Event) -> Flow {
+    if event.is_writable()
+        && let Err(e) = state.main.on_writable()
+    {
+        log::debug!("link to main: {e}");
+    }
+    let msgs = match state.main.receive() {
+        Ok(msgs) => msgs,
+        Err(e) => {
+            log::error!("link to main: {e}; exiting");
+            ctx.stop();
+            return Flow::Close;
+        }
+    };
+    for msg in msgs {
+        match msg {
+            Packet::Call { id, req } => handle(state, ctx, id, req),
+            Packet::Cast(req) => log::warn!("unexpected one-way request from main: {req:?}"),
+            Packet::Reply { id, .. } => log::warn!("reply {id} from main to a call never made"),
+        }
+    }
+    Flow::Continue
+}
+
+fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: BlockingRequest) {
+    match req {
+        BlockingRequest::Launch {
+            executor,
+            wrapper_path,
+            targets,
+        } => match executor {
+            ExecutorKind::Local => local::launch(state, ctx, id, &wrapper_path, targets),
+            ExecutorKind::Salt => state.reply(
+                id,
+                Err(RemoteError::Failed(
+                    "the salt executor is not available in this build yet".into(),
+                )),
+            ),
+        },
+    }
+}
+
+pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
+    let mut ev: EventLoop<Blocking> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
+    let stream = args.take_stream("main")?;
+    let (main, _) = open_link(ev.ctx(), stream, Role::Blocking, Role::Main, (), on_main)?;
+    let control = attach_control(ev.ctx(), &mut args)?;
+    let mut state = Blocking {
+        control,
+        main,
+        stopping: false,
+        batches: Default::default(),
+        wrapper_log_dir: args.dirs.state.join("wrapper-logs"),
+    };
+    ev.run(&mut state)
+        .map_err(RoleError::setup("event loop"))?;
+    Ok(0)
+}

@@ -1,0 +1,583 @@
+//! Command output in the store: frames appended idempotently by sequence number, kept
+//! within a head + tail limit per target, and read back in arrival order.
+//!
+//! Sequence numbers (PROTOCOLS.md section 1) number the frames of one (run, machine)
+//! from 1, shared by stdout and stderr. A seq is *seen* once its frame arrived, whether
+//! its bytes were kept or dropped by the limit; a seen seq is never stored again. The
+//! target row keeps `seq_contiguous` (all of 1..=it seen); seqs seen above it (only after
+//! a lost frame, until the wrapper resends from the acknowledged seq) sit in
+//! `output_seen` until the gap closes. What the hub acknowledges is
+//! [`Store::max_contiguous_seq`], read after the batch commits.
+//!
+//! Output limit, in arrival order: the first `head` bytes are kept; later bytes go to a
+//! rolling tail window of `tail` bytes whose oldest chunks are deleted (or trimmed) as
+//! new ones arrive; everything pushed out is counted in `omitted_bytes`. Chunks carry
+//! their absolute byte position (`pos`) in the target's output, so the head is
+//! `[0, head_bytes)`, the omitted gap follows it, and the tail ends at `output_bytes`;
+//! a live reader can poll "from position N" across trims. A frame that crosses the head
+//! boundary is stored as two chunks with the same seq.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::store::{Op, Store, StoreError, from_db, sql_error, to_db};
+use crate::wire::records::RunId;
+use crate::wire::wrapper::Stream;
+
+/// Seqs that may wait above a gap per target; more means the wrapper is not resending.
+pub const MAX_PENDING_SEQS: u64 = 100_000;
+
+/// Bytes of output kept per target: the first `head` and the last `tail`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputLimit {
+    pub head: u64,
+    pub tail: u64,
+}
+
+impl Default for OutputLimit {
+    /// 1 MiB head + 1 MiB tail (CONFIG.md `output_limit`).
+    fn default() -> Self {
+        OutputLimit {
+            head: 1 << 20,
+            tail: 1 << 20,
+        }
+    }
+}
+
+/// What [`Store::append_output`] did with a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendOutcome {
+    /// The seq was already seen; nothing changed.
+    pub duplicate: bool,
+    /// Bytes of this frame stored.
+    pub kept: u64,
+    /// Bytes that left the store through this frame (its own or older tail bytes).
+    pub omitted: u64,
+    /// [`Store::max_contiguous_seq`] after this frame.
+    pub contiguous_seq: u64,
+}
+
+/// Which part of a target's output [`Store::read_output`] returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutputQuery {
+    /// Only this stream.
+    pub stream: Option<Stream>,
+    /// Absolute position in the output to start at (a previous `next_from`).
+    pub from: u64,
+    /// Only the last this many bytes of what is selected.
+    pub tail: Option<u64>,
+    /// At most this many bytes (after `tail`).
+    pub max_bytes: Option<u64>,
+}
+
+/// Output read back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutputBytes {
+    /// Kept bytes in arrival order (stdout and stderr interleaved as they came).
+    pub data: Vec<u8>,
+    /// Bytes dropped by the output limit (all of the target, not only this slice).
+    pub omitted_bytes: u64,
+    /// Bytes received for the target in total, kept or not.
+    pub total_bytes: u64,
+    /// Index in `data` where the omitted bytes were, when `data` spans that gap.
+    pub omitted_at: Option<usize>,
+    /// Position to pass as `from` to continue after this read.
+    pub next_from: u64,
+}
+
+/// The output bookkeeping columns of a target row.
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    contiguous: u64,
+    pending: u64,
+    total: u64,
+    omitted: u64,
+    head: u64,
+    tail: u64,
+}
+
+impl Store {
+    /// Stores one output frame of a target, idempotently by `seq`, within `limit`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_output(
+        &mut self,
+        run: RunId,
+        machine: &str,
+        seq: u64,
+        stream: Stream,
+        data: &[u8],
+        limit: OutputLimit,
+    ) -> Result<AppendOutcome, StoreError> {
+        let op = Op::AppendOutput;
+        let run_id = to_db(op, "run id", run)?;
+        if seq == 0 {
+            return Err(StoreError::Invalid {
+                op,
+                reason: "output seq 0 (seqs start at 1)".into(),
+            });
+        }
+        to_db(op, "output seq", seq)?;
+        self.atomic(op, |conn| {
+            let target = Target {
+                conn,
+                run_id,
+                machine,
+            };
+            let mut progress = target.progress()?.ok_or_else(|| StoreError::NotFound {
+                op,
+                what: format!("target {machine} of run {run}"),
+            })?;
+            if !target.mark_seen(&mut progress, seq)? {
+                return Ok(AppendOutcome {
+                    duplicate: true,
+                    kept: 0,
+                    omitted: 0,
+                    contiguous_seq: progress.contiguous,
+                });
+            }
+            let (kept, omitted) = target.store(&mut progress, seq, stream, data, limit)?;
+            target.save(&progress)?;
+            Ok(AppendOutcome {
+                duplicate: false,
+                kept,
+                omitted,
+                contiguous_seq: progress.contiguous,
+            })
+        })
+    }
+
+    /// Highest seq such that every seq in `1..=seq` is stored or accounted for.
+    pub fn max_contiguous_seq(&self, run: RunId, machine: &str) -> Result<u64, StoreError> {
+        let op = Op::ReadOutput;
+        let target = Target {
+            conn: &self.conn,
+            run_id: to_db(op, "run id", run)?,
+            machine,
+        };
+        match target.progress_for(op)? {
+            Some(progress) => Ok(progress.contiguous),
+            None => Err(StoreError::NotFound {
+                op,
+                what: format!("target {machine} of run {run}"),
+            }),
+        }
+    }
+
+    /// All kept output of a target, in arrival order.
+    pub fn output(&self, run: RunId, machine: &str) -> Result<OutputBytes, StoreError> {
+        self.read_output(run, machine, &OutputQuery::default())
+    }
+
+    /// Part of a target's kept output (a stream, a position onwards, a tail).
+    pub fn read_output(
+        &self,
+        run: RunId,
+        machine: &str,
+        query: &OutputQuery,
+    ) -> Result<OutputBytes, StoreError> {
+        let op = Op::ReadOutput;
+        let target = Target {
+            conn: &self.conn,
+            run_id: to_db(op, "run id", run)?,
+            machine,
+        };
+        let progress = target
+            .progress_for(op)?
+            .ok_or_else(|| StoreError::NotFound {
+                op,
+                what: format!("target {machine} of run {run}"),
+            })?;
+        let from = to_db(op, "output position", query.from)?;
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT pos, data FROM output_chunks
+                 WHERE run_id = ?1 AND machine = ?2 AND pos + length(data) > ?3
+                 AND (?4 IS NULL OR stream = ?4) ORDER BY pos",
+            )
+            .map_err(sql_error(op))?;
+        let chunks = stmt
+            .query_map(
+                params![target.run_id, machine, from, query.stream.map(|s| s as u8)],
+                |row| Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?)),
+            )
+            .map_err(sql_error(op))?;
+
+        let gap_end = progress.head + progress.omitted;
+        let mut out = OutputBytes {
+            omitted_bytes: progress.omitted,
+            total_bytes: progress.total,
+            ..OutputBytes::default()
+        };
+        // (index in data, absolute position) where each chunk's bytes begin.
+        let mut starts: Vec<(usize, u64)> = Vec::new();
+        let mut before_gap = query.from < gap_end;
+        for chunk in chunks {
+            let (pos, bytes) = chunk.map_err(sql_error(op))?;
+            let pos = from_db(op, "output_chunks.pos", pos)?;
+            let skip = usize::try_from(query.from.saturating_sub(pos)).unwrap_or(usize::MAX);
+            let Some(bytes) = bytes.get(skip..) else {
+                continue;
+            };
+            if before_gap && progress.omitted > 0 && pos >= gap_end {
+                out.omitted_at = Some(out.data.len());
+            }
+            before_gap = pos < progress.head;
+            starts.push((out.data.len(), pos + skip as u64));
+            out.data.extend_from_slice(bytes);
+        }
+
+        if let Some(tail) = query.tail {
+            let keep = usize::try_from(tail).unwrap_or(usize::MAX);
+            let cut = out.data.len().saturating_sub(keep);
+            if cut > 0 {
+                out.data.drain(..cut);
+                out.omitted_at = out.omitted_at.and_then(|at| at.checked_sub(cut));
+                // Chunks wholly before the cut go; the one the cut falls in starts later.
+                let first = starts
+                    .iter()
+                    .rposition(|(start, _)| *start <= cut)
+                    .unwrap_or(0);
+                starts = starts
+                    .split_off(first)
+                    .into_iter()
+                    .map(|(start, pos)| match start.checked_sub(cut) {
+                        Some(start) => (start, pos),
+                        None => (0, pos + (cut - start) as u64),
+                    })
+                    .collect();
+            }
+        }
+        out.next_from = progress.total;
+        if let Some(max) = query.max_bytes {
+            let max = usize::try_from(max).unwrap_or(usize::MAX);
+            if out.data.len() > max {
+                // Position of the first byte not returned.
+                out.next_from = match starts.iter().rev().find(|(start, _)| *start <= max) {
+                    Some((start, pos)) => pos + (max - start) as u64,
+                    None => progress.total,
+                };
+                out.data.truncate(max);
+                out.omitted_at = out.omitted_at.filter(|at| *at <= max);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One target's output rows, inside an operation.
+struct Target<'c, 'm> {
+    conn: &'c Connection,
+    run_id: i64,
+    machine: &'m str,
+}
+
+impl Target<'_, '_> {
+    fn progress(&self) -> Result<Option<Progress>, StoreError> {
+        self.progress_for(Op::AppendOutput)
+    }
+
+    fn progress_for(&self, op: Op) -> Result<Option<Progress>, StoreError> {
+        let row = self
+            .conn
+            .prepare_cached(
+                "SELECT seq_contiguous, seq_pending, output_bytes, omitted_bytes,
+                 head_bytes, tail_bytes FROM targets WHERE run_id = ?1 AND machine = ?2",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_row(params![self.run_id, self.machine], |row| {
+                    let mut values = [0i64; 6];
+                    for (index, value) in values.iter_mut().enumerate() {
+                        *value = row.get(index)?;
+                    }
+                    Ok(values)
+                })
+                .optional()
+            })
+            .map_err(sql_error(op))?;
+        let Some([contiguous, pending, total, omitted, head, tail]) = row else {
+            return Ok(None);
+        };
+        Ok(Some(Progress {
+            contiguous: from_db(op, "targets.seq_contiguous", contiguous)?,
+            pending: from_db(op, "targets.seq_pending", pending)?,
+            total: from_db(op, "targets.output_bytes", total)?,
+            omitted: from_db(op, "targets.omitted_bytes", omitted)?,
+            head: from_db(op, "targets.head_bytes", head)?,
+            tail: from_db(op, "targets.tail_bytes", tail)?,
+        }))
+    }
+
+    fn save(&self, p: &Progress) -> Result<(), StoreError> {
+        let op = Op::AppendOutput;
+        let values = [
+            to_db(op, "seq", p.contiguous)?,
+            to_db(op, "pending seqs", p.pending)?,
+            to_db(op, "output bytes", p.total)?,
+            to_db(op, "omitted bytes", p.omitted)?,
+            to_db(op, "head bytes", p.head)?,
+            to_db(op, "tail bytes", p.tail)?,
+        ];
+        self.conn
+            .prepare_cached(
+                "UPDATE targets SET seq_contiguous = ?3, seq_pending = ?4, output_bytes = ?5,
+                 omitted_bytes = ?6, head_bytes = ?7, tail_bytes = ?8
+                 WHERE run_id = ?1 AND machine = ?2",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    self.run_id,
+                    self.machine,
+                    values[0],
+                    values[1],
+                    values[2],
+                    values[3],
+                    values[4],
+                    values[5]
+                ])
+            })
+            .map_err(sql_error(op))?;
+        Ok(())
+    }
+
+    /// Records `seq` as seen; false when it already was.
+    fn mark_seen(&self, p: &mut Progress, seq: u64) -> Result<bool, StoreError> {
+        let op = Op::AppendOutput;
+        let seq_db = to_db(op, "output seq", seq)?;
+        if seq <= p.contiguous {
+            return Ok(false);
+        }
+        if seq > p.contiguous + 1 {
+            if p.pending > 0 && self.seen_above_gap(seq_db)? {
+                return Ok(false);
+            }
+            if p.pending >= MAX_PENDING_SEQS {
+                return Err(StoreError::Invalid {
+                    op,
+                    reason: format!(
+                        "{} output frames of {} wait behind missing seq {}",
+                        p.pending,
+                        self.machine,
+                        p.contiguous + 1
+                    ),
+                });
+            }
+            self.conn
+                .prepare_cached(
+                    "INSERT INTO output_seen (run_id, machine, seq) VALUES (?1, ?2, ?3)",
+                )
+                .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, seq_db]))
+                .map_err(sql_error(op))?;
+            p.pending += 1;
+            return Ok(true);
+        }
+        p.contiguous = seq;
+        if p.pending > 0 {
+            self.close_gap(p)?;
+        }
+        Ok(true)
+    }
+
+    fn seen_above_gap(&self, seq: i64) -> Result<bool, StoreError> {
+        self.conn
+            .prepare_cached(
+                "SELECT 1 FROM output_seen WHERE run_id = ?1 AND machine = ?2 AND seq = ?3",
+            )
+            .and_then(|mut stmt| stmt.exists(params![self.run_id, self.machine, seq]))
+            .map_err(sql_error(Op::AppendOutput))
+    }
+
+    /// Advances `contiguous` over seqs seen above it and forgets them.
+    fn close_gap(&self, p: &mut Progress) -> Result<(), StoreError> {
+        let op = Op::AppendOutput;
+        let seen = self
+            .conn
+            .prepare_cached(
+                "SELECT seq FROM output_seen WHERE run_id = ?1 AND machine = ?2 ORDER BY seq",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_map(params![self.run_id, self.machine], |row| {
+                    row.get::<_, i64>(0)
+                })?
+                .collect::<rusqlite::Result<Vec<i64>>>()
+            })
+            .map_err(sql_error(op))?;
+        for seq in seen {
+            if from_db(op, "output_seen.seq", seq)? != p.contiguous + 1 {
+                break;
+            }
+            p.contiguous += 1;
+        }
+        let contiguous = to_db(op, "seq", p.contiguous)?;
+        let removed = self
+            .conn
+            .prepare_cached(
+                "DELETE FROM output_seen WHERE run_id = ?1 AND machine = ?2 AND seq <= ?3",
+            )
+            .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, contiguous]))
+            .map_err(sql_error(op))?;
+        p.pending = p.pending.saturating_sub(removed as u64);
+        Ok(())
+    }
+
+    /// Stores the bytes of a new frame within `limit`; returns (kept, omitted) bytes.
+    fn store(
+        &self,
+        p: &mut Progress,
+        seq: u64,
+        stream: Stream,
+        data: &[u8],
+        limit: OutputLimit,
+    ) -> Result<(u64, u64), StoreError> {
+        let mut pos = p.total;
+        let mut rest = data;
+        let mut kept = 0u64;
+        let omitted_before = p.omitted;
+        p.total += data.len() as u64;
+
+        // The head stays open until the first byte goes elsewhere.
+        if p.tail == 0 && p.omitted == 0 && p.head < limit.head {
+            let room = usize::try_from(limit.head - p.head).unwrap_or(usize::MAX);
+            let (head, after) = rest.split_at(room.min(rest.len()));
+            self.insert_chunk(pos, seq, stream, head)?;
+            p.head += head.len() as u64;
+            kept += head.len() as u64;
+            pos += head.len() as u64;
+            rest = after;
+        }
+        if rest.is_empty() {
+            return Ok((kept, 0));
+        }
+        let tail_room = usize::try_from(limit.tail).unwrap_or(usize::MAX);
+        if rest.len() >= tail_room {
+            // The frame alone fills the tail window: it replaces the window.
+            let removed = self.delete_tail(p.head)?;
+            p.omitted += removed;
+            let drop = rest.len() - tail_room;
+            p.omitted += drop as u64;
+            let keep = &rest[drop..];
+            self.insert_chunk(pos + drop as u64, seq, stream, keep)?;
+            p.tail = keep.len() as u64;
+            kept += keep.len() as u64;
+        } else {
+            self.insert_chunk(pos, seq, stream, rest)?;
+            p.tail += rest.len() as u64;
+            kept += rest.len() as u64;
+            let mut excess = p.tail.saturating_sub(limit.tail);
+            while excess > 0 {
+                let shed = self.shed_oldest_tail(p.head, excess)?;
+                if shed == 0 {
+                    break;
+                }
+                excess -= shed;
+                p.tail -= shed;
+                p.omitted += shed;
+            }
+        }
+        debug_assert!(
+            p.total == p.head + p.omitted + p.tail,
+            "every byte received is in the head, the omitted gap or the tail"
+        );
+        Ok((kept, p.omitted - omitted_before))
+    }
+
+    fn insert_chunk(
+        &self,
+        pos: u64,
+        seq: u64,
+        stream: Stream,
+        data: &[u8],
+    ) -> Result<(), StoreError> {
+        let op = Op::AppendOutput;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let pos = to_db(op, "output position", pos)?;
+        let seq = to_db(op, "output seq", seq)?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO output_chunks (run_id, machine, pos, seq, stream, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    self.run_id,
+                    self.machine,
+                    pos,
+                    seq,
+                    stream as u8,
+                    data
+                ])
+            })
+            .map_err(sql_error(op))?;
+        Ok(())
+    }
+
+    /// Deletes every tail chunk; returns their bytes.
+    fn delete_tail(&self, head: u64) -> Result<u64, StoreError> {
+        let op = Op::AppendOutput;
+        let head = to_db(op, "head bytes", head)?;
+        let bytes: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT coalesce(sum(length(data)), 0) FROM output_chunks
+                 WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_row(params![self.run_id, self.machine, head], |r| r.get(0))
+            })
+            .map_err(sql_error(op))?;
+        self.conn
+            .prepare_cached(
+                "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3",
+            )
+            .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, head]))
+            .map_err(sql_error(op))?;
+        from_db(op, "output_chunks.data", bytes)
+    }
+
+    /// Removes up to `excess` bytes from the front of the tail window (whole oldest chunk
+    /// or the front of it); returns how many went.
+    fn shed_oldest_tail(&self, head: u64, excess: u64) -> Result<u64, StoreError> {
+        let op = Op::AppendOutput;
+        let head = to_db(op, "head bytes", head)?;
+        let oldest = self
+            .conn
+            .prepare_cached(
+                "SELECT pos, length(data) FROM output_chunks
+                 WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3 ORDER BY pos LIMIT 1",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_row(params![self.run_id, self.machine, head], |row| {
+                    Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?))
+                })
+                .optional()
+            })
+            .map_err(sql_error(op))?;
+        let Some((pos, len)) = oldest else {
+            return Ok(0);
+        };
+        let len = from_db(op, "output_chunks.data", len)?;
+        if len <= excess {
+            self.conn
+                .prepare_cached(
+                    "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
+                )
+                .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, pos]))
+                .map_err(sql_error(op))?;
+            return Ok(len);
+        }
+        let cut = to_db(op, "trim", excess)?;
+        self.conn
+            .prepare_cached(
+                "UPDATE output_chunks SET data = substr(data, ?4 + 1), pos = pos + ?4
+                 WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
+            )
+            .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, pos, cut]))
+            .map_err(sql_error(op))?;
+        Ok(excess)
+    }
+}
+
+#[cfg(test)]
+#[path = "output_tests.rs"]
+mod tests;

@@ -1,0 +1,467 @@
+//! The storage layer of the `db` role: one SQLite connection, owned by the single thread
+//! of the `db` process, and the operations the `db` loop applies to it.
+//!
+//! Outline:
+//! 1. [`Store::open`] creates or migrates the file (see `schema`); [`Store::check`] is the
+//!    read-only check for `saltpeter-cleanup`.
+//! 2. The loop groups requests in a batch: [`Store::begin_batch`], any number of
+//!    operations, [`Store::commit_batch`]; only after the commit does it acknowledge
+//!    output to wrappers. Every operation also works outside a batch (it then commits on
+//!    its own).
+//! 3. Each write operation runs inside a savepoint, so one that fails half-way leaves no
+//!    trace while the rest of the batch stays intact.
+//!
+//! Operations live next to their data: runs and targets in `runs`, output in `output`,
+//! events and meta here. Instants are `i64` unix milliseconds; states are stored as their
+//! text names from `wire::records`.
+//!
+//! Errors: [`StoreError::DiskFull`] is distinct so the loop can report it and keep its
+//! queued requests. SQLite may roll a whole transaction back on such an error; the store
+//! then refuses further operations in that batch with [`StoreError::BatchLost`] until the
+//! loop calls [`Store::rollback_batch`] and applies the batch's requests again.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
+
+use super::schema;
+use crate::wire::records::{Millis, RunId};
+
+/// The operation that failed, as named in error messages ("could not {op}: ...").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Check,
+    BeginBatch,
+    CommitBatch,
+    RollbackBatch,
+    CreateRun,
+    AddTargets,
+    UpdateRun,
+    UpdateTarget,
+    ReadRuns,
+    AppendOutput,
+    ReadOutput,
+    RecordEvent,
+    ReadEvents,
+    PruneEvents,
+    ReadMeta,
+    WriteMeta,
+    Prune,
+    ReclaimSpace,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Check => "check database",
+            Op::BeginBatch => "begin batch",
+            Op::CommitBatch => "commit batch",
+            Op::RollbackBatch => "roll back batch",
+            Op::CreateRun => "create run",
+            Op::AddTargets => "add targets",
+            Op::UpdateRun => "update run",
+            Op::UpdateTarget => "update target",
+            Op::ReadRuns => "read runs",
+            Op::AppendOutput => "append output",
+            Op::ReadOutput => "read output",
+            Op::RecordEvent => "record event",
+            Op::ReadEvents => "read events",
+            Op::PruneEvents => "prune events",
+            Op::ReadMeta => "read meta",
+            Op::WriteMeta => "write meta",
+            Op::Prune => "prune runs",
+            Op::ReclaimSpace => "reclaim free space",
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("could not open database {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("could not configure database {path}: {source}")]
+    Settings {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("{path} is not a saltpeter database (application id {application_id:#x})")]
+    Foreign { path: PathBuf, application_id: i32 },
+    #[error(
+        "database {path} has schema version {found}, newer than version {supported} of this \
+         build; run a newer saltpeter or restore a backup"
+    )]
+    TooNew {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    #[error("could not migrate database {path} to schema version {version}: {source}")]
+    Migrate {
+        path: PathBuf,
+        version: u32,
+        source: rusqlite::Error,
+    },
+    #[error("could not {op}: the database is full (no disk space or size limit reached)")]
+    DiskFull { op: Op },
+    #[error(
+        "could not {op}: the open batch was rolled back by sqlite after an earlier error; \
+         roll it back and apply its requests again"
+    )]
+    BatchLost { op: Op },
+    #[error("could not {op}: {source}")]
+    Sql { op: Op, source: rusqlite::Error },
+    #[error("could not {op}: {what} does not exist")]
+    NotFound { op: Op, what: String },
+    #[error("could not {op}: column {column} holds {value:?}, which this build does not know")]
+    BadValue {
+        op: Op,
+        column: &'static str,
+        value: String,
+    },
+    #[error("could not {op}: {reason}")]
+    Invalid { op: Op, reason: String },
+}
+
+/// Maps a SQLite error of `op`, keeping disk-full apart.
+pub(crate) fn sql_error(op: Op) -> impl Fn(rusqlite::Error) -> StoreError {
+    move |source| {
+        if source.sqlite_error_code() == Some(ErrorCode::DiskFull) {
+            StoreError::DiskFull { op }
+        } else {
+            StoreError::Sql { op, source }
+        }
+    }
+}
+
+/// Converts a count or id to SQLite's integer type.
+pub(crate) fn to_db(op: Op, what: &str, value: u64) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::Invalid {
+        op,
+        reason: format!("{what} {value} is out of range"),
+    })
+}
+
+/// Converts a stored non-negative integer back; a negative one is a bad value.
+pub(crate) fn from_db(op: Op, column: &'static str, value: i64) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::BadValue {
+        op,
+        column,
+        value: value.to_string(),
+    })
+}
+
+/// Parses a stored state name with `parse`, naming the column when it is unknown.
+pub(crate) fn parse_name<T>(
+    op: Op,
+    column: &'static str,
+    text: &str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<T, StoreError> {
+    parse(text).ok_or_else(|| StoreError::BadValue {
+        op,
+        column,
+        value: text.to_string(),
+    })
+}
+
+/// The SQLite database of the `db` role.
+pub struct Store {
+    pub(crate) conn: Connection,
+    path: PathBuf,
+    /// True between `begin_batch` and `commit_batch`/`rollback_batch`.
+    batch: bool,
+}
+
+impl Store {
+    /// Opens (creating if missing) and migrates the database at `path`.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let mut conn = Connection::open(path).map_err(|source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        schema::prepare(&mut conn, path)?;
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+            batch: false,
+        })
+    }
+
+    /// Read-only integrity and version check (for `saltpeter-cleanup`); never writes.
+    pub fn check(path: &Path) -> Result<schema::CheckReport, StoreError> {
+        schema::check(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// True while a batch is open and still intact.
+    pub fn in_batch(&self) -> bool {
+        self.batch && !self.conn.is_autocommit()
+    }
+
+    /// Opens a batch: the following operations become durable together at
+    /// [`Store::commit_batch`]. Takes the write lock at once (`BEGIN IMMEDIATE`).
+    pub fn begin_batch(&mut self) -> Result<(), StoreError> {
+        if self.batch {
+            return Err(StoreError::Invalid {
+                op: Op::BeginBatch,
+                reason: "a batch is already open".into(),
+            });
+        }
+        self.exec(Op::BeginBatch, "BEGIN IMMEDIATE")?;
+        self.batch = true;
+        Ok(())
+    }
+
+    /// Commits the open batch. On any error nothing of the batch is durable and the
+    /// batch is closed; the caller keeps its requests and applies them again later.
+    pub fn commit_batch(&mut self) -> Result<(), StoreError> {
+        if !self.batch {
+            return Err(StoreError::Invalid {
+                op: Op::CommitBatch,
+                reason: "no batch is open".into(),
+            });
+        }
+        self.batch = false;
+        if self.conn.is_autocommit() {
+            return Err(StoreError::BatchLost {
+                op: Op::CommitBatch,
+            });
+        }
+        let committed = self.exec(Op::CommitBatch, "COMMIT");
+        if committed.is_err() && !self.conn.is_autocommit() {
+            // A failed COMMIT (disk full, busy) leaves the transaction open: end it so
+            // the next batch starts clean.
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        committed
+    }
+
+    /// Discards the open batch (also after [`StoreError::BatchLost`]); a no-op when none
+    /// is open.
+    pub fn rollback_batch(&mut self) -> Result<(), StoreError> {
+        self.batch = false;
+        if self.conn.is_autocommit() {
+            return Ok(());
+        }
+        self.exec(Op::RollbackBatch, "ROLLBACK")
+    }
+
+    fn exec(&self, op: Op, sql: &str) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut stmt| stmt.execute([]))
+            .map(|_| ())
+            .map_err(sql_error(op))
+    }
+
+    /// Runs `apply` inside a savepoint: all of its writes or none of them.
+    pub(crate) fn atomic<T>(
+        &mut self,
+        op: Op,
+        apply: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if self.batch && self.conn.is_autocommit() {
+            return Err(StoreError::BatchLost { op });
+        }
+        self.exec(op, "SAVEPOINT store_op")?;
+        let result = apply(&self.conn).and_then(|value| {
+            self.exec(op, "RELEASE store_op")?;
+            Ok(value)
+        });
+        if result.is_err() {
+            // Undo this operation only; if SQLite already rolled the whole transaction
+            // back these fail, and `atomic`/`commit_batch` report the lost batch.
+            let _ = self.exec(op, "ROLLBACK TO store_op");
+            let _ = self.exec(op, "RELEASE store_op");
+            if !self.batch && !self.conn.is_autocommit() {
+                let _ = self.conn.execute_batch("ROLLBACK");
+            }
+        }
+        result
+    }
+
+    /// Reads a persisted setting (e.g. maintenance state).
+    pub fn get_meta(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT value FROM meta WHERE key = ?1")
+            .map_err(sql_error(Op::ReadMeta))?;
+        stmt.query_row([key], |row| row.get(0))
+            .optional()
+            .map_err(sql_error(Op::ReadMeta))
+    }
+
+    /// Persists a setting, replacing any previous value.
+    pub fn set_meta(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
+        self.atomic(Op::WriteMeta, |conn| {
+            conn.prepare_cached(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            )
+            .and_then(|mut stmt| stmt.execute([key, value]))
+            .map_err(sql_error(Op::WriteMeta))?;
+            Ok(())
+        })
+    }
+
+    /// Removes a setting; returns whether it existed.
+    pub fn delete_meta(&mut self, key: &str) -> Result<bool, StoreError> {
+        self.atomic(Op::WriteMeta, |conn| {
+            conn.prepare_cached("DELETE FROM meta WHERE key = ?1")
+                .and_then(|mut stmt| stmt.execute([key]))
+                .map(|n| n > 0)
+                .map_err(sql_error(Op::WriteMeta))
+        })
+    }
+
+    /// Appends an audit event; returns its id.
+    pub fn record_event(&mut self, event: &NewEvent) -> Result<u64, StoreError> {
+        let run = event
+            .run
+            .map(|run| to_db(Op::RecordEvent, "run id", run))
+            .transpose()?;
+        self.atomic(Op::RecordEvent, |conn| {
+            conn.prepare_cached(
+                "INSERT INTO events (at, kind, job, run_id, machine, message)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    event.at,
+                    event.kind,
+                    event.job,
+                    run,
+                    event.machine,
+                    event.message
+                ])
+            })
+            .map_err(sql_error(Op::RecordEvent))?;
+            from_db(Op::RecordEvent, "events.id", conn.last_insert_rowid())
+        })
+    }
+
+    /// Events matching `filter`, newest first.
+    pub fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
+        let op = Op::ReadEvents;
+        let mut sql = String::from(
+            "SELECT id, at, kind, job, run_id, machine, message FROM events WHERE 1 = 1",
+        );
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        let mut add = |clause: &str, value: rusqlite::types::Value| {
+            args.push(value);
+            sql.push_str(&format!(" AND {clause} ?{}", args.len()));
+        };
+        if let Some(job) = &filter.job {
+            add("job =", job.clone().into());
+        }
+        if let Some(run) = filter.run {
+            add("run_id =", to_db(op, "run id", run)?.into());
+        }
+        if let Some(kind) = &filter.kind {
+            add("kind =", kind.clone().into());
+        }
+        if let Some(since) = filter.since {
+            add("at >=", since.into());
+        }
+        if let Some(before) = filter.before_id {
+            add("id <", to_db(op, "event id", before)?.into());
+        }
+        sql.push_str(" ORDER BY id DESC");
+        if let Some(limit) = filter.limit {
+            sql.push_str(&format!(" LIMIT {}", to_db(op, "limit", limit as u64)?));
+        }
+        let mut stmt = self.conn.prepare_cached(&sql).map_err(sql_error(op))?;
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(args), |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, Option<i64>>(4)?,
+                    NewEvent {
+                        at: row.get(1)?,
+                        kind: row.get(2)?,
+                        job: row.get(3)?,
+                        run: None,
+                        machine: row.get(5)?,
+                        message: row.get(6)?,
+                    },
+                ))
+            })
+            .map_err(sql_error(op))?;
+        let mut events = Vec::new();
+        for row in rows {
+            let (id, run, mut event) = row.map_err(sql_error(op))?;
+            event.run = run
+                .map(|run| from_db(op, "events.run_id", run))
+                .transpose()?;
+            events.push(EventRecord {
+                id: from_db(op, "events.id", id)?,
+                event,
+            });
+        }
+        Ok(events)
+    }
+
+    /// Deletes events recorded before `older_than`; returns how many.
+    pub fn prune_events(&mut self, older_than: Millis) -> Result<u64, StoreError> {
+        self.atomic(Op::PruneEvents, |conn| {
+            conn.prepare_cached("DELETE FROM events WHERE at < ?1")
+                .and_then(|mut stmt| stmt.execute([older_than]))
+                .map(|n| n as u64)
+                .map_err(sql_error(Op::PruneEvents))
+        })
+    }
+
+    /// Returns up to `max_pages` free pages to the file system (after a prune).
+    pub fn reclaim_space(&mut self, max_pages: u32) -> Result<(), StoreError> {
+        self.atomic(Op::ReclaimSpace, |conn| {
+            // incremental_vacuum returns no rows, but must be stepped to do its work.
+            let mut stmt = conn
+                .prepare(&format!("PRAGMA incremental_vacuum({max_pages})"))
+                .map_err(sql_error(Op::ReclaimSpace))?;
+            let mut rows = stmt.query([]).map_err(sql_error(Op::ReclaimSpace))?;
+            while rows.next().map_err(sql_error(Op::ReclaimSpace))?.is_some() {}
+            Ok(())
+        })
+    }
+}
+
+/// An audit event to record (`kind` is a short snake_case name such as `run_created`,
+/// `target_lost`, `maintenance_set`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    pub at: Millis,
+    pub kind: String,
+    pub job: Option<String>,
+    pub run: Option<RunId>,
+    pub machine: Option<String>,
+    pub message: String,
+}
+
+/// A recorded event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    pub id: u64,
+    pub event: NewEvent,
+}
+
+/// Which events [`Store::list_events`] returns; `before_id` pages backwards.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventFilter {
+    pub job: Option<String>,
+    pub run: Option<RunId>,
+    pub kind: Option<String>,
+    pub since: Option<Millis>,
+    pub before_id: Option<u64>,
+    pub limit: Option<usize>,
+}
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+pub(crate) mod tests;

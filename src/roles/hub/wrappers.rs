@@ -1,0 +1,565 @@
+//! The wrapper endpoint: WebSocket protocol v1 (PROTOCOLS.md section 1) on the hub's loop.
+//!
+//! Each connection goes: TCP accept (per-address limit) -> non-blocking WebSocket
+//! handshake on `/wrapper/v1` -> `hello` within the hello deadline -> main's verdict
+//! (`welcome` or `reject`) -> session: control messages and binary output forwarded to
+//! main as typed requests, main's commands sent back. Frame and message sizes are bounded
+//! by tungstenite's limits, the write buffer too (a peer that does not read is dropped).
+//! Anything malformed is rejected with a reason and a log line; other connections are
+//! never affected.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use mio::event::Event;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Interest, Token};
+use tungstenite::handshake::server::{Callback, ErrorResponse, Request, Response};
+use tungstenite::handshake::{HandshakeError, MidHandshake, server::ServerHandshake};
+use tungstenite::protocol::WebSocketConfig;
+use tungstenite::{Message, WebSocket};
+
+use super::{Hub, Waiting};
+use crate::evloop::{Ctx, Flow, Forward, Listener};
+use crate::ipc::CallError;
+use crate::roles::RoleError;
+use crate::wire::link::{ConnId, HubRequest, WrapperVerdict};
+use crate::wire::wrapper::{
+    OutputFrame, PROTOCOL_VERSION, RejectCode, ServerMsg, WRAPPER_PATH, WrapperMsg,
+};
+
+/// Limits of the endpoint (`saltpeter_config` keys in docs/configuration.md).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub hello_timeout: Duration,
+    pub max_message: usize,
+    pub max_per_addr: usize,
+    pub max_write_buffer: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            hello_timeout: Duration::from_secs(10),
+            max_message: 1024 * 1024,
+            max_per_addr: 256,
+            max_write_buffer: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// Only `/wrapper/v1` is served.
+pub struct PathCheck;
+
+impl Callback for PathCheck {
+    fn on_request(self, request: &Request, response: Response) -> Result<Response, ErrorResponse> {
+        if request.uri().path() == WRAPPER_PATH {
+            return Ok(response);
+        }
+        let mut err = ErrorResponse::new(Some(format!("unknown path; use {WRAPPER_PATH}")));
+        *err.status_mut() = tungstenite::http::StatusCode::NOT_FOUND;
+        Err(err)
+    }
+}
+
+type Mid = MidHandshake<ServerHandshake<TcpStream, PathCheck>>;
+
+enum Session {
+    Handshaking(Mid),
+    Open(Box<WebSocket<TcpStream>>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the handshake or `hello`.
+    New,
+    /// `hello` forwarded, waiting for main's verdict.
+    Vetting,
+    /// Welcomed: a session of a (run, machine).
+    Bound,
+    /// Rejected or done: flushing a last message, then closed.
+    Closing,
+}
+
+struct Conn {
+    session: Option<Session>,
+    token: Token,
+    peer: SocketAddr,
+    since: Instant,
+    phase: Phase,
+}
+
+pub struct Wrappers {
+    conns: HashMap<ConnId, Conn>,
+    per_addr: HashMap<IpAddr, usize>,
+    next_id: ConnId,
+    limits: Limits,
+}
+
+struct Acceptor {
+    listener: TcpListener,
+}
+
+impl Wrappers {
+    pub fn listen(ctx: &mut Ctx<Hub>, fd: OwnedFd) -> Result<Wrappers, RoleError> {
+        Self::listen_with(ctx, fd, Limits::default())
+    }
+
+    pub fn listen_with(
+        ctx: &mut Ctx<Hub>,
+        fd: OwnedFd,
+        limits: Limits,
+    ) -> Result<Wrappers, RoleError> {
+        let std = std::net::TcpListener::from(fd);
+        std.set_nonblocking(true)
+            .map_err(RoleError::setup("wrapper port"))?;
+        let acceptor = Acceptor {
+            listener: TcpListener::from_std(std),
+        };
+        ctx.add(acceptor, Interest::READABLE, |a| &mut a.listener)
+            .map_err(RoleError::setup("wrapper port"))?;
+        Ok(Wrappers {
+            conns: HashMap::new(),
+            per_addr: HashMap::new(),
+            next_id: 1,
+            limits,
+        })
+    }
+
+    pub fn connected(&self) -> usize {
+        self.conns.len()
+    }
+}
+
+fn ws_config(limits: &Limits) -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(limits.max_message))
+        .max_frame_size(Some(limits.max_message))
+        .max_write_buffer_size(limits.max_write_buffer)
+        .read_buffer_size(16 * 1024)
+}
+
+impl Listener<Hub> for Acceptor {
+    fn handle_event(&mut self, hub: &mut Hub, ctx: &mut Ctx<Hub>, _: &Event) -> Flow {
+        loop {
+            let (mut stream, peer) = match self.listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Flow::Continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and friends: log and keep serving the open connections.
+                    log::warn!("wrapper port accept failed: {e}");
+                    return Flow::Continue;
+                }
+            };
+            let w = &mut hub.wrappers;
+            let count = w.per_addr.entry(peer.ip()).or_insert(0);
+            if *count >= w.limits.max_per_addr {
+                log::warn!(
+                    "wrapper connection from {peer} refused: {} connections from that address",
+                    w.limits.max_per_addr
+                );
+                continue;
+            }
+            *count += 1;
+            let id = w.next_id;
+            w.next_id += 1;
+            let _ = stream.set_nodelay(true);
+            let token = match ctx.register(
+                &mut stream,
+                Interest::READABLE | Interest::WRITABLE,
+                Forward::new(id, on_conn),
+            ) {
+                Ok(token) => token,
+                Err(e) => {
+                    log::warn!("could not register wrapper connection from {peer}: {e}");
+                    release_addr(w, peer.ip());
+                    continue;
+                }
+            };
+            let session = match tungstenite::accept_hdr_with_config(
+                stream,
+                PathCheck,
+                Some(ws_config(&w.limits)),
+            ) {
+                Ok(ws) => Session::Open(Box::new(ws)),
+                Err(HandshakeError::Interrupted(mid)) => Session::Handshaking(mid),
+                Err(HandshakeError::Failure(e)) => {
+                    log::info!("wrapper handshake from {peer} failed: {e}");
+                    ctx.remove(token);
+                    release_addr(w, peer.ip());
+                    continue;
+                }
+            };
+            w.conns.insert(
+                id,
+                Conn {
+                    session: Some(session),
+                    token,
+                    peer,
+                    since: Instant::now(),
+                    phase: Phase::New,
+                },
+            );
+        }
+    }
+}
+
+fn release_addr(w: &mut Wrappers, ip: IpAddr) {
+    if let Some(n) = w.per_addr.get_mut(&ip) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            w.per_addr.remove(&ip);
+        }
+    }
+}
+
+/// Drop a connection; main hears of it if it had a session.
+fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
+    let Some(conn) = hub.wrappers.conns.remove(&id) else {
+        return;
+    };
+    log::debug!("wrapper connection {id} from {} closed: {why}", conn.peer);
+    ctx.remove(conn.token);
+    release_addr(&mut hub.wrappers, conn.peer.ip());
+    if matches!(conn.phase, Phase::Bound | Phase::Vetting) {
+        hub.cast_main(HubRequest::WrapperGone { conn: id });
+    }
+}
+
+fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, _event: &Event) -> Flow {
+    let Some(conn) = hub.wrappers.conns.get_mut(&id) else {
+        return Flow::Close;
+    };
+    let peer = conn.peer;
+    let session = match conn.session.take() {
+        Some(Session::Handshaking(mid)) => match mid.handshake() {
+            Ok(ws) => Session::Open(Box::new(ws)),
+            Err(HandshakeError::Interrupted(mid)) => {
+                conn.session = Some(Session::Handshaking(mid));
+                return Flow::Continue;
+            }
+            Err(HandshakeError::Failure(e)) => {
+                log::info!("wrapper handshake from {peer} failed: {e}");
+                drop_conn(hub, ctx, id, "handshake failed");
+                return Flow::Continue;
+            }
+        },
+        Some(open) => open,
+        None => return Flow::Continue,
+    };
+    let Session::Open(mut ws) = session else {
+        return Flow::Continue;
+    };
+    let mut incoming = Vec::new();
+    let mut ended: Option<String> = None;
+    loop {
+        match ws.read() {
+            Ok(msg) => incoming.push(msg),
+            Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => {
+                ended = Some("closed by peer".into());
+                break;
+            }
+            Err(e) => {
+                log::warn!("wrapper connection from {peer}: {e}; dropping it");
+                ended = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    if let Err(e) = ws.flush()
+        && !matches!(&e, tungstenite::Error::Io(io) if io.kind() == io::ErrorKind::WouldBlock)
+        && ended.is_none()
+    {
+        ended = Some(format!("write failed: {e}"));
+    }
+    if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+        conn.session = Some(Session::Open(ws));
+    }
+    for msg in incoming {
+        if !hub.wrappers.conns.contains_key(&id) {
+            break;
+        }
+        handle_message(hub, ctx, id, msg);
+    }
+    if let Some(why) = ended {
+        drop_conn(hub, ctx, id, &why);
+    }
+    Flow::Continue
+}
+
+fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
+    let Some(conn) = hub.wrappers.conns.get_mut(&id) else {
+        return;
+    };
+    let (phase, peer) = (conn.phase, conn.peer);
+    match msg {
+        Message::Text(text) => {
+            let parsed: Result<WrapperMsg, _> = serde_json::from_str(text.as_str());
+            match (phase, parsed) {
+                (_, Err(e)) => reject(hub, ctx, id, RejectCode::BadMessage, &e.to_string()),
+                (Phase::New, Ok(WrapperMsg::Hello { v, .. })) if v != PROTOCOL_VERSION => reject(
+                    hub,
+                    ctx,
+                    id,
+                    RejectCode::Version,
+                    &format!("protocol version {v} is not served; this server speaks 1"),
+                ),
+                (
+                    Phase::New,
+                    Ok(WrapperMsg::Hello {
+                        run,
+                        machine,
+                        token,
+                        resume_key,
+                        wrapper_version,
+                        pid,
+                        resume_from,
+                        ..
+                    }),
+                ) => {
+                    if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+                        conn.phase = Phase::Vetting;
+                    }
+                    hub.call_main(
+                        HubRequest::WrapperHello {
+                            conn: id,
+                            peer: peer.to_string(),
+                            run,
+                            machine,
+                            token,
+                            resume_key,
+                            resume_from,
+                            wrapper_version,
+                            pid,
+                        },
+                        Duration::from_secs(10),
+                        Waiting::Hello(id),
+                    );
+                }
+                (Phase::Bound, Ok(WrapperMsg::Started { pid, .. })) => {
+                    hub.cast_main(HubRequest::WrapperStarted { conn: id, pid })
+                }
+                (Phase::Bound, Ok(WrapperMsg::Heartbeat { .. })) => {
+                    hub.cast_main(HubRequest::WrapperHeartbeat { conn: id })
+                }
+                (
+                    Phase::Bound,
+                    Ok(WrapperMsg::Exited {
+                        end_seq,
+                        code,
+                        signal,
+                        reason,
+                        ..
+                    }),
+                ) => hub.cast_main(HubRequest::WrapperExited {
+                    conn: id,
+                    end_seq,
+                    code,
+                    signal,
+                    reason,
+                }),
+                (Phase::Closing, Ok(_)) => {}
+                (phase, Ok(other)) => reject(
+                    hub,
+                    ctx,
+                    id,
+                    RejectCode::BadMessage,
+                    &format!("{} is not expected now ({phase:?})", kind_of(&other)),
+                ),
+            }
+        }
+        Message::Binary(bytes) => match (phase, OutputFrame::decode(&bytes)) {
+            (Phase::Bound, Ok(frame)) => hub.cast_main(HubRequest::WrapperOutput {
+                conn: id,
+                seq: frame.seq,
+                stream: frame.stream,
+                data: frame.data,
+            }),
+            (Phase::Bound, Err(e)) => reject(hub, ctx, id, RejectCode::BadMessage, &e.to_string()),
+            (Phase::Closing, _) => {}
+            _ => reject(
+                hub,
+                ctx,
+                id,
+                RejectCode::BadMessage,
+                "output before a welcome",
+            ),
+        },
+        // tungstenite answers pings itself; close frames end the read loop.
+        Message::Ping(_) | Message::Pong(_) | Message::Close(_) | Message::Frame(_) => {}
+    }
+}
+
+fn kind_of(msg: &WrapperMsg) -> &'static str {
+    match msg {
+        WrapperMsg::Hello { .. } => "hello",
+        WrapperMsg::Started { .. } => "started",
+        WrapperMsg::Heartbeat { .. } => "heartbeat",
+        WrapperMsg::Exited { .. } => "exited",
+    }
+}
+
+/// Send a `reject` and close the connection once it is flushed.
+fn reject(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, code: RejectCode, message: &str) {
+    if let Some(conn) = hub.wrappers.conns.get(&id) {
+        log::warn!(
+            "wrapper connection from {}: rejected ({code:?}): {message}",
+            conn.peer
+        );
+    }
+    let was_bound = hub
+        .wrappers
+        .conns
+        .get(&id)
+        .is_some_and(|c| matches!(c.phase, Phase::Bound | Phase::Vetting));
+    send(
+        hub,
+        ctx,
+        id,
+        &ServerMsg::Reject {
+            code,
+            message: message.to_string(),
+        },
+    );
+    if was_bound {
+        hub.cast_main(HubRequest::WrapperGone { conn: id });
+    }
+    close(hub, ctx, id);
+}
+
+/// Main's verdict on a hello.
+pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVerdict) {
+    match verdict {
+        WrapperVerdict::Welcome {
+            job,
+            resume_key,
+            acked_seq,
+            wait_for_go,
+        } => {
+            if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+                conn.phase = Phase::Bound;
+            } else {
+                // Gone while main decided: main must forget the session again.
+                hub.cast_main(HubRequest::WrapperGone { conn: id });
+                return;
+            }
+            send(
+                hub,
+                ctx,
+                id,
+                &ServerMsg::Welcome {
+                    job,
+                    resume_key,
+                    acked_seq,
+                    wait_for_go,
+                },
+            );
+        }
+        WrapperVerdict::Reject { code, message } => {
+            if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+                conn.phase = Phase::New;
+            }
+            reject(hub, ctx, id, code, &message)
+        }
+    }
+}
+
+pub fn hello_failed(hub: &mut Hub, id: ConnId, err: &CallError) {
+    log::warn!("wrapper connection {id}: main did not vet its hello: {err}");
+    if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+        conn.phase = Phase::New;
+    }
+    // Transient: the wrapper retries.
+    if let Some(Conn {
+        session: Some(Session::Open(ws)),
+        ..
+    }) = hub.wrappers.conns.get_mut(&id)
+    {
+        let msg = ServerMsg::Reject {
+            code: RejectCode::RetryLater,
+            message: "the server is busy; retry".into(),
+        };
+        if let Ok(text) = serde_json::to_string(&msg) {
+            let _ = ws.send(Message::text(text));
+        }
+        let _ = ws.close(None);
+        let _ = ws.flush();
+    }
+    if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+        conn.phase = Phase::Closing;
+    }
+}
+
+/// Send a control message to a wrapper.
+pub fn send(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: &ServerMsg) {
+    let Some(Conn {
+        session: Some(Session::Open(ws)),
+        ..
+    }) = hub.wrappers.conns.get_mut(&id)
+    else {
+        return;
+    };
+    let text = match serde_json::to_string(msg) {
+        Ok(text) => text,
+        Err(e) => {
+            log::error!("could not encode a message for a wrapper: {e}");
+            return;
+        }
+    };
+    match ws.send(Message::text(text)) {
+        Ok(()) => {}
+        Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => {
+            let why = format!("write failed: {e}");
+            drop_conn(hub, ctx, id, &why);
+        }
+    }
+}
+
+/// Close a connection politely (close frame), then forget it.
+pub fn close(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
+    let Some(conn) = hub.wrappers.conns.get_mut(&id) else {
+        return;
+    };
+    if let Some(Session::Open(ws)) = conn.session.as_mut() {
+        let _ = ws.close(None);
+        let _ = ws.flush();
+    }
+    let was_bound = conn.phase == Phase::Bound;
+    conn.phase = Phase::Closing;
+    conn.since = Instant::now();
+    let _ = (ctx, was_bound);
+}
+
+/// Drop connections that never said hello in time, and closing ones that linger.
+pub fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+    let now = Instant::now();
+    let hello_timeout = hub.wrappers.limits.hello_timeout;
+    let late: Vec<(ConnId, &'static str)> = hub
+        .wrappers
+        .conns
+        .iter()
+        .filter_map(|(id, c)| match c.phase {
+            Phase::New if now.duration_since(c.since) > hello_timeout => {
+                Some((*id, "no hello within the deadline"))
+            }
+            Phase::Closing if now.duration_since(c.since) > Duration::from_secs(2) => {
+                Some((*id, "closed"))
+            }
+            _ => None,
+        })
+        .collect();
+    for (id, why) in late {
+        if why != "closed"
+            && let Some(c) = hub.wrappers.conns.get(&id)
+        {
+            log::warn!("wrapper connection from {}: {why}; dropping it", c.peer);
+        }
+        drop_conn(hub, ctx, id, why);
+    }
+}

@@ -1,0 +1,210 @@
+//! Start-up checks of the supervisor, before anything is started.
+//!
+//! A linear list of fallible steps, each with its own error: the configuration directory
+//! must be readable, the state directory writable, and the admin socket must not belong
+//! to a live daemon (a stale one is removed). The listening sockets are bound here too, so
+//! a port in use is reported before any child exists; the hub inherits them. Every error
+//! is one line naming the path (or address) and the cause; the daemon then exits 2.
+
+use std::fs;
+use std::io;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+use crate::paths::Dirs;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot read configuration directory {path}: {source}")]
+    ConfigDir { path: PathBuf, source: io::Error },
+    #[error("configuration directory {path}: {message}")]
+    Config { path: PathBuf, message: String },
+    #[error("state directory {path} is not usable: {source}")]
+    StateDir { path: PathBuf, source: io::Error },
+    #[error("runtime directory {path} is not usable: {source}")]
+    RuntimeDir { path: PathBuf, source: io::Error },
+    #[error("another Saltpeter daemon is running: its admin socket {path} answers")]
+    AlreadyRunning { path: PathBuf },
+    #[error("could not bind admin socket {path}: {source}")]
+    BindAdmin { path: PathBuf, source: io::Error },
+    #[error("could not listen for {what} on {addr}: {source}")]
+    BindTcp {
+        what: &'static str,
+        addr: String,
+        source: io::Error,
+    },
+    #[error("could not write pid file {path}: {source}")]
+    PidFile { path: PathBuf, source: io::Error },
+    #[error("could not start the {role} process: {source}")]
+    Spawn { role: String, source: io::Error },
+    #[error("could not set up the event loop: {0}")]
+    Loop(io::Error),
+}
+
+/// What the supervisor holds once the checks passed.
+pub struct Prepared {
+    pub dirs: Dirs,
+    pub admin: UnixListener,
+    pub wrappers: TcpListener,
+    pub api: Option<TcpListener>,
+}
+
+/// Listening addresses from `saltpeter_config` (start-only keys).
+#[derive(Debug, Clone)]
+pub struct Listen {
+    pub machines: String,
+    pub api: Option<String>,
+}
+
+pub fn check_config_dir(path: &Path) -> Result<(), StartError> {
+    fs::read_dir(path)
+        .map(|_| ())
+        .map_err(|source| StartError::ConfigDir {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+pub fn check_state_dir(path: &Path) -> Result<(), StartError> {
+    let err = |source| StartError::StateDir {
+        path: path.to_path_buf(),
+        source,
+    };
+    fs::create_dir_all(path).map_err(err)?;
+    let probe = path.join(format!(".saltpeter-write-test-{}", std::process::id()));
+    fs::write(&probe, b"").map_err(err)?;
+    fs::remove_file(&probe).map_err(err)?;
+    Ok(())
+}
+
+/// Create the runtime directory; refuse a live daemon's socket, remove a stale one.
+pub fn claim_runtime_dir(dirs: &Dirs) -> Result<(), StartError> {
+    let path = &dirs.runtime;
+    fs::create_dir_all(path).map_err(|source| StartError::RuntimeDir {
+        path: path.clone(),
+        source,
+    })?;
+    let socket = dirs.admin_socket();
+    if socket.exists() {
+        match UnixStream::connect(&socket) {
+            Ok(_) => return Err(StartError::AlreadyRunning { path: socket }),
+            Err(_) => {
+                log::info!("removing stale admin socket {}", socket.display());
+                fs::remove_file(&socket).map_err(|source| StartError::RuntimeDir {
+                    path: socket.clone(),
+                    source,
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn bind_admin(dirs: &Dirs) -> Result<UnixListener, StartError> {
+    let path = dirs.admin_socket();
+    let err = |source| StartError::BindAdmin {
+        path: path.clone(),
+        source,
+    };
+    let listener = UnixListener::bind(&path).map_err(err)?;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o660)).map_err(err)?;
+    listener.set_nonblocking(true).map_err(err)?;
+    Ok(listener)
+}
+
+pub fn bind_tcp(what: &'static str, addr: &str) -> Result<TcpListener, StartError> {
+    let err = |source| StartError::BindTcp {
+        what,
+        addr: addr.to_string(),
+        source,
+    };
+    let listener = TcpListener::bind(addr).map_err(err)?;
+    listener.set_nonblocking(true).map_err(err)?;
+    Ok(listener)
+}
+
+pub fn write_pid_file(dirs: &Dirs) -> Result<(), StartError> {
+    let path = dirs.pid_file();
+    fs::write(&path, format!("{}\n", std::process::id()))
+        .map_err(|source| StartError::PidFile { path, source })
+}
+
+/// Every check in order; on success the listening sockets are bound.
+pub fn prepare(dirs: Dirs, listen: &Listen) -> Result<Prepared, StartError> {
+    check_config_dir(&dirs.config)?;
+    check_state_dir(&dirs.state)?;
+    claim_runtime_dir(&dirs)?;
+    let wrappers = bind_tcp("wrappers", &listen.machines)?;
+    let api = match &listen.api {
+        Some(addr) => Some(bind_tcp("the HTTP API", addr)?),
+        None => None,
+    };
+    let admin = bind_admin(&dirs)?;
+    write_pid_file(&dirs)?;
+    Ok(Prepared {
+        dirs,
+        admin,
+        wrappers,
+        api,
+    })
+}
+
+/// Remove what a stopped daemon leaves in the runtime directory.
+pub fn remove_runtime_files(dirs: &Dirs) {
+    for path in [dirs.admin_socket(), dirs.pid_file()] {
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => log::warn!("could not remove {}: {e}", path.display()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirs(root: &Path) -> Dirs {
+        Dirs {
+            config: root.join("config"),
+            state: root.join("state"),
+            runtime: root.join("run"),
+        }
+    }
+
+    #[test]
+    fn missing_config_dir_names_the_path() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = dirs(tmp.path());
+        let err = check_config_dir(&d.config).unwrap_err().to_string();
+        assert!(err.contains(&d.config.display().to_string()), "{err}");
+        assert!(err.contains("No such file"), "{err}");
+    }
+
+    #[test]
+    fn state_dir_under_a_file_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("file");
+        fs::write(&file, b"x").unwrap();
+        let err = check_state_dir(&file.join("state")).unwrap_err().to_string();
+        assert!(err.starts_with("state directory"), "{err}");
+    }
+
+    #[test]
+    fn live_socket_refused_stale_socket_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = dirs(tmp.path());
+        fs::create_dir_all(&d.runtime).unwrap();
+        let live = UnixListener::bind(d.admin_socket()).unwrap();
+        assert!(matches!(
+            claim_runtime_dir(&d),
+            Err(StartError::AlreadyRunning { .. })
+        ));
+        drop(live); // the socket file stays, nobody listens: stale
+        assert!(d.admin_socket().exists());
+        claim_runtime_dir(&d).unwrap();
+        assert!(!d.admin_socket().exists());
+    }
+}
