@@ -17,6 +17,7 @@
 //! - `roles`: the four child processes
 //! - `logging`, `paths`: shared plumbing
 
+pub mod cleanup;
 pub mod ctl;
 pub mod daemon;
 pub mod evloop;
@@ -27,3 +28,4 @@ pub mod roles;
 pub mod startup;
 pub mod supervisor;
 pub mod wire;
+pub mod workflow;

@@ -1,0 +1,307 @@
+//! Workflows: the step engine behind every job run in the `main` process.
+//!
+//! `main` runs one `mio` loop and must never block, yet a job run is a long sequence
+//! (resolve targets, record the run, launch wrappers, await pickup, collect exits,
+//! finalize, notify) that waits on IPC replies, timers and wrapper events. A
+//! [`Workflow`] writes that sequence down as a flat list of named steps over a typed env
+//! struct, so the loop can drive it one event at a time and a stuck run can be reported
+//! by the name of the step it is stuck in. This module is pure logic: it does no I/O and
+//! never reads the clock; the loop passes `now` and its own state (`C`) in.
+//!
+//! # Outline
+//!
+//! 1. A step is `fn(&mut E, &mut C, &mut StepCtx<E, C>) -> Step`. It returns
+//!    [`Step::Next`], [`Step::Wait`] with a [`Wake`] source, [`Step::Done`] (skip the
+//!    rest of the normal steps) or [`Step::Fail`].
+//! 2. [`Registry::start`] runs a workflow until its first wait or its end. The loop then
+//!    calls [`Registry::wake`] when an IPC reply, a timer or an event arrives and
+//!    [`Registry::due_timers`] when a [`Wake::At`] deadline may have passed. A wake
+//!    re-runs the step that waited; the step looks at [`StepCtx::fired`] and decides
+//!    whether it is satisfied (returning `Wait` again keeps it waiting).
+//! 3. Steps added with [`Workflow::always`] are cleanup steps, like a `finally`: they run
+//!    in order on every path. After `Done`, `Fail` or [`Registry::interrupt`] only the
+//!    remaining `always` steps run, so a failed or killed run still records its result.
+//!    An interrupt never cuts a cleanup step short.
+//! 4. A step can insert steps right after itself ([`StepCtx::insert_next`]) and spawn
+//!    child workflows with any env type ([`StepCtx::spawn`]). [`Wake::Children`] fires
+//!    once every child has ended; the parent then reads [`StepCtx::child_outcomes`].
+//!    Interrupting a parent interrupts its children; a parent that ends before its
+//!    children interrupts them and they are reported as top-level workflows.
+//! 5. Nothing loops silently: `Next` always moves forward, inserted steps are capped per
+//!    workflow, and a step that keeps waiting on a source that has already fired fails.
+//!    [`Registry::stalled`] names the step of any workflow waiting on nothing, or
+//!    waiting past a threshold on sources that nothing will fire.
+//! 6. Shutdown: the loop stops starting runs and polls [`Registry::shutdown_complete`]
+//!    until every workflow has ended or the grace period is over.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Instant;
+//! use saltpeter::workflow::{Fired, Outcome, Registry, Step, StepCtx, Wake, WakeKey, Workflow};
+//!
+//! /// The caller's state: here it only hands out call ids and keeps a log.
+//! #[derive(Default)]
+//! struct Main { next_call: u64, log: Vec<String> }
+//!
+//! #[derive(Default)]
+//! struct RunEnv { call: u64, exit_code: Option<i32> }
+//!
+//! type Ctx<'a> = StepCtx<'a, RunEnv, Main>;
+//!
+//! fn launch_wrapper(env: &mut RunEnv, main: &mut Main, _: &mut Ctx) -> Step {
+//!     main.next_call += 1;
+//!     env.call = main.next_call; // a real step would queue an IPC request here
+//!     Step::Next
+//! }
+//!
+//! fn await_exit(env: &mut RunEnv, _: &mut Main, s: &mut Ctx) -> Step {
+//!     match s.fired() {
+//!         Some(Fired::Call(id)) if *id == env.call => {
+//!             env.exit_code = Some(0);
+//!             Step::Next
+//!         }
+//!         _ => Step::Wait(Wake::Call(env.call)),
+//!     }
+//! }
+//!
+//! fn finalize(env: &mut RunEnv, main: &mut Main, s: &mut Ctx) -> Step {
+//!     main.log.push(format!("{:?} exit={:?}", s.outcome(), env.exit_code));
+//!     Step::Next
+//! }
+//!
+//! let now = Instant::now();
+//! let mut main = Main::default();
+//! let mut registry = Registry::new();
+//! let run = Workflow::new("job-run", RunEnv::default())
+//!     .step("launch_wrapper", launch_wrapper)
+//!     .step("await_exit", await_exit)
+//!     .always("finalize", finalize);
+//! let id = registry.start(run, &mut main, now);
+//! assert_eq!(registry.current_step(id), Some("await_exit"));
+//!
+//! registry.wake(&WakeKey::Call(1), &mut main, now);
+//! assert!(registry.is_idle());
+//! assert_eq!(main.log, ["Done exit=Some(0)"]);
+//! let finished = registry.drain_finished();
+//! assert_eq!(finished[0].outcome, Outcome::Done);
+//! ```
+
+mod registry;
+mod steps;
+#[cfg(test)]
+mod tests;
+
+use std::any::Any;
+use std::fmt;
+use std::time::Instant;
+
+pub use registry::Registry;
+pub use steps::{StepCtx, StepFn, Workflow};
+
+/// Most steps one workflow may insert over its whole life, unless
+/// [`Workflow::max_inserted_steps`] says otherwise; a runaway insert fails the workflow.
+pub const DEFAULT_MAX_INSERTED_STEPS: usize = 4096;
+
+/// How many times in a row a step may return `Wait` on a source that has already fired
+/// (children all ended, deadline passed) before the workflow fails instead of spinning.
+pub const MAX_ALREADY_FIRED_WAITS: u32 = 64;
+
+/// How many ended top-level workflows [`Registry::drain_finished`] keeps when nobody
+/// drains them; the oldest are dropped first.
+pub const MAX_FINISHED_KEPT: usize = 1024;
+
+/// Identity of a registered workflow, unique for the life of a [`Registry`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WorkflowId(pub u64);
+
+impl fmt::Display for WorkflowId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "wf#{}", self.0)
+    }
+}
+
+/// What a step tells the engine to do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Go on with the following step.
+    Next,
+    /// Park here; run this step again when the source fires.
+    Wait(Wake),
+    /// Skip the remaining normal steps; the `always` steps still run. In a cleanup
+    /// step it means the same as `Next`.
+    Done,
+    /// End the normal steps with this reason; the `always` steps still run.
+    Fail(String),
+}
+
+impl Step {
+    /// `Step::Fail` from anything printable, e.g. an error of another module.
+    pub fn fail(reason: impl fmt::Display) -> Step {
+        Step::Fail(reason.to_string())
+    }
+}
+
+/// What a waiting step waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wake {
+    /// The reply (or failure) of the IPC call with this id.
+    Call(u64),
+    /// A timer the caller created in its loop and will report by this id.
+    Timer(u64),
+    /// A deadline the registry watches itself (see [`Registry::due_timers`]).
+    At(Instant),
+    /// A named event, e.g. `target-exited:42:web1`.
+    Event(String),
+    /// Every child workflow of this one has ended.
+    Children,
+    /// Whichever of these fires first. An empty list waits on nothing, which
+    /// [`Registry::stalled`] reports at once.
+    Any(Vec<Wake>),
+}
+
+impl Wake {
+    /// `Wake::Event` from a borrowed or built key.
+    pub fn event(key: impl Into<String>) -> Wake {
+        Wake::Event(key.into())
+    }
+}
+
+/// What the caller reports to [`Registry::wake`]: a source that lives outside the
+/// registry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum WakeKey {
+    /// An IPC call completed (reply, remote error, `Timeout` or `PeerGone` alike).
+    Call(u64),
+    /// A caller-owned timer fired.
+    Timer(u64),
+    /// A named event happened.
+    Event(String),
+}
+
+impl WakeKey {
+    /// `WakeKey::Event` from a borrowed or built key.
+    pub fn event(key: impl Into<String>) -> WakeKey {
+        WakeKey::Event(key.into())
+    }
+}
+
+/// Why a step is running again: the source that fired. [`StepCtx::fired`] is `None` on
+/// a step's first run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fired {
+    /// The IPC call with this id completed.
+    Call(u64),
+    /// The caller's timer with this id fired.
+    Timer(u64),
+    /// The deadline given in [`Wake::At`] passed.
+    At(Instant),
+    /// This event happened.
+    Event(String),
+    /// Every child has ended.
+    Children,
+}
+
+impl From<WakeKey> for Fired {
+    fn from(key: WakeKey) -> Fired {
+        match key {
+            WakeKey::Call(id) => Fired::Call(id),
+            WakeKey::Timer(id) => Fired::Timer(id),
+            WakeKey::Event(name) => Fired::Event(name),
+        }
+    }
+}
+
+/// How a workflow ended (or, read from a cleanup step, how it is going to end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every normal step ran, or one returned `Done`.
+    Done,
+    /// A step returned `Fail` with this reason (the first failure wins).
+    Failed(String),
+    /// [`Registry::interrupt`] was called with this reason during the normal steps.
+    Interrupted(String),
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Done => f.write_str("done"),
+            Outcome::Failed(reason) => write!(f, "failed: {reason}"),
+            Outcome::Interrupted(reason) => write!(f, "interrupted: {reason}"),
+        }
+    }
+}
+
+/// An ended workflow: its outcome and its env, handed to the parent
+/// ([`StepCtx::child_outcomes`]) or to the caller ([`Registry::drain_finished`]).
+pub struct Finished {
+    pub id: WorkflowId,
+    pub name: String,
+    pub outcome: Outcome,
+    env: Box<dyn Any>,
+}
+
+impl Finished {
+    /// The ended workflow's env, if it is of type `T`.
+    pub fn env<T: 'static>(&self) -> Option<&T> {
+        self.env.downcast_ref()
+    }
+
+    /// Takes the env out, if it is of type `T`.
+    pub fn into_env<T: 'static>(self) -> Option<T> {
+        self.env.downcast().ok().map(|env| *env)
+    }
+}
+
+impl fmt::Debug for Finished {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Finished")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .field("outcome", &self.outcome)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A workflow that looks stuck, by the name of the step it is parked in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StallReport {
+    pub id: WorkflowId,
+    pub workflow: String,
+    pub step: String,
+    pub waiting_on: Wake,
+    pub waiting_since: Instant,
+}
+
+impl fmt::Display for StallReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "workflow {} {} is stuck in step {} waiting on {:?}",
+            self.workflow, self.id, self.step, self.waiting_on
+        )
+    }
+}
+
+/// What went wrong in the engine. The loop-guard variants end up, as text, in
+/// [`Outcome::Failed`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkflowError {
+    #[error("could not interrupt workflow {0}: it is not running")]
+    NotRunning(WorkflowId),
+    #[error("step {step} of workflow {workflow} would insert more than {limit} steps in all")]
+    TooManyInsertedSteps {
+        workflow: String,
+        step: String,
+        limit: usize,
+    },
+    #[error(
+        "step {step} of workflow {workflow} waited {count} times in a row on a source that had already fired"
+    )]
+    WaitLoop {
+        workflow: String,
+        step: String,
+        count: u32,
+    },
+}

@@ -1,0 +1,617 @@
+use std::time::{Duration, Instant};
+
+use super::{
+    Fired, Outcome, Registry, Step, StepCtx, Wake, WakeKey, Workflow, WorkflowError, WorkflowId,
+};
+
+/// Stands in for `main`'s state: hands out call ids and records what steps did.
+#[derive(Default)]
+struct Main {
+    next_call: u64,
+    log: Vec<String>,
+}
+
+impl Main {
+    fn call(&mut self) -> u64 {
+        self.next_call += 1;
+        self.next_call
+    }
+}
+
+#[derive(Default)]
+struct Env {
+    calls: Vec<u64>,
+    deadline: Option<Instant>,
+}
+
+type Ctx<'a> = StepCtx<'a, Env, Main>;
+
+fn log(main: &mut Main, s: &Ctx) {
+    main.log.push(s.step().to_owned());
+}
+
+fn next(_: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
+    log(main, s);
+    Step::Next
+}
+
+/// Starts one call on its first run and waits until that call completes.
+fn await_call(env: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
+    if s.first_run() {
+        log(main, s);
+        env.calls.push(main.call());
+    }
+    let call = env.calls.last().copied().unwrap_or_default();
+    match s.fired() {
+        Some(Fired::Call(id)) if *id == call => Step::Next,
+        _ => Step::Wait(Wake::Call(call)),
+    }
+}
+
+fn fail(_: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
+    log(main, s);
+    Step::Fail("salt returned no minions".into())
+}
+
+/// A cleanup step that records the outcome it sees.
+fn finalize(_: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
+    main.log.push(format!("{} {}", s.step(), s.outcome()));
+    Step::Next
+}
+
+fn start(registry: &mut Registry<Main>, main: &mut Main, wf: Workflow<Env, Main>) -> WorkflowId {
+    registry.start(wf, main, Instant::now())
+}
+
+fn outcomes(registry: &mut Registry<Main>) -> Vec<Outcome> {
+    registry
+        .drain_finished()
+        .into_iter()
+        .map(|f| f.outcome)
+        .collect()
+}
+
+#[test]
+fn steps_run_in_order_and_the_workflow_ends_done() {
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let wf = Workflow::new("run", Env::default())
+        .step("resolve_targets", next)
+        .always("finalize", finalize)
+        .step("notify", next);
+    start(&mut registry, &mut main, wf);
+    assert_eq!(main.log, ["resolve_targets", "finalize done", "notify"]);
+    assert!(registry.is_idle());
+    assert_eq!(outcomes(&mut registry), [Outcome::Done]);
+}
+
+#[test]
+fn inserted_steps_run_right_after_the_inserting_step_in_order() {
+    fn plan_batches(_: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
+        log(main, s);
+        s.insert_next("batch-1", next);
+        s.insert_steps([
+            ("batch-2", next as super::StepFn<Env, Main>),
+            ("batch-3", next),
+        ]);
+        Step::Next
+    }
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let wf = Workflow::new("run", Env::default())
+        .step("plan", plan_batches)
+        .step("record", next);
+    start(&mut registry, &mut main, wf);
+    assert_eq!(
+        main.log,
+        ["plan", "batch-1", "batch-2", "batch-3", "record"]
+    );
+}
+
+#[test]
+fn a_call_wakes_only_the_workflow_waiting_on_it() {
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let wf = Workflow::new("run", Env::default())
+        .step("launch", await_call)
+        .step("record", next);
+    let now = Instant::now();
+    let id = registry.start(wf, &mut main, now);
+    assert_eq!(registry.current_step(id), Some("launch"));
+    assert_eq!(registry.wake(&WakeKey::Call(99), &mut main, now), 0);
+    assert_eq!(registry.wake(&WakeKey::Timer(1), &mut main, now), 0);
+    assert_eq!(registry.current_step(id), Some("launch"));
+    assert_eq!(registry.wake(&WakeKey::Call(1), &mut main, now), 1);
+    assert_eq!(main.log, ["launch", "record"]);
+    assert!(registry.is_idle());
+}
+
+#[test]
+fn a_step_that_waits_again_keeps_waiting_until_it_is_satisfied() {
+    /// Needs both replies; either one alone re-parks it.
+    fn await_both(env: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
+        if s.first_run() {
+            env.calls = vec![main.call(), main.call()];
+        } else if let Some(Fired::Call(id)) = s.fired() {
+            env.calls.retain(|c| c != id);
+        }
+        match env.calls.as_slice() {
+            [] => Step::Next,
+            left => Step::Wait(Wake::Any(left.iter().map(|&c| Wake::Call(c)).collect())),
+        }
+    }
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let wf = Workflow::new("run", Env::default()).step("await_both", await_both);
+    let now = Instant::now();
+    let id = registry.start(wf, &mut main, now);
+    assert_eq!(registry.wake(&WakeKey::Call(2), &mut main, now), 1);
+    assert!(registry.contains(id));
+    assert_eq!(registry.wake(&WakeKey::Call(2), &mut main, now), 0);
+    assert_eq!(registry.wake(&WakeKey::Call(1), &mut main, now), 1);
+    assert!(!registry.contains(id));
+}
+
+#[test]
+fn caller_timers_events_and_deadlines_wake_their_waiters() {
+    fn wait_timer(_: &mut Env, _: &mut Main, s: &mut Ctx) -> Step {
+        match s.fired() {
+            Some(Fired::Timer(7)) => Step::Next,
+            _ => Step::Wait(Wake::Timer(7)),
+        }
+    }
+    fn wait_exit(_: &mut Env, _: &mut Main, s: &mut Ctx) -> Step {
+        match s.fired() {
+            Some(Fired::Event(_)) => Step::Next,
+            _ => Step::Wait(Wake::event("target-exited:42:web1")),
+        }
+    }
+    fn wait_deadline(env: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
+        let deadline = *env
+            .deadline
+            .get_or_insert(s.now() + Duration::from_secs(10));
+        match s.fired() {
+            Some(Fired::At(at)) if *at == deadline => Step::Next,
+            // Any: the deadline, or a call that never completes.
+            _ => Step::Wait(Wake::Any(vec![
+                Wake::Call(main.next_call + 1),
+                Wake::At(deadline),
+            ])),
+        }
+    }
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let now = Instant::now();
+    let timer = registry.start(
+        Workflow::new("t", Env::default()).step("wait_timer", wait_timer),
+        &mut main,
+        now,
+    );
+    let exits: Vec<WorkflowId> = (0..2)
+        .map(|_| {
+            let wf = Workflow::new("e", Env::default()).step("wait_exit", wait_exit);
+            registry.start(wf, &mut main, now)
+        })
+        .collect();
+    let deadline = registry.start(
+        Workflow::new("d", Env::default()).step("wait_deadline", wait_deadline),
+        &mut main,
+        now,
+    );
+    assert_eq!(registry.running(), 4);
+    assert_eq!(
+        registry.next_deadline(),
+        Some(now + Duration::from_secs(10))
+    );
+
+    assert_eq!(registry.wake(&WakeKey::Timer(7), &mut main, now), 1);
+    assert!(!registry.contains(timer));
+    let event = WakeKey::event("target-exited:42:web1");
+    assert_eq!(registry.wake(&event, &mut main, now), 2);
+    assert!(exits.iter().all(|&id| !registry.contains(id)));
+
+    assert_eq!(
+        registry.due_timers(&mut main, now + Duration::from_secs(9)),
+        0
+    );
+    assert_eq!(
+        registry.due_timers(&mut main, now + Duration::from_secs(10)),
+        1
+    );
+    assert!(!registry.contains(deadline));
+    assert_eq!(registry.next_deadline(), None);
+    // The other source of the Any was dropped with the wait.
+    assert_eq!(registry.wake(&WakeKey::Call(1), &mut main, now), 0);
+    assert!(registry.is_idle());
+}
+
+#[test]
+fn interrupt_skips_the_normal_steps_and_runs_the_cleanup_steps() {
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let wf = Workflow::new("run", Env::default())
+        .step("collect_output", await_call)
+        .step("next_batch", next)
+        .always("finalize", finalize)
+        .step("skipped_after_cleanup_began", next)
+        .always("notify", finalize);
+    let now = Instant::now();
+    let id = registry.start(wf, &mut main, now);
+    registry
+        .interrupt(id, "killed by admin", &mut main, now)
+        .expect("the run is registered");
+    assert_eq!(
+        main.log,
+        [
+            "collect_output",
+            "finalize interrupted: killed by admin",
+            "notify interrupted: killed by admin"
+        ]
+    );
+    assert_eq!(registry.wake(&WakeKey::Call(1), &mut main, now), 0);
+    assert_eq!(
+        outcomes(&mut registry),
+        [Outcome::Interrupted("killed by admin".into())]
+    );
+    assert_eq!(
+        registry.interrupt(id, "again", &mut main, now),
+        Err(WorkflowError::NotRunning(id))
+    );
+}
+
+#[test]
+fn interrupt_lets_a_waiting_cleanup_step_finish() {
+    fn record_run(env: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
+        main.log.push(format!("record_run {}", s.outcome()));
+        await_call(env, main, s)
+    }
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let wf = Workflow::new("run", Env::default())
+        .step("launch", next)
+        .always("record_run", record_run)
+        .always("notify", finalize);
+    let now = Instant::now();
+    let id = registry.start(wf, &mut main, now);
+    assert_eq!(registry.current_step(id), Some("record_run"));
+    registry
+        .interrupt(id, "shutdown", &mut main, now)
+        .expect("the run is registered");
+    assert_eq!(registry.current_step(id), Some("record_run"));
+    registry.wake(&WakeKey::Call(1), &mut main, now);
+    assert_eq!(
+        main.log,
+        [
+            "launch",
+            "record_run done",
+            "record_run",
+            "record_run interrupted: shutdown",
+            "notify interrupted: shutdown"
+        ]
+    );
+    assert_eq!(
+        outcomes(&mut registry),
+        [Outcome::Interrupted("shutdown".into())]
+    );
+}
+
+#[test]
+fn fail_skips_normal_steps_runs_cleanup_and_the_first_failure_wins() {
+    fn failing_cleanup(_: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
+        main.log.push(format!("{} {}", s.step(), s.outcome()));
+        Step::Fail("database gone".into())
+    }
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let wf = Workflow::new("run", Env::default())
+        .step("resolve_targets", fail)
+        .step("launch", next)
+        .always("record_run", failing_cleanup)
+        .always("notify", finalize);
+    start(&mut registry, &mut main, wf);
+    let failed = "failed: salt returned no minions";
+    assert_eq!(
+        main.log,
+        [
+            "resolve_targets".to_owned(),
+            format!("record_run {failed}"),
+            format!("notify {failed}")
+        ]
+    );
+    assert_eq!(
+        outcomes(&mut registry),
+        [Outcome::Failed("salt returned no minions".into())]
+    );
+}
+
+#[test]
+fn done_skips_the_remaining_normal_steps_only() {
+    fn nothing_to_do(_: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
+        log(main, s);
+        Step::Done
+    }
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let wf = Workflow::new("run", Env::default())
+        .step("resolve_targets", nothing_to_do)
+        .step("launch", next)
+        .always("finalize", finalize);
+    start(&mut registry, &mut main, wf);
+    assert_eq!(main.log, ["resolve_targets", "finalize done"]);
+    assert_eq!(outcomes(&mut registry), [Outcome::Done]);
+}
+
+/// Env of a per-target child workflow.
+#[derive(Default)]
+struct TargetEnv {
+    host: String,
+    call: u64,
+    exit_code: Option<i32>,
+}
+
+type TargetCtx<'a> = StepCtx<'a, TargetEnv, Main>;
+
+fn target_launch(env: &mut TargetEnv, main: &mut Main, _: &mut TargetCtx) -> Step {
+    env.call = main.call();
+    Step::Next
+}
+
+fn target_await_exit(env: &mut TargetEnv, _: &mut Main, s: &mut TargetCtx) -> Step {
+    match s.fired() {
+        Some(Fired::Call(id)) if *id == env.call && env.host == "web3" => {
+            Step::Fail(format!("wrapper on {} never picked the run up", env.host))
+        }
+        Some(Fired::Call(id)) if *id == env.call => {
+            env.exit_code = Some(0);
+            Step::Next
+        }
+        _ => Step::Wait(Wake::Call(env.call)),
+    }
+}
+
+fn target_cleanup(env: &mut TargetEnv, main: &mut Main, s: &mut TargetCtx) -> Step {
+    main.log.push(format!("{} {}", env.host, s.outcome()));
+    Step::Next
+}
+
+fn target(host: &str) -> Workflow<TargetEnv, Main> {
+    let env = TargetEnv {
+        host: host.to_owned(),
+        ..TargetEnv::default()
+    };
+    Workflow::new("target", env)
+        .step("launch", target_launch)
+        .step("await_exit", target_await_exit)
+        .always("cleanup", target_cleanup)
+}
+
+/// Spawns one child per host on its first run, then joins them and reads outcomes.
+fn run_batch(_: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
+    if s.first_run() {
+        for host in ["web1", "web2", "web3"] {
+            s.spawn(target(host));
+        }
+    }
+    if s.children_running() > 0 {
+        return Step::Wait(Wake::Children);
+    }
+    let mut failed = 0;
+    for child in s.take_child_outcomes() {
+        let outcome = child.outcome.clone();
+        failed += usize::from(outcome != Outcome::Done);
+        let env = child.into_env::<TargetEnv>().unwrap_or_default();
+        main.log
+            .push(format!("joined {} {:?} {outcome}", env.host, env.exit_code));
+    }
+    match failed {
+        0 => Step::Next,
+        n => Step::Fail(format!("{n} of 3 targets failed")),
+    }
+}
+
+#[test]
+fn fan_out_joins_when_every_child_has_ended_and_failures_propagate() {
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let wf = Workflow::new("run", Env::default())
+        .step("run_batch", run_batch)
+        .step("next_batch", next)
+        .always("finalize", finalize);
+    let now = Instant::now();
+    let id = registry.start(wf, &mut main, now);
+    assert_eq!(registry.running(), 4);
+    assert_eq!(registry.current_step(id), Some("run_batch"));
+    // Calls 1..=3 went to web1..web3; complete them out of order.
+    registry.wake(&WakeKey::Call(3), &mut main, now);
+    registry.wake(&WakeKey::Call(1), &mut main, now);
+    assert_eq!(registry.current_step(id), Some("run_batch"));
+    assert_eq!(registry.running(), 2);
+    registry.wake(&WakeKey::Call(2), &mut main, now);
+    assert!(registry.is_idle());
+    let picked_up = "wrapper on web3 never picked the run up";
+    assert_eq!(
+        main.log,
+        [
+            format!("web3 failed: {picked_up}"),
+            "web1 done".to_owned(),
+            "web2 done".to_owned(),
+            format!("joined web3 None failed: {picked_up}"),
+            "joined web1 Some(0) done".to_owned(),
+            "joined web2 Some(0) done".to_owned(),
+            "finalize failed: 1 of 3 targets failed".to_owned(),
+        ]
+    );
+    // Only the top-level run is reported; children went to their parent.
+    assert_eq!(
+        outcomes(&mut registry),
+        [Outcome::Failed("1 of 3 targets failed".into())]
+    );
+}
+
+#[test]
+fn interrupting_a_parent_interrupts_its_children_and_it_can_join_them_in_cleanup() {
+    fn join_children(_: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
+        if s.children_running() > 0 {
+            return Step::Wait(Wake::Children);
+        }
+        main.log.push(format!(
+            "joined {} {}",
+            s.child_outcomes().len(),
+            s.outcome()
+        ));
+        Step::Next
+    }
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let wf = Workflow::new("run", Env::default())
+        .step("run_batch", run_batch)
+        .always("join_children", join_children);
+    let now = Instant::now();
+    let id = registry.start(wf, &mut main, now);
+    registry
+        .interrupt(id, "killed by admin", &mut main, now)
+        .expect("the run is registered");
+    assert!(registry.is_idle());
+    assert_eq!(
+        main.log,
+        [
+            "web1 interrupted: killed by admin",
+            "web2 interrupted: killed by admin",
+            "web3 interrupted: killed by admin",
+            "joined 3 interrupted: killed by admin",
+        ]
+    );
+}
+
+#[test]
+fn a_step_can_interrupt_its_children_and_orphans_are_interrupted_and_reported() {
+    fn spawn_and_kill(_: &mut Env, _: &mut Main, s: &mut Ctx) -> Step {
+        if s.first_run() {
+            s.spawn(target("web1"));
+            return Step::Wait(Wake::Timer(1));
+        }
+        s.interrupt_children("run timeout");
+        s.spawn(target("web2"));
+        Step::Next // ends with both children still in their cleanup or running
+    }
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let wf = Workflow::new("run", Env::default()).step("spawn_and_kill", spawn_and_kill);
+    let now = Instant::now();
+    registry.start(wf, &mut main, now);
+    registry.wake(&WakeKey::Timer(1), &mut main, now);
+    assert!(registry.is_idle());
+    assert_eq!(
+        main.log,
+        [
+            "web1 interrupted: run timeout",
+            "web2 interrupted: parent workflow run wf#1 ended"
+        ]
+    );
+    let names: Vec<String> = registry
+        .drain_finished()
+        .into_iter()
+        .map(|f| f.name)
+        .collect();
+    assert_eq!(names, ["run", "target", "target"]);
+}
+
+#[test]
+fn runaway_inserts_fail_the_workflow_with_the_step_name() {
+    fn insert_myself(_: &mut Env, _: &mut Main, s: &mut Ctx) -> Step {
+        s.insert_next("again", insert_myself);
+        Step::Next
+    }
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let wf = Workflow::new("run", Env::default())
+        .step("loop", insert_myself)
+        .always("finalize", finalize)
+        .max_inserted_steps(10);
+    start(&mut registry, &mut main, wf);
+    let expected = WorkflowError::TooManyInsertedSteps {
+        workflow: "run".into(),
+        step: "again".into(),
+        limit: 10,
+    };
+    assert_eq!(main.log, [format!("finalize failed: {expected}")]);
+    assert_eq!(
+        outcomes(&mut registry),
+        [Outcome::Failed(expected.to_string())]
+    );
+}
+
+#[test]
+fn waiting_forever_on_a_source_that_already_fired_fails() {
+    fn join_nothing(_: &mut Env, _: &mut Main, _: &mut Ctx) -> Step {
+        Step::Wait(Wake::Children)
+    }
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let wf = Workflow::new("run", Env::default()).step("join_nothing", join_nothing);
+    start(&mut registry, &mut main, wf);
+    let outcome = outcomes(&mut registry);
+    assert!(
+        matches!(&outcome[..], [Outcome::Failed(r)] if r.contains("join_nothing")),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn stall_report_names_the_step() {
+    fn wait_on_nothing(_: &mut Env, _: &mut Main, _: &mut Ctx) -> Step {
+        Step::Wait(Wake::Any(Vec::new()))
+    }
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let now = Instant::now();
+    let empty = Workflow::new("reload", Env::default()).step("wait_on_nothing", wait_on_nothing);
+    let empty = registry.start(empty, &mut main, now);
+    let call = Workflow::new("run", Env::default()).step("await_pickup", await_call);
+    let call = registry.start(call, &mut main, now);
+
+    let threshold = Duration::from_secs(60);
+    let stalled = registry.stalled(now, threshold, |_| false);
+    assert_eq!(stalled.len(), 1);
+    assert_eq!(
+        (stalled[0].id, stalled[0].step.as_str()),
+        (empty, "wait_on_nothing")
+    );
+
+    let later = now + threshold;
+    assert_eq!(registry.stalled(later, threshold, |_| true).len(), 1);
+    let stalled = registry.stalled(later, threshold, |key| *key != WakeKey::Call(1));
+    assert_eq!(stalled.len(), 2);
+    let report = stalled
+        .iter()
+        .find(|r| r.id == call)
+        .expect("the run is reported");
+    assert_eq!(
+        (report.workflow.as_str(), report.step.as_str()),
+        ("run", "await_pickup")
+    );
+    assert_eq!(
+        (report.waiting_on.clone(), report.waiting_since),
+        (Wake::Call(1), now)
+    );
+    assert!(report.to_string().contains("step await_pickup"));
+}
+
+#[test]
+fn shutdown_waits_for_running_workflows_up_to_the_grace_period() {
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let now = Instant::now();
+    let deadline = now + Duration::from_secs(30);
+    assert!(registry.is_idle());
+    assert!(registry.shutdown_complete(now, deadline));
+    let wf = Workflow::new("run", Env::default()).step("await_exit", await_call);
+    registry.start(wf, &mut main, now);
+    assert_eq!(registry.running(), 1);
+    assert!(!registry.is_idle());
+    assert!(!registry.shutdown_complete(now, deadline));
+    assert!(registry.shutdown_complete(deadline, deadline));
+    registry.wake(&WakeKey::Call(1), &mut main, now);
+    assert!(registry.is_idle());
+    assert!(registry.shutdown_complete(now, deadline));
+}
+
+#[test]
+fn interrupt_all_reaches_every_top_level_workflow() {
+    let (mut registry, mut main) = (Registry::new(), Main::default());
+    let now = Instant::now();
+    for _ in 0..2 {
+        let wf = Workflow::new("run", Env::default())
+            .step("await_exit", await_call)
+            .always("finalize", finalize);
+        registry.start(wf, &mut main, now);
+    }
+    assert_eq!(registry.interrupt_all("shutdown", &mut main, now), 2);
+    assert!(registry.is_idle());
+    let interrupted = Outcome::Interrupted("shutdown".into());
+    assert_eq!(outcomes(&mut registry), [interrupted.clone(), interrupted]);
+}

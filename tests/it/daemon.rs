@@ -1,0 +1,162 @@
+//! The multi-process daemon: readiness, status, supervision, stop, restart, bad input.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::util::*;
+
+#[test]
+fn ready_and_status_lists_every_process() {
+    let d = Daemon::start(&[]);
+    let procs = d.processes();
+    let roles: Vec<&str> = procs.iter().map(|(r, _)| r.as_str()).collect();
+    for role in ["supervisor", "hub", "main", "db", "blocking"] {
+        assert!(roles.contains(&role), "{role} missing from {roles:?}");
+    }
+    for (role, pid) in &procs {
+        assert!(alive(*pid), "{role} pid {pid} is not alive");
+        if role != "supervisor" {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            assert!(cmdline.contains(&format!("--role {role}")), "{cmdline}");
+        }
+    }
+    let status = d.ctl_json(&["status"]);
+    assert_eq!(status["version"], env!("CARGO_PKG_VERSION"));
+    assert!(status["uptime_s"].is_u64());
+}
+
+#[test]
+fn sigterm_stops_everything_cleanly() {
+    let mut d = Daemon::start(&[]);
+    let pids: Vec<u32> = d.processes().into_iter().map(|(_, p)| p).collect();
+    d.signal(Signal::SIGTERM);
+    let status = d.wait_exit();
+    assert_eq!(status.code(), Some(0), "{}", d.log_text());
+    for pid in pids {
+        wait_until("process gone", HANG, || (!alive(pid)).then_some(()));
+    }
+    assert!(!d.socket().exists(), "admin socket removed");
+    assert!(!d.runtime_dir().join("saltpeter.pid").exists(), "pid file removed");
+    let log = d.log_text();
+    let hub = log.find("hub process stopped").expect("hub stopped");
+    let main = log.find("main process stopped").expect("main stopped");
+    let db = log.find("db process stopped").expect("db stopped");
+    assert!(hub < main && main < db, "ordered stop:\n{log}");
+}
+
+#[test]
+fn sigkill_of_any_child_stops_all_with_failure() {
+    for victim in ["hub", "main", "db", "blocking"] {
+        let mut d = Daemon::start(&[]);
+        let procs = d.processes();
+        let pid = procs
+            .iter()
+            .find(|(r, _)| r == victim)
+            .map(|(_, p)| *p)
+            .expect("victim pid");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL)
+            .expect("kill child");
+        let status = d.wait_exit();
+        assert_ne!(status.code(), Some(0), "killing {victim} must fail the daemon");
+        for (role, pid) in procs {
+            wait_until(&format!("{role} gone after {victim} died"), HANG, || {
+                (!alive(pid)).then_some(())
+            });
+        }
+    }
+}
+
+#[test]
+fn restart_after_cleanup_on_the_same_state() {
+    let mut d = Daemon::start(&[]);
+    // Crash the supervisor itself: children die with it, files are left behind.
+    d.signal(Signal::SIGKILL);
+    let _ = d.wait_exit();
+    assert!(d.socket().exists(), "a crash leaves the socket behind");
+    let out = std::process::Command::new(CLEANUP)
+        .arg("--config")
+        .arg(d.config_dir())
+        .arg("--state-dir")
+        .arg(d.state_dir())
+        .arg("--runtime-dir")
+        .arg(d.runtime_dir())
+        .output()
+        .expect("cleanup");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!d.socket().exists(), "cleanup removed the stale socket");
+    // Idempotent: nothing to do is success too.
+    let again = std::process::Command::new(CLEANUP)
+        .arg("--config")
+        .arg(d.config_dir())
+        .arg("--state-dir")
+        .arg(d.state_dir())
+        .arg("--runtime-dir")
+        .arg(d.runtime_dir())
+        .output()
+        .expect("cleanup");
+    assert!(again.status.success());
+    d.spawn();
+    d.wait_ready();
+    assert_eq!(d.processes().len(), 5);
+}
+
+fn start_fails(d: &mut Daemon) -> String {
+    d.spawn();
+    let status = d.wait_exit();
+    assert_eq!(status.code(), Some(2), "{}", d.log_text());
+    d.log_text()
+}
+
+#[test]
+fn missing_config_dir_is_exit_2_naming_the_path() {
+    let mut d = Daemon::prepare(&[]);
+    std::fs::remove_dir_all(d.config_dir()).expect("remove config");
+    let log = start_fails(&mut d);
+    assert!(log.contains(path_str(&d.config_dir())), "{log}");
+    assert!(log.contains("No such file or directory"), "{log}");
+    assert!(!log.contains("started hub"), "nothing started: {log}");
+}
+
+#[test]
+fn unusable_state_dir_is_exit_2() {
+    let mut d = Daemon::prepare(&[]);
+    // A regular file where the state directory should be: no user, root included, can
+    // create a directory under it.
+    std::fs::write(d.root.path().join("state"), b"not a directory").expect("file");
+    let log = start_fails(&mut d);
+    assert!(log.contains("state directory"), "{log}");
+    assert!(log.contains(path_str(&d.state_dir())), "{log}");
+}
+
+#[test]
+fn socket_of_a_live_daemon_is_exit_2_and_a_stale_one_is_cleaned() {
+    let first = Daemon::start(&[]);
+    let mut second = Daemon::prepare(&[]);
+    // Point the second daemon at the first one's runtime dir.
+    let out = std::process::Command::new(DAEMON)
+        .arg("--config")
+        .arg(second.config_dir())
+        .arg("--state-dir")
+        .arg(second.state_dir())
+        .arg("--runtime-dir")
+        .arg(first.runtime_dir())
+        .output()
+        .expect("run second daemon");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already") || err.contains("running"), "{err}");
+    assert!(err.contains(path_str(&first.socket())), "{err}");
+    // The first daemon is untouched.
+    assert_eq!(first.processes().len(), 5);
+
+    // A stale socket (nobody listening) is removed and start-up proceeds.
+    std::fs::create_dir_all(second.runtime_dir()).expect("runtime dir");
+    let stale = std::os::unix::net::UnixListener::bind(second.socket()).expect("bind");
+    drop(stale);
+    second.spawn();
+    second.wait_ready();
+    assert_eq!(second.processes().len(), 5);
+    std::thread::sleep(Duration::from_millis(10));
+}

@@ -1,0 +1,5 @@
+//! Integration tests: real binaries, real processes, real sockets and SQLite files.
+
+mod util;
+
+mod daemon;

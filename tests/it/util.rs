@@ -1,0 +1,245 @@
+//! Test harness: temporary directories, a real daemon process, `saltpeterctl` runs.
+
+#![allow(dead_code)]
+
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const DAEMON: &str = env!("CARGO_BIN_EXE_saltpeter-daemon");
+pub const CTL: &str = env!("CARGO_BIN_EXE_saltpeterctl");
+pub const CLEANUP: &str = env!("CARGO_BIN_EXE_saltpeter-cleanup");
+pub const WRAPPER: &str = env!("CARGO_BIN_EXE_saltpeter-wrapper");
+
+/// Generous deadline used only to detect hangs.
+pub const HANG: Duration = Duration::from_secs(60);
+
+/// `saltpeter_config` every test daemon uses: an ephemeral wrapper port, the local
+/// executor, fast heartbeats.
+pub const BASE_CONFIG: &str = "saltpeter_config:\n  machines_ws_port: 0\n  machines_ws_bind_addr: 127.0.0.1\n  default_saltpeter_server_host: 127.0.0.1\n  executor: local\n";
+
+pub struct Daemon {
+    pub root: tempfile::TempDir,
+    pub child: Option<Child>,
+    notify: UnixDatagram,
+    pub log: PathBuf,
+}
+
+pub fn wait_until<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Daemon {
+    pub fn config_dir(&self) -> PathBuf {
+        self.root.path().join("config")
+    }
+    pub fn state_dir(&self) -> PathBuf {
+        self.root.path().join("state")
+    }
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.root.path().join("run")
+    }
+    pub fn socket(&self) -> PathBuf {
+        self.runtime_dir().join("admin.sock")
+    }
+
+    /// A fresh directory with `files` (name, YAML) in its config dir; not started yet.
+    pub fn prepare(files: &[(&str, &str)]) -> Daemon {
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(root.path().join("config")).expect("config dir");
+        std::fs::write(root.path().join("config/00-base.yaml"), BASE_CONFIG).expect("base");
+        for (name, text) in files {
+            std::fs::write(root.path().join("config").join(name), text).expect("config file");
+        }
+        let notify = UnixDatagram::bind(root.path().join("notify.sock")).expect("notify socket");
+        notify
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+        let log = root.path().join("daemon.log");
+        Daemon {
+            root,
+            child: None,
+            notify,
+            log,
+        }
+    }
+
+    pub fn start(files: &[(&str, &str)]) -> Daemon {
+        let mut d = Daemon::prepare(files);
+        d.spawn();
+        d.wait_ready();
+        d
+    }
+
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(DAEMON);
+        cmd.arg("--config")
+            .arg(self.config_dir())
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .arg("--runtime-dir")
+            .arg(self.runtime_dir())
+            .env("NOTIFY_SOCKET", self.root.path().join("notify.sock"))
+            .env_remove("INVOCATION_ID")
+            .env_remove("JOURNAL_STREAM")
+            .env("RUST_LOG", "debug");
+        cmd
+    }
+
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let err = log.try_clone().expect("log clone");
+        let child = self
+            .command()
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .expect("start daemon");
+        self.child = Some(child);
+    }
+
+    /// Wait for READY=1 on the notify socket; returns how long it took.
+    pub fn wait_ready(&mut self) -> Duration {
+        let start = Instant::now();
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Ok(n) = self.notify.recv(&mut buf)
+                && String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == "READY=1")
+            {
+                return start.elapsed();
+            }
+            if let Some(status) = self.try_status() {
+                panic!("daemon exited before READY ({status}):\n{}", self.log_text());
+            }
+            assert!(start.elapsed() < HANG, "no READY=1:\n{}", self.log_text());
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).expect("started")
+    }
+
+    pub fn try_status(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let status = wait_until("daemon exit", HANG, || self.try_status());
+        self.child = None;
+        status
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+        nix::sys::signal::kill(pid, sig).expect("signal daemon");
+    }
+
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(CTL)
+            .arg("--socket")
+            .arg(self.socket())
+            .args(args)
+            .output()
+            .expect("run saltpeterctl")
+    }
+
+    /// Run `saltpeterctl --json ARGS`, expect success, parse the JSON.
+    pub fn ctl_json(&self, args: &[&str]) -> Value {
+        let mut full = vec!["--json"];
+        full.extend_from_slice(args);
+        let out = self.ctl(&full);
+        assert!(
+            out.status.success(),
+            "saltpeterctl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log_text()
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "saltpeterctl {args:?} printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    /// `(role, pid)` of every process, from `status --json`.
+    pub fn processes(&self) -> Vec<(String, u32)> {
+        let status = self.ctl_json(&["status"]);
+        status["processes"]
+            .as_array()
+            .expect("processes array")
+            .iter()
+            .map(|p| {
+                (
+                    p["role"].as_str().expect("role").to_string(),
+                    p["pid"].as_u64().expect("pid") as u32,
+                )
+            })
+            .collect()
+    }
+
+    pub fn write_config(&self, name: &str, text: &str) {
+        std::fs::write(self.config_dir().join(name), text).expect("write config");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(15) {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub fn alive(pid: u32) -> bool {
+    // A zombie is dead for our purposes.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
