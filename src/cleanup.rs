@@ -13,7 +13,11 @@ use clap::Parser;
 use crate::paths::{self, Dirs};
 
 #[derive(Debug, Parser)]
-#[command(name = "saltpeter-cleanup", version, about = "Remove what a crashed Saltpeter daemon left behind")]
+#[command(
+    name = "saltpeter-cleanup",
+    version,
+    about = "Remove what a crashed Saltpeter daemon left behind"
+)]
 pub struct Args {
     #[arg(long, default_value = paths::DEFAULT_CONFIG_DIR)]
     pub config: PathBuf,

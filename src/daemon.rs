@@ -12,7 +12,11 @@ use crate::supervisor::{self, Policy, preflight};
 use crate::wire::link::Role;
 
 #[derive(Debug, Parser)]
-#[command(name = "saltpeter-daemon", version, about = "Saltpeter: distributed cron for SaltStack fleets")]
+#[command(
+    name = "saltpeter-daemon",
+    version,
+    about = "Saltpeter: distributed cron for SaltStack fleets"
+)]
 pub struct Args {
     /// Directory of job YAML files.
     #[arg(long, default_value = paths::DEFAULT_CONFIG_DIR)]

@@ -18,6 +18,7 @@
 //! - `logging`, `paths`: shared plumbing
 
 pub mod cleanup;
+pub mod config;
 pub mod ctl;
 pub mod daemon;
 pub mod evloop;
@@ -25,7 +26,9 @@ pub mod ipc;
 pub mod logging;
 pub mod paths;
 pub mod roles;
+pub mod schedule;
 pub mod startup;
 pub mod supervisor;
 pub mod wire;
 pub mod workflow;
+pub mod wrapper;

@@ -1,5 +1,5 @@
 //! Settings the supervisor needs before anything starts: directories and listening
-//! addresses from `saltpeter_config` (start-only keys).
+//! addresses, from `saltpeter_config` (start-only keys).
 
 use std::path::{Path, PathBuf};
 
@@ -11,14 +11,29 @@ pub struct Startup {
     pub listen: Listen,
 }
 
-/// Read the start-only keys of the configuration in `config_dir`.
+/// Read the start-only keys of the configuration in `config_dir`. Job errors do not stop
+/// the daemon (those jobs are disabled alone); an unreadable directory does.
 pub fn settings(config_dir: &Path) -> Result<Startup, StartError> {
     crate::supervisor::preflight::check_config_dir(config_dir)?;
+    let loaded = crate::config::load_dir(config_dir, None, chrono::Utc::now()).map_err(|e| {
+        StartError::Config {
+            path: config_dir.to_path_buf(),
+            message: e.to_string(),
+        }
+    })?;
+    let sp = &loaded.saltpeter;
+    let addr = |host: &str, port: u16| {
+        if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        }
+    };
     Ok(Startup {
-        state_dir: None,
-        runtime_dir: None,
+        state_dir: sp.state_dir.clone(),
+        runtime_dir: sp.runtime_dir.clone(),
         listen: Listen {
-            machines: "0.0.0.0:8889".into(),
+            machines: addr(&sp.machines_ws_bind_addr, sp.machines_ws_port),
             api: None,
         },
     })

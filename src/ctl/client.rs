@@ -33,16 +33,23 @@ impl Client {
     }
 
     pub fn request(&mut self, req: &AdminRequest) -> Result<AdminResponse, (i32, String)> {
-        let lost = |e: ChannelError| (EXIT_USAGE, format!("daemon at {}: {e}", self.path.display()));
+        let lost = |e: ChannelError| {
+            (
+                EXIT_USAGE,
+                format!("daemon at {}: {e}", self.path.display()),
+            )
+        };
         let mut resp = self.link.call_blocking(req).map_err(lost)?;
         loop {
             match resp {
                 AdminResponse::Progress(line) => {
                     eprintln!("{line}");
-                    resp = self
-                        .link
-                        .recv_blocking()
-                        .map_err(|e| (EXIT_USAGE, format!("daemon at {}: {e}", self.path.display())))?;
+                    resp = self.link.recv_blocking().map_err(|e| {
+                        (
+                            EXIT_USAGE,
+                            format!("daemon at {}: {e}", self.path.display()),
+                        )
+                    })?;
                 }
                 other => return Ok(other),
             }

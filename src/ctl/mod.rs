@@ -19,7 +19,11 @@ pub const EXIT_FAILED: i32 = 1;
 pub const EXIT_USAGE: i32 = 2;
 
 #[derive(Debug, Parser)]
-#[command(name = "saltpeterctl", version, about = "Control a running Saltpeter daemon")]
+#[command(
+    name = "saltpeterctl",
+    version,
+    about = "Control a running Saltpeter daemon"
+)]
 pub struct Cli {
     /// Admin socket (default: $SALTPETER_SOCKET, then the runtime directory's admin.sock).
     #[arg(long, global = true)]

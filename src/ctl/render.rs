@@ -75,7 +75,10 @@ fn status_json(s: &StatusInfo) -> Value {
 }
 
 fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+    );
 }
 
 pub fn run(r: &RunRecord, json: bool) {
@@ -89,7 +92,10 @@ pub fn run(r: &RunRecord, json: bool) {
         r.job,
         r.trigger,
         r.state,
-        r.reason.as_deref().map(|x| format!(" ({x})")).unwrap_or_default()
+        r.reason
+            .as_deref()
+            .map(|x| format!(" ({x})"))
+            .unwrap_or_default()
     );
     println!(
         "  slot {}  started {}  ended {}",
@@ -97,14 +103,19 @@ pub fn run(r: &RunRecord, json: bool) {
         text(&time(r.started)),
         text(&time(r.ended))
     );
-    println!("  {:<24} {:<20} {:<15} {:>5}", "MACHINE", "STATE", "REASON", "EXIT");
+    println!(
+        "  {:<24} {:<20} {:<15} {:>5}",
+        "MACHINE", "STATE", "REASON", "EXIT"
+    );
     for t in &r.targets {
         println!(
             "  {:<24} {:<20} {:<15} {:>5}",
             t.machine,
             t.state.as_str(),
             t.reason.map(|x| x.as_str()).unwrap_or("-"),
-            t.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "-".into())
+            t.exit_code
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "-".into())
         );
     }
 }
@@ -199,6 +210,9 @@ pub fn config_check(dir: &Path, json: bool) -> CtlResult {
     let _ = json;
     Err((
         EXIT_USAGE,
-        format!("{}: configuration checking is not available yet", dir.display()),
+        format!(
+            "{}: configuration checking is not available yet",
+            dir.display()
+        ),
     ))
 }

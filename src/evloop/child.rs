@@ -118,7 +118,9 @@ pub fn spawn<S: 'static>(
     for (pipe, rx) in pipes {
         let Some(rx) = rx else { continue };
         rx.set_nonblocking(true)?;
-        let token = ctx.add(PipeListener { id, pipe, rx }, Interest::READABLE, |l| &mut l.rx)?;
+        let token = ctx.add(PipeListener { id, pipe, rx }, Interest::READABLE, |l| {
+            &mut l.rx
+        })?;
         pipe_tokens.push((pipe, token));
     }
     let raw = pidfd.as_raw_fd();

@@ -99,7 +99,8 @@ impl<S: 'static> Ctx<S> {
     ) -> io::Result<Token> {
         let token = Token(self.next_token);
         self.next_token += 1;
-        self.registry.register(source(&mut listener), token, interest)?;
+        self.registry
+            .register(source(&mut listener), token, interest)?;
         self.listeners.insert(token, Box::new(listener));
         Ok(token)
     }
@@ -135,7 +136,8 @@ impl<S: 'static> Ctx<S> {
         period: Duration,
         f: impl FnMut(&mut S, &mut Ctx<S>) + 'static,
     ) -> TimerId {
-        self.timers.repeating(Instant::now() + period, period, Box::new(f))
+        self.timers
+            .repeating(Instant::now() + period, period, Box::new(f))
     }
 
     pub fn cancel(&mut self, timer: TimerId) {
@@ -301,15 +303,23 @@ mod tests {
         let mut ev: EventLoop<Vec<u32>> = EventLoop::new().unwrap();
         let now = Instant::now();
         ev.ctx()
-            .at(now + Duration::from_millis(30), |s: &mut Vec<u32>, _| s.push(3));
+            .at(now + Duration::from_millis(30), |s: &mut Vec<u32>, _| {
+                s.push(3)
+            });
         ev.ctx()
-            .at(now + Duration::from_millis(10), |s: &mut Vec<u32>, _| s.push(1));
+            .at(now + Duration::from_millis(10), |s: &mut Vec<u32>, _| {
+                s.push(1)
+            });
         let cancelled = ev
             .ctx()
-            .at(now + Duration::from_millis(20), |s: &mut Vec<u32>, _| s.push(2));
+            .at(now + Duration::from_millis(20), |s: &mut Vec<u32>, _| {
+                s.push(2)
+            });
         ev.ctx().cancel(cancelled);
         ev.ctx()
-            .at(now + Duration::from_millis(40), |_: &mut Vec<u32>, ctx| ctx.stop());
+            .at(now + Duration::from_millis(40), |_: &mut Vec<u32>, ctx| {
+                ctx.stop()
+            });
         let mut state = Vec::new();
         ev.run(&mut state).unwrap();
         assert_eq!(state, vec![1, 3]);
@@ -319,12 +329,13 @@ mod tests {
     #[test]
     fn repeating_timer_and_stop() {
         let mut ev: EventLoop<u32> = EventLoop::new().unwrap();
-        ev.ctx().every(Duration::from_millis(5), |n: &mut u32, ctx| {
-            *n += 1;
-            if *n == 4 {
-                ctx.stop();
-            }
-        });
+        ev.ctx()
+            .every(Duration::from_millis(5), |n: &mut u32, ctx| {
+                *n += 1;
+                if *n == 4 {
+                    ctx.stop();
+                }
+            });
         let mut n = 0;
         ev.run(&mut n).unwrap();
         assert_eq!(n, 4);

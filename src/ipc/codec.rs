@@ -26,7 +26,9 @@ pub fn encode<T: Serialize>(msg: &T, limit: usize) -> Result<Vec<u8>, CodecError
 }
 
 pub fn decode<T: DeserializeOwned>(bytes: &[u8], limit: usize) -> Result<T, CodecError> {
-    options(limit).deserialize(bytes).map_err(CodecError::Decode)
+    options(limit)
+        .deserialize(bytes)
+        .map_err(CodecError::Decode)
 }
 
 #[cfg(test)]
@@ -42,6 +44,9 @@ mod tests {
         let mut forged = vec![0xff];
         forged.extend_from_slice(&(1u64 << 60).to_le_bytes());
         assert!(decode::<String>(&forged, 1024).is_err());
-        assert!(decode::<u8>(&[1, 2], 1024).is_err(), "trailing bytes rejected");
+        assert!(
+            decode::<u8>(&[1, 2], 1024).is_err(),
+            "trailing bytes rejected"
+        );
     }
 }

@@ -19,9 +19,15 @@ pub type CallId = u64;
 /// peer's calls.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Packet<Req, Rep> {
-    Call { id: CallId, req: Req },
+    Call {
+        id: CallId,
+        req: Req,
+    },
     Cast(Req),
-    Reply { id: CallId, result: Result<Rep, RemoteError> },
+    Reply {
+        id: CallId,
+        result: Result<Rep, RemoteError>,
+    },
 }
 
 /// An error the remote side returned for a call.
@@ -61,9 +67,14 @@ pub struct PendingCalls<T> {
 
 impl<T> PendingCalls<T> {
     pub fn new(peer: Role) -> PendingCalls<T> {
+        Self::with_first_id(peer, 1)
+    }
+
+    /// Ids start at `first` (to keep the ids of two links apart).
+    pub fn with_first_id(peer: Role, first: CallId) -> PendingCalls<T> {
         PendingCalls {
             peer,
-            next_id: 1,
+            next_id: first,
             calls: HashMap::new(),
         }
     }

@@ -181,7 +181,9 @@ pub fn run(args: RoleArgs) -> i32 {
         Role::Main => main::run(args),
         Role::Db => db::run(args),
         Role::Blocking => blocking::run(args),
-        Role::Supervisor | Role::Ctl => Err(RoleError::Start(format!("{role} is not a child role"))),
+        Role::Supervisor | Role::Ctl => {
+            Err(RoleError::Start(format!("{role} is not a child role")))
+        }
     };
     match result {
         Ok(code) => code,

@@ -19,9 +19,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, ExitStatus};
 use std::time::Duration;
 
+use mio::Interest;
 use mio::event::Event;
 use mio::unix::SourceFd;
-use mio::Interest;
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 
@@ -78,6 +78,7 @@ struct Supervisor {
     exit_code: i32,
     policy: Policy,
     started_at: i64,
+    wrapper_port: u16,
 }
 
 impl Supervisor {
@@ -128,6 +129,11 @@ fn supervise(
         exit_code: 0,
         policy,
         started_at: chrono::Utc::now().timestamp_millis(),
+        wrapper_port: prepared
+            .wrappers
+            .local_addr()
+            .map(|a| a.port())
+            .unwrap_or(0),
     };
     // Signals first, so a SIGTERM during start-up is not lost.
     signals::watch(
@@ -156,7 +162,10 @@ fn supervise(
             .register(
                 &mut SourceFd(&raw),
                 Interest::READABLE,
-                ExitWatch { role, _pidfd: pidfd },
+                ExitWatch {
+                    role,
+                    _pidfd: pidfd,
+                },
             )
             .map_err(StartError::Loop)?;
         let stream = std::os::unix::net::UnixStream::from(control);
@@ -169,12 +178,11 @@ fn supervise(
                 Forward::new(role, on_control),
             )
             .map_err(StartError::Loop)?;
-        let control = Channel::new(stream, Role::Supervisor, role).map_err(|e| {
-            StartError::Spawn {
+        let control =
+            Channel::new(stream, Role::Supervisor, role).map_err(|e| StartError::Spawn {
                 role: role.name().to_string(),
                 source: std::io::Error::other(e.to_string()),
-            }
-        })?;
+            })?;
         sup.slots.push(Slot {
             role,
             child,
@@ -184,19 +192,20 @@ fn supervise(
         });
     }
     let start_timeout = sup.policy.start_timeout;
-    ev.ctx().after(start_timeout, move |sup: &mut Supervisor, ctx| {
-        if sup.phase == Phase::Starting {
-            let late: Vec<&str> = sup
-                .slots
-                .iter()
-                .filter(|s| !s.ready)
-                .map(|s| s.role.name())
-                .collect();
-            log::error!("not ready within {start_timeout:?}: {}", late.join(", "));
-            sup.exit_code = 1;
-            begin_stop(sup, ctx);
-        }
-    });
+    ev.ctx()
+        .after(start_timeout, move |sup: &mut Supervisor, ctx| {
+            if sup.phase == Phase::Starting {
+                let late: Vec<&str> = sup
+                    .slots
+                    .iter()
+                    .filter(|s| !s.ready)
+                    .map(|s| s.role.name())
+                    .collect();
+                log::error!("not ready within {start_timeout:?}: {}", late.join(", "));
+                sup.exit_code = 1;
+                begin_stop(sup, ctx);
+            }
+        });
     ev.run(&mut sup).map_err(StartError::Loop)?;
     Ok(sup.exit_code)
 }
@@ -334,12 +343,13 @@ fn all_ready(sup: &mut Supervisor) {
         role: s.role.name().to_string(),
         pid: s.child.id(),
     }));
-    let started_at = sup.started_at;
+    let (started_at, wrapper_port) = (sup.started_at, sup.wrapper_port);
     sup.send(
         Role::Main,
         ControlDown::Processes {
             started_at,
             processes,
+            wrapper_port,
         },
     );
     if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {

@@ -188,7 +188,9 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let file = tmp.path().join("file");
         fs::write(&file, b"x").unwrap();
-        let err = check_state_dir(&file.join("state")).unwrap_err().to_string();
+        let err = check_state_dir(&file.join("state"))
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("state directory"), "{err}");
     }
 

@@ -51,13 +51,8 @@ pub fn spawn_role(
         let target = FIRST_CHILD_FD + i as RawFd;
         // Park above every target so moving one cannot clobber another.
         // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor or -1; the original stays owned.
-        let parked = unsafe {
-            nix::libc::fcntl(
-                named.fd.as_raw_fd(),
-                nix::libc::F_DUPFD_CLOEXEC,
-                PARK_FD,
-            )
-        };
+        let parked =
+            unsafe { nix::libc::fcntl(named.fd.as_raw_fd(), nix::libc::F_DUPFD_CLOEXEC, PARK_FD) };
         if parked < 0 {
             return Err(io::Error::last_os_error());
         }

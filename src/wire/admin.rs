@@ -10,13 +10,28 @@ use super::records::{Millis, RunId, RunRecord, RunState};
 pub enum AdminRequest {
     Status,
     Jobs,
-    Runs { job: Option<String>, limit: u32 },
-    GetRun { run: RunId },
-    RunNow { job: String },
+    Runs {
+        job: Option<String>,
+        limit: u32,
+    },
+    GetRun {
+        run: RunId,
+    },
+    RunNow {
+        job: String,
+    },
     /// Answered when the run has finished.
-    WaitRun { run: RunId },
-    Output { run: RunId, machine: String },
-    Kill { run: RunId, machine: Option<String> },
+    WaitRun {
+        run: RunId,
+    },
+    Output {
+        run: RunId,
+        machine: String,
+    },
+    Kill {
+        run: RunId,
+        machine: Option<String>,
+    },
     Reload,
 }
 
@@ -48,7 +63,9 @@ pub enum AdminResponse {
     Jobs(Vec<JobInfo>),
     Runs(Vec<RunRecord>),
     Run(RunRecord),
-    Started { run: RunId },
+    Started {
+        run: RunId,
+    },
     Output(Vec<u8>),
     Done(String),
     /// A progress line of a long operation; the final answer follows.

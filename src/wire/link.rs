@@ -79,6 +79,8 @@ pub enum ControlDown {
     Processes {
         started_at: Millis,
         processes: Vec<ProcessInfo>,
+        /// The port wrappers connect to (bound by the supervisor; may have been 0).
+        wrapper_port: u16,
     },
 }
 
@@ -156,11 +158,35 @@ pub enum HubReply {
     Verdict(WrapperVerdict),
 }
 
+/// A value that crosses a link as its JSON text: for the wrapper protocol's internally
+/// tagged messages, which bincode cannot decode directly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AsJson<T>(pub T);
+
+impl<T: Serialize> Serialize for AsJson<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let text = serde_json::to_string(&self.0).map_err(serde::ser::Error::custom)?;
+        serializer.serialize_str(&text)
+    }
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for AsJson<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        serde_json::from_str(&text)
+            .map(AsJson)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 /// Main -> hub requests (casts).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum MainToHub {
     /// Send a control message to a wrapper.
-    ToWrapper { conn: ConnId, msg: ServerMsg },
+    ToWrapper {
+        conn: ConnId,
+        msg: AsJson<ServerMsg>,
+    },
     /// Close a wrapper connection (after `done` or `reject`).
     CloseWrapper { conn: ConnId },
     /// Progress of a long admin call (e.g. `run --wait`), before its final reply.
@@ -212,3 +238,35 @@ pub enum BlockingReply {
 /// Blocking -> main requests (none today).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum BlockingNotice {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::wrapper::KillReason;
+
+    #[test]
+    fn wrapper_commands_cross_a_bincode_link() {
+        let msg = MainToHub::ToWrapper {
+            conn: 3,
+            msg: AsJson(ServerMsg::Kill {
+                reason: KillReason::User,
+                grace_s: 5,
+            }),
+        };
+        let bytes = crate::ipc::codec::encode(&msg, 1024).unwrap();
+        let back: MainToHub = crate::ipc::codec::decode(&bytes, 1024).unwrap();
+        match back {
+            MainToHub::ToWrapper { conn, msg } => {
+                assert_eq!(conn, 3);
+                assert_eq!(
+                    msg.0,
+                    ServerMsg::Kill {
+                        reason: KillReason::User,
+                        grace_s: 5
+                    }
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

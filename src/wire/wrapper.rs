@@ -212,7 +212,10 @@ mod tests {
 
     #[test]
     fn output_frame_rejects_garbage() {
-        assert_eq!(OutputFrame::decode(&[1, 2]), Err(OutputFrameError::Short(2)));
+        assert_eq!(
+            OutputFrame::decode(&[1, 2]),
+            Err(OutputFrameError::Short(2))
+        );
         assert_eq!(
             OutputFrame::decode(&[9, 0, 0, 0, 0, 0, 0, 0, 1]),
             Err(OutputFrameError::BadStream(9))

@@ -38,7 +38,10 @@ fn sigterm_stops_everything_cleanly() {
         wait_until("process gone", HANG, || (!alive(pid)).then_some(()));
     }
     assert!(!d.socket().exists(), "admin socket removed");
-    assert!(!d.runtime_dir().join("saltpeter.pid").exists(), "pid file removed");
+    assert!(
+        !d.runtime_dir().join("saltpeter.pid").exists(),
+        "pid file removed"
+    );
     let log = d.log_text();
     let hub = log.find("hub process stopped").expect("hub stopped");
     let main = log.find("main process stopped").expect("main stopped");
@@ -59,7 +62,11 @@ fn sigkill_of_any_child_stops_all_with_failure() {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL)
             .expect("kill child");
         let status = d.wait_exit();
-        assert_ne!(status.code(), Some(0), "killing {victim} must fail the daemon");
+        assert_ne!(
+            status.code(),
+            Some(0),
+            "killing {victim} must fail the daemon"
+        );
         for (role, pid) in procs {
             wait_until(&format!("{role} gone after {victim} died"), HANG, || {
                 (!alive(pid)).then_some(())
@@ -84,7 +91,11 @@ fn restart_after_cleanup_on_the_same_state() {
         .arg(d.runtime_dir())
         .output()
         .expect("cleanup");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(!d.socket().exists(), "cleanup removed the stale socket");
     // Idempotent: nothing to do is success too.
     let again = std::process::Command::new(CLEANUP)

@@ -119,12 +119,17 @@ impl Daemon {
         let mut buf = [0u8; 4096];
         loop {
             if let Ok(n) = self.notify.recv(&mut buf)
-                && String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == "READY=1")
+                && String::from_utf8_lossy(&buf[..n])
+                    .lines()
+                    .any(|l| l == "READY=1")
             {
                 return start.elapsed();
             }
             if let Some(status) = self.try_status() {
-                panic!("daemon exited before READY ({status}):\n{}", self.log_text());
+                panic!(
+                    "daemon exited before READY ({status}):\n{}",
+                    self.log_text()
+                );
             }
             assert!(start.elapsed() < HANG, "no READY=1:\n{}", self.log_text());
         }
@@ -139,7 +144,9 @@ impl Daemon {
     }
 
     pub fn try_status(&mut self) -> Option<ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     pub fn wait_exit(&mut self) -> ExitStatus {

@@ -100,7 +100,11 @@ pub fn launch(
                 Ok(())
             } else {
                 let stderr = String::from_utf8_lossy(&out.stderr);
-                Err(format!("wrapper launch failed ({}): {}", out.status, stderr.trim()))
+                Err(format!(
+                    "wrapper launch failed ({}): {}",
+                    out.status,
+                    stderr.trim()
+                ))
             };
             record(state, id, done_machine, result);
         });

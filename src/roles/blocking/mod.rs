@@ -8,7 +8,7 @@ mod local;
 
 use mio::event::Event;
 
-use super::{Controlled, ControlLink, Link, RoleArgs, RoleError, attach_control, open_link};
+use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::rpc::{CallId, Packet, RemoteError};
 use crate::wire::link::{
@@ -107,7 +107,6 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         batches: Default::default(),
         wrapper_log_dir: args.dirs.state.join("wrapper-logs"),
     };
-    ev.run(&mut state)
-        .map_err(RoleError::setup("event loop"))?;
+    ev.run(&mut state).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }

@@ -1,20 +1,35 @@
 //! The `db` process: the only daemon process that touches SQLite.
 //!
-//! Placeholder loop until the store is wired in: it answers main's link and the
-//! supervisor's control messages.
+//! Outline of one loop turn: read every request main has sent, apply them in one
+//! transaction, commit, and only then answer. Answers to writes therefore mean "durable",
+//! and an output `ack` that main derives from them never covers uncommitted bytes. If the
+//! commit fails (a full disk), the batch is rolled back and applied once more; if that
+//! fails too, every request of the batch is answered with the error: main keeps its
+//! in-memory state and the wrappers keep their unacknowledged output, so nothing is lost.
+//! db may block on SQLite: that is why it is a process of its own.
+
+pub mod output;
+pub mod protocol;
+pub mod runs;
+pub mod schema;
+pub mod store;
 
 use mio::event::Event;
 
-use super::{Controlled, ControlLink, Link, RoleArgs, RoleError, attach_control, open_link};
+use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
 use crate::evloop::{Ctx, EventLoop, Flow};
-use crate::ipc::rpc::Packet;
+use crate::ipc::CallId;
+use crate::ipc::rpc::{Packet, RemoteError};
 use crate::wire::link::{ControlDown, Role};
+use protocol::{DbNotice, DbReply, DbRequest};
+use store::{Store, StoreError};
 
-type MainLink = Link<Packet<(), ()>, Packet<(), ()>>;
+type MainLink = Link<Packet<DbNotice, DbReply>, Packet<DbRequest, DbNotice>>;
 
 pub struct Db {
     control: ControlLink,
     main: MainLink,
+    store: Store,
 }
 
 impl Controlled for Db {
@@ -24,15 +39,168 @@ impl Controlled for Db {
 
     fn on_control(&mut self, ctx: &mut Ctx<Self>, msg: ControlDown) {
         if let ControlDown::Shutdown = msg {
+            log::info!("shutting down");
             ctx.stop();
         }
     }
 }
 
-fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), _event: &Event) -> Flow {
-    let _ = db.main.on_writable();
+fn remote(e: StoreError) -> RemoteError {
+    match e {
+        StoreError::DiskFull { .. } => RemoteError::DiskFull(e.to_string()),
+        StoreError::NotFound { .. } => RemoteError::NotFound(e.to_string()),
+        other => RemoteError::Failed(other.to_string()),
+    }
+}
+
+/// Apply one request to the store.
+pub fn apply(store: &mut Store, req: &DbRequest) -> Result<DbReply, StoreError> {
+    Ok(match req {
+        DbRequest::CreateRun(run) => DbReply::RunCreated(store.create_run(run)?),
+        DbRequest::UpdateRun { run, update } => {
+            store.update_run(*run, update)?;
+            DbReply::Done
+        }
+        DbRequest::UpdateTarget {
+            run,
+            machine,
+            update,
+        } => {
+            store.update_target(*run, machine, update)?;
+            DbReply::Done
+        }
+        DbRequest::AppendOutput {
+            run,
+            machine,
+            seq,
+            stream,
+            data,
+            limit,
+        } => {
+            let outcome = store.append_output(*run, machine, *seq, *stream, data, *limit)?;
+            DbReply::OutputStored {
+                contiguous_seq: outcome.contiguous_seq,
+            }
+        }
+        DbRequest::GetRun(run) => DbReply::Run(store.get_run(*run)?),
+        DbRequest::ListRuns(filter) => DbReply::Runs(store.list_runs(filter)?),
+        DbRequest::LastRuns => DbReply::LastRuns(store.last_run_per_job()?),
+        DbRequest::InFlight => DbReply::Runs(store.in_flight_runs()?),
+        DbRequest::Output {
+            run,
+            machine,
+            query,
+        } => DbReply::Output(store.read_output(*run, machine, query)?),
+        DbRequest::GetMeta(key) => DbReply::Meta(store.get_meta(key)?),
+        DbRequest::SetMeta { key, value } => {
+            store.set_meta(key, value)?;
+            DbReply::Done
+        }
+        DbRequest::RecordEvent(event) => {
+            store.record_event(event)?;
+            DbReply::Done
+        }
+        DbRequest::ListEvents(filter) => DbReply::Events(store.list_events(filter)?),
+    })
+}
+
+/// Apply a batch in one transaction; `Err` if the transaction itself could not commit.
+fn apply_batch(
+    store: &mut Store,
+    calls: &[(CallId, DbRequest)],
+) -> Result<Vec<Result<DbReply, StoreError>>, StoreError> {
+    store.begin_batch()?;
+    let mut results = Vec::with_capacity(calls.len());
+    for (_, req) in calls {
+        match apply(store, req) {
+            Err(lost @ StoreError::BatchLost { .. }) => {
+                let _ = store.rollback_batch();
+                return Err(lost);
+            }
+            result => results.push(result),
+        }
+    }
+    if let Err(e) = store.commit_batch() {
+        let _ = store.rollback_batch();
+        return Err(e);
+    }
+    Ok(results)
+}
+
+fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
+    if calls.is_empty() {
+        return;
+    }
+    let results = match apply_batch(&mut db.store, &calls) {
+        Ok(results) => results,
+        Err(first) => {
+            log::warn!(
+                "batch of {} requests failed ({first}); retrying once",
+                calls.len()
+            );
+            match apply_batch(&mut db.store, &calls) {
+                Ok(results) => results,
+                Err(e) => {
+                    log::error!("batch of {} requests failed again: {e}", calls.len());
+                    let err = remote(e);
+                    for (id, _) in &calls {
+                        let _ = db.main.send(&Packet::Reply {
+                            id: *id,
+                            result: Err(err.clone()),
+                        });
+                    }
+                    return;
+                }
+            }
+        }
+    };
+    for ((id, req), result) in calls.iter().zip(results) {
+        let result = result.map_err(|e| {
+            log::warn!("{req_kind} failed: {e}", req_kind = kind(req));
+            remote(e)
+        });
+        if let Err(e) = db.main.send(&Packet::Reply { id: *id, result }) {
+            log::error!("could not answer main: {e}");
+        }
+    }
+}
+
+fn kind(req: &DbRequest) -> &'static str {
+    match req {
+        DbRequest::CreateRun(_) => "create run",
+        DbRequest::UpdateRun { .. } => "update run",
+        DbRequest::UpdateTarget { .. } => "update target",
+        DbRequest::AppendOutput { .. } => "append output",
+        DbRequest::GetRun(_) => "get run",
+        DbRequest::ListRuns(_) => "list runs",
+        DbRequest::LastRuns => "last runs",
+        DbRequest::InFlight => "runs in flight",
+        DbRequest::Output { .. } => "read output",
+        DbRequest::GetMeta(_) => "read setting",
+        DbRequest::SetMeta { .. } => "write setting",
+        DbRequest::RecordEvent(_) => "record event",
+        DbRequest::ListEvents(_) => "list events",
+    }
+}
+
+fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
+    if event.is_writable()
+        && let Err(e) = db.main.on_writable()
+    {
+        log::debug!("link to main: {e}");
+    }
     match db.main.receive() {
-        Ok(_) => Flow::Continue,
+        Ok(msgs) => {
+            let mut calls = Vec::new();
+            for msg in msgs {
+                match msg {
+                    Packet::Call { id, req } => calls.push((id, req)),
+                    other => log::warn!("unexpected message from main: {other:?}"),
+                }
+            }
+            serve(db, calls);
+            Flow::Continue
+        }
         Err(e) => {
             log::error!("link to main: {e}; exiting");
             ctx.stop();
@@ -41,12 +209,29 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), _event: &Event) -> Flow {
     }
 }
 
+/// Read-only check of the database for `saltpeter-cleanup`.
+pub fn check_database(path: &std::path::Path) -> Result<(), String> {
+    if !path.exists() {
+        return Ok(());
+    }
+    match Store::check(path) {
+        Ok(report) if report.is_ok() => Ok(()),
+        Ok(report) => Err(format!("database {}: {report:?}", path.display())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
+    let store = Store::open(&args.dirs.database()).map_err(|e| RoleError::Start(e.to_string()))?;
     let mut ev: EventLoop<Db> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let stream = args.take_stream("main")?;
     let (main, _) = open_link(ev.ctx(), stream, Role::Db, Role::Main, (), on_main)?;
     let control = attach_control(ev.ctx(), &mut args)?;
-    let mut db = Db { control, main };
+    let mut db = Db {
+        control,
+        main,
+        store,
+    };
     ev.run(&mut db).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }

@@ -27,7 +27,7 @@ use crate::wire::wrapper::Stream;
 pub const MAX_PENDING_SEQS: u64 = 100_000;
 
 /// Bytes of output kept per target: the first `head` and the last `tail`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutputLimit {
     pub head: u64,
     pub tail: u64,
@@ -57,7 +57,7 @@ pub struct AppendOutcome {
 }
 
 /// Which part of a target's output [`Store::read_output`] returns.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutputQuery {
     /// Only this stream.
     pub stream: Option<Stream>,
@@ -70,7 +70,7 @@ pub struct OutputQuery {
 }
 
 /// Output read back.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutputBytes {
     /// Kept bytes in arrival order (stdout and stderr interleaved as they came).
     pub data: Vec<u8>,
@@ -464,7 +464,11 @@ impl Target<'_, '_> {
             kept += rest.len() as u64;
             let mut excess = p.tail.saturating_sub(limit.tail);
             while excess > 0 {
-                let shed = self.shed_oldest_tail(p.head, excess)?;
+                let shed = self.shed_oldest_tail(p, excess)?;
+                debug_assert!(
+                    shed > 0,
+                    "the tail window starts right after the omitted gap"
+                );
                 if shed == 0 {
                     break;
                 }
@@ -535,25 +539,29 @@ impl Target<'_, '_> {
         from_db(op, "output_chunks.data", bytes)
     }
 
-    /// Removes up to `excess` bytes from the front of the tail window (whole oldest chunk
-    /// or the front of it); returns how many went.
-    fn shed_oldest_tail(&self, head: u64, excess: u64) -> Result<u64, StoreError> {
+    /// Removes up to `excess` bytes from the front of the tail window (the whole oldest
+    /// chunk or the front of it); returns how many went.
+    ///
+    /// The tail window starts right after the omitted gap, so its oldest chunk is found
+    /// by equality on `pos`: a range on a bound parameter would make SQLite (STAT4)
+    /// prepare the statement again at every call.
+    fn shed_oldest_tail(&self, p: &Progress, excess: u64) -> Result<u64, StoreError> {
         let op = Op::AppendOutput;
-        let head = to_db(op, "head bytes", head)?;
-        let oldest = self
+        let pos = to_db(op, "output position", p.head + p.omitted)?;
+        let len = self
             .conn
             .prepare_cached(
-                "SELECT pos, length(data) FROM output_chunks
-                 WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3 ORDER BY pos LIMIT 1",
+                "SELECT length(data) FROM output_chunks
+                 WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
             )
             .and_then(|mut stmt| {
-                stmt.query_row(params![self.run_id, self.machine, head], |row| {
-                    Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?))
+                stmt.query_row(params![self.run_id, self.machine, pos], |row| {
+                    row.get::<_, i64>(0)
                 })
                 .optional()
             })
             .map_err(sql_error(op))?;
-        let Some((pos, len)) = oldest else {
+        let Some(len) = len else {
             return Ok(0);
         };
         let len = from_db(op, "output_chunks.data", len)?;

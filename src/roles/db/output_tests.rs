@@ -350,7 +350,11 @@ fn append_throughput() {
         .create_run(&new_run("job", None, RunState::Running, &names))
         .unwrap()
         .unwrap();
-    let frame = vec![b'x'; 200];
+    let size: usize = std::env::var("FRAME")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let frame = vec![b'x'; size];
     for (label, limit) in [
         (
             "within head",
@@ -390,5 +394,23 @@ fn append_throughput() {
             frames / secs,
             frames * 200.0 / secs / 1e6
         );
+    }
+}
+
+#[test]
+fn tmp_plan() {
+    let (_dir, store) = temp_store();
+    for sql in [
+        "EXPLAIN QUERY PLAN SELECT pos, length(data) FROM output_chunks WHERE run_id = 1 AND machine = 'm' AND pos >= 0 ORDER BY pos LIMIT 1",
+        "EXPLAIN QUERY PLAN DELETE FROM output_chunks WHERE run_id = 1 AND machine = 'm' AND pos = 5",
+        "EXPLAIN QUERY PLAN UPDATE targets SET seq_pending = 1 WHERE run_id = 1 AND machine = 'm'",
+    ] {
+        let mut stmt = store.conn.prepare(sql).unwrap();
+        let rows: Vec<String> = stmt
+            .query_map([], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        eprintln!("{sql}\n  -> {rows:?}");
     }
 }

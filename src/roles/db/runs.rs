@@ -18,7 +18,7 @@ use crate::wire::records::{
 };
 
 /// A run to record.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NewRun {
     pub job: String,
     /// Scheduled instant; `None` for a manual run.
@@ -32,7 +32,7 @@ pub struct NewRun {
 }
 
 /// Changes to a run; only the fields that are `Some` change.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RunUpdate {
     pub state: Option<RunState>,
     pub reason: Option<String>,
@@ -41,7 +41,7 @@ pub struct RunUpdate {
 }
 
 /// Changes to a target; only the fields that are `Some` change.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TargetUpdate {
     pub state: Option<TargetState>,
     pub reason: Option<TargetReason>,
@@ -67,7 +67,7 @@ pub struct TargetDetail {
 }
 
 /// Which runs [`Store::list_runs`] returns, newest first; `before_id` pages backwards.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RunFilter {
     pub job: Option<String>,
     pub state: Option<RunState>,

@@ -168,6 +168,10 @@ pub(crate) fn parse_name<T>(
     })
 }
 
+/// Prepared statements kept; above the number of distinct statements the store runs
+/// (filters of `list_runs`/`list_events` build a few variants each).
+const STATEMENT_CACHE: usize = 128;
+
 /// The SQLite database of the `db` role.
 pub struct Store {
     pub(crate) conn: Connection,
@@ -184,6 +188,8 @@ impl Store {
             source,
         })?;
         schema::prepare(&mut conn, path)?;
+        // Every statement of the store stays prepared (the default cache holds 16).
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(Store {
             conn,
             path: path.to_path_buf(),
@@ -434,7 +440,7 @@ impl Store {
 
 /// An audit event to record (`kind` is a short snake_case name such as `run_created`,
 /// `target_lost`, `maintenance_set`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NewEvent {
     pub at: Millis,
     pub kind: String,
@@ -445,14 +451,14 @@ pub struct NewEvent {
 }
 
 /// A recorded event.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EventRecord {
     pub id: u64,
     pub event: NewEvent,
 }
 
 /// Which events [`Store::list_events`] returns; `before_id` pages backwards.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EventFilter {
     pub job: Option<String>,
     pub run: Option<RunId>,

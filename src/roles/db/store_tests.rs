@@ -313,7 +313,6 @@ fn disk_full_is_its_own_error_and_the_store_recovers() {
     );
     assert!(err.to_string().contains("database is full"), "{err}");
     // Either the batch survived (statement rollback) or it is reported as lost.
-    eprintln!("DISKFULL in_batch={}", store.in_batch());
     if store.in_batch() {
         store.commit_batch().unwrap();
         assert_eq!(store.max_contiguous_seq(id, "m").unwrap(), seq - 1);

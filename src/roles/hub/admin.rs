@@ -65,7 +65,11 @@ fn allowed(stream: &UnixStream) -> Result<(), String> {
     if creds.uid() == 0 || creds.uid() == me {
         Ok(())
     } else {
-        Err(format!("uid {} (pid {}) is not allowed", creds.uid(), creds.pid()))
+        Err(format!(
+            "uid {} (pid {}) is not allowed",
+            creds.uid(),
+            creds.pid()
+        ))
     }
 }
 
@@ -139,7 +143,9 @@ fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, event: &Event) -> Flow
             log::warn!("admin connection {id}: {e}; closing it");
             let _ = conn
                 .link
-                .send(&AdminResponse::Failure(AdminFailure::Invalid(e.to_string())));
+                .send(&AdminResponse::Failure(AdminFailure::Invalid(
+                    e.to_string(),
+                )));
             let token = conn.token;
             hub.admin.conns.remove(&id);
             ctx.remove(token);
@@ -168,6 +174,8 @@ pub fn fail(hub: &mut Hub, id: ConnId, err: &CallError) {
     if let Some(conn) = hub.admin.conns.get_mut(&id) {
         let _ = conn
             .link
-            .send(&AdminResponse::Failure(AdminFailure::Internal(err.to_string())));
+            .send(&AdminResponse::Failure(AdminFailure::Internal(
+                err.to_string(),
+            )));
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use mio::event::Event;
 
-use super::{Controlled, ControlLink, Link, RoleArgs, RoleError, attach_control, open_link};
+use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::rpc::{CallError, Packet, PendingCalls};
 use crate::wire::link::{ControlDown, HubAnswer, HubReply, HubRequest, MainToHub, Role};
@@ -112,7 +112,7 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
                 }
             }
             Packet::Cast(cmd) => match cmd {
-                MainToHub::ToWrapper { conn, msg } => wrappers::send(hub, ctx, conn, &msg),
+                MainToHub::ToWrapper { conn, msg } => wrappers::send(hub, ctx, conn, &msg.0),
                 MainToHub::CloseWrapper { conn } => wrappers::close(hub, ctx, conn),
                 MainToHub::AdminProgress { call, line } => admin::progress(hub, call, line),
             },

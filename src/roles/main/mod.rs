@@ -1,21 +1,75 @@
 //! The `main` process: configuration, schedules, run state and Workflows.
 //!
-//! Placeholder until the run machinery is wired in: it serves `status`.
+//! Outline:
+//! 1. Start-up: load the configuration and the server secret, connect the links, plan the
+//!    schedule, say `Ready`.
+//! 2. The schedule timer fires at the earliest slot; each due slot becomes a run Workflow
+//!    (`run_flow`), or a recorded skip (overlap, missed).
+//! 3. Wrapper sessions (`sessions`) arrive from the hub; main vets hellos, keeps the
+//!    liveness clock, forwards output to db and acks only what db committed.
+//! 4. Admin requests (`admin`) read and change the same state.
+//!
+//! Everything that changes a run emits a wake key; after each event the loop hands the
+//! keys to the Workflow registry, which resumes the steps waiting on them. The registry
+//! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
 
+mod admin;
+mod run_flow;
+mod runs;
+mod scheduler;
+mod sessions;
+pub mod tokens;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
 use mio::event::Event;
 
-use super::{Controlled, ControlLink, Link, RoleArgs, RoleError, attach_control, open_link};
+use super::db::protocol::{DbNotice, DbReply, DbRequest};
+use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
+use crate::config::{self, LoadedConfig};
+use crate::evloop::timers::TimerId;
 use crate::evloop::{Ctx, EventLoop, Flow};
-use crate::ipc::rpc::{CallId, Packet};
-use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, StatusInfo};
+use crate::ipc::rpc::{CallError, CallId, Packet, PendingCalls};
 use crate::wire::link::{
-    BlockingNotice, BlockingReply, BlockingRequest, ControlDown, HubAnswer, HubReply, HubRequest,
-    MainToHub, ProcessInfo, Role,
+    BlockingNotice, BlockingReply, BlockingRequest, ConnId, ControlDown, HubAnswer, HubReply,
+    HubRequest, MainToHub, ProcessInfo, Role,
 };
+use crate::wire::records::RunId;
+use crate::wire::wrapper::ServerMsg;
+use crate::workflow::{Registry, WakeKey};
+use runs::ActiveRun;
+use scheduler::Scheduler;
+use tokens::Secret;
 
 type HubLink = Link<Packet<MainToHub, HubReply>, Packet<HubRequest, HubAnswer>>;
-type DbLink = Link<Packet<(), ()>, Packet<(), ()>>;
-type BlockingLink = Link<Packet<BlockingRequest, BlockingNotice>, Packet<BlockingNotice, BlockingReply>>;
+type DbLink = Link<Packet<DbRequest, DbNotice>, Packet<DbNotice, DbReply>>;
+type BlockingLink =
+    Link<Packet<BlockingRequest, BlockingNotice>, Packet<BlockingNotice, BlockingReply>>;
+
+/// Blocking call ids live in their own range so they never collide with db call ids in
+/// the Workflow registry's wake keys.
+const BLOCKING_CALL_BASE: u64 = 1 << 40;
+const DB_TIMEOUT: Duration = Duration::from_secs(60);
+const LAUNCH_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What to do with a db reply.
+#[derive(Debug, Clone)]
+pub enum DbWait {
+    /// A Workflow step waits on this call id.
+    Step,
+    /// An admin request of the hub's call id.
+    Admin(CallId, admin::Pending),
+    /// Output stored: ack it to the wrapper.
+    Output { run: RunId, machine: String },
+    /// A target's final state is recorded.
+    TargetFinished { run: RunId, machine: String },
+    /// A write nobody waits for; failures are logged.
+    Write(&'static str),
+}
 
 #[derive(Debug, Clone, Copy)]
 enum Peer {
@@ -24,63 +78,389 @@ enum Peer {
     Blocking,
 }
 
+/// Process state handed to handlers and to Workflow steps.
 pub struct Main {
     control: ControlLink,
     hub: HubLink,
     db: DbLink,
     blocking: BlockingLink,
+    db_calls: PendingCalls<DbWait>,
+    blocking_calls: PendingCalls<()>,
+    /// Replies for Workflow steps, taken by the step that waits on the call id.
+    pub db_replies: HashMap<CallId, Result<DbReply, CallError>>,
+    pub blocking_replies: HashMap<CallId, Result<BlockingReply, CallError>>,
+    /// Wake keys emitted since the registry last saw them.
+    wakes: Vec<WakeKey>,
+    pub config: LoadedConfig,
+    pub secret: Secret,
+    pub runs: BTreeMap<RunId, ActiveRun>,
+    pub sessions: HashMap<ConnId, (RunId, String)>,
+    scheduler: Scheduler,
     processes: Vec<ProcessInfo>,
     started_at: i64,
+    pub wrapper_port: u16,
+    /// New runs are not started once shutdown began.
+    stopping: bool,
+    /// Runs to start, queued by handlers that cannot reach the registry.
+    to_start: Vec<run_flow::RunRequest>,
+    /// Runs in flight or queued, per job (the overlap rule).
+    busy_jobs: HashMap<String, usize>,
+    liveness_armed: bool,
 }
 
-impl Controlled for Main {
+/// The loop state: the process state and the Workflow registry side by side.
+pub struct MainRole {
+    core: Main,
+    workflows: Registry<Main>,
+    schedule_timer: Option<TimerId>,
+    workflow_timer: Option<(TimerId, Instant)>,
+}
+
+impl Main {
+    fn wake(&mut self, key: WakeKey) {
+        self.wakes.push(key);
+    }
+
+    /// The wake key of everything that changes a run.
+    pub fn run_event(run: RunId) -> String {
+        format!("run:{run}")
+    }
+
+    pub fn wake_run(&mut self, run: RunId) {
+        self.wake(WakeKey::Event(Main::run_event(run)));
+    }
+
+    pub fn db_call(&mut self, req: DbRequest, wait: DbWait) -> CallId {
+        let id = self.db_calls.start(Instant::now(), DB_TIMEOUT, wait);
+        if let Err(e) = self.db.send(&Packet::Call { id, req }) {
+            log::error!("could not reach db: {e}");
+            if let Some(wait) = self.db_calls.finish(id) {
+                self.db_answer(id, wait, Err(CallError::PeerGone(Role::Db)));
+            }
+        }
+        id
+    }
+
+    pub fn blocking_call(&mut self, req: BlockingRequest) -> CallId {
+        let id = self
+            .blocking_calls
+            .start(Instant::now(), LAUNCH_TIMEOUT, ());
+        if let Err(e) = self.blocking.send(&Packet::Call { id, req }) {
+            log::error!("could not reach blocking: {e}");
+            self.blocking_calls.finish(id);
+            self.blocking_replies
+                .insert(id, Err(CallError::PeerGone(Role::Blocking)));
+            self.wake(WakeKey::Call(id));
+        }
+        id
+    }
+
+    pub fn to_hub(&mut self, msg: MainToHub) {
+        if let Err(e) = self.hub.send(&Packet::Cast(msg)) {
+            log::error!("could not reach hub: {e}");
+        }
+    }
+
+    pub fn to_wrapper(&mut self, conn: ConnId, msg: ServerMsg) {
+        self.to_hub(MainToHub::ToWrapper {
+            conn,
+            msg: crate::wire::link::AsJson(msg),
+        });
+    }
+
+    pub fn reply_hub(&mut self, id: CallId, reply: HubReply) {
+        if let Err(e) = self.hub.send(&Packet::Reply {
+            id,
+            result: Ok(reply),
+        }) {
+            log::error!("could not answer hub: {e}");
+        }
+    }
+
+    /// Route a db reply (or its failure) to whoever waits for it.
+    fn db_answer(&mut self, id: CallId, wait: DbWait, result: Result<DbReply, CallError>) {
+        match wait {
+            DbWait::Step => {
+                self.db_replies.insert(id, result);
+                self.wake(WakeKey::Call(id));
+            }
+            DbWait::Admin(call, pending) => admin::answer(self, call, pending, result),
+            DbWait::Output { run, machine } => sessions::output_stored(self, run, &machine, result),
+            DbWait::TargetFinished { run, machine } => {
+                sessions::target_recorded(self, run, &machine, result)
+            }
+            DbWait::Write(what) => {
+                if let Err(e) = result {
+                    log::error!("could not record {what}: {e}");
+                }
+            }
+        }
+    }
+
+    /// URL the wrappers of `job` connect to.
+    pub fn wrapper_url(&self, job: &config::Job) -> String {
+        let host = job
+            .server_host
+            .clone()
+            .or_else(|| self.config.saltpeter.default_saltpeter_server_host.clone())
+            .unwrap_or_else(|| match job.executor {
+                config::Executor::Local => "127.0.0.1".to_string(),
+                config::Executor::Salt => nix::unistd::gethostname()
+                    .ok()
+                    .and_then(|h| h.into_string().ok())
+                    .unwrap_or_else(|| "localhost".to_string()),
+            });
+        format!(
+            "ws://{host}:{}{}",
+            self.wrapper_port,
+            crate::wire::wrapper::WRAPPER_PATH
+        )
+    }
+
+    /// The wrapper binary for `job` on its targets.
+    pub fn wrapper_path(&self, job: &config::Job) -> String {
+        if let Some(path) = &job.wrapper_path {
+            return path.clone();
+        }
+        if job.executor == config::Executor::Local
+            && let Ok(exe) = std::env::current_exe()
+            && let Some(dir) = exe.parent()
+        {
+            let sibling: PathBuf = dir.join("saltpeter-wrapper");
+            if sibling.exists() {
+                return sibling.to_string_lossy().into_owned();
+            }
+        }
+        "/usr/local/bin/saltpeter-wrapper".to_string()
+    }
+}
+
+impl Controlled for MainRole {
     fn control(&mut self) -> &mut ControlLink {
-        &mut self.control
+        &mut self.core.control
     }
 
     fn on_control(&mut self, ctx: &mut Ctx<Self>, msg: ControlDown) {
         match msg {
-            ControlDown::Shutdown => ctx.stop(),
-            ControlDown::Reload => log::info!("reload requested"),
+            ControlDown::Shutdown => {
+                log::info!(
+                    "shutting down; {} runs in flight continue on their targets",
+                    self.core.runs.len()
+                );
+                self.core.stopping = true;
+                ctx.stop();
+            }
+            ControlDown::Reload => {
+                let summary = reload(self, ctx);
+                log::info!("{summary}");
+            }
             ControlDown::Processes {
                 started_at,
                 processes,
+                wrapper_port,
             } => {
-                self.started_at = started_at;
-                self.processes = processes;
+                self.core.started_at = started_at;
+                self.core.processes = processes;
+                self.core.wrapper_port = wrapper_port;
             }
         }
     }
 }
 
-fn on_link(main: &mut Main, ctx: &mut Ctx<Main>, peer: Peer, event: &Event) -> Flow {
+/// Re-read the configuration and re-plan the schedule; returns a summary line.
+pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
+    let now = Utc::now();
+    let dir = role.core.config.dir.clone();
+    match config::load_dir(&dir, Some(&role.core.config), now) {
+        Ok(loaded) => {
+            for change in role
+                .core
+                .config
+                .saltpeter
+                .startup_only_changes(&loaded.saltpeter)
+            {
+                log::warn!("saltpeter_config.{change} changed: it takes effect at the next start");
+            }
+            for d in &loaded.diagnostics {
+                if !role.core.config.diagnostics.contains(d) {
+                    log::warn!("{d}");
+                }
+            }
+            role.core.config = loaded;
+            role.core.scheduler.plan(role.core.config.valid_jobs(), now);
+            arm_schedule(role, ctx);
+            let jobs = role.core.config.jobs.len();
+            let errors = role
+                .core
+                .config
+                .diagnostics
+                .iter()
+                .filter(|d| d.severity == config::Severity::Error)
+                .count();
+            format!("configuration reloaded: {jobs} jobs, {errors} errors")
+        }
+        Err(e) => {
+            log::error!("reload failed: {e}; the previous configuration stays in effect");
+            format!("reload failed: {e}")
+        }
+    }
+}
+
+/// Set the timer for the earliest slot (no polling: the loop sleeps until then).
+fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    if let Some(timer) = role.schedule_timer.take() {
+        ctx.cancel(timer);
+    }
+    let Some(at) = role.core.scheduler.earliest() else {
+        return;
+    };
+    let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+    role.schedule_timer = Some(ctx.at(Instant::now() + wait, on_schedule));
+}
+
+fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    role.schedule_timer = None;
+    let now = Utc::now();
+    let core = &mut role.core;
+    let due = core.scheduler.take_due(now, &core.config.jobs, 100);
+    for d in due {
+        run_flow::fire(core, &d, now);
+    }
+    start_queued(role, ctx);
+    arm_schedule(role, ctx);
+}
+
+/// Start the runs handlers queued, and resume Workflows on the wake keys emitted.
+fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    start_queued(role, ctx);
+    let now = Instant::now();
+    let mut rounds = 0;
+    while !role.core.wakes.is_empty() && rounds < 1000 {
+        rounds += 1;
+        let wakes = std::mem::take(&mut role.core.wakes);
+        for key in wakes {
+            role.workflows.wake(&key, &mut role.core, now);
+        }
+        start_queued_inner(role);
+    }
+    for finished in role.workflows.drain_finished() {
+        log::debug!("workflow {} ended: {:?}", finished.name, finished.outcome);
+    }
+    arm_workflow_timer(role, ctx);
+    arm_liveness(role, ctx);
+}
+
+fn start_queued(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    start_queued_inner(role);
+    let _ = ctx;
+}
+
+fn start_queued_inner(role: &mut MainRole) {
+    let queued = std::mem::take(&mut role.core.to_start);
+    for req in queued {
+        if role.core.stopping {
+            log::info!("not starting {}: shutting down", req.job.name);
+            continue;
+        }
+        let workflow = run_flow::workflow(req);
+        role.workflows
+            .start(workflow, &mut role.core, Instant::now());
+    }
+}
+
+/// Keep one timer at the registry's earliest deadline.
+fn arm_workflow_timer(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    let next = role.workflows.next_deadline();
+    match (role.workflow_timer, next) {
+        (Some((_, at)), Some(next)) if at == next => {}
+        (current, next) => {
+            if let Some((timer, _)) = current {
+                ctx.cancel(timer);
+            }
+            role.workflow_timer = next.map(|at| {
+                let timer = ctx.at(at, |role: &mut MainRole, ctx| {
+                    role.workflow_timer = None;
+                    role.workflows.due_timers(&mut role.core, Instant::now());
+                    pump(role, ctx);
+                });
+                (timer, at)
+            });
+        }
+    }
+}
+
+/// While runs are in flight, check wrapper liveness every second.
+fn arm_liveness(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    if role.core.runs.is_empty() || role.core.liveness_armed {
+        return;
+    }
+    role.core.liveness_armed = true;
+    ctx.after(Duration::from_secs(1), |role: &mut MainRole, ctx| {
+        role.core.liveness_armed = false;
+        sessions::check_liveness(&mut role.core, Instant::now());
+        pump(role, ctx);
+    });
+}
+
+fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: &Event) -> Flow {
+    let core = &mut role.core;
     let writable = event.is_writable();
     let result = match peer {
         Peer::Hub => {
             if writable {
-                let _ = main.hub.on_writable();
+                let _ = core.hub.on_writable();
             }
-            main.hub.receive().map(|msgs| {
+            core.hub.receive().map(|msgs| {
                 for msg in msgs {
-                    on_hub(main, ctx, msg);
+                    on_hub(role, ctx, msg);
                 }
             })
         }
         Peer::Db => {
             if writable {
-                let _ = main.db.on_writable();
+                let _ = core.db.on_writable();
             }
-            main.db.receive().map(|_| ())
+            core.db.receive().map(|msgs| {
+                for msg in msgs {
+                    match msg {
+                        Packet::Reply { id, result } => match core.db_calls.finish(id) {
+                            Some(wait) => {
+                                core.db_answer(id, wait, result.map_err(CallError::Remote))
+                            }
+                            None => log::warn!("db answered call {id} after its deadline"),
+                        },
+                        other => log::warn!("unexpected message from db: {other:?}"),
+                    }
+                }
+            })
         }
         Peer::Blocking => {
             if writable {
-                let _ = main.blocking.on_writable();
+                let _ = core.blocking.on_writable();
             }
-            main.blocking.receive().map(|_| ())
+            core.blocking.receive().map(|msgs| {
+                for msg in msgs {
+                    match msg {
+                        Packet::Reply { id, result } => {
+                            if core.blocking_calls.finish(id).is_some() {
+                                core.blocking_replies
+                                    .insert(id, result.map_err(CallError::Remote));
+                                core.wake(WakeKey::Call(id));
+                            } else {
+                                log::warn!("blocking answered call {id} after its deadline");
+                            }
+                        }
+                        other => log::warn!("unexpected message from blocking: {other:?}"),
+                    }
+                }
+            })
         }
     };
     match result {
-        Ok(()) => Flow::Continue,
+        Ok(()) => {
+            pump(role, ctx);
+            Flow::Continue
+        }
         Err(e) => {
             log::error!("{e}; exiting");
             ctx.stop();
@@ -89,44 +469,56 @@ fn on_link(main: &mut Main, ctx: &mut Ctx<Main>, peer: Peer, event: &Event) -> F
     }
 }
 
-fn on_hub(main: &mut Main, _ctx: &mut Ctx<Main>, msg: Packet<HubRequest, HubAnswer>) {
+fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubRequest, HubAnswer>) {
     match msg {
-        Packet::Call { id, req: HubRequest::Admin(req) } => {
-            let resp = admin(main, req);
-            reply_hub(main, id, HubReply::Admin(resp));
-        }
-        other => log::debug!("hub: {other:?}"),
+        Packet::Call {
+            id,
+            req: HubRequest::Admin(req),
+        } => admin::handle(role, ctx, id, req),
+        Packet::Call { id, req } => sessions::handle_call(&mut role.core, id, req),
+        Packet::Cast(req) => sessions::handle_cast(&mut role.core, req),
+        Packet::Reply { id, .. } => log::warn!("hub answered call {id} that main never made"),
     }
 }
 
-fn reply_hub(main: &mut Main, id: CallId, reply: HubReply) {
-    if let Err(e) = main.hub.send(&Packet::Reply { id, result: Ok(reply) }) {
-        log::error!("could not answer hub: {e}");
+/// Expire calls whose deadline passed (their waiters get `Timeout`).
+fn expire_calls(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    let now = Instant::now();
+    let core = &mut role.core;
+    for (id, wait, err) in core.db_calls.expire(now) {
+        log::error!("db call {id}: {err}");
+        core.db_answer(id, wait, Err(err));
     }
+    for (id, (), err) in core.blocking_calls.expire(now) {
+        log::error!("blocking call {id}: {err}");
+        core.blocking_replies.insert(id, Err(err));
+        core.wake(WakeKey::Call(id));
+    }
+    pump(role, ctx);
 }
 
-fn admin(main: &mut Main, req: AdminRequest) -> AdminResponse {
-    match req {
-        AdminRequest::Status => {
-            let now = chrono::Utc::now().timestamp_millis();
-            AdminResponse::Status(StatusInfo {
-                version: env!("CARGO_PKG_VERSION").to_string(),
-                started_at: main.started_at,
-                uptime_s: ((now - main.started_at).max(0) / 1000) as u64,
-                processes: main.processes.clone(),
-                jobs: 0,
-                running_runs: 0,
-                config_errors: Vec::new(),
-            })
+/// Reload when a file of the configuration directory changed (a cheap metadata scan).
+fn watch_config(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    match role.core.config.changed_on_disk() {
+        Ok(true) => {
+            let summary = reload(role, ctx);
+            log::info!("configuration changed on disk; {summary}");
         }
-        other => AdminResponse::Failure(AdminFailure::Invalid(format!(
-            "{other:?} is not available yet"
-        ))),
+        Ok(false) => {}
+        Err(e) => log::warn!("cannot scan the configuration directory: {e}"),
     }
 }
 
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
-    let mut ev: EventLoop<Main> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
+    let now = Utc::now();
+    let config = config::load_dir(&args.dirs.config, None, now)
+        .map_err(|e| RoleError::Start(e.to_string()))?;
+    for d in &config.diagnostics {
+        log::warn!("{d}");
+    }
+    let secret =
+        Secret::load_or_create(&args.dirs.secret()).map_err(|e| RoleError::Start(e.to_string()))?;
+    let mut ev: EventLoop<MainRole> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let s = args.take_stream("hub")?;
     let (hub, _) = open_link(ev.ctx(), s, Role::Main, Role::Hub, Peer::Hub, on_link)?;
     let s = args.take_stream("db")?;
@@ -140,15 +532,43 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         Peer::Blocking,
         on_link,
     )?;
+    let mut scheduler = Scheduler::default();
+    scheduler.plan(config.valid_jobs(), now);
+    ev.ctx().every(Duration::from_millis(500), expire_calls);
+    ev.ctx().every(Duration::from_secs(2), watch_config);
     let control = attach_control(ev.ctx(), &mut args)?;
-    let mut main = Main {
-        control,
-        hub,
-        db,
-        blocking,
-        processes: Vec::new(),
-        started_at: chrono::Utc::now().timestamp_millis(),
+    let mut role = MainRole {
+        core: Main {
+            control,
+            hub,
+            db,
+            blocking,
+            db_calls: PendingCalls::new(Role::Db),
+            blocking_calls: PendingCalls::with_first_id(Role::Blocking, BLOCKING_CALL_BASE),
+            db_replies: HashMap::new(),
+            blocking_replies: HashMap::new(),
+            wakes: Vec::new(),
+            config,
+            secret,
+            runs: BTreeMap::new(),
+            sessions: HashMap::new(),
+            scheduler,
+            processes: Vec::new(),
+            started_at: now.timestamp_millis(),
+            wrapper_port: 0,
+            stopping: false,
+            to_start: Vec::new(),
+            busy_jobs: HashMap::new(),
+            liveness_armed: false,
+        },
+        workflows: Registry::new(),
+        schedule_timer: None,
+        workflow_timer: None,
     };
-    ev.run(&mut main).map_err(RoleError::setup("event loop"))?;
+    arm_schedule(&mut role, ev.ctx());
+    ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }
+
+/// Shared handle to a job definition inside runs.
+pub type JobRef = Arc<config::Job>;

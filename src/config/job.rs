@@ -1,0 +1,134 @@
+//! A validated job: what the scheduler, the launcher and the API get for each job.
+//!
+//! `env` values may hold secrets, so `Debug` and the JSON view never show them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use chrono_tz::Tz;
+
+use super::types::{Executor, Missed, OutputLimit, Overlap, TargetType};
+use crate::schedule::Schedule;
+
+/// A valid job, ready to schedule.
+#[derive(Clone)]
+pub struct Job {
+    pub name: String,
+    /// The file name without its extension.
+    pub group: String,
+    pub file: PathBuf,
+    /// Line of the job's name in `file`.
+    pub line: usize,
+    pub schedule: Schedule,
+    pub timezone: Tz,
+    pub command: String,
+    /// The targets as a list (a YAML list, or the expression split on commas).
+    pub targets: Vec<String>,
+    /// The target expression as given to Salt (a YAML list is joined with commas).
+    pub target_expr: String,
+    pub target_type: TargetType,
+    pub executor: Executor,
+    pub user: Option<String>,
+    pub cwd: Option<String>,
+    /// Never printed: `Debug` and [`Job::redacted_json`] show the values as `***`.
+    pub env: BTreeMap<String, String>,
+    /// `0` means no limit.
+    pub timeout_s: u64,
+    pub kill_grace_s: u64,
+    pub number_of_targets: Option<usize>,
+    pub batch_size: Option<usize>,
+    pub overlap: Overlap,
+    pub missed: Missed,
+    pub missed_deadline_s: u64,
+    pub splay_s: u64,
+    pub enabled: bool,
+    pub output_limit: OutputLimit,
+    /// Job key, else `saltpeter_config.default_wrapper_path`; `None`: the built-in default.
+    pub wrapper_path: Option<String>,
+    /// Job key `saltpeter_server_host`, else `saltpeter_config.default_saltpeter_server_host`.
+    pub server_host: Option<String>,
+}
+
+impl Job {
+    /// `wrapper_path`, or the built-in [`super::DEFAULT_WRAPPER_PATH`].
+    pub fn wrapper_path_or_default(&self) -> &str {
+        self.wrapper_path
+            .as_deref()
+            .unwrap_or(super::DEFAULT_WRAPPER_PATH)
+    }
+
+    /// The job as JSON for the API and UI, with environment values replaced by `***`.
+    pub fn redacted_json(&self) -> serde_json::Value {
+        let env: serde_json::Map<String, serde_json::Value> = self
+            .env
+            .keys()
+            .map(|k| (k.clone(), serde_json::Value::from("***")))
+            .collect();
+        serde_json::json!({
+            "name": self.name,
+            "group": self.group,
+            "file": self.file.display().to_string(),
+            "line": self.line,
+            "schedule": self.schedule.describe(),
+            "timezone": self.timezone.name(),
+            "command": self.command,
+            "targets": self.targets,
+            "target_expr": self.target_expr,
+            "target_type": self.target_type.as_str(),
+            "executor": self.executor.as_str(),
+            "user": self.user,
+            "cwd": self.cwd,
+            "env": env,
+            "timeout": self.timeout_s,
+            "kill_grace": self.kill_grace_s,
+            "number_of_targets": self.number_of_targets,
+            "batch_size": self.batch_size,
+            "overlap": self.overlap.as_str(),
+            "missed": self.missed.as_str(),
+            "missed_deadline": self.missed_deadline_s,
+            "splay": self.splay_s,
+            "enabled": self.enabled,
+            "output_limit": {
+                "head": self.output_limit.head_bytes,
+                "tail": self.output_limit.tail_bytes,
+            },
+            "wrapper_path": self.wrapper_path,
+            "saltpeter_server_host": self.server_host,
+        })
+    }
+}
+
+impl fmt::Debug for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let env: BTreeMap<&str, &str> = self.env.keys().map(|k| (k.as_str(), "***")).collect();
+        f.debug_struct("Job")
+            .field("name", &self.name)
+            .field("group", &self.group)
+            .field("file", &self.file)
+            .field("line", &self.line)
+            .field("schedule", &self.schedule.describe())
+            .field("timezone", &self.timezone)
+            .field("command", &self.command)
+            .field("targets", &self.targets)
+            .field("target_expr", &self.target_expr)
+            .field("target_type", &self.target_type)
+            .field("executor", &self.executor)
+            .field("user", &self.user)
+            .field("cwd", &self.cwd)
+            .field("env", &env)
+            .field("timeout_s", &self.timeout_s)
+            .field("kill_grace_s", &self.kill_grace_s)
+            .field("number_of_targets", &self.number_of_targets)
+            .field("batch_size", &self.batch_size)
+            .field("overlap", &self.overlap)
+            .field("missed", &self.missed)
+            .field("missed_deadline_s", &self.missed_deadline_s)
+            .field("splay_s", &self.splay_s)
+            .field("enabled", &self.enabled)
+            .field("output_limit", &self.output_limit)
+            .field("wrapper_path", &self.wrapper_path)
+            .field("server_host", &self.server_host)
+            .finish()
+    }
+}

@@ -1,0 +1,182 @@
+//! Tests across files and reloads: kept versions, duplicates, merging, fingerprints.
+
+use super::tests::{MINIMAL, job, load, messages, now, tempdir, write};
+use super::*;
+
+#[test]
+fn a_file_with_a_syntax_error_keeps_its_previous_version() {
+    let dir = tempdir();
+    write(dir.path(), "a.yaml", MINIMAL);
+    write(
+        dir.path(),
+        "b.yaml",
+        "other:\n  schedule: '@daily'\n  command: x\n  targets: y\n",
+    );
+    let first = load(dir.path(), None);
+    assert!(first.diagnostics.is_empty());
+
+    write(dir.path(), "a.yaml", "backup:\n  min: [1\n  hour: 2\n");
+    let second = load(dir.path(), Some(&first));
+    assert_eq!(job(&second, "backup").command, "/usr/local/bin/backup");
+    job(&second, "other");
+    let path = dir.path().join("a.yaml");
+    assert_eq!(
+        second.files[&path].state,
+        FileState::Failed {
+            kept_previous: true
+        }
+    );
+    let errors = messages(&second, Severity::Error);
+    assert_eq!(errors.len(), 1);
+    assert!(
+        errors[0].starts_with(&format!("{}:", path.display())),
+        "{errors:?}"
+    );
+    assert!(
+        errors[0].contains("YAML syntax error")
+            && errors[0].ends_with("the previous version of this file stays in effect"),
+        "{errors:?}"
+    );
+
+    // Still broken at the next reload: the good version is carried forward again.
+    let third = load(dir.path(), Some(&second));
+    job(&third, "backup");
+    // Without a previous load there is nothing to keep.
+    let fresh = load(dir.path(), None);
+    assert!(!fresh.jobs.contains_key("backup"));
+    assert_eq!(
+        fresh.files[&path].state,
+        FileState::Failed {
+            kept_previous: false
+        }
+    );
+}
+
+#[test]
+fn a_job_name_in_two_files_is_an_error_naming_both() {
+    let dir = tempdir();
+    write(dir.path(), "a.yaml", MINIMAL);
+    write(dir.path(), "b.yml", &format!("# comment\n{MINIMAL}"));
+    let config = load(dir.path(), None);
+    let Some(JobEntry::Invalid(dup)) = config.jobs.get("backup") else {
+        panic!("duplicate must be invalid");
+    };
+    assert_eq!(dup.errors.len(), 2);
+    let errors = messages(&config, Severity::Error);
+    assert_eq!(errors.len(), 2);
+    for e in &errors {
+        assert!(
+            e.contains("a.yaml (line 1)") && e.contains("b.yml (line 2)"),
+            "{e}"
+        );
+    }
+    assert!(errors[0].starts_with(&dir.path().join("a.yaml").display().to_string()));
+    assert!(errors[1].starts_with(&dir.path().join("b.yml").display().to_string()));
+}
+
+#[test]
+fn yml_files_are_read_and_others_ignored() {
+    let dir = tempdir();
+    write(dir.path(), "one.yml", MINIMAL);
+    write(
+        dir.path(),
+        "two.yaml",
+        "second:\n  schedule: '@daily'\n  command: x\n  targets: y\n",
+    );
+    write(dir.path(), "notes.txt", "not: [yaml");
+    write(dir.path(), ".hidden.yaml", "not: [yaml");
+    write(dir.path(), "empty.yaml", "");
+    let config = load(dir.path(), None);
+    assert!(!config.has_errors(), "{:#?}", config.diagnostics);
+    assert_eq!(job(&config, "backup").group, "one");
+    assert_eq!(job(&config, "second").group, "two");
+    assert_eq!(config.files.len(), 3);
+}
+
+#[test]
+fn saltpeter_config_merges_across_files_and_keeps_good_values() {
+    let dir = tempdir();
+    write(
+        dir.path(),
+        "a.yaml",
+        "saltpeter_config:\n  timezone: Europe/Berlin\n  heartbeat: 7\n",
+    );
+    write(
+        dir.path(),
+        "b.yaml",
+        "saltpeter_config:\n  timezone: Europe/Paris\n  api_ws_port: 9000\n",
+    );
+    let first = load(dir.path(), None);
+    assert_eq!(first.saltpeter.timezone, chrono_tz::Europe::Paris);
+    assert_eq!(
+        (first.saltpeter.heartbeat_s, first.saltpeter.api_ws_port),
+        (7, 9000)
+    );
+    let warnings = messages(&first, Severity::Warning);
+    assert_eq!(warnings.len(), 1);
+    assert!(
+        warnings[0].contains(
+            "b.yaml:2:3: `saltpeter_config.timezone` is also set, to a different value, in"
+        ),
+        "{warnings:?}"
+    );
+
+    write(
+        dir.path(),
+        "b.yaml",
+        "saltpeter_config:\n  timezone: Mars/Olympus\n  api_ws_port: 9000\n",
+    );
+    let second = load(dir.path(), Some(&first));
+    assert_eq!(second.saltpeter.timezone, chrono_tz::Europe::Paris);
+    let errors = messages(&second, Severity::Error);
+    assert!(
+        errors.len() == 1
+            && errors[0].contains("unknown time zone `Mars/Olympus`")
+            && errors[0].ends_with("its previous value is kept"),
+        "{errors:?}"
+    );
+    assert!(
+        first
+            .saltpeter
+            .startup_only_changes(&second.saltpeter)
+            .is_empty()
+    );
+    let fresh = load(dir.path(), None);
+    assert_eq!(fresh.saltpeter.timezone, chrono_tz::Tz::UTC);
+}
+
+#[test]
+fn a_missing_directory_is_an_error_naming_it() {
+    let dir = tempdir();
+    let missing = dir.path().join("nope");
+    let err = match check_dir(&missing, now()) {
+        Ok(_) => panic!("missing dir loaded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.starts_with(&format!(
+            "could not read configuration directory {}:",
+            missing.display()
+        )),
+        "{err}"
+    );
+    write(dir.path(), "file.yaml", "");
+    let not_dir = check_dir(&dir.path().join("file.yaml"), now())
+        .err()
+        .map(|e| e.to_string());
+    assert!(not_dir.is_some_and(|m| m.contains("is not a directory")));
+}
+
+#[test]
+fn changes_on_disk_are_detected_by_fingerprint() {
+    let dir = tempdir();
+    write(dir.path(), "a.yaml", MINIMAL);
+    let config = load(dir.path(), None);
+    assert!(matches!(config.changed_on_disk(), Ok(false)));
+    write(dir.path(), "a.yaml", &format!("{MINIMAL}  splay: 1\n"));
+    assert!(matches!(config.changed_on_disk(), Ok(true)));
+    let reloaded = load(dir.path(), Some(&config));
+    assert!(matches!(reloaded.changed_on_disk(), Ok(false)));
+    write(dir.path(), "new.yml", "");
+    assert!(matches!(reloaded.changed_on_disk(), Ok(true)));
+}

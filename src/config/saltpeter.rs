@@ -1,0 +1,444 @@
+//! `saltpeter_config` (daemon settings) and `saltpeter_maintenance`.
+//!
+//! Either section may appear in several files. `saltpeter_config` is merged key by key in file
+//! order, the later file winning, with a warning when two files disagree (the original merged
+//! with `dict.update` and said nothing). An invalid value is an error and the key keeps its last
+//! good value from the previous load (else its default), so a typo in a running daemon's
+//! configuration never silently resets, say, every job's time zone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chrono_tz::Tz;
+
+use super::Severity;
+use super::types::{Executor, MIB};
+use super::values::{self, Sink, unknown_key_message};
+use super::yaml::{Node, NodeKind};
+
+/// The wrapper path used when neither the job nor `saltpeter_config` names one.
+pub const DEFAULT_WRAPPER_PATH: &str = "/usr/local/bin/saltpeter-wrapper";
+
+/// A secret string: `Debug` never prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The secret itself, for comparing a presented token.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// How much run history is kept per job; `0` means no limit on that axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub runs: u64,
+    pub days: u64,
+    pub bytes: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            runs: 1000,
+            days: 90,
+            bytes: 256 * MIB,
+        }
+    }
+}
+
+/// The daemon's settings (`saltpeter_config`). See docs/configuration.md.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SaltpeterConfig {
+    pub debug: bool,
+    pub api_ws: bool,
+    pub api_ws_port: u16,
+    pub api_ws_bind_addr: String,
+    pub machines_ws_port: u16,
+    pub machines_ws_bind_addr: String,
+    pub default_saltpeter_server_host: Option<String>,
+    pub default_wrapper_path: Option<String>,
+    pub executor: Executor,
+    pub timezone: Tz,
+    pub state_dir: Option<PathBuf>,
+    pub runtime_dir: Option<PathBuf>,
+    pub salt_config_dir: PathBuf,
+    pub salt_bin: Option<PathBuf>,
+    pub api_token: Option<Secret>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub wrapper_source: Option<String>,
+    pub retention: Retention,
+    pub heartbeat_s: u64,
+    pub pickup_timeout_s: u64,
+    pub hello_timeout_s: u64,
+    pub ping_timeout_s: u64,
+    pub max_message_bytes: u64,
+    pub max_connections_per_addr: u32,
+    pub launch_concurrency: u32,
+    pub admin_group: Option<String>,
+}
+
+impl Default for SaltpeterConfig {
+    fn default() -> Self {
+        SaltpeterConfig {
+            debug: false,
+            api_ws: false,
+            api_ws_port: 8888,
+            api_ws_bind_addr: "127.0.0.1".to_string(),
+            machines_ws_port: 8889,
+            machines_ws_bind_addr: "0.0.0.0".to_string(),
+            default_saltpeter_server_host: None,
+            default_wrapper_path: None,
+            executor: Executor::Salt,
+            timezone: Tz::UTC,
+            state_dir: None,
+            runtime_dir: None,
+            salt_config_dir: PathBuf::from("/etc/salt"),
+            salt_bin: None,
+            api_token: None,
+            tls_cert: None,
+            tls_key: None,
+            wrapper_source: None,
+            retention: Retention::default(),
+            heartbeat_s: 5,
+            pickup_timeout_s: 30,
+            hello_timeout_s: 10,
+            ping_timeout_s: 20,
+            max_message_bytes: MIB,
+            max_connections_per_addr: 256,
+            launch_concurrency: 64,
+            admin_group: None,
+        }
+    }
+}
+
+/// Keys accepted from the original that do nothing yet, with the reason given in the warning.
+const NO_EFFECT_KEYS: &[(&str, &str)] = &[
+    (
+        "logdir",
+        "per-job log files are not written yet; run output is kept in the state database",
+    ),
+    ("elasticsearch", "event export is not implemented yet"),
+    ("elasticsearch_index", "event export is not implemented yet"),
+    ("opensearch", "event export is not implemented yet"),
+    ("opensearch_index", "event export is not implemented yet"),
+    (
+        "default_wrapper_loglevel",
+        "the wrapper sends its output to the hub",
+    ),
+    (
+        "default_wrapper_logdir",
+        "the wrapper sends its output to the hub",
+    ),
+];
+
+/// Keys that take effect only when the daemon starts.
+pub const STARTUP_ONLY_KEYS: &[&str] = &[
+    "api_ws",
+    "api_ws_port",
+    "api_ws_bind_addr",
+    "machines_ws_port",
+    "machines_ws_bind_addr",
+    "state_dir",
+    "runtime_dir",
+    "tls_cert",
+    "tls_key",
+    "max_connections_per_addr",
+    "admin_group",
+];
+
+pub(crate) const SALTPETER_KEYS: &[&str] = &[
+    "debug",
+    "api_ws",
+    "api_ws_port",
+    "api_ws_bind_addr",
+    "machines_ws_port",
+    "machines_ws_bind_addr",
+    "default_saltpeter_server_host",
+    "default_wrapper_path",
+    "executor",
+    "timezone",
+    "state_dir",
+    "runtime_dir",
+    "salt_config_dir",
+    "salt_bin",
+    "api_token",
+    "tls_cert",
+    "tls_key",
+    "wrapper_source",
+    "retention",
+    "heartbeat",
+    "pickup_timeout",
+    "hello_timeout",
+    "ping_timeout",
+    "max_message_bytes",
+    "max_connections_per_addr",
+    "launch_concurrency",
+    "admin_group",
+    "logdir",
+    "elasticsearch",
+    "elasticsearch_index",
+    "opensearch",
+    "opensearch_index",
+    "default_wrapper_loglevel",
+    "default_wrapper_logdir",
+];
+
+impl SaltpeterConfig {
+    /// Names of start-only keys whose value differs in `newer` (changed at run time, they need
+    /// a restart to take effect).
+    pub fn startup_only_changes(&self, newer: &SaltpeterConfig) -> Vec<&'static str> {
+        let changed = |key: &str| match key {
+            "api_ws" => self.api_ws != newer.api_ws,
+            "api_ws_port" => self.api_ws_port != newer.api_ws_port,
+            "api_ws_bind_addr" => self.api_ws_bind_addr != newer.api_ws_bind_addr,
+            "machines_ws_port" => self.machines_ws_port != newer.machines_ws_port,
+            "machines_ws_bind_addr" => self.machines_ws_bind_addr != newer.machines_ws_bind_addr,
+            "state_dir" => self.state_dir != newer.state_dir,
+            "runtime_dir" => self.runtime_dir != newer.runtime_dir,
+            "tls_cert" => self.tls_cert != newer.tls_cert,
+            "tls_key" => self.tls_key != newer.tls_key,
+            "max_connections_per_addr" => {
+                self.max_connections_per_addr != newer.max_connections_per_addr
+            }
+            "admin_group" => self.admin_group != newer.admin_group,
+            _ => false,
+        };
+        STARTUP_ONLY_KEYS
+            .iter()
+            .copied()
+            .filter(|k| changed(k))
+            .collect()
+    }
+
+    /// Applies one key. `Ok(Some(warning))` for accepted keys that have no effect.
+    fn apply(&mut self, key: &str, node: &Node) -> Result<Option<String>, String> {
+        let path = |n: &Node| values::optional_string(n).map(|s| s.map(PathBuf::from));
+        let positive = |n: &Node| match values::unsigned(n)? {
+            0 => Err("must be at least 1".to_string()),
+            v => Ok(v),
+        };
+        let small = |n: &Node| {
+            positive(n).and_then(|v| u32::try_from(v).map_err(|_| format!("{v} is too large")))
+        };
+        match key {
+            "debug" => self.debug = values::boolean(node)?,
+            "api_ws" => self.api_ws = values::boolean(node)?,
+            "api_ws_port" => self.api_ws_port = values::port(node)?,
+            "api_ws_bind_addr" => self.api_ws_bind_addr = values::non_empty_string(node)?,
+            "machines_ws_port" => self.machines_ws_port = values::port(node)?,
+            "machines_ws_bind_addr" => self.machines_ws_bind_addr = values::non_empty_string(node)?,
+            "default_saltpeter_server_host" => {
+                self.default_saltpeter_server_host = values::optional_string(node)?;
+            }
+            "default_wrapper_path" => self.default_wrapper_path = values::optional_string(node)?,
+            "executor" => {
+                self.executor = Executor::parse(values::string(node)?.trim())?;
+            }
+            "timezone" => self.timezone = values::timezone(node)?,
+            "state_dir" => self.state_dir = path(node)?,
+            "runtime_dir" => self.runtime_dir = path(node)?,
+            "salt_config_dir" => {
+                self.salt_config_dir = PathBuf::from(values::non_empty_string(node)?);
+            }
+            "salt_bin" => self.salt_bin = path(node)?,
+            "api_token" => self.api_token = values::optional_string(node)?.map(Secret),
+            "tls_cert" => self.tls_cert = path(node)?,
+            "tls_key" => self.tls_key = path(node)?,
+            "wrapper_source" => self.wrapper_source = values::optional_string(node)?,
+            "retention" => self.retention = read_retention(node)?,
+            "heartbeat" => self.heartbeat_s = positive(node)?,
+            "pickup_timeout" => self.pickup_timeout_s = positive(node)?,
+            "hello_timeout" => self.hello_timeout_s = positive(node)?,
+            "ping_timeout" => self.ping_timeout_s = positive(node)?,
+            "max_message_bytes" => self.max_message_bytes = positive(node)?,
+            "max_connections_per_addr" => self.max_connections_per_addr = small(node)?,
+            "launch_concurrency" => self.launch_concurrency = small(node)?,
+            "admin_group" => self.admin_group = values::optional_string(node)?,
+            _ => {
+                if let Some((_, why)) = NO_EFFECT_KEYS.iter().find(|(k, _)| *k == key) {
+                    let set = !node.is_null() && node.scalar().is_none_or(|s| !s.is_empty());
+                    return Ok(set.then(|| format!("`{key}` has no effect yet: {why}")));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+fn read_retention(node: &Node) -> Result<Retention, String> {
+    let NodeKind::Map(pairs) = &node.kind else {
+        return Err(format!(
+            "expected a mapping with runs, days and bytes, found {}",
+            node.describe()
+        ));
+    };
+    let mut retention = Retention::default();
+    for (key, value) in pairs {
+        match key.scalar() {
+            Some("runs") => retention.runs = values::unsigned(value)?,
+            Some("days") => retention.days = values::unsigned(value)?,
+            Some("bytes") => retention.bytes = values::unsigned(value)?,
+            _ => {
+                return Err(format!(
+                    "`retention` takes runs, days and bytes, found {}",
+                    values::found(key)
+                ));
+            }
+        }
+    }
+    Ok(retention)
+}
+
+/// One file's `saltpeter_config` or `saltpeter_maintenance` section.
+pub(crate) struct Section<'a> {
+    pub(crate) file: &'a Path,
+    pub(crate) node: &'a Node,
+}
+
+/// Merges the `saltpeter_config` sections. Returns the settings and, per key, the value that
+/// applied (kept for the next load's fallback).
+pub(crate) fn merge_saltpeter(
+    sections: &[Section<'_>],
+    previous_good: Option<&BTreeMap<String, Arc<Node>>>,
+    out: &mut Vec<super::Diagnostic>,
+) -> (SaltpeterConfig, BTreeMap<String, Arc<Node>>) {
+    // key -> (file, value), later files winning.
+    let mut merged: BTreeMap<String, (&Path, &Node)> = BTreeMap::new();
+    for section in sections {
+        let mut sink = Sink {
+            file: section.file,
+            out,
+        };
+        let NodeKind::Map(pairs) = &section.node.kind else {
+            if !section.node.is_null() {
+                sink.push(
+                    Severity::Error,
+                    section.node.pos,
+                    None,
+                    format!(
+                        "`saltpeter_config` must be a mapping of settings, found {}",
+                        section.node.describe()
+                    ),
+                );
+            }
+            continue;
+        };
+        for (key, value) in pairs {
+            let Some(name) = key.scalar() else { continue };
+            if !SALTPETER_KEYS.contains(&name) {
+                let message = unknown_key_message("saltpeter_config key", name, SALTPETER_KEYS);
+                sink.push(Severity::Warning, key.pos, None, message);
+                continue;
+            }
+            if let Some((other_file, other)) = merged.get(name)
+                && !other.same_value(value)
+                && *other_file != section.file
+            {
+                sink.push(Severity::Warning, key.pos, None, format!("`saltpeter_config.{name}` is also set, to a different value, in {} (line {}); this later value is used", other_file.display(), other.pos.line));
+            }
+            merged.insert(name.to_string(), (section.file, value));
+        }
+    }
+
+    let mut config = SaltpeterConfig::default();
+    let mut good = BTreeMap::new();
+    for (key, (file, node)) in merged {
+        let mut sink = Sink { file, out };
+        match config.apply(&key, node) {
+            Ok(warning) => {
+                if let Some(message) = warning {
+                    sink.push(Severity::Warning, node.pos, None, message);
+                }
+                good.insert(key, Arc::new(node.clone()));
+            }
+            Err(message) => {
+                let fallback = previous_good.and_then(|p| p.get(&key));
+                let kept = match fallback {
+                    Some(previous) if config.apply(&key, previous).is_ok() => {
+                        good.insert(key.clone(), Arc::clone(previous));
+                        "its previous value is kept"
+                    }
+                    _ => "the default is used",
+                };
+                sink.push(
+                    Severity::Error,
+                    node.pos,
+                    None,
+                    format!("`saltpeter_config.{key}`: {message}; {kept}"),
+                );
+            }
+        }
+    }
+    (config, good)
+}
+
+/// Maintenance settings: `global` stops new runs everywhere; `machines` are left out of runs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Maintenance {
+    pub global: bool,
+    pub machines: BTreeSet<String>,
+}
+
+/// Merges the `saltpeter_maintenance` sections: `global` if any file says so, the union of
+/// `machines`.
+pub(crate) fn merge_maintenance(
+    sections: &[Section<'_>],
+    out: &mut Vec<super::Diagnostic>,
+) -> Maintenance {
+    let mut maintenance = Maintenance::default();
+    for section in sections {
+        let mut sink = Sink {
+            file: section.file,
+            out,
+        };
+        let NodeKind::Map(pairs) = &section.node.kind else {
+            if !section.node.is_null() {
+                sink.push(Severity::Error, section.node.pos, None, format!("`saltpeter_maintenance` must be a mapping with `global` and `machines`, found {}", section.node.describe()));
+            }
+            continue;
+        };
+        for (key, value) in pairs {
+            let result = match key.scalar() {
+                Some("global") if value.is_null() => Ok(()),
+                Some("global") => values::boolean(value).map(|g| maintenance.global |= g),
+                Some("machines") => {
+                    values::string_list(value).map(|m| maintenance.machines.extend(m))
+                }
+                Some(other) => {
+                    let message = unknown_key_message(
+                        "saltpeter_maintenance key",
+                        other,
+                        &["global", "machines"],
+                    );
+                    sink.push(Severity::Warning, key.pos, None, message);
+                    Ok(())
+                }
+                None => Ok(()),
+            };
+            if let Err(message) = result {
+                sink.push(
+                    Severity::Error,
+                    value.pos,
+                    None,
+                    format!("`saltpeter_maintenance`: {message}"),
+                );
+            }
+        }
+    }
+    maintenance
+}

@@ -1,0 +1,74 @@
+//! The main <-> db link: one request enum, one reply enum.
+//!
+//! Writes are applied in batches: the db loop reads every request available, applies them
+//! in one transaction, commits, and only then answers — so an `OutputStored` reply (which
+//! main turns into an `ack` to the wrapper) always means the bytes are durable.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::output::{OutputBytes, OutputLimit, OutputQuery};
+use super::runs::{NewRun, RunFilter, RunUpdate, TargetUpdate};
+use super::store::{EventFilter, EventRecord, NewEvent};
+use crate::wire::records::{RunId, RunRecord};
+use crate::wire::wrapper::Stream;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum DbRequest {
+    CreateRun(NewRun),
+    UpdateRun {
+        run: RunId,
+        update: RunUpdate,
+    },
+    UpdateTarget {
+        run: RunId,
+        machine: String,
+        update: TargetUpdate,
+    },
+    AppendOutput {
+        run: RunId,
+        machine: String,
+        seq: u64,
+        stream: Stream,
+        data: Vec<u8>,
+        limit: OutputLimit,
+    },
+    GetRun(RunId),
+    ListRuns(RunFilter),
+    LastRuns,
+    InFlight,
+    Output {
+        run: RunId,
+        machine: String,
+        query: OutputQuery,
+    },
+    GetMeta(String),
+    SetMeta {
+        key: String,
+        value: String,
+    },
+    RecordEvent(NewEvent),
+    ListEvents(EventFilter),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum DbReply {
+    /// `None`: the (job, slot) was already recorded; nothing was created.
+    RunCreated(Option<RunId>),
+    Done,
+    /// Every seq up to `contiguous_seq` is committed.
+    OutputStored {
+        contiguous_seq: u64,
+    },
+    Run(Option<RunRecord>),
+    Runs(Vec<RunRecord>),
+    LastRuns(BTreeMap<String, RunRecord>),
+    Output(OutputBytes),
+    Meta(Option<String>),
+    Events(Vec<EventRecord>),
+}
+
+/// db never calls main.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum DbNotice {}

@@ -1,0 +1,215 @@
+//! Admin requests (`saltpeterctl`, forwarded by the hub), answered from main's state and,
+//! for history, from db.
+
+use std::sync::Arc;
+
+use super::run_flow::RunRequest;
+use super::{DbWait, Main, MainRole, sessions};
+use crate::evloop::Ctx;
+use crate::ipc::CallId;
+use crate::ipc::rpc::CallError;
+use crate::roles::db::output::OutputQuery;
+use crate::roles::db::protocol::{DbReply, DbRequest};
+use crate::roles::db::runs::RunFilter;
+use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, JobInfo, StatusInfo};
+use crate::wire::link::HubReply;
+use crate::wire::records::{RunRecord, Trigger};
+
+/// What an admin request waits for from db.
+#[derive(Debug, Clone)]
+pub enum Pending {
+    Jobs,
+    Runs,
+    Run,
+    Output,
+}
+
+fn respond(core: &mut Main, call: CallId, resp: AdminResponse) {
+    core.reply_hub(call, HubReply::Admin(resp));
+}
+
+fn failure(core: &mut Main, call: CallId, f: AdminFailure) {
+    respond(core, call, AdminResponse::Failure(f));
+}
+
+pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: AdminRequest) {
+    let core = &mut role.core;
+    match req {
+        AdminRequest::Status => {
+            let now = chrono::Utc::now().timestamp_millis();
+            let config_errors = core
+                .config
+                .diagnostics
+                .iter()
+                .filter(|d| d.severity == crate::config::Severity::Error)
+                .map(|d| d.to_string())
+                .collect();
+            let status = StatusInfo {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                started_at: core.started_at,
+                uptime_s: ((now - core.started_at).max(0) / 1000) as u64,
+                processes: core.processes.clone(),
+                jobs: core.config.jobs.len(),
+                running_runs: core.runs.len(),
+                config_errors,
+            };
+            respond(core, call, AdminResponse::Status(status));
+        }
+        AdminRequest::Jobs => {
+            core.db_call(DbRequest::LastRuns, DbWait::Admin(call, Pending::Jobs));
+        }
+        AdminRequest::Runs { job, limit } => {
+            if let Some(job) = &job
+                && !core.config.jobs.contains_key(job)
+            {
+                // History of a job that left the configuration is still shown.
+                log::debug!("runs of {job}, which is not configured now");
+            }
+            core.db_call(
+                DbRequest::ListRuns(RunFilter {
+                    job,
+                    limit: Some(limit.clamp(1, 10_000) as usize),
+                    ..Default::default()
+                }),
+                DbWait::Admin(call, Pending::Runs),
+            );
+        }
+        AdminRequest::GetRun { run } => {
+            core.db_call(DbRequest::GetRun(run), DbWait::Admin(call, Pending::Run));
+        }
+        AdminRequest::WaitRun { run } => match core.runs.get_mut(&run) {
+            Some(active) => active.waiters.push(call),
+            None => {
+                core.db_call(DbRequest::GetRun(run), DbWait::Admin(call, Pending::Run));
+            }
+        },
+        AdminRequest::RunNow { job } => {
+            let entry = core.config.jobs.get(&job);
+            match entry {
+                None => failure(
+                    core,
+                    call,
+                    AdminFailure::NotFound(format!("no job named {job}")),
+                ),
+                Some(crate::config::JobEntry::Invalid(bad)) => {
+                    let why = bad
+                        .errors
+                        .first()
+                        .map(|d| d.to_string())
+                        .unwrap_or_else(|| "invalid".into());
+                    failure(
+                        core,
+                        call,
+                        AdminFailure::Invalid(format!("job {job} is disabled by an error: {why}")),
+                    );
+                }
+                Some(crate::config::JobEntry::Valid(j)) => {
+                    let j = Arc::new((**j).clone());
+                    if core.stopping {
+                        failure(
+                            core,
+                            call,
+                            AdminFailure::Invalid("the daemon is stopping".into()),
+                        );
+                    } else if j.overlap == crate::config::Overlap::Forbid && core.job_busy(&job) {
+                        failure(
+                            core,
+                            call,
+                            AdminFailure::Invalid(format!(
+                                "job {job} is still running and its overlap is `forbid`"
+                            )),
+                        );
+                    } else {
+                        core.queue_run(RunRequest {
+                            job: j,
+                            slot: None,
+                            trigger: Trigger::Manual,
+                            admin_call: Some(call),
+                        });
+                    }
+                }
+            }
+        }
+        AdminRequest::Output { run, machine } => {
+            core.db_call(
+                DbRequest::Output {
+                    run,
+                    machine,
+                    query: OutputQuery::default(),
+                },
+                DbWait::Admin(call, Pending::Output),
+            );
+        }
+        AdminRequest::Kill { run, machine } => {
+            match sessions::kill(core, run, machine.as_deref()) {
+                Ok(n) => respond(
+                    core,
+                    call,
+                    AdminResponse::Done(format!("kill sent to {n} target(s) of run {run}")),
+                ),
+                Err(e) => failure(core, call, AdminFailure::NotFound(e)),
+            }
+        }
+        AdminRequest::Reload => {
+            let summary = super::reload(role, ctx);
+            respond(&mut role.core, call, AdminResponse::Done(summary));
+        }
+    }
+}
+
+/// A db reply for an admin request.
+pub fn answer(core: &mut Main, call: CallId, pending: Pending, result: Result<DbReply, CallError>) {
+    let reply = match result {
+        Ok(reply) => reply,
+        Err(e) => {
+            failure(core, call, AdminFailure::Internal(e.to_string()));
+            return;
+        }
+    };
+    let resp = match (pending, reply) {
+        (Pending::Jobs, DbReply::LastRuns(last)) => AdminResponse::Jobs(jobs(core, &last)),
+        (Pending::Runs, DbReply::Runs(runs)) => AdminResponse::Runs(runs),
+        (Pending::Run, DbReply::Run(Some(run))) => AdminResponse::Run(run),
+        (Pending::Run, DbReply::Run(None)) => {
+            AdminResponse::Failure(AdminFailure::NotFound("no such run".into()))
+        }
+        (Pending::Output, DbReply::Output(out)) => AdminResponse::Output(out.data),
+        (pending, other) => AdminResponse::Failure(AdminFailure::Internal(format!(
+            "db answered {pending:?} with {other:?}"
+        ))),
+    };
+    respond(core, call, resp);
+}
+
+fn jobs(core: &Main, last: &std::collections::BTreeMap<String, RunRecord>) -> Vec<JobInfo> {
+    core.config
+        .jobs
+        .values()
+        .map(|entry| {
+            let name = entry.name().to_string();
+            let last_run = last.get(&name);
+            let (enabled, error) = match entry {
+                crate::config::JobEntry::Valid(j) => (j.enabled, None),
+                crate::config::JobEntry::Invalid(bad) => (
+                    false,
+                    Some(
+                        bad.errors
+                            .iter()
+                            .map(|d| d.to_string())
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    ),
+                ),
+            };
+            JobInfo {
+                next_run: core.scheduler.next_of(&name).map(|t| t.timestamp_millis()),
+                last_run: last_run.and_then(|r| r.slot.or(r.started)),
+                last_result: last_run.map(|r| r.state),
+                group: entry.group().to_string(),
+                enabled,
+                error,
+                name,
+            }
+        })
+        .collect()
+}

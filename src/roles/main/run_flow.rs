@@ -1,0 +1,584 @@
+//! The run Workflow (ARCHITECTURE.md section 5) and the firing of slots.
+//!
+//! Steps: `resolve_targets` (maintenance hosts out, `number_of_targets`, batches) ->
+//! `record_run` (unique per job and slot: a slot never runs twice) -> per batch
+//! `launch_batch` -> `await_launch` -> `collect_batch` (pickup deadline; exits, losses
+//! and kills arrive as run events) -> `next_batch` -> always `finalize` (final state
+//! recorded, waiters answered). Target outcomes are written by `finish_target`, the one
+//! place a target becomes `finished`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+
+use super::admin::Pending;
+use super::runs::{ActiveRun, TargetRt};
+use super::scheduler::Due;
+use super::{DbWait, JobRef, Main};
+use crate::config::Overlap;
+use crate::ipc::CallId;
+use crate::roles::db::protocol::{DbReply, DbRequest};
+use crate::roles::db::runs::{NewRun, RunUpdate, TargetUpdate};
+use crate::wire::admin::{AdminFailure, AdminResponse};
+use crate::wire::link::{BlockingReply, BlockingRequest, ExecutorKind, HubReply, LaunchTarget};
+use crate::wire::records::{Millis, RunId, RunState, TargetReason, TargetState, Trigger};
+use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL};
+use crate::workflow::{Step, StepCtx, Wake, Workflow};
+
+/// A run to start.
+pub struct RunRequest {
+    pub job: JobRef,
+    pub slot: Option<Millis>,
+    pub trigger: Trigger,
+    /// The admin call (`saltpeterctl run`) to answer with the run id once recorded.
+    pub admin_call: Option<CallId>,
+}
+
+pub struct RunEnv {
+    req: RunRequest,
+    run: Option<RunId>,
+    batches: Vec<Vec<String>>,
+    maintenance: Vec<String>,
+    batch: usize,
+    call: Option<CallId>,
+    pickup_deadline: Option<Instant>,
+}
+
+type Sc<'a> = StepCtx<'a, RunEnv, Main>;
+
+fn now_ms() -> Millis {
+    Utc::now().timestamp_millis()
+}
+
+/// Act on a due slot: run it, or record why it is skipped.
+pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
+    let Some(job) = core.config.jobs.get(&due.job).and_then(|e| e.job()) else {
+        return;
+    };
+    let job: JobRef = Arc::new(job.clone());
+    let slot = due.slot.timestamp_millis();
+    let lateness = now - due.slot;
+    log::debug!(
+        "slot {} of {} is due ({} ms late)",
+        due.slot,
+        job.name,
+        lateness.num_milliseconds()
+    );
+    let skip = if due.missed {
+        Some(format!(
+            "missed: the daemon reached this slot {} s late",
+            lateness.num_seconds()
+        ))
+    } else if core.config.maintenance.global {
+        Some("maintenance: global maintenance is on".to_string())
+    } else if job.overlap == Overlap::Forbid && core.job_busy(&job.name) {
+        Some(format!(
+            "overlap: the previous run of {} is still going",
+            job.name
+        ))
+    } else {
+        None
+    };
+    match skip {
+        Some(reason) => {
+            log::info!("{}: slot {} skipped ({reason})", job.name, due.slot);
+            core.db_call(
+                DbRequest::CreateRun(NewRun {
+                    job: job.name.clone(),
+                    slot: Some(slot),
+                    trigger: Trigger::Schedule,
+                    state: RunState::Skipped,
+                    reason: Some(reason),
+                    targets: Vec::new(),
+                    now: now_ms(),
+                }),
+                DbWait::Write("a skipped slot"),
+            );
+        }
+        None => core.queue_run(RunRequest {
+            job,
+            slot: Some(slot),
+            trigger: Trigger::Schedule,
+            admin_call: None,
+        }),
+    }
+}
+
+impl Main {
+    /// Whether a run of `job` is in flight or about to start.
+    pub fn job_busy(&self, job: &str) -> bool {
+        self.busy_jobs.get(job).copied().unwrap_or(0) > 0
+    }
+
+    pub fn queue_run(&mut self, req: RunRequest) {
+        *self.busy_jobs.entry(req.job.name.clone()).or_insert(0) += 1;
+        self.to_start.push(req);
+    }
+}
+
+pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
+    let name = format!("run of {}", req.job.name);
+    Workflow::new(
+        name,
+        RunEnv {
+            req,
+            run: None,
+            batches: Vec::new(),
+            maintenance: Vec::new(),
+            batch: 0,
+            call: None,
+            pickup_deadline: None,
+        },
+    )
+    .step("resolve_targets", resolve_targets)
+    .step("record_run", record_run)
+    .step("launch_batch", launch_batch)
+    .step("await_launch", await_launch)
+    .step("collect_batch", collect_batch)
+    .step("next_batch", next_batch)
+    .always("finalize", finalize)
+}
+
+fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+    let job = &env.req.job;
+    let mut machines: Vec<String> = Vec::new();
+    for t in &job.targets {
+        if !machines.contains(t) {
+            machines.push(t.clone());
+        }
+    }
+    let (skipped, mut runnable): (Vec<String>, Vec<String>) = machines
+        .into_iter()
+        .partition(|m| core.config.maintenance.machines.contains(m));
+    if let Some(n) = job.number_of_targets
+        && n < runnable.len()
+    {
+        use rand::seq::SliceRandom;
+        runnable.shuffle(&mut rand::rng());
+        runnable.truncate(n);
+        runnable.sort();
+    }
+    let size = job
+        .batch_size
+        .filter(|b| *b > 0)
+        .unwrap_or(runnable.len().max(1));
+    env.batches = runnable.chunks(size).map(|c| c.to_vec()).collect();
+    env.maintenance = skipped;
+    Step::Next
+}
+
+fn take_db_reply(core: &mut Main, call: Option<CallId>) -> Option<Result<DbReply, String>> {
+    let id = call?;
+    core.db_replies
+        .remove(&id)
+        .map(|r| r.map_err(|e| e.to_string()))
+}
+
+fn answer_admin(core: &mut Main, env: &mut RunEnv, resp: AdminResponse) {
+    if let Some(call) = env.req.admin_call.take() {
+        core.reply_hub(call, HubReply::Admin(resp));
+    }
+}
+
+fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+    if env.call.is_none() {
+        let runnable: Vec<String> = env.batches.iter().flatten().cloned().collect();
+        let mut targets: Vec<(String, TargetState)> = runnable
+            .iter()
+            .map(|m| (m.clone(), TargetState::Pending))
+            .collect();
+        targets.extend(
+            env.maintenance
+                .iter()
+                .map(|m| (m.clone(), TargetState::SkippedMaintenance)),
+        );
+        let (state, reason) = if runnable.is_empty() {
+            let why = if env.maintenance.is_empty() {
+                "no targets"
+            } else {
+                "no target left: all are in maintenance"
+            };
+            (RunState::Skipped, Some(why.to_string()))
+        } else {
+            (RunState::Dispatching, None)
+        };
+        let id = core.db_call(
+            DbRequest::CreateRun(NewRun {
+                job: env.req.job.name.clone(),
+                slot: env.req.slot,
+                trigger: env.req.trigger,
+                state,
+                reason,
+                targets,
+                now: now_ms(),
+            }),
+            DbWait::Step,
+        );
+        env.call = Some(id);
+        return Step::Wait(Wake::Call(id));
+    }
+    let Some(reply) = take_db_reply(core, env.call) else {
+        return Step::Wait(Wake::Call(env.call.unwrap_or_default()));
+    };
+    env.call = None;
+    match reply {
+        Ok(DbReply::RunCreated(Some(id))) => {
+            env.run = Some(id);
+            let mut targets = std::collections::BTreeMap::new();
+            for (i, batch) in env.batches.iter().enumerate() {
+                for m in batch {
+                    targets.insert(m.clone(), TargetRt::new(i, TargetState::Pending));
+                }
+            }
+            for m in &env.maintenance {
+                targets.insert(m.clone(), TargetRt::new(0, TargetState::SkippedMaintenance));
+            }
+            core.runs.insert(
+                id,
+                ActiveRun {
+                    id,
+                    job: env.req.job.clone(),
+                    slot: env.req.slot,
+                    trigger: env.req.trigger,
+                    targets,
+                    kill_requested: false,
+                    workflow: Some(s.id()),
+                    waiters: Vec::new(),
+                },
+            );
+            log::info!(
+                "run {id} of {} ({}) recorded with {} targets",
+                env.req.job.name,
+                env.req.trigger,
+                env.batches.iter().map(Vec::len).sum::<usize>()
+            );
+            answer_admin(core, env, AdminResponse::Started { run: id });
+            if env.batches.is_empty() {
+                return Step::Done;
+            }
+            Step::Next
+        }
+        Ok(DbReply::RunCreated(None)) => {
+            log::warn!(
+                "{}: slot {:?} was already recorded; it does not run twice",
+                env.req.job.name,
+                env.req.slot
+            );
+            answer_admin(
+                core,
+                env,
+                AdminResponse::Failure(AdminFailure::Invalid("slot already recorded".into())),
+            );
+            Step::Done
+        }
+        Ok(other) => Step::fail(format!("db answered CreateRun with {other:?}")),
+        Err(e) => {
+            answer_admin(
+                core,
+                env,
+                AdminResponse::Failure(AdminFailure::Internal(format!(
+                    "could not record the run: {e}"
+                ))),
+            );
+            Step::fail(format!("could not record the run: {e}"))
+        }
+    }
+}
+
+fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+    let Some(run) = env.run else {
+        return Step::fail("launch before the run was recorded");
+    };
+    let job = env.req.job.clone();
+    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
+    let now = Instant::now();
+    let url = core.wrapper_url(&job);
+    let mut launch = Vec::new();
+    for machine in &batch {
+        let Some(target) = core
+            .runs
+            .get_mut(&run)
+            .and_then(|r| r.targets.get_mut(machine))
+        else {
+            continue;
+        };
+        if target.is_settled() || target.finishing {
+            continue; // killed before its batch came
+        }
+        target.state = TargetState::Launching;
+        target.launched_at = Some(now);
+        let token = core.secret.launch_token(run, machine);
+        launch.push(LaunchTarget {
+            machine: machine.clone(),
+            env: vec![
+                (ENV_URL.to_string(), url.clone()),
+                (ENV_RUN.to_string(), run.to_string()),
+                (ENV_MACHINE.to_string(), machine.clone()),
+                (ENV_TOKEN.to_string(), token),
+            ],
+        });
+        core.db_call(
+            DbRequest::UpdateTarget {
+                run,
+                machine: machine.clone(),
+                update: TargetUpdate {
+                    state: Some(TargetState::Launching),
+                    ..Default::default()
+                },
+            },
+            DbWait::Write("a launching target"),
+        );
+    }
+    if env.batch == 0 {
+        core.db_call(
+            DbRequest::UpdateRun {
+                run,
+                update: RunUpdate {
+                    state: Some(RunState::Running),
+                    started: Some(now_ms()),
+                    ..Default::default()
+                },
+            },
+            DbWait::Write("a running run"),
+        );
+    }
+    let executor = match job.executor {
+        crate::config::Executor::Local => ExecutorKind::Local,
+        crate::config::Executor::Salt => ExecutorKind::Salt,
+    };
+    let id = core.blocking_call(BlockingRequest::Launch {
+        executor,
+        wrapper_path: core.wrapper_path(&job),
+        targets: launch,
+    });
+    env.call = Some(id);
+    Step::Next
+}
+
+fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+    let Some(id) = env.call else {
+        return Step::Next;
+    };
+    let Some(reply) = core.blocking_replies.remove(&id) else {
+        return Step::Wait(Wake::Call(id));
+    };
+    env.call = None;
+    let run = env.run.unwrap_or_default();
+    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
+    match reply {
+        Ok(BlockingReply::Launched(outcomes)) => {
+            for o in outcomes {
+                if let Err(e) = o.result {
+                    log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
+                    finish_target(
+                        core,
+                        run,
+                        &o.machine,
+                        TargetReason::WrapperFailed,
+                        Some(254),
+                    );
+                }
+            }
+        }
+        Err(e) => {
+            log::error!("run {run}: launching batch {} failed: {e}", env.batch);
+            for m in &batch {
+                finish_target(core, run, m, TargetReason::WrapperFailed, Some(254));
+            }
+        }
+    }
+    let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
+    env.pickup_deadline = Some(Instant::now() + pickup);
+    Step::Next
+}
+
+fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+    let run = env.run.unwrap_or_default();
+    let now = s.now();
+    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
+    let deadline_passed = env.pickup_deadline.is_some_and(|d| now >= d);
+    let mut open = false;
+    let mut awaiting_pickup = false;
+    for machine in &batch {
+        let Some(t) = core.runs.get(&run).and_then(|r| r.targets.get(machine)) else {
+            continue;
+        };
+        if t.is_settled() {
+            continue;
+        }
+        open = true;
+        let never_said_hello = matches!(t.state, TargetState::Pending | TargetState::Launching)
+            && t.conn.is_none()
+            && !t.token_used;
+        if never_said_hello && !t.finishing {
+            if deadline_passed {
+                log::warn!("run {run}: the wrapper on {machine} never picked the run up");
+                finish_target(core, run, machine, TargetReason::WrapperFailed, Some(254));
+            } else {
+                awaiting_pickup = true;
+            }
+        }
+    }
+    if !open {
+        return Step::Next;
+    }
+    let event = Wake::event(Main::run_event(run));
+    match (awaiting_pickup, env.pickup_deadline) {
+        (true, Some(d)) => Step::Wait(Wake::Any(vec![event, Wake::At(d)])),
+        _ => Step::Wait(event),
+    }
+}
+
+fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+    let run = env.run.unwrap_or_default();
+    if env.batch + 1 >= env.batches.len() {
+        return Step::Next;
+    }
+    if core.runs.get(&run).is_some_and(|r| r.kill_requested) {
+        for batch in env.batches[env.batch + 1..].to_vec() {
+            for m in batch {
+                finish_target(core, run, &m, TargetReason::Canceled, None);
+            }
+        }
+        // Wait for those records before finalizing.
+        env.batch = env.batches.len() - 1;
+        s.insert_next("collect_canceled", collect_all);
+        return Step::Next;
+    }
+    env.batch += 1;
+    log::info!("run {run}: starting batch {}", env.batch + 1);
+    s.insert_steps([
+        ("launch_batch", launch_batch as super::run_flow::StepFnOf),
+        ("await_launch", await_launch),
+        ("collect_batch", collect_batch),
+        ("next_batch", next_batch),
+    ]);
+    Step::Next
+}
+
+pub type StepFnOf = fn(&mut RunEnv, &mut Main, &mut Sc) -> Step;
+
+/// Wait until every target of the run is settled.
+fn collect_all(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+    let run = env.run.unwrap_or_default();
+    let open = core
+        .runs
+        .get(&run)
+        .is_some_and(|r| r.targets.values().any(|t| !t.is_settled()));
+    if open {
+        Step::Wait(Wake::event(Main::run_event(run)))
+    } else {
+        Step::Next
+    }
+}
+
+fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+    let Some(run) = env.run else {
+        release_job(core, &env.req.job.name);
+        let why = match s.outcome() {
+            crate::workflow::Outcome::Done => "the run was not started".to_string(),
+            other => format!("{other:?}"),
+        };
+        answer_admin(
+            core,
+            env,
+            AdminResponse::Failure(AdminFailure::Internal(why)),
+        );
+        return Step::Next;
+    };
+    if env.call.is_none() {
+        let Some(active) = core.runs.get(&run) else {
+            release_job(core, &env.req.job.name);
+            return Step::Next;
+        };
+        let state = active.final_state();
+        let reason = match s.outcome() {
+            crate::workflow::Outcome::Done => None,
+            other => Some(format!("{other:?}")),
+        };
+        let id = core.db_call(
+            DbRequest::UpdateRun {
+                run,
+                update: RunUpdate {
+                    state: Some(state),
+                    reason,
+                    ended: Some(now_ms()),
+                    ..Default::default()
+                },
+            },
+            DbWait::Step,
+        );
+        env.call = Some(id);
+        return Step::Wait(Wake::Call(id));
+    }
+    let Some(reply) = take_db_reply(core, env.call) else {
+        return Step::Wait(Wake::Call(env.call.unwrap_or_default()));
+    };
+    env.call = None;
+    if let Err(e) = reply {
+        log::error!("run {run}: could not record its end: {e}");
+    }
+    release_job(core, &env.req.job.name);
+    if let Some(active) = core.runs.remove(&run) {
+        core.sessions.retain(|_, (r, _)| *r != run);
+        log::info!("run {run} of {} ended", active.job.name);
+        for call in active.waiters {
+            // The stored record is the truth (ended time, state): read it back.
+            core.db_call(DbRequest::GetRun(run), DbWait::Admin(call, Pending::Run));
+        }
+    }
+    Step::Next
+}
+
+fn release_job(core: &mut Main, job: &str) {
+    if let Some(n) = core.busy_jobs.get_mut(job) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            core.busy_jobs.remove(job);
+        }
+    }
+}
+
+/// Record a target's outcome: the one place a target becomes `finished`. The in-memory
+/// state changes when db confirms (`sessions::target_recorded`).
+pub fn finish_target(
+    core: &mut Main,
+    run: RunId,
+    machine: &str,
+    reason: TargetReason,
+    code: Option<i32>,
+) {
+    let Some(t) = core
+        .runs
+        .get_mut(&run)
+        .and_then(|r| r.targets.get_mut(machine))
+    else {
+        return;
+    };
+    if t.is_settled() || t.finishing {
+        return;
+    }
+    t.finishing = true;
+    t.reason = Some(reason);
+    t.exit_code = code;
+    t.ended = Some(now_ms());
+    let ended = t.ended;
+    core.db_call(
+        DbRequest::UpdateTarget {
+            run,
+            machine: machine.to_string(),
+            update: TargetUpdate {
+                state: Some(TargetState::Finished),
+                reason: Some(reason),
+                exit_code: code,
+                ended,
+                ..Default::default()
+            },
+        },
+        DbWait::TargetFinished {
+            run,
+            machine: machine.to_string(),
+        },
+    );
+}

@@ -1,0 +1,168 @@
+//! Runs in flight, as main keeps them in memory, and the pure rules of their outcomes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::config::Job;
+use crate::ipc::CallId;
+use crate::wire::link::ConnId;
+use crate::wire::records::{
+    Millis, RunId, RunState, TargetReason, TargetRecord, TargetState, Trigger, settle_run_state,
+};
+use crate::wire::wrapper::ExitReason;
+use crate::workflow::WorkflowId;
+
+/// An `exited` whose output is not all committed yet.
+#[derive(Debug, Clone, Copy)]
+pub struct PendingExit {
+    pub end_seq: u64,
+    pub reason: TargetReason,
+    pub code: Option<i32>,
+}
+
+/// One target of a run in flight.
+#[derive(Debug)]
+pub struct TargetRt {
+    pub state: TargetState,
+    pub reason: Option<TargetReason>,
+    pub exit_code: Option<i32>,
+    pub batch: usize,
+    /// The single-use launch token has been presented.
+    pub token_used: bool,
+    pub resume_key: Option<String>,
+    pub conn: Option<ConnId>,
+    /// Server clock of the last frame from its wrapper.
+    pub last_seen: Option<Instant>,
+    pub launched_at: Option<Instant>,
+    pub acked_seq: u64,
+    pub pending_exit: Option<PendingExit>,
+    /// Recording the final state is under way (db write not yet confirmed).
+    pub finishing: bool,
+    /// A user kill is to be delivered (now or when the wrapper reconnects).
+    pub kill_wanted: bool,
+    pub started: Option<Millis>,
+    pub ended: Option<Millis>,
+}
+
+impl TargetRt {
+    pub fn new(batch: usize, state: TargetState) -> TargetRt {
+        TargetRt {
+            state,
+            reason: None,
+            exit_code: None,
+            batch,
+            token_used: false,
+            resume_key: None,
+            conn: None,
+            last_seen: None,
+            launched_at: None,
+            acked_seq: 0,
+            pending_exit: None,
+            finishing: false,
+            kill_wanted: false,
+            started: None,
+            ended: None,
+        }
+    }
+
+    /// Settled: finished or never to run.
+    pub fn is_settled(&self) -> bool {
+        matches!(
+            self.state,
+            TargetState::Finished | TargetState::SkippedMaintenance
+        )
+    }
+
+    pub fn record(&self, machine: &str) -> TargetRecord {
+        TargetRecord {
+            machine: machine.to_string(),
+            state: self.state,
+            reason: self.reason,
+            exit_code: self.exit_code,
+            started: self.started,
+            ended: self.ended,
+        }
+    }
+}
+
+/// A run in flight.
+pub struct ActiveRun {
+    pub id: RunId,
+    pub job: Arc<Job>,
+    pub slot: Option<Millis>,
+    pub trigger: Trigger,
+    pub targets: BTreeMap<String, TargetRt>,
+    pub kill_requested: bool,
+    pub workflow: Option<WorkflowId>,
+    /// Admin calls (`run --wait`) to answer when the run ends.
+    pub waiters: Vec<CallId>,
+}
+
+impl ActiveRun {
+    /// Final state once every target is settled.
+    pub fn final_state(&self) -> RunState {
+        let records: Vec<TargetRecord> = self.targets.iter().map(|(m, t)| t.record(m)).collect();
+        let state = settle_run_state(&records);
+        let all_stopped_by_user = !records.is_empty()
+            && records.iter().all(|t| {
+                matches!(
+                    t.reason,
+                    Some(TargetReason::Killed) | Some(TargetReason::Canceled)
+                ) || t.state == TargetState::SkippedMaintenance
+            });
+        if self.kill_requested && all_stopped_by_user {
+            RunState::Canceled
+        } else {
+            state
+        }
+    }
+}
+
+/// What a wrapper's `exited` means for the target: reason and recorded exit code.
+pub fn exit_outcome(
+    reason: ExitReason,
+    code: Option<i32>,
+    signal: Option<i32>,
+) -> (TargetReason, Option<i32>) {
+    match reason {
+        ExitReason::Exit => (
+            TargetReason::Exit,
+            // Death by a signal is reported like a shell does: 128 + signal.
+            code.or(signal.map(|s| 128 + s)),
+        ),
+        ExitReason::Timeout => (TargetReason::Timeout, Some(124)),
+        ExitReason::Killed => (TargetReason::Killed, Some(143)),
+        ExitReason::SpawnFailed | ExitReason::LockBusy => (TargetReason::WrapperFailed, Some(254)),
+        ExitReason::Canceled => (TargetReason::Canceled, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_are_compatible() {
+        assert_eq!(
+            exit_outcome(ExitReason::Exit, Some(3), None),
+            (TargetReason::Exit, Some(3))
+        );
+        assert_eq!(
+            exit_outcome(ExitReason::Exit, None, Some(9)),
+            (TargetReason::Exit, Some(137))
+        );
+        assert_eq!(
+            exit_outcome(ExitReason::Timeout, None, Some(15)),
+            (TargetReason::Timeout, Some(124))
+        );
+        assert_eq!(
+            exit_outcome(ExitReason::Killed, Some(0), None),
+            (TargetReason::Killed, Some(143))
+        );
+        assert_eq!(
+            exit_outcome(ExitReason::LockBusy, None, None),
+            (TargetReason::WrapperFailed, Some(254))
+        );
+    }
+}

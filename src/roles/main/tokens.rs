@@ -1,0 +1,201 @@
+//! Launch tokens and resume keys of wrapper sessions.
+//!
+//! The launch token of a target is HMAC-SHA256 over (run id, machine) under a server
+//! secret kept in the state directory (mode 0600, created on first start, surviving
+//! restarts). It travels through Salt, so it sits in Salt's job cache: it is accepted once.
+//! The `welcome` then hands the wrapper a random resume key that never leaves the
+//! WebSocket; reconnects present that. Both are compared in constant time.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use hmac::{KeyInit, Mac};
+use sha2::Sha256;
+
+type HmacSha256 = hmac::Hmac<Sha256>;
+
+const SECRET_BYTES: usize = 32;
+const DOMAIN: &[u8] = b"saltpeter-launch-token-v1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("could not read server secret {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("could not create server secret {path}: {source}")]
+    Create { path: PathBuf, source: io::Error },
+    #[error("server secret {path} is malformed (expected {SECRET_BYTES} bytes as hex)")]
+    Malformed { path: PathBuf },
+    #[error("server secret {path} has mode {mode:o}; it must not be readable by others (0600)")]
+    Exposed { path: PathBuf, mode: u32 },
+}
+
+/// The server secret, kept as a keyed HMAC ready to clone; never logged.
+pub struct Secret {
+    keyed: HmacSha256,
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim();
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+impl Secret {
+    /// Load the secret, creating it (0600) on first start.
+    pub fn load_or_create(path: &Path) -> Result<Secret, SecretError> {
+        match fs::read_to_string(path) {
+            Ok(text) => {
+                let meta = fs::metadata(path).map_err(|source| SecretError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+                let mode = meta.permissions().mode() & 0o777;
+                if mode & 0o077 != 0 {
+                    return Err(SecretError::Exposed {
+                        path: path.to_path_buf(),
+                        mode,
+                    });
+                }
+                let bytes = from_hex(&text)
+                    .filter(|b| b.len() == SECRET_BYTES)
+                    .ok_or_else(|| SecretError::Malformed {
+                        path: path.to_path_buf(),
+                    })?;
+                Secret::from_bytes(&bytes).ok_or_else(|| SecretError::Malformed {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let secret: [u8; SECRET_BYTES] = rand::random();
+                let create = |source| SecretError::Create {
+                    path: path.to_path_buf(),
+                    source,
+                };
+                let mut file = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(path)
+                    .map_err(create)?;
+                file.write_all(to_hex(&secret).as_bytes()).map_err(create)?;
+                file.sync_all().map_err(create)?;
+                log::info!("created server secret {}", path.display());
+                Secret::from_bytes(&secret).ok_or_else(|| SecretError::Malformed {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(source) => Err(SecretError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    fn from_bytes(bytes: &[u8]) -> Option<Secret> {
+        HmacSha256::new_from_slice(bytes)
+            .ok()
+            .map(|keyed| Secret { keyed })
+    }
+
+    fn mac(&self, run: u64, machine: &str) -> HmacSha256 {
+        let mut mac = self.keyed.clone();
+        mac.update(DOMAIN);
+        mac.update(&run.to_be_bytes());
+        mac.update(machine.as_bytes());
+        mac
+    }
+
+    /// The launch token of (run, machine).
+    pub fn launch_token(&self, run: u64, machine: &str) -> String {
+        to_hex(&self.mac(run, machine).finalize().into_bytes())
+    }
+
+    /// Constant-time check of a presented launch token.
+    pub fn verify_launch_token(&self, run: u64, machine: &str, token: &str) -> bool {
+        match from_hex(token) {
+            Some(bytes) => self.mac(run, machine).verify_slice(&bytes).is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// A fresh random resume key.
+pub fn new_resume_key() -> String {
+    to_hex(&rand::random::<[u8; 32]>())
+}
+
+/// Constant-time comparison of two keys.
+pub fn keys_match(expected: &str, presented: &str) -> bool {
+    let (a, b) = (expected.as_bytes(), presented.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_survives_restart_and_tokens_verify() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.secret");
+        let s1 = Secret::load_or_create(&path).unwrap();
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let token = s1.launch_token(7, "web1");
+        let s2 = Secret::load_or_create(&path).unwrap();
+        assert!(s2.verify_launch_token(7, "web1", &token));
+        assert!(!s2.verify_launch_token(8, "web1", &token), "other run");
+        assert!(!s2.verify_launch_token(7, "web2", &token), "other machine");
+        assert!(!s2.verify_launch_token(7, "web1", "zz"), "not hex");
+        assert!(
+            !s2.verify_launch_token(7, "web1", &token[..10]),
+            "truncated"
+        );
+        assert_eq!(format!("{s2:?}"), "Secret(***)");
+    }
+
+    #[test]
+    fn exposed_or_malformed_secret_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.secret");
+        fs::write(&path, "abcd").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(matches!(
+            Secret::load_or_create(&path),
+            Err(SecretError::Malformed { .. })
+        ));
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(
+            Secret::load_or_create(&path),
+            Err(SecretError::Exposed { .. })
+        ));
+    }
+
+    #[test]
+    fn key_comparison() {
+        let k = new_resume_key();
+        assert!(keys_match(&k, &k.clone()));
+        assert!(!keys_match(&k, &new_resume_key()));
+        assert!(!keys_match(&k, ""));
+    }
+}

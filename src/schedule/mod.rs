@@ -1,0 +1,287 @@
+//! Saltpeter's schedules: when a job fires, as a pure function of the job's cron fields, its
+//! time zone and a given instant (`now` is always a parameter, never read from the clock).
+//!
+//! Outline:
+//! 1. [`Schedule::from_fields`] / [`Schedule::from_expr`] check each of the seven fields on its
+//!    own (`fields.rs`), so an error names the field and its allowed range, then hand the
+//!    numeric 7-field text to croner. `from_expr` also takes 5- and 6-field expressions and the
+//!    `@yearly`-style shortcuts.
+//! 2. croner only ever answers "which wall-clock time matches next" (it is given naive local
+//!    times, where there is no daylight saving). `walk.rs` maps those wall-clock times to real
+//!    instants in the job's zone by the Vixie cron / cronie rule:
+//!    - a job whose minute or hour field starts with `*` follows real time: every real
+//!      occurrence fires once, a time that does not exist is not invented;
+//!    - any other job has a fixed hour: a time skipped by a spring-forward change runs once at
+//!      the first instant after the gap, a time repeated by a fall-back change runs once, at
+//!      its first occurrence.
+//!
+//!    croner's own DST handling is not used because it classifies jobs differently: it treats
+//!    every list, range or step (`30 1,2 * * *`, `0-59/30 2 * * *`) as an interval job, which
+//!    skips the spring-forward gap and fires twice in the fall-back hour.
+//! 3. dom and dow follow Vixie cron: when both are restricted a day matches if either matches
+//!    (croner's default); when one of them starts with `*` without being `*` (e.g. `*/2`),
+//!    Vixie cron requires both, so only then croner's AND mode is used.
+//!
+//! A schedule that can never fire is reported by [`Schedule::check_fires`], which the config
+//! loader calls with its `now`.
+
+mod fields;
+mod walk;
+
+#[cfg(test)]
+mod tests;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono_tz::Tz;
+use croner::Cron;
+use croner::parser::{CronParser, Seconds, Year};
+
+use fields::FieldKind;
+
+/// Why a schedule was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    /// One field is invalid; the message says what was expected.
+    #[error("field `{field}`: {message}")]
+    Field {
+        field: &'static str,
+        message: String,
+    },
+    /// A `schedule:` expression with the wrong number of fields.
+    #[error(
+        "schedule `{expr}` has {count} fields: expected 5 (min hour dom mon dow), 6 (sec first) \
+         or 7 (sec first, year last), or one of @yearly @annually @monthly @weekly @daily @hourly"
+    )]
+    FieldCount { expr: String, count: usize },
+    /// An `@name` that is not a known shortcut.
+    #[error(
+        "unknown schedule shortcut `{expr}`: expected one of @yearly @annually @monthly @weekly \
+         @daily @hourly"
+    )]
+    UnknownShortcut { expr: String },
+    /// croner refused the checked fields (should not happen; kept so it can never panic).
+    #[error("schedule `{schedule}` was rejected by the cron parser: {message}")]
+    Rejected { schedule: String, message: String },
+    /// The schedule matches no instant after the given time (e.g. 30 February, a past year).
+    #[error("schedule `{schedule}` in {tz} never fires after {after}")]
+    NeverFires {
+        schedule: String,
+        tz: Tz,
+        after: DateTime<Utc>,
+    },
+}
+
+/// The seven cron fields as written in a job (`sec` defaults to `0`, `year` to `*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CronFields {
+    pub sec: String,
+    pub min: String,
+    pub hour: String,
+    pub dom: String,
+    pub mon: String,
+    pub dow: String,
+    pub year: String,
+}
+
+impl CronFields {
+    /// The five classic fields, with `sec` `0` and `year` `*`.
+    pub fn new(min: &str, hour: &str, dom: &str, mon: &str, dow: &str) -> CronFields {
+        CronFields {
+            sec: "0".to_string(),
+            min: min.to_string(),
+            hour: hour.to_string(),
+            dom: dom.to_string(),
+            mon: mon.to_string(),
+            dow: dow.to_string(),
+            year: "*".to_string(),
+        }
+    }
+
+    fn get(&self, kind: FieldKind) -> &str {
+        match kind {
+            FieldKind::Sec => &self.sec,
+            FieldKind::Min => &self.min,
+            FieldKind::Hour => &self.hour,
+            FieldKind::Dom => &self.dom,
+            FieldKind::Mon => &self.mon,
+            FieldKind::Dow => &self.dow,
+            FieldKind::Year => &self.year,
+        }
+    }
+}
+
+/// A validated schedule read in one time zone.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    /// Canonical numeric fields, in 7-field order.
+    canonical: [String; 7],
+    tz: Tz,
+    /// Matches wall-clock (naive local) times only.
+    wall: Cron,
+    /// Minute or hour field starts with `*`: the job follows real time across DST changes.
+    follows_real_time: bool,
+}
+
+impl Schedule {
+    /// Builds a schedule from the seven job fields, read in `tz`.
+    pub fn from_fields(fields: &CronFields, tz: Tz) -> Result<Schedule, ScheduleError> {
+        let mut canonical: [String; 7] = Default::default();
+        for (slot, kind) in canonical.iter_mut().zip(FieldKind::ALL) {
+            *slot = fields::normalize(kind, fields.get(kind))?;
+        }
+        let follows_real_time =
+            fields.min.trim().starts_with('*') || fields.hour.trim().starts_with('*');
+        Self::build(canonical, tz, follows_real_time)
+    }
+
+    /// Builds a schedule from a `schedule:` expression: 5 fields (min hour dom mon dow), 6 (sec
+    /// first), 7 (sec first, year last), or `@yearly` `@annually` `@monthly` `@weekly` `@daily`
+    /// `@hourly`.
+    pub fn from_expr(expr: &str, tz: Tz) -> Result<Schedule, ScheduleError> {
+        let trimmed = expr.trim();
+        let expanded = if trimmed.starts_with('@') {
+            match trimmed.to_ascii_lowercase().as_str() {
+                "@yearly" | "@annually" => "0 0 1 1 *",
+                "@monthly" => "0 0 1 * *",
+                "@weekly" => "0 0 * * 0",
+                "@daily" | "@midnight" => "0 0 * * *",
+                "@hourly" => "0 * * * *",
+                _ => {
+                    return Err(ScheduleError::UnknownShortcut {
+                        expr: trimmed.to_string(),
+                    });
+                }
+            }
+        } else {
+            trimmed
+        };
+        let parts: Vec<&str> = expanded.split_whitespace().collect();
+        let fields = match parts.as_slice() {
+            [min, hour, dom, mon, dow] => CronFields::new(min, hour, dom, mon, dow),
+            [sec, min, hour, dom, mon, dow] => CronFields {
+                sec: sec.to_string(),
+                ..CronFields::new(min, hour, dom, mon, dow)
+            },
+            [sec, min, hour, dom, mon, dow, year] => CronFields {
+                sec: sec.to_string(),
+                year: year.to_string(),
+                ..CronFields::new(min, hour, dom, mon, dow)
+            },
+            _ => {
+                return Err(ScheduleError::FieldCount {
+                    expr: trimmed.to_string(),
+                    count: parts.len(),
+                });
+            }
+        };
+        Self::from_fields(&fields, tz)
+    }
+
+    fn build(
+        canonical: [String; 7],
+        tz: Tz,
+        follows_real_time: bool,
+    ) -> Result<Schedule, ScheduleError> {
+        let dom = &canonical[3];
+        let dow = &canonical[5];
+        // Vixie cron: a dom or dow field starting with `*` (but not `*` itself, which croner
+        // already treats as unrestricted) makes the day test an AND of both fields.
+        let vixie_and =
+            (dom.starts_with('*') && dom != "*") || (dow.starts_with('*') && dow != "*");
+        let parser = CronParser::builder()
+            .seconds(Seconds::Required)
+            .year(Year::Required)
+            .dom_and_dow(vixie_and)
+            .build();
+        let text = canonical.join(" ");
+        let wall = match parser.parse(&text) {
+            Ok(cron) => cron,
+            Err(err) => return Err(blame_field(&parser, &canonical, &text, &err)),
+        };
+        Ok(Schedule {
+            canonical,
+            tz,
+            wall,
+            follows_real_time,
+        })
+    }
+
+    /// The canonical 7-field text (`sec min hour dom mon dow year`, names as numbers).
+    pub fn describe(&self) -> String {
+        self.canonical.join(" ")
+    }
+
+    /// The zone the fields are read in.
+    pub fn timezone(&self) -> Tz {
+        self.tz
+    }
+
+    /// Whether the job follows real time across DST changes (minute or hour starts with `*`)
+    /// rather than having a fixed hour.
+    pub fn follows_real_time(&self) -> bool {
+        self.follows_real_time
+    }
+
+    /// The first firing strictly after `after`, or `None` if there is none.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        walk::next_after(self, after)
+    }
+
+    /// Up to `n` firings strictly after `after`, in order.
+    pub fn upcoming(&self, after: DateTime<Utc>, n: usize) -> Vec<DateTime<Utc>> {
+        let mut out = Vec::with_capacity(n.min(1024));
+        let mut cursor = after;
+        while out.len() < n {
+            match self.next_after(cursor) {
+                Some(next) => {
+                    debug_assert!(next > cursor, "firings must strictly increase");
+                    out.push(next);
+                    cursor = next;
+                }
+                None => break,
+            }
+        }
+        out
+    }
+
+    /// Fails with [`ScheduleError::NeverFires`] when no firing follows `now`.
+    pub fn check_fires(&self, now: DateTime<Utc>) -> Result<(), ScheduleError> {
+        match self.next_after(now) {
+            Some(_) => Ok(()),
+            None => Err(ScheduleError::NeverFires {
+                schedule: self.describe(),
+                tz: self.tz,
+                after: now,
+            }),
+        }
+    }
+
+    /// The next wall-clock time (naive local) matching the fields, at or after `from`.
+    fn next_wall(&self, from: NaiveDateTime, inclusive: bool) -> Option<NaiveDateTime> {
+        self.wall.find_next_occurrence(&from, inclusive).ok()
+    }
+}
+
+/// croner refused the whole pattern: find the field it objects to by parsing each field
+/// alone with the others unrestricted, so the message still names a field.
+fn blame_field(
+    parser: &CronParser,
+    canonical: &[String; 7],
+    text: &str,
+    err: &croner::errors::CronError,
+) -> ScheduleError {
+    for (index, kind) in FieldKind::ALL.iter().enumerate() {
+        let mut probe: [&str; 7] = ["0", "*", "*", "*", "*", "*", "*"];
+        probe[index] = &canonical[index];
+        if let Err(field_err) = parser.parse(&probe.join(" ")) {
+            return ScheduleError::Field {
+                field: kind.name(),
+                message: format!("`{}`: {field_err}", canonical[index]),
+            };
+        }
+    }
+    ScheduleError::Rejected {
+        schedule: text.to_string(),
+        message: err.to_string(),
+    }
+}

@@ -1,0 +1,147 @@
+//! `saltpeter-wrapper`: runs one job on a target machine and reports to the hub
+//! (ARCHITECTURE.md section 7, PROTOCOLS.md section 1).
+//!
+//! Outline:
+//! 1. `settings`: validate `SP_URL`, `SP_RUN`, `SP_MACHINE`, `SP_TOKEN`; the token is
+//!    then removed from the environment and kept in memory only.
+//! 2. `daemon`: with `--daemonize`, fork/setsid/fork so Salt returns at once; logging.
+//! 3. `session`: one thread, one mio loop: the hub link (`link`), the command's pipes
+//!    (`command`), SIGCHLD/SIGTERM, and timers (heartbeat, kill grace, timeout,
+//!    reconnect backoff, give-up). Output goes through `outbuf` (seq numbers, ack
+//!    bookkeeping, memory cap, then `spool` file, then counted loss).
+//! 4. `files`: private directories and the per-host `flock` overlap lock.
+//!
+//! The wrapper exits 0 once the hub has answered `done` to its `exited`; the exit codes
+//! of failures are listed at [`WrapperError::exit_code`].
+
+mod command;
+mod daemon;
+mod files;
+mod link;
+mod outbuf;
+mod session;
+mod settings;
+mod spool;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+pub use files::{lock_dir, lock_file_name};
+pub use outbuf::Limits;
+pub use session::{Options, run};
+pub use settings::{DEFAULT_GIVE_UP, HubUrl, Settings, parse_hub_url, settings_from_env};
+
+use crate::wire::wrapper::{ENV_TOKEN, RejectCode};
+
+/// Everything that can end the wrapper with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum WrapperError {
+    #[error("environment variable {0} is not set")]
+    MissingEnv(&'static str),
+    #[error("environment variable {var} is invalid: {reason}")]
+    InvalidEnv { var: &'static str, reason: String },
+    #[error("could not open log file {path}: {err}")]
+    LogFile { path: PathBuf, err: std::io::Error },
+    #[error("could not daemonize ({step}): {err}")]
+    Daemonize { step: &'static str, err: nix::Error },
+    #[error("could not set up the event loop: {0}")]
+    Poll(std::io::Error),
+    #[error("could not use private directory {path}: {reason}")]
+    PrivateDir { path: PathBuf, reason: String },
+    #[error("could not take overlap lock {path}: {err}")]
+    Lock { path: PathBuf, err: String },
+    #[error("output spool {path} failed: {err}")]
+    Spool { path: PathBuf, err: std::io::Error },
+    #[error("the hub rejected this wrapper ({code:?}): {message}")]
+    Rejected { code: RejectCode, message: String },
+    #[error("no contact with the hub for {0:?}; gave up (the command was killed)")]
+    GaveUp(Duration),
+    #[error("stopped by signal {0} before the run finished")]
+    Terminated(i32),
+}
+
+impl WrapperError {
+    /// Process exit code: 1 bad start-up (environment, log file, daemonize), 2 rejected
+    /// by the hub, 3 gave up on the hub, 4 stopped by a signal, 5 other local failure.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            WrapperError::MissingEnv(_)
+            | WrapperError::InvalidEnv { .. }
+            | WrapperError::LogFile { .. }
+            | WrapperError::Daemonize { .. } => 1,
+            WrapperError::Rejected { .. } => 2,
+            WrapperError::GaveUp(_) => 3,
+            WrapperError::Terminated(_) => 4,
+            _ => 5,
+        }
+    }
+}
+
+/// Command line of `saltpeter-wrapper` (the job itself comes from the hub).
+#[derive(Debug, Parser)]
+#[command(
+    name = "saltpeter-wrapper",
+    version,
+    about = "Runs one Saltpeter job on this host"
+)]
+pub struct Args {
+    /// Fork into the background and return at once (so Salt returns).
+    #[arg(long)]
+    pub daemonize: bool,
+    /// Append the wrapper's own log lines to FILE (default: stderr).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Give up after this many seconds without any contact with the hub.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_GIVE_UP.as_secs())]
+    pub give_up: u64,
+}
+
+/// The whole program: parse, validate, maybe daemonize, run; prints one line on error.
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    let settings = match settings_from_env(
+        |name| std::env::var(name).ok(),
+        Duration::from_secs(args.give_up.max(1)),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("saltpeter-wrapper: {e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    // SAFETY: still single-threaded (nothing has spawned a thread yet), so no other
+    // thread can read the environment concurrently.
+    unsafe { std::env::remove_var(ENV_TOKEN) };
+
+    if args.daemonize
+        && let Err(e) = daemon::daemonize(args.log.as_deref(), settings.run)
+    {
+        eprintln!("saltpeter-wrapper: {e}");
+        return ExitCode::from(e.exit_code());
+    }
+    if let Err(e) = daemon::init_logging(args.log.as_deref()) {
+        eprintln!("saltpeter-wrapper: {e}");
+        return ExitCode::from(e.exit_code());
+    }
+    log::info!(
+        "saltpeter-wrapper {} pid {} for run {} on {} via {}",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        settings.run,
+        settings.machine,
+        settings.hub.url
+    );
+    match run(settings, Options::default()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log::error!("{e}");
+            if !args.daemonize && args.log.is_some() {
+                eprintln!("saltpeter-wrapper: {e}");
+            }
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

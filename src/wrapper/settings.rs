@@ -1,0 +1,282 @@
+//! What the wrapper is started with, validated before anything forks: the four `SP_*`
+//! variables (PROTOCOLS.md section 1) and the hub URL they name.
+//!
+//! Pure functions over plain inputs, so the rules (which URLs are accepted, where the
+//! path is appended, what a bad run id looks like) are tested without a process.
+
+use std::time::Duration;
+
+use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL, WRAPPER_PATH};
+
+use super::WrapperError;
+
+/// Where the hub listens, split so the loop can open the TCP connection itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubUrl {
+    /// Host name or address, without brackets for IPv6.
+    pub host: String,
+    pub port: u16,
+    /// The full `ws://host:port/path` used for the WebSocket request.
+    pub url: String,
+}
+
+/// The validated start-up environment. The token lives only here (in memory).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub hub: HubUrl,
+    pub run: u64,
+    pub machine: String,
+    pub token: String,
+    /// With no server contact at all for this long, kill the command and exit.
+    pub give_up: Duration,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token must never reach a log line.
+        f.debug_struct("Settings")
+            .field("hub", &self.hub)
+            .field("run", &self.run)
+            .field("machine", &self.machine)
+            .field("give_up", &self.give_up)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Default give-up period: a day without hearing from the hub.
+pub const DEFAULT_GIVE_UP: Duration = Duration::from_secs(24 * 3600);
+
+/// Builds [`Settings`] from a variable lookup (the process environment in production).
+pub fn settings_from_env(
+    lookup: impl Fn(&str) -> Option<String>,
+    give_up: Duration,
+) -> Result<Settings, WrapperError> {
+    let get = |name: &'static str| match lookup(name) {
+        Some(v) if !v.trim().is_empty() => Ok(v),
+        _ => Err(WrapperError::MissingEnv(name)),
+    };
+    let hub = parse_hub_url(&get(ENV_URL)?)?;
+    let run_text = get(ENV_RUN)?;
+    let run = run_text
+        .trim()
+        .parse::<u64>()
+        .map_err(|_| WrapperError::InvalidEnv {
+            var: ENV_RUN,
+            reason: format!("{run_text:?} is not a run id (an unsigned integer)"),
+        })?;
+    let machine = get(ENV_MACHINE)?;
+    if machine.len() > 255 || machine.chars().any(char::is_control) {
+        return Err(WrapperError::InvalidEnv {
+            var: ENV_MACHINE,
+            reason: "machine id is longer than 255 bytes or holds control characters".into(),
+        });
+    }
+    let token = get(ENV_TOKEN)?;
+    Ok(Settings {
+        hub,
+        run,
+        machine,
+        token,
+        give_up,
+    })
+}
+
+/// Accepts `ws://host[:port][/path]`; with no path (or `/`) the wrapper path is appended.
+/// `wss://` is refused for now: this build has no TLS.
+pub fn parse_hub_url(text: &str) -> Result<HubUrl, WrapperError> {
+    let bad = |reason: &str| WrapperError::InvalidEnv {
+        var: ENV_URL,
+        reason: format!("{text:?}: {reason}"),
+    };
+    let text = text.trim();
+    let rest = if let Some(rest) = strip_prefix_ci(text, "ws://") {
+        rest
+    } else if strip_prefix_ci(text, "wss://").is_some() {
+        return Err(bad(
+            "wss:// (TLS) is not supported by this wrapper build; use ws://",
+        ));
+    } else {
+        return Err(bad("expected a ws:// URL"));
+    };
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    if authority.contains('@') {
+        return Err(bad("user information in the URL is not supported"));
+    }
+    let (host, port_text) = if let Some(after) = authority.strip_prefix('[') {
+        let end = after.find(']').ok_or_else(|| bad("unclosed '[' in host"))?;
+        let port = after[end + 1..].strip_prefix(':');
+        if port.is_none() && !after[end + 1..].is_empty() {
+            return Err(bad("junk after ']' in host"));
+        }
+        (&after[..end], port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(bad("missing host"));
+    }
+    let port = match port_text {
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| bad("port is not a number from 1 to 65535"))?,
+        None => 80,
+    };
+    let path = if path.is_empty() || path == "/" {
+        WRAPPER_PATH.to_string()
+    } else if path.starts_with('?') {
+        format!("{WRAPPER_PATH}{path}")
+    } else {
+        path.to_string()
+    };
+    let host_part = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    Ok(HubUrl {
+        host: host.to_string(),
+        port,
+        url: format!("ws://{host_part}:{port}{path}"),
+    })
+}
+
+fn strip_prefix_ci<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = text.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &text[prefix.len()..])
+}
+
+/// Reconnect delays: exponential from `base` to `max`, each scaled by a random factor in
+/// [0.5, 1.5) so a fleet of wrappers does not reconnect in step after a hub restart.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    base: Duration,
+    max: Duration,
+    current: Duration,
+}
+
+impl Backoff {
+    pub fn new(base: Duration, max: Duration) -> Backoff {
+        Backoff {
+            base,
+            max,
+            current: base,
+        }
+    }
+
+    /// The next delay; `unit` is a random number in [0, 1).
+    pub fn next_delay(&mut self, unit: f64) -> Duration {
+        let factor = 0.5 + unit.clamp(0.0, 1.0);
+        let delay = self.current.mul_f64(factor);
+        self.current = (self.current * 2).min(self.max);
+        delay
+    }
+
+    /// After a successful `welcome` the next loss starts from the base delay again.
+    pub fn reset(&mut self) {
+        self.current = self.base;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        }
+    }
+
+    #[test]
+    fn url_gets_wrapper_path_when_it_has_none() {
+        let u = parse_hub_url("ws://hub.example:8889").unwrap();
+        assert_eq!(u.url, "ws://hub.example:8889/wrapper/v1");
+        assert_eq!((u.host.as_str(), u.port), ("hub.example", 8889));
+        assert_eq!(
+            parse_hub_url("WS://h:1/").unwrap().url,
+            "ws://h:1/wrapper/v1"
+        );
+        assert_eq!(
+            parse_hub_url("ws://h:1/custom/path").unwrap().url,
+            "ws://h:1/custom/path"
+        );
+        assert_eq!(parse_hub_url("ws://h").unwrap().port, 80);
+        let v6 = parse_hub_url("ws://[::1]:9").unwrap();
+        assert_eq!(
+            (v6.host.as_str(), v6.url.as_str()),
+            ("::1", "ws://[::1]:9/wrapper/v1")
+        );
+    }
+
+    #[test]
+    fn bad_urls_are_refused_with_a_reason() {
+        for bad in [
+            "http://h:1",
+            "h:1",
+            "ws://:1",
+            "ws://h:0",
+            "ws://h:x",
+            "ws://u@h:1",
+        ] {
+            assert!(parse_hub_url(bad).is_err(), "{bad} accepted");
+        }
+        let err = parse_hub_url("wss://h:1").unwrap_err().to_string();
+        assert!(err.contains("wss://"), "{err}");
+    }
+
+    #[test]
+    fn env_is_validated_and_token_kept_out_of_debug() {
+        let ok = env(&[
+            ("SP_URL", "ws://127.0.0.1:8889"),
+            ("SP_RUN", "42"),
+            ("SP_MACHINE", "web1"),
+            ("SP_TOKEN", "sekrit"),
+        ]);
+        let s = settings_from_env(ok, DEFAULT_GIVE_UP).unwrap();
+        assert_eq!((s.run, s.machine.as_str()), (42, "web1"));
+        assert!(!format!("{s:?}").contains("sekrit"));
+
+        let missing = env(&[("SP_URL", "ws://h:1"), ("SP_RUN", "1"), ("SP_MACHINE", "m")]);
+        let err = settings_from_env(missing, DEFAULT_GIVE_UP).unwrap_err();
+        assert!(err.to_string().contains("SP_TOKEN"), "{err}");
+
+        let bad_run = env(&[
+            ("SP_URL", "ws://h:1"),
+            ("SP_RUN", "-3"),
+            ("SP_MACHINE", "m"),
+            ("SP_TOKEN", "t"),
+        ]);
+        let err = settings_from_env(bad_run, DEFAULT_GIVE_UP).unwrap_err();
+        assert!(err.to_string().contains("SP_RUN"), "{err}");
+    }
+
+    #[test]
+    fn backoff_doubles_to_the_cap_with_jitter_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+        assert_eq!(b.next_delay(0.5), Duration::from_millis(500));
+        assert_eq!(b.next_delay(0.0), Duration::from_millis(500));
+        assert_eq!(b.next_delay(0.999_999).as_millis(), 2999);
+        for _ in 0..20 {
+            b.next_delay(0.5);
+        }
+        assert_eq!(b.next_delay(0.5), Duration::from_secs(30));
+        b.reset();
+        assert_eq!(b.next_delay(0.5), Duration::from_millis(500));
+    }
+}
