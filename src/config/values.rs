@@ -121,10 +121,11 @@ pub(crate) fn seconds(node: &Node) -> Result<u64, String> {
     unsigned(node).map_err(|m| format!("{m} (a number of seconds)"))
 }
 
+/// A TCP port; 0 asks the system for any free port (tests, several daemons on one host).
 pub(crate) fn port(node: &Node) -> Result<u16, String> {
     match unsigned(node)? {
-        n @ 1..=65535 => u16::try_from(n).map_err(|_| format!("{n} is not a port")),
-        n => Err(format!("{n} is not a port number (1-65535)")),
+        n @ 0..=65535 => u16::try_from(n).map_err(|_| format!("{n} is not a port")),
+        n => Err(format!("{n} is not a port number (0-65535)")),
     }
 }
 

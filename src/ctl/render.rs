@@ -71,6 +71,7 @@ fn status_json(s: &StatusInfo) -> Value {
         "jobs": s.jobs,
         "running_runs": s.running_runs,
         "config_errors": s.config_errors,
+        "wrapper_port": s.wrapper_port,
     })
 }
 

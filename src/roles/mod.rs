@@ -142,6 +142,22 @@ pub fn control_event<S: Controlled>(
     }
 }
 
+/// What a data link's error means. The peer closing is the supervisor's business (it
+/// stops every process in order, and this one waits for its own `Shutdown`); anything
+/// else is a protocol violation and fatal.
+pub fn link_failed<S: 'static>(ctx: &mut Ctx<S>, e: &ChannelError) -> Flow {
+    match e {
+        ChannelError::PeerGone(role) => {
+            log::info!("the {role} process closed its link; waiting for the supervisor");
+        }
+        other => {
+            log::error!("{other}; exiting");
+            ctx.stop();
+        }
+    }
+    Flow::Close
+}
+
 /// Attach the control link and say `Ready`.
 pub fn attach_control<S: Controlled>(
     ctx: &mut Ctx<S>,

@@ -44,6 +44,8 @@ pub struct StatusInfo {
     pub jobs: usize,
     pub running_runs: usize,
     pub config_errors: Vec<String>,
+    /// The port wrappers connect to.
+    pub wrapper_port: u16,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

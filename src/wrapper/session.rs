@@ -523,7 +523,10 @@ impl Session {
             return;
         };
         let lock = if job.overlap_lock {
-            match files::try_overlap_lock(&self.opts.lock_dir, &job.name) {
+            // One lock per job and machine: the local executor runs several machines
+            // on one host, and each is its own target.
+            let lock_name = format!("{}@{}", job.name, self.settings.machine);
+            match files::try_overlap_lock(&self.opts.lock_dir, &lock_name) {
                 Ok(OverlapLock::Held(lock)) => Some(lock),
                 Ok(OverlapLock::Busy(path)) => {
                     let note = format!(

@@ -250,3 +250,132 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
+
+/// Timing settings for job tests: fast heartbeats and pickup.
+pub const FAST: &str =
+    "saltpeter_config:\n  heartbeat: 1\n  pickup_timeout: 5\n  hello_timeout: 2\n";
+
+impl Daemon {
+    /// Runs of `job`, newest first, as `runs --json` prints them.
+    pub fn runs(&self, job: &str) -> Vec<Value> {
+        let v = self.ctl_json(&["runs", job, "--limit", "100"]);
+        v.as_array().cloned().unwrap_or_default()
+    }
+
+    /// Wait until `job` has `n` runs in a final state; returns them oldest first.
+    pub fn wait_final_runs(&self, job: &str, n: usize) -> Vec<Value> {
+        wait_until(&format!("{n} finished runs of {job}"), HANG, || {
+            let mut done: Vec<Value> = self.runs(job).into_iter().filter(|r| is_final(r)).collect();
+            done.reverse();
+            (done.len() >= n).then_some(done)
+        })
+    }
+
+    /// Start `job` now and wait for the finished run object.
+    pub fn run_wait(&self, job: &str) -> (Value, i32) {
+        let out = self.ctl(&["--json", "run", job, "--wait"]);
+        let code = out.status.code().unwrap_or(-1);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "run --wait printed no JSON ({e}): {}{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                self.log_text()
+            )
+        });
+        (v, code)
+    }
+
+    /// Start `job` now; returns the run id.
+    pub fn run_now(&self, job: &str) -> u64 {
+        let v = self.ctl_json(&["run", job]);
+        v["run"].as_u64().expect("run id")
+    }
+
+    pub fn run_record(&self, run: u64) -> Value {
+        self.ctl_json(&["show-run", &run.to_string()])
+    }
+
+    pub fn wait_run_final(&self, run: u64) -> Value {
+        wait_until(&format!("run {run} to finish"), HANG, || {
+            let r = self.run_record(run);
+            is_final(&r).then_some(r)
+        })
+    }
+
+    pub fn output(&self, run: u64, machine: &str) -> String {
+        let out = self.ctl(&["output", &run.to_string(), machine]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn wrapper_port(&self) -> u16 {
+        self.ctl_json(&["status"])["wrapper_port"]
+            .as_u64()
+            .expect("wrapper_port") as u16
+    }
+}
+
+pub fn is_final(run: &Value) -> bool {
+    matches!(
+        run["state"].as_str(),
+        Some("succeeded" | "failed" | "partial" | "canceled" | "skipped")
+    )
+}
+
+/// The target object of `machine` in a run object.
+pub fn target<'a>(run: &'a Value, machine: &str) -> &'a Value {
+    run["targets"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["machine"] == machine))
+        .unwrap_or_else(|| panic!("no target {machine} in {run}"))
+}
+
+/// Pids of processes whose command line contains `needle`.
+pub fn pids_with(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) && alive(pid) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// Pids of wrappers of `run` on `machine` (from their environment).
+pub fn wrapper_pids(run: u64, machine: &str) -> Vec<u32> {
+    pids_with("saltpeter-wrapper")
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| {
+                    let env = String::from_utf8_lossy(&env);
+                    env.split('\0').any(|v| v == format!("SP_RUN={run}"))
+                        && env
+                            .split('\0')
+                            .any(|v| v == format!("SP_MACHINE={machine}"))
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}

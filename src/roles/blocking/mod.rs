@@ -61,11 +61,7 @@ fn on_main(state: &mut Blocking, ctx: &mut Ctx<Blocking>, _: (), event: &Event) 
     }
     let msgs = match state.main.receive() {
         Ok(msgs) => msgs,
-        Err(e) => {
-            log::error!("link to main: {e}; exiting");
-            ctx.stop();
-            return Flow::Close;
-        }
+        Err(e) => return super::link_failed(ctx, &e),
     };
     for msg in msgs {
         match msg {

@@ -201,11 +201,7 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
             serve(db, calls);
             Flow::Continue
         }
-        Err(e) => {
-            log::error!("link to main: {e}; exiting");
-            ctx.stop();
-            Flow::Close
-        }
+        Err(e) => super::link_failed(ctx, &e),
     }
 }
 

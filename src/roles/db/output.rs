@@ -97,7 +97,6 @@ struct Progress {
 
 impl Store {
     /// Stores one output frame of a target, idempotently by `seq`, within `limit`.
-    #[allow(clippy::too_many_arguments)]
     pub fn append_output(
         &mut self,
         run: RunId,
@@ -190,9 +189,12 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare_cached(
+                // Seek to the chunk holding `from` instead of scanning the target.
                 "SELECT pos, data FROM output_chunks
-                 WHERE run_id = ?1 AND machine = ?2 AND pos + length(data) > ?3
-                 AND (?4 IS NULL OR stream = ?4) ORDER BY pos",
+                 WHERE run_id = ?1 AND machine = ?2 AND pos >= coalesce(
+                     (SELECT max(pos) FROM output_chunks
+                      WHERE run_id = ?1 AND machine = ?2 AND pos <= ?3), 0)
+                 AND pos + length(data) > ?3 AND (?4 IS NULL OR stream = ?4) ORDER BY pos",
             )
             .map_err(sql_error(op))?;
         let chunks = stmt

@@ -338,8 +338,9 @@ fn a_live_reader_follows_from_its_position_across_trims() {
     assert_eq!(last.next_from, 48);
 }
 
-/// Throughput of `append_output` in committed batches of 100 frames of 200 bytes.
-/// Run with `cargo test --release -- --ignored --nocapture append_throughput`.
+/// Throughput of `append_output` in committed batches of 100 frames (200 bytes, or
+/// `FRAME` bytes) spread over 10 targets. Run with
+/// `cargo test --release -- --ignored --nocapture append_throughput`.
 #[test]
 #[ignore]
 fn append_throughput() {
@@ -390,27 +391,9 @@ fn append_throughput() {
         let secs = started.elapsed().as_secs_f64();
         let frames = (batches * 100) as f64;
         println!(
-            "append_output {label}: {:.0} frames/s ({:.1} MB/s of 200-byte frames), batches of 100",
+            "append_output {label}: {:.0} frames/s ({:.1} MB/s of {size}-byte frames), batches of 100",
             frames / secs,
-            frames * 200.0 / secs / 1e6
+            frames * size as f64 / secs / 1e6
         );
-    }
-}
-
-#[test]
-fn tmp_plan() {
-    let (_dir, store) = temp_store();
-    for sql in [
-        "EXPLAIN QUERY PLAN SELECT pos, length(data) FROM output_chunks WHERE run_id = 1 AND machine = 'm' AND pos >= 0 ORDER BY pos LIMIT 1",
-        "EXPLAIN QUERY PLAN DELETE FROM output_chunks WHERE run_id = 1 AND machine = 'm' AND pos = 5",
-        "EXPLAIN QUERY PLAN UPDATE targets SET seq_pending = 1 WHERE run_id = 1 AND machine = 'm'",
-    ] {
-        let mut stmt = store.conn.prepare(sql).unwrap();
-        let rows: Vec<String> = stmt
-            .query_map([], |r| r.get::<_, String>(3))
-            .unwrap()
-            .map(|r| r.unwrap())
-            .collect();
-        eprintln!("{sql}\n  -> {rows:?}");
     }
 }

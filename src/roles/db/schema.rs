@@ -123,20 +123,8 @@ pub(super) fn prepare(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     };
     conn.busy_timeout(BUSY_TIMEOUT).map_err(settings)?;
     // Only honoured before the first table exists; harmless afterwards.
-    if std::env::var_os("NOAV").is_none() {
-        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
-            .map_err(settings)?;
-    }
-    conn.pragma_update(
-        None,
-        "auto_vacuum",
-        if std::env::var_os("NOAV").is_none() {
-            "INCREMENTAL"
-        } else {
-            "NONE"
-        },
-    )
-    .map_err(settings)?;
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+        .map_err(settings)?;
     let mode: String = conn
         .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
         .map_err(settings)?;

@@ -414,3 +414,43 @@ fn events_are_listed_newest_first_with_filters_and_pruned() {
     assert_eq!(store.prune_events(30).unwrap(), 2);
     assert_eq!(store.list_events(&EventFilter::default()).unwrap().len(), 2);
 }
+
+#[test]
+fn check_reports_a_damaged_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = db_path(&dir);
+    {
+        let mut store = Store::open(&path).unwrap();
+        let id = store
+            .create_run(&new_run("a", Some(1), RunState::Running, &["m"]))
+            .unwrap()
+            .unwrap();
+        for seq in 1..=50 {
+            store
+                .append_output(
+                    id,
+                    "m",
+                    seq,
+                    Stream::Stdout,
+                    &[b'x'; 3000],
+                    OutputLimit::default(),
+                )
+                .unwrap();
+        }
+    }
+    // Scribble over the pages after the first two (the header and schema stay readable).
+    let mut bytes = std::fs::read(&path).unwrap();
+    let page = 4096;
+    assert!(bytes.len() > 8 * page);
+    for byte in &mut bytes[2 * page..6 * page] {
+        *byte = 0x5a;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    match Store::check(&path) {
+        Ok(report) => assert!(!report.is_ok(), "{report:?}"),
+        Err(err) => assert!(
+            matches!(err, StoreError::Sql { op: Op::Check, .. }),
+            "{err}"
+        ),
+    }
+}

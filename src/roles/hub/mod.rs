@@ -83,12 +83,10 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
     let msgs = match hub.main.receive() {
         Ok(msgs) => msgs,
         Err(e) => {
-            log::error!("link to main: {e}; exiting");
             for (_, waiting, err) in hub.calls.fail_all() {
                 hub.call_failed(waiting, err);
             }
-            ctx.stop();
-            return Flow::Close;
+            return super::link_failed(ctx, &e);
         }
     };
     for msg in msgs {
@@ -134,7 +132,15 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let stream = args.take_stream("main")?;
     let (main, _) = open_link(ev.ctx(), stream, Role::Hub, Role::Main, (), on_main)?;
     let admin = admin::Admin::listen(ev.ctx(), args.take_fd("admin")?)?;
-    let wrappers = wrappers::Wrappers::listen(ev.ctx(), args.take_fd("wrappers")?)?;
+    // Start-only limits; main owns the rest of the configuration.
+    let limits = match crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()) {
+        Ok(config) => wrappers::Limits::from_config(&config.saltpeter),
+        Err(e) => {
+            log::warn!("cannot read the configuration ({e}); default limits apply");
+            wrappers::Limits::default()
+        }
+    };
+    let wrappers = wrappers::Wrappers::listen(ev.ctx(), args.take_fd("wrappers")?, limits)?;
     ev.ctx().every(Duration::from_millis(250), expire_calls);
     ev.ctx().every(Duration::from_secs(1), wrappers::sweep);
     let control = attach_control(ev.ctx(), &mut args)?;

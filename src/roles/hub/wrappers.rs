@@ -51,6 +51,17 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    pub fn from_config(c: &crate::config::SaltpeterConfig) -> Limits {
+        Limits {
+            hello_timeout: Duration::from_secs(c.hello_timeout_s.max(1)),
+            max_message: usize::try_from(c.max_message_bytes).unwrap_or(usize::MAX),
+            max_per_addr: c.max_connections_per_addr as usize,
+            ..Limits::default()
+        }
+    }
+}
+
 /// Only `/wrapper/v1` is served.
 pub struct PathCheck;
 
@@ -104,15 +115,7 @@ struct Acceptor {
 }
 
 impl Wrappers {
-    pub fn listen(ctx: &mut Ctx<Hub>, fd: OwnedFd) -> Result<Wrappers, RoleError> {
-        Self::listen_with(ctx, fd, Limits::default())
-    }
-
-    pub fn listen_with(
-        ctx: &mut Ctx<Hub>,
-        fd: OwnedFd,
-        limits: Limits,
-    ) -> Result<Wrappers, RoleError> {
+    pub fn listen(ctx: &mut Ctx<Hub>, fd: OwnedFd, limits: Limits) -> Result<Wrappers, RoleError> {
         let std = std::net::TcpListener::from(fd);
         std.set_nonblocking(true)
             .map_err(RoleError::setup("wrapper port"))?;
@@ -127,10 +130,6 @@ impl Wrappers {
             next_id: 1,
             limits,
         })
-    }
-
-    pub fn connected(&self) -> usize {
-        self.conns.len()
     }
 }
 

@@ -52,6 +52,7 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
                 jobs: core.config.jobs.len(),
                 running_runs: core.runs.len(),
                 config_errors,
+                wrapper_port: core.wrapper_port,
             };
             respond(core, call, AdminResponse::Status(status));
         }

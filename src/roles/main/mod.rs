@@ -462,9 +462,23 @@ fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: &Eve
             Flow::Continue
         }
         Err(e) => {
-            log::error!("{e}; exiting");
-            ctx.stop();
-            Flow::Close
+            let core = &mut role.core;
+            match peer {
+                Peer::Db => {
+                    for (id, wait, err) in core.db_calls.fail_all() {
+                        core.db_answer(id, wait, Err(err));
+                    }
+                }
+                Peer::Blocking => {
+                    for (id, (), err) in core.blocking_calls.fail_all() {
+                        core.blocking_replies.insert(id, Err(err));
+                        core.wake(WakeKey::Call(id));
+                    }
+                }
+                Peer::Hub => {}
+            }
+            pump(role, ctx);
+            super::link_failed(ctx, &e)
         }
     }
 }
