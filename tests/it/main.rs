@@ -3,4 +3,5 @@
 mod util;
 
 mod daemon;
+mod hub;
 mod jobs;

@@ -1,0 +1,167 @@
+//! The wrapper endpoint under bad input and forged credentials: every bad client is
+//! rejected or dropped with a log line, and everyone else keeps being served.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tungstenite::Message;
+
+use crate::util::*;
+
+fn connect(port: u16) -> tungstenite::WebSocket<TcpStream> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).expect("tcp connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let url = format!("ws://127.0.0.1:{port}/wrapper/v1");
+    let (ws, _) = tungstenite::client(url, stream).expect("websocket handshake");
+    ws
+}
+
+fn hello(run: u64, machine: &str, token: &str) -> Message {
+    Message::text(
+        json!({"type": "hello", "v": 1, "run": run, "machine": machine, "token": token,
+               "wrapper_version": "test", "pid": 1, "resume_from": null})
+        .to_string(),
+    )
+}
+
+/// The next control message, skipping pings.
+fn next_json(ws: &mut tungstenite::WebSocket<TcpStream>) -> Option<Value> {
+    loop {
+        match ws.read() {
+            Ok(Message::Text(t)) => return serde_json::from_str(t.as_str()).ok(),
+            Ok(Message::Close(_)) | Err(_) => return None,
+            Ok(_) => continue,
+        }
+    }
+}
+
+fn reject_code(ws: &mut tungstenite::WebSocket<TcpStream>) -> String {
+    let msg = next_json(ws).expect("an answer");
+    assert_eq!(msg["type"], "reject", "{msg}");
+    msg["code"].as_str().expect("code").to_string()
+}
+
+/// A daemon with a 4-second run in flight on machine `machine` (a name unique to the
+/// test: the wrapper's overlap lock is per host, shared by the tests' daemons).
+fn start_sleeper(machine: &str) -> (Daemon, u64) {
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        (
+            "jobs.yaml",
+            &format!(
+                "nap:\n  schedule: '@yearly'\n  targets: [{machine}]\n  \
+                 command: 'sleep 4; echo rested'\n"
+            ),
+        ),
+    ]);
+    let id = d.run_now("nap");
+    wait_until("nap running", HANG, || {
+        (target(&d.run_record(id), machine)["state"] == "running").then_some(())
+    });
+    (d, id)
+}
+
+#[test]
+fn forged_replayed_and_wrong_run_tokens_are_rejected() {
+    let (d, id) = start_sleeper("w1");
+    let port = d.wrapper_port();
+    let mut ws = connect(port);
+    ws.send(hello(id, "w1", &"ab".repeat(32))).expect("send");
+    assert_eq!(reject_code(&mut ws), "bad_token");
+
+    // The genuine token, computed from the server secret: already used by the real
+    // wrapper, so it is refused (single use).
+    let secret = saltpeter::roles::main::tokens::Secret::load_or_create(
+        &d.state_dir().join("server.secret"),
+    )
+    .expect("secret");
+    let mut ws = connect(port);
+    ws.send(hello(id, "w1", &secret.launch_token(id, "w1")))
+        .expect("send");
+    assert_eq!(reject_code(&mut ws), "bad_token");
+
+    // A valid token of another run or machine does not open this one.
+    let mut ws = connect(port);
+    ws.send(hello(id, "w1", &secret.launch_token(id + 1, "w1")))
+        .expect("send");
+    assert_eq!(reject_code(&mut ws), "bad_token");
+    let mut ws = connect(port);
+    ws.send(hello(id + 7, "w1", &secret.launch_token(id + 7, "w1")))
+        .expect("send");
+    assert_eq!(reject_code(&mut ws), "unknown_run");
+
+    // The real run is not disturbed.
+    let run = d.wait_run_final(id);
+    assert_eq!(run["state"], "succeeded", "{run}");
+    assert_eq!(d.output(id, "w1"), "rested\n");
+}
+
+#[test]
+fn bad_clients_are_dropped_and_others_served() {
+    let (d, id) = start_sleeper("w2");
+    let port = d.wrapper_port();
+
+    // Plain garbage instead of an HTTP upgrade.
+    let mut raw = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    raw.write_all(b"\x00\x01garbage\r\n\r\n").expect("write");
+    raw.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut buf = [0u8; 256];
+    let n = raw.read(&mut buf).unwrap_or(0);
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(n == 0 || answer.starts_with("HTTP/1.1 4"), "{answer}");
+
+    // A wrong path.
+    let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    assert!(tungstenite::client(format!("ws://127.0.0.1:{port}/elsewhere"), stream).is_err());
+
+    // Not JSON, an unknown message type, output before hello.
+    let mut ws = connect(port);
+    ws.send(Message::text("this is not json")).expect("send");
+    assert_eq!(reject_code(&mut ws), "bad_message");
+    let mut ws = connect(port);
+    ws.send(Message::text(r#"{"type":"teleport","to":"mars"}"#))
+        .expect("send");
+    assert_eq!(reject_code(&mut ws), "bad_message");
+    let mut ws = connect(port);
+    ws.send(Message::binary(vec![1u8, 0, 0, 0, 0, 0, 0, 0, 1, b'x']))
+        .expect("send");
+    assert_eq!(reject_code(&mut ws), "bad_message");
+    let mut ws = connect(port);
+    ws.send(Message::text(r#"{"type":"hello","v":99,"run":1,"machine":"m","wrapper_version":"x","pid":1,"resume_from":null}"#))
+        .expect("send");
+    assert_eq!(reject_code(&mut ws), "version");
+
+    // An oversize message (limit 1 MiB): the connection is dropped.
+    let mut ws = connect(port);
+    let _ = ws.send(Message::binary(vec![0u8; 3 * 1024 * 1024]));
+    assert!(
+        next_json(&mut ws).is_none(),
+        "oversize message must not be answered"
+    );
+
+    // A client that connects and never says anything is dropped after the hello
+    // deadline (2 s here).
+    let mut silent = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    silent
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let n = silent.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "silent client closed by the server");
+
+    // Meanwhile the real wrapper finished normally.
+    let run = d.wait_run_final(id);
+    assert_eq!(run["state"], "succeeded", "{run}");
+    let log = d.log_text();
+    for needle in [
+        "rejected (BadMessage)",
+        "rejected (Version)",
+        "no hello within the deadline",
+    ] {
+        assert!(log.contains(needle), "log lacks {needle:?}:\n{log}");
+    }
+}
