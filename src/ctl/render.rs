@@ -151,8 +151,8 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
                 print_json(&Value::Array(jobs.iter().map(job_json).collect()));
             } else {
                 println!(
-                    "{:<24} {:<12} {:<26} {:<10} {}",
-                    "JOB", "GROUP", "NEXT RUN", "LAST", "STATUS"
+                    "{:<24} {:<12} {:<26} {:<10} STATUS",
+                    "JOB", "GROUP", "NEXT RUN", "LAST"
                 );
                 for j in &jobs {
                     let status = match (&j.error, j.enabled) {
@@ -207,13 +207,40 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
     Ok(EXIT_OK)
 }
 
+/// `config check DIR`: validate without a daemon; exit 1 when any error is found.
 pub fn config_check(dir: &Path, json: bool) -> CtlResult {
-    let _ = json;
-    Err((
-        EXIT_USAGE,
-        format!(
-            "{}: configuration checking is not available yet",
-            dir.display()
-        ),
-    ))
+    use crate::config::Severity;
+    let loaded = crate::config::check_dir(dir, chrono::Utc::now())
+        .map_err(|e| (EXIT_USAGE, e.to_string()))?;
+    let (errors, warnings): (Vec<_>, Vec<_>) = loaded
+        .diagnostics
+        .iter()
+        .partition(|d| d.severity == Severity::Error);
+    let valid = loaded.valid_jobs().count();
+    if json {
+        print_json(&json!({
+            "ok": errors.is_empty(),
+            "jobs": loaded.jobs.len(),
+            "valid_jobs": valid,
+            "errors": errors.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+            "warnings": warnings.iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+        }));
+    } else {
+        for d in &loaded.diagnostics {
+            println!("{}: {d}", d.severity);
+        }
+        println!(
+            "{}: {} jobs ({} valid), {} errors, {} warnings",
+            dir.display(),
+            loaded.jobs.len(),
+            valid,
+            errors.len(),
+            warnings.len()
+        );
+    }
+    Ok(if errors.is_empty() {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
+    })
 }

@@ -10,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Redacted;
 use super::admin::{AdminRequest, AdminResponse};
 use super::records::{Millis, RunId};
 use super::wrapper::{ExitReason, JobSpec, RejectCode, ServerMsg, Stream};
@@ -104,8 +105,8 @@ pub enum HubRequest {
         peer: String,
         run: RunId,
         machine: String,
-        token: Option<String>,
-        resume_key: Option<String>,
+        token: Option<Redacted>,
+        resume_key: Option<Redacted>,
         resume_from: Option<u64>,
         wrapper_version: String,
         pid: u32,
@@ -141,7 +142,7 @@ pub enum HubRequest {
 pub enum WrapperVerdict {
     Welcome {
         job: JobSpec,
-        resume_key: String,
+        resume_key: Redacted,
         acked_seq: u64,
         wait_for_go: bool,
     },

@@ -9,3 +9,26 @@ pub mod admin;
 pub mod link;
 pub mod records;
 pub mod wrapper;
+
+/// A secret string (token, resume key): serialized as is, never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Redacted(pub String);
+
+impl std::fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Redacted;
+
+    #[test]
+    fn redacted_hides_only_from_debug() {
+        let r = Redacted("s3cret".into());
+        assert_eq!(format!("{r:?}"), "\"***\"");
+        assert_eq!(serde_json::to_string(&r).unwrap(), "\"s3cret\"");
+    }
+}

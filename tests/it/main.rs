@@ -2,6 +2,7 @@
 
 mod util;
 
+mod ctl;
 mod daemon;
 mod hub;
 mod jobs;

@@ -265,7 +265,7 @@ impl Daemon {
     /// Wait until `job` has `n` runs in a final state; returns them oldest first.
     pub fn wait_final_runs(&self, job: &str, n: usize) -> Vec<Value> {
         wait_until(&format!("{n} finished runs of {job}"), HANG, || {
-            let mut done: Vec<Value> = self.runs(job).into_iter().filter(|r| is_final(r)).collect();
+            let mut done: Vec<Value> = self.runs(job).into_iter().filter(is_final).collect();
             done.reverse();
             (done.len() >= n).then_some(done)
         })

@@ -26,6 +26,7 @@ use super::{Hub, Waiting};
 use crate::evloop::{Ctx, Flow, Forward, Listener};
 use crate::ipc::CallError;
 use crate::roles::RoleError;
+use crate::wire::Redacted;
 use crate::wire::link::{ConnId, HubRequest, WrapperVerdict};
 use crate::wire::wrapper::{
     OutputFrame, PROTOCOL_VERSION, RejectCode, ServerMsg, WRAPPER_PATH, WrapperMsg,
@@ -79,7 +80,7 @@ impl Callback for PathCheck {
 type Mid = MidHandshake<ServerHandshake<TcpStream, PathCheck>>;
 
 enum Session {
-    Handshaking(Mid),
+    Handshaking(Box<Mid>),
     Open(Box<WebSocket<TcpStream>>),
 }
 
@@ -185,7 +186,7 @@ impl Listener<Hub> for Acceptor {
                 Some(ws_config(&w.limits)),
             ) {
                 Ok(ws) => Session::Open(Box::new(ws)),
-                Err(HandshakeError::Interrupted(mid)) => Session::Handshaking(mid),
+                Err(HandshakeError::Interrupted(mid)) => Session::Handshaking(Box::new(mid)),
                 Err(HandshakeError::Failure(e)) => {
                     log::info!("wrapper handshake from {peer} failed: {e}");
                     ctx.remove(token);
@@ -238,7 +239,7 @@ fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, _event: &Event) -> Flo
         Some(Session::Handshaking(mid)) => match mid.handshake() {
             Ok(ws) => Session::Open(Box::new(ws)),
             Err(HandshakeError::Interrupted(mid)) => {
-                conn.session = Some(Session::Handshaking(mid));
+                conn.session = Some(Session::Handshaking(Box::new(mid)));
                 return Flow::Continue;
             }
             Err(HandshakeError::Failure(e)) => {
@@ -330,8 +331,8 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                             peer: peer.to_string(),
                             run,
                             machine,
-                            token,
-                            resume_key,
+                            token: token.map(Redacted),
+                            resume_key: resume_key.map(Redacted),
                             resume_from,
                             wrapper_version,
                             pid,
@@ -453,7 +454,7 @@ pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVe
                 id,
                 &ServerMsg::Welcome {
                     job,
-                    resume_key,
+                    resume_key: resume_key.0,
                     acked_seq,
                     wait_for_go,
                 },

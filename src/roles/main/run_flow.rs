@@ -436,10 +436,9 @@ fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         return Step::Next;
     }
     if core.runs.get(&run).is_some_and(|r| r.kill_requested) {
-        for batch in env.batches[env.batch + 1..].to_vec() {
-            for m in batch {
-                finish_target(core, run, &m, TargetReason::Canceled, None);
-            }
+        let rest: Vec<String> = env.batches[env.batch + 1..].concat();
+        for m in rest {
+            finish_target(core, run, &m, TargetReason::Canceled, None);
         }
         // Wait for those records before finalizing.
         env.batch = env.batches.len() - 1;

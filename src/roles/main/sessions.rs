@@ -17,6 +17,7 @@ use crate::ipc::CallId;
 use crate::ipc::rpc::CallError;
 use crate::roles::db::protocol::{DbReply, DbRequest};
 use crate::roles::db::runs::TargetUpdate;
+use crate::wire::Redacted;
 use crate::wire::link::{ConnId, HubReply, HubRequest, MainToHub, WrapperVerdict};
 use crate::wire::records::{RunId, TargetReason, TargetState};
 use crate::wire::wrapper::{JobSpec, KillReason, RejectCode, ServerMsg};
@@ -61,8 +62,8 @@ fn vet_hello(
     conn: ConnId,
     run: RunId,
     machine: &str,
-    token: Option<String>,
-    resume_key: Option<String>,
+    token: Option<Redacted>,
+    resume_key: Option<Redacted>,
 ) -> WrapperVerdict {
     let Some(active) = core.runs.get(&run) else {
         return reject(
@@ -92,9 +93,9 @@ fn vet_hello(
         (_, Some(key)) => target
             .resume_key
             .as_deref()
-            .is_some_and(|expected| super::tokens::keys_match(expected, &key)),
+            .is_some_and(|expected| super::tokens::keys_match(expected, &key.0)),
         (Some(token), None) => {
-            !target.token_used && core.secret.verify_launch_token(run, machine, &token)
+            !target.token_used && core.secret.verify_launch_token(run, machine, &token.0)
         }
         (None, None) => false,
     };
@@ -154,7 +155,7 @@ fn vet_hello(
             overlap_lock: job.overlap == crate::config::Overlap::Forbid,
             splay_s: job.splay_s,
         },
-        resume_key: key,
+        resume_key: Redacted(key),
         acked_seq,
         wait_for_go: false,
     }
