@@ -5,8 +5,8 @@
 //! 1. `settings`: validate `SP_URL`, `SP_RUN`, `SP_MACHINE`, `SP_TOKEN`; the token is
 //!    then removed from the environment and kept in memory only.
 //! 2. `daemon`: with `--daemonize`, fork/setsid/fork so Salt returns at once; logging.
-//! 3. `session`: one thread, one mio loop: the hub link (`link`), the command's pipes
-//!    (`command`), SIGCHLD/SIGTERM, and timers (heartbeat, kill grace, timeout,
+//! 3. `session`: one thread, one mio loop: the hub link (`link`), the running command
+//!    (`running`, started by `command`), SIGCHLD/SIGTERM, and timers (heartbeat, kill grace, timeout,
 //!    reconnect backoff, give-up). Output goes through `outbuf` (seq numbers, ack
 //!    bookkeeping, memory cap, then `spool` file, then counted loss).
 //! 4. `files`: private directories and the per-host `flock` overlap lock.
@@ -19,6 +19,7 @@ mod daemon;
 mod files;
 mod link;
 mod outbuf;
+mod running;
 mod session;
 mod settings;
 mod spool;
@@ -31,8 +32,8 @@ use clap::Parser;
 
 pub use files::{lock_dir, lock_file_name};
 pub use outbuf::Limits;
-pub use session::{Options, run};
-pub use settings::{DEFAULT_GIVE_UP, HubUrl, Settings, parse_hub_url, settings_from_env};
+pub use session::run;
+pub use settings::{DEFAULT_GIVE_UP, HubUrl, Options, Settings, parse_hub_url, settings_from_env};
 
 use crate::wire::wrapper::{ENV_TOKEN, RejectCode};
 

@@ -13,27 +13,20 @@
 //! whatever the link does, so the command never blocks on a full pipe.
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
-use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use mio::unix::pipe::Receiver;
 use mio::{Events, Interest, Poll, Token};
-use nix::fcntl::Flock;
-use nix::sys::signal::Signal;
-use nix::unistd::Pid;
 use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
 
 use super::WrapperError;
-use super::command::{self, command_env, exit_fields, kill_group, resolve_user, spawn};
-use super::files::{self, OverlapLock};
+use super::files;
 use super::link::{Link, LinkEvent};
-use super::outbuf::{Limits, OutputBuffer, SpoolFactory};
-use super::settings::{Backoff, Settings};
+use super::outbuf::{OutputBuffer, SpoolFactory};
+use super::running::{Ended, RunFacts, Running, StartFailure};
+use super::settings::{Backoff, Options, Settings};
 use super::spool::Spool;
 use crate::wire::wrapper::{
     ExitReason, JobSpec, KillReason, PROTOCOL_VERSION, ServerMsg, Stream, WrapperMsg,
@@ -43,40 +36,8 @@ const WS: Token = Token(0);
 const STDOUT: Token = Token(1);
 const STDERR: Token = Token(2);
 const SIGNALS: Token = Token(3);
-/// Reads per pipe per loop iteration (64 KiB each) before the link gets its turn.
-const READS_PER_TURN: usize = 16;
 const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 const EXITED_RESEND: Duration = Duration::from_secs(30);
-
-/// Tunables; the defaults are the production values.
-#[derive(Debug, Clone)]
-pub struct Options {
-    pub limits: Limits,
-    /// Spool directory (default [`files::spool_dir`]); `None` inside means no spool.
-    pub spool_dir: Option<PathBuf>,
-    pub lock_dir: PathBuf,
-    pub backoff_base: Duration,
-    pub backoff_max: Duration,
-    /// How long to wait for `welcome` after `hello`.
-    pub hello_timeout: Duration,
-    /// After the command exits, how long to keep reading pipes a background process
-    /// still holds open.
-    pub drain_grace: Duration,
-}
-
-impl Default for Options {
-    fn default() -> Options {
-        Options {
-            limits: Limits::default(),
-            spool_dir: Some(files::spool_dir()),
-            lock_dir: files::lock_dir(),
-            backoff_base: Duration::from_millis(500),
-            backoff_max: Duration::from_secs(30),
-            hello_timeout: Duration::from_secs(30),
-            drain_grace: Duration::from_secs(2),
-        }
-    }
-}
 
 /// Runs the whole protocol for one run; `Ok` once the hub answered `done`.
 pub fn run(settings: Settings, opts: Options) -> Result<(), WrapperError> {
@@ -89,29 +50,6 @@ enum Phase {
     Splay(Instant),
     Running(Box<Running>),
     Finished(WrapperMsg),
-}
-
-struct Pipe {
-    rx: Receiver,
-    stream: Stream,
-    ready: bool,
-}
-
-struct Kill {
-    reason: ExitReason,
-    kill_at: Instant,
-    killed: bool,
-}
-
-struct Running {
-    child: Child,
-    pgid: Pid,
-    pipes: Vec<Pipe>,
-    status: Option<ExitStatus>,
-    kill: Option<Kill>,
-    timeout_at: Option<Instant>,
-    drain_until: Option<Instant>,
-    _lock: Option<Flock<File>>,
 }
 
 struct Session {
@@ -215,14 +153,25 @@ impl Session {
                 match ev.token() {
                     WS => link_ready = true,
                     SIGNALS => self.on_signals(now),
-                    tok => self.mark_pipe_ready(tok),
+                    tok => {
+                        if let Phase::Running(r) = &mut self.phase {
+                            let stream = if tok == STDOUT {
+                                Stream::Stdout
+                            } else {
+                                Stream::Stderr
+                            };
+                            r.mark_ready(stream);
+                        }
+                    }
                 }
             }
             if link_ready {
                 self.link
                     .on_ready(&self.settings.hub.url, now, &mut self.link_events);
             }
-            self.read_pipes(now);
+            if let Phase::Running(r) = &mut self.phase {
+                r.read_pipes(&mut self.out, &mut self.read_buf, now);
+            }
             self.handle_link_events(now);
             self.on_timers(now);
             self.check_child(now);
@@ -257,17 +206,10 @@ impl Session {
         match &self.phase {
             Phase::Splay(until) => next.push(Some(*until)),
             Phase::Running(r) => {
-                if r.pipes.iter().any(|p| p.ready) {
+                if r.has_ready_pipe() {
                     return Some(Duration::ZERO);
                 }
-                next.extend([r.timeout_at, r.drain_until]);
-                if let Some(k) = &r.kill {
-                    next.push((!k.killed).then_some(k.kill_at));
-                    if r.status.is_some() {
-                        // Waiting for the rest of the group to die: look again soon.
-                        next.push(Some(now + Duration::from_millis(100)));
-                    }
-                }
+                next.push(r.next_deadline(now));
             }
             _ => {}
         }
@@ -284,13 +226,14 @@ impl Session {
                 continue; // reaping happens in check_child on every iteration
             }
             log::warn!("received signal {sig}");
-            let grace = self.job.as_ref().map_or(10, |j| j.kill_grace_s);
+            let grace = self.kill_grace();
             match &mut self.phase {
-                Phase::Running(r) if r.kill.is_none() => {
-                    self.begin_kill(now, ExitReason::Killed, grace, "the wrapper was signalled");
+                Phase::Running(r) if !r.is_killing() => {
+                    let why = "the wrapper was signalled";
+                    r.begin_kill(now, ExitReason::Killed, grace, why, &mut self.out);
                 }
                 Phase::Running(r) => {
-                    kill_group(r.pgid, Signal::SIGKILL);
+                    r.kill_now();
                     self.outcome = Some(Err(WrapperError::Terminated(sig)));
                 }
                 _ => self.outcome = Some(Err(WrapperError::Terminated(sig))),
@@ -298,48 +241,8 @@ impl Session {
         }
     }
 
-    fn mark_pipe_ready(&mut self, tok: Token) {
-        if let Phase::Running(r) = &mut self.phase {
-            let stream = if tok == STDOUT {
-                Stream::Stdout
-            } else {
-                Stream::Stderr
-            };
-            for p in r.pipes.iter_mut().filter(|p| p.stream == stream) {
-                p.ready = true;
-            }
-        }
-    }
-
-    fn read_pipes(&mut self, now: Instant) {
-        let Phase::Running(r) = &mut self.phase else {
-            return;
-        };
-        let mut closed = Vec::new();
-        for (idx, pipe) in r.pipes.iter_mut().enumerate() {
-            for _ in 0..READS_PER_TURN {
-                if !pipe.ready {
-                    break;
-                }
-                match pipe.rx.read(&mut self.read_buf) {
-                    Ok(0) => {
-                        closed.push(idx);
-                        break;
-                    }
-                    Ok(n) => self.out.push(pipe.stream, &self.read_buf[..n], now),
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => pipe.ready = false,
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        log::warn!("reading the command's {:?} failed: {e}", pipe.stream);
-                        closed.push(idx);
-                        break;
-                    }
-                }
-            }
-        }
-        for idx in closed.into_iter().rev() {
-            r.pipes.remove(idx);
-        }
+    fn kill_grace(&self) -> u64 {
+        self.job.as_ref().map_or(10, |j| j.kill_grace_s)
     }
 
     fn handle_link_events(&mut self, now: Instant) {
@@ -420,6 +323,14 @@ impl Session {
                 acked_seq,
                 wait_for_go,
             } => self.on_welcome(now, job, resume_key, acked_seq, wait_for_go),
+            ServerMsg::Reject { code, message } => {
+                if code.is_transient() {
+                    self.link_down(now, &format!("hub asks to retry later: {message}"));
+                } else {
+                    log::error!("rejected by the hub ({code:?}): {message}");
+                    self.give_up(now, WrapperError::Rejected { code, message });
+                }
+            }
             _ if !self.welcomed => log::warn!("ignoring {msg:?} before welcome"),
             ServerMsg::Ack { seq } => self.out.ack(seq),
             ServerMsg::Go {} => {
@@ -434,7 +345,7 @@ impl Session {
                         self.finish(now, None, None, ExitReason::Canceled)
                     }
                     Phase::Running(_) => {
-                        let grace = self.job.as_ref().map_or(10, |j| j.kill_grace_s);
+                        let grace = self.kill_grace();
                         self.begin_kill(now, ExitReason::Killed, grace, "canceled by the hub");
                     }
                     _ => {}
@@ -451,14 +362,6 @@ impl Session {
                         self.begin_kill(now, why, grace_s, &format!("kill ({reason:?})"))
                     }
                     _ => {}
-                }
-            }
-            ServerMsg::Reject { code, message } => {
-                if code.is_transient() {
-                    self.link_down(now, &format!("hub asks to retry later: {message}"));
-                } else {
-                    log::error!("rejected by the hub ({code:?}): {message}");
-                    self.give_up(now, WrapperError::Rejected { code, message });
                 }
             }
             ServerMsg::Done {} => {
@@ -519,122 +422,41 @@ impl Session {
     }
 
     fn start_command(&mut self, now: Instant) {
-        let Some(job) = self.job.clone() else {
+        let Some(job) = self.job.as_ref() else {
             return;
         };
-        let lock = if job.overlap_lock {
-            // One lock per job and machine: the local executor runs several machines
-            // on one host, and each is its own target.
-            let lock_name = format!("{}@{}", job.name, self.settings.machine);
-            match files::try_overlap_lock(&self.opts.lock_dir, &lock_name) {
-                Ok(OverlapLock::Held(lock)) => Some(lock),
-                Ok(OverlapLock::Busy(path)) => {
-                    let note = format!(
-                        "[saltpeter-wrapper: job {:?} is already running on this host \
-                         (lock {} is held); not started]\n",
-                        job.name,
-                        path.display()
-                    );
-                    self.out.push(Stream::Stderr, note.as_bytes(), now);
-                    return self.finish(now, None, None, ExitReason::LockBusy);
-                }
-                Err(e) => return self.spawn_failed(now, &e.to_string()),
+        let facts = RunFacts {
+            run: self.settings.run,
+            machine: &self.settings.machine,
+            lock_dir: &self.opts.lock_dir,
+        };
+        match Running::start(job, &facts, self.poll.registry(), (STDOUT, STDERR), now) {
+            Ok(running) => {
+                let pid = running.pid();
+                log::info!("started {:?} as pid {pid}", job.command);
+                let started = WrapperMsg::Started { pid, at: unix_ms() };
+                self.ctrl.push_back(started.clone());
+                self.started = Some(started);
+                self.phase = Phase::Running(Box::new(running));
             }
-        } else {
-            None
-        };
-        let run_as = match job
-            .user
-            .as_deref()
-            .filter(|u| !u.is_empty())
-            .map(resolve_user)
-        {
-            Some(Ok(u)) => Some(u),
-            Some(Err(text)) => return self.spawn_failed(now, &text),
-            None => None,
-        };
-        let env = command_env(
-            std::env::vars_os(),
-            &job,
-            self.settings.run,
-            &self.settings.machine,
-            run_as.as_ref(),
-        );
-        let mut sp = match spawn(&job, env, run_as.as_ref()) {
-            Ok(sp) => sp,
-            Err(text) => return self.spawn_failed(now, &text),
-        };
-        let registry = self.poll.registry();
-        if let Err(e) = registry
-            .register(&mut sp.stdout, STDOUT, Interest::READABLE)
-            .and_then(|()| registry.register(&mut sp.stderr, STDERR, Interest::READABLE))
-        {
-            kill_group(sp.pgid, Signal::SIGKILL);
-            let _ = sp.child.wait();
-            return self.spawn_failed(now, &format!("could not watch the output pipes: {e}"));
+            Err(StartFailure::LockBusy(text)) => {
+                log::warn!("{text}");
+                let note = format!("[saltpeter-wrapper: {text}]\n");
+                self.out.push(Stream::Stderr, note.as_bytes(), now);
+                self.finish(now, None, None, ExitReason::LockBusy);
+            }
+            Err(StartFailure::SpawnFailed(text)) => {
+                log::error!("{text}");
+                let note = format!("[saltpeter-wrapper: {text}]\n");
+                self.out.push(Stream::Stderr, note.as_bytes(), now);
+                self.finish(now, None, None, ExitReason::SpawnFailed);
+            }
         }
-        let pid = sp.child.id();
-        log::info!("started {:?} as pid {pid}", job.command);
-        let started = WrapperMsg::Started { pid, at: unix_ms() };
-        self.ctrl.push_back(started.clone());
-        self.started = Some(started);
-        self.phase = Phase::Running(Box::new(Running {
-            child: sp.child,
-            pgid: sp.pgid,
-            pipes: vec![
-                Pipe {
-                    rx: sp.stdout,
-                    stream: Stream::Stdout,
-                    ready: true,
-                },
-                Pipe {
-                    rx: sp.stderr,
-                    stream: Stream::Stderr,
-                    ready: true,
-                },
-            ],
-            status: None,
-            kill: None,
-            timeout_at: (job.timeout_s > 0).then(|| now + Duration::from_secs(job.timeout_s)),
-            drain_until: None,
-            _lock: lock,
-        }));
-    }
-
-    fn spawn_failed(&mut self, now: Instant, text: &str) {
-        log::error!("{text}");
-        self.out.push(
-            Stream::Stderr,
-            format!("[saltpeter-wrapper: {text}]\n").as_bytes(),
-            now,
-        );
-        self.finish(now, None, None, ExitReason::SpawnFailed);
     }
 
     fn begin_kill(&mut self, now: Instant, reason: ExitReason, grace_s: u64, why: &str) {
-        let Phase::Running(r) = &mut self.phase else {
-            return;
-        };
-        let kill_at = now + Duration::from_secs(grace_s);
-        match &mut r.kill {
-            Some(k) => k.kill_at = k.kill_at.min(kill_at),
-            None => {
-                log::info!(
-                    "{why}: TERM to process group {}, KILL in {grace_s} s",
-                    r.pgid
-                );
-                let note = format!(
-                    "\n[saltpeter-wrapper: {why}; sending TERM to the job's processes, \
-                     KILL after {grace_s} s]\n"
-                );
-                self.out.push(Stream::Stderr, note.as_bytes(), now);
-                kill_group(r.pgid, Signal::SIGTERM);
-                r.kill = Some(Kill {
-                    reason,
-                    kill_at,
-                    killed: false,
-                });
-            }
+        if let Phase::Running(r) = &mut self.phase {
+            r.begin_kill(now, reason, grace_s, why, &mut self.out);
         }
     }
 
@@ -644,7 +466,7 @@ impl Session {
         self.welcomed = false;
         self.reconnect_at = None;
         if matches!(self.phase, Phase::Running(_)) {
-            let grace = self.job.as_ref().map_or(10, |j| j.kill_grace_s);
+            let grace = self.kill_grace();
             self.begin_kill(now, ExitReason::Killed, grace, &err.to_string());
             self.abandon = Some(err);
         } else {
@@ -659,27 +481,13 @@ impl Session {
         {
             self.start_command(now);
         }
-        let mut timed_out = None;
-        if let Phase::Running(r) = &mut self.phase {
-            if r.kill.is_none() && r.timeout_at.is_some_and(|t| t <= now) {
-                timed_out = self.job.as_ref().map(|j| (j.timeout_s, j.kill_grace_s));
-            }
-            if let Some(k) = &mut r.kill
-                && !k.killed
-                && k.kill_at <= now
-            {
-                log::warn!("grace over: KILL to process group {}", r.pgid);
-                kill_group(r.pgid, Signal::SIGKILL);
-                k.killed = true;
-            }
-            if r.drain_until.is_some_and(|t| t <= now) && !r.pipes.is_empty() {
-                log::warn!("the command exited but its pipes are still open; stop reading");
-                r.pipes.clear();
-            }
-        }
-        if let Some((timeout_s, grace)) = timed_out {
-            let why = format!("timeout of {timeout_s} s reached");
-            self.begin_kill(now, ExitReason::Timeout, grace, &why);
+        let timeout = self.job.as_ref().map_or(0, |j| j.timeout_s);
+        let grace = self.kill_grace();
+        if let Phase::Running(r) = &mut self.phase
+            && r.on_timers(now)
+        {
+            let why = format!("timeout of {timeout} s reached");
+            r.begin_kill(now, ExitReason::Timeout, grace, &why, &mut self.out);
         }
         if self.heartbeat_at.is_some_and(|t| t <= now) {
             if self.welcomed {
@@ -717,35 +525,14 @@ impl Session {
         let Phase::Running(r) = &mut self.phase else {
             return;
         };
-        if r.status.is_none() {
-            match r.child.try_wait() {
-                Ok(Some(status)) => {
-                    log::info!("command exited: {status}");
-                    r.status = Some(status);
-                    if !r.pipes.is_empty() {
-                        r.drain_until = Some(now + self.opts.drain_grace);
-                    }
-                }
-                Ok(None) => return,
-                Err(e) => {
-                    log::error!("could not wait for the command: {e}");
-                    return;
-                }
-            }
+        if let Some(Ended {
+            code,
+            signal,
+            reason,
+        }) = r.check_end(now, self.opts.drain_grace)
+        {
+            self.finish(now, code, signal, reason);
         }
-        let Some(status) = r.status else {
-            return;
-        };
-        let group_settled = match &r.kill {
-            None => true,
-            Some(k) => k.killed || !command::group_alive(r.pgid),
-        };
-        if !r.pipes.is_empty() || !group_settled {
-            return;
-        }
-        let reason = r.kill.as_ref().map_or(ExitReason::Exit, |k| k.reason);
-        let (code, signal) = exit_fields(status);
-        self.finish(now, code, signal, reason);
     }
 
     fn finish(&mut self, now: Instant, code: Option<i32>, signal: Option<i32>, reason: ExitReason) {

@@ -1,14 +1,17 @@
 //! What the wrapper is started with, validated before anything forks: the four `SP_*`
 //! variables (PROTOCOLS.md section 1) and the hub URL they name.
 //!
-//! Pure functions over plain inputs, so the rules (which URLs are accepted, where the
+//! Also the loop's tunables ([`Options`]). Pure functions over plain inputs, so the rules (which URLs are accepted, where the
 //! path is appended, what a bad run id looks like) are tested without a process.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL, WRAPPER_PATH};
 
 use super::WrapperError;
+use super::files;
+use super::outbuf::Limits;
 
 /// Where the hub listens, split so the loop can open the TCP connection itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,6 +186,36 @@ impl Backoff {
     /// After a successful `welcome` the next loss starts from the base delay again.
     pub fn reset(&mut self) {
         self.current = self.base;
+    }
+}
+
+/// Tunables; the defaults are the production values.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub limits: Limits,
+    /// Spool directory (default [`files::spool_dir`]); `None` inside means no spool.
+    pub spool_dir: Option<PathBuf>,
+    pub lock_dir: PathBuf,
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+    /// How long to wait for `welcome` after `hello`.
+    pub hello_timeout: Duration,
+    /// After the command exits, how long to keep reading pipes a background process
+    /// still holds open.
+    pub drain_grace: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            limits: Limits::default(),
+            spool_dir: Some(files::spool_dir()),
+            lock_dir: files::lock_dir(),
+            backoff_base: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+            hello_timeout: Duration::from_secs(30),
+            drain_grace: Duration::from_secs(2),
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod util;
 
+mod bench;
 mod ctl;
 mod daemon;
 mod hub;

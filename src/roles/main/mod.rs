@@ -55,6 +55,10 @@ type BlockingLink =
 const BLOCKING_CALL_BASE: u64 = 1 << 40;
 const DB_TIMEOUT: Duration = Duration::from_secs(60);
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long shutdown waits for running Workflows.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// A Workflow waiting this long on nothing live is reported.
+const STALL_THRESHOLD: Duration = Duration::from_secs(60);
 
 /// What to do with a db reply.
 #[derive(Debug, Clone)]
@@ -248,7 +252,8 @@ impl Controlled for MainRole {
                     self.core.runs.len()
                 );
                 self.core.stopping = true;
-                ctx.stop();
+                let deadline = Instant::now() + SHUTDOWN_GRACE;
+                stop_when_settled(self, ctx, deadline);
             }
             ControlDown::Reload => {
                 let summary = reload(self, ctx);
@@ -264,6 +269,44 @@ impl Controlled for MainRole {
                 self.core.wrapper_port = wrapper_port;
             }
         }
+    }
+}
+
+/// Leave the loop once no Workflow is running, or when the grace period is over (runs in
+/// flight then stay recorded as running; their wrappers carry on and are reattached on
+/// the next start).
+fn stop_when_settled(role: &mut MainRole, ctx: &mut Ctx<MainRole>, deadline: Instant) {
+    if role.workflows.shutdown_complete(Instant::now(), deadline) {
+        ctx.stop();
+    } else {
+        ctx.after(
+            Duration::from_millis(100),
+            move |role: &mut MainRole, ctx| stop_when_settled(role, ctx, deadline),
+        );
+    }
+}
+
+/// Report Workflows that wait on something nothing will deliver.
+fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
+    let core = &role.core;
+    let pending = |key: &WakeKey| match key {
+        WakeKey::Call(id) => {
+            core.db_calls.get(*id).is_some()
+                || core.blocking_calls.get(*id).is_some()
+                || core.db_replies.contains_key(id)
+                || core.blocking_replies.contains_key(id)
+        }
+        WakeKey::Event(name) => name
+            .strip_prefix("run:")
+            .and_then(|n| n.parse::<RunId>().ok())
+            .is_some_and(|run| core.runs.contains_key(&run)),
+        WakeKey::Timer(_) => true,
+    };
+    for stall in role
+        .workflows
+        .stalled(Instant::now(), STALL_THRESHOLD, pending)
+    {
+        log::warn!("stalled: {stall}");
     }
 }
 
@@ -550,6 +593,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     scheduler.plan(config.valid_jobs(), now);
     ev.ctx().every(Duration::from_millis(500), expire_calls);
     ev.ctx().every(Duration::from_secs(2), watch_config);
+    ev.ctx().every(Duration::from_secs(30), report_stalls);
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut role = MainRole {
         core: Main {
