@@ -212,6 +212,18 @@ pub struct LaunchTarget {
     pub env: Vec<(String, String)>,
 }
 
+/// How the blocking process calls salt (from `saltpeter_config`, sent with each request
+/// so a reload applies at once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SaltSettings {
+    pub salt_bin: String,
+    pub config_dir: Option<String>,
+    /// `-t`: how long the CLI waits for returns.
+    pub timeout_s: u64,
+    /// Concurrent salt processes at most.
+    pub concurrency: u32,
+}
+
 /// Main -> blocking calls.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum BlockingRequest {
@@ -220,7 +232,33 @@ pub enum BlockingRequest {
         executor: ExecutorKind,
         wrapper_path: String,
         targets: Vec<LaunchTarget>,
+        salt: Option<SaltSettings>,
     },
+    /// Which minions of a target expression answer `test.ping`.
+    Resolve {
+        salt: SaltSettings,
+        target: String,
+        target_type: String,
+    },
+    /// Put this build's wrapper at `wrapper_path` on `minions` (checked by hash).
+    Deploy {
+        salt: SaltSettings,
+        minions: Vec<String>,
+        wrapper_path: String,
+        /// `saltpeter_config.wrapper_source`: a salt:// URL the operator provides. `None`:
+        /// publish this build's wrapper in the master's file roots and use that.
+        wrapper_source: Option<String>,
+    },
+}
+
+/// Minions of a target expression, by liveness.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Resolution {
+    pub live: Vec<String>,
+    /// Matched but silent or failing: (minion, why).
+    pub unreachable: Vec<(String, String)>,
+    /// Salt said no minion matched the expression.
+    pub no_match: bool,
 }
 
 /// Outcome of launching one wrapper.
@@ -234,6 +272,12 @@ pub struct LaunchOutcome {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum BlockingReply {
     Launched(Vec<LaunchOutcome>),
+    Resolved(Resolution),
+    /// Per minion; `hash` of the wrapper deployed.
+    Deployed {
+        outcomes: Vec<LaunchOutcome>,
+        hash: String,
+    },
 }
 
 /// Blocking -> main requests (none today).

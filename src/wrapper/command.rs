@@ -114,23 +114,33 @@ pub fn spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    if let Some(cwd) = job.cwd.as_deref().filter(|c| !c.is_empty()) {
-        cmd.current_dir(cwd);
-    }
-    if let Some(u) = run_as
-        && let Some(groups) = u.switch_groups.clone()
-    {
-        let (uid, gid) = (u.uid, u.gid);
-        // SAFETY: the closure runs in the forked child before exec and only makes the
-        // setgroups/setgid/setuid syscalls on data prepared before the fork; it does not
-        // allocate or take locks. The order matters: groups and gid while still root.
-        unsafe {
-            cmd.pre_exec(move || {
-                nix::unistd::setgroups(&groups)?;
-                nix::unistd::setgid(gid)?;
-                nix::unistd::setuid(uid)?;
-                Ok(())
-            });
+    let cwd = job.cwd.as_deref().filter(|c| !c.is_empty());
+    match run_as.and_then(|u| u.switch_groups.clone().map(|g| (u, g))) {
+        Some((u, groups)) => {
+            let (uid, gid) = (u.uid, u.gid);
+            // The directory is entered after the switch, so the user needs access to it.
+            let cwd = cwd
+                .map(|c| CString::new(c).map_err(|_| format!("cwd {c:?} holds NUL")))
+                .transpose()?;
+            // SAFETY: the closure runs in the forked child before exec and only makes the
+            // setgroups/setgid/setuid/chdir syscalls on data prepared before the fork; it
+            // does not allocate or take locks. Groups and gid first, while still root.
+            unsafe {
+                cmd.pre_exec(move || {
+                    nix::unistd::setgroups(&groups)?;
+                    nix::unistd::setgid(gid)?;
+                    nix::unistd::setuid(uid)?;
+                    if let Some(dir) = &cwd {
+                        nix::unistd::chdir(dir.as_c_str())?;
+                    }
+                    Ok(())
+                });
+            }
+        }
+        None => {
+            if let Some(dir) = cwd {
+                cmd.current_dir(dir);
+            }
         }
     }
     let mut child = cmd.spawn().map_err(|e| match job.cwd.as_deref() {

@@ -57,7 +57,7 @@ struct Session {
     token: Option<String>,
     opts: Options,
     poll: Poll,
-    _signals: Signals,
+    signals: Signals,
     link: Link,
     link_events: Vec<LinkEvent>,
     welcomed: bool,
@@ -109,7 +109,7 @@ impl Session {
         Ok(Session {
             token,
             poll,
-            _signals: signals,
+            signals,
             link: Link::new(WS, now),
             link_events: Vec::new(),
             welcomed: false,
@@ -220,7 +220,7 @@ impl Session {
     }
 
     fn on_signals(&mut self, now: Instant) {
-        let pending: Vec<i32> = self._signals.pending().collect();
+        let pending: Vec<i32> = self.signals.pending().collect();
         for sig in pending {
             if sig == SIGCHLD {
                 continue; // reaping happens in check_child on every iteration
@@ -502,8 +502,12 @@ impl Session {
         {
             self.exited_sent_at = None; // no done yet: send exited again
         }
-        if self.link.is_down() && self.reconnect_at.is_some_and(|t| t <= now) {
-            self.dial(now);
+        if self.reconnect_at.is_some_and(|t| t <= now) {
+            if self.link.is_down() {
+                self.dial(now);
+            } else {
+                self.reconnect_at = None;
+            }
         }
         if self.link.setup_deadline().is_some_and(|t| t <= now) {
             self.link_down(now, "connecting to the hub timed out");

@@ -7,3 +7,4 @@ mod ctl;
 mod daemon;
 mod hub;
 mod jobs;
+mod wrapper;

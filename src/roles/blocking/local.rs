@@ -29,6 +29,15 @@ pub struct Batch {
     outcomes: Vec<LaunchOutcome>,
 }
 
+impl Batch {
+    pub fn new(targets: usize) -> Batch {
+        Batch {
+            remaining: targets,
+            outcomes: Vec::new(),
+        }
+    }
+}
+
 pub type Batches = HashMap<CallId, Batch>;
 
 fn under_systemd() -> bool {
@@ -126,7 +135,7 @@ pub fn launch(
     }
 }
 
-fn record(state: &mut Blocking, id: CallId, machine: String, result: Result<(), String>) {
+pub fn record(state: &mut Blocking, id: CallId, machine: String, result: Result<(), String>) {
     if let Err(e) = &result {
         log::warn!("launching the wrapper for {machine} failed: {e}");
     }

@@ -5,6 +5,8 @@
 //! back when it has exited. Nothing here decides anything about runs.
 
 mod local;
+pub mod salt;
+mod salt_exec;
 
 use mio::event::Event;
 
@@ -23,6 +25,7 @@ pub struct Blocking {
     stopping: bool,
     batches: local::Batches,
     wrapper_log_dir: std::path::PathBuf,
+    salt: salt_exec::Queue,
 }
 
 impl Controlled for Blocking {
@@ -39,7 +42,7 @@ impl Controlled for Blocking {
 }
 
 fn stop_when_idle(state: &mut Blocking, ctx: &mut Ctx<Blocking>) {
-    if state.stopping && ctx.children().is_empty() {
+    if state.stopping && ctx.children().is_empty() && state.salt.is_idle() {
         ctx.stop();
     }
 }
@@ -79,15 +82,31 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
             executor,
             wrapper_path,
             targets,
-        } => match executor {
-            ExecutorKind::Local => local::launch(state, ctx, id, &wrapper_path, targets),
-            ExecutorKind::Salt => state.reply(
+            salt,
+        } => match (executor, salt) {
+            _ if targets.is_empty() => state.reply(id, Ok(BlockingReply::Launched(Vec::new()))),
+            (ExecutorKind::Local, _) => local::launch(state, ctx, id, &wrapper_path, targets),
+            (ExecutorKind::Salt, Some(salt)) => {
+                salt_exec::launch(state, ctx, id, salt, &wrapper_path, targets)
+            }
+            (ExecutorKind::Salt, None) => state.reply(
                 id,
                 Err(RemoteError::Failed(
-                    "the salt executor is not available in this build yet".into(),
+                    "a salt launch needs salt settings".into(),
                 )),
             ),
         },
+        BlockingRequest::Resolve {
+            salt,
+            target,
+            target_type,
+        } => salt_exec::resolve(state, ctx, id, salt, target, target_type),
+        BlockingRequest::Deploy {
+            salt,
+            minions,
+            wrapper_path,
+            wrapper_source,
+        } => salt_exec::deploy(state, ctx, id, salt, minions, wrapper_path, wrapper_source),
     }
 }
 
@@ -102,6 +121,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         stopping: false,
         batches: Default::default(),
         wrapper_log_dir: args.dirs.state.join("wrapper-logs"),
+        salt: Default::default(),
     };
     ev.run(&mut state).map_err(RoleError::setup("event loop"))?;
     Ok(0)

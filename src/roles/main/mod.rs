@@ -18,6 +18,7 @@ mod run_flow;
 mod runs;
 mod scheduler;
 mod sessions;
+mod targets;
 pub mod tokens;
 
 use std::collections::{BTreeMap, HashMap};
@@ -109,6 +110,10 @@ pub struct Main {
     to_start: Vec<run_flow::RunRequest>,
     /// Runs in flight or queued, per job (the overlap rule).
     busy_jobs: HashMap<String, usize>,
+    /// Minions known to have the wrapper: (path, hash) deployed there.
+    pub deployed: HashMap<String, (String, String)>,
+    /// Hash of this build's wrapper, once a deployment reported it.
+    pub wrapper_hash: Option<String>,
     liveness_armed: bool,
 }
 
@@ -219,6 +224,21 @@ impl Main {
             self.wrapper_port,
             crate::wire::wrapper::WRAPPER_PATH
         )
+    }
+
+    /// How blocking calls salt, from the current `saltpeter_config`.
+    pub fn salt_settings(&self) -> crate::wire::link::SaltSettings {
+        let sp = &self.config.saltpeter;
+        crate::wire::link::SaltSettings {
+            salt_bin: sp
+                .salt_bin
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "salt".to_string()),
+            config_dir: Some(sp.salt_config_dir.to_string_lossy().into_owned()),
+            timeout_s: sp.ping_timeout_s,
+            concurrency: sp.launch_concurrency,
+        }
     }
 
     /// The wrapper binary for `job` on its targets.
@@ -617,6 +637,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             stopping: false,
             to_start: Vec::new(),
             busy_jobs: HashMap::new(),
+            deployed: HashMap::new(),
+            wrapper_hash: None,
             liveness_armed: false,
         },
         workflows: Registry::new(),

@@ -36,12 +36,18 @@ pub struct RunRequest {
 }
 
 pub struct RunEnv {
-    req: RunRequest,
-    run: Option<RunId>,
-    batches: Vec<Vec<String>>,
-    maintenance: Vec<String>,
-    batch: usize,
-    call: Option<CallId>,
+    pub(super) req: RunRequest,
+    pub(super) run: Option<RunId>,
+    /// Live targets found by resolution (before maintenance and `number_of_targets`).
+    pub(super) live: Vec<String>,
+    /// Matched but silent: recorded as unreachable (255) with the reason.
+    pub(super) unreachable: Vec<(String, String)>,
+    /// Why no target could be resolved at all (salt failed, nothing matched).
+    pub(super) unresolved: Option<(RunState, String)>,
+    pub(super) batches: Vec<Vec<String>>,
+    pub(super) maintenance: Vec<String>,
+    pub(super) batch: usize,
+    pub(super) call: Option<CallId>,
     pickup_deadline: Option<Instant>,
 }
 
@@ -124,6 +130,9 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
         RunEnv {
             req,
             run: None,
+            live: Vec::new(),
+            unreachable: Vec::new(),
+            unresolved: None,
             batches: Vec::new(),
             maintenance: Vec::new(),
             batch: 0,
@@ -131,23 +140,22 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             pickup_deadline: None,
         },
     )
-    .step("resolve_targets", resolve_targets)
+    .step("resolve_targets", super::targets::resolve_targets)
+    .step("plan_batches", plan_batches)
     .step("record_run", record_run)
+    .step("deploy_wrappers", super::targets::deploy_wrappers)
     .step("launch_batch", launch_batch)
     .step("await_launch", await_launch)
     .step("collect_batch", collect_batch)
     .step("next_batch", next_batch)
+    .step("collect_all", collect_all)
     .always("finalize", finalize)
 }
 
-fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+/// Maintenance machines out, `number_of_targets` picked, batches cut.
+fn plan_batches(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let job = &env.req.job;
-    let mut machines: Vec<String> = Vec::new();
-    for t in &job.targets {
-        if !machines.contains(t) {
-            machines.push(t.clone());
-        }
-    }
+    let machines = std::mem::take(&mut env.live);
     let (skipped, mut runnable): (Vec<String>, Vec<String>) = machines
         .into_iter()
         .partition(|m| core.config.maintenance.machines.contains(m));
@@ -193,7 +201,14 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 .iter()
                 .map(|m| (m.clone(), TargetState::SkippedMaintenance)),
         );
-        let (state, reason) = if runnable.is_empty() {
+        targets.extend(
+            env.unreachable
+                .iter()
+                .map(|(m, _)| (m.clone(), TargetState::Pending)),
+        );
+        let (state, reason) = if let Some((state, why)) = &env.unresolved {
+            (*state, Some(why.clone()))
+        } else if runnable.is_empty() && env.unreachable.is_empty() {
             let why = if env.maintenance.is_empty() {
                 "no targets"
             } else {
@@ -234,6 +249,9 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             for m in &env.maintenance {
                 targets.insert(m.clone(), TargetRt::new(0, TargetState::SkippedMaintenance));
             }
+            for (m, _) in &env.unreachable {
+                targets.insert(m.clone(), TargetRt::new(0, TargetState::Pending));
+            }
             core.runs.insert(
                 id,
                 ActiveRun {
@@ -254,9 +272,19 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 env.batches.iter().map(Vec::len).sum::<usize>()
             );
             answer_admin(core, env, AdminResponse::Started { run: id });
-            if env.batches.is_empty() {
+            for (m, why) in std::mem::take(&mut env.unreachable) {
+                log::warn!("run {id}: {m} is unreachable: {why}");
+                finish_target(core, id, &m, TargetReason::Unreachable, Some(255));
+            }
+            let unreachable_only = core
+                .runs
+                .get(&id)
+                .is_some_and(|r| r.targets.values().any(|t| t.finishing));
+            if env.batches.is_empty() && !unreachable_only {
                 return Step::Done;
             }
+            // With only unreachable targets the empty batch passes through and
+            // `collect_all` waits for their records.
             Step::Next
         }
         Ok(DbReply::RunCreated(None)) => {
@@ -351,6 +379,7 @@ fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         executor,
         wrapper_path: core.wrapper_path(&job),
         targets: launch,
+        salt: (executor == ExecutorKind::Salt).then(|| core.salt_settings()),
     });
     env.call = Some(id);
     Step::Next
@@ -371,6 +400,8 @@ fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             for o in outcomes {
                 if let Err(e) = o.result {
                     log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
+                    // Maybe the wrapper went missing: deploy again next time.
+                    core.deployed.remove(&o.machine);
                     finish_target(
                         core,
                         run,
@@ -379,6 +410,12 @@ fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                         Some(254),
                     );
                 }
+            }
+        }
+        Ok(other) => {
+            log::error!("run {run}: blocking answered a launch with {other:?}");
+            for m in &batch {
+                finish_target(core, run, m, TargetReason::WrapperFailed, Some(254));
             }
         }
         Err(e) => {

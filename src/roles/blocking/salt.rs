@@ -1,0 +1,267 @@
+//! The `salt` command line: argv building and output parsing. Pure; no processes here.
+//!
+//! Invocations are argv only (never a shell string) with `--out=json --out-indent=-1`,
+//! which prints one JSON object per minion per line as returns arrive. `--static` is never
+//! used: on Salt 3008 it hides minions that did not answer and always exits 0. The
+//! per-minion value decides, not the CLI's exit code: `true` for a ping, a `cmd.run_all`
+//! dict with its `retcode`, or a string beginning `Minion did not return.`. Lines that are
+//! not JSON (such as "No minions matched the target...") are skipped and recognised.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+pub use crate::wire::link::SaltSettings;
+
+/// Salt's targeting flag for a Saltpeter `target_type`; `None` for an unknown word.
+pub fn target_flag(target_type: &str) -> Option<Option<&'static str>> {
+    Some(match target_type {
+        "glob" => None,
+        "pcre" => Some("-E"),
+        "list" => Some("-L"),
+        "grain" => Some("-G"),
+        "grain_pcre" => Some("-P"),
+        "pillar" => Some("-I"),
+        "nodegroup" => Some("-N"),
+        "compound" => Some("-C"),
+        "ipcidr" => Some("-S"),
+        _ => return None,
+    })
+}
+
+/// `salt [-c DIR] --out=json --out-indent=-1 -t T [FLAG] TARGET FUNCTION ARGS...`
+pub fn argv(
+    settings: &SaltSettings,
+    flag: Option<&str>,
+    target: &str,
+    function: &str,
+    args: &[String],
+) -> Vec<String> {
+    let mut argv = Vec::new();
+    if let Some(dir) = &settings.config_dir {
+        argv.push("-c".to_string());
+        argv.push(dir.clone());
+    }
+    argv.push("--out=json".to_string());
+    argv.push("--out-indent=-1".to_string());
+    argv.push("-t".to_string());
+    argv.push(settings.timeout_s.max(1).to_string());
+    if let Some(flag) = flag {
+        argv.push(flag.to_string());
+    }
+    argv.push(target.to_string());
+    argv.push(function.to_string());
+    argv.extend(args.iter().cloned());
+    argv
+}
+
+/// Per-minion values from salt's output.
+#[derive(Debug, Default, PartialEq)]
+pub struct Returns {
+    pub by_minion: BTreeMap<String, Value>,
+    /// Salt said no minion matched the target.
+    pub no_match: bool,
+}
+
+pub fn parse_returns(stdout: &str) -> Returns {
+    let mut out = Returns::default();
+    for line in stdout.lines() {
+        let line = line.trim();
+        if line.starts_with("No minions matched the target") {
+            out.no_match = true;
+            continue;
+        }
+        let Ok(Value::Object(map)) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        for (minion, value) in map {
+            out.by_minion.insert(minion, value);
+        }
+    }
+    out
+}
+
+/// What a minion's value says about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MinionResult {
+    Ok,
+    /// Did not answer (down, not connected, too slow).
+    NoReturn(String),
+    /// Answered with a failure.
+    Failed(String),
+}
+
+fn no_return(text: &str) -> Option<String> {
+    text.strip_prefix("Minion did not return.").map(|rest| {
+        let why = rest.lines().next().unwrap_or("").trim();
+        if why.is_empty() {
+            "the minion did not return".to_string()
+        } else {
+            format!("the minion did not return {why}")
+        }
+    })
+}
+
+/// A `test.ping` value.
+pub fn ping_result(value: &Value) -> MinionResult {
+    match value {
+        Value::Bool(true) => MinionResult::Ok,
+        Value::String(s) => match no_return(s) {
+            Some(why) => MinionResult::NoReturn(why),
+            None => MinionResult::Failed(s.clone()),
+        },
+        other => MinionResult::Failed(format!("unexpected ping answer {other}")),
+    }
+}
+
+/// A `cmd.run_all` value: retcode 0 is success; otherwise stderr (or stdout) says why.
+pub fn run_all_result(value: &Value) -> MinionResult {
+    match value {
+        Value::Object(map) => {
+            let retcode = map.get("retcode").and_then(Value::as_i64);
+            let text = |key: &str| {
+                map.get(key)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .trim()
+                    .to_string()
+            };
+            match retcode {
+                Some(0) => MinionResult::Ok,
+                Some(code) => {
+                    let mut why = text("stderr");
+                    if why.is_empty() {
+                        why = text("stdout");
+                    }
+                    MinionResult::Failed(format!("exit code {code}: {why}"))
+                }
+                None => MinionResult::Failed(format!("no retcode in {value}")),
+            }
+        }
+        Value::String(s) => match no_return(s) {
+            Some(why) => MinionResult::NoReturn(why),
+            None => MinionResult::Failed(s.clone()),
+        },
+        other => MinionResult::Failed(format!("unexpected cmd.run_all answer {other}")),
+    }
+}
+
+/// A `state.single` value: every state's `result` must be true.
+pub fn state_result(value: &Value) -> MinionResult {
+    match value {
+        Value::Object(states) if !states.is_empty() => {
+            for state in states.values() {
+                if state.get("result").and_then(Value::as_bool) != Some(true) {
+                    let comment = state
+                        .get("comment")
+                        .map(|c| match c {
+                            Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        })
+                        .unwrap_or_default();
+                    return MinionResult::Failed(comment);
+                }
+            }
+            MinionResult::Ok
+        }
+        Value::String(s) => match no_return(s) {
+            Some(why) => MinionResult::NoReturn(why),
+            None => MinionResult::Failed(s.clone()),
+        },
+        Value::Array(errors) => MinionResult::Failed(
+            errors
+                .iter()
+                .map(|e| {
+                    e.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| e.to_string())
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+        other => MinionResult::Failed(format!("unexpected state answer {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> SaltSettings {
+        SaltSettings {
+            salt_bin: "salt".into(),
+            config_dir: Some("/etc/salt".into()),
+            timeout_s: 20,
+            concurrency: 4,
+        }
+    }
+
+    #[test]
+    fn argv_has_no_shell_and_no_static() {
+        let a = argv(
+            &settings(),
+            target_flag("compound").flatten(),
+            "G@role:web and G@env:prod",
+            "test.ping",
+            &[],
+        );
+        assert_eq!(
+            a,
+            [
+                "-c",
+                "/etc/salt",
+                "--out=json",
+                "--out-indent=-1",
+                "-t",
+                "20",
+                "-C",
+                "G@role:web and G@env:prod",
+                "test.ping"
+            ]
+        );
+        assert!(!a.iter().any(|x| x == "--static"));
+        assert_eq!(target_flag("glob"), Some(None));
+        assert_eq!(target_flag("teleport"), None);
+    }
+
+    #[test]
+    fn parses_json_lines_and_skips_noise() {
+        let out = "{\"minion-02\": true}\nnot json\n{\"minion-03\": \"Minion did not return. [No response]\\nThe minions may not...\"}\n{\"minion-01\": true}\n";
+        let r = parse_returns(out);
+        assert!(!r.no_match);
+        assert_eq!(r.by_minion.len(), 3);
+        assert_eq!(ping_result(&r.by_minion["minion-01"]), MinionResult::Ok);
+        assert_eq!(
+            ping_result(&r.by_minion["minion-03"]),
+            MinionResult::NoReturn("the minion did not return [No response]".into())
+        );
+        let none = parse_returns(
+            "No minions matched the target. No command was sent, no jid was assigned.\n{}\n",
+        );
+        assert!(none.no_match);
+        assert!(none.by_minion.is_empty());
+        // Truncated output: the cut line is skipped, not a crash.
+        let cut = parse_returns("{\"minion-01\": tr");
+        assert!(cut.by_minion.is_empty());
+    }
+
+    #[test]
+    fn run_all_and_state_results() {
+        let ok: Value =
+            serde_json::json!({"pid": 1, "retcode": 0, "stdout": "started", "stderr": ""});
+        assert_eq!(run_all_result(&ok), MinionResult::Ok);
+        let missing: Value = serde_json::json!({"pid": 1, "retcode": 127, "stdout": "", "stderr": "/x/saltpeter-wrapper: not found"});
+        assert_eq!(
+            run_all_result(&missing),
+            MinionResult::Failed("exit code 127: /x/saltpeter-wrapper: not found".into())
+        );
+        let state: Value = serde_json::json!({"file_|-x_|-/w_|-managed": {"result": false, "comment": "Source file salt://nope not found"}});
+        assert_eq!(
+            state_result(&state),
+            MinionResult::Failed("Source file salt://nope not found".into())
+        );
+        let good: Value =
+            serde_json::json!({"file_|-x_|-/w_|-managed": {"result": true, "comment": "ok"}});
+        assert_eq!(state_result(&good), MinionResult::Ok);
+    }
+}

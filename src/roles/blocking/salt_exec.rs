@@ -1,0 +1,391 @@
+//! The `salt` executor: `test.ping` for liveness and target expansion, `cmd.run_all` to
+//! start wrappers, `state.single file.managed` to deploy them.
+//!
+//! Every salt invocation is a child process with drained pipes and a deadline after which
+//! it is killed and reported; at most `concurrency` run at once and the rest queue, so
+//! several runs firing together never wait on each other beyond that cap. A launch error
+//! on one minion fails that target alone.
+
+use std::collections::VecDeque;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use sha2::{Digest, Sha256};
+
+use super::Blocking;
+use super::salt::{self, MinionResult, SaltSettings};
+use crate::evloop::{Ctx, child};
+use crate::ipc::CallId;
+use crate::ipc::rpc::RemoteError;
+use crate::wire::link::{BlockingReply, LaunchOutcome, LaunchTarget, Resolution};
+
+/// Beyond salt's own `-t`, how long an invocation may take before it is killed.
+const DEADLINE_SLACK: Duration = Duration::from_secs(30);
+/// Path of the wrapper inside the master's file roots.
+const PUBLISHED_WRAPPER: &str = "saltpeter/saltpeter-wrapper";
+
+/// What an invocation produced.
+pub enum Outcome {
+    Finished {
+        code: Option<i32>,
+        stdout: String,
+        stderr: String,
+    },
+    Failed(String),
+}
+
+type OnDone = Box<dyn FnOnce(&mut Blocking, &mut Ctx<Blocking>, Outcome)>;
+
+struct Invocation {
+    settings: SaltSettings,
+    argv: Vec<String>,
+    on_done: OnDone,
+}
+
+#[derive(Default)]
+pub struct Queue {
+    waiting: VecDeque<Invocation>,
+    running: usize,
+}
+
+impl Queue {
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running == 0
+    }
+}
+
+fn submit(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    settings: &SaltSettings,
+    argv: Vec<String>,
+    on_done: impl FnOnce(&mut Blocking, &mut Ctx<Blocking>, Outcome) + 'static,
+) {
+    state.salt.waiting.push_back(Invocation {
+        settings: settings.clone(),
+        argv,
+        on_done: Box::new(on_done),
+    });
+    start_waiting(state, ctx);
+}
+
+fn start_waiting(state: &mut Blocking, ctx: &mut Ctx<Blocking>) {
+    while let Some(next) = state.salt.waiting.front() {
+        if state.salt.running >= next.settings.concurrency.max(1) as usize {
+            return;
+        }
+        let Some(inv) = state.salt.waiting.pop_front() else {
+            return;
+        };
+        let mut cmd = Command::new(&inv.settings.salt_bin);
+        cmd.args(&inv.argv);
+        let deadline = Duration::from_secs(inv.settings.timeout_s) + DEADLINE_SLACK;
+        let bin = inv.settings.salt_bin.clone();
+        // Shared by the exit callback and the spawn-error path; only one ever runs.
+        let on_done = std::rc::Rc::new(std::cell::Cell::new(Some(inv.on_done)));
+        let on_exit = std::rc::Rc::clone(&on_done);
+        log::debug!("salt {}", inv.argv.join(" "));
+        match child::spawn(ctx, cmd, move |state: &mut Blocking, ctx, out| {
+            state.salt.running -= 1;
+            let outcome = Outcome::Finished {
+                code: out.status.code(),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            };
+            let outcome = match out.status.code() {
+                Some(_) => outcome,
+                None => Outcome::Failed(format!(
+                    "salt was killed ({}) after {deadline:?} without finishing",
+                    out.status
+                )),
+            };
+            if let Some(on_done) = on_exit.take() {
+                on_done(state, ctx, outcome);
+            }
+            start_waiting(state, ctx);
+        }) {
+            Ok(id) => {
+                state.salt.running += 1;
+                ctx.after(deadline, move |_: &mut Blocking, ctx| {
+                    if child::signal(ctx, id, Signal::SIGKILL) {
+                        log::warn!("salt invocation exceeded {deadline:?}; killed it");
+                    }
+                });
+            }
+            Err(e) => {
+                if let Some(on_done) = on_done.take() {
+                    on_done(
+                        state,
+                        ctx,
+                        Outcome::Failed(format!("could not run salt_bin {bin}: {e}")),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The last lines of salt's stderr, for error messages.
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.contains("[WARNING ]"))
+        .collect();
+    let start = lines.len().saturating_sub(3);
+    lines[start..].join(" | ")
+}
+
+pub fn resolve(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    id: CallId,
+    settings: SaltSettings,
+    target: String,
+    target_type: String,
+) {
+    let Some(flag) = salt::target_flag(&target_type) else {
+        state.reply(
+            id,
+            Err(RemoteError::Failed(format!(
+                "unknown target_type {target_type}"
+            ))),
+        );
+        return;
+    };
+    let argv = salt::argv(&settings, flag, &target, "test.ping", &[]);
+    submit(state, ctx, &settings, argv, move |state, _ctx, outcome| {
+        let result = match outcome {
+            Outcome::Failed(why) => Err(RemoteError::Failed(why)),
+            Outcome::Finished {
+                code,
+                stdout,
+                stderr,
+            } => {
+                let returns = salt::parse_returns(&stdout);
+                if returns.by_minion.is_empty() && !returns.no_match {
+                    Err(RemoteError::Failed(format!(
+                        "salt test.ping gave no usable answer (exit status {}): {}",
+                        code.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+                        tail(&stderr)
+                    )))
+                } else {
+                    let mut res = Resolution {
+                        no_match: returns.no_match && returns.by_minion.is_empty(),
+                        ..Default::default()
+                    };
+                    for (minion, value) in &returns.by_minion {
+                        match salt::ping_result(value) {
+                            MinionResult::Ok => res.live.push(minion.clone()),
+                            MinionResult::NoReturn(why) | MinionResult::Failed(why) => {
+                                res.unreachable.push((minion.clone(), why))
+                            }
+                        }
+                    }
+                    Ok(BlockingReply::Resolved(res))
+                }
+            }
+        };
+        state.reply(id, result);
+    });
+}
+
+/// Start one wrapper per minion: `cmd.run_all cmd='<wrapper> --daemonize'` with only the
+/// four variables in `env`. One invocation per minion, because each minion's token is its
+/// own and must not be published to the others.
+pub fn launch(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    id: CallId,
+    settings: SaltSettings,
+    wrapper: &str,
+    targets: Vec<LaunchTarget>,
+) {
+    state
+        .batches
+        .insert(id, super::local::Batch::new(targets.len()));
+    for target in targets {
+        let env: serde_json::Map<String, serde_json::Value> = target
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        let args = vec![
+            format!("cmd={wrapper} --daemonize"),
+            "--no-parse=cmd".to_string(),
+            format!("env={}", serde_json::Value::Object(env)),
+        ];
+        let argv = salt::argv(&settings, Some("-L"), &target.machine, "cmd.run_all", &args);
+        let machine = target.machine.clone();
+        submit(state, ctx, &settings, argv, move |state, _ctx, outcome| {
+            let result = match outcome {
+                Outcome::Failed(why) => Err(why),
+                Outcome::Finished { stdout, stderr, .. } => {
+                    let returns = salt::parse_returns(&stdout);
+                    match returns.by_minion.get(&machine) {
+                        Some(value) => match salt::run_all_result(value) {
+                            MinionResult::Ok => Ok(()),
+                            MinionResult::NoReturn(why) => Err(why),
+                            MinionResult::Failed(why) => {
+                                Err(format!("wrapper launch failed: {why}"))
+                            }
+                        },
+                        None => Err(format!(
+                            "salt returned nothing for {machine}: {}",
+                            tail(&stderr)
+                        )),
+                    }
+                }
+            };
+            super::local::record(state, id, machine, result);
+        });
+    }
+}
+
+fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// This build's wrapper binary (beside the daemon's own executable).
+pub fn own_wrapper() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
+    let path = exe
+        .parent()
+        .map(|d| d.join("saltpeter-wrapper"))
+        .ok_or_else(|| "my executable has no directory".to_string())?;
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(format!("{} does not exist", path.display()))
+    }
+}
+
+/// Copy the wrapper into the file root if its hash differs (write + rename: minions never
+/// fetch a half-written file). Returns the hash.
+fn publish(file_root: &Path) -> Result<String, String> {
+    let source = own_wrapper()?;
+    let hash =
+        sha256_file(&source).map_err(|e| format!("cannot read {}: {e}", source.display()))?;
+    let dest = file_root.join(PUBLISHED_WRAPPER);
+    if sha256_file(&dest).ok().as_deref() == Some(hash.as_str()) {
+        return Ok(hash);
+    }
+    let dir = dest.parent().unwrap_or(file_root);
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let tmp = dir.join(format!(".saltpeter-wrapper.{}", std::process::id()));
+    std::fs::copy(&source, &tmp)
+        .map_err(|e| format!("cannot copy the wrapper to {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, &dest).map_err(|e| format!("cannot publish {}: {e}", dest.display()))?;
+    log::info!("published the wrapper ({hash}) at {}", dest.display());
+    Ok(hash)
+}
+
+/// The first `base` directory of the master's `file_roots` (default `/srv/salt`).
+fn master_file_root(config_dir: Option<&str>) -> PathBuf {
+    #[derive(serde::Deserialize)]
+    struct MasterConfig {
+        file_roots: Option<std::collections::BTreeMap<String, Vec<String>>>,
+    }
+    let path = Path::new(config_dir.unwrap_or("/etc/salt")).join("master");
+    std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_saphyr::from_str::<MasterConfig>(&text).ok())
+        .and_then(|c| c.file_roots)
+        .and_then(|roots| roots.get("base").and_then(|b| b.first().cloned()))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/srv/salt"))
+}
+
+pub fn deploy(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    id: CallId,
+    settings: SaltSettings,
+    minions: Vec<String>,
+    wrapper_path: String,
+    wrapper_source: Option<String>,
+) {
+    let published = match &wrapper_source {
+        Some(source) => own_wrapper()
+            .and_then(|p| sha256_file(&p).map_err(|e| e.to_string()))
+            .map(|hash| (hash, source.clone())),
+        None => publish(&master_file_root(settings.config_dir.as_deref()))
+            .map(|hash| (hash, format!("salt://{PUBLISHED_WRAPPER}"))),
+    };
+    let (hash, source) = match published {
+        Ok(p) => p,
+        Err(why) => {
+            state.reply(id, Err(RemoteError::Failed(why)));
+            return;
+        }
+    };
+    if minions.is_empty() {
+        state.reply(
+            id,
+            Ok(BlockingReply::Deployed {
+                outcomes: Vec::new(),
+                hash,
+            }),
+        );
+        return;
+    }
+    let args = vec![
+        "file.managed".to_string(),
+        format!("name={wrapper_path}"),
+        format!("source={source}"),
+        "mode=0755".to_string(),
+        "makedirs=True".to_string(),
+    ];
+    let argv = salt::argv(
+        &settings,
+        Some("-L"),
+        &minions.join(","),
+        "state.single",
+        &args,
+    );
+    submit(state, ctx, &settings, argv, move |state, _ctx, outcome| {
+        let outcomes = match outcome {
+            Outcome::Failed(why) => minions
+                .iter()
+                .map(|m| LaunchOutcome {
+                    machine: m.clone(),
+                    result: Err(why.clone()),
+                })
+                .collect(),
+            Outcome::Finished { stdout, stderr, .. } => {
+                let returns = salt::parse_returns(&stdout);
+                minions
+                    .iter()
+                    .map(|m| LaunchOutcome {
+                        machine: m.clone(),
+                        result: match returns.by_minion.get(m).map(salt::state_result) {
+                            Some(MinionResult::Ok) => Ok(()),
+                            Some(MinionResult::NoReturn(why)) => Err(why),
+                            Some(MinionResult::Failed(why)) => {
+                                Err(format!("wrapper deployment failed: {why}"))
+                            }
+                            None => Err(format!("salt returned nothing: {}", tail(&stderr))),
+                        },
+                    })
+                    .collect()
+            }
+        };
+        state.reply(id, Ok(BlockingReply::Deployed { outcomes, hash }));
+    });
+}

@@ -1,0 +1,142 @@
+//! Run steps that depend on the executor: finding the targets and deploying wrappers.
+//!
+//! - `local`: the targets are the names given; all are live.
+//! - `salt`: `test.ping` on the target expression says which minions are live; matched
+//!   minions that stay silent become unreachable (255), a salt failure fails the run with
+//!   its cause, and "no minions matched" skips it with that reason. Before a minion's
+//!   first launch, this build's wrapper is deployed to it (then cached by hash).
+
+use super::Main;
+use super::run_flow::{RunEnv, finish_target};
+use crate::config::Executor;
+use crate::wire::link::{BlockingReply, BlockingRequest};
+use crate::wire::records::{RunState, TargetReason};
+use crate::workflow::{Step, StepCtx, Wake};
+
+type Sc<'a> = StepCtx<'a, RunEnv, Main>;
+
+pub fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+    let job = env.req.job.clone();
+    if job.executor == Executor::Local {
+        for t in &job.targets {
+            if !env.live.contains(t) {
+                env.live.push(t.clone());
+            }
+        }
+        return Step::Next;
+    }
+    let Some(id) = env.call else {
+        let id = core.blocking_call(BlockingRequest::Resolve {
+            salt: core.salt_settings(),
+            target: job.target_expr.clone(),
+            target_type: job.target_type.as_str().to_string(),
+        });
+        env.call = Some(id);
+        return Step::Wait(Wake::Call(id));
+    };
+    let Some(reply) = core.blocking_replies.remove(&id) else {
+        return Step::Wait(Wake::Call(id));
+    };
+    env.call = None;
+    match reply {
+        Ok(BlockingReply::Resolved(res)) => {
+            if res.no_match {
+                env.unresolved = Some((
+                    RunState::Skipped,
+                    format!(
+                        "no minions matched the target {} ({})",
+                        job.target_expr, job.target_type
+                    ),
+                ));
+            }
+            env.live = res.live;
+            env.live.sort();
+            env.unreachable = res.unreachable;
+        }
+        Ok(other) => {
+            env.unresolved = Some((
+                RunState::Failed,
+                format!("unexpected answer to target resolution: {other:?}"),
+            ))
+        }
+        Err(e) => {
+            log::error!("{}: target resolution failed: {e}", job.name);
+            env.unresolved = Some((RunState::Failed, format!("target resolution failed: {e}")));
+        }
+    }
+    Step::Next
+}
+
+/// Make sure the minions of the current batch have this build's wrapper.
+pub fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+    let job = env.req.job.clone();
+    let run = env.run.unwrap_or_default();
+    if job.executor != Executor::Salt {
+        return Step::Next;
+    }
+    let Some(id) = env.call else {
+        let hash = core.wrapper_hash.clone();
+        let wrapper_path = core.wrapper_path(&job);
+        let missing: Vec<String> = env
+            .batches
+            .get(env.batch)
+            .into_iter()
+            .flatten()
+            .filter(|m| {
+                hash.is_none()
+                    || core.deployed.get(*m)
+                        != Some(&(wrapper_path.clone(), hash.clone().unwrap_or_default()))
+            })
+            .cloned()
+            .collect();
+        if missing.is_empty() {
+            return Step::Next;
+        }
+        log::info!("run {run}: deploying the wrapper to {}", missing.join(", "));
+        let id = core.blocking_call(BlockingRequest::Deploy {
+            salt: core.salt_settings(),
+            minions: missing,
+            wrapper_path,
+            wrapper_source: core.config.saltpeter.wrapper_source.clone(),
+        });
+        env.call = Some(id);
+        return Step::Wait(Wake::Call(id));
+    };
+    let Some(reply) = core.blocking_replies.remove(&id) else {
+        return Step::Wait(Wake::Call(id));
+    };
+    env.call = None;
+    let wrapper_path = core.wrapper_path(&job);
+    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
+    match reply {
+        Ok(BlockingReply::Deployed { outcomes, hash }) => {
+            core.wrapper_hash = Some(hash.clone());
+            for o in outcomes {
+                match o.result {
+                    Ok(()) => {
+                        core.deployed
+                            .insert(o.machine, (wrapper_path.clone(), hash.clone()));
+                    }
+                    Err(why) => {
+                        log::warn!("run {run}: {}: {why}", o.machine);
+                        finish_target(
+                            core,
+                            run,
+                            &o.machine,
+                            TargetReason::WrapperFailed,
+                            Some(254),
+                        );
+                    }
+                }
+            }
+        }
+        Ok(other) => log::error!("run {run}: blocking answered a deployment with {other:?}"),
+        Err(e) => {
+            log::error!("run {run}: wrapper deployment failed: {e}");
+            for m in &batch {
+                finish_target(core, run, m, TargetReason::WrapperFailed, Some(254));
+            }
+        }
+    }
+    Step::Next
+}

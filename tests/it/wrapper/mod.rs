@@ -1,0 +1,8 @@
+//! The real `saltpeter-wrapper` binary against an in-test protocol peer (`peer`): the
+//! wrapper's side of the protocol in isolation, including cases the daemon cannot easily
+//! provoke (reconnects mid-output, spool overflow, pre-staging, final rejections).
+
+mod flow;
+mod in_process;
+mod peer;
+mod throughput;
