@@ -7,4 +7,5 @@ mod ctl;
 mod daemon;
 mod hub;
 mod jobs;
+mod salt;
 mod wrapper;

@@ -23,7 +23,7 @@ use crate::ipc::rpc::RemoteError;
 use crate::wire::link::{BlockingReply, LaunchOutcome, LaunchTarget, Resolution};
 
 /// Beyond salt's own `-t`, how long an invocation may take before it is killed.
-const DEADLINE_SLACK: Duration = Duration::from_secs(30);
+const DEADLINE_SLACK: Duration = Duration::from_secs(15);
 /// Path of the wrapper inside the master's file roots.
 const PUBLISHED_WRAPPER: &str = "saltpeter/saltpeter-wrapper";
 

@@ -528,7 +528,10 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             release_job(core, &env.req.job.name);
             return Step::Next;
         };
-        let state = active.final_state();
+        let state = match &env.unresolved {
+            Some((state, _)) => *state,
+            None => active.final_state(),
+        };
         let reason = match s.outcome() {
             crate::workflow::Outcome::Done => None,
             other => Some(format!("{other:?}")),

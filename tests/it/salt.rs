@@ -1,0 +1,228 @@
+//! The salt executor against a real salt-master and minions (scripts/salt-testbed), and
+//! against fake `salt` programs for the failure modes a real master rarely shows.
+//!
+//! The testbed is started once by scripts/run-tests (4 minions: minion-04 is the one the
+//! destructive test stops). Set SALTPETER_NO_SALT=1 to skip the real-Salt tests.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use crate::util::*;
+
+/// The shared testbed, or `None` when told to run without Salt.
+fn testbed() -> Option<(PathBuf, String, String)> {
+    if std::env::var_os("SALTPETER_NO_SALT").is_some() {
+        eprintln!("SALTPETER_NO_SALT is set: skipping a real-Salt test");
+        return None;
+    }
+    let root = std::env::var("SALTPETER_SALT_TESTBED").unwrap_or_else(|_| {
+        panic!(
+            "no Salt testbed: run `scripts/salt-testbed up /tmp/sp-salt 4` and export the \
+             variables it prints plus SALTPETER_SALT_TESTBED=/tmp/sp-salt (scripts/run-tests \
+             does this), or set SALTPETER_NO_SALT=1"
+        )
+    });
+    let bin = std::env::var("SALT_BIN").expect("SALT_BIN from the testbed");
+    Some((PathBuf::from(root), bin, String::new()))
+}
+
+/// A daemon on the salt executor; `config_dir` is the master config dir to use.
+fn salt_daemon(root: &std::path::Path, bin: &str, config_dir: &str, ping: u64, jobs: &str) -> Daemon {
+    let wrapper_dir = tempfile::Builder::new()
+        .prefix("wrapper-")
+        .tempdir_in(root.join("var"))
+        .expect("wrapper dir")
+        .keep();
+    let config = format!(
+        "saltpeter_config:\n  executor: salt\n  salt_bin: {bin}\n  salt_config_dir: {config_dir}\n  \
+         ping_timeout: {ping}\n  heartbeat: 1\n  pickup_timeout: 20\n  \
+         default_wrapper_path: {}/saltpeter-wrapper\n",
+        wrapper_dir.display()
+    );
+    Daemon::start(&[("02-salt.yaml", &config), ("jobs.yaml", jobs)])
+}
+
+fn machines(run: &serde_json::Value) -> Vec<String> {
+    let mut m: Vec<String> = run["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .map(|t| t["machine"].as_str().expect("machine").to_string())
+        .collect();
+    m.sort();
+    m
+}
+
+#[test]
+fn targeting_output_exit_codes_deployment_and_secrets() {
+    let Some((root, bin, _)) = testbed() else { return };
+    let secret = format!("s3cret-{}", std::process::id());
+    let jobs = format!(
+        "glob:\n  schedule: '@yearly'\n  targets: 'minion-0[12]'\n  command: 'echo on-$SP_MACHINE'\n\
+         list:\n  schedule: '@yearly'\n  targets: [minion-01, minion-03]\n  target_type: list\n  command: 'true'\n\
+         grain:\n  schedule: '@yearly'\n  targets: 'role:web'\n  target_type: grain\n  command: 'true'\n\
+         compound:\n  schedule: '@yearly'\n  targets: 'G@role:web and G@env:prod'\n  target_type: compound\n  command: 'true'\n\
+         nothing:\n  schedule: '@yearly'\n  targets: 'role:nosuch'\n  target_type: grain\n  command: 'true'\n\
+         codes:\n  schedule: '@yearly'\n  targets: minion-02\n  env:\n    TOKEN_FOR_API: {secret}\n  \
+         command: 'echo out-$TOKEN_FOR_API; echo err >&2; exit 7'\n"
+    );
+    let config_dir = root.join("master");
+    let d = salt_daemon(&root, &bin, path_str(&config_dir), 10, &jobs);
+
+    let (run, code) = d.run_wait("glob");
+    assert_eq!(code, 0, "{run}\n{}", d.log_text());
+    assert_eq!(machines(&run), ["minion-01", "minion-02"]);
+    let id = run["id"].as_u64().expect("id");
+    assert_eq!(d.output(id, "minion-01"), "on-minion-01\n");
+    // Deployed on first use, executable.
+    let wrapper_path = std::fs::read_to_string(d.config_dir().join("02-salt.yaml"))
+        .expect("config")
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("default_wrapper_path: ").map(str::to_string))
+        .expect("wrapper path");
+    let mode = std::fs::metadata(&wrapper_path).expect("deployed wrapper").permissions().mode();
+    assert_eq!(mode & 0o777, 0o755);
+
+    assert_eq!(machines(&d.run_wait("list").0), ["minion-01", "minion-03"]);
+    assert_eq!(machines(&d.run_wait("grain").0), ["minion-01", "minion-03"]);
+    assert_eq!(machines(&d.run_wait("compound").0), ["minion-01"]);
+
+    let (run, code) = d.run_wait("nothing");
+    assert_eq!(code, 1);
+    assert_eq!(run["state"], "skipped");
+    assert!(run["reason"].as_str().unwrap_or("").contains("no minions matched"), "{run}");
+
+    let (run, _) = d.run_wait("codes");
+    let t = target(&run, "minion-02");
+    assert_eq!(t["exit_code"], 7, "{run}");
+    assert_eq!(t["reason"], "exit");
+    let id = run["id"].as_u64().expect("id");
+    let out = d.output(id, "minion-02");
+    assert!(out.contains(&format!("out-{secret}\n")) && out.contains("err\n"), "{out}");
+
+    // The secret went over the WebSocket only: not in Salt's job cache or logs.
+    let found = std::process::Command::new("grep")
+        .args(["-rl", "--binary-files=text", &secret])
+        .arg(&root)
+        .output()
+        .expect("grep");
+    assert!(
+        found.stdout.is_empty(),
+        "secret found under the testbed: {}",
+        String::from_utf8_lossy(&found.stdout)
+    );
+    assert!(!d.log_text().contains(&secret));
+}
+
+#[test]
+fn a_stopped_or_unknown_minion_is_255_while_others_succeed() {
+    let Some((root, bin, _)) = testbed() else { return };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/salt-testbed");
+    let stop = std::process::Command::new(script)
+        .args(["stop-minion", path_str(&root), "minion-04"])
+        .output()
+        .expect("stop minion");
+    assert!(stop.status.success(), "{}", String::from_utf8_lossy(&stop.stderr));
+    let fast = root.join("cli-fast");
+    let d = salt_daemon(
+        &root,
+        &bin,
+        path_str(&fast),
+        2,
+        "partly:\n  schedule: '@yearly'\n  targets: [minion-02, minion-04, minion-99]\n  \
+         target_type: list\n  command: 'echo here'\n",
+    );
+    let (run, code) = d.run_wait("partly");
+    let up = std::process::Command::new(script)
+        .args(["up", path_str(&root), "4"])
+        .output()
+        .expect("restart minion");
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    assert_eq!(code, 1);
+    assert_eq!(run["state"], "partial", "{run}");
+    assert_eq!(target(&run, "minion-02")["exit_code"], 0);
+    for m in ["minion-04", "minion-99"] {
+        assert_eq!(target(&run, m)["exit_code"], 255, "{run}");
+        assert_eq!(target(&run, m)["reason"], "unreachable");
+    }
+}
+
+#[test]
+fn two_jobs_in_the_same_second_do_not_wait_for_each_other() {
+    let Some((root, bin, _)) = testbed() else { return };
+    let config_dir = root.join("master");
+    let d = salt_daemon(
+        &root,
+        &bin,
+        path_str(&config_dir),
+        10,
+        "left:\n  schedule: '*/20 * * * * *'\n  targets: minion-01\n  command: 'sleep 6'\n\
+         right:\n  schedule: '*/20 * * * * *'\n  targets: minion-03\n  command: 'sleep 6'\n",
+    );
+    let left = d.wait_final_runs("left", 1).remove(0);
+    let right = d.wait_final_runs("right", 1).remove(0);
+    assert_eq!(left["slot"], right["slot"]);
+    let l = target(&left, "minion-01");
+    let r = target(&right, "minion-03");
+    assert_eq!(l["exit_code"], 0, "{left}");
+    assert_eq!(r["exit_code"], 0, "{right}");
+    // Each command ran 6 s; had one launch waited for the other run, they would not overlap.
+    assert!(l["started"].as_str() < r["ended"].as_str(), "{left} {right}");
+    assert!(r["started"].as_str() < l["ended"].as_str(), "{left} {right}");
+}
+
+/// A fake `salt` program (bad input that a real master rarely produces).
+fn fake_salt(dir: &std::path::Path, name: &str, body: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write fake salt");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn broken_salt_fails_the_run_with_its_cause_and_scheduling_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let garbage = fake_salt(dir.path(), "garbage", "echo '{\"minion-01\": tr'; exit 0");
+    let hangs = fake_salt(dir.path(), "hangs", "exec sleep 1000");
+    let jobs = format!(
+        "missing_bin:\n  schedule: '@yearly'\n  targets: m\n  command: 'true'\n\
+         truncated:\n  schedule: '@yearly'\n  targets: m\n  command: 'true'\n\
+         ticking:\n  schedule: '* * * * * *'\n  executor: local\n  targets: [tick]\n  command: 'true'\n"
+    );
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        (
+            "02-salt.yaml",
+            &format!("saltpeter_config:\n  executor: salt\n  salt_bin: /nonexistent/salt\n  ping_timeout: 1\n"),
+        ),
+        ("jobs.yaml", &jobs),
+    ]);
+    let (run, code) = d.run_wait("missing_bin");
+    assert_eq!(code, 1);
+    assert_eq!(run["state"], "failed");
+    let reason = run["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("/nonexistent/salt"), "{reason}");
+
+    // Switch to a salt that prints a truncated line, then to one that hangs.
+    d.write_config(
+        "02-salt.yaml",
+        &format!("saltpeter_config:\n  executor: salt\n  salt_bin: {garbage}\n  ping_timeout: 1\n"),
+    );
+    assert!(d.ctl(&["reload"]).status.success());
+    let (run, _) = d.run_wait("truncated");
+    assert_eq!(run["state"], "failed");
+    assert!(run["reason"].as_str().unwrap_or("").contains("no usable answer"), "{run}");
+
+    d.write_config(
+        "02-salt.yaml",
+        &format!("saltpeter_config:\n  executor: salt\n  salt_bin: {hangs}\n  ping_timeout: 1\n"),
+    );
+    assert!(d.ctl(&["reload"]).status.success());
+    let (run, _) = d.run_wait("truncated");
+    assert_eq!(run["state"], "failed");
+    assert!(run["reason"].as_str().unwrap_or("").contains("killed"), "{run}");
+
+    // Meanwhile the local job kept firing every second.
+    let ticks = d.runs("ticking").into_iter().filter(|r| r["state"] == "succeeded").count();
+    assert!(ticks >= 5, "only {ticks} ticks");
+}
