@@ -89,6 +89,8 @@ pub struct SaltpeterConfig {
     pub max_message_bytes: u64,
     pub max_connections_per_addr: u32,
     pub launch_concurrency: u32,
+    /// Longest lead time of pre-staged salt launches ahead of their slot.
+    pub prestage_cap_s: u64,
     pub admin_group: Option<String>,
 }
 
@@ -121,6 +123,7 @@ impl Default for SaltpeterConfig {
             max_message_bytes: MIB,
             max_connections_per_addr: 256,
             launch_concurrency: 64,
+            prestage_cap_s: 60,
             admin_group: None,
         }
     }
@@ -188,6 +191,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "max_message_bytes",
     "max_connections_per_addr",
     "launch_concurrency",
+    "prestage_cap",
     "admin_group",
     "logdir",
     "elasticsearch",
@@ -268,6 +272,7 @@ impl SaltpeterConfig {
             "max_message_bytes" => self.max_message_bytes = positive(node)?,
             "max_connections_per_addr" => self.max_connections_per_addr = small(node)?,
             "launch_concurrency" => self.launch_concurrency = small(node)?,
+            "prestage_cap" => self.prestage_cap_s = values::seconds(node)?,
             "admin_group" => self.admin_group = values::optional_string(node)?,
             _ => {
                 if let Some((_, why)) = NO_EFFECT_KEYS.iter().find(|(k, _)| *k == key) {

@@ -226,3 +226,31 @@ fn broken_salt_fails_the_run_with_its_cause_and_scheduling_goes_on() {
     let ticks = d.runs("ticking").into_iter().filter(|r| r["state"] == "succeeded").count();
     assert!(ticks >= 5, "only {ticks} ticks");
 }
+
+#[test]
+fn scheduled_salt_runs_are_prestaged_and_start_at_their_slot() {
+    let Some((root, bin, _)) = testbed() else { return };
+    let config_dir = root.join("master");
+    let d = salt_daemon(
+        &root,
+        &bin,
+        path_str(&config_dir),
+        10,
+        "stamp:\n  schedule: '*/5 * * * * *'\n  targets: [minion-01, minion-02]\n  \
+         target_type: list\n  command: 'date +%s%3N'\n",
+    );
+    let runs = d.wait_final_runs("stamp", 3);
+    for run in &runs[1..] {
+        assert_eq!(run["state"], "succeeded", "{run}");
+        let slot = chrono::DateTime::parse_from_rfc3339(run["slot"].as_str().expect("slot"))
+            .expect("rfc3339")
+            .timestamp_millis();
+        let id = run["id"].as_u64().expect("id");
+        for m in ["minion-01", "minion-02"] {
+            let started: i64 = d.output(id, m).trim().parse().expect("ms timestamp");
+            assert!(started >= slot, "{m} started {} ms before its slot", slot - started);
+            assert!(started - slot < 3000, "{m} started {} ms late", started - slot);
+        }
+    }
+    assert!(d.log_text().contains("pre-staging slot"), "{}", d.log_text());
+}

@@ -126,6 +126,7 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
                             slot: None,
                             trigger: Trigger::Manual,
                             admin_call: Some(call),
+                            prestaged: false,
                         });
                     }
                 }

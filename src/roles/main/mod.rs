@@ -14,6 +14,7 @@
 //! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
 
 mod admin;
+mod prestage;
 mod run_flow;
 mod runs;
 mod scheduler;
@@ -114,6 +115,8 @@ pub struct Main {
     pub deployed: HashMap<String, (String, String)>,
     /// Hash of this build's wrapper, once a deployment reported it.
     pub wrapper_hash: Option<String>,
+    /// Measured salt launch latency (the pre-staging lead follows it).
+    launch_latency: Duration,
     liveness_armed: bool,
 }
 
@@ -224,6 +227,23 @@ impl Main {
             self.wrapper_port,
             crate::wire::wrapper::WRAPPER_PATH
         )
+    }
+
+    /// How far ahead of its slot a run of `job` is launched: salt runs are pre-staged by
+    /// twice the measured launch latency plus a second, within `prestage_cap`.
+    pub fn prestage_lead(&self, job: &config::Job) -> chrono::Duration {
+        let cap = Duration::from_secs(self.config.saltpeter.prestage_cap_s);
+        if job.executor != config::Executor::Salt || cap.is_zero() {
+            return chrono::Duration::zero();
+        }
+        let lead = (self.launch_latency * 2 + Duration::from_secs(1)).min(cap);
+        chrono::Duration::from_std(lead).unwrap_or_else(|_| chrono::Duration::zero())
+    }
+
+    /// Fold one measured launch (salt call to launched) into the latency estimate.
+    pub fn record_launch_latency(&mut self, sample: Duration) {
+        // An exponential average that reacts within a few runs.
+        self.launch_latency = (self.launch_latency * 3 + sample) / 4;
     }
 
     /// How blocking calls salt, from the current `saltpeter_config`.
@@ -374,7 +394,11 @@ fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if let Some(timer) = role.schedule_timer.take() {
         ctx.cancel(timer);
     }
-    let Some(at) = role.core.scheduler.earliest() else {
+    let core = &role.core;
+    let Some(at) = core
+        .scheduler
+        .earliest(&core.config.jobs, |job| core.prestage_lead(job))
+    else {
         return;
     };
     let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
@@ -385,7 +409,14 @@ fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     role.schedule_timer = None;
     let now = Utc::now();
     let core = &mut role.core;
-    let due = core.scheduler.take_due(now, &core.config.jobs, 100);
+    let leads: HashMap<String, chrono::Duration> = core
+        .config
+        .valid_jobs()
+        .map(|j| (j.name.clone(), core.prestage_lead(j)))
+        .collect();
+    let due = core.scheduler.take_due(now, &core.config.jobs, 100, |job| {
+        leads.get(&job.name).copied().unwrap_or_default()
+    });
     for d in due {
         run_flow::fire(core, &d, now);
     }
@@ -639,6 +670,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             busy_jobs: HashMap::new(),
             deployed: HashMap::new(),
             wrapper_hash: None,
+            launch_latency: Duration::from_secs(2),
             liveness_armed: false,
         },
         workflows: Registry::new(),

@@ -33,6 +33,8 @@ pub struct RunRequest {
     pub trigger: Trigger,
     /// The admin call (`saltpeterctl run`) to answer with the run id once recorded.
     pub admin_call: Option<CallId>,
+    /// Launched ahead of its slot: wrappers wait for `go`, decided at the slot.
+    pub prestaged: bool,
 }
 
 pub struct RunEnv {
@@ -48,7 +50,8 @@ pub struct RunEnv {
     pub(super) maintenance: Vec<String>,
     pub(super) batch: usize,
     pub(super) call: Option<CallId>,
-    pickup_deadline: Option<Instant>,
+    pub(super) pickup_deadline: Option<Instant>,
+    launch_started: Option<Instant>,
 }
 
 type Sc<'a> = StepCtx<'a, RunEnv, Main>;
@@ -71,6 +74,17 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
         job.name,
         lateness.num_milliseconds()
     );
+    if due.early && !due.missed {
+        log::debug!("{}: pre-staging slot {}", job.name, due.slot);
+        core.queue_run(RunRequest {
+            job,
+            slot: Some(slot),
+            trigger: Trigger::Schedule,
+            admin_call: None,
+            prestaged: true,
+        });
+        return;
+    }
     let skip = if due.missed {
         Some(format!(
             "missed: the daemon reached this slot {} s late",
@@ -107,6 +121,7 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
             slot: Some(slot),
             trigger: Trigger::Schedule,
             admin_call: None,
+            prestaged: false,
         }),
     }
 }
@@ -115,6 +130,12 @@ impl Main {
     /// Whether a run of `job` is in flight or about to start.
     pub fn job_busy(&self, job: &str) -> bool {
         self.busy_jobs.get(job).copied().unwrap_or(0) > 0
+    }
+
+    /// Whether a run of `job` other than `run` is in flight or about to start.
+    pub fn job_busy_besides(&self, job: &str, run: RunId) -> bool {
+        let mine = usize::from(self.runs.get(&run).is_some_and(|r| r.job.name == job));
+        self.busy_jobs.get(job).copied().unwrap_or(0) > mine
     }
 
     pub fn queue_run(&mut self, req: RunRequest) {
@@ -138,6 +159,7 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             batch: 0,
             call: None,
             pickup_deadline: None,
+            launch_started: None,
         },
     )
     .step("resolve_targets", super::targets::resolve_targets)
@@ -146,6 +168,7 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
     .step("deploy_wrappers", super::targets::deploy_wrappers)
     .step("launch_batch", launch_batch)
     .step("await_launch", await_launch)
+    .step("await_slot", super::prestage::await_slot)
     .step("collect_batch", collect_batch)
     .step("next_batch", next_batch)
     .step("collect_all", collect_all)
@@ -261,6 +284,8 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                     trigger: env.req.trigger,
                     targets,
                     kill_requested: false,
+                    prestaged: env.req.prestaged,
+                    go_sent: false,
                     workflow: Some(s.id()),
                     waiters: Vec::new(),
                 },
@@ -382,6 +407,7 @@ fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         salt: (executor == ExecutorKind::Salt).then(|| core.salt_settings()),
     });
     env.call = Some(id);
+    env.launch_started = Some(Instant::now());
     Step::Next
 }
 
@@ -395,6 +421,12 @@ fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     env.call = None;
     let run = env.run.unwrap_or_default();
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
+    if env.req.job.executor == crate::config::Executor::Salt
+        && let Some(started) = env.launch_started.take()
+        && !batch.is_empty()
+    {
+        core.record_launch_latency(started.elapsed());
+    }
     match reply {
         Ok(BlockingReply::Launched(outcomes)) => {
             for o in outcomes {

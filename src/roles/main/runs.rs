@@ -94,6 +94,9 @@ pub struct ActiveRun {
     pub trigger: Trigger,
     pub targets: BTreeMap<String, TargetRt>,
     pub kill_requested: bool,
+    /// Launched ahead of its slot; wrappers wait for `go` until `go_sent`.
+    pub prestaged: bool,
+    pub go_sent: bool,
     pub workflow: Option<WorkflowId>,
     /// Admin calls (`run --wait`) to answer when the run ends.
     pub waiters: Vec<CallId>,

@@ -20,6 +20,8 @@ pub struct Due {
     pub slot: DateTime<Utc>,
     /// Later than the grace: record as missed, do not run.
     pub missed: bool,
+    /// Taken ahead of its slot (pre-staging): the run waits for the slot to go.
+    pub early: bool,
 }
 
 #[derive(Debug, Default)]
@@ -49,24 +51,43 @@ impl Scheduler {
         self.next.get(job).copied()
     }
 
-    pub fn earliest(&self) -> Option<DateTime<Utc>> {
-        self.next.values().min().copied()
+    /// When the loop must next wake: the earliest slot minus its job's lead.
+    pub fn earliest(
+        &self,
+        jobs: &BTreeMap<String, JobEntry>,
+        lead: impl Fn(&Job) -> chrono::Duration,
+    ) -> Option<DateTime<Utc>> {
+        self.next
+            .iter()
+            .map(|(name, slot)| match jobs.get(name).and_then(JobEntry::job) {
+                Some(job) => *slot - lead(job),
+                None => *slot,
+            })
+            .min()
     }
 
-    /// Every slot at or before `now`, oldest first; each job's plan moves past them.
-    /// At most `cap` slots per job are returned (a long downtime is summarised by its
-    /// newest slots).
+    /// Every slot whose time minus its job's `lead` has come, oldest first; each job's
+    /// plan moves past them. At most `cap` slots per job are returned (a long downtime is
+    /// summarised by its newest slots).
     pub fn take_due(
         &mut self,
         now: DateTime<Utc>,
         jobs: &BTreeMap<String, JobEntry>,
         cap: usize,
+        lead: impl Fn(&Job) -> chrono::Duration,
     ) -> Vec<Due> {
         let mut due = Vec::new();
         let names: Vec<String> = self
             .next
             .iter()
-            .filter(|(_, slot)| **slot <= now)
+            .filter(|(name, slot)| {
+                let lead = jobs
+                    .get(*name)
+                    .and_then(JobEntry::job)
+                    .map(&lead)
+                    .unwrap_or_default();
+                **slot - lead <= now
+            })
             .map(|(name, _)| name.clone())
             .collect();
         for name in names {
@@ -74,9 +95,10 @@ impl Scheduler {
                 self.next.remove(&name);
                 continue;
             };
+            let horizon = now + lead(job);
             let mut slots = Vec::new();
             let mut slot = self.next.get(&name).copied();
-            while let Some(s) = slot.filter(|s| *s <= now) {
+            while let Some(s) = slot.filter(|s| *s <= horizon) {
                 slots.push(s);
                 if slots.len() > cap {
                     slots.remove(0);
@@ -97,6 +119,7 @@ impl Scheduler {
                     job: name.clone(),
                     slot: s,
                     missed: late > MISSED_GRACE_S,
+                    early: s > now,
                 });
             }
         }

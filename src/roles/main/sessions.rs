@@ -72,6 +72,7 @@ fn vet_hello(
         );
     };
     let job = active.job.clone();
+    let wait_for_go = active.prestaged && !active.go_sent;
     let heartbeat_s = core.config.saltpeter.heartbeat_s;
     let Some(target) = core
         .runs
@@ -157,7 +158,7 @@ fn vet_hello(
         },
         resume_key: Redacted(key),
         acked_seq,
-        wait_for_go: false,
+        wait_for_go,
     }
 }
 

@@ -1,0 +1,101 @@
+//! Pre-staged runs: launched ahead of their slot, started at the slot.
+//!
+//! Salt needs most of a second to start anything, so a scheduled salt run is launched by
+//! its lead time (`Main::prestage_lead`) before the slot; its wrappers connect, fetch the
+//! job and wait. At the slot main takes the decisions of any firing — kill requested,
+//! global maintenance, overlap with a run still going — and sends `go` to every waiting
+//! wrapper, or `cancel`. Nothing runs before its slot: the wrapper starts the command only
+//! on `go`, and wrappers that connect after the slot are welcomed without waiting.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+
+use super::run_flow::{RunEnv, finish_target};
+use super::Main;
+use crate::config::Overlap;
+use crate::wire::records::{RunState, TargetReason};
+use crate::wire::wrapper::ServerMsg;
+use crate::workflow::{Step, StepCtx, Wake};
+
+type Sc<'a> = StepCtx<'a, RunEnv, Main>;
+
+/// Wait for the slot, then decide: `go` or `cancel`.
+pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+    let Some(run) = env.run else {
+        return Step::Next;
+    };
+    if !env.req.prestaged || core.runs.get(&run).is_none_or(|r| r.go_sent) {
+        return Step::Next;
+    }
+    let Some(slot) = env.req.slot.and_then(chrono::DateTime::from_timestamp_millis) else {
+        return Step::Next;
+    };
+    let until = slot - Utc::now();
+    if until > chrono::Duration::zero() {
+        let wait = until.to_std().unwrap_or(Duration::ZERO);
+        return Step::Wait(Wake::At(Instant::now() + wait));
+    }
+    let job = env.req.job.clone();
+    let refusal = if core.runs.get(&run).is_some_and(|r| r.kill_requested) {
+        Some((RunState::Canceled, "killed before its slot".to_string()))
+    } else if core.config.maintenance.global {
+        Some((
+            RunState::Skipped,
+            "maintenance: global maintenance is on".to_string(),
+        ))
+    } else if job.overlap == Overlap::Forbid && core.job_busy_besides(&job.name, run) {
+        Some((
+            RunState::Skipped,
+            format!("overlap: the previous run of {} is still going", job.name),
+        ))
+    } else {
+        None
+    };
+    let Some(active) = core.runs.get_mut(&run) else {
+        return Step::Next;
+    };
+    let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
+    match refusal {
+        None => {
+            active.go_sent = true;
+            let conns: Vec<_> = active.targets.values().filter_map(|t| t.conn).collect();
+            log::info!(
+                "run {run}: slot reached, go to {} waiting wrapper(s) ({} ms after the slot)",
+                conns.len(),
+                (Utc::now() - slot).num_milliseconds()
+            );
+            for conn in conns {
+                core.to_wrapper(conn, ServerMsg::Go {});
+            }
+            env.pickup_deadline = Some(Instant::now() + pickup);
+        }
+        Some((state, reason)) => {
+            log::info!("run {run}: not started at its slot: {reason}");
+            let mut unconnected = Vec::new();
+            let mut conns = Vec::new();
+            for (m, t) in &active.targets {
+                if t.is_settled() || t.finishing {
+                    continue;
+                }
+                match t.conn {
+                    Some(conn) => conns.push(conn),
+                    None => unconnected.push(m.clone()),
+                }
+            }
+            for conn in conns {
+                core.to_wrapper(
+                    conn,
+                    ServerMsg::Cancel {
+                        reason: reason.clone(),
+                    },
+                );
+            }
+            for m in unconnected {
+                finish_target(core, run, &m, TargetReason::Canceled, None);
+            }
+            env.unresolved = Some((state, reason));
+        }
+    }
+    Step::Next
+}
