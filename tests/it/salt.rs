@@ -27,7 +27,13 @@ fn testbed() -> Option<(PathBuf, String, String)> {
 }
 
 /// A daemon on the salt executor; `config_dir` is the master config dir to use.
-fn salt_daemon(root: &std::path::Path, bin: &str, config_dir: &str, ping: u64, jobs: &str) -> Daemon {
+fn salt_daemon(
+    root: &std::path::Path,
+    bin: &str,
+    config_dir: &str,
+    ping: u64,
+    jobs: &str,
+) -> Daemon {
     let wrapper_dir = tempfile::Builder::new()
         .prefix("wrapper-")
         .tempdir_in(root.join("var"))
@@ -55,7 +61,9 @@ fn machines(run: &serde_json::Value) -> Vec<String> {
 
 #[test]
 fn targeting_output_exit_codes_deployment_and_secrets() {
-    let Some((root, bin, _)) = testbed() else { return };
+    let Some((root, bin, _)) = testbed() else {
+        return;
+    };
     let secret = format!("s3cret-{}", std::process::id());
     let jobs = format!(
         "glob:\n  schedule: '@yearly'\n  targets: 'minion-0[12]'\n  command: 'echo on-$SP_MACHINE'\n\
@@ -78,9 +86,16 @@ fn targeting_output_exit_codes_deployment_and_secrets() {
     let wrapper_path = std::fs::read_to_string(d.config_dir().join("02-salt.yaml"))
         .expect("config")
         .lines()
-        .find_map(|l| l.trim().strip_prefix("default_wrapper_path: ").map(str::to_string))
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("default_wrapper_path: ")
+                .map(str::to_string)
+        })
         .expect("wrapper path");
-    let mode = std::fs::metadata(&wrapper_path).expect("deployed wrapper").permissions().mode();
+    let mode = std::fs::metadata(&wrapper_path)
+        .expect("deployed wrapper")
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o755);
 
     assert_eq!(machines(&d.run_wait("list").0), ["minion-01", "minion-03"]);
@@ -90,7 +105,13 @@ fn targeting_output_exit_codes_deployment_and_secrets() {
     let (run, code) = d.run_wait("nothing");
     assert_eq!(code, 1);
     assert_eq!(run["state"], "skipped");
-    assert!(run["reason"].as_str().unwrap_or("").contains("no minions matched"), "{run}");
+    assert!(
+        run["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no minions matched"),
+        "{run}"
+    );
 
     let (run, _) = d.run_wait("codes");
     let t = target(&run, "minion-02");
@@ -98,7 +119,10 @@ fn targeting_output_exit_codes_deployment_and_secrets() {
     assert_eq!(t["reason"], "exit");
     let id = run["id"].as_u64().expect("id");
     let out = d.output(id, "minion-02");
-    assert!(out.contains(&format!("out-{secret}\n")) && out.contains("err\n"), "{out}");
+    assert!(
+        out.contains(&format!("out-{secret}\n")) && out.contains("err\n"),
+        "{out}"
+    );
 
     // The secret went over the WebSocket only: not in Salt's job cache or logs.
     let found = std::process::Command::new("grep")
@@ -116,13 +140,19 @@ fn targeting_output_exit_codes_deployment_and_secrets() {
 
 #[test]
 fn a_stopped_or_unknown_minion_is_255_while_others_succeed() {
-    let Some((root, bin, _)) = testbed() else { return };
+    let Some((root, bin, _)) = testbed() else {
+        return;
+    };
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/salt-testbed");
     let stop = std::process::Command::new(script)
         .args(["stop-minion", path_str(&root), "minion-04"])
         .output()
         .expect("stop minion");
-    assert!(stop.status.success(), "{}", String::from_utf8_lossy(&stop.stderr));
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
     let fast = root.join("cli-fast");
     let d = salt_daemon(
         &root,
@@ -137,7 +167,11 @@ fn a_stopped_or_unknown_minion_is_255_while_others_succeed() {
         .args(["up", path_str(&root), "4"])
         .output()
         .expect("restart minion");
-    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
     assert_eq!(code, 1);
     assert_eq!(run["state"], "partial", "{run}");
     assert_eq!(target(&run, "minion-02")["exit_code"], 0);
@@ -149,7 +183,9 @@ fn a_stopped_or_unknown_minion_is_255_while_others_succeed() {
 
 #[test]
 fn two_jobs_in_the_same_second_do_not_wait_for_each_other() {
-    let Some((root, bin, _)) = testbed() else { return };
+    let Some((root, bin, _)) = testbed() else {
+        return;
+    };
     let config_dir = root.join("master");
     let d = salt_daemon(
         &root,
@@ -167,8 +203,14 @@ fn two_jobs_in_the_same_second_do_not_wait_for_each_other() {
     assert_eq!(l["exit_code"], 0, "{left}");
     assert_eq!(r["exit_code"], 0, "{right}");
     // Each command ran 6 s; had one launch waited for the other run, they would not overlap.
-    assert!(l["started"].as_str() < r["ended"].as_str(), "{left} {right}");
-    assert!(r["started"].as_str() < l["ended"].as_str(), "{left} {right}");
+    assert!(
+        l["started"].as_str() < r["ended"].as_str(),
+        "{left} {right}"
+    );
+    assert!(
+        r["started"].as_str() < l["ended"].as_str(),
+        "{left} {right}"
+    );
 }
 
 /// A fake `salt` program (bad input that a real master rarely produces).
@@ -193,7 +235,9 @@ fn broken_salt_fails_the_run_with_its_cause_and_scheduling_goes_on() {
         ("01-fast.yaml", FAST),
         (
             "02-salt.yaml",
-            &format!("saltpeter_config:\n  executor: salt\n  salt_bin: /nonexistent/salt\n  ping_timeout: 1\n"),
+            &format!(
+                "saltpeter_config:\n  executor: salt\n  salt_bin: /nonexistent/salt\n  ping_timeout: 1\n"
+            ),
         ),
         ("jobs.yaml", &jobs),
     ]);
@@ -211,7 +255,13 @@ fn broken_salt_fails_the_run_with_its_cause_and_scheduling_goes_on() {
     assert!(d.ctl(&["reload"]).status.success());
     let (run, _) = d.run_wait("truncated");
     assert_eq!(run["state"], "failed");
-    assert!(run["reason"].as_str().unwrap_or("").contains("no usable answer"), "{run}");
+    assert!(
+        run["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no usable answer"),
+        "{run}"
+    );
 
     d.write_config(
         "02-salt.yaml",
@@ -220,16 +270,25 @@ fn broken_salt_fails_the_run_with_its_cause_and_scheduling_goes_on() {
     assert!(d.ctl(&["reload"]).status.success());
     let (run, _) = d.run_wait("truncated");
     assert_eq!(run["state"], "failed");
-    assert!(run["reason"].as_str().unwrap_or("").contains("killed"), "{run}");
+    assert!(
+        run["reason"].as_str().unwrap_or("").contains("killed"),
+        "{run}"
+    );
 
     // Meanwhile the local job kept firing every second.
-    let ticks = d.runs("ticking").into_iter().filter(|r| r["state"] == "succeeded").count();
+    let ticks = d
+        .runs("ticking")
+        .into_iter()
+        .filter(|r| r["state"] == "succeeded")
+        .count();
     assert!(ticks >= 5, "only {ticks} ticks");
 }
 
 #[test]
 fn scheduled_salt_runs_are_prestaged_and_start_at_their_slot() {
-    let Some((root, bin, _)) = testbed() else { return };
+    let Some((root, bin, _)) = testbed() else {
+        return;
+    };
     let config_dir = root.join("master");
     let d = salt_daemon(
         &root,
@@ -248,9 +307,21 @@ fn scheduled_salt_runs_are_prestaged_and_start_at_their_slot() {
         let id = run["id"].as_u64().expect("id");
         for m in ["minion-01", "minion-02"] {
             let started: i64 = d.output(id, m).trim().parse().expect("ms timestamp");
-            assert!(started >= slot, "{m} started {} ms before its slot", slot - started);
-            assert!(started - slot < 3000, "{m} started {} ms late", started - slot);
+            assert!(
+                started >= slot,
+                "{m} started {} ms before its slot",
+                slot - started
+            );
+            assert!(
+                started - slot < 3000,
+                "{m} started {} ms late",
+                started - slot
+            );
         }
     }
-    assert!(d.log_text().contains("pre-staging slot"), "{}", d.log_text());
+    assert!(
+        d.log_text().contains("pre-staging slot"),
+        "{}",
+        d.log_text()
+    );
 }

@@ -83,6 +83,8 @@ pub fn apply(store: &mut Store, req: &DbRequest) -> Result<DbReply, StoreError> 
             }
         }
         DbRequest::GetRun(run) => DbReply::Run(store.get_run(*run)?),
+        DbRequest::InFlightDetails => DbReply::InFlightDetails(store.in_flight_details()?),
+        DbRequest::GetTarget { run, machine } => DbReply::Target(store.get_target(*run, machine)?),
         DbRequest::ListRuns(filter) => DbReply::Runs(store.list_runs(filter)?),
         DbRequest::LastRuns => DbReply::LastRuns(store.last_run_per_job()?),
         DbRequest::InFlight => DbReply::Runs(store.in_flight_runs()?),
@@ -172,6 +174,8 @@ fn kind(req: &DbRequest) -> &'static str {
         DbRequest::UpdateTarget { .. } => "update target",
         DbRequest::AppendOutput { .. } => "append output",
         DbRequest::GetRun(_) => "get run",
+        DbRequest::InFlightDetails => "runs in flight",
+        DbRequest::GetTarget { .. } => "get target",
         DbRequest::ListRuns(_) => "list runs",
         DbRequest::LastRuns => "last runs",
         DbRequest::InFlight => "runs in flight",

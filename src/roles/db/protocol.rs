@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::output::{OutputBytes, OutputLimit, OutputQuery};
-use super::runs::{NewRun, RunFilter, RunUpdate, TargetUpdate};
+use super::runs::{NewRun, RunFilter, RunUpdate, TargetDetail, TargetUpdate};
 use super::store::{EventFilter, EventRecord, NewEvent};
 use crate::wire::records::{RunId, RunRecord};
 use crate::wire::wrapper::Stream;
@@ -35,6 +35,12 @@ pub enum DbRequest {
         limit: OutputLimit,
     },
     GetRun(RunId),
+    /// Runs in flight with their targets' session details (restart recovery).
+    InFlightDetails,
+    GetTarget {
+        run: RunId,
+        machine: String,
+    },
     ListRuns(RunFilter),
     LastRuns,
     InFlight,
@@ -62,6 +68,8 @@ pub enum DbReply {
         contiguous_seq: u64,
     },
     Run(Option<RunRecord>),
+    InFlightDetails(Vec<(RunRecord, Vec<TargetDetail>)>),
+    Target(Option<TargetDetail>),
     Runs(Vec<RunRecord>),
     LastRuns(BTreeMap<String, RunRecord>),
     Output(OutputBytes),

@@ -50,10 +50,13 @@ pub struct TargetUpdate {
     pub ended: Option<Millis>,
     pub last_seen: Option<Millis>,
     pub wrapper_version: Option<String>,
+    /// SHA-256 (hex) of the session's resume key.
+    pub resume_key_sha256: Option<String>,
+    pub token_used: Option<bool>,
 }
 
 /// A target with the columns that `TargetRecord` does not show.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TargetDetail {
     pub record: TargetRecord,
     pub last_seen: Option<Millis>,
@@ -64,6 +67,8 @@ pub struct TargetDetail {
     pub omitted_bytes: u64,
     /// Every output seq up to this one is stored or accounted for.
     pub contiguous_seq: u64,
+    pub resume_key_sha256: Option<String>,
+    pub token_used: bool,
 }
 
 /// Which runs [`Store::list_runs`] returns, newest first; `before_id` pages backwards.
@@ -224,7 +229,9 @@ impl Store {
                      reason = coalesce(?4, reason), exit_code = coalesce(?5, exit_code),
                      started = coalesce(?6, started), ended = coalesce(?7, ended),
                      last_seen = coalesce(?8, last_seen),
-                     wrapper_version = coalesce(?9, wrapper_version)
+                     wrapper_version = coalesce(?9, wrapper_version),
+                     resume_key_sha256 = coalesce(?10, resume_key_sha256),
+                     token_used = coalesce(?11, token_used)
                      WHERE run_id = ?1 AND machine = ?2",
                 )
                 .and_then(|mut stmt| {
@@ -237,7 +244,9 @@ impl Store {
                         update.started,
                         update.ended,
                         update.last_seen,
-                        update.wrapper_version
+                        update.wrapper_version,
+                        update.resume_key_sha256,
+                        update.token_used
                     ])
                 })
                 .map_err(sql_error(op))?;
@@ -276,7 +285,8 @@ impl Store {
             .conn
             .prepare_cached(
                 "SELECT machine, state, reason, exit_code, started, ended, last_seen,
-                 wrapper_version, output_bytes, omitted_bytes, seq_contiguous
+                 wrapper_version, output_bytes, omitted_bytes, seq_contiguous,
+                 resume_key_sha256, token_used
                  FROM targets WHERE run_id = ?1 AND machine = ?2",
             )
             .and_then(|mut stmt| {
@@ -288,12 +298,15 @@ impl Store {
                         row.get::<_, i64>(8)?,
                         row.get::<_, i64>(9)?,
                         row.get::<_, i64>(10)?,
+                        row.get::<_, Option<String>>(11)?,
+                        row.get::<_, bool>(12)?,
                     ))
                 })
                 .optional()
             })
             .map_err(sql_error(op))?;
-        let Some((target, last_seen, wrapper_version, output, omitted, seq)) = row else {
+        let Some((target, last_seen, wrapper_version, output, omitted, seq, key, token_used)) = row
+        else {
             return Ok(None);
         };
         Ok(Some(TargetDetail {
@@ -303,7 +316,24 @@ impl Store {
             output_bytes: from_db(op, "targets.output_bytes", output)?,
             omitted_bytes: from_db(op, "targets.omitted_bytes", omitted)?,
             contiguous_seq: from_db(op, "targets.seq_contiguous", seq)?,
+            resume_key_sha256: key,
+            token_used,
         }))
+    }
+
+    /// Runs in flight with the session details of their targets (restart recovery).
+    pub fn in_flight_details(&self) -> Result<Vec<(RunRecord, Vec<TargetDetail>)>, StoreError> {
+        let mut out = Vec::new();
+        for run in self.in_flight_runs()? {
+            let mut details = Vec::new();
+            for t in &run.targets {
+                if let Some(d) = self.get_target(run.id, &t.machine)? {
+                    details.push(d);
+                }
+            }
+            out.push((run, details));
+        }
+        Ok(out)
     }
 
     /// Runs matching `filter`, newest first, with their targets.

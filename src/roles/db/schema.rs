@@ -28,10 +28,17 @@ pub const APPLICATION_ID: i32 = 0x5350_4442;
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Ordered schema migrations; entry `i` takes the database from version `i` to `i + 1`.
-pub const MIGRATIONS: &[&str] = &[MIGRATION_1];
+pub const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2];
 
 /// Schema version written by this build.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Version 2: what restart recovery needs of a wrapper session — the SHA-256 of its
+/// resume key (never the key itself) and whether its single-use launch token was spent.
+const MIGRATION_2: &str = "
+ALTER TABLE targets ADD COLUMN resume_key_sha256 TEXT;
+ALTER TABLE targets ADD COLUMN token_used INTEGER NOT NULL DEFAULT 0;
+";
 
 /// Version 1: runs, targets, output, events, meta.
 ///

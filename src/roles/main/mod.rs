@@ -15,6 +15,7 @@
 
 mod admin;
 mod prestage;
+mod recovery;
 mod run_flow;
 mod runs;
 mod scheduler;
@@ -75,6 +76,10 @@ pub enum DbWait {
     TargetFinished { run: RunId, machine: String },
     /// A write nobody waits for; failures are logged.
     Write(&'static str),
+    /// The runs in flight, loaded at start-up.
+    Recovery,
+    /// A welcome waiting for its session to be recorded (so it survives a restart).
+    Welcome(CallId, Box<crate::wire::link::WrapperVerdict>),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -109,6 +114,12 @@ pub struct Main {
     stopping: bool,
     /// Runs to start, queued by handlers that cannot reach the registry.
     to_start: Vec<run_flow::RunRequest>,
+    /// Workflows of recovered runs, to start.
+    to_recover: Vec<crate::workflow::Workflow<run_flow::RunEnv, Main>>,
+    /// Runs in flight are being loaded: no hello is vetted, no run started.
+    pub recovering: bool,
+    /// The recovery answer, handed to the loop (it needs the registry).
+    recovery_reply: Option<Result<DbReply, CallError>>,
     /// Runs in flight or queued, per job (the overlap rule).
     busy_jobs: HashMap<String, usize>,
     /// Minions known to have the wrapper: (path, hash) deployed there.
@@ -205,6 +216,20 @@ impl Main {
                 if let Err(e) = result {
                     log::error!("could not record {what}: {e}");
                 }
+            }
+            DbWait::Recovery => self.recovery_reply = Some(result),
+            DbWait::Welcome(call, verdict) => {
+                let verdict = match result {
+                    Ok(_) => *verdict,
+                    Err(e) => {
+                        log::error!("could not record a wrapper session: {e}");
+                        crate::wire::link::WrapperVerdict::Reject {
+                            code: crate::wire::wrapper::RejectCode::RetryLater,
+                            message: "the server could not record the session; retry".into(),
+                        }
+                    }
+                };
+                self.reply_hub(call, HubReply::Verdict(verdict));
             }
         }
     }
@@ -394,6 +419,9 @@ fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if let Some(timer) = role.schedule_timer.take() {
         ctx.cancel(timer);
     }
+    if role.core.recovering {
+        return; // armed when recovery is done
+    }
     let core = &role.core;
     let Some(at) = core
         .scheduler
@@ -426,6 +454,9 @@ fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 
 /// Start the runs handlers queued, and resume Workflows on the wake keys emitted.
 fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    if let Some(reply) = role.core.recovery_reply.take() {
+        recovery::recovered(role, ctx, reply);
+    }
     start_queued(role, ctx);
     let now = Instant::now();
     let mut rounds = 0;
@@ -450,6 +481,15 @@ fn start_queued(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 }
 
 fn start_queued_inner(role: &mut MainRole) {
+    if role.core.recovering {
+        return;
+    }
+    for workflow in std::mem::take(&mut role.core.to_recover) {
+        let id = role
+            .workflows
+            .start(workflow, &mut role.core, Instant::now());
+        log::debug!("resumed a recovered run as {id}");
+    }
     let queued = std::mem::take(&mut role.core.to_start);
     for req in queued {
         if role.core.stopping {
@@ -667,6 +707,9 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             wrapper_port: 0,
             stopping: false,
             to_start: Vec::new(),
+            to_recover: Vec::new(),
+            recovering: false,
+            recovery_reply: None,
             busy_jobs: HashMap::new(),
             deployed: HashMap::new(),
             wrapper_hash: None,
@@ -677,7 +720,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         schedule_timer: None,
         workflow_timer: None,
     };
-    arm_schedule(&mut role, ev.ctx());
+    recovery::start(&mut role.core);
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::run_flow::{RunEnv, finish_target};
 use super::Main;
+use super::run_flow::{RunEnv, finish_target};
 use crate::config::Overlap;
 use crate::wire::records::{RunState, TargetReason};
 use crate::wire::wrapper::ServerMsg;
@@ -28,7 +28,11 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     if !env.req.prestaged || core.runs.get(&run).is_none_or(|r| r.go_sent) {
         return Step::Next;
     }
-    let Some(slot) = env.req.slot.and_then(chrono::DateTime::from_timestamp_millis) else {
+    let Some(slot) = env
+        .req
+        .slot
+        .and_then(chrono::DateTime::from_timestamp_millis)
+    else {
         return Step::Next;
     };
     let until = slot - Utc::now();

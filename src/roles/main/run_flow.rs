@@ -175,6 +175,39 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
     .always("finalize", finalize)
 }
 
+/// The Workflow of a run recovered after a restart: its open targets form one batch
+/// (those never launched are launched now), then the usual collection and finalization.
+pub fn recovered_workflow(
+    req: RunRequest,
+    run: RunId,
+    open: Vec<String>,
+) -> Workflow<RunEnv, Main> {
+    let name = format!("recovered run of {}", req.job.name);
+    Workflow::new(
+        name,
+        RunEnv {
+            req,
+            run: Some(run),
+            live: Vec::new(),
+            unreachable: Vec::new(),
+            unresolved: None,
+            batches: vec![open],
+            maintenance: Vec::new(),
+            batch: 0,
+            call: None,
+            pickup_deadline: None,
+            launch_started: None,
+        },
+    )
+    .step("deploy_wrappers", super::targets::deploy_wrappers)
+    .step("launch_batch", launch_batch)
+    .step("await_launch", await_launch)
+    .step("await_slot", super::prestage::await_slot)
+    .step("collect_batch", collect_batch)
+    .step("collect_all", collect_all)
+    .always("finalize", finalize)
+}
+
 /// Maintenance machines out, `number_of_targets` picked, batches cut.
 fn plan_batches(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let job = &env.req.job;
@@ -356,8 +389,8 @@ fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         else {
             continue;
         };
-        if target.is_settled() || target.finishing {
-            continue; // killed before its batch came
+        if target.state != TargetState::Pending || target.finishing {
+            continue; // killed before its batch came, or launched before a restart
         }
         target.state = TargetState::Launching;
         target.launched_at = Some(now);

@@ -59,10 +59,12 @@ impl Scheduler {
     ) -> Option<DateTime<Utc>> {
         self.next
             .iter()
-            .map(|(name, slot)| match jobs.get(name).and_then(JobEntry::job) {
-                Some(job) => *slot - lead(job),
-                None => *slot,
-            })
+            .map(
+                |(name, slot)| match jobs.get(name).and_then(JobEntry::job) {
+                    Some(job) => *slot - lead(job),
+                    None => *slot,
+                },
+            )
             .min()
     }
 

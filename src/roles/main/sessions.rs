@@ -51,7 +51,24 @@ pub fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
                     "run {run}: wrapper on {machine} from {peer} rejected ({code:?}): {message}"
                 ),
             }
-            core.reply_hub(id, HubReply::Verdict(verdict));
+            if let WrapperVerdict::Welcome { resume_key, .. } = &verdict {
+                // The session must survive a restart: record it before welcoming.
+                core.db_call(
+                    DbRequest::UpdateTarget {
+                        run,
+                        machine,
+                        update: TargetUpdate {
+                            resume_key_sha256: Some(super::tokens::key_digest(&resume_key.0)),
+                            token_used: Some(true),
+                            wrapper_version: Some(wrapper_version),
+                            ..Default::default()
+                        },
+                    },
+                    DbWait::Welcome(id, Box::new(verdict)),
+                );
+            } else {
+                core.reply_hub(id, HubReply::Verdict(verdict));
+            }
         }
         other => log::warn!("hub made a call main does not serve: {other:?}"),
     }
@@ -91,10 +108,9 @@ fn vet_hello(
         );
     }
     let authentic = match (token, resume_key) {
-        (_, Some(key)) => target
-            .resume_key
-            .as_deref()
-            .is_some_and(|expected| super::tokens::keys_match(expected, &key.0)),
+        (_, Some(key)) => target.resume_key.as_deref().is_some_and(|expected| {
+            super::tokens::keys_match(expected, &super::tokens::key_digest(&key.0))
+        }),
         (Some(token), None) => {
             !target.token_used && core.secret.verify_launch_token(run, machine, &token.0)
         }
@@ -116,7 +132,7 @@ fn vet_hello(
     }
     target.token_used = true;
     let key = super::tokens::new_resume_key();
-    target.resume_key = Some(key.clone());
+    target.resume_key = Some(super::tokens::key_digest(&key));
     if let Some(old) = target.conn.replace(conn) {
         core.sessions.remove(&old);
         core.to_hub(MainToHub::CloseWrapper { conn: old });

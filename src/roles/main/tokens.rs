@@ -141,6 +141,13 @@ pub fn new_resume_key() -> String {
     to_hex(&rand::random::<[u8; 32]>())
 }
 
+/// SHA-256 of a resume key, as hex: what is kept (in memory and in the database) to
+/// check a presented key, so the key itself is never stored.
+pub fn key_digest(key: &str) -> String {
+    use sha2::Digest;
+    to_hex(&Sha256::digest(key.as_bytes()))
+}
+
 /// Constant-time comparison of two keys.
 pub fn keys_match(expected: &str, presented: &str) -> bool {
     let (a, b) = (expected.as_bytes(), presented.as_bytes());

@@ -1,0 +1,181 @@
+//! Restart recovery: runs left in flight are loaded back from db at start-up.
+//!
+//! Until db has answered, main vets no wrapper (`retry_later`), fires no slot and starts
+//! no run. Each run in flight becomes an `ActiveRun` again, with what its targets had
+//! durably reached: state, the last committed output seq (so a resumed wrapper resends
+//! only what is missing), whether the launch token was spent and the hash of the resume
+//! key. Wrappers that reconnect with their resume key are re-attached; those that stay
+//! silent for 3 heartbeats become `lost` (253); those never picked up get the pickup
+//! deadline (254); targets never launched are launched now. A slot already recorded is
+//! never launched again: its run is this one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::run_flow::{self, RunRequest};
+use super::runs::{ActiveRun, TargetRt};
+use super::{DbWait, Main, MainRole};
+use crate::evloop::Ctx;
+use crate::ipc::rpc::CallError;
+use crate::roles::db::protocol::{DbReply, DbRequest};
+use crate::roles::db::runs::{RunUpdate, TargetDetail, TargetUpdate};
+use crate::wire::records::{RunRecord, RunState, TargetReason, TargetState};
+
+/// Ask db for the runs in flight; the answer arrives in `recovered`.
+pub fn start(core: &mut Main) {
+    core.recovering = true;
+    core.db_call(DbRequest::InFlightDetails, DbWait::Recovery);
+}
+
+/// db's answer: rebuild the runs and resume their Workflows.
+pub fn recovered(role: &mut MainRole, ctx: &mut Ctx<MainRole>, result: Result<DbReply, CallError>) {
+    let runs = match result {
+        Ok(DbReply::InFlightDetails(runs)) => runs,
+        Ok(other) => {
+            log::error!("db answered the recovery query with {other:?}");
+            Vec::new()
+        }
+        Err(e) => {
+            // Without the runs in flight main cannot tell a slot that ran from one that
+            // did not; retry rather than guess.
+            log::error!("could not load the runs in flight ({e}); retrying");
+            start(&mut role.core);
+            return;
+        }
+    };
+    let count = runs.len();
+    for (run, details) in runs {
+        restore(&mut role.core, run, details);
+    }
+    role.core.recovering = false;
+    if count > 0 {
+        log::info!("recovered {count} run(s) in flight");
+    }
+    super::arm_schedule(role, ctx);
+    super::pump(role, ctx);
+}
+
+fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
+    let now = Instant::now();
+    let Some(job) = core
+        .config
+        .jobs
+        .get(&run.job)
+        .and_then(|e| e.job())
+        .cloned()
+    else {
+        give_up(core, &run, "its job is no longer configured");
+        return;
+    };
+    let mut targets = BTreeMap::new();
+    let mut unsettled = Vec::new();
+    for d in details {
+        let r = &d.record;
+        let mut t = TargetRt::new(0, r.state);
+        t.reason = r.reason;
+        t.exit_code = r.exit_code;
+        t.started = r.started;
+        t.ended = r.ended;
+        t.acked_seq = d.contiguous_seq;
+        t.token_used = d.token_used;
+        t.resume_key = d.resume_key_sha256.clone();
+        if t.token_used {
+            // The liveness clock starts now: the wrapper has 3 heartbeats to come back.
+            t.last_seen = Some(now);
+        }
+        if t.state == TargetState::Launching {
+            t.launched_at = Some(now);
+        }
+        if !t.is_settled() {
+            unsettled.push(r.machine.clone());
+        }
+        targets.insert(r.machine.clone(), t);
+    }
+    let job = Arc::new(job);
+    let started_any = targets
+        .values()
+        .any(|t| t.started.is_some() || t.token_used);
+    let prestaged =
+        run.slot.is_some() && !started_any && core.prestage_lead(&job) > chrono::Duration::zero();
+    log::info!(
+        "run {} of {}: recovered with {} target(s) still open",
+        run.id,
+        job.name,
+        unsettled.len()
+    );
+    core.runs.insert(
+        run.id,
+        ActiveRun {
+            id: run.id,
+            job: job.clone(),
+            slot: run.slot,
+            trigger: run.trigger,
+            targets,
+            kill_requested: false,
+            prestaged,
+            go_sent: false,
+            workflow: None,
+            waiters: Vec::new(),
+        },
+    );
+    core.recover_run(
+        RunRequest {
+            job,
+            slot: run.slot,
+            trigger: run.trigger,
+            admin_call: None,
+            prestaged,
+        },
+        run.id,
+        unsettled,
+    );
+}
+
+/// A run that cannot continue (its job is gone): its open targets are lost.
+fn give_up(core: &mut Main, run: &RunRecord, why: &str) {
+    log::warn!("run {} of {}: {why}; closing it", run.id, run.job);
+    let now = chrono::Utc::now().timestamp_millis();
+    for t in run.targets.iter().filter(|t| {
+        !matches!(
+            t.state,
+            TargetState::Finished | TargetState::SkippedMaintenance
+        )
+    }) {
+        core.db_call(
+            DbRequest::UpdateTarget {
+                run: run.id,
+                machine: t.machine.clone(),
+                update: TargetUpdate {
+                    state: Some(TargetState::Finished),
+                    reason: Some(TargetReason::Lost),
+                    exit_code: Some(253),
+                    ended: Some(now),
+                    ..Default::default()
+                },
+            },
+            DbWait::Write("a target of a closed run"),
+        );
+    }
+    core.db_call(
+        DbRequest::UpdateRun {
+            run: run.id,
+            update: RunUpdate {
+                state: Some(RunState::Failed),
+                reason: Some(why.to_string()),
+                ended: Some(now),
+                ..Default::default()
+            },
+        },
+        DbWait::Write("a closed run"),
+    );
+}
+
+impl Main {
+    /// Resume the Workflow of a recovered run.
+    fn recover_run(&mut self, req: RunRequest, run: u64, unsettled: Vec<String>) {
+        *self.busy_jobs.entry(req.job.name.clone()).or_insert(0) += 1;
+        self.to_recover
+            .push(run_flow::recovered_workflow(req, run, unsettled));
+    }
+}
