@@ -226,18 +226,14 @@ fn broken_salt_fails_the_run_with_its_cause_and_scheduling_goes_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     let garbage = fake_salt(dir.path(), "garbage", "echo '{\"minion-01\": tr'; exit 0");
     let hangs = fake_salt(dir.path(), "hangs", "exec sleep 1000");
-    let jobs = concat!(
-        "missing_bin:\n  schedule: '@yearly'\n  targets: m\n  command: 'true'\n\
+    let jobs = "missing_bin:\n  schedule: '@yearly'\n  targets: m\n  command: 'true'\n\
          truncated:\n  schedule: '@yearly'\n  targets: m\n  command: 'true'\n\
-         ticking:\n  schedule: '* * * * * *'\n  executor: local\n  targets: [tick]\n  command: 'true'\n"
-    );
+         ticking:\n  schedule: '* * * * * *'\n  executor: local\n  targets: [tick]\n  command: 'true'\n";
     let d = Daemon::start(&[
         ("01-fast.yaml", FAST),
         (
             "02-salt.yaml",
-            &format!(
-                "saltpeter_config:\n  executor: salt\n  salt_bin: /nonexistent/salt\n  ping_timeout: 1\n"
-            ),
+            "saltpeter_config:\n  executor: salt\n  salt_bin: /nonexistent/salt\n  ping_timeout: 1\n",
         ),
         ("jobs.yaml", jobs),
     ]);
