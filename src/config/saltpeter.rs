@@ -91,6 +91,8 @@ pub struct SaltpeterConfig {
     pub launch_concurrency: u32,
     /// Longest lead time of pre-staged salt launches ahead of their slot.
     pub prestage_cap_s: u64,
+    /// After a restart, how long wrappers of runs in flight have to reconnect.
+    pub recovery_grace_s: u64,
     pub admin_group: Option<String>,
 }
 
@@ -124,6 +126,7 @@ impl Default for SaltpeterConfig {
             max_connections_per_addr: 256,
             launch_concurrency: 64,
             prestage_cap_s: 60,
+            recovery_grace_s: 60,
             admin_group: None,
         }
     }
@@ -192,6 +195,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "max_connections_per_addr",
     "launch_concurrency",
     "prestage_cap",
+    "recovery_grace",
     "admin_group",
     "logdir",
     "elasticsearch",
@@ -273,6 +277,7 @@ impl SaltpeterConfig {
             "max_connections_per_addr" => self.max_connections_per_addr = small(node)?,
             "launch_concurrency" => self.launch_concurrency = small(node)?,
             "prestage_cap" => self.prestage_cap_s = values::seconds(node)?,
+            "recovery_grace" => self.recovery_grace_s = values::seconds(node)?,
             "admin_group" => self.admin_group = values::optional_string(node)?,
             _ => {
                 if let Some((_, why)) = NO_EFFECT_KEYS.iter().find(|(k, _)| *k == key) {

@@ -9,6 +9,11 @@ use super::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use crate::wire::admin::{AdminFailure, AdminResponse, JobInfo, StatusInfo};
 use crate::wire::records::{Millis, RunRecord, TargetRecord};
 
+/// The line `saltpeterctl output` puts where the output limit left bytes out.
+pub fn elision_marker(omitted: u64) -> String {
+    format!("\n[saltpeter: {omitted} bytes of output left out here (output_limit)]\n")
+}
+
 /// RFC 3339 in UTC, or null.
 pub fn time(ms: Option<Millis>) -> Value {
     match ms.and_then(chrono::DateTime::from_timestamp_millis) {
@@ -182,9 +187,23 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
         }
         AdminResponse::Run(r) => run(&r, json),
         AdminResponse::Started { run } => return started(run, json),
-        AdminResponse::Output(bytes) => {
+        AdminResponse::Output {
+            data,
+            omitted_bytes,
+            omitted_at,
+        } => {
             let mut out = std::io::stdout().lock();
-            if let Err(e) = out.write_all(&bytes).and_then(|_| out.flush()) {
+            let at = omitted_at.unwrap_or(data.len()).min(data.len());
+            let marker = elision_marker(omitted_bytes);
+            let written = out
+                .write_all(&data[..at])
+                .and_then(|_| match omitted_bytes {
+                    0 => Ok(()),
+                    _ => out.write_all(marker.as_bytes()),
+                })
+                .and_then(|_| out.write_all(&data[at..]))
+                .and_then(|_| out.flush());
+            if let Err(e) = written {
                 return Err((EXIT_FAILED, format!("could not write the output: {e}")));
             }
         }

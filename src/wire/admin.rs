@@ -68,7 +68,12 @@ pub enum AdminResponse {
     Started {
         run: RunId,
     },
-    Output(Vec<u8>),
+    Output {
+        data: Vec<u8>,
+        /// Bytes dropped by the output limit, and where in `data` they were.
+        omitted_bytes: u64,
+        omitted_at: Option<usize>,
+    },
     Done(String),
     /// A progress line of a long operation; the final answer follows.
     Progress(String),

@@ -5,6 +5,7 @@ mod util;
 mod bench;
 mod ctl;
 mod daemon;
+mod durability;
 mod hub;
 mod jobs;
 mod salt;

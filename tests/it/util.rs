@@ -379,3 +379,17 @@ pub fn wrapper_pids(run: u64, machine: &str) -> Vec<u32> {
         })
         .collect()
 }
+
+/// A TCP port free right now (for daemons that must keep their wrapper port across a
+/// restart, as a production daemon does).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// `saltpeter_config` with a fixed wrapper port.
+pub fn fixed_port_config() -> String {
+    format!("saltpeter_config:\n  machines_ws_port: {}\n", free_port())
+}

@@ -175,7 +175,11 @@ pub fn answer(core: &mut Main, call: CallId, pending: Pending, result: Result<Db
         (Pending::Run, DbReply::Run(None)) => {
             AdminResponse::Failure(AdminFailure::NotFound("no such run".into()))
         }
-        (Pending::Output, DbReply::Output(out)) => AdminResponse::Output(out.data),
+        (Pending::Output, DbReply::Output(out)) => AdminResponse::Output {
+            data: out.data,
+            omitted_bytes: out.omitted_bytes,
+            omitted_at: out.omitted_at,
+        },
         (pending, other) => AdminResponse::Failure(AdminFailure::Internal(format!(
             "db answered {pending:?} with {other:?}"
         ))),

@@ -111,7 +111,7 @@ pub struct Main {
     started_at: i64,
     pub wrapper_port: u16,
     /// New runs are not started once shutdown began.
-    stopping: bool,
+    pub stopping: bool,
     /// Runs to start, queued by handlers that cannot reach the registry.
     to_start: Vec<run_flow::RunRequest>,
     /// Workflows of recovered runs, to start.

@@ -58,6 +58,7 @@ pub fn recovered(role: &mut MainRole, ctx: &mut Ctx<MainRole>, result: Result<Db
 
 fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
     let now = Instant::now();
+    let grace = std::time::Duration::from_secs(core.config.saltpeter.recovery_grace_s);
     let Some(job) = core
         .config
         .jobs
@@ -81,8 +82,9 @@ fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
         t.token_used = d.token_used;
         t.resume_key = d.resume_key_sha256.clone();
         if t.token_used {
-            // The liveness clock starts now: the wrapper has 3 heartbeats to come back.
+            // The liveness clock starts now, with a grace for the wrapper's backoff.
             t.last_seen = Some(now);
+            t.grace_until = Some(now + grace);
         }
         if t.state == TargetState::Launching {
             t.launched_at = Some(now);

@@ -416,7 +416,7 @@ fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             DbWait::Write("a launching target"),
         );
     }
-    if env.batch == 0 {
+    if env.batch == 0 && !launch.is_empty() {
         core.db_call(
             DbRequest::UpdateRun {
                 run,

@@ -34,6 +34,9 @@ pub struct TargetRt {
     pub conn: Option<ConnId>,
     /// Server clock of the last frame from its wrapper.
     pub last_seen: Option<Instant>,
+    /// After a restart: not lost before this, whatever `last_seen` says (the wrapper's
+    /// reconnect backoff needs time to notice the new daemon).
+    pub grace_until: Option<Instant>,
     pub launched_at: Option<Instant>,
     pub acked_seq: u64,
     pub pending_exit: Option<PendingExit>,
@@ -56,6 +59,7 @@ impl TargetRt {
             resume_key: None,
             conn: None,
             last_seen: None,
+            grace_until: None,
             launched_at: None,
             acked_seq: 0,
             pending_exit: None,

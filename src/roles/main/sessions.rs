@@ -384,12 +384,20 @@ pub fn target_recorded(
 
 /// Targets whose wrapper went silent for 3 heartbeats are lost (253).
 pub fn check_liveness(core: &mut Main, now: Instant) {
+    if core.stopping {
+        // Wrappers cannot reach a stopping daemon; their silence says nothing. The next
+        // start gives them the recovery grace.
+        return;
+    }
     let silence = Duration::from_secs(core.config.saltpeter.heartbeat_s.max(1) * 3);
     let mut lost = Vec::new();
     for (run, active) in &core.runs {
         for (machine, t) in &active.targets {
             if t.is_settled() || t.finishing || !t.token_used {
                 continue; // not picked up yet: the pickup deadline applies instead
+            }
+            if t.grace_until.is_some_and(|until| now < until) {
+                continue;
             }
             if t.last_seen
                 .is_some_and(|seen| now.duration_since(seen) > silence)

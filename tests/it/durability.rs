@@ -1,0 +1,154 @@
+//! Crash-only behaviour: nothing lost and no slot run twice across crashes and restarts.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::util::*;
+
+/// 60 numbered lines over about 6 s, then exit 3.
+const COUNTER: &str = "for i in $(seq 1 60); do echo line-$i; sleep 0.1; done; exit 3";
+
+fn expected_counter() -> String {
+    (1..=60).map(|i| format!("line-{i}\n")).collect()
+}
+
+fn kill_pids(pids: &[u32]) {
+    for pid in pids {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid as i32), Signal::SIGKILL);
+    }
+}
+
+fn cleanup(d: &Daemon) {
+    let out = std::process::Command::new(CLEANUP)
+        .arg("--config")
+        .arg(d.config_dir())
+        .arg("--state-dir")
+        .arg(d.state_dir())
+        .arg("--runtime-dir")
+        .arg(d.runtime_dir())
+        .output()
+        .expect("cleanup");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Start a COUNTER run, crash the daemon the way `crash` says mid-run, restart it, and
+/// check the run finished with the exact output and exit code.
+fn crash_mid_run(machine: &str, crash: impl FnOnce(&mut Daemon, &[(String, u32)])) {
+    let mut d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        ("02-port.yaml", &fixed_port_config()),
+        (
+            "jobs.yaml",
+            &format!(
+                "counter:\n  schedule: '@yearly'\n  targets: [{machine}]\n  command: '{COUNTER}'\n"
+            ),
+        ),
+    ]);
+    let id = d.run_now("counter");
+    wait_until("some output", HANG, || {
+        d.output(id, machine).contains("line-10\n").then_some(())
+    });
+    let procs = d.processes();
+    crash(&mut d, &procs);
+    let _ = d.wait_exit();
+    for (_, pid) in &procs {
+        wait_until("daemon process gone", HANG, || (!alive(*pid)).then_some(()));
+    }
+    cleanup(&d);
+    d.spawn();
+    d.wait_ready();
+    let run = d.wait_run_final(id);
+    let t = target(&run, machine);
+    assert_eq!(t["exit_code"], 3, "{run}\n{}", d.log_text());
+    assert_eq!(t["reason"], "exit");
+    assert_eq!(
+        d.output(id, machine),
+        expected_counter(),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn kill_9_of_the_whole_daemon_mid_run_loses_nothing() {
+    crash_mid_run("crash-all", |_, procs| {
+        let pids: Vec<u32> = procs.iter().map(|(_, p)| *p).collect();
+        kill_pids(&pids);
+    });
+}
+
+#[test]
+fn kill_9_of_each_role_mid_run_loses_nothing() {
+    for role in ["hub", "main", "db", "blocking"] {
+        crash_mid_run(&format!("crash-{role}"), |_, procs| {
+            let pid = procs
+                .iter()
+                .find(|(r, _)| r == role)
+                .map(|(_, p)| *p)
+                .expect("role pid");
+            kill_pids(&[pid]);
+        });
+    }
+}
+
+#[test]
+fn no_slot_runs_twice_across_a_crash() {
+    let mut d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        (
+            "jobs.yaml",
+            "often:\n  schedule: '*/2 * * * * *'\n  targets: [often]\n  command: 'sleep 1'\n",
+        ),
+    ]);
+    d.wait_final_runs("often", 2);
+    let pids: Vec<u32> = d.processes().into_iter().map(|(_, p)| p).collect();
+    kill_pids(&pids);
+    let _ = d.wait_exit();
+    cleanup(&d);
+    std::thread::sleep(Duration::from_millis(500));
+    d.spawn();
+    d.wait_ready();
+    let before = d.runs("often").len();
+    wait_until("more runs after the restart", HANG, || {
+        (d.runs("often").iter().filter(|r| is_final(r)).count() >= before + 2).then_some(())
+    });
+    let runs = d.runs("often");
+    let mut seen = HashSet::new();
+    for r in &runs {
+        let slot = r["slot"].as_str().expect("slot").to_string();
+        assert!(
+            seen.insert(slot.clone()),
+            "slot {slot} recorded twice: {runs:?}"
+        );
+    }
+    // Every run in flight at the crash was finished after it.
+    assert!(runs.iter().all(is_final) || runs.iter().filter(|r| !is_final(r)).count() <= 1);
+}
+
+#[test]
+fn a_7_mb_output_keeps_head_and_tail_exactly() {
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        (
+            "jobs.yaml",
+            "big:\n  schedule: '@yearly'\n  targets: [big]\n  command: 'seq 1 1000000'\n",
+        ),
+    ]);
+    let (run, code) = d.run_wait("big");
+    assert_eq!(code, 0, "{run}");
+    let expected: String = (1..=1_000_000).map(|i| format!("{i}\n")).collect();
+    assert!(expected.len() > 6_000_000);
+    let id = run["id"].as_u64().expect("id");
+    let shown = d.output(id, "big");
+    let omitted = expected.len() - 2 * 1024 * 1024;
+    let marker = format!("\n[saltpeter: {omitted} bytes of output left out here (output_limit)]\n");
+    let (head, tail) = shown.split_once(&marker).expect("elision marker");
+    assert_eq!(head, &expected[..1024 * 1024]);
+    assert_eq!(tail, &expected[expected.len() - 1024 * 1024..]);
+}
