@@ -120,7 +120,8 @@ pub struct Main {
     pub recovering: bool,
     /// The recovery answer, handed to the loop (it needs the registry).
     recovery_reply: Option<Result<DbReply, CallError>>,
-    /// Runs in flight or queued, per job (the overlap rule).
+    /// Runs queued or being recorded, per job (the overlap rule; recorded runs are in
+    /// `runs`).
     busy_jobs: HashMap<String, usize>,
     /// Minions known to have the wrapper: (path, hash) deployed there.
     pub deployed: HashMap<String, (String, String)>,

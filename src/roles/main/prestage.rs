@@ -48,7 +48,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             RunState::Skipped,
             "maintenance: global maintenance is on".to_string(),
         ))
-    } else if job.overlap == Overlap::Forbid && core.job_busy_besides(&job.name, run) {
+    } else if job.overlap == Overlap::Forbid && core.job_busy_besides(&job.name, Some(run)) {
         Some((
             RunState::Skipped,
             format!("overlap: the previous run of {} is still going", job.name),

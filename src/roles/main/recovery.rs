@@ -176,7 +176,6 @@ fn give_up(core: &mut Main, run: &RunRecord, why: &str) {
 impl Main {
     /// Resume the Workflow of a recovered run.
     fn recover_run(&mut self, req: RunRequest, run: u64, unsettled: Vec<String>) {
-        *self.busy_jobs.entry(req.job.name.clone()).or_insert(0) += 1;
         self.to_recover
             .push(run_flow::recovered_workflow(req, run, unsettled));
     }

@@ -52,6 +52,8 @@ pub struct RunEnv {
     pub(super) call: Option<CallId>,
     pub(super) pickup_deadline: Option<Instant>,
     launch_started: Option<Instant>,
+    /// Counted in `Main::busy_jobs` until recorded.
+    counted: bool,
 }
 
 type Sc<'a> = StepCtx<'a, RunEnv, Main>;
@@ -129,23 +131,33 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
 impl Main {
     /// Whether a run of `job` is in flight or about to start.
     pub fn job_busy(&self, job: &str) -> bool {
+        self.job_busy_besides(job, None)
+    }
+
+    /// Whether a run of `job` other than `except` is going (the overlap rule): one in
+    /// flight that is not a pre-staged run still waiting for its slot, or one queued or
+    /// being recorded.
+    pub fn job_busy_besides(&self, job: &str, except: Option<RunId>) -> bool {
         self.busy_jobs.get(job).copied().unwrap_or(0) > 0
+            || self
+                .runs
+                .values()
+                .any(|r| Some(r.id) != except && r.job.name == job && (!r.prestaged || r.go_sent))
     }
 
-    /// Whether a run of `job` other than `run` is in flight or about to start.
-    pub fn job_busy_besides(&self, job: &str, run: RunId) -> bool {
-        let mine = usize::from(self.runs.get(&run).is_some_and(|r| r.job.name == job));
-        self.busy_jobs.get(job).copied().unwrap_or(0) > mine
-    }
-
+    /// Queue a run; until it is recorded it counts as busy for the overlap rule (a
+    /// pre-staged run counts only once it has gone, see `job_busy_besides`).
     pub fn queue_run(&mut self, req: RunRequest) {
-        *self.busy_jobs.entry(req.job.name.clone()).or_insert(0) += 1;
+        if !req.prestaged {
+            *self.busy_jobs.entry(req.job.name.clone()).or_insert(0) += 1;
+        }
         self.to_start.push(req);
     }
 }
 
 pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
     let name = format!("run of {}", req.job.name);
+    let prestaged = req.prestaged;
     Workflow::new(
         name,
         RunEnv {
@@ -160,6 +172,7 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             call: None,
             pickup_deadline: None,
             launch_started: None,
+            counted: !prestaged,
         },
     )
     .step("resolve_targets", super::targets::resolve_targets)
@@ -197,6 +210,7 @@ pub fn recovered_workflow(
             call: None,
             pickup_deadline: None,
             launch_started: None,
+            counted: false,
         },
     )
     .step("deploy_wrappers", super::targets::deploy_wrappers)
@@ -293,6 +307,8 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         return Step::Wait(Wake::Call(env.call.unwrap_or_default()));
     };
     env.call = None;
+    // Recorded (or not): from now on the run itself, if any, shows the job busy.
+    release_job(core, env);
     match reply {
         Ok(DbReply::RunCreated(Some(id))) => {
             env.run = Some(id);
@@ -576,7 +592,7 @@ fn collect_all(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
 
 fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let Some(run) = env.run else {
-        release_job(core, &env.req.job.name);
+        release_job(core, env);
         let why = match s.outcome() {
             crate::workflow::Outcome::Done => "the run was not started".to_string(),
             other => format!("{other:?}"),
@@ -590,7 +606,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     };
     if env.call.is_none() {
         let Some(active) = core.runs.get(&run) else {
-            release_job(core, &env.req.job.name);
+            release_job(core, env);
             return Step::Next;
         };
         let state = match &env.unresolved {
@@ -623,7 +639,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     if let Err(e) = reply {
         log::error!("run {run}: could not record its end: {e}");
     }
-    release_job(core, &env.req.job.name);
+    release_job(core, env);
     if let Some(active) = core.runs.remove(&run) {
         core.sessions.retain(|_, (r, _)| *r != run);
         log::info!("run {run} of {} ended", active.job.name);
@@ -635,7 +651,12 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     Step::Next
 }
 
-fn release_job(core: &mut Main, job: &str) {
+/// The run no longer counts as queued for the overlap rule (once per run).
+fn release_job(core: &mut Main, env: &mut RunEnv) {
+    if !std::mem::take(&mut env.counted) {
+        return;
+    }
+    let job = env.req.job.name.as_str();
     if let Some(n) = core.busy_jobs.get_mut(job) {
         *n = n.saturating_sub(1);
         if *n == 0 {
