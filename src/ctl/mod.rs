@@ -66,11 +66,22 @@ pub enum Command {
     },
     /// Re-read the configuration.
     Reload,
+    /// The wrapper on the minions.
+    Wrapper {
+        #[command(subcommand)]
+        action: WrapperAction,
+    },
     /// Configuration tools that need no daemon.
     Config {
         #[command(subcommand)]
         action: ConfigAction,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WrapperAction {
+    /// Push this build's wrapper to minions (a glob; all of them by default).
+    Deploy { target: Option<String> },
 }
 
 #[derive(Debug, Subcommand)]
@@ -114,6 +125,9 @@ fn run(cli: Cli) -> CtlResult {
         Command::Output { run, machine } => AdminRequest::Output { run, machine },
         Command::Kill { run, machine } => AdminRequest::Kill { run, machine },
         Command::Reload => AdminRequest::Reload,
+        Command::Wrapper {
+            action: WrapperAction::Deploy { target },
+        } => AdminRequest::DeployWrapper { target },
     };
     let mut client = client::Client::connect(cli.socket)?;
     let response = client.request(&request)?;

@@ -33,6 +33,10 @@ pub enum AdminRequest {
         machine: Option<String>,
     },
     Reload,
+    /// Deploy this build's wrapper to the minions of a glob (default `*`).
+    DeployWrapper {
+        target: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -128,7 +128,9 @@ fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, event: &Event) -> Flow
         Ok(requests) => {
             for req in requests {
                 let timeout = match req {
-                    AdminRequest::WaitRun { .. } => WAIT_TIMEOUT,
+                    AdminRequest::WaitRun { .. } | AdminRequest::DeployWrapper { .. } => {
+                        WAIT_TIMEOUT
+                    }
                     _ => CALL_TIMEOUT,
                 };
                 hub.call_main(HubRequest::Admin(req), timeout, Waiting::Admin(id));

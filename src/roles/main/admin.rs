@@ -152,6 +152,19 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
                 Err(e) => failure(core, call, AdminFailure::NotFound(e)),
             }
         }
+        AdminRequest::DeployWrapper { target } => {
+            if !super::deploy::applies(core) {
+                failure(
+                    core,
+                    call,
+                    AdminFailure::Invalid("no job uses the salt executor".into()),
+                );
+            } else {
+                let workflow = super::deploy::workflow(core, call, target);
+                role.workflows
+                    .start(workflow, &mut role.core, std::time::Instant::now());
+            }
+        }
         AdminRequest::Reload => {
             let summary = super::reload(role, ctx);
             respond(&mut role.core, call, AdminResponse::Done(summary));

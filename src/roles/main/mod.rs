@@ -14,6 +14,7 @@
 //! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
 
 mod admin;
+mod deploy;
 mod prestage;
 mod recovery;
 mod run_flow;
