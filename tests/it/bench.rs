@@ -123,3 +123,88 @@ fn bench_wrapper_output_throughput_and_rss() {
         mb / secs
     );
 }
+
+/// Salt dispatch: from the slot to the command running on each minion, with pre-staging,
+/// and for a manual run; next to a bare `salt '*' test.ping`. Needs a testbed: set
+/// SALTPETER_SALT_TESTBED, SALT_BIN and SALT_MINIONS as `scripts/salt-testbed up` prints.
+#[test]
+#[ignore]
+fn bench_salt_dispatch() {
+    let root = std::path::PathBuf::from(std::env::var("SALTPETER_SALT_TESTBED").expect("testbed"));
+    let bin = std::env::var("SALT_BIN").expect("SALT_BIN");
+    let minions = std::env::var("SALT_MINIONS").expect("SALT_MINIONS");
+    let n = minions.split(',').count();
+    let master = root.join("master");
+    let ping = Instant::now();
+    let out = std::process::Command::new(&bin)
+        .args([
+            "-c",
+            path_str(&master),
+            "--out=json",
+            "--out-indent=-1",
+            "-t",
+            "30",
+            "*",
+            "test.ping",
+        ])
+        .output()
+        .expect("salt");
+    let ping_ms = ping.elapsed().as_millis();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let wrapper_dir = root.join("var/bench-wrapper");
+    let config = format!(
+        "saltpeter_config:\n  executor: salt\n  salt_bin: {bin}\n  salt_config_dir: {}\n  \
+         ping_timeout: 30\n  default_wrapper_path: {}/saltpeter-wrapper\n",
+        master.display(),
+        wrapper_dir.display()
+    );
+    let d = Daemon::start(&[
+        ("02-salt.yaml", &config),
+        (
+            "jobs.yaml",
+            "stamp:\n  schedule: '*/10 * * * * *'\n  targets: '*'\n  overlap: allow\n  command: 'date +%s%3N'\n",
+        ),
+    ]);
+    let runs = d.wait_final_runs("stamp", 5);
+    let mut late = Vec::new();
+    for run in runs.iter().skip(1) {
+        let slot = ms(&run["slot"]).expect("slot");
+        let id = run["id"].as_u64().expect("id");
+        for t in run["targets"].as_array().expect("targets") {
+            let m = t["machine"].as_str().expect("machine");
+            if let Ok(at) = d.output(id, m).trim().parse::<i64>() {
+                late.push(at - slot);
+            }
+        }
+    }
+    late.sort();
+    let asked = chrono::Utc::now().timestamp_millis();
+    let (run, _) = d.run_wait("stamp");
+    let id = run["id"].as_u64().expect("id");
+    let mut manual: Vec<i64> = run["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .filter_map(|t| {
+            d.output(id, t["machine"].as_str()?)
+                .trim()
+                .parse::<i64>()
+                .ok()
+        })
+        .map(|at| at - asked)
+        .collect();
+    manual.sort();
+    println!(
+        "{n} minions: bare `salt '*' test.ping` {ping_ms} ms; pre-staged slot to command over {} starts: p50 {} ms, p99 {} ms, max {} ms; manual run request to command: p50 {} ms, max {} ms",
+        late.len(),
+        percentile(&late, 0.5),
+        percentile(&late, 0.99),
+        late.last().copied().unwrap_or(0),
+        percentile(&manual, 0.5),
+        manual.last().copied().unwrap_or(0)
+    );
+}
