@@ -152,3 +152,148 @@ fn a_7_mb_output_keeps_head_and_tail_exactly() {
     assert_eq!(head, &expected[..1024 * 1024]);
     assert_eq!(tail, &expected[expected.len() - 1024 * 1024..]);
 }
+
+/// A TCP proxy between wrappers and the daemon that can cut every connection (and refuse
+/// new ones) for a while.
+struct Proxy {
+    port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("proxy bind");
+        let port = listener.local_addr().expect("addr").port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (c, o) = (cut.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if c.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let pipe = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                if let (Ok(c1), Ok(s1)) = (client.try_clone(), server.try_clone()) {
+                    if let Ok(mut list) = o.lock() {
+                        list.push(c1);
+                        list.push(s1);
+                    }
+                    pipe(
+                        client.try_clone().expect("clone"),
+                        server.try_clone().expect("clone"),
+                    );
+                    pipe(server, client);
+                }
+            }
+        });
+        Proxy { port, cut, open }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Ok(mut list) = self.open.lock() {
+            for s in list.drain(..) {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_30_second_network_cut_loses_nothing() {
+    let wrapper_port = free_port();
+    let proxy = Proxy::start(wrapper_port);
+    let config = format!(
+        "saltpeter_config:\n  machines_ws_port: {wrapper_port}\n  \
+         default_saltpeter_server_host: '127.0.0.1:{}'\n",
+        proxy.port
+    );
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        ("02-proxy.yaml", &config),
+        (
+            "jobs.yaml",
+            "talker:\n  schedule: '@yearly'\n  targets: [cut1]\n  \
+             command: 'for i in $(seq 1 450); do echo line-$i; sleep 0.1; done'\n",
+        ),
+    ]);
+    let id = d.run_now("talker");
+    wait_until("output flowing", HANG, || {
+        d.output(id, "cut1").contains("line-30\n").then_some(())
+    });
+    proxy.cut();
+    std::thread::sleep(Duration::from_secs(30));
+    proxy.restore();
+    // Declared lost during the cut, then reconciled when the wrapper came back.
+    let run = wait_until("the real exit recorded", Duration::from_secs(150), || {
+        let r = d.run_record(id);
+        (target(&r, "cut1")["reason"] == "exit" && is_final(&r)).then_some(r)
+    });
+    assert_eq!(target(&run, "cut1")["exit_code"], 0, "{run}");
+    let expected: String = (1..=450).map(|i| format!("line-{i}\n")).collect();
+    assert_eq!(d.output(id, "cut1"), expected);
+    assert_eq!(run["state"], "succeeded");
+    assert!(
+        d.log_text().contains("came back after being declared lost"),
+        "{}",
+        d.log_text()
+    );
+}
+
+fn db_bytes(d: &Daemon) -> u64 {
+    ["saltpeter.db", "saltpeter.db-wal"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(d.state_dir().join(f)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[test]
+fn retention_removes_old_runs_and_the_file_shrinks() {
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        (
+            "02-retention.yaml",
+            "saltpeter_config:\n  retention:\n    runs: 100\n",
+        ),
+        (
+            "jobs.yaml",
+            "bulky:\n  schedule: '@yearly'\n  targets: [ret1]\n  \
+             command: 'head -c 1500000 /dev/zero | tr \"\\\\0\" x'\n",
+        ),
+    ]);
+    for _ in 0..6 {
+        let (run, code) = d.run_wait("bulky");
+        assert_eq!(code, 0, "{run}");
+    }
+    assert_eq!(d.runs("bulky").len(), 6);
+    let before = db_bytes(&d);
+    d.write_config(
+        "02-retention.yaml",
+        "saltpeter_config:\n  retention:\n    runs: 1\n",
+    );
+    assert!(d.ctl(&["reload"]).status.success());
+    wait_until("old runs pruned", HANG, || {
+        (d.runs("bulky").len() == 1).then_some(())
+    });
+    let after = wait_until("the file shrinks", HANG, || {
+        let now = db_bytes(&d);
+        (now < before / 2).then_some(now)
+    });
+    println!("database {before} bytes before retention, {after} after");
+}

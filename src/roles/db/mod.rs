@@ -103,6 +103,10 @@ pub fn apply(store: &mut Store, req: &DbRequest) -> Result<DbReply, StoreError> 
             DbReply::Done
         }
         DbRequest::ListEvents(filter) => DbReply::Events(store.list_events(filter)?),
+        DbRequest::Prune { job, retention } => DbReply::Pruned(store.prune(job, retention)?),
+        DbRequest::RunDetails(run) => DbReply::RunDetails(store.run_details(*run)?),
+        // Done after the batch's commit (see `serve`); nothing to do inside it.
+        DbRequest::Reclaim => DbReply::Done,
     })
 }
 
@@ -156,6 +160,16 @@ fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
             }
         }
     };
+    if calls.iter().any(|(_, r)| matches!(r, DbRequest::Reclaim)) {
+        // Outside any transaction: give freed pages back, then shrink the log.
+        if let Err(e) = db
+            .store
+            .reclaim_space(10_000)
+            .and_then(|()| db.store.checkpoint())
+        {
+            log::warn!("could not reclaim space: {e}");
+        }
+    }
     for ((id, req), result) in calls.iter().zip(results) {
         let result = result.map_err(|e| {
             log::warn!("{req_kind} failed: {e}", req_kind = kind(req));
@@ -184,6 +198,9 @@ fn kind(req: &DbRequest) -> &'static str {
         DbRequest::SetMeta { .. } => "write setting",
         DbRequest::RecordEvent(_) => "record event",
         DbRequest::ListEvents(_) => "list events",
+        DbRequest::Prune { .. } => "apply retention",
+        DbRequest::Reclaim => "reclaim space",
+        DbRequest::RunDetails(_) => "run details",
     }
 }
 

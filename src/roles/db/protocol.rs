@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::output::{OutputBytes, OutputLimit, OutputQuery};
-use super::runs::{NewRun, RunFilter, RunUpdate, TargetDetail, TargetUpdate};
+use super::runs::{
+    NewRun, PruneOutcome, Retention, RunFilter, RunUpdate, TargetDetail, TargetUpdate,
+};
 use super::store::{EventFilter, EventRecord, NewEvent};
 use crate::wire::records::{RunId, RunRecord};
 use crate::wire::wrapper::Stream;
@@ -55,6 +57,15 @@ pub enum DbRequest {
         value: String,
     },
     RecordEvent(NewEvent),
+    /// Apply retention to one job's final runs.
+    Prune {
+        job: String,
+        retention: Retention,
+    },
+    /// Give freed pages back to the file system (after the batch's commit).
+    Reclaim,
+    /// Runs in flight with their targets, or one run (a lost wrapper coming back).
+    RunDetails(RunId),
     ListEvents(EventFilter),
 }
 
@@ -75,6 +86,8 @@ pub enum DbReply {
     Output(OutputBytes),
     Meta(Option<String>),
     Events(Vec<EventRecord>),
+    Pruned(PruneOutcome),
+    RunDetails(Option<(RunRecord, Vec<TargetDetail>)>),
 }
 
 /// db never calls main.

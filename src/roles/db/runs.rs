@@ -84,7 +84,7 @@ pub struct RunFilter {
 
 /// What [`Store::prune`] removes from one job; only runs in final states go. A run is
 /// removed when any given rule says so.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Retention {
     /// Keep this many newest final runs.
     pub keep_runs: Option<usize>,
@@ -96,7 +96,7 @@ pub struct Retention {
 }
 
 /// What [`Store::prune`] removed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PruneOutcome {
     pub runs: u64,
     pub output_bytes: u64,
@@ -319,6 +319,23 @@ impl Store {
             resume_key_sha256: key,
             token_used,
         }))
+    }
+
+    /// One run with the session details of its targets.
+    pub fn run_details(
+        &self,
+        run: RunId,
+    ) -> Result<Option<(RunRecord, Vec<TargetDetail>)>, StoreError> {
+        let Some(record) = self.get_run(run)? else {
+            return Ok(None);
+        };
+        let mut details = Vec::new();
+        for t in &record.targets {
+            if let Some(d) = self.get_target(run, &t.machine)? {
+                details.push(d);
+            }
+        }
+        Ok(Some((record, details)))
     }
 
     /// Runs in flight with the session details of their targets (restart recovery).

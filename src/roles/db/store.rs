@@ -438,6 +438,16 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Fold the write-ahead log into the database file and truncate it, so pages freed by
+    /// pruning and `reclaim_space` leave the disk. Only outside a batch.
+    pub fn checkpoint(&mut self) -> Result<(), StoreError> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(sql_error(Op::ReclaimSpace))
+    }
+}
+
 /// An audit event to record (`kind` is a short snake_case name such as `run_created`,
 /// `target_lost`, `maintenance_set`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

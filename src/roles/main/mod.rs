@@ -15,6 +15,7 @@
 
 mod admin;
 mod deploy;
+mod history;
 mod prestage;
 mod recovery;
 mod run_flow;
@@ -79,6 +80,10 @@ pub enum DbWait {
     Write(&'static str),
     /// The runs in flight, loaded at start-up.
     Recovery,
+    /// Retention applied to a job.
+    Retention(String),
+    /// A finished run looked up for a wrapper that comes back after being lost.
+    Reconcile(CallId, Box<sessions::Hello>),
     /// A welcome waiting for its session to be recorded (so it survives a restart).
     Welcome(CallId, Box<crate::wire::link::WrapperVerdict>),
 }
@@ -220,6 +225,8 @@ impl Main {
                 }
             }
             DbWait::Recovery => self.recovery_reply = Some(result),
+            DbWait::Retention(job) => self.pruned(&job, result),
+            DbWait::Reconcile(call, hello) => sessions::reconcile(self, call, *hello, result),
             DbWait::Welcome(call, verdict) => {
                 let verdict = match result {
                     Ok(_) => *verdict,
@@ -249,11 +256,17 @@ impl Main {
                     .and_then(|h| h.into_string().ok())
                     .unwrap_or_else(|| "localhost".to_string()),
             });
-        format!(
-            "ws://{host}:{}{}",
-            self.wrapper_port,
-            crate::wire::wrapper::WRAPPER_PATH
-        )
+        // A host given with its port (a proxy or NAT in front of the daemon) is used as is.
+        let has_port = host
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && !h.ends_with(':') && p.parse::<u16>().is_ok())
+            && host.matches(':').count() == 1;
+        let authority = if has_port {
+            host
+        } else {
+            format!("{host}:{}", self.wrapper_port)
+        };
+        format!("ws://{authority}{}", crate::wire::wrapper::WRAPPER_PATH)
     }
 
     /// How far ahead of its slot a run of `job` is launched: salt runs are pre-staged by
@@ -396,7 +409,13 @@ pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
                     log::warn!("{d}");
                 }
             }
+            let retention_changed =
+                role.core.config.saltpeter.retention != loaded.saltpeter.retention;
             role.core.config = loaded;
+            if retention_changed {
+                // New retention applies to the existing history too.
+                role.core.apply_retention_to_all();
+            }
             role.core.scheduler.plan(role.core.config.valid_jobs(), now);
             arm_schedule(role, ctx);
             let jobs = role.core.config.jobs.len();

@@ -52,11 +52,12 @@ pub fn recovered(role: &mut MainRole, ctx: &mut Ctx<MainRole>, result: Result<Db
     if count > 0 {
         log::info!("recovered {count} run(s) in flight");
     }
+    role.core.apply_retention_to_all();
     super::arm_schedule(role, ctx);
     super::pump(role, ctx);
 }
 
-fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
+pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
     let now = Instant::now();
     let grace = std::time::Duration::from_secs(core.config.saltpeter.recovery_grace_s);
     let Some(job) = core
@@ -144,6 +145,13 @@ fn give_up(core: &mut Main, run: &RunRecord, why: &str) {
             TargetState::Finished | TargetState::SkippedMaintenance
         )
     }) {
+        core.event(
+            "target_lost",
+            Some(&run.job),
+            Some(run.id),
+            Some(&t.machine),
+            format!("closed after a restart: {why}"),
+        );
         core.db_call(
             DbRequest::UpdateTarget {
                 run: run.id,

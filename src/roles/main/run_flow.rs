@@ -105,6 +105,13 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
     match skip {
         Some(reason) => {
             log::info!("{}: slot {} skipped ({reason})", job.name, due.slot);
+            core.event(
+                "run_skipped",
+                Some(&job.name),
+                None,
+                None,
+                format!("slot {}: {reason}", due.slot),
+            );
             core.db_call(
                 DbRequest::CreateRun(NewRun {
                     job: job.name.clone(),
@@ -346,6 +353,13 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 env.batches.iter().map(Vec::len).sum::<usize>()
             );
             answer_admin(core, env, AdminResponse::Started { run: id });
+            core.event(
+                "run_started",
+                Some(&env.req.job.name),
+                Some(id),
+                None,
+                format!("{} run", env.req.trigger),
+            );
             for (m, why) in std::mem::take(&mut env.unreachable) {
                 log::warn!("run {id}: {m} is unreachable: {why}");
                 finish_target(core, id, &m, TargetReason::Unreachable, Some(255));
@@ -643,6 +657,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     if let Some(active) = core.runs.remove(&run) {
         core.sessions.retain(|_, (r, _)| *r != run);
         log::info!("run {run} of {} ended", active.job.name);
+        core.apply_retention(&active.job.name);
         for call in active.waiters {
             // The stored record is the truth (ended time, state): read it back.
             core.db_call(DbRequest::GetRun(run), DbWait::Admin(call, Pending::Run));

@@ -29,6 +29,19 @@ fn reject(code: RejectCode, message: impl Into<String>) -> WrapperVerdict {
     }
 }
 
+/// A wrapper's hello, kept while db is asked about its run.
+#[derive(Debug, Clone)]
+pub struct Hello {
+    conn: ConnId,
+    peer: String,
+    run: RunId,
+    machine: String,
+    token: Option<Redacted>,
+    resume_key: Option<Redacted>,
+    wrapper_version: String,
+    pid: u32,
+}
+
 pub fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
     match req {
         HubRequest::WrapperHello {
@@ -42,36 +55,174 @@ pub fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
             pid,
             ..
         } => {
-            let verdict = vet_hello(core, conn, run, &machine, token, resume_key);
-            match &verdict {
-                WrapperVerdict::Welcome { .. } => log::info!(
-                    "run {run}: wrapper {wrapper_version} on {machine} (pid {pid}, from {peer}) connected"
-                ),
-                WrapperVerdict::Reject { code, message } => log::warn!(
-                    "run {run}: wrapper on {machine} from {peer} rejected ({code:?}): {message}"
-                ),
-            }
-            if let WrapperVerdict::Welcome { resume_key, .. } = &verdict {
-                // The session must survive a restart: record it before welcoming.
+            let hello = Hello {
+                conn,
+                peer,
+                run,
+                machine,
+                token,
+                resume_key,
+                wrapper_version,
+                pid,
+            };
+            if !core.recovering && !core.runs.contains_key(&run) && hello.resume_key.is_some() {
+                // Maybe a wrapper that was declared lost, coming back after its run ended.
                 core.db_call(
-                    DbRequest::UpdateTarget {
-                        run,
-                        machine,
-                        update: TargetUpdate {
-                            resume_key_sha256: Some(super::tokens::key_digest(&resume_key.0)),
-                            token_used: Some(true),
-                            wrapper_version: Some(wrapper_version),
-                            ..Default::default()
-                        },
-                    },
-                    DbWait::Welcome(id, Box::new(verdict)),
+                    DbRequest::RunDetails(run),
+                    DbWait::Reconcile(id, Box::new(hello)),
                 );
-            } else {
-                core.reply_hub(id, HubReply::Verdict(verdict));
+                return;
             }
+            answer_hello(core, id, hello);
         }
         other => log::warn!("hub made a call main does not serve: {other:?}"),
     }
+}
+
+fn answer_hello(core: &mut Main, id: CallId, hello: Hello) {
+    let Hello {
+        conn,
+        peer,
+        run,
+        machine,
+        token,
+        resume_key,
+        wrapper_version,
+        pid,
+    } = hello;
+    let verdict = vet_hello(core, conn, run, &machine, token, resume_key);
+    match &verdict {
+        WrapperVerdict::Welcome { .. } => log::info!(
+            "run {run}: wrapper {wrapper_version} on {machine} (pid {pid}, from {peer}) connected"
+        ),
+        WrapperVerdict::Reject { code, message } => {
+            log::warn!("run {run}: wrapper on {machine} from {peer} rejected ({code:?}): {message}")
+        }
+    }
+    if let WrapperVerdict::Welcome { resume_key, .. } = &verdict {
+        // The session must survive a restart: record it before welcoming.
+        core.db_call(
+            DbRequest::UpdateTarget {
+                run,
+                machine,
+                update: TargetUpdate {
+                    resume_key_sha256: Some(super::tokens::key_digest(&resume_key.0)),
+                    token_used: Some(true),
+                    wrapper_version: Some(wrapper_version),
+                    ..Default::default()
+                },
+            },
+            DbWait::Welcome(id, Box::new(verdict)),
+        );
+    } else {
+        core.reply_hub(id, HubReply::Verdict(verdict));
+    }
+}
+
+/// db's answer about the run of a wrapper whose run is not in flight: a target recorded
+/// as lost whose wrapper proves its session (resume key) is reopened, with its run, and
+/// the wrapper re-attached; anything else is rejected.
+pub fn reconcile(
+    core: &mut Main,
+    id: CallId,
+    hello: Hello,
+    result: Result<crate::roles::db::protocol::DbReply, CallError>,
+) {
+    use crate::roles::db::protocol::DbReply;
+    let (record, mut details) = match result {
+        Ok(DbReply::RunDetails(Some(found))) => found,
+        Ok(_) => return answer_hello(core, id, hello),
+        Err(e) => {
+            log::error!("could not look up run {}: {e}", hello.run);
+            let verdict = reject(
+                RejectCode::RetryLater,
+                "the server could not look the run up",
+            );
+            core.reply_hub(id, HubReply::Verdict(verdict));
+            return;
+        }
+    };
+    let presented = hello
+        .resume_key
+        .as_ref()
+        .map(|k| super::tokens::key_digest(&k.0));
+    let Some(target) = details
+        .iter_mut()
+        .find(|d| d.record.machine == hello.machine)
+    else {
+        return answer_hello(core, id, hello);
+    };
+    let proven = matches!(
+        (&target.resume_key_sha256, &presented),
+        (Some(expected), Some(digest)) if super::tokens::keys_match(expected, digest)
+    );
+    if target.record.reason != Some(TargetReason::Lost)
+        || !proven
+        || core.runs.contains_key(&record.id)
+    {
+        let verdict = if target.record.state == TargetState::Finished {
+            reject(
+                RejectCode::Finished,
+                format!(
+                    "the outcome of {} in run {} is already recorded",
+                    hello.machine, hello.run
+                ),
+            )
+        } else {
+            reject(
+                RejectCode::UnknownRun,
+                format!("run {} is not in flight", hello.run),
+            )
+        };
+        core.reply_hub(id, HubReply::Verdict(verdict));
+        return;
+    }
+    log::info!(
+        "run {}: the wrapper on {} came back after being declared lost; reconciling",
+        record.id,
+        hello.machine
+    );
+    target.record.state = TargetState::Running;
+    target.record.reason = None;
+    target.record.exit_code = None;
+    target.record.ended = None;
+    let job = record.job.clone();
+    let run = record.id;
+    core.event(
+        "target_reconciled",
+        Some(&job),
+        Some(run),
+        Some(&hello.machine),
+        "its wrapper came back after the target was declared lost; the run is reopened".into(),
+    );
+    core.db_call(
+        DbRequest::UpdateRun {
+            run,
+            update: crate::roles::db::runs::RunUpdate {
+                state: Some(crate::wire::records::RunState::Running),
+                ..Default::default()
+            },
+        },
+        DbWait::Write("a reopened run"),
+    );
+    reopen_target(core, run, &hello.machine);
+    super::recovery::restore(core, record, details);
+    answer_hello(core, id, hello);
+}
+
+/// Record that a target declared lost is running again (its final outcome follows).
+fn reopen_target(core: &mut Main, run: RunId, machine: &str) {
+    core.db_call(
+        DbRequest::UpdateTarget {
+            run,
+            machine: machine.to_string(),
+            update: TargetUpdate {
+                state: Some(TargetState::Running),
+                ..Default::default()
+            },
+        },
+        DbWait::Write("a reopened target"),
+    );
 }
 
 fn vet_hello(
@@ -101,12 +252,41 @@ fn vet_hello(
             format!("{machine} is not a target of run {run}"),
         );
     };
-    if target.is_settled() || target.finishing {
+    let lost_returning = target.reason == Some(TargetReason::Lost)
+        && !target.finishing
+        && resume_key.as_ref().is_some_and(|key| {
+            target.resume_key.as_deref().is_some_and(|expected| {
+                super::tokens::keys_match(expected, &super::tokens::key_digest(&key.0))
+            })
+        });
+    if lost_returning {
+        log::info!("run {run}: the wrapper on {machine} came back after being declared lost");
+        target.state = TargetState::Running;
+        target.reason = None;
+        target.exit_code = None;
+        target.ended = None;
+        let job = job.name.clone();
+        core.event(
+            "target_reconciled",
+            Some(&job),
+            Some(run),
+            Some(machine),
+            "its wrapper came back after the target was declared lost".into(),
+        );
+        reopen_target(core, run, machine);
+    } else if target.is_settled() || target.finishing {
         return reject(
             RejectCode::Finished,
             format!("the outcome of {machine} in run {run} is already recorded"),
         );
     }
+    let Some(target) = core
+        .runs
+        .get_mut(&run)
+        .and_then(|r| r.targets.get_mut(machine))
+    else {
+        return reject(RejectCode::UnknownRun, "run ended");
+    };
     let authentic = match (token, resume_key) {
         (_, Some(key)) => target.resume_key.as_deref().is_some_and(|expected| {
             super::tokens::keys_match(expected, &super::tokens::key_digest(&key.0))
@@ -408,6 +588,14 @@ pub fn check_liveness(core: &mut Main, now: Instant) {
     }
     for (run, machine) in lost {
         log::warn!("run {run}: no word from the wrapper on {machine} for {silence:?}; lost");
+        let job = core.runs.get(&run).map(|r| r.job.name.clone());
+        core.event(
+            "target_lost",
+            job.as_deref(),
+            Some(run),
+            Some(&machine),
+            format!("no word from its wrapper for {silence:?}"),
+        );
         finish_target(core, run, &machine, TargetReason::Lost, Some(253));
     }
 }
@@ -442,6 +630,14 @@ pub fn kill(core: &mut Main, run: RunId, machine: Option<&str>) -> Result<usize,
         }
     }
     let reached = send.len() + cancel.len();
+    let job = active.job.name.clone();
+    core.event(
+        "kill_requested",
+        Some(&job),
+        Some(run),
+        machine,
+        format!("kill requested by an operator; {reached} target(s) reached"),
+    );
     for conn in send {
         core.to_wrapper(
             conn,

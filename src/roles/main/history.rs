@@ -1,0 +1,83 @@
+//! The audit trail and retention: what main records about runs besides their state.
+//!
+//! - Events: who or what started, skipped, killed, lost and reconciled each run and
+//!   target, in db's `events` table (`saltpeterctl events` reads them).
+//! - Retention: each time a run of a job ends (and for every job at start-up) db prunes
+//!   the job's final runs beyond `saltpeter_config.retention` (count, age, bytes) and then
+//!   gives the freed pages back to the file system.
+
+use chrono::Utc;
+
+use super::{DbWait, Main};
+use crate::ipc::rpc::CallError;
+use crate::roles::db::protocol::{DbReply, DbRequest};
+use crate::roles::db::runs::Retention;
+use crate::roles::db::store::NewEvent;
+use crate::wire::records::RunId;
+
+impl Main {
+    /// Record an event in the audit trail.
+    pub fn event(
+        &mut self,
+        kind: &str,
+        job: Option<&str>,
+        run: Option<RunId>,
+        machine: Option<&str>,
+        message: String,
+    ) {
+        self.db_call(
+            DbRequest::RecordEvent(NewEvent {
+                at: Utc::now().timestamp_millis(),
+                kind: kind.to_string(),
+                job: job.map(str::to_string),
+                run,
+                machine: machine.map(str::to_string),
+                message,
+            }),
+            DbWait::Write("an event"),
+        );
+    }
+
+    /// Prune `job`'s history to the configured retention.
+    pub fn apply_retention(&mut self, job: &str) {
+        let r = &self.config.saltpeter.retention;
+        let nonzero = |v: u64| (v > 0).then_some(v);
+        let retention = Retention {
+            keep_runs: nonzero(r.runs).map(|n| n as usize),
+            older_than: nonzero(r.days)
+                .map(|d| Utc::now().timestamp_millis() - (d as i64) * 86_400_000),
+            max_output_bytes: nonzero(r.bytes),
+        };
+        self.db_call(
+            DbRequest::Prune {
+                job: job.to_string(),
+                retention,
+            },
+            DbWait::Retention(job.to_string()),
+        );
+    }
+
+    /// Retention for every configured job (at start-up: history older than this run).
+    pub fn apply_retention_to_all(&mut self) {
+        let jobs: Vec<String> = self.config.jobs.keys().cloned().collect();
+        for job in jobs {
+            self.apply_retention(&job);
+        }
+    }
+
+    /// db pruned a job: reclaim the space if anything went.
+    pub fn pruned(&mut self, job: &str, result: Result<DbReply, CallError>) {
+        match result {
+            Ok(DbReply::Pruned(outcome)) if outcome.runs > 0 => {
+                log::info!(
+                    "retention: removed {} old run(s) of {job} ({} bytes of output)",
+                    outcome.runs,
+                    outcome.output_bytes
+                );
+                self.db_call(DbRequest::Reclaim, DbWait::Write("reclaimed space"));
+            }
+            Ok(_) => {}
+            Err(e) => log::warn!("retention of {job} failed: {e}"),
+        }
+    }
+}
