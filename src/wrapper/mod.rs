@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-pub use files::{lock_dir, lock_file_name};
+pub use files::{lock_dir, lock_file_name, spool_dir};
 pub use outbuf::Limits;
 pub use session::run;
 pub use settings::{DEFAULT_GIVE_UP, HubUrl, Options, Settings, parse_hub_url, settings_from_env};

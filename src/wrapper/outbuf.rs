@@ -293,6 +293,29 @@ impl OutputBuffer {
         self.lost_total
     }
 
+    /// Write every unacknowledged byte (memory, then spool, in seq order) to `out`, for
+    /// a wrapper that gives up: the output the hub never stored is left on the host.
+    pub fn save_unacked(&mut self, out: &mut impl std::io::Write) -> std::io::Result<u64> {
+        let mut written = 0u64;
+        for frame in &self.mem {
+            out.write_all(&frame.data)?;
+            written += frame.data.len() as u64;
+        }
+        if let Some(sp) = self.spool.as_mut() {
+            while !sp.is_empty() {
+                let frame = sp.pop().map_err(|e| std::io::Error::other(e.to_string()))?;
+                out.write_all(&frame.data)?;
+                written += frame.data.len() as u64;
+            }
+        }
+        if let Some(open) = &self.open {
+            out.write_all(&open.1)?;
+            written += open.1.len() as u64;
+        }
+        out.flush()?;
+        Ok(written)
+    }
+
     pub fn buffered_bytes(&self) -> (usize, u64) {
         (self.mem_bytes, self.spool.as_ref().map_or(0, Spool::bytes))
     }

@@ -139,6 +139,9 @@ impl Session {
         loop {
             if let Some(outcome) = self.outcome.take() {
                 self.link.close();
+                if let Err(WrapperError::GaveUp(_)) = &outcome {
+                    self.leave_unsent_output();
+                }
                 return outcome;
             }
             let timeout = self.poll_timeout(Instant::now());
@@ -457,6 +460,42 @@ impl Session {
     fn begin_kill(&mut self, now: Instant, reason: ExitReason, grace_s: u64, why: &str) {
         if let Phase::Running(r) = &mut self.phase {
             r.begin_kill(now, reason, grace_s, why, &mut self.out);
+        }
+    }
+
+    /// Giving up: what the hub never acknowledged is written to a file beside the spool,
+    /// and its path logged, so an operator can still recover the output.
+    fn leave_unsent_output(&mut self) {
+        let Some(dir) = self.opts.spool_dir.clone() else {
+            log::error!("gave up with output the hub never stored, and no spool directory");
+            return;
+        };
+        let path = dir.join(format!(
+            "run-{}-{}.unsent",
+            self.settings.run,
+            super::files::lock_file_name(&self.settings.machine).trim_end_matches(".lock")
+        ));
+        let saved = super::files::ensure_private_dir(&dir)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|()| {
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .mode(0o600)
+                    .open(&path)
+            })
+            .and_then(|mut file| self.out.save_unacked(&mut file));
+        match saved {
+            Ok(0) => log::error!("gave up; every byte of output had been stored by the hub"),
+            Ok(n) => log::error!(
+                "gave up; {n} bytes of output the hub never stored are in {}",
+                path.display()
+            ),
+            Err(e) => log::error!(
+                "gave up; could not save the unsent output to {}: {e}",
+                path.display()
+            ),
         }
     }
 

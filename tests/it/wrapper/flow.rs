@@ -489,3 +489,34 @@ fn gives_up_without_any_hub() {
     );
     assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 3);
 }
+
+#[test]
+fn giving_up_leaves_the_unsent_output_on_the_host() {
+    let run = 4_000_000 + u64::from(std::process::id());
+    let peer = Peer::new();
+    let mut child = Wrapper(
+        wrapper_cmd(&peer.url(), run)
+            .arg("--give-up")
+            .arg("3")
+            .spawn()
+            .unwrap(),
+    );
+    let mut conn = peer.accept();
+    handshake(&mut conn, &job("echo never-acked-output; sleep 60"), false);
+    // The hub goes away for good without acknowledging anything.
+    drop(conn);
+    drop(peer);
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(30)), 3);
+    let path = saltpeter::wrapper::spool_dir().join(format!(
+        "run-{run}-{}.unsent",
+        saltpeter::wrapper::lock_file_name("m1").trim_end_matches(".lock")
+    ));
+    let saved = std::fs::read_to_string(&path).unwrap_or_default();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        saved.starts_with("never-acked-output\n"),
+        "{}: {saved}",
+        path.display()
+    );
+    assert!(saved.contains("gave up"), "{saved}");
+}
