@@ -93,6 +93,8 @@ pub struct SaltpeterConfig {
     pub prestage_cap_s: u64,
     /// After a restart, how long wrappers of runs in flight have to reconnect.
     pub recovery_grace_s: u64,
+    /// Cap of the database file in bytes (0: none).
+    pub database_max_size: u64,
     pub admin_group: Option<String>,
 }
 
@@ -127,6 +129,7 @@ impl Default for SaltpeterConfig {
             launch_concurrency: 64,
             prestage_cap_s: 60,
             recovery_grace_s: 60,
+            database_max_size: 0,
             admin_group: None,
         }
     }
@@ -196,6 +199,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "launch_concurrency",
     "prestage_cap",
     "recovery_grace",
+    "database_max_size",
     "admin_group",
     "logdir",
     "elasticsearch",
@@ -278,6 +282,7 @@ impl SaltpeterConfig {
             "launch_concurrency" => self.launch_concurrency = small(node)?,
             "prestage_cap" => self.prestage_cap_s = values::seconds(node)?,
             "recovery_grace" => self.recovery_grace_s = values::seconds(node)?,
+            "database_max_size" => self.database_max_size = values::unsigned(node)?,
             "admin_group" => self.admin_group = values::optional_string(node)?,
             _ => {
                 if let Some((_, why)) = NO_EFFECT_KEYS.iter().find(|(k, _)| *k == key) {

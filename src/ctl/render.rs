@@ -77,6 +77,7 @@ fn status_json(s: &StatusInfo) -> Value {
         "running_runs": s.running_runs,
         "config_errors": s.config_errors,
         "wrapper_port": s.wrapper_port,
+        "db_error": s.db_error,
     })
 }
 
@@ -148,6 +149,9 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
                 println!("  {} jobs, {} runs in flight", s.jobs, s.running_runs);
                 for e in &s.config_errors {
                     println!("  config error: {e}");
+                }
+                if let Some(e) = &s.db_error {
+                    println!("  DATABASE CANNOT STORE: {e}");
                 }
             }
         }

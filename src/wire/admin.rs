@@ -50,6 +50,8 @@ pub struct StatusInfo {
     pub config_errors: Vec<String>,
     /// The port wrappers connect to.
     pub wrapper_port: u16,
+    /// Why the database cannot store, while it cannot.
+    pub db_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

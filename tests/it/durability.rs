@@ -297,3 +297,47 @@ fn retention_removes_old_runs_and_the_file_shrinks() {
     });
     println!("database {before} bytes before retention, {after} after");
 }
+
+#[test]
+fn a_full_database_refuses_new_runs_and_loses_no_output() {
+    let port = free_port();
+    let capped =
+        format!("saltpeter_config:\n  machines_ws_port: {port}\n  database_max_size: 600000\n");
+    let mut d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        ("02-cap.yaml", &capped),
+        (
+            "jobs.yaml",
+            "filler:\n  schedule: '@yearly'\n  targets: [full1]\n  \
+             command: 'head -c 2000000 /dev/zero | tr \"\\\\0\" y; sleep 2'\n",
+        ),
+    ]);
+    let id = d.run_now("filler");
+    let status = wait_until("the database reported full", HANG, || {
+        let s = d.ctl_json(&["status"]);
+        s["db_error"].is_string().then_some(s)
+    });
+    let why = status["db_error"].as_str().unwrap_or("");
+    assert!(why.contains("full"), "{why}");
+    let refused = d.ctl(&["run", "filler"]);
+    assert_ne!(refused.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("database cannot record new runs"), "{err}");
+    // Raise the cap (a start-only setting) and restart: the wrapper kept every byte.
+    d.write_config(
+        "02-cap.yaml",
+        &format!("saltpeter_config:\n  machines_ws_port: {port}\n"),
+    );
+    d.signal(Signal::SIGTERM);
+    assert_eq!(d.wait_exit().code(), Some(0));
+    d.spawn();
+    d.wait_ready();
+    let run = wait_until("the run finished", Duration::from_secs(150), || {
+        let r = d.run_record(id);
+        is_final(&r).then_some(r)
+    });
+    assert_eq!(target(&run, "full1")["exit_code"], 0, "{run}");
+    let out = d.output(id, "full1");
+    assert_eq!(out.len(), 2_000_000);
+    assert!(out.bytes().all(|b| b == b'y'));
+}

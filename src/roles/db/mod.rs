@@ -117,18 +117,25 @@ fn apply_batch(
 ) -> Result<Vec<Result<DbReply, StoreError>>, StoreError> {
     store.begin_batch()?;
     let mut results = Vec::with_capacity(calls.len());
+    // SQLite rolls the whole transaction back on a full disk; what the batch then
+    // reports is that first cause, not the rollback it led to.
+    let mut full = None;
     for (_, req) in calls {
         match apply(store, req) {
             Err(lost @ StoreError::BatchLost { .. }) => {
                 let _ = store.rollback_batch();
-                return Err(lost);
+                return Err(full.unwrap_or(lost));
+            }
+            Err(StoreError::DiskFull { op }) => {
+                full.get_or_insert(StoreError::DiskFull { op });
+                results.push(Err(StoreError::DiskFull { op }));
             }
             result => results.push(result),
         }
     }
     if let Err(e) = store.commit_batch() {
         let _ = store.rollback_batch();
-        return Err(e);
+        return Err(full.unwrap_or(e));
     }
     Ok(results)
 }
@@ -239,7 +246,14 @@ pub fn check_database(path: &std::path::Path) -> Result<(), String> {
 }
 
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
-    let store = Store::open(&args.dirs.database()).map_err(|e| RoleError::Start(e.to_string()))?;
+    let mut store =
+        Store::open(&args.dirs.database()).map_err(|e| RoleError::Start(e.to_string()))?;
+    // Start-only setting; main owns the rest of the configuration.
+    if let Ok(config) = crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()) {
+        store
+            .set_max_size(config.saltpeter.database_max_size)
+            .map_err(|e| RoleError::Start(e.to_string()))?;
+    }
     let mut ev: EventLoop<Db> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let stream = args.take_stream("main")?;
     let (main, _) = open_link(ev.ctx(), stream, Role::Db, Role::Main, (), on_main)?;

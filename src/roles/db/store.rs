@@ -439,6 +439,23 @@ impl Store {
 }
 
 impl Store {
+    /// Cap the database file at about `bytes` (0: no cap). Writes beyond it fail with
+    /// `DiskFull`, exactly as on a full file system.
+    pub fn set_max_size(&mut self, bytes: u64) -> Result<(), StoreError> {
+        let page: i64 = self
+            .conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .map_err(sql_error(Op::Check))?;
+        let pages = if bytes == 0 {
+            i64::from(u32::MAX) * 4 // SQLite's own ceiling
+        } else {
+            (bytes as i64 / page.max(512)).max(1)
+        };
+        self.conn
+            .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
+            .map_err(sql_error(Op::Check))
+    }
+
     /// Fold the write-ahead log into the database file and truncate it, so pages freed by
     /// pruning and `reclaim_space` leave the disk. Only outside a batch.
     pub fn checkpoint(&mut self) -> Result<(), StoreError> {

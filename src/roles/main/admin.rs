@@ -53,6 +53,7 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
                 running_runs: core.runs.len(),
                 config_errors,
                 wrapper_port: core.wrapper_port,
+                db_error: core.db_trouble.clone(),
             };
             respond(core, call, AdminResponse::Status(status));
         }
@@ -106,7 +107,16 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
                 }
                 Some(crate::config::JobEntry::Valid(j)) => {
                     let j = Arc::new((**j).clone());
-                    if core.stopping {
+                    if let Some(why) = core.db_trouble.clone() {
+                        failure(
+                            core,
+                            call,
+                            AdminFailure::Internal(format!(
+                                "the database cannot record new runs ({why}); free space or \
+                                 raise database_max_size"
+                            )),
+                        );
+                    } else if core.stopping {
                         failure(
                             core,
                             call,

@@ -60,6 +60,8 @@ type BlockingLink =
 const BLOCKING_CALL_BASE: u64 = 1 << 40;
 const DB_TIMEOUT: Duration = Duration::from_secs(60);
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(120);
+/// The database counts as storing again after this long without a refused write.
+const DB_TROUBLE_CLEARS_AFTER: Duration = Duration::from_secs(10);
 /// How long shutdown waits for running Workflows.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// A Workflow waiting this long on nothing live is reported.
@@ -135,6 +137,11 @@ pub struct Main {
     pub wrapper_hash: Option<String>,
     /// Measured salt launch latency (the pre-staging lead follows it).
     launch_latency: Duration,
+    /// Why the database cannot store (a full disk or its cap); new runs are refused
+    /// until output is stored again (wrappers keep resending it).
+    pub db_trouble: Option<String>,
+    /// When the database last refused a write.
+    db_trouble_since: Instant,
     liveness_armed: bool,
 }
 
@@ -209,6 +216,27 @@ impl Main {
 
     /// Route a db reply (or its failure) to whoever waits for it.
     fn db_answer(&mut self, id: CallId, wait: DbWait, result: Result<DbReply, CallError>) {
+        match &result {
+            Err(CallError::Remote(crate::ipc::rpc::RemoteError::DiskFull(why))) => {
+                if self.db_trouble.is_none() {
+                    log::error!(
+                        "the database cannot store more ({why}); no new run starts until it can"
+                    );
+                }
+                self.db_trouble = Some(why.clone());
+                self.db_trouble_since = Instant::now();
+            }
+            // Output, the bulk of what is written, stored again well after the last
+            // failure: the trouble is over.
+            Ok(DbReply::OutputStored { .. })
+                if self.db_trouble.is_some()
+                    && self.db_trouble_since.elapsed() > DB_TROUBLE_CLEARS_AFTER =>
+            {
+                self.db_trouble = None;
+                log::info!("the database stores again; runs start again");
+            }
+            _ => {}
+        }
         match wait {
             DbWait::Step => {
                 self.db_replies.insert(id, result);
@@ -735,6 +763,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             deployed: HashMap::new(),
             wrapper_hash: None,
             launch_latency: Duration::from_secs(2),
+            db_trouble: None,
+            db_trouble_since: Instant::now(),
             liveness_armed: false,
         },
         workflows: Registry::new(),

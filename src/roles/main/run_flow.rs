@@ -87,6 +87,14 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
         });
         return;
     }
+    if let Some(why) = &core.db_trouble {
+        log::error!(
+            "{}: slot {} not run: the database cannot record it ({why})",
+            job.name,
+            due.slot
+        );
+        return;
+    }
     let skip = if due.missed {
         Some(format!(
             "missed: the daemon reached this slot {} s late",

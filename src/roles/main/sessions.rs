@@ -508,8 +508,19 @@ pub fn output_stored(
             return;
         }
         Err(e) => {
-            // Not acked: the wrapper keeps the frame and resends it.
+            // Not acked: the wrapper keeps the frame. Closing its connection makes it
+            // reconnect and resend everything after the last acknowledged seq, so the gap
+            // closes once the database stores again.
             log::error!("run {run}: output of {machine} not stored: {e}");
+            if let Some(conn) = core
+                .runs
+                .get_mut(&run)
+                .and_then(|r| r.targets.get_mut(machine))
+                .and_then(|t| t.conn.take())
+            {
+                core.sessions.remove(&conn);
+                core.to_hub(MainToHub::CloseWrapper { conn });
+            }
             return;
         }
     };
@@ -564,9 +575,10 @@ pub fn target_recorded(
 
 /// Targets whose wrapper went silent for 3 heartbeats are lost (253).
 pub fn check_liveness(core: &mut Main, now: Instant) {
-    if core.stopping {
-        // Wrappers cannot reach a stopping daemon; their silence says nothing. The next
-        // start gives them the recovery grace.
+    if core.stopping || core.db_trouble.is_some() {
+        // Wrappers cannot reach a stopping daemon, and are refused while the database
+        // cannot store: their silence says nothing. The next start gives them the
+        // recovery grace.
         return;
     }
     let silence = Duration::from_secs(core.config.saltpeter.heartbeat_s.max(1) * 3);
