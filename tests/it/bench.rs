@@ -208,3 +208,107 @@ fn bench_salt_dispatch() {
         manual.last().copied().unwrap_or(0)
     );
 }
+
+fn restart_after_kill_9(d: &mut Daemon) {
+    let pids: Vec<u32> = d.processes().into_iter().map(|(_, p)| p).collect();
+    for pid in &pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let _ = d.wait_exit();
+    for pid in pids {
+        wait_until("process gone", HANG, || (!alive(pid)).then_some(()));
+    }
+    let out = std::process::Command::new(CLEANUP)
+        .arg("--config")
+        .arg(d.config_dir())
+        .arg("--state-dir")
+        .arg(d.state_dir())
+        .arg("--runtime-dir")
+        .arg(d.runtime_dir())
+        .output()
+        .expect("cleanup");
+    assert!(out.status.success());
+    d.spawn();
+    d.wait_ready();
+}
+
+/// Output bytes lost and duplicated over crash-restart cycles of a long-running job
+/// (SALTPETER_BENCH_CYCLES, default 100).
+#[test]
+#[ignore]
+fn bench_crash_restart_cycles() {
+    let cycles: usize = std::env::var("SALTPETER_BENCH_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let lines = 20_000;
+    let mut d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        ("02-port.yaml", &fixed_port_config()),
+        (
+            "jobs.yaml",
+            &format!(
+                "long:\n  schedule: '@yearly'\n  targets: [cycle1]\n  timeout: 0\n  \
+                 command: 'i=1; while [ $i -le {lines} ]; do echo line-$i; i=$((i+1)); sleep 0.01; done'\n"
+            ),
+        ),
+    ]);
+    let id = d.run_now("long");
+    let begin = Instant::now();
+    for _ in 0..cycles {
+        std::thread::sleep(Duration::from_millis(300));
+        restart_after_kill_9(&mut d);
+    }
+    let crashes_took = begin.elapsed();
+    let run = wait_until("the long run finished", Duration::from_secs(1800), || {
+        let r = d.run_record(id);
+        is_final(&r).then_some(r)
+    });
+    let out = d.output(id, "cycle1");
+    let mut seen = std::collections::HashMap::new();
+    for line in out.lines() {
+        *seen.entry(line.to_string()).or_insert(0u32) += 1;
+    }
+    let lost = (1..=lines)
+        .filter(|i| !seen.contains_key(&format!("line-{i}")))
+        .count();
+    let duplicated: u32 = seen.values().map(|n| n.saturating_sub(1)).sum();
+    println!(
+        "{cycles} kill -9 + restart cycles in {:.1} s during one run: {} lines lost, {} duplicated, exit {} ({})",
+        crashes_took.as_secs_f64(),
+        lost,
+        duplicated,
+        target(&run, "cycle1")["exit_code"],
+        target(&run, "cycle1")["reason"]
+    );
+}
+
+/// Start-up and recovery time with 1,000 runs in history.
+#[test]
+#[ignore]
+fn bench_recovery_with_history() {
+    let mut d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        (
+            "jobs.yaml",
+            "quick:\n  schedule: '@yearly'\n  targets: [hist1]\n  overlap: allow\n  command: 'echo x'\n",
+        ),
+    ]);
+    for _ in 0..1000 {
+        d.run_now("quick");
+    }
+    d.wait_final_runs("quick", 1000);
+    let start = Instant::now();
+    restart_after_kill_9(&mut d);
+    let ready = start.elapsed();
+    let _ = d.ctl_json(&["jobs"]);
+    let answering = start.elapsed();
+    println!(
+        "1000 runs in history: kill -9 to READY=1 {} ms, to answering `jobs` {} ms",
+        ready.as_millis(),
+        answering.as_millis()
+    );
+}

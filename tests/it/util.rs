@@ -258,7 +258,7 @@ pub const FAST: &str =
 impl Daemon {
     /// Runs of `job`, newest first, as `runs --json` prints them.
     pub fn runs(&self, job: &str) -> Vec<Value> {
-        let v = self.ctl_json(&["runs", job, "--limit", "100"]);
+        let v = self.ctl_json(&["runs", job, "--limit", "5000"]);
         v.as_array().cloned().unwrap_or_default()
     }
 
