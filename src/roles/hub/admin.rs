@@ -135,6 +135,7 @@ fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, event: &Event) -> Flow
                 };
                 hub.call_main(HubRequest::Admin(req), timeout, Waiting::Admin(id));
             }
+            super::arm_timers(hub, ctx);
             Flow::Continue
         }
         Err(crate::ipc::ChannelError::PeerGone(_)) => {

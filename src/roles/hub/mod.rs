@@ -30,6 +30,9 @@ pub struct Hub {
     control: ControlLink,
     main: MainLink,
     calls: PendingCalls<Waiting>,
+    /// A call was started since the expiry timer was last armed.
+    expiry_due: bool,
+    expiry_timer: Option<(crate::evloop::timers::TimerId, Instant)>,
     admin: admin::Admin,
     wrappers: wrappers::Wrappers,
 }
@@ -51,6 +54,7 @@ impl Hub {
     /// Call main; the answer is dispatched by `Waiting`.
     pub fn call_main(&mut self, req: HubRequest, timeout: Duration, waiting: Waiting) {
         let id = self.calls.start(Instant::now(), timeout, waiting);
+        self.expiry_due = true;
         if let Err(e) = self.main.send(&Packet::Call { id, req }) {
             log::error!("could not reach main: {e}");
             if let Some(waiting) = self.calls.finish(id) {
@@ -117,14 +121,39 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
             Packet::Call { id, .. } => log::warn!("main made call {id}, which hub does not serve"),
         }
     }
+    arm_timers(hub, ctx);
     Flow::Continue
 }
 
-fn expire_calls(hub: &mut Hub, _ctx: &mut Ctx<Hub>) {
+fn expire_calls(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+    hub.expiry_timer = None;
     for (id, waiting, err) in hub.calls.expire(Instant::now()) {
         log::warn!("call {id} to main: {err}");
         hub.call_failed(waiting, err);
     }
+    arm_timers(hub, ctx);
+}
+
+/// Timers only while there is something to time: the earliest call deadline, and the
+/// hello deadline of connections that have not said hello.
+pub fn arm_timers(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+    let next = hub.calls.next_deadline();
+    let stale = match (hub.expiry_timer, next) {
+        (Some((_, at)), Some(next)) => next < at,
+        (None, Some(_)) => true,
+        (Some(_), None) => false,
+        (None, None) => false,
+    };
+    if stale || hub.expiry_due {
+        hub.expiry_due = false;
+        if let Some((timer, _)) = hub.expiry_timer.take() {
+            ctx.cancel(timer);
+        }
+        if let Some(at) = next {
+            hub.expiry_timer = Some((ctx.at(at, expire_calls), at));
+        }
+    }
+    wrappers::arm_sweep(hub, ctx);
 }
 
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
@@ -141,13 +170,13 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         }
     };
     let wrappers = wrappers::Wrappers::listen(ev.ctx(), args.take_fd("wrappers")?, limits)?;
-    ev.ctx().every(Duration::from_millis(250), expire_calls);
-    ev.ctx().every(Duration::from_secs(1), wrappers::sweep);
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut hub = Hub {
         control,
         main,
         calls: PendingCalls::new(Role::Main),
+        expiry_due: false,
+        expiry_timer: None,
         admin,
         wrappers,
     };

@@ -106,6 +106,7 @@ struct Conn {
 
 pub struct Wrappers {
     conns: HashMap<ConnId, Conn>,
+    sweep_armed: bool,
     per_addr: HashMap<IpAddr, usize>,
     next_id: ConnId,
     limits: Limits,
@@ -127,6 +128,7 @@ impl Wrappers {
             .map_err(RoleError::setup("wrapper port"))?;
         Ok(Wrappers {
             conns: HashMap::new(),
+            sweep_armed: false,
             per_addr: HashMap::new(),
             next_id: 1,
             limits,
@@ -204,6 +206,7 @@ impl Listener<Hub> for Acceptor {
                     phase: Phase::New,
                 },
             );
+            arm_sweep(hub, ctx);
         }
     }
 }
@@ -289,6 +292,7 @@ fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, _event: &Event) -> Flo
     if let Some(why) = ended {
         drop_conn(hub, ctx, id, &why);
     }
+    super::arm_timers(hub, ctx);
     Flow::Continue
 }
 
@@ -534,6 +538,23 @@ pub fn close(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
     conn.phase = Phase::Closing;
     conn.since = Instant::now();
     let _ = (ctx, was_bound);
+}
+
+/// While connections wait for their hello (or to close), check them every second.
+pub fn arm_sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+    let waiting = hub
+        .wrappers
+        .conns
+        .values()
+        .any(|c| matches!(c.phase, Phase::New | Phase::Closing));
+    if waiting && !hub.wrappers.sweep_armed {
+        hub.wrappers.sweep_armed = true;
+        ctx.after(Duration::from_secs(1), |hub: &mut Hub, ctx| {
+            hub.wrappers.sweep_armed = false;
+            sweep(hub, ctx);
+            arm_sweep(hub, ctx);
+        });
+    }
 }
 
 /// Drop connections that never said hello in time, and closing ones that linger.

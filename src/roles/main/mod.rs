@@ -151,6 +151,8 @@ pub struct MainRole {
     workflows: Registry<Main>,
     schedule_timer: Option<TimerId>,
     workflow_timer: Option<(TimerId, Instant)>,
+    /// Fires at the earliest call deadline.
+    call_timer: Option<(TimerId, Instant)>,
 }
 
 impl Main {
@@ -522,6 +524,33 @@ fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     }
     arm_workflow_timer(role, ctx);
     arm_liveness(role, ctx);
+    arm_call_expiry(role, ctx);
+}
+
+/// Keep one timer at the earliest deadline of the calls in flight (none when idle).
+fn arm_call_expiry(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    let next = [
+        role.core.db_calls.next_deadline(),
+        role.core.blocking_calls.next_deadline(),
+    ]
+    .into_iter()
+    .flatten()
+    .min();
+    match (role.call_timer, next) {
+        (Some((_, at)), Some(next)) if at <= next => {}
+        (current, next) => {
+            if let Some((timer, _)) = current {
+                ctx.cancel(timer);
+            }
+            role.call_timer = next.map(|at| {
+                let timer = ctx.at(at, |role: &mut MainRole, ctx| {
+                    role.call_timer = None;
+                    expire_calls(role, ctx);
+                });
+                (timer, at)
+            });
+        }
+    }
 }
 
 fn start_queued(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
@@ -731,7 +760,6 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     )?;
     let mut scheduler = Scheduler::default();
     scheduler.plan(config.valid_jobs(), now);
-    ev.ctx().every(Duration::from_millis(500), expire_calls);
     ev.ctx().every(Duration::from_secs(2), watch_config);
     ev.ctx().every(Duration::from_secs(30), report_stalls);
     let control = attach_control(ev.ctx(), &mut args)?;
@@ -770,6 +798,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         workflows: Registry::new(),
         schedule_timer: None,
         workflow_timer: None,
+        call_timer: None,
     };
     recovery::start(&mut role.core);
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
