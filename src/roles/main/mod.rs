@@ -86,8 +86,6 @@ pub enum DbWait {
     Retention(String),
     /// A finished run looked up for a wrapper that comes back after being lost.
     Reconcile(CallId, Box<sessions::Hello>),
-    /// A welcome waiting for its session to be recorded (so it survives a restart).
-    Welcome(CallId, Box<crate::wire::link::WrapperVerdict>),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -257,19 +255,6 @@ impl Main {
             DbWait::Recovery => self.recovery_reply = Some(result),
             DbWait::Retention(job) => self.pruned(&job, result),
             DbWait::Reconcile(call, hello) => sessions::reconcile(self, call, *hello, result),
-            DbWait::Welcome(call, verdict) => {
-                let verdict = match result {
-                    Ok(_) => *verdict,
-                    Err(e) => {
-                        log::error!("could not record a wrapper session: {e}");
-                        crate::wire::link::WrapperVerdict::Reject {
-                            code: crate::wire::wrapper::RejectCode::RetryLater,
-                            message: "the server could not record the session; retry".into(),
-                        }
-                    }
-                };
-                self.reply_hub(call, HubReply::Verdict(verdict));
-            }
         }
     }
 

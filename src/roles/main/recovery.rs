@@ -81,7 +81,6 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
         t.ended = r.ended;
         t.acked_seq = d.contiguous_seq;
         t.token_used = d.token_used;
-        t.resume_key = d.resume_key_sha256.clone();
         if t.token_used {
             // The liveness clock starts now, with a grace for the wrapper's backoff.
             t.last_seen = Some(now);

@@ -28,9 +28,11 @@ pub struct TargetRt {
     pub reason: Option<TargetReason>,
     pub exit_code: Option<i32>,
     pub batch: usize,
-    /// The single-use launch token has been presented.
+    /// The single-use launch token has been accepted (durably once its session sent
+    /// something after the welcome; until then a lost welcome lets it be presented again).
     pub token_used: bool,
-    pub resume_key: Option<String>,
+    /// The connection that presented the token and has not yet sent anything since.
+    pub unconfirmed: Option<ConnId>,
     pub conn: Option<ConnId>,
     /// Server clock of the last frame from its wrapper.
     pub last_seen: Option<Instant>,
@@ -56,7 +58,7 @@ impl TargetRt {
             exit_code: None,
             batch,
             token_used: false,
-            resume_key: None,
+            unconfirmed: None,
             conn: None,
             last_seen: None,
             grace_until: None,

@@ -99,24 +99,20 @@ fn answer_hello(core: &mut Main, id: CallId, hello: Hello) {
             log::warn!("run {run}: wrapper on {machine} from {peer} rejected ({code:?}): {message}")
         }
     }
-    if let WrapperVerdict::Welcome { resume_key, .. } = &verdict {
-        // The session must survive a restart: record it before welcoming.
+    if matches!(verdict, WrapperVerdict::Welcome { .. }) {
         core.db_call(
             DbRequest::UpdateTarget {
                 run,
                 machine,
                 update: TargetUpdate {
-                    resume_key_sha256: Some(super::tokens::key_digest(&resume_key.0)),
-                    token_used: Some(true),
                     wrapper_version: Some(wrapper_version),
                     ..Default::default()
                 },
             },
-            DbWait::Welcome(id, Box::new(verdict)),
+            DbWait::Write("a wrapper version"),
         );
-    } else {
-        core.reply_hub(id, HubReply::Verdict(verdict));
     }
+    core.reply_hub(id, HubReply::Verdict(verdict));
 }
 
 /// db's answer about the run of a wrapper whose run is not in flight: a target recorded
@@ -142,20 +138,16 @@ pub fn reconcile(
             return;
         }
     };
-    let presented = hello
-        .resume_key
-        .as_ref()
-        .map(|k| super::tokens::key_digest(&k.0));
+    let proven = hello.resume_key.as_ref().is_some_and(|k| {
+        core.secret
+            .verify_resume_key(hello.run, &hello.machine, &k.0)
+    });
     let Some(target) = details
         .iter_mut()
         .find(|d| d.record.machine == hello.machine)
     else {
         return answer_hello(core, id, hello);
     };
-    let proven = matches!(
-        (&target.resume_key_sha256, &presented),
-        (Some(expected), Some(digest)) if super::tokens::keys_match(expected, digest)
-    );
     if target.record.reason != Some(TargetReason::Lost)
         || !proven
         || core.runs.contains_key(&record.id)
@@ -242,29 +234,32 @@ fn vet_hello(
     let job = active.job.clone();
     let wait_for_go = active.prestaged && !active.go_sent;
     let heartbeat_s = core.config.saltpeter.heartbeat_s;
-    let Some(target) = core
-        .runs
-        .get_mut(&run)
-        .and_then(|r| r.targets.get_mut(machine))
-    else {
+    let Some(target) = active.targets.get(machine) else {
         return reject(
             RejectCode::UnknownRun,
             format!("{machine} is not a target of run {run}"),
         );
     };
-    let lost_returning = target.reason == Some(TargetReason::Lost)
-        && !target.finishing
-        && resume_key.as_ref().is_some_and(|key| {
-            target.resume_key.as_deref().is_some_and(|expected| {
-                super::tokens::keys_match(expected, &super::tokens::key_digest(&key.0))
-            })
-        });
+    // A resume key proves an earlier welcome; the launch token works until its session
+    // has been confirmed by a first message (so a welcome lost in a crash can be retried).
+    let (authentic, by_token) = match (&token, &resume_key) {
+        (_, Some(key)) => (core.secret.verify_resume_key(run, machine, &key.0), false),
+        (Some(token), None) => (
+            !target.token_used && core.secret.verify_launch_token(run, machine, &token.0),
+            true,
+        ),
+        (None, None) => (false, false),
+    };
+    if !authentic {
+        return reject(
+            RejectCode::BadToken,
+            "the token or resume key is not valid for this run and machine (a launch token works once)",
+        );
+    }
+    let lost_returning =
+        target.reason == Some(TargetReason::Lost) && !target.finishing && !by_token;
     if lost_returning {
         log::info!("run {run}: the wrapper on {machine} came back after being declared lost");
-        target.state = TargetState::Running;
-        target.reason = None;
-        target.exit_code = None;
-        target.ended = None;
         let job = job.name.clone();
         core.event(
             "target_reconciled",
@@ -287,47 +282,24 @@ fn vet_hello(
     else {
         return reject(RejectCode::UnknownRun, "run ended");
     };
-    let authentic = match (token, resume_key) {
-        (_, Some(key)) => target.resume_key.as_deref().is_some_and(|expected| {
-            super::tokens::keys_match(expected, &super::tokens::key_digest(&key.0))
-        }),
-        (Some(token), None) => {
-            !target.token_used && core.secret.verify_launch_token(run, machine, &token.0)
-        }
-        (None, None) => false,
-    };
-    // `core.secret` was borrowed above only through a shared path; re-borrow the target.
-    let Some(target) = core
-        .runs
-        .get_mut(&run)
-        .and_then(|r| r.targets.get_mut(machine))
-    else {
-        return reject(RejectCode::UnknownRun, "run ended");
-    };
-    if !authentic {
-        return reject(
-            RejectCode::BadToken,
-            "the token or resume key is not valid for this run and machine (a launch token works once)",
-        );
+    if lost_returning {
+        target.state = TargetState::Running;
+        target.reason = None;
+        target.exit_code = None;
+        target.ended = None;
     }
-    target.token_used = true;
-    let key = super::tokens::new_resume_key();
-    target.resume_key = Some(super::tokens::key_digest(&key));
-    if let Some(old) = target.conn.replace(conn) {
-        core.sessions.remove(&old);
-        core.to_hub(MainToHub::CloseWrapper { conn: old });
+    if by_token {
+        target.token_used = true;
+        target.unconfirmed = Some(conn);
     }
-    let target = match core
-        .runs
-        .get_mut(&run)
-        .and_then(|r| r.targets.get_mut(machine))
-    {
-        Some(t) => t,
-        None => return reject(RejectCode::UnknownRun, "run ended"),
-    };
+    let old = target.conn.replace(conn);
     target.last_seen = Some(Instant::now());
     let acked_seq = target.acked_seq;
     let kill_wanted = target.kill_wanted;
+    if let Some(old) = old {
+        core.sessions.remove(&old);
+        core.to_hub(MainToHub::CloseWrapper { conn: old });
+    }
     core.sessions.insert(conn, (run, machine.to_string()));
     if kill_wanted {
         let grace_s = job.kill_grace_s;
@@ -339,6 +311,7 @@ fn vet_hello(
             },
         );
     }
+    let key = core.secret.resume_key(run, machine);
     WrapperVerdict::Welcome {
         job: JobSpec {
             name: job.name.clone(),
@@ -358,15 +331,35 @@ fn vet_hello(
     }
 }
 
-/// The target of a bound connection, with its liveness clock refreshed.
+/// The target of a bound connection, with its liveness clock refreshed. The first
+/// message of a session opened with the launch token confirms it: from then on the token
+/// is spent for good, also across restarts.
 fn touch(core: &mut Main, conn: ConnId) -> Option<(RunId, String)> {
     let (run, machine) = core.sessions.get(&conn)?.clone();
+    let mut confirmed = false;
     if let Some(t) = core
         .runs
         .get_mut(&run)
         .and_then(|r| r.targets.get_mut(&machine))
     {
         t.last_seen = Some(Instant::now());
+        if t.unconfirmed == Some(conn) {
+            t.unconfirmed = None;
+            confirmed = true;
+        }
+    }
+    if confirmed {
+        core.db_call(
+            DbRequest::UpdateTarget {
+                run,
+                machine: machine.clone(),
+                update: TargetUpdate {
+                    token_used: Some(true),
+                    ..Default::default()
+                },
+            },
+            DbWait::Write("a spent launch token"),
+        );
     }
     Some((run, machine))
 }
@@ -471,9 +464,16 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
                     .runs
                     .get_mut(&run)
                     .and_then(|r| r.targets.get_mut(&machine))
-                    && t.conn == Some(conn)
                 {
-                    t.conn = None;
+                    if t.conn == Some(conn) {
+                        t.conn = None;
+                    }
+                    if t.unconfirmed == Some(conn) {
+                        // Gone before saying anything after the welcome: maybe the welcome
+                        // never arrived, so the token may be presented again.
+                        t.unconfirmed = None;
+                        t.token_used = false;
+                    }
                 }
             }
         }

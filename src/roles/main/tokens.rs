@@ -3,7 +3,8 @@
 //! The launch token of a target is HMAC-SHA256 over (run id, machine) under a server
 //! secret kept in the state directory (mode 0600, created on first start, surviving
 //! restarts). It travels through Salt, so it sits in Salt's job cache: it is accepted once.
-//! The `welcome` then hands the wrapper a random resume key that never leaves the
+//! The `welcome` then hands the wrapper a resume key (HMAC of run and machine under the
+//! same secret, so it survives any restart) that never leaves the
 //! WebSocket; reconnects present that. Both are compared in constant time.
 
 use std::fs;
@@ -18,6 +19,7 @@ type HmacSha256 = hmac::Hmac<Sha256>;
 
 const SECRET_BYTES: usize = 32;
 const DOMAIN: &[u8] = b"saltpeter-launch-token-v1";
+const RESUME_DOMAIN: &[u8] = b"saltpeter-resume-key-v1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
@@ -122,6 +124,21 @@ impl Secret {
         mac
     }
 
+    /// The resume key of (run, machine): derived, never stored, so it survives any crash
+    /// of the daemon; it is only ever sent inside the authenticated WebSocket.
+    pub fn resume_key(&self, run: u64, machine: &str) -> String {
+        let mut mac = self.keyed.clone();
+        mac.update(RESUME_DOMAIN);
+        mac.update(&run.to_be_bytes());
+        mac.update(machine.as_bytes());
+        to_hex(&mac.finalize().into_bytes())
+    }
+
+    /// Constant-time check of a presented resume key.
+    pub fn verify_resume_key(&self, run: u64, machine: &str, key: &str) -> bool {
+        keys_match(&self.resume_key(run, machine), key)
+    }
+
     /// The launch token of (run, machine).
     pub fn launch_token(&self, run: u64, machine: &str) -> String {
         to_hex(&self.mac(run, machine).finalize().into_bytes())
@@ -134,18 +151,6 @@ impl Secret {
             None => false,
         }
     }
-}
-
-/// A fresh random resume key.
-pub fn new_resume_key() -> String {
-    to_hex(&rand::random::<[u8; 32]>())
-}
-
-/// SHA-256 of a resume key, as hex: what is kept (in memory and in the database) to
-/// check a presented key, so the key itself is never stored.
-pub fn key_digest(key: &str) -> String {
-    use sha2::Digest;
-    to_hex(&Sha256::digest(key.as_bytes()))
 }
 
 /// Constant-time comparison of two keys.
@@ -200,9 +205,14 @@ mod tests {
 
     #[test]
     fn key_comparison() {
-        let k = new_resume_key();
+        let dir = tempfile::tempdir().unwrap();
+        let secret = Secret::load_or_create(&dir.path().join("s")).unwrap();
+        let k = secret.resume_key(3, "m");
+        assert!(secret.verify_resume_key(3, "m", &k));
+        assert!(!secret.verify_resume_key(3, "n", &k));
+        assert_ne!(k, secret.launch_token(3, "m"), "keys and tokens differ");
         assert!(keys_match(&k, &k.clone()));
-        assert!(!keys_match(&k, &new_resume_key()));
+        assert!(!keys_match(&k, &"0".repeat(64)));
         assert!(!keys_match(&k, ""));
     }
 }
