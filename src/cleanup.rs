@@ -6,11 +6,10 @@
 //! main at start-up, not here. A live daemon's files are left alone.
 
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 
 use clap::Parser;
 
-use crate::paths::{self, Dirs};
+use crate::paths;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -19,12 +18,8 @@ use crate::paths::{self, Dirs};
     about = "Remove what a crashed Saltpeter daemon left behind"
 )]
 pub struct Args {
-    #[arg(long, default_value = paths::DEFAULT_CONFIG_DIR)]
-    pub config: PathBuf,
-    #[arg(long)]
-    pub state_dir: Option<PathBuf>,
-    #[arg(long)]
-    pub runtime_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub dirs: paths::DirArgs,
 }
 
 fn pid_alive(pid: i32) -> bool {
@@ -40,22 +35,11 @@ pub fn main() -> i32 {
         }
     };
     crate::logging::init("cleanup", false);
-    let startup = crate::startup::settings(&args.config).ok();
-    let dirs = Dirs {
-        config: args.config.clone(),
-        state: paths::pick_dir(
-            args.state_dir.as_deref(),
-            startup.as_ref().and_then(|s| s.state_dir.as_deref()),
-            "STATE_DIRECTORY",
-            paths::DEFAULT_STATE_DIR,
-        ),
-        runtime: paths::pick_dir(
-            args.runtime_dir.as_deref(),
-            startup.as_ref().and_then(|s| s.runtime_dir.as_deref()),
-            "RUNTIME_DIRECTORY",
-            paths::DEFAULT_RUNTIME_DIR,
-        ),
-    };
+    let startup = crate::startup::settings(&args.dirs.config).ok();
+    let dirs = args.dirs.resolve((
+        startup.as_ref().and_then(|s| s.state_dir.as_deref()),
+        startup.as_ref().and_then(|s| s.runtime_dir.as_deref()),
+    ));
     let socket = dirs.admin_socket();
     if socket.exists() && UnixStream::connect(&socket).is_ok() {
         log::info!("a daemon answers on {}; nothing to clean", socket.display());

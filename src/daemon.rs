@@ -3,8 +3,6 @@
 //! Started by people or systemd it is the supervisor; started by the supervisor with the
 //! hidden `--role` argument it is one of the four children.
 
-use std::path::PathBuf;
-
 use clap::Parser;
 
 use crate::paths::{self, Dirs};
@@ -18,15 +16,8 @@ use crate::wire::link::Role;
     about = "Saltpeter: distributed cron for SaltStack fleets"
 )]
 pub struct Args {
-    /// Directory of job YAML files.
-    #[arg(long, default_value = paths::DEFAULT_CONFIG_DIR)]
-    pub config: PathBuf,
-    /// Where the database and the server secret live.
-    #[arg(long)]
-    pub state_dir: Option<PathBuf>,
-    /// Where the admin socket and the pid file live.
-    #[arg(long)]
-    pub runtime_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub dirs: paths::DirArgs,
     /// Log at debug level.
     #[arg(long)]
     pub debug: bool,
@@ -69,10 +60,11 @@ fn run_child(args: &Args, role: &str) -> i32 {
             return EXIT_BAD_START;
         }
     };
+    // The supervisor passes all three directories explicitly.
     let dirs = Dirs {
-        config: args.config.clone(),
-        state: args.state_dir.clone().unwrap_or_default(),
-        runtime: args.runtime_dir.clone().unwrap_or_default(),
+        config: args.dirs.config.clone(),
+        state: args.dirs.state_dir.clone().unwrap_or_default(),
+        runtime: args.dirs.runtime_dir.clone().unwrap_or_default(),
     };
     crate::roles::run(crate::roles::RoleArgs {
         role,
@@ -84,28 +76,16 @@ fn run_child(args: &Args, role: &str) -> i32 {
 
 fn run_supervisor(args: &Args) -> i32 {
     crate::logging::init(Role::Supervisor.name(), args.debug);
-    let startup = match crate::startup::settings(&args.config) {
+    let startup = match crate::startup::settings(&args.dirs.config) {
         Ok(s) => s,
         Err(e) => {
             log::error!("{e}");
             return EXIT_BAD_START;
         }
     };
-    let dirs = Dirs {
-        config: args.config.clone(),
-        state: paths::pick_dir(
-            args.state_dir.as_deref(),
-            startup.state_dir.as_deref(),
-            "STATE_DIRECTORY",
-            paths::DEFAULT_STATE_DIR,
-        ),
-        runtime: paths::pick_dir(
-            args.runtime_dir.as_deref(),
-            startup.runtime_dir.as_deref(),
-            "RUNTIME_DIRECTORY",
-            paths::DEFAULT_RUNTIME_DIR,
-        ),
-    };
+    let dirs = args
+        .dirs
+        .resolve((startup.state_dir.as_deref(), startup.runtime_dir.as_deref()));
     let prepared = match preflight::prepare(dirs, &startup.listen) {
         Ok(p) => p,
         Err(e) => {

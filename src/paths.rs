@@ -39,6 +39,42 @@ impl Dirs {
     }
 }
 
+/// The directory options shared by `saltpeter-daemon` and `saltpeter-cleanup`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DirArgs {
+    /// Directory of job YAML files.
+    #[arg(long, default_value = DEFAULT_CONFIG_DIR)]
+    pub config: PathBuf,
+    /// Where the database and the server secret live.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Where the admin socket and the pid file live.
+    #[arg(long)]
+    pub runtime_dir: Option<PathBuf>,
+}
+
+impl DirArgs {
+    /// The directories: command line, then `saltpeter_config` (`state_dir`,
+    /// `runtime_dir`, when given), then systemd's variables, then the defaults.
+    pub fn resolve(&self, from_config: (Option<&Path>, Option<&Path>)) -> Dirs {
+        Dirs {
+            config: self.config.clone(),
+            state: pick_dir(
+                self.state_dir.as_deref(),
+                from_config.0,
+                "STATE_DIRECTORY",
+                DEFAULT_STATE_DIR,
+            ),
+            runtime: pick_dir(
+                self.runtime_dir.as_deref(),
+                from_config.1,
+                "RUNTIME_DIRECTORY",
+                DEFAULT_RUNTIME_DIR,
+            ),
+        }
+    }
+}
+
 /// First of: command line, configuration, systemd's variable, default.
 pub fn pick_dir(
     cli: Option<&Path>,

@@ -221,15 +221,7 @@ fn restart_after_kill_9(d: &mut Daemon) {
     for pid in pids {
         wait_until("process gone", HANG, || (!alive(pid)).then_some(()));
     }
-    let out = std::process::Command::new(CLEANUP)
-        .arg("--config")
-        .arg(d.config_dir())
-        .arg("--state-dir")
-        .arg(d.state_dir())
-        .arg("--runtime-dir")
-        .arg(d.runtime_dir())
-        .output()
-        .expect("cleanup");
+    let out = d.cleanup();
     assert!(out.status.success());
     d.spawn();
     d.wait_ready();

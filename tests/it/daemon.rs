@@ -82,15 +82,7 @@ fn restart_after_cleanup_on_the_same_state() {
     d.signal(Signal::SIGKILL);
     let _ = d.wait_exit();
     assert!(d.socket().exists(), "a crash leaves the socket behind");
-    let out = std::process::Command::new(CLEANUP)
-        .arg("--config")
-        .arg(d.config_dir())
-        .arg("--state-dir")
-        .arg(d.state_dir())
-        .arg("--runtime-dir")
-        .arg(d.runtime_dir())
-        .output()
-        .expect("cleanup");
+    let out = d.cleanup();
     assert!(
         out.status.success(),
         "{}",
@@ -98,15 +90,7 @@ fn restart_after_cleanup_on_the_same_state() {
     );
     assert!(!d.socket().exists(), "cleanup removed the stale socket");
     // Idempotent: nothing to do is success too.
-    let again = std::process::Command::new(CLEANUP)
-        .arg("--config")
-        .arg(d.config_dir())
-        .arg("--state-dir")
-        .arg(d.state_dir())
-        .arg("--runtime-dir")
-        .arg(d.runtime_dir())
-        .output()
-        .expect("cleanup");
+    let again = d.cleanup();
     assert!(again.status.success());
     d.spawn();
     d.wait_ready();

@@ -21,15 +21,7 @@ fn kill_pids(pids: &[u32]) {
 }
 
 fn cleanup(d: &Daemon) {
-    let out = std::process::Command::new(CLEANUP)
-        .arg("--config")
-        .arg(d.config_dir())
-        .arg("--state-dir")
-        .arg(d.state_dir())
-        .arg("--runtime-dir")
-        .arg(d.runtime_dir())
-        .output()
-        .expect("cleanup");
+    let out = d.cleanup();
     assert!(
         out.status.success(),
         "{}",

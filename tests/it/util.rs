@@ -204,6 +204,19 @@ impl Daemon {
             .collect()
     }
 
+    /// Run `saltpeter-cleanup` on this daemon's directories (as ExecStartPre would).
+    pub fn cleanup(&self) -> Output {
+        Command::new(CLEANUP)
+            .arg("--config")
+            .arg(self.config_dir())
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .arg("--runtime-dir")
+            .arg(self.runtime_dir())
+            .output()
+            .expect("run saltpeter-cleanup")
+    }
+
     pub fn write_config(&self, name: &str, text: &str) {
         std::fs::write(self.config_dir().join(name), text).expect("write config");
     }

@@ -534,10 +534,9 @@ pub fn close(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
         let _ = ws.close(None);
         let _ = ws.flush();
     }
-    let was_bound = conn.phase == Phase::Bound;
     conn.phase = Phase::Closing;
     conn.since = Instant::now();
-    let _ = (ctx, was_bound);
+    arm_sweep(hub, ctx);
 }
 
 /// While connections wait for their hello (or to close), check them every second.
