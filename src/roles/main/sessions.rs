@@ -225,6 +225,12 @@ fn vet_hello(
     token: Option<Redacted>,
     resume_key: Option<Redacted>,
 ) -> WrapperVerdict {
+    if core.recovering {
+        return reject(
+            RejectCode::RetryLater,
+            "the server is loading the runs in flight",
+        );
+    }
     let Some(active) = core.runs.get(&run) else {
         return reject(
             RejectCode::UnknownRun,
