@@ -14,8 +14,10 @@
 //! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
 
 mod admin;
+mod admin_more;
 mod deploy;
 mod history;
+mod live;
 mod prestage;
 mod recovery;
 mod run_flow;
@@ -88,6 +90,8 @@ pub enum DbWait {
     Reconcile(CallId, Box<sessions::Hello>),
     /// A welcome waiting for its session to be recorded (so it survives a restart).
     Welcome(CallId, Box<crate::wire::link::WrapperVerdict>),
+    /// An admin request of `admin_more` or a follower of `live`.
+    AdminMore(admin_more::Wait),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -143,6 +147,10 @@ pub struct Main {
     /// When the database last refused a write.
     db_trouble_since: Instant,
     liveness_armed: bool,
+    /// The uid of the operator whose admin request is being handled (audit events).
+    pub actor: Option<u32>,
+    /// Admin calls that stream: output followers and run watchers.
+    pub live: live::Live,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -167,6 +175,7 @@ impl Main {
 
     pub fn wake_run(&mut self, run: RunId) {
         self.wake(WakeKey::Event(Main::run_event(run)));
+        live::run_changed(self, run);
     }
 
     pub fn db_call(&mut self, req: DbRequest, wait: DbWait) -> CallId {
@@ -245,7 +254,13 @@ impl Main {
                 self.wake(WakeKey::Call(id));
             }
             DbWait::Admin(call, pending) => admin::answer(self, call, pending, result),
-            DbWait::Output { run, machine } => sessions::output_stored(self, run, &machine, result),
+            DbWait::Output { run, machine } => {
+                let stored = result.is_ok();
+                sessions::output_stored(self, run, &machine, result);
+                if stored {
+                    live::output_arrived(self, run, &machine);
+                }
+            }
             DbWait::TargetFinished { run, machine } => {
                 sessions::target_recorded(self, run, &machine, result)
             }
@@ -270,6 +285,7 @@ impl Main {
                 };
                 self.reply_hub(call, HubReply::Verdict(verdict));
             }
+            DbWait::AdminMore(wait) => admin_more::answer(self, wait, result),
         }
     }
 
@@ -701,6 +717,11 @@ fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubRequest, 
             id,
             req: HubRequest::Admin(req),
         } => admin::handle(role, ctx, id, req),
+        Packet::Call {
+            id,
+            req: HubRequest::AdminFrom { peer, req },
+        } => admin_more::handle_from(role, ctx, id, peer, req),
+        Packet::Cast(HubRequest::AdminGone { calls }) => live::calls_gone(&mut role.core, &calls),
         Packet::Call { id, req } => sessions::handle_call(&mut role.core, id, req),
         Packet::Cast(req) => sessions::handle_cast(&mut role.core, req),
         Packet::Reply { id, .. } => log::warn!("hub answered call {id} that main never made"),
@@ -794,6 +815,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             db_trouble: None,
             db_trouble_since: Instant::now(),
             liveness_armed: false,
+            actor: None,
+            live: live::Live::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,
