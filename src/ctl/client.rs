@@ -24,11 +24,20 @@ impl Client {
     pub fn connect(socket: Option<PathBuf>) -> Result<Client, CtlError> {
         let path = paths::admin_socket_for_ctl(socket.as_deref());
         let stream = UnixStream::connect(&path).map_err(|e| {
+            let hint = match e.kind() {
+                std::io::ErrorKind::PermissionDenied => {
+                    "only root and the admin group (saltpeter_config.admin_group, else \
+                     `saltpeter`) may use it"
+                }
+                _ => {
+                    "is saltpeter.service running? --socket or $SALTPETER_SOCKET choose \
+                     another socket"
+                }
+            };
             (
                 EXIT_USAGE,
                 format!(
-                    "cannot reach the daemon at {}: {e} (is saltpeter.service running? \
-                     --socket or $SALTPETER_SOCKET choose another socket)",
+                    "cannot reach the daemon at {}: {e} ({hint})",
                     path.display()
                 ),
             )

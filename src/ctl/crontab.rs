@@ -233,7 +233,14 @@ pub fn convert(text: &str, source: &str, opts: &Options) -> Conversion {
             }
         } else {
             match fields(line, 5) {
-                Some((f, rest)) => Some((Schedule::Fields(f), rest)),
+                Some((f, rest)) if valid_fields(&f) => Some((Schedule::Fields(f), rest)),
+                Some((f, _)) => {
+                    warnings.push(format!(
+                        "{at}: `{}` are not valid cron time fields; skipped",
+                        f.join(" ")
+                    ));
+                    None
+                }
                 None => {
                     warnings.push(format!(
                         "{at}: not a crontab line (five time fields and a command); skipped"
@@ -315,6 +322,15 @@ pub fn convert(text: &str, source: &str, opts: &Options) -> Conversion {
         jobs,
         warnings,
     }
+}
+
+/// Whether five fields make a schedule Saltpeter accepts.
+fn valid_fields(f: &[&str]) -> bool {
+    let [min, hour, dom, mon, dow] = f else {
+        return false;
+    };
+    let fields = crate::schedule::CronFields::new(min, hour, dom, mon, dow);
+    crate::schedule::Schedule::from_fields(&fields, chrono_tz::UTC).is_ok()
 }
 
 enum Schedule<'a> {

@@ -99,7 +99,10 @@ fn sample_crontab_round_trips_through_the_config_loader() {
     let w = c.warnings.join("\n");
     assert!(w.contains("crontab:3: MAILTO"), "{w}");
     assert!(w.contains("crontab:14: @reboot"), "{w}");
-    assert!(w.contains("crontab:16: not a crontab line"), "{w}");
+    assert!(
+        w.contains("crontab:16: `not a cron line at` are not valid"),
+        "{w}"
+    );
     assert!(
         c.yaml.contains("# nightly backup\n# crontab:8: 30 2"),
         "{}",

@@ -167,7 +167,20 @@ pub fn show(client: &mut Client, job: String, json: bool) -> CtlResult {
         );
     }
     if let Value::Object(map) = &config {
-        for (k, v) in map {
+        const FIRST: &[&str] = &[
+            "schedule",
+            "timezone",
+            "command",
+            "targets",
+            "target_type",
+            "executor",
+            "user",
+            "cwd",
+            "env",
+        ];
+        let rest = map.keys().filter(|k| !FIRST.contains(&k.as_str()));
+        for k in FIRST.iter().copied().chain(rest.map(String::as_str)) {
+            let Some(v) = map.get(k) else { continue };
             if k == "name" || k == "group" || v.is_null() {
                 continue;
             }
