@@ -4,6 +4,7 @@ mod util;
 
 mod bench;
 mod ctl;
+mod ctl_more;
 mod ctl_verbs;
 mod daemon;
 mod durability;
