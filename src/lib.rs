@@ -16,7 +16,9 @@
 //! - `supervisor`: start-up checks, spawning, ordered stop, sd_notify
 //! - `roles`: the four child processes
 //! - `logging`, `paths`: shared plumbing
+//! - `access`: who may use the admin socket
 
+pub mod access;
 pub mod cleanup;
 pub mod config;
 pub mod ctl;

@@ -35,6 +35,7 @@ pub fn settings(config_dir: &Path) -> Result<Startup, StartError> {
         listen: Listen {
             machines: addr(&sp.machines_ws_bind_addr, sp.machines_ws_port),
             api: None,
+            admin_group: sp.admin_group.clone(),
         },
     })
 }

@@ -2,16 +2,27 @@
 //!
 //! Raw arguments become a validated `Command` (clap), one request goes to the daemon,
 //! the answer is printed as a table for people or JSON for scripts. Exit codes: 0 ok,
-//! 1 the operation's own failure (a run failed), 2 usage or connection errors.
+//! 1 the operation's own failure (a run failed), 2 usage or connection errors (and
+//! what was asked for does not exist). Errors are one line on stderr.
+//!
+//! Modules: `client` (the socket), `render` and `table` (tables, colours), `verbs` (the
+//! ask-once verbs), `follow` (`logs -f`, `output -f`), `progress` (`run --wait`),
+//! `completions` (shell completions, man page), `crontab` (`crontab import`).
 
 mod client;
+mod completions;
+mod crontab;
+mod follow;
+mod progress;
 mod render;
+mod table;
+mod verbs;
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::wire::admin::{AdminRequest, AdminResponse};
+use crate::wire::admin::AdminRequest;
 use crate::wire::records::RunState;
 
 pub const EXIT_OK: i32 = 0;
@@ -39,25 +50,56 @@ pub struct Cli {
 pub enum Command {
     /// Daemon version, uptime and processes.
     Status,
-    /// Every job with its next and last run.
-    Jobs,
-    /// Runs of a job, newest first.
+    /// Every job with its state, next and last run.
+    Jobs {
+        /// Only the jobs of this group (their file name without extension).
+        #[arg(long)]
+        group: Option<String>,
+        /// Only the jobs in this state.
+        #[arg(long, value_enum)]
+        state: Option<JobStateArg>,
+    },
+    /// Runs (of a job), newest first.
     Runs {
         job: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: u32,
+        /// Only runs in this state.
+        #[arg(long, value_enum)]
+        state: Option<RunStateArg>,
+        /// Only runs created since: an age (30m, 2h, 7d) or a date/time (2026-11-25,
+        /// RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
     },
     /// One run with its targets.
     ShowRun { run: u64 },
     /// Start a job now.
     Run {
         job: String,
-        /// Wait for the run to finish; exit 0 only if every target succeeded.
+        /// Wait for the run to finish, with live progress; exit 0 only if every target
+        /// succeeded.
         #[arg(long)]
         wait: bool,
+        /// Run on these targets only (comma-separated): a subset of the job's targets for
+        /// the local executor, any minions (as a list) for salt.
+        #[arg(long, value_delimiter = ',')]
+        targets: Option<Vec<String>>,
     },
     /// The stored output of one target of a run.
-    Output { run: u64, machine: String },
+    Output {
+        run: u64,
+        machine: String,
+        /// Only the last N bytes.
+        #[arg(long, value_name = "N")]
+        tail: Option<u64>,
+        /// Only one stream.
+        #[arg(long, value_enum)]
+        stream: Option<StreamArg>,
+        /// Keep printing output as it arrives until the run ends (like tail -f).
+        #[arg(short, long)]
+        follow: bool,
+    },
     /// Kill a run (or one of its targets).
     Kill {
         run: u64,
@@ -76,6 +118,140 @@ pub enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// One job: its configuration (secrets hidden), next 5 fire times and last runs.
+    Show { job: String },
+    /// Output of a job's newest run (all its targets); with -f, live until it ends.
+    Logs {
+        job: String,
+        /// Only this target.
+        #[arg(long)]
+        machine: Option<String>,
+        /// Only the last N bytes of each target to start with.
+        #[arg(long, value_name = "N")]
+        tail: Option<u64>,
+        /// Only one stream.
+        #[arg(long, value_enum)]
+        stream: Option<StreamArg>,
+        /// Follow the run in flight until it ends (like tail -f).
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Kill every run of a job in flight.
+    KillJob { job: String },
+    /// The audit trail: who or what started, skipped, killed, reloaded, newest first.
+    Events {
+        #[arg(long)]
+        job: Option<String>,
+        #[arg(long)]
+        run: Option<u64>,
+        /// Only events of this kind (run_started, run_requested, kill_requested, ...).
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only events since: an age (30m, 2h, 7d) or a date/time.
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page saltpeterctl(1), or write it and a page per verb into --dir.
+    Manpage {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Crontab conversion (no daemon needed).
+    Crontab {
+        #[command(subcommand)]
+        action: CrontabAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CrontabAction {
+    /// Convert a crontab file (`-` for standard input) into job YAML on standard output.
+    Import {
+        file: PathBuf,
+        /// `targets` of the jobs (default: this host's name).
+        #[arg(long)]
+        targets: Option<String>,
+        /// `executor` of the jobs (default: saltpeter_config's).
+        #[arg(long, value_parser = ["local", "salt"])]
+        executor: Option<String>,
+        /// A system crontab (/etc/crontab, /etc/cron.d): a user field before the command.
+        #[arg(long)]
+        system: bool,
+        /// Prefix of the generated job names.
+        #[arg(long, default_value = "")]
+        prefix: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum JobStateArg {
+    Running,
+    Idle,
+    Disabled,
+    Invalid,
+    Failing,
+}
+
+impl From<JobStateArg> for crate::wire::admin::JobState {
+    fn from(s: JobStateArg) -> Self {
+        use crate::wire::admin::JobState;
+        match s {
+            JobStateArg::Running => JobState::Running,
+            JobStateArg::Idle => JobState::Idle,
+            JobStateArg::Disabled => JobState::Disabled,
+            JobStateArg::Invalid => JobState::Invalid,
+            JobStateArg::Failing => JobState::Failing,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum RunStateArg {
+    Queued,
+    Dispatching,
+    Running,
+    Succeeded,
+    Failed,
+    Partial,
+    Canceled,
+    Skipped,
+}
+
+impl From<RunStateArg> for RunState {
+    fn from(s: RunStateArg) -> Self {
+        match s {
+            RunStateArg::Queued => RunState::Queued,
+            RunStateArg::Dispatching => RunState::Dispatching,
+            RunStateArg::Running => RunState::Running,
+            RunStateArg::Succeeded => RunState::Succeeded,
+            RunStateArg::Failed => RunState::Failed,
+            RunStateArg::Partial => RunState::Partial,
+            RunStateArg::Canceled => RunState::Canceled,
+            RunStateArg::Skipped => RunState::Skipped,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum StreamArg {
+    Stdout,
+    Stderr,
+}
+
+impl From<StreamArg> for crate::wire::wrapper::Stream {
+    fn from(s: StreamArg) -> Self {
+        match s {
+            StreamArg::Stdout => crate::wire::wrapper::Stream::Stdout,
+            StreamArg::Stderr => crate::wire::wrapper::Stream::Stderr,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -109,49 +285,143 @@ pub fn main() -> i32 {
 
 type CtlResult = Result<i32, (i32, String)>;
 
+fn since(text: Option<String>) -> Result<Option<crate::wire::records::Millis>, (i32, String)> {
+    let now = chrono::Utc::now().timestamp_millis();
+    text.map(|t| verbs::parse_since(&t, now))
+        .transpose()
+        .map_err(|e| (EXIT_USAGE, e))
+}
+
 fn run(cli: Cli) -> CtlResult {
     let json = cli.json;
+    let socket = cli.socket;
     let request = match cli.command {
         Command::Config {
             action: ConfigAction::Check { dir },
         } => return render::config_check(&dir, json),
-        Command::Status => AdminRequest::Status,
-        Command::Jobs => AdminRequest::Jobs,
-        Command::Runs { job, limit } => AdminRequest::Runs { job, limit },
-        Command::ShowRun { run } => AdminRequest::GetRun { run },
-        Command::Run { job, wait } => {
-            return run_job(cli.socket, job, wait, json);
+        Command::Completions { shell } => return completions::completions(shell),
+        Command::Manpage { dir } => return completions::manpage(dir.as_deref()),
+        Command::Crontab {
+            action:
+                CrontabAction::Import {
+                    file,
+                    targets,
+                    executor,
+                    system,
+                    prefix,
+                },
+        } => {
+            let targets = targets.unwrap_or_else(|| {
+                nix::unistd::gethostname()
+                    .ok()
+                    .and_then(|h| h.into_string().ok())
+                    .unwrap_or_else(|| "localhost".into())
+            });
+            let opts = crontab::Options {
+                targets,
+                executor,
+                system,
+                prefix,
+            };
+            return crontab::import(&file, &opts);
         }
-        Command::Output { run, machine } => AdminRequest::Output { run, machine },
+        Command::Status => AdminRequest::Status,
+        Command::Jobs { group, state } => {
+            let mut client = client::Client::connect(socket)?;
+            return verbs::jobs(&mut client, group, state.map(Into::into), json);
+        }
+        Command::Runs {
+            job,
+            limit,
+            state,
+            since: when,
+        } => {
+            let req = AdminRequest::FindRuns {
+                job,
+                state: state.map(Into::into),
+                since: since(when)?,
+                limit,
+            };
+            return verbs::runs(&mut client::Client::connect(socket)?, req, json);
+        }
+        Command::ShowRun { run } => AdminRequest::GetRun { run },
+        Command::Run { job, wait, targets } => {
+            return progress::run_job(socket, job, wait, targets, json);
+        }
+        Command::Output {
+            run,
+            machine,
+            tail,
+            stream,
+            follow,
+        } => {
+            let mut client = client::Client::connect(socket)?;
+            if follow {
+                let req = AdminRequest::Follow {
+                    run: Some(run),
+                    job: None,
+                    machine: Some(machine),
+                    stream: stream.map(Into::into),
+                    tail,
+                    live: true,
+                };
+                return follow::follow(&mut client, req, json);
+            }
+            let req = AdminRequest::ReadOutput {
+                run,
+                machine,
+                stream: stream.map(Into::into),
+                tail,
+                from: 0,
+            };
+            return verbs::output(&mut client, req, json);
+        }
+        Command::Logs {
+            job,
+            machine,
+            tail,
+            stream,
+            follow,
+        } => {
+            let req = AdminRequest::Follow {
+                run: None,
+                job: Some(job),
+                machine,
+                stream: stream.map(Into::into),
+                tail,
+                live: follow,
+            };
+            return follow::follow(&mut client::Client::connect(socket)?, req, json);
+        }
+        Command::Show { job } => {
+            return verbs::show(&mut client::Client::connect(socket)?, job, json);
+        }
+        Command::KillJob { job } => {
+            return verbs::kill_job(&mut client::Client::connect(socket)?, job, json);
+        }
+        Command::Events {
+            job,
+            run,
+            kind,
+            since: when,
+            limit,
+        } => {
+            let req = AdminRequest::Events {
+                job,
+                run,
+                kind,
+                since: since(when)?,
+                limit,
+            };
+            return verbs::events(&mut client::Client::connect(socket)?, req, json);
+        }
         Command::Kill { run, machine } => AdminRequest::Kill { run, machine },
         Command::Reload => AdminRequest::Reload,
         Command::Wrapper {
             action: WrapperAction::Deploy { target },
         } => AdminRequest::DeployWrapper { target },
     };
-    let mut client = client::Client::connect(cli.socket)?;
+    let mut client = client::Client::connect(socket)?;
     let response = client.request(&request)?;
     render::response(response, json)
-}
-
-fn run_job(socket: Option<PathBuf>, job: String, wait: bool, json: bool) -> CtlResult {
-    let mut client = client::Client::connect(socket)?;
-    let run = match client.request(&AdminRequest::RunNow { job })? {
-        AdminResponse::Started { run } => run,
-        other => return render::response(other, json),
-    };
-    if !wait {
-        return render::started(run, json);
-    }
-    match client.request(&AdminRequest::WaitRun { run })? {
-        AdminResponse::Run(record) => {
-            render::run(&record, json);
-            Ok(if record.state == RunState::Succeeded {
-                EXIT_OK
-            } else {
-                EXIT_FAILED
-            })
-        }
-        other => render::response(other, json),
-    }
 }

@@ -89,16 +89,18 @@ fn print_json(v: &Value) {
 }
 
 pub fn run(r: &RunRecord, json: bool) {
+    use super::table::{Color, Style, Table, cell, duration, run_color, target_outcome};
     if json {
         print_json(&run_json(r));
         return;
     }
+    let style = Style::stdout();
     println!(
         "run {}  job {}  {}  {}{}",
         r.id,
-        r.job,
+        style.paint(&r.job, Some(Color::Bold)),
         r.trigger,
-        r.state,
+        style.paint(r.state.as_str(), run_color(r.state)),
         r.reason
             .as_deref()
             .map(|x| format!(" ({x})"))
@@ -110,21 +112,24 @@ pub fn run(r: &RunRecord, json: bool) {
         text(&time(r.started)),
         text(&time(r.ended))
     );
-    println!(
-        "  {:<24} {:<20} {:<15} {:>5}",
-        "MACHINE", "STATE", "REASON", "EXIT"
-    );
-    for t in &r.targets {
-        println!(
-            "  {:<24} {:<20} {:<15} {:>5}",
-            t.machine,
-            t.state.as_str(),
-            t.reason.map(|x| x.as_str()).unwrap_or("-"),
-            t.exit_code
-                .map(|c| c.to_string())
-                .unwrap_or_else(|| "-".into())
-        );
+    let mut t = Table::new(&["MACHINE", "STATE", "REASON", "EXIT", "DURATION", "OUTCOME"]);
+    for target in &r.targets {
+        let (outcome, color) = target_outcome(target);
+        t.row(vec![
+            cell(&target.machine),
+            cell(target.state.as_str()),
+            cell(target.reason.map(|x| x.as_str()).unwrap_or("-")),
+            cell(
+                target
+                    .exit_code
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "-".into()),
+            ),
+            cell(duration(target.started, target.ended)),
+            (outcome, color),
+        ]);
     }
+    print!("{}", t.render(style, "  "));
 }
 
 pub fn started(run: u64, json: bool) -> CtlResult {
@@ -225,6 +230,13 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
                 AdminFailure::Internal(_) => EXIT_FAILED,
             };
             return Err((code, f.to_string()));
+        }
+        other => {
+            if json {
+                print_json(&json!({ "answer": format!("{other:?}") }));
+            } else {
+                println!("{other:?}");
+            }
         }
     }
     Ok(EXIT_OK)

@@ -199,6 +199,40 @@ impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
     }
 }
 
+impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
+    /// For blocking streams that receive a stream of messages (`saltpeterctl` following
+    /// output): wait until at least one message is there and return all decoded ones.
+    pub fn recv_all_blocking(&mut self) -> Result<Vec<Rx>, ChannelError> {
+        let role = self.peer_role;
+        loop {
+            let msgs = self.decode_buffered()?;
+            if !msgs.is_empty() {
+                return Ok(msgs);
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            let n = match self.stream.read(&mut chunk) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => 0,
+                Err(source) => return Err(ChannelError::Io { role, source }),
+            };
+            if n == 0 {
+                return Err(ChannelError::PeerGone(role));
+            }
+            self.reader.push(&chunk[..n]);
+        }
+    }
+
+    /// For blocking streams: send one message and wait until it is written.
+    pub fn send_blocking(&mut self, msg: &Tx) -> Result<(), ChannelError> {
+        self.send(msg)?;
+        while !self.writes.is_empty() {
+            self.on_writable()?;
+        }
+        Ok(())
+    }
+}
+
 fn check_hello(expected: Role, hello: &Hello) -> Result<(), ChannelError> {
     if hello.proto_version != PROTO_VERSION {
         return Err(ChannelError::Version {

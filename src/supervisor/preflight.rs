@@ -56,6 +56,8 @@ pub struct Prepared {
 pub struct Listen {
     pub machines: String,
     pub api: Option<String>,
+    /// `saltpeter_config.admin_group`: the admin socket's group (see `crate::access`).
+    pub admin_group: Option<String>,
 }
 
 pub fn check_config_dir(path: &Path) -> Result<(), StartError> {
@@ -114,6 +116,27 @@ pub fn bind_admin(dirs: &Dirs) -> Result<UnixListener, StartError> {
     Ok(listener)
 }
 
+/// Give the admin socket the admin group (`crate::access`), so its members can connect;
+/// without one the socket stays the daemon's (root and the daemon's user only).
+pub fn set_admin_group(dirs: &Dirs, configured: Option<&str>) -> Result<(), StartError> {
+    let path = dirs.admin_socket();
+    let group = match crate::access::admin_group(configured) {
+        Ok(group) => group,
+        Err(e) => {
+            log::warn!("{e}; only root may use the admin socket {}", path.display());
+            return Ok(());
+        }
+    };
+    if let Some((name, gid)) = group {
+        nix::unistd::chown(&path, None, Some(gid)).map_err(|e| StartError::BindAdmin {
+            path: path.clone(),
+            source: io::Error::other(format!("could not give it the group {name}: {e}")),
+        })?;
+        log::debug!("admin socket {} belongs to group {name}", path.display());
+    }
+    Ok(())
+}
+
 pub fn bind_tcp(what: &'static str, addr: &str) -> Result<TcpListener, StartError> {
     let err = |source| StartError::BindTcp {
         what,
@@ -142,6 +165,7 @@ pub fn prepare(dirs: Dirs, listen: &Listen) -> Result<Prepared, StartError> {
         None => None,
     };
     let admin = bind_admin(&dirs)?;
+    set_admin_group(&dirs, listen.admin_group.as_deref())?;
     write_pid_file(&dirs)?;
     Ok(Prepared {
         dirs,

@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::link::ProcessInfo;
-use super::records::{Millis, RunId, RunRecord, RunState};
+use super::records::{Millis, RunId, RunRecord, RunState, TargetRecord};
+use super::wrapper::Stream;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum AdminRequest {
@@ -37,6 +38,173 @@ pub enum AdminRequest {
     DeployWrapper {
         target: Option<String>,
     },
+    /// Jobs with their state, filtered.
+    ListJobs {
+        group: Option<String>,
+        state: Option<JobState>,
+    },
+    /// One job: its configuration (secrets redacted), next fire times, last runs.
+    ShowJob {
+        job: String,
+    },
+    /// Runs, newest first, filtered.
+    FindRuns {
+        job: Option<String>,
+        state: Option<RunState>,
+        since: Option<Millis>,
+        limit: u32,
+    },
+    /// A slice of one target's output.
+    ReadOutput {
+        run: RunId,
+        machine: String,
+        stream: Option<Stream>,
+        tail: Option<u64>,
+        /// Position to start at (a previous slice's `next_from`).
+        from: u64,
+    },
+    /// Output of a run (or of the newest run of a job) as it arrives: `FollowStart`, then
+    /// `OutputChunk`s, then the final `Followed` once the run has ended (at once when
+    /// `live` is false or the run is not in flight).
+    Follow {
+        run: Option<RunId>,
+        job: Option<String>,
+        machine: Option<String>,
+        stream: Option<Stream>,
+        tail: Option<u64>,
+        live: bool,
+    },
+    /// Start a job now on some of its targets.
+    RunWith {
+        job: String,
+        targets: Vec<String>,
+    },
+    /// Like `WaitRun`, with a `RunProgress` snapshot and `TargetProgress` changes streamed
+    /// before the final `Run`.
+    WatchRun {
+        run: RunId,
+    },
+    /// Kill every run of a job in flight.
+    KillJob {
+        job: String,
+    },
+    /// The audit trail, newest first.
+    Events {
+        job: Option<String>,
+        run: Option<RunId>,
+        kind: Option<String>,
+        since: Option<Millis>,
+        limit: u32,
+    },
+}
+
+impl AdminRequest {
+    /// Requests whose answer may take as long as a run.
+    pub fn is_long(&self) -> bool {
+        matches!(
+            self,
+            AdminRequest::WaitRun { .. }
+                | AdminRequest::DeployWrapper { .. }
+                | AdminRequest::Follow { .. }
+                | AdminRequest::WatchRun { .. }
+        )
+    }
+
+    /// Requests that change something (recorded in the audit trail with the peer's uid).
+    pub fn changes_state(&self) -> bool {
+        matches!(
+            self,
+            AdminRequest::RunNow { .. }
+                | AdminRequest::RunWith { .. }
+                | AdminRequest::Kill { .. }
+                | AdminRequest::KillJob { .. }
+                | AdminRequest::Reload
+                | AdminRequest::DeployWrapper { .. }
+        )
+    }
+}
+
+/// Who sent an admin request on the socket (from SO_PEERCRED).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminPeer {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: i32,
+}
+
+/// What `jobs --state` selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobState {
+    /// A run is in flight.
+    Running,
+    /// Enabled, nothing in flight.
+    Idle,
+    /// `enabled: false`.
+    Disabled,
+    /// Disabled by a configuration error.
+    Invalid,
+    /// The last run did not succeed.
+    Failing,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Idle => "idle",
+            JobState::Disabled => "disabled",
+            JobState::Invalid => "invalid",
+            JobState::Failing => "failing",
+        }
+    }
+}
+
+/// A job as `jobs` lists it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobSummary {
+    pub info: JobInfo,
+    /// `running`, `idle`, `disabled` or `invalid`.
+    pub state: JobState,
+    /// Runs in flight.
+    pub running: Vec<RunId>,
+}
+
+/// A job as `show` prints it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobDetail {
+    pub summary: JobSummary,
+    /// `Job::redacted_json` as text (no secrets); `None` for a job disabled by errors.
+    pub config_json: Option<String>,
+    pub errors: Vec<String>,
+    pub next_runs: Vec<Millis>,
+    pub last_runs: Vec<RunRecord>,
+}
+
+/// A slice of one target's output.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct OutputSlice {
+    pub data: Vec<u8>,
+    /// Bytes dropped by the output limit, and where in `data` they were.
+    pub omitted_bytes: u64,
+    pub omitted_at: Option<usize>,
+    /// Bytes received for the target in total.
+    pub total_bytes: u64,
+    /// Position after this slice.
+    pub next_from: u64,
+}
+
+/// One entry of the audit trail.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EventInfo {
+    pub id: u64,
+    pub at: Millis,
+    pub kind: String,
+    pub job: Option<String>,
+    pub run: Option<RunId>,
+    pub machine: Option<String>,
+    pub message: String,
+    /// The operator who asked for it (admin socket peer), `None` for the daemon itself.
+    pub uid: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -84,6 +252,49 @@ pub enum AdminResponse {
     /// A progress line of a long operation; the final answer follows.
     Progress(String),
     Failure(AdminFailure),
+    JobList(Vec<JobSummary>),
+    JobDetail(Box<JobDetail>),
+    OutputSlice(OutputSlice),
+    Events(Vec<EventInfo>),
+    /// Streamed by `Follow`: the run followed and its targets.
+    FollowStart {
+        run: RunId,
+        job: String,
+        machines: Vec<String>,
+        /// The run is in flight: chunks keep coming until it ends.
+        live: bool,
+    },
+    /// Streamed by `Follow`: output of one target, in order.
+    OutputChunk {
+        machine: String,
+        data: Vec<u8>,
+        /// Bytes the output limit dropped at `omitted_at` within `data`.
+        omitted_bytes: u64,
+        omitted_at: Option<usize>,
+    },
+    /// Final answer of `Follow`: the run as it ended (or stands).
+    Followed(RunRecord),
+    /// Streamed by `WatchRun`: the run when watching starts.
+    RunProgress(RunRecord),
+    /// Streamed by `WatchRun`: a target changed state.
+    TargetProgress {
+        run: RunId,
+        target: TargetRecord,
+    },
+}
+
+impl AdminResponse {
+    /// Streamed ahead of the final answer of a long request.
+    pub fn is_stream(&self) -> bool {
+        matches!(
+            self,
+            AdminResponse::Progress(_)
+                | AdminResponse::FollowStart { .. }
+                | AdminResponse::OutputChunk { .. }
+                | AdminResponse::RunProgress(_)
+                | AdminResponse::TargetProgress { .. }
+        )
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -135,6 +135,15 @@ pub enum HubRequest {
     WrapperGone {
         conn: ConnId,
     },
+    /// An operator's request from the admin socket, with who sent it (call).
+    AdminFrom {
+        peer: super::admin::AdminPeer,
+        req: AdminRequest,
+    },
+    /// The admin connection of these long calls closed: stop streaming to them (cast).
+    AdminGone {
+        calls: Vec<u64>,
+    },
 }
 
 /// Main's answer to a `WrapperHello`.
@@ -192,6 +201,9 @@ pub enum MainToHub {
     CloseWrapper { conn: ConnId },
     /// Progress of a long admin call (e.g. `run --wait`), before its final reply.
     AdminProgress { call: u64, line: String },
+    /// A streamed answer of a long admin call (`AdminResponse::is_stream`), before its
+    /// final reply.
+    AdminStream { call: u64, resp: AdminResponse },
 }
 
 /// Hub -> main replies (hub answers no calls of main's today).

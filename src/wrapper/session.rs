@@ -61,6 +61,10 @@ struct Session {
     link: Link,
     link_events: Vec<LinkEvent>,
     welcomed: bool,
+    /// A kill or cancel that arrived before the welcome (the server may send one as soon
+    /// as it accepts the hello, while the welcome waits for the session to be recorded):
+    /// acted on right after the welcome.
+    early_stop: Option<ServerMsg>,
     hello_deadline: Option<Instant>,
     addrs: Vec<SocketAddr>,
     next_addr: usize,
@@ -113,6 +117,7 @@ impl Session {
             link: Link::new(WS, now),
             link_events: Vec::new(),
             welcomed: false,
+            early_stop: None,
             hello_deadline: None,
             addrs: Vec::new(),
             next_addr: 0,
@@ -334,6 +339,10 @@ impl Session {
                     self.give_up(now, WrapperError::Rejected { code, message });
                 }
             }
+            ServerMsg::Kill { .. } | ServerMsg::Cancel { .. } if !self.welcomed => {
+                log::info!("{msg:?} before the welcome: acted on once welcomed");
+                self.early_stop = Some(msg);
+            }
             _ if !self.welcomed => log::warn!("ignoring {msg:?} before welcome"),
             ServerMsg::Ack { seq } => self.out.ack(seq),
             ServerMsg::Go {} => {
@@ -410,6 +419,9 @@ impl Session {
             } else {
                 self.begin_start(now);
             }
+        }
+        if let Some(stop) = self.early_stop.take() {
+            self.on_message(now, stop);
         }
     }
 

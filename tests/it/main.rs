@@ -4,6 +4,8 @@ mod util;
 
 mod bench;
 mod ctl;
+mod ctl_more;
+mod ctl_verbs;
 mod daemon;
 mod durability;
 mod hub;

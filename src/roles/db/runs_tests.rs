@@ -325,6 +325,7 @@ fn prune_removes_final_runs_by_count_age_and_bytes() {
             run: Some(ids[0]),
             machine: None,
             message: "kept as audit".into(),
+            uid: Some(1000),
         })
         .unwrap();
 

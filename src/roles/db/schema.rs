@@ -28,10 +28,16 @@ pub const APPLICATION_ID: i32 = 0x5350_4442;
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Ordered schema migrations; entry `i` takes the database from version `i` to `i + 1`.
-pub const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2];
+pub const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3];
 
 /// Schema version written by this build.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Version 3: the uid of the operator behind an audit event (admin socket peer);
+/// NULL for what the daemon did on its own.
+const MIGRATION_3: &str = "
+ALTER TABLE events ADD COLUMN uid INTEGER;
+";
 
 /// Version 2: what restart recovery needs of a wrapper session — the SHA-256 of its
 /// resume key (never the key itself) and whether its single-use launch token was spent.

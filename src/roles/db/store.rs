@@ -335,8 +335,8 @@ impl Store {
             .transpose()?;
         self.atomic(Op::RecordEvent, |conn| {
             conn.prepare_cached(
-                "INSERT INTO events (at, kind, job, run_id, machine, message)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO events (at, kind, job, run_id, machine, message, uid)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )
             .and_then(|mut stmt| {
                 stmt.execute(params![
@@ -345,7 +345,8 @@ impl Store {
                     event.job,
                     run,
                     event.machine,
-                    event.message
+                    event.message,
+                    event.uid
                 ])
             })
             .map_err(sql_error(Op::RecordEvent))?;
@@ -357,7 +358,7 @@ impl Store {
     pub fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
         let op = Op::ReadEvents;
         let mut sql = String::from(
-            "SELECT id, at, kind, job, run_id, machine, message FROM events WHERE 1 = 1",
+            "SELECT id, at, kind, job, run_id, machine, message, uid FROM events WHERE 1 = 1",
         );
         let mut args: Vec<rusqlite::types::Value> = Vec::new();
         let mut add = |clause: &str, value: rusqlite::types::Value| {
@@ -396,6 +397,7 @@ impl Store {
                         run: None,
                         machine: row.get(5)?,
                         message: row.get(6)?,
+                        uid: row.get(7)?,
                     },
                 ))
             })
@@ -475,6 +477,8 @@ pub struct NewEvent {
     pub run: Option<RunId>,
     pub machine: Option<String>,
     pub message: String,
+    /// The operator who asked for it (admin socket peer); `None` for the daemon.
+    pub uid: Option<u32>,
 }
 
 /// A recorded event.

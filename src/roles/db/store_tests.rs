@@ -359,6 +359,7 @@ fn events_are_listed_newest_first_with_filters_and_pruned() {
         run,
         machine: None,
         message: format!("{kind} at {at}"),
+        uid: None,
     };
     let mut ids = Vec::new();
     for (at, kind, job, run) in [

@@ -1,8 +1,12 @@
 //! The admin socket: `saltpeterctl` connections, forwarded to main.
 //!
-//! Peers are checked with SO_PEERCRED (root, or the daemon's own user). Each request
-//! becomes one call to main; `Progress` lines of long operations pass through before the
-//! final answer. A client that sends garbage gets a `Failure` and is disconnected.
+//! Peers are checked with SO_PEERCRED (`crate::access`: root, the daemon's own user, or
+//! a member of the admin group); a refused peer's first request is answered with the
+//! refusal and its connection closed. Each request becomes one call to main carrying the
+//! peer; streamed answers (`Progress` lines, output chunks, run progress) of long
+//! operations pass through before the final answer, and when a connection closes main
+//! is told to stop streaming to its calls. A client that sends garbage gets a `Failure`
+//! and is disconnected.
 
 use std::collections::HashMap;
 use std::io;
@@ -16,10 +20,10 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
 use super::{Hub, Waiting};
 use crate::evloop::{Ctx, Flow, Forward, Listener};
-use crate::ipc::CallError;
 use crate::ipc::channel::Channel;
+use crate::ipc::{CallError, CallId};
 use crate::roles::RoleError;
-use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse};
+use crate::wire::admin::{AdminFailure, AdminPeer, AdminRequest, AdminResponse};
 use crate::wire::link::{HubRequest, Role};
 
 pub type ConnId = u64;
@@ -28,14 +32,23 @@ pub type ConnId = u64;
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const WAIT_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// A client that reads streamed answers slower than they come is dropped past this.
+const MAX_QUEUED_BYTES: usize = 32 << 20;
+
 struct Conn {
     link: Channel<UnixStream, AdminResponse, AdminRequest>,
     token: Token,
+    /// Who it is, or why it is refused.
+    peer: Result<AdminPeer, String>,
+    /// Calls that stream (follow, watch): main drops them when the connection closes.
+    long_calls: Vec<CallId>,
 }
 
 pub struct Admin {
     conns: HashMap<ConnId, Conn>,
     next_id: ConnId,
+    /// The admin group (name, gid), if any.
+    group: Option<(String, u32)>,
 }
 
 struct AdminListener {
@@ -55,22 +68,42 @@ impl Admin {
         Ok(Admin {
             conns: HashMap::new(),
             next_id: 1,
+            group: None,
         })
+    }
+
+    /// Set the admin group (from `saltpeter_config.admin_group`, at start).
+    pub fn set_group(&mut self, configured: Option<&str>) {
+        self.group = match crate::access::admin_group(configured) {
+            Ok(group) => group.map(|(name, gid)| (name, gid.as_raw())),
+            Err(e) => {
+                log::warn!("{e}; only root may use the admin socket");
+                None
+            }
+        };
     }
 }
 
-fn allowed(stream: &UnixStream) -> Result<(), String> {
+fn allowed(stream: &UnixStream, group: Option<&(String, u32)>) -> Result<AdminPeer, String> {
     let creds = getsockopt(stream, PeerCredentials).map_err(|e| format!("SO_PEERCRED: {e}"))?;
     let me = nix::unistd::geteuid().as_raw();
-    if creds.uid() == 0 || creds.uid() == me {
-        Ok(())
-    } else {
-        Err(format!(
-            "uid {} (pid {}) is not allowed",
-            creds.uid(),
-            creds.pid()
-        ))
-    }
+    let peer = crate::access::Peer {
+        uid: creds.uid(),
+        gid: creds.gid(),
+        pid: creds.pid(),
+        groups: if creds.uid() == 0 || creds.uid() == me {
+            Vec::new()
+        } else {
+            crate::access::supplementary_groups(creds.pid())
+        },
+    };
+    crate::access::decide(&peer, me, group.map(|(n, g)| (n.as_str(), *g)))
+        .map(|()| AdminPeer {
+            uid: peer.uid,
+            gid: peer.gid,
+            pid: peer.pid,
+        })
+        .map_err(|why| format!("{why} (pid {})", peer.pid))
 }
 
 impl Listener<Hub> for AdminListener {
@@ -85,9 +118,9 @@ impl Listener<Hub> for AdminListener {
                     return Flow::Continue;
                 }
             };
-            if let Err(why) = allowed(&stream) {
+            let peer = allowed(&stream, hub.admin.group.as_ref());
+            if let Err(why) = &peer {
                 log::warn!("admin connection refused: {why}");
-                continue;
             }
             let id = hub.admin.next_id;
             hub.admin.next_id += 1;
@@ -104,7 +137,13 @@ impl Listener<Hub> for AdminListener {
             };
             match Channel::new(stream, Role::Hub, Role::Ctl) {
                 Ok(link) => {
-                    hub.admin.conns.insert(id, Conn { link, token });
+                    let conn = Conn {
+                        link,
+                        token,
+                        peer,
+                        long_calls: Vec::new(),
+                    };
+                    hub.admin.conns.insert(id, conn);
                 }
                 Err(e) => {
                     log::warn!("admin connection: {e}");
@@ -126,20 +165,43 @@ fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, event: &Event) -> Flow
     }
     match conn.link.receive() {
         Ok(requests) => {
+            let peer = match &conn.peer {
+                Ok(peer) => *peer,
+                Err(why) if !requests.is_empty() => {
+                    let msg = format!("permission denied: {why}");
+                    let _ = conn
+                        .link
+                        .send(&AdminResponse::Failure(AdminFailure::Invalid(msg)));
+                    let token = conn.token;
+                    hub.admin.conns.remove(&id);
+                    ctx.remove(token);
+                    return Flow::Close;
+                }
+                Err(_) => return Flow::Continue,
+            };
             for req in requests {
-                let timeout = match req {
-                    AdminRequest::WaitRun { .. } | AdminRequest::DeployWrapper { .. } => {
-                        WAIT_TIMEOUT
-                    }
-                    _ => CALL_TIMEOUT,
-                };
-                hub.call_main(HubRequest::Admin(req), timeout, Waiting::Admin(id));
+                let long = req.is_long();
+                let timeout = if long { WAIT_TIMEOUT } else { CALL_TIMEOUT };
+                let call = hub.call_main(
+                    HubRequest::AdminFrom { peer, req },
+                    timeout,
+                    Waiting::Admin(id),
+                );
+                if long && let Some(conn) = hub.admin.conns.get_mut(&id) {
+                    conn.long_calls.push(call);
+                }
             }
             super::arm_timers(hub, ctx);
             Flow::Continue
         }
         Err(crate::ipc::ChannelError::PeerGone(_)) => {
-            hub.admin.conns.remove(&id);
+            if let Some(conn) = hub.admin.conns.remove(&id)
+                && !conn.long_calls.is_empty()
+            {
+                hub.cast_main(HubRequest::AdminGone {
+                    calls: conn.long_calls,
+                });
+            }
             Flow::Close
         }
         Err(e) => {
@@ -170,6 +232,26 @@ pub fn progress(hub: &mut Hub, call: crate::ipc::CallId, line: String) {
         && let Some(conn) = hub.admin.conns.get_mut(&id)
     {
         let _ = conn.link.send(&AdminResponse::Progress(line));
+    }
+}
+
+/// A streamed answer of a long call; a client too slow to read them is dropped.
+pub fn stream(hub: &mut Hub, ctx: &mut Ctx<Hub>, call: CallId, resp: AdminResponse) {
+    let Some(Waiting::Admin(id)) = hub.calls.get(call).copied() else {
+        return;
+    };
+    let Some(conn) = hub.admin.conns.get_mut(&id) else {
+        return;
+    };
+    let sent = conn.link.send(&resp);
+    if sent.is_err() || conn.link.pending_write_bytes() > MAX_QUEUED_BYTES {
+        log::warn!("admin connection {id} does not keep up with its stream; closing it");
+        if let Some(conn) = hub.admin.conns.remove(&id) {
+            ctx.remove(conn.token);
+            hub.cast_main(HubRequest::AdminGone {
+                calls: conn.long_calls,
+            });
+        }
     }
 }
 

@@ -52,7 +52,12 @@ impl Controlled for Hub {
 
 impl Hub {
     /// Call main; the answer is dispatched by `Waiting`.
-    pub fn call_main(&mut self, req: HubRequest, timeout: Duration, waiting: Waiting) {
+    pub fn call_main(
+        &mut self,
+        req: HubRequest,
+        timeout: Duration,
+        waiting: Waiting,
+    ) -> crate::ipc::CallId {
         let id = self.calls.start(Instant::now(), timeout, waiting);
         self.expiry_due = true;
         if let Err(e) = self.main.send(&Packet::Call { id, req }) {
@@ -61,6 +66,7 @@ impl Hub {
                 self.call_failed(waiting, CallError::PeerGone(Role::Main));
             }
         }
+        id
     }
 
     /// Tell main something that needs no answer.
@@ -117,6 +123,7 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
                 MainToHub::ToWrapper { conn, msg } => wrappers::send(hub, ctx, conn, &msg.0),
                 MainToHub::CloseWrapper { conn } => wrappers::close(hub, ctx, conn),
                 MainToHub::AdminProgress { call, line } => admin::progress(hub, call, line),
+                MainToHub::AdminStream { call, resp } => admin::stream(hub, ctx, call, resp),
             },
             Packet::Call { id, .. } => log::warn!("main made call {id}, which hub does not serve"),
         }
@@ -160,12 +167,16 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let mut ev: EventLoop<Hub> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let stream = args.take_stream("main")?;
     let (main, _) = open_link(ev.ctx(), stream, Role::Hub, Role::Main, (), on_main)?;
-    let admin = admin::Admin::listen(ev.ctx(), args.take_fd("admin")?)?;
+    let mut admin = admin::Admin::listen(ev.ctx(), args.take_fd("admin")?)?;
     // Start-only limits; main owns the rest of the configuration.
     let limits = match crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()) {
-        Ok(config) => wrappers::Limits::from_config(&config.saltpeter),
+        Ok(config) => {
+            admin.set_group(config.saltpeter.admin_group.as_deref());
+            wrappers::Limits::from_config(&config.saltpeter)
+        }
         Err(e) => {
             log::warn!("cannot read the configuration ({e}); default limits apply");
+            admin.set_group(None);
             wrappers::Limits::default()
         }
     };

@@ -179,6 +179,15 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
             let summary = super::reload(role, ctx);
             respond(&mut role.core, call, AdminResponse::Done(summary));
         }
+        req @ (AdminRequest::ListJobs { .. }
+        | AdminRequest::ShowJob { .. }
+        | AdminRequest::FindRuns { .. }
+        | AdminRequest::ReadOutput { .. }
+        | AdminRequest::Follow { .. }
+        | AdminRequest::RunWith { .. }
+        | AdminRequest::WatchRun { .. }
+        | AdminRequest::KillJob { .. }
+        | AdminRequest::Events { .. }) => super::admin_more::handle(role, call, req),
     }
 }
 
@@ -210,7 +219,10 @@ pub fn answer(core: &mut Main, call: CallId, pending: Pending, result: Result<Db
     respond(core, call, resp);
 }
 
-fn jobs(core: &Main, last: &std::collections::BTreeMap<String, RunRecord>) -> Vec<JobInfo> {
+pub(super) fn jobs(
+    core: &Main,
+    last: &std::collections::BTreeMap<String, RunRecord>,
+) -> Vec<JobInfo> {
     core.config
         .jobs
         .values()

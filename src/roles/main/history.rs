@@ -33,6 +33,7 @@ impl Main {
                 run,
                 machine: machine.map(str::to_string),
                 message,
+                uid: self.actor,
             }),
             DbWait::Write("an event"),
         );

@@ -14,8 +14,10 @@
 //! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
 
 mod admin;
+mod admin_more;
 mod deploy;
 mod history;
+mod live;
 mod prestage;
 mod recovery;
 mod run_flow;
@@ -86,6 +88,8 @@ pub enum DbWait {
     Retention(String),
     /// A finished run looked up for a wrapper that comes back after being lost.
     Reconcile(CallId, Box<sessions::Hello>),
+    /// An admin request of `admin_more` or a follower of `live`.
+    AdminMore(admin_more::Wait),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -141,6 +145,10 @@ pub struct Main {
     /// When the database last refused a write.
     db_trouble_since: Instant,
     liveness_armed: bool,
+    /// The uid of the operator whose admin request is being handled (audit events).
+    pub actor: Option<u32>,
+    /// Admin calls that stream: output followers and run watchers.
+    pub live: live::Live,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -165,6 +173,7 @@ impl Main {
 
     pub fn wake_run(&mut self, run: RunId) {
         self.wake(WakeKey::Event(Main::run_event(run)));
+        live::run_changed(self, run);
     }
 
     pub fn db_call(&mut self, req: DbRequest, wait: DbWait) -> CallId {
@@ -243,7 +252,13 @@ impl Main {
                 self.wake(WakeKey::Call(id));
             }
             DbWait::Admin(call, pending) => admin::answer(self, call, pending, result),
-            DbWait::Output { run, machine } => sessions::output_stored(self, run, &machine, result),
+            DbWait::Output { run, machine } => {
+                let stored = result.is_ok();
+                sessions::output_stored(self, run, &machine, result);
+                if stored {
+                    live::output_arrived(self, run, &machine);
+                }
+            }
             DbWait::TargetFinished { run, machine } => {
                 sessions::target_recorded(self, run, &machine, result)
             }
@@ -255,6 +270,7 @@ impl Main {
             DbWait::Recovery => self.recovery_reply = Some(result),
             DbWait::Retention(job) => self.pruned(&job, result),
             DbWait::Reconcile(call, hello) => sessions::reconcile(self, call, *hello, result),
+            DbWait::AdminMore(wait) => admin_more::answer(self, wait, result),
         }
     }
 
@@ -686,6 +702,11 @@ fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubRequest, 
             id,
             req: HubRequest::Admin(req),
         } => admin::handle(role, ctx, id, req),
+        Packet::Call {
+            id,
+            req: HubRequest::AdminFrom { peer, req },
+        } => admin_more::handle_from(role, ctx, id, peer, req),
+        Packet::Cast(HubRequest::AdminGone { calls }) => live::calls_gone(&mut role.core, &calls),
         Packet::Call { id, req } => sessions::handle_call(&mut role.core, id, req),
         Packet::Cast(req) => sessions::handle_cast(&mut role.core, req),
         Packet::Reply { id, .. } => log::warn!("hub answered call {id} that main never made"),
@@ -779,6 +800,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             db_trouble: None,
             db_trouble_since: Instant::now(),
             liveness_armed: false,
+            actor: None,
+            live: live::Live::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,

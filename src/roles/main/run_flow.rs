@@ -670,6 +670,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             // The stored record is the truth (ended time, state): read it back.
             core.db_call(DbRequest::GetRun(run), DbWait::Admin(call, Pending::Run));
         }
+        super::live::run_ended(core, run);
     }
     Step::Next
 }
