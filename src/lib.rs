@@ -16,6 +16,7 @@
 //! - `supervisor`: start-up checks, spawning, ordered stop, sd_notify
 //! - `roles`: the four child processes
 //! - `logging`, `paths`: shared plumbing
+//! - `metrics`: histograms and the Prometheus text format for `/metrics`
 
 pub mod cleanup;
 pub mod config;
@@ -24,6 +25,7 @@ pub mod daemon;
 pub mod evloop;
 pub mod ipc;
 pub mod logging;
+pub mod metrics;
 pub mod paths;
 pub mod roles;
 pub mod schedule;

@@ -5,7 +5,7 @@
 //! 1 the operation's own failure (a run failed), 2 usage or connection errors.
 
 mod client;
-mod render;
+pub mod render;
 
 use std::path::PathBuf;
 

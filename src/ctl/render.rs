@@ -77,6 +77,7 @@ fn status_json(s: &StatusInfo) -> Value {
         "running_runs": s.running_runs,
         "config_errors": s.config_errors,
         "wrapper_port": s.wrapper_port,
+        "api_port": s.api_port,
     })
 }
 
@@ -215,6 +216,10 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
             }
         }
         AdminResponse::Progress(line) => eprintln!("{line}"),
+        AdminResponse::Metrics(text) => print!("{text}"),
+        AdminResponse::Job(_) | AdminResponse::OutputSlice(_) | AdminResponse::LiveOutput(_) => {
+            return Err((EXIT_FAILED, "the daemon sent an answer saltpeterctl did not ask for".into()));
+        }
         AdminResponse::Failure(f) => {
             let code = match f {
                 AdminFailure::NotFound(_) | AdminFailure::Invalid(_) => EXIT_USAGE,

@@ -33,6 +33,32 @@ pub enum AdminRequest {
         machine: Option<String>,
     },
     Reload,
+    /// One job with its next `upcoming` fire times (answered with `Job`).
+    JobDetail {
+        job: String,
+        upcoming: u32,
+    },
+    /// Runs by job, state and time, with paging (answered with `Runs`).
+    RunsQuery(super::ui::RunQuery),
+    /// Part of a target's output (answered with `OutputSlice`).
+    OutputRange {
+        run: RunId,
+        machine: String,
+        range: super::ui::OutputRange,
+    },
+    /// Kill the runs of a job in flight, or one machine of them (`run`: only that run).
+    KillJob {
+        job: String,
+        machine: Option<String>,
+        run: Option<RunId>,
+    },
+    /// `/metrics` in the Prometheus text format (answered with `Metrics`).
+    Metrics,
+    /// Where a target's live output starts (answered with `LiveOutput`).
+    LiveOutput {
+        run: RunId,
+        machine: String,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -46,6 +72,8 @@ pub struct StatusInfo {
     pub config_errors: Vec<String>,
     /// The port wrappers connect to.
     pub wrapper_port: u16,
+    /// The HTTP API's port; 0 when `api_ws` is off.
+    pub api_port: u16,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -78,6 +106,10 @@ pub enum AdminResponse {
     /// A progress line of a long operation; the final answer follows.
     Progress(String),
     Failure(AdminFailure),
+    Job(super::ui::JobDetail),
+    OutputSlice(super::ui::OutputSlice),
+    Metrics(String),
+    LiveOutput(super::ui::LiveBase),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

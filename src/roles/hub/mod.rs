@@ -6,6 +6,7 @@
 //! a log line and never holds up anyone else.
 
 mod admin;
+mod http;
 mod wrappers;
 
 use std::time::{Duration, Instant};
@@ -24,6 +25,12 @@ type MainLink = Link<Packet<HubRequest, HubAnswer>, Packet<MainToHub, HubReply>>
 pub enum Waiting {
     Admin(admin::ConnId),
     Hello(crate::wire::link::ConnId),
+    /// An HTTP request of an API connection.
+    Http(http::ConnId, http::routes::Expect),
+    /// A `/ws` client's command or timeline.
+    Ws(http::ConnId, http::ws_ui::WsExpect),
+    /// The stored output of a target for the `/ws` live view.
+    LiveFetch(u64),
 }
 
 pub struct Hub {
@@ -32,6 +39,8 @@ pub struct Hub {
     calls: PendingCalls<Waiting>,
     admin: admin::Admin,
     wrappers: wrappers::Wrappers,
+    /// The HTTP API, `/ws` and the dashboard, when `api_ws` is on.
+    http: Option<http::Http>,
 }
 
 impl Controlled for Hub {
@@ -70,6 +79,9 @@ impl Hub {
         match waiting {
             Waiting::Admin(conn) => admin::fail(self, conn, &err),
             Waiting::Hello(conn) => wrappers::hello_failed(self, conn, &err),
+            Waiting::Http(conn, _) => http::call_failed(self, conn, &err),
+            Waiting::Ws(conn, expect) => http::ws_ui::call_failed(self, conn, expect, &err),
+            Waiting::LiveFetch(fid) => http::ws_ui::live_base(self, None, fid, Err(err.to_string())),
         }
     }
 }
@@ -103,6 +115,15 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
                     (Waiting::Hello(conn), Ok(HubReply::Verdict(v))) => {
                         wrappers::verdict(hub, ctx, conn, v)
                     }
+                    (Waiting::Http(conn, expect), Ok(HubReply::Admin(resp))) => {
+                        http::answer(hub, ctx, conn, expect, resp)
+                    }
+                    (Waiting::Ws(conn, expect), Ok(HubReply::Admin(resp))) => {
+                        http::ws_ui::answer(hub, ctx, conn, expect, resp)
+                    }
+                    (Waiting::LiveFetch(fid), Ok(HubReply::Admin(resp))) => {
+                        http::ws_ui::live_base(hub, Some(ctx), fid, Ok(resp))
+                    }
                     (waiting, Ok(other)) => {
                         log::error!("main answered {waiting:?} with {other:?}");
                     }
@@ -113,6 +134,18 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
                 MainToHub::ToWrapper { conn, msg } => wrappers::send(hub, ctx, conn, &msg.0),
                 MainToHub::CloseWrapper { conn } => wrappers::close(hub, ctx, conn),
                 MainToHub::AdminProgress { call, line } => admin::progress(hub, call, line),
+                MainToHub::UiConfig { json } => http::ws_ui::on_config(hub, ctx, json),
+                MainToHub::UiStatus { json } => http::ws_ui::on_status(hub, ctx, json),
+                MainToHub::UiDetails { job, json, live } => {
+                    http::ws_ui::on_details(hub, ctx, job, json, live)
+                }
+                MainToHub::UiOutput {
+                    job,
+                    run,
+                    machine,
+                    seq,
+                    data,
+                } => http::ws_ui::on_output(hub, ctx, job, run, machine, seq, data),
             },
             Packet::Call { id, .. } => log::warn!("main made call {id}, which hub does not serve"),
         }
@@ -133,14 +166,23 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let (main, _) = open_link(ev.ctx(), stream, Role::Hub, Role::Main, (), on_main)?;
     let admin = admin::Admin::listen(ev.ctx(), args.take_fd("admin")?)?;
     // Start-only limits; main owns the rest of the configuration.
-    let limits = match crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()) {
-        Ok(config) => wrappers::Limits::from_config(&config.saltpeter),
-        Err(e) => {
-            log::warn!("cannot read the configuration ({e}); default limits apply");
-            wrappers::Limits::default()
-        }
-    };
+    let (limits, saltpeter) =
+        match crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()) {
+            Ok(config) => (
+                wrappers::Limits::from_config(&config.saltpeter),
+                config.saltpeter,
+            ),
+            Err(e) => {
+                log::warn!("cannot read the configuration ({e}); default limits apply");
+                (wrappers::Limits::default(), Default::default())
+            }
+        };
     let wrappers = wrappers::Wrappers::listen(ev.ctx(), args.take_fd("wrappers")?, limits)?;
+    let http = match args.has_fd("api") {
+        true => Some(http::Http::listen(ev.ctx(), args.take_fd("api")?, &saltpeter)?),
+        false => None,
+    };
+    ev.ctx().every(Duration::from_secs(1), http::sweep);
     ev.ctx().every(Duration::from_millis(250), expire_calls);
     ev.ctx().every(Duration::from_secs(1), wrappers::sweep);
     let control = attach_control(ev.ctx(), &mut args)?;
@@ -150,6 +192,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         calls: PendingCalls::new(Role::Main),
         admin,
         wrappers,
+        http,
     };
     ev.run(&mut hub).map_err(RoleError::setup("event loop"))?;
     Ok(0)

@@ -53,6 +53,7 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
                 running_runs: core.runs.len(),
                 config_errors,
                 wrapper_port: core.wrapper_port,
+                api_port: core.api_port,
             };
             respond(core, call, AdminResponse::Status(status));
         }
@@ -156,6 +157,7 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
             let summary = super::reload(role, ctx);
             respond(&mut role.core, call, AdminResponse::Done(summary));
         }
+        other => super::api::handle(core, call, other),
     }
 }
 
@@ -187,7 +189,7 @@ pub fn answer(core: &mut Main, call: CallId, pending: Pending, result: Result<Db
     respond(core, call, resp);
 }
 
-fn jobs(core: &Main, last: &std::collections::BTreeMap<String, RunRecord>) -> Vec<JobInfo> {
+pub(super) fn jobs(core: &Main, last: &std::collections::BTreeMap<String, RunRecord>) -> Vec<JobInfo> {
     core.config
         .jobs
         .values()

@@ -14,6 +14,8 @@
 //! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
 
 mod admin;
+mod api;
+mod metrics;
 mod prestage;
 mod recovery;
 mod run_flow;
@@ -22,6 +24,7 @@ mod scheduler;
 mod sessions;
 mod targets;
 pub mod tokens;
+mod ui;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -80,6 +83,10 @@ pub enum DbWait {
     Recovery,
     /// A welcome waiting for its session to be recorded (so it survives a restart).
     Welcome(CallId, Box<crate::wire::link::WrapperVerdict>),
+    /// The dashboard's live view (`ui`).
+    Ui(ui::UiWait),
+    /// An HTTP API request of the hub's call id (`api`).
+    Api(CallId, api::ApiWait),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -130,6 +137,10 @@ pub struct Main {
     /// Measured salt launch latency (the pre-staging lead follows it).
     launch_latency: Duration,
     liveness_armed: bool,
+    /// The dashboard's live view and `/metrics`.
+    pub ui: ui::UiState,
+    /// The HTTP API's port (0: not served).
+    pub api_port: u16,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -152,6 +163,7 @@ impl Main {
 
     pub fn wake_run(&mut self, run: RunId) {
         self.wake(WakeKey::Event(Main::run_event(run)));
+        ui::run_changed(self, run);
     }
 
     pub fn db_call(&mut self, req: DbRequest, wait: DbWait) -> CallId {
@@ -232,6 +244,8 @@ impl Main {
                 };
                 self.reply_hub(call, HubReply::Verdict(verdict));
             }
+            DbWait::Ui(wait) => ui::db_answer(self, wait, result),
+            DbWait::Api(call, wait) => api::answer(self, call, wait, result),
         }
     }
 
@@ -329,10 +343,12 @@ impl Controlled for MainRole {
                 started_at,
                 processes,
                 wrapper_port,
+                api_port,
             } => {
                 self.core.started_at = started_at;
                 self.core.processes = processes;
                 self.core.wrapper_port = wrapper_port;
+                self.core.api_port = api_port;
             }
         }
     }
@@ -396,6 +412,7 @@ pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
                 }
             }
             role.core.config = loaded;
+            ui::config_changed(&mut role.core);
             role.core.scheduler.plan(role.core.config.valid_jobs(), now);
             arm_schedule(role, ctx);
             let jobs = role.core.config.jobs.len();
@@ -474,6 +491,7 @@ fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     }
     arm_workflow_timer(role, ctx);
     arm_liveness(role, ctx);
+    ui::flush(&mut role.core);
 }
 
 fn start_queued(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
@@ -564,6 +582,9 @@ fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: &Eve
                             }
                             None => log::warn!("db answered call {id} after its deadline"),
                         },
+                        Packet::Cast(DbNotice::CommitLatency(h)) => {
+                            core.ui.metrics.db_commit = Some(h)
+                        }
                         other => log::warn!("unexpected message from db: {other:?}"),
                     }
                 }
@@ -625,6 +646,7 @@ fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubRequest, 
             req: HubRequest::Admin(req),
         } => admin::handle(role, ctx, id, req),
         Packet::Call { id, req } => sessions::handle_call(&mut role.core, id, req),
+        Packet::Cast(HubRequest::UiWatch { job, watch }) => ui::watch(&mut role.core, job, watch),
         Packet::Cast(req) => sessions::handle_cast(&mut role.core, req),
         Packet::Reply { id, .. } => log::warn!("hub answered call {id} that main never made"),
     }
@@ -716,12 +738,15 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             wrapper_hash: None,
             launch_latency: Duration::from_secs(2),
             liveness_armed: false,
+            ui: ui::UiState::default(),
+            api_port: 0,
         },
         workflows: Registry::new(),
         schedule_timer: None,
         workflow_timer: None,
     };
     recovery::start(&mut role.core);
+    ui::start(&mut role.core);
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }

@@ -52,6 +52,7 @@ pub fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
                 ),
             }
             if let WrapperVerdict::Welcome { resume_key, .. } = &verdict {
+                super::ui::wrapper_welcomed(core, run, &machine, &wrapper_version);
                 // The session must survive a restart: record it before welcoming.
                 core.db_call(
                     DbRequest::UpdateTarget {
@@ -234,6 +235,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
             let Some((run, machine)) = touch(core, conn) else {
                 return;
             };
+            super::ui::output_arrived(core, run, &machine, seq, &data);
             let limit = core
                 .runs
                 .get(&run)
