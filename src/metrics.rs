@@ -15,8 +15,20 @@ pub const LATENCY_BUCKETS: &[f64] = &[
 
 /// Buckets (seconds) for run durations.
 pub const DURATION_BUCKETS: &[f64] = &[
-    0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 4.0 * 3600.0,
-    12.0 * 3600.0, 86400.0,
+    0.1,
+    0.5,
+    1.0,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    1800.0,
+    3600.0,
+    4.0 * 3600.0,
+    12.0 * 3600.0,
+    86400.0,
 ];
 
 /// A cumulative histogram of observations in seconds.
@@ -74,7 +86,11 @@ impl Histogram {
                 "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
             );
         }
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
         let braces = if labels.is_empty() {
             String::new()
         } else {
@@ -125,7 +141,10 @@ mod tests {
         h.observe(2.0);
         let mut out = String::new();
         h.render("y", &format!("job=\"{}\"", label_value("a\"b")), &mut out);
-        assert!(out.contains("y_bucket{job=\"a\\\"b\",le=\"+Inf\"} 1"), "{out}");
+        assert!(
+            out.contains("y_bucket{job=\"a\\\"b\",le=\"+Inf\"} 1"),
+            "{out}"
+        );
         assert!(out.contains("y_count{job=\"a\\\"b\"} 1"), "{out}");
     }
 }

@@ -29,7 +29,9 @@ pub fn settings(config_dir: &Path) -> Result<Startup, StartError> {
             format!("{host}:{port}")
         }
     };
-    if sp.api_ws && sp.api_auth == crate::config::ApiAuth::None && !is_loopback(&sp.api_ws_bind_addr)
+    if sp.api_ws
+        && sp.api_auth == crate::config::ApiAuth::None
+        && !is_loopback(&sp.api_ws_bind_addr)
     {
         return Err(StartError::Config {
             path: config_dir.to_path_buf(),

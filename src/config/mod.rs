@@ -42,10 +42,10 @@ use std::time::SystemTime;
 use chrono::{DateTime, Utc};
 
 pub use job::Job;
+pub use saltpeter::ApiAuth;
 pub use saltpeter::{
     DEFAULT_WRAPPER_PATH, Maintenance, Retention, STARTUP_ONLY_KEYS, SaltpeterConfig, Secret,
 };
-pub use saltpeter::ApiAuth;
 pub use types::{Executor, MIB, Missed, OutputLimit, Overlap, TargetType};
 
 use read_job::JobDefaults;

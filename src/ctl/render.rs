@@ -218,7 +218,10 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
         AdminResponse::Progress(line) => eprintln!("{line}"),
         AdminResponse::Metrics(text) => print!("{text}"),
         AdminResponse::Job(_) | AdminResponse::OutputSlice(_) | AdminResponse::LiveOutput(_) => {
-            return Err((EXIT_FAILED, "the daemon sent an answer saltpeterctl did not ask for".into()));
+            return Err((
+                EXIT_FAILED,
+                "the daemon sent an answer saltpeterctl did not ask for".into(),
+            ));
         }
         AdminResponse::Failure(f) => {
             let code = match f {

@@ -139,7 +139,10 @@ pub enum HubRequest {
     },
     /// `/ws` clients subscribed to `job` (or the last one left): main pushes its details
     /// and live output while watched (cast).
-    UiWatch { job: String, watch: bool },
+    UiWatch {
+        job: String,
+        watch: bool,
+    },
 }
 
 /// Main's answer to a `WrapperHello`.

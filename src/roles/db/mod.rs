@@ -138,8 +138,7 @@ fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
     }
     let started = std::time::Instant::now();
     let first = apply_batch(&mut db.store, &calls);
-    db.commit_latency
-        .observe(started.elapsed().as_secs_f64());
+    db.commit_latency.observe(started.elapsed().as_secs_f64());
     let results = match first {
         Ok(results) => results,
         Err(first) => {

@@ -81,7 +81,9 @@ impl Hub {
             Waiting::Hello(conn) => wrappers::hello_failed(self, conn, &err),
             Waiting::Http(conn, _) => http::call_failed(self, conn, &err),
             Waiting::Ws(conn, expect) => http::ws_ui::call_failed(self, conn, expect, &err),
-            Waiting::LiveFetch(fid) => http::ws_ui::live_base(self, None, fid, Err(err.to_string())),
+            Waiting::LiveFetch(fid) => {
+                http::views::live_base(self, None, fid, Err(err.to_string()))
+            }
         }
     }
 }
@@ -122,7 +124,7 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
                         http::ws_ui::answer(hub, ctx, conn, expect, resp)
                     }
                     (Waiting::LiveFetch(fid), Ok(HubReply::Admin(resp))) => {
-                        http::ws_ui::live_base(hub, Some(ctx), fid, Ok(resp))
+                        http::views::live_base(hub, Some(ctx), fid, Ok(resp))
                     }
                     (waiting, Ok(other)) => {
                         log::error!("main answered {waiting:?} with {other:?}");
@@ -134,10 +136,10 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
                 MainToHub::ToWrapper { conn, msg } => wrappers::send(hub, ctx, conn, &msg.0),
                 MainToHub::CloseWrapper { conn } => wrappers::close(hub, ctx, conn),
                 MainToHub::AdminProgress { call, line } => admin::progress(hub, call, line),
-                MainToHub::UiConfig { json } => http::ws_ui::on_config(hub, ctx, json),
-                MainToHub::UiStatus { json } => http::ws_ui::on_status(hub, ctx, json),
+                MainToHub::UiConfig { json } => http::views::on_config(hub, ctx, json),
+                MainToHub::UiStatus { json } => http::views::on_status(hub, ctx, json),
                 MainToHub::UiDetails { job, json, live } => {
-                    http::ws_ui::on_details(hub, ctx, job, json, live)
+                    http::views::on_details(hub, ctx, job, json, live)
                 }
                 MainToHub::UiOutput {
                     job,
@@ -145,7 +147,7 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
                     machine,
                     seq,
                     data,
-                } => http::ws_ui::on_output(hub, ctx, job, run, machine, seq, data),
+                } => http::views::on_output(hub, ctx, job, run, machine, seq, data),
             },
             Packet::Call { id, .. } => log::warn!("main made call {id}, which hub does not serve"),
         }
@@ -179,7 +181,11 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         };
     let wrappers = wrappers::Wrappers::listen(ev.ctx(), args.take_fd("wrappers")?, limits)?;
     let http = match args.has_fd("api") {
-        true => Some(http::Http::listen(ev.ctx(), args.take_fd("api")?, &saltpeter)?),
+        true => Some(http::Http::listen(
+            ev.ctx(),
+            args.take_fd("api")?,
+            &saltpeter,
+        )?),
         false => None,
     };
     ev.ctx().every(Duration::from_secs(1), http::sweep);

@@ -189,7 +189,10 @@ pub fn answer(core: &mut Main, call: CallId, pending: Pending, result: Result<Db
     respond(core, call, resp);
 }
 
-pub(super) fn jobs(core: &Main, last: &std::collections::BTreeMap<String, RunRecord>) -> Vec<JobInfo> {
+pub(super) fn jobs(
+    core: &Main,
+    last: &std::collections::BTreeMap<String, RunRecord>,
+) -> Vec<JobInfo> {
     core.config
         .jobs
         .values()

@@ -39,7 +39,11 @@ pub fn handle(core: &mut Main, call: CallId, req: AdminRequest) {
     match req {
         AdminRequest::JobDetail { job, upcoming } => {
             if !core.config.jobs.contains_key(&job) {
-                return failure(core, call, AdminFailure::NotFound(format!("no job named {job}")));
+                return failure(
+                    core,
+                    call,
+                    AdminFailure::NotFound(format!("no job named {job}")),
+                );
             }
             core.db_call(
                 DbRequest::ListRuns(RunFilter {
@@ -165,10 +169,14 @@ pub fn answer(core: &mut Main, call: CallId, wait: ApiWait, result: Result<DbRep
         Err(e) => return failure(core, call, AdminFailure::Internal(e.to_string())),
     };
     let resp = match (wait, reply) {
-        (ApiWait::Job { job, upcoming }, DbReply::Runs(runs)) => match job_detail(core, &job, upcoming, runs) {
-            Some(detail) => AdminResponse::Job(detail),
-            None => AdminResponse::Failure(AdminFailure::NotFound(format!("no job named {job}"))),
-        },
+        (ApiWait::Job { job, upcoming }, DbReply::Runs(runs)) => {
+            match job_detail(core, &job, upcoming, runs) {
+                Some(detail) => AdminResponse::Job(detail),
+                None => {
+                    AdminResponse::Failure(AdminFailure::NotFound(format!("no job named {job}")))
+                }
+            }
+        }
         (ApiWait::Slice, DbReply::Output(out)) => AdminResponse::OutputSlice(OutputSlice {
             data: out.data,
             omitted_bytes: out.omitted_bytes,

@@ -267,9 +267,13 @@ mod tests {
                 .status(),
             403
         );
-        let good = req("POST / HTTP/1.1\r\nHost: h:1\r\nX-Saltpeter-Csrf: 1\r\nOrigin: http://h:1\r\n\r\n");
+        let good = req(
+            "POST / HTTP/1.1\r\nHost: h:1\r\nX-Saltpeter-Csrf: 1\r\nOrigin: http://h:1\r\n\r\n",
+        );
         assert!(a.check_state_change(&good, Principal::Cookie).is_ok());
-        let cross = req("POST / HTTP/1.1\r\nHost: h:1\r\nX-Saltpeter-Csrf: 1\r\nOrigin: http://evil\r\n\r\n");
+        let cross = req(
+            "POST / HTTP/1.1\r\nHost: h:1\r\nX-Saltpeter-Csrf: 1\r\nOrigin: http://evil\r\n\r\n",
+        );
         assert!(a.check_state_change(&cross, Principal::Cookie).is_err());
         assert!(a.check_state_change(&plain, Principal::Bearer).is_ok());
         assert!(a.check_ws(&cross, Principal::Cookie).is_err());

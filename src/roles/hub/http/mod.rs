@@ -17,6 +17,7 @@ pub mod auth;
 pub mod live;
 pub mod parse;
 pub mod routes;
+pub mod views;
 pub mod ws_ui;
 
 use std::collections::HashMap;
@@ -126,7 +127,7 @@ pub struct Http {
     next_id: ConnId,
     pub limits: Limits,
     pub auth: auth::Auth,
-    pub ui: ws_ui::UiHub,
+    pub ui: views::UiHub,
     pub stats: Stats,
 }
 
@@ -175,7 +176,7 @@ impl Http {
         Ok(Http {
             conns: HashMap::new(),
             next_id: 1,
-            ui: ws_ui::UiHub::new(limits.live_cap),
+            ui: views::UiHub::new(limits.live_cap),
             limits,
             auth,
             stats: Stats::default(),
@@ -284,7 +285,7 @@ pub fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
     log::debug!("API connection {id} from {} closed: {why}", conn.peer);
     ctx.remove(conn.token);
     if let Kind::Ws(ws) = conn.kind {
-        ws_ui::forget_client(hub, id, &ws);
+        views::forget_client(hub, id, &ws);
     }
 }
 
@@ -440,11 +441,7 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
             if let Some(conn) = http_conn(hub, id) {
                 conn.state = State::Waiting { keep_alive, head };
             }
-            hub.call_main(
-                HubRequest::Admin(admin),
-                timeout,
-                Waiting::Http(id, expect),
-            );
+            hub.call_main(HubRequest::Admin(admin), timeout, Waiting::Http(id, expect));
         }
         routes::Action::Upgrade => ws_ui::upgrade(hub, ctx, id, raw),
     }
@@ -452,7 +449,8 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
 
 /// Queue an answer; the connection reads the next request (or closes after it).
 fn queue(conn: &mut HttpConn, resp: &Response, keep_alive: bool, head: bool) {
-    conn.wbuf.extend_from_slice(&resp.to_bytes(keep_alive, head));
+    conn.wbuf
+        .extend_from_slice(&resp.to_bytes(keep_alive, head));
     conn.state = State::Reading;
     conn.idle_since = Instant::now();
     if !keep_alive {
@@ -556,7 +554,10 @@ pub fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
                 State::Closing { since } if now.duration_since(since) > LINGER => {
                     drop_now.push((*id, "closed"));
                 }
-                State::Reading if c.partial_since.is_some_and(|t| now.duration_since(t) > limits.request_timeout) => {
+                State::Reading
+                    if c.partial_since
+                        .is_some_and(|t| now.duration_since(t) > limits.request_timeout) =>
+                {
                     timed_out.push(*id);
                 }
                 State::Reading if c.rbuf.is_empty() && c.wbuf.is_empty() => {
@@ -588,11 +589,8 @@ pub fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
             log::info!("API connection {id}: request not complete in time; 408");
             conn.rbuf.clear();
             conn.partial_since = None;
-            let resp = Response::error(
-                408,
-                "request_timeout",
-                "the request did not arrive in time",
-            );
+            let resp =
+                Response::error(408, "request_timeout", "the request did not arrive in time");
             queue(conn, &resp, false, false);
         }
         flush(hub, ctx, id);

@@ -295,12 +295,7 @@ impl Response {
     /// The bytes on the wire; `head_only` for HEAD (the length stays that of the body).
     pub fn to_bytes(&self, keep_alive: bool, head_only: bool) -> Vec<u8> {
         let mut head = String::with_capacity(256);
-        let _ = write!(
-            head,
-            "HTTP/1.1 {} {}\r\n",
-            self.status,
-            reason(self.status)
-        );
+        let _ = write!(head, "HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
         for (name, value) in &self.headers {
             let _ = write!(head, "{name}: {value}\r\n");
         }
@@ -396,7 +391,12 @@ mod tests {
         assert_eq!(parse(body, &LIMITS).unwrap_err().status, 413);
         let chunked = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
         assert_eq!(parse(chunked, &LIMITS).unwrap_err().status, 501);
-        assert_eq!(parse(b"\x16\x03\x01garbage\r\n\r\n", &LIMITS).unwrap_err().status, 400);
+        assert_eq!(
+            parse(b"\x16\x03\x01garbage\r\n\r\n", &LIMITS)
+                .unwrap_err()
+                .status,
+            400
+        );
         let twice = b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n";
         assert_eq!(parse(twice, &LIMITS).unwrap_err().status, 400);
         let absolute = b"GET http://x/ HTTP/1.1\r\n\r\n";

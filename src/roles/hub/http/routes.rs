@@ -114,7 +114,9 @@ pub fn route(http: &Http, req: &Request) -> Action {
         );
     }
     match (method, seg.as_slice()) {
-        ("GET", []) | ("GET", ["index.html"]) => static_file("text/html; charset=utf-8", INDEX_HTML),
+        ("GET", []) | ("GET", ["index.html"]) => {
+            static_file("text/html; charset=utf-8", INDEX_HTML)
+        }
         ("GET", ["app.js"]) => static_file("text/javascript; charset=utf-8", APP_JS),
         ("GET", ["style.css"]) => static_file("text/css; charset=utf-8", STYLE_CSS),
         ("GET", ["healthz"]) => Action::Call {
@@ -129,7 +131,9 @@ pub fn route(http: &Http, req: &Request) -> Action {
                 .with_header("Set-Cookie", &Auth::logout_cookie()),
         ),
         (_, ["api", "v1", "login" | "logout"]) => not_allowed("POST"),
-        ("GET", ["metrics"]) if http.auth.metrics_open() => call(AdminRequest::Metrics, Expect::Metrics),
+        ("GET", ["metrics"]) if http.auth.metrics_open() => {
+            call(AdminRequest::Metrics, Expect::Metrics)
+        }
         _ => match http.auth.check(req) {
             Ok(who) => protected(http, req, method, &seg, who),
             Err(denied) => Action::Respond(
@@ -268,7 +272,11 @@ fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: Princi
                 200,
                 &json!({"global": m["global"], "machines": m["machines"], "source": "configuration"}),
             )),
-            None => error(503, "unavailable", "the configuration has not arrived from main yet"),
+            None => error(
+                503,
+                "unavailable",
+                "the configuration has not arrived from main yet",
+            ),
         },
         ("PUT" | "POST", ["api", "v1", "maintenance"]) => {
             if let Err(a) = json_body(req) {
@@ -298,14 +306,14 @@ fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: Princi
 /// A WebSocket handshake request (RFC 6455 section 4.1), version 13.
 fn is_ws_upgrade(req: &Request) -> bool {
     let has = |name: &str, word: &str| {
-        req.header(name).is_some_and(|v| {
-            v.split(',')
-                .any(|t| t.trim().eq_ignore_ascii_case(word))
-        })
+        req.header(name)
+            .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(word)))
     };
     has("upgrade", "websocket")
         && has("connection", "upgrade")
-        && req.header("sec-websocket-key").is_some_and(|k| !k.is_empty())
+        && req
+            .header("sec-websocket-key")
+            .is_some_and(|k| !k.is_empty())
         && req.header("sec-websocket-version") == Some("13")
 }
 
@@ -351,7 +359,10 @@ fn runs_query(req: &Request) -> Action {
     let parsed = (|| -> Result<RunQuery, Action> {
         let limit = number(req, "limit", DEFAULT_RUNS as u64)?.clamp(1, MAX_RUNS as u64) as u32;
         Ok(RunQuery {
-            job: req.query("job").filter(|j| !j.is_empty()).map(str::to_string),
+            job: req
+                .query("job")
+                .filter(|j| !j.is_empty())
+                .map(str::to_string),
             state,
             since: instant(req, "since")?,
             until: instant(req, "until")?,
@@ -497,12 +508,14 @@ pub fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Response {
         (Expect::Started, AdminResponse::Started { run }) => {
             Response::json(202, &json!({"run": run}))
         }
-        (Expect::Done, AdminResponse::Done(message)) => {
-            ok(json!({"ok": true, "message": message}))
-        }
+        (Expect::Done, AdminResponse::Done(message)) => ok(json!({"ok": true, "message": message})),
         (Expect::Metrics, AdminResponse::Metrics(mut text)) => {
-            super::ws_ui::hub_metrics(http, &mut text);
-            Response::new(200, "text/plain; version=0.0.4; charset=utf-8", text.into_bytes())
+            super::views::hub_metrics(http, &mut text);
+            Response::new(
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                text.into_bytes(),
+            )
         }
         (expect, other) => {
             log::error!("main answered {expect:?} with {other:?}");

@@ -1,25 +1,17 @@
 //! `/ws`: the original Saltpeter UI protocol (PROTOCOLS.md section 2.1), event-driven.
 //!
-//! The hub keeps what it needs to answer many clients without asking main each time:
-//! the last `config` and `status` messages, and for each job some client subscribed to
-//! (a "view"), main's last `details` and the live text of the targets they cover.
+//! 1. Connect: the handshake (tungstenite, over the request bytes the HTTP layer already
+//!    read), then the last `config` and `status` messages.
+//! 2. `subscribe` / `unsubscribe` join and leave a job's view (`views`): the view pushes
+//!    `details` and `output_chunk` messages to its subscribers as main reports changes.
+//! 3. `run`, `killCron`, `killMachine` and `getTimeline` become calls to main; `ack` is
+//!    accepted and ignored, as by the original.
 //!
-//! 1. Connect: the handshake (tungstenite, over the request bytes already read), then
-//!    `config` and `status`.
-//! 2. `subscribe`: the first subscriber of a job makes the hub tell main (`UiWatch`);
-//!    main answers with `details`; for each target they cover the hub fetches the stored
-//!    output once (`LiveOutput`) and from then on receives each new frame once
-//!    (`UiOutput`, by seq: frames that arrive during the fetch are kept and those the
-//!    fetch already contained are dropped).
-//! 3. Every change is pushed to the view's subscribers; each subscriber has its own
-//!    position per target (characters of the decoded text, `live`), so a chunk holds
-//!    exactly what that client has not seen. A new run of a target starts at 0.
-//! 4. `run`, `killCron`, `killMachine` and `getTimeline` become calls to main.
-//!
-//! A client that sends malformed frames or lets its unread messages pile up is dropped;
-//! nothing a client does reaches another client or the wrappers.
+//! A client that sends malformed or binary frames, or lets its unread messages pile up
+//! (`max_write_buffer_size`), is dropped; nothing a client does reaches another client or
+//! the wrappers.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
@@ -30,19 +22,18 @@ use tungstenite::handshake::{HandshakeError, MidHandshake};
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{Message, Utf8Bytes, WebSocket};
 
-use super::live::{LiveText, Position};
+use super::live::Position;
+use super::views::{leave_view, push_details, push_output};
 use super::{ConnId, Http, Kind, drop_conn};
 use crate::evloop::Ctx;
 use crate::ipc::CallError;
 use crate::roles::hub::{Hub, Waiting};
 use crate::wire::admin::{AdminRequest, AdminResponse};
 use crate::wire::link::HubRequest;
-use crate::wire::records::{Millis, RunId, RunRecord};
-use crate::wire::ui::{LiveTarget, RunQuery};
+use crate::wire::records::{Millis, RunRecord};
+use crate::wire::ui::RunQuery;
 
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// Largest text of one `output_chunk`.
-const MAX_CHUNK: usize = 256 * 1024;
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Subscriptions one client may hold.
 const MAX_SUBSCRIPTIONS: usize = 10_000;
 const MAX_JOB_NAME: usize = 512;
@@ -81,7 +72,7 @@ impl Write for Replay {
 
 type Mid = MidHandshake<ServerHandshake<Replay, NoCallback>>;
 
-enum Session {
+pub(super) enum Session {
     Handshaking(Box<Mid>),
     Open(Box<WebSocket<Replay>>),
 }
@@ -94,10 +85,10 @@ pub enum WsExpect {
 }
 
 pub struct WsConn {
-    session: Option<Session>,
+    pub(super) session: Option<Session>,
     since: Instant,
-    subs: BTreeSet<String>,
-    positions: HashMap<(String, String), Position>,
+    pub(super) subs: BTreeSet<String>,
+    pub(super) positions: HashMap<(String, String), Position>,
     /// `getTimeline` requests waiting for main, with the client's `id`.
     timelines: HashMap<u64, Value>,
     next_req: u64,
@@ -109,46 +100,6 @@ impl WsConn {
     }
     pub fn since(&self) -> Instant {
         self.since
-    }
-}
-
-struct Target {
-    text: LiveText,
-    upto_seq: u64,
-    /// The stored output is being fetched; frames that arrive meanwhile wait here.
-    fetching: Option<Vec<(u64, Vec<u8>)>>,
-    finished: bool,
-}
-
-#[derive(Default)]
-struct JobView {
-    subscribers: BTreeSet<ConnId>,
-    details: Option<Value>,
-    targets: BTreeMap<String, Target>,
-}
-
-pub struct UiHub {
-    config: Option<Utf8Bytes>,
-    status: Option<Utf8Bytes>,
-    /// `config.maintenance` of the last configuration (for `/api/v1/maintenance`).
-    pub maintenance: Option<Value>,
-    jobs: HashMap<String, JobView>,
-    fetches: HashMap<u64, (String, String, RunId)>,
-    next_fetch: u64,
-    live_cap: usize,
-}
-
-impl UiHub {
-    pub fn new(live_cap: usize) -> UiHub {
-        UiHub {
-            config: None,
-            status: None,
-            maintenance: None,
-            jobs: HashMap::new(),
-            fetches: HashMap::new(),
-            next_fetch: 1,
-            live_cap,
-        }
     }
 }
 
@@ -218,7 +169,7 @@ fn ws_of(hub: &mut Hub, id: ConnId) -> Option<&mut WsConn> {
 }
 
 /// Send one text message to client `id` (a failure marks it for `reap`).
-fn send(http: &mut Http, id: ConnId, text: &Utf8Bytes) {
+pub(super) fn send(http: &mut Http, id: ConnId, text: &Utf8Bytes) {
     let Some(conn) = http.conn_mut(id) else {
         return;
     };
@@ -373,7 +324,11 @@ fn client_message(hub: &mut Hub, id: ConnId, text: &str) {
         None
     };
     if let Some((req, expect)) = call {
-        hub.call_main(HubRequest::Admin(req), CALL_TIMEOUT, Waiting::Ws(id, expect));
+        hub.call_main(
+            HubRequest::Admin(req),
+            CALL_TIMEOUT,
+            Waiting::Ws(id, expect),
+        );
     }
 }
 
@@ -433,10 +388,15 @@ pub fn parse_date(text: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Mill
     if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(t) {
         return Some(dt.timestamp_millis());
     }
-    ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"]
-        .iter()
-        .find_map(|f| chrono::NaiveDateTime::parse_from_str(t, f).ok())
-        .map(|n| n.and_utc().timestamp_millis())
+    [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M",
+    ]
+    .iter()
+    .find_map(|f| chrono::NaiveDateTime::parse_from_str(t, f).ok())
+    .map(|n| n.and_utc().timestamp_millis())
 }
 
 fn subscribe(hub: &mut Hub, id: ConnId, jobs: Vec<String>) {
@@ -485,341 +445,14 @@ fn unsubscribe(hub: &mut Hub, id: ConnId, job: &str) {
     leave_view(hub, id, job);
 }
 
-fn leave_view(hub: &mut Hub, id: ConnId, job: &str) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let Some(view) = http.ui.jobs.get_mut(job) else {
-        return;
-    };
-    view.subscribers.remove(&id);
-    if view.subscribers.is_empty() {
-        http.ui.jobs.remove(job);
-        hub.cast_main(HubRequest::UiWatch {
-            job: job.to_string(),
-            watch: false,
-        });
-    }
-}
-
-/// A client went away: its subscriptions end.
-pub fn forget_client(hub: &mut Hub, id: ConnId, ws: &WsConn) {
-    for job in &ws.subs {
-        leave_view(hub, id, job);
-    }
-}
-
-fn broadcast(hub: &mut Hub, text: &Utf8Bytes) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    for id in http.ws_ids() {
-        send(http, id, text);
-    }
-}
-
-pub fn on_config(hub: &mut Hub, ctx: &mut Ctx<Hub>, json: String) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    http.ui.maintenance = serde_json::from_str::<Value>(&json)
-        .ok()
-        .map(|v| v["config"]["maintenance"].clone());
-    let text = Utf8Bytes::from(json);
-    http.ui.config = Some(text.clone());
-    broadcast(hub, &text);
-    super::reap(hub, ctx);
-}
-
-pub fn on_status(hub: &mut Hub, ctx: &mut Ctx<Hub>, json: String) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let text = Utf8Bytes::from(json);
-    http.ui.status = Some(text.clone());
-    broadcast(hub, &text);
-    super::reap(hub, ctx);
-}
-
-/// Fetch the stored output of a target for its view.
-fn start_fetch(hub: &mut Hub, job: &str, machine: &str, run: RunId) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let fid = http.ui.next_fetch;
-    http.ui.next_fetch += 1;
-    http.ui
-        .fetches
-        .insert(fid, (job.to_string(), machine.to_string(), run));
-    hub.call_main(
-        HubRequest::Admin(AdminRequest::LiveOutput {
-            run,
-            machine: machine.to_string(),
-        }),
-        CALL_TIMEOUT,
-        Waiting::LiveFetch(fid),
-    );
-}
-
-fn new_target(run: RunId, cap: usize, finished: bool, first: Option<(u64, Vec<u8>)>) -> Target {
-    Target {
-        text: LiveText::new(run, cap),
-        upto_seq: 0,
-        fetching: Some(first.into_iter().collect()),
-        finished,
-    }
-}
-
-pub fn on_details(
-    hub: &mut Hub,
-    ctx: &mut Ctx<Hub>,
-    job: String,
-    json: String,
-    live: Vec<LiveTarget>,
-) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let cap = http.ui.live_cap;
-    let Some(view) = http.ui.jobs.get_mut(&job) else {
-        return; // nobody watches it any more
-    };
-    match serde_json::from_str::<Value>(&json) {
-        Ok(v) => view.details = Some(v),
-        Err(e) => log::error!("main sent details of {job} that are not JSON: {e}"),
-    }
-    let newest = live.iter().map(|t| t.run).max();
-    view.targets
-        .retain(|m, t| live.iter().any(|l| &l.machine == m) || Some(t.text.run) == newest);
-    let mut fetch = Vec::new();
-    for lt in live {
-        match view.targets.get_mut(&lt.machine) {
-            Some(t) if t.text.run == lt.run => {
-                if lt.finished && !t.finished {
-                    t.finished = true;
-                    if t.fetching.is_none() {
-                        t.text.finish();
-                    }
-                }
-            }
-            _ => {
-                view.targets.insert(
-                    lt.machine.clone(),
-                    new_target(lt.run, cap, lt.finished, None),
-                );
-                fetch.push((lt.machine, lt.run));
-            }
-        }
-    }
-    for (machine, run) in fetch {
-        start_fetch(hub, &job, &machine, run);
-    }
-    push_details(hub, &job, None);
-    push_output(hub, &job, None);
-    super::reap(hub, ctx);
-}
-
-pub fn on_output(
-    hub: &mut Hub,
-    ctx: &mut Ctx<Hub>,
-    job: String,
-    run: RunId,
-    machine: String,
-    seq: u64,
-    data: Vec<u8>,
-) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let cap = http.ui.live_cap;
-    let Some(view) = http.ui.jobs.get_mut(&job) else {
-        return;
-    };
-    match view.targets.get_mut(&machine) {
-        Some(t) if t.text.run == run => match &mut t.fetching {
-            Some(queued) => queued.push((seq, data)),
-            None if seq > t.upto_seq => {
-                t.text.push_bytes(&data);
-                t.upto_seq = seq;
-            }
-            None => {}
-        },
-        _ => {
-            view.targets
-                .insert(machine.clone(), new_target(run, cap, false, Some((seq, data))));
-            start_fetch(hub, &job, &machine, run);
-            return;
-        }
-    }
-    push_output(hub, &job, None);
-    super::reap(hub, ctx);
-}
-
-/// main answered (or failed) a fetch of stored output.
-pub fn live_base(hub: &mut Hub, ctx: Option<&mut Ctx<Hub>>, fid: u64, answer: Result<AdminResponse, String>) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let Some((job, machine, run)) = http.ui.fetches.remove(&fid) else {
-        return;
-    };
-    let Some(t) = http
-        .ui
-        .jobs
-        .get_mut(&job)
-        .and_then(|v| v.targets.get_mut(&machine))
-        .filter(|t| t.text.run == run)
-    else {
-        return;
-    };
-    let Some(queued) = t.fetching.take() else {
-        return;
-    };
-    match answer {
-        Ok(AdminResponse::LiveOutput(base)) => {
-            let at = base.omitted_at.unwrap_or(base.data.len()).min(base.data.len());
-            t.text.push_bytes(&base.data[..at]);
-            if base.omitted_at.is_some() && base.omitted_bytes > 0 {
-                t.text
-                    .push_str(&crate::ctl::render::elision_marker(base.omitted_bytes));
-            }
-            t.text.push_bytes(&base.data[at..]);
-            t.upto_seq = base.upto_seq;
-        }
-        Ok(other) => log::debug!("no stored output of {machine} in run {run}: {other:?}"),
-        Err(e) => log::debug!("no stored output of {machine} in run {run}: {e}"),
-    }
-    for (seq, data) in queued {
-        if seq > t.upto_seq {
-            t.text.push_bytes(&data);
-            t.upto_seq = seq;
-        }
-    }
-    if t.finished {
-        t.text.finish();
-    }
-    push_output(hub, &job, None);
-    if let Some(ctx) = ctx {
-        super::reap(hub, ctx);
-    }
-}
-
-/// `details` of `job` to its subscribers (or only to `only`), with each target's
-/// `output_length` as the hub counts it.
-fn push_details(hub: &mut Hub, job: &str, only: Option<ConnId>) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let Some(view) = http.ui.jobs.get(job) else {
-        return;
-    };
-    let Some(mut data) = view.details.clone() else {
-        return;
-    };
-    if let Some(results) = data.get_mut("results").and_then(Value::as_object_mut) {
-        for (machine, t) in &view.targets {
-            if let Some(r) = results.get_mut(machine) {
-                r["output_length"] = json!(t.text.total_chars());
-            }
-        }
-    }
-    let text = Utf8Bytes::from(json!({"type": "details", "cron": job, "data": data}).to_string());
-    let targets: Vec<ConnId> = match only {
-        Some(id) => vec![id],
-        None => view.subscribers.iter().copied().collect(),
-    };
-    for id in targets {
-        send(http, id, &text);
-    }
-}
-
-/// What each subscriber of `job` (or only `only`) has not seen of its targets' output.
-fn push_output(hub: &mut Hub, job: &str, only: Option<ConnId>) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let Http {
-        conns, ui, stats, ..
-    } = http;
-    let Some(view) = ui.jobs.get(job) else {
-        return;
-    };
-    let subscribers: Vec<ConnId> = match only {
-        Some(id) => vec![id],
-        None => view.subscribers.iter().copied().collect(),
-    };
-    for (machine, t) in &view.targets {
-        if t.fetching.is_some() {
-            continue;
-        }
-        // Subscribers at the same position get the same message, built once.
-        let mut built: Vec<(Position, Vec<(Utf8Bytes, Position)>)> = Vec::new();
-        let key = (job.to_string(), machine.clone());
-        for id in &subscribers {
-            let Some(conn) = conns.get_mut(id) else {
-                continue;
-            };
-            let Kind::Ws(ws) = &mut conn.kind else {
-                continue;
-            };
-            let pos = ws.positions.get(&key).copied().unwrap_or_default();
-            let msgs = match built.iter().find(|(p, _)| *p == pos) {
-                Some((_, msgs)) => msgs.clone(),
-                None => {
-                    let msgs = chunks(job, machine, &t.text, pos);
-                    built.push((pos, msgs.clone()));
-                    msgs
-                }
-            };
-            let Some(last) = msgs.last().map(|(_, p)| *p) else {
-                continue;
-            };
-            let Some(Session::Open(socket)) = ws.session.as_mut() else {
-                continue;
-            };
-            let mut failed = None;
-            for (text, _) in &msgs {
-                stats.ws_messages_sent += 1;
-                match socket.send(Message::Text(text.clone())) {
-                    Ok(()) => {}
-                    Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => {
-                        failed = Some(format!("/ws write failed: {e}"));
-                        break;
-                    }
-                }
-            }
-            ws.positions.insert(key.clone(), last);
-            if let Some(why) = failed {
-                conn.mark_dead(why);
-            }
-        }
-    }
-}
-
-/// The `output_chunk` messages that bring a subscriber at `pos` up to date.
-fn chunks(job: &str, machine: &str, text: &LiveText, mut pos: Position) -> Vec<(Utf8Bytes, Position)> {
-    let mut out = Vec::new();
-    let instance = crate::wire::ui::instance(job, text.run);
-    while let Some((chunk, next)) = text.next_chunk(&pos, MAX_CHUNK) {
-        let msg = json!({
-            "type": "output_chunk",
-            "cron": job,
-            "machine": machine,
-            "chunk": chunk.text,
-            "position": chunk.position,
-            "total_length": chunk.total_length,
-            "is_complete": chunk.is_complete,
-            "job_instance": instance,
-        });
-        out.push((Utf8Bytes::from(msg.to_string()), next));
-        pos = next;
-    }
-    out
-}
-
 /// main answered a client's command or timeline request.
-pub fn answer(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, expect: WsExpect, resp: AdminResponse) {
+pub fn answer(
+    hub: &mut Hub,
+    ctx: &mut Ctx<Hub>,
+    id: ConnId,
+    expect: WsExpect,
+    resp: AdminResponse,
+) {
     match (expect, resp) {
         (WsExpect::Command, AdminResponse::Failure(f)) => {
             log::info!("/ws client {id}: command refused: {f}");
@@ -856,14 +489,18 @@ fn send_timeline(hub: &mut Hub, id: ConnId, req: u64, runs: &[RunRecord]) {
         let instance = crate::wire::ui::instance(&run.job, run.id);
         for t in &run.targets {
             if t.started.is_some() {
-                content.push(json!({"cron": run.job, "timestamp": crate::ctl::render::time(t.started),
+                content.push(
+                    json!({"cron": run.job, "timestamp": crate::ctl::render::time(t.started),
                     "ret_code": null, "msg_type": "machine_start", "job_instance": instance,
-                    "machine": t.machine}));
+                    "machine": t.machine}),
+                );
             }
             if t.ended.is_some() {
-                content.push(json!({"cron": run.job, "timestamp": crate::ctl::render::time(t.ended),
+                content.push(
+                    json!({"cron": run.job, "timestamp": crate::ctl::render::time(t.ended),
                     "ret_code": t.exit_code, "msg_type": "machine_result",
-                    "job_instance": instance, "machine": t.machine}));
+                    "job_instance": instance, "machine": t.machine}),
+                );
             }
         }
     }
@@ -874,25 +511,6 @@ fn send_timeline(hub: &mut Hub, id: ConnId, req: u64, runs: &[RunRecord]) {
     if let Some(http) = hub.http.as_mut() {
         send(http, id, &Utf8Bytes::from(msg.to_string()));
     }
-}
-
-/// The hub's own lines of `/metrics`.
-pub fn hub_metrics(http: &Http, out: &mut String) {
-    use crate::metrics::header;
-    use std::fmt::Write;
-    let (plain, ws) = http.connection_counts();
-    header(out, "saltpeter_http_requests_total", "counter", "HTTP requests parsed.");
-    let _ = writeln!(out, "saltpeter_http_requests_total {}", http.stats.requests);
-    header(out, "saltpeter_http_rejected_total", "counter", "HTTP requests or connections refused as malformed, oversized or over the limit.");
-    let _ = writeln!(out, "saltpeter_http_rejected_total {}", http.stats.rejected);
-    header(out, "saltpeter_http_connections", "gauge", "Open HTTP connections (not /ws).");
-    let _ = writeln!(out, "saltpeter_http_connections {plain}");
-    header(out, "saltpeter_ws_clients", "gauge", "Open /ws connections.");
-    let _ = writeln!(out, "saltpeter_ws_clients {ws}");
-    header(out, "saltpeter_ws_watched_jobs", "gauge", "Jobs some /ws client is subscribed to.");
-    let _ = writeln!(out, "saltpeter_ws_watched_jobs {}", http.ui.jobs.len());
-    header(out, "saltpeter_ws_messages_sent_total", "counter", "Messages sent to /ws clients.");
-    let _ = writeln!(out, "saltpeter_ws_messages_sent_total {}", http.stats.ws_messages_sent);
 }
 
 #[cfg(test)]
