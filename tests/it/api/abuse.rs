@@ -88,16 +88,16 @@ fn slow_and_idle_clients_are_dropped_while_others_are_served() {
         let _ =
             nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
     }
-    let started = Instant::now();
-    // A client that starts a request and never finishes it.
-    let mut slow = Conn::open(port);
-    slow.stream
-        .write_all(b"GET /api/v1/jobs HTTP/1.1\r\nHost: x\r\nX-Slow: ")
-        .unwrap();
     // A thousand connections that never send anything.
     let idle: Vec<TcpStream> = (0..1000)
         .map(|_| TcpStream::connect(("127.0.0.1", port)).expect("idle connect"))
         .collect();
+    // A client that starts a request and never finishes it.
+    let started = Instant::now();
+    let mut slow = Conn::open(port);
+    slow.stream
+        .write_all(b"GET /api/v1/jobs HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .unwrap();
     // A job runs meanwhile: its wrapper talks to the same hub loop.
     let run = post(port, "/api/v1/jobs/tick/run", b"").json()["run"]
         .as_u64()
@@ -116,10 +116,10 @@ fn slow_and_idle_clients_are_dropped_while_others_are_served() {
         .read_response(false)
         .expect("an answer to the slow client");
     assert_eq!(answer.status, 408, "{}", answer.text());
+    let took = started.elapsed();
     assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "dropped in time: {:?}",
-        started.elapsed()
+        took >= Duration::from_secs(2) && took < Duration::from_millis(4500),
+        "dropped after its 2 s (checked every second): {took:?}"
     );
     assert!(slow.closed_within(Duration::from_secs(5)));
     // The idle ones are closed too.
