@@ -193,11 +193,13 @@ fn ws_commands_run_and_kill() {
         json!({"ack": {"cron": "long", "machine": "ws2", "position": 8}}),
     );
     ws_send(&mut ws, json!({"run": "long"}));
-    let mut after = ws_until(&mut ws, "a second run", |m| {
-        m["type"] == "details"
-            && m["data"]["job_instance"] != instance.as_str()
-            && m["data"]["results"]["ws2"]["state"] == "running"
-    });
+    // The new run's output starts at position 0 again.
+    let new_chunk =
+        |m: &Value| m["type"] == "output_chunk" && m["job_instance"] != instance.as_str();
+    let after = ws_until(&mut ws, "the second run's output", new_chunk);
+    let first = after.last().unwrap();
+    assert_eq!(first["position"], 0, "{first}");
+    assert_eq!(first["chunk"], "started\n");
     ws_send(&mut ws, json!({"killCron": "long"}));
     let id = wait_until("two runs of long", HANG, || {
         let runs = d.runs("long");
@@ -205,16 +207,4 @@ fn ws_commands_run_and_kill() {
     });
     let run = d.wait_run_final(id);
     assert_eq!(run["state"], "canceled", "{run}");
-    // The new run's output started at position 0 again.
-    let new_chunk =
-        |m: &Value| m["type"] == "output_chunk" && m["job_instance"] != instance.as_str();
-    if !after.iter().any(new_chunk) {
-        after.extend(ws_until(&mut ws, "the new run's output", new_chunk));
-    }
-    let first = after.iter().find(|m| new_chunk(m)).unwrap();
-    if first["chunk"] != "started\n" {
-        eprintln!("AFTER: {after:#?}\nLOG:\n{}", d.log_text());
-    }
-    assert_eq!(first["position"], 0, "{first}");
-    assert_eq!(first["chunk"], "started\n");
 }
