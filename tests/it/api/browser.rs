@@ -190,7 +190,9 @@ fn browser_dashboard_runs_and_kills_a_job() {
          sleeper:\n  schedule: '@daily'\n  targets: [br2]\n  \
          command: 'echo going to sleep; sleep 120'\n  kill_grace: 1\n\
          nightly_backup:\n  schedule: '30 2 * * *'\n  targets: [br3]\n  command: 'true'\n";
-    let (d, port) = start(jobs);
+    // A fixed API port, so that the page can reconnect after a restart.
+    let config = api_config("").replace("api_ws_port: 0", &format!("api_ws_port: {}", free_port()));
+    let (mut d, port) = start_with(&config, jobs);
     let Some(driver) = Driver::start() else {
         return;
     };
@@ -289,4 +291,30 @@ fn browser_dashboard_runs_and_kills_a_job() {
     if update_docs {
         driver.screenshot(&root.join("docs/dashboard.png"));
     }
+
+    // A daemon restart: the page notices, reconnects by itself and is live again, without
+    // a reload (the marker set in the page survives).
+    driver.js("window.__before_restart = 42; return true;");
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    d.wait_exit();
+    driver.wait_js(
+        "the page to notice the restart",
+        "document.querySelector('#conn').textContent !== 'live'",
+    );
+    d.spawn();
+    d.wait_ready();
+    driver.wait_js(
+        "the live connection again",
+        "document.querySelector('#conn').textContent === 'live'",
+    );
+    assert_eq!(
+        driver.js("return window.__before_restart;"),
+        42,
+        "no reload"
+    );
+    driver.click("tr[data-job=\"ticker\"]");
+    driver.wait_js(
+        "the last run's output after the restart",
+        &format!("({})?.includes('tick 6')", output_of("br1")),
+    );
 }
