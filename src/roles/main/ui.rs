@@ -370,7 +370,6 @@ fn status_message(core: &Main) -> Value {
 }
 
 /// A target in `details.results`.
-#[allow(clippy::too_many_arguments)]
 fn result_json(
     job: &str,
     run: RunId,

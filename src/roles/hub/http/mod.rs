@@ -72,7 +72,7 @@ impl Limits {
             max_connections: c.api_max_connections as usize,
             ws_max_message: 64 * 1024,
             ws_max_write: 16 * 1024 * 1024,
-            live_cap: 4 * 1024 * 1024,
+            live_cap: 1024 * 1024,
         }
     }
 }
@@ -304,7 +304,7 @@ pub fn reap(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     }
 }
 
-fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, event: &Event) -> Flow {
+fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, _: &Event) -> Flow {
     let is_ws = match hub.http.as_ref().and_then(|h| h.conns.get(&id)) {
         None => return Flow::Close,
         Some(c) => matches!(c.kind, Kind::Ws(_)),
@@ -312,7 +312,7 @@ fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, event: &Event) -> Flow
     if is_ws {
         ws_ui::on_event(hub, ctx, id);
     } else {
-        on_http_event(hub, ctx, id, event);
+        on_http_event(hub, ctx, id);
     }
     reap(hub, ctx);
     Flow::Continue
@@ -325,7 +325,7 @@ fn http_conn(hub: &mut Hub, id: ConnId) -> Option<&mut HttpConn> {
     }
 }
 
-fn on_http_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, _event: &Event) {
+fn on_http_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
     let Some(limits) = hub.http.as_ref().map(|h| h.limits) else {
         return;
     };

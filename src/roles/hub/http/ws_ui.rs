@@ -367,7 +367,8 @@ pub fn parse_date(text: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Mill
         }
         let (sign, amount) = match rest.split_at(1) {
             ("-", a) => (-1, a),
-            ("+", a) => (1, a),
+            // A `+` in a query string arrives as a space.
+            ("+" | " ", a) => (1, a),
             _ => return None,
         };
         let unit = amount.chars().last()?;
@@ -526,6 +527,8 @@ mod tests {
         assert_eq!(parse_date("now-5m", now), Some(ms - 300_000));
         assert_eq!(parse_date("now-2h", now), Some(ms - 7_200_000));
         assert_eq!(parse_date("now-1d", now), Some(ms - 86_400_000));
+        assert_eq!(parse_date("now+1h", now), Some(ms + 3_600_000));
+        assert_eq!(parse_date("now 1h", now), Some(ms + 3_600_000));
         assert_eq!(parse_date("2026-01-02T03:04:05Z", now), Some(ms));
         assert_eq!(parse_date("2026-01-02T04:04:05+01:00", now), Some(ms));
         assert_eq!(parse_date("2026-01-02 03:04:05", now), Some(ms));

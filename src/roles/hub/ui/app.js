@@ -135,6 +135,9 @@ function onMessage(m) {
       S.status = m;
       render();
       if (S.view === "job") loadHistory();
+      // Runs started or ended: next run times moved on.
+      clearTimeout(S.nextTimer);
+      if (S.view === "jobs") S.nextTimer = setTimeout(refreshNextRuns, 300);
       break;
     case "details":
       S.details[m.cron] = m.data;
