@@ -17,6 +17,7 @@
 //! - `roles`: the four child processes
 //! - `logging`, `paths`: shared plumbing
 //! - `access`: who may use the admin socket
+//! - `metrics`: histograms and the Prometheus text format for `/metrics`
 
 pub mod access;
 pub mod cleanup;
@@ -26,6 +27,7 @@ pub mod daemon;
 pub mod evloop;
 pub mod ipc;
 pub mod logging;
+pub mod metrics;
 pub mod paths;
 pub mod roles;
 pub mod schedule;

@@ -29,13 +29,53 @@ pub fn settings(config_dir: &Path) -> Result<Startup, StartError> {
             format!("{host}:{port}")
         }
     };
+    if sp.api_ws
+        && sp.api_auth == crate::config::ApiAuth::None
+        && !is_loopback(&sp.api_ws_bind_addr)
+    {
+        return Err(StartError::Config {
+            path: config_dir.to_path_buf(),
+            message: format!(
+                "saltpeter_config.api_auth is `none` but the API is bound to {}: an API without \
+                 authentication is only served on a loopback address (127.0.0.1, ::1), behind \
+                 a proxy that authenticates",
+                sp.api_ws_bind_addr
+            ),
+        });
+    }
     Ok(Startup {
         state_dir: sp.state_dir.clone(),
         runtime_dir: sp.runtime_dir.clone(),
         listen: Listen {
             machines: addr(&sp.machines_ws_bind_addr, sp.machines_ws_port),
-            api: None,
+            api: sp
+                .api_ws
+                .then(|| addr(&sp.api_ws_bind_addr, sp.api_ws_port)),
             admin_group: sp.admin_group.clone(),
         },
     })
+}
+
+/// Whether `host` (an `api_ws_bind_addr`) only accepts connections from this machine.
+pub fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => bare.eq_ignore_ascii_case("localhost"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback;
+
+    #[test]
+    fn loopback_addresses() {
+        for host in ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"] {
+            assert!(is_loopback(host), "{host}");
+        }
+        for host in ["0.0.0.0", "::", "10.0.0.1", "example.org"] {
+            assert!(!is_loopback(host), "{host}");
+        }
+    }
 }

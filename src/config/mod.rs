@@ -42,6 +42,7 @@ use std::time::SystemTime;
 use chrono::{DateTime, Utc};
 
 pub use job::Job;
+pub use saltpeter::ApiAuth;
 pub use saltpeter::{
     DEFAULT_WRAPPER_PATH, Maintenance, Retention, STARTUP_ONLY_KEYS, SaltpeterConfig, Secret,
 };

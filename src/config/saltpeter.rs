@@ -96,6 +96,25 @@ pub struct SaltpeterConfig {
     /// Cap of the database file in bytes (0: none).
     pub database_max_size: u64,
     pub admin_group: Option<String>,
+    /// `token` (the default): the API wants `api_token`; `none`: no authentication, only
+    /// while the API is bound to a loopback address (behind an authenticating proxy).
+    pub api_auth: ApiAuth,
+    /// `/metrics` wants the token too (when `api_auth` is `token`).
+    pub metrics_auth: bool,
+    /// Seconds a client has to send a whole HTTP request once it started (or connected).
+    pub api_request_timeout_s: u64,
+    /// Seconds an idle keep-alive HTTP connection is kept open.
+    pub api_idle_timeout_s: u64,
+    /// Concurrent HTTP and `/ws` connections at most.
+    pub api_max_connections: u32,
+}
+
+/// How the HTTP API authenticates (`saltpeter_config.api_auth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ApiAuth {
+    #[default]
+    Token,
+    None,
 }
 
 impl Default for SaltpeterConfig {
@@ -131,6 +150,11 @@ impl Default for SaltpeterConfig {
             recovery_grace_s: 60,
             database_max_size: 0,
             admin_group: None,
+            api_auth: ApiAuth::Token,
+            metrics_auth: true,
+            api_request_timeout_s: 10,
+            api_idle_timeout_s: 60,
+            api_max_connections: 4096,
         }
     }
 }
@@ -168,6 +192,12 @@ pub const STARTUP_ONLY_KEYS: &[&str] = &[
     "tls_key",
     "max_connections_per_addr",
     "admin_group",
+    "api_token",
+    "api_auth",
+    "metrics_auth",
+    "api_request_timeout",
+    "api_idle_timeout",
+    "api_max_connections",
 ];
 
 pub(crate) const SALTPETER_KEYS: &[&str] = &[
@@ -208,6 +238,11 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "opensearch_index",
     "default_wrapper_loglevel",
     "default_wrapper_logdir",
+    "api_auth",
+    "metrics_auth",
+    "api_request_timeout",
+    "api_idle_timeout",
+    "api_max_connections",
 ];
 
 impl SaltpeterConfig {
@@ -228,6 +263,12 @@ impl SaltpeterConfig {
                 self.max_connections_per_addr != newer.max_connections_per_addr
             }
             "admin_group" => self.admin_group != newer.admin_group,
+            "api_token" => self.api_token != newer.api_token,
+            "api_auth" => self.api_auth != newer.api_auth,
+            "metrics_auth" => self.metrics_auth != newer.metrics_auth,
+            "api_request_timeout" => self.api_request_timeout_s != newer.api_request_timeout_s,
+            "api_idle_timeout" => self.api_idle_timeout_s != newer.api_idle_timeout_s,
+            "api_max_connections" => self.api_max_connections != newer.api_max_connections,
             _ => false,
         };
         STARTUP_ONLY_KEYS
@@ -284,6 +325,17 @@ impl SaltpeterConfig {
             "recovery_grace" => self.recovery_grace_s = values::seconds(node)?,
             "database_max_size" => self.database_max_size = values::unsigned(node)?,
             "admin_group" => self.admin_group = values::optional_string(node)?,
+            "api_auth" => {
+                self.api_auth = match values::string(node)?.trim() {
+                    "token" => ApiAuth::Token,
+                    "none" => ApiAuth::None,
+                    other => return Err(format!("`{other}` is not one of: token, none")),
+                }
+            }
+            "metrics_auth" => self.metrics_auth = values::boolean(node)?,
+            "api_request_timeout" => self.api_request_timeout_s = positive(node)?,
+            "api_idle_timeout" => self.api_idle_timeout_s = positive(node)?,
+            "api_max_connections" => self.api_max_connections = small(node)?,
             _ => {
                 if let Some((_, why)) = NO_EFFECT_KEYS.iter().find(|(k, _)| *k == key) {
                     let set = !node.is_null() && node.scalar().is_none_or(|s| !s.is_empty());

@@ -14,7 +14,7 @@ mod completions;
 mod crontab;
 mod follow;
 mod progress;
-mod render;
+pub mod render;
 mod table;
 mod verbs;
 

@@ -78,6 +78,7 @@ fn status_json(s: &StatusInfo) -> Value {
         "config_errors": s.config_errors,
         "wrapper_port": s.wrapper_port,
         "db_error": s.db_error,
+        "api_port": s.api_port,
     })
 }
 
@@ -224,6 +225,13 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
             }
         }
         AdminResponse::Progress(line) => eprintln!("{line}"),
+        AdminResponse::Metrics(text) => print!("{text}"),
+        AdminResponse::Job(_) | AdminResponse::OutputSlice(_) | AdminResponse::LiveOutput(_) => {
+            return Err((
+                EXIT_FAILED,
+                "the daemon sent an answer saltpeterctl did not ask for".into(),
+            ));
+        }
         AdminResponse::Failure(f) => {
             let code = match f {
                 AdminFailure::NotFound(_) | AdminFailure::Invalid(_) => EXIT_USAGE,

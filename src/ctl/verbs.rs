@@ -381,7 +381,11 @@ pub fn output(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
 }
 
 pub fn kill_job(client: &mut Client, job: String, json: bool) -> CtlResult {
-    let resp = client.request(&AdminRequest::KillJob { job })?;
+    let resp = client.request(&AdminRequest::KillJob {
+        job,
+        machine: None,
+        run: None,
+    })?;
     super::render::response(resp, json)
 }
 

@@ -79,6 +79,7 @@ struct Supervisor {
     policy: Policy,
     started_at: i64,
     wrapper_port: u16,
+    api_port: u16,
 }
 
 impl Supervisor {
@@ -132,6 +133,12 @@ fn supervise(
         wrapper_port: prepared
             .wrappers
             .local_addr()
+            .map(|a| a.port())
+            .unwrap_or(0),
+        api_port: prepared
+            .api
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
             .map(|a| a.port())
             .unwrap_or(0),
     };
@@ -343,13 +350,14 @@ fn all_ready(sup: &mut Supervisor) {
         role: s.role.name().to_string(),
         pid: s.child.id(),
     }));
-    let (started_at, wrapper_port) = (sup.started_at, sup.wrapper_port);
+    let (started_at, wrapper_port, api_port) = (sup.started_at, sup.wrapper_port, sup.api_port);
     sup.send(
         Role::Main,
         ControlDown::Processes {
             started_at,
             processes,
             wrapper_port,
+            api_port,
         },
     );
     if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {

@@ -84,9 +84,11 @@ pub enum AdminRequest {
     WatchRun {
         run: RunId,
     },
-    /// Kill every run of a job in flight.
+    /// Kill the runs of a job in flight, or one machine of them (`run`: only that run).
     KillJob {
         job: String,
+        machine: Option<String>,
+        run: Option<RunId>,
     },
     /// The audit trail, newest first.
     Events {
@@ -95,6 +97,26 @@ pub enum AdminRequest {
         kind: Option<String>,
         since: Option<Millis>,
         limit: u32,
+    },
+    /// One job with its next `upcoming` fire times (answered with `Job`).
+    JobDetail {
+        job: String,
+        upcoming: u32,
+    },
+    /// Runs by job, state and time, with paging (answered with `Runs`).
+    RunsQuery(super::ui::RunQuery),
+    /// Part of a target's output (answered with `OutputSlice`).
+    OutputRange {
+        run: RunId,
+        machine: String,
+        range: super::ui::OutputRange,
+    },
+    /// `/metrics` in the Prometheus text format (answered with `Metrics`).
+    Metrics,
+    /// Where a target's live output starts (answered with `LiveOutput`).
+    LiveOutput {
+        run: RunId,
+        machine: String,
     },
 }
 
@@ -220,6 +242,8 @@ pub struct StatusInfo {
     pub wrapper_port: u16,
     /// Why the database cannot store, while it cannot.
     pub db_error: Option<String>,
+    /// The HTTP API's port; 0 when `api_ws` is off.
+    pub api_port: u16,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -281,6 +305,11 @@ pub enum AdminResponse {
         run: RunId,
         target: TargetRecord,
     },
+    Job(super::ui::JobDetail),
+    /// A slice of output for the HTTP API (`OutputRange`).
+    UiOutputSlice(super::ui::OutputSlice),
+    Metrics(String),
+    LiveOutput(super::ui::LiveBase),
 }
 
 impl AdminResponse {

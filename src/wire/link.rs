@@ -82,6 +82,8 @@ pub enum ControlDown {
         processes: Vec<ProcessInfo>,
         /// The port wrappers connect to (bound by the supervisor; may have been 0).
         wrapper_port: u16,
+        /// The HTTP API's port (0: not served).
+        api_port: u16,
     },
 }
 
@@ -144,6 +146,12 @@ pub enum HubRequest {
     AdminGone {
         calls: Vec<u64>,
     },
+    /// `/ws` clients subscribed to `job` (or the last one left): main pushes its details
+    /// and live output while watched (cast).
+    UiWatch {
+        job: String,
+        watch: bool,
+    },
 }
 
 /// Main's answer to a `WrapperHello`.
@@ -204,6 +212,25 @@ pub enum MainToHub {
     /// A streamed answer of a long admin call (`AdminResponse::is_stream`), before its
     /// final reply.
     AdminStream { call: u64, resp: AdminResponse },
+    /// `/ws`: the `config` message's `config` object (JSON), on start and on change.
+    UiConfig { json: String },
+    /// `/ws`: the `status` message (JSON), when runs start or end.
+    UiStatus { json: String },
+    /// `/ws`: the `details` message's `data` of a watched job (JSON), and the targets
+    /// whose output it covers.
+    UiDetails {
+        job: String,
+        json: String,
+        live: Vec<super::ui::LiveTarget>,
+    },
+    /// `/ws`: new output of a target of a watched job (each frame once, in order).
+    UiOutput {
+        job: String,
+        run: RunId,
+        machine: String,
+        seq: u64,
+        data: Vec<u8>,
+    },
 }
 
 /// Hub -> main replies (hub answers no calls of main's today).

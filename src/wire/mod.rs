@@ -4,10 +4,12 @@
 //! - `link`: roles, hello and the messages of the internal links
 //! - `admin`: `saltpeterctl` requests and responses
 //! - `wrapper`: the wrapper <-> hub WebSocket protocol v1
+//! - `ui`: the HTTP API's and the dashboard's types on the hub-main link
 
 pub mod admin;
 pub mod link;
 pub mod records;
+pub mod ui;
 pub mod wrapper;
 
 /// A secret string (token, resume key): serialized as is, never shown by `Debug`.

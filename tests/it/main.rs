@@ -2,6 +2,7 @@
 
 mod util;
 
+mod api;
 mod bench;
 mod ctl;
 mod ctl_more;

@@ -30,6 +30,9 @@ pub struct Db {
     control: ControlLink,
     main: MainLink,
     store: Store,
+    /// Batch transaction latency (`/metrics`), reported to main when it changed.
+    commit_latency: crate::metrics::Histogram,
+    reported_commits: u64,
 }
 
 impl Controlled for Db {
@@ -144,7 +147,10 @@ fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
     if calls.is_empty() {
         return;
     }
-    let results = match apply_batch(&mut db.store, &calls) {
+    let started = std::time::Instant::now();
+    let first = apply_batch(&mut db.store, &calls);
+    db.commit_latency.observe(started.elapsed().as_secs_f64());
+    let results = match first {
         Ok(results) => results,
         Err(first) => {
             log::warn!(
@@ -233,6 +239,18 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
     }
 }
 
+/// Send main the commit latency histogram if batches were committed since the last time.
+fn report_commit_latency(db: &mut Db, _ctx: &mut Ctx<Db>) {
+    if db.commit_latency.count == db.reported_commits {
+        return;
+    }
+    db.reported_commits = db.commit_latency.count;
+    let notice = DbNotice::CommitLatency(db.commit_latency.clone());
+    if let Err(e) = db.main.send(&Packet::Cast(notice)) {
+        log::debug!("could not report commit latency: {e}");
+    }
+}
+
 /// Read-only check of the database for `saltpeter-cleanup`.
 pub fn check_database(path: &std::path::Path) -> Result<(), String> {
     if !path.exists() {
@@ -262,7 +280,11 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         control,
         main,
         store,
+        commit_latency: crate::metrics::Histogram::new(crate::metrics::LATENCY_BUCKETS),
+        reported_commits: 0,
     };
+    ev.ctx()
+        .every(std::time::Duration::from_secs(2), report_commit_latency);
     ev.run(&mut db).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }

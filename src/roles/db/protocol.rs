@@ -90,6 +90,9 @@ pub enum DbReply {
     RunDetails(Option<(RunRecord, Vec<TargetDetail>)>),
 }
 
-/// db never calls main.
+/// db never calls main; it only tells it its commit latency now and then (casts).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum DbNotice {}
+pub enum DbNotice {
+    /// Seconds from the start of each batch transaction to its commit, since start.
+    CommitLatency(crate::metrics::Histogram),
+}

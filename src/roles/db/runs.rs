@@ -80,6 +80,8 @@ pub struct RunFilter {
     pub since: Option<Millis>,
     pub before_id: Option<RunId>,
     pub limit: Option<usize>,
+    /// Runs created at or before this instant.
+    pub until: Option<Millis>,
 }
 
 /// What [`Store::prune`] removes from one job; only runs in final states go. A run is
@@ -370,6 +372,9 @@ impl Store {
         }
         if let Some(since) = filter.since {
             add("created >=", since.into());
+        }
+        if let Some(until) = filter.until {
+            add("created <=", until.into());
         }
         if let Some(before) = filter.before_id {
             add("id <", to_db(op, "run id", before)?.into());

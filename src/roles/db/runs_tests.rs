@@ -266,6 +266,14 @@ fn list_runs_filters_pages_and_orders_newest_first() {
     assert_eq!(second_page, [ids[2], ids[1]]);
     assert_eq!(
         list(RunFilter {
+            since: Some(200),
+            until: Some(300),
+            ..Default::default()
+        }),
+        [ids[2], ids[1]]
+    );
+    assert_eq!(
+        list(RunFilter {
             job: Some("b".into()),
             state: Some(RunState::Failed),
             since: Some(100),

@@ -6,6 +6,7 @@
 //! a log line and never holds up anyone else.
 
 mod admin;
+mod http;
 mod wrappers;
 
 use std::time::{Duration, Instant};
@@ -24,6 +25,12 @@ type MainLink = Link<Packet<HubRequest, HubAnswer>, Packet<MainToHub, HubReply>>
 pub enum Waiting {
     Admin(admin::ConnId),
     Hello(crate::wire::link::ConnId),
+    /// An HTTP request of an API connection.
+    Http(http::ConnId, http::routes::Expect),
+    /// A `/ws` client's command or timeline.
+    Ws(http::ConnId, http::ws_ui::WsExpect),
+    /// The stored output of a target for the `/ws` live view.
+    LiveFetch(u64),
 }
 
 pub struct Hub {
@@ -35,6 +42,8 @@ pub struct Hub {
     expiry_timer: Option<(crate::evloop::timers::TimerId, Instant)>,
     admin: admin::Admin,
     wrappers: wrappers::Wrappers,
+    /// The HTTP API, `/ws` and the dashboard, when `api_ws` is on.
+    http: Option<http::Http>,
 }
 
 impl Controlled for Hub {
@@ -80,6 +89,11 @@ impl Hub {
         match waiting {
             Waiting::Admin(conn) => admin::fail(self, conn, &err),
             Waiting::Hello(conn) => wrappers::hello_failed(self, conn, &err),
+            Waiting::Http(conn, _) => http::call_failed(self, conn, &err),
+            Waiting::Ws(conn, expect) => http::ws_ui::call_failed(self, conn, expect, &err),
+            Waiting::LiveFetch(fid) => {
+                http::views::live_base(self, None, fid, Err(err.to_string()))
+            }
         }
     }
 }
@@ -113,6 +127,15 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
                     (Waiting::Hello(conn), Ok(HubReply::Verdict(v))) => {
                         wrappers::verdict(hub, ctx, conn, v)
                     }
+                    (Waiting::Http(conn, expect), Ok(HubReply::Admin(resp))) => {
+                        http::answer(hub, ctx, conn, expect, resp)
+                    }
+                    (Waiting::Ws(conn, expect), Ok(HubReply::Admin(resp))) => {
+                        http::ws_ui::answer(hub, ctx, conn, expect, resp)
+                    }
+                    (Waiting::LiveFetch(fid), Ok(HubReply::Admin(resp))) => {
+                        http::views::live_base(hub, Some(ctx), fid, Ok(resp))
+                    }
                     (waiting, Ok(other)) => {
                         log::error!("main answered {waiting:?} with {other:?}");
                     }
@@ -124,6 +147,18 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
                 MainToHub::CloseWrapper { conn } => wrappers::close(hub, ctx, conn),
                 MainToHub::AdminProgress { call, line } => admin::progress(hub, call, line),
                 MainToHub::AdminStream { call, resp } => admin::stream(hub, ctx, call, resp),
+                MainToHub::UiConfig { json } => http::views::on_config(hub, ctx, json),
+                MainToHub::UiStatus { json } => http::views::on_status(hub, ctx, json),
+                MainToHub::UiDetails { job, json, live } => {
+                    http::views::on_details(hub, ctx, job, json, live)
+                }
+                MainToHub::UiOutput {
+                    job,
+                    run,
+                    machine,
+                    seq,
+                    data,
+                } => http::views::on_output(hub, ctx, job, run, machine, seq, data),
             },
             Packet::Call { id, .. } => log::warn!("main made call {id}, which hub does not serve"),
         }
@@ -169,18 +204,34 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let (main, _) = open_link(ev.ctx(), stream, Role::Hub, Role::Main, (), on_main)?;
     let mut admin = admin::Admin::listen(ev.ctx(), args.take_fd("admin")?)?;
     // Start-only limits; main owns the rest of the configuration.
-    let limits = match crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()) {
-        Ok(config) => {
-            admin.set_group(config.saltpeter.admin_group.as_deref());
-            wrappers::Limits::from_config(&config.saltpeter)
-        }
-        Err(e) => {
-            log::warn!("cannot read the configuration ({e}); default limits apply");
-            admin.set_group(None);
-            wrappers::Limits::default()
-        }
-    };
+    let (limits, saltpeter) =
+        match crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()) {
+            Ok(config) => {
+                admin.set_group(config.saltpeter.admin_group.as_deref());
+                (
+                    wrappers::Limits::from_config(&config.saltpeter),
+                    config.saltpeter,
+                )
+            }
+            Err(e) => {
+                log::warn!("cannot read the configuration ({e}); default limits apply");
+                admin.set_group(None);
+                (wrappers::Limits::default(), Default::default())
+            }
+        };
     let wrappers = wrappers::Wrappers::listen(ev.ctx(), args.take_fd("wrappers")?, limits)?;
+    let http = match args.has_fd("api") {
+        true => Some(http::Http::listen(
+            ev.ctx(),
+            args.take_fd("api")?,
+            &saltpeter,
+        )?),
+        false => None,
+    };
+    if http.is_some() {
+        // Idle and slow HTTP clients are timed out by this sweep (only with the API on).
+        ev.ctx().every(Duration::from_secs(1), http::sweep);
+    }
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut hub = Hub {
         control,
@@ -190,6 +241,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         expiry_timer: None,
         admin,
         wrappers,
+        http,
     };
     ev.run(&mut hub).map_err(RoleError::setup("event loop"))?;
     Ok(0)

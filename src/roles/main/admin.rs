@@ -54,6 +54,7 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
                 config_errors,
                 wrapper_port: core.wrapper_port,
                 db_error: core.db_trouble.clone(),
+                api_port: core.api_port,
             };
             respond(core, call, AdminResponse::Status(status));
         }
@@ -186,8 +187,13 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
         | AdminRequest::Follow { .. }
         | AdminRequest::RunWith { .. }
         | AdminRequest::WatchRun { .. }
-        | AdminRequest::KillJob { .. }
+        | AdminRequest::KillJob {
+            machine: None,
+            run: None,
+            ..
+        }
         | AdminRequest::Events { .. }) => super::admin_more::handle(role, call, req),
+        other => super::api::handle(core, call, other),
     }
 }
 

@@ -143,8 +143,8 @@ pub fn handle(role: &mut MainRole, call: CallId, req: AdminRequest) {
                     job,
                     state,
                     since,
-                    before_id: None,
                     limit: Some(limit.clamp(1, 10_000) as usize),
+                    ..Default::default()
                 }),
                 DbWait::AdminMore(Wait::Runs(call)),
             );
@@ -190,7 +190,11 @@ pub fn handle(role: &mut MainRole, call: CallId, req: AdminRequest) {
             );
         }
         AdminRequest::RunWith { job, targets } => run_with(core, call, &job, targets),
-        AdminRequest::KillJob { job } => kill_job(core, call, &job),
+        AdminRequest::KillJob {
+            job,
+            machine: None,
+            run: None,
+        } => kill_job(core, call, &job),
         AdminRequest::WatchRun { run } => live::watch(core, call, run),
         AdminRequest::Follow {
             run,

@@ -15,9 +15,11 @@
 
 mod admin;
 mod admin_more;
+mod api;
 mod deploy;
 mod history;
 mod live;
+mod metrics;
 mod prestage;
 mod recovery;
 mod run_flow;
@@ -26,6 +28,7 @@ mod scheduler;
 mod sessions;
 mod targets;
 pub mod tokens;
+mod ui;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -90,6 +93,10 @@ pub enum DbWait {
     Reconcile(CallId, Box<sessions::Hello>),
     /// An admin request of `admin_more` or a follower of `live`.
     AdminMore(admin_more::Wait),
+    /// The dashboard's live view (`ui`).
+    Ui(ui::UiWait),
+    /// An HTTP API request of the hub's call id (`api`).
+    Api(CallId, api::ApiWait),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -149,6 +156,10 @@ pub struct Main {
     pub actor: Option<u32>,
     /// Admin calls that stream: output followers and run watchers.
     pub live: live::Live,
+    /// The dashboard's live view and `/metrics`.
+    pub ui: ui::UiState,
+    /// The HTTP API's port (0: not served).
+    pub api_port: u16,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -174,6 +185,7 @@ impl Main {
     pub fn wake_run(&mut self, run: RunId) {
         self.wake(WakeKey::Event(Main::run_event(run)));
         live::run_changed(self, run);
+        ui::run_changed(self, run);
     }
 
     pub fn db_call(&mut self, req: DbRequest, wait: DbWait) -> CallId {
@@ -271,6 +283,8 @@ impl Main {
             DbWait::Retention(job) => self.pruned(&job, result),
             DbWait::Reconcile(call, hello) => sessions::reconcile(self, call, *hello, result),
             DbWait::AdminMore(wait) => admin_more::answer(self, wait, result),
+            DbWait::Ui(wait) => ui::db_answer(self, wait, result),
+            DbWait::Api(call, wait) => api::answer(self, call, wait, result),
         }
     }
 
@@ -374,10 +388,12 @@ impl Controlled for MainRole {
                 started_at,
                 processes,
                 wrapper_port,
+                api_port,
             } => {
                 self.core.started_at = started_at;
                 self.core.processes = processes;
                 self.core.wrapper_port = wrapper_port;
+                self.core.api_port = api_port;
             }
         }
     }
@@ -447,6 +463,7 @@ pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
                 // New retention applies to the existing history too.
                 role.core.apply_retention_to_all();
             }
+            ui::config_changed(&mut role.core);
             role.core.scheduler.plan(role.core.config.valid_jobs(), now);
             arm_schedule(role, ctx);
             let jobs = role.core.config.jobs.len();
@@ -526,6 +543,7 @@ fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     arm_workflow_timer(role, ctx);
     arm_liveness(role, ctx);
     arm_call_expiry(role, ctx);
+    ui::flush(&mut role.core);
 }
 
 /// Keep one timer at the earliest deadline of the calls in flight (none when idle).
@@ -642,6 +660,9 @@ fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: &Eve
                             }
                             None => log::warn!("db answered call {id} after its deadline"),
                         },
+                        Packet::Cast(DbNotice::CommitLatency(h)) => {
+                            core.ui.metrics.db_commit = Some(h)
+                        }
                         other => log::warn!("unexpected message from db: {other:?}"),
                     }
                 }
@@ -708,6 +729,7 @@ fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubRequest, 
         } => admin_more::handle_from(role, ctx, id, peer, req),
         Packet::Cast(HubRequest::AdminGone { calls }) => live::calls_gone(&mut role.core, &calls),
         Packet::Call { id, req } => sessions::handle_call(&mut role.core, id, req),
+        Packet::Cast(HubRequest::UiWatch { job, watch }) => ui::watch(&mut role.core, job, watch),
         Packet::Cast(req) => sessions::handle_cast(&mut role.core, req),
         Packet::Reply { id, .. } => log::warn!("hub answered call {id} that main never made"),
     }
@@ -802,6 +824,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             liveness_armed: false,
             actor: None,
             live: live::Live::default(),
+            ui: ui::UiState::default(),
+            api_port: 0,
         },
         workflows: Registry::new(),
         schedule_timer: None,
@@ -809,6 +833,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         call_timer: None,
     };
     recovery::start(&mut role.core);
+    ui::start(&mut role.core);
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }

@@ -64,6 +64,9 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         None => {
             active.go_sent = true;
             let conns: Vec<_> = active.targets.values().filter_map(|t| t.conn).collect();
+            core.ui
+                .metrics
+                .observe_lateness((Utc::now() - slot).num_milliseconds());
             log::info!(
                 "run {run}: slot reached, go to {} waiting wrapper(s) ({} ms after the slot)",
                 conns.len(),

@@ -110,6 +110,12 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
     } else {
         None
     };
+    super::ui::slot_fired(
+        core,
+        &job.name,
+        lateness.num_milliseconds(),
+        skip.as_deref(),
+    );
     match skip {
         Some(reason) => {
             log::info!("{}: slot {} skipped ({reason})", job.name, due.slot);
@@ -354,6 +360,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                     waiters: Vec::new(),
                 },
             );
+            super::ui::run_changed(core, id);
             log::info!(
                 "run {id} of {} ({}) recorded with {} targets",
                 env.req.job.name,
@@ -663,6 +670,11 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     }
     release_job(core, env);
     if let Some(active) = core.runs.remove(&run) {
+        let state = match &env.unresolved {
+            Some((state, _)) => *state,
+            None => active.final_state(),
+        };
+        super::ui::run_finished(core, &active, state);
         core.sessions.retain(|_, (r, _)| *r != run);
         log::info!("run {run} of {} ended", active.job.name);
         core.apply_retention(&active.job.name);

@@ -100,6 +100,7 @@ fn answer_hello(core: &mut Main, id: CallId, hello: Hello) {
         }
     }
     if matches!(verdict, WrapperVerdict::Welcome { .. }) {
+        super::ui::wrapper_welcomed(core, run, &machine, &wrapper_version);
         core.db_call(
             DbRequest::UpdateTarget {
                 run,
@@ -413,6 +414,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
             let Some((run, machine)) = touch(core, conn) else {
                 return;
             };
+            super::ui::output_arrived(core, run, &machine, seq, &data);
             let limit = core
                 .runs
                 .get(&run)

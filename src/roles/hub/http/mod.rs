@@ -1,0 +1,604 @@
+//! The HTTP API, `/ws` and the dashboard (PROTOCOLS.md section 2) on the hub's loop.
+//!
+//! One connection goes: accept (a cap on open connections) -> read into a buffer ->
+//! `parse` a complete request (size limits) -> `routes` decides: answer at once (static
+//! files, errors, `/api/v1/maintenance`), or call main with a typed `AdminRequest` and
+//! answer when main does, or upgrade `/ws` (`ws_ui`). Requests of one connection are
+//! answered in order (keep-alive and pipelining); while main works on one, the next ones
+//! wait in the buffer. Writes go to a buffer flushed on writability.
+//!
+//! Slow or silent clients cannot hold anything: a request must be complete within
+//! `api_request_timeout` of its first byte (else 408 and close), an idle keep-alive
+//! connection is closed after `api_idle_timeout`, a client that does not read its
+//! answers is dropped. All of it is checked by `sweep` once a second; nothing here ever
+//! blocks the loop that also serves the wrappers.
+
+pub mod auth;
+pub mod live;
+pub mod parse;
+pub mod routes;
+pub mod views;
+pub mod ws_ui;
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use mio::event::Event;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Interest, Token};
+
+use super::{Hub, Waiting};
+use crate::evloop::{Ctx, Flow, Forward, Listener};
+use crate::ipc::CallError;
+use crate::roles::RoleError;
+use crate::wire::admin::AdminResponse;
+use crate::wire::link::HubRequest;
+use parse::{ParseLimits, Parsed, Response};
+
+pub type ConnId = u64;
+
+/// Bytes read per `read` call.
+const READ_CHUNK: usize = 16 * 1024;
+/// How long a closing connection may keep sending before it is dropped.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Limits of the endpoint (`saltpeter_config` keys in docs/configuration.md).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub parse: ParseLimits,
+    pub request_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    /// Largest `/ws` message accepted from a client.
+    pub ws_max_message: usize,
+    /// A `/ws` client that lets this much pile up unread is dropped.
+    pub ws_max_write: usize,
+    /// Bytes of live text kept per target for `/ws` subscribers.
+    pub live_cap: usize,
+}
+
+impl Limits {
+    pub fn from_config(c: &crate::config::SaltpeterConfig) -> Limits {
+        Limits {
+            parse: ParseLimits {
+                max_header: 16 * 1024,
+                max_body: 1024 * 1024,
+            },
+            request_timeout: Duration::from_secs(c.api_request_timeout_s.max(1)),
+            idle_timeout: Duration::from_secs(c.api_idle_timeout_s.max(1)),
+            max_connections: c.api_max_connections as usize,
+            ws_max_message: 64 * 1024,
+            ws_max_write: 16 * 1024 * 1024,
+            live_cap: 1024 * 1024,
+        }
+    }
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub requests: u64,
+    pub rejected: u64,
+    pub ws_messages_sent: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Reading the next request.
+    Reading,
+    /// main is working on a request; later ones wait in the buffer.
+    Waiting { keep_alive: bool, head: bool },
+    /// The last answer is sent (or being sent); then the write side closes.
+    Closing { since: Instant },
+}
+
+pub struct HttpConn {
+    stream: TcpStream,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    state: State,
+    close_after_write: bool,
+    /// When the connection became idle (accepted, or its last answer queued).
+    idle_since: Instant,
+    /// When the first byte of an incomplete request arrived.
+    partial_since: Option<Instant>,
+    last_write: Instant,
+    served: u64,
+}
+
+pub enum Kind {
+    Http(Box<HttpConn>),
+    Ws(Box<ws_ui::WsConn>),
+}
+
+pub struct Conn {
+    token: Token,
+    peer: SocketAddr,
+    pub kind: Kind,
+    /// Set when a write failed where the connection could not be dropped at once.
+    dead: Option<String>,
+}
+
+pub struct Http {
+    conns: HashMap<ConnId, Conn>,
+    next_id: ConnId,
+    pub limits: Limits,
+    pub auth: auth::Auth,
+    pub ui: views::UiHub,
+    pub stats: Stats,
+}
+
+struct Acceptor {
+    listener: TcpListener,
+}
+
+/// Raise the soft limit on open files to the hard one: every HTTP, `/ws` and wrapper
+/// connection is a descriptor of this process.
+fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        log::warn!("could not raise the open file limit from {soft} to {hard}: {e}");
+    }
+}
+
+impl Http {
+    pub fn listen(
+        ctx: &mut Ctx<Hub>,
+        fd: OwnedFd,
+        sp: &crate::config::SaltpeterConfig,
+    ) -> Result<Http, RoleError> {
+        let std = std::net::TcpListener::from(fd);
+        std.set_nonblocking(true)
+            .map_err(RoleError::setup("API port"))?;
+        if let Ok(addr) = std.local_addr() {
+            log::info!("HTTP API and dashboard on http://{addr}/");
+        }
+        let acceptor = Acceptor {
+            listener: TcpListener::from_std(std),
+        };
+        ctx.add(acceptor, Interest::READABLE, |a| &mut a.listener)
+            .map_err(RoleError::setup("API port"))?;
+        raise_fd_limit();
+        let auth = auth::Auth::from_config(sp);
+        if !auth.is_open() && sp.api_token.is_none() {
+            log::warn!(
+                "api_ws is on but saltpeter_config.api_token is not set: every API request \
+                 will be refused"
+            );
+        }
+        let limits = Limits::from_config(sp);
+        Ok(Http {
+            conns: HashMap::new(),
+            next_id: 1,
+            ui: views::UiHub::new(limits.live_cap),
+            limits,
+            auth,
+            stats: Stats::default(),
+        })
+    }
+
+    pub fn connection_counts(&self) -> (usize, usize) {
+        let ws = self
+            .conns
+            .values()
+            .filter(|c| matches!(c.kind, Kind::Ws(_)))
+            .count();
+        (self.conns.len() - ws, ws)
+    }
+
+    pub fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
+        self.conns.get_mut(&id)
+    }
+
+    pub fn ws_ids(&self) -> Vec<ConnId> {
+        self.conns
+            .iter()
+            .filter(|(_, c)| matches!(c.kind, Kind::Ws(_)) && c.dead.is_none())
+            .map(|(id, _)| *id)
+            .collect()
+    }
+}
+
+impl Conn {
+    pub fn mark_dead(&mut self, why: String) {
+        self.dead.get_or_insert(why);
+    }
+}
+
+impl Listener<Hub> for Acceptor {
+    fn handle_event(&mut self, hub: &mut Hub, ctx: &mut Ctx<Hub>, _: &Event) -> Flow {
+        let Some(http) = hub.http.as_mut() else {
+            return Flow::Close;
+        };
+        loop {
+            let (mut stream, peer) = match self.listener.accept() {
+                Ok(accepted) => accepted,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Flow::Continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    log::warn!("API port accept failed: {e}");
+                    return Flow::Continue;
+                }
+            };
+            if http.conns.len() >= http.limits.max_connections {
+                http.stats.rejected += 1;
+                log::warn!(
+                    "API connection from {peer} refused: {} connections are open",
+                    http.conns.len()
+                );
+                let busy = Response::error(503, "unavailable", "too many connections");
+                let _ = stream.write(&busy.to_bytes(false, false));
+                continue;
+            }
+            let id = http.next_id;
+            http.next_id += 1;
+            let _ = stream.set_nodelay(true);
+            let token = match ctx.register(
+                &mut stream,
+                Interest::READABLE | Interest::WRITABLE,
+                Forward::new(id, on_conn),
+            ) {
+                Ok(token) => token,
+                Err(e) => {
+                    log::warn!("could not register an API connection from {peer}: {e}");
+                    continue;
+                }
+            };
+            let now = Instant::now();
+            http.conns.insert(
+                id,
+                Conn {
+                    token,
+                    peer,
+                    kind: Kind::Http(Box::new(HttpConn {
+                        stream,
+                        rbuf: Vec::new(),
+                        wbuf: Vec::new(),
+                        state: State::Reading,
+                        close_after_write: false,
+                        idle_since: now,
+                        partial_since: None,
+                        last_write: now,
+                        served: 0,
+                    })),
+                    dead: None,
+                },
+            );
+        }
+    }
+}
+
+/// Drop a connection now; a `/ws` client's subscriptions go with it.
+pub fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    let Some(conn) = http.conns.remove(&id) else {
+        return;
+    };
+    log::debug!("API connection {id} from {} closed: {why}", conn.peer);
+    ctx.remove(conn.token);
+    if let Kind::Ws(ws) = conn.kind {
+        views::forget_client(hub, id, &ws);
+    }
+}
+
+/// Drop the connections marked dead by a write that failed.
+pub fn reap(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+    let Some(http) = hub.http.as_ref() else {
+        return;
+    };
+    let dead: Vec<(ConnId, String)> = http
+        .conns
+        .iter()
+        .filter_map(|(id, c)| c.dead.clone().map(|why| (*id, why)))
+        .collect();
+    for (id, why) in dead {
+        drop_conn(hub, ctx, id, &why);
+    }
+}
+
+fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, _: &Event) -> Flow {
+    let is_ws = match hub.http.as_ref().and_then(|h| h.conns.get(&id)) {
+        None => return Flow::Close,
+        Some(c) => matches!(c.kind, Kind::Ws(_)),
+    };
+    if is_ws {
+        ws_ui::on_event(hub, ctx, id);
+    } else {
+        on_http_event(hub, ctx, id);
+    }
+    reap(hub, ctx);
+    // Calls to main started here need their deadline timer.
+    super::arm_timers(hub, ctx);
+    Flow::Continue
+}
+
+fn http_conn(hub: &mut Hub, id: ConnId) -> Option<&mut HttpConn> {
+    match &mut hub.http.as_mut()?.conns.get_mut(&id)?.kind {
+        Kind::Http(c) => Some(c),
+        Kind::Ws(_) => None,
+    }
+}
+
+fn on_http_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
+    let Some(limits) = hub.http.as_ref().map(|h| h.limits) else {
+        return;
+    };
+    let Some(conn) = http_conn(hub, id) else {
+        return;
+    };
+    // Everything the peer sent so far, within what one request may need.
+    let cap = limits.parse.max_header + limits.parse.max_body + READ_CHUNK;
+    let mut buf = [0u8; READ_CHUNK];
+    let mut ended = false;
+    loop {
+        match conn.stream.read(&mut buf) {
+            Ok(0) => {
+                ended = true;
+                break;
+            }
+            Ok(n) => {
+                if matches!(conn.state, State::Closing { .. }) {
+                    continue; // draining what a closing client still sends
+                }
+                if conn.rbuf.is_empty() && conn.partial_since.is_none() {
+                    conn.partial_since = Some(Instant::now());
+                }
+                conn.rbuf.extend_from_slice(&buf[..n]);
+                if conn.rbuf.len() > cap {
+                    let resp = Response::error(
+                        413,
+                        "payload_too_large",
+                        "the request is over the size limit",
+                    );
+                    conn.rbuf.clear();
+                    queue(conn, &resp, false, false);
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                drop_conn(hub, ctx, id, &format!("read failed: {e}"));
+                return;
+            }
+        }
+    }
+    process(hub, ctx, id);
+    let Some(conn) = http_conn(hub, id) else {
+        return;
+    };
+    if ended {
+        match conn.state {
+            // The answer still goes out; the peer may only have shut its write side.
+            State::Waiting { .. } => conn.close_after_write = true,
+            _ if !conn.wbuf.is_empty() => conn.close_after_write = true,
+            _ => {
+                drop_conn(hub, ctx, id, "closed by peer");
+                return;
+            }
+        }
+    }
+    flush(hub, ctx, id);
+}
+
+/// Serve the complete requests in the buffer, in order, until one waits for main.
+fn process(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
+    loop {
+        let Some(limits) = hub.http.as_ref().map(|h| h.limits) else {
+            return;
+        };
+        let Some(conn) = http_conn(hub, id) else {
+            return;
+        };
+        if conn.state != State::Reading || conn.rbuf.is_empty() || conn.close_after_write {
+            return;
+        }
+        let (req, used) = match parse::parse(&conn.rbuf, &limits.parse) {
+            Ok(Parsed::Incomplete) => return,
+            Ok(Parsed::Complete(req, used)) => (req, used),
+            Err(rejection) => {
+                conn.rbuf.clear();
+                queue(conn, &Response::rejection(&rejection), false, false);
+                if let Some(h) = hub.http.as_mut() {
+                    h.stats.rejected += 1;
+                }
+                return;
+            }
+        };
+        let raw: Vec<u8> = conn.rbuf.drain(..used).collect();
+        conn.partial_since = (!conn.rbuf.is_empty()).then(Instant::now);
+        conn.served += 1;
+        if let Some(h) = hub.http.as_mut() {
+            h.stats.requests += 1;
+        }
+        dispatch(hub, ctx, id, req, raw);
+    }
+}
+
+fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, raw: Vec<u8>) {
+    let keep_alive = req.keep_alive();
+    let head = req.method == "HEAD";
+    let Some(http) = hub.http.as_ref() else {
+        return;
+    };
+    match routes::route(http, &req) {
+        routes::Action::Respond(resp) => {
+            if let Some(conn) = http_conn(hub, id) {
+                queue(conn, &resp, keep_alive, head);
+            }
+        }
+        routes::Action::Call {
+            req: admin,
+            expect,
+            timeout,
+        } => {
+            if let Some(conn) = http_conn(hub, id) {
+                conn.state = State::Waiting { keep_alive, head };
+            }
+            hub.call_main(HubRequest::Admin(admin), timeout, Waiting::Http(id, expect));
+        }
+        routes::Action::Upgrade => ws_ui::upgrade(hub, ctx, id, raw),
+    }
+}
+
+/// Queue an answer; the connection reads the next request (or closes after it).
+fn queue(conn: &mut HttpConn, resp: &Response, keep_alive: bool, head: bool) {
+    conn.wbuf
+        .extend_from_slice(&resp.to_bytes(keep_alive, head));
+    conn.state = State::Reading;
+    conn.idle_since = Instant::now();
+    if !keep_alive {
+        conn.close_after_write = true;
+    }
+}
+
+/// Write what is queued; close once the last answer is out.
+fn flush(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
+    if let Err(why) = write_out(hub, id) {
+        drop_conn(hub, ctx, id, &why);
+    }
+}
+
+/// `flush` without the loop context: a failure marks the connection for `reap`.
+fn write_out(hub: &mut Hub, id: ConnId) -> Result<(), String> {
+    let Some(conn) = http_conn(hub, id) else {
+        return Ok(());
+    };
+    let mut written = 0;
+    while written < conn.wbuf.len() {
+        match conn.stream.write(&conn.wbuf[written..]) {
+            Ok(0) => return Err("write returned 0".into()),
+            Ok(n) => {
+                written += n;
+                conn.last_write = Instant::now();
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("write failed: {e}")),
+        }
+    }
+    conn.wbuf.drain(..written);
+    if conn.wbuf.is_empty()
+        && conn.close_after_write
+        && !matches!(conn.state, State::Closing { .. } | State::Waiting { .. })
+    {
+        // Close the write side and drain what the peer still sends for a moment, so
+        // the answer is not lost to a reset.
+        let _ = conn.stream.shutdown(std::net::Shutdown::Write);
+        conn.state = State::Closing {
+            since: Instant::now(),
+        };
+    }
+    Ok(())
+}
+
+/// main answered a request of connection `id`.
+pub fn answer(
+    hub: &mut Hub,
+    ctx: &mut Ctx<Hub>,
+    id: ConnId,
+    expect: routes::Expect,
+    resp: AdminResponse,
+) {
+    let Some(http) = hub.http.as_ref() else {
+        return;
+    };
+    let response = routes::render(http, expect, resp);
+    respond_waiting(hub, id, &response);
+    process(hub, ctx, id);
+    flush(hub, ctx, id);
+}
+
+/// main did not answer a request of connection `id`.
+pub fn call_failed(hub: &mut Hub, id: ConnId, err: &CallError) {
+    let response = match err {
+        CallError::Timeout(..) => Response::error(504, "timeout", &err.to_string()),
+        CallError::PeerGone(_) => Response::error(503, "unavailable", &err.to_string()),
+        CallError::Remote(e) => Response::error(500, "internal", &e.to_string()),
+    };
+    respond_waiting(hub, id, &response);
+    if let Err(why) = write_out(hub, id)
+        && let Some(conn) = hub.http.as_mut().and_then(|h| h.conn_mut(id))
+    {
+        conn.mark_dead(why);
+    }
+}
+
+fn respond_waiting(hub: &mut Hub, id: ConnId, response: &Response) {
+    if let Some(conn) = http_conn(hub, id)
+        && let State::Waiting { keep_alive, head } = conn.state
+    {
+        queue(conn, response, keep_alive, head);
+    }
+}
+
+/// Once a second: requests that take too long, idle and lingering connections, stalled
+/// writers, `/ws` handshakes that never finish.
+pub fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    let now = Instant::now();
+    let limits = http.limits;
+    let mut drop_now = Vec::new();
+    let mut timed_out = Vec::new();
+    for (id, conn) in &mut http.conns {
+        match &mut conn.kind {
+            Kind::Http(c) => match c.state {
+                State::Closing { since } if now.duration_since(since) > LINGER => {
+                    drop_now.push((*id, "closed"));
+                }
+                State::Reading
+                    if c.partial_since
+                        .is_some_and(|t| now.duration_since(t) > limits.request_timeout) =>
+                {
+                    timed_out.push(*id);
+                }
+                State::Reading if c.rbuf.is_empty() && c.wbuf.is_empty() => {
+                    let allowed = if c.served == 0 {
+                        limits.request_timeout
+                    } else {
+                        limits.idle_timeout
+                    };
+                    if now.duration_since(c.idle_since) > allowed {
+                        drop_now.push((*id, "idle"));
+                    }
+                }
+                _ if !c.wbuf.is_empty()
+                    && now.duration_since(c.last_write) > limits.request_timeout * 3 =>
+                {
+                    drop_now.push((*id, "the client does not read its answers"));
+                }
+                _ => {}
+            },
+            Kind::Ws(ws) => {
+                if !ws.is_open() && now.duration_since(ws.since()) > limits.request_timeout {
+                    drop_now.push((*id, "WebSocket handshake not finished in time"));
+                }
+            }
+        }
+    }
+    for id in timed_out {
+        if let Some(conn) = http_conn(hub, id) {
+            log::info!("API connection {id}: request not complete in time; 408");
+            conn.rbuf.clear();
+            conn.partial_since = None;
+            let resp =
+                Response::error(408, "request_timeout", "the request did not arrive in time");
+            queue(conn, &resp, false, false);
+        }
+        flush(hub, ctx, id);
+    }
+    for (id, why) in drop_now {
+        drop_conn(hub, ctx, id, why);
+    }
+    reap(hub, ctx);
+}

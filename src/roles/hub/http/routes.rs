@@ -1,0 +1,525 @@
+//! Which request goes where (docs/api.md lists them), and main's answers as JSON.
+//!
+//! Routing is translation only: a request becomes an `AdminRequest` for main (with an
+//! `Expect` saying how to render the answer), a static file, or an error. The answers'
+//! shapes are those of `saltpeterctl --json` (`ctl::render`), so scripts see one format.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::Http;
+use super::auth::{Auth, Principal};
+use super::parse::{Request, Response};
+use crate::ctl::render::{run_json, time};
+use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, JobInfo, StatusInfo};
+use crate::wire::records::{RunId, RunState};
+use crate::wire::ui::{JobDetail, OutputRange, OutputSlice, RunQuery};
+
+const INDEX_HTML: &str = include_str!("../ui/index.html");
+const APP_JS: &str = include_str!("../ui/app.js");
+const STYLE_CSS: &str = include_str!("../ui/style.css");
+
+/// Ordinary calls to main.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default and largest page of `/api/v1/runs`.
+const DEFAULT_RUNS: u32 = 50;
+const MAX_RUNS: u32 = 1000;
+/// Default and largest read of `/api/v1/runs/N/targets/M/output`.
+const DEFAULT_OUTPUT_BYTES: u64 = 1 << 20;
+const MAX_OUTPUT_BYTES: u64 = 8 << 20;
+
+/// How to render main's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    Healthz,
+    Status,
+    ConfigErrors,
+    Jobs,
+    Job,
+    Runs { limit: u32 },
+    Run,
+    Output { raw: bool, from: u64 },
+    Started,
+    Done,
+    Metrics,
+}
+
+pub enum Action {
+    Respond(Response),
+    Call {
+        req: AdminRequest,
+        expect: Expect,
+        timeout: Duration,
+    },
+    Upgrade,
+}
+
+fn call(req: AdminRequest, expect: Expect) -> Action {
+    Action::Call {
+        req,
+        expect,
+        timeout: CALL_TIMEOUT,
+    }
+}
+
+fn error(status: u16, code: &str, message: &str) -> Action {
+    Action::Respond(Response::error(status, code, message))
+}
+
+fn bad_request(message: &str) -> Action {
+    error(400, "bad_request", message)
+}
+
+fn not_allowed(allow: &str) -> Action {
+    Action::Respond(
+        Response::error(
+            405,
+            "method_not_allowed",
+            &format!("this resource takes {allow}"),
+        )
+        .with_header("Allow", allow),
+    )
+}
+
+fn static_file(content_type: &str, body: &str) -> Action {
+    Action::Respond(
+        Response::new(200, content_type, body.as_bytes().to_vec())
+            .with_header("Cache-Control", "no-cache")
+            .with_header(
+                "Content-Security-Policy",
+                "default-src 'self'; connect-src 'self'; img-src 'self' data:; \
+                 frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+            )
+            .with_header("X-Frame-Options", "DENY"),
+    )
+}
+
+/// Decide what a request gets.
+pub fn route(http: &Http, req: &Request) -> Action {
+    let Some(segments) = req.segments() else {
+        return bad_request("the path is not valid UTF-8");
+    };
+    let seg: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let method = match req.method.as_str() {
+        "HEAD" => "GET",
+        other => other,
+    };
+    if method == "OPTIONS" {
+        // No CORS: the answer grants nothing to other origins.
+        return Action::Respond(
+            Response::new(204, "text/plain", Vec::new())
+                .with_header("Allow", "GET, HEAD, POST, PUT, OPTIONS"),
+        );
+    }
+    match (method, seg.as_slice()) {
+        ("GET", []) | ("GET", ["index.html"]) => {
+            static_file("text/html; charset=utf-8", INDEX_HTML)
+        }
+        ("GET", ["app.js"]) => static_file("text/javascript; charset=utf-8", APP_JS),
+        ("GET", ["style.css"]) => static_file("text/css; charset=utf-8", STYLE_CSS),
+        ("GET", ["healthz"]) => Action::Call {
+            req: AdminRequest::Status,
+            expect: Expect::Healthz,
+            timeout: HEALTH_TIMEOUT,
+        },
+        (_, [] | ["index.html"] | ["app.js"] | ["style.css"] | ["healthz"]) => not_allowed("GET"),
+        ("POST", ["api", "v1", "login"]) => login(&http.auth, req),
+        ("POST", ["api", "v1", "logout"]) => Action::Respond(
+            Response::new(204, "text/plain", Vec::new())
+                .with_header("Set-Cookie", &Auth::logout_cookie()),
+        ),
+        (_, ["api", "v1", "login" | "logout"]) => not_allowed("POST"),
+        ("GET", ["metrics"]) if http.auth.metrics_open() => {
+            call(AdminRequest::Metrics, Expect::Metrics)
+        }
+        _ => match http.auth.check(req) {
+            Ok(who) => protected(http, req, method, &seg, who),
+            Err(denied) => Action::Respond(
+                Response::error(denied.status(), "unauthorized", denied.message())
+                    .with_header("WWW-Authenticate", "Bearer realm=\"saltpeter\""),
+            ),
+        },
+    }
+}
+
+fn login(auth: &Auth, req: &Request) -> Action {
+    let token = match req.header("content-type") {
+        Some(ct) if ct.starts_with("application/x-www-form-urlencoded") => {
+            let body = String::from_utf8_lossy(&req.body);
+            super::parse::parse_query(&body)
+                .into_iter()
+                .find(|(k, _)| k == "token")
+                .map(|(_, v)| v)
+        }
+        _ => match serde_json::from_slice::<Value>(&req.body) {
+            Ok(v) => v["token"].as_str().map(str::to_string),
+            Err(e) => return bad_request(&format!("malformed JSON: {e}")),
+        },
+    };
+    let Some(token) = token else {
+        return bad_request("send {\"token\": \"...\"}");
+    };
+    match auth.login(&token) {
+        Ok(cookie) => Action::Respond(
+            Response::json(200, &json!({"ok": true})).with_header("Set-Cookie", &cookie),
+        ),
+        Err(denied) => error(denied.status(), "unauthorized", denied.message()),
+    }
+}
+
+/// An optional JSON object body; `Err` for malformed JSON.
+fn json_body(req: &Request) -> Result<Value, Action> {
+    if req.body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Null);
+    }
+    match serde_json::from_slice::<Value>(&req.body) {
+        Ok(v @ (Value::Object(_) | Value::Null)) => Ok(v),
+        Ok(_) => Err(bad_request("the body must be a JSON object")),
+        Err(e) => Err(bad_request(&format!("malformed JSON: {e}"))),
+    }
+}
+
+fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: Principal) -> Action {
+    if method != "GET"
+        && let Err(denied) = http.auth.check_state_change(req, who)
+    {
+        return error(denied.status(), "forbidden", denied.message());
+    }
+    match (method, seg) {
+        ("GET", ["ws"]) => match http.auth.check_ws(req, who) {
+            Ok(()) if is_ws_upgrade(req) => Action::Upgrade,
+            Ok(()) => Action::Respond(
+                Response::error(426, "upgrade_required", "/ws is a WebSocket endpoint")
+                    .with_header("Upgrade", "websocket"),
+            ),
+            Err(denied) => error(denied.status(), "forbidden", denied.message()),
+        },
+        ("GET", ["metrics"]) => call(AdminRequest::Metrics, Expect::Metrics),
+        ("GET", ["api", "v1", "status"]) => call(AdminRequest::Status, Expect::Status),
+        ("GET", ["api", "v1", "config", "errors"]) => {
+            call(AdminRequest::Status, Expect::ConfigErrors)
+        }
+        ("GET", ["api", "v1", "jobs"]) => call(AdminRequest::Jobs, Expect::Jobs),
+        ("GET", ["api", "v1", "jobs", job]) => {
+            let upcoming = match number(req, "next", 5) {
+                Ok(n) => n.min(100) as u32,
+                Err(a) => return a,
+            };
+            call(
+                AdminRequest::JobDetail {
+                    job: job.to_string(),
+                    upcoming,
+                },
+                Expect::Job,
+            )
+        }
+        ("POST", ["api", "v1", "jobs", job, "run"]) => call(
+            AdminRequest::RunNow {
+                job: job.to_string(),
+            },
+            Expect::Started,
+        ),
+        ("POST", ["api", "v1", "jobs", job, "kill"]) => {
+            let body = match json_body(req) {
+                Ok(b) => b,
+                Err(a) => return a,
+            };
+            call(
+                AdminRequest::KillJob {
+                    job: job.to_string(),
+                    machine: body["machine"].as_str().map(str::to_string),
+                    run: None,
+                },
+                Expect::Done,
+            )
+        }
+        ("GET", ["api", "v1", "runs"]) => runs_query(req),
+        ("GET", ["api", "v1", "runs", id]) => match run_id(id) {
+            Ok(run) => call(AdminRequest::GetRun { run }, Expect::Run),
+            Err(a) => a,
+        },
+        ("POST", ["api", "v1", "runs", id, "kill"]) => {
+            if let Err(a) = json_body(req) {
+                return a;
+            }
+            match run_id(id) {
+                Ok(run) => call(AdminRequest::Kill { run, machine: None }, Expect::Done),
+                Err(a) => a,
+            }
+        }
+        ("POST", ["api", "v1", "runs", id, "targets", machine, "kill"]) => {
+            if let Err(a) = json_body(req) {
+                return a;
+            }
+            match run_id(id) {
+                Ok(run) => call(
+                    AdminRequest::Kill {
+                        run,
+                        machine: Some(machine.to_string()),
+                    },
+                    Expect::Done,
+                ),
+                Err(a) => a,
+            }
+        }
+        ("GET", ["api", "v1", "runs", id, "targets", machine, "output"]) => {
+            output_query(req, id, machine)
+        }
+        ("GET", ["api", "v1", "maintenance"]) => match &http.ui.maintenance {
+            Some(m) => Action::Respond(Response::json(
+                200,
+                &json!({"global": m["global"], "machines": m["machines"], "source": "configuration"}),
+            )),
+            None => error(
+                503,
+                "unavailable",
+                "the configuration has not arrived from main yet",
+            ),
+        },
+        ("PUT" | "POST", ["api", "v1", "maintenance"]) => {
+            if let Err(a) = json_body(req) {
+                return a;
+            }
+            error(
+                501,
+                "not_implemented",
+                "changing maintenance at run time needs the daemon's maintenance commands, \
+                 which are not there yet; set saltpeter_maintenance in the configuration \
+                 (it is reloaded automatically)",
+            )
+        }
+        (_, ["ws" | "metrics"]) => not_allowed("GET"),
+        (_, ["api", "v1", "maintenance"]) => not_allowed("GET, PUT, POST"),
+        (_, ["api", "v1", "jobs", _, "run" | "kill"])
+        | (_, ["api", "v1", "runs", _, "kill"])
+        | (_, ["api", "v1", "runs", _, "targets", _, "kill"]) => not_allowed("POST"),
+        (_, ["api", "v1", "status" | "jobs" | "runs"])
+        | (_, ["api", "v1", "config", "errors"])
+        | (_, ["api", "v1", "jobs" | "runs", _])
+        | (_, ["api", "v1", "runs", _, "targets", _, "output"]) => not_allowed("GET"),
+        _ => error(404, "not_found", &format!("no such resource: {}", req.path)),
+    }
+}
+
+/// A WebSocket handshake request (RFC 6455 section 4.1), version 13.
+fn is_ws_upgrade(req: &Request) -> bool {
+    let has = |name: &str, word: &str| {
+        req.header(name)
+            .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(word)))
+    };
+    has("upgrade", "websocket")
+        && has("connection", "upgrade")
+        && req
+            .header("sec-websocket-key")
+            .is_some_and(|k| !k.is_empty())
+        && req.header("sec-websocket-version") == Some("13")
+}
+
+fn run_id(text: &str) -> Result<RunId, Action> {
+    text.parse()
+        .map_err(|_| bad_request(&format!("`{text}` is not a run id")))
+}
+
+fn number(req: &Request, name: &str, default: u64) -> Result<u64, Action> {
+    match req.query(name) {
+        None | Some("") => Ok(default),
+        Some(v) => v
+            .parse()
+            .map_err(|_| bad_request(&format!("`{name}` must be a number, not `{v}`"))),
+    }
+}
+
+fn optional_number(req: &Request, name: &str) -> Result<Option<u64>, Action> {
+    match req.query(name) {
+        None | Some("") => Ok(None),
+        Some(_) => number(req, name, 0).map(Some),
+    }
+}
+
+/// An instant: unix milliseconds, RFC 3339, or the `now-5m` forms.
+fn instant(req: &Request, name: &str) -> Result<Option<i64>, Action> {
+    match req.query(name) {
+        None | Some("") => Ok(None),
+        Some(v) => super::ws_ui::parse_date(v, chrono::Utc::now())
+            .map(Some)
+            .ok_or_else(|| bad_request(&format!("`{name}`: `{v}` is not a time"))),
+    }
+}
+
+fn runs_query(req: &Request) -> Action {
+    let state = match req.query("state") {
+        None | Some("") => None,
+        Some(s) => match RunState::parse(s) {
+            Some(state) => Some(state),
+            None => return bad_request(&format!("`{s}` is not a run state")),
+        },
+    };
+    let parsed = (|| -> Result<RunQuery, Action> {
+        let limit = number(req, "limit", DEFAULT_RUNS as u64)?.clamp(1, MAX_RUNS as u64) as u32;
+        Ok(RunQuery {
+            job: req
+                .query("job")
+                .filter(|j| !j.is_empty())
+                .map(str::to_string),
+            state,
+            since: instant(req, "since")?,
+            until: instant(req, "until")?,
+            before_id: optional_number(req, "before")?,
+            limit,
+        })
+    })();
+    match parsed {
+        Ok(q) => {
+            let limit = q.limit;
+            call(AdminRequest::RunsQuery(q), Expect::Runs { limit })
+        }
+        Err(a) => a,
+    }
+}
+
+fn output_query(req: &Request, id: &str, machine: &str) -> Action {
+    let run = match run_id(id) {
+        Ok(run) => run,
+        Err(a) => return a,
+    };
+    let parsed = (|| -> Result<OutputRange, Action> {
+        let max = number(req, "max_bytes", DEFAULT_OUTPUT_BYTES)?.clamp(1, MAX_OUTPUT_BYTES);
+        Ok(OutputRange {
+            from: number(req, "from", 0)?,
+            tail: optional_number(req, "tail")?,
+            max_bytes: Some(max),
+        })
+    })();
+    let range = match parsed {
+        Ok(r) => r,
+        Err(a) => return a,
+    };
+    let raw = match req.query("format") {
+        None | Some("" | "json") => false,
+        Some("raw") => true,
+        Some(other) => return bad_request(&format!("`format` is json or raw, not `{other}`")),
+    };
+    call(
+        AdminRequest::OutputRange {
+            run,
+            machine: machine.to_string(),
+            range,
+        },
+        Expect::Output {
+            raw,
+            from: range.from,
+        },
+    )
+}
+
+fn job_json(j: &JobInfo) -> Value {
+    json!({
+        "name": j.name,
+        "group": j.group,
+        "enabled": j.enabled,
+        "error": j.error,
+        "next_run": time(j.next_run),
+        "last_run": time(j.last_run),
+        "last_result": j.last_result.map(|s| s.as_str()),
+    })
+}
+
+fn job_detail_json(d: &JobDetail) -> Value {
+    let mut v = job_json(&d.info);
+    if let Value::Object(map) = &mut v {
+        map.insert(
+            "next_runs".into(),
+            d.next_runs.iter().map(|t| time(Some(*t))).collect(),
+        );
+        map.insert(
+            "config".into(),
+            serde_json::from_str(&d.config_json).unwrap_or(Value::Null),
+        );
+        map.insert("running".into(), json!(d.running));
+    }
+    v
+}
+
+fn status_json(s: &StatusInfo) -> Value {
+    json!({
+        "version": s.version,
+        "started_at": time(Some(s.started_at)),
+        "uptime_s": s.uptime_s,
+        "processes": s.processes.iter().map(|p| json!({"role": p.role, "pid": p.pid})).collect::<Vec<_>>(),
+        "jobs": s.jobs,
+        "running_runs": s.running_runs,
+        "config_errors": s.config_errors,
+        "wrapper_port": s.wrapper_port,
+        "api_port": s.api_port,
+    })
+}
+
+fn output_response(s: OutputSlice, raw: bool, from: u64) -> Response {
+    if raw {
+        return Response::new(200, "application/octet-stream", s.data)
+            .with_header("X-Saltpeter-Next-From", &s.next_from.to_string())
+            .with_header("X-Saltpeter-Total-Bytes", &s.total_bytes.to_string())
+            .with_header("X-Saltpeter-Omitted-Bytes", &s.omitted_bytes.to_string());
+    }
+    Response::json(
+        200,
+        &json!({
+            "from": from,
+            "next_from": s.next_from,
+            "total_bytes": s.total_bytes,
+            "omitted_bytes": s.omitted_bytes,
+            "omitted_at": s.omitted_at,
+            "bytes": s.data.len(),
+            "data": String::from_utf8_lossy(&s.data),
+        }),
+    )
+}
+
+/// main's answer to a request, as the HTTP response.
+pub fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Response {
+    let ok = |v: Value| Response::json(200, &v);
+    match (expect, resp) {
+        (_, AdminResponse::Failure(f)) => match f {
+            AdminFailure::NotFound(m) => Response::error(404, "not_found", &m),
+            AdminFailure::Invalid(m) => Response::error(409, "conflict", &m),
+            AdminFailure::Internal(m) => Response::error(500, "internal", &m),
+        },
+        (Expect::Healthz, AdminResponse::Status(s)) => {
+            ok(json!({"status": "ok", "version": s.version, "uptime_s": s.uptime_s}))
+        }
+        (Expect::Status, AdminResponse::Status(s)) => ok(status_json(&s)),
+        (Expect::ConfigErrors, AdminResponse::Status(s)) => ok(json!({"errors": s.config_errors})),
+        (Expect::Jobs, AdminResponse::Jobs(jobs)) => {
+            ok(Value::Array(jobs.iter().map(job_json).collect()))
+        }
+        (Expect::Job, AdminResponse::Job(d)) => ok(job_detail_json(&d)),
+        (Expect::Runs { limit }, AdminResponse::Runs(runs)) => {
+            let next = (runs.len() >= limit as usize)
+                .then(|| runs.last().map(|r| r.id))
+                .flatten();
+            ok(json!({"runs": runs.iter().map(run_json).collect::<Vec<_>>(), "next_before": next}))
+        }
+        (Expect::Run, AdminResponse::Run(r)) => ok(run_json(&r)),
+        (Expect::Output { raw, from }, AdminResponse::UiOutputSlice(s)) => {
+            output_response(s, raw, from)
+        }
+        (Expect::Started, AdminResponse::Started { run }) => {
+            Response::json(202, &json!({"run": run}))
+        }
+        (Expect::Done, AdminResponse::Done(message)) => ok(json!({"ok": true, "message": message})),
+        (Expect::Metrics, AdminResponse::Metrics(mut text)) => {
+            super::views::hub_metrics(http, &mut text);
+            Response::new(
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                text.into_bytes(),
+            )
+        }
+        (expect, other) => {
+            log::error!("main answered {expect:?} with {other:?}");
+            Response::error(500, "internal", "unexpected answer from main")
+        }
+    }
+}

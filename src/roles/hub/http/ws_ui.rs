@@ -1,0 +1,547 @@
+//! `/ws`: the original Saltpeter UI protocol (PROTOCOLS.md section 2.1), event-driven.
+//!
+//! 1. Connect: the handshake (tungstenite, over the request bytes the HTTP layer already
+//!    read), then the last `config` and `status` messages.
+//! 2. `subscribe` / `unsubscribe` join and leave a job's view (`views`): the view pushes
+//!    `details` and `output_chunk` messages to its subscribers as main reports changes.
+//! 3. `run`, `killCron`, `killMachine` and `getTimeline` become calls to main; `ack` is
+//!    accepted and ignored, as by the original.
+//!
+//! A client that sends malformed or binary frames, or lets its unread messages pile up
+//! (`max_write_buffer_size`), is dropped; nothing a client does reaches another client or
+//! the wrappers.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use serde_json::{Value, json};
+use tungstenite::handshake::server::{NoCallback, ServerHandshake};
+use tungstenite::handshake::{HandshakeError, MidHandshake};
+use tungstenite::protocol::WebSocketConfig;
+use tungstenite::{Message, Utf8Bytes, WebSocket};
+
+use super::live::Position;
+use super::views::{leave_view, push_details, push_output};
+use super::{ConnId, Http, Kind, drop_conn};
+use crate::evloop::Ctx;
+use crate::ipc::CallError;
+use crate::roles::hub::{Hub, Waiting};
+use crate::wire::admin::{AdminRequest, AdminResponse};
+use crate::wire::link::HubRequest;
+use crate::wire::records::{Millis, RunRecord};
+use crate::wire::ui::RunQuery;
+
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Subscriptions one client may hold.
+const MAX_SUBSCRIPTIONS: usize = 10_000;
+const MAX_JOB_NAME: usize = 512;
+
+/// The bytes of the upgrade request (already read by the HTTP layer), then the socket.
+pub struct Replay {
+    pending: Vec<u8>,
+    pos: usize,
+    stream: TcpStream,
+}
+
+impl Read for Replay {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos < self.pending.len() {
+            let n = (self.pending.len() - self.pos).min(buf.len());
+            buf[..n].copy_from_slice(&self.pending[self.pos..self.pos + n]);
+            self.pos += n;
+            if self.pos == self.pending.len() {
+                self.pending = Vec::new();
+                self.pos = 0;
+            }
+            return Ok(n);
+        }
+        self.stream.read(buf)
+    }
+}
+
+impl Write for Replay {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+type Mid = MidHandshake<ServerHandshake<Replay, NoCallback>>;
+
+pub(super) enum Session {
+    Handshaking(Box<Mid>),
+    Open(Box<WebSocket<Replay>>),
+}
+
+/// What a client's call to main was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WsExpect {
+    Command,
+    Timeline(u64),
+}
+
+pub struct WsConn {
+    pub(super) session: Option<Session>,
+    since: Instant,
+    pub(super) subs: BTreeSet<String>,
+    pub(super) positions: HashMap<(String, String), Position>,
+    /// `getTimeline` requests waiting for main, with the client's `id`.
+    timelines: HashMap<u64, Value>,
+    next_req: u64,
+}
+
+impl WsConn {
+    pub fn is_open(&self) -> bool {
+        matches!(self.session, Some(Session::Open(_)))
+    }
+    pub fn since(&self) -> Instant {
+        self.since
+    }
+}
+
+fn ws_config(http: &Http) -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(http.limits.ws_max_message))
+        .max_frame_size(Some(http.limits.ws_max_message))
+        .max_write_buffer_size(http.limits.ws_max_write)
+}
+
+/// Turn HTTP connection `id`, whose last request (`raw`) asks for `/ws`, into a client.
+pub fn upgrade(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, raw: Vec<u8>) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    let config = ws_config(http);
+    let Some(mut conn) = http.conns.remove(&id) else {
+        return;
+    };
+    let Kind::Http(hc) = conn.kind else {
+        return;
+    };
+    let mut hc = *hc;
+    if !hc.wbuf.is_empty() {
+        // Answers to earlier pipelined requests go first.
+        if hc.stream.write_all(&hc.wbuf).is_err() {
+            ctx.remove(conn.token);
+            return;
+        }
+    }
+    let mut pending = raw;
+    pending.extend_from_slice(&hc.rbuf);
+    let replay = Replay {
+        pending,
+        pos: 0,
+        stream: hc.stream,
+    };
+    let session = match tungstenite::accept_with_config(replay, Some(config)) {
+        Ok(ws) => Session::Open(Box::new(ws)),
+        Err(HandshakeError::Interrupted(mid)) => Session::Handshaking(Box::new(mid)),
+        Err(HandshakeError::Failure(e)) => {
+            log::info!("/ws handshake from {} failed: {e}", conn.peer);
+            ctx.remove(conn.token);
+            return;
+        }
+    };
+    let open = matches!(session, Session::Open(_));
+    conn.kind = Kind::Ws(Box::new(WsConn {
+        session: Some(session),
+        since: Instant::now(),
+        subs: BTreeSet::new(),
+        positions: HashMap::new(),
+        timelines: HashMap::new(),
+        next_req: 1,
+    }));
+    http.conns.insert(id, conn);
+    if open {
+        greet(hub, id);
+    }
+}
+
+fn ws_of(hub: &mut Hub, id: ConnId) -> Option<&mut WsConn> {
+    match &mut hub.http.as_mut()?.conn_mut(id)?.kind {
+        Kind::Ws(ws) => Some(ws),
+        Kind::Http(_) => None,
+    }
+}
+
+/// Send one text message to client `id` (a failure marks it for `reap`).
+pub(super) fn send(http: &mut Http, id: ConnId, text: &Utf8Bytes) {
+    let Some(conn) = http.conn_mut(id) else {
+        return;
+    };
+    let Kind::Ws(ws) = &mut conn.kind else {
+        return;
+    };
+    let Some(Session::Open(socket)) = ws.session.as_mut() else {
+        return;
+    };
+    match socket.send(Message::Text(text.clone())) {
+        Ok(()) => {}
+        Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => conn.mark_dead(format!("/ws write failed: {e}")),
+    }
+    http.stats.ws_messages_sent += 1;
+}
+
+/// A new client gets the configuration and the status at once.
+fn greet(hub: &mut Hub, id: ConnId) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    for msg in [http.ui.config.clone(), http.ui.status.clone()]
+        .into_iter()
+        .flatten()
+    {
+        send(http, id, &msg);
+    }
+}
+
+pub fn on_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
+    let Some(ws) = ws_of(hub, id) else {
+        return;
+    };
+    let mut socket = match ws.session.take() {
+        Some(Session::Handshaking(mid)) => match mid.handshake() {
+            Ok(socket) => {
+                ws.session = Some(Session::Open(Box::new(socket)));
+                greet(hub, id);
+                let Some(ws) = ws_of(hub, id) else {
+                    return;
+                };
+                match ws.session.take() {
+                    Some(Session::Open(s)) => s,
+                    _ => return,
+                }
+            }
+            Err(HandshakeError::Interrupted(mid)) => {
+                ws.session = Some(Session::Handshaking(Box::new(mid)));
+                return;
+            }
+            Err(HandshakeError::Failure(e)) => {
+                drop_conn(hub, ctx, id, &format!("/ws handshake failed: {e}"));
+                return;
+            }
+        },
+        Some(Session::Open(s)) => s,
+        None => return,
+    };
+    let mut incoming = Vec::new();
+    let mut ended = None;
+    loop {
+        match socket.read() {
+            Ok(Message::Text(t)) => incoming.push(t),
+            Ok(Message::Binary(_)) => {
+                ended = Some("binary frames are not part of the protocol".to_string());
+                break;
+            }
+            Ok(_) => {} // pings are answered by tungstenite; close ends the loop below
+            Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => {
+                ended = Some("closed by peer".to_string());
+                break;
+            }
+            Err(e) => {
+                ended = Some(format!("bad frames: {e}"));
+                break;
+            }
+        }
+    }
+    if let Err(e) = socket.flush()
+        && !matches!(&e, tungstenite::Error::Io(io) if io.kind() == io::ErrorKind::WouldBlock)
+        && ended.is_none()
+    {
+        ended = Some(format!("write failed: {e}"));
+    }
+    if let Some(ws) = ws_of(hub, id) {
+        ws.session = Some(Session::Open(socket));
+    }
+    for text in incoming {
+        client_message(hub, id, text.as_str());
+    }
+    if let Some(why) = ended {
+        drop_conn(hub, ctx, id, &why);
+    }
+}
+
+/// The job names of a `subscribe` / `unsubscribe` value (a name or a list of names).
+fn job_names(v: &Value) -> Vec<String> {
+    let list: Vec<&Value> = match v {
+        Value::Array(items) => items.iter().collect(),
+        other => vec![other],
+    };
+    list.into_iter()
+        .filter_map(Value::as_str)
+        .filter(|s| !s.is_empty() && s.len() <= MAX_JOB_NAME)
+        .map(str::to_string)
+        .collect()
+}
+
+/// One message of a client; the first key the original knows wins.
+fn client_message(hub: &mut Hub, id: ConnId, text: &str) {
+    let Ok(Value::Object(msg)) = serde_json::from_str::<Value>(text) else {
+        log::debug!("/ws client {id}: ignoring a message that is not a JSON object");
+        return;
+    };
+    let command = |req: AdminRequest| (req, WsExpect::Command);
+    let call = if let Some(v) = msg.get("subscribe") {
+        subscribe(hub, id, job_names(v));
+        None
+    } else if let Some(v) = msg.get("unsubscribe") {
+        for job in job_names(v) {
+            unsubscribe(hub, id, &job);
+        }
+        None
+    } else if msg.contains_key("ack") {
+        None
+    } else if let Some(job) = msg.get("run").and_then(Value::as_str) {
+        Some(command(AdminRequest::RunNow {
+            job: job.to_string(),
+        }))
+    } else if let Some(job) = msg.get("killCron").and_then(Value::as_str) {
+        Some(command(AdminRequest::KillJob {
+            job: job.to_string(),
+            machine: None,
+            run: None,
+        }))
+    } else if let Some(v) = msg.get("killMachine") {
+        match (v["cron"].as_str(), v["machine"].as_str()) {
+            (Some(job), Some(machine)) => Some(command(AdminRequest::KillJob {
+                job: job.to_string(),
+                machine: Some(machine.to_string()),
+                run: v["job_instance"]
+                    .as_str()
+                    .and_then(crate::wire::ui::run_of_instance),
+            })),
+            _ => None,
+        }
+    } else if let Some(v) = msg.get("getTimeline") {
+        timeline_request(hub, id, v)
+    } else {
+        None
+    };
+    if let Some((req, expect)) = call {
+        hub.call_main(
+            HubRequest::Admin(req),
+            CALL_TIMEOUT,
+            Waiting::Ws(id, expect),
+        );
+    }
+}
+
+fn timeline_request(hub: &mut Hub, id: ConnId, v: &Value) -> Option<(AdminRequest, WsExpect)> {
+    let now = chrono::Utc::now();
+    let start = v["start_date"]
+        .as_str()
+        .and_then(|s| parse_date(s, now))
+        .unwrap_or(now.timestamp_millis() - 5 * 60 * 1000);
+    let end = v["end_date"]
+        .as_str()
+        .and_then(|s| parse_date(s, now))
+        .unwrap_or(now.timestamp_millis());
+    let ws = ws_of(hub, id)?;
+    let req_no = ws.next_req;
+    ws.next_req += 1;
+    ws.timelines.insert(req_no, v["id"].clone());
+    Some((
+        AdminRequest::RunsQuery(RunQuery {
+            since: Some(start),
+            until: Some(end),
+            limit: 10_000,
+            ..RunQuery::default()
+        }),
+        WsExpect::Timeline(req_no),
+    ))
+}
+
+/// An instant for `getTimeline` and the API: `now`, `now-5m` (s, m, h, d, w), RFC 3339,
+/// `YYYY-MM-DD[ T]HH:MM:SS` in UTC, or unix milliseconds.
+pub fn parse_date(text: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Millis> {
+    let t = text.trim();
+    if let Some(rest) = t.strip_prefix("now") {
+        if rest.is_empty() {
+            return Some(now.timestamp_millis());
+        }
+        let (sign, amount) = match rest.split_at(1) {
+            ("-", a) => (-1, a),
+            // A `+` in a query string arrives as a space.
+            ("+" | " ", a) => (1, a),
+            _ => return None,
+        };
+        let unit = amount.chars().last()?;
+        let n: i64 = amount[..amount.len() - unit.len_utf8()].parse().ok()?;
+        let seconds = match unit {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86400,
+            'w' => 7 * 86400,
+            _ => return None,
+        };
+        return Some(now.timestamp_millis() + sign * n.checked_mul(seconds * 1000)?);
+    }
+    if let Ok(ms) = t.parse::<i64>() {
+        return Some(ms);
+    }
+    if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(t) {
+        return Some(dt.timestamp_millis());
+    }
+    [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M",
+    ]
+    .iter()
+    .find_map(|f| chrono::NaiveDateTime::parse_from_str(t, f).ok())
+    .map(|n| n.and_utc().timestamp_millis())
+}
+
+fn subscribe(hub: &mut Hub, id: ConnId, jobs: Vec<String>) {
+    let mut watch = Vec::new();
+    let mut ready = Vec::new();
+    {
+        let Some(http) = hub.http.as_mut() else {
+            return;
+        };
+        let Some(Kind::Ws(ws)) = http.conns.get_mut(&id).map(|c| &mut c.kind) else {
+            return;
+        };
+        for job in jobs {
+            if ws.subs.len() >= MAX_SUBSCRIPTIONS || !ws.subs.insert(job.clone()) {
+                continue;
+            }
+            let view = http.ui.jobs.entry(job.clone()).or_default();
+            let first = view.subscribers.is_empty();
+            view.subscribers.insert(id);
+            if first {
+                watch.push(job);
+            } else if view.details.is_some() {
+                ready.push(job);
+            }
+        }
+        if let Some(status) = http.ui.status.clone() {
+            send(http, id, &status);
+        }
+    }
+    for job in watch {
+        hub.cast_main(HubRequest::UiWatch { job, watch: true });
+    }
+    for job in ready {
+        push_details(hub, &job, Some(id));
+        push_output(hub, &job, Some(id));
+    }
+}
+
+fn unsubscribe(hub: &mut Hub, id: ConnId, job: &str) {
+    if let Some(ws) = ws_of(hub, id) {
+        if !ws.subs.remove(job) {
+            return;
+        }
+        ws.positions.retain(|(j, _), _| j != job);
+    }
+    leave_view(hub, id, job);
+}
+
+/// main answered a client's command or timeline request.
+pub fn answer(
+    hub: &mut Hub,
+    ctx: &mut Ctx<Hub>,
+    id: ConnId,
+    expect: WsExpect,
+    resp: AdminResponse,
+) {
+    match (expect, resp) {
+        (WsExpect::Command, AdminResponse::Failure(f)) => {
+            log::info!("/ws client {id}: command refused: {f}");
+        }
+        (WsExpect::Command, _) => {}
+        (WsExpect::Timeline(req), resp) => {
+            let runs = match resp {
+                AdminResponse::Runs(runs) => runs,
+                other => {
+                    log::info!("/ws client {id}: timeline failed: {other:?}");
+                    Vec::new()
+                }
+            };
+            send_timeline(hub, id, req, &runs);
+        }
+    }
+    super::reap(hub, ctx);
+}
+
+pub fn call_failed(hub: &mut Hub, id: ConnId, expect: WsExpect, err: &CallError) {
+    log::info!("/ws client {id}: request to main failed: {err}");
+    if let WsExpect::Timeline(req) = expect {
+        send_timeline(hub, id, req, &[]);
+    }
+}
+
+fn send_timeline(hub: &mut Hub, id: ConnId, req: u64, runs: &[RunRecord]) {
+    let Some(ws) = ws_of(hub, id) else {
+        return;
+    };
+    let req_id = ws.timelines.remove(&req).unwrap_or(Value::Null);
+    let mut content = Vec::new();
+    for run in runs {
+        let instance = crate::wire::ui::instance(&run.job, run.id);
+        for t in &run.targets {
+            if t.started.is_some() {
+                content.push(
+                    json!({"cron": run.job, "timestamp": crate::ctl::render::time(t.started),
+                    "ret_code": null, "msg_type": "machine_start", "job_instance": instance,
+                    "machine": t.machine}),
+                );
+            }
+            if t.ended.is_some() {
+                content.push(
+                    json!({"cron": run.job, "timestamp": crate::ctl::render::time(t.ended),
+                    "ret_code": t.exit_code, "msg_type": "machine_result",
+                    "job_instance": instance, "machine": t.machine}),
+                );
+            }
+        }
+    }
+    let msg = json!({
+        "type": "timeline",
+        "timeline": {"content": content, "id": req_id, "serial": chrono::Utc::now().timestamp_millis()},
+    });
+    if let Some(http) = hub.http.as_mut() {
+        send(http, id, &Utf8Bytes::from(msg.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn dates_of_the_original_and_iso() {
+        let now = chrono::Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
+        let ms = now.timestamp_millis();
+        assert_eq!(parse_date("now", now), Some(ms));
+        assert_eq!(parse_date("now-5m", now), Some(ms - 300_000));
+        assert_eq!(parse_date("now-2h", now), Some(ms - 7_200_000));
+        assert_eq!(parse_date("now-1d", now), Some(ms - 86_400_000));
+        assert_eq!(parse_date("now+1h", now), Some(ms + 3_600_000));
+        assert_eq!(parse_date("now 1h", now), Some(ms + 3_600_000));
+        assert_eq!(parse_date("2026-01-02T03:04:05Z", now), Some(ms));
+        assert_eq!(parse_date("2026-01-02T04:04:05+01:00", now), Some(ms));
+        assert_eq!(parse_date("2026-01-02 03:04:05", now), Some(ms));
+        assert_eq!(parse_date("1767323045000", now), Some(1_767_323_045_000));
+        assert_eq!(parse_date("yesterday", now), None);
+        assert_eq!(parse_date("now-5x", now), None);
+        assert_eq!(parse_date("now-", now), None);
+    }
+
+    #[test]
+    fn job_names_take_a_name_or_a_list() {
+        assert_eq!(job_names(&json!("a")), ["a"]);
+        assert_eq!(job_names(&json!(["a", 3, "", "b"])), ["a", "b"]);
+        assert!(job_names(&json!({"x": 1})).is_empty());
+    }
+}

@@ -1,0 +1,148 @@
+//! What main measures for `/metrics`, and the rendering of all of the daemon's metrics
+//! (db reports its commit latency to main; the hub adds its own connection counts).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use super::Main;
+use crate::metrics::{DURATION_BUCKETS, Histogram, LATENCY_BUCKETS, header, label_value};
+use crate::wire::records::RunState;
+
+pub struct MainMetrics {
+    runs_by_state: BTreeMap<&'static str, u64>,
+    run_duration: Histogram,
+    lateness: Histogram,
+    output_bytes: u64,
+    output_frames: u64,
+    /// The latest histogram db reported.
+    pub db_commit: Option<Histogram>,
+}
+
+impl Default for MainMetrics {
+    fn default() -> Self {
+        MainMetrics {
+            runs_by_state: BTreeMap::new(),
+            run_duration: Histogram::new(DURATION_BUCKETS),
+            lateness: Histogram::new(LATENCY_BUCKETS),
+            output_bytes: 0,
+            output_frames: 0,
+            db_commit: None,
+        }
+    }
+}
+
+impl MainMetrics {
+    pub fn run_ended(&mut self, state: RunState, duration_s: Option<f64>) {
+        *self.runs_by_state.entry(state.as_str()).or_insert(0) += 1;
+        if let Some(d) = duration_s
+            && state != RunState::Skipped
+        {
+            self.run_duration.observe(d);
+        }
+    }
+
+    /// How late a slot was acted on (milliseconds; early is 0).
+    pub fn observe_lateness(&mut self, ms: i64) {
+        self.lateness.observe(ms.max(0) as f64 / 1000.0);
+    }
+
+    pub fn output(&mut self, bytes: usize) {
+        self.output_bytes += bytes as u64;
+        self.output_frames += 1;
+    }
+}
+
+/// main's metrics in the Prometheus text format.
+pub fn render(core: &Main) -> String {
+    let m = &core.ui.metrics;
+    let mut out = String::new();
+    header(
+        &mut out,
+        "saltpeter_runs_total",
+        "counter",
+        "Runs ended since start, by final state.",
+    );
+    for state in RunState::ALL.iter().filter(|s| s.is_final()) {
+        let n = m.runs_by_state.get(state.as_str()).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "saltpeter_runs_total{{state=\"{}\"}} {n}",
+            label_value(state.as_str())
+        );
+    }
+    header(
+        &mut out,
+        "saltpeter_run_duration_seconds",
+        "histogram",
+        "Time from a run's start to its end.",
+    );
+    m.run_duration
+        .render("saltpeter_run_duration_seconds", "", &mut out);
+    header(
+        &mut out,
+        "saltpeter_schedule_lateness_seconds",
+        "histogram",
+        "How late scheduled slots were acted on (go sent, or launched).",
+    );
+    m.lateness
+        .render("saltpeter_schedule_lateness_seconds", "", &mut out);
+    header(
+        &mut out,
+        "saltpeter_wrappers_connected",
+        "gauge",
+        "Wrapper sessions bound to a target now.",
+    );
+    let _ = writeln!(out, "saltpeter_wrappers_connected {}", core.sessions.len());
+    header(
+        &mut out,
+        "saltpeter_runs_in_flight",
+        "gauge",
+        "Runs recorded and not finished.",
+    );
+    let _ = writeln!(out, "saltpeter_runs_in_flight {}", core.runs.len());
+    header(
+        &mut out,
+        "saltpeter_output_bytes_total",
+        "counter",
+        "Output bytes received from wrappers (resends included).",
+    );
+    let _ = writeln!(out, "saltpeter_output_bytes_total {}", m.output_bytes);
+    header(
+        &mut out,
+        "saltpeter_output_frames_total",
+        "counter",
+        "Output frames received from wrappers (resends included).",
+    );
+    let _ = writeln!(out, "saltpeter_output_frames_total {}", m.output_frames);
+    header(
+        &mut out,
+        "saltpeter_jobs",
+        "gauge",
+        "Jobs in the configuration, valid or not.",
+    );
+    let _ = writeln!(out, "saltpeter_jobs {}", core.config.jobs.len());
+    header(
+        &mut out,
+        "saltpeter_config_errors",
+        "gauge",
+        "Errors in the configuration now.",
+    );
+    let errors = core
+        .config
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == crate::config::Severity::Error)
+        .count();
+    let _ = writeln!(out, "saltpeter_config_errors {errors}");
+    header(
+        &mut out,
+        "saltpeter_db_commit_seconds",
+        "histogram",
+        "Time from the start of a database batch transaction to its commit.",
+    );
+    match &m.db_commit {
+        Some(h) => h.render("saltpeter_db_commit_seconds", "", &mut out),
+        None => Histogram::new(LATENCY_BUCKETS).render("saltpeter_db_commit_seconds", "", &mut out),
+    }
+    out
+}
