@@ -29,6 +29,8 @@ mod fields;
 mod walk;
 
 #[cfg(test)]
+mod table_tests;
+#[cfg(test)]
 mod tests;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
@@ -274,10 +276,7 @@ fn blame_field(
         let mut probe: [&str; 7] = ["0", "*", "*", "*", "*", "*", "*"];
         probe[index] = &canonical[index];
         if let Err(field_err) = parser.parse(&probe.join(" ")) {
-            return ScheduleError::Field {
-                field: kind.name(),
-                message: format!("`{}`: {field_err}", canonical[index]),
-            };
+            return kind.error(format!("`{}`: {field_err}", canonical[index]));
         }
     }
     ScheduleError::Rejected {
