@@ -94,6 +94,8 @@ pub struct SaltpeterConfig {
     /// After a restart, how long wrappers of runs in flight have to reconnect.
     pub recovery_grace_s: u64,
     pub admin_group: Option<String>,
+    /// Most missed slots recorded per job after a downtime (the newest ones).
+    pub missed_record_limit: u32,
 }
 
 impl Default for SaltpeterConfig {
@@ -128,6 +130,7 @@ impl Default for SaltpeterConfig {
             prestage_cap_s: 60,
             recovery_grace_s: 60,
             admin_group: None,
+            missed_record_limit: 100,
         }
     }
 }
@@ -197,6 +200,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "prestage_cap",
     "recovery_grace",
     "admin_group",
+    "missed_record_limit",
     "logdir",
     "elasticsearch",
     "elasticsearch_index",
@@ -279,6 +283,7 @@ impl SaltpeterConfig {
             "prestage_cap" => self.prestage_cap_s = values::seconds(node)?,
             "recovery_grace" => self.recovery_grace_s = values::seconds(node)?,
             "admin_group" => self.admin_group = values::optional_string(node)?,
+            "missed_record_limit" => self.missed_record_limit = small(node)?,
             _ => {
                 if let Some((_, why)) = NO_EFFECT_KEYS.iter().find(|(k, _)| *k == key) {
                     let set = !node.is_null() && node.scalar().is_none_or(|s| !s.is_empty());

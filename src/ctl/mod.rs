@@ -5,7 +5,9 @@
 //! 1 the operation's own failure (a run failed), 2 usage or connection errors.
 
 mod client;
+mod maintenance;
 mod render;
+mod schedule;
 
 use std::path::PathBuf;
 
@@ -71,6 +73,16 @@ pub enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// Fire times of a cron expression (no daemon needed) or of a job.
+    Schedule {
+        #[command(subcommand)]
+        action: schedule::ScheduleAction,
+    },
+    /// Take the fleet or machines out of service (persisted across restarts).
+    Maintenance {
+        #[command(subcommand)]
+        action: maintenance::MaintenanceAction,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -114,6 +126,10 @@ fn run(cli: Cli) -> CtlResult {
         Command::Output { run, machine } => AdminRequest::Output { run, machine },
         Command::Kill { run, machine } => AdminRequest::Kill { run, machine },
         Command::Reload => AdminRequest::Reload,
+        Command::Schedule {
+            action: schedule::ScheduleAction::Next(args),
+        } => return schedule::next(cli.socket, args, json),
+        Command::Maintenance { action } => return maintenance::run(cli.socket, action, json),
     };
     let mut client = client::Client::connect(cli.socket)?;
     let response = client.request(&request)?;

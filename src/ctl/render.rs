@@ -215,6 +215,19 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
             }
         }
         AdminResponse::Progress(line) => eprintln!("{line}"),
+        AdminResponse::NextFirings(times) => {
+            let texts: Vec<Value> = times.into_iter().map(|t| time(Some(t))).collect();
+            if json {
+                print_json(&Value::Array(texts));
+            } else {
+                for t in &texts {
+                    println!("{}", text(t));
+                }
+            }
+        }
+        AdminResponse::Maintenance(info) => {
+            print_json(&super::maintenance::info_json(&info));
+        }
         AdminResponse::Failure(f) => {
             let code = match f {
                 AdminFailure::NotFound(_) | AdminFailure::Invalid(_) => EXIT_USAGE,

@@ -40,6 +40,9 @@ use croner::parser::{CronParser, Seconds, Year};
 
 use fields::FieldKind;
 
+/// Most firings `saltpeterctl schedule next` lists at once.
+pub const MAX_UPCOMING: u32 = 10_000;
+
 /// Why a schedule was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {

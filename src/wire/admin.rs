@@ -33,6 +33,54 @@ pub enum AdminRequest {
         machine: Option<String>,
     },
     Reload,
+    /// The next firings of a configured job, after `from` (default: now).
+    NextFirings {
+        job: String,
+        from: Option<Millis>,
+        count: u32,
+    },
+    /// Show or change the run-time maintenance settings.
+    Maintenance(MaintenanceChange),
+}
+
+/// `saltpeterctl maintenance ...`: what to change in the run-time maintenance settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MaintenanceChange {
+    Show,
+    GlobalOn,
+    GlobalOff,
+    Add(String),
+    Remove(String),
+}
+
+/// Where a maintenance entry comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaintenanceSource {
+    /// `saltpeter_maintenance` in a configuration file.
+    File,
+    /// Set with `saltpeterctl maintenance` (persisted in the database).
+    Runtime,
+}
+
+impl MaintenanceSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MaintenanceSource::File => "file",
+            MaintenanceSource::Runtime => "runtime",
+        }
+    }
+}
+
+/// The effective maintenance (union of the file and the run-time settings), entry by entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MaintenanceInfo {
+    /// Global maintenance is on, from these sources (empty: off).
+    pub global: Vec<MaintenanceSource>,
+    /// Machines in maintenance, each with its sources, sorted by name.
+    pub machines: Vec<(String, Vec<MaintenanceSource>)>,
+    /// What the change did, or why it could not do all that was asked.
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -78,6 +126,10 @@ pub enum AdminResponse {
     /// A progress line of a long operation; the final answer follows.
     Progress(String),
     Failure(AdminFailure),
+    /// Answer to `NextFirings`: instants in order.
+    NextFirings(Vec<Millis>),
+    /// Answer to `Maintenance`: the effective maintenance after the change.
+    Maintenance(MaintenanceInfo),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -103,6 +103,7 @@ pub fn apply(store: &mut Store, req: &DbRequest) -> Result<DbReply, StoreError> 
             DbReply::Done
         }
         DbRequest::ListEvents(filter) => DbReply::Events(store.list_events(filter)?),
+        DbRequest::LastSlots => DbReply::LastSlots(store.last_slot_per_job()?),
     })
 }
 
@@ -184,6 +185,7 @@ fn kind(req: &DbRequest) -> &'static str {
         DbRequest::SetMeta { .. } => "write setting",
         DbRequest::RecordEvent(_) => "record event",
         DbRequest::ListEvents(_) => "list events",
+        DbRequest::LastSlots => "last slots",
     }
 }
 

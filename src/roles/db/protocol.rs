@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::output::{OutputBytes, OutputLimit, OutputQuery};
 use super::runs::{NewRun, RunFilter, RunUpdate, TargetDetail, TargetUpdate};
 use super::store::{EventFilter, EventRecord, NewEvent};
-use crate::wire::records::{RunId, RunRecord};
+use crate::wire::records::{Millis, RunId, RunRecord};
 use crate::wire::wrapper::Stream;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -56,6 +56,8 @@ pub enum DbRequest {
     },
     RecordEvent(NewEvent),
     ListEvents(EventFilter),
+    /// The newest recorded slot of every job (missed slots after downtime).
+    LastSlots,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -75,6 +77,7 @@ pub enum DbReply {
     Output(OutputBytes),
     Meta(Option<String>),
     Events(Vec<EventRecord>),
+    LastSlots(BTreeMap<String, Millis>),
 }
 
 /// db never calls main.

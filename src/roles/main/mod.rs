@@ -14,6 +14,9 @@
 //! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
 
 mod admin;
+mod boot;
+mod maintenance;
+mod missed;
 mod prestage;
 mod recovery;
 mod run_flow;
@@ -80,6 +83,8 @@ pub enum DbWait {
     Recovery,
     /// A welcome waiting for its session to be recorded (so it survives a restart).
     Welcome(CallId, Box<crate::wire::link::WrapperVerdict>),
+    /// One of the loads start-up waits for.
+    Boot(boot::Load),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -130,6 +135,10 @@ pub struct Main {
     /// Measured salt launch latency (the pre-staging lead follows it).
     launch_latency: Duration,
     liveness_armed: bool,
+    /// Maintenance set with `saltpeterctl maintenance` (persisted in db).
+    pub runtime_maintenance: maintenance::RuntimeMaintenance,
+    /// What start-up has loaded from db so far.
+    boot: boot::Boot,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -232,6 +241,7 @@ impl Main {
                 };
                 self.reply_hub(call, HubReply::Verdict(verdict));
             }
+            DbWait::Boot(load) => boot::answer(self, load, result),
         }
     }
 
@@ -395,7 +405,10 @@ pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
                     log::warn!("{d}");
                 }
             }
-            role.core.config = loaded;
+            let old_maintenance = std::mem::replace(&mut role.core.config, loaded).maintenance;
+            if old_maintenance != role.core.config.maintenance {
+                maintenance::file_changed(&mut role.core, &old_maintenance);
+            }
             role.core.scheduler.plan(role.core.config.valid_jobs(), now);
             arm_schedule(role, ctx);
             let jobs = role.core.config.jobs.len();
@@ -446,9 +459,7 @@ fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let due = core.scheduler.take_due(now, &core.config.jobs, 100, |job| {
         leads.get(&job.name).copied().unwrap_or_default()
     });
-    for d in due {
-        run_flow::fire(core, &d, now);
-    }
+    missed::fire_due(core, due, now);
     start_queued(role, ctx);
     arm_schedule(role, ctx);
 }
@@ -458,6 +469,7 @@ fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if let Some(reply) = role.core.recovery_reply.take() {
         recovery::recovered(role, ctx, reply);
     }
+    boot::finish_when_ready(role, ctx);
     start_queued(role, ctx);
     let now = Instant::now();
     let mut rounds = 0;
@@ -716,11 +728,14 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             wrapper_hash: None,
             launch_latency: Duration::from_secs(2),
             liveness_armed: false,
+            runtime_maintenance: maintenance::RuntimeMaintenance::default(),
+            boot: boot::Boot::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,
         workflow_timer: None,
     };
+    boot::start(&mut role.core);
     recovery::start(&mut role.core);
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
     Ok(0)

@@ -64,6 +64,12 @@ fn now_ms() -> Millis {
 
 /// Act on a due slot: run it, or record why it is skipped.
 pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
+    fire_as(core, due, now, Trigger::Schedule);
+}
+
+/// Act on a due slot whose run, if any, has `trigger` (`schedule`, or `catchup` for a
+/// missed slot run late).
+pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: Trigger) {
     let Some(job) = core.config.jobs.get(&due.job).and_then(|e| e.job()) else {
         return;
     };
@@ -81,7 +87,7 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
         core.queue_run(RunRequest {
             job,
             slot: Some(slot),
-            trigger: Trigger::Schedule,
+            trigger,
             admin_call: None,
             prestaged: true,
         });
@@ -92,7 +98,7 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
             "missed: the daemon reached this slot {} s late",
             lateness.num_seconds()
         ))
-    } else if core.config.maintenance.global {
+    } else if core.global_maintenance() {
         Some("maintenance: global maintenance is on".to_string())
     } else if job.overlap == Overlap::Forbid && core.job_busy(&job.name) {
         Some(format!(
@@ -109,7 +115,7 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
                 DbRequest::CreateRun(NewRun {
                     job: job.name.clone(),
                     slot: Some(slot),
-                    trigger: Trigger::Schedule,
+                    trigger,
                     state: RunState::Skipped,
                     reason: Some(reason),
                     targets: Vec::new(),
@@ -121,7 +127,7 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
         None => core.queue_run(RunRequest {
             job,
             slot: Some(slot),
-            trigger: Trigger::Schedule,
+            trigger,
             admin_call: None,
             prestaged: false,
         }),
@@ -226,9 +232,8 @@ pub fn recovered_workflow(
 fn plan_batches(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let job = &env.req.job;
     let machines = std::mem::take(&mut env.live);
-    let (skipped, mut runnable): (Vec<String>, Vec<String>) = machines
-        .into_iter()
-        .partition(|m| core.config.maintenance.machines.contains(m));
+    let (skipped, mut runnable): (Vec<String>, Vec<String>) =
+        machines.into_iter().partition(|m| core.in_maintenance(m));
     if let Some(n) = job.number_of_targets
         && n < runnable.len()
     {
