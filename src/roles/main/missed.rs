@@ -83,7 +83,7 @@ pub fn missed_slots(
     loop {
         let start = (before - window).max(after);
         let (kept, total, complete) = walk(schedule, start, before, limit, WALK_BUDGET);
-        if (total >= limit as u64 && complete) || start == after || !complete {
+        if total >= limit as u64 || start == after || !complete {
             return MissedSlots {
                 slots: kept.into(),
                 left_out: LeftOut::Many,
