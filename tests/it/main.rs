@@ -8,5 +8,8 @@ mod daemon;
 mod durability;
 mod hub;
 mod jobs;
+mod maintenance;
+mod reload;
 mod salt;
+mod scheduling;
 mod wrapper;

@@ -65,6 +65,9 @@ const LAUNCH_TIMEOUT: Duration = Duration::from_secs(120);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// A Workflow waiting this long on nothing live is reported.
 const STALL_THRESHOLD: Duration = Duration::from_secs(60);
+/// How often the configuration directory is scanned for changes (a `stat` per file): a
+/// change is in effect within this plus the reload time, inside the 2 s promised.
+const CONFIG_SCAN: Duration = Duration::from_secs(1);
 
 /// What to do with a db reply.
 #[derive(Debug, Clone)]
@@ -696,7 +699,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let mut scheduler = Scheduler::default();
     scheduler.plan(config.valid_jobs(), now);
     ev.ctx().every(Duration::from_millis(500), expire_calls);
-    ev.ctx().every(Duration::from_secs(2), watch_config);
+    ev.ctx().every(CONFIG_SCAN, watch_config);
     ev.ctx().every(Duration::from_secs(30), report_stalls);
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut role = MainRole {

@@ -401,8 +401,10 @@ fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
     let now = Instant::now();
     let url = core.wrapper_url(&job);
+    // Machines put into maintenance since the run was planned (a later batch) stay out.
+    let in_maintenance: Vec<bool> = batch.iter().map(|m| core.in_maintenance(m)).collect();
     let mut launch = Vec::new();
-    for machine in &batch {
+    for (machine, maintenance) in batch.iter().zip(in_maintenance) {
         let Some(target) = core
             .runs
             .get_mut(&run)
@@ -412,6 +414,22 @@ fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         };
         if target.state != TargetState::Pending || target.finishing {
             continue; // killed before its batch came, or launched before a restart
+        }
+        if maintenance {
+            log::info!("run {run}: {machine} is in maintenance now; left out");
+            target.state = TargetState::SkippedMaintenance;
+            core.db_call(
+                DbRequest::UpdateTarget {
+                    run,
+                    machine: machine.clone(),
+                    update: TargetUpdate {
+                        state: Some(TargetState::SkippedMaintenance),
+                        ..Default::default()
+                    },
+                },
+                DbWait::Write("a target left out for maintenance"),
+            );
+            continue;
         }
         target.state = TargetState::Launching;
         target.launched_at = Some(now);
