@@ -3,6 +3,7 @@
 mod util;
 
 mod bench;
+mod compat;
 mod ctl;
 mod daemon;
 mod durability;
