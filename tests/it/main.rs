@@ -3,6 +3,7 @@
 mod util;
 
 mod bench;
+mod bench_scale;
 mod compat;
 mod ctl;
 mod daemon;

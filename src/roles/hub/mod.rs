@@ -133,8 +133,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let (main, _) = open_link(ev.ctx(), stream, Role::Hub, Role::Main, (), on_main)?;
     let admin = admin::Admin::listen(ev.ctx(), args.take_fd("admin")?)?;
     // Start-only limits; main owns the rest of the configuration.
-    let limits = match crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()) {
-        Ok(config) => wrappers::Limits::from_config(&config.saltpeter),
+    let limits = match crate::config::load_settings(&args.dirs.config) {
+        Ok(settings) => wrappers::Limits::from_config(&settings),
         Err(e) => {
             log::warn!("cannot read the configuration ({e}); default limits apply");
             wrappers::Limits::default()

@@ -271,12 +271,23 @@ impl Main {
     /// How far ahead of its slot a run of `job` is launched: salt runs are pre-staged by
     /// twice the measured launch latency plus a second, within `prestage_cap`.
     pub fn prestage_lead(&self, job: &config::Job) -> chrono::Duration {
+        self.prestage_lead_of(job.executor)
+    }
+
+    fn prestage_lead_of(&self, executor: config::Executor) -> chrono::Duration {
         let cap = Duration::from_secs(self.config.saltpeter.prestage_cap_s);
-        if job.executor != config::Executor::Salt || cap.is_zero() {
+        if executor != config::Executor::Salt || cap.is_zero() {
             return chrono::Duration::zero();
         }
         let lead = (self.launch_latency * 2 + Duration::from_secs(1)).min(cap);
         chrono::Duration::from_std(lead).unwrap_or_else(|_| chrono::Duration::zero())
+    }
+
+    /// The leads of every job, for the scheduler (they depend only on the executor).
+    pub fn leads(&self) -> scheduler::Leads {
+        scheduler::Leads {
+            salt: self.prestage_lead_of(config::Executor::Salt),
+        }
     }
 
     /// Fold one measured launch (salt call to launched) into the latency estimate.
@@ -403,10 +414,10 @@ pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
             {
                 log::warn!("saltpeter_config.{change} changed: it takes effect at the next start");
             }
-            for d in &loaded.diagnostics {
-                if !role.core.config.diagnostics.contains(d) {
-                    log::warn!("{d}");
-                }
+            let known: std::collections::HashSet<&config::Diagnostic> =
+                role.core.config.diagnostics.iter().collect();
+            for d in loaded.diagnostics.iter().filter(|d| !known.contains(d)) {
+                log::warn!("{d}");
             }
             let old_maintenance = std::mem::replace(&mut role.core.config, loaded).maintenance;
             if old_maintenance != role.core.config.maintenance {
@@ -440,10 +451,7 @@ fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         return; // armed when recovery is done
     }
     let core = &role.core;
-    let Some(at) = core
-        .scheduler
-        .earliest(&core.config.jobs, |job| core.prestage_lead(job))
-    else {
+    let Some(at) = core.scheduler.earliest(&core.config.jobs, core.leads()) else {
         return;
     };
     let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
@@ -454,14 +462,8 @@ fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     role.schedule_timer = None;
     let now = Utc::now();
     let core = &mut role.core;
-    let leads: HashMap<String, chrono::Duration> = core
-        .config
-        .valid_jobs()
-        .map(|j| (j.name.clone(), core.prestage_lead(j)))
-        .collect();
-    let due = core.scheduler.take_due(now, &core.config.jobs, 100, |job| {
-        leads.get(&job.name).copied().unwrap_or_default()
-    });
+    let leads = core.leads();
+    let due = core.scheduler.take_due(now, &core.config.jobs, 100, leads);
     missed::fire_due(core, due, now);
     start_queued(role, ctx);
     arm_schedule(role, ctx);
