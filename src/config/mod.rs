@@ -155,7 +155,8 @@ pub struct InvalidJob {
 
 #[derive(Debug, Clone)]
 pub enum JobEntry {
-    Valid(Box<Job>),
+    /// Shared: runs in flight and reloads hold the same job without copying it.
+    Valid(Arc<Job>),
     Invalid(InvalidJob),
 }
 
@@ -183,6 +184,14 @@ impl JobEntry {
 
     /// The job, if it is valid.
     pub fn job(&self) -> Option<&Job> {
+        match self {
+            JobEntry::Valid(job) => Some(job),
+            JobEntry::Invalid(_) => None,
+        }
+    }
+
+    /// The shared job, if it is valid.
+    pub fn job_ref(&self) -> Option<&Arc<Job>> {
         match self {
             JobEntry::Valid(job) => Some(job),
             JobEntry::Invalid(_) => None,
@@ -571,7 +580,7 @@ fn load_jobs(
                 let entry = match read_job::read_job(
                     name, &def.group, def.pos, def.node, defaults, &mut sink,
                 ) {
-                    Ok(job) => JobEntry::Valid(Box::new(job)),
+                    Ok(job) => JobEntry::Valid(Arc::new(job)),
                     Err(errors) => JobEntry::Invalid(InvalidJob {
                         name: name.clone(),
                         group: def.group.clone(),

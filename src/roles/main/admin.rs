@@ -107,7 +107,7 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
                     );
                 }
                 Some(crate::config::JobEntry::Valid(j)) => {
-                    let j = Arc::new((**j).clone());
+                    let j = Arc::clone(j);
                     if core.stopping {
                         failure(
                             core,

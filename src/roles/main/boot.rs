@@ -115,7 +115,13 @@ fn catch_up(core: &mut Main, last_slots: &BTreeMap<String, Millis>, now: DateTim
     let limit = core.config.saltpeter.missed_record_limit as usize;
     let started = Instant::now();
     let mut jobs = Vec::new();
-    for job in core.config.valid_jobs().filter(|j| j.enabled) {
+    for job in core
+        .config
+        .jobs
+        .values()
+        .filter_map(|e| e.job_ref())
+        .filter(|j| j.enabled)
+    {
         let Some(last) = last_slots
             .get(&job.name)
             .and_then(|ms| DateTime::from_timestamp_millis(*ms))
@@ -128,7 +134,7 @@ fn catch_up(core: &mut Main, last_slots: &BTreeMap<String, Millis>, now: DateTim
             .unwrap_or(now + chrono::Duration::milliseconds(1));
         let slots = missed::missed_slots(&job.schedule, last, before, limit);
         if !slots.slots.is_empty() {
-            jobs.push((Arc::new(job.clone()), slots));
+            jobs.push((Arc::clone(job), slots));
         }
     }
     let mut recorded = 0;

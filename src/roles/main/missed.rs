@@ -363,7 +363,7 @@ mod tests {
     fn late_slots_of_a_latest_job_catch_up_once() {
         let j = job("* * * * *", Missed::Latest, 600);
         let mut jobs = BTreeMap::new();
-        jobs.insert("j".to_string(), JobEntry::Valid(Box::new(j)));
+        jobs.insert("j".to_string(), JobEntry::Valid(std::sync::Arc::new(j)));
         let due = |slot, missed| Due {
             job: "j".into(),
             slot,

@@ -402,6 +402,7 @@ fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
 
 /// Re-read the configuration and re-plan the schedule; returns a summary line.
 pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
+    let started = Instant::now();
     let now = Utc::now();
     let dir = role.core.config.dir.clone();
     match config::load_dir(&dir, Some(&role.core.config), now) {
@@ -433,7 +434,10 @@ pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
                 .iter()
                 .filter(|d| d.severity == config::Severity::Error)
                 .count();
-            format!("configuration reloaded: {jobs} jobs, {errors} errors")
+            format!(
+                "configuration reloaded: {jobs} jobs, {errors} errors, in {} ms",
+                started.elapsed().as_millis()
+            )
         }
         Err(e) => {
             log::error!("reload failed: {e}; the previous configuration stays in effect");

@@ -70,10 +70,10 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
 /// Act on a due slot whose run, if any, has `trigger` (`schedule`, or `catchup` for a
 /// missed slot run late).
 pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: Trigger) {
-    let Some(job) = core.config.jobs.get(&due.job).and_then(|e| e.job()) else {
+    let Some(job) = core.config.jobs.get(&due.job).and_then(|e| e.job_ref()) else {
         return;
     };
-    let job: JobRef = Arc::new(job.clone());
+    let job: JobRef = Arc::clone(job);
     let slot = due.slot.timestamp_millis();
     let lateness = now - due.slot;
     log::debug!(

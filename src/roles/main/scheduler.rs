@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::config::{Executor, Job, JobEntry};
+use crate::schedule::Schedule;
 
 /// How late a slot may fire and still run; later ones are recorded as missed.
 pub const MISSED_GRACE_S: i64 = 60;
@@ -58,12 +59,12 @@ impl Leads {
     }
 }
 
-/// A job's planned slot, and the schedule it was computed from.
+/// A job's planned slot, and the schedule it was computed from (a reload that keeps the
+/// schedule keeps the slot as is; comparing is cheap, see `Schedule`'s `PartialEq`).
 #[derive(Debug, Clone)]
 struct Planned {
     slot: DateTime<Utc>,
-    /// `Schedule::describe` and the zone: a reload that keeps it keeps the slot as is.
-    schedule_key: String,
+    schedule: Schedule,
 }
 
 #[derive(Debug, Default)]
@@ -77,10 +78,6 @@ fn job_of<'a>(jobs: &'a BTreeMap<String, JobEntry>, name: &str) -> Option<&'a Jo
     jobs.get(name).and_then(JobEntry::job)
 }
 
-fn schedule_key(job: &Job) -> String {
-    format!("{} {}", job.schedule.describe(), job.schedule.timezone())
-}
-
 impl Scheduler {
     /// Recompute the plan for `jobs` (after start or a reload). A job that keeps its
     /// schedule keeps its pending slot, so a reload at the firing instant loses nothing,
@@ -90,25 +87,24 @@ impl Scheduler {
         self.queue.clear();
         let recent = now - Duration::seconds(1);
         for job in jobs.filter(|j| j.enabled) {
-            let key = schedule_key(job);
             let kept = previous
                 .remove(&job.name)
-                .filter(|p| p.schedule_key == key && p.slot > recent)
+                .filter(|p| p.schedule == job.schedule && p.slot > recent)
                 .map(|p| p.slot);
             let slot = match kept {
                 Some(slot) => Some(slot),
                 None => job.schedule.next_after(now),
             };
             if let Some(slot) = slot {
-                self.insert(&job.name, slot, key);
+                self.insert(&job.name, slot, job.schedule.clone());
             }
         }
     }
 
-    fn insert(&mut self, job: &str, slot: DateTime<Utc>, schedule_key: String) {
+    fn insert(&mut self, job: &str, slot: DateTime<Utc>, schedule: Schedule) {
         if let Some(old) = self
             .next
-            .insert(job.to_string(), Planned { slot, schedule_key })
+            .insert(job.to_string(), Planned { slot, schedule })
         {
             self.queue.remove(&(old.slot, job.to_string()));
         }
@@ -181,14 +177,7 @@ impl Scheduler {
                 slot = job.schedule.next_after(s);
             }
             match slot {
-                Some(s) => {
-                    let key = self
-                        .next
-                        .get(&name)
-                        .map(|p| p.schedule_key.clone())
-                        .unwrap_or_else(|| schedule_key(job));
-                    self.insert(&name, s, key);
-                }
+                Some(s) => self.insert(&name, s, job.schedule.clone()),
                 None => self.remove(&name),
             }
             for s in slots {
