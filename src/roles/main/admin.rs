@@ -36,6 +36,17 @@ fn failure(core: &mut Main, call: CallId, f: AdminFailure) {
 
 pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: AdminRequest) {
     let core = &mut role.core;
+    if core.recovering
+        && matches!(
+            req,
+            AdminRequest::RunNow { .. } | AdminRequest::Maintenance(_)
+        )
+    {
+        // They depend on the maintenance settings, still being loaded: answered once
+        // start-up is done (`boot::finish_when_ready`).
+        core.boot.park(call, req);
+        return;
+    }
     match req {
         AdminRequest::Status => {
             let now = chrono::Utc::now().timestamp_millis();

@@ -4,8 +4,10 @@
 //!    recorded slot of every job; `recovery::start` asks for the runs in flight.
 //! 2. Until all three answers are in, `Main::recovering` holds: no slot fires, no run
 //!    starts, no hello is vetted. A failed load is asked again (at most once a second).
+//!    Admin requests that depend on these (run now, maintenance) are parked meanwhile.
 //! 3. `finish_when_ready` (called from the loop's pump) then records or catches up the
-//!    slots missed while the daemon was down (`missed.rs`), and arms the schedule.
+//!    slots missed while the daemon was down (`missed.rs`), arms the schedule and answers
+//!    the parked requests.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,9 +19,11 @@ use super::run_flow;
 use super::scheduler::Due;
 use super::{DbWait, Main, MainRole, maintenance, missed};
 use crate::evloop::Ctx;
+use crate::ipc::CallId;
 use crate::ipc::rpc::CallError;
 use crate::roles::db::protocol::{DbReply, DbRequest};
 use crate::roles::db::runs::NewRun;
+use crate::wire::admin::AdminRequest;
 use crate::wire::records::{Millis, RunState, Trigger};
 
 /// Why a slot found missed at start-up was missed.
@@ -42,9 +46,17 @@ pub struct Boot {
     failed: Vec<Load>,
     retry_at: Option<Instant>,
     done: bool,
+    /// Admin requests waiting for start-up to finish.
+    parked: Vec<(CallId, AdminRequest)>,
 }
 
 impl Boot {
+    /// Keep an admin request that depends on what start-up loads (run now, maintenance)
+    /// until start-up is done.
+    pub fn park(&mut self, call: CallId, req: AdminRequest) {
+        self.parked.push((call, req));
+    }
+
     /// The runs in flight are restored (`recovery.rs`).
     pub fn in_flight_loaded(&mut self) {
         self.in_flight_loaded = true;
@@ -107,6 +119,9 @@ pub fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let last = core.boot.last_slots.take().unwrap_or_default();
     catch_up(core, &last, Utc::now());
     super::arm_schedule(role, ctx);
+    for (call, req) in std::mem::take(&mut role.core.boot.parked) {
+        super::admin::handle(role, ctx, call, req);
+    }
 }
 
 /// Record (or run, for `missed: latest`) the slots each job missed while the daemon was
