@@ -26,6 +26,7 @@
 //! Every problem is a [`Diagnostic`] with `file:line:column`; unknown keys and keys kept only
 //! for compatibility with the original Saltpeter are warnings, never errors.
 
+mod cache;
 mod job;
 mod read_job;
 mod saltpeter;
@@ -38,7 +39,7 @@ mod reload_tests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -53,6 +54,7 @@ pub use saltpeter::{
 };
 pub use types::{Executor, MIB, Missed, OutputLimit, Overlap, TargetType};
 
+use cache::{CachedJob, DefaultsKey, JobCache};
 use read_job::JobDefaults;
 use saltpeter::Section;
 use values::{Sink, diagnostic};
@@ -215,40 +217,6 @@ pub struct LoadedConfig {
     /// changed.
     job_cache: Arc<JobCache>,
 }
-
-/// What a job inherits from `saltpeter_config`, owned (a cached job is reused only while
-/// these are unchanged).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct DefaultsKey {
-    timezone: chrono_tz::Tz,
-    executor: Executor,
-    wrapper_path: Option<String>,
-    server_host: Option<String>,
-}
-
-impl DefaultsKey {
-    fn of(defaults: &JobDefaults<'_>) -> DefaultsKey {
-        DefaultsKey {
-            timezone: defaults.timezone,
-            executor: defaults.executor,
-            wrapper_path: defaults.wrapper_path.map(str::to_string),
-            server_host: defaults.server_host.map(str::to_string),
-        }
-    }
-}
-
-/// What a job's validation depended on, and the diagnostics it gave; its [`JobEntry`] is
-/// the one in the `jobs` of the same load.
-#[derive(Debug, Clone)]
-struct CachedJob {
-    /// The parsed file it came from: reused only while the file keeps this very tree.
-    tree: Arc<Node>,
-    pos: Pos,
-    defaults: DefaultsKey,
-    diagnostics: Vec<Diagnostic>,
-}
-
-type JobCache = HashMap<(PathBuf, String), CachedJob>;
 
 impl LoadedConfig {
     /// Whether any diagnostic is an error (`saltpeterctl config check` then exits non-zero).
