@@ -15,13 +15,11 @@ pub struct Startup {
 /// the daemon (those jobs are disabled alone); an unreadable directory does.
 pub fn settings(config_dir: &Path) -> Result<Startup, StartError> {
     crate::supervisor::preflight::check_config_dir(config_dir)?;
-    let loaded = crate::config::load_dir(config_dir, None, chrono::Utc::now()).map_err(|e| {
-        StartError::Config {
-            path: config_dir.to_path_buf(),
-            message: e.to_string(),
-        }
+    // Settings only: the jobs are main's to load and report on.
+    let sp = &crate::config::load_settings(config_dir).map_err(|e| StartError::Config {
+        path: config_dir.to_path_buf(),
+        message: e.to_string(),
     })?;
-    let sp = &loaded.saltpeter;
     let addr = |host: &str, port: u16| {
         if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]:{port}")

@@ -180,3 +180,109 @@ fn changes_on_disk_are_detected_by_fingerprint() {
     write(dir.path(), "new.yml", "");
     assert!(matches!(reloaded.changed_on_disk(), Ok(true)));
 }
+
+/// What a load means, for comparing an incremental reload with a load from scratch.
+fn meaning(config: &LoadedConfig) -> Vec<String> {
+    let mut out: Vec<String> = config
+        .jobs
+        .values()
+        .map(|e| match e {
+            JobEntry::Valid(j) => format!(
+                "{} {} {} {} {}",
+                j.name,
+                j.schedule.describe(),
+                j.timezone,
+                j.command,
+                j.file.display()
+            ),
+            JobEntry::Invalid(bad) => format!("{} invalid", bad.name),
+        })
+        .collect();
+    out.extend(config.diagnostics.iter().map(ToString::to_string));
+    out
+}
+
+#[test]
+fn an_incremental_reload_reuses_unchanged_files_and_means_the_same() {
+    let dir = tempdir();
+    write(dir.path(), "a.yaml", &format!("{MINIMAL}  colour: red\n"));
+    write(
+        dir.path(),
+        "b.yaml",
+        "other:\n  schedule: '0 3 * * *'\n  command: x\n  targets: y\n",
+    );
+    let first = load(dir.path(), None);
+    assert_eq!(messages(&first, Severity::Warning).len(), 1);
+
+    // Nothing changed: the same trees, the same jobs and warnings.
+    let second = load(dir.path(), Some(&first));
+    let tree = |c: &LoadedConfig, f: &str| {
+        c.files
+            .get(&dir.path().join(f))
+            .and_then(|s| s.tree.clone())
+    };
+    let same_tree = |a: &LoadedConfig, b: &LoadedConfig, f: &str| match (tree(a, f), tree(b, f)) {
+        (Some(x), Some(y)) => Arc::ptr_eq(&x, &y),
+        _ => false,
+    };
+    assert!(same_tree(&first, &second, "a.yaml"));
+    assert_eq!(meaning(&second), meaning(&first));
+
+    // One file changed: only it is read again; the other keeps its warning.
+    write(
+        dir.path(),
+        "b.yaml",
+        "other:\n  schedule: '0 4 * * *'\n  command: z\n  targets: y\n",
+    );
+    let third = load(dir.path(), Some(&second));
+    assert!(same_tree(&second, &third, "a.yaml"));
+    assert!(!same_tree(&second, &third, "b.yaml"));
+    assert_eq!(job(&third, "other").command, "z");
+    assert_eq!(meaning(&third), meaning(&load(dir.path(), None)));
+
+    // A default the jobs inherit changed: every job is validated again.
+    write(
+        dir.path(),
+        "c.yaml",
+        "saltpeter_config:\n  timezone: Europe/Berlin\n",
+    );
+    let fourth = load(dir.path(), Some(&third));
+    assert_eq!(job(&fourth, "backup").timezone, chrono_tz::Europe::Berlin);
+    assert_eq!(job(&fourth, "other").timezone, chrono_tz::Europe::Berlin);
+    assert_eq!(meaning(&fourth), meaning(&load(dir.path(), None)));
+
+    // A job moved to another file (a duplicate for a moment, then alone) is re-read.
+    write(
+        dir.path(),
+        "d.yaml",
+        "other:\n  schedule: '0 5 * * *'\n  command: moved\n  targets: y\n",
+    );
+    let fifth = load(dir.path(), Some(&fourth));
+    assert!(matches!(
+        fifth.jobs.get("other"),
+        Some(JobEntry::Invalid(_))
+    ));
+    std::fs::remove_file(dir.path().join("b.yaml")).ok();
+    let sixth = load(dir.path(), Some(&fifth));
+    assert_eq!(job(&sixth, "other").command, "moved");
+    assert_eq!(meaning(&sixth), meaning(&load(dir.path(), None)));
+}
+
+#[test]
+fn settings_alone_match_a_full_load() {
+    let dir = tempdir();
+    write(dir.path(), "a.yaml", MINIMAL);
+    write(
+        dir.path(),
+        "b.yaml",
+        "saltpeter_config:\n  machines_ws_port: 9999\n  timezone: Europe/Berlin\n",
+    );
+    write(dir.path(), "c.yml", "saltpeter_config:\n  heartbeat: 3\n");
+    write(dir.path(), "d.yaml", "broken: [\n");
+    let settings = match load_settings(dir.path()) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(settings, load(dir.path(), None).saltpeter);
+    assert_eq!((settings.machines_ws_port, settings.heartbeat_s), (9999, 3));
+}

@@ -107,6 +107,8 @@ pub struct SaltpeterConfig {
     pub api_idle_timeout_s: u64,
     /// Concurrent HTTP and `/ws` connections at most.
     pub api_max_connections: u32,
+    /// Most missed slots recorded per job after a downtime (the newest ones).
+    pub missed_record_limit: u32,
 }
 
 /// How the HTTP API authenticates (`saltpeter_config.api_auth`).
@@ -155,6 +157,7 @@ impl Default for SaltpeterConfig {
             api_request_timeout_s: 10,
             api_idle_timeout_s: 60,
             api_max_connections: 4096,
+            missed_record_limit: 100,
         }
     }
 }
@@ -231,6 +234,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "recovery_grace",
     "database_max_size",
     "admin_group",
+    "missed_record_limit",
     "logdir",
     "elasticsearch",
     "elasticsearch_index",
@@ -336,6 +340,7 @@ impl SaltpeterConfig {
             "api_request_timeout" => self.api_request_timeout_s = positive(node)?,
             "api_idle_timeout" => self.api_idle_timeout_s = positive(node)?,
             "api_max_connections" => self.api_max_connections = small(node)?,
+            "missed_record_limit" => self.missed_record_limit = small(node)?,
             _ => {
                 if let Some((_, why)) = NO_EFFECT_KEYS.iter().find(|(k, _)| *k == key) {
                     let set = !node.is_null() && node.scalar().is_none_or(|s| !s.is_empty());

@@ -13,8 +13,10 @@ mod client;
 mod completions;
 mod crontab;
 mod follow;
+mod maintenance;
 mod progress;
 pub mod render;
+mod schedule;
 mod table;
 mod verbs;
 
@@ -167,6 +169,16 @@ pub enum Command {
     Crontab {
         #[command(subcommand)]
         action: CrontabAction,
+    },
+    /// Fire times of a cron expression (no daemon needed) or of a job.
+    Schedule {
+        #[command(subcommand)]
+        action: schedule::ScheduleAction,
+    },
+    /// Take the fleet or machines out of service (persisted across restarts).
+    Maintenance {
+        #[command(subcommand)]
+        action: maintenance::MaintenanceAction,
     },
 }
 
@@ -420,6 +432,10 @@ fn run(cli: Cli) -> CtlResult {
         Command::Wrapper {
             action: WrapperAction::Deploy { target },
         } => AdminRequest::DeployWrapper { target },
+        Command::Schedule {
+            action: schedule::ScheduleAction::Next(args),
+        } => return schedule::next(socket, args, json),
+        Command::Maintenance { action } => return maintenance::run(socket, action, json),
     };
     let mut client = client::Client::connect(socket)?;
     let response = client.request(&request)?;

@@ -225,8 +225,21 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
             }
         }
         AdminResponse::Progress(line) => eprintln!("{line}"),
+        AdminResponse::NextFirings(times) => {
+            let texts: Vec<Value> = times.into_iter().map(|t| time(Some(t))).collect();
+            if json {
+                print_json(&Value::Array(texts));
+            } else {
+                for t in &texts {
+                    println!("{}", text(t));
+                }
+            }
+        }
+        AdminResponse::Maintenance(info) => {
+            print_json(&super::maintenance::info_json(&info));
+        }
         AdminResponse::Metrics(text) => print!("{text}"),
-        AdminResponse::Job(_) | AdminResponse::OutputSlice(_) | AdminResponse::LiveOutput(_) => {
+        AdminResponse::Job(_) | AdminResponse::UiOutputSlice(_) | AdminResponse::LiveOutput(_) => {
             return Err((
                 EXIT_FAILED,
                 "the daemon sent an answer saltpeterctl did not ask for".into(),

@@ -61,7 +61,28 @@ impl FieldKind {
         }
     }
 
-    fn error(self, message: String) -> ScheduleError {
+    /// Everything the field accepts, for error messages.
+    pub(crate) fn allowed(self) -> &'static str {
+        match self {
+            FieldKind::Sec | FieldKind::Min => "0-59",
+            FieldKind::Hour => "0-23",
+            FieldKind::Dom => "1-31, `L` (last day), `LW` or `<day>W` (nearest weekday)",
+            FieldKind::Mon => "1-12 or jan-dec",
+            FieldKind::Dow => {
+                "0-7 (0 and 7 are Sunday) or sun-sat, `<day>L` (last in the month), `<day>#<n>`"
+            }
+            FieldKind::Year => "1970-2099",
+        }
+    }
+
+    /// An error about this field; the message always names the allowed range.
+    pub(crate) fn error(self, message: String) -> ScheduleError {
+        let (lo, hi) = self.bounds();
+        let message = if message.contains(&format!("{lo}-{hi}")) {
+            message
+        } else {
+            format!("{message}; {} takes {}", self.name(), self.allowed())
+        };
         ScheduleError::Field {
             field: self.name(),
             message,

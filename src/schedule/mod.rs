@@ -29,7 +29,11 @@ mod fields;
 mod walk;
 
 #[cfg(test)]
+mod table_tests;
+#[cfg(test)]
 mod tests;
+
+use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use chrono_tz::Tz;
@@ -37,6 +41,9 @@ use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 
 use fields::FieldKind;
+
+/// Most firings `saltpeterctl schedule next` lists at once.
+pub const MAX_UPCOMING: u32 = 10_000;
 
 /// Why a schedule was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -110,14 +117,22 @@ impl CronFields {
     }
 }
 
+/// The parsed fields: the canonical text and croner's matcher for wall-clock times.
+#[derive(Debug)]
+struct Compiled {
+    /// Canonical numeric fields, in 7-field order.
+    canonical: [String; 7],
+    /// Matches wall-clock (naive local) times only.
+    wall: Cron,
+}
+
 /// A validated schedule read in one time zone.
 #[derive(Clone, Debug)]
 pub struct Schedule {
-    /// Canonical numeric fields, in 7-field order.
-    canonical: [String; 7],
+    /// Shared: croner keeps a bitfield per possible year (~10 KB), so a copy of a job must
+    /// not copy it, and comparing two copies is a pointer comparison.
+    compiled: Arc<Compiled>,
     tz: Tz,
-    /// Matches wall-clock (naive local) times only.
-    wall: Cron,
     /// Minute or hour field starts with `*`: the job follows real time across DST changes.
     follows_real_time: bool,
 }
@@ -199,16 +214,15 @@ impl Schedule {
             Err(err) => return Err(blame_field(&parser, &canonical, &text, &err)),
         };
         Ok(Schedule {
-            canonical,
+            compiled: Arc::new(Compiled { canonical, wall }),
             tz,
-            wall,
             follows_real_time,
         })
     }
 
     /// The canonical 7-field text (`sec min hour dom mon dow year`, names as numbers).
     pub fn describe(&self) -> String {
-        self.canonical.join(" ")
+        self.compiled.canonical.join(" ")
     }
 
     /// The zone the fields are read in.
@@ -258,9 +272,24 @@ impl Schedule {
 
     /// The next wall-clock time (naive local) matching the fields, at or after `from`.
     fn next_wall(&self, from: NaiveDateTime, inclusive: bool) -> Option<NaiveDateTime> {
-        self.wall.find_next_occurrence(&from, inclusive).ok()
+        self.compiled
+            .wall
+            .find_next_occurrence(&from, inclusive)
+            .ok()
     }
 }
+
+/// Two schedules are equal when they fire at the same instants: same fields, same zone.
+impl PartialEq for Schedule {
+    fn eq(&self, other: &Schedule) -> bool {
+        self.tz == other.tz
+            && self.follows_real_time == other.follows_real_time
+            && (Arc::ptr_eq(&self.compiled, &other.compiled)
+                || self.compiled.canonical == other.compiled.canonical)
+    }
+}
+
+impl Eq for Schedule {}
 
 /// croner refused the whole pattern: find the field it objects to by parsing each field
 /// alone with the others unrestricted, so the message still names a field.
@@ -274,10 +303,7 @@ fn blame_field(
         let mut probe: [&str; 7] = ["0", "*", "*", "*", "*", "*", "*"];
         probe[index] = &canonical[index];
         if let Err(field_err) = parser.parse(&probe.join(" ")) {
-            return ScheduleError::Field {
-                field: kind.name(),
-                message: format!("`{}`: {field_err}", canonical[index]),
-            };
+            return kind.error(format!("`{}`: {field_err}", canonical[index]));
         }
     }
     ScheduleError::Rejected {

@@ -118,6 +118,14 @@ pub enum AdminRequest {
         run: RunId,
         machine: String,
     },
+    /// The next firings of a configured job, after `from` (default: now).
+    NextFirings {
+        job: String,
+        from: Option<Millis>,
+        count: u32,
+    },
+    /// Show or change the run-time maintenance settings.
+    Maintenance(MaintenanceChange),
 }
 
 impl AdminRequest {
@@ -181,6 +189,35 @@ impl JobState {
     }
 }
 
+/// `saltpeterctl maintenance ...`: what to change in the run-time maintenance settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MaintenanceChange {
+    Show,
+    GlobalOn,
+    GlobalOff,
+    Add(String),
+    Remove(String),
+}
+
+/// Where a maintenance entry comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaintenanceSource {
+    /// `saltpeter_maintenance` in a configuration file.
+    File,
+    /// Set with `saltpeterctl maintenance` (persisted in the database).
+    Runtime,
+}
+
+impl MaintenanceSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MaintenanceSource::File => "file",
+            MaintenanceSource::Runtime => "runtime",
+        }
+    }
+}
+
 /// A job as `jobs` lists it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobSummary {
@@ -227,6 +264,17 @@ pub struct EventInfo {
     pub message: String,
     /// The operator who asked for it (admin socket peer), `None` for the daemon itself.
     pub uid: Option<u32>,
+}
+
+/// The effective maintenance (union of the file and the run-time settings), entry by entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MaintenanceInfo {
+    /// Global maintenance is on, from these sources (empty: off).
+    pub global: Vec<MaintenanceSource>,
+    /// Machines in maintenance, each with its sources, sorted by name.
+    pub machines: Vec<(String, Vec<MaintenanceSource>)>,
+    /// What the change did, or why it could not do all that was asked.
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -310,6 +358,10 @@ pub enum AdminResponse {
     UiOutputSlice(super::ui::OutputSlice),
     Metrics(String),
     LiveOutput(super::ui::LiveBase),
+    /// Answer to `NextFirings`: instants in order.
+    NextFirings(Vec<Millis>),
+    /// Answer to `Maintenance`: the effective maintenance after the change.
+    Maintenance(MaintenanceInfo),
 }
 
 impl AdminResponse {

@@ -4,6 +4,8 @@ mod util;
 
 mod api;
 mod bench;
+mod bench_scale;
+mod compat;
 mod ctl;
 mod ctl_more;
 mod ctl_verbs;
@@ -11,5 +13,8 @@ mod daemon;
 mod durability;
 mod hub;
 mod jobs;
+mod maintenance;
+mod reload;
 mod salt;
+mod scheduling;
 mod wrapper;

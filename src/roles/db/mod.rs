@@ -110,6 +110,7 @@ pub fn apply(store: &mut Store, req: &DbRequest) -> Result<DbReply, StoreError> 
         DbRequest::RunDetails(run) => DbReply::RunDetails(store.run_details(*run)?),
         // Done after the batch's commit (see `serve`); nothing to do inside it.
         DbRequest::Reclaim => DbReply::Done,
+        DbRequest::LastSlots => DbReply::LastSlots(store.last_slot_per_job()?),
     })
 }
 
@@ -214,6 +215,7 @@ fn kind(req: &DbRequest) -> &'static str {
         DbRequest::Prune { .. } => "apply retention",
         DbRequest::Reclaim => "reclaim space",
         DbRequest::RunDetails(_) => "run details",
+        DbRequest::LastSlots => "last slots",
     }
 }
 

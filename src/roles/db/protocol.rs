@@ -13,7 +13,7 @@ use super::runs::{
     NewRun, PruneOutcome, Retention, RunFilter, RunUpdate, TargetDetail, TargetUpdate,
 };
 use super::store::{EventFilter, EventRecord, NewEvent};
-use crate::wire::records::{RunId, RunRecord};
+use crate::wire::records::{Millis, RunId, RunRecord};
 use crate::wire::wrapper::Stream;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -67,6 +67,8 @@ pub enum DbRequest {
     /// Runs in flight with their targets, or one run (a lost wrapper coming back).
     RunDetails(RunId),
     ListEvents(EventFilter),
+    /// The newest recorded slot of every job (missed slots after downtime).
+    LastSlots,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -88,6 +90,7 @@ pub enum DbReply {
     Events(Vec<EventRecord>),
     Pruned(PruneOutcome),
     RunDetails(Option<(RunRecord, Vec<TargetDetail>)>),
+    LastSlots(BTreeMap<String, Millis>),
 }
 
 /// db never calls main; it only tells it its commit latency now and then (casts).

@@ -395,6 +395,23 @@ impl Store {
         Ok(runs.into_iter().map(|run| (run.job.clone(), run)).collect())
     }
 
+    /// The newest recorded slot of every job that has one (manual runs have none). Served
+    /// by the `UNIQUE (job, slot)` index.
+    pub fn last_slot_per_job(&self) -> Result<BTreeMap<String, Millis>, StoreError> {
+        let op = Op::ReadRuns;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT job, max(slot) FROM runs WHERE slot IS NOT NULL GROUP BY job")
+            .map_err(sql_error(op))?;
+        let rows = stmt
+            .query_map([], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<BTreeMap<String, Millis>>>())
+            .map_err(sql_error(op))?;
+        Ok(rows)
+    }
+
     /// Runs in a non-final state, oldest first: what `main` recovers after a restart.
     pub fn in_flight_runs(&self) -> Result<Vec<RunRecord>, StoreError> {
         let sql =

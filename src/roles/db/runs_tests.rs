@@ -429,3 +429,28 @@ fn prune_removes_final_runs_by_count_age_and_bytes() {
     assert!(next > newest, "{next} > {newest}");
     store.reclaim_space(1000).unwrap();
 }
+
+#[test]
+fn the_newest_slot_of_each_job_is_known() {
+    let (_dir, mut store) = temp_store();
+    assert!(store.last_slot_per_job().unwrap().is_empty());
+    for (job, slot) in [
+        ("a", Some(3_000)),
+        ("a", Some(1_000)),
+        ("a", None),
+        ("b", Some(7)),
+    ] {
+        store
+            .create_run(&new_run(job, slot, RunState::Skipped, &[]))
+            .unwrap();
+    }
+    // A job with manual runs only has no slot.
+    store
+        .create_run(&new_run("manual", None, RunState::Succeeded, &[]))
+        .unwrap();
+    let last = store.last_slot_per_job().unwrap();
+    assert_eq!(
+        last.into_iter().collect::<Vec<_>>(),
+        [("a".to_string(), 3_000), ("b".to_string(), 7)]
+    );
+}

@@ -204,21 +204,18 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let (main, _) = open_link(ev.ctx(), stream, Role::Hub, Role::Main, (), on_main)?;
     let mut admin = admin::Admin::listen(ev.ctx(), args.take_fd("admin")?)?;
     // Start-only limits; main owns the rest of the configuration.
-    let (limits, saltpeter) =
-        match crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()) {
-            Ok(config) => {
-                admin.set_group(config.saltpeter.admin_group.as_deref());
-                (
-                    wrappers::Limits::from_config(&config.saltpeter),
-                    config.saltpeter,
-                )
-            }
-            Err(e) => {
-                log::warn!("cannot read the configuration ({e}); default limits apply");
-                admin.set_group(None);
-                (wrappers::Limits::default(), Default::default())
-            }
-        };
+    // Start-only settings; main owns the rest of the configuration.
+    let (limits, saltpeter) = match crate::config::load_settings(&args.dirs.config) {
+        Ok(settings) => {
+            admin.set_group(settings.admin_group.as_deref());
+            (wrappers::Limits::from_config(&settings), settings)
+        }
+        Err(e) => {
+            log::warn!("cannot read the configuration ({e}); default limits apply");
+            admin.set_group(None);
+            (wrappers::Limits::default(), Default::default())
+        }
+    };
     let wrappers = wrappers::Wrappers::listen(ev.ctx(), args.take_fd("wrappers")?, limits)?;
     let http = match args.has_fd("api") {
         true => Some(http::Http::listen(

@@ -22,6 +22,8 @@ pub enum Pending {
     Runs,
     Run,
     Output,
+    /// The run-time maintenance settings are being saved; the note says what changed.
+    Maintenance(Option<String>),
 }
 
 fn respond(core: &mut Main, call: CallId, resp: AdminResponse) {
@@ -34,6 +36,17 @@ fn failure(core: &mut Main, call: CallId, f: AdminFailure) {
 
 pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: AdminRequest) {
     let core = &mut role.core;
+    if core.recovering
+        && matches!(
+            req,
+            AdminRequest::RunNow { .. } | AdminRequest::Maintenance(_)
+        )
+    {
+        // They depend on the maintenance settings, still being loaded: answered once
+        // start-up is done (`boot::finish_when_ready`).
+        core.boot.park(call, req);
+        return;
+    }
     match req {
         AdminRequest::Status => {
             let now = chrono::Utc::now().timestamp_millis();
@@ -107,7 +120,7 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
                     );
                 }
                 Some(crate::config::JobEntry::Valid(j)) => {
-                    let j = Arc::new((**j).clone());
+                    let j = Arc::clone(j);
                     if let Some(why) = core.db_trouble.clone() {
                         failure(
                             core,
@@ -122,6 +135,16 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
                             core,
                             call,
                             AdminFailure::Invalid("the daemon is stopping".into()),
+                        );
+                    } else if core.global_maintenance() {
+                        failure(
+                            core,
+                            call,
+                            AdminFailure::Invalid(
+                                "global maintenance is on: no new runs start \
+                                 (saltpeterctl maintenance show)"
+                                    .into(),
+                            ),
                         );
                     } else if j.overlap == crate::config::Overlap::Forbid && core.job_busy(&job) {
                         failure(
@@ -193,15 +216,71 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
             ..
         }
         | AdminRequest::Events { .. }) => super::admin_more::handle(role, call, req),
+        AdminRequest::NextFirings { job, from, count } => {
+            let resp = next_firings(core, &job, from, count);
+            respond(core, call, resp);
+        }
+        AdminRequest::Maintenance(change) => super::maintenance::change(core, call, change),
         other => super::api::handle(core, call, other),
     }
 }
 
+/// The next `count` firings of a configured job after `from` (default now).
+fn next_firings(core: &Main, job: &str, from: Option<i64>, count: u32) -> AdminResponse {
+    let fail = |f| AdminResponse::Failure(f);
+    let j = match core.config.jobs.get(job) {
+        None => return fail(AdminFailure::NotFound(format!("no job named {job}"))),
+        Some(crate::config::JobEntry::Invalid(bad)) => {
+            let why = bad
+                .errors
+                .first()
+                .map(|d| d.to_string())
+                .unwrap_or_else(|| "invalid".into());
+            return fail(AdminFailure::Invalid(format!(
+                "job {job} is disabled by an error: {why}"
+            )));
+        }
+        Some(crate::config::JobEntry::Valid(j)) => j,
+    };
+    if !j.enabled {
+        return fail(AdminFailure::Invalid(format!(
+            "job {job} has `enabled: false`: it never fires"
+        )));
+    }
+    let from = match from {
+        None => chrono::Utc::now(),
+        Some(ms) => match chrono::DateTime::from_timestamp_millis(ms) {
+            Some(t) => t,
+            None => {
+                return fail(AdminFailure::Invalid(format!(
+                    "--from {ms} is out of range"
+                )));
+            }
+        },
+    };
+    let count = count.clamp(1, crate::schedule::MAX_UPCOMING) as usize;
+    AdminResponse::NextFirings(
+        j.schedule
+            .upcoming(from, count)
+            .iter()
+            .map(|t| t.timestamp_millis())
+            .collect(),
+    )
+}
+
 /// A db reply for an admin request.
 pub fn answer(core: &mut Main, call: CallId, pending: Pending, result: Result<DbReply, CallError>) {
-    let reply = match result {
-        Ok(reply) => reply,
-        Err(e) => {
+    let reply = match (result, &pending) {
+        (Ok(reply), _) => reply,
+        (Err(e), Pending::Maintenance(_)) => {
+            let why = format!(
+                "the change is in effect, but could not be saved ({e}): it is lost at the next \
+                 restart"
+            );
+            failure(core, call, AdminFailure::Internal(why));
+            return;
+        }
+        (Err(e), _) => {
             failure(core, call, AdminFailure::Internal(e.to_string()));
             return;
         }
@@ -212,6 +291,9 @@ pub fn answer(core: &mut Main, call: CallId, pending: Pending, result: Result<Db
         (Pending::Run, DbReply::Run(Some(run))) => AdminResponse::Run(run),
         (Pending::Run, DbReply::Run(None)) => {
             AdminResponse::Failure(AdminFailure::NotFound("no such run".into()))
+        }
+        (Pending::Maintenance(note), DbReply::Done) => {
+            AdminResponse::Maintenance(core.maintenance_info(note))
         }
         (Pending::Output, DbReply::Output(out)) => AdminResponse::Output {
             data: out.data,

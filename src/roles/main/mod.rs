@@ -16,10 +16,13 @@
 mod admin;
 mod admin_more;
 mod api;
+mod boot;
 mod deploy;
 mod history;
 mod live;
+mod maintenance;
 mod metrics;
+mod missed;
 mod prestage;
 mod recovery;
 mod run_flow;
@@ -71,6 +74,9 @@ const DB_TROUBLE_CLEARS_AFTER: Duration = Duration::from_secs(10);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// A Workflow waiting this long on nothing live is reported.
 const STALL_THRESHOLD: Duration = Duration::from_secs(60);
+/// How often the configuration directory is scanned for changes (a `stat` per file): a
+/// change is in effect within this plus the reload time, inside the 2 s promised.
+const CONFIG_SCAN: Duration = Duration::from_secs(1);
 
 /// What to do with a db reply.
 #[derive(Debug, Clone)]
@@ -97,6 +103,8 @@ pub enum DbWait {
     Ui(ui::UiWait),
     /// An HTTP API request of the hub's call id (`api`).
     Api(CallId, api::ApiWait),
+    /// One of the loads start-up waits for.
+    Boot(boot::Load),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -160,6 +168,10 @@ pub struct Main {
     pub ui: ui::UiState,
     /// The HTTP API's port (0: not served).
     pub api_port: u16,
+    /// Maintenance set with `saltpeterctl maintenance` (persisted in db).
+    pub runtime_maintenance: maintenance::RuntimeMaintenance,
+    /// What start-up has loaded from db so far.
+    boot: boot::Boot,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -285,6 +297,7 @@ impl Main {
             DbWait::AdminMore(wait) => admin_more::answer(self, wait, result),
             DbWait::Ui(wait) => ui::db_answer(self, wait, result),
             DbWait::Api(call, wait) => api::answer(self, call, wait, result),
+            DbWait::Boot(load) => boot::answer(self, load, result),
         }
     }
 
@@ -317,12 +330,23 @@ impl Main {
     /// How far ahead of its slot a run of `job` is launched: salt runs are pre-staged by
     /// twice the measured launch latency plus a second, within `prestage_cap`.
     pub fn prestage_lead(&self, job: &config::Job) -> chrono::Duration {
+        self.prestage_lead_of(job.executor)
+    }
+
+    fn prestage_lead_of(&self, executor: config::Executor) -> chrono::Duration {
         let cap = Duration::from_secs(self.config.saltpeter.prestage_cap_s);
-        if job.executor != config::Executor::Salt || cap.is_zero() {
+        if executor != config::Executor::Salt || cap.is_zero() {
             return chrono::Duration::zero();
         }
         let lead = (self.launch_latency * 2 + Duration::from_secs(1)).min(cap);
         chrono::Duration::from_std(lead).unwrap_or_else(|_| chrono::Duration::zero())
+    }
+
+    /// The leads of every job, for the scheduler (they depend only on the executor).
+    pub fn leads(&self) -> scheduler::Leads {
+        scheduler::Leads {
+            salt: self.prestage_lead_of(config::Executor::Salt),
+        }
     }
 
     /// Fold one measured launch (salt call to launched) into the latency estimate.
@@ -439,6 +463,7 @@ fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
 
 /// Re-read the configuration and re-plan the schedule; returns a summary line.
 pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
+    let started = Instant::now();
     let now = Utc::now();
     let dir = role.core.config.dir.clone();
     match config::load_dir(&dir, Some(&role.core.config), now) {
@@ -451,14 +476,17 @@ pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
             {
                 log::warn!("saltpeter_config.{change} changed: it takes effect at the next start");
             }
-            for d in &loaded.diagnostics {
-                if !role.core.config.diagnostics.contains(d) {
-                    log::warn!("{d}");
-                }
+            let known: std::collections::HashSet<&config::Diagnostic> =
+                role.core.config.diagnostics.iter().collect();
+            for d in loaded.diagnostics.iter().filter(|d| !known.contains(d)) {
+                log::warn!("{d}");
             }
             let retention_changed =
                 role.core.config.saltpeter.retention != loaded.saltpeter.retention;
-            role.core.config = loaded;
+            let old_maintenance = std::mem::replace(&mut role.core.config, loaded).maintenance;
+            if old_maintenance != role.core.config.maintenance {
+                maintenance::file_changed(&mut role.core, &old_maintenance);
+            }
             if retention_changed {
                 // New retention applies to the existing history too.
                 role.core.apply_retention_to_all();
@@ -474,7 +502,10 @@ pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
                 .iter()
                 .filter(|d| d.severity == config::Severity::Error)
                 .count();
-            format!("configuration reloaded: {jobs} jobs, {errors} errors")
+            format!(
+                "configuration reloaded: {jobs} jobs, {errors} errors, in {} ms",
+                started.elapsed().as_millis()
+            )
         }
         Err(e) => {
             log::error!("reload failed: {e}; the previous configuration stays in effect");
@@ -492,10 +523,7 @@ fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         return; // armed when recovery is done
     }
     let core = &role.core;
-    let Some(at) = core
-        .scheduler
-        .earliest(&core.config.jobs, |job| core.prestage_lead(job))
-    else {
+    let Some(at) = core.scheduler.earliest(&core.config.jobs, core.leads()) else {
         return;
     };
     let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
@@ -506,17 +534,9 @@ fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     role.schedule_timer = None;
     let now = Utc::now();
     let core = &mut role.core;
-    let leads: HashMap<String, chrono::Duration> = core
-        .config
-        .valid_jobs()
-        .map(|j| (j.name.clone(), core.prestage_lead(j)))
-        .collect();
-    let due = core.scheduler.take_due(now, &core.config.jobs, 100, |job| {
-        leads.get(&job.name).copied().unwrap_or_default()
-    });
-    for d in due {
-        run_flow::fire(core, &d, now);
-    }
+    let leads = core.leads();
+    let due = core.scheduler.take_due(now, &core.config.jobs, 100, leads);
+    missed::fire_due(core, due, now);
     start_queued(role, ctx);
     arm_schedule(role, ctx);
 }
@@ -526,6 +546,7 @@ fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if let Some(reply) = role.core.recovery_reply.take() {
         recovery::recovered(role, ctx, reply);
     }
+    boot::finish_when_ready(role, ctx);
     start_queued(role, ctx);
     let now = Instant::now();
     let mut rounds = 0;
@@ -788,7 +809,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     )?;
     let mut scheduler = Scheduler::default();
     scheduler.plan(config.valid_jobs(), now);
-    ev.ctx().every(Duration::from_secs(2), watch_config);
+    ev.ctx().every(CONFIG_SCAN, watch_config);
     ev.ctx().every(Duration::from_secs(30), report_stalls);
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut role = MainRole {
@@ -826,12 +847,15 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             live: live::Live::default(),
             ui: ui::UiState::default(),
             api_port: 0,
+            runtime_maintenance: maintenance::RuntimeMaintenance::default(),
+            boot: boot::Boot::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,
         workflow_timer: None,
         call_timer: None,
     };
+    boot::start(&mut role.core);
     recovery::start(&mut role.core);
     ui::start(&mut role.core);
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;

@@ -43,7 +43,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let job = env.req.job.clone();
     let refusal = if core.runs.get(&run).is_some_and(|r| r.kill_requested) {
         Some((RunState::Canceled, "killed before its slot".to_string()))
-    } else if core.config.maintenance.global {
+    } else if core.global_maintenance() {
         Some((
             RunState::Skipped,
             "maintenance: global maintenance is on".to_string(),

@@ -64,10 +64,16 @@ fn now_ms() -> Millis {
 
 /// Act on a due slot: run it, or record why it is skipped.
 pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
-    let Some(job) = core.config.jobs.get(&due.job).and_then(|e| e.job()) else {
+    fire_as(core, due, now, Trigger::Schedule);
+}
+
+/// Act on a due slot whose run, if any, has `trigger` (`schedule`, or `catchup` for a
+/// missed slot run late).
+pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: Trigger) {
+    let Some(job) = core.config.jobs.get(&due.job).and_then(|e| e.job_ref()) else {
         return;
     };
-    let job: JobRef = Arc::new(job.clone());
+    let job: JobRef = Arc::clone(job);
     let slot = due.slot.timestamp_millis();
     let lateness = now - due.slot;
     log::debug!(
@@ -81,7 +87,7 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
         core.queue_run(RunRequest {
             job,
             slot: Some(slot),
-            trigger: Trigger::Schedule,
+            trigger,
             admin_call: None,
             prestaged: true,
         });
@@ -100,7 +106,7 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
             "missed: the daemon reached this slot {} s late",
             lateness.num_seconds()
         ))
-    } else if core.config.maintenance.global {
+    } else if core.global_maintenance() {
         Some("maintenance: global maintenance is on".to_string())
     } else if job.overlap == Overlap::Forbid && core.job_busy(&job.name) {
         Some(format!(
@@ -130,7 +136,7 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
                 DbRequest::CreateRun(NewRun {
                     job: job.name.clone(),
                     slot: Some(slot),
-                    trigger: Trigger::Schedule,
+                    trigger,
                     state: RunState::Skipped,
                     reason: Some(reason),
                     targets: Vec::new(),
@@ -142,7 +148,7 @@ pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
         None => core.queue_run(RunRequest {
             job,
             slot: Some(slot),
-            trigger: Trigger::Schedule,
+            trigger,
             admin_call: None,
             prestaged: false,
         }),
@@ -247,9 +253,8 @@ pub fn recovered_workflow(
 fn plan_batches(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let job = &env.req.job;
     let machines = std::mem::take(&mut env.live);
-    let (skipped, mut runnable): (Vec<String>, Vec<String>) = machines
-        .into_iter()
-        .partition(|m| core.config.maintenance.machines.contains(m));
+    let (skipped, mut runnable): (Vec<String>, Vec<String>) =
+        machines.into_iter().partition(|m| core.in_maintenance(m));
     if let Some(n) = job.number_of_targets
         && n < runnable.len()
     {
@@ -425,8 +430,10 @@ fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
     let now = Instant::now();
     let url = core.wrapper_url(&job);
+    // Machines put into maintenance since the run was planned (a later batch) stay out.
+    let in_maintenance: Vec<bool> = batch.iter().map(|m| core.in_maintenance(m)).collect();
     let mut launch = Vec::new();
-    for machine in &batch {
+    for (machine, maintenance) in batch.iter().zip(in_maintenance) {
         let Some(target) = core
             .runs
             .get_mut(&run)
@@ -436,6 +443,22 @@ fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         };
         if target.state != TargetState::Pending || target.finishing {
             continue; // killed before its batch came, or launched before a restart
+        }
+        if maintenance {
+            log::info!("run {run}: {machine} is in maintenance now; left out");
+            target.state = TargetState::SkippedMaintenance;
+            core.db_call(
+                DbRequest::UpdateTarget {
+                    run,
+                    machine: machine.clone(),
+                    update: TargetUpdate {
+                        state: Some(TargetState::SkippedMaintenance),
+                        ..Default::default()
+                    },
+                },
+                DbWait::Write("a target left out for maintenance"),
+            );
+            continue;
         }
         target.state = TargetState::Launching;
         target.launched_at = Some(now);

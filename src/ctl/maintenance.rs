@@ -1,0 +1,92 @@
+//! `saltpeterctl maintenance on|off|add MACHINE|remove MACHINE|show`: the run-time
+//! maintenance settings of the running daemon, and the effective maintenance with where each
+//! entry comes from (`file`: `saltpeter_maintenance` in the configuration; `runtime`: set
+//! here, persisted by the daemon).
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+use super::{CtlResult, EXIT_OK, client, render};
+use crate::wire::admin::{
+    AdminRequest, AdminResponse, MaintenanceChange, MaintenanceInfo, MaintenanceSource,
+};
+
+#[derive(Debug, Subcommand)]
+pub enum MaintenanceAction {
+    /// Global maintenance on: no new runs start anywhere; running ones finish.
+    On,
+    /// Global maintenance off (unless the configuration files turn it on).
+    Off,
+    /// Leave MACHINE out of every run (recorded as skipped_maintenance).
+    Add { machine: String },
+    /// Let MACHINE run jobs again (unless the configuration files list it).
+    Remove { machine: String },
+    /// The effective maintenance and where each entry comes from.
+    Show,
+}
+
+pub fn run(socket: Option<PathBuf>, action: MaintenanceAction, json: bool) -> CtlResult {
+    let change = match action {
+        MaintenanceAction::On => MaintenanceChange::GlobalOn,
+        MaintenanceAction::Off => MaintenanceChange::GlobalOff,
+        MaintenanceAction::Add { machine } => MaintenanceChange::Add(machine),
+        MaintenanceAction::Remove { machine } => MaintenanceChange::Remove(machine),
+        MaintenanceAction::Show => MaintenanceChange::Show,
+    };
+    let mut client = client::Client::connect(socket)?;
+    match client.request(&AdminRequest::Maintenance(change))? {
+        AdminResponse::Maintenance(info) => {
+            print(&info, json);
+            Ok(EXIT_OK)
+        }
+        other => render::response(other, json),
+    }
+}
+
+fn sources(list: &[MaintenanceSource]) -> Vec<&'static str> {
+    list.iter().map(|s| s.as_str()).collect()
+}
+
+pub fn info_json(info: &MaintenanceInfo) -> Value {
+    json!({
+        "global": !info.global.is_empty(),
+        "global_sources": sources(&info.global),
+        "machines": info.machines.iter().map(|(m, from)| json!({
+            "machine": m,
+            "sources": sources(from),
+        })).collect::<Vec<_>>(),
+        "note": info.note,
+    })
+}
+
+fn print(info: &MaintenanceInfo, json: bool) {
+    if json {
+        let v = info_json(info);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).unwrap_or_else(|_| v.to_string())
+        );
+        return;
+    }
+    if let Some(note) = &info.note {
+        println!("{note}");
+    }
+    if info.global.is_empty() {
+        println!("global maintenance: off");
+    } else {
+        println!(
+            "global maintenance: on (from {})",
+            sources(&info.global).join(", ")
+        );
+    }
+    if info.machines.is_empty() {
+        println!("machines in maintenance: none");
+    } else {
+        println!("machines in maintenance:");
+        for (machine, from) in &info.machines {
+            println!("  {machine:<32} from {}", sources(from).join(", "));
+        }
+    }
+}

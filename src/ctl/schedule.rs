@@ -1,0 +1,151 @@
+//! `saltpeterctl schedule next`: the next fire times of a cron expression (computed here,
+//! no daemon needed) or of a configured job (asked of the running daemon).
+//!
+//! The raw arguments are validated first (`NextArgs::validate`), each with a message naming
+//! the argument and what it accepts; then the times are computed or fetched and printed as
+//! RFC 3339 UTC, one a line, or with `--json` as a JSON array of strings.
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use clap::{Args, Subcommand};
+
+use super::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE, client, render};
+use crate::schedule::{MAX_UPCOMING, Schedule};
+use crate::wire::admin::{AdminRequest, AdminResponse};
+
+#[derive(Debug, Subcommand)]
+pub enum ScheduleAction {
+    /// The next fire times, as RFC 3339 UTC.
+    Next(NextArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NextArgs {
+    /// A cron expression: 5 fields (min hour dom mon dow), 6 (seconds first), 7 (year last),
+    /// or @yearly @monthly @weekly @daily @hourly.
+    #[arg(long, required_unless_present = "job", conflicts_with = "job")]
+    pub expr: Option<String>,
+    /// A job of the running daemon (read in its own time zone).
+    #[arg(long)]
+    pub job: Option<String>,
+    /// IANA time zone the expression is read in (default UTC).
+    #[arg(long, conflicts_with = "job")]
+    pub tz: Option<String>,
+    /// List the fire times after this instant (RFC 3339; default now).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// How many fire times to list.
+    #[arg(long, default_value_t = 5)]
+    pub count: u32,
+}
+
+/// What to list, validated.
+enum Source {
+    Expr(Box<Schedule>),
+    Job(String),
+}
+
+struct Validated {
+    source: Source,
+    from: Option<DateTime<Utc>>,
+    count: u32,
+}
+
+impl NextArgs {
+    fn validate(self) -> Result<Validated, String> {
+        if !(1..=MAX_UPCOMING).contains(&self.count) {
+            return Err(format!(
+                "--count {} is out of range: it must be 1-{MAX_UPCOMING}",
+                self.count
+            ));
+        }
+        let from = match &self.from {
+            None => None,
+            Some(text) => Some(
+                DateTime::parse_from_rfc3339(text)
+                    .map(|t| t.with_timezone(&Utc))
+                    .map_err(|e| {
+                        format!(
+                            "--from `{text}` is not an RFC 3339 instant \
+                             (e.g. 2026-11-25T10:00:00Z): {e}"
+                        )
+                    })?,
+            ),
+        };
+        let source = match (self.expr, self.job) {
+            (_, Some(job)) => Source::Job(job),
+            (Some(expr), None) => {
+                let tz = match &self.tz {
+                    None => Tz::UTC,
+                    Some(name) => name.parse::<Tz>().map_err(|_| {
+                        format!("--tz `{name}` is not an IANA time zone (e.g. Europe/Berlin)")
+                    })?,
+                };
+                let schedule = Schedule::from_expr(&expr, tz)
+                    .map_err(|e| format!("invalid schedule `{expr}`: {e}"))?;
+                Source::Expr(Box::new(schedule))
+            }
+            (None, None) => return Err("give --expr EXPR or --job NAME".to_string()),
+        };
+        Ok(Validated {
+            source,
+            from,
+            count: self.count,
+        })
+    }
+}
+
+pub fn next(socket: Option<PathBuf>, args: NextArgs, json: bool) -> CtlResult {
+    let args = args.validate().map_err(|e| (EXIT_USAGE, e))?;
+    let after = args.from.unwrap_or_else(Utc::now);
+    let times: Vec<DateTime<Utc>> = match args.source {
+        Source::Expr(schedule) => schedule.upcoming(after, args.count as usize),
+        Source::Job(job) => {
+            let mut client = client::Client::connect(socket)?;
+            let request = AdminRequest::NextFirings {
+                job,
+                from: args.from.map(|t| t.timestamp_millis()),
+                count: args.count,
+            };
+            match client.request(&request)? {
+                AdminResponse::NextFirings(ms) => ms
+                    .into_iter()
+                    .filter_map(DateTime::from_timestamp_millis)
+                    .collect(),
+                other => return render::response(other, json),
+            }
+        }
+    };
+    print(&times, json);
+    if times.is_empty() {
+        return Err((
+            EXIT_FAILED,
+            format!(
+                "the schedule never fires after {}",
+                after.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        ));
+    }
+    Ok(EXIT_OK)
+}
+
+fn print(times: &[DateTime<Utc>], json: bool) {
+    let texts: Vec<String> = times.iter().map(|t| rfc3339(*t)).collect();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&texts).unwrap_or_else(|_| "[]".to_string())
+        );
+    } else {
+        for t in texts {
+            println!("{t}");
+        }
+    }
+}
+
+/// RFC 3339 in UTC with a `Z`, with fractions only when there are any.
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}

@@ -1,0 +1,219 @@
+//! Start-up: what main must know from db before it fires anything.
+//!
+//! 1. `start` asks db for the run-time maintenance settings (`meta`) and the newest
+//!    recorded slot of every job; `recovery::start` asks for the runs in flight.
+//! 2. Until all three answers are in, `Main::recovering` holds: no slot fires, no run
+//!    starts, no hello is vetted. A failed load is asked again (at most once a second).
+//!    Admin requests that depend on these (run now, maintenance) are parked meanwhile.
+//! 3. `finish_when_ready` (called from the loop's pump) then records or catches up the
+//!    slots missed while the daemon was down (`missed.rs`), arms the schedule and answers
+//!    the parked requests.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use super::run_flow;
+use super::scheduler::Due;
+use super::{DbWait, Main, MainRole, maintenance, missed};
+use crate::evloop::Ctx;
+use crate::ipc::CallId;
+use crate::ipc::rpc::CallError;
+use crate::roles::db::protocol::{DbReply, DbRequest};
+use crate::roles::db::runs::NewRun;
+use crate::wire::admin::AdminRequest;
+use crate::wire::records::{Millis, RunState, Trigger};
+
+/// Why a slot found missed at start-up was missed.
+const DOWN: &str = "the daemon was not running at this slot";
+
+/// One of the loads start-up waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Load {
+    Maintenance,
+    LastSlots,
+}
+
+/// What start-up has received so far.
+#[derive(Debug, Default)]
+pub struct Boot {
+    maintenance_loaded: bool,
+    last_slots: Option<BTreeMap<String, Millis>>,
+    in_flight_loaded: bool,
+    /// Loads that failed, to ask again once `retry_at` has come.
+    failed: Vec<Load>,
+    retry_at: Option<Instant>,
+    done: bool,
+    /// Admin requests waiting for start-up to finish.
+    parked: Vec<(CallId, AdminRequest)>,
+}
+
+impl Boot {
+    /// Keep an admin request that depends on what start-up loads (run now, maintenance)
+    /// until start-up is done.
+    pub fn park(&mut self, call: CallId, req: AdminRequest) {
+        self.parked.push((call, req));
+    }
+
+    /// The runs in flight are restored (`recovery.rs`).
+    pub fn in_flight_loaded(&mut self) {
+        self.in_flight_loaded = true;
+    }
+}
+
+/// Ask db for the maintenance settings and the newest slot of every job.
+pub fn start(core: &mut Main) {
+    core.recovering = true;
+    ask(core, Load::Maintenance);
+    ask(core, Load::LastSlots);
+}
+
+fn ask(core: &mut Main, load: Load) {
+    let req = match load {
+        Load::Maintenance => DbRequest::GetMeta(maintenance::META_KEY.to_string()),
+        Load::LastSlots => DbRequest::LastSlots,
+    };
+    core.db_call(req, DbWait::Boot(load));
+}
+
+/// db's answer to one load.
+pub fn answer(core: &mut Main, load: Load, result: Result<DbReply, CallError>) {
+    match (load, result) {
+        (Load::Maintenance, Ok(DbReply::Meta(value))) => {
+            maintenance::restore(core, value);
+            core.boot.maintenance_loaded = true;
+        }
+        (Load::LastSlots, Ok(DbReply::LastSlots(slots))) => core.boot.last_slots = Some(slots),
+        (load, other) => {
+            // Without these main cannot tell what may fire: ask again rather than guess.
+            log::error!("start-up could not load {load:?} ({other:?}); asking again");
+            core.boot.failed.push(load);
+            core.boot
+                .retry_at
+                .get_or_insert_with(|| Instant::now() + Duration::from_secs(1));
+        }
+    }
+}
+
+/// Once everything is loaded: settle the missed slots, lift the start-up hold, arm the
+/// schedule.
+pub fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    let core = &mut role.core;
+    if core.boot.done {
+        return;
+    }
+    if core.boot.retry_at.is_some_and(|at| at <= Instant::now()) {
+        core.boot.retry_at = None;
+        for load in std::mem::take(&mut core.boot.failed) {
+            ask(core, load);
+        }
+    }
+    let boot = &core.boot;
+    if !(boot.maintenance_loaded && boot.in_flight_loaded && boot.last_slots.is_some()) {
+        return;
+    }
+    core.boot.done = true;
+    core.recovering = false;
+    let last = core.boot.last_slots.take().unwrap_or_default();
+    catch_up(core, &last, Utc::now());
+    super::arm_schedule(role, ctx);
+    for (call, req) in std::mem::take(&mut role.core.boot.parked) {
+        super::admin::handle(role, ctx, call, req);
+    }
+}
+
+/// Record (or run, for `missed: latest`) the slots each job missed while the daemon was
+/// down: those after its newest recorded slot and before its next planned one.
+fn catch_up(core: &mut Main, last_slots: &BTreeMap<String, Millis>, now: DateTime<Utc>) {
+    let limit = core.config.saltpeter.missed_record_limit as usize;
+    let started = Instant::now();
+    let mut jobs = Vec::new();
+    for job in core
+        .config
+        .jobs
+        .values()
+        .filter_map(|e| e.job_ref())
+        .filter(|j| j.enabled)
+    {
+        let Some(last) = last_slots
+            .get(&job.name)
+            .and_then(|ms| DateTime::from_timestamp_millis(*ms))
+        else {
+            continue; // never fired: nothing can have been missed
+        };
+        let before = core
+            .scheduler
+            .next_of(&job.name)
+            .unwrap_or(now + chrono::Duration::milliseconds(1));
+        let slots = missed::missed_slots(&job.schedule, last, before, limit);
+        if !slots.slots.is_empty() {
+            jobs.push((Arc::clone(job), slots));
+        }
+    }
+    let mut recorded = 0;
+    for (job, slots) in jobs {
+        log::warn!(
+            "{}: {} slot(s) missed while the daemon was down, since {}",
+            job.name,
+            slots.slots.len(),
+            slots.since
+        );
+        for action in missed::decide(&job, &slots, now, DOWN) {
+            match action {
+                missed::Action::Skip { slot, reason } => {
+                    record_skip(core, &job.name, slot, Trigger::Schedule, reason);
+                    recorded += 1;
+                }
+                missed::Action::Run { slot } => catch_up_run(core, &job, slot, now),
+            }
+        }
+    }
+    if recorded > 0 {
+        log::info!(
+            "recorded {recorded} missed slot(s) in {} ms",
+            started.elapsed().as_millis()
+        );
+    }
+}
+
+/// A missed slot runs late (trigger `catchup`), under the rules of any firing (global
+/// maintenance, overlap).
+fn catch_up_run(
+    core: &mut Main,
+    job: &Arc<crate::config::Job>,
+    slot: DateTime<Utc>,
+    now: DateTime<Utc>,
+) {
+    log::info!("{}: catching up the missed slot {slot}", job.name);
+    let due = Due {
+        job: job.name.clone(),
+        slot,
+        missed: false,
+        early: false,
+    };
+    run_flow::fire_as(core, &due, now, Trigger::Catchup);
+}
+
+/// Record a slot as a run in state `skipped`.
+pub fn record_skip(
+    core: &mut Main,
+    job: &str,
+    slot: DateTime<Utc>,
+    trigger: Trigger,
+    reason: String,
+) {
+    core.db_call(
+        DbRequest::CreateRun(NewRun {
+            job: job.to_string(),
+            slot: Some(slot.timestamp_millis()),
+            trigger,
+            state: RunState::Skipped,
+            reason: Some(reason),
+            targets: Vec::new(),
+            now: Utc::now().timestamp_millis(),
+        }),
+        DbWait::Write("a skipped slot"),
+    );
+}

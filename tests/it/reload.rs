@@ -1,0 +1,202 @@
+//! Live configuration: files added, changed, broken and removed are picked up by the
+//! daemon's own scan (no signal, no `saltpeterctl reload`), errors show in `status` with
+//! `file:line`, and a removed job stops firing while its running run finishes.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::util::*;
+
+/// How long a change may take to show; the contract is 2 s, this only detects hangs.
+const PICKUP: Duration = Duration::from_secs(10);
+
+fn job_names(d: &Daemon) -> Vec<String> {
+    d.ctl_json(&["jobs"])
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|j| j["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn job_info(d: &Daemon, name: &str) -> Option<Value> {
+    d.ctl_json(&["jobs"])
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|j| j["name"] == name).cloned())
+}
+
+fn config_errors(d: &Daemon) -> Vec<String> {
+    d.ctl_json(&["status"])["config_errors"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| e.as_str().map(str::to_string))
+        .collect()
+}
+
+/// Wait for `f`, print how long it took.
+fn picked_up<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    let v = wait_until(what, PICKUP, f);
+    println!("{what}: picked up after {} ms", start.elapsed().as_millis());
+    v
+}
+
+#[test]
+fn added_changed_broken_and_removed_files_are_picked_up_without_a_signal() {
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        (
+            "a.yaml",
+            "alpha:\n  schedule: '@yearly'\n  targets: [a1]\n  command: 'echo alpha'\n",
+        ),
+    ]);
+    assert_eq!(job_names(&d), ["alpha"]);
+
+    // Added.
+    d.write_config(
+        "b.yaml",
+        "beta:\n  schedule: '@yearly'\n  targets: [b1]\n  command: 'echo beta-1'\n",
+    );
+    picked_up("an added file", || {
+        job_names(&d).contains(&"beta".to_string()).then_some(())
+    });
+    let (run, code) = d.run_wait("beta");
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(d.output(run["id"].as_u64().expect("id"), "b1"), "beta-1\n");
+
+    // Changed: new command and schedule.
+    let yearly_next = job_info(&d, "beta").expect("beta")["next_run"].clone();
+    d.write_config(
+        "b.yaml",
+        "beta:\n  schedule: '0 0 1 * *'\n  targets: [b1]\n  command: 'echo beta-2'\n",
+    );
+    picked_up("a changed file", || {
+        let info = job_info(&d, "beta")?;
+        (info["next_run"] != yearly_next).then_some(())
+    });
+    let (run, _) = d.run_wait("beta");
+    assert_eq!(d.output(run["id"].as_u64().expect("id"), "b1"), "beta-2\n");
+
+    // Broken: the error shows with file:line, the last good version stays in effect.
+    d.write_config(
+        "b.yaml",
+        "beta:\n  schedule: '0 0 1 * *'\n  targets: [b1\n  command: 'echo beta-3'\n",
+    );
+    let b_path = d.config_dir().join("b.yaml");
+    let errors = picked_up("a broken file", || {
+        let errors = config_errors(&d);
+        (!errors.is_empty()).then_some(errors)
+    });
+    let prefix = format!("{}:", b_path.display());
+    let error = errors
+        .iter()
+        .find(|e| e.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no error for b.yaml in {errors:?}"));
+    let line: usize = error[prefix.len()..]
+        .split(':')
+        .next()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("no line number in {error}"));
+    assert!((1..=4).contains(&line), "{error}");
+    assert!(error.contains("previous version"), "{error}");
+    let (run, code) = d.run_wait("beta");
+    assert_eq!(code, 0);
+    assert_eq!(
+        d.output(run["id"].as_u64().expect("id"), "b1"),
+        "beta-2\n",
+        "the last good version runs"
+    );
+    // The plain `status` shows it too.
+    let out = d.ctl(&["status"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&prefix));
+
+    // A job name in two files: an error naming both, neither runs.
+    d.write_config(
+        "c.yaml",
+        "alpha:\n  schedule: '@yearly'\n  targets: [c1]\n  command: 'echo other'\n",
+    );
+    picked_up("a duplicate job name", || {
+        config_errors(&d)
+            .iter()
+            .any(|e| e.contains("a.yaml") && e.contains("c.yaml"))
+            .then_some(())
+    });
+    let out = d.ctl(&["run", "alpha"]);
+    assert_eq!(out.status.code(), Some(2), "a duplicated job does not run");
+    std::fs::remove_file(d.config_dir().join("c.yaml")).expect("remove c.yaml");
+
+    // Fixed: the error goes away.
+    d.write_config(
+        "b.yaml",
+        "beta:\n  schedule: '0 0 1 * *'\n  targets: [b1]\n  command: 'echo beta-4'\n",
+    );
+    picked_up("a fixed file", || {
+        config_errors(&d).is_empty().then_some(())
+    });
+    let (run, _) = d.run_wait("beta");
+    assert_eq!(d.output(run["id"].as_u64().expect("id"), "b1"), "beta-4\n");
+    let (run, code) = d.run_wait("alpha");
+    assert_eq!(
+        (code, target(&run, "a1")["exit_code"].as_i64()),
+        (0, Some(0))
+    );
+
+    // Removed.
+    std::fs::remove_file(&b_path).expect("remove b.yaml");
+    picked_up("a removed file", || {
+        (!job_names(&d).contains(&"beta".to_string())).then_some(())
+    });
+    assert_eq!(job_names(&d), ["alpha"]);
+    let log = d.log_text();
+    assert!(!log.contains("SIGHUP"), "no signal was used");
+    assert!(
+        log.contains("configuration changed on disk"),
+        "the scan found the changes"
+    );
+}
+
+#[test]
+fn a_removed_job_stops_firing_and_its_running_run_finishes() {
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        (
+            "keep.yaml",
+            "keeper:\n  schedule: '@yearly'\n  targets: [k]\n  command: 'true'\n",
+        ),
+        (
+            "going.yaml",
+            "going:\n  schedule: '*/2 * * * * *'\n  targets: [g1]\n  \
+             command: 'sleep 3; echo finished'\n",
+        ),
+    ]);
+    let running = wait_until("a run of going in flight", HANG, || {
+        d.runs("going")
+            .into_iter()
+            .find(|r| target(r, "g1")["state"] == "running")
+    });
+    let id = running["id"].as_u64().expect("id");
+    std::fs::remove_file(d.config_dir().join("going.yaml")).expect("remove going.yaml");
+    picked_up("a removed job", || {
+        (!job_names(&d).contains(&"going".to_string())).then_some(())
+    });
+    let gone_at = chrono::Utc::now();
+    let run = d.wait_run_final(id);
+    assert_eq!(run["state"], "succeeded", "{run}");
+    assert_eq!(d.output(id, "g1"), "finished\n");
+    std::thread::sleep(Duration::from_secs(4));
+    let later: Vec<Value> = d
+        .runs("going")
+        .into_iter()
+        .filter(|r| {
+            r["slot"]
+                .as_str()
+                .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+                .is_some_and(|slot| slot > gone_at)
+        })
+        .collect();
+    assert!(later.is_empty(), "a removed job fired again: {later:?}");
+}
