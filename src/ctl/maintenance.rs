@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{CtlResult, EXIT_OK, client, render};
 use crate::wire::admin::{
@@ -49,16 +49,9 @@ fn sources(list: &[MaintenanceSource]) -> Vec<&'static str> {
     list.iter().map(|s| s.as_str()).collect()
 }
 
+/// The JSON shape of the effective maintenance (shared with the HTTP API).
 pub fn info_json(info: &MaintenanceInfo) -> Value {
-    json!({
-        "global": !info.global.is_empty(),
-        "global_sources": sources(&info.global),
-        "machines": info.machines.iter().map(|(m, from)| json!({
-            "machine": m,
-            "sources": sources(from),
-        })).collect::<Vec<_>>(),
-        "note": info.note,
-    })
+    info.to_json()
 }
 
 fn print(info: &MaintenanceInfo, json: bool) {

@@ -266,6 +266,23 @@ pub struct EventInfo {
     pub uid: Option<u32>,
 }
 
+impl MaintenanceInfo {
+    /// The JSON shape `saltpeterctl maintenance show --json` and the HTTP API print.
+    pub fn to_json(&self) -> serde_json::Value {
+        let sources =
+            |list: &[MaintenanceSource]| list.iter().map(|s| s.as_str()).collect::<Vec<_>>();
+        serde_json::json!({
+            "global": !self.global.is_empty(),
+            "global_sources": sources(&self.global),
+            "machines": self.machines.iter().map(|(m, from)| serde_json::json!({
+                "machine": m,
+                "sources": sources(from),
+            })).collect::<Vec<_>>(),
+            "note": self.note,
+        })
+    }
+}
+
 /// The effective maintenance (union of the file and the run-time settings), entry by entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MaintenanceInfo {

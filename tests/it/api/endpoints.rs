@@ -159,19 +159,32 @@ fn api_endpoints_round_trip() {
     );
     assert_eq!(post(port, "/api/v1/jobs/greet/kill", b"").status, 404);
 
-    // Maintenance: read from the configuration; changes are not there yet (501).
+    // Maintenance: read and changed at run time.
     let m = get(port, "/api/v1/maintenance");
     assert_eq!(m.status, 200, "{}", m.text());
     assert_eq!(m.json()["global"], false);
-    let change = client::request(
-        port,
-        "PUT",
-        "/api/v1/maintenance",
-        &[AUTH, ("Content-Type", "application/json")],
-        br#"{"global": true}"#,
+    let put = |body: &[u8]| {
+        client::request(
+            port,
+            "PUT",
+            "/api/v1/maintenance",
+            &[AUTH, ("Content-Type", "application/json")],
+            body,
+        )
+    };
+    let change = put(br#"{"add": "db01"}"#);
+    assert_eq!(change.status, 200, "{}", change.text());
+    assert_eq!(change.json()["machines"][0]["machine"], "db01");
+    assert_eq!(change.json()["machines"][0]["sources"][0], "runtime");
+    let change = put(br#"{"global": true}"#);
+    assert_eq!(change.json()["global"], true, "{}", change.text());
+    assert_eq!(get(port, "/api/v1/maintenance").json()["global"], true);
+    assert_eq!(put(br#"{"global": false}"#).json()["global"], false);
+    assert_eq!(
+        put(br#"{"remove": "db01"}"#).json()["machines"],
+        serde_json::json!([])
     );
-    assert_eq!(change.status, 501);
-    assert_eq!(change.code(), "not_implemented");
+    assert_eq!(put(br#"{"frobnicate": 1}"#).status, 400);
 
     // Metrics.
     let metrics = get(port, "/metrics");

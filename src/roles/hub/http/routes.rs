@@ -12,7 +12,9 @@ use super::Http;
 use super::auth::{Auth, Principal};
 use super::parse::{Request, Response};
 use crate::ctl::render::{run_json, time};
-use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, JobInfo, StatusInfo};
+use crate::wire::admin::{
+    AdminFailure, AdminRequest, AdminResponse, JobInfo, MaintenanceChange, StatusInfo,
+};
 use crate::wire::records::{RunId, RunState};
 use crate::wire::ui::{JobDetail, OutputRange, OutputSlice, RunQuery};
 
@@ -44,6 +46,7 @@ pub enum Expect {
     Started,
     Done,
     Metrics,
+    Maintenance,
 }
 
 pub enum Action {
@@ -267,28 +270,30 @@ fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: Princi
         ("GET", ["api", "v1", "runs", id, "targets", machine, "output"]) => {
             output_query(req, id, machine)
         }
-        ("GET", ["api", "v1", "maintenance"]) => match &http.ui.maintenance {
-            Some(m) => Action::Respond(Response::json(
-                200,
-                &json!({"global": m["global"], "machines": m["machines"], "source": "configuration"}),
-            )),
-            None => error(
-                503,
-                "unavailable",
-                "the configuration has not arrived from main yet",
-            ),
-        },
+        ("GET", ["api", "v1", "maintenance"]) => call(
+            AdminRequest::Maintenance(MaintenanceChange::Show),
+            Expect::Maintenance,
+        ),
         ("PUT" | "POST", ["api", "v1", "maintenance"]) => {
-            if let Err(a) = json_body(req) {
-                return a;
-            }
-            error(
-                501,
-                "not_implemented",
-                "changing maintenance at run time needs the daemon's maintenance commands, \
-                 which are not there yet; set saltpeter_maintenance in the configuration \
-                 (it is reloaded automatically)",
-            )
+            let body = match json_body(req) {
+                Ok(body) => body,
+                Err(a) => return a,
+            };
+            let change = match (&body["global"], &body["add"], &body["remove"]) {
+                (Value::Bool(true), Value::Null, Value::Null) => MaintenanceChange::GlobalOn,
+                (Value::Bool(false), Value::Null, Value::Null) => MaintenanceChange::GlobalOff,
+                (Value::Null, Value::String(m), Value::Null) => MaintenanceChange::Add(m.clone()),
+                (Value::Null, Value::Null, Value::String(m)) => {
+                    MaintenanceChange::Remove(m.clone())
+                }
+                _ => {
+                    return bad_request(
+                        "expected one of {\"global\": true|false}, {\"add\": MACHINE}, \
+                         {\"remove\": MACHINE}",
+                    );
+                }
+            };
+            call(AdminRequest::Maintenance(change), Expect::Maintenance)
         }
         (_, ["ws" | "metrics"]) => not_allowed("GET"),
         (_, ["api", "v1", "maintenance"]) => not_allowed("GET, PUT, POST"),
@@ -490,6 +495,7 @@ pub fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Response {
             ok(json!({"status": "ok", "version": s.version, "uptime_s": s.uptime_s}))
         }
         (Expect::Status, AdminResponse::Status(s)) => ok(status_json(&s)),
+        (Expect::Maintenance, AdminResponse::Maintenance(info)) => ok(info.to_json()),
         (Expect::ConfigErrors, AdminResponse::Status(s)) => ok(json!({"errors": s.config_errors})),
         (Expect::Jobs, AdminResponse::Jobs(jobs)) => {
             ok(Value::Array(jobs.iter().map(job_json).collect()))

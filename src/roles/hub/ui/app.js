@@ -542,7 +542,13 @@ document.addEventListener("DOMContentLoaded", () => {
     ev.preventDefault();
     const machines = $("#mt-machines-input").value.split(",").map((s) => s.trim()).filter(Boolean);
     try {
-      await api("PUT", "/api/v1/maintenance", { global: $("#mt-global-input").checked, machines });
+      // One change per request: global, then the run-time machines added and removed.
+      const cur = await api("GET", "/api/v1/maintenance");
+      const have = new Set((cur.machines || []).filter((m) => m.sources.includes("runtime")).map((m) => m.machine));
+      const want = new Set(machines);
+      await api("PUT", "/api/v1/maintenance", { global: $("#mt-global-input").checked });
+      for (const m of want) if (!have.has(m)) await api("PUT", "/api/v1/maintenance", { add: m });
+      for (const m of have) if (!want.has(m)) await api("PUT", "/api/v1/maintenance", { remove: m });
       $("#mt-result").textContent = "Applied.";
     } catch (e) { $("#mt-result").textContent = e.message; }
   });
