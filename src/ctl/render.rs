@@ -55,7 +55,7 @@ pub fn run_json(r: &RunRecord) -> Value {
     })
 }
 
-fn job_json(j: &JobInfo) -> Value {
+pub fn job_json(j: &JobInfo) -> Value {
     json!({
         "name": j.name,
         "group": j.group,
@@ -67,7 +67,7 @@ fn job_json(j: &JobInfo) -> Value {
     })
 }
 
-fn status_json(s: &StatusInfo) -> Value {
+pub fn status_json(s: &StatusInfo) -> Value {
     json!({
         "version": s.version,
         "started_at": time(Some(s.started_at)),

@@ -351,8 +351,12 @@ impl Main {
 
     /// Fold one measured launch (salt call to launched) into the latency estimate.
     pub fn record_launch_latency(&mut self, sample: Duration) {
-        // An exponential average that reacts within a few runs.
-        self.launch_latency = (self.launch_latency * 3 + sample) / 4;
+        // Up at once (a late start is what pre-staging is there to prevent), down slowly.
+        self.launch_latency = if sample > self.launch_latency {
+            sample
+        } else {
+            (self.launch_latency * 3 + sample) / 4
+        };
     }
 
     /// How blocking calls salt, from the current `saltpeter_config`.

@@ -382,6 +382,8 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             );
             for (m, why) in std::mem::take(&mut env.unreachable) {
                 log::warn!("run {id}: {m} is unreachable: {why}");
+                let job = env.req.job.name.clone();
+                core.event("target_unreachable", Some(&job), Some(id), Some(&m), why);
                 finish_target(core, id, &m, TargetReason::Unreachable, Some(255));
             }
             let unreachable_only = core
@@ -533,6 +535,8 @@ fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             for o in outcomes {
                 if let Err(e) = o.result {
                     log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
+                    let job = env.req.job.name.clone();
+                    core.event("launch_failed", Some(&job), Some(run), Some(&o.machine), e);
                     // Maybe the wrapper went missing: deploy again next time.
                     core.deployed.remove(&o.machine);
                     finish_target(

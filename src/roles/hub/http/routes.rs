@@ -11,10 +11,8 @@ use serde_json::{Value, json};
 use super::Http;
 use super::auth::{Auth, Principal};
 use super::parse::{Request, Response};
-use crate::ctl::render::{run_json, time};
-use crate::wire::admin::{
-    AdminFailure, AdminRequest, AdminResponse, JobInfo, MaintenanceChange, StatusInfo,
-};
+use crate::ctl::render::{job_json, run_json, status_json, time};
+use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, MaintenanceChange};
 use crate::wire::records::{RunId, RunState};
 use crate::wire::ui::{JobDetail, OutputRange, OutputSlice, RunQuery};
 
@@ -419,18 +417,6 @@ fn output_query(req: &Request, id: &str, machine: &str) -> Action {
     )
 }
 
-fn job_json(j: &JobInfo) -> Value {
-    json!({
-        "name": j.name,
-        "group": j.group,
-        "enabled": j.enabled,
-        "error": j.error,
-        "next_run": time(j.next_run),
-        "last_run": time(j.last_run),
-        "last_result": j.last_result.map(|s| s.as_str()),
-    })
-}
-
 fn job_detail_json(d: &JobDetail) -> Value {
     let mut v = job_json(&d.info);
     if let Value::Object(map) = &mut v {
@@ -445,20 +431,6 @@ fn job_detail_json(d: &JobDetail) -> Value {
         map.insert("running".into(), json!(d.running));
     }
     v
-}
-
-fn status_json(s: &StatusInfo) -> Value {
-    json!({
-        "version": s.version,
-        "started_at": time(Some(s.started_at)),
-        "uptime_s": s.uptime_s,
-        "processes": s.processes.iter().map(|p| json!({"role": p.role, "pid": p.pid})).collect::<Vec<_>>(),
-        "jobs": s.jobs,
-        "running_runs": s.running_runs,
-        "config_errors": s.config_errors,
-        "wrapper_port": s.wrapper_port,
-        "api_port": s.api_port,
-    })
 }
 
 fn output_response(s: OutputSlice, raw: bool, from: u64) -> Response {
