@@ -189,6 +189,17 @@ impl Main {
         self.wakes.push(key);
     }
 
+    /// A target of a run in flight.
+    pub fn target(&self, run: RunId, machine: &str) -> Option<&runs::TargetRt> {
+        self.runs.get(&run).and_then(|r| r.targets.get(machine))
+    }
+
+    pub fn target_mut(&mut self, run: RunId, machine: &str) -> Option<&mut runs::TargetRt> {
+        self.runs
+            .get_mut(&run)
+            .and_then(|r| r.targets.get_mut(machine))
+    }
+
     /// The wake key of everything that changes a run.
     pub fn run_event(run: RunId) -> String {
         format!("run:{run}")

@@ -436,11 +436,7 @@ fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let in_maintenance: Vec<bool> = batch.iter().map(|m| core.in_maintenance(m)).collect();
     let mut launch = Vec::new();
     for (machine, maintenance) in batch.iter().zip(in_maintenance) {
-        let Some(target) = core
-            .runs
-            .get_mut(&run)
-            .and_then(|r| r.targets.get_mut(machine))
-        else {
+        let Some(target) = core.target_mut(run, machine) else {
             continue;
         };
         if target.state != TargetState::Pending || target.finishing {
@@ -575,7 +571,7 @@ fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let mut open = false;
     let mut awaiting_pickup = false;
     for machine in &batch {
-        let Some(t) = core.runs.get(&run).and_then(|r| r.targets.get(machine)) else {
+        let Some(t) = core.target(run, machine) else {
             continue;
         };
         if t.is_settled() {
@@ -737,11 +733,7 @@ pub fn finish_target(
     reason: TargetReason,
     code: Option<i32>,
 ) {
-    let Some(t) = core
-        .runs
-        .get_mut(&run)
-        .and_then(|r| r.targets.get_mut(machine))
-    else {
+    let Some(t) = core.target_mut(run, machine) else {
         return;
     };
     if t.is_settled() || t.finishing {

@@ -282,11 +282,7 @@ fn vet_hello(
             format!("the outcome of {machine} in run {run} is already recorded"),
         );
     }
-    let Some(target) = core
-        .runs
-        .get_mut(&run)
-        .and_then(|r| r.targets.get_mut(machine))
-    else {
+    let Some(target) = core.target_mut(run, machine) else {
         return reject(RejectCode::UnknownRun, "run ended");
     };
     if lost_returning {
@@ -344,11 +340,7 @@ fn vet_hello(
 fn touch(core: &mut Main, conn: ConnId) -> Option<(RunId, String)> {
     let (run, machine) = core.sessions.get(&conn)?.clone();
     let mut confirmed = false;
-    if let Some(t) = core
-        .runs
-        .get_mut(&run)
-        .and_then(|r| r.targets.get_mut(&machine))
-    {
+    if let Some(t) = core.target_mut(run, &machine) {
         t.last_seen = Some(Instant::now());
         if t.unconfirmed == Some(conn) {
             t.unconfirmed = None;
@@ -378,10 +370,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
                 return;
             };
             let now = chrono::Utc::now().timestamp_millis();
-            if let Some(t) = core
-                .runs
-                .get_mut(&run)
-                .and_then(|r| r.targets.get_mut(&machine))
+            if let Some(t) = core.target_mut(run, &machine)
                 && !t.is_settled()
             {
                 t.state = TargetState::Running;
@@ -446,11 +435,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
                 return;
             };
             let (reason, code) = exit_outcome(reason, code, signal);
-            let Some(t) = core
-                .runs
-                .get_mut(&run)
-                .and_then(|r| r.targets.get_mut(&machine))
-            else {
+            let Some(t) = core.target_mut(run, &machine) else {
                 return;
             };
             if t.is_settled() {
@@ -468,11 +453,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
         HubRequest::WrapperGone { conn } => {
             if let Some((run, machine)) = core.sessions.remove(&conn) {
                 log::debug!("run {run}: wrapper on {machine} disconnected");
-                if let Some(t) = core
-                    .runs
-                    .get_mut(&run)
-                    .and_then(|r| r.targets.get_mut(&machine))
-                {
+                if let Some(t) = core.target_mut(run, &machine) {
                     if t.conn == Some(conn) {
                         t.conn = None;
                     }
@@ -491,7 +472,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
 
 /// Settle a target whose `exited` arrived, once all its output is committed.
 fn settle_if_complete(core: &mut Main, run: RunId, machine: &str) {
-    let Some(t) = core.runs.get(&run).and_then(|r| r.targets.get(machine)) else {
+    let Some(t) = core.target(run, machine) else {
         return;
     };
     let Some(exit) = t.pending_exit else {
@@ -520,23 +501,14 @@ pub fn output_stored(
             // reconnect and resend everything after the last acknowledged seq, so the gap
             // closes once the database stores again.
             log::error!("run {run}: output of {machine} not stored: {e}");
-            if let Some(conn) = core
-                .runs
-                .get_mut(&run)
-                .and_then(|r| r.targets.get_mut(machine))
-                .and_then(|t| t.conn.take())
-            {
+            if let Some(conn) = core.target_mut(run, machine).and_then(|t| t.conn.take()) {
                 core.sessions.remove(&conn);
                 core.to_hub(MainToHub::CloseWrapper { conn });
             }
             return;
         }
     };
-    let Some(t) = core
-        .runs
-        .get_mut(&run)
-        .and_then(|r| r.targets.get_mut(machine))
-    else {
+    let Some(t) = core.target_mut(run, machine) else {
         return;
     };
     if contiguous > t.acked_seq {
@@ -555,11 +527,7 @@ pub fn target_recorded(
     machine: &str,
     result: Result<DbReply, CallError>,
 ) {
-    let Some(t) = core
-        .runs
-        .get_mut(&run)
-        .and_then(|r| r.targets.get_mut(machine))
-    else {
+    let Some(t) = core.target_mut(run, machine) else {
         return;
     };
     t.finishing = false;
