@@ -169,32 +169,15 @@ impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
     /// For blocking streams: wait for the next message.
     pub fn recv_blocking(&mut self) -> Result<Rx, ChannelError> {
         let role = self.peer_role;
-        let mut pending: std::collections::VecDeque<Rx> = self.decode_buffered()?.into();
-        loop {
-            if let Some(msg) = pending.pop_front() {
-                // Anything decoded past the first message stays decodable next time only if
-                // it is still in the reader; callers of the blocking API are strictly
-                // request/response, so more than one message at once is a protocol error.
-                if !pending.is_empty() {
-                    return Err(ChannelError::Io {
-                        role,
-                        source: io::Error::other("unexpected extra message from peer"),
-                    });
-                }
-                return Ok(msg);
-            }
-            let mut chunk = [0u8; 64 * 1024];
-            let n = match self.stream.read(&mut chunk) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => 0,
-                Err(source) => return Err(ChannelError::Io { role, source }),
-            };
-            if n == 0 {
-                return Err(ChannelError::PeerGone(role));
-            }
-            self.reader.push(&chunk[..n]);
-            pending.extend(self.decode_buffered()?);
+        let mut msgs = self.recv_all_blocking()?;
+        // Callers of this form are strictly request/response, so more than one message at
+        // once is a protocol error.
+        match (msgs.pop(), msgs.is_empty()) {
+            (Some(msg), true) => Ok(msg),
+            _ => Err(ChannelError::Io {
+                role,
+                source: io::Error::other("unexpected extra message from peer"),
+            }),
         }
     }
 }
