@@ -102,17 +102,7 @@ pub enum HubRequest {
     /// An operator's request from the admin socket (call).
     Admin(AdminRequest),
     /// A wrapper said hello (call; the reply decides welcome or reject).
-    WrapperHello {
-        conn: ConnId,
-        peer: String,
-        run: RunId,
-        machine: String,
-        token: Option<Redacted>,
-        resume_key: Option<Redacted>,
-        resume_from: Option<u64>,
-        wrapper_version: String,
-        pid: u32,
-    },
+    WrapperHello(WrapperHello),
     WrapperStarted {
         conn: ConnId,
         pid: u32,
@@ -152,6 +142,20 @@ pub enum HubRequest {
         job: String,
         watch: bool,
     },
+}
+
+/// A wrapper's `hello`, as the hub passes it to main (with the connection it came on).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WrapperHello {
+    pub conn: ConnId,
+    pub peer: String,
+    pub run: RunId,
+    pub machine: String,
+    pub token: Option<Redacted>,
+    pub resume_key: Option<Redacted>,
+    pub resume_from: Option<u64>,
+    pub wrapper_version: String,
+    pub pid: u32,
 }
 
 /// Main's answer to a `WrapperHello`.

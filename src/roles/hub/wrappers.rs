@@ -27,7 +27,7 @@ use crate::evloop::{Ctx, Flow, Forward, Listener};
 use crate::ipc::CallError;
 use crate::roles::RoleError;
 use crate::wire::Redacted;
-use crate::wire::link::{ConnId, HubRequest, WrapperVerdict};
+use crate::wire::link::{ConnId, HubRequest, WrapperHello, WrapperVerdict};
 use crate::wire::wrapper::{
     OutputFrame, PROTOCOL_VERSION, RejectCode, ServerMsg, WRAPPER_PATH, WrapperMsg,
 };
@@ -330,7 +330,7 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                         conn.phase = Phase::Vetting;
                     }
                     hub.call_main(
-                        HubRequest::WrapperHello {
+                        HubRequest::WrapperHello(WrapperHello {
                             conn: id,
                             peer: peer.to_string(),
                             run,
@@ -340,7 +340,7 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                             resume_from,
                             wrapper_version,
                             pid,
-                        },
+                        }),
                         Duration::from_secs(10),
                         Waiting::Hello(id),
                     );

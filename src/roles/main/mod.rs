@@ -96,7 +96,7 @@ pub enum DbWait {
     /// Retention applied to a job.
     Retention(String),
     /// A finished run looked up for a wrapper that comes back after being lost.
-    Reconcile(CallId, Box<sessions::Hello>),
+    Reconcile(CallId, Box<crate::wire::link::WrapperHello>),
     /// An admin request of `admin_more` or a follower of `live`.
     AdminMore(admin_more::Wait),
     /// The dashboard's live view (`ui`).

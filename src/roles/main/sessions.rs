@@ -18,7 +18,7 @@ use crate::ipc::rpc::CallError;
 use crate::roles::db::protocol::{DbReply, DbRequest};
 use crate::roles::db::runs::TargetUpdate;
 use crate::wire::Redacted;
-use crate::wire::link::{ConnId, HubReply, HubRequest, MainToHub, WrapperVerdict};
+use crate::wire::link::{ConnId, HubReply, HubRequest, MainToHub, WrapperHello, WrapperVerdict};
 use crate::wire::records::{RunId, TargetReason, TargetState};
 use crate::wire::wrapper::{JobSpec, KillReason, RejectCode, ServerMsg};
 
@@ -29,42 +29,10 @@ fn reject(code: RejectCode, message: impl Into<String>) -> WrapperVerdict {
     }
 }
 
-/// A wrapper's hello, kept while db is asked about its run.
-#[derive(Debug, Clone)]
-pub struct Hello {
-    conn: ConnId,
-    peer: String,
-    run: RunId,
-    machine: String,
-    token: Option<Redacted>,
-    resume_key: Option<Redacted>,
-    wrapper_version: String,
-    pid: u32,
-}
-
 pub fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
     match req {
-        HubRequest::WrapperHello {
-            conn,
-            peer,
-            run,
-            machine,
-            token,
-            resume_key,
-            wrapper_version,
-            pid,
-            ..
-        } => {
-            let hello = Hello {
-                conn,
-                peer,
-                run,
-                machine,
-                token,
-                resume_key,
-                wrapper_version,
-                pid,
-            };
+        HubRequest::WrapperHello(hello) => {
+            let run = hello.run;
             if !core.recovering && !core.runs.contains_key(&run) && hello.resume_key.is_some() {
                 // Maybe a wrapper that was declared lost, coming back after its run ended.
                 core.db_call(
@@ -79,8 +47,8 @@ pub fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
     }
 }
 
-fn answer_hello(core: &mut Main, id: CallId, hello: Hello) {
-    let Hello {
+fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
+    let WrapperHello {
         conn,
         peer,
         run,
@@ -89,6 +57,7 @@ fn answer_hello(core: &mut Main, id: CallId, hello: Hello) {
         resume_key,
         wrapper_version,
         pid,
+        ..
     } = hello;
     let verdict = vet_hello(core, conn, run, &machine, token, resume_key);
     match &verdict {
@@ -122,7 +91,7 @@ fn answer_hello(core: &mut Main, id: CallId, hello: Hello) {
 pub fn reconcile(
     core: &mut Main,
     id: CallId,
-    hello: Hello,
+    hello: WrapperHello,
     result: Result<crate::roles::db::protocol::DbReply, CallError>,
 ) {
     use crate::roles::db::protocol::DbReply;
