@@ -367,3 +367,59 @@ fn wrapper_deploy_on_demand() {
     );
     assert!(!text.contains("minion-03"), "{text}");
 }
+
+#[test]
+fn deploying_while_another_state_runs_on_the_minion_waits_for_it() {
+    let Some((root, bin, _)) = testbed() else {
+        return;
+    };
+    let config_dir = root.join("master");
+    // Another state run holds minion-02's state lock for a few seconds, as a second daemon
+    // (or another job of this one) deploying there at the same moment does.
+    let mut holder = std::process::Command::new(&bin)
+        .args(["-c", path_str(&config_dir), "--out=json", "minion-02"])
+        .args(["state.single", "cmd.run", "name=sleep 8"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("salt state.single");
+    wait_until("the holding state runs on minion-02", HANG, || {
+        let out = std::process::Command::new(&bin)
+            .args(["-c", path_str(&config_dir), "--out=json", "minion-02"])
+            .args(["saltutil.is_running", "state.*"])
+            .output()
+            .expect("salt saltutil.is_running");
+        String::from_utf8_lossy(&out.stdout)
+            .contains("state.single")
+            .then_some(())
+    });
+    // A fresh wrapper path: every run deploys to every minion, three at the same moment.
+    let d = salt_daemon(
+        &root,
+        &bin,
+        path_str(&config_dir),
+        10,
+        "first:\n  schedule: '@yearly'\n  targets: 'minion-0[123]'\n  command: 'true'\n\
+         second:\n  schedule: '@yearly'\n  targets: 'minion-0[123]'\n  command: 'true'\n\
+         third:\n  schedule: '@yearly'\n  targets: 'minion-0[123]'\n  command: 'true'\n",
+    );
+    let d = &d;
+    let results: Vec<(serde_json::Value, i32)> = std::thread::scope(|s| {
+        let runs: Vec<_> = ["first", "second", "third"]
+            .into_iter()
+            .map(|job| s.spawn(move || d.run_wait(job)))
+            .collect();
+        runs.into_iter()
+            .map(|r| r.join().expect("run_wait"))
+            .collect()
+    });
+    let _ = holder.wait();
+    for (run, code) in &results {
+        assert_eq!(*code, 0, "{run}\n{}", d.log_text());
+        assert_eq!(
+            machines(run),
+            ["minion-01", "minion-02", "minion-03"],
+            "{run}"
+        );
+    }
+}

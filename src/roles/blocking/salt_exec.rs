@@ -345,47 +345,91 @@ pub fn deploy(
         );
         return;
     }
+    // `queue=True`: a state run already in progress on a minion (another job deploying
+    // at the same moment, from this daemon or from another one) makes Salt wait for it
+    // instead of refusing with "The function state.single is running as PID ...".
     let args = vec![
         "file.managed".to_string(),
         format!("name={wrapper_path}"),
         format!("source={source}"),
         "mode=0755".to_string(),
         "makedirs=True".to_string(),
+        "queue=True".to_string(),
     ];
+    let attempt = DeployAttempt {
+        id,
+        settings,
+        args,
+        hash,
+        attempts_left: DEPLOY_ATTEMPTS,
+        settled: Vec::new(),
+    };
+    deploy_to(state, ctx, attempt, minions);
+}
+
+/// How many times a deployment is tried on a minion whose state run failed.
+const DEPLOY_ATTEMPTS: u32 = 2;
+
+/// One deployment call, across its attempts.
+struct DeployAttempt {
+    id: CallId,
+    settings: SaltSettings,
+    args: Vec<String>,
+    hash: String,
+    attempts_left: u32,
+    /// Minions whose outcome is final.
+    settled: Vec<LaunchOutcome>,
+}
+
+/// Runs `state.single` on `minions`. Minions whose state run failed are tried again while
+/// attempts remain (silent minions are not: Salt already waited for them); then every
+/// outcome is answered at once.
+fn deploy_to(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    mut attempt: DeployAttempt,
+    minions: Vec<String>,
+) {
     let argv = salt::argv(
-        &settings,
+        &attempt.settings,
         Some("-L"),
         &minions.join(","),
         "state.single",
-        &args,
+        &attempt.args,
     );
-    submit(state, ctx, &settings, argv, move |state, _ctx, outcome| {
-        let outcomes = match outcome {
-            Outcome::Failed(why) => minions
-                .iter()
-                .map(|m| LaunchOutcome {
-                    machine: m.clone(),
-                    result: Err(why.clone()),
-                })
-                .collect(),
-            Outcome::Finished { stdout, stderr, .. } => {
-                let returns = salt::parse_returns(&stdout);
-                minions
-                    .iter()
-                    .map(|m| LaunchOutcome {
-                        machine: m.clone(),
-                        result: match returns.by_minion.get(m).map(salt::state_result) {
-                            Some(MinionResult::Ok) => Ok(()),
-                            Some(MinionResult::NoReturn(why)) => Err(why),
-                            Some(MinionResult::Failed(why)) => {
-                                Err(format!("wrapper deployment failed: {why}"))
-                            }
-                            None => Err(format!("salt returned nothing: {}", tail(&stderr))),
-                        },
-                    })
-                    .collect()
-            }
+    let settings = attempt.settings.clone();
+    submit(state, ctx, &settings, argv, move |state, ctx, outcome| {
+        attempt.attempts_left -= 1;
+        let returns = match &outcome {
+            Outcome::Finished { stdout, .. } => salt::parse_returns(stdout),
+            Outcome::Failed(_) => salt::Returns::default(),
         };
-        state.reply(id, Ok(BlockingReply::Deployed { outcomes, hash }));
+        let mut retry = Vec::new();
+        for machine in minions {
+            let result = match (&outcome, returns.by_minion.get(&machine)) {
+                (Outcome::Failed(why), _) => Err(why.clone()),
+                (_, Some(value)) => match salt::state_result(value) {
+                    MinionResult::Ok => Ok(()),
+                    MinionResult::NoReturn(why) => Err(why),
+                    MinionResult::Failed(why) if attempt.attempts_left > 0 => {
+                        log::warn!("wrapper deployment on {machine} failed ({why}); trying again");
+                        retry.push(machine);
+                        continue;
+                    }
+                    MinionResult::Failed(why) => Err(format!("wrapper deployment failed: {why}")),
+                },
+                (Outcome::Finished { stderr, .. }, None) => {
+                    Err(format!("salt returned nothing: {}", tail(stderr)))
+                }
+            };
+            attempt.settled.push(LaunchOutcome { machine, result });
+        }
+        if retry.is_empty() {
+            let outcomes = std::mem::take(&mut attempt.settled);
+            let hash = std::mem::take(&mut attempt.hash);
+            state.reply(attempt.id, Ok(BlockingReply::Deployed { outcomes, hash }));
+        } else {
+            deploy_to(state, ctx, attempt, retry);
+        }
     });
 }
