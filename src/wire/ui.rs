@@ -1,66 +1,14 @@
 //! Types of the HTTP API and of the dashboard's live updates (PROTOCOLS.md section 2)
 //! that cross the hub-main link.
 //!
-//! The API's requests travel as `AdminRequest` variants (the admin socket can use them
-//! too); the live pushes of `/ws` travel as `MainToHub` casts whose payloads are either
-//! JSON text main has already shaped for the original UI protocol, or the typed targets
-//! below, which the hub needs to keep each subscriber's output position.
+//! The API's questions and commands are `AdminRequest`s (`wire/admin.rs`, one vocabulary
+//! with the admin socket); the live pushes of `/ws` travel as `MainToHub` casts whose
+//! payloads are either JSON text main has already shaped for the original UI protocol, or
+//! the typed targets below, which the hub needs to keep each subscriber's output position.
 
 use serde::{Deserialize, Serialize};
 
-use super::admin::JobInfo;
-use super::records::{Millis, RunId, RunState};
-
-/// Which runs to list, newest first; `before_id` pages backwards.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunQuery {
-    pub job: Option<String>,
-    pub state: Option<RunState>,
-    /// Runs created at or after this instant.
-    pub since: Option<Millis>,
-    /// Runs created at or before this instant.
-    pub until: Option<Millis>,
-    pub before_id: Option<RunId>,
-    pub limit: u32,
-}
-
-/// Which bytes of a target's output to read.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputRange {
-    /// Absolute byte position to start at (a previous `next_from`).
-    pub from: u64,
-    /// Only the last this many bytes of what is selected.
-    pub tail: Option<u64>,
-    /// At most this many bytes.
-    pub max_bytes: Option<u64>,
-}
-
-/// A slice of a target's stored output.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputSlice {
-    pub data: Vec<u8>,
-    /// Bytes of the target dropped by its output limit.
-    pub omitted_bytes: u64,
-    /// Index in `data` where those bytes were, if `data` spans the gap.
-    pub omitted_at: Option<usize>,
-    /// Bytes received for the target, kept or not.
-    pub total_bytes: u64,
-    /// Position to continue from.
-    pub next_from: u64,
-}
-
-/// One job, as `/api/v1/jobs/NAME` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JobDetail {
-    pub info: JobInfo,
-    /// The next fire times (UTC milliseconds).
-    pub next_runs: Vec<Millis>,
-    /// The job's configuration as JSON, `env` values replaced by `***` (`null` for a job
-    /// disabled by an error).
-    pub config_json: String,
-    /// Runs of the job in flight.
-    pub running: Vec<RunId>,
-}
+use super::records::RunId;
 
 /// Where the live output of one target starts for the hub: the stored output, and the
 /// last frame it contains (later frames arrive as `MainToHub::UiOutput`).

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::admin::Pending;
 use super::runs::{ActiveRun, TargetRt};
 use super::scheduler::Due;
 use super::{DbWait, JobRef, Main};
@@ -703,7 +702,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         core.apply_retention(&active.job.name);
         for call in active.waiters {
             // The stored record is the truth (ended time, state): read it back.
-            core.db_call(DbRequest::GetRun(run), DbWait::Admin(call, Pending::Run));
+            super::requests::send_run(core, call, run);
         }
         super::live::run_ended(core, run);
     }

@@ -10,19 +10,23 @@
 //! `maintenance`, `saltpeterctl run` is refused), running runs finish. A machine in
 //! maintenance is left out of every run and recorded per target as `skipped_maintenance`.
 //! Every change, from either source, is recorded as an event of kind `maintenance`.
+//!
+//! The settings live here next to the `Maintenance` request that changes them; the rest
+//! of main asks `Main::global_maintenance` and `Main::in_maintenance`.
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::admin::Pending;
-use super::{DbWait, Main};
+use super::{DbWait, Main, Wait, failure, respond};
 use crate::config::Maintenance;
 use crate::ipc::CallId;
-use crate::roles::db::protocol::DbRequest;
+use crate::ipc::rpc::CallError;
+use crate::roles::db::protocol::{DbReply, DbRequest};
 use crate::roles::db::store::NewEvent;
-use crate::wire::admin::{AdminResponse, MaintenanceChange, MaintenanceInfo, MaintenanceSource};
-use crate::wire::link::HubReply;
+use crate::wire::admin::{
+    AdminFailure, AdminResponse, MaintenanceChange, MaintenanceInfo, MaintenanceSource,
+};
 
 /// The `meta` key the run-time settings are stored under.
 pub const META_KEY: &str = "maintenance";
@@ -156,17 +160,13 @@ pub fn change(core: &mut Main, call: CallId, change: MaintenanceChange) {
     };
     if runtime == before {
         let info = core.maintenance_info(note);
-        core.reply_hub(call, HubReply::Admin(AdminResponse::Maintenance(info)));
-        return;
+        return respond(core, call, AdminResponse::Maintenance(info));
     }
     let value = match serde_json::to_string(&runtime) {
         Ok(v) => v,
         Err(e) => {
-            let failure = crate::wire::admin::AdminFailure::Internal(format!(
-                "could not encode the maintenance settings: {e}"
-            ));
-            core.reply_hub(call, HubReply::Admin(AdminResponse::Failure(failure)));
-            return;
+            let why = format!("could not encode the maintenance settings: {e}");
+            return failure(core, call, AdminFailure::Internal(why));
         }
     };
     let effective_before = effective(&core.config.maintenance, &before);
@@ -178,8 +178,28 @@ pub fn change(core: &mut Main, call: CallId, change: MaintenanceChange) {
             key: META_KEY.to_string(),
             value,
         },
-        DbWait::Admin(call, Pending::Maintenance(note)),
+        DbWait::Request(Wait::Maintenance { call, note }),
     );
+}
+
+/// db saved the run-time settings (or could not): the answer to `change`.
+pub fn saved(
+    core: &mut Main,
+    call: CallId,
+    note: Option<String>,
+    result: Result<DbReply, CallError>,
+) {
+    let resp = match result {
+        Ok(DbReply::Done) => AdminResponse::Maintenance(core.maintenance_info(note)),
+        Ok(other) => AdminResponse::Failure(AdminFailure::Internal(format!(
+            "db answered a maintenance save with {other:?}"
+        ))),
+        Err(e) => AdminResponse::Failure(AdminFailure::Internal(format!(
+            "the change is in effect, but could not be saved ({e}): it is lost at the next \
+             restart"
+        ))),
+    };
+    respond(core, call, resp);
 }
 
 /// The union of the file and run-time settings.
