@@ -431,42 +431,18 @@ fn output_query(req: &Request, id: &str, machine: &str) -> Action {
 fn job_detail_json(d: &JobDetail) -> Value {
     let mut v = job_json(&d.summary.info);
     if let Value::Object(map) = &mut v {
+        // A disabled job never fires: the API lists no fire times for it.
+        let next_runs: &[i64] = if d.summary.info.enabled {
+            &d.next_runs
+        } else {
+            &[]
+        };
         map.insert(
             "next_runs".into(),
-            d.next_runs.iter().map(|t| time(Some(*t))).collect(),
+            next_runs.iter().map(|t| time(Some(*t))).collect(),
         );
-        map.insert("config".into(), job_config_json(d));
+        map.insert("config".into(), d.cron_json());
         map.insert("running".into(), json!(d.summary.running));
-    }
-    v
-}
-
-/// A job's configuration as the original UI protocol shows a cron (`config.crons.NAME`):
-/// the redacted configuration with the schedule's fields split out, or, for a job
-/// disabled by errors, where it is defined and why.
-fn job_config_json(d: &JobDetail) -> Value {
-    let info = &d.summary.info;
-    let Some(mut v) = d
-        .config_json
-        .as_deref()
-        .and_then(|text| serde_json::from_str::<Value>(text).ok())
-    else {
-        return json!({
-            "name": info.name,
-            "group": info.group,
-            "file": d.file,
-            "enabled": false,
-            "error": info.error,
-        });
-    };
-    let schedule = v["schedule"].as_str().unwrap_or_default().to_string();
-    let fields: Vec<&str> = schedule.split_whitespace().collect();
-    if let (Value::Object(map), [sec, min, hour, dom, mon, dow, year]) = (&mut v, fields.as_slice())
-    {
-        let named = ["sec", "min", "hour", "dom", "mon", "dow", "year"];
-        for (key, value) in named.into_iter().zip([sec, min, hour, dom, mon, dow, year]) {
-            map.insert(key.to_string(), Value::from(*value));
-        }
     }
     v
 }

@@ -73,6 +73,17 @@ pub fn detailed(core: &Main, name: &str, upcoming: u32, runs: Vec<RunRecord>) ->
     else {
         return AdminResponse::Failure(no_job(name));
     };
+    let next_runs = next_runs(core, entry, upcoming);
+    AdminResponse::Job(Box::new(described(entry, summary, next_runs, runs)))
+}
+
+/// A job's detail from its configuration entry and what main and db know of it.
+fn described(
+    entry: &JobEntry,
+    summary: JobSummary,
+    next_runs: Vec<Millis>,
+    last_runs: Vec<RunRecord>,
+) -> JobDetail {
     let (file, config_json, errors) = match entry {
         JobEntry::Valid(job) => (
             job.file.display().to_string(),
@@ -85,32 +96,32 @@ pub fn detailed(core: &Main, name: &str, upcoming: u32, runs: Vec<RunRecord>) ->
             bad.errors.iter().map(|d| d.to_string()).collect(),
         ),
     };
-    AdminResponse::Job(Box::new(JobDetail {
+    JobDetail {
         summary,
         file,
         config_json,
         errors,
-        next_runs: next_runs(core, entry, upcoming),
-        last_runs: runs,
-    }))
+        next_runs,
+        last_runs,
+    }
 }
 
-/// The next `upcoming` fire times of an enabled job; the first is the planned slot
-/// (which may be in the past while it fires).
+/// The next `upcoming` fire times of a job: the planned slot first (which may be in the
+/// past while it fires), else — a disabled job has none — from now.
 fn next_runs(core: &Main, entry: &JobEntry, upcoming: u32) -> Vec<Millis> {
-    let Some(job) = entry.job().filter(|j| j.enabled) else {
+    let Some(job) = entry.job() else {
         return Vec::new();
     };
-    let first = core.scheduler.next_of(&job.name);
-    let mut times: Vec<Millis> = first.iter().map(|t| t.timestamp_millis()).collect();
-    if let Some(from) = first {
-        times.extend(
-            job.schedule
-                .upcoming(from, upcoming.saturating_sub(1) as usize)
-                .iter()
-                .map(|t| t.timestamp_millis()),
-        );
-    }
+    let planned = core.scheduler.next_of(&job.name);
+    let from = planned.unwrap_or_else(chrono::Utc::now);
+    let mut times: Vec<Millis> = planned.iter().map(|t| t.timestamp_millis()).collect();
+    let rest = upcoming.saturating_sub(times.len() as u32) as usize;
+    times.extend(
+        job.schedule
+            .upcoming(from, rest)
+            .iter()
+            .map(|t| t.timestamp_millis()),
+    );
     times.truncate(upcoming as usize);
     times
 }
@@ -349,4 +360,109 @@ fn summaries(core: &Main, last: &BTreeMap<String, RunRecord>) -> Vec<JobSummary>
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(yaml: &str) -> crate::config::LoadedConfig {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("jobs.yaml"), yaml).expect("write");
+        crate::config::check_dir(dir.path(), chrono::Utc::now()).expect("config")
+    }
+
+    const JOBS: &str = "\
+good:
+  schedule: '0 */5 * * * *'
+  executor: local
+  targets: [alpha, beta]
+  command: echo hi
+  env: {API_KEY: hunter2}
+minions:
+  schedule: '@daily'
+  executor: salt
+  targets: 'web*'
+  command: uptime
+broken:
+  schedule: '@daily'
+  targets: alpha
+";
+
+    fn summary(entry: &JobEntry) -> JobSummary {
+        let error = match entry {
+            JobEntry::Valid(_) => None,
+            JobEntry::Invalid(bad) => Some(
+                bad.errors
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+        };
+        JobSummary {
+            info: JobInfo {
+                name: entry.name().to_string(),
+                group: entry.group().to_string(),
+                next_run: None,
+                last_run: None,
+                last_result: None,
+                enabled: error.is_none(),
+                error,
+            },
+            state: JobState::Idle,
+            running: Vec::new(),
+        }
+    }
+
+    /// The API's `config` of a job, rendered by the hub from the one `JobDetail`, is the
+    /// original UI protocol's cron, as main's live view shapes it.
+    #[test]
+    fn a_detail_renders_the_cron_the_ui_protocol_shows() {
+        let loaded = config(JOBS);
+        assert!(
+            loaded.jobs["good"].job().is_some(),
+            "{:?}",
+            loaded.diagnostics
+        );
+        for name in ["good", "broken"] {
+            let entry = &loaded.jobs[name];
+            let detail = described(entry, summary(entry), Vec::new(), Vec::new());
+            let ui = crate::roles::main::ui::cron_json(entry);
+            assert_eq!(detail.cron_json(), ui, "{name}");
+        }
+        let good = described(
+            &loaded.jobs["good"],
+            summary(&loaded.jobs["good"]),
+            Vec::new(),
+            Vec::new(),
+        );
+        let cron = good.cron_json();
+        assert_eq!(cron["min"], "*/5");
+        assert_eq!(cron["env"]["API_KEY"], "***");
+        assert!(!cron.to_string().contains("hunter2"));
+        assert!(matches!(loaded.jobs["broken"], JobEntry::Invalid(_)));
+    }
+
+    #[test]
+    fn a_run_on_chosen_targets_takes_a_subset_or_a_minion_list() {
+        let loaded = config(JOBS);
+        let good = loaded.jobs["good"].job().expect("valid");
+        let narrow = narrowed(good, vec![" beta ".into(), "beta".into()]).expect("subset");
+        assert_eq!(narrow.targets, ["beta"]);
+        assert_eq!(narrow.target_expr, "beta");
+        let err = narrowed(good, vec!["alpha".into(), "gamma".into()]).unwrap_err();
+        assert_eq!(
+            err,
+            "gamma is not a target of job good (its targets: alpha, beta)"
+        );
+        assert_eq!(
+            narrowed(good, vec![" ".into()]).unwrap_err(),
+            "--targets names no target"
+        );
+        let minions = loaded.jobs["minions"].job().expect("valid");
+        let list = narrowed(minions, vec!["web1".into(), "db1".into()]).expect("list");
+        assert_eq!(list.target_type, TargetType::List);
+        assert_eq!(list.target_expr, "web1,db1");
+    }
 }
