@@ -16,6 +16,7 @@
 
 mod boot;
 mod deploy;
+mod effects;
 mod history;
 mod metrics;
 mod missed;
@@ -23,9 +24,15 @@ mod prestage;
 mod recovery;
 mod requests;
 mod run_flow;
+mod run_rules;
+#[cfg(test)]
+mod run_rules_tests;
 mod runs;
 mod scheduler;
 mod sessions;
+mod target;
+#[cfg(test)]
+mod target_tests;
 mod targets;
 pub mod tokens;
 mod ui;
@@ -186,11 +193,11 @@ impl Main {
     }
 
     /// A target of a run in flight.
-    pub fn target(&self, run: RunId, machine: &str) -> Option<&runs::TargetRt> {
+    pub fn target(&self, run: RunId, machine: &str) -> Option<&target::Target> {
         self.runs.get(&run).and_then(|r| r.targets.get(machine))
     }
 
-    pub fn target_mut(&mut self, run: RunId, machine: &str) -> Option<&mut runs::TargetRt> {
+    pub fn target_mut(&mut self, run: RunId, machine: &str) -> Option<&mut target::Target> {
         self.runs
             .get_mut(&run)
             .and_then(|r| r.targets.get_mut(machine))
