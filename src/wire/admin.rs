@@ -115,18 +115,6 @@ impl AdminRequest {
                 | AdminRequest::WatchRun { .. }
         )
     }
-
-    /// Requests that change something (recorded in the audit trail with the peer's uid).
-    pub fn changes_state(&self) -> bool {
-        matches!(
-            self,
-            AdminRequest::RunNow { .. }
-                | AdminRequest::Kill { .. }
-                | AdminRequest::KillJob { .. }
-                | AdminRequest::Reload
-                | AdminRequest::DeployWrapper { .. }
-        )
-    }
 }
 
 /// Which runs to list, newest first; `before_id` pages backwards.
