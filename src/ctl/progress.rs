@@ -89,16 +89,23 @@ impl Progress {
             }
             _ => None,
         };
-        let changed = self
-            .targets
-            .get(&t.machine)
-            .is_none_or(|old| old.state != t.state);
+        let old_state = self.targets.get(&t.machine).map(|old| old.state);
+        let changed = old_state != Some(t.state);
+        // A target that started and ended between two looks (or before the watch began)
+        // is still reported as started first.
+        let unseen_start = t.state == TargetState::Finished
+            && t.started.is_some()
+            && old_state != Some(TargetState::Running);
         let machine = t.machine.clone();
         self.targets.insert(machine.clone(), t);
         if let (Some((what, color)), true) = (line, changed)
             && (self.bar || self.lines)
         {
             self.clear();
+            if unseen_start {
+                let started = self.style.paint("started", Some(Color::Blue));
+                eprintln!("  {machine}: {started}");
+            }
             eprintln!("  {machine}: {}", self.style.paint(&what, color));
         }
         self.draw();
@@ -134,8 +141,9 @@ pub fn run_job(
     let end = client.call(&AdminRequest::WatchRun { run }, |resp| {
         match resp {
             AdminResponse::RunProgress(snapshot) => {
+                // What already happened before the watch began is reported like the rest.
                 for t in snapshot.targets {
-                    p.targets.insert(t.machine.clone(), t);
+                    p.event(t);
                 }
                 p.draw();
             }
