@@ -1,12 +1,14 @@
 //! Message types shared across process and network boundaries.
 //!
 //! - `records`: run and target states and records (CLI, API, database)
+//! - `db`: the main <-> db link and its payloads
 //! - `link`: roles, hello and the messages of the internal links
 //! - `admin`: `saltpeterctl` requests and responses
 //! - `wrapper`: the wrapper <-> hub WebSocket protocol v1
 //! - `ui`: the HTTP API's and the dashboard's types on the hub-main link
 
 pub mod admin;
+pub mod db;
 pub mod link;
 pub mod records;
 pub mod ui;

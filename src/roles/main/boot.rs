@@ -21,9 +21,9 @@ use super::{DbWait, Main, MainRole, maintenance, missed};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::CallError;
-use crate::roles::db::protocol::{DbReply, DbRequest};
-use crate::roles::db::runs::NewRun;
 use crate::wire::admin::AdminRequest;
+use crate::wire::db::NewRun;
+use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::records::{Millis, RunState, Trigger};
 
 /// Why a slot found missed at start-up was missed.

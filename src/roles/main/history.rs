@@ -10,9 +10,9 @@ use chrono::Utc;
 
 use super::{DbWait, Main};
 use crate::ipc::rpc::CallError;
-use crate::roles::db::protocol::{DbReply, DbRequest};
-use crate::roles::db::runs::Retention;
-use crate::roles::db::store::NewEvent;
+use crate::wire::db::NewEvent;
+use crate::wire::db::Retention;
+use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::records::RunId;
 
 impl Main {

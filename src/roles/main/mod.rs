@@ -41,12 +41,12 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use mio::event::Event;
 
-use super::db::protocol::{DbNotice, DbReply, DbRequest};
 use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
 use crate::config::{self, LoadedConfig};
 use crate::evloop::timers::TimerId;
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::rpc::{CallError, CallId, Packet, PendingCalls};
+use crate::wire::db::{DbNotice, DbReply, DbRequest};
 use crate::wire::link::{
     BlockingNotice, BlockingReply, BlockingRequest, ConnId, ControlDown, HubAnswer, HubReply,
     HubRequest, MainToHub, ProcessInfo, Role,

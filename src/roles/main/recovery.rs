@@ -18,8 +18,8 @@ use super::runs::{ActiveRun, TargetRt};
 use super::{DbWait, Main, MainRole};
 use crate::evloop::Ctx;
 use crate::ipc::rpc::CallError;
-use crate::roles::db::protocol::{DbReply, DbRequest};
-use crate::roles::db::runs::{RunUpdate, TargetDetail, TargetUpdate};
+use crate::wire::db::{DbReply, DbRequest};
+use crate::wire::db::{RunUpdate, TargetDetail, TargetUpdate};
 use crate::wire::records::{RunRecord, RunState, TargetReason, TargetState};
 
 /// Ask db for the runs in flight; the answer arrives in `recovered`.

@@ -15,9 +15,9 @@ use super::runs::{PendingExit, exit_outcome};
 use super::{DbWait, Main};
 use crate::ipc::CallId;
 use crate::ipc::rpc::CallError;
-use crate::roles::db::protocol::{DbReply, DbRequest};
-use crate::roles::db::runs::TargetUpdate;
 use crate::wire::Redacted;
+use crate::wire::db::TargetUpdate;
+use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{ConnId, HubReply, HubRequest, MainToHub, WrapperHello, WrapperVerdict};
 use crate::wire::records::{RunId, TargetReason, TargetState};
 use crate::wire::wrapper::{JobSpec, KillReason, RejectCode, ServerMsg};
@@ -92,9 +92,9 @@ pub fn reconcile(
     core: &mut Main,
     id: CallId,
     hello: WrapperHello,
-    result: Result<crate::roles::db::protocol::DbReply, CallError>,
+    result: Result<crate::wire::db::DbReply, CallError>,
 ) {
-    use crate::roles::db::protocol::DbReply;
+    use crate::wire::db::DbReply;
     let (record, mut details) = match result {
         Ok(DbReply::RunDetails(Some(found))) => found,
         Ok(_) => return answer_hello(core, id, hello),
@@ -160,7 +160,7 @@ pub fn reconcile(
     core.db_call(
         DbRequest::UpdateRun {
             run,
-            update: crate::roles::db::runs::RunUpdate {
+            update: crate::wire::db::RunUpdate {
                 state: Some(crate::wire::records::RunState::Running),
                 ..Default::default()
             },
@@ -385,7 +385,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
                     seq,
                     stream,
                     data,
-                    limit: crate::roles::db::output::OutputLimit {
+                    limit: crate::wire::db::OutputLimit {
                         head: limit.head_bytes,
                         tail: limit.tail_bytes,
                     },

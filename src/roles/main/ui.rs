@@ -21,7 +21,7 @@ use super::runs::ActiveRun;
 use super::{DbWait, Main};
 use crate::ctl::render::time as iso;
 use crate::ipc::rpc::CallError;
-use crate::roles::db::protocol::{DbReply, DbRequest};
+use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
 use crate::wire::records::{Millis, RunId, RunRecord, RunState, TargetRecord, TargetState};
 use crate::wire::ui::{LiveTarget, instance};
