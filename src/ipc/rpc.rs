@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::link::Role;
+use super::hello::Role;
 
 pub type CallId = u64;
 

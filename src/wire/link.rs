@@ -3,10 +3,11 @@
 //! ```text
 //! supervisor <-> every child   control: Ready, Shutdown, Reload, process table
 //! hub  <-> main                 admin requests, wrapper sessions (hello, output, exits)
-//! main <-> db                   (in `db` role module) runs, targets, output, events
+//! main <-> db                   (`wire/db.rs`) runs, targets, output, events
 //! main <-> blocking             launching wrappers, resolving targets
 //! ```
-//! Each link carries `ipc::rpc::Packet<Req, Rep>` values after the `Hello`.
+//! Each link carries `ipc::rpc::Packet<Req, Rep>` values after the `Hello` (which, with
+//! `Role`, belongs to `ipc`: the framing layer names no message of any link).
 
 use serde::{Deserialize, Serialize};
 
@@ -14,53 +15,6 @@ use super::Redacted;
 use super::admin::{AdminRequest, AdminResponse};
 use super::records::{Millis, RunId};
 use super::wrapper::{ExitReason, JobSpec, RejectCode, ServerMsg, Stream};
-
-/// Version of the internal link protocol; every binary of one build shares it.
-pub const PROTO_VERSION: u32 = 1;
-
-/// Who is at the other end of a link.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Role {
-    Supervisor,
-    Hub,
-    Main,
-    Db,
-    Blocking,
-    Ctl,
-}
-
-impl Role {
-    pub const CHILDREN: [Role; 4] = [Role::Hub, Role::Main, Role::Db, Role::Blocking];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Supervisor => "supervisor",
-            Role::Hub => "hub",
-            Role::Main => "main",
-            Role::Db => "db",
-            Role::Blocking => "blocking",
-            Role::Ctl => "saltpeterctl",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Role> {
-        Role::CHILDREN.into_iter().find(|r| r.name() == name)
-    }
-}
-
-impl std::fmt::Display for Role {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// First frame on every link.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hello {
-    pub role: Role,
-    pub proto_version: u32,
-    pub pid: u32,
-}
 
 /// A process of the daemon, as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,9 +12,10 @@ use mio::event::Event;
 
 use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
 use crate::evloop::{Ctx, EventLoop, Flow};
+use crate::ipc::Role;
 use crate::ipc::rpc::{CallId, Packet, RemoteError};
 use crate::wire::link::{
-    BlockingNotice, BlockingReply, BlockingRequest, ControlDown, ExecutorKind, Role,
+    BlockingNotice, BlockingReply, BlockingRequest, ControlDown, ExecutorKind,
 };
 
 type MainLink = Link<Packet<BlockingNotice, BlockingReply>, Packet<BlockingRequest, ()>>;

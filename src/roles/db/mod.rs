@@ -18,9 +18,10 @@ use mio::event::Event;
 use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::CallId;
+use crate::ipc::Role;
 use crate::ipc::rpc::{Packet, RemoteError};
 use crate::wire::db::{DbNotice, DbReply, DbRequest};
-use crate::wire::link::{ControlDown, Role};
+use crate::wire::link::ControlDown;
 use store::{Store, StoreError};
 
 type MainLink = Link<Packet<DbNotice, DbReply>, Packet<DbRequest, DbNotice>>;

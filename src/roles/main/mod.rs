@@ -45,11 +45,12 @@ use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, 
 use crate::config::{self, LoadedConfig};
 use crate::evloop::timers::TimerId;
 use crate::evloop::{Ctx, EventLoop, Flow};
+use crate::ipc::Role;
 use crate::ipc::rpc::{CallError, CallId, Packet, PendingCalls};
 use crate::wire::db::{DbNotice, DbReply, DbRequest};
 use crate::wire::link::{
     BlockingNotice, BlockingReply, BlockingRequest, ConnId, ControlDown, HubAnswer, HubReply,
-    HubRequest, MainToHub, ProcessInfo, Role,
+    HubRequest, MainToHub, ProcessInfo,
 };
 use crate::wire::records::RunId;
 use crate::wire::wrapper::ServerMsg;
