@@ -12,10 +12,17 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ipc::rpc::Packet;
+use crate::wire::NoReply;
 use crate::wire::records::{
     Millis, RunId, RunRecord, RunState, TargetReason, TargetRecord, TargetState, Trigger,
 };
 use crate::wire::wrapper::Stream;
+
+/// What main sends db (it answers no calls: db makes none); db receives exactly this type.
+pub type MainToDb = Packet<DbRequest, NoReply>;
+/// What db sends main; main receives exactly this type.
+pub type DbToMain = Packet<DbNotice, DbReply>;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum DbRequest {

@@ -6,15 +6,19 @@
 //! main <-> db                   (`wire/db.rs`) runs, targets, output, events
 //! main <-> blocking             launching wrappers, resolving targets
 //! ```
+//! Where a link has two ends in different files, a `type` alias names what each side
+//! sends, so both ends name the same types.
 //! Each link carries `ipc::rpc::Packet<Req, Rep>` values after the `Hello` (which, with
 //! `Role`, belongs to `ipc`: the framing layer names no message of any link).
 
 use serde::{Deserialize, Serialize};
 
-use super::Redacted;
 use super::admin::{AdminRequest, AdminResponse};
 use super::records::{Millis, RunId};
 use super::wrapper::{ExitReason, JobSpec, RejectCode, ServerMsg, Stream};
+use super::{NoReply, Redacted};
+use crate::config::TargetType;
+use crate::ipc::rpc::Packet;
 
 /// A process of the daemon, as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -235,7 +239,7 @@ pub enum BlockingRequest {
     Resolve {
         salt: SaltSettings,
         target: String,
-        target_type: String,
+        target_type: SaltTargetType,
     },
     /// Put this build's wrapper at `wrapper_path` on `minions` (checked by hash).
     Deploy {
@@ -280,6 +284,43 @@ pub enum BlockingReply {
 /// Blocking -> main requests (none today).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum BlockingNotice {}
+
+/// What main sends blocking (it answers no calls: blocking makes none); blocking receives
+/// exactly this type.
+pub type MainToBlocking = Packet<BlockingRequest, NoReply>;
+/// What blocking sends main; main receives exactly this type.
+pub type BlockingToMain = Packet<BlockingNotice, BlockingReply>;
+
+/// How salt reads a target expression (a job's `target_type`): a closed set on the link,
+/// so blocking never meets a word it does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SaltTargetType {
+    Glob,
+    Pcre,
+    List,
+    Grain,
+    GrainPcre,
+    Pillar,
+    Nodegroup,
+    Compound,
+    Ipcidr,
+}
+
+impl From<TargetType> for SaltTargetType {
+    fn from(t: TargetType) -> Self {
+        match t {
+            TargetType::Glob => SaltTargetType::Glob,
+            TargetType::Pcre => SaltTargetType::Pcre,
+            TargetType::List => SaltTargetType::List,
+            TargetType::Grain => SaltTargetType::Grain,
+            TargetType::GrainPcre => SaltTargetType::GrainPcre,
+            TargetType::Pillar => SaltTargetType::Pillar,
+            TargetType::Nodegroup => SaltTargetType::Nodegroup,
+            TargetType::Compound => SaltTargetType::Compound,
+            TargetType::Ipcidr => SaltTargetType::Ipcidr,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -14,6 +14,11 @@ pub mod records;
 pub mod ui;
 pub mod wrapper;
 
+/// The reply type of a side that is never called (db and blocking never call main): a
+/// reply to such a side cannot even be built.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum NoReply {}
+
 /// A secret string (token, resume key): serialized as is, never shown by `Debug`.
 #[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]

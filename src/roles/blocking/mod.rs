@@ -15,10 +15,10 @@ use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::Role;
 use crate::ipc::rpc::{CallId, Packet, RemoteError};
 use crate::wire::link::{
-    BlockingNotice, BlockingReply, BlockingRequest, ControlDown, ExecutorKind,
+    BlockingReply, BlockingRequest, BlockingToMain, ControlDown, ExecutorKind, MainToBlocking,
 };
 
-type MainLink = Link<Packet<BlockingNotice, BlockingReply>, Packet<BlockingRequest, ()>>;
+type MainLink = Link<BlockingToMain, MainToBlocking>;
 
 pub struct Blocking {
     control: ControlLink,

@@ -20,11 +20,11 @@ use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::CallId;
 use crate::ipc::Role;
 use crate::ipc::rpc::{Packet, RemoteError};
-use crate::wire::db::{DbNotice, DbReply, DbRequest};
+use crate::wire::db::{DbNotice, DbReply, DbRequest, DbToMain, MainToDb};
 use crate::wire::link::ControlDown;
 use store::{Store, StoreError};
 
-type MainLink = Link<Packet<DbNotice, DbReply>, Packet<DbRequest, DbNotice>>;
+type MainLink = Link<DbToMain, MainToDb>;
 
 pub struct Db {
     control: ControlLink,

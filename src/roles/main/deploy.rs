@@ -8,13 +8,13 @@ use super::Main;
 use crate::config::Executor;
 use crate::ipc::CallId;
 use crate::wire::admin::{AdminFailure, AdminResponse};
-use crate::wire::link::{BlockingReply, BlockingRequest, HubReply};
+use crate::wire::link::{BlockingReply, BlockingRequest, HubReply, SaltTargetType};
 use crate::workflow::{Step, StepCtx, Wake, Workflow};
 
 pub struct DeployEnv {
     admin_call: CallId,
     target: String,
-    target_type: String,
+    target_type: SaltTargetType,
     wrapper_path: String,
     call: Option<CallId>,
     live: Vec<String>,
@@ -39,7 +39,7 @@ pub fn workflow(
         DeployEnv {
             admin_call,
             target: target.unwrap_or_else(|| "*".to_string()),
-            target_type: "glob".to_string(),
+            target_type: SaltTargetType::Glob,
             wrapper_path,
             call: None,
             live: Vec::new(),
@@ -64,7 +64,7 @@ fn resolve(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
         let id = core.blocking_call(BlockingRequest::Resolve {
             salt: core.salt_settings(),
             target: env.target.clone(),
-            target_type: env.target_type.clone(),
+            target_type: env.target_type,
         });
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));

@@ -47,10 +47,10 @@ use crate::evloop::timers::TimerId;
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::Role;
 use crate::ipc::rpc::{CallError, CallId, Packet, PendingCalls};
-use crate::wire::db::{DbNotice, DbReply, DbRequest};
+use crate::wire::db::{DbNotice, DbReply, DbRequest, DbToMain, MainToDb};
 use crate::wire::link::{
-    BlockingNotice, BlockingReply, BlockingRequest, ConnId, ControlDown, HubAnswer, HubReply,
-    HubRequest, MainToHub, ProcessInfo,
+    BlockingReply, BlockingRequest, BlockingToMain, ConnId, ControlDown, HubAnswer, HubReply,
+    HubRequest, MainToBlocking, MainToHub, ProcessInfo,
 };
 use crate::wire::records::RunId;
 use crate::wire::wrapper::ServerMsg;
@@ -60,9 +60,8 @@ use scheduler::Scheduler;
 use tokens::Secret;
 
 type HubLink = Link<Packet<MainToHub, HubReply>, Packet<HubRequest, HubAnswer>>;
-type DbLink = Link<Packet<DbRequest, DbNotice>, Packet<DbNotice, DbReply>>;
-type BlockingLink =
-    Link<Packet<BlockingRequest, BlockingNotice>, Packet<BlockingNotice, BlockingReply>>;
+type DbLink = Link<MainToDb, DbToMain>;
+type BlockingLink = Link<MainToBlocking, BlockingToMain>;
 
 /// Blocking call ids live in their own range so they never collide with db call ids in
 /// the Workflow registry's wake keys.

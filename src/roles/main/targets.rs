@@ -29,7 +29,7 @@ pub fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         let id = core.blocking_call(BlockingRequest::Resolve {
             salt: core.salt_settings(),
             target: job.target_expr.clone(),
-            target_type: job.target_type.as_str().to_string(),
+            target_type: job.target_type.into(),
         });
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));
