@@ -54,7 +54,7 @@ use crate::wire::link::{
 };
 use crate::wire::records::RunId;
 use crate::wire::wrapper::ServerMsg;
-use crate::workflow::{Registry, WakeKey};
+use crate::workflow::{Registry, WakeEvent, WakeKey};
 use runs::ActiveRun;
 use scheduler::Scheduler;
 use tokens::Secret;
@@ -200,9 +200,9 @@ impl Main {
             .and_then(|r| r.targets.get_mut(machine))
     }
 
-    /// The wake key of everything that changes a run.
-    pub fn run_event(run: RunId) -> String {
-        format!("run:{run}")
+    /// The wake event of everything that changes a run.
+    pub fn run_event(run: RunId) -> WakeEvent {
+        WakeEvent::RunChanged(run)
     }
 
     pub fn wake_run(&mut self, run: RunId) {
@@ -462,10 +462,7 @@ fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
                 || core.db_replies.contains_key(id)
                 || core.blocking_replies.contains_key(id)
         }
-        WakeKey::Event(name) => name
-            .strip_prefix("run:")
-            .and_then(|n| n.parse::<RunId>().ok())
-            .is_some_and(|run| core.runs.contains_key(&run)),
+        WakeKey::Event(WakeEvent::RunChanged(run)) => core.runs.contains_key(run),
         WakeKey::Timer(_) => true,
     };
     for stall in role
