@@ -95,6 +95,38 @@ pub enum DbReply {
     LastSlots(BTreeMap<String, Millis>),
 }
 
+/// Each request's reply, in one place: `core.take_db_reply::<calls::GetRun>(id)` gives
+/// the `Option<RunRecord>`, and any other reply is a `CallError::WrongReply`.
+pub mod calls {
+    use super::*;
+    use crate::ipc::Role;
+
+    calls! { DbReply, Role::Db;
+        CreateRun -> Option<RunId> { DbReply::RunCreated(id) => id }
+        UpdateRun -> () { DbReply::Done => () }
+        UpdateTarget -> () { DbReply::Done => () }
+        /// Every seq up to the value is committed.
+        AppendOutput -> u64 { DbReply::OutputStored { contiguous_seq } => contiguous_seq }
+        GetRun -> Option<RunRecord> { DbReply::Run(run) => run }
+        InFlightDetails -> Vec<(RunRecord, Vec<TargetDetail>)> {
+            DbReply::InFlightDetails(runs) => runs
+        }
+        ListRuns -> Vec<RunRecord> { DbReply::Runs(runs) => runs }
+        LastRuns -> BTreeMap<String, RunRecord> { DbReply::LastRuns(runs) => runs }
+        Output -> OutputBytes { DbReply::Output(out) => out }
+        GetMeta -> Option<String> { DbReply::Meta(value) => value }
+        SetMeta -> () { DbReply::Done => () }
+        RecordEvent -> () { DbReply::Done => () }
+        Prune -> PruneOutcome { DbReply::Pruned(outcome) => outcome }
+        Reclaim -> () { DbReply::Done => () }
+        RunDetails -> Option<(RunRecord, Vec<TargetDetail>)> {
+            DbReply::RunDetails(details) => details
+        }
+        ListEvents -> Vec<EventRecord> { DbReply::Events(events) => events }
+        LastSlots -> BTreeMap<String, Millis> { DbReply::LastSlots(slots) => slots }
+    }
+}
+
 /// db never calls main; it only tells it its commit latency now and then (casts).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum DbNotice {

@@ -281,6 +281,21 @@ pub enum BlockingReply {
     },
 }
 
+/// Each blocking request's reply, in one place (see `wire::db::calls`).
+pub mod blocking_calls {
+    use super::*;
+    use crate::ipc::Role;
+
+    calls! { BlockingReply, Role::Blocking;
+        Launch -> Vec<LaunchOutcome> { BlockingReply::Launched(outcomes) => outcomes }
+        Resolve -> Resolution { BlockingReply::Resolved(resolution) => resolution }
+        /// Per minion, and the hash of the wrapper deployed.
+        Deploy -> (Vec<LaunchOutcome>, String) {
+            BlockingReply::Deployed { outcomes, hash } => (outcomes, hash)
+        }
+    }
+}
+
 /// Blocking -> main requests (none today).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum BlockingNotice {}

@@ -7,6 +7,31 @@
 //! - `wrapper`: the wrapper <-> hub WebSocket protocol v1
 //! - `ui`: the HTTP API's and the dashboard's types on the hub-main link
 
+/// Declares, for each request of a link, a marker type bound to the reply it expects
+/// (`ipc::rpc::Call`): `Name -> Type { ReplyPattern => value }`, one line per request.
+macro_rules! calls {
+    ($reply:ty, $peer:expr; $($(#[$doc:meta])* $name:ident -> $ty:ty { $pat:pat => $val:expr })*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Debug, Clone, Copy)]
+            pub struct $name;
+
+            impl $crate::ipc::rpc::Call<$reply> for $name {
+                type Reply = $ty;
+                const PEER: $crate::ipc::Role = $peer;
+                const NAME: &'static str = stringify!($name);
+
+                fn unpack(reply: $reply) -> Result<$ty, $reply> {
+                    match reply {
+                        $pat => Ok($val),
+                        other => Err(other),
+                    }
+                }
+            }
+        )*
+    };
+}
+
 pub mod admin;
 pub mod db;
 pub mod link;

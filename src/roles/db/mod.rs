@@ -261,6 +261,10 @@ pub fn check_database(path: &std::path::Path) -> Result<(), String> {
     }
 }
 
+#[cfg(test)]
+#[path = "calls_tests.rs"]
+mod calls_tests;
+
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let mut store =
         Store::open(&args.dirs.database()).map_err(|e| RoleError::Start(e.to_string()))?;

@@ -7,8 +7,9 @@
 use super::Main;
 use crate::config::Executor;
 use crate::ipc::CallId;
+use crate::ipc::rpc::Call;
 use crate::wire::admin::{AdminFailure, AdminResponse};
-use crate::wire::link::{BlockingReply, BlockingRequest, HubReply, SaltTargetType};
+use crate::wire::link::{BlockingReply, BlockingRequest, HubReply, SaltTargetType, blocking_calls};
 use crate::workflow::{Step, StepCtx, Wake, Workflow};
 
 pub struct DeployEnv {
@@ -52,9 +53,12 @@ pub fn workflow(
 }
 
 /// The reply to a blocking call, once it has arrived.
-fn reply_of(core: &mut Main, env: &mut DeployEnv) -> Option<Result<BlockingReply, String>> {
+fn reply_of<C: Call<BlockingReply>>(
+    core: &mut Main,
+    env: &mut DeployEnv,
+) -> Option<Result<C::Reply, String>> {
     let id = env.call?;
-    let reply = core.blocking_replies.remove(&id)?;
+    let reply = core.take_blocking_reply::<C>(id)?;
     env.call = None;
     Some(reply.map_err(|e| e.to_string()))
 }
@@ -69,9 +73,9 @@ fn resolve(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));
     }
-    match reply_of(core, env) {
+    match reply_of::<blocking_calls::Resolve>(core, env) {
         None => Step::Wait(Wake::Call(env.call.unwrap_or_default())),
-        Some(Ok(BlockingReply::Resolved(res))) => {
+        Some(Ok(res)) => {
             for (m, why) in res.unreachable {
                 env.lines.push(format!("{m}: unreachable: {why}"));
             }
@@ -81,7 +85,6 @@ fn resolve(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
             env.live = res.live;
             Step::Next
         }
-        Some(Ok(other)) => Step::fail(format!("unexpected answer {other:?}")),
         Some(Err(e)) => Step::fail(format!("target resolution failed: {e}")),
     }
 }
@@ -100,9 +103,9 @@ fn deploy(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));
     }
-    match reply_of(core, env) {
+    match reply_of::<blocking_calls::Deploy>(core, env) {
         None => Step::Wait(Wake::Call(env.call.unwrap_or_default())),
-        Some(Ok(BlockingReply::Deployed { outcomes, hash })) => {
+        Some(Ok((outcomes, hash))) => {
             core.wrapper_hash = Some(hash.clone());
             for o in outcomes {
                 match o.result {
@@ -117,7 +120,6 @@ fn deploy(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
             }
             Step::Next
         }
-        Some(Ok(other)) => Step::fail(format!("unexpected answer {other:?}")),
         Some(Err(e)) => Step::fail(format!("deployment failed: {e}")),
     }
 }

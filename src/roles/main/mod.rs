@@ -46,7 +46,7 @@ use crate::config::{self, LoadedConfig};
 use crate::evloop::timers::TimerId;
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::Role;
-use crate::ipc::rpc::{CallError, CallId, Packet, PendingCalls};
+use crate::ipc::rpc::{Call, CallError, CallId, Packet, PendingCalls};
 use crate::wire::db::{DbNotice, DbReply, DbRequest, DbToMain, MainToDb};
 use crate::wire::link::{
     BlockingReply, BlockingRequest, BlockingToMain, ConnId, ControlDown, HubAnswer, HubReply,
@@ -220,6 +220,22 @@ impl Main {
             }
         }
         id
+    }
+
+    /// The typed reply to a Workflow step's db call (`DbWait::Step`), once it arrived.
+    pub fn take_db_reply<C: Call<DbReply>>(
+        &mut self,
+        id: CallId,
+    ) -> Option<Result<C::Reply, CallError>> {
+        self.db_replies.remove(&id).map(C::take)
+    }
+
+    /// The typed reply to a blocking call, once it arrived.
+    pub fn take_blocking_reply<C: Call<BlockingReply>>(
+        &mut self,
+        id: CallId,
+    ) -> Option<Result<C::Reply, CallError>> {
+        self.blocking_replies.remove(&id).map(C::take)
     }
 
     pub fn blocking_call(&mut self, req: BlockingRequest) -> CallId {

@@ -14,9 +14,11 @@ use super::run_flow::finish_target;
 use super::runs::{PendingExit, exit_outcome};
 use super::{DbWait, Main};
 use crate::ipc::CallId;
+use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::wire::Redacted;
 use crate::wire::db::TargetUpdate;
+use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{ConnId, HubReply, HubRequest, MainToHub, WrapperHello, WrapperVerdict};
 use crate::wire::records::{RunId, TargetReason, TargetState};
@@ -94,10 +96,9 @@ pub fn reconcile(
     hello: WrapperHello,
     result: Result<crate::wire::db::DbReply, CallError>,
 ) {
-    use crate::wire::db::DbReply;
-    let (record, mut details) = match result {
-        Ok(DbReply::RunDetails(Some(found))) => found,
-        Ok(_) => return answer_hello(core, id, hello),
+    let (record, mut details) = match calls::RunDetails::take(result) {
+        Ok(Some(found)) => found,
+        Ok(None) => return answer_hello(core, id, hello),
         Err(e) => {
             log::error!("could not look up run {}: {e}", hello.run);
             let verdict = reject(
@@ -459,12 +460,8 @@ pub fn output_stored(
     machine: &str,
     result: Result<DbReply, CallError>,
 ) {
-    let contiguous = match result {
-        Ok(DbReply::OutputStored { contiguous_seq }) => contiguous_seq,
-        Ok(other) => {
-            log::error!("db answered AppendOutput with {other:?}");
-            return;
-        }
+    let contiguous = match calls::AppendOutput::take(result) {
+        Ok(contiguous_seq) => contiguous_seq,
         Err(e) => {
             // Not acked: the wrapper keeps the frame. Closing its connection makes it
             // reconnect and resend everything after the last acknowledged seq, so the gap
