@@ -18,6 +18,7 @@ mod admin_more;
 mod api;
 mod boot;
 mod deploy;
+mod effects;
 mod history;
 mod live;
 mod maintenance;
@@ -26,9 +27,15 @@ mod missed;
 mod prestage;
 mod recovery;
 mod run_flow;
+mod run_rules;
+#[cfg(test)]
+mod run_rules_tests;
 mod runs;
 mod scheduler;
 mod sessions;
+mod target;
+#[cfg(test)]
+mod target_tests;
 mod targets;
 pub mod tokens;
 mod ui;
@@ -190,11 +197,11 @@ impl Main {
     }
 
     /// A target of a run in flight.
-    pub fn target(&self, run: RunId, machine: &str) -> Option<&runs::TargetRt> {
+    pub fn target(&self, run: RunId, machine: &str) -> Option<&target::Target> {
         self.runs.get(&run).and_then(|r| r.targets.get(machine))
     }
 
-    pub fn target_mut(&mut self, run: RunId, machine: &str) -> Option<&mut runs::TargetRt> {
+    pub fn target_mut(&mut self, run: RunId, machine: &str) -> Option<&mut target::Target> {
         self.runs
             .get_mut(&run)
             .and_then(|r| r.targets.get_mut(machine))

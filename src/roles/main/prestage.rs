@@ -12,9 +12,11 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 
 use super::Main;
-use super::run_flow::{RunEnv, finish_target};
+use super::effects::finish_target;
+use super::run_flow::RunEnv;
+use super::run_rules::{self, AtSlot};
 use crate::config::Overlap;
-use crate::wire::records::{RunState, TargetReason};
+use crate::wire::records::TargetReason;
 use crate::wire::wrapper::ServerMsg;
 use crate::workflow::{Step, StepCtx, Wake};
 
@@ -41,20 +43,14 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         return Step::Wait(Wake::At(Instant::now() + wait));
     }
     let job = env.req.job.clone();
-    let refusal = if core.runs.get(&run).is_some_and(|r| r.kill_requested) {
-        Some((RunState::Canceled, "killed before its slot".to_string()))
-    } else if core.global_maintenance() {
-        Some((
-            RunState::Skipped,
-            "maintenance: global maintenance is on".to_string(),
-        ))
-    } else if job.overlap == Overlap::Forbid && core.job_busy_besides(&job.name, Some(run)) {
-        Some((
-            RunState::Skipped,
-            format!("overlap: the previous run of {} is still going", job.name),
-        ))
-    } else {
-        None
+    let refusal = match run_rules::at_slot(
+        &job.name,
+        core.runs.get(&run).is_some_and(|r| r.kill_requested),
+        core.global_maintenance(),
+        job.overlap == Overlap::Forbid && core.job_busy_besides(&job.name, Some(run)),
+    ) {
+        AtSlot::Go => None,
+        AtSlot::Refuse(state, reason) => Some((state, reason)),
     };
     let Some(active) = core.runs.get_mut(&run) else {
         return Step::Next;
@@ -82,7 +78,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             let mut unconnected = Vec::new();
             let mut conns = Vec::new();
             for (m, t) in &active.targets {
-                if t.is_settled() || t.finishing {
+                if t.is_decided() {
                     continue;
                 }
                 match t.conn {

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::run_flow::{self, RunRequest};
-use super::runs::{ActiveRun, TargetRt};
+use super::runs::ActiveRun;
+use super::target::{Target, Token};
 use super::{DbWait, Main, MainRole};
 use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
@@ -78,21 +79,7 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
     let mut unsettled = Vec::new();
     for d in details {
         let r = &d.record;
-        let mut t = TargetRt::new(0, r.state);
-        t.reason = r.reason;
-        t.exit_code = r.exit_code;
-        t.started = r.started;
-        t.ended = r.ended;
-        t.acked_seq = d.contiguous_seq;
-        t.token_used = d.token_used;
-        if t.token_used {
-            // The liveness clock starts now, with a grace for the wrapper's backoff.
-            t.last_seen = Some(now);
-            t.grace_until = Some(now + grace);
-        }
-        if t.state == TargetState::Launching {
-            t.launched_at = Some(now);
-        }
+        let t = Target::restored(r, d.token_used, d.contiguous_seq, now, grace);
         if !t.is_settled() {
             unsettled.push(r.machine.clone());
         }
@@ -101,7 +88,7 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
     let job = Arc::new(job);
     let started_any = targets
         .values()
-        .any(|t| t.started.is_some() || t.token_used);
+        .any(|t| t.started.is_some() || t.token != Token::Unused);
     let prestaged =
         run.slot.is_some() && !started_any && core.prestage_lead(&job) > chrono::Duration::zero();
     log::info!(

@@ -13,15 +13,18 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 
 use super::admin::Pending;
-use super::runs::{ActiveRun, TargetRt};
+use super::effects::{finish_target, now_ms, transition};
+use super::run_rules;
+use super::runs::ActiveRun;
 use super::scheduler::Due;
+use super::target::{Phase, Target};
 use super::{DbWait, JobRef, Main};
 use crate::config::Overlap;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::{DbReply, DbRequest, calls};
-use crate::wire::db::{NewRun, RunUpdate, TargetUpdate};
+use crate::wire::db::{NewRun, RunUpdate};
 use crate::wire::link::{BlockingRequest, ExecutorKind, HubReply, LaunchTarget, blocking_calls};
 use crate::wire::records::{Millis, RunId, RunState, TargetReason, TargetState, Trigger};
 use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL};
@@ -58,10 +61,6 @@ pub struct RunEnv {
 }
 
 type Sc<'a> = StepCtx<'a, RunEnv, Main>;
-
-fn now_ms() -> Millis {
-    Utc::now().timestamp_millis()
-}
 
 /// Act on a due slot: run it, or record why it is skipped.
 pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
@@ -166,11 +165,16 @@ impl Main {
     /// flight that is not a pre-staged run still waiting for its slot, or one queued or
     /// being recorded.
     pub fn job_busy_besides(&self, job: &str, except: Option<RunId>) -> bool {
-        self.busy_jobs.get(job).copied().unwrap_or(0) > 0
-            || self
-                .runs
-                .values()
-                .any(|r| Some(r.id) != except && r.job.name == job && (!r.prestaged || r.go_sent))
+        let runs = self
+            .runs
+            .values()
+            .filter(|r| r.job.name == job)
+            .map(|r| run_rules::RunView {
+                id: r.id,
+                prestaged: r.prestaged,
+                go_sent: r.go_sent,
+            });
+        run_rules::job_busy(self.busy_jobs.get(job).copied().unwrap_or(0), runs, except)
     }
 
     /// Queue a run; until it is recorded it counts as busy for the overlap rule (a
@@ -254,21 +258,12 @@ pub fn recovered_workflow(
 fn plan_batches(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let job = &env.req.job;
     let machines = std::mem::take(&mut env.live);
-    let (skipped, mut runnable): (Vec<String>, Vec<String>) =
+    let (skipped, runnable): (Vec<String>, Vec<String>) =
         machines.into_iter().partition(|m| core.in_maintenance(m));
-    if let Some(n) = job.number_of_targets
-        && n < runnable.len()
-    {
+    env.batches = run_rules::cut_batches(runnable, job.number_of_targets, job.batch_size, |m| {
         use rand::seq::SliceRandom;
-        runnable.shuffle(&mut rand::rng());
-        runnable.truncate(n);
-        runnable.sort();
-    }
-    let size = job
-        .batch_size
-        .filter(|b| *b > 0)
-        .unwrap_or(runnable.len().max(1));
-    env.batches = runnable.chunks(size).map(|c| c.to_vec()).collect();
+        m.shuffle(&mut rand::rng());
+    });
     env.maintenance = skipped;
     Step::Next
 }
@@ -344,14 +339,16 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             let mut targets = std::collections::BTreeMap::new();
             for (i, batch) in env.batches.iter().enumerate() {
                 for m in batch {
-                    targets.insert(m.clone(), TargetRt::new(i, TargetState::Pending));
+                    targets.insert(m.clone(), Target::new(i));
                 }
             }
             for m in &env.maintenance {
-                targets.insert(m.clone(), TargetRt::new(0, TargetState::SkippedMaintenance));
+                let mut t = Target::new(0);
+                t.phase = Phase::SkippedMaintenance;
+                targets.insert(m.clone(), t);
             }
             for (m, _) in &env.unreachable {
-                targets.insert(m.clone(), TargetRt::new(0, TargetState::Pending));
+                targets.insert(m.clone(), Target::new(0));
             }
             core.runs.insert(
                 id,
@@ -392,7 +389,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             let unreachable_only = core
                 .runs
                 .get(&id)
-                .is_some_and(|r| r.targets.values().any(|t| t.finishing));
+                .is_some_and(|r| r.targets.values().any(|t| t.is_decided()));
             if env.batches.is_empty() && !unreachable_only {
                 return Step::Done;
             }
@@ -432,36 +429,23 @@ fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     };
     let job = env.req.job.clone();
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
-    let now = Instant::now();
     let url = core.wrapper_url(&job);
     // Machines put into maintenance since the run was planned (a later batch) stay out.
     let in_maintenance: Vec<bool> = batch.iter().map(|m| core.in_maintenance(m)).collect();
     let mut launch = Vec::new();
     for (machine, maintenance) in batch.iter().zip(in_maintenance) {
-        let Some(target) = core.target_mut(run, machine) else {
-            continue;
-        };
-        if target.state != TargetState::Pending || target.finishing {
+        if core
+            .target(run, machine)
+            .is_none_or(|t| t.phase != Phase::Pending)
+        {
             continue; // killed before its batch came, or launched before a restart
         }
         if maintenance {
             log::info!("run {run}: {machine} is in maintenance now; left out");
-            target.state = TargetState::SkippedMaintenance;
-            core.db_call(
-                DbRequest::UpdateTarget {
-                    run,
-                    machine: machine.clone(),
-                    update: TargetUpdate {
-                        state: Some(TargetState::SkippedMaintenance),
-                        ..Default::default()
-                    },
-                },
-                DbWait::Write("a target left out for maintenance"),
-            );
+            transition(core, run, machine, |t| t.skip_for_maintenance());
             continue;
         }
-        target.state = TargetState::Launching;
-        target.launched_at = Some(now);
+        transition(core, run, machine, |t| t.launch());
         let token = core.secret.launch_token(run, machine);
         launch.push(LaunchTarget {
             machine: machine.clone(),
@@ -472,17 +456,6 @@ fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                 (ENV_TOKEN.to_string(), token),
             ],
         });
-        core.db_call(
-            DbRequest::UpdateTarget {
-                run,
-                machine: machine.clone(),
-                update: TargetUpdate {
-                    state: Some(TargetState::Launching),
-                    ..Default::default()
-                },
-            },
-            DbWait::Write("a launching target"),
-        );
     }
     if env.batch == 0 && !launch.is_empty() {
         core.db_call(
@@ -563,32 +536,18 @@ fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
     let now = s.now();
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
-    let deadline_passed = env.pickup_deadline.is_some_and(|d| now >= d);
-    let mut open = false;
-    let mut awaiting_pickup = false;
-    for machine in &batch {
-        let Some(t) = core.target(run, machine) else {
-            continue;
-        };
-        if t.is_settled() {
-            continue;
-        }
-        open = true;
-        let never_said_hello = matches!(t.state, TargetState::Pending | TargetState::Launching)
-            && t.conn.is_none()
-            && !t.token_used;
-        if never_said_hello && !t.finishing {
-            if deadline_passed {
-                log::warn!("run {run}: the wrapper on {machine} never picked the run up");
-                finish_target(core, run, machine, TargetReason::WrapperFailed, Some(254));
-            } else {
-                awaiting_pickup = true;
-            }
-        }
+    let Some(active) = core.runs.get(&run) else {
+        return Step::Next;
+    };
+    let pickup = run_rules::check_pickup(&active.targets, &batch, env.pickup_deadline, now);
+    for machine in &pickup.overdue {
+        log::warn!("run {run}: the wrapper on {machine} never picked the run up");
+        finish_target(core, run, machine, TargetReason::WrapperFailed, Some(254));
     }
-    if !open {
+    if !pickup.open {
         return Step::Next;
     }
+    let awaiting_pickup = pickup.waiting;
     let event = Wake::event(Main::run_event(run));
     match (awaiting_pickup, env.pickup_deadline) {
         (true, Some(d)) => Step::Wait(Wake::Any(vec![event, Wake::At(d)])),
@@ -718,43 +677,4 @@ fn release_job(core: &mut Main, env: &mut RunEnv) {
             core.busy_jobs.remove(job);
         }
     }
-}
-
-/// Record a target's outcome: the one place a target becomes `finished`. The in-memory
-/// state changes when db confirms (`sessions::target_recorded`).
-pub fn finish_target(
-    core: &mut Main,
-    run: RunId,
-    machine: &str,
-    reason: TargetReason,
-    code: Option<i32>,
-) {
-    let Some(t) = core.target_mut(run, machine) else {
-        return;
-    };
-    if t.is_settled() || t.finishing {
-        return;
-    }
-    t.finishing = true;
-    t.reason = Some(reason);
-    t.exit_code = code;
-    t.ended = Some(now_ms());
-    let ended = t.ended;
-    core.db_call(
-        DbRequest::UpdateTarget {
-            run,
-            machine: machine.to_string(),
-            update: TargetUpdate {
-                state: Some(TargetState::Finished),
-                reason: Some(reason),
-                exit_code: code,
-                ended,
-                ..Default::default()
-            },
-        },
-        DbWait::TargetFinished {
-            run,
-            machine: machine.to_string(),
-        },
-    );
 }

@@ -2,95 +2,16 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+
+use super::target::Target;
 
 use crate::config::Job;
 use crate::ipc::CallId;
-use crate::wire::link::ConnId;
 use crate::wire::records::{
     Millis, RunId, RunState, TargetReason, TargetRecord, TargetState, Trigger, settle_run_state,
 };
 use crate::wire::wrapper::ExitReason;
 use crate::workflow::WorkflowId;
-
-/// An `exited` whose output is not all committed yet.
-#[derive(Debug, Clone, Copy)]
-pub struct PendingExit {
-    pub end_seq: u64,
-    pub reason: TargetReason,
-    pub code: Option<i32>,
-}
-
-/// One target of a run in flight.
-#[derive(Debug)]
-pub struct TargetRt {
-    pub state: TargetState,
-    pub reason: Option<TargetReason>,
-    pub exit_code: Option<i32>,
-    pub batch: usize,
-    /// The single-use launch token has been accepted (durably once its session sent
-    /// something after the welcome; until then a lost welcome lets it be presented again).
-    pub token_used: bool,
-    /// The connection that presented the token and has not yet sent anything since.
-    pub unconfirmed: Option<ConnId>,
-    pub conn: Option<ConnId>,
-    /// Server clock of the last frame from its wrapper.
-    pub last_seen: Option<Instant>,
-    /// After a restart: not lost before this, whatever `last_seen` says (the wrapper's
-    /// reconnect backoff needs time to notice the new daemon).
-    pub grace_until: Option<Instant>,
-    pub launched_at: Option<Instant>,
-    pub acked_seq: u64,
-    pub pending_exit: Option<PendingExit>,
-    /// Recording the final state is under way (db write not yet confirmed).
-    pub finishing: bool,
-    /// A user kill is to be delivered (now or when the wrapper reconnects).
-    pub kill_wanted: bool,
-    pub started: Option<Millis>,
-    pub ended: Option<Millis>,
-}
-
-impl TargetRt {
-    pub fn new(batch: usize, state: TargetState) -> TargetRt {
-        TargetRt {
-            state,
-            reason: None,
-            exit_code: None,
-            batch,
-            token_used: false,
-            unconfirmed: None,
-            conn: None,
-            last_seen: None,
-            grace_until: None,
-            launched_at: None,
-            acked_seq: 0,
-            pending_exit: None,
-            finishing: false,
-            kill_wanted: false,
-            started: None,
-            ended: None,
-        }
-    }
-
-    /// Settled: finished or never to run.
-    pub fn is_settled(&self) -> bool {
-        matches!(
-            self.state,
-            TargetState::Finished | TargetState::SkippedMaintenance
-        )
-    }
-
-    pub fn record(&self, machine: &str) -> TargetRecord {
-        TargetRecord {
-            machine: machine.to_string(),
-            state: self.state,
-            reason: self.reason,
-            exit_code: self.exit_code,
-            started: self.started,
-            ended: self.ended,
-        }
-    }
-}
 
 /// A run in flight.
 pub struct ActiveRun {
@@ -98,7 +19,7 @@ pub struct ActiveRun {
     pub job: Arc<Job>,
     pub slot: Option<Millis>,
     pub trigger: Trigger,
-    pub targets: BTreeMap<String, TargetRt>,
+    pub targets: BTreeMap<String, Target>,
     pub kill_requested: bool,
     /// Launched ahead of its slot; wrappers wait for `go` until `go_sent`.
     pub prestaged: bool,

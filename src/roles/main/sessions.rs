@@ -10,8 +10,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::run_flow::finish_target;
-use super::runs::{PendingExit, exit_outcome};
+use super::effects::{apply, finish_target, now_ms, transition};
+use super::runs::exit_outcome;
+use super::target::{Credential, KillAction, PendingExit};
 use super::{DbWait, Main};
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
@@ -20,9 +21,9 @@ use crate::wire::Redacted;
 use crate::wire::db::TargetUpdate;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
-use crate::wire::link::{ConnId, HubReply, HubRequest, MainToHub, WrapperHello, WrapperVerdict};
+use crate::wire::link::{ConnId, HubReply, HubRequest, WrapperHello, WrapperVerdict};
 use crate::wire::records::{RunId, TargetReason, TargetState};
-use crate::wire::wrapper::{JobSpec, KillReason, RejectCode, ServerMsg};
+use crate::wire::wrapper::{JobSpec, RejectCode};
 
 fn reject(code: RejectCode, message: impl Into<String>) -> WrapperVerdict {
     WrapperVerdict::Reject {
@@ -211,79 +212,39 @@ fn vet_hello(
     let job = active.job.clone();
     let wait_for_go = active.prestaged && !active.go_sent;
     let heartbeat_s = core.config.saltpeter.heartbeat_s;
-    let Some(target) = active.targets.get(machine) else {
+    if !active.targets.contains_key(machine) {
         return reject(
             RejectCode::UnknownRun,
             format!("{machine} is not a target of run {run}"),
         );
-    };
+    }
     // A resume key proves an earlier welcome; the launch token works until its session
     // has been confirmed by a first message (so a welcome lost in a crash can be retried).
-    let (authentic, by_token) = match (&token, &resume_key) {
-        (_, Some(key)) => (core.secret.verify_resume_key(run, machine, &key.0), false),
-        (Some(token), None) => (
-            !target.token_used && core.secret.verify_launch_token(run, machine, &token.0),
-            true,
-        ),
-        (None, None) => (false, false),
+    let credential = match (&token, &resume_key) {
+        (_, Some(key)) => Credential::ResumeKey {
+            valid: core.secret.verify_resume_key(run, machine, &key.0),
+        },
+        (Some(token), None) => Credential::LaunchToken {
+            valid: core.secret.verify_launch_token(run, machine, &token.0),
+        },
+        (None, None) => Credential::None,
     };
-    if !authentic {
-        return reject(
-            RejectCode::BadToken,
-            "the token or resume key is not valid for this run and machine (a launch token works once)",
-        );
-    }
-    let lost_returning =
-        target.reason == Some(TargetReason::Lost) && !target.finishing && !by_token;
-    if lost_returning {
-        log::info!("run {run}: the wrapper on {machine} came back after being declared lost");
-        let job = job.name.clone();
-        core.event(
-            "target_reconciled",
-            Some(&job),
-            Some(run),
-            Some(machine),
-            "its wrapper came back after the target was declared lost".into(),
-        );
-        reopen_target(core, run, machine);
-    } else if target.is_settled() || target.finishing {
-        return reject(
-            RejectCode::Finished,
-            format!("the outcome of {machine} in run {run} is already recorded"),
-        );
-    }
     let Some(target) = core.target_mut(run, machine) else {
         return reject(RejectCode::UnknownRun, "run ended");
     };
-    if lost_returning {
-        target.state = TargetState::Running;
-        target.reason = None;
-        target.exit_code = None;
-        target.ended = None;
-    }
-    if by_token {
-        target.token_used = true;
-        target.unconfirmed = Some(conn);
-    }
-    let old = target.conn.replace(conn);
-    target.last_seen = Some(Instant::now());
-    let acked_seq = target.acked_seq;
-    let kill_wanted = target.kill_wanted;
-    if let Some(old) = old {
-        core.sessions.remove(&old);
-        core.to_hub(MainToHub::CloseWrapper { conn: old });
-    }
+    let welcomed = match target.hello(Instant::now(), conn, credential) {
+        Ok(welcomed) => welcomed,
+        Err(refusal) if refusal.code == RejectCode::Finished => {
+            return reject(
+                RejectCode::Finished,
+                format!("the outcome of {machine} in run {run} is already recorded"),
+            );
+        }
+        Err(refusal) => return reject(refusal.code, refusal.message),
+    };
     core.sessions.insert(conn, (run, machine.to_string()));
-    if kill_wanted {
-        let grace_s = job.kill_grace_s;
-        core.to_wrapper(
-            conn,
-            ServerMsg::Kill {
-                reason: KillReason::User,
-                grace_s,
-            },
-        );
-    }
+    let acked_seq = welcomed.acked_seq;
+    apply(core, run, machine, welcomed.effects);
     let key = core.secret.resume_key(run, machine);
     WrapperVerdict::Welcome {
         job: JobSpec {
@@ -309,27 +270,7 @@ fn vet_hello(
 /// is spent for good, also across restarts.
 fn touch(core: &mut Main, conn: ConnId) -> Option<(RunId, String)> {
     let (run, machine) = core.sessions.get(&conn)?.clone();
-    let mut confirmed = false;
-    if let Some(t) = core.target_mut(run, &machine) {
-        t.last_seen = Some(Instant::now());
-        if t.unconfirmed == Some(conn) {
-            t.unconfirmed = None;
-            confirmed = true;
-        }
-    }
-    if confirmed {
-        core.db_call(
-            DbRequest::UpdateTarget {
-                run,
-                machine: machine.clone(),
-                update: TargetUpdate {
-                    token_used: Some(true),
-                    ..Default::default()
-                },
-            },
-            DbWait::Write("a spent launch token"),
-        );
-    }
+    transition(core, run, &machine, |t| t.heard(Instant::now(), conn));
     Some((run, machine))
 }
 
@@ -339,27 +280,8 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
             let Some((run, machine)) = touch(core, conn) else {
                 return;
             };
-            let now = chrono::Utc::now().timestamp_millis();
-            if let Some(t) = core.target_mut(run, &machine)
-                && !t.is_settled()
-            {
-                t.state = TargetState::Running;
-                t.started.get_or_insert(now);
-                log::debug!("run {run}: command started on {machine} (pid {pid})");
-                core.db_call(
-                    DbRequest::UpdateTarget {
-                        run,
-                        machine,
-                        update: TargetUpdate {
-                            state: Some(TargetState::Running),
-                            started: Some(now),
-                            ..Default::default()
-                        },
-                    },
-                    DbWait::Write("a started target"),
-                );
-                core.wake_run(run);
-            }
+            log::debug!("run {run}: command started on {machine} (pid {pid})");
+            transition(core, run, &machine, |t| t.command_started(now_ms()));
         }
         HubRequest::WrapperHeartbeat { conn } => {
             touch(core, conn);
@@ -405,51 +327,22 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
                 return;
             };
             let (reason, code) = exit_outcome(reason, code, signal);
-            let Some(t) = core.target_mut(run, &machine) else {
-                return;
-            };
-            if t.is_settled() {
-                // Already recorded (a resent `exited`): confirm again.
-                core.to_wrapper(conn, ServerMsg::Done {});
-                return;
-            }
-            t.pending_exit = Some(PendingExit {
+            let exit = PendingExit {
                 end_seq,
                 reason,
                 code,
-            });
-            settle_if_complete(core, run, &machine);
+            };
+            transition(core, run, &machine, |t| t.exited(conn, exit, now_ms()));
         }
         HubRequest::WrapperGone { conn } => {
             if let Some((run, machine)) = core.sessions.remove(&conn) {
                 log::debug!("run {run}: wrapper on {machine} disconnected");
                 if let Some(t) = core.target_mut(run, &machine) {
-                    if t.conn == Some(conn) {
-                        t.conn = None;
-                    }
-                    if t.unconfirmed == Some(conn) {
-                        // Gone before saying anything after the welcome: maybe the welcome
-                        // never arrived, so the token may be presented again.
-                        t.unconfirmed = None;
-                        t.token_used = false;
-                    }
+                    t.gone(conn);
                 }
             }
         }
         other => log::warn!("hub sent a request main does not take one-way: {other:?}"),
-    }
-}
-
-/// Settle a target whose `exited` arrived, once all its output is committed.
-fn settle_if_complete(core: &mut Main, run: RunId, machine: &str) {
-    let Some(t) = core.target(run, machine) else {
-        return;
-    };
-    let Some(exit) = t.pending_exit else {
-        return;
-    };
-    if t.acked_seq >= exit.end_seq {
-        finish_target(core, run, machine, exit.reason, exit.code);
     }
 }
 
@@ -460,30 +353,17 @@ pub fn output_stored(
     machine: &str,
     result: Result<DbReply, CallError>,
 ) {
-    let contiguous = match calls::AppendOutput::take(result) {
-        Ok(contiguous_seq) => contiguous_seq,
-        Err(e) => {
-            // Not acked: the wrapper keeps the frame. Closing its connection makes it
-            // reconnect and resend everything after the last acknowledged seq, so the gap
-            // closes once the database stores again.
-            log::error!("run {run}: output of {machine} not stored: {e}");
-            if let Some(conn) = core.target_mut(run, machine).and_then(|t| t.conn.take()) {
-                core.sessions.remove(&conn);
-                core.to_hub(MainToHub::CloseWrapper { conn });
-            }
-            return;
+    match calls::AppendOutput::take(result) {
+        Ok(contiguous_seq) => {
+            transition(core, run, machine, |t| {
+                t.output_stored(contiguous_seq, now_ms())
+            });
         }
-    };
-    let Some(t) = core.target_mut(run, machine) else {
-        return;
-    };
-    if contiguous > t.acked_seq {
-        t.acked_seq = contiguous;
-        if let Some(conn) = t.conn {
-            core.to_wrapper(conn, ServerMsg::Ack { seq: contiguous });
+        Err(e) => {
+            log::error!("run {run}: output of {machine} not stored: {e}");
+            transition(core, run, machine, |t| t.output_refused());
         }
     }
-    settle_if_complete(core, run, machine);
 }
 
 /// db recorded a target's outcome: it is final now; tell its wrapper it may exit.
@@ -493,26 +373,26 @@ pub fn target_recorded(
     machine: &str,
     result: Result<DbReply, CallError>,
 ) {
-    let Some(t) = core.target_mut(run, machine) else {
-        return;
-    };
-    t.finishing = false;
     if let Err(e) = result {
         log::error!("run {run}: could not record the outcome of {machine}: {e}");
     }
-    t.state = TargetState::Finished;
-    let conn = t.conn;
+    let Some(t) = core.target_mut(run, machine) else {
+        return;
+    };
+    let effects = t.recorded();
+    let outcome = t.outcome();
     log::info!(
         "run {run}: {machine} finished ({}, exit {})",
-        t.reason.map(|r| r.as_str()).unwrap_or("-"),
-        t.exit_code
+        outcome
+            .and_then(|o| o.reason)
+            .map(|r| r.as_str())
+            .unwrap_or("-"),
+        outcome
+            .and_then(|o| o.code)
             .map(|c| c.to_string())
             .unwrap_or_else(|| "-".into())
     );
-    if let Some(conn) = conn {
-        core.to_wrapper(conn, ServerMsg::Done {});
-    }
-    core.wake_run(run);
+    apply(core, run, machine, effects);
 }
 
 /// Targets whose wrapper went silent for 3 heartbeats are lost (253).
@@ -527,15 +407,8 @@ pub fn check_liveness(core: &mut Main, now: Instant) {
     let mut lost = Vec::new();
     for (run, active) in &core.runs {
         for (machine, t) in &active.targets {
-            if t.is_settled() || t.finishing || !t.token_used {
-                continue; // not picked up yet: the pickup deadline applies instead
-            }
-            if t.grace_until.is_some_and(|until| now < until) {
-                continue;
-            }
-            if t.last_seen
-                .is_some_and(|seen| now.duration_since(seen) > silence)
-            {
+            // Not picked up yet: the pickup deadline applies instead.
+            if t.silent_too_long(now, silence) {
                 lost.push((*run, machine.clone()));
             }
         }
@@ -567,42 +440,33 @@ pub fn kill(core: &mut Main, run: RunId, machine: Option<&str>) -> Result<usize,
     {
         return Err(format!("{m} is not a target of run {run}"));
     }
-    let grace_s = active.job.kill_grace_s;
-    let mut send = Vec::new();
-    let mut cancel = Vec::new();
+    let now = now_ms();
+    let mut reached = Vec::new();
     for (m, t) in active.targets.iter_mut() {
-        if machine.is_some_and(|only| only != m) || t.is_settled() || t.finishing {
+        if machine.is_some_and(|only| only != m) {
             continue;
         }
-        t.kill_wanted = true;
-        match (t.conn, t.token_used) {
-            (Some(conn), _) => send.push(conn),
-            // Picked up once, disconnected now: delivered when it reconnects.
-            (None, true) => {}
-            // Never started: it will not run at all.
-            (None, false) => cancel.push(m.clone()),
+        match t.kill(now) {
+            KillAction::None | KillAction::Deferred => {}
+            KillAction::Sent(effects) | KillAction::Canceled(effects) => {
+                reached.push((m.clone(), effects))
+            }
         }
     }
-    let reached = send.len() + cancel.len();
     let job = active.job.name.clone();
     core.event(
         "kill_requested",
         Some(&job),
         Some(run),
         machine,
-        format!("kill requested by an operator; {reached} target(s) reached"),
+        format!(
+            "kill requested by an operator; {} target(s) reached",
+            reached.len()
+        ),
     );
-    for conn in send {
-        core.to_wrapper(
-            conn,
-            ServerMsg::Kill {
-                reason: KillReason::User,
-                grace_s,
-            },
-        );
+    let count = reached.len();
+    for (m, effects) in reached {
+        apply(core, run, &m, effects);
     }
-    for m in cancel {
-        finish_target(core, run, &m, TargetReason::Killed, Some(143));
-    }
-    Ok(reached)
+    Ok(count)
 }

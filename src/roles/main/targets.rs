@@ -7,7 +7,8 @@
 //!   first launch, this build's wrapper is deployed to it (then cached by hash).
 
 use super::Main;
-use super::run_flow::{RunEnv, finish_target};
+use super::effects::finish_target;
+use super::run_flow::RunEnv;
 use crate::config::Executor;
 use crate::wire::link::{BlockingRequest, blocking_calls};
 use crate::wire::records::{RunState, TargetReason};

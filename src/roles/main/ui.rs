@@ -408,7 +408,7 @@ fn details(core: &Main, job: &str) -> (Value, Vec<LiveTarget>) {
             for (machine, t) in &active.targets {
                 let record = t.record(machine);
                 let heartbeat = t
-                    .last_seen
+                    .last_seen()
                     .map(|seen| now - seen.elapsed().as_millis() as i64);
                 let version = core.ui.versions.get(&(active.id, machine.clone()));
                 let finished = t.is_settled();

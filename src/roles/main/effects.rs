@@ -1,0 +1,125 @@
+//! The shell around the pure target core (`target.rs`): performs the [`Effect`]s a
+//! transition returns — messages to the wrapper through the hub, writes to db, events —
+//! and offers the transitions that every part of main uses by name.
+
+use super::target::{Effect, Target};
+use super::{DbWait, Main};
+use crate::wire::db::DbRequest;
+use crate::wire::db::TargetUpdate;
+use crate::wire::link::MainToHub;
+use crate::wire::records::{Millis, RunId, TargetReason, TargetState};
+use crate::wire::wrapper::{KillReason, ServerMsg};
+
+pub fn now_ms() -> Millis {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Perform the effects of a transition of `machine`'s target in `run`.
+pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
+    for effect in effects {
+        match effect {
+            Effect::Kill(conn) => {
+                let grace_s = core.runs.get(&run).map_or(0, |r| r.job.kill_grace_s);
+                core.to_wrapper(
+                    conn,
+                    ServerMsg::Kill {
+                        reason: KillReason::User,
+                        grace_s,
+                    },
+                );
+            }
+            Effect::Ack(conn, seq) => core.to_wrapper(conn, ServerMsg::Ack { seq }),
+            Effect::Done(conn) => core.to_wrapper(conn, ServerMsg::Done {}),
+            Effect::Close(conn) => {
+                core.sessions.remove(&conn);
+                core.to_hub(MainToHub::CloseWrapper { conn });
+            }
+            Effect::StoreState(state, started) => {
+                core.db_call(
+                    DbRequest::UpdateTarget {
+                        run,
+                        machine: machine.to_string(),
+                        update: TargetUpdate {
+                            state: Some(state),
+                            started,
+                            ..Default::default()
+                        },
+                    },
+                    DbWait::Write("a target's state"),
+                );
+            }
+            Effect::StoreTokenSpent => {
+                core.db_call(
+                    DbRequest::UpdateTarget {
+                        run,
+                        machine: machine.to_string(),
+                        update: TargetUpdate {
+                            token_used: Some(true),
+                            ..Default::default()
+                        },
+                    },
+                    DbWait::Write("a spent launch token"),
+                );
+            }
+            Effect::RecordOutcome { outcome, ended } => {
+                core.db_call(
+                    DbRequest::UpdateTarget {
+                        run,
+                        machine: machine.to_string(),
+                        update: TargetUpdate {
+                            state: Some(TargetState::Finished),
+                            reason: outcome.reason,
+                            exit_code: outcome.code,
+                            ended: Some(ended),
+                            ..Default::default()
+                        },
+                    },
+                    DbWait::TargetFinished {
+                        run,
+                        machine: machine.to_string(),
+                    },
+                );
+            }
+            Effect::Reconciled => {
+                log::info!(
+                    "run {run}: the wrapper on {machine} came back after being declared lost"
+                );
+                let job = core.runs.get(&run).map(|r| r.job.name.clone());
+                core.event(
+                    "target_reconciled",
+                    job.as_deref(),
+                    Some(run),
+                    Some(machine),
+                    "its wrapper came back after the target was declared lost".into(),
+                );
+            }
+            Effect::WakeRun => core.wake_run(run),
+        }
+    }
+}
+
+/// Run a transition on a target of a run in flight and perform its effects; nothing when
+/// the target is not (or no longer) in flight.
+pub fn transition(
+    core: &mut Main,
+    run: RunId,
+    machine: &str,
+    f: impl FnOnce(&mut Target) -> Vec<Effect>,
+) {
+    if let Some(t) = core.target_mut(run, machine) {
+        let effects = f(t);
+        apply(core, run, machine, effects);
+    }
+}
+
+/// Decide a target's outcome: the one place a target starts to become `finished`. The
+/// in-memory phase becomes `Finished` when db confirms (`sessions::target_recorded`).
+pub fn finish_target(
+    core: &mut Main,
+    run: RunId,
+    machine: &str,
+    reason: TargetReason,
+    code: Option<i32>,
+) {
+    transition(core, run, machine, |t| t.finish(reason, code, now_ms()));
+}

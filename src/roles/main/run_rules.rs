@@ -1,0 +1,127 @@
+//! The pure rules of a run as a whole: how targets are cut into batches, when a job
+//! counts as busy (the overlap rule), what a pre-staged run does at its slot, and which
+//! targets missed the pick-up deadline. The run Workflow (`run_flow`, `prestage`) calls
+//! these and performs what they decide; `run_rules_tests.rs` tests them without sockets
+//! or clocks.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::target::Target;
+use crate::wire::records::{RunId, RunState};
+
+/// The runnable machines cut into batches: at most `number_of_targets` of them (chosen by
+/// `pick`, which shuffles), in batches of `batch_size` (all at once when absent or 0).
+pub fn cut_batches(
+    mut runnable: Vec<String>,
+    number_of_targets: Option<usize>,
+    batch_size: Option<usize>,
+    pick: impl FnOnce(&mut [String]),
+) -> Vec<Vec<String>> {
+    if let Some(n) = number_of_targets
+        && n < runnable.len()
+    {
+        pick(&mut runnable);
+        runnable.truncate(n);
+        runnable.sort();
+    }
+    let size = batch_size
+        .filter(|b| *b > 0)
+        .unwrap_or(runnable.len().max(1));
+    runnable.chunks(size).map(|c| c.to_vec()).collect()
+}
+
+/// A run of a job, as the overlap rule sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct RunView {
+    pub id: RunId,
+    /// Launched ahead of its slot.
+    pub prestaged: bool,
+    /// Its slot came and its wrappers were told to go.
+    pub go_sent: bool,
+}
+
+/// Whether a job is busy besides run `except`: a run queued or being recorded, or one in
+/// flight that is not a pre-staged run still waiting for its slot.
+pub fn job_busy(
+    queued: usize,
+    runs: impl IntoIterator<Item = RunView>,
+    except: Option<RunId>,
+) -> bool {
+    queued > 0
+        || runs
+            .into_iter()
+            .any(|r| Some(r.id) != except && (!r.prestaged || r.go_sent))
+}
+
+/// What a pre-staged run does when its slot comes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AtSlot {
+    /// Tell the waiting wrappers to go.
+    Go,
+    /// Cancel it, recorded in this state for this reason.
+    Refuse(RunState, String),
+}
+
+/// The decision at the slot, in order of precedence: killed before its slot, global
+/// maintenance, the overlap rule.
+pub fn at_slot(
+    job: &str,
+    kill_requested: bool,
+    global_maintenance: bool,
+    overlap_forbidden_and_busy: bool,
+) -> AtSlot {
+    if kill_requested {
+        AtSlot::Refuse(RunState::Canceled, "killed before its slot".to_string())
+    } else if global_maintenance {
+        AtSlot::Refuse(
+            RunState::Skipped,
+            "maintenance: global maintenance is on".to_string(),
+        )
+    } else if overlap_forbidden_and_busy {
+        AtSlot::Refuse(
+            RunState::Skipped,
+            format!("overlap: the previous run of {job} is still going"),
+        )
+    } else {
+        AtSlot::Go
+    }
+}
+
+/// A batch's state against its pick-up deadline.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Pickup {
+    /// Some target of the batch is not settled.
+    pub open: bool,
+    /// Targets that never picked the run up and whose deadline passed (254).
+    pub overdue: Vec<String>,
+    /// Some target still waits to be picked up before the deadline.
+    pub waiting: bool,
+}
+
+pub fn check_pickup(
+    targets: &BTreeMap<String, Target>,
+    batch: &[String],
+    deadline: Option<Instant>,
+    now: Instant,
+) -> Pickup {
+    let passed = deadline.is_some_and(|d| now >= d);
+    let mut pickup = Pickup::default();
+    for machine in batch {
+        let Some(t) = targets.get(machine) else {
+            continue;
+        };
+        if t.is_settled() {
+            continue;
+        }
+        pickup.open = true;
+        if t.awaiting_pickup() {
+            if passed {
+                pickup.overdue.push(machine.clone());
+            } else {
+                pickup.waiting = true;
+            }
+        }
+    }
+    pickup
+}

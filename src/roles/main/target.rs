@@ -1,0 +1,508 @@
+//! One target of a run in flight: its phase, and the pure transitions between phases.
+//!
+//! A target moves through
+//!
+//! ```text
+//! Pending ─launch→ Launching ─hello→ PickedUp ─finish→ Finishing ─recorded→ Finished
+//!    │                ↑  (gone before confirming)          ↑                     │
+//!    └─maintenance→ SkippedMaintenance                     └── finish from any ──┘
+//!                                              (lost wrapper back: Finished → PickedUp)
+//! ```
+//!
+//! Every transition takes the time it happens at and returns the [`Effect`]s the shell
+//! (`sessions`, `run_flow`) must perform: messages to the wrapper, writes to db, events.
+//! Nothing here touches a socket or a clock, so the rules — a launch token works once,
+//! output is acked only once committed, an exit settles only when all its output is
+//! stored, silence for three heartbeats is a loss, a kill before pick-up cancels — are unit
+//! tested in `target_tests.rs`.
+
+use std::time::{Duration, Instant};
+
+use crate::wire::link::ConnId;
+use crate::wire::records::{Millis, TargetReason, TargetRecord, TargetState};
+use crate::wire::wrapper::RejectCode;
+
+/// An `exited` whose output is not all committed yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingExit {
+    pub end_seq: u64,
+    pub reason: TargetReason,
+    pub code: Option<i32>,
+}
+
+/// How a target ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub reason: Option<TargetReason>,
+    pub code: Option<i32>,
+}
+
+/// Where a target is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for its batch.
+    Pending,
+    /// Its wrapper is being started; no wrapper has said hello yet.
+    Launching,
+    /// A wrapper said hello with a valid credential: from here on its silence counts.
+    PickedUp {
+        /// The command runs (the wrapper said `started`).
+        running: bool,
+        /// Server clock of the last frame from its wrapper.
+        last_seen: Instant,
+        /// After a restart: not lost before this (the wrapper's reconnect backoff).
+        grace_until: Option<Instant>,
+        /// The wrapper said `exited`; the target settles once output up to it is stored.
+        exit: Option<PendingExit>,
+    },
+    /// Its outcome is being recorded; `was` is the state shown until db confirms.
+    Finishing { outcome: Outcome, was: TargetState },
+    /// Recorded.
+    Finished(Outcome),
+    /// Left out: its machine was in maintenance.
+    SkippedMaintenance,
+}
+
+/// Whether the single-use launch token has been presented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Token {
+    Unused,
+    /// Presented on this connection, which has not said anything since: if it goes away
+    /// now the welcome may have been lost, so the token may be presented again.
+    Presented(ConnId),
+    /// Spent for good (durably recorded).
+    Spent,
+}
+
+/// What a wrapper proved in its hello (the shell checks the HMACs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credential {
+    LaunchToken { valid: bool },
+    ResumeKey { valid: bool },
+    None,
+}
+
+/// What the shell must do after a transition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Tell the wrapper on this connection to kill its command.
+    Kill(ConnId),
+    /// Acknowledge output up to this seq to the wrapper.
+    Ack(ConnId, u64),
+    /// Tell the wrapper its outcome is recorded.
+    Done(ConnId),
+    /// Close a connection (replaced by a newer one, or its output could not be stored).
+    Close(ConnId),
+    /// Persist a new state (and start time) of the target.
+    StoreState(TargetState, Option<Millis>),
+    /// Persist that the launch token is spent.
+    StoreTokenSpent,
+    /// Record the outcome (the shell writes it and calls [`Target::recorded`]).
+    RecordOutcome { outcome: Outcome, ended: Millis },
+    /// The wrapper of a target declared lost came back: reopen it.
+    Reconciled,
+    /// The run's Workflow should look at its targets again.
+    WakeRun,
+}
+
+/// Why a hello is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: RejectCode,
+    pub message: String,
+}
+
+/// What a welcome carries besides the job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Welcomed {
+    pub acked_seq: u64,
+    pub effects: Vec<Effect>,
+}
+
+/// What a kill request does to one target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillAction {
+    /// Already settled or being recorded: nothing.
+    None,
+    /// Sent to its wrapper now.
+    Sent(Vec<Effect>),
+    /// Picked up once, disconnected now: delivered when it reconnects.
+    Deferred,
+    /// Never picked up: it will not run at all (recorded as killed).
+    Canceled(Vec<Effect>),
+}
+
+/// One target of a run in flight.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub batch: usize,
+    pub phase: Phase,
+    /// The connection of its wrapper, while one is open.
+    pub conn: Option<ConnId>,
+    pub token: Token,
+    /// Output up to this seq is committed (and acknowledged).
+    pub acked_seq: u64,
+    /// A user kill is to be delivered (now or when the wrapper reconnects).
+    pub kill_wanted: bool,
+    pub started: Option<Millis>,
+    pub ended: Option<Millis>,
+}
+
+fn refuse(code: RejectCode, message: impl Into<String>) -> Refusal {
+    Refusal {
+        code,
+        message: message.into(),
+    }
+}
+
+impl Target {
+    pub fn new(batch: usize) -> Target {
+        Target {
+            batch,
+            phase: Phase::Pending,
+            conn: None,
+            token: Token::Unused,
+            acked_seq: 0,
+            kill_wanted: false,
+            started: None,
+            ended: None,
+        }
+    }
+
+    /// A target as db recorded it, after a restart at `now`: a picked-up one gets `grace`
+    /// before its silence counts.
+    pub fn restored(
+        record: &TargetRecord,
+        token_spent: bool,
+        acked_seq: u64,
+        now: Instant,
+        grace: Duration,
+    ) -> Target {
+        let outcome = Outcome {
+            reason: record.reason,
+            code: record.exit_code,
+        };
+        let phase = match record.state {
+            TargetState::Finished => Phase::Finished(outcome),
+            TargetState::SkippedMaintenance => Phase::SkippedMaintenance,
+            TargetState::Pending if !token_spent => Phase::Pending,
+            TargetState::Pending | TargetState::Launching if !token_spent => Phase::Launching,
+            state => Phase::PickedUp {
+                running: state == TargetState::Running,
+                last_seen: now,
+                grace_until: Some(now + grace),
+                exit: None,
+            },
+        };
+        Target {
+            batch: 0,
+            phase,
+            conn: None,
+            token: if token_spent {
+                Token::Spent
+            } else {
+                Token::Unused
+            },
+            acked_seq,
+            kill_wanted: false,
+            started: record.started,
+            ended: record.ended,
+        }
+    }
+
+    /// The state as recorded and shown.
+    pub fn state(&self) -> TargetState {
+        match &self.phase {
+            Phase::Pending => TargetState::Pending,
+            Phase::Launching => TargetState::Launching,
+            Phase::PickedUp { running: true, .. } => TargetState::Running,
+            Phase::PickedUp { running: false, .. } => TargetState::Launching,
+            Phase::Finishing { was, .. } => *was,
+            Phase::Finished(_) => TargetState::Finished,
+            Phase::SkippedMaintenance => TargetState::SkippedMaintenance,
+        }
+    }
+
+    /// The outcome, once one is decided (recorded or being recorded).
+    pub fn outcome(&self) -> Option<Outcome> {
+        match &self.phase {
+            Phase::Finishing { outcome, .. } | Phase::Finished(outcome) => Some(*outcome),
+            _ => None,
+        }
+    }
+
+    pub fn record(&self, machine: &str) -> TargetRecord {
+        let outcome = self.outcome();
+        TargetRecord {
+            machine: machine.to_string(),
+            state: self.state(),
+            reason: outcome.and_then(|o| o.reason),
+            exit_code: outcome.and_then(|o| o.code),
+            started: self.started,
+            ended: self.ended,
+        }
+    }
+
+    /// Settled: finished or never to run.
+    pub fn is_settled(&self) -> bool {
+        matches!(self.phase, Phase::Finished(_) | Phase::SkippedMaintenance)
+    }
+
+    /// Settled or being recorded: no new outcome can be decided.
+    pub fn is_decided(&self) -> bool {
+        self.is_settled() || matches!(self.phase, Phase::Finishing { .. })
+    }
+
+    /// Server clock of the last frame from its wrapper.
+    pub fn last_seen(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::PickedUp { last_seen, .. } => Some(*last_seen),
+            _ => None,
+        }
+    }
+
+    /// No wrapper has picked it up yet (the pick-up deadline applies to it).
+    pub fn awaiting_pickup(&self) -> bool {
+        matches!(self.phase, Phase::Pending | Phase::Launching) && self.conn.is_none()
+    }
+
+    /// Its batch starts: the wrapper is being launched.
+    pub fn launch(&mut self) -> Vec<Effect> {
+        if self.phase != Phase::Pending {
+            return Vec::new(); // killed before its batch came, or launched before a restart
+        }
+        self.phase = Phase::Launching;
+        vec![Effect::StoreState(TargetState::Launching, None)]
+    }
+
+    /// Its machine is in maintenance when its batch starts.
+    pub fn skip_for_maintenance(&mut self) -> Vec<Effect> {
+        if self.phase != Phase::Pending {
+            return Vec::new();
+        }
+        self.phase = Phase::SkippedMaintenance;
+        vec![Effect::StoreState(TargetState::SkippedMaintenance, None)]
+    }
+
+    /// A wrapper says hello on `conn` at `now`. A launch token works while it is unused
+    /// (or presented on a connection that went away before confirming it); a resume key
+    /// always. A wrapper of a target declared lost that proves its session reopens it.
+    pub fn hello(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        credential: Credential,
+    ) -> Result<Welcomed, Refusal> {
+        let by_token = matches!(credential, Credential::LaunchToken { .. });
+        let authentic = match credential {
+            Credential::LaunchToken { valid } => valid && self.token == Token::Unused,
+            Credential::ResumeKey { valid } => valid,
+            Credential::None => false,
+        };
+        if !authentic {
+            return Err(refuse(
+                RejectCode::BadToken,
+                "the token or resume key is not valid for this run and machine (a launch token works once)",
+            ));
+        }
+        let mut effects = Vec::new();
+        let lost_returning = !by_token
+            && matches!(
+                self.phase,
+                Phase::Finished(Outcome {
+                    reason: Some(TargetReason::Lost),
+                    ..
+                })
+            );
+        if lost_returning {
+            self.phase = Phase::PickedUp {
+                running: true,
+                last_seen: now,
+                grace_until: None,
+                exit: None,
+            };
+            self.ended = None;
+            effects.push(Effect::Reconciled);
+            effects.push(Effect::StoreState(TargetState::Running, None));
+        } else if self.is_decided() {
+            return Err(refuse(
+                RejectCode::Finished,
+                "the outcome is already recorded",
+            ));
+        }
+        match &mut self.phase {
+            Phase::PickedUp { last_seen, .. } => *last_seen = now,
+            phase => {
+                *phase = Phase::PickedUp {
+                    running: false,
+                    last_seen: now,
+                    grace_until: None,
+                    exit: None,
+                }
+            }
+        }
+        if by_token {
+            self.token = Token::Presented(conn);
+        }
+        if let Some(old) = self.conn.replace(conn) {
+            effects.push(Effect::Close(old));
+        }
+        if self.kill_wanted {
+            effects.push(Effect::Kill(conn));
+        }
+        Ok(Welcomed {
+            acked_seq: self.acked_seq,
+            effects,
+        })
+    }
+
+    /// Any frame from the wrapper on `conn`: its liveness clock, and the first message of
+    /// a session opened with the launch token spends the token for good.
+    pub fn heard(&mut self, now: Instant, conn: ConnId) -> Vec<Effect> {
+        if let Phase::PickedUp { last_seen, .. } = &mut self.phase {
+            *last_seen = now;
+        }
+        if self.token == Token::Presented(conn) {
+            self.token = Token::Spent;
+            return vec![Effect::StoreTokenSpent];
+        }
+        Vec::new()
+    }
+
+    /// The wrapper started the command at `now_ms`.
+    pub fn command_started(&mut self, now_ms: Millis) -> Vec<Effect> {
+        let Phase::PickedUp { running, .. } = &mut self.phase else {
+            return Vec::new();
+        };
+        *running = true;
+        let started = *self.started.get_or_insert(now_ms);
+        vec![
+            Effect::StoreState(TargetState::Running, Some(started)),
+            Effect::WakeRun,
+        ]
+    }
+
+    /// The wrapper on `conn` says its command ended; the target settles once the output up
+    /// to `exit.end_seq` is stored.
+    pub fn exited(&mut self, conn: ConnId, exit: PendingExit, now_ms: Millis) -> Vec<Effect> {
+        if self.is_settled() {
+            // Already recorded (a resent `exited`): confirm again.
+            return vec![Effect::Done(conn)];
+        }
+        if let Phase::PickedUp { exit: pending, .. } = &mut self.phase {
+            *pending = Some(exit);
+        }
+        self.settle_if_complete(now_ms)
+    }
+
+    /// db committed the output up to `contiguous`.
+    pub fn output_stored(&mut self, contiguous: u64, now_ms: Millis) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        if contiguous > self.acked_seq {
+            self.acked_seq = contiguous;
+            if let Some(conn) = self.conn {
+                effects.push(Effect::Ack(conn, contiguous));
+            }
+        }
+        effects.extend(self.settle_if_complete(now_ms));
+        effects
+    }
+
+    /// db could not store output: nothing is acked, and closing the connection makes the
+    /// wrapper reconnect and resend everything after the last acknowledged seq.
+    pub fn output_refused(&mut self) -> Vec<Effect> {
+        self.conn.take().map(Effect::Close).into_iter().collect()
+    }
+
+    fn settle_if_complete(&mut self, now_ms: Millis) -> Vec<Effect> {
+        match &self.phase {
+            Phase::PickedUp {
+                exit: Some(exit), ..
+            } if self.acked_seq >= exit.end_seq => {
+                let (reason, code) = (exit.reason, exit.code);
+                self.finish(reason, code, now_ms)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The connection `conn` closed.
+    pub fn gone(&mut self, conn: ConnId) {
+        if self.conn == Some(conn) {
+            self.conn = None;
+        }
+        if self.token == Token::Presented(conn) {
+            // Gone before saying anything after the welcome: maybe the welcome never
+            // arrived, so the token may be presented again.
+            self.token = Token::Unused;
+            if matches!(self.phase, Phase::PickedUp { running: false, .. }) {
+                self.phase = Phase::Launching;
+            }
+        }
+    }
+
+    /// Decide the outcome: the one way into `Finishing`. Nothing once decided.
+    pub fn finish(
+        &mut self,
+        reason: TargetReason,
+        code: Option<i32>,
+        now_ms: Millis,
+    ) -> Vec<Effect> {
+        if self.is_decided() {
+            return Vec::new();
+        }
+        let outcome = Outcome {
+            reason: Some(reason),
+            code,
+        };
+        self.phase = Phase::Finishing {
+            outcome,
+            was: self.state(),
+        };
+        self.ended = Some(now_ms);
+        vec![Effect::RecordOutcome {
+            outcome,
+            ended: now_ms,
+        }]
+    }
+
+    /// db recorded the outcome: final now; the wrapper may exit.
+    pub fn recorded(&mut self) -> Vec<Effect> {
+        let outcome = match &self.phase {
+            Phase::Finishing { outcome, .. } => *outcome,
+            _ => return Vec::new(),
+        };
+        self.phase = Phase::Finished(outcome);
+        let mut effects: Vec<Effect> = self.conn.map(Effect::Done).into_iter().collect();
+        effects.push(Effect::WakeRun);
+        effects
+    }
+
+    /// Picked up, and no word from its wrapper for longer than `silence` at `now`.
+    pub fn silent_too_long(&self, now: Instant, silence: Duration) -> bool {
+        match &self.phase {
+            Phase::PickedUp {
+                last_seen,
+                grace_until,
+                ..
+            } => {
+                !grace_until.is_some_and(|until| now < until)
+                    && now.saturating_duration_since(*last_seen) > silence
+            }
+            _ => false,
+        }
+    }
+
+    /// An operator kills this target.
+    pub fn kill(&mut self, now_ms: Millis) -> KillAction {
+        if self.is_decided() {
+            return KillAction::None;
+        }
+        self.kill_wanted = true;
+        match (self.conn, &self.phase) {
+            (Some(conn), _) => KillAction::Sent(vec![Effect::Kill(conn)]),
+            (None, Phase::PickedUp { .. }) => KillAction::Deferred,
+            (None, _) => KillAction::Canceled(self.finish(TargetReason::Killed, Some(143), now_ms)),
+        }
+    }
+}

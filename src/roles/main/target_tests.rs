@@ -1,0 +1,345 @@
+//! The target core's rules, with no sockets and no clock: every test hands in its own
+//! `now`.
+
+use std::time::{Duration, Instant};
+
+use super::target::{Credential, Effect, KillAction, Outcome, PendingExit, Phase, Target, Token};
+use crate::wire::link::ConnId;
+use crate::wire::records::{TargetReason, TargetRecord, TargetState};
+use crate::wire::wrapper::RejectCode;
+
+const TOKEN: Credential = Credential::LaunchToken { valid: true };
+const KEY: Credential = Credential::ResumeKey { valid: true };
+const C1: ConnId = 1;
+const C2: ConnId = 2;
+
+fn exit(end_seq: u64, code: i32) -> PendingExit {
+    PendingExit {
+        end_seq,
+        reason: TargetReason::Exit,
+        code: Some(code),
+    }
+}
+
+/// A target whose wrapper said hello on C1 with the token at `t0` and started its command.
+fn running(t0: Instant) -> Target {
+    let mut t = Target::new(0);
+    t.launch();
+    t.hello(t0, C1, TOKEN).expect("welcome");
+    t.heard(t0, C1);
+    t.command_started(1_000);
+    t
+}
+
+#[test]
+fn launch_moves_a_pending_target_once() {
+    let mut t = Target::new(2);
+    assert_eq!(t.state(), TargetState::Pending);
+    assert!(t.awaiting_pickup());
+    assert_eq!(
+        t.launch(),
+        [Effect::StoreState(TargetState::Launching, None)]
+    );
+    assert_eq!(t.state(), TargetState::Launching);
+    assert!(t.launch().is_empty(), "launching twice does nothing");
+    assert!(t.awaiting_pickup());
+}
+
+#[test]
+fn maintenance_leaves_only_a_pending_target_out() {
+    let mut t = Target::new(0);
+    assert_eq!(
+        t.skip_for_maintenance(),
+        [Effect::StoreState(TargetState::SkippedMaintenance, None)]
+    );
+    assert!(t.is_settled());
+    let mut launched = Target::new(0);
+    launched.launch();
+    assert!(launched.skip_for_maintenance().is_empty());
+}
+
+#[test]
+fn a_launch_token_works_once_and_is_spent_by_the_first_message() {
+    let t0 = Instant::now();
+    let mut t = Target::new(0);
+    t.launch();
+    let welcome = t.hello(t0, C1, TOKEN).expect("welcome");
+    assert_eq!(welcome.acked_seq, 0);
+    assert!(welcome.effects.is_empty());
+    assert_eq!(t.token, Token::Presented(C1));
+    assert!(!t.awaiting_pickup());
+    // The first message spends it durably, once.
+    assert_eq!(t.heard(t0, C1), [Effect::StoreTokenSpent]);
+    assert!(t.heard(t0, C1).is_empty());
+    // Nobody can present it again, not even on a new connection.
+    let refused = t.hello(t0, C2, TOKEN).expect_err("token spent");
+    assert_eq!(refused.code, RejectCode::BadToken);
+}
+
+#[test]
+fn a_welcome_lost_before_any_message_lets_the_token_be_presented_again() {
+    let t0 = Instant::now();
+    let mut t = Target::new(0);
+    t.launch();
+    t.hello(t0, C1, TOKEN).expect("welcome");
+    t.gone(C1);
+    assert_eq!(t.token, Token::Unused);
+    assert_eq!(t.phase, Phase::Launching);
+    assert!(t.awaiting_pickup(), "the pickup deadline applies again");
+    t.hello(t0, C2, TOKEN).expect("second presentation");
+    assert_eq!(t.conn, Some(C2));
+}
+
+#[test]
+fn bad_credentials_are_refused() {
+    let t0 = Instant::now();
+    for credential in [
+        Credential::LaunchToken { valid: false },
+        Credential::ResumeKey { valid: false },
+        Credential::None,
+    ] {
+        let mut t = Target::new(0);
+        t.launch();
+        let refused = t.hello(t0, C1, credential).expect_err("refused");
+        assert_eq!(refused.code, RejectCode::BadToken, "{credential:?}");
+        assert_eq!(t.conn, None);
+    }
+}
+
+#[test]
+fn a_reconnect_with_the_resume_key_replaces_the_old_connection_and_resumes_at_the_ack() {
+    let t0 = Instant::now();
+    let mut t = running(t0);
+    t.output_stored(5, 2_000);
+    let welcome = t.hello(t0, C2, KEY).expect("resume");
+    assert_eq!(welcome.acked_seq, 5);
+    assert_eq!(welcome.effects, [Effect::Close(C1)]);
+    assert_eq!(t.conn, Some(C2));
+    assert_eq!(t.state(), TargetState::Running);
+}
+
+#[test]
+fn output_is_acked_only_forward() {
+    let t0 = Instant::now();
+    let mut t = running(t0);
+    assert_eq!(t.output_stored(3, 0), [Effect::Ack(C1, 3)]);
+    assert!(t.output_stored(2, 0).is_empty(), "no ack backwards");
+    assert!(t.output_stored(3, 0).is_empty(), "no ack twice");
+    assert_eq!(t.acked_seq, 3);
+}
+
+#[test]
+fn an_exit_settles_only_once_its_output_is_stored() {
+    let t0 = Instant::now();
+    let mut t = running(t0);
+    assert!(
+        t.exited(C1, exit(4, 7), 2_000).is_empty(),
+        "output 4 not stored"
+    );
+    assert!(!t.is_decided());
+    let effects = t.output_stored(4, 3_000);
+    let outcome = Outcome {
+        reason: Some(TargetReason::Exit),
+        code: Some(7),
+    };
+    assert_eq!(
+        effects,
+        [
+            Effect::Ack(C1, 4),
+            Effect::RecordOutcome {
+                outcome,
+                ended: 3_000
+            }
+        ]
+    );
+    // Shown as running with its outcome until db confirms, then finished.
+    assert_eq!(t.state(), TargetState::Running);
+    assert_eq!(t.recorded(), [Effect::Done(C1), Effect::WakeRun]);
+    assert_eq!(t.record("m").state, TargetState::Finished);
+    assert_eq!(t.record("m").exit_code, Some(7));
+    // A resent `exited` is confirmed again, nothing else.
+    assert_eq!(t.exited(C1, exit(4, 7), 4_000), [Effect::Done(C1)]);
+}
+
+#[test]
+fn an_exit_whose_output_is_already_stored_settles_at_once() {
+    let t0 = Instant::now();
+    let mut t = running(t0);
+    t.output_stored(2, 0);
+    let effects = t.exited(C1, exit(2, 0), 5_000);
+    assert!(matches!(
+        effects[..],
+        [Effect::RecordOutcome { ended: 5_000, .. }]
+    ));
+}
+
+#[test]
+fn refused_output_closes_the_connection_so_the_wrapper_resends() {
+    let t0 = Instant::now();
+    let mut t = running(t0);
+    assert_eq!(t.output_refused(), [Effect::Close(C1)]);
+    assert_eq!(t.conn, None);
+    assert!(t.output_refused().is_empty());
+}
+
+#[test]
+fn an_outcome_is_decided_once() {
+    let t0 = Instant::now();
+    let mut t = running(t0);
+    assert_eq!(t.finish(TargetReason::Lost, Some(253), 10).len(), 1);
+    assert!(t.finish(TargetReason::Exit, Some(0), 11).is_empty());
+    assert!(t.exited(C1, exit(0, 0), 12).is_empty());
+    t.recorded();
+    assert!(t.finish(TargetReason::Exit, Some(0), 13).is_empty());
+    assert!(t.recorded().is_empty(), "recorded twice does nothing");
+    assert_eq!(t.record("m").reason, Some(TargetReason::Lost));
+}
+
+#[test]
+fn silence_counts_only_after_pickup_and_after_the_recovery_grace() {
+    let t0 = Instant::now();
+    let silence = Duration::from_secs(3);
+    let mut launching = Target::new(0);
+    launching.launch();
+    assert!(!launching.silent_too_long(t0 + Duration::from_secs(100), silence));
+
+    let mut t = running(t0);
+    assert!(!t.silent_too_long(t0 + Duration::from_secs(3), silence));
+    assert!(t.silent_too_long(t0 + Duration::from_secs(4), silence));
+    t.heard(t0 + Duration::from_secs(4), C1);
+    assert!(!t.silent_too_long(t0 + Duration::from_secs(5), silence));
+
+    let record = TargetRecord {
+        machine: "m".into(),
+        state: TargetState::Running,
+        reason: None,
+        exit_code: None,
+        started: Some(1),
+        ended: None,
+    };
+    let grace = Duration::from_secs(30);
+    let restored = Target::restored(&record, true, 9, t0, grace);
+    assert!(!restored.silent_too_long(t0 + Duration::from_secs(20), silence));
+    assert!(restored.silent_too_long(t0 + Duration::from_secs(31), silence));
+}
+
+#[test]
+fn a_lost_wrapper_that_proves_its_session_reopens_its_target() {
+    let t0 = Instant::now();
+    let mut t = running(t0);
+    t.finish(TargetReason::Lost, Some(253), 10);
+    // While the loss is being recorded the target cannot be reopened.
+    let refused = t.hello(t0, C2, KEY).expect_err("being recorded");
+    assert_eq!(refused.code, RejectCode::Finished);
+    t.recorded();
+    let welcome = t.hello(t0, C2, KEY).expect("reconciled");
+    assert_eq!(
+        welcome.effects,
+        [
+            Effect::Reconciled,
+            Effect::StoreState(TargetState::Running, None),
+            Effect::Close(C1),
+        ]
+    );
+    assert_eq!(t.state(), TargetState::Running);
+    assert_eq!(t.record("m").reason, None);
+    assert_eq!(t.ended, None);
+}
+
+#[test]
+fn a_finished_target_refuses_any_hello() {
+    let t0 = Instant::now();
+    let mut t = running(t0);
+    t.finish(TargetReason::Exit, Some(0), 10);
+    t.recorded();
+    assert_eq!(
+        t.hello(t0, C2, KEY).expect_err("finished").code,
+        RejectCode::Finished
+    );
+}
+
+#[test]
+fn kill_before_pickup_cancels_after_pickup_sends_and_while_away_waits() {
+    let t0 = Instant::now();
+    let mut queued = Target::new(1);
+    match queued.kill(50) {
+        KillAction::Canceled(effects) => assert!(matches!(
+            effects[..],
+            [Effect::RecordOutcome {
+                outcome: Outcome {
+                    reason: Some(TargetReason::Killed),
+                    code: Some(143)
+                },
+                ended: 50
+            }]
+        )),
+        other => panic!("{other:?}"),
+    }
+
+    let mut t = running(t0);
+    assert_eq!(t.kill(50), KillAction::Sent(vec![Effect::Kill(C1)]));
+
+    let mut away = running(t0);
+    away.gone(C1);
+    assert_eq!(away.kill(50), KillAction::Deferred);
+    // Delivered when it comes back.
+    let welcome = away.hello(t0, C2, KEY).expect("resume");
+    assert_eq!(welcome.effects, [Effect::Kill(C2)]);
+
+    let mut done = running(t0);
+    done.finish(TargetReason::Exit, Some(0), 1);
+    assert_eq!(done.kill(50), KillAction::None);
+}
+
+#[test]
+fn restored_targets_take_the_phase_their_record_and_token_say() {
+    let t0 = Instant::now();
+    let grace = Duration::from_secs(5);
+    let record = |state| TargetRecord {
+        machine: "m".into(),
+        state,
+        reason: (state == TargetState::Finished).then_some(TargetReason::Exit),
+        exit_code: (state == TargetState::Finished).then_some(0),
+        started: None,
+        ended: None,
+    };
+    let phase = |state, spent| Target::restored(&record(state), spent, 0, t0, grace).phase;
+    assert_eq!(phase(TargetState::Pending, false), Phase::Pending);
+    assert_eq!(phase(TargetState::Launching, false), Phase::Launching);
+    assert!(matches!(
+        phase(TargetState::Launching, true),
+        Phase::PickedUp { running: false, .. }
+    ));
+    assert!(matches!(
+        phase(TargetState::Running, true),
+        Phase::PickedUp { running: true, .. }
+    ));
+    assert!(matches!(
+        phase(TargetState::Finished, true),
+        Phase::Finished(_)
+    ));
+    assert_eq!(
+        phase(TargetState::SkippedMaintenance, false),
+        Phase::SkippedMaintenance
+    );
+    // A pre-staged wrapper waiting for `go` when the daemon died re-attaches with its key.
+    let mut staged = Target::restored(&record(TargetState::Launching), true, 0, t0, grace);
+    assert!(staged.hello(t0, C1, TOKEN).is_err(), "token spent");
+    staged.hello(t0, C1, KEY).expect("resume");
+    assert_eq!(staged.state(), TargetState::Launching);
+}
+
+#[test]
+fn command_started_keeps_the_first_start_time() {
+    let t0 = Instant::now();
+    let mut t = running(t0);
+    assert_eq!(t.started, Some(1_000));
+    let effects = t.command_started(9_000);
+    assert_eq!(
+        effects,
+        [
+            Effect::StoreState(TargetState::Running, Some(1_000)),
+            Effect::WakeRun
+        ]
+    );
+}
