@@ -5,9 +5,9 @@
 
 use clap::Parser;
 
+use crate::ipc::Role;
 use crate::paths::{self, Dirs};
 use crate::supervisor::{self, Policy, preflight};
-use crate::wire::link::Role;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -7,10 +7,10 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 
 use super::EXIT_USAGE;
+use crate::ipc::Role;
 use crate::ipc::{Channel, ChannelError};
 use crate::paths;
 use crate::wire::admin::{AdminRequest, AdminResponse};
-use crate::wire::link::Role;
 
 pub type CtlError = (i32, String);
 

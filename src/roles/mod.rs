@@ -20,9 +20,10 @@ use mio::event::Event;
 use mio::{Interest, Token};
 
 use crate::evloop::{Ctx, Flow, Forward};
+use crate::ipc::Role;
 use crate::ipc::{Channel, ChannelError};
 use crate::paths::Dirs;
-use crate::wire::link::{ControlDown, ControlUp, Role};
+use crate::wire::link::{ControlDown, ControlUp};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RoleError {

@@ -12,12 +12,13 @@ use mio::event::Event;
 
 use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
 use crate::evloop::{Ctx, EventLoop, Flow};
+use crate::ipc::Role;
 use crate::ipc::rpc::{CallId, Packet, RemoteError};
 use crate::wire::link::{
-    BlockingNotice, BlockingReply, BlockingRequest, ControlDown, ExecutorKind, Role,
+    BlockingReply, BlockingRequest, BlockingToMain, ControlDown, ExecutorKind, MainToBlocking,
 };
 
-type MainLink = Link<Packet<BlockingNotice, BlockingReply>, Packet<BlockingRequest, ()>>;
+type MainLink = Link<BlockingToMain, MainToBlocking>;
 
 pub struct Blocking {
     control: ControlLink,

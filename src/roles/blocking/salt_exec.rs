@@ -20,7 +20,7 @@ use super::salt::{self, MinionResult, SaltSettings};
 use crate::evloop::{Ctx, child};
 use crate::ipc::CallId;
 use crate::ipc::rpc::RemoteError;
-use crate::wire::link::{BlockingReply, LaunchOutcome, LaunchTarget, Resolution};
+use crate::wire::link::{BlockingReply, LaunchOutcome, LaunchTarget, Resolution, SaltTargetType};
 
 /// Beyond salt's own `-t`, how long an invocation may take before it is killed.
 const DEADLINE_SLACK: Duration = Duration::from_secs(15);
@@ -144,17 +144,9 @@ pub fn resolve(
     id: CallId,
     settings: SaltSettings,
     target: String,
-    target_type: String,
+    target_type: SaltTargetType,
 ) {
-    let Some(flag) = salt::target_flag(&target_type) else {
-        state.reply(
-            id,
-            Err(RemoteError::Failed(format!(
-                "unknown target_type {target_type}"
-            ))),
-        );
-        return;
-    };
+    let flag = salt::target_flag(target_type);
     let argv = salt::argv(&settings, flag, &target, "test.ping", &[]);
     submit(state, ctx, &settings, argv, move |state, _ctx, outcome| {
         let result = match outcome {

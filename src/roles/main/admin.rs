@@ -8,10 +8,10 @@ use super::{DbWait, Main, MainRole, sessions};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::CallError;
-use crate::roles::db::output::OutputQuery;
-use crate::roles::db::protocol::{DbReply, DbRequest};
-use crate::roles::db::runs::RunFilter;
 use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, JobInfo, StatusInfo};
+use crate::wire::db::OutputQuery;
+use crate::wire::db::RunFilter;
+use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::HubReply;
 use crate::wire::records::{RunRecord, Trigger};
 

@@ -17,14 +17,14 @@ use crate::config::{Executor, JobEntry, Overlap, TargetType};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::CallError;
-use crate::roles::db::output::OutputQuery;
-use crate::roles::db::protocol::{DbReply, DbRequest};
-use crate::roles::db::runs::RunFilter;
-use crate::roles::db::store::EventFilter;
 use crate::wire::admin::{
     AdminFailure, AdminPeer, AdminRequest, AdminResponse, EventInfo, JobDetail, JobState,
     JobSummary, OutputSlice,
 };
+use crate::wire::db::EventFilter;
+use crate::wire::db::OutputQuery;
+use crate::wire::db::RunFilter;
+use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::HubReply;
 use crate::wire::records::{RunRecord, RunState, Trigger};
 

@@ -19,9 +19,9 @@ use super::admin::Pending;
 use super::{DbWait, Main};
 use crate::config::Maintenance;
 use crate::ipc::CallId;
-use crate::roles::db::protocol::DbRequest;
-use crate::roles::db::store::NewEvent;
 use crate::wire::admin::{AdminResponse, MaintenanceChange, MaintenanceInfo, MaintenanceSource};
+use crate::wire::db::DbRequest;
+use crate::wire::db::NewEvent;
 use crate::wire::link::HubReply;
 
 /// The `meta` key the run-time settings are stored under.

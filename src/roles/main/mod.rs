@@ -48,27 +48,27 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use mio::event::Event;
 
-use super::db::protocol::{DbNotice, DbReply, DbRequest};
 use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
 use crate::config::{self, LoadedConfig};
 use crate::evloop::timers::TimerId;
 use crate::evloop::{Ctx, EventLoop, Flow};
-use crate::ipc::rpc::{CallError, CallId, Packet, PendingCalls};
+use crate::ipc::Role;
+use crate::ipc::rpc::{Call, CallError, CallId, Packet, PendingCalls};
+use crate::wire::db::{DbNotice, DbReply, DbRequest, DbToMain, MainToDb};
 use crate::wire::link::{
-    BlockingNotice, BlockingReply, BlockingRequest, ConnId, ControlDown, HubAnswer, HubReply,
-    HubRequest, MainToHub, ProcessInfo, Role,
+    BlockingReply, BlockingRequest, BlockingToMain, ConnId, ControlDown, HubAnswer, HubReply,
+    HubRequest, MainToBlocking, MainToHub, ProcessInfo,
 };
 use crate::wire::records::RunId;
 use crate::wire::wrapper::ServerMsg;
-use crate::workflow::{Registry, WakeKey};
+use crate::workflow::{Registry, WakeEvent, WakeKey};
 use runs::ActiveRun;
 use scheduler::Scheduler;
 use tokens::Secret;
 
 type HubLink = Link<Packet<MainToHub, HubReply>, Packet<HubRequest, HubAnswer>>;
-type DbLink = Link<Packet<DbRequest, DbNotice>, Packet<DbNotice, DbReply>>;
-type BlockingLink =
-    Link<Packet<BlockingRequest, BlockingNotice>, Packet<BlockingNotice, BlockingReply>>;
+type DbLink = Link<MainToDb, DbToMain>;
+type BlockingLink = Link<MainToBlocking, BlockingToMain>;
 
 /// Blocking call ids live in their own range so they never collide with db call ids in
 /// the Workflow registry's wake keys.
@@ -207,9 +207,9 @@ impl Main {
             .and_then(|r| r.targets.get_mut(machine))
     }
 
-    /// The wake key of everything that changes a run.
-    pub fn run_event(run: RunId) -> String {
-        format!("run:{run}")
+    /// The wake event of everything that changes a run.
+    pub fn run_event(run: RunId) -> WakeEvent {
+        WakeEvent::RunChanged(run)
     }
 
     pub fn wake_run(&mut self, run: RunId) {
@@ -227,6 +227,22 @@ impl Main {
             }
         }
         id
+    }
+
+    /// The typed reply to a Workflow step's db call (`DbWait::Step`), once it arrived.
+    pub fn take_db_reply<C: Call<DbReply>>(
+        &mut self,
+        id: CallId,
+    ) -> Option<Result<C::Reply, CallError>> {
+        self.db_replies.remove(&id).map(C::take)
+    }
+
+    /// The typed reply to a blocking call, once it arrived.
+    pub fn take_blocking_reply<C: Call<BlockingReply>>(
+        &mut self,
+        id: CallId,
+    ) -> Option<Result<C::Reply, CallError>> {
+        self.blocking_replies.remove(&id).map(C::take)
     }
 
     pub fn blocking_call(&mut self, req: BlockingRequest) -> CallId {
@@ -469,10 +485,7 @@ fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
                 || core.db_replies.contains_key(id)
                 || core.blocking_replies.contains_key(id)
         }
-        WakeKey::Event(name) => name
-            .strip_prefix("run:")
-            .and_then(|n| n.parse::<RunId>().ok())
-            .is_some_and(|run| core.runs.contains_key(&run)),
+        WakeKey::Event(WakeEvent::RunChanged(run)) => core.runs.contains_key(run),
         WakeKey::Timer(_) => true,
     };
     for stall in role
