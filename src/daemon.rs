@@ -76,7 +76,7 @@ fn run_child(args: &Args, role: &str) -> i32 {
 
 fn run_supervisor(args: &Args) -> i32 {
     crate::logging::init(Role::Supervisor.name(), args.debug);
-    let startup = match crate::startup::settings(&args.dirs.config) {
+    let startup = match crate::supervisor::startup::settings(&args.dirs.config) {
         Ok(s) => s,
         Err(e) => {
             log::error!("{e}");

@@ -286,3 +286,22 @@ fn settings_alone_match_a_full_load() {
     assert_eq!(settings, load(dir.path(), None).saltpeter);
     assert_eq!((settings.machines_ws_port, settings.heartbeat_s), (9999, 3));
 }
+
+#[test]
+fn settings_read_once_at_start_are_reported_as_start_only() {
+    let dir = tempdir();
+    write(dir.path(), "a.yaml", "saltpeter_config:\n  heartbeat: 5\n");
+    let first = load(dir.path(), None);
+    write(
+        dir.path(),
+        "a.yaml",
+        "saltpeter_config:\n  heartbeat: 5\n  hello_timeout: 20\n  max_message_bytes: 2048\n  \
+         database_max_size: 1000000\n",
+    );
+    let second = load(dir.path(), Some(&first));
+    let changes = first.saltpeter.startup_only_changes(&second.saltpeter);
+    for key in ["hello_timeout", "max_message_bytes", "database_max_size"] {
+        assert!(STARTUP_ONLY_KEYS.contains(&key), "{key}");
+        assert!(changes.contains(&key), "{key} not reported: {changes:?}");
+    }
+}
