@@ -802,12 +802,12 @@ fn watch_config(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let now = Utc::now();
     let config = config::load_dir(&args.dirs.config, None, now)
-        .map_err(|e| RoleError::Start(e.to_string()))?;
+        .map_err(|e| RoleError::BadStart(e.to_string()))?;
     for d in &config.diagnostics {
         log::warn!("{d}");
     }
     let secret =
-        Secret::load_or_create(&args.dirs.secret()).map_err(|e| RoleError::Start(e.to_string()))?;
+        Secret::load_or_create(&args.dirs.secret()).map_err(|e| RoleError::BadStart(e.to_string()))?;
     let mut ev: EventLoop<MainRole> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let s = args.take_stream("hub")?;
     let (hub, _) = open_link(ev.ctx(), s, Role::Main, Role::Hub, Peer::Hub, on_link)?;
