@@ -38,6 +38,8 @@ mod yaml;
 mod reload_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod yaml_tests;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -401,7 +403,7 @@ pub fn load_dir(
 pub fn load_settings(dir: &Path) -> Result<SaltpeterConfig, ConfigDirError> {
     let mut trees = Vec::new();
     for path in scan_dir(dir)?.into_keys() {
-        let Ok(text) = std::fs::read_to_string(&path) else {
+        let Ok(text) = read_bounded(&path) else {
             continue;
         };
         if !text.contains(CONFIG_KEY) {
@@ -426,12 +428,44 @@ pub fn load_settings(dir: &Path) -> Result<SaltpeterConfig, ConfigDirError> {
     Ok(saltpeter::merge_saltpeter(&sections, None, &mut ignored).0)
 }
 
+/// The largest configuration file read. Parsing is linear, but a file this big is a
+/// mistake more likely than a plan (10,000 ordinary jobs take about 2 MiB), and the parsed
+/// tree crosses a process link on reload, whose frames are bounded.
+pub const MAX_FILE_BYTES: u64 = 4 * MIB;
+
 /// Reads and parses one file; its top level must be a mapping (an empty file is an empty one).
 fn read_tree(path: &Path) -> Result<Arc<Node>, (Pos, String)> {
-    let whole_file = Pos { line: 0, column: 0 };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| (whole_file, format!("could not read the file: {e}")))?;
+    let text = read_bounded(path)?;
     parse_tree(&text)
+}
+
+/// Reads a file of at most [`MAX_FILE_BYTES`] (checked on what is read, not only on the
+/// size `stat` gave: the file may grow meanwhile).
+fn read_bounded(path: &Path) -> Result<String, (Pos, String)> {
+    use std::io::Read;
+    let whole_file = Pos { line: 0, column: 0 };
+    let file = std::fs::File::open(path)
+        .map_err(|e| (whole_file, format!("could not read the file: {e}")))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| (whole_file, format!("could not read the file: {e}")))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err((
+            whole_file,
+            format!(
+                "the file is larger than the limit of {} MiB for one configuration file \
+                 (split it into several files)",
+                MAX_FILE_BYTES / MIB
+            ),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        (
+            whole_file,
+            format!("could not read the file: not UTF-8 text ({e})"),
+        )
+    })
 }
 
 fn parse_tree(text: &str) -> Result<Arc<Node>, (Pos, String)> {

@@ -806,8 +806,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     for d in &config.diagnostics {
         log::warn!("{d}");
     }
-    let secret =
-        Secret::load_or_create(&args.dirs.secret()).map_err(|e| RoleError::BadStart(e.to_string()))?;
+    let secret = Secret::load_or_create(&args.dirs.secret())
+        .map_err(|e| RoleError::BadStart(e.to_string()))?;
     let mut ev: EventLoop<MainRole> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let s = args.take_stream("hub")?;
     let (hub, _) = open_link(ev.ctx(), s, Role::Main, Role::Hub, Peer::Hub, on_link)?;
