@@ -10,26 +10,28 @@
 
 use std::collections::{HashMap, HashSet};
 
+use serde::{Deserialize, Serialize};
 use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, ScanError, Span};
 
 /// Expanded nodes allowed per document (aliases included).
 const MAX_NODES: usize = 1_000_000;
 
 /// A 1-based line and column in a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize)]
 pub struct Pos {
     pub line: usize,
     pub column: usize,
 }
 
-#[derive(Debug, Clone)]
-pub(crate) struct Node {
+/// Crosses a process link on reload (`files.rs`), hence serde.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Node {
     pub(crate) kind: NodeKind,
     pub(crate) pos: Pos,
 }
 
-#[derive(Debug, Clone)]
-pub(crate) enum NodeKind {
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum NodeKind {
     /// `quoted` is true for quoted and block scalars and for `!!str` tags: never a bool/null.
     Scalar {
         text: String,
