@@ -109,27 +109,32 @@ pub fn run_helper(
     let on_done = std::rc::Rc::new(std::cell::Cell::new(Some(on_done)));
     let on_exit = std::rc::Rc::clone(&on_done);
     let name = what.clone();
-    let spawned = child::spawn_with_stdin(ctx, cmd, stdin, move |state: &mut Blocking, ctx, out| {
-        let result = if out.dropped > 0 {
-            Err(format!(
-                "the {name} helper answered more than {} MiB",
-                child::CAPTURE_LIMIT >> 20
-            ))
-        } else if out.status.success() {
-            Ok(out.stdout)
-        } else if out.status.code().is_none() {
-            Err(format!(
-                "the {name} helper was killed ({}) after {deadline:?} without finishing",
-                out.status
-            ))
-        } else {
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            Err(format!("the {name} helper failed ({}): {}", out.status, stderr.trim()))
-        };
-        if let Some(on_done) = on_exit.take() {
-            on_done(state, ctx, result);
-        }
-    });
+    let spawned =
+        child::spawn_with_stdin(ctx, cmd, stdin, move |state: &mut Blocking, ctx, out| {
+            let result = if out.dropped > 0 {
+                Err(format!(
+                    "the {name} helper answered more than {} MiB",
+                    child::CAPTURE_LIMIT >> 20
+                ))
+            } else if out.status.success() {
+                Ok(out.stdout)
+            } else if out.status.code().is_none() {
+                Err(format!(
+                    "the {name} helper was killed ({}) after {deadline:?} without finishing",
+                    out.status
+                ))
+            } else {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                Err(format!(
+                    "the {name} helper failed ({}): {}",
+                    out.status,
+                    stderr.trim()
+                ))
+            };
+            if let Some(on_done) = on_exit.take() {
+                on_done(state, ctx, result);
+            }
+        });
     match spawned {
         Ok(id) => {
             ctx.after(deadline, move |_: &mut Blocking, ctx| {
@@ -140,7 +145,11 @@ pub fn run_helper(
         }
         Err(e) => {
             if let Some(on_done) = on_done.take() {
-                on_done(state, ctx, Err(format!("cannot start the {what} helper: {e}")));
+                on_done(
+                    state,
+                    ctx,
+                    Err(format!("cannot start the {what} helper: {e}")),
+                );
             }
         }
     }
@@ -148,8 +157,11 @@ pub fn run_helper(
 
 /// `bytes` as a readable file (in memory) for a child's stdin.
 fn stdin_of(bytes: &[u8]) -> Result<Stdio, String> {
-    let fd = nix::sys::memfd::memfd_create(c"saltpeter-helper-input", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
-        .map_err(|e| format!("cannot create the helper's input: {e}"))?;
+    let fd = nix::sys::memfd::memfd_create(
+        c"saltpeter-helper-input",
+        nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
+    )
+    .map_err(|e| format!("cannot create the helper's input: {e}"))?;
     let mut file = std::fs::File::from(fd);
     file.write_all(bytes)
         .and_then(|()| file.rewind())
@@ -261,4 +273,3 @@ fn master_file_root(config_dir: Option<&str>) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/srv/salt"))
 }
-

@@ -255,7 +255,10 @@ pub fn deploy(
         None => {
             let mut args = vec!["--publish-wrapper".to_string()];
             args.extend(settings.config_dir.clone());
-            (args, format!("salt://{}", super::helpers::PUBLISHED_WRAPPER))
+            (
+                args,
+                format!("salt://{}", super::helpers::PUBLISHED_WRAPPER),
+            )
         }
     };
     let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
@@ -274,7 +277,16 @@ pub fn deploy(
                 }
             });
             match hash {
-                Ok(hash) => deploy_published(state, ctx, id, settings, minions, wrapper_path, source, hash),
+                Ok(hash) => deploy_published(
+                    state,
+                    ctx,
+                    id,
+                    settings,
+                    minions,
+                    wrapper_path,
+                    source,
+                    hash,
+                ),
                 Err(why) => state.reply(id, Err(RemoteError::Failed(why))),
             }
         },
