@@ -38,6 +38,10 @@ pub enum RoleError {
     Link(#[from] ChannelError),
     #[error("{0}")]
     Start(String),
+    /// The configuration (or a file the operator keeps beside it, such as the server
+    /// secret) cannot be used: restarting will not help until someone fixes it.
+    #[error("{0}")]
+    BadStart(String),
 }
 
 impl RoleError {
@@ -204,6 +208,11 @@ pub fn run(args: RoleArgs) -> i32 {
     };
     match result {
         Ok(code) => code,
+        Err(e @ RoleError::BadStart(_)) => {
+            log::error!("{e}");
+            // Passed on by the supervisor, so systemd does not restart in a loop.
+            crate::supervisor::EXIT_BAD_CONFIG
+        }
         Err(e) => {
             log::error!("{e}");
             1

@@ -14,6 +14,7 @@
 
 pub mod preflight;
 pub mod spawn;
+pub mod startup;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, ExitStatus};

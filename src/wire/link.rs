@@ -250,6 +250,12 @@ pub enum BlockingRequest {
         /// publish this build's wrapper in the master's file roots and use that.
         wrapper_source: Option<String>,
     },
+    /// Read and parse the configuration files of `dir` whose fingerprint is not in `known`
+    /// (in a child process: a large file must not stall main's loop).
+    LoadConfig {
+        dir: std::path::PathBuf,
+        known: Vec<(std::path::PathBuf, crate::config::Fingerprint)>,
+    },
 }
 
 /// Minions of a target expression, by liveness.
@@ -279,6 +285,8 @@ pub enum BlockingReply {
         outcomes: Vec<LaunchOutcome>,
         hash: String,
     },
+    /// The configuration files read for a `LoadConfig`.
+    ConfigParsed(crate::config::ParsedFiles),
 }
 
 /// Each blocking request's reply, in one place (see `wire::db::calls`).

@@ -34,7 +34,7 @@ fn failure(core: &mut Main, call: CallId, f: AdminFailure) {
     respond(core, call, AdminResponse::Failure(f));
 }
 
-pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: AdminRequest) {
+pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: AdminRequest) {
     let core = &mut role.core;
     if core.recovering
         && matches!(
@@ -199,10 +199,8 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
                     .start(workflow, &mut role.core, std::time::Instant::now());
             }
         }
-        AdminRequest::Reload => {
-            let summary = super::reload(role, ctx);
-            respond(&mut role.core, call, AdminResponse::Done(summary));
-        }
+        // Answered when the reload is applied (`reload::poll`).
+        AdminRequest::Reload => super::reload::request(&mut role.core, Some(call)),
         req @ (AdminRequest::ListJobs { .. }
         | AdminRequest::ShowJob { .. }
         | AdminRequest::FindRuns { .. }

@@ -26,6 +26,7 @@ mod metrics;
 mod missed;
 mod prestage;
 mod recovery;
+mod reload;
 mod run_flow;
 mod run_rules;
 #[cfg(test)]
@@ -179,6 +180,8 @@ pub struct Main {
     pub runtime_maintenance: maintenance::RuntimeMaintenance,
     /// What start-up has loaded from db so far.
     boot: boot::Boot,
+    /// Configuration reloads in flight and asked for.
+    reloads: reload::Reloads,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -443,8 +446,8 @@ impl Controlled for MainRole {
                 stop_when_settled(self, ctx, deadline);
             }
             ControlDown::Reload => {
-                let summary = reload(self, ctx);
-                log::info!("{summary}");
+                reload::request(&mut self.core, None);
+                pump(self, ctx);
             }
             ControlDown::Processes {
                 started_at,
@@ -496,59 +499,6 @@ fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
     }
 }
 
-/// Re-read the configuration and re-plan the schedule; returns a summary line.
-pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
-    let started = Instant::now();
-    let now = Utc::now();
-    let dir = role.core.config.dir.clone();
-    match config::load_dir(&dir, Some(&role.core.config), now) {
-        Ok(loaded) => {
-            for change in role
-                .core
-                .config
-                .saltpeter
-                .startup_only_changes(&loaded.saltpeter)
-            {
-                log::warn!("saltpeter_config.{change} changed: it takes effect at the next start");
-            }
-            let known: std::collections::HashSet<&config::Diagnostic> =
-                role.core.config.diagnostics.iter().collect();
-            for d in loaded.diagnostics.iter().filter(|d| !known.contains(d)) {
-                log::warn!("{d}");
-            }
-            let retention_changed =
-                role.core.config.saltpeter.retention != loaded.saltpeter.retention;
-            let old_maintenance = std::mem::replace(&mut role.core.config, loaded).maintenance;
-            if old_maintenance != role.core.config.maintenance {
-                maintenance::file_changed(&mut role.core, &old_maintenance);
-            }
-            if retention_changed {
-                // New retention applies to the existing history too.
-                role.core.apply_retention_to_all();
-            }
-            ui::config_changed(&mut role.core);
-            role.core.scheduler.plan(role.core.config.valid_jobs(), now);
-            arm_schedule(role, ctx);
-            let jobs = role.core.config.jobs.len();
-            let errors = role
-                .core
-                .config
-                .diagnostics
-                .iter()
-                .filter(|d| d.severity == config::Severity::Error)
-                .count();
-            format!(
-                "configuration reloaded: {jobs} jobs, {errors} errors, in {} ms",
-                started.elapsed().as_millis()
-            )
-        }
-        Err(e) => {
-            log::error!("reload failed: {e}; the previous configuration stays in effect");
-            format!("reload failed: {e}")
-        }
-    }
-}
-
 /// Set the timer for the earliest slot (no polling: the loop sleeps until then).
 fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if let Some(timer) = role.schedule_timer.take() {
@@ -578,6 +528,7 @@ fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 
 /// Start the runs handlers queued, and resume Workflows on the wake keys emitted.
 fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    reload::poll(role, ctx);
     if let Some(reply) = role.core.recovery_reply.take() {
         recovery::recovered(role, ctx, reply);
     }
@@ -807,27 +758,15 @@ fn expire_calls(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     pump(role, ctx);
 }
 
-/// Reload when a file of the configuration directory changed (a cheap metadata scan).
-fn watch_config(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
-    match role.core.config.changed_on_disk() {
-        Ok(true) => {
-            let summary = reload(role, ctx);
-            log::info!("configuration changed on disk; {summary}");
-        }
-        Ok(false) => {}
-        Err(e) => log::warn!("cannot scan the configuration directory: {e}"),
-    }
-}
-
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let now = Utc::now();
     let config = config::load_dir(&args.dirs.config, None, now)
-        .map_err(|e| RoleError::Start(e.to_string()))?;
+        .map_err(|e| RoleError::BadStart(e.to_string()))?;
     for d in &config.diagnostics {
         log::warn!("{d}");
     }
-    let secret =
-        Secret::load_or_create(&args.dirs.secret()).map_err(|e| RoleError::Start(e.to_string()))?;
+    let secret = Secret::load_or_create(&args.dirs.secret())
+        .map_err(|e| RoleError::BadStart(e.to_string()))?;
     let mut ev: EventLoop<MainRole> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let s = args.take_stream("hub")?;
     let (hub, _) = open_link(ev.ctx(), s, Role::Main, Role::Hub, Peer::Hub, on_link)?;
@@ -844,7 +783,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     )?;
     let mut scheduler = Scheduler::default();
     scheduler.plan(config.valid_jobs(), now);
-    ev.ctx().every(CONFIG_SCAN, watch_config);
+    ev.ctx().every(CONFIG_SCAN, reload::watch_config);
     ev.ctx().every(Duration::from_secs(30), report_stalls);
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut role = MainRole {
@@ -884,6 +823,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             api_port: 0,
             runtime_maintenance: maintenance::RuntimeMaintenance::default(),
             boot: boot::Boot::default(),
+            reloads: reload::Reloads::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,
