@@ -89,7 +89,8 @@ fn quickstart_serves_the_dashboard_and_says_how_to_use_it() {
     assert!(qs.line_with("dashboard:").ends_with(&url), "{:?}", qs.lines);
     let token_file = qs.home.path().join("api-token");
     assert!(
-        qs.line_with("log in").contains(&token_file.display().to_string()),
+        qs.line_with("log in")
+            .contains(&token_file.display().to_string()),
         "{:?}",
         qs.lines
     );
@@ -106,11 +107,21 @@ fn quickstart_serves_the_dashboard_and_says_how_to_use_it() {
         Some(client::request(api_port, "GET", "/", &[], b""))
     });
     assert_eq!(page.status, 200, "{}", page.text());
-    assert!(page.text().contains("<title>Saltpeter</title>"), "{}", page.text());
+    assert!(
+        page.text().contains("<title>Saltpeter</title>"),
+        "{}",
+        page.text()
+    );
 
     // The token logs in: the example jobs are there.
     let auth = format!("Bearer {token}");
-    let jobs = client::request(api_port, "GET", "/api/v1/jobs", &[("Authorization", &auth)], b"");
+    let jobs = client::request(
+        api_port,
+        "GET",
+        "/api/v1/jobs",
+        &[("Authorization", &auth)],
+        b"",
+    );
     assert_eq!(jobs.status, 200, "{}", jobs.text());
     assert!(jobs.text().contains("\"hello\""), "{}", jobs.text());
 
@@ -122,7 +133,11 @@ fn quickstart_serves_the_dashboard_and_says_how_to_use_it() {
         .output()
         .expect("saltpeterctl");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("slow_and_batched"), "{stdout}");
 
     // A reader that is gone: no panic, no message, status 0.
@@ -144,7 +159,10 @@ fn ctl_into_closed_pipe(args: &[&str], socket: Option<&Path>) -> (Option<i32>, S
         cmd.env("SALTPETER_SOCKET", socket);
     }
     let out = cmd.output().expect("saltpeterctl");
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
