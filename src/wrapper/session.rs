@@ -25,11 +25,12 @@ use super::WrapperError;
 use super::files;
 use super::link::{Link, LinkEvent};
 use super::outbuf::{OutputBuffer, SpoolFactory};
+use super::patience::Patience;
 use super::running::{Ended, RunFacts, Running, StartFailure};
 use super::settings::{Backoff, Options, Settings};
 use super::spool::Spool;
 use crate::wire::wrapper::{
-    ExitReason, JobSpec, KillReason, PROTOCOL_VERSION, ServerMsg, Stream, WrapperMsg,
+    ExitReason, JobSpec, KillReason, PROTOCOL_VERSION, RejectCode, ServerMsg, Stream, WrapperMsg,
 };
 
 const WS: Token = Token(0);
@@ -78,6 +79,8 @@ struct Session {
     ctrl: VecDeque<WrapperMsg>,
     heartbeat_at: Option<Instant>,
     exited_sent_at: Option<Instant>,
+    /// How long to wait for a lost server (`patience`).
+    patience: Patience,
     abandon: Option<WrapperError>,
     outcome: Option<Result<(), WrapperError>>,
     read_buf: Vec<u8>,
@@ -131,6 +134,7 @@ impl Session {
             ctrl: VecDeque::new(),
             heartbeat_at: None,
             exited_sent_at: None,
+            patience: Patience::new(now, opts.stage_grace),
             abandon: None,
             outcome: None,
             read_buf: vec![0; opts.limits.frame_max.max(4096)],
@@ -188,6 +192,11 @@ impl Session {
         }
     }
 
+    /// While welcomed on an open link: when that server was last heard.
+    fn served(&self) -> Option<Instant> {
+        (self.welcomed && self.link.is_open()).then_some(self.link.last_rx)
+    }
+
     fn heartbeat_interval(&self) -> Duration {
         self.job.as_ref().map_or(DEFAULT_HEARTBEAT, |j| {
             Duration::from_secs(j.heartbeat_s.max(1))
@@ -205,9 +214,12 @@ impl Session {
             self.reconnect_at,
             self.hello_deadline,
             self.link.setup_deadline(),
-            Some(self.link.last_rx + self.settings.give_up),
+            Some(self.patience.last_known(self.served()) + self.settings.give_up),
             self.exited_sent_at.map(|t| t + EXITED_RESEND),
         ];
+        if self.started.is_none() && self.served().is_none() {
+            next.push(Some(self.patience.start_deadline()));
+        }
         if self.link.is_open() {
             next.push(Some(self.link.last_rx + self.liveness_limit()));
         }
@@ -287,6 +299,11 @@ impl Session {
     fn link_down(&mut self, now: Instant, reason: &str) {
         let (mem, spooled) = self.out.buffered_bytes();
         log::warn!("{reason} ({mem} bytes buffered in memory, {spooled} spooled)");
+        if self.welcomed {
+            self.patience.lost(self.link.last_rx, reason);
+        } else {
+            self.patience.trouble(reason);
+        }
         self.link.close();
         self.welcomed = false;
         self.hello_deadline = None;
@@ -330,10 +347,26 @@ impl Session {
                 resume_key,
                 acked_seq,
                 wait_for_go,
-            } => self.on_welcome(now, job, resume_key, acked_seq, wait_for_go),
+                slot_in_ms,
+            } => {
+                let staged = wait_for_go.then(|| slot_in_ms.map(Duration::from_millis));
+                self.on_welcome(now, job, resume_key, acked_seq, staged)
+            }
             ServerMsg::Reject { code, message } => {
                 if code.is_transient() {
                     self.link_down(now, &format!("hub asks to retry later: {message}"));
+                } else if self.started.is_some()
+                    && matches!(code, RejectCode::UnknownRun | RejectCode::BadToken)
+                {
+                    // Another server (another state directory, another secret) may
+                    // answer on this address for a while; the command's output is only
+                    // safe with the server that launched it, so keep it and retry.
+                    let why = format!(
+                        "the server does not know run {} ({code:?}: {message}); the \
+                         command keeps its output and the wrapper retries",
+                        self.settings.run
+                    );
+                    self.link_down(now, &why);
                 } else {
                     log::error!("rejected by the hub ({code:?}): {message}");
                     self.give_up(now, WrapperError::Rejected { code, message });
@@ -387,14 +420,18 @@ impl Session {
         }
     }
 
+    /// `staged` is `Some(time to the slot, if the server said)` for `wait_for_go`.
     fn on_welcome(
         &mut self,
         now: Instant,
         job: JobSpec,
         resume_key: String,
         acked_seq: u64,
-        wait_for_go: bool,
+        staged: Option<Option<Duration>>,
     ) {
+        let wait_for_go = staged.is_some();
+        self.patience
+            .welcomed(now, wait_for_go, staged.and_then(|slot_in| slot_in));
         log::info!(
             "welcome: job {:?}, hub holds output up to seq {acked_seq}",
             job.name
@@ -419,6 +456,11 @@ impl Session {
             } else {
                 self.begin_start(now);
             }
+        } else if !wait_for_go && matches!(self.phase, Phase::AwaitGo) {
+            // The slot came while the link was down: `go` went to nobody, and a server
+            // that no longer asks this wrapper to wait means start.
+            log::info!("welcomed back after the slot without waiting: starting");
+            self.begin_start(now);
         }
         if let Some(stop) = self.early_stop.take() {
             self.on_message(now, stop);
@@ -569,7 +611,21 @@ impl Session {
         if self.link.is_open() && self.link.last_rx + self.liveness_limit() <= now {
             self.link_down(now, "the hub went silent");
         }
-        if self.abandon.is_none() && self.link.last_rx + self.settings.give_up <= now {
+        if self.started.is_none()
+            && self.outcome.is_none()
+            && self.patience.start_abandoned(now, self.served().is_some())
+        {
+            let err = WrapperError::NotStarted {
+                run: self.settings.run,
+                waited: self.patience.unknown_for(now),
+                why: self.patience.why().to_string(),
+            };
+            log::error!("{err}");
+            self.give_up(now, err);
+            return;
+        }
+        let known = self.patience.last_known(self.served());
+        if self.abandon.is_none() && known + self.settings.give_up <= now {
             let limit = self.settings.give_up;
             log::error!("no contact with the hub for {limit:?}; giving up");
             self.give_up(now, WrapperError::GaveUp(limit));

@@ -114,6 +114,18 @@ impl Conn {
             resume_key: key.into(),
             acked_seq,
             wait_for_go,
+            slot_in_ms: None,
+        });
+    }
+
+    /// A pre-staged welcome whose slot is `slot_in` away.
+    pub fn welcome_staged(&mut self, job: &JobSpec, key: &str, slot_in: Duration) {
+        self.send(&ServerMsg::Welcome {
+            job: job.clone(),
+            resume_key: key.into(),
+            acked_seq: 0,
+            wait_for_go: true,
+            slot_in_ms: Some(slot_in.as_millis() as u64),
         });
     }
 
