@@ -54,6 +54,31 @@ impl Peer {
     pub fn accept(&self) -> Conn {
         self.accept_within(Duration::from_secs(20))
     }
+
+    /// A listener on the same address as a peer that went away (a server restarted).
+    pub fn on(url: &str) -> Peer {
+        let addr = url.trim_start_matches("ws://");
+        let listener = TcpListener::bind(addr).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        Peer { listener }
+    }
+
+    /// The next wrapper connection if one is waiting.
+    pub fn try_accept(&self) -> Option<Conn> {
+        match self.listener.accept() {
+            Ok((stream, _)) => {
+                stream.set_nonblocking(false).unwrap();
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(30)))
+                    .unwrap();
+                Some(Conn {
+                    ws: tungstenite::accept(stream).unwrap(),
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
 }
 
 #[derive(Debug)]
