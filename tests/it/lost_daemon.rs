@@ -180,37 +180,52 @@ esac
 
 const STAGED: [&str; 2] = ["st1", "st2"];
 
-/// A daemon on the salt stand-in with one job whose only slot is ~15 s away, so its run
-/// is pre-staged; each target's command removes its marker in `markers`.
+/// A started daemon on the salt stand-in with the wrapper deployed (hashing the debug
+/// wrapper for the first deployment can take longer than the pre-staging lead), then one
+/// job whose only slot is ~12 s away, so its run is pre-staged; each target's command
+/// removes its marker in `markers`.
 fn staged_daemon(
     grace_s: u64,
     markers: &Path,
     logs: &Path,
 ) -> (Daemon, chrono::DateTime<chrono::Utc>) {
-    let d = Daemon::prepare(&[]);
+    let mut d = Daemon::prepare(&[]);
     let salt = fake_salt(d.root.path(), logs, grace_s);
     for m in STAGED {
         std::fs::write(markers.join(m), "").expect("marker");
     }
-    let slot = chrono::Utc::now() + chrono::Duration::seconds(15);
-    let config = format!(
-        "saltpeter_config:\n  executor: salt\n  salt_bin: {salt}\n  wrapper_source: \
-         salt://saltpeter-wrapper\n  default_wrapper_path: {WRAPPER}\n  heartbeat: 1\n  \
-         pickup_timeout: 20\n  machines_ws_port: {}\n",
-        free_port()
+    d.write_config(
+        "02-salt.yaml",
+        &format!(
+            "saltpeter_config:\n  executor: salt\n  salt_bin: {salt}\n  wrapper_source: \
+             salt://saltpeter-wrapper\n  default_wrapper_path: {WRAPPER}\n  heartbeat: 1\n  \
+             pickup_timeout: 20\n  machines_ws_port: {}\n",
+            free_port()
+        ),
     );
-    let job = format!(
-        "staged:\n  schedule: '{} {} {} {} {} *'\n  targets: [{}]\n  command: 'rm {}/$SP_MACHINE'\n",
-        slot.second(),
-        slot.minute(),
-        slot.hour(),
-        slot.day(),
-        slot.month(),
-        STAGED.join(", "),
-        markers.display()
+    d.spawn();
+    d.wait_ready();
+    let out = d.ctl(&["wrapper", "deploy", &STAGED.join(",")]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
-    d.write_config("02-salt.yaml", &config);
-    d.write_config("jobs.yaml", &job);
+    let slot = chrono::Utc::now() + chrono::Duration::seconds(12);
+    d.write_config(
+        "jobs.yaml",
+        &format!(
+            "staged:\n  schedule: '{} {} {} {} {} *'\n  targets: [{}]\n  command: 'rm {}/$SP_MACHINE'\n",
+            slot.second(),
+            slot.minute(),
+            slot.hour(),
+            slot.day(),
+            slot.month(),
+            STAGED.join(", "),
+            markers.display()
+        ),
+    );
     (d, slot)
 }
 
@@ -231,6 +246,14 @@ fn await_staged(d: &Daemon, slot: chrono::DateTime<chrono::Utc>) {
     );
 }
 
+/// The staged wrappers' pids (once the launches' intermediate processes are gone).
+fn staged_wrappers(logs: &Path) -> Vec<u32> {
+    wait_until("one process per staged wrapper", HANG, || {
+        let pids = pids_with(path_str(logs));
+        (pids.len() == STAGED.len()).then_some(pids)
+    })
+}
+
 #[test]
 fn staged_wrappers_of_a_daemon_stopped_for_good_give_up_without_running() {
     for how in [Stop::Ordered, Stop::Crash] {
@@ -239,11 +262,8 @@ fn staged_wrappers_of_a_daemon_stopped_for_good_give_up_without_running() {
         std::fs::create_dir_all(&markers).expect("markers dir");
         std::fs::create_dir_all(&logs).expect("logs dir");
         let (mut d, slot) = staged_daemon(1, &markers, &logs);
-        d.spawn();
-        d.wait_ready();
         await_staged(&d, slot);
-        let wrappers = pids_with(path_str(&logs));
-        assert_eq!(wrappers.len(), STAGED.len(), "{}", d.log_text());
+        let wrappers = staged_wrappers(&logs);
         stop(&mut d, how);
         for pid in &wrappers {
             wait_until("the staged wrapper to give up", 2 * HANG, || {
@@ -270,10 +290,8 @@ fn staged_wrappers_reattach_to_a_daemon_restarted_on_the_same_state() {
     std::fs::create_dir_all(&markers).expect("markers dir");
     std::fs::create_dir_all(&logs).expect("logs dir");
     let (mut d, slot) = staged_daemon(60, &markers, &logs);
-    d.spawn();
-    d.wait_ready();
     await_staged(&d, slot);
-    let wrappers = pids_with(path_str(&logs));
+    let wrappers = staged_wrappers(&logs);
     stop(&mut d, Stop::Ordered);
     let out = d.cleanup();
     assert!(
