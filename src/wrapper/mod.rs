@@ -69,11 +69,11 @@ pub enum WrapperError {
     GaveUp(Duration),
     #[error(
         "gave up before starting the command of run {run}: no server has known the run \
-         for {waited:?} and its slot plus the grace has passed (last: {why}); nothing was run"
+         for {waited_s} s and its slot plus the grace has passed (last: {why}); nothing was run"
     )]
     NotStarted {
         run: u64,
-        waited: Duration,
+        waited_s: u64,
         why: String,
     },
     #[error("stopped by signal {0} before the run finished")]

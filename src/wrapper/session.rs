@@ -491,12 +491,12 @@ impl Session {
             && self.outcome.is_none()
             && self.patience.start_abandoned(now, self.served().is_some())
         {
+            log::info!("the slot plus the stage grace has passed with no server; giving up");
             let err = WrapperError::NotStarted {
                 run: self.settings.run,
-                waited: self.patience.unknown_for(now),
+                waited_s: self.patience.unknown_for(now).as_secs(),
                 why: self.patience.why().to_string(),
             };
-            log::error!("{err}");
             self.give_up(now, err);
             return;
         }
