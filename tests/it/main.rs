@@ -13,6 +13,7 @@ mod daemon;
 mod durability;
 mod hub;
 mod jobs;
+mod lost_daemon;
 mod maintenance;
 mod quickstart;
 mod reload;
