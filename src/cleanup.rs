@@ -35,7 +35,7 @@ pub fn main() -> i32 {
         }
     };
     crate::logging::init("cleanup", false);
-    let startup = crate::startup::settings(&args.dirs.config).ok();
+    let startup = crate::supervisor::startup::settings(&args.dirs.config).ok();
     let dirs = args.dirs.resolve((
         startup.as_ref().and_then(|s| s.state_dir.as_deref()),
         startup.as_ref().and_then(|s| s.runtime_dir.as_deref()),

@@ -1,13 +1,15 @@
 //! `saltpeter-daemon`: argument parsing and the choice between supervisor and child role.
 //!
 //! Started by people or systemd it is the supervisor; started by the supervisor with the
-//! hidden `--role` argument it is one of the four children.
+//! hidden `--role` argument it is one of the four children; started by `blocking` with a
+//! hidden helper argument (`--load-config`, `--publish-wrapper`, `--hash-wrapper`) it does
+//! that one slow task and exits (`roles/blocking/helpers.rs`).
 
 use clap::Parser;
 
+use crate::ipc::Role;
 use crate::paths::{self, Dirs};
 use crate::supervisor::{self, Policy, preflight};
-use crate::wire::link::Role;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,6 +29,17 @@ pub struct Args {
     /// Internal: an inherited descriptor, NAME=NUMBER.
     #[arg(long = "fd", hide = true)]
     pub fds: Vec<String>,
+    /// Internal (helper of `blocking`): read and parse the changed configuration files of
+    /// DIR, known fingerprints on stdin, the parsed files on stdout.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub load_config: Option<std::path::PathBuf>,
+    /// Internal (helper of `blocking`): publish the wrapper binary in the master's file
+    /// root (salt configuration directory given or /etc/salt) and print its hash.
+    #[arg(long, hide = true, num_args = 0..=1, value_name = "SALT_CONFIG_DIR")]
+    pub publish_wrapper: Option<Option<String>>,
+    /// Internal (helper of `blocking`): print the wrapper binary's hash.
+    #[arg(long, hide = true)]
+    pub hash_wrapper: bool,
 }
 
 /// Exit code for a bad start (configuration, directories, ports): systemd must not
@@ -41,6 +54,16 @@ pub fn main() -> i32 {
             return if e.use_stderr() { EXIT_BAD_START } else { 0 };
         }
     };
+    use crate::roles::blocking::helpers::{self, Helper};
+    if let Some(dir) = &args.load_config {
+        return helpers::run(Helper::LoadConfig(dir.clone()));
+    }
+    if let Some(salt_config_dir) = &args.publish_wrapper {
+        return helpers::run(Helper::PublishWrapper(salt_config_dir.clone()));
+    }
+    if args.hash_wrapper {
+        return helpers::run(Helper::HashWrapper);
+    }
     match &args.role {
         Some(role) => run_child(&args, role),
         None => run_supervisor(&args),
@@ -76,7 +99,7 @@ fn run_child(args: &Args, role: &str) -> i32 {
 
 fn run_supervisor(args: &Args) -> i32 {
     crate::logging::init(Role::Supervisor.name(), args.debug);
-    let startup = match crate::startup::settings(&args.dirs.config) {
+    let startup = match crate::supervisor::startup::settings(&args.dirs.config) {
         Ok(s) => s,
         Err(e) => {
             log::error!("{e}");

@@ -10,14 +10,22 @@
 //! ```
 //!
 //! Modules:
+//! - `access`: who may use the admin socket (peer credentials, admin group)
+//! - `cleanup`: `saltpeter-cleanup`, repairing what a crashed daemon left behind
+//! - `config`: the configuration directory: YAML files loaded, validated, diagnosed
+//! - `ctl`: `saltpeterctl`, the admin tool over the admin socket
+//! - `daemon`: `saltpeter-daemon`'s arguments: supervisor, child role or helper mode
 //! - `evloop`: the mio event loop (listeners, timers, signals, children with drained pipes)
 //! - `ipc`: frames, codec, typed channels, calls with deadlines
-//! - `wire`: messages crossing process and network boundaries
-//! - `supervisor`: start-up checks, spawning, ordered stop, sd_notify
-//! - `roles`: the four child processes
-//! - `logging`, `paths`: shared plumbing
-//! - `access`: who may use the admin socket
+//! - `logging`: log set-up, the role on every line
 //! - `metrics`: histograms and the Prometheus text format for `/metrics`
+//! - `paths`: where the configuration, state and runtime files live
+//! - `roles`: the four child processes (hub, main, db, blocking)
+//! - `schedule`: cron fields and when a job fires, as pure functions of `now`
+//! - `supervisor`: start-up settings and checks, spawning, ordered stop, sd_notify
+//! - `wire`: messages crossing process and network boundaries
+//! - `workflow`: the step engine behind every job run in `main`
+//! - `wrapper`: `saltpeter-wrapper`, which runs a job on a target and reports to the hub
 
 pub mod access;
 pub mod cleanup;
@@ -31,7 +39,6 @@ pub mod metrics;
 pub mod paths;
 pub mod roles;
 pub mod schedule;
-pub mod startup;
 pub mod supervisor;
 pub mod wire;
 pub mod workflow;

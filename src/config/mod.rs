@@ -4,16 +4,17 @@
 //! This module is pure library code: it reads files and returns a [`LoadedConfig`]; when to
 //! reload (SIGHUP, `saltpeterctl reload`, a changed [`Fingerprint`]) is the daemon's business.
 //!
-//! Outline of [`load_dir`]:
+//! Outline of [`load_dir`] ([`parse_changed`], then [`load_parsed`]):
 //! 1. List `*.yaml` and `*.yml` (not recursive), sorted by path; fingerprint each
 //!    (length, mtime, ctime, inode) so [`LoadedConfig::changed_on_disk`] is a cheap `stat` scan.
-//! 2. Parse each file into a tree that keeps positions (`yaml.rs`, on serde-saphyr's event
-//!    parser). A file that fails to parse, or whose top level is not a mapping, is an error
-//!    diagnostic, and its last good tree from `previous` is used instead, so its jobs keep
-//!    running until it is fixed.
+//! 2. Parse each changed file (at most [`MAX_FILE_BYTES`]) into a tree that keeps positions
+//!    (`files.rs`, `yaml.rs` on serde-saphyr's event parser). This is the slow step; main's
+//!    reloads run it in a child process of `blocking`. A file that fails to parse, or whose
+//!    top level is not a mapping, is an error diagnostic, and its last good tree from
+//!    `previous` is used instead, so its jobs keep running until it is fixed.
 //! 3. Merge `saltpeter_config` from all files key by key (`saltpeter.rs`), then
 //!    `saltpeter_maintenance`.
-//! 4. Validate every job on its own (`read_job.rs`), with the merged settings as defaults. A bad
+//! 4. Validate every job on its own (`load_jobs.rs`, `read_job.rs`), with the merged settings as defaults. A bad
 //!    job becomes a listed but disabled [`InvalidJob`]; the others are unaffected. A job name
 //!    in two files is an error in both places, and neither definition runs.
 //!
@@ -27,7 +28,9 @@
 //! for compatibility with the original Saltpeter are warnings, never errors.
 
 mod cache;
+mod files;
 mod job;
+mod load_jobs;
 mod read_job;
 mod saltpeter;
 mod types;
@@ -38,10 +41,11 @@ mod yaml;
 mod reload_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod yaml_tests;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -55,11 +59,17 @@ pub use saltpeter::{
 };
 pub use types::{Executor, MIB, Missed, OutputLimit, Overlap, TargetType};
 
-use cache::{CachedJob, DefaultsKey, JobCache};
+pub use files::{
+    MAX_FILE_BYTES, MAX_TREE_BYTES, Parse, ParsedFile, ParsedFiles, load_settings, parse_changed,
+    scan_dir,
+};
+
+use cache::JobCache;
+use load_jobs::load_jobs;
 use read_job::JobDefaults;
 use saltpeter::Section;
-use values::{Sink, diagnostic};
-use yaml::{Node, NodeKind, Pos};
+use values::diagnostic;
+use yaml::{Node, NodeKind};
 
 /// The special top-level keys; every other top-level key is a job name.
 const CONFIG_KEY: &str = "saltpeter_config";
@@ -122,7 +132,7 @@ impl fmt::Display for Diagnostic {
 }
 
 /// What identifies a file's content cheaply: if none of these changed, the file did not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Fingerprint {
     pub len: u64,
     pub modified: Option<SystemTime>,
@@ -240,49 +250,20 @@ impl LoadedConfig {
             .collect()
     }
 
+    /// The files whose tree the next load may reuse without reading them again: those
+    /// loaded as they are now (a file that failed is read again, so its error is too).
+    pub fn reusable_fingerprints(&self) -> BTreeMap<PathBuf, Fingerprint> {
+        self.files
+            .iter()
+            .filter(|(_, s)| s.state == FileState::Loaded)
+            .map(|(p, s)| (p.clone(), s.fingerprint))
+            .collect()
+    }
+
     /// Whether a file was added, removed or changed since this was loaded (a `stat` per file).
     pub fn changed_on_disk(&self) -> Result<bool, ConfigDirError> {
         Ok(scan_dir(&self.dir)? != self.fingerprints())
     }
-}
-
-/// Lists the `*.yaml` and `*.yml` files of `dir` (not recursive) with their fingerprints.
-pub fn scan_dir(dir: &Path) -> Result<BTreeMap<PathBuf, Fingerprint>, ConfigDirError> {
-    let read_error = |source| ConfigDirError::Read {
-        path: dir.to_path_buf(),
-        source,
-    };
-    let meta = std::fs::metadata(dir).map_err(read_error)?;
-    if !meta.is_dir() {
-        return Err(ConfigDirError::NotADirectory {
-            path: dir.to_path_buf(),
-        });
-    }
-    let mut files = BTreeMap::new();
-    for entry in std::fs::read_dir(dir).map_err(read_error)? {
-        let entry = entry.map_err(read_error)?;
-        let path = entry.path();
-        let is_yaml = path.extension().is_some_and(|e| e == "yaml" || e == "yml");
-        let hidden = entry.file_name().to_string_lossy().starts_with('.');
-        if !is_yaml || hidden {
-            continue;
-        }
-        // Follows symlinks; a dangling link or a directory named x.yaml is skipped.
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if !meta.is_file() {
-            continue;
-        }
-        let fingerprint = Fingerprint {
-            len: meta.len(),
-            modified: meta.modified().ok(),
-            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
-            inode: meta.ino(),
-        };
-        files.insert(path, fingerprint);
-    }
-    Ok(files)
 }
 
 /// Validates a directory without a daemon: [`load_dir`] with no previous state.
@@ -298,18 +279,43 @@ pub fn load_dir(
     previous: Option<&LoadedConfig>,
     now: DateTime<Utc>,
 ) -> Result<LoadedConfig, ConfigDirError> {
-    let listed = scan_dir(dir)?;
+    let known = previous
+        .map(LoadedConfig::reusable_fingerprints)
+        .unwrap_or_default();
+    let parsed = parse_changed(dir, &known, None)?;
+    Ok(load_parsed(dir, parsed, previous, now))
+}
+
+/// The rest of a load once the files are read ([`parse_changed`], here or in a child
+/// process): merge the settings and validate the jobs, reusing what did not change. No
+/// file is read here, so main can run it inside its loop.
+pub fn load_parsed(
+    dir: &Path,
+    parsed: ParsedFiles,
+    previous: Option<&LoadedConfig>,
+    now: DateTime<Utc>,
+) -> LoadedConfig {
     let mut diagnostics = Vec::new();
     let mut files = BTreeMap::new();
-    for (path, fingerprint) in listed {
+    for ParsedFile {
+        path,
+        fingerprint,
+        outcome,
+    } in parsed.files
+    {
         let previous_status = previous.and_then(|p| p.files.get(&path));
         let previous_tree = previous_status.and_then(|s| s.tree.clone());
-        let unchanged = previous_status
-            .filter(|s| s.fingerprint == fingerprint && s.state == FileState::Loaded)
-            .and_then(|s| s.tree.clone());
-        let read = match unchanged {
-            Some(tree) => Ok(tree),
-            None => read_tree(&path),
+        let read = match outcome {
+            Parse::Parsed(node) => Ok(Arc::new(node)),
+            Parse::Failed { pos, message } => Err((pos, message)),
+            Parse::Unchanged | Parse::Deferred => {
+                // As in the previous load (a deferred or unknown file is taken up at the
+                // next scan: its fingerprint there still differs).
+                if let Some(status) = previous_status {
+                    files.insert(path, status.clone());
+                }
+                continue;
+            }
         };
         let (state, tree) = match read {
             Ok(tree) => (FileState::Loaded, Some(tree)),
@@ -382,7 +388,7 @@ pub fn load_dir(
     );
 
     diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
-    Ok(LoadedConfig {
+    LoadedConfig {
         dir: dir.to_path_buf(),
         jobs,
         saltpeter,
@@ -391,211 +397,5 @@ pub fn load_dir(
         files,
         saltpeter_good,
         job_cache: Arc::new(job_cache),
-    })
-}
-
-/// Only the merged `saltpeter_config`, for processes that need settings and no jobs (the
-/// supervisor, the hub). Files whose text does not mention `saltpeter_config` are not
-/// parsed, and no job is validated, so this stays cheap with thousands of jobs; problems
-/// are left to main, which loads everything and reports them.
-pub fn load_settings(dir: &Path) -> Result<SaltpeterConfig, ConfigDirError> {
-    let mut trees = Vec::new();
-    for path in scan_dir(dir)?.into_keys() {
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        if !text.contains(CONFIG_KEY) {
-            continue;
-        }
-        if let Ok(tree) = parse_tree(&text) {
-            trees.push((path, tree));
-        }
     }
-    let mut sections = Vec::new();
-    for (path, tree) in &trees {
-        if let NodeKind::Map(pairs) = &tree.kind {
-            sections.extend(
-                pairs
-                    .iter()
-                    .filter(|(key, _)| key.scalar() == Some(CONFIG_KEY))
-                    .map(|(_, node)| Section { file: path, node }),
-            );
-        }
-    }
-    let mut ignored = Vec::new();
-    Ok(saltpeter::merge_saltpeter(&sections, None, &mut ignored).0)
-}
-
-/// Reads and parses one file; its top level must be a mapping (an empty file is an empty one).
-fn read_tree(path: &Path) -> Result<Arc<Node>, (Pos, String)> {
-    let whole_file = Pos { line: 0, column: 0 };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| (whole_file, format!("could not read the file: {e}")))?;
-    parse_tree(&text)
-}
-
-fn parse_tree(text: &str) -> Result<Arc<Node>, (Pos, String)> {
-    match yaml::parse(text) {
-        Ok(Some(node)) if matches!(node.kind, NodeKind::Map(_)) || node.is_null() => {
-            Ok(Arc::new(node))
-        }
-        Ok(Some(node)) => Err((
-            node.pos,
-            format!(
-                "expected a mapping of job names to jobs at the top level, found {}",
-                node.describe()
-            ),
-        )),
-        Ok(None) => Ok(Arc::new(Node {
-            kind: NodeKind::Map(Vec::new()),
-            pos: Pos { line: 1, column: 1 },
-        })),
-        Err(err) => Err((err.pos, format!("YAML syntax error: {}", err.message))),
-    }
-}
-
-/// A job definition found in a file: where its name is, and its mapping.
-struct Definition<'a> {
-    file: &'a Path,
-    tree: &'a Arc<Node>,
-    group: String,
-    pos: Pos,
-    node: &'a Node,
-}
-
-fn load_jobs(
-    files: &BTreeMap<PathBuf, FileStatus>,
-    defaults: &JobDefaults<'_>,
-    previous: Option<(&JobCache, &BTreeMap<String, JobEntry>)>,
-    out: &mut Vec<Diagnostic>,
-) -> (BTreeMap<String, JobEntry>, JobCache) {
-    let mut definitions: BTreeMap<String, Vec<Definition<'_>>> = BTreeMap::new();
-    for (path, status) in files {
-        let Some(tree) = status.tree.as_ref() else {
-            continue;
-        };
-        let NodeKind::Map(pairs) = &tree.kind else {
-            continue;
-        };
-        let group = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let mut sink = Sink {
-            file: path,
-            out: &mut *out,
-        };
-        for (key, value) in pairs {
-            let Some(name) = key.scalar() else {
-                sink.push(
-                    Severity::Error,
-                    key.pos,
-                    None,
-                    format!(
-                        "a job name must be a plain string, found {}",
-                        key.describe()
-                    ),
-                );
-                continue;
-            };
-            if name == CONFIG_KEY || name == MAINTENANCE_KEY {
-                continue;
-            }
-            if name.trim().is_empty() || name.contains('/') || name.chars().any(char::is_control) {
-                sink.push(Severity::Error, key.pos, Some(name), format!("job name {} is not valid: it must be non-empty, without `/` or control characters", values::found(key)));
-                continue;
-            }
-            let list = definitions.entry(name.to_string()).or_default();
-            if let Some(same_file) = list.iter_mut().find(|d| d.file == path.as_path()) {
-                sink.push(Severity::Warning, key.pos, Some(name), format!("job `{name}` is defined twice in this file (first at line {}); this later definition is used", same_file.pos.line));
-                same_file.pos = key.pos;
-                same_file.node = value;
-                continue;
-            }
-            list.push(Definition {
-                file: path,
-                tree,
-                group: group.clone(),
-                pos: key.pos,
-                node: value,
-            });
-        }
-    }
-
-    let defaults_key = DefaultsKey::of(defaults);
-    let mut jobs = BTreeMap::new();
-    let mut cache = JobCache::with_capacity(definitions.len());
-    for (name, defs) in definitions {
-        let [def] = defs.as_slice() else {
-            jobs.insert(name.clone(), duplicate_job(&name, &defs, out));
-            continue;
-        };
-        let key = (def.file.to_path_buf(), name);
-        let reusable = previous.and_then(|(cache, jobs)| {
-            let cached = cache.get(&key).filter(|c| {
-                Arc::ptr_eq(&c.tree, def.tree) && c.pos == def.pos && c.defaults == defaults_key
-            })?;
-            Some((cached, jobs.get(&key.1)?))
-        });
-        let (cached, entry) = match reusable {
-            Some((cached, entry)) => (cached.clone(), entry.clone()),
-            None => {
-                let first = out.len();
-                let mut sink = Sink {
-                    file: def.file,
-                    out: &mut *out,
-                };
-                let name = &key.1;
-                let entry = match read_job::read_job(
-                    name, &def.group, def.pos, def.node, defaults, &mut sink,
-                ) {
-                    Ok(job) => JobEntry::Valid(Arc::new(job)),
-                    Err(errors) => JobEntry::Invalid(InvalidJob {
-                        name: name.clone(),
-                        group: def.group.clone(),
-                        file: def.file.to_path_buf(),
-                        line: def.pos.line,
-                        errors,
-                    }),
-                };
-                let diagnostics = out.split_off(first);
-                let cached = CachedJob {
-                    tree: Arc::clone(def.tree),
-                    pos: def.pos,
-                    defaults: defaults_key.clone(),
-                    diagnostics,
-                };
-                (cached, entry)
-            }
-        };
-        out.extend(cached.diagnostics.iter().cloned());
-        jobs.insert(key.1.clone(), entry);
-        cache.insert(key, cached);
-    }
-    (jobs, cache)
-}
-
-/// The same job name in several files: an error at each, and an invalid entry.
-fn duplicate_job(name: &str, defs: &[Definition<'_>], out: &mut Vec<Diagnostic>) -> JobEntry {
-    let places: Vec<String> = defs
-        .iter()
-        .map(|d| format!("{} (line {})", d.file.display(), d.pos.line))
-        .collect();
-    let message = format!(
-        "job `{name}` is defined in several files: {}; none of them is loaded until only one remains",
-        places.join(" and ")
-    );
-    let errors: Vec<Diagnostic> = defs
-        .iter()
-        .map(|d| diagnostic(d.file, Severity::Error, d.pos, Some(name), message.clone()))
-        .collect();
-    out.extend(errors.iter().cloned());
-    let first = defs.first();
-    JobEntry::Invalid(InvalidJob {
-        name: name.to_string(),
-        group: first.map(|d| d.group.clone()).unwrap_or_default(),
-        file: first.map(|d| d.file.to_path_buf()).unwrap_or_default(),
-        line: first.map_or(0, |d| d.pos.line),
-        errors,
-    })
 }

@@ -286,3 +286,54 @@ fn settings_alone_match_a_full_load() {
     assert_eq!(settings, load(dir.path(), None).saltpeter);
     assert_eq!((settings.machines_ws_port, settings.heartbeat_s), (9999, 3));
 }
+
+#[test]
+fn settings_read_once_at_start_are_reported_as_start_only() {
+    let dir = tempdir();
+    write(dir.path(), "a.yaml", "saltpeter_config:\n  heartbeat: 5\n");
+    let first = load(dir.path(), None);
+    write(
+        dir.path(),
+        "a.yaml",
+        "saltpeter_config:\n  heartbeat: 5\n  hello_timeout: 20\n  max_message_bytes: 2048\n  \
+         database_max_size: 1000000\n",
+    );
+    let second = load(dir.path(), Some(&first));
+    let changes = first.saltpeter.startup_only_changes(&second.saltpeter);
+    for key in ["hello_timeout", "max_message_bytes", "database_max_size"] {
+        assert!(STARTUP_ONLY_KEYS.contains(&key), "{key}");
+        assert!(changes.contains(&key), "{key} not reported: {changes:?}");
+    }
+}
+
+#[test]
+fn a_file_over_the_size_limit_is_an_error_and_its_last_good_version_stays() {
+    let dir = tempdir();
+    write(dir.path(), "a.yaml", MINIMAL);
+    let first = load(dir.path(), None);
+    job(&first, "backup");
+
+    let mut big = String::from(MINIMAL);
+    let filler = format!("# {}\n", "x".repeat(1000));
+    while (big.len() as u64) <= MAX_FILE_BYTES {
+        big.push_str(&filler);
+    }
+    write(dir.path(), "a.yaml", &big);
+    let second = load(dir.path(), Some(&first));
+    job(&second, "backup");
+    let path = dir.path().join("a.yaml");
+    let errors = messages(&second, Severity::Error);
+    assert!(
+        errors.len() == 1
+            && errors[0].starts_with(&format!("{}:0:0:", path.display()))
+            && errors[0].contains("larger than the limit of 4 MiB")
+            && errors[0].ends_with("the previous version of this file stays in effect"),
+        "{errors:?}"
+    );
+    assert_eq!(
+        second.files[&path].state,
+        FileState::Failed {
+            kept_previous: true
+        }
+    );
+}

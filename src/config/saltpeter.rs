@@ -201,6 +201,9 @@ pub const STARTUP_ONLY_KEYS: &[&str] = &[
     "api_request_timeout",
     "api_idle_timeout",
     "api_max_connections",
+    "hello_timeout",
+    "max_message_bytes",
+    "database_max_size",
 ];
 
 pub(crate) const SALTPETER_KEYS: &[&str] = &[
@@ -273,6 +276,10 @@ impl SaltpeterConfig {
             "api_request_timeout" => self.api_request_timeout_s != newer.api_request_timeout_s,
             "api_idle_timeout" => self.api_idle_timeout_s != newer.api_idle_timeout_s,
             "api_max_connections" => self.api_max_connections != newer.api_max_connections,
+            // Read by the hub (wrapper limits) and db (the file cap) when they start.
+            "hello_timeout" => self.hello_timeout_s != newer.hello_timeout_s,
+            "max_message_bytes" => self.max_message_bytes != newer.max_message_bytes,
+            "database_max_size" => self.database_max_size != newer.database_max_size,
             _ => false,
         };
         STARTUP_ONLY_KEYS

@@ -100,10 +100,21 @@ struct ExitListener {
 /// Start `cmd` with drained pipes; `on_exit` runs in the loop when it is done.
 pub fn spawn<S: 'static>(
     ctx: &mut Ctx<S>,
-    mut cmd: Command,
+    cmd: Command,
     on_exit: impl FnOnce(&mut S, &mut Ctx<S>, ChildOutput) + 'static,
 ) -> io::Result<ChildId> {
-    cmd.stdin(Stdio::null())
+    spawn_with_stdin(ctx, cmd, Stdio::null(), on_exit)
+}
+
+/// [`spawn`] with `stdin` as the child's input (a file already written, e.g. a memfd:
+/// nothing is written to the child from the loop).
+pub fn spawn_with_stdin<S: 'static>(
+    ctx: &mut Ctx<S>,
+    mut cmd: Command,
+    stdin: Stdio,
+    on_exit: impl FnOnce(&mut S, &mut Ctx<S>, ChildOutput) + 'static,
+) -> io::Result<ChildId> {
+    cmd.stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn()?;

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use super::MAX_FRAME;
 use super::codec::{self, CodecError};
 use super::frame::{FrameError, FrameReader, WriteQueue, encode_frame};
-use crate::wire::link::{Hello, PROTO_VERSION, Role};
+use super::hello::{Hello, PROTO_VERSION, Role};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChannelError {

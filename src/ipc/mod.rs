@@ -5,16 +5,18 @@
 //! - `frame`: splitting a byte stream into frames, rejecting oversize ones before any
 //!   allocation, and a write queue flushed on writability (never a blocking write);
 //! - `codec`: typed payloads to and from bytes, with a size limit;
-//! - `channel`: a typed `Channel<Tx, Rx>` over a non-blocking socket, with the versioned
-//!   `Hello` that opens every link;
+//! - `hello`: the `Hello` (role, protocol version, pid) that opens every link;
+//! - `channel`: a typed `Channel<Tx, Rx>` over a non-blocking socket, checking that hello;
 //! - `rpc`: call ids, deadlines and the `PeerGone` / `Timeout` failures of pending calls.
 
 pub mod channel;
 pub mod codec;
 pub mod frame;
+pub mod hello;
 pub mod rpc;
 
 pub use channel::{Channel, ChannelError};
+pub use hello::{Hello, PROTO_VERSION, Role};
 pub use rpc::{CallError, CallId, PendingCalls};
 
 /// Largest frame accepted on any internal link (16 MiB): output chunks are at most a few

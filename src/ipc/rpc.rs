@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::link::Role;
+use super::hello::Role;
 
 pub type CallId = u64;
 
@@ -50,6 +50,44 @@ pub enum CallError {
     Timeout(Role, Duration),
     #[error(transparent)]
     Remote(#[from] RemoteError),
+    /// The peer answered with the reply of another kind of request: two builds disagree
+    /// about the link, or one has a bug.
+    #[error("the {peer} process answered {call} with {reply}")]
+    WrongReply {
+        peer: Role,
+        call: &'static str,
+        reply: String,
+    },
+}
+
+/// One kind of request on a link, bound to the one reply shape it expects. The link's
+/// reply enum `R` is unpacked here and nowhere else, so "peer answered X with an
+/// impossible Y" is one `CallError::WrongReply` instead of an arm at every caller. The
+/// links declare their kinds with `wire::calls!`.
+pub trait Call<R: std::fmt::Debug> {
+    /// What the caller gets from a reply of the right shape.
+    type Reply;
+    /// Who answers (for the error).
+    const PEER: Role;
+    /// The request's name (for the error).
+    const NAME: &'static str;
+
+    /// The value, or the reply back when it has another shape.
+    fn unpack(reply: R) -> Result<Self::Reply, R>;
+
+    /// A call's outcome as the typed value.
+    fn take(result: Result<R, CallError>) -> Result<Self::Reply, CallError> {
+        Self::unpack(result?).map_err(|other| {
+            // The variant and a little of its payload is enough to see the mismatch;
+            // an output reply can be megabytes.
+            let reply: String = format!("{other:?}").chars().take(120).collect();
+            CallError::WrongReply {
+                peer: Self::PEER,
+                call: Self::NAME,
+                reply,
+            }
+        })
+    }
 }
 
 struct Pending<T> {

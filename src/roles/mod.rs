@@ -20,9 +20,10 @@ use mio::event::Event;
 use mio::{Interest, Token};
 
 use crate::evloop::{Ctx, Flow, Forward};
+use crate::ipc::Role;
 use crate::ipc::{Channel, ChannelError};
 use crate::paths::Dirs;
-use crate::wire::link::{ControlDown, ControlUp, Role};
+use crate::wire::link::{ControlDown, ControlUp};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RoleError {
@@ -37,6 +38,10 @@ pub enum RoleError {
     Link(#[from] ChannelError),
     #[error("{0}")]
     Start(String),
+    /// The configuration (or a file the operator keeps beside it, such as the server
+    /// secret) cannot be used: restarting will not help until someone fixes it.
+    #[error("{0}")]
+    BadStart(String),
 }
 
 impl RoleError {
@@ -203,6 +208,11 @@ pub fn run(args: RoleArgs) -> i32 {
     };
     match result {
         Ok(code) => code,
+        Err(e @ RoleError::BadStart(_)) => {
+            log::error!("{e}");
+            // Passed on by the supervisor, so systemd does not restart in a loop.
+            crate::supervisor::EXIT_BAD_CONFIG
+        }
         Err(e) => {
             log::error!("{e}");
             1

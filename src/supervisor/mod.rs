@@ -14,6 +14,7 @@
 
 pub mod preflight;
 pub mod spawn;
+pub mod startup;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, ExitStatus};
@@ -26,8 +27,9 @@ use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 
 use crate::evloop::{Ctx, EventLoop, Flow, Forward, Listener, signals};
+use crate::ipc::Role;
 use crate::ipc::{Channel, ChannelError};
-use crate::wire::link::{ControlDown, ControlUp, ProcessInfo, Role};
+use crate::wire::link::{ControlDown, ControlUp, ProcessInfo};
 use preflight::{Prepared, StartError};
 use spawn::NamedFd;
 

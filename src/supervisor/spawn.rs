@@ -12,8 +12,8 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+use crate::ipc::Role;
 use crate::paths::Dirs;
-use crate::wire::link::Role;
 
 /// First descriptor number handed to children (0-2 are stdio).
 const FIRST_CHILD_FD: RawFd = 3;

@@ -3,64 +3,22 @@
 //! ```text
 //! supervisor <-> every child   control: Ready, Shutdown, Reload, process table
 //! hub  <-> main                 admin requests, wrapper sessions (hello, output, exits)
-//! main <-> db                   (in `db` role module) runs, targets, output, events
+//! main <-> db                   (`wire/db.rs`) runs, targets, output, events
 //! main <-> blocking             launching wrappers, resolving targets
 //! ```
-//! Each link carries `ipc::rpc::Packet<Req, Rep>` values after the `Hello`.
+//! Where a link has two ends in different files, a `type` alias names what each side
+//! sends, so both ends name the same types.
+//! Each link carries `ipc::rpc::Packet<Req, Rep>` values after the `Hello` (which, with
+//! `Role`, belongs to `ipc`: the framing layer names no message of any link).
 
 use serde::{Deserialize, Serialize};
 
-use super::Redacted;
 use super::admin::{AdminRequest, AdminResponse};
 use super::records::{Millis, RunId};
 use super::wrapper::{ExitReason, JobSpec, RejectCode, ServerMsg, Stream};
-
-/// Version of the internal link protocol; every binary of one build shares it.
-pub const PROTO_VERSION: u32 = 1;
-
-/// Who is at the other end of a link.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Role {
-    Supervisor,
-    Hub,
-    Main,
-    Db,
-    Blocking,
-    Ctl,
-}
-
-impl Role {
-    pub const CHILDREN: [Role; 4] = [Role::Hub, Role::Main, Role::Db, Role::Blocking];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Supervisor => "supervisor",
-            Role::Hub => "hub",
-            Role::Main => "main",
-            Role::Db => "db",
-            Role::Blocking => "blocking",
-            Role::Ctl => "saltpeterctl",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Role> {
-        Role::CHILDREN.into_iter().find(|r| r.name() == name)
-    }
-}
-
-impl std::fmt::Display for Role {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// First frame on every link.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hello {
-    pub role: Role,
-    pub proto_version: u32,
-    pub pid: u32,
-}
+use super::{NoReply, Redacted};
+use crate::config::TargetType;
+use crate::ipc::rpc::Packet;
 
 /// A process of the daemon, as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,6 +124,8 @@ pub enum WrapperVerdict {
         resume_key: Redacted,
         acked_seq: u64,
         wait_for_go: bool,
+        /// `welcome.slot_in_ms`: time to the slot of a pre-staged run.
+        slot_in_ms: Option<u64>,
     },
     Reject {
         code: RejectCode,
@@ -281,7 +241,7 @@ pub enum BlockingRequest {
     Resolve {
         salt: SaltSettings,
         target: String,
-        target_type: String,
+        target_type: SaltTargetType,
     },
     /// Put this build's wrapper at `wrapper_path` on `minions` (checked by hash).
     Deploy {
@@ -291,6 +251,12 @@ pub enum BlockingRequest {
         /// `saltpeter_config.wrapper_source`: a salt:// URL the operator provides. `None`:
         /// publish this build's wrapper in the master's file roots and use that.
         wrapper_source: Option<String>,
+    },
+    /// Read and parse the configuration files of `dir` whose fingerprint is not in `known`
+    /// (in a child process: a large file must not stall main's loop).
+    LoadConfig {
+        dir: std::path::PathBuf,
+        known: Vec<(std::path::PathBuf, crate::config::Fingerprint)>,
     },
 }
 
@@ -321,11 +287,65 @@ pub enum BlockingReply {
         outcomes: Vec<LaunchOutcome>,
         hash: String,
     },
+    /// The configuration files read for a `LoadConfig`.
+    ConfigParsed(crate::config::ParsedFiles),
+}
+
+/// Each blocking request's reply, in one place (see `wire::db::calls`).
+pub mod blocking_calls {
+    use super::*;
+    use crate::ipc::Role;
+
+    calls! { BlockingReply, Role::Blocking;
+        Launch -> Vec<LaunchOutcome> { BlockingReply::Launched(outcomes) => outcomes }
+        Resolve -> Resolution { BlockingReply::Resolved(resolution) => resolution }
+        /// Per minion, and the hash of the wrapper deployed.
+        Deploy -> (Vec<LaunchOutcome>, String) {
+            BlockingReply::Deployed { outcomes, hash } => (outcomes, hash)
+        }
+    }
 }
 
 /// Blocking -> main requests (none today).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum BlockingNotice {}
+
+/// What main sends blocking (it answers no calls: blocking makes none); blocking receives
+/// exactly this type.
+pub type MainToBlocking = Packet<BlockingRequest, NoReply>;
+/// What blocking sends main; main receives exactly this type.
+pub type BlockingToMain = Packet<BlockingNotice, BlockingReply>;
+
+/// How salt reads a target expression (a job's `target_type`): a closed set on the link,
+/// so blocking never meets a word it does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SaltTargetType {
+    Glob,
+    Pcre,
+    List,
+    Grain,
+    GrainPcre,
+    Pillar,
+    Nodegroup,
+    Compound,
+    Ipcidr,
+}
+
+impl From<TargetType> for SaltTargetType {
+    fn from(t: TargetType) -> Self {
+        match t {
+            TargetType::Glob => SaltTargetType::Glob,
+            TargetType::Pcre => SaltTargetType::Pcre,
+            TargetType::List => SaltTargetType::List,
+            TargetType::Grain => SaltTargetType::Grain,
+            TargetType::GrainPcre => SaltTargetType::GrainPcre,
+            TargetType::Pillar => SaltTargetType::Pillar,
+            TargetType::Nodegroup => SaltTargetType::Nodegroup,
+            TargetType::Compound => SaltTargetType::Compound,
+            TargetType::Ipcidr => SaltTargetType::Ipcidr,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,16 +1,49 @@
 //! Message types shared across process and network boundaries.
 //!
 //! - `records`: run and target states and records (CLI, API, database)
+//! - `db`: the main <-> db link and its payloads
 //! - `link`: roles, hello and the messages of the internal links
-//! - `admin`: `saltpeterctl` requests and responses
+//! - `admin`: the one request vocabulary (`saltpeterctl`, the HTTP API, `/ws`) and its
+//!   answers
 //! - `wrapper`: the wrapper <-> hub WebSocket protocol v1
-//! - `ui`: the HTTP API's and the dashboard's types on the hub-main link
+//! - `ui`: the dashboard's live-update types on the hub-main link
+
+/// Declares, for each request of a link, a marker type bound to the reply it expects
+/// (`ipc::rpc::Call`): `Name -> Type { ReplyPattern => value }`, one line per request.
+macro_rules! calls {
+    ($reply:ty, $peer:expr; $($(#[$doc:meta])* $name:ident -> $ty:ty { $pat:pat => $val:expr })*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Debug, Clone, Copy)]
+            pub struct $name;
+
+            impl $crate::ipc::rpc::Call<$reply> for $name {
+                type Reply = $ty;
+                const PEER: $crate::ipc::Role = $peer;
+                const NAME: &'static str = stringify!($name);
+
+                fn unpack(reply: $reply) -> Result<$ty, $reply> {
+                    match reply {
+                        $pat => Ok($val),
+                        other => Err(other),
+                    }
+                }
+            }
+        )*
+    };
+}
 
 pub mod admin;
+pub mod db;
 pub mod link;
 pub mod records;
 pub mod ui;
 pub mod wrapper;
+
+/// The reply type of a side that is never called (db and blocking never call main): a
+/// reply to such a side cannot even be built.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum NoReply {}
 
 /// A secret string (token, resume key): serialized as is, never shown by `Debug`.
 #[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

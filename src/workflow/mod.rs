@@ -151,8 +151,8 @@ pub enum Wake {
     Timer(u64),
     /// A deadline the registry watches itself (see [`Registry::due_timers`]).
     At(Instant),
-    /// A named event, e.g. `target-exited:42:web1`.
-    Event(String),
+    /// An event the caller announces (see [`WakeEvent`]).
+    Event(WakeEvent),
     /// Every child workflow of this one has ended.
     Children,
     /// Whichever of these fires first. An empty list waits on nothing, which
@@ -161,10 +161,19 @@ pub enum Wake {
 }
 
 impl Wake {
-    /// `Wake::Event` from a borrowed or built key.
-    pub fn event(key: impl Into<String>) -> Wake {
-        Wake::Event(key.into())
+    pub fn event(event: WakeEvent) -> Wake {
+        Wake::Event(event)
     }
+}
+
+/// The events a caller announces to [`Registry::wake`]: a closed, typed set, so a waiting
+/// step and the handler that wakes it name the same value and nothing is parsed back from
+/// a string. Ids are the caller's (main: run ids); the engine only compares them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WakeEvent {
+    /// Something about the run with this id changed (a target exited, was lost, was
+    /// killed, ...).
+    RunChanged(u64),
 }
 
 /// What the caller reports to [`Registry::wake`]: a source that lives outside the
@@ -175,14 +184,13 @@ pub enum WakeKey {
     Call(u64),
     /// A caller-owned timer fired.
     Timer(u64),
-    /// A named event happened.
-    Event(String),
+    /// This event happened.
+    Event(WakeEvent),
 }
 
 impl WakeKey {
-    /// `WakeKey::Event` from a borrowed or built key.
-    pub fn event(key: impl Into<String>) -> WakeKey {
-        WakeKey::Event(key.into())
+    pub fn event(event: WakeEvent) -> WakeKey {
+        WakeKey::Event(event)
     }
 }
 
@@ -197,7 +205,7 @@ pub enum Fired {
     /// The deadline given in [`Wake::At`] passed.
     At(Instant),
     /// This event happened.
-    Event(String),
+    Event(WakeEvent),
     /// Every child has ended.
     Children,
 }
@@ -207,7 +215,7 @@ impl From<WakeKey> for Fired {
         match key {
             WakeKey::Call(id) => Fired::Call(id),
             WakeKey::Timer(id) => Fired::Timer(id),
-            WakeKey::Event(name) => Fired::Event(name),
+            WakeKey::Event(event) => Fired::Event(event),
         }
     }
 }

@@ -27,7 +27,7 @@ fn flatten(wake: &Wake, into: &mut Vec<Source>) {
     let source = match wake {
         Wake::Call(id) => Source::Key(WakeKey::Call(*id)),
         Wake::Timer(id) => Source::Key(WakeKey::Timer(*id)),
-        Wake::Event(name) => Source::Key(WakeKey::Event(name.clone())),
+        Wake::Event(event) => Source::Key(WakeKey::Event(*event)),
         Wake::At(at) => Source::At(*at),
         Wake::Children => Source::Children,
         Wake::Any(all) => {

@@ -1,7 +1,8 @@
 use std::time::{Duration, Instant};
 
 use super::{
-    Fired, Outcome, Registry, Step, StepCtx, Wake, WakeKey, Workflow, WorkflowError, WorkflowId,
+    Fired, Outcome, Registry, Step, StepCtx, Wake, WakeEvent, WakeKey, Workflow, WorkflowError,
+    WorkflowId,
 };
 
 /// Stands in for `main`'s state: hands out call ids and records what steps did.
@@ -159,7 +160,7 @@ fn caller_timers_events_and_deadlines_wake_their_waiters() {
     fn wait_exit(_: &mut Env, _: &mut Main, s: &mut Ctx) -> Step {
         match s.fired() {
             Some(Fired::Event(_)) => Step::Next,
-            _ => Step::Wait(Wake::event("target-exited:42:web1")),
+            _ => Step::Wait(Wake::event(WakeEvent::RunChanged(42))),
         }
     }
     fn wait_deadline(env: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
@@ -201,7 +202,10 @@ fn caller_timers_events_and_deadlines_wake_their_waiters() {
 
     assert_eq!(registry.wake(&WakeKey::Timer(7), &mut main, now), 1);
     assert!(!registry.contains(timer));
-    let event = WakeKey::event("target-exited:42:web1");
+    // Another run's event wakes nobody; this run's wakes both waiters.
+    let other = WakeKey::event(WakeEvent::RunChanged(43));
+    assert_eq!(registry.wake(&other, &mut main, now), 0);
+    let event = WakeKey::event(WakeEvent::RunChanged(42));
     assert_eq!(registry.wake(&event, &mut main, now), 2);
     assert!(exits.iter().all(|&id| !registry.contains(id)));
 

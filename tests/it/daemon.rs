@@ -115,6 +115,21 @@ fn missing_config_dir_is_exit_2_naming_the_path() {
 }
 
 #[test]
+fn a_role_refusing_its_start_files_is_exit_2_naming_the_file() {
+    // main checks the server secret after the supervisor's preflight: a secret readable by
+    // others is an operator's fix, so the daemon must exit 2 (no restart loop), not 1.
+    let mut d = Daemon::prepare(&[]);
+    std::fs::create_dir_all(d.state_dir()).expect("state dir");
+    let secret = d.state_dir().join("server.secret");
+    std::fs::write(&secret, "00".repeat(32)).expect("secret");
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .expect("chmod");
+    let log = start_fails(&mut d);
+    assert!(log.contains(path_str(&secret)), "{log}");
+    assert!(log.contains("must not be readable by others"), "{log}");
+}
+
+#[test]
 fn unusable_state_dir_is_exit_2() {
     let mut d = Daemon::prepare(&[]);
     // A regular file where the state directory should be: no user, root included, can

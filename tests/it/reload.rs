@@ -200,3 +200,51 @@ fn a_removed_job_stops_firing_and_its_running_run_finishes() {
         .collect();
     assert!(later.is_empty(), "a removed job fired again: {later:?}");
 }
+
+/// About 500 KB: a job whose `env` holds 10,000 variables under an anchor, and another
+/// whose `env` merges them (`<<`) beside 10,000 of its own.
+fn big_merge_file() -> String {
+    let mut text = String::from(
+        "big_a:\n  schedule: '@yearly'\n  targets: [b]\n  command: 'true'\n  env: &base\n",
+    );
+    for i in 0..10_000 {
+        text.push_str(&format!("    INHERITED_{i:06}: value\n"));
+    }
+    text.push_str(
+        "big_b:\n  schedule: '@yearly'\n  targets: [b]\n  command: 'true'\n  env:\n    <<: *base\n",
+    );
+    for i in 0..10_000 {
+        text.push_str(&format!("    OWN_KEY_{i:06}: value\n"));
+    }
+    text
+}
+
+#[test]
+fn a_large_merge_file_is_loaded_while_a_running_target_stays_alive() {
+    // Heartbeat 1 s: a target is lost after 3 s without a frame, so a stall of main's loop
+    // of a few seconds while the file is parsed would show as a lost target.
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        (
+            "steady.yaml",
+            "steady:\n  schedule: '@yearly'\n  targets: [s1]\n  command: 'sleep 8; echo finished'\n",
+        ),
+    ]);
+    let id = d.run_now("steady");
+    wait_until("steady running", HANG, || {
+        d.runs("steady")
+            .into_iter()
+            .find(|r| r["id"].as_u64() == Some(id) && target(r, "s1")["state"] == "running")
+    });
+    let text = big_merge_file();
+    assert!(text.len() > 400_000);
+    d.write_config("big.yaml", &text);
+    picked_up("a 500 KB file with a 10,000-key merge", || {
+        job_names(&d).contains(&"big_b".to_string()).then_some(())
+    });
+    let run = d.wait_run_final(id);
+    assert_eq!(run["state"], "succeeded", "{run}");
+    let s1 = target(&run, "s1");
+    assert!(s1["state"] == "finished" && s1["exit_code"] == 0, "{run}");
+    assert_eq!(d.output(id, "s1"), "finished\n");
+}

@@ -2,8 +2,11 @@
 //!
 //! Main asks it to launch wrappers (through the executor of the job); each launch is a
 //! child process whose pipes are drained by the loop while it runs, and the reply goes
-//! back when it has exited. Nothing here decides anything about runs.
+//! back when it has exited. Other slow work (reading and parsing the configuration for
+//! main's reloads, hashing and copying the wrapper binary) runs in helper processes, the
+//! daemon binary in a hidden mode (`helpers.rs`). Nothing here decides anything about runs.
 
+pub mod helpers;
 mod local;
 pub mod salt;
 mod salt_exec;
@@ -12,12 +15,13 @@ use mio::event::Event;
 
 use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
 use crate::evloop::{Ctx, EventLoop, Flow};
+use crate::ipc::Role;
 use crate::ipc::rpc::{CallId, Packet, RemoteError};
 use crate::wire::link::{
-    BlockingNotice, BlockingReply, BlockingRequest, ControlDown, ExecutorKind, Role,
+    BlockingReply, BlockingRequest, BlockingToMain, ControlDown, ExecutorKind, MainToBlocking,
 };
 
-type MainLink = Link<Packet<BlockingNotice, BlockingReply>, Packet<BlockingRequest, ()>>;
+type MainLink = Link<BlockingToMain, MainToBlocking>;
 
 pub struct Blocking {
     control: ControlLink,
@@ -107,6 +111,9 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
             wrapper_path,
             wrapper_source,
         } => salt_exec::deploy(state, ctx, id, salt, minions, wrapper_path, wrapper_source),
+        BlockingRequest::LoadConfig { dir, known } => {
+            helpers::load_config_call(state, ctx, id, dir, known)
+        }
     }
 }
 

@@ -12,21 +12,21 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 pub use crate::wire::link::SaltSettings;
+use crate::wire::link::SaltTargetType;
 
-/// Salt's targeting flag for a Saltpeter `target_type`; `None` for an unknown word.
-pub fn target_flag(target_type: &str) -> Option<Option<&'static str>> {
-    Some(match target_type {
-        "glob" => None,
-        "pcre" => Some("-E"),
-        "list" => Some("-L"),
-        "grain" => Some("-G"),
-        "grain_pcre" => Some("-P"),
-        "pillar" => Some("-I"),
-        "nodegroup" => Some("-N"),
-        "compound" => Some("-C"),
-        "ipcidr" => Some("-S"),
-        _ => return None,
-    })
+/// Salt's targeting flag for a Saltpeter `target_type` (none for a glob).
+pub fn target_flag(target_type: SaltTargetType) -> Option<&'static str> {
+    match target_type {
+        SaltTargetType::Glob => None,
+        SaltTargetType::Pcre => Some("-E"),
+        SaltTargetType::List => Some("-L"),
+        SaltTargetType::Grain => Some("-G"),
+        SaltTargetType::GrainPcre => Some("-P"),
+        SaltTargetType::Pillar => Some("-I"),
+        SaltTargetType::Nodegroup => Some("-N"),
+        SaltTargetType::Compound => Some("-C"),
+        SaltTargetType::Ipcidr => Some("-S"),
+    }
 }
 
 /// `salt [-c DIR] --out=json --out-indent=-1 -t T [FLAG] TARGET FUNCTION ARGS...`
@@ -200,7 +200,7 @@ mod tests {
     fn argv_has_no_shell_and_no_static() {
         let a = argv(
             &settings(),
-            target_flag("compound").flatten(),
+            target_flag(SaltTargetType::Compound),
             "G@role:web and G@env:prod",
             "test.ping",
             &[],
@@ -220,8 +220,7 @@ mod tests {
             ]
         );
         assert!(!a.iter().any(|x| x == "--static"));
-        assert_eq!(target_flag("glob"), Some(None));
-        assert_eq!(target_flag("teleport"), None);
+        assert_eq!(target_flag(SaltTargetType::Glob), None);
     }
 
     #[test]

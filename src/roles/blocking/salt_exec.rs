@@ -7,25 +7,20 @@
 //! on one minion fails that target alone.
 
 use std::collections::VecDeque;
-use std::io::Read;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use sha2::{Digest, Sha256};
 
 use super::Blocking;
 use super::salt::{self, MinionResult, SaltSettings};
 use crate::evloop::{Ctx, child};
 use crate::ipc::CallId;
 use crate::ipc::rpc::RemoteError;
-use crate::wire::link::{BlockingReply, LaunchOutcome, LaunchTarget, Resolution};
+use crate::wire::link::{BlockingReply, LaunchOutcome, LaunchTarget, Resolution, SaltTargetType};
 
 /// Beyond salt's own `-t`, how long an invocation may take before it is killed.
 const DEADLINE_SLACK: Duration = Duration::from_secs(15);
-/// Path of the wrapper inside the master's file roots.
-const PUBLISHED_WRAPPER: &str = "saltpeter/saltpeter-wrapper";
 
 /// What an invocation produced.
 pub enum Outcome {
@@ -144,17 +139,9 @@ pub fn resolve(
     id: CallId,
     settings: SaltSettings,
     target: String,
-    target_type: String,
+    target_type: SaltTargetType,
 ) {
-    let Some(flag) = salt::target_flag(&target_type) else {
-        state.reply(
-            id,
-            Err(RemoteError::Failed(format!(
-                "unknown target_type {target_type}"
-            ))),
-        );
-        return;
-    };
+    let flag = salt::target_flag(target_type);
     let argv = salt::argv(&settings, flag, &target, "test.ping", &[]);
     submit(state, ctx, &settings, argv, move |state, _ctx, outcome| {
         let result = match outcome {
@@ -244,74 +231,6 @@ pub fn launch(
     }
 }
 
-fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
-}
-
-/// This build's wrapper binary (beside the daemon's own executable).
-pub fn own_wrapper() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
-    let path = exe
-        .parent()
-        .map(|d| d.join("saltpeter-wrapper"))
-        .ok_or_else(|| "my executable has no directory".to_string())?;
-    if path.exists() {
-        Ok(path)
-    } else {
-        Err(format!("{} does not exist", path.display()))
-    }
-}
-
-/// Copy the wrapper into the file root if its hash differs (write + rename: minions never
-/// fetch a half-written file). Returns the hash.
-fn publish(file_root: &Path) -> Result<String, String> {
-    let source = own_wrapper()?;
-    let hash =
-        sha256_file(&source).map_err(|e| format!("cannot read {}: {e}", source.display()))?;
-    let dest = file_root.join(PUBLISHED_WRAPPER);
-    if sha256_file(&dest).ok().as_deref() == Some(hash.as_str()) {
-        return Ok(hash);
-    }
-    let dir = dest.parent().unwrap_or(file_root);
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let tmp = dir.join(format!(".saltpeter-wrapper.{}", std::process::id()));
-    std::fs::copy(&source, &tmp)
-        .map_err(|e| format!("cannot copy the wrapper to {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, &dest).map_err(|e| format!("cannot publish {}: {e}", dest.display()))?;
-    log::info!("published the wrapper ({hash}) at {}", dest.display());
-    Ok(hash)
-}
-
-/// The first `base` directory of the master's `file_roots` (default `/srv/salt`).
-fn master_file_root(config_dir: Option<&str>) -> PathBuf {
-    #[derive(serde::Deserialize)]
-    struct MasterConfig {
-        file_roots: Option<std::collections::BTreeMap<String, Vec<String>>>,
-    }
-    let path = Path::new(config_dir.unwrap_or("/etc/salt")).join("master");
-    std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|text| serde_saphyr::from_str::<MasterConfig>(&text).ok())
-        .and_then(|c| c.file_roots)
-        .and_then(|roots| roots.get("base").and_then(|b| b.first().cloned()))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/srv/salt"))
-}
-
 pub fn deploy(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
@@ -321,20 +240,63 @@ pub fn deploy(
     wrapper_path: String,
     wrapper_source: Option<String>,
 ) {
-    let published = match &wrapper_source {
-        Some(source) => own_wrapper()
-            .and_then(|p| sha256_file(&p).map_err(|e| e.to_string()))
-            .map(|hash| (hash, source.clone())),
-        None => publish(&master_file_root(settings.config_dir.as_deref()))
-            .map(|hash| (hash, format!("salt://{PUBLISHED_WRAPPER}"))),
-    };
-    let (hash, source) = match published {
-        Ok(p) => p,
-        Err(why) => {
-            state.reply(id, Err(RemoteError::Failed(why)));
-            return;
+    // Hashing and copying the wrapper binary (a few MiB) is a helper process's work, not
+    // this loop's.
+    let (args, source) = match wrapper_source {
+        Some(source) => (vec!["--hash-wrapper".to_string()], source),
+        None => {
+            let mut args = vec!["--publish-wrapper".to_string()];
+            args.extend(settings.config_dir.clone());
+            (
+                args,
+                format!("salt://{}", super::helpers::PUBLISHED_WRAPPER),
+            )
         }
     };
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    super::helpers::run_helper(
+        state,
+        ctx,
+        &args,
+        None,
+        super::helpers::PUBLISH_DEADLINE,
+        move |state, ctx, out| {
+            let hash = out.and_then(|stdout| {
+                let hash = String::from_utf8_lossy(&stdout).trim().to_string();
+                match hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    true => Ok(hash),
+                    false => Err(format!("the wrapper helper answered no hash: {hash:?}")),
+                }
+            });
+            match hash {
+                Ok(hash) => deploy_published(
+                    state,
+                    ctx,
+                    id,
+                    settings,
+                    minions,
+                    wrapper_path,
+                    source,
+                    hash,
+                ),
+                Err(why) => state.reply(id, Err(RemoteError::Failed(why))),
+            }
+        },
+    );
+}
+
+/// The deployment proper, once the wrapper is published and hashed.
+#[allow(clippy::too_many_arguments)]
+fn deploy_published(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    id: CallId,
+    settings: SaltSettings,
+    minions: Vec<String>,
+    wrapper_path: String,
+    source: String,
+    hash: String,
+) {
     if minions.is_empty() {
         state.reply(
             id,

@@ -9,7 +9,6 @@
 //! db may block on SQLite: that is why it is a process of its own.
 
 pub mod output;
-pub mod protocol;
 pub mod runs;
 pub mod schema;
 pub mod store;
@@ -19,12 +18,13 @@ use mio::event::Event;
 use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::CallId;
+use crate::ipc::Role;
 use crate::ipc::rpc::{Packet, RemoteError};
-use crate::wire::link::{ControlDown, Role};
-use protocol::{DbNotice, DbReply, DbRequest};
+use crate::wire::db::{DbNotice, DbReply, DbRequest, DbToMain, MainToDb};
+use crate::wire::link::ControlDown;
 use store::{Store, StoreError};
 
-type MainLink = Link<Packet<DbNotice, DbReply>, Packet<DbRequest, DbNotice>>;
+type MainLink = Link<DbToMain, MainToDb>;
 
 pub struct Db {
     control: ControlLink,
@@ -87,10 +87,8 @@ pub fn apply(store: &mut Store, req: &DbRequest) -> Result<DbReply, StoreError> 
         }
         DbRequest::GetRun(run) => DbReply::Run(store.get_run(*run)?),
         DbRequest::InFlightDetails => DbReply::InFlightDetails(store.in_flight_details()?),
-        DbRequest::GetTarget { run, machine } => DbReply::Target(store.get_target(*run, machine)?),
         DbRequest::ListRuns(filter) => DbReply::Runs(store.list_runs(filter)?),
         DbRequest::LastRuns => DbReply::LastRuns(store.last_run_per_job()?),
-        DbRequest::InFlight => DbReply::Runs(store.in_flight_runs()?),
         DbRequest::Output {
             run,
             machine,
@@ -203,10 +201,8 @@ fn kind(req: &DbRequest) -> &'static str {
         DbRequest::AppendOutput { .. } => "append output",
         DbRequest::GetRun(_) => "get run",
         DbRequest::InFlightDetails => "runs in flight",
-        DbRequest::GetTarget { .. } => "get target",
         DbRequest::ListRuns(_) => "list runs",
         DbRequest::LastRuns => "last runs",
-        DbRequest::InFlight => "runs in flight",
         DbRequest::Output { .. } => "read output",
         DbRequest::GetMeta(_) => "read setting",
         DbRequest::SetMeta { .. } => "write setting",
@@ -264,6 +260,10 @@ pub fn check_database(path: &std::path::Path) -> Result<(), String> {
         Err(e) => Err(e.to_string()),
     }
 }
+
+#[cfg(test)]
+#[path = "calls_tests.rs"]
+mod calls_tests;
 
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let mut store =

@@ -20,28 +20,12 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::store::{Op, Store, StoreError, from_db, sql_error, to_db};
+use crate::wire::db::{OutputBytes, OutputLimit, OutputQuery};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::Stream;
 
 /// Seqs that may wait above a gap per target; more means the wrapper is not resending.
 pub const MAX_PENDING_SEQS: u64 = 100_000;
-
-/// Bytes of output kept per target: the first `head` and the last `tail`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct OutputLimit {
-    pub head: u64,
-    pub tail: u64,
-}
-
-impl Default for OutputLimit {
-    /// 1 MiB head + 1 MiB tail (CONFIG.md `output_limit`).
-    fn default() -> Self {
-        OutputLimit {
-            head: 1 << 20,
-            tail: 1 << 20,
-        }
-    }
-}
 
 /// What [`Store::append_output`] did with a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,34 +38,6 @@ pub struct AppendOutcome {
     pub omitted: u64,
     /// [`Store::max_contiguous_seq`] after this frame.
     pub contiguous_seq: u64,
-}
-
-/// Which part of a target's output [`Store::read_output`] returns.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct OutputQuery {
-    /// Only this stream.
-    pub stream: Option<Stream>,
-    /// Absolute position in the output to start at (a previous `next_from`).
-    pub from: u64,
-    /// Only the last this many bytes of what is selected.
-    pub tail: Option<u64>,
-    /// At most this many bytes (after `tail`).
-    pub max_bytes: Option<u64>,
-}
-
-/// Output read back.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct OutputBytes {
-    /// Kept bytes in arrival order (stdout and stderr interleaved as they came).
-    pub data: Vec<u8>,
-    /// Bytes dropped by the output limit (all of the target, not only this slice).
-    pub omitted_bytes: u64,
-    /// Bytes received for the target in total, kept or not.
-    pub total_bytes: u64,
-    /// Index in `data` where the omitted bytes were, when `data` spans that gap.
-    pub omitted_at: Option<usize>,
-    /// Position to pass as `from` to continue after this read.
-    pub next_from: u64,
 }
 
 /// The output bookkeeping columns of a target row.

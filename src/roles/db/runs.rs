@@ -13,96 +13,12 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use super::store::{Op, Store, StoreError, from_db, parse_name, sql_error, to_db};
+use crate::wire::db::{
+    NewRun, PruneOutcome, Retention, RunFilter, RunUpdate, TargetDetail, TargetUpdate,
+};
 use crate::wire::records::{
     Millis, RunId, RunRecord, RunState, TargetReason, TargetRecord, TargetState, Trigger,
 };
-
-/// A run to record.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct NewRun {
-    pub job: String,
-    /// Scheduled instant; `None` for a manual run.
-    pub slot: Option<Millis>,
-    pub trigger: Trigger,
-    pub state: RunState,
-    pub reason: Option<String>,
-    /// Machines and their initial states (e.g. `pending`, `skipped_maintenance`).
-    pub targets: Vec<(String, TargetState)>,
-    pub now: Millis,
-}
-
-/// Changes to a run; only the fields that are `Some` change.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RunUpdate {
-    pub state: Option<RunState>,
-    pub reason: Option<String>,
-    pub started: Option<Millis>,
-    pub ended: Option<Millis>,
-}
-
-/// Changes to a target; only the fields that are `Some` change.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TargetUpdate {
-    pub state: Option<TargetState>,
-    pub reason: Option<TargetReason>,
-    pub exit_code: Option<i32>,
-    pub started: Option<Millis>,
-    pub ended: Option<Millis>,
-    pub last_seen: Option<Millis>,
-    pub wrapper_version: Option<String>,
-    /// SHA-256 (hex) of the session's resume key.
-    pub resume_key_sha256: Option<String>,
-    pub token_used: Option<bool>,
-}
-
-/// A target with the columns that `TargetRecord` does not show.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct TargetDetail {
-    pub record: TargetRecord,
-    pub last_seen: Option<Millis>,
-    pub wrapper_version: Option<String>,
-    /// Bytes of output received, kept or not.
-    pub output_bytes: u64,
-    /// Bytes dropped by the output limit.
-    pub omitted_bytes: u64,
-    /// Every output seq up to this one is stored or accounted for.
-    pub contiguous_seq: u64,
-    pub resume_key_sha256: Option<String>,
-    pub token_used: bool,
-}
-
-/// Which runs [`Store::list_runs`] returns, newest first; `before_id` pages backwards.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RunFilter {
-    pub job: Option<String>,
-    pub state: Option<RunState>,
-    /// Runs created at or after this instant.
-    pub since: Option<Millis>,
-    pub before_id: Option<RunId>,
-    pub limit: Option<usize>,
-    /// Runs created at or before this instant.
-    pub until: Option<Millis>,
-}
-
-/// What [`Store::prune`] removes from one job; only runs in final states go. A run is
-/// removed when any given rule says so.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Retention {
-    /// Keep this many newest final runs.
-    pub keep_runs: Option<usize>,
-    /// Remove runs created before this instant.
-    pub older_than: Option<Millis>,
-    /// Keep the stored output of the job's final runs under this many bytes (the newest
-    /// final run is always kept).
-    pub max_output_bytes: Option<u64>,
-}
-
-/// What [`Store::prune`] removed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PruneOutcome {
-    pub runs: u64,
-    pub output_bytes: u64,
-}
 
 const RUN_COLUMNS: &str = "id, job, slot, trigger, state, reason, started, ended";
 

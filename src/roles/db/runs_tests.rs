@@ -1,9 +1,9 @@
 //! Tests of runs and targets in the store, on real SQLite files.
 
 use super::*;
-use crate::roles::db::output::OutputLimit;
 use crate::roles::db::store::tests::{new_run, temp_store};
-use crate::roles::db::store::{EventFilter, NewEvent};
+use crate::wire::db::OutputLimit;
+use crate::wire::db::{EventFilter, NewEvent};
 use crate::wire::wrapper::Stream;
 
 #[test]

@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::schema;
-use crate::wire::records::{Millis, RunId};
+use crate::wire::db::{EventFilter, EventRecord, NewEvent};
+use crate::wire::records::Millis;
 
 /// The operation that failed, as named in error messages ("could not {op}: ...").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -465,38 +466,6 @@ impl Store {
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .map_err(sql_error(Op::ReclaimSpace))
     }
-}
-
-/// An audit event to record (`kind` is a short snake_case name such as `run_created`,
-/// `target_lost`, `maintenance_set`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct NewEvent {
-    pub at: Millis,
-    pub kind: String,
-    pub job: Option<String>,
-    pub run: Option<RunId>,
-    pub machine: Option<String>,
-    pub message: String,
-    /// The operator who asked for it (admin socket peer); `None` for the daemon.
-    pub uid: Option<u32>,
-}
-
-/// A recorded event.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct EventRecord {
-    pub id: u64,
-    pub event: NewEvent,
-}
-
-/// Which events [`Store::list_events`] returns; `before_id` pages backwards.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct EventFilter {
-    pub job: Option<String>,
-    pub run: Option<RunId>,
-    pub kind: Option<String>,
-    pub since: Option<Millis>,
-    pub before_id: Option<u64>,
-    pub limit: Option<usize>,
 }
 
 #[cfg(test)]

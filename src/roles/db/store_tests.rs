@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use rusqlite::Connection;
 
 use super::*;
-use crate::roles::db::output::OutputLimit;
-use crate::roles::db::runs::{IN_FLIGHT_SQL, NewRun};
+use crate::roles::db::runs::IN_FLIGHT_SQL;
 use crate::roles::db::schema::{APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION};
+use crate::wire::db::NewRun;
+use crate::wire::db::OutputLimit;
 use crate::wire::records::{RunState, TargetState, Trigger};
 use crate::wire::wrapper::Stream;
 

@@ -20,11 +20,12 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
 use super::{Hub, Waiting};
 use crate::evloop::{Ctx, Flow, Forward, Listener};
+use crate::ipc::Role;
 use crate::ipc::channel::Channel;
 use crate::ipc::{CallError, CallId};
 use crate::roles::RoleError;
 use crate::wire::admin::{AdminFailure, AdminPeer, AdminRequest, AdminResponse};
-use crate::wire::link::{HubRequest, Role};
+use crate::wire::link::HubRequest;
 
 pub type ConnId = u64;
 

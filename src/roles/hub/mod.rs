@@ -15,8 +15,9 @@ use mio::event::Event;
 
 use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
 use crate::evloop::{Ctx, EventLoop, Flow};
+use crate::ipc::Role;
 use crate::ipc::rpc::{CallError, Packet, PendingCalls};
-use crate::wire::link::{ControlDown, HubAnswer, HubReply, HubRequest, MainToHub, Role};
+use crate::wire::link::{ControlDown, HubAnswer, HubReply, HubRequest, MainToHub};
 
 type MainLink = Link<Packet<HubRequest, HubAnswer>, Packet<MainToHub, HubReply>>;
 

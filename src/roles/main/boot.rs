@@ -20,10 +20,12 @@ use super::scheduler::Due;
 use super::{DbWait, Main, MainRole, maintenance, missed};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
+use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
-use crate::roles::db::protocol::{DbReply, DbRequest};
-use crate::roles::db::runs::NewRun;
 use crate::wire::admin::AdminRequest;
+use crate::wire::db::NewRun;
+use crate::wire::db::calls;
+use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::records::{Millis, RunState, Trigger};
 
 /// Why a slot found missed at start-up was missed.
@@ -80,15 +82,20 @@ fn ask(core: &mut Main, load: Load) {
 
 /// db's answer to one load.
 pub fn answer(core: &mut Main, load: Load, result: Result<DbReply, CallError>) {
-    match (load, result) {
-        (Load::Maintenance, Ok(DbReply::Meta(value))) => {
+    let loaded = match load {
+        Load::Maintenance => calls::GetMeta::take(result).map(|value| {
             maintenance::restore(core, value);
             core.boot.maintenance_loaded = true;
-        }
-        (Load::LastSlots, Ok(DbReply::LastSlots(slots))) => core.boot.last_slots = Some(slots),
-        (load, other) => {
+        }),
+        Load::LastSlots => calls::LastSlots::take(result).map(|slots| {
+            core.boot.last_slots = Some(slots);
+        }),
+    };
+    match loaded {
+        Ok(()) => {}
+        Err(e) => {
             // Without these main cannot tell what may fire: ask again rather than guess.
-            log::error!("start-up could not load {load:?} ({other:?}); asking again");
+            log::error!("start-up could not load {load:?} ({e}); asking again");
             core.boot.failed.push(load);
             core.boot
                 .retry_at

@@ -7,14 +7,15 @@
 use super::Main;
 use crate::config::Executor;
 use crate::ipc::CallId;
+use crate::ipc::rpc::Call;
 use crate::wire::admin::{AdminFailure, AdminResponse};
-use crate::wire::link::{BlockingReply, BlockingRequest, HubReply};
+use crate::wire::link::{BlockingReply, BlockingRequest, HubReply, SaltTargetType, blocking_calls};
 use crate::workflow::{Step, StepCtx, Wake, Workflow};
 
 pub struct DeployEnv {
     admin_call: CallId,
     target: String,
-    target_type: String,
+    target_type: SaltTargetType,
     wrapper_path: String,
     call: Option<CallId>,
     live: Vec<String>,
@@ -39,7 +40,7 @@ pub fn workflow(
         DeployEnv {
             admin_call,
             target: target.unwrap_or_else(|| "*".to_string()),
-            target_type: "glob".to_string(),
+            target_type: SaltTargetType::Glob,
             wrapper_path,
             call: None,
             live: Vec::new(),
@@ -52,9 +53,12 @@ pub fn workflow(
 }
 
 /// The reply to a blocking call, once it has arrived.
-fn reply_of(core: &mut Main, env: &mut DeployEnv) -> Option<Result<BlockingReply, String>> {
+fn reply_of<C: Call<BlockingReply>>(
+    core: &mut Main,
+    env: &mut DeployEnv,
+) -> Option<Result<C::Reply, String>> {
     let id = env.call?;
-    let reply = core.blocking_replies.remove(&id)?;
+    let reply = core.take_blocking_reply::<C>(id)?;
     env.call = None;
     Some(reply.map_err(|e| e.to_string()))
 }
@@ -64,14 +68,14 @@ fn resolve(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
         let id = core.blocking_call(BlockingRequest::Resolve {
             salt: core.salt_settings(),
             target: env.target.clone(),
-            target_type: env.target_type.clone(),
+            target_type: env.target_type,
         });
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));
     }
-    match reply_of(core, env) {
+    match reply_of::<blocking_calls::Resolve>(core, env) {
         None => Step::Wait(Wake::Call(env.call.unwrap_or_default())),
-        Some(Ok(BlockingReply::Resolved(res))) => {
+        Some(Ok(res)) => {
             for (m, why) in res.unreachable {
                 env.lines.push(format!("{m}: unreachable: {why}"));
             }
@@ -81,7 +85,6 @@ fn resolve(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
             env.live = res.live;
             Step::Next
         }
-        Some(Ok(other)) => Step::fail(format!("unexpected answer {other:?}")),
         Some(Err(e)) => Step::fail(format!("target resolution failed: {e}")),
     }
 }
@@ -100,9 +103,9 @@ fn deploy(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));
     }
-    match reply_of(core, env) {
+    match reply_of::<blocking_calls::Deploy>(core, env) {
         None => Step::Wait(Wake::Call(env.call.unwrap_or_default())),
-        Some(Ok(BlockingReply::Deployed { outcomes, hash })) => {
+        Some(Ok((outcomes, hash))) => {
             core.wrapper_hash = Some(hash.clone());
             for o in outcomes {
                 match o.result {
@@ -117,7 +120,6 @@ fn deploy(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
             }
             Step::Next
         }
-        Some(Ok(other)) => Step::fail(format!("unexpected answer {other:?}")),
         Some(Err(e)) => Step::fail(format!("deployment failed: {e}")),
     }
 }

@@ -4,8 +4,8 @@
 
 use super::target::{Effect, Target};
 use super::{DbWait, Main};
-use crate::roles::db::protocol::DbRequest;
-use crate::roles::db::runs::TargetUpdate;
+use crate::wire::db::DbRequest;
+use crate::wire::db::TargetUpdate;
 use crate::wire::link::MainToHub;
 use crate::wire::records::{Millis, RunId, TargetReason, TargetState};
 use crate::wire::wrapper::{KillReason, ServerMsg};

@@ -9,10 +9,12 @@
 use chrono::Utc;
 
 use super::{DbWait, Main};
+use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
-use crate::roles::db::protocol::{DbReply, DbRequest};
-use crate::roles::db::runs::Retention;
-use crate::roles::db::store::NewEvent;
+use crate::wire::db::NewEvent;
+use crate::wire::db::Retention;
+use crate::wire::db::calls;
+use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::records::RunId;
 
 impl Main {
@@ -68,8 +70,8 @@ impl Main {
 
     /// db pruned a job: reclaim the space if anything went.
     pub fn pruned(&mut self, job: &str, result: Result<DbReply, CallError>) {
-        match result {
-            Ok(DbReply::Pruned(outcome)) if outcome.runs > 0 => {
+        match calls::Prune::take(result) {
+            Ok(outcome) if outcome.runs > 0 => {
                 log::info!(
                     "retention: removed {} old run(s) of {job} ({} bytes of output)",
                     outcome.runs,

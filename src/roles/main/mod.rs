@@ -22,6 +22,7 @@ mod metrics;
 mod missed;
 mod prestage;
 mod recovery;
+mod reload;
 mod requests;
 mod run_flow;
 mod run_rules;
@@ -45,19 +46,20 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use mio::event::Event;
 
-use super::db::protocol::{DbNotice, DbReply, DbRequest};
 use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
 use crate::config::{self, LoadedConfig};
 use crate::evloop::timers::TimerId;
 use crate::evloop::{Ctx, EventLoop, Flow};
-use crate::ipc::rpc::{CallError, CallId, Packet, PendingCalls};
+use crate::ipc::Role;
+use crate::ipc::rpc::{Call, CallError, CallId, Packet, PendingCalls};
+use crate::wire::db::{DbNotice, DbReply, DbRequest, DbToMain, MainToDb};
 use crate::wire::link::{
-    BlockingNotice, BlockingReply, BlockingRequest, ConnId, ControlDown, HubAnswer, HubReply,
-    HubRequest, MainToHub, ProcessInfo, Role,
+    BlockingReply, BlockingRequest, BlockingToMain, ConnId, ControlDown, HubAnswer, HubReply,
+    HubRequest, MainToBlocking, MainToHub, ProcessInfo,
 };
 use crate::wire::records::RunId;
 use crate::wire::wrapper::ServerMsg;
-use crate::workflow::{Registry, WakeKey};
+use crate::workflow::{Registry, WakeEvent, WakeKey};
 // Short paths for the rest of main: the live streams and the maintenance settings are
 // kept with the requests that use them.
 use requests::{live, maintenance};
@@ -66,9 +68,8 @@ use scheduler::Scheduler;
 use tokens::Secret;
 
 type HubLink = Link<Packet<MainToHub, HubReply>, Packet<HubRequest, HubAnswer>>;
-type DbLink = Link<Packet<DbRequest, DbNotice>, Packet<DbNotice, DbReply>>;
-type BlockingLink =
-    Link<Packet<BlockingRequest, BlockingNotice>, Packet<BlockingNotice, BlockingReply>>;
+type DbLink = Link<MainToDb, DbToMain>;
+type BlockingLink = Link<MainToBlocking, BlockingToMain>;
 
 /// Blocking call ids live in their own range so they never collide with db call ids in
 /// the Workflow registry's wake keys.
@@ -175,6 +176,8 @@ pub struct Main {
     pub runtime_maintenance: maintenance::RuntimeMaintenance,
     /// What start-up has loaded from db so far.
     boot: boot::Boot,
+    /// Configuration reloads in flight and asked for.
+    reloads: reload::Reloads,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -203,9 +206,9 @@ impl Main {
             .and_then(|r| r.targets.get_mut(machine))
     }
 
-    /// The wake key of everything that changes a run.
-    pub fn run_event(run: RunId) -> String {
-        format!("run:{run}")
+    /// The wake event of everything that changes a run.
+    pub fn run_event(run: RunId) -> WakeEvent {
+        WakeEvent::RunChanged(run)
     }
 
     pub fn wake_run(&mut self, run: RunId) {
@@ -223,6 +226,22 @@ impl Main {
             }
         }
         id
+    }
+
+    /// The typed reply to a Workflow step's db call (`DbWait::Step`), once it arrived.
+    pub fn take_db_reply<C: Call<DbReply>>(
+        &mut self,
+        id: CallId,
+    ) -> Option<Result<C::Reply, CallError>> {
+        self.db_replies.remove(&id).map(C::take)
+    }
+
+    /// The typed reply to a blocking call, once it arrived.
+    pub fn take_blocking_reply<C: Call<BlockingReply>>(
+        &mut self,
+        id: CallId,
+    ) -> Option<Result<C::Reply, CallError>> {
+        self.blocking_replies.remove(&id).map(C::take)
     }
 
     pub fn blocking_call(&mut self, req: BlockingRequest) -> CallId {
@@ -421,8 +440,8 @@ impl Controlled for MainRole {
                 stop_when_settled(self, ctx, deadline);
             }
             ControlDown::Reload => {
-                let summary = reload(self, ctx);
-                log::info!("{summary}");
+                reload::request(&mut self.core, None);
+                pump(self, ctx);
             }
             ControlDown::Processes {
                 started_at,
@@ -463,10 +482,7 @@ fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
                 || core.db_replies.contains_key(id)
                 || core.blocking_replies.contains_key(id)
         }
-        WakeKey::Event(name) => name
-            .strip_prefix("run:")
-            .and_then(|n| n.parse::<RunId>().ok())
-            .is_some_and(|run| core.runs.contains_key(&run)),
+        WakeKey::Event(WakeEvent::RunChanged(run)) => core.runs.contains_key(run),
         WakeKey::Timer(_) => true,
     };
     for stall in role
@@ -474,59 +490,6 @@ fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
         .stalled(Instant::now(), STALL_THRESHOLD, pending)
     {
         log::warn!("stalled: {stall}");
-    }
-}
-
-/// Re-read the configuration and re-plan the schedule; returns a summary line.
-pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
-    let started = Instant::now();
-    let now = Utc::now();
-    let dir = role.core.config.dir.clone();
-    match config::load_dir(&dir, Some(&role.core.config), now) {
-        Ok(loaded) => {
-            for change in role
-                .core
-                .config
-                .saltpeter
-                .startup_only_changes(&loaded.saltpeter)
-            {
-                log::warn!("saltpeter_config.{change} changed: it takes effect at the next start");
-            }
-            let known: std::collections::HashSet<&config::Diagnostic> =
-                role.core.config.diagnostics.iter().collect();
-            for d in loaded.diagnostics.iter().filter(|d| !known.contains(d)) {
-                log::warn!("{d}");
-            }
-            let retention_changed =
-                role.core.config.saltpeter.retention != loaded.saltpeter.retention;
-            let old_maintenance = std::mem::replace(&mut role.core.config, loaded).maintenance;
-            if old_maintenance != role.core.config.maintenance {
-                maintenance::file_changed(&mut role.core, &old_maintenance);
-            }
-            if retention_changed {
-                // New retention applies to the existing history too.
-                role.core.apply_retention_to_all();
-            }
-            ui::config_changed(&mut role.core);
-            role.core.scheduler.plan(role.core.config.valid_jobs(), now);
-            arm_schedule(role, ctx);
-            let jobs = role.core.config.jobs.len();
-            let errors = role
-                .core
-                .config
-                .diagnostics
-                .iter()
-                .filter(|d| d.severity == config::Severity::Error)
-                .count();
-            format!(
-                "configuration reloaded: {jobs} jobs, {errors} errors, in {} ms",
-                started.elapsed().as_millis()
-            )
-        }
-        Err(e) => {
-            log::error!("reload failed: {e}; the previous configuration stays in effect");
-            format!("reload failed: {e}")
-        }
     }
 }
 
@@ -559,6 +522,7 @@ fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 
 /// Start the runs handlers queued, and resume Workflows on the wake keys emitted.
 fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    reload::poll(role, ctx);
     if let Some(reply) = role.core.recovery_reply.take() {
         recovery::recovered(role, ctx, reply);
     }
@@ -788,27 +752,15 @@ fn expire_calls(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     pump(role, ctx);
 }
 
-/// Reload when a file of the configuration directory changed (a cheap metadata scan).
-fn watch_config(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
-    match role.core.config.changed_on_disk() {
-        Ok(true) => {
-            let summary = reload(role, ctx);
-            log::info!("configuration changed on disk; {summary}");
-        }
-        Ok(false) => {}
-        Err(e) => log::warn!("cannot scan the configuration directory: {e}"),
-    }
-}
-
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let now = Utc::now();
     let config = config::load_dir(&args.dirs.config, None, now)
-        .map_err(|e| RoleError::Start(e.to_string()))?;
+        .map_err(|e| RoleError::BadStart(e.to_string()))?;
     for d in &config.diagnostics {
         log::warn!("{d}");
     }
-    let secret =
-        Secret::load_or_create(&args.dirs.secret()).map_err(|e| RoleError::Start(e.to_string()))?;
+    let secret = Secret::load_or_create(&args.dirs.secret())
+        .map_err(|e| RoleError::BadStart(e.to_string()))?;
     let mut ev: EventLoop<MainRole> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let s = args.take_stream("hub")?;
     let (hub, _) = open_link(ev.ctx(), s, Role::Main, Role::Hub, Peer::Hub, on_link)?;
@@ -825,7 +777,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     )?;
     let mut scheduler = Scheduler::default();
     scheduler.plan(config.valid_jobs(), now);
-    ev.ctx().every(CONFIG_SCAN, watch_config);
+    ev.ctx().every(CONFIG_SCAN, reload::watch_config);
     ev.ctx().every(Duration::from_secs(30), report_stalls);
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut role = MainRole {
@@ -865,6 +817,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             api_port: 0,
             runtime_maintenance: maintenance::RuntimeMaintenance::default(),
             boot: boot::Boot::default(),
+            reloads: reload::Reloads::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,

@@ -18,9 +18,11 @@ use super::runs::ActiveRun;
 use super::target::{Target, Token};
 use super::{DbWait, Main, MainRole};
 use crate::evloop::Ctx;
+use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
-use crate::roles::db::protocol::{DbReply, DbRequest};
-use crate::roles::db::runs::{RunUpdate, TargetDetail, TargetUpdate};
+use crate::wire::db::calls;
+use crate::wire::db::{DbReply, DbRequest};
+use crate::wire::db::{RunUpdate, TargetDetail, TargetUpdate};
 use crate::wire::records::{RunRecord, RunState, TargetReason, TargetState};
 
 /// Ask db for the runs in flight; the answer arrives in `recovered`.
@@ -31,10 +33,11 @@ pub fn start(core: &mut Main) {
 
 /// db's answer: rebuild the runs and resume their Workflows.
 pub fn recovered(role: &mut MainRole, ctx: &mut Ctx<MainRole>, result: Result<DbReply, CallError>) {
-    let runs = match result {
-        Ok(DbReply::InFlightDetails(runs)) => runs,
-        Ok(other) => {
-            log::error!("db answered the recovery query with {other:?}");
+    let runs = match calls::InFlightDetails::take(result) {
+        Ok(runs) => runs,
+        // Asking again would get the same answer, at once and forever.
+        Err(e @ CallError::WrongReply { .. }) => {
+            log::error!("{e}");
             Vec::new()
         }
         Err(e) => {

@@ -20,10 +20,11 @@ use super::target::{Phase, Target};
 use super::{DbWait, JobRef, Main};
 use crate::config::Overlap;
 use crate::ipc::CallId;
-use crate::roles::db::protocol::{DbReply, DbRequest};
-use crate::roles::db::runs::{NewRun, RunUpdate};
+use crate::ipc::rpc::Call;
 use crate::wire::admin::{AdminFailure, AdminResponse};
-use crate::wire::link::{BlockingReply, BlockingRequest, ExecutorKind, HubReply, LaunchTarget};
+use crate::wire::db::{DbReply, DbRequest, calls};
+use crate::wire::db::{NewRun, RunUpdate};
+use crate::wire::link::{BlockingRequest, ExecutorKind, HubReply, LaunchTarget, blocking_calls};
 use crate::wire::records::{Millis, RunId, RunState, TargetReason, TargetState, Trigger};
 use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL};
 use crate::workflow::{Step, StepCtx, Wake, Workflow};
@@ -266,10 +267,12 @@ fn plan_batches(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     Step::Next
 }
 
-fn take_db_reply(core: &mut Main, call: Option<CallId>) -> Option<Result<DbReply, String>> {
+fn take_db_reply<C: Call<DbReply>>(
+    core: &mut Main,
+    call: Option<CallId>,
+) -> Option<Result<C::Reply, String>> {
     let id = call?;
-    core.db_replies
-        .remove(&id)
+    core.take_db_reply::<C>(id)
         .map(|r| r.map_err(|e| e.to_string()))
 }
 
@@ -323,14 +326,14 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));
     }
-    let Some(reply) = take_db_reply(core, env.call) else {
+    let Some(reply) = take_db_reply::<calls::CreateRun>(core, env.call) else {
         return Step::Wait(Wake::Call(env.call.unwrap_or_default()));
     };
     env.call = None;
     // Recorded (or not): from now on the run itself, if any, shows the job busy.
     release_job(core, env);
     match reply {
-        Ok(DbReply::RunCreated(Some(id))) => {
+        Ok(Some(id)) => {
             env.run = Some(id);
             let mut targets = std::collections::BTreeMap::new();
             for (i, batch) in env.batches.iter().enumerate() {
@@ -393,7 +396,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             // `collect_all` waits for their records.
             Step::Next
         }
-        Ok(DbReply::RunCreated(None)) => {
+        Ok(None) => {
             log::warn!(
                 "{}: slot {:?} was already recorded; it does not run twice",
                 env.req.job.name,
@@ -406,7 +409,6 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             );
             Step::Done
         }
-        Ok(other) => Step::fail(format!("db answered CreateRun with {other:?}")),
         Err(e) => {
             answer_admin(
                 core,
@@ -486,7 +488,7 @@ fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let Some(id) = env.call else {
         return Step::Next;
     };
-    let Some(reply) = core.blocking_replies.remove(&id) else {
+    let Some(reply) = core.take_blocking_reply::<blocking_calls::Launch>(id) else {
         return Step::Wait(Wake::Call(id));
     };
     env.call = None;
@@ -499,7 +501,7 @@ fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         core.record_launch_latency(started.elapsed());
     }
     match reply {
-        Ok(BlockingReply::Launched(outcomes)) => {
+        Ok(outcomes) => {
             for o in outcomes {
                 if let Err(e) = o.result {
                     log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
@@ -515,12 +517,6 @@ fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                         Some(254),
                     );
                 }
-            }
-        }
-        Ok(other) => {
-            log::error!("run {run}: blocking answered a launch with {other:?}");
-            for m in &batch {
-                finish_target(core, run, m, TargetReason::WrapperFailed, Some(254));
             }
         }
         Err(e) => {
@@ -642,7 +638,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));
     }
-    let Some(reply) = take_db_reply(core, env.call) else {
+    let Some(reply) = take_db_reply::<calls::UpdateRun>(core, env.call) else {
         return Step::Wait(Wake::Call(env.call.unwrap_or_default()));
     };
     env.call = None;

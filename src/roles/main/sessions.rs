@@ -15,10 +15,12 @@ use super::runs::exit_outcome;
 use super::target::{Credential, KillAction, PendingExit};
 use super::{DbWait, Main};
 use crate::ipc::CallId;
+use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
-use crate::roles::db::protocol::{DbReply, DbRequest};
-use crate::roles::db::runs::TargetUpdate;
 use crate::wire::Redacted;
+use crate::wire::db::TargetUpdate;
+use crate::wire::db::calls;
+use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{ConnId, HubReply, HubRequest, WrapperHello, WrapperVerdict};
 use crate::wire::records::{RunId, TargetReason, TargetState};
 use crate::wire::wrapper::{JobSpec, RejectCode};
@@ -93,12 +95,11 @@ pub fn reconcile(
     core: &mut Main,
     id: CallId,
     hello: WrapperHello,
-    result: Result<crate::roles::db::protocol::DbReply, CallError>,
+    result: Result<crate::wire::db::DbReply, CallError>,
 ) {
-    use crate::roles::db::protocol::DbReply;
-    let (record, mut details) = match result {
-        Ok(DbReply::RunDetails(Some(found))) => found,
-        Ok(_) => return answer_hello(core, id, hello),
+    let (record, mut details) = match calls::RunDetails::take(result) {
+        Ok(Some(found)) => found,
+        Ok(None) => return answer_hello(core, id, hello),
         Err(e) => {
             log::error!("could not look up run {}: {e}", hello.run);
             let verdict = reject(
@@ -161,7 +162,7 @@ pub fn reconcile(
     core.db_call(
         DbRequest::UpdateRun {
             run,
-            update: crate::roles::db::runs::RunUpdate {
+            update: crate::wire::db::RunUpdate {
                 state: Some(crate::wire::records::RunState::Running),
                 ..Default::default()
             },
@@ -210,6 +211,10 @@ fn vet_hello(
     };
     let job = active.job.clone();
     let wait_for_go = active.prestaged && !active.go_sent;
+    let slot_in_ms = active
+        .slot
+        .filter(|_| wait_for_go)
+        .map(|slot| u64::try_from(slot - chrono::Utc::now().timestamp_millis()).unwrap_or(0));
     let heartbeat_s = core.config.saltpeter.heartbeat_s;
     if !active.targets.contains_key(machine) {
         return reject(
@@ -261,6 +266,7 @@ fn vet_hello(
         resume_key: Redacted(key),
         acked_seq,
         wait_for_go,
+        slot_in_ms,
     }
 }
 
@@ -307,7 +313,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
                     seq,
                     stream,
                     data,
-                    limit: crate::roles::db::output::OutputLimit {
+                    limit: crate::wire::db::OutputLimit {
                         head: limit.head_bytes,
                         tail: limit.tail_bytes,
                     },
@@ -352,13 +358,12 @@ pub fn output_stored(
     machine: &str,
     result: Result<DbReply, CallError>,
 ) {
-    match result {
-        Ok(DbReply::OutputStored { contiguous_seq }) => {
+    match calls::AppendOutput::take(result) {
+        Ok(contiguous_seq) => {
             transition(core, run, machine, |t| {
                 t.output_stored(contiguous_seq, now_ms())
             });
         }
-        Ok(other) => log::error!("db answered AppendOutput with {other:?}"),
         Err(e) => {
             log::error!("run {run}: output of {machine} not stored: {e}");
             transition(core, run, machine, |t| t.output_refused());

@@ -10,7 +10,7 @@ use super::Main;
 use super::effects::finish_target;
 use super::run_flow::RunEnv;
 use crate::config::Executor;
-use crate::wire::link::{BlockingReply, BlockingRequest};
+use crate::wire::link::{BlockingRequest, blocking_calls};
 use crate::wire::records::{RunState, TargetReason};
 use crate::workflow::{Step, StepCtx, Wake};
 
@@ -30,17 +30,17 @@ pub fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         let id = core.blocking_call(BlockingRequest::Resolve {
             salt: core.salt_settings(),
             target: job.target_expr.clone(),
-            target_type: job.target_type.as_str().to_string(),
+            target_type: job.target_type.into(),
         });
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));
     };
-    let Some(reply) = core.blocking_replies.remove(&id) else {
+    let Some(reply) = core.take_blocking_reply::<blocking_calls::Resolve>(id) else {
         return Step::Wait(Wake::Call(id));
     };
     env.call = None;
     match reply {
-        Ok(BlockingReply::Resolved(res)) => {
+        Ok(res) => {
             if res.no_match {
                 env.unresolved = Some((
                     RunState::Skipped,
@@ -53,12 +53,6 @@ pub fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             env.live = res.live;
             env.live.sort();
             env.unreachable = res.unreachable;
-        }
-        Ok(other) => {
-            env.unresolved = Some((
-                RunState::Failed,
-                format!("unexpected answer to target resolution: {other:?}"),
-            ))
         }
         Err(e) => {
             log::error!("{}: target resolution failed: {e}", job.name);
@@ -103,14 +97,14 @@ pub fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));
     };
-    let Some(reply) = core.blocking_replies.remove(&id) else {
+    let Some(reply) = core.take_blocking_reply::<blocking_calls::Deploy>(id) else {
         return Step::Wait(Wake::Call(id));
     };
     env.call = None;
     let wrapper_path = core.wrapper_path(&job);
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
     match reply {
-        Ok(BlockingReply::Deployed { outcomes, hash }) => {
+        Ok((outcomes, hash)) => {
             core.wrapper_hash = Some(hash.clone());
             for o in outcomes {
                 match o.result {
@@ -138,7 +132,6 @@ pub fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                 }
             }
         }
-        Ok(other) => log::error!("run {run}: blocking answered a deployment with {other:?}"),
         Err(e) => {
             log::error!("run {run}: wrapper deployment failed: {e}");
             for m in &batch {

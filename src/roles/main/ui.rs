@@ -20,8 +20,10 @@ use serde_json::{Value, json};
 use super::runs::ActiveRun;
 use super::{DbWait, Main};
 use crate::ctl::render::time as iso;
+use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
-use crate::roles::db::protocol::{DbReply, DbRequest};
+use crate::wire::db::calls;
+use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
 use crate::wire::records::{Millis, RunId, RunRecord, RunState, TargetRecord, TargetState};
 use crate::wire::ui::{LiveTarget, instance};
@@ -91,8 +93,8 @@ pub fn start(core: &mut Main) {
 }
 
 pub fn db_answer(core: &mut Main, wait: UiWait, result: Result<DbReply, CallError>) {
-    match (wait, result) {
-        (UiWait::LastRuns, Ok(DbReply::LastRuns(runs))) => {
+    match (wait, calls::LastRuns::take(result)) {
+        (UiWait::LastRuns, Ok(runs)) => {
             for (job, run) in runs {
                 if run.state.is_final() && run.state != RunState::Skipped {
                     core.ui.last.insert(job, LastRun::from_record(&run));
@@ -101,7 +103,6 @@ pub fn db_answer(core: &mut Main, wait: UiWait, result: Result<DbReply, CallErro
             let jobs: Vec<String> = core.ui.last.keys().cloned().collect();
             core.ui.dirty_jobs.extend(jobs);
         }
-        (UiWait::LastRuns, Ok(other)) => log::error!("db answered LastRuns with {other:?}"),
         (UiWait::LastRuns, Err(e)) => log::warn!("dashboard: last runs not loaded: {e}"),
     }
 }

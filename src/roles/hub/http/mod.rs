@@ -522,7 +522,9 @@ pub fn call_failed(hub: &mut Hub, id: ConnId, err: &CallError) {
     let response = match err {
         CallError::Timeout(..) => Response::error(504, "timeout", &err.to_string()),
         CallError::PeerGone(_) => Response::error(503, "unavailable", &err.to_string()),
-        CallError::Remote(e) => Response::error(500, "internal", &e.to_string()),
+        CallError::Remote(_) | CallError::WrongReply { .. } => {
+            Response::error(500, "internal", &err.to_string())
+        }
     };
     respond_waiting(hub, id, &response);
     if let Err(why) = write_out(hub, id)

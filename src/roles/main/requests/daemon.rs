@@ -2,13 +2,12 @@
 //! deployment, and the audit trail (what was asked, by whom).
 
 use super::{DbWait, Main, MainRole, Wait, failure, respond};
-use crate::evloop::Ctx;
 use crate::ipc::CallId;
-use crate::roles::db::protocol::DbRequest;
-use crate::roles::db::store::{EventFilter, EventRecord};
 use crate::wire::admin::{
     AdminFailure, AdminPeer, AdminRequest, AdminResponse, EventInfo, StatusInfo,
 };
+use crate::wire::db::DbRequest;
+use crate::wire::db::{EventFilter, EventRecord};
 use crate::wire::records::{Millis, RunId};
 
 pub fn status(core: &mut Main, call: CallId) {
@@ -40,9 +39,9 @@ pub fn metrics(core: &mut Main, call: CallId) {
     respond(core, call, AdminResponse::Metrics(text));
 }
 
-pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId) {
-    let summary = crate::roles::main::reload(role, ctx);
-    respond(&mut role.core, call, AdminResponse::Done(summary));
+/// Answered with the summary once the reload is applied (`reload::poll`).
+pub fn reload(core: &mut Main, call: CallId) {
+    crate::roles::main::reload::request(core, Some(call));
 }
 
 pub fn deploy_wrapper(role: &mut MainRole, call: CallId, target: Option<String>) {

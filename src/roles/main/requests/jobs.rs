@@ -7,10 +7,10 @@ use std::sync::Arc;
 use super::{DbWait, Main, Wait, failure, no_job, respond};
 use crate::config::{Executor, Job, JobEntry, Overlap, TargetType};
 use crate::ipc::CallId;
-use crate::roles::db::protocol::DbRequest;
-use crate::roles::db::runs::RunFilter;
 use crate::roles::main::run_flow::RunRequest;
 use crate::wire::admin::{AdminFailure, AdminResponse, JobDetail, JobInfo, JobState, JobSummary};
+use crate::wire::db::DbRequest;
+use crate::wire::db::RunFilter;
 use crate::wire::records::{Millis, RunId, RunRecord, RunState, Trigger};
 
 /// Most fire times one request may ask for.

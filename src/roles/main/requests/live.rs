@@ -23,11 +23,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::{DbWait, MAX_SLICE, Main, Wait, failure, respond};
 use crate::ipc::CallId;
+use crate::ipc::rpc::Call;
 use crate::ipc::rpc::{CallError, RemoteError};
-use crate::roles::db::output::OutputQuery;
-use crate::roles::db::protocol::{DbReply, DbRequest};
-use crate::roles::db::runs::RunFilter;
 use crate::wire::admin::{AdminFailure, AdminResponse};
+use crate::wire::db::OutputQuery;
+use crate::wire::db::RunFilter;
+use crate::wire::db::calls;
+use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
 use crate::wire::records::{RunId, RunRecord, RunState, TargetReason, TargetState};
 use crate::wire::wrapper::Stream;
@@ -159,8 +161,8 @@ fn start(core: &mut Main, call: CallId, spec: FollowSpec, run: RunId) {
 /// A db reply for a follower.
 pub fn answer(core: &mut Main, wait: FollowWait, result: Result<DbReply, CallError>) {
     match wait {
-        FollowWait::Latest(call) => match result {
-            Ok(DbReply::Runs(runs)) => match runs.first() {
+        FollowWait::Latest(call) => match calls::ListRuns::take(result) {
+            Ok(runs) => match runs.first() {
                 Some(r) => {
                     let spec = match core.live.followers.get(&call) {
                         Some(f) => f.spec.clone(),
@@ -182,38 +184,40 @@ pub fn answer(core: &mut Main, wait: FollowWait, result: Result<DbReply, CallErr
                     )
                 }
             },
-            other => give_up(core, call, other.err()),
+            Err(e) => give_up(core, call, e),
         },
-        FollowWait::Targets(call) => match result {
-            Ok(DbReply::Run(Some(record))) => begin(core, call, record),
-            Ok(DbReply::Run(None)) => {
+        FollowWait::Targets(call) => match calls::GetRun::take(result) {
+            Ok(Some(record)) => begin(core, call, record),
+            Ok(None) => {
                 let run = core.live.followers.remove(&call).map(|f| f.run);
                 let msg = format!("no run {}", run.unwrap_or_default());
                 failure(core, call, AdminFailure::NotFound(msg));
             }
-            other => give_up(core, call, other.err()),
+            Err(e) => give_up(core, call, e),
         },
         FollowWait::Read(call, machine) => read_done(core, call, &machine, result),
         FollowWait::End(call) => {
             if core.live.followers.remove(&call).is_none() {
                 return;
             }
-            match result {
-                Ok(DbReply::Run(Some(record))) => {
-                    respond(core, call, AdminResponse::Followed(record))
-                }
-                other => give_up(core, call, other.err()),
+            match calls::GetRun::take(result) {
+                Ok(Some(record)) => respond(core, call, AdminResponse::Followed(record)),
+                Ok(None) => give_up(
+                    core,
+                    call,
+                    CallError::Remote(RemoteError::NotFound("the run is gone".into())),
+                ),
+                Err(e) => give_up(core, call, e),
             }
         }
     }
 }
 
-fn give_up(core: &mut Main, call: CallId, err: Option<CallError>) {
+fn give_up(core: &mut Main, call: CallId, err: CallError) {
     core.live.followers.remove(&call);
     let f = match err {
-        Some(CallError::Remote(RemoteError::NotFound(what))) => AdminFailure::NotFound(what),
-        Some(e) => AdminFailure::Internal(e.to_string()),
-        None => AdminFailure::Internal("unexpected answer from db".into()),
+        CallError::Remote(RemoteError::NotFound(what)) => AdminFailure::NotFound(what),
+        e => AdminFailure::Internal(e.to_string()),
     };
     failure(core, call, f);
 }
@@ -293,8 +297,8 @@ fn read_done(core: &mut Main, call: CallId, machine: &str, result: Result<DbRepl
     };
     c.reading = false;
     c.read_once = true;
-    match result {
-        Ok(DbReply::Output(out)) => {
+    match calls::Output::take(result) {
+        Ok(out) => {
             c.next_from = c.next_from.max(out.next_from);
             if out.data.len() as u64 >= FOLLOW_READ {
                 c.dirty = true;
@@ -312,7 +316,6 @@ fn read_done(core: &mut Main, call: CallId, machine: &str, result: Result<DbRepl
                 );
             }
         }
-        Ok(other) => log::warn!("follower {call}: db answered a read with {other:?}"),
         // A target whose row is gone (retention) has nothing more to show.
         Err(e) => log::warn!("follower {call}: output of {machine} unreadable: {e}"),
     }

@@ -21,12 +21,11 @@ use serde::{Deserialize, Serialize};
 use super::{DbWait, Main, Wait, failure, respond};
 use crate::config::Maintenance;
 use crate::ipc::CallId;
-use crate::ipc::rpc::CallError;
-use crate::roles::db::protocol::{DbReply, DbRequest};
-use crate::roles::db::store::NewEvent;
+use crate::ipc::rpc::{Call, CallError};
 use crate::wire::admin::{
     AdminFailure, AdminResponse, MaintenanceChange, MaintenanceInfo, MaintenanceSource,
 };
+use crate::wire::db::{DbReply, DbRequest, NewEvent, calls};
 
 /// The `meta` key the run-time settings are stored under.
 pub const META_KEY: &str = "maintenance";
@@ -189,11 +188,8 @@ pub fn saved(
     note: Option<String>,
     result: Result<DbReply, CallError>,
 ) {
-    let resp = match result {
-        Ok(DbReply::Done) => AdminResponse::Maintenance(core.maintenance_info(note)),
-        Ok(other) => AdminResponse::Failure(AdminFailure::Internal(format!(
-            "db answered a maintenance save with {other:?}"
-        ))),
+    let resp = match calls::SetMeta::take(result) {
+        Ok(()) => AdminResponse::Maintenance(core.maintenance_info(note)),
         Err(e) => AdminResponse::Failure(AdminFailure::Internal(format!(
             "the change is in effect, but could not be saved ({e}): it is lost at the next \
              restart"

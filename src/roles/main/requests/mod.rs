@@ -25,9 +25,9 @@ mod runs;
 use super::{DbWait, Main, MainRole};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
-use crate::ipc::rpc::{CallError, RemoteError};
-use crate::roles::db::protocol::{DbReply, DbRequest};
+use crate::ipc::rpc::{Call, CallError, RemoteError};
 use crate::wire::admin::{AdminFailure, AdminPeer, AdminRequest, AdminResponse, JobState};
+use crate::wire::db::{DbReply, DbRequest, calls};
 use crate::wire::link::HubReply;
 use crate::wire::records::RunId;
 
@@ -95,7 +95,7 @@ pub fn handle_from(
     role.core.actor = None;
 }
 
-pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: AdminRequest) {
+pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: AdminRequest) {
     let core = &mut role.core;
     if core.recovering
         && matches!(
@@ -111,7 +111,7 @@ pub fn handle(role: &mut MainRole, ctx: &mut Ctx<MainRole>, call: CallId, req: A
     match req {
         AdminRequest::Status => daemon::status(core, call),
         AdminRequest::Metrics => daemon::metrics(core, call),
-        AdminRequest::Reload => daemon::reload(role, ctx, call),
+        AdminRequest::Reload => daemon::reload(core, call),
         AdminRequest::DeployWrapper { target } => daemon::deploy_wrapper(role, call, target),
         AdminRequest::Events {
             job,
@@ -170,41 +170,41 @@ pub fn send_run(core: &mut Main, call: CallId, run: RunId) {
 
 /// A db reply for a request: the topic's function shapes the answer.
 pub fn answer(core: &mut Main, wait: Wait, result: Result<DbReply, CallError>) {
-    let call = match wait {
+    let (call, shaped) = match wait {
         Wait::Follow(f) => return live::answer(core, f, result),
         Wait::Maintenance { call, note } => return maintenance::saved(core, call, note, result),
-        Wait::Jobs { call, .. }
-        | Wait::Job { call, .. }
-        | Wait::Runs(call)
-        | Wait::Run(call)
-        | Wait::Events(call)
-        | Wait::Output(call)
-        | Wait::LiveOutput { call, .. } => call,
+        Wait::Jobs { call, group, state } => (
+            call,
+            calls::LastRuns::take(result).map(|last| jobs::listed(core, &last, group, state)),
+        ),
+        Wait::Job {
+            call,
+            job,
+            upcoming,
+        } => (
+            call,
+            calls::ListRuns::take(result).map(|runs| jobs::detailed(core, &job, upcoming, runs)),
+        ),
+        Wait::Runs(call) => (call, calls::ListRuns::take(result).map(AdminResponse::Runs)),
+        Wait::Run(call) => (call, calls::GetRun::take(result).map(runs::found)),
+        Wait::Events(call) => (
+            call,
+            calls::ListEvents::take(result).map(daemon::events_read),
+        ),
+        Wait::Output(call) => (call, calls::Output::take(result).map(output::slice)),
+        Wait::LiveOutput { call, upto_seq } => (
+            call,
+            calls::Output::take(result).map(|out| output::live_read(out, upto_seq)),
+        ),
     };
-    let reply = match result {
-        Ok(reply) => reply,
-        Err(CallError::Remote(RemoteError::NotFound(what))) => {
-            return failure(core, call, AdminFailure::NotFound(what));
-        }
-        Err(e) => return failure(core, call, AdminFailure::Internal(e.to_string())),
-    };
-    let resp = match (wait, reply) {
-        (Wait::Jobs { group, state, .. }, DbReply::LastRuns(last)) => {
-            jobs::listed(core, &last, group, state)
-        }
-        (Wait::Job { job, upcoming, .. }, DbReply::Runs(runs)) => {
-            jobs::detailed(core, &job, upcoming, runs)
-        }
-        (Wait::Runs(_), DbReply::Runs(runs)) => AdminResponse::Runs(runs),
-        (Wait::Run(_), DbReply::Run(found)) => runs::found(found),
-        (Wait::Events(_), DbReply::Events(events)) => daemon::events_read(events),
-        (Wait::Output(_), DbReply::Output(out)) => output::slice(out),
-        (Wait::LiveOutput { upto_seq, .. }, DbReply::Output(out)) => {
-            output::live_read(out, upto_seq)
-        }
-        (wait, other) => AdminResponse::Failure(AdminFailure::Internal(format!(
-            "db answered {wait:?} with {other:?}"
-        ))),
-    };
+    let resp = shaped.unwrap_or_else(|e| AdminResponse::Failure(db_failure(e)));
     respond(core, call, resp);
+}
+
+/// A failed db call as the requester sees it.
+fn db_failure(err: CallError) -> AdminFailure {
+    match err {
+        CallError::Remote(RemoteError::NotFound(what)) => AdminFailure::NotFound(what),
+        e => AdminFailure::Internal(e.to_string()),
+    }
 }

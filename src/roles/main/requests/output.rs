@@ -4,9 +4,9 @@
 
 use super::{DbWait, MAX_SLICE, Main, Wait};
 use crate::ipc::CallId;
-use crate::roles::db::output::{OutputBytes, OutputQuery};
-use crate::roles::db::protocol::DbRequest;
 use crate::wire::admin::{AdminResponse, OutputRange, OutputSlice};
+use crate::wire::db::DbRequest;
+use crate::wire::db::{OutputBytes, OutputQuery};
 use crate::wire::records::RunId;
 use crate::wire::ui::LiveBase;
 

@@ -3,9 +3,9 @@
 
 use super::{DbWait, Main, Wait, failure, respond};
 use crate::ipc::CallId;
-use crate::roles::db::protocol::DbRequest;
-use crate::roles::db::runs::RunFilter;
 use crate::wire::admin::{AdminFailure, AdminResponse, RunQuery};
+use crate::wire::db::DbRequest;
+use crate::wire::db::RunFilter;
 use crate::wire::records::{RunId, RunRecord};
 
 /// Most runs one answer lists.

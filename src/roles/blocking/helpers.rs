@@ -1,0 +1,275 @@
+//! Helper processes: slow work `blocking` must not do inside its loop, done by the daemon
+//! binary itself started in a hidden mode, its result on stdout.
+//!
+//! - `--load-config DIR`: read and parse the configuration files that changed (their
+//!   known fingerprints on stdin), answer [`ParsedFiles`] — main's reloads, so a large
+//!   file never stalls main's loop.
+//! - `--publish-wrapper [SALT_CONFIG_DIR]`: hash the wrapper binary and copy it into the
+//!   master's file root if it differs there; `--hash-wrapper`: only hash it. Hashed at
+//!   each deployment, not once at start: the binary can change on upgrade.
+//!
+//! The binary is `/proc/self/exe`: the very build `blocking` runs, even when the file was
+//! replaced by an upgrade meanwhile (the encoding of the answer must match). [`run_helper`]
+//! is the loop side: a child with drained pipes, a deadline after which it is killed, and
+//! a bounded answer ([`child::CAPTURE_LIMIT`]).
+
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use sha2::{Digest, Sha256};
+
+use super::Blocking;
+use crate::config::{self, Fingerprint, ParsedFiles};
+use crate::evloop::{Ctx, child};
+use crate::ipc::CallId;
+use crate::ipc::codec;
+use crate::ipc::rpc::RemoteError;
+use crate::wire::link::BlockingReply;
+
+/// How long a configuration load may take before it is killed (the admin socket's call
+/// deadline is 30 s: `saltpeterctl reload` gets an answer before it).
+pub const LOAD_DEADLINE: Duration = Duration::from_secs(20);
+/// Hashing and copying a binary of a few MiB.
+pub const PUBLISH_DEADLINE: Duration = Duration::from_secs(60);
+/// Encoded trees one load hands over at most; the answer then fits the capture limit.
+const HANDOVER_BYTES: usize = 6 * config::MIB as usize;
+/// Path of the wrapper inside the master's file roots.
+pub const PUBLISHED_WRAPPER: &str = "saltpeter/saltpeter-wrapper";
+
+/// A helper mode of the daemon binary.
+#[derive(Debug, Clone)]
+pub enum Helper {
+    LoadConfig(PathBuf),
+    /// `salt_config_dir`, if not the default.
+    PublishWrapper(Option<String>),
+    HashWrapper,
+}
+
+/// Runs a helper in this process (the daemon binary's `main`); returns the exit code.
+pub fn run(helper: Helper) -> i32 {
+    let result = match helper {
+        Helper::LoadConfig(dir) => load_config(&dir),
+        Helper::PublishWrapper(salt_config_dir) => {
+            publish(&master_file_root(salt_config_dir.as_deref())).map(|h| println!("{h}"))
+        }
+        Helper::HashWrapper => own_wrapper()
+            .and_then(|p| sha256_file(&p).map_err(|e| format!("cannot read {}: {e}", p.display())))
+            .map(|h| println!("{h}")),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(why) => {
+            eprintln!("{why}");
+            1
+        }
+    }
+}
+
+fn load_config(dir: &Path) -> Result<(), String> {
+    let mut input = Vec::new();
+    std::io::stdin()
+        .take(child::CAPTURE_LIMIT as u64)
+        .read_to_end(&mut input)
+        .map_err(|e| format!("cannot read the known files on stdin: {e}"))?;
+    let known: Vec<(PathBuf, Fingerprint)> = codec::decode(&input, child::CAPTURE_LIMIT)
+        .map_err(|e| format!("cannot read the known files on stdin: {e}"))?;
+    let answer: Result<ParsedFiles, String> =
+        config::parse_changed(dir, &known.into_iter().collect(), Some(HANDOVER_BYTES))
+            .map_err(|e| e.to_string());
+    let bytes = codec::encode(&answer, child::CAPTURE_LIMIT).map_err(|e| e.to_string())?;
+    std::io::stdout()
+        .write_all(&bytes)
+        .map_err(|e| format!("cannot write the answer: {e}"))
+}
+
+/// Start the daemon binary as `args` with `input` on stdin; `on_done` gets its stdout, or
+/// why there is none (could not start, killed at `deadline`, failed, answer too large).
+pub fn run_helper(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    args: &[&std::ffi::OsStr],
+    input: Option<&[u8]>,
+    deadline: Duration,
+    on_done: impl FnOnce(&mut Blocking, &mut Ctx<Blocking>, Result<Vec<u8>, String>) + 'static,
+) {
+    let what = args
+        .first()
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.args(args);
+    let stdin = match input.map(stdin_of).transpose() {
+        Ok(stdin) => stdin.unwrap_or_else(Stdio::null),
+        Err(why) => return on_done(state, ctx, Err(why)),
+    };
+    // Shared by the exit callback and the spawn-error path; only one ever runs.
+    let on_done = std::rc::Rc::new(std::cell::Cell::new(Some(on_done)));
+    let on_exit = std::rc::Rc::clone(&on_done);
+    let name = what.clone();
+    let spawned =
+        child::spawn_with_stdin(ctx, cmd, stdin, move |state: &mut Blocking, ctx, out| {
+            let result = if out.dropped > 0 {
+                Err(format!(
+                    "the {name} helper answered more than {} MiB",
+                    child::CAPTURE_LIMIT >> 20
+                ))
+            } else if out.status.success() {
+                Ok(out.stdout)
+            } else if out.status.code().is_none() {
+                Err(format!(
+                    "the {name} helper was killed ({}) after {deadline:?} without finishing",
+                    out.status
+                ))
+            } else {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                Err(format!(
+                    "the {name} helper failed ({}): {}",
+                    out.status,
+                    stderr.trim()
+                ))
+            };
+            if let Some(on_done) = on_exit.take() {
+                on_done(state, ctx, result);
+            }
+        });
+    match spawned {
+        Ok(id) => {
+            ctx.after(deadline, move |_: &mut Blocking, ctx| {
+                if child::signal(ctx, id, Signal::SIGKILL) {
+                    log::warn!("the {what} helper exceeded {deadline:?}; killed it");
+                }
+            });
+        }
+        Err(e) => {
+            if let Some(on_done) = on_done.take() {
+                on_done(
+                    state,
+                    ctx,
+                    Err(format!("cannot start the {what} helper: {e}")),
+                );
+            }
+        }
+    }
+}
+
+/// `bytes` as a readable file (in memory) for a child's stdin.
+fn stdin_of(bytes: &[u8]) -> Result<Stdio, String> {
+    let fd = nix::sys::memfd::memfd_create(
+        c"saltpeter-helper-input",
+        nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
+    )
+    .map_err(|e| format!("cannot create the helper's input: {e}"))?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes)
+        .and_then(|()| file.rewind())
+        .map_err(|e| format!("cannot write the helper's input: {e}"))?;
+    Ok(Stdio::from(file))
+}
+
+/// Main's `LoadConfig`: the changed files read and parsed by a helper.
+pub fn load_config_call(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    id: CallId,
+    dir: PathBuf,
+    known: Vec<(PathBuf, Fingerprint)>,
+) {
+    let input = match codec::encode(&known, child::CAPTURE_LIMIT) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            state.reply(id, Err(RemoteError::Failed(e.to_string())));
+            return;
+        }
+    };
+    let args = [std::ffi::OsStr::new("--load-config"), dir.as_os_str()];
+    run_helper(
+        state,
+        ctx,
+        &args,
+        Some(&input),
+        LOAD_DEADLINE,
+        move |state, _ctx, out| {
+            let result = out.and_then(|bytes| {
+                codec::decode::<Result<ParsedFiles, String>>(&bytes, child::CAPTURE_LIMIT)
+                    .map_err(|e| format!("the configuration helper's answer: {e}"))?
+            });
+            state.reply(
+                id,
+                result
+                    .map(BlockingReply::ConfigParsed)
+                    .map_err(RemoteError::Failed),
+            );
+        },
+    );
+}
+
+fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// This build's wrapper binary (beside the daemon's own executable).
+pub fn own_wrapper() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
+    let path = exe
+        .parent()
+        .map(|d| d.join("saltpeter-wrapper"))
+        .ok_or_else(|| "my executable has no directory".to_string())?;
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(format!("{} does not exist", path.display()))
+    }
+}
+
+/// Copy the wrapper into the file root if its hash differs (write + rename: minions never
+/// fetch a half-written file). Returns the hash.
+fn publish(file_root: &Path) -> Result<String, String> {
+    let source = own_wrapper()?;
+    let hash =
+        sha256_file(&source).map_err(|e| format!("cannot read {}: {e}", source.display()))?;
+    let dest = file_root.join(PUBLISHED_WRAPPER);
+    if sha256_file(&dest).ok().as_deref() == Some(hash.as_str()) {
+        return Ok(hash);
+    }
+    let dir = dest.parent().unwrap_or(file_root);
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let tmp = dir.join(format!(".saltpeter-wrapper.{}", std::process::id()));
+    std::fs::copy(&source, &tmp)
+        .map_err(|e| format!("cannot copy the wrapper to {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, &dest).map_err(|e| format!("cannot publish {}: {e}", dest.display()))?;
+    log::info!("published the wrapper ({hash}) at {}", dest.display());
+    Ok(hash)
+}
+
+/// The first `base` directory of the master's `file_roots` (default `/srv/salt`).
+fn master_file_root(config_dir: Option<&str>) -> PathBuf {
+    #[derive(serde::Deserialize)]
+    struct MasterConfig {
+        file_roots: Option<std::collections::BTreeMap<String, Vec<String>>>,
+    }
+    let path = Path::new(config_dir.unwrap_or("/etc/salt")).join("master");
+    std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_saphyr::from_str::<MasterConfig>(&text).ok())
+        .and_then(|c| c.file_roots)
+        .and_then(|roots| roots.get("base").and_then(|b| b.first().cloned()))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/srv/salt"))
+}

@@ -1,0 +1,170 @@
+//! Configuration reloads, without a stall of main's loop.
+//!
+//! Reading and parsing the files is the slow part of a load (a large file, a big `<<`
+//! merge); it runs in a helper process of `blocking` (`BlockingRequest::LoadConfig`, see
+//! `roles/blocking/helpers.rs`), which reads only the files whose fingerprint changed.
+//! Main then merges the settings and validates the jobs of the changed files
+//! (`config::load_parsed`, which reads nothing and reuses every unchanged job) and applies
+//! the result: schedule, maintenance, retention, the dashboard.
+//!
+//! Outline:
+//! 1. A request (the 1 s scan saw a change, SIGHUP, `saltpeterctl reload`) starts a load,
+//!    or, while one is in flight, asks for another after it: the files may have changed
+//!    after the first one's scan. Requests meanwhile coalesce into that one.
+//! 2. The reply arrives as any blocking reply; `poll` (run after every event) applies it.
+//! 3. A failure (blocking gone, helper killed at its deadline, answer too large) keeps
+//!    the previous configuration, says why, and the next change or request tries again.
+//!
+//! Start-up loads synchronously (`config::load_dir`): nothing is running yet.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use chrono::Utc;
+
+use super::{Main, MainRole, maintenance, ui};
+use crate::config::{self, LoadedConfig};
+use crate::evloop::Ctx;
+use crate::ipc::CallId;
+use crate::wire::admin::AdminResponse;
+use crate::wire::link::{BlockingReply, BlockingRequest, HubReply};
+
+/// Reloads in flight and asked for.
+#[derive(Debug, Default)]
+pub struct Reloads {
+    /// The blocking call of the load in flight, and when it started.
+    in_flight: Option<(CallId, Instant)>,
+    /// Another load is due when the one in flight is done.
+    again: bool,
+    /// Admin calls answered when the load in flight is applied.
+    waiting: Vec<CallId>,
+    /// Admin calls that came during it: answered by the next one.
+    waiting_next: Vec<CallId>,
+}
+
+impl Reloads {
+    pub fn in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+}
+
+/// Ask for a reload; `admin` is the hub call to answer with its summary.
+pub fn request(core: &mut Main, admin: Option<CallId>) {
+    if core.reloads.in_flight.is_some() {
+        core.reloads.again = true;
+        core.reloads.waiting_next.extend(admin);
+        return;
+    }
+    core.reloads.waiting.extend(admin);
+    start(core);
+}
+
+fn start(core: &mut Main) {
+    let known = core
+        .config
+        .reusable_fingerprints()
+        .into_iter()
+        .collect::<Vec<_>>();
+    let dir = core.config.dir.clone();
+    let id = core.blocking_call(BlockingRequest::LoadConfig { dir, known });
+    core.reloads.in_flight = Some((id, Instant::now()));
+}
+
+/// Apply the load in flight once blocking answered (after every event, from `pump`).
+pub fn poll(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    let Some((id, started)) = role.core.reloads.in_flight else {
+        return;
+    };
+    let Some(reply) = role.core.blocking_replies.remove(&id) else {
+        return;
+    };
+    role.core.reloads.in_flight = None;
+    let summary = match reply {
+        Ok(BlockingReply::ConfigParsed(parsed)) => {
+            let now = Utc::now();
+            let core = &role.core;
+            let loaded = config::load_parsed(&core.config.dir, parsed, Some(&core.config), now);
+            apply(role, ctx, loaded, now);
+            summary(&role.core.config, started)
+        }
+        Ok(other) => failed(format!("blocking answered {other:?}")),
+        Err(e) => failed(e.to_string()),
+    };
+    log::info!("{summary}");
+    for call in std::mem::take(&mut role.core.reloads.waiting) {
+        role.core
+            .reply_hub(call, HubReply::Admin(AdminResponse::Done(summary.clone())));
+    }
+    if std::mem::take(&mut role.core.reloads.again) {
+        role.core.reloads.waiting = std::mem::take(&mut role.core.reloads.waiting_next);
+        start(&mut role.core);
+    }
+}
+
+fn failed(why: String) -> String {
+    log::error!("reload failed: {why}; the previous configuration stays in effect");
+    format!("reload failed: {why}")
+}
+
+fn summary(config: &LoadedConfig, started: Instant) -> String {
+    let errors = config
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == config::Severity::Error)
+        .count();
+    format!(
+        "configuration reloaded: {} jobs, {errors} errors, in {} ms",
+        config.jobs.len(),
+        started.elapsed().as_millis()
+    )
+}
+
+/// Put a loaded configuration in effect and re-plan the schedule.
+fn apply(
+    role: &mut MainRole,
+    ctx: &mut Ctx<MainRole>,
+    loaded: LoadedConfig,
+    now: chrono::DateTime<Utc>,
+) {
+    let core = &mut role.core;
+    for change in core
+        .config
+        .saltpeter
+        .startup_only_changes(&loaded.saltpeter)
+    {
+        log::warn!("saltpeter_config.{change} changed: it takes effect at the next start");
+    }
+    let known: HashSet<&config::Diagnostic> = core.config.diagnostics.iter().collect();
+    for d in loaded.diagnostics.iter().filter(|d| !known.contains(d)) {
+        log::warn!("{d}");
+    }
+    let retention_changed = core.config.saltpeter.retention != loaded.saltpeter.retention;
+    let old_maintenance = std::mem::replace(&mut core.config, loaded).maintenance;
+    if old_maintenance != core.config.maintenance {
+        maintenance::file_changed(core, &old_maintenance);
+    }
+    if retention_changed {
+        // New retention applies to the existing history too.
+        core.apply_retention_to_all();
+    }
+    ui::config_changed(core);
+    core.scheduler.plan(core.config.valid_jobs(), now);
+    super::arm_schedule(role, ctx);
+}
+
+/// Reload when a file of the configuration directory changed (a cheap metadata scan; none
+/// while a load is in flight: the next scan after it sees what changed meanwhile).
+pub fn watch_config(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    if role.core.reloads.in_flight() {
+        return;
+    }
+    match role.core.config.changed_on_disk() {
+        Ok(true) => {
+            log::info!("configuration changed on disk; reloading");
+            request(&mut role.core, None);
+            super::pump(role, ctx);
+        }
+        Ok(false) => {}
+        Err(e) => log::warn!("cannot scan the configuration directory: {e}"),
+    }
+}

@@ -1,0 +1,305 @@
+//! The main <-> db link: one request enum, one reply enum, one notice enum, and every
+//! payload they carry.
+//!
+//! These are wire types: db's storage code reads and writes them, but they are declared
+//! here so that changing a store struct cannot silently change what crosses the link.
+//!
+//! Writes are applied in batches: the db loop reads every request available, applies them
+//! in one transaction, commits, and only then answers — so an `OutputStored` reply (which
+//! main turns into an `ack` to the wrapper) always means the bytes are durable.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ipc::rpc::Packet;
+use crate::wire::NoReply;
+use crate::wire::records::{
+    Millis, RunId, RunRecord, RunState, TargetReason, TargetRecord, TargetState, Trigger,
+};
+use crate::wire::wrapper::Stream;
+
+/// What main sends db (it answers no calls: db makes none); db receives exactly this type.
+pub type MainToDb = Packet<DbRequest, NoReply>;
+/// What db sends main; main receives exactly this type.
+pub type DbToMain = Packet<DbNotice, DbReply>;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum DbRequest {
+    CreateRun(NewRun),
+    UpdateRun {
+        run: RunId,
+        update: RunUpdate,
+    },
+    UpdateTarget {
+        run: RunId,
+        machine: String,
+        update: TargetUpdate,
+    },
+    AppendOutput {
+        run: RunId,
+        machine: String,
+        seq: u64,
+        stream: Stream,
+        data: Vec<u8>,
+        limit: OutputLimit,
+    },
+    GetRun(RunId),
+    /// Runs in flight with their targets' session details (restart recovery).
+    InFlightDetails,
+    ListRuns(RunFilter),
+    LastRuns,
+    Output {
+        run: RunId,
+        machine: String,
+        query: OutputQuery,
+    },
+    GetMeta(String),
+    SetMeta {
+        key: String,
+        value: String,
+    },
+    RecordEvent(NewEvent),
+    /// Apply retention to one job's final runs.
+    Prune {
+        job: String,
+        retention: Retention,
+    },
+    /// Give freed pages back to the file system (after the batch's commit).
+    Reclaim,
+    /// Runs in flight with their targets, or one run (a lost wrapper coming back).
+    RunDetails(RunId),
+    ListEvents(EventFilter),
+    /// The newest recorded slot of every job (missed slots after downtime).
+    LastSlots,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum DbReply {
+    /// `None`: the (job, slot) was already recorded; nothing was created.
+    RunCreated(Option<RunId>),
+    Done,
+    /// Every seq up to `contiguous_seq` is committed.
+    OutputStored {
+        contiguous_seq: u64,
+    },
+    Run(Option<RunRecord>),
+    InFlightDetails(Vec<(RunRecord, Vec<TargetDetail>)>),
+    Runs(Vec<RunRecord>),
+    LastRuns(BTreeMap<String, RunRecord>),
+    Output(OutputBytes),
+    Meta(Option<String>),
+    Events(Vec<EventRecord>),
+    Pruned(PruneOutcome),
+    RunDetails(Option<(RunRecord, Vec<TargetDetail>)>),
+    LastSlots(BTreeMap<String, Millis>),
+}
+
+/// Each request's reply, in one place: `core.take_db_reply::<calls::GetRun>(id)` gives
+/// the `Option<RunRecord>`, and any other reply is a `CallError::WrongReply`.
+pub mod calls {
+    use super::*;
+    use crate::ipc::Role;
+
+    calls! { DbReply, Role::Db;
+        CreateRun -> Option<RunId> { DbReply::RunCreated(id) => id }
+        UpdateRun -> () { DbReply::Done => () }
+        UpdateTarget -> () { DbReply::Done => () }
+        /// Every seq up to the value is committed.
+        AppendOutput -> u64 { DbReply::OutputStored { contiguous_seq } => contiguous_seq }
+        GetRun -> Option<RunRecord> { DbReply::Run(run) => run }
+        InFlightDetails -> Vec<(RunRecord, Vec<TargetDetail>)> {
+            DbReply::InFlightDetails(runs) => runs
+        }
+        ListRuns -> Vec<RunRecord> { DbReply::Runs(runs) => runs }
+        LastRuns -> BTreeMap<String, RunRecord> { DbReply::LastRuns(runs) => runs }
+        Output -> OutputBytes { DbReply::Output(out) => out }
+        GetMeta -> Option<String> { DbReply::Meta(value) => value }
+        SetMeta -> () { DbReply::Done => () }
+        RecordEvent -> () { DbReply::Done => () }
+        Prune -> PruneOutcome { DbReply::Pruned(outcome) => outcome }
+        Reclaim -> () { DbReply::Done => () }
+        RunDetails -> Option<(RunRecord, Vec<TargetDetail>)> {
+            DbReply::RunDetails(details) => details
+        }
+        ListEvents -> Vec<EventRecord> { DbReply::Events(events) => events }
+        LastSlots -> BTreeMap<String, Millis> { DbReply::LastSlots(slots) => slots }
+    }
+}
+
+/// db never calls main; it only tells it its commit latency now and then (casts).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum DbNotice {
+    /// Seconds from the start of each batch transaction to its commit, since start.
+    CommitLatency(crate::metrics::Histogram),
+}
+
+// ---- payloads: runs and targets
+
+/// A run to record.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NewRun {
+    pub job: String,
+    /// Scheduled instant; `None` for a manual run.
+    pub slot: Option<Millis>,
+    pub trigger: Trigger,
+    pub state: RunState,
+    pub reason: Option<String>,
+    /// Machines and their initial states (e.g. `pending`, `skipped_maintenance`).
+    pub targets: Vec<(String, TargetState)>,
+    pub now: Millis,
+}
+
+/// Changes to a run; only the fields that are `Some` change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RunUpdate {
+    pub state: Option<RunState>,
+    pub reason: Option<String>,
+    pub started: Option<Millis>,
+    pub ended: Option<Millis>,
+}
+
+/// Changes to a target; only the fields that are `Some` change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TargetUpdate {
+    pub state: Option<TargetState>,
+    pub reason: Option<TargetReason>,
+    pub exit_code: Option<i32>,
+    pub started: Option<Millis>,
+    pub ended: Option<Millis>,
+    pub last_seen: Option<Millis>,
+    pub wrapper_version: Option<String>,
+    /// SHA-256 (hex) of the session's resume key.
+    pub resume_key_sha256: Option<String>,
+    pub token_used: Option<bool>,
+}
+
+/// A target with the columns that `TargetRecord` does not show.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TargetDetail {
+    pub record: TargetRecord,
+    pub last_seen: Option<Millis>,
+    pub wrapper_version: Option<String>,
+    /// Bytes of output received, kept or not.
+    pub output_bytes: u64,
+    /// Bytes dropped by the output limit.
+    pub omitted_bytes: u64,
+    /// Every output seq up to this one is stored or accounted for.
+    pub contiguous_seq: u64,
+    pub resume_key_sha256: Option<String>,
+    pub token_used: bool,
+}
+
+/// Which runs db's `list_runs` returns, newest first; `before_id` pages backwards.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RunFilter {
+    pub job: Option<String>,
+    pub state: Option<RunState>,
+    /// Runs created at or after this instant.
+    pub since: Option<Millis>,
+    pub before_id: Option<RunId>,
+    pub limit: Option<usize>,
+    /// Runs created at or before this instant.
+    pub until: Option<Millis>,
+}
+
+/// What db's `prune` removes from one job; only runs in final states go. A run is
+/// removed when any given rule says so.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Retention {
+    /// Keep this many newest final runs.
+    pub keep_runs: Option<usize>,
+    /// Remove runs created before this instant.
+    pub older_than: Option<Millis>,
+    /// Keep the stored output of the job's final runs under this many bytes (the newest
+    /// final run is always kept).
+    pub max_output_bytes: Option<u64>,
+}
+
+/// What db's `prune` removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PruneOutcome {
+    pub runs: u64,
+    pub output_bytes: u64,
+}
+
+// ---- payloads: output
+
+/// Bytes of output kept per target: the first `head` and the last `tail`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OutputLimit {
+    pub head: u64,
+    pub tail: u64,
+}
+
+impl Default for OutputLimit {
+    /// 1 MiB head + 1 MiB tail (CONFIG.md `output_limit`).
+    fn default() -> Self {
+        OutputLimit {
+            head: 1 << 20,
+            tail: 1 << 20,
+        }
+    }
+}
+
+/// Which part of a target's output db's `read_output` returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OutputQuery {
+    /// Only this stream.
+    pub stream: Option<Stream>,
+    /// Absolute position in the output to start at (a previous `next_from`).
+    pub from: u64,
+    /// Only the last this many bytes of what is selected.
+    pub tail: Option<u64>,
+    /// At most this many bytes (after `tail`).
+    pub max_bytes: Option<u64>,
+}
+
+/// Output read back.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OutputBytes {
+    /// Kept bytes in arrival order (stdout and stderr interleaved as they came).
+    pub data: Vec<u8>,
+    /// Bytes dropped by the output limit (all of the target, not only this slice).
+    pub omitted_bytes: u64,
+    /// Bytes received for the target in total, kept or not.
+    pub total_bytes: u64,
+    /// Index in `data` where the omitted bytes were, when `data` spans that gap.
+    pub omitted_at: Option<usize>,
+    /// Position to pass as `from` to continue after this read.
+    pub next_from: u64,
+}
+
+// ---- payloads: audit events
+
+/// An audit event to record (`kind` is a short snake_case name such as `run_created`,
+/// `target_lost`, `maintenance_set`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NewEvent {
+    pub at: Millis,
+    pub kind: String,
+    pub job: Option<String>,
+    pub run: Option<RunId>,
+    pub machine: Option<String>,
+    pub message: String,
+    /// The operator who asked for it (admin socket peer); `None` for the daemon.
+    pub uid: Option<u32>,
+}
+
+/// A recorded event.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EventRecord {
+    pub id: u64,
+    pub event: NewEvent,
+}
+
+/// Which events db's `list_events` returns; `before_id` pages backwards.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EventFilter {
+    pub job: Option<String>,
+    pub run: Option<RunId>,
+    pub kind: Option<String>,
+    pub since: Option<Millis>,
+    pub before_id: Option<u64>,
+    pub limit: Option<usize>,
+}
