@@ -17,6 +17,7 @@
 //! - `roles`: the four child processes
 //! - `logging`, `paths`: shared plumbing
 //! - `access`: who may use the admin socket
+//! - `json`: the JSON shapes of `saltpeterctl --json`, the HTTP API and `/ws`
 //! - `metrics`: histograms and the Prometheus text format for `/metrics`
 
 pub mod access;
@@ -26,6 +27,7 @@ pub mod ctl;
 pub mod daemon;
 pub mod evloop;
 pub mod ipc;
+pub mod json;
 pub mod logging;
 pub mod metrics;
 pub mod paths;

@@ -509,6 +509,8 @@ pub fn reload(role: &mut MainRole, ctx: &mut Ctx<MainRole>) -> String {
             ui::config_changed(&mut role.core);
             role.core.scheduler.plan(role.core.config.valid_jobs(), now);
             arm_schedule(role, ctx);
+            // Connected `/ws` clients see the change now, not at the next event.
+            ui::flush(&mut role.core);
             let jobs = role.core.config.jobs.len();
             let errors = role
                 .core
