@@ -6,6 +6,7 @@ mod browser;
 pub mod client;
 mod endpoints;
 mod ws;
+mod ws_truth;
 
 use std::net::TcpStream;
 use std::time::Duration;
