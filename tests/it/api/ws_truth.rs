@@ -218,3 +218,47 @@ fn run_now_of_a_disabled_job_is_refused_everywhere() {
     d.wait_final_runs("on", 1);
     assert!(d.runs("off").is_empty(), "{:?}", d.runs("off"));
 }
+
+#[test]
+fn ws_output_after_a_daemon_restart_shows_each_line_once() {
+    // 40 numbered lines over about 4 s; the daemon restarts in the middle and the wrapper
+    // re-attaches, resending what was not yet committed.
+    let command = "for i in $(seq 1 40); do echo line-$i; sleep 0.1; done";
+    let jobs =
+        format!("counter:\n  schedule: '@yearly'\n  targets: [wt6]\n  command: '{command}'\n");
+    let config = api_config(&format!(
+        "  machines_ws_port: {}\n",
+        crate::util::free_port()
+    ));
+    let (mut d, port) = start_with(&config, &jobs);
+    let mut ws = ws_connect(port);
+    ws_send(&mut ws, json!({"subscribe": "counter"}));
+    ws_send(&mut ws, json!({"run": "counter"}));
+    ws_until(&mut ws, "some output", |m| {
+        m["type"] == "output_chunk" && m["chunk"].as_str().is_some_and(|c| c.contains("line-5\n"))
+    });
+    drop(ws);
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(d.wait_exit().code(), Some(0));
+    d.spawn();
+    d.wait_ready();
+    let port = d.ctl_json(&["status"])["api_port"]
+        .as_u64()
+        .expect("api_port") as u16;
+    let mut ws = ws_connect(port);
+    ws_send(&mut ws, json!({"subscribe": "counter"}));
+    let mut text = String::new();
+    let mut pos = 0u64;
+    ws_until(&mut ws, "the whole output", |m| {
+        if m["type"] != "output_chunk" {
+            return false;
+        }
+        assert_eq!(m["position"].as_u64(), Some(pos), "contiguous: {m}");
+        let chunk = m["chunk"].as_str().expect("chunk");
+        pos += chunk.chars().count() as u64;
+        text.push_str(chunk);
+        m["is_complete"] == true
+    });
+    let expected: String = (1..=40).map(|i| format!("line-{i}\n")).collect();
+    assert_eq!(text, expected, "{}", d.log_text());
+}
