@@ -56,15 +56,14 @@ pub struct JobDetail {
     pub info: JobInfo,
     /// The next fire times (UTC milliseconds).
     pub next_runs: Vec<Millis>,
-    /// The job's configuration as JSON, `env` values replaced by `***` (`null` for a job
-    /// disabled by an error).
-    pub config_json: String,
+    /// The job's configuration (`env` names only; rendered with values `***`).
+    pub config: CronEntryView,
     /// Runs of the job in flight.
     pub running: Vec<RunId>,
 }
 
 /// Where the live output of one target starts for the hub: the stored output, and the
-/// last frame it contains (later frames arrive as `MainToHub::UiOutput`).
+/// last frame it contains (the hub relays later frames itself).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveBase {
     pub data: Vec<u8>,
@@ -72,6 +71,11 @@ pub struct LiveBase {
     pub omitted_at: Option<usize>,
     /// Frames up to this seq are in `data`; `u64::MAX` for a finished run.
     pub upto_seq: u64,
+    /// Stored bytes before `data` that were not read (the read keeps the newest part):
+    /// the text shown starts that far in, so lengths and positions stay those of the
+    /// whole output.
+    #[serde(default)]
+    pub skipped_bytes: u64,
 }
 
 /// A target whose output a `details` message covers: the hub keeps its text for

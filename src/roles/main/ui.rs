@@ -16,8 +16,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde_json::Value;
-
 use super::runs::ActiveRun;
 use super::{DbWait, Main};
 use crate::ipc::rpc::CallError;
@@ -281,11 +279,6 @@ pub fn cron_view(entry: &crate::config::JobEntry) -> CronEntryView {
                 .join("; "),
         },
     }
-}
-
-/// A job's configuration as the original's `config.crons` entries show it (for the API).
-pub fn cron_json(entry: &crate::config::JobEntry) -> Value {
-    crate::json::ui::cron_json(&cron_view(entry))
 }
 
 fn config_view(core: &Main) -> ConfigView {

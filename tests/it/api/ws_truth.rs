@@ -262,3 +262,27 @@ fn ws_output_after_a_daemon_restart_shows_each_line_once() {
     let expected: String = (1..=40).map(|i| format!("line-{i}\n")).collect();
     assert_eq!(text, expected, "{}", d.log_text());
 }
+
+#[test]
+fn ws_output_length_of_a_long_finished_target_is_its_whole_length() {
+    // 1.5 MB: more than the hub keeps (1 MiB) and than it reads back from the store.
+    let jobs = "big:\n  schedule: '@yearly'\n  targets: [wt7]\n  \
+                command: 'head -c 1500000 /dev/zero | tr \"\\\\0\" y'\n";
+    let (d, port) = start(jobs);
+    let id = d.run_now("big");
+    d.wait_run_final(id);
+    let mut ws = ws_connect(port);
+    ws_send(&mut ws, json!({"subscribe": "big"}));
+    let got = ws_until(&mut ws, "details", |m| m["type"] == "details");
+    let details = got.last().unwrap();
+    assert_eq!(
+        details["data"]["results"]["wt7"]["output_length"], 1_500_000,
+        "{details}"
+    );
+    // The text shown is the newest part, at its place in the whole output.
+    let chunk = ws_until(&mut ws, "output", |m| m["type"] == "output_chunk");
+    let chunk = chunk.last().unwrap();
+    assert_eq!(chunk["total_length"], 1_500_000);
+    let start = chunk["position"].as_u64().unwrap();
+    assert!(start > 0 && start < 1_500_000, "{}", chunk["position"]);
+}

@@ -170,6 +170,7 @@ pub fn live_base(
     };
     match answer {
         Ok(AdminResponse::LiveOutput(base)) => {
+            t.text.skip(base.skipped_bytes);
             let at = base
                 .omitted_at
                 .unwrap_or(base.data.len())

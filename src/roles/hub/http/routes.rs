@@ -424,10 +424,7 @@ fn job_detail_json(d: &JobDetail) -> Value {
             "next_runs".into(),
             d.next_runs.iter().map(|t| time(Some(*t))).collect(),
         );
-        map.insert(
-            "config".into(),
-            serde_json::from_str(&d.config_json).unwrap_or(Value::Null),
-        );
+        map.insert("config".into(), crate::json::ui::cron_json(&d.config));
         map.insert("running".into(), json!(d.running));
     }
     v
