@@ -136,6 +136,18 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
                             call,
                             AdminFailure::Invalid("the daemon is stopping".into()),
                         );
+                    } else if !j.enabled {
+                        // One rule for saltpeterctl, the API and /ws: `enabled: false`
+                        // switches the job off, run now included (docs/api.md).
+                        failure(
+                            core,
+                            call,
+                            AdminFailure::Invalid(format!(
+                                "job {job} is disabled (enabled: false in {}); enable it \
+                                 to run it",
+                                j.file.display()
+                            )),
+                        );
                     } else if core.global_maintenance() {
                         failure(
                             core,

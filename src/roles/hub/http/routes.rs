@@ -2,7 +2,7 @@
 //!
 //! Routing is translation only: a request becomes an `AdminRequest` for main (with an
 //! `Expect` saying how to render the answer), a static file, or an error. The answers'
-//! shapes are those of `saltpeterctl --json` (`ctl::render`), so scripts see one format.
+//! shapes are those of `saltpeterctl --json` (`crate::json`), so scripts see one format.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::Http;
 use super::auth::{Auth, Principal};
 use super::parse::{Request, Response};
-use crate::ctl::render::{job_json, run_json, status_json, time};
+use crate::json::{job_json, run_json, status_json, time};
 use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, MaintenanceChange};
 use crate::wire::records::{RunId, RunState};
 use crate::wire::ui::{JobDetail, OutputRange, OutputSlice, RunQuery};
@@ -424,10 +424,7 @@ fn job_detail_json(d: &JobDetail) -> Value {
             "next_runs".into(),
             d.next_runs.iter().map(|t| time(Some(*t))).collect(),
         );
-        map.insert(
-            "config".into(),
-            serde_json::from_str(&d.config_json).unwrap_or(Value::Null),
-        );
+        map.insert("config".into(), crate::json::ui::cron_json(&d.config));
         map.insert("running".into(), json!(d.running));
     }
     v
