@@ -221,51 +221,16 @@ pub struct JobSummary {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobDetail {
     pub summary: JobSummary,
-    /// The configuration file that defines the job.
-    pub file: String,
-    /// `Job::redacted_json` as text (no secrets); `None` for a job disabled by errors.
-    pub config_json: Option<String>,
+    /// The configuration (`env` names only: values never leave main), or where a job
+    /// disabled by errors is defined.
+    pub config: super::ui::CronEntryView,
+    /// What disables the job, one message per error.
     pub errors: Vec<String>,
     /// The next fire times: the planned slot first (for a disabled job, when its
     /// schedule would fire).
     pub next_runs: Vec<Millis>,
     /// The newest runs, newest first.
     pub last_runs: Vec<RunRecord>,
-}
-
-impl JobDetail {
-    /// The configuration as the original UI protocol shows a cron (`config.crons.NAME`,
-    /// and `config` in `/api/v1/jobs/NAME`): the redacted configuration with the
-    /// schedule's fields split out, or, for a job disabled by errors, where it is defined
-    /// and why.
-    pub fn cron_json(&self) -> serde_json::Value {
-        use serde_json::Value;
-        let info = &self.summary.info;
-        let Some(mut v) = self
-            .config_json
-            .as_deref()
-            .and_then(|text| serde_json::from_str::<Value>(text).ok())
-        else {
-            return serde_json::json!({
-                "name": info.name,
-                "group": info.group,
-                "file": self.file,
-                "enabled": false,
-                "error": info.error,
-            });
-        };
-        let schedule = v["schedule"].as_str().unwrap_or_default().to_string();
-        let fields: Vec<&str> = schedule.split_whitespace().collect();
-        if let (Value::Object(map), [sec, min, hour, dom, mon, dow, year]) =
-            (&mut v, fields.as_slice())
-        {
-            let named = ["sec", "min", "hour", "dom", "mon", "dow", "year"];
-            for (key, value) in named.into_iter().zip([sec, min, hour, dom, mon, dow, year]) {
-                map.insert(key.to_string(), Value::from(*value));
-            }
-        }
-        v
-    }
 }
 
 /// A slice of one target's stored output.

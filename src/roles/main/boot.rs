@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::run_flow;
+use super::run as run_flow;
 use super::scheduler::Due;
 use super::{DbWait, Main, MainRole, maintenance, missed};
 use crate::evloop::Ctx;

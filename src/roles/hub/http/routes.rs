@@ -3,7 +3,7 @@
 //! Routing is translation only: a request becomes an `AdminRequest` for main — the same
 //! vocabulary `saltpeterctl` and `/ws` use — with an `Expect` saying how to render the
 //! answer, a static file, or an error. The answers' shapes are those of
-//! `saltpeterctl --json` (`ctl::render`), so scripts see one format.
+//! `saltpeterctl --json` (`crate::json`), so scripts see one format.
 
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::Http;
 use super::auth::{Auth, Principal};
 use super::parse::{Request, Response};
-use crate::ctl::render::{job_json, run_json, status_json, time};
+use crate::json::{job_json, run_json, status_json, time};
 use crate::wire::admin::{
     AdminFailure, AdminRequest, AdminResponse, JobDetail, MaintenanceChange, OutputRange,
     OutputSlice, RunQuery,
@@ -441,7 +441,7 @@ fn job_detail_json(d: &JobDetail) -> Value {
             "next_runs".into(),
             next_runs.iter().map(|t| time(Some(*t))).collect(),
         );
-        map.insert("config".into(), d.cron_json());
+        map.insert("config".into(), crate::json::ui::cron_json(&d.config));
         map.insert("running".into(), json!(d.summary.running));
     }
     v

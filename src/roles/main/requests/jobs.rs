@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::{DbWait, Main, Wait, failure, no_job, respond};
 use crate::config::{Executor, Job, JobEntry, Overlap, TargetType};
 use crate::ipc::CallId;
-use crate::roles::main::run_flow::RunRequest;
+use crate::roles::main::run::RunRequest;
 use crate::wire::admin::{AdminFailure, AdminResponse, JobDetail, JobInfo, JobState, JobSummary};
 use crate::wire::db::DbRequest;
 use crate::wire::db::RunFilter;
@@ -84,22 +84,13 @@ fn described(
     next_runs: Vec<Millis>,
     last_runs: Vec<RunRecord>,
 ) -> JobDetail {
-    let (file, config_json, errors) = match entry {
-        JobEntry::Valid(job) => (
-            job.file.display().to_string(),
-            Some(job.redacted_json().to_string()),
-            Vec::new(),
-        ),
-        JobEntry::Invalid(bad) => (
-            bad.file.display().to_string(),
-            None,
-            bad.errors.iter().map(|d| d.to_string()).collect(),
-        ),
+    let errors = match entry {
+        JobEntry::Valid(_) => Vec::new(),
+        JobEntry::Invalid(bad) => bad.errors.iter().map(|d| d.to_string()).collect(),
     };
     JobDetail {
         summary,
-        file,
-        config_json,
+        config: crate::roles::main::ui::cron_view(entry),
         errors,
         next_runs,
         last_runs,
@@ -199,6 +190,13 @@ pub fn run_now(core: &mut Main, call: CallId, name: &str, targets: Option<Vec<St
     }
     let refused = if core.stopping {
         Some("the daemon is stopping".to_string())
+    } else if !job.enabled {
+        // One rule for saltpeterctl, the API and /ws: `enabled: false` switches the job
+        // off, run now included (docs/api.md).
+        Some(format!(
+            "job {name} is disabled (enabled: false in {}); enable it to run it",
+            job.file.display()
+        ))
     } else if core.global_maintenance() {
         Some(
             "global maintenance is on: no new runs start (saltpeterctl maintenance show)"
@@ -365,6 +363,7 @@ fn summaries(core: &Main, last: &BTreeMap<String, RunRecord>) -> Vec<JobSummary>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::ui::CronEntryView;
 
     fn config(yaml: &str) -> crate::config::LoadedConfig {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -415,33 +414,28 @@ broken:
         }
     }
 
-    /// The API's `config` of a job, rendered by the hub from the one `JobDetail`, is the
-    /// original UI protocol's cron, as main's live view shapes it.
+    /// `saltpeterctl show --json` prints the configuration it always printed (the job's
+    /// redacted JSON), now rendered from the one typed view the API shares.
     #[test]
-    fn a_detail_renders_the_cron_the_ui_protocol_shows() {
+    fn a_detail_shows_the_redacted_configuration() {
         let loaded = config(JOBS);
-        assert!(
-            loaded.jobs["good"].job().is_some(),
-            "{:?}",
-            loaded.diagnostics
-        );
-        for name in ["good", "broken"] {
-            let entry = &loaded.jobs[name];
-            let detail = described(entry, summary(entry), Vec::new(), Vec::new());
-            let ui = crate::roles::main::ui::cron_json(entry);
-            assert_eq!(detail.cron_json(), ui, "{name}");
-        }
-        let good = described(
-            &loaded.jobs["good"],
-            summary(&loaded.jobs["good"]),
-            Vec::new(),
-            Vec::new(),
-        );
-        let cron = good.cron_json();
-        assert_eq!(cron["min"], "*/5");
-        assert_eq!(cron["env"]["API_KEY"], "***");
-        assert!(!cron.to_string().contains("hunter2"));
-        assert!(matches!(loaded.jobs["broken"], JobEntry::Invalid(_)));
+        let entry = &loaded.jobs["good"];
+        let job = entry.job().expect("valid");
+        let detail = described(entry, summary(entry), Vec::new(), Vec::new());
+        let CronEntryView::Valid(view) = &detail.config else {
+            panic!("a valid job has a valid view: {:?}", detail.config);
+        };
+        let shown = crate::json::ui::job_config_json(view);
+        assert_eq!(shown, job.redacted_json());
+        assert_eq!(shown["env"]["API_KEY"], "***");
+        assert!(!shown.to_string().contains("hunter2"));
+        // The UI's cron (the API's `config`) adds the schedule's fields.
+        assert_eq!(crate::json::ui::cron_json(&detail.config)["min"], "*/5");
+
+        let entry = &loaded.jobs["broken"];
+        let detail = described(entry, summary(entry), Vec::new(), Vec::new());
+        assert!(matches!(detail.config, CronEntryView::Invalid { .. }));
+        assert!(!detail.errors.is_empty(), "{detail:?}");
     }
 
     #[test]

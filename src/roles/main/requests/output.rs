@@ -61,6 +61,12 @@ pub fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
 /// db's answer to `live_base`.
 pub fn live_read(out: OutputBytes, upto_seq: u64) -> AdminResponse {
     AdminResponse::LiveOutput(LiveBase {
+        // Only a read cut at its size left bytes before it.
+        skipped_bytes: match out.data.len() as u64 >= LIVE_BASE_BYTES {
+            true => (out.total_bytes.saturating_sub(out.omitted_bytes))
+                .saturating_sub(out.data.len() as u64),
+            false => 0,
+        },
         data: out.data,
         omitted_bytes: out.omitted_bytes,
         omitted_at: out.omitted_at,
