@@ -209,6 +209,7 @@ pub enum JobStateArg {
     Disabled,
     Invalid,
     Failing,
+    Paused,
 }
 
 impl From<JobStateArg> for crate::wire::admin::JobState {
@@ -220,6 +221,7 @@ impl From<JobStateArg> for crate::wire::admin::JobState {
             JobStateArg::Disabled => JobState::Disabled,
             JobStateArg::Invalid => JobState::Invalid,
             JobStateArg::Failing => JobState::Failing,
+            JobStateArg::Paused => JobState::Paused,
         }
     }
 }
