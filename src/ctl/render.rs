@@ -64,6 +64,7 @@ pub fn job_json(j: &JobInfo) -> Value {
         "last_result": j.last_result.map(|s| s.as_str()),
         "enabled": j.enabled,
         "error": j.error,
+        "paused": j.paused,
     })
 }
 
@@ -82,7 +83,7 @@ pub fn status_json(s: &StatusInfo) -> Value {
     })
 }
 
-fn print_json(v: &Value) {
+pub(crate) fn print_json(v: &Value) {
     println!(
         "{}",
         serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
