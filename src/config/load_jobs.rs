@@ -97,7 +97,10 @@ pub(super) fn load_jobs(
             // `chains.rs`) is read again: the other jobs of the cycle may have changed.
             let entry = jobs.get(&key.1).filter(|e| {
                 e.job().is_some()
-                    || cached.diagnostics.iter().any(|d| d.severity == Severity::Error)
+                    || cached
+                        .diagnostics
+                        .iter()
+                        .any(|d| d.severity == Severity::Error)
             })?;
             Some((cached, entry))
         });

@@ -108,7 +108,8 @@ pub(crate) fn read_job(
     let after = get("after").and_then(|n| reader.read(n, read_after));
     // A chained job needs no schedule of its own; without one it only runs after its
     // upstream job.
-    let has_schedule = keys.contains_key("schedule") || CRON_KEYS.iter().any(|k| keys.contains_key(k));
+    let has_schedule =
+        keys.contains_key("schedule") || CRON_KEYS.iter().any(|k| keys.contains_key(k));
     let scheduled = has_schedule || after.is_none() && get("after").is_none();
     let schedule = if scheduled {
         reader.schedule(&keys, name_pos, timezone, defaults.now)

@@ -165,15 +165,20 @@ fn instant(node: &Node, tz: Tz) -> Result<DateTime<Utc>, String> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.with_timezone(&Utc));
     }
-    let naive = ["%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]
-        .iter()
-        .find_map(|f| NaiveDateTime::parse_from_str(text, f).ok())
-        .ok_or_else(|| {
-            format!(
-                "expected a date and time such as 2026-03-29 02:00 (read in the window's \
+    let naive = [
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d %H:%M",
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%dT%H:%M",
+    ]
+    .iter()
+    .find_map(|f| NaiveDateTime::parse_from_str(text, f).ok())
+    .ok_or_else(|| {
+        format!(
+            "expected a date and time such as 2026-03-29 02:00 (read in the window's \
                  timezone) or an RFC 3339 instant, found `{text}`"
-            )
-        })?;
+        )
+    })?;
     match tz.from_local_datetime(&naive) {
         chrono::LocalResult::Single(t) => Ok(t.with_timezone(&Utc)),
         // A time repeated by a fall-back change: its first occurrence.
@@ -254,7 +259,10 @@ fn read_window(node: &Node, file: &Path) -> Result<Window, Vec<Diagnostic>> {
     let name = match get("name").map(values::non_empty_string) {
         Some(Ok(n)) => Some(n.trim().to_string()),
         Some(Err(m)) => {
-            error(get("name").map_or(node.pos, |n| n.pos), format!("`name`: {m}"));
+            error(
+                get("name").map_or(node.pos, |n| n.pos),
+                format!("`name`: {m}"),
+            );
             None
         }
         None => {
@@ -321,15 +329,16 @@ fn read_window(node: &Node, file: &Path) -> Result<Window, Vec<Diagnostic>> {
             None
         }
     };
-    let list = |key: &str, error: &mut dyn FnMut(super::yaml::Pos, String)| match get(
-        key,
-    )
-    .map(values::string_list)
+    let list = |key: &str, error: &mut dyn FnMut(super::yaml::Pos, String)| match get(key)
+        .map(values::string_list)
     {
         None => Vec::new(),
         Some(Ok(l)) => l,
         Some(Err(m)) => {
-            error(get(key).map_or(node.pos, |n| n.pos), format!("`{key}`: {m}"));
+            error(
+                get(key).map_or(node.pos, |n| n.pos),
+                format!("`{key}`: {m}"),
+            );
             Vec::new()
         }
     };
@@ -347,7 +356,10 @@ fn read_window(node: &Node, file: &Path) -> Result<Window, Vec<Diagnostic>> {
             WindowPolicy::Skip
         }
         Some(Err(m)) => {
-            error(get("policy").map_or(node.pos, |n| n.pos), format!("`policy`: {m}"));
+            error(
+                get("policy").map_or(node.pos, |n| n.pos),
+                format!("`policy`: {m}"),
+            );
             WindowPolicy::Skip
         }
     };

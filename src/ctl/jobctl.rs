@@ -20,7 +20,12 @@ pub fn parse_until(text: &str, now: DateTime<Utc>) -> Result<Millis, String> {
     if let Ok(at) = DateTime::parse_from_rfc3339(t) {
         return Ok(at.timestamp_millis());
     }
-    for f in ["%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"] {
+    for f in [
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d %H:%M",
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%dT%H:%M",
+    ] {
         if let Ok(at) = NaiveDateTime::parse_from_str(t, f) {
             return Ok(at.and_utc().timestamp_millis());
         }
@@ -157,11 +162,12 @@ mod tests {
     #[test]
     fn until_takes_instants_dates_and_delays() {
         let now = DateTime::from_timestamp_millis(1_800_000_000_000).unwrap_or_default();
-        assert_eq!(
-            parse_until("2026-11-30T08:00:00Z", now),
-            Ok(1_795_939_200_000)
-        );
-        assert_eq!(parse_until("2026-11-30 08:00", now), Ok(1_795_939_200_000));
+        let at = chrono::NaiveDate::from_ymd_opt(2026, 11, 30)
+            .and_then(|d| d.and_hms_opt(8, 0, 0))
+            .map(|t| t.and_utc().timestamp_millis());
+        assert_eq!(parse_until("2026-11-30T08:00:00Z", now).ok(), at);
+        assert_eq!(parse_until("2026-11-30 08:00", now).ok(), at);
+        assert_eq!(parse_until("2026-11-30T09:00:00+01:00", now).ok(), at);
         assert_eq!(parse_until("2h", now), Ok(1_800_000_000_000 + 7_200_000));
         assert_eq!(parse_until("+1d", now), Ok(1_800_000_000_000 + 86_400_000));
         assert!(parse_until("monday", now).is_err());

@@ -434,10 +434,18 @@ pub enum JobControl {
     Show,
     /// No slot of `job` runs (each is recorded as skipped) until `resume`, or until
     /// `until` has passed.
-    Pause { job: String, until: Option<Millis> },
-    Resume { job: String },
+    Pause {
+        job: String,
+        until: Option<Millis>,
+    },
+    Resume {
+        job: String,
+    },
     /// The next `next` slots of `job` are recorded as skipped instead of running.
-    Skip { job: String, next: u32 },
+    Skip {
+        job: String,
+        next: u32,
+    },
 }
 
 /// One job's run-time control.

@@ -84,7 +84,12 @@ pub fn run_ended(core: &mut Main, job: &str, run: RunId, state: RunState) {
 }
 
 /// The reason recorded with a chained run of `job` at `slot` (taken once).
-pub fn reason(core: &mut Main, job: &str, slot: Option<Millis>, trigger: Trigger) -> Option<String> {
+pub fn reason(
+    core: &mut Main,
+    job: &str,
+    slot: Option<Millis>,
+    trigger: Trigger,
+) -> Option<String> {
     if trigger != Trigger::Chain {
         return None;
     }

@@ -162,7 +162,9 @@ pub fn restore(core: &mut Main, stored: Option<String>) {
                     log::warn!(
                         "{job} is paused (by {}{})",
                         who(p.by),
-                        p.until.map(|u| format!(" until {}", rfc3339(u))).unwrap_or_default()
+                        p.until
+                            .map(|u| format!(" until {}", rfc3339(u)))
+                            .unwrap_or_default()
                     );
                 }
                 if c.skip_next > 0 {
@@ -301,7 +303,8 @@ pub fn tick(core: &mut Main, now: DateTime<Utc>) {
 
 /// Apply a `pause`, `resume`, `skip` or show request.
 pub fn request(core: &mut Main, call: CallId, change: JobControl) {
-    let fail = |core: &mut Main, f| core.reply_hub(call, HubReply::Admin(AdminResponse::Failure(f)));
+    let fail =
+        |core: &mut Main, f| core.reply_hub(call, HubReply::Admin(AdminResponse::Failure(f)));
     let now = Utc::now();
     let job = match &change {
         JobControl::Show => {
@@ -309,9 +312,9 @@ pub fn request(core: &mut Main, call: CallId, change: JobControl) {
             core.reply_hub(call, HubReply::Admin(AdminResponse::JobControl(info)));
             return;
         }
-        JobControl::Pause { job, .. } | JobControl::Resume { job } | JobControl::Skip { job, .. } => {
-            job.clone()
-        }
+        JobControl::Pause { job, .. }
+        | JobControl::Resume { job }
+        | JobControl::Skip { job, .. } => job.clone(),
     };
     // Resuming a job that is no longer configured is allowed: it cleans up its state.
     if !core.config.jobs.contains_key(&job) && !matches!(change, JobControl::Resume { .. }) {
@@ -326,7 +329,10 @@ pub fn request(core: &mut Main, call: CallId, change: JobControl) {
             if let Some(u) = until
                 && u <= now.timestamp_millis()
             {
-                core.jobctl.state.jobs.retain(|_, c| *c != Control::default());
+                core.jobctl
+                    .state
+                    .jobs
+                    .retain(|_, c| *c != Control::default());
                 fail(
                     core,
                     AdminFailure::Invalid(format!("--until {} has already passed", rfc3339(u))),
@@ -354,7 +360,10 @@ pub fn request(core: &mut Main, call: CallId, change: JobControl) {
         }
         JobControl::Skip { next, .. } => {
             if !(1..=MAX_SKIP).contains(&next) {
-                core.jobctl.state.jobs.retain(|_, c| *c != Control::default());
+                core.jobctl
+                    .state
+                    .jobs
+                    .retain(|_, c| *c != Control::default());
                 fail(
                     core,
                     AdminFailure::Invalid(format!("--next {next} must be 1-{MAX_SKIP}")),
@@ -366,7 +375,10 @@ pub fn request(core: &mut Main, call: CallId, change: JobControl) {
             Some(format!("the next {next} slot(s) of {job} are skipped"))
         }
     };
-    core.jobctl.state.jobs.retain(|_, c| *c != Control::default());
+    core.jobctl
+        .state
+        .jobs
+        .retain(|_, c| *c != Control::default());
     let message = format!("{} (by {})", note.clone().unwrap_or_default(), who(by));
     log::warn!("{message}");
     core.event("job_control", Some(&job), None, None, message);
@@ -429,9 +441,9 @@ pub fn account(core: &Main, job: &Job, slots: Vec<DateTime<Utc>>) -> Vec<DateTim
         .map_or(0, |c| c.skip_next);
     let mut out: Vec<DateTime<Utc>> = Vec::with_capacity(slots.len());
     for slot in slots {
-        let paused = pause.as_ref().is_some_and(|p| {
-            p.until.is_none_or(|u| u > slot.timestamp_millis())
-        });
+        let paused = pause
+            .as_ref()
+            .is_some_and(|p| p.until.is_none_or(|u| u > slot.timestamp_millis()));
         if paused {
             continue;
         }
@@ -454,11 +466,7 @@ pub fn account(core: &Main, job: &Job, slots: Vec<DateTime<Utc>>) -> Vec<DateTim
 
 /// A machine of a run about to be planned is in an open `defer` machine window: the run
 /// waits for the latest such window's end (its plan step runs again then).
-pub fn machine_defer(
-    core: &Main,
-    job: &Job,
-    machines: &[String],
-) -> Option<crate::workflow::Wake> {
+pub fn machine_defer(core: &Main, job: &Job, machines: &[String]) -> Option<crate::workflow::Wake> {
     let now = Utc::now();
     let windows = &core.config.maintenance.windows;
     let end = machines
@@ -480,7 +488,11 @@ pub fn machine_skipped(core: &Main, job: &Job, machine: &str) -> bool {
     let windows = &core.config.maintenance.windows;
     match windows::machine_window(windows, &job.group, machine, Utc::now()) {
         Some((w, _)) if w.policy == crate::config::windows::WindowPolicy::Skip => {
-            log::info!("{}: {machine} is in maintenance window {}", job.name, w.name);
+            log::info!(
+                "{}: {machine} is in maintenance window {}",
+                job.name,
+                w.name
+            );
             true
         }
         _ => false,

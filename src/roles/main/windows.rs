@@ -239,7 +239,11 @@ mod tests {
             })
         );
         assert!(open_at(&w, utc(2026, 11, 29, 3, 59)).is_some());
-        assert_eq!(open_at(&w, utc(2026, 11, 29, 4, 0)), None, "the end is open");
+        assert_eq!(
+            open_at(&w, utc(2026, 11, 29, 4, 0)),
+            None,
+            "the end is open"
+        );
         let next = upcoming(&w, utc(2026, 11, 29, 3, 0), 2);
         assert_eq!(next.len(), 2);
         assert_eq!(next[0].start, utc(2026, 11, 29, 2, 0));
@@ -288,7 +292,13 @@ mod tests {
     fn skip_wins_over_defer_and_scopes_are_respected() {
         let t = utc(2026, 11, 29, 2, 30);
         let defer = every("d", "0 2 * * 0", Tz::UTC, 7200, WindowPolicy::Defer);
-        let mut later = every("d2", "0 1 * * 0", Tz::UTC, 3 * 3600 + 60, WindowPolicy::Defer);
+        let mut later = every(
+            "d2",
+            "0 1 * * 0",
+            Tz::UTC,
+            3 * 3600 + 60,
+            WindowPolicy::Defer,
+        );
         later.groups = vec!["other".into()];
         let windows = vec![defer.clone(), later.clone()];
         assert_eq!(
@@ -306,7 +316,10 @@ mod tests {
             slot_rule(&windows, "db", utc(2026, 11, 29, 2, 5)),
             SlotRule::Skip(w) if w.name == "s"
         ));
-        assert_eq!(slot_rule(&windows, "db", utc(2026, 11, 29, 5, 0)), SlotRule::Free);
+        assert_eq!(
+            slot_rule(&windows, "db", utc(2026, 11, 29, 5, 0)),
+            SlotRule::Free
+        );
         // A machine window is not a slot rule; it covers its machines only.
         let mut db = every("db", "0 2 * * 0", Tz::UTC, 7200, WindowPolicy::Skip);
         db.machines = vec!["db*".into()];

@@ -523,14 +523,12 @@ fn job_control(req: &Request, method: &str, seg: &[&str]) -> Action {
                 Ok(n) => n.min(1000) as u32,
                 Err(a) => return a,
             };
-            call(
-                AdminRequest::MaintenanceWindows { count },
-                Expect::Windows,
-            )
+            call(AdminRequest::MaintenanceWindows { count }, Expect::Windows)
         }
-        ("GET", ["api", "v1", "jobctl"]) => {
-            call(AdminRequest::JobControl(JobControl::Show), Expect::JobControl)
-        }
+        ("GET", ["api", "v1", "jobctl"]) => call(
+            AdminRequest::JobControl(JobControl::Show),
+            Expect::JobControl,
+        ),
         ("POST", ["api", "v1", "jobs", job, action]) => {
             let body = match json_body(req) {
                 Ok(b) => b,
