@@ -93,10 +93,10 @@ fn print(info: &JobControlInfo, json: bool) {
         return;
     }
     if let Some(note) = &info.note {
-        println!("{note}");
+        outln!("{note}");
     }
     if info.jobs.is_empty() {
-        println!("no job is paused or skipping");
+        outln!("no job is paused or skipping");
         return;
     }
     for e in &info.jobs {
@@ -113,7 +113,7 @@ fn print(info: &JobControlInfo, json: bool) {
         if e.skip_next > 0 {
             parts.push(format!("skips the next {} slot(s)", e.skip_next));
         }
-        println!("  {:<32} {}", e.job, parts.join("; "));
+        outln!("  {:<32} {}", e.job, parts.join("; "));
     }
 }
 
@@ -125,7 +125,7 @@ pub fn windows(socket: Option<PathBuf>, count: u32, json: bool) -> CtlResult {
             if json {
                 render::print_json(&WindowOccurrence::to_json(&list));
             } else if list.is_empty() {
-                println!("no maintenance windows ahead");
+                outln!("no maintenance windows ahead");
             } else {
                 for w in &list {
                     let scope = match (w.machines.is_empty(), w.groups.is_empty()) {
@@ -138,7 +138,7 @@ pub fn windows(socket: Option<PathBuf>, count: u32, json: bool) -> CtlResult {
                             w.groups.join(",")
                         ),
                     };
-                    println!(
+                    outln!(
                         "{:<20} {} - {}  {:<5} {}{}",
                         w.name,
                         time(w.start),

@@ -7,7 +7,11 @@
 //!
 //! Modules: `client` (the socket), `render` and `table` (tables, colours), `verbs` (the
 //! ask-once verbs), `follow` (`logs -f`, `output -f`), `progress` (`run --wait`),
-//! `completions` (shell completions, man page), `crontab` (`crontab import`).
+//! `completions` (shell completions, man page), `crontab` (`crontab import`), `out`
+//! (standard output; a closed pipe ends the program quietly).
+
+#[macro_use]
+mod out;
 
 mod client;
 mod completions;

@@ -84,7 +84,7 @@ pub fn status_json(s: &StatusInfo) -> Value {
 }
 
 pub(crate) fn print_json(v: &Value) {
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
     );
@@ -97,7 +97,7 @@ pub fn run(r: &RunRecord, json: bool) {
         return;
     }
     let style = Style::stdout();
-    println!(
+    outln!(
         "run {}  job {}  {}  {}{}",
         r.id,
         style.paint(&r.job, Some(Color::Bold)),
@@ -108,7 +108,7 @@ pub fn run(r: &RunRecord, json: bool) {
             .map(|x| format!(" ({x})"))
             .unwrap_or_default()
     );
-    println!(
+    outln!(
         "  slot {}  started {}  ended {}",
         text(&time(r.slot)),
         text(&time(r.started)),
@@ -131,14 +131,14 @@ pub fn run(r: &RunRecord, json: bool) {
             (outcome, color),
         ]);
     }
-    print!("{}", t.render(style, "  "));
+    out!("{}", t.render(style, "  "));
 }
 
 pub fn started(run: u64, json: bool) -> CtlResult {
     if json {
         print_json(&json!({ "run": run }));
     } else {
-        println!("started run {run}");
+        outln!("started run {run}");
     }
     Ok(EXIT_OK)
 }
@@ -149,16 +149,16 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
             if json {
                 print_json(&status_json(&s));
             } else {
-                println!("saltpeter {}  up {}s", s.version, s.uptime_s);
+                outln!("saltpeter {}  up {}s", s.version, s.uptime_s);
                 for p in &s.processes {
-                    println!("  {:<12} pid {}", p.role, p.pid);
+                    outln!("  {:<12} pid {}", p.role, p.pid);
                 }
-                println!("  {} jobs, {} runs in flight", s.jobs, s.running_runs);
+                outln!("  {} jobs, {} runs in flight", s.jobs, s.running_runs);
                 for e in &s.config_errors {
-                    println!("  config error: {e}");
+                    outln!("  config error: {e}");
                 }
                 if let Some(e) = &s.db_error {
-                    println!("  DATABASE CANNOT STORE: {e}");
+                    outln!("  DATABASE CANNOT STORE: {e}");
                 }
             }
         }
@@ -166,9 +166,12 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
             if json {
                 print_json(&Value::Array(jobs.iter().map(job_json).collect()));
             } else {
-                println!(
+                outln!(
                     "{:<24} {:<12} {:<26} {:<10} STATUS",
-                    "JOB", "GROUP", "NEXT RUN", "LAST"
+                    "JOB",
+                    "GROUP",
+                    "NEXT RUN",
+                    "LAST"
                 );
                 for j in &jobs {
                     let status = match (&j.error, j.enabled) {
@@ -176,7 +179,7 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
                         (None, false) => "disabled".into(),
                         (None, true) => "enabled".into(),
                     };
-                    println!(
+                    outln!(
                         "{:<24} {:<12} {:<26} {:<10} {}",
                         j.name,
                         j.group,
@@ -215,14 +218,14 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
                 .and_then(|_| out.write_all(&data[at..]))
                 .and_then(|_| out.flush());
             if let Err(e) = written {
-                return Err((EXIT_FAILED, format!("could not write the output: {e}")));
+                return Err(super::out::write_failed(e));
             }
         }
         AdminResponse::Done(message) => {
             if json {
                 print_json(&json!({ "ok": true, "message": message }));
             } else {
-                println!("{message}");
+                outln!("{message}");
             }
         }
         AdminResponse::Progress(line) => eprintln!("{line}"),
@@ -232,14 +235,14 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
                 print_json(&Value::Array(texts));
             } else {
                 for t in &texts {
-                    println!("{}", text(t));
+                    outln!("{}", text(t));
                 }
             }
         }
         AdminResponse::Maintenance(info) => {
             print_json(&super::maintenance::info_json(&info));
         }
-        AdminResponse::Metrics(text) => print!("{text}"),
+        AdminResponse::Metrics(text) => out!("{text}"),
         AdminResponse::Job(_) | AdminResponse::UiOutputSlice(_) | AdminResponse::LiveOutput(_) => {
             return Err((
                 EXIT_FAILED,
@@ -257,7 +260,7 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
             if json {
                 print_json(&json!({ "answer": format!("{other:?}") }));
             } else {
-                println!("{other:?}");
+                outln!("{other:?}");
             }
         }
     }
@@ -284,9 +287,9 @@ pub fn config_check(dir: &Path, json: bool) -> CtlResult {
         }));
     } else {
         for d in &loaded.diagnostics {
-            println!("{}: {d}", d.severity);
+            outln!("{}: {d}", d.severity);
         }
-        println!(
+        outln!(
             "{}: {} jobs ({} valid), {} errors, {} warnings",
             dir.display(),
             loaded.jobs.len(),

@@ -124,6 +124,8 @@ pub enum WrapperVerdict {
         resume_key: Redacted,
         acked_seq: u64,
         wait_for_go: bool,
+        /// `welcome.slot_in_ms`: time to the slot of a pre-staged run.
+        slot_in_ms: Option<u64>,
     },
     Reject {
         code: RejectCode,

@@ -444,6 +444,7 @@ pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVe
             resume_key,
             acked_seq,
             wait_for_go,
+            slot_in_ms,
         } => {
             if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
                 conn.phase = Phase::Bound;
@@ -461,6 +462,7 @@ pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVe
                     resume_key: resume_key.0,
                     acked_seq,
                     wait_for_go,
+                    slot_in_ms,
                 },
             );
         }
