@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::run_flow::RunRequest;
+use super::run::RunRequest;
 use super::{DbWait, Main, MainRole, sessions};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;

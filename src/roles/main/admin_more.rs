@@ -291,7 +291,7 @@ fn run_with(core: &mut Main, call: CallId, name: &str, targets: Vec<String>) {
         let msg = format!("job {name} is still running and its overlap is `forbid`");
         return failure(core, call, AdminFailure::Invalid(msg));
     }
-    core.queue_run(super::run_flow::RunRequest {
+    core.queue_run(super::run::RunRequest {
         job: Arc::new(job),
         slot: None,
         trigger: Trigger::Manual,

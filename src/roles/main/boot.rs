@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::run_flow;
+use super::run as run_flow;
 use super::scheduler::Due;
 use super::{DbWait, Main, MainRole, jobctl, maintenance, missed};
 use crate::evloop::Ctx;

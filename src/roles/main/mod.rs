@@ -4,7 +4,7 @@
 //! 1. Start-up: load the configuration and the server secret, connect the links, plan the
 //!    schedule, say `Ready`.
 //! 2. The schedule timer fires at the earliest slot; each due slot becomes a run Workflow
-//!    (`run_flow`), or a recorded skip (overlap, missed).
+//!    (`run`), or a recorded skip (overlap, missed).
 //! 3. Wrapper sessions (`sessions`) arrive from the hub; main vets hellos, keeps the
 //!    liveness clock, forwards output to db and acks only what db committed.
 //! 4. Admin requests (`admin`) read and change the same state.
@@ -26,10 +26,8 @@ mod live;
 mod maintenance;
 mod metrics;
 mod missed;
-mod prestage;
-mod recovery;
 mod reload;
-mod run_flow;
+mod run;
 mod run_rules;
 #[cfg(test)]
 mod run_rules_tests;
@@ -39,7 +37,6 @@ mod sessions;
 mod target;
 #[cfg(test)]
 mod target_tests;
-mod targets;
 pub mod tokens;
 mod ui;
 mod windows;
@@ -151,9 +148,9 @@ pub struct Main {
     /// New runs are not started once shutdown began.
     pub stopping: bool,
     /// Runs to start, queued by handlers that cannot reach the registry.
-    to_start: Vec<run_flow::RunRequest>,
+    to_start: Vec<run::RunRequest>,
     /// Workflows of recovered runs, to start.
-    to_recover: Vec<crate::workflow::Workflow<run_flow::RunEnv, Main>>,
+    to_recover: Vec<crate::workflow::Workflow<run::RunEnv, Main>>,
     /// Runs in flight are being loaded: no hello is vetted, no run started.
     pub recovering: bool,
     /// The recovery answer, handed to the loop (it needs the registry).
@@ -543,7 +540,7 @@ fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     reload::poll(role, ctx);
     if let Some(reply) = role.core.recovery_reply.take() {
-        recovery::recovered(role, ctx, reply);
+        run::recovery::recovered(role, ctx, reply);
     }
     boot::finish_when_ready(role, ctx);
     start_queued(role, ctx);
@@ -613,7 +610,7 @@ fn start_queued_inner(role: &mut MainRole) {
             log::info!("not starting {}: shutting down", req.job.name);
             continue;
         }
-        let workflow = run_flow::workflow(req);
+        let workflow = run::workflow(req);
         role.workflows
             .start(workflow, &mut role.core, Instant::now());
     }
@@ -846,7 +843,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         call_timer: None,
     };
     boot::start(&mut role.core);
-    recovery::start(&mut role.core);
+    run::recovery::start(&mut role.core);
     ui::start(&mut role.core);
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
     Ok(0)

@@ -170,7 +170,7 @@ pub fn reconcile(
         DbWait::Write("a reopened run"),
     );
     reopen_target(core, run, &hello.machine);
-    super::recovery::restore(core, record, details);
+    super::run::recovery::restore(core, record, details);
     answer_hello(core, id, hello);
 }
 
