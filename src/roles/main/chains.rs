@@ -3,7 +3,7 @@
 //!
 //! `run_ended` is called by the run Workflow's `finalize` once the upstream run's end is
 //! recorded. Each chained job's run goes through the same door as a scheduled slot
-//! (`run_flow::fire_as`, trigger `chain`, slot = the upstream run's end), so global
+//! (`run::fire_as`, trigger `chain`, slot = the upstream run's end), so global
 //! maintenance, pause, skips, maintenance windows and the overlap rule apply to it too. The
 //! run records what triggered it: its reason says `after run N of X (succeeded)`, and an
 //! event of kind `chain` links the two runs. Cycles are refused when the configuration is
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use chrono::Utc;
 
 use super::scheduler::Due;
-use super::{Main, run_flow};
+use super::{Main, run};
 use crate::config::ChainOn;
 use crate::wire::records::{Millis, RunId, RunState, Trigger};
 
@@ -79,7 +79,7 @@ pub fn run_ended(core: &mut Main, job: &str, run: RunId, state: RunState) {
             missed: false,
             early: false,
         };
-        run_flow::fire_as(core, &due, now, Trigger::Chain);
+        run::fire_as(core, &due, now, Trigger::Chain);
     }
 }
 

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::scheduler::Due;
 use super::windows::{self, SlotRule};
-use super::{DbWait, Main, run_flow};
+use super::{DbWait, Main, run};
 use crate::config::Job;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
@@ -262,7 +262,7 @@ pub fn tick(core: &mut Main, now: DateTime<Utc>) {
             early: false,
         };
         core.jobctl.refiring = Some((job, slot));
-        run_flow::fire(core, &due, now);
+        run::fire(core, &due, now);
         core.jobctl.refiring = None;
     }
     let expired: Vec<String> = core
