@@ -39,7 +39,9 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
     if core.recovering
         && matches!(
             req,
-            AdminRequest::RunNow { .. } | AdminRequest::Maintenance(_)
+            AdminRequest::RunNow { .. }
+                | AdminRequest::Maintenance(_)
+                | AdminRequest::JobControl(_)
         )
     {
         // They depend on the maintenance settings, still being loaded: answered once
@@ -231,6 +233,8 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
             respond(core, call, resp);
         }
         AdminRequest::Maintenance(change) => super::maintenance::change(core, call, change),
+        AdminRequest::MaintenanceWindows { count } => super::windows::request(core, call, count),
+        AdminRequest::JobControl(change) => super::jobctl::request(core, call, change),
         other => super::api::handle(core, call, other),
     }
 }
@@ -269,9 +273,9 @@ fn next_firings(core: &Main, job: &str, from: Option<i64>, count: u32) -> AdminR
         },
     };
     let count = count.clamp(1, crate::schedule::MAX_UPCOMING) as usize;
+    let upcoming = j.schedule.upcoming(from, count);
     AdminResponse::NextFirings(
-        j.schedule
-            .upcoming(from, count)
+        super::jobctl::account(core, j, upcoming)
             .iter()
             .map(|t| t.timestamp_millis())
             .collect(),
@@ -341,6 +345,7 @@ pub(super) fn jobs(
                 ),
             };
             JobInfo {
+                paused: core.jobctl.paused_note(&name, chrono::Utc::now()),
                 next_run: core.scheduler.next_of(&name).map(|t| t.timestamp_millis()),
                 last_run: last_run.and_then(|r| r.slot.or(r.started)),
                 last_result: last_run.map(|r| r.state),

@@ -344,6 +344,9 @@ fn job_state(core: &Main, entry: &JobEntry, last: Option<RunState>) -> (JobState
         JobEntry::Invalid(_) => JobState::Invalid,
         JobEntry::Valid(_) if !running.is_empty() => JobState::Running,
         JobEntry::Valid(j) if !j.enabled => JobState::Disabled,
+        JobEntry::Valid(j) if core.jobctl.paused(&j.name, chrono::Utc::now()).is_some() => {
+            JobState::Paused
+        }
         JobEntry::Valid(_) if matches!(last, Some(RunState::Failed | RunState::Partial)) => {
             JobState::Failing
         }
