@@ -25,6 +25,12 @@ pub enum MaintenanceAction {
     Remove { machine: String },
     /// The effective maintenance and where each entry comes from.
     Show,
+    /// The next openings of the maintenance windows (`saltpeter_maintenance.windows`).
+    Windows {
+        /// How many openings to list.
+        #[arg(long, default_value_t = 10)]
+        count: u32,
+    },
 }
 
 pub fn run(socket: Option<PathBuf>, action: MaintenanceAction, json: bool) -> CtlResult {
@@ -33,7 +39,7 @@ pub fn run(socket: Option<PathBuf>, action: MaintenanceAction, json: bool) -> Ct
         MaintenanceAction::Off => MaintenanceChange::GlobalOff,
         MaintenanceAction::Add { machine } => MaintenanceChange::Add(machine),
         MaintenanceAction::Remove { machine } => MaintenanceChange::Remove(machine),
-        MaintenanceAction::Show => MaintenanceChange::Show,
+        MaintenanceAction::Show | MaintenanceAction::Windows { .. } => MaintenanceChange::Show,
     };
     let mut client = client::Client::connect(socket)?;
     match client.request(&AdminRequest::Maintenance(change))? {

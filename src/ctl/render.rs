@@ -18,7 +18,7 @@ fn text(v: &Value) -> String {
     }
 }
 
-fn print_json(v: &Value) {
+pub(crate) fn print_json(v: &Value) {
     outln!(
         "{}",
         serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())

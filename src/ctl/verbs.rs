@@ -85,7 +85,7 @@ fn state_color(s: JobState) -> Option<Color> {
     match s {
         JobState::Running => Some(Color::Blue),
         JobState::Idle => None,
-        JobState::Disabled => Some(Color::Dim),
+        JobState::Disabled | JobState::Paused => Some(Color::Dim),
         JobState::Invalid | JobState::Failing => Some(Color::Red),
     }
 }

@@ -61,6 +61,7 @@ pub fn job_json(j: &JobInfo) -> Value {
         "last_result": j.last_result.map(|s| s.as_str()),
         "enabled": j.enabled,
         "error": j.error,
+        "paused": j.paused,
     })
 }
 

@@ -12,6 +12,7 @@ mod ctl_verbs;
 mod daemon;
 mod durability;
 mod hub;
+mod jobctl;
 mod jobs;
 mod lost_daemon;
 mod maintenance;

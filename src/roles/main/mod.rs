@@ -15,9 +15,11 @@
 //! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
 
 mod boot;
+mod chains;
 mod deploy;
 mod effects;
 mod history;
+mod jobctl;
 mod metrics;
 mod missed;
 mod reload;
@@ -34,6 +36,7 @@ mod target;
 mod target_tests;
 pub mod tokens;
 mod ui;
+mod windows;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -106,6 +109,8 @@ pub enum DbWait {
     Ui(ui::UiWait),
     /// One of the loads start-up waits for.
     Boot(boot::Load),
+    /// The job control state is saved; with the admin call to answer (`jobctl`).
+    JobCtl(Option<CallId>, Option<String>),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -175,6 +180,10 @@ pub struct Main {
     boot: boot::Boot,
     /// Configuration reloads in flight and asked for.
     reloads: reload::Reloads,
+    /// Paused and skipping jobs, slots deferred by maintenance windows.
+    pub jobctl: jobctl::JobCtl,
+    /// Reasons of chained runs about to be recorded.
+    chains: chains::Chains,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -326,6 +335,7 @@ impl Main {
             DbWait::Reconcile(call, hello) => sessions::reconcile(self, call, *hello, result),
             DbWait::Ui(wait) => ui::db_answer(self, wait, result),
             DbWait::Boot(load) => boot::answer(self, load, result),
+            DbWait::JobCtl(call, note) => jobctl::saved(self, call, note, result),
         }
     }
 
@@ -499,7 +509,9 @@ fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         return; // armed when recovery is done
     }
     let core = &role.core;
-    let Some(at) = core.scheduler.earliest(&core.config.jobs, core.leads()) else {
+    let slot = core.scheduler.earliest(&core.config.jobs, core.leads());
+    // Deferred slots and pause ends wake the loop too (`jobctl`).
+    let Some(at) = slot.into_iter().chain(core.jobctl.next_wake()).min() else {
         return;
     };
     let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
@@ -513,6 +525,7 @@ fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let leads = core.leads();
     let due = core.scheduler.take_due(now, &core.config.jobs, 100, leads);
     missed::fire_due(core, due, now);
+    jobctl::tick(core, now);
     start_queued(role, ctx);
     arm_schedule(role, ctx);
 }
@@ -815,6 +828,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             runtime_maintenance: maintenance::RuntimeMaintenance::default(),
             boot: boot::Boot::default(),
             reloads: reload::Reloads::default(),
+            jobctl: jobctl::JobCtl::default(),
+            chains: chains::Chains::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,

@@ -48,6 +48,8 @@ pub enum Expect {
     Done,
     Metrics,
     Maintenance,
+    Windows,
+    JobControl,
 }
 
 pub enum Action {
@@ -303,6 +305,10 @@ fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: Princi
             };
             call(AdminRequest::Maintenance(change), Expect::Maintenance)
         }
+        (method, ["api", "v1", "maintenance", "windows"] | ["api", "v1", "jobctl"])
+        | (method, ["api", "v1", "jobs", _, "pause" | "resume" | "skip"]) => {
+            job_control(req, method, seg)
+        }
         (_, ["ws" | "metrics"]) => not_allowed("GET"),
         (_, ["api", "v1", "maintenance"]) => not_allowed("GET, PUT, POST"),
         (_, ["api", "v1", "jobs", _, "run" | "kill"])
@@ -482,6 +488,10 @@ pub fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Response {
         }
         (Expect::Status, AdminResponse::Status(s)) => ok(status_json(&s)),
         (Expect::Maintenance, AdminResponse::Maintenance(info)) => ok(info.to_json()),
+        (Expect::Windows, AdminResponse::Windows(list)) => {
+            ok(crate::wire::admin::WindowOccurrence::to_json(&list))
+        }
+        (Expect::JobControl, AdminResponse::JobControl(info)) => ok(info.to_json()),
         (Expect::ConfigErrors, AdminResponse::Status(s)) => ok(json!({"errors": s.config_errors})),
         (Expect::Jobs, AdminResponse::Jobs(jobs)) => ok(Value::Array(
             jobs.iter().map(|j| job_json(&j.info)).collect(),
@@ -513,5 +523,63 @@ pub fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Response {
             log::error!("main answered {expect:?} with {other:?}");
             Response::error(500, "internal", "unexpected answer from main")
         }
+    }
+}
+
+/// Maintenance windows and job control: `GET /api/v1/maintenance/windows?count=N`,
+/// `GET /api/v1/jobctl`, `POST /api/v1/jobs/JOB/pause` (`{"until": RFC 3339}`),
+/// `.../resume`, `.../skip` (`{"next": N}`).
+fn job_control(req: &Request, method: &str, seg: &[&str]) -> Action {
+    use crate::wire::admin::JobControl;
+    match (method, seg) {
+        ("GET", ["api", "v1", "maintenance", "windows"]) => {
+            let count = match number(req, "count", 10) {
+                Ok(n) => n.min(1000) as u32,
+                Err(a) => return a,
+            };
+            call(AdminRequest::MaintenanceWindows { count }, Expect::Windows)
+        }
+        ("GET", ["api", "v1", "jobctl"]) => call(
+            AdminRequest::JobControl(JobControl::Show),
+            Expect::JobControl,
+        ),
+        ("POST", ["api", "v1", "jobs", job, action]) => {
+            let body = match json_body(req) {
+                Ok(b) => b,
+                Err(a) => return a,
+            };
+            let job = job.to_string();
+            let change = match *action {
+                "pause" => {
+                    let until = match &body["until"] {
+                        Value::Null => None,
+                        Value::String(t) => match chrono::DateTime::parse_from_rfc3339(t) {
+                            Ok(t) => Some(t.timestamp_millis()),
+                            Err(_) => {
+                                return bad_request(&format!(
+                                    "`until`: `{t}` is not an RFC 3339 instant"
+                                ));
+                            }
+                        },
+                        _ => return bad_request("`until` must be an RFC 3339 instant"),
+                    };
+                    JobControl::Pause { job, until }
+                }
+                "resume" => JobControl::Resume { job },
+                _ => {
+                    let next = match &body["next"] {
+                        Value::Null => 1,
+                        v => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                            Some(n) => n,
+                            None => return bad_request("`next` must be a whole number"),
+                        },
+                    };
+                    JobControl::Skip { job, next }
+                }
+            };
+            call(AdminRequest::JobControl(change), Expect::JobControl)
+        }
+        (_, ["api", "v1", "jobs", ..]) => not_allowed("POST"),
+        _ => not_allowed("GET"),
     }
 }

@@ -140,9 +140,9 @@ pub fn next_firings(core: &Main, job: &str, from: Option<Millis>, count: u32) ->
         },
     };
     let count = count.clamp(1, crate::schedule::MAX_UPCOMING) as usize;
+    let upcoming = j.schedule.upcoming(from, count);
     AdminResponse::NextFirings(
-        j.schedule
-            .upcoming(from, count)
+        crate::roles::main::jobctl::account(core, j, upcoming)
             .iter()
             .map(|t| t.timestamp_millis())
             .collect(),
@@ -313,6 +313,7 @@ fn job_infos(core: &Main, last: &BTreeMap<String, RunRecord>) -> Vec<JobInfo> {
                 ),
             };
             JobInfo {
+                paused: core.jobctl.paused_note(&name, chrono::Utc::now()),
                 next_run: core.scheduler.next_of(&name).map(|t| t.timestamp_millis()),
                 last_run: last_run.and_then(|r| r.slot.or(r.started)),
                 last_result: last_run.map(|r| r.state),
@@ -337,6 +338,9 @@ fn job_state(core: &Main, entry: &JobEntry, last: Option<RunState>) -> (JobState
         JobEntry::Invalid(_) => JobState::Invalid,
         JobEntry::Valid(_) if !running.is_empty() => JobState::Running,
         JobEntry::Valid(j) if !j.enabled => JobState::Disabled,
+        JobEntry::Valid(j) if core.jobctl.paused(&j.name, chrono::Utc::now()).is_some() => {
+            JobState::Paused
+        }
         JobEntry::Valid(_) if matches!(last, Some(RunState::Failed | RunState::Partial)) => {
             JobState::Failing
         }
@@ -408,6 +412,7 @@ broken:
                 last_result: None,
                 enabled: error.is_none(),
                 error,
+                paused: None,
             },
             state: JobState::Idle,
             running: Vec::new(),

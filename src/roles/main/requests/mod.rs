@@ -100,11 +100,13 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
     if core.recovering
         && matches!(
             req,
-            AdminRequest::RunNow { .. } | AdminRequest::Maintenance(_)
+            AdminRequest::RunNow { .. }
+                | AdminRequest::Maintenance(_)
+                | AdminRequest::JobControl(_)
         )
     {
-        // They depend on the maintenance settings, still being loaded: answered once
-        // start-up is done (`boot::finish_when_ready`).
+        // They depend on the maintenance and job control settings, still being loaded:
+        // answered once start-up is done (`boot::finish_when_ready`).
         core.boot.park(call, req);
         return;
     }
@@ -160,6 +162,10 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
         ),
         AdminRequest::WatchRun { run } => live::watch(core, call, run),
         AdminRequest::Maintenance(change) => maintenance::change(core, call, change),
+        AdminRequest::MaintenanceWindows { count } => {
+            crate::roles::main::windows::request(core, call, count)
+        }
+        AdminRequest::JobControl(change) => crate::roles::main::jobctl::request(core, call, change),
     }
 }
 

@@ -80,13 +80,22 @@ pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: 
     let job: JobRef = Arc::clone(job);
     let slot = due.slot.timestamp_millis();
     let lateness = now - due.slot;
+    // Pause, skips and maintenance windows (`jobctl`); a missed slot is recorded as such.
+    let hold = if due.missed || core.global_maintenance() {
+        super::jobctl::Hold::Run
+    } else {
+        super::jobctl::hold(core, &job, due, now)
+    };
+    if hold == super::jobctl::Hold::Deferred {
+        return;
+    }
     log::debug!(
         "slot {} of {} is due ({} ms late)",
         due.slot,
         job.name,
         lateness.num_milliseconds()
     );
-    if due.early && !due.missed {
+    if due.early && !due.missed && hold == super::jobctl::Hold::Run {
         log::debug!("{}: pre-staging slot {}", job.name, due.slot);
         core.queue_run(RunRequest {
             job,
@@ -112,6 +121,8 @@ pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: 
         ))
     } else if core.global_maintenance() {
         Some("maintenance: global maintenance is on".to_string())
+    } else if let super::jobctl::Hold::Skip(reason) = hold {
+        Some(reason)
     } else if job.overlap == Overlap::Forbid && core.job_busy(&job.name) {
         Some(format!(
             "overlap: the previous run of {} is still going",
@@ -260,10 +271,15 @@ pub fn recovered_workflow(
 
 /// Maintenance machines out, `number_of_targets` picked, batches cut.
 fn plan_batches(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+    // Machines in a maintenance window: a `defer` one makes the run wait for its end.
+    if let Some(wake) = super::jobctl::machine_defer(core, &env.req.job, &env.live) {
+        return Step::Wait(wake);
+    }
     let job = &env.req.job;
     let machines = std::mem::take(&mut env.live);
-    let (skipped, runnable): (Vec<String>, Vec<String>) =
-        machines.into_iter().partition(|m| core.in_maintenance(m));
+    let (skipped, runnable): (Vec<String>, Vec<String>) = machines
+        .into_iter()
+        .partition(|m| core.in_maintenance(m) || super::jobctl::machine_skipped(core, job, m));
     env.batches = run_rules::cut_batches(runnable, job.number_of_targets, job.batch_size, |m| {
         use rand::seq::SliceRandom;
         m.shuffle(&mut rand::rng());
@@ -314,7 +330,9 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             };
             (RunState::Skipped, Some(why.to_string()))
         } else {
-            (RunState::Dispatching, None)
+            let job = &env.req.job.name;
+            let chained = super::chains::reason(core, job, env.req.slot, env.req.trigger);
+            (RunState::Dispatching, chained)
         };
         let id = core.db_call(
             DbRequest::CreateRun(NewRun {
@@ -491,6 +509,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             super::requests::send_run(core, call, run);
         }
         super::live::run_ended(core, run);
+        super::chains::run_ended(core, &active.job.name, run, state);
     }
     Step::Next
 }
