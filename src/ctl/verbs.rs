@@ -15,7 +15,6 @@ use crate::wire::admin::{
     OutputSlice,
 };
 use crate::wire::records::{Millis, RunId, RunRecord, TargetState};
-use crate::wire::ui::CronEntryView;
 use crate::wire::wrapper::Stream;
 
 /// The fire times `show` lists.
@@ -147,11 +146,11 @@ pub fn show(client: &mut Client, job: String, json: bool) -> CtlResult {
         AdminResponse::Job(d) => *d,
         other => return unexpected(other, json),
     };
-    // A job disabled by errors has no configuration to show, only the errors.
-    let config = match &d.config {
-        CronEntryView::Valid(c) => crate::json::ui::job_config_json(c),
-        CronEntryView::Invalid { .. } => Value::Null,
-    };
+    let config: Value = d
+        .config_json
+        .as_deref()
+        .and_then(|c| serde_json::from_str(c).ok())
+        .unwrap_or(Value::Null);
     if json {
         print_json(&json!({
             "job": job_json(&d.summary),

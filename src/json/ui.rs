@@ -47,15 +47,13 @@ pub fn cron_json(entry: &CronEntryView) -> Value {
     }
 }
 
-/// A job's configuration as `saltpeterctl show` prints it (`env` values as `***`); the
-/// UI's cron adds the schedule's fields to it.
-pub fn job_config_json(c: &CronView) -> Value {
+fn valid_cron_json(c: &CronView) -> Value {
     let env: Map<String, Value> = c
         .env_names
         .iter()
         .map(|k| (k.clone(), Value::from("***")))
         .collect();
-    json!({
+    let mut v = json!({
         "name": c.name,
         "group": c.group,
         "file": c.file,
@@ -82,11 +80,7 @@ pub fn job_config_json(c: &CronView) -> Value {
         "output_limit": {"head": c.output_limit_head, "tail": c.output_limit_tail},
         "wrapper_path": c.wrapper_path,
         "saltpeter_server_host": c.server_host,
-    })
-}
-
-fn valid_cron_json(c: &CronView) -> Value {
-    let mut v = job_config_json(c);
+    });
     let fields: Vec<&str> = c.schedule.split_whitespace().collect();
     if let (Value::Object(map), [sec, min, hour, dom, mon, dow, year]) = (&mut v, fields.as_slice())
     {

@@ -231,9 +231,12 @@ pub struct JobSummary {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobDetail {
     pub summary: JobSummary,
-    /// The configuration (`env` names only: values never leave main), or where a job
-    /// disabled by errors is defined.
+    /// The configuration as the UI and the API show it (`env` names only: values never
+    /// leave main), or where a job disabled by errors is defined.
     pub config: super::ui::CronEntryView,
+    /// The configuration as `saltpeterctl show` prints it (`Job::redacted_json`: every
+    /// key, chains included, `env` values as `***`); `None` for a job disabled by errors.
+    pub config_json: Option<String>,
     /// What disables the job, one message per error.
     pub errors: Vec<String>,
     /// The next fire times: the planned slot first (for a disabled job, when its
