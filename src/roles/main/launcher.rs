@@ -5,7 +5,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::*;
+use std::path::PathBuf;
+
+use super::{Main, scheduler};
+use crate::config;
 
 /// What main knows about launching wrappers.
 pub struct Launcher {

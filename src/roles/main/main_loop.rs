@@ -7,11 +7,27 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::*;
+use mio::event::Event;
+
+use super::links;
+use super::run as run_flow;
+use super::scheduler::Scheduler;
+use super::tokens::Secret;
+use super::{
+    BLOCKING_CALL_BASE, CONFIG_SCAN, Main, MainRole, Peer, STALL_THRESHOLD, admin, admin_more,
+    boot, chains, jobctl, launcher, live, maintenance, missed, reload, sessions, ui,
+};
+use crate::config;
+use crate::evloop::Flow;
 use crate::evloop::{Ctx, EventLoop};
 use crate::ipc::Role;
 use crate::ipc::rpc::PendingCalls;
+use crate::ipc::rpc::{CallError, Packet};
+use crate::roles::{RoleArgs, RoleError, attach_control, open_link};
+use crate::wire::db::DbNotice;
+use crate::wire::link::{HubAnswer, HubRequest};
 use crate::workflow::Registry;
+use crate::workflow::{WakeEvent, WakeKey};
 
 /// Leave the loop once no Workflow is running, or when the grace period is over (runs in
 /// flight then stay recorded as running; their wrappers carry on and are reattached on
@@ -82,7 +98,7 @@ pub fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     reload::poll(role, ctx);
     if let Some(reply) = role.core.recovery_reply.take() {
-        run::recovery::recovered(role, ctx, reply);
+        run_flow::recovery::recovered(role, ctx, reply);
     }
     boot::finish_when_ready(role, ctx);
     start_queued(role, ctx);
@@ -126,7 +142,7 @@ pub fn start_queued_inner(role: &mut MainRole) {
             log::info!("not starting {}: shutting down", req.job.name);
             continue;
         }
-        let workflow = run::workflow(req);
+        let workflow = run_flow::workflow(req);
         role.workflows
             .start(workflow, &mut role.core, Instant::now());
     }
@@ -241,8 +257,153 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         call_timer: None,
     };
     boot::start(&mut role.core);
-    run::recovery::start(&mut role.core);
+    run_flow::recovery::start(&mut role.core);
     ui::start(&mut role.core);
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
     Ok(0)
+}
+
+pub fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: &Event) -> Flow {
+    let core = &mut role.core;
+    let writable = event.is_writable();
+    let result = match peer {
+        Peer::Hub => {
+            if writable {
+                let _ = core.links.hub.on_writable();
+            }
+            core.links.hub.receive().map(|msgs| {
+                for msg in msgs {
+                    on_hub(role, ctx, msg);
+                }
+            })
+        }
+        Peer::Db => {
+            if writable {
+                let _ = core.links.db.on_writable();
+            }
+            core.links.db.receive().map(|msgs| {
+                for msg in msgs {
+                    match msg {
+                        Packet::Reply { id, result } => match core.links.db_calls.finish(id) {
+                            Some(wait) => {
+                                core.db_answer(id, wait, result.map_err(CallError::Remote))
+                            }
+                            None => log::warn!("db answered call {id} after its deadline"),
+                        },
+                        Packet::Cast(DbNotice::CommitLatency(h)) => {
+                            core.ui.metrics.db_commit = Some(h)
+                        }
+                        other => log::warn!("unexpected message from db: {other:?}"),
+                    }
+                }
+            })
+        }
+        Peer::Blocking => {
+            if writable {
+                let _ = core.links.blocking.on_writable();
+            }
+            core.links.blocking.receive().map(|msgs| {
+                for msg in msgs {
+                    match msg {
+                        Packet::Reply { id, result } => {
+                            if core.links.blocking_calls.finish(id).is_some() {
+                                core.links
+                                    .blocking_replies
+                                    .insert(id, result.map_err(CallError::Remote));
+                                core.wake(WakeKey::Call(id));
+                            } else {
+                                log::warn!("blocking answered call {id} after its deadline");
+                            }
+                        }
+                        other => log::warn!("unexpected message from blocking: {other:?}"),
+                    }
+                }
+            })
+        }
+    };
+    match result {
+        Ok(()) => {
+            pump(role, ctx);
+            Flow::Continue
+        }
+        Err(e) => {
+            let core = &mut role.core;
+            match peer {
+                Peer::Db => {
+                    for (id, wait, err) in core.links.db_calls.fail_all() {
+                        core.db_answer(id, wait, Err(err));
+                    }
+                }
+                Peer::Blocking => {
+                    for (id, (), err) in core.links.blocking_calls.fail_all() {
+                        core.links.blocking_replies.insert(id, Err(err));
+                        core.wake(WakeKey::Call(id));
+                    }
+                }
+                Peer::Hub => {}
+            }
+            pump(role, ctx);
+            crate::roles::link_failed(ctx, &e)
+        }
+    }
+}
+
+pub fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubRequest, HubAnswer>) {
+    match msg {
+        Packet::Call {
+            id,
+            req: HubRequest::Admin(req),
+        } => admin::handle(role, ctx, id, req),
+        Packet::Call {
+            id,
+            req: HubRequest::AdminFrom { peer, req },
+        } => admin_more::handle_from(role, ctx, id, peer, req),
+        Packet::Cast(HubRequest::AdminGone { calls }) => live::calls_gone(&mut role.core, &calls),
+        Packet::Call { id, req } => sessions::handle_call(&mut role.core, id, req),
+        Packet::Cast(HubRequest::UiWatch { job, watch }) => ui::watch(&mut role.core, job, watch),
+        Packet::Cast(req) => sessions::handle_cast(&mut role.core, req),
+        Packet::Reply { id, .. } => log::warn!("hub answered call {id} that main never made"),
+    }
+}
+
+/// Expire calls whose deadline passed (their waiters get `Timeout`).
+pub fn expire_calls(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    let now = Instant::now();
+    let core = &mut role.core;
+    for (id, wait, err) in core.links.db_calls.expire(now) {
+        log::error!("db call {id}: {err}");
+        core.db_answer(id, wait, Err(err));
+    }
+    for (id, (), err) in core.links.blocking_calls.expire(now) {
+        log::error!("blocking call {id}: {err}");
+        core.links.blocking_replies.insert(id, Err(err));
+        core.wake(WakeKey::Call(id));
+    }
+    pump(role, ctx);
+}
+
+/// Keep one timer at the earliest deadline of the calls in flight (none when idle).
+pub fn arm_call_expiry(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    let next = [
+        role.core.links.db_calls.next_deadline(),
+        role.core.links.blocking_calls.next_deadline(),
+    ]
+    .into_iter()
+    .flatten()
+    .min();
+    match (role.call_timer, next) {
+        (Some((_, at)), Some(next)) if at <= next => {}
+        (current, next) => {
+            if let Some((timer, _)) = current {
+                ctx.cancel(timer);
+            }
+            role.call_timer = next.map(|at| {
+                let timer = ctx.at(at, |role: &mut MainRole, ctx| {
+                    role.call_timer = None;
+                    expire_calls(role, ctx);
+                });
+                (timer, at)
+            });
+        }
+    }
 }

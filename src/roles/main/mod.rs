@@ -45,15 +45,13 @@ mod ui;
 mod windows;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
+use super::{ControlLink, Controlled, Link};
 use crate::config::{self, LoadedConfig};
 use crate::evloop::Ctx;
 use crate::evloop::timers::TimerId;
-use crate::ipc::Role;
 use crate::ipc::rpc::{CallError, CallId, Packet};
 use crate::wire::db::{DbReply, DbToMain, MainToDb};
 use crate::wire::link::{
@@ -66,7 +64,6 @@ use runs::ActiveRun;
 use scheduler::Scheduler;
 use tokens::Secret;
 
-use links::{arm_call_expiry, on_link};
 pub use main_loop::run;
 use main_loop::{arm_schedule, pump, stop_when_settled};
 
