@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::run as run_flow;
 use super::scheduler::Due;
 use super::{DbWait, Main, MainRole, jobctl, maintenance, missed};
 use crate::evloop::Ctx;
@@ -210,7 +209,7 @@ fn catch_up_run(
         missed: false,
         early: false,
     };
-    run_flow::fire_as(core, &due, now, Trigger::Catchup);
+    jobctl::fire(core, &due, now, Trigger::Catchup, None);
 }
 
 /// Record a slot as a run in state `skipped`.

@@ -14,8 +14,8 @@ use super::run as run_flow;
 use super::scheduler::Scheduler;
 use super::tokens::Secret;
 use super::{
-    BLOCKING_CALL_BASE, CONFIG_SCAN, Main, MainRole, Peer, STALL_THRESHOLD, boot, chains, jobctl,
-    launcher, live, maintenance, missed, reload, requests, sessions, ui,
+    BLOCKING_CALL_BASE, CONFIG_SCAN, Main, MainRole, Peer, STALL_THRESHOLD, boot, jobctl, launcher,
+    live, maintenance, missed, reload, requests, sessions, ui,
 };
 use crate::config;
 use crate::evloop::Flow;
@@ -249,7 +249,6 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             boot: boot::Boot::default(),
             reloads: reload::Reloads::default(),
             jobctl: jobctl::JobCtl::default(),
-            chains: chains::Chains::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,

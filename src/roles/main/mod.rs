@@ -55,7 +55,7 @@ use crate::wire::link::{
     BlockingToMain, ConnId, ControlDown, HubAnswer, HubReply, HubRequest, MainToBlocking,
     MainToHub, ProcessInfo,
 };
-use crate::wire::records::RunId;
+use crate::wire::records::{RunId, RunState};
 use crate::workflow::{Registry, WakeEvent, WakeKey};
 // Short paths for the rest of main: the live streams and the maintenance settings are
 // kept with the requests that use them.
@@ -169,8 +169,6 @@ pub struct Main {
     reloads: reload::Reloads,
     /// Paused and skipping jobs, slots deferred by maintenance windows.
     pub jobctl: jobctl::JobCtl,
-    /// Reasons of chained runs about to be recorded.
-    chains: chains::Chains,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -184,6 +182,18 @@ pub struct MainRole {
 }
 
 impl Main {
+    /// A run ended and its end is recorded: whoever waits for it or follows it is told,
+    /// and the jobs chained to it start. (The run Workflow calls this; the parts it
+    /// notifies sit above it.)
+    pub fn run_ended(&mut self, active: &ActiveRun, state: RunState) {
+        for call in &active.waiters {
+            // The stored record is the truth (ended time, state): read it back.
+            requests::send_run(self, *call, active.id);
+        }
+        live::run_ended(self, active.id);
+        chains::run_ended(self, &active.job.name, active.id, state);
+    }
+
     /// A target of a run in flight.
     pub fn target(&self, run: RunId, machine: &str) -> Option<&target::Target> {
         self.runs.get(&run).and_then(|r| r.targets.get(machine))

@@ -219,6 +219,7 @@ pub fn run_now(core: &mut Main, call: CallId, name: &str, targets: Option<Vec<St
         trigger: Trigger::Manual,
         admin_call: Some(call),
         prestaged: false,
+        reason: None,
     });
 }
 

@@ -119,6 +119,7 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
             trigger: run.trigger,
             admin_call: None,
             prestaged,
+            reason: None,
         },
         run.id,
         unsettled,
