@@ -69,7 +69,7 @@ impl Boot {
 
 /// Ask db for the maintenance settings and the newest slot of every job.
 pub fn start(core: &mut Main) {
-    core.recovering = true;
+    core.flight.recovering = true;
     ask(core, Load::Maintenance);
     ask(core, Load::LastSlots);
     ask(core, Load::JobCtl);
@@ -131,7 +131,7 @@ pub fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         return;
     }
     core.boot.done = true;
-    core.recovering = false;
+    core.flight.recovering = false;
     let last = core.boot.last_slots.take().unwrap_or_default();
     catch_up(core, &last, Utc::now());
     super::arm_schedule(role, ctx);

@@ -32,7 +32,7 @@ pub fn fires_on(on: ChainOn, state: RunState) -> bool {
 
 /// A run of `job` ended in `state`: start the jobs chained to it.
 pub fn run_ended(core: &mut Main, job: &str, run: RunId, state: RunState) {
-    if core.stopping {
+    if core.flight.stopping {
         return;
     }
     let chained: Vec<Arc<crate::config::Job>> = core

@@ -127,7 +127,7 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
     let now = s.now();
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
-    let Some(active) = core.runs.get(&run) else {
+    let Some(active) = core.flight.runs.get(&run) else {
         return Step::Next;
     };
     let pickup = run_rules::check_pickup(&active.targets, &batch, env.pickup_deadline, now);
@@ -151,7 +151,7 @@ pub fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     if env.batch + 1 >= env.batches.len() {
         return Step::Next;
     }
-    if core.runs.get(&run).is_some_and(|r| r.kill_requested) {
+    if core.flight.runs.get(&run).is_some_and(|r| r.kill_requested) {
         let rest: Vec<String> = env.batches[env.batch + 1..].concat();
         for m in rest {
             finish_target(core, run, &m, TargetReason::Canceled, None);
@@ -178,6 +178,7 @@ pub type StepFnOf = fn(&mut RunEnv, &mut Main, &mut Sc) -> Step;
 pub fn collect_all(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
     let open = core
+        .flight
         .runs
         .get(&run)
         .is_some_and(|r| r.targets.values().any(|t| !t.is_settled()));

@@ -107,7 +107,7 @@ pub fn fire_as(
         });
         return;
     }
-    if let Some(why) = &core.db_trouble {
+    if let Some(why) = &core.storage.db_trouble {
         log::error!(
             "{}: slot {} not run: the database cannot record it ({why})",
             job.name,
@@ -183,6 +183,7 @@ impl Main {
     /// being recorded.
     pub fn job_busy_besides(&self, job: &str, except: Option<RunId>) -> bool {
         let runs = self
+            .flight
             .runs
             .values()
             .filter(|r| r.job.name == job)
@@ -191,16 +192,24 @@ impl Main {
                 prestaged: r.prestaged,
                 go_sent: r.go_sent,
             });
-        run_rules::job_busy(self.busy_jobs.get(job).copied().unwrap_or(0), runs, except)
+        run_rules::job_busy(
+            self.flight.busy_jobs.get(job).copied().unwrap_or(0),
+            runs,
+            except,
+        )
     }
 
     /// Queue a run; until it is recorded it counts as busy for the overlap rule (a
     /// pre-staged run counts only once it has gone, see `job_busy_besides`).
     pub fn queue_run(&mut self, req: RunRequest) {
         if !req.prestaged {
-            *self.busy_jobs.entry(req.job.name.clone()).or_insert(0) += 1;
+            *self
+                .flight
+                .busy_jobs
+                .entry(req.job.name.clone())
+                .or_insert(0) += 1;
         }
-        self.to_start.push(req);
+        self.flight.to_start.push(req);
     }
 }
 
@@ -372,7 +381,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             for (m, _) in &env.unreachable {
                 targets.insert(m.clone(), Target::new(0));
             }
-            core.runs.insert(
+            core.flight.runs.insert(
                 id,
                 ActiveRun {
                     id,
@@ -409,6 +418,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 finish_target(core, id, &m, TargetReason::Unreachable, Some(255));
             }
             let unreachable_only = core
+                .flight
                 .runs
                 .get(&id)
                 .is_some_and(|r| r.targets.values().any(|t| t.is_decided()));
@@ -460,7 +470,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         return Step::Next;
     };
     if env.call.is_none() {
-        let Some(active) = core.runs.get(&run) else {
+        let Some(active) = core.flight.runs.get(&run) else {
             release_job(core, env);
             return Step::Next;
         };
@@ -495,13 +505,13 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         log::error!("run {run}: could not record its end: {e}");
     }
     release_job(core, env);
-    if let Some(active) = core.runs.remove(&run) {
+    if let Some(active) = core.flight.runs.remove(&run) {
         let state = match &env.unresolved {
             Some((state, _)) => *state,
             None => active.final_state(),
         };
         super::ui::run_finished(core, &active, state);
-        core.sessions.retain(|_, (r, _)| *r != run);
+        core.flight.sessions.retain(|_, (r, _)| *r != run);
         log::info!("run {run} of {} ended", active.job.name);
         core.apply_retention(&active.job.name);
         core.run_ended(&active, state);
@@ -515,10 +525,10 @@ fn release_job(core: &mut Main, env: &mut RunEnv) {
         return;
     }
     let job = env.req.job.name.as_str();
-    if let Some(n) = core.busy_jobs.get_mut(job) {
+    if let Some(n) = core.flight.busy_jobs.get_mut(job) {
         *n = n.saturating_sub(1);
         if *n == 0 {
-            core.busy_jobs.remove(job);
+            core.flight.busy_jobs.remove(job);
         }
     }
 }
