@@ -97,17 +97,9 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             for o in outcomes {
                 if let Err(e) = o.result {
                     log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
-                    let job = env.req.job.name.clone();
-                    core.event("launch_failed", Some(&job), Some(run), Some(&o.machine), e);
                     // Maybe the wrapper went missing: deploy again next time.
                     core.launcher.deployed.remove(&o.machine);
-                    finish_target(
-                        core,
-                        run,
-                        &o.machine,
-                        TargetReason::WrapperFailed,
-                        Some(254),
-                    );
+                    super::launch_failed(core, &env.req.job.name, run, &o.machine, e);
                 }
             }
         }

@@ -519,6 +519,13 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     Step::Next
 }
 
+/// A target's wrapper could not be deployed or launched: recorded as an event with its
+/// cause, and the target ends 254.
+fn launch_failed(core: &mut Main, job: &str, run: RunId, machine: &str, why: String) {
+    core.event("launch_failed", Some(job), Some(run), Some(machine), why);
+    finish_target(core, run, machine, TargetReason::WrapperFailed, Some(254));
+}
+
 /// The run no longer counts as queued for the overlap rule (once per run).
 fn release_job(core: &mut Main, env: &mut RunEnv) {
     if !std::mem::take(&mut env.counted) {
