@@ -22,6 +22,7 @@ use crate::wire::records::{RunId, RunState};
 const INDEX_HTML: &str = include_str!("../ui/index.html");
 const APP_JS: &str = include_str!("../ui/app.js");
 const STYLE_CSS: &str = include_str!("../ui/style.css");
+const JOBCTL_JS: &str = include_str!("../ui/jobctl.js");
 
 /// Ordinary calls to main.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -125,12 +126,15 @@ pub fn route(http: &Http, req: &Request) -> Action {
         }
         ("GET", ["app.js"]) => static_file("text/javascript; charset=utf-8", APP_JS),
         ("GET", ["style.css"]) => static_file("text/css; charset=utf-8", STYLE_CSS),
+        ("GET", ["jobctl.js"]) => static_file("text/javascript; charset=utf-8", JOBCTL_JS),
         ("GET", ["healthz"]) => Action::Call {
             req: AdminRequest::Status,
             expect: Expect::Healthz,
             timeout: HEALTH_TIMEOUT,
         },
-        (_, [] | ["index.html"] | ["app.js"] | ["style.css"] | ["healthz"]) => not_allowed("GET"),
+        (_, [] | ["index.html"] | ["app.js"] | ["jobctl.js"] | ["style.css"] | ["healthz"]) => {
+            not_allowed("GET")
+        }
         ("POST", ["api", "v1", "login"]) => login(&http.auth, req),
         ("POST", ["api", "v1", "logout"]) => Action::Respond(
             Response::new(204, "text/plain", Vec::new())
