@@ -1,7 +1,8 @@
 //! The dashboard in a real browser: headless Chromium driven through chromedriver's
 //! WebDriver HTTP API. Log in, see the jobs, open one, press "Run now", watch its output
-//! stream in, kill a run. A screenshot of the jobs table is saved to
-//! `target/dashboard.png` (and to `docs/dashboard.png` with
+//! stream in, kill a run; pause, resume and skip a job and see the maintenance windows
+//! listed. A screenshot of the jobs table is saved to
+//! `target/dashboard.png` (and of the job and maintenance pages next to it; to `docs/` with
 //! `SALTPETER_UPDATE_SCREENSHOT=1`).
 //!
 //! Skipped (with a message) when chromium or chromedriver is not installed, unless
