@@ -80,6 +80,8 @@ pub struct SaltpeterConfig {
     pub api_token: Option<Secret>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    /// TLS on the wrapper port and the API (default on; `false` only on loopback ports).
+    pub tls: bool,
     pub wrapper_source: Option<String>,
     pub retention: Retention,
     pub heartbeat_s: u64,
@@ -139,6 +141,7 @@ impl Default for SaltpeterConfig {
             api_token: None,
             tls_cert: None,
             tls_key: None,
+            tls: true,
             wrapper_source: None,
             retention: Retention::default(),
             heartbeat_s: 5,
@@ -193,6 +196,7 @@ pub const STARTUP_ONLY_KEYS: &[&str] = &[
     "runtime_dir",
     "tls_cert",
     "tls_key",
+    "tls",
     "max_connections_per_addr",
     "admin_group",
     "api_token",
@@ -224,6 +228,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "api_token",
     "tls_cert",
     "tls_key",
+    "tls",
     "wrapper_source",
     "retention",
     "heartbeat",
@@ -266,6 +271,7 @@ impl SaltpeterConfig {
             "runtime_dir" => self.runtime_dir != newer.runtime_dir,
             "tls_cert" => self.tls_cert != newer.tls_cert,
             "tls_key" => self.tls_key != newer.tls_key,
+            "tls" => self.tls != newer.tls,
             "max_connections_per_addr" => {
                 self.max_connections_per_addr != newer.max_connections_per_addr
             }
@@ -323,6 +329,7 @@ impl SaltpeterConfig {
             "api_token" => self.api_token = values::optional_string(node)?.map(Secret),
             "tls_cert" => self.tls_cert = path(node)?,
             "tls_key" => self.tls_key = path(node)?,
+            "tls" => self.tls = values::boolean(node)?,
             "wrapper_source" => self.wrapper_source = values::optional_string(node)?,
             "retention" => self.retention = read_retention(node)?,
             "heartbeat" => self.heartbeat_s = positive(node)?,

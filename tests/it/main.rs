@@ -17,4 +17,5 @@ mod maintenance;
 mod reload;
 mod salt;
 mod scheduling;
+mod tls;
 mod wrapper;

@@ -15,7 +15,7 @@ use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use mio::event::Event;
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Interest, Token};
 use tungstenite::handshake::server::{Callback, ErrorResponse, Request, Response};
 use tungstenite::handshake::{HandshakeError, MidHandshake, server::ServerHandshake};
@@ -26,6 +26,7 @@ use super::{Hub, Waiting};
 use crate::evloop::{Ctx, Flow, Forward, Listener};
 use crate::ipc::CallError;
 use crate::roles::RoleError;
+use crate::tls::Stream;
 use crate::wire::Redacted;
 use crate::wire::link::{ConnId, HubRequest, WrapperHello, WrapperVerdict};
 use crate::wire::wrapper::{
@@ -77,11 +78,11 @@ impl Callback for PathCheck {
     }
 }
 
-type Mid = MidHandshake<ServerHandshake<TcpStream, PathCheck>>;
+type Mid = MidHandshake<ServerHandshake<Stream, PathCheck>>;
 
 enum Session {
     Handshaking(Box<Mid>),
-    Open(Box<WebSocket<TcpStream>>),
+    Open(Box<WebSocket<Stream>>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +111,8 @@ pub struct Wrappers {
     per_addr: HashMap<IpAddr, usize>,
     next_id: ConnId,
     limits: Limits,
+    /// The port's TLS (`None` only with `tls: false` on loopback).
+    tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 struct Acceptor {
@@ -117,7 +120,12 @@ struct Acceptor {
 }
 
 impl Wrappers {
-    pub fn listen(ctx: &mut Ctx<Hub>, fd: OwnedFd, limits: Limits) -> Result<Wrappers, RoleError> {
+    pub fn listen(
+        ctx: &mut Ctx<Hub>,
+        fd: OwnedFd,
+        limits: Limits,
+        tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    ) -> Result<Wrappers, RoleError> {
         let std = std::net::TcpListener::from(fd);
         std.set_nonblocking(true)
             .map_err(RoleError::setup("wrapper port"))?;
@@ -132,6 +140,7 @@ impl Wrappers {
             per_addr: HashMap::new(),
             next_id: 1,
             limits,
+            tls,
         })
     }
 }
@@ -147,7 +156,7 @@ fn ws_config(limits: &Limits) -> WebSocketConfig {
 impl Listener<Hub> for Acceptor {
     fn handle_event(&mut self, hub: &mut Hub, ctx: &mut Ctx<Hub>, _: &Event) -> Flow {
         loop {
-            let (mut stream, peer) = match self.listener.accept() {
+            let (tcp, peer) = match self.listener.accept() {
                 Ok(accepted) => accepted,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Flow::Continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -169,7 +178,15 @@ impl Listener<Hub> for Acceptor {
             *count += 1;
             let id = w.next_id;
             w.next_id += 1;
-            let _ = stream.set_nodelay(true);
+            let _ = tcp.set_nodelay(true);
+            let mut stream = match Stream::accept(tcp, w.tls.as_ref()) {
+                Ok(stream) => stream,
+                Err(e) => {
+                    log::warn!("could not start TLS with {peer}: {e}");
+                    release_addr(w, peer.ip());
+                    continue;
+                }
+            };
             let token = match ctx.register(
                 &mut stream,
                 Interest::READABLE | Interest::WRITABLE,

@@ -143,6 +143,8 @@ pub struct Main {
     processes: Vec<ProcessInfo>,
     started_at: i64,
     pub wrapper_port: u16,
+    /// `#sha256=HEX` of the hub's certificate, for wrappers to pin (`None`: `tls: false`).
+    pub wrapper_pin: Option<String>,
     /// New runs are not started once shutdown began.
     pub stopping: bool,
     /// Runs to start, queued by handlers that cannot reach the registry.
@@ -361,7 +363,13 @@ impl Main {
         } else {
             format!("{host}:{}", self.wrapper_port)
         };
-        format!("ws://{authority}{}", crate::wire::wrapper::WRAPPER_PATH)
+        match &self.wrapper_pin {
+            Some(pin) => format!(
+                "wss://{authority}{}{pin}",
+                crate::wire::wrapper::WRAPPER_PATH
+            ),
+            None => format!("ws://{authority}{}", crate::wire::wrapper::WRAPPER_PATH),
+        }
     }
 
     /// How far ahead of its slot a run of `job` is launched: salt runs are pre-staged by
@@ -767,6 +775,12 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     }
     let secret = Secret::load_or_create(&args.dirs.secret())
         .map_err(|e| RoleError::BadStart(e.to_string()))?;
+    let wrapper_pin = crate::tls::material::load(
+        &crate::tls::material::Settings::from_config(&config.saltpeter),
+        &args.dirs.state,
+    )
+    .map_err(|e| RoleError::BadStart(e.to_string()))?
+    .map(|m| format!("#sha256={}", crate::tls::hex(&m.fingerprint)));
     let mut ev: EventLoop<MainRole> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let s = args.take_stream("hub")?;
     let (hub, _) = open_link(ev.ctx(), s, Role::Main, Role::Hub, Peer::Hub, on_link)?;
@@ -805,6 +819,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             processes: Vec::new(),
             started_at: now.timestamp_millis(),
             wrapper_port: 0,
+            wrapper_pin,
             stopping: false,
             to_start: Vec::new(),
             to_recover: Vec::new(),

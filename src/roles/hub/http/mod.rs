@@ -27,13 +27,14 @@ use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use mio::event::Event;
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Interest, Token};
 
 use super::{Hub, Waiting};
 use crate::evloop::{Ctx, Flow, Forward, Listener};
 use crate::ipc::CallError;
 use crate::roles::RoleError;
+use crate::tls::Stream;
 use crate::wire::admin::AdminResponse;
 use crate::wire::link::HubRequest;
 use parse::{ParseLimits, Parsed, Response};
@@ -96,7 +97,7 @@ enum State {
 }
 
 pub struct HttpConn {
-    stream: TcpStream,
+    stream: Stream,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
     state: State,
@@ -129,6 +130,8 @@ pub struct Http {
     pub auth: auth::Auth,
     pub ui: views::UiHub,
     pub stats: Stats,
+    /// The port's TLS (`None` only with `tls: false` on loopback).
+    tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 struct Acceptor {
@@ -152,12 +155,14 @@ impl Http {
         ctx: &mut Ctx<Hub>,
         fd: OwnedFd,
         sp: &crate::config::SaltpeterConfig,
+        tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     ) -> Result<Http, RoleError> {
         let std = std::net::TcpListener::from(fd);
         std.set_nonblocking(true)
             .map_err(RoleError::setup("API port"))?;
         if let Ok(addr) = std.local_addr() {
-            log::info!("HTTP API and dashboard on http://{addr}/");
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            log::info!("HTTP API and dashboard on {scheme}://{addr}/");
         }
         let acceptor = Acceptor {
             listener: TcpListener::from_std(std),
@@ -180,6 +185,7 @@ impl Http {
             limits,
             auth,
             stats: Stats::default(),
+            tls,
         })
     }
 
@@ -217,7 +223,7 @@ impl Listener<Hub> for Acceptor {
             return Flow::Close;
         };
         loop {
-            let (mut stream, peer) = match self.listener.accept() {
+            let (mut tcp, peer) = match self.listener.accept() {
                 Ok(accepted) => accepted,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Flow::Continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -233,12 +239,23 @@ impl Listener<Hub> for Acceptor {
                     http.conns.len()
                 );
                 let busy = Response::error(503, "unavailable", "too many connections");
-                let _ = stream.write(&busy.to_bytes(false, false));
+                // A plain answer only where the port is plain; a TLS client would not
+                // understand it.
+                if http.tls.is_none() {
+                    let _ = tcp.write(&busy.to_bytes(false, false));
+                }
                 continue;
             }
             let id = http.next_id;
             http.next_id += 1;
-            let _ = stream.set_nodelay(true);
+            let _ = tcp.set_nodelay(true);
+            let mut stream = match Stream::accept(tcp, http.tls.as_ref()) {
+                Ok(stream) => stream,
+                Err(e) => {
+                    log::warn!("could not start TLS with {peer}: {e}");
+                    continue;
+                }
+            };
             let token = match ctx.register(
                 &mut stream,
                 Interest::READABLE | Interest::WRITABLE,
@@ -486,13 +503,19 @@ fn write_out(hub: &mut Hub, id: ConnId) -> Result<(), String> {
         }
     }
     conn.wbuf.drain(..written);
+    // TLS: records rustls still holds (the socket was full) go out on this event too.
+    match conn.stream.flush() {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => return Err(format!("write failed: {e}")),
+    }
     if conn.wbuf.is_empty()
         && conn.close_after_write
         && !matches!(conn.state, State::Closing { .. } | State::Waiting { .. })
     {
         // Close the write side and drain what the peer still sends for a moment, so
         // the answer is not lost to a reset.
-        let _ = conn.stream.shutdown(std::net::Shutdown::Write);
+        conn.stream.shutdown_write();
         conn.state = State::Closing {
             since: Instant::now(),
         };

@@ -15,7 +15,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
 use serde_json::{Value, json};
 use tungstenite::handshake::server::{NoCallback, ServerHandshake};
 use tungstenite::handshake::{HandshakeError, MidHandshake};
@@ -42,7 +41,7 @@ const MAX_JOB_NAME: usize = 512;
 pub struct Replay {
     pending: Vec<u8>,
     pos: usize,
-    stream: TcpStream,
+    stream: crate::tls::Stream,
 }
 
 impl Read for Replay {
