@@ -29,6 +29,7 @@
 
 mod cache;
 mod files;
+mod identities;
 mod job;
 mod load_jobs;
 mod read_job;
@@ -52,6 +53,7 @@ use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
 
+pub use identities::{ApiIdentity, ApiRole};
 pub use job::Job;
 pub use saltpeter::ApiAuth;
 pub use saltpeter::{

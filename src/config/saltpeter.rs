@@ -78,6 +78,8 @@ pub struct SaltpeterConfig {
     pub salt_config_dir: PathBuf,
     pub salt_bin: Option<PathBuf>,
     pub api_token: Option<Secret>,
+    /// `api_tokens`: named identities with roles (config/identities.rs).
+    pub api_tokens: Vec<super::ApiIdentity>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     /// TLS on the wrapper port and the API (default on; `false` only on loopback ports).
@@ -139,6 +141,7 @@ impl Default for SaltpeterConfig {
             salt_config_dir: PathBuf::from("/etc/salt"),
             salt_bin: None,
             api_token: None,
+            api_tokens: Vec::new(),
             tls_cert: None,
             tls_key: None,
             tls: true,
@@ -200,6 +203,7 @@ pub const STARTUP_ONLY_KEYS: &[&str] = &[
     "max_connections_per_addr",
     "admin_group",
     "api_token",
+    "api_tokens",
     "api_auth",
     "metrics_auth",
     "api_request_timeout",
@@ -226,6 +230,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "salt_config_dir",
     "salt_bin",
     "api_token",
+    "api_tokens",
     "tls_cert",
     "tls_key",
     "tls",
@@ -277,6 +282,7 @@ impl SaltpeterConfig {
             }
             "admin_group" => self.admin_group != newer.admin_group,
             "api_token" => self.api_token != newer.api_token,
+            "api_tokens" => self.api_tokens != newer.api_tokens,
             "api_auth" => self.api_auth != newer.api_auth,
             "metrics_auth" => self.metrics_auth != newer.metrics_auth,
             "api_request_timeout" => self.api_request_timeout_s != newer.api_request_timeout_s,
@@ -327,6 +333,7 @@ impl SaltpeterConfig {
             }
             "salt_bin" => self.salt_bin = path(node)?,
             "api_token" => self.api_token = values::optional_string(node)?.map(Secret),
+            "api_tokens" => self.api_tokens = super::identities::read_api_tokens(node)?,
             "tls_cert" => self.tls_cert = path(node)?,
             "tls_key" => self.tls_key = path(node)?,
             "tls" => self.tls = values::boolean(node)?,

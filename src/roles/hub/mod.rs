@@ -7,6 +7,7 @@
 
 mod admin;
 mod http;
+pub mod logsafe;
 mod wrappers;
 
 use std::time::{Duration, Instant};

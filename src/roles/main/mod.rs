@@ -16,6 +16,7 @@
 mod admin;
 mod admin_more;
 mod api;
+mod api_audit;
 mod boot;
 mod deploy;
 mod effects;
@@ -172,6 +173,8 @@ pub struct Main {
     liveness_armed: bool,
     /// The uid of the operator whose admin request is being handled (audit events).
     pub actor: Option<u32>,
+    /// The API identity (`api:NAME`) whose request is being handled (audit events).
+    pub actor_name: Option<String>,
     /// Admin calls that stream: output followers and run watchers.
     pub live: live::Live,
     /// The dashboard's live view and `/metrics`.
@@ -742,6 +745,10 @@ fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubRequest, 
             id,
             req: HubRequest::AdminFrom { peer, req },
         } => admin_more::handle_from(role, ctx, id, peer, req),
+        Packet::Call {
+            id,
+            req: HubRequest::AdminBy { who, req },
+        } => api_audit::handle_by(role, ctx, id, who, req),
         Packet::Cast(HubRequest::AdminGone { calls }) => live::calls_gone(&mut role.core, &calls),
         Packet::Call { id, req } => sessions::handle_call(&mut role.core, id, req),
         Packet::Cast(HubRequest::UiWatch { job, watch }) => ui::watch(&mut role.core, job, watch),
@@ -833,6 +840,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             db_trouble_since: Instant::now(),
             liveness_armed: false,
             actor: None,
+            actor_name: None,
             live: live::Live::default(),
             ui: ui::UiState::default(),
             api_port: 0,

@@ -14,9 +14,11 @@
 //! blocks the loop that also serves the wrappers.
 
 pub mod auth;
+pub mod identity;
 pub mod live;
 pub mod parse;
 pub mod routes;
+pub mod sessions;
 pub mod views;
 pub mod ws_ui;
 
@@ -170,11 +172,11 @@ impl Http {
         ctx.add(acceptor, Interest::READABLE, |a| &mut a.listener)
             .map_err(RoleError::setup("API port"))?;
         raise_fd_limit();
-        let auth = auth::Auth::from_config(sp);
-        if !auth.is_open() && sp.api_token.is_none() {
+        let auth = auth::Auth::from_config(sp, tls.is_some());
+        if !auth.is_open() && !auth.has_identities() {
             log::warn!(
-                "api_ws is on but saltpeter_config.api_token is not set: every API request \
-                 will be refused"
+                "api_ws is on but neither saltpeter_config.api_tokens nor api_token is set: \
+                 every API request will be refused"
             );
         }
         let limits = Limits::from_config(sp);
@@ -443,10 +445,19 @@ fn process(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
 fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, raw: Vec<u8>) {
     let keep_alive = req.keep_alive();
     let head = req.method == "HEAD";
-    let Some(http) = hub.http.as_ref() else {
+    let Some(peer) = hub
+        .http
+        .as_ref()
+        .and_then(|h| h.conns.get(&id))
+        .map(|c| c.peer.ip())
+    else {
         return;
     };
-    match routes::route(http, &req) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    let mut who = None;
+    match routes::route(http, &req, peer, &mut who) {
         routes::Action::Respond(resp) => {
             if let Some(conn) = http_conn(hub, id) {
                 queue(conn, &resp, keep_alive, head);
@@ -460,9 +471,13 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
             if let Some(conn) = http_conn(hub, id) {
                 conn.state = State::Waiting { keep_alive, head };
             }
-            hub.call_main(HubRequest::Admin(admin), timeout, Waiting::Http(id, expect));
+            let msg = match &who {
+                Some(who) => who.request(admin),
+                None => HubRequest::Admin(admin),
+            };
+            hub.call_main(msg, timeout, Waiting::Http(id, expect));
         }
-        routes::Action::Upgrade => ws_ui::upgrade(hub, ctx, id, raw),
+        routes::Action::Upgrade => ws_ui::upgrade(hub, ctx, id, raw, who),
     }
 }
 

@@ -329,6 +329,7 @@ pub fn reason(status: u16) -> &'static str {
         409 => "Conflict",
         413 => "Content Too Large",
         426 => "Upgrade Required",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         501 => "Not Implemented",
