@@ -14,6 +14,7 @@ mod durability;
 mod hub;
 mod identities;
 mod jobs;
+mod limits;
 mod maintenance;
 mod reload;
 mod salt;

@@ -113,6 +113,8 @@ pub struct Wrappers {
     limits: Limits,
     /// The port's TLS (`None` only with `tls: false` on loopback).
     tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// Per-address refusals are logged at most every 10 s.
+    refusals: super::logsafe::Repeated,
 }
 
 struct Acceptor {
@@ -141,6 +143,7 @@ impl Wrappers {
             next_id: 1,
             limits,
             tls,
+            refusals: super::logsafe::Repeated::new(Duration::from_secs(10)),
         })
     }
 }
@@ -169,10 +172,13 @@ impl Listener<Hub> for Acceptor {
             let w = &mut hub.wrappers;
             let count = w.per_addr.entry(peer.ip()).or_insert(0);
             if *count >= w.limits.max_per_addr {
-                log::warn!(
-                    "wrapper connection from {peer} refused: {} connections from that address",
-                    w.limits.max_per_addr
-                );
+                if let Some(held) = w.refusals.due(Instant::now()) {
+                    log::warn!(
+                        "wrapper connection from {peer} refused: {} connections from that \
+                         address ({held} more refused since the last report)",
+                        w.limits.max_per_addr
+                    );
+                }
                 continue;
             }
             *count += 1;
@@ -322,7 +328,13 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
         Message::Text(text) => {
             let parsed: Result<WrapperMsg, _> = serde_json::from_str(text.as_str());
             match (phase, parsed) {
-                (_, Err(e)) => reject(hub, ctx, id, RejectCode::BadMessage, &e.to_string()),
+                (_, Err(e)) => reject(
+                    hub,
+                    ctx,
+                    id,
+                    RejectCode::BadMessage,
+                    &super::logsafe::clip(&e.to_string(), 200),
+                ),
                 (Phase::New, Ok(WrapperMsg::Hello { v, .. })) if v != PROTOCOL_VERSION => reject(
                     hub,
                     ctx,
@@ -429,8 +441,9 @@ fn kind_of(msg: &WrapperMsg) -> &'static str {
 fn reject(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, code: RejectCode, message: &str) {
     if let Some(conn) = hub.wrappers.conns.get(&id) {
         log::warn!(
-            "wrapper connection from {}: rejected ({code:?}): {message}",
-            conn.peer
+            "wrapper connection from {}: rejected ({code:?}): {}",
+            conn.peer,
+            super::logsafe::clip(message, 300)
         );
     }
     let was_bound = hub

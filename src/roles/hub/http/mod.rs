@@ -45,6 +45,8 @@ pub type ConnId = u64;
 
 /// Bytes read per `read` call.
 const READ_CHUNK: usize = 16 * 1024;
+/// Answers queued but not yet sent beyond which a connection stops reading requests.
+pub const MAX_UNSENT: usize = 256 * 1024;
 /// How long a closing connection may keep sending before it is dropped.
 const LINGER: Duration = Duration::from_secs(2);
 
@@ -55,6 +57,8 @@ pub struct Limits {
     pub request_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: usize,
+    /// Open connections one client address may hold (`max_connections_per_addr`).
+    pub max_per_addr: usize,
     /// Largest `/ws` message accepted from a client.
     pub ws_max_message: usize,
     /// A `/ws` client that lets this much pile up unread is dropped.
@@ -73,6 +77,7 @@ impl Limits {
             request_timeout: Duration::from_secs(c.api_request_timeout_s.max(1)),
             idle_timeout: Duration::from_secs(c.api_idle_timeout_s.max(1)),
             max_connections: c.api_max_connections as usize,
+            max_per_addr: c.max_connections_per_addr as usize,
             ws_max_message: 64 * 1024,
             ws_max_write: 16 * 1024 * 1024,
             live_cap: 1024 * 1024,
@@ -134,6 +139,7 @@ pub struct Http {
     pub stats: Stats,
     /// The port's TLS (`None` only with `tls: false` on loopback).
     tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    refusals: super::logsafe::Repeated,
 }
 
 struct Acceptor {
@@ -188,6 +194,7 @@ impl Http {
             auth,
             stats: Stats::default(),
             tls,
+            refusals: super::logsafe::Repeated::new(Duration::from_secs(10)),
         })
     }
 
@@ -234,12 +241,24 @@ impl Listener<Hub> for Acceptor {
                     return Flow::Continue;
                 }
             };
-            if http.conns.len() >= http.limits.max_connections {
+            // One address may hold only its share, so a flood from one client leaves
+            // room for everyone else (counted over the open connections: nothing to
+            // keep in step when they close).
+            let from_peer = http
+                .conns
+                .values()
+                .filter(|c| c.peer.ip() == peer.ip())
+                .count();
+            let full = http.conns.len() >= http.limits.max_connections;
+            if full || from_peer >= http.limits.max_per_addr {
                 http.stats.rejected += 1;
-                log::warn!(
-                    "API connection from {peer} refused: {} connections are open",
-                    http.conns.len()
-                );
+                if let Some(held) = http.refusals.due(Instant::now()) {
+                    log::warn!(
+                        "API connection from {peer} refused: {} connections open, {from_peer} \
+                         from that address ({held} more refused since the last report)",
+                        http.conns.len()
+                    );
+                }
                 let busy = Response::error(503, "unavailable", "too many connections");
                 // A plain answer only where the port is plain; a TLS client would not
                 // understand it.
@@ -346,24 +365,41 @@ fn http_conn(hub: &mut Hub, id: ConnId) -> Option<&mut HttpConn> {
     }
 }
 
+/// Read, serve and write until nothing moves. Reading stops while the answers not yet
+/// sent pass [`MAX_UNSENT`]: a client that pipelines requests and never reads its
+/// answers then holds at most one buffer of each, and the kernel's socket buffers push
+/// back on it. Each round only continues while the last one made progress, so the loop
+/// ends; with edge-triggered readiness, stopping before `WouldBlock` is only safe
+/// because a later writable event (the client read something) brings us back here.
 fn on_http_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
-    let Some(limits) = hub.http.as_ref().map(|h| h.limits) else {
-        return;
-    };
-    let Some(conn) = http_conn(hub, id) else {
-        return;
-    };
+    loop {
+        let Some(progress) = http_round(hub, ctx, id) else {
+            return;
+        };
+        if !progress {
+            return;
+        }
+    }
+}
+
+/// One round; `None` when the connection is gone, `Some(progress)` otherwise.
+fn http_round(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) -> Option<bool> {
+    let limits = hub.http.as_ref().map(|h| h.limits)?;
+    let conn = http_conn(hub, id)?;
+    let (rbuf_before, wbuf_before, served_before) = (conn.rbuf.len(), conn.wbuf.len(), conn.served);
     // Everything the peer sent so far, within what one request may need.
     let cap = limits.parse.max_header + limits.parse.max_body + READ_CHUNK;
     let mut buf = [0u8; READ_CHUNK];
     let mut ended = false;
-    loop {
+    let mut read_any = false;
+    while conn.wbuf.len() < MAX_UNSENT && conn.rbuf.len() <= cap {
         match conn.stream.read(&mut buf) {
             Ok(0) => {
                 ended = true;
                 break;
             }
             Ok(n) => {
+                read_any = true;
                 if matches!(conn.state, State::Closing { .. }) {
                     continue; // draining what a closing client still sends
                 }
@@ -371,7 +407,14 @@ fn on_http_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
                     conn.partial_since = Some(Instant::now());
                 }
                 conn.rbuf.extend_from_slice(&buf[..n]);
-                if conn.rbuf.len() > cap {
+                if conn.rbuf.len() > cap
+                    && matches!(
+                        parse::parse(&conn.rbuf, &limits.parse),
+                        Ok(Parsed::Incomplete)
+                    )
+                {
+                    // One request larger than any may be: refuse it. (A buffer of many
+                    // complete pipelined requests is served first, below.)
                     let resp = Response::error(
                         413,
                         "payload_too_large",
@@ -386,14 +429,12 @@ fn on_http_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 drop_conn(hub, ctx, id, &format!("read failed: {e}"));
-                return;
+                return None;
             }
         }
     }
     process(hub, ctx, id);
-    let Some(conn) = http_conn(hub, id) else {
-        return;
-    };
+    let conn = http_conn(hub, id)?;
     if ended {
         match conn.state {
             // The answer still goes out; the peer may only have shut its write side.
@@ -401,11 +442,19 @@ fn on_http_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
             _ if !conn.wbuf.is_empty() => conn.close_after_write = true,
             _ => {
                 drop_conn(hub, ctx, id, "closed by peer");
-                return;
+                return None;
             }
         }
     }
     flush(hub, ctx, id);
+    let conn = http_conn(hub, id)?;
+    let moved = read_any
+        || conn.served != served_before
+        || conn.wbuf.len() < wbuf_before
+        || conn.rbuf.len() != rbuf_before;
+    // Only go round again if there is more to do: requests waiting in the buffer or on
+    // the socket, and room for their answers.
+    Some(moved && !ended && conn.wbuf.len() < MAX_UNSENT && conn.state == State::Reading)
 }
 
 /// Serve the complete requests in the buffer, in order, until one waits for main.
@@ -417,7 +466,11 @@ fn process(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
         let Some(conn) = http_conn(hub, id) else {
             return;
         };
-        if conn.state != State::Reading || conn.rbuf.is_empty() || conn.close_after_write {
+        if conn.state != State::Reading
+            || conn.rbuf.is_empty()
+            || conn.close_after_write
+            || conn.wbuf.len() >= MAX_UNSENT
+        {
             return;
         }
         let (req, used) = match parse::parse(&conn.rbuf, &limits.parse) {

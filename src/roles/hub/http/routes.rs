@@ -322,7 +322,14 @@ fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: &Ident
         | (_, ["api", "v1", "config", "errors"])
         | (_, ["api", "v1", "jobs" | "runs", _])
         | (_, ["api", "v1", "runs", _, "targets", _, "output"]) => not_allowed("GET"),
-        _ => error(404, "not_found", &format!("no such resource: {}", req.path)),
+        _ => error(
+            404,
+            "not_found",
+            &format!(
+                "no such resource: {}",
+                crate::roles::hub::logsafe::clip(&req.path, 200)
+            ),
+        ),
     }
 }
 
