@@ -20,4 +20,5 @@ mod reload;
 mod salt;
 mod scheduling;
 mod tls;
+mod tls_bench;
 mod wrapper;
