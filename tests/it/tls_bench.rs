@@ -7,7 +7,6 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use crate::api::{AUTH, api_config, start_with};
-use crate::util::*;
 
 const BYTES: u64 = 20_000_000;
 const REQUESTS: usize = 300;
