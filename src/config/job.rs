@@ -48,6 +48,53 @@ pub struct Job {
     pub wrapper_path: Option<String>,
     /// Job key `saltpeter_server_host`, else `saltpeter_config.default_saltpeter_server_host`.
     pub server_host: Option<String>,
+    /// `after: {job, on}`: also run when a run of another job ends (a chain).
+    pub after: Option<After>,
+    /// The job has a schedule of its own; a chained job without one has a schedule that
+    /// never fires, and shows none.
+    pub scheduled: bool,
+}
+
+/// Which outcomes of the upstream job's run start a chained run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainOn {
+    /// The upstream run succeeded.
+    Success,
+    /// The upstream run failed or partly failed.
+    Failure,
+    /// Any end of the upstream run (not a skipped slot: nothing ran).
+    Always,
+}
+
+impl ChainOn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChainOn::Success => "success",
+            ChainOn::Failure => "failure",
+            ChainOn::Always => "always",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<ChainOn, String> {
+        match text {
+            "success" => Ok(ChainOn::Success),
+            "failure" => Ok(ChainOn::Failure),
+            "always" => Ok(ChainOn::Always),
+            other => Err(format!(
+                "`on` is one of success, failure, always, not `{other}`"
+            )),
+        }
+    }
+}
+
+/// `after: {job: NAME, on: success|failure|always}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct After {
+    pub job: String,
+    pub on: ChainOn,
+    /// Line of the `after` key (for the cycle diagnostic).
+    pub line: usize,
+    pub column: usize,
 }
 
 impl Job {
@@ -70,7 +117,11 @@ impl Job {
             "group": self.group,
             "file": self.file.display().to_string(),
             "line": self.line,
-            "schedule": self.schedule.describe(),
+            "schedule": self.scheduled.then(|| self.schedule.describe()),
+            "after": self.after.as_ref().map(|a| serde_json::json!({
+                "job": a.job,
+                "on": a.on.as_str(),
+            })),
             "timezone": self.timezone.name(),
             "command": self.command,
             "targets": self.targets,
@@ -129,6 +180,8 @@ impl fmt::Debug for Job {
             .field("output_limit", &self.output_limit)
             .field("wrapper_path", &self.wrapper_path)
             .field("server_host", &self.server_host)
+            .field("after", &self.after)
+            .field("scheduled", &self.scheduled)
             .finish()
     }
 }

@@ -7,12 +7,17 @@
 //!
 //! Modules: `client` (the socket), `render` and `table` (tables, colours), `verbs` (the
 //! ask-once verbs), `follow` (`logs -f`, `output -f`), `progress` (`run --wait`),
-//! `completions` (shell completions, man page), `crontab` (`crontab import`).
+//! `completions` (shell completions, man page), `crontab` (`crontab import`), `out`
+//! (standard output; a closed pipe ends the program quietly).
+
+#[macro_use]
+mod out;
 
 mod client;
 mod completions;
 mod crontab;
 mod follow;
+mod jobctl;
 mod maintenance;
 mod progress;
 pub mod render;
@@ -180,6 +185,24 @@ pub enum Command {
         #[command(subcommand)]
         action: maintenance::MaintenanceAction,
     },
+    /// Pause a job: its slots are recorded as skipped until `resume` (or --until).
+    Pause {
+        job: String,
+        /// Resume by itself at this time: RFC 3339, a UTC date and time
+        /// (2026-11-30 08:00), or a delay (2h, 1d).
+        #[arg(long)]
+        until: Option<String>,
+    },
+    /// Resume a paused job (and cancel its pending skips).
+    Resume { job: String },
+    /// Skip the next slot(s) of a job: recorded as skipped instead of running.
+    Skip {
+        job: String,
+        #[arg(long, default_value_t = 1)]
+        next: u32,
+    },
+    /// The paused and skipping jobs.
+    Paused,
 }
 
 #[derive(Debug, Subcommand)]
@@ -209,6 +232,7 @@ pub enum JobStateArg {
     Disabled,
     Invalid,
     Failing,
+    Paused,
 }
 
 impl From<JobStateArg> for crate::wire::admin::JobState {
@@ -220,6 +244,7 @@ impl From<JobStateArg> for crate::wire::admin::JobState {
             JobStateArg::Disabled => JobState::Disabled,
             JobStateArg::Invalid => JobState::Invalid,
             JobStateArg::Failing => JobState::Failing,
+            JobStateArg::Paused => JobState::Paused,
         }
     }
 }
@@ -435,7 +460,21 @@ fn run(cli: Cli) -> CtlResult {
         Command::Schedule {
             action: schedule::ScheduleAction::Next(args),
         } => return schedule::next(socket, args, json),
+        Command::Maintenance {
+            action: maintenance::MaintenanceAction::Windows { count },
+        } => return jobctl::windows(socket, count, json),
         Command::Maintenance { action } => return maintenance::run(socket, action, json),
+        Command::Pause { job, until } => return jobctl::pause(socket, job, until, json),
+        Command::Resume { job } => {
+            return jobctl::run(socket, crate::wire::admin::JobControl::Resume { job }, json);
+        }
+        Command::Skip { job, next } => {
+            let change = crate::wire::admin::JobControl::Skip { job, next };
+            return jobctl::run(socket, change, json);
+        }
+        Command::Paused => {
+            return jobctl::run(socket, crate::wire::admin::JobControl::Show, json);
+        }
     };
     let mut client = client::Client::connect(socket)?;
     let response = client.request(&request)?;

@@ -75,7 +75,7 @@ pub fn poll(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let Some((id, started)) = role.core.reloads.in_flight else {
         return;
     };
-    let Some(reply) = role.core.blocking_replies.remove(&id) else {
+    let Some(reply) = role.core.links.blocking_replies.remove(&id) else {
         return;
     };
     role.core.reloads.in_flight = None;
@@ -150,6 +150,8 @@ fn apply(
     ui::config_changed(core);
     core.scheduler.plan(core.config.valid_jobs(), now);
     super::arm_schedule(role, ctx);
+    // Connected `/ws` clients see the change now, not at the next event.
+    ui::flush(&mut role.core);
 }
 
 /// Reload when a file of the configuration directory changed (a cheap metadata scan; none
