@@ -221,6 +221,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             args.take_fd("api")?,
             &saltpeter,
             tls,
+            &args.dirs.state,
         )?),
         false => None,
     };

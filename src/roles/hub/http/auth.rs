@@ -86,7 +86,8 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
 }
 
 impl Auth {
-    pub fn from_config(sp: &SaltpeterConfig, secure: bool) -> Auth {
+    /// `sessions`: [`Sessions::open`] on the state directory in the hub.
+    pub fn from_config(sp: &SaltpeterConfig, secure: bool, sessions: Sessions) -> Auth {
         let mut identities = sp.api_tokens.clone();
         if let Some(token) = &sp.api_token {
             identities.push(ApiIdentity {
@@ -100,7 +101,7 @@ impl Auth {
             identities,
             metrics_auth: sp.metrics_auth,
             secure,
-            sessions: Sessions::default(),
+            sessions,
             throttle: Throttle::default(),
         }
     }
@@ -130,7 +131,7 @@ impl Auth {
     }
 
     /// The credentials of a request.
-    pub fn check(&self, req: &Request, now: Instant) -> Result<Identity, Denied> {
+    pub fn check(&self, req: &Request) -> Result<Identity, Denied> {
         if self.is_open() {
             return Ok(Identity {
                 name: OPEN_NAME.into(),
@@ -162,10 +163,17 @@ impl Auth {
             };
         }
         if let Some(value) = cookie(req, COOKIE) {
-            return match self.sessions.find(value, now) {
-                Some(s) => Ok(Identity {
-                    name: s.name.clone(),
-                    role: s.role,
+            // The role is today's role of the name: a changed or removed identity counts.
+            let role = self.sessions.find(value).and_then(|s| {
+                self.identities
+                    .iter()
+                    .find(|i| i.name == s.name)
+                    .map(|i| (s.name, i.role))
+            });
+            return match role {
+                Some((name, role)) => Ok(Identity {
+                    name,
+                    role,
                     via: Principal::Cookie,
                 }),
                 None => Err(Denied::Unauthorized(
@@ -225,7 +233,7 @@ impl Auth {
             self.throttle.failed(peer, now);
             return Err(Denied::Unauthorized("wrong token".into()));
         };
-        let value = self.sessions.create(&id.name, id.role, now);
+        let value = self.sessions.create(&id.name);
         let secure = if self.secure { "; Secure" } else { "" };
         Ok(format!(
             "{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
@@ -319,7 +327,7 @@ mod tests {
             }],
             ..SaltpeterConfig::default()
         };
-        Auth::from_config(&sp, true)
+        Auth::from_config(&sp, true, Sessions::ephemeral())
     }
 
     const PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
@@ -329,14 +337,14 @@ mod tests {
         let now = Instant::now();
         let mut a = auth(Some("s3cret"), ApiAuth::Token);
         let ok = req("GET / HTTP/1.1\r\nAuthorization: Bearer s3cret\r\n\r\n");
-        let who = a.check(&ok, now).unwrap();
+        let who = a.check(&ok).unwrap();
         assert_eq!((who.name.as_str(), who.role), ("api_token", ApiRole::Admin));
         let v = req("GET / HTTP/1.1\r\nAuthorization: Bearer v-token\r\n\r\n");
-        assert_eq!(a.check(&v, now).unwrap().role, ApiRole::Viewer);
+        assert_eq!(a.check(&v).unwrap().role, ApiRole::Viewer);
         let bad = req("GET / HTTP/1.1\r\nAuthorization: Bearer nope\r\n\r\n");
-        assert_eq!(a.check(&bad, now).unwrap_err().status(), 401);
+        assert_eq!(a.check(&bad).unwrap_err().status(), 401);
         let none = req("GET / HTTP/1.1\r\n\r\n");
-        assert_eq!(a.check(&none, now).unwrap_err().status(), 401);
+        assert_eq!(a.check(&none).unwrap_err().status(), 401);
 
         let set = a.login("v-token", PEER, now).unwrap();
         assert!(!set.contains("v-token"), "the cookie never holds the token");
@@ -345,12 +353,12 @@ mod tests {
         }
         let value = set.split(';').next().unwrap();
         let with_cookie = req(&format!("GET / HTTP/1.1\r\nCookie: a=b; {value}\r\n\r\n"));
-        let who = a.check(&with_cookie, now).unwrap();
+        let who = a.check(&with_cookie).unwrap();
         assert_eq!((who.name.as_str(), who.via), ("viewer1", Principal::Cookie));
         let again = a.login("v-token", PEER, now).unwrap();
         assert_ne!(again, set, "a new session per login");
         a.logout(&with_cookie);
-        assert!(a.check(&with_cookie, now).is_err(), "logout revokes");
+        assert!(a.check(&with_cookie).is_err(), "logout revokes");
         assert!(a.login("wrong", PEER, now).is_err());
     }
 
@@ -373,10 +381,7 @@ mod tests {
         let set = a.login("t", PEER, now).unwrap();
         let value = set.split(';').next().unwrap().to_string();
         let who = a
-            .check(
-                &req(&format!("GET / HTTP/1.1\r\nCookie: {value}\r\n\r\n")),
-                now,
-            )
+            .check(&req(&format!("GET / HTTP/1.1\r\nCookie: {value}\r\n\r\n")))
             .unwrap();
         let plain = req("POST / HTTP/1.1\r\nHost: h:1\r\n\r\n");
         assert_eq!(
@@ -396,10 +401,9 @@ mod tests {
 
     #[test]
     fn open_mode_still_checks_origin_and_host() {
-        let now = Instant::now();
         let open = auth(None, ApiAuth::None);
         let r = req("POST / HTTP/1.1\r\nHost: 127.0.0.1:8888\r\n\r\n");
-        let who = open.check(&r, now).unwrap();
+        let who = open.check(&r).unwrap();
         assert_eq!(who.via, Principal::Open);
         assert!(open.check_state_change(&r, &who).is_ok());
         let cross =
@@ -419,9 +423,9 @@ mod tests {
     #[test]
     fn no_token_configured_refuses() {
         let sp = SaltpeterConfig::default();
-        let a = Auth::from_config(&sp, false);
+        let a = Auth::from_config(&sp, false, Sessions::ephemeral());
         let r = req("GET / HTTP/1.1\r\nAuthorization: Bearer x\r\n\r\n");
-        let err = a.check(&r, Instant::now()).unwrap_err();
+        let err = a.check(&r).unwrap_err();
         assert!(err.message().contains("api_tokens"), "{err:?}");
     }
 }

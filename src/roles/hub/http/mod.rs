@@ -165,6 +165,7 @@ impl Http {
         fd: OwnedFd,
         sp: &crate::config::SaltpeterConfig,
         tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+        state: &std::path::Path,
     ) -> Result<Http, RoleError> {
         let std = std::net::TcpListener::from(fd);
         std.set_nonblocking(true)
@@ -179,7 +180,8 @@ impl Http {
         ctx.add(acceptor, Interest::READABLE, |a| &mut a.listener)
             .map_err(RoleError::setup("API port"))?;
         raise_fd_limit();
-        let auth = auth::Auth::from_config(sp, tls.is_some());
+        let sessions = sessions::Sessions::open(state);
+        let auth = auth::Auth::from_config(sp, tls.is_some(), sessions);
         if !auth.is_open() && !auth.has_identities() {
             log::warn!(
                 "api_ws is on but neither saltpeter_config.api_tokens nor api_token is set: \

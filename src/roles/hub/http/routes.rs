@@ -142,7 +142,7 @@ pub fn route(http: &mut Http, req: &Request, peer: IpAddr, who: &mut Option<Iden
         ("GET", ["metrics"]) if http.auth.metrics_open() => {
             call(AdminRequest::Metrics, Expect::Metrics)
         }
-        _ => match http.auth.check(req, Instant::now()) {
+        _ => match http.auth.check(req) {
             Ok(identity) => {
                 let action = protected(http, req, method, &seg, &identity);
                 if let Action::Call { req: call, .. } = &action

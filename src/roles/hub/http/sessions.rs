@@ -1,78 +1,204 @@
 //! Dashboard login sessions and the login throttle.
 //!
-//! A login creates a random session id (32 bytes from the OS generator) that only the
-//! browser holds, in an `HttpOnly; SameSite=Strict` cookie (`Secure` under TLS); the hub
-//! keeps its SHA-256 with the identity and an expiry ([`SESSION_TTL`]). Logout forgets
-//! it, so a copied cookie stops working. Both tables are bounded: sessions by
-//! [`MAX_SESSIONS`] (the oldest goes), the throttle by [`MAX_TRACKED`] addresses.
+//! A login creates a session: a random id (128 bits from the OS generator), the identity's
+//! name and an expiry ([`SESSION_TTL`]), signed with HMAC-SHA256 under a key kept in the
+//! state directory (`session.key`, 0600, created on first start). The browser holds it in
+//! an `HttpOnly; SameSite=Strict` cookie (`Secure` under TLS). Because it is signed, not
+//! stored, a session survives a daemon restart (the dashboard reconnects by itself) and
+//! the hub keeps no table that logins could grow. The role is looked up by name on each
+//! request, so a changed or removed identity takes effect at once. Logout revokes the id:
+//! kept in memory until it expires and appended to `revoked-sessions` in the state
+//! directory, which is read back (and pruned) at start, so a restart does not bring a
+//! revoked session back. Revocations are bounded by [`MAX_REVOKED`].
 //!
 //! The throttle counts failed logins per client address (an IPv6 /64 counts as one):
 //! [`MAX_FAILURES`] within [`WINDOW`] and further attempts get 429 until it passes.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sha2::{Digest, Sha256};
+use hmac::{KeyInit, Mac};
+use sha2::Sha256;
 
-use crate::config::ApiRole;
+type HmacSha256 = hmac::Hmac<Sha256>;
 
 pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
-pub const MAX_SESSIONS: usize = 10_000;
+pub const MAX_REVOKED: usize = 10_000;
 pub const MAX_FAILURES: u32 = 5;
 pub const WINDOW: Duration = Duration::from_secs(60);
 pub const MAX_TRACKED: usize = 10_000;
+const KEY_FILE: &str = "session.key";
+const REVOKED_FILE: &str = "revoked-sessions";
 
-#[derive(Debug, Clone)]
+/// A valid session: who, and its id (for logout).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
     pub name: String,
-    pub role: ApiRole,
-    pub expires: Instant,
+    pub id: String,
+    pub expires: u64,
 }
 
-#[derive(Default)]
 pub struct Sessions {
-    by_digest: HashMap<[u8; 32], Session>,
+    key: [u8; 32],
+    /// Revoked ids and their expiry (unix seconds).
+    revoked: HashMap<String, u64>,
+    /// Where revocations are kept (`None` in unit tests).
+    revoked_file: Option<PathBuf>,
 }
 
-fn digest(value: &str) -> [u8; 32] {
-    Sha256::digest(value.as_bytes()).into()
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 impl Sessions {
-    /// A new session; returns the id for the cookie.
-    pub fn create(&mut self, name: &str, role: ApiRole, now: Instant) -> String {
-        self.by_digest.retain(|_, s| s.expires > now);
-        if self.by_digest.len() >= MAX_SESSIONS
-            && let Some(oldest) = self
-                .by_digest
-                .iter()
-                .min_by_key(|(_, s)| s.expires)
-                .map(|(k, _)| *k)
-        {
-            self.by_digest.remove(&oldest);
+    /// In memory only, with a random key (unit tests; a hub without a state directory).
+    pub fn ephemeral() -> Sessions {
+        Sessions {
+            key: rand::random(),
+            revoked: HashMap::new(),
+            revoked_file: None,
         }
-        let id: [u8; 32] = rand::random();
-        let value = crate::tls::hex(&id);
-        self.by_digest.insert(
-            digest(&value),
-            Session {
-                name: name.to_string(),
-                role,
-                expires: now + SESSION_TTL,
-            },
+    }
+
+    /// The key and revocations of `state`, created when missing. Errors are logged and
+    /// fall back to [`Sessions::ephemeral`] (sessions then end with a restart).
+    pub fn open(state: &Path) -> Sessions {
+        match Self::try_open(state) {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("dashboard sessions will not survive a restart: {e}");
+                Sessions::ephemeral()
+            }
+        }
+    }
+
+    fn try_open(state: &Path) -> Result<Sessions, String> {
+        let key_path = state.join(KEY_FILE);
+        let key = match std::fs::read_to_string(&key_path) {
+            Ok(text) => crate::tls::parse_pin(&text)
+                .ok_or_else(|| format!("{} is not 64 hex digits", key_path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let key: [u8; 32] = rand::random();
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&key_path)
+                    .map_err(|e| format!("could not create {}: {e}", key_path.display()))?;
+                f.write_all(crate::tls::hex(&key).as_bytes())
+                    .map_err(|e| format!("could not write {}: {e}", key_path.display()))?;
+                key
+            }
+            Err(e) => return Err(format!("cannot read {}: {e}", key_path.display())),
+        };
+        let revoked_path = state.join(REVOKED_FILE);
+        let now = unix_now();
+        let mut revoked = HashMap::new();
+        if let Ok(text) = std::fs::read_to_string(&revoked_path) {
+            for line in text.lines().take(MAX_REVOKED) {
+                if let Some((id, exp)) = line.split_once(' ')
+                    && let Ok(exp) = exp.parse::<u64>()
+                    && exp > now
+                {
+                    revoked.insert(id.to_string(), exp);
+                }
+            }
+        }
+        // Rewritten without the expired ones, so the file stays small.
+        let text: String = revoked
+            .iter()
+            .map(|(id, exp)| format!("{id} {exp}\n"))
+            .collect();
+        std::fs::write(&revoked_path, text)
+            .map_err(|e| format!("could not write {}: {e}", revoked_path.display()))?;
+        Ok(Sessions {
+            key,
+            revoked,
+            revoked_file: Some(revoked_path),
+        })
+    }
+
+    fn mac(&self, body: &str) -> String {
+        let mut mac = HmacSha256::new_from_slice(&self.key).expect("HMAC takes any key length");
+        mac.update(body.as_bytes());
+        crate::tls::hex(&mac.finalize().into_bytes())
+    }
+
+    /// A new session for `name`; returns the cookie value.
+    pub fn create(&self, name: &str) -> String {
+        let id: [u8; 16] = rand::random();
+        let body = format!(
+            "v1:{}:{}:{name}",
+            unix_now() + SESSION_TTL.as_secs(),
+            crate::tls::hex(&id)
         );
-        value
+        let mac = self.mac(&body);
+        format!("{body}:{mac}")
     }
 
-    pub fn find(&self, value: &str, now: Instant) -> Option<&Session> {
-        self.by_digest
-            .get(&digest(value))
-            .filter(|s| s.expires > now)
+    /// The session a cookie value holds, if signed by us, not expired, not revoked.
+    pub fn find(&self, value: &str) -> Option<Session> {
+        let (body, mac) = value.rsplit_once(':')?;
+        let expected = self.mac(body);
+        let same = expected.len() == mac.len()
+            && expected
+                .bytes()
+                .zip(mac.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if !same {
+            return None;
+        }
+        let mut parts = body.splitn(4, ':');
+        let (Some("v1"), Some(exp), Some(id), Some(name)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return None;
+        };
+        let expires: u64 = exp.parse().ok()?;
+        if expires <= unix_now() || self.revoked.contains_key(id) {
+            return None;
+        }
+        Some(Session {
+            name: name.to_string(),
+            id: id.to_string(),
+            expires,
+        })
     }
 
+    /// Logout: the session stops working, across restarts too.
     pub fn revoke(&mut self, value: &str) -> bool {
-        self.by_digest.remove(&digest(value)).is_some()
+        let Some(session) = self.find(value) else {
+            return false;
+        };
+        let now = unix_now();
+        if self.revoked.len() >= MAX_REVOKED {
+            self.revoked.retain(|_, exp| *exp > now);
+        }
+        if self.revoked.len() >= MAX_REVOKED {
+            log::warn!("{MAX_REVOKED} sessions revoked and unexpired: logout refused");
+            return false;
+        }
+        if let Some(path) = &self.revoked_file {
+            let line = format!("{} {}\n", session.id, session.expires);
+            let written = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(0o600)
+                .open(path)
+                .and_then(|mut f| f.write_all(line.as_bytes()));
+            if let Err(e) = written {
+                log::warn!("could not record a logout in {}: {e}", path.display());
+            }
+        }
+        self.revoked.insert(session.id, session.expires);
+        true
     }
 }
 
@@ -123,17 +249,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sessions_are_random_expire_and_revoke() {
-        let now = Instant::now();
-        let mut s = Sessions::default();
-        let a = s.create("alice", ApiRole::Viewer, now);
-        let b = s.create("alice", ApiRole::Viewer, now);
+    fn sessions_are_random_signed_and_revocable_across_restarts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = Sessions::open(tmp.path());
+        let a = s.create("alice");
+        let b = s.create("alice");
         assert_ne!(a, b, "random per login");
-        assert_eq!(s.find(&a, now).map(|x| x.name.as_str()), Some("alice"));
-        assert!(s.find(&a, now + SESSION_TTL).is_none(), "expired");
+        assert_eq!(s.find(&a).map(|x| x.name), Some("alice".into()));
+        let forged = a.replace("alice", "admin");
+        assert!(s.find(&forged).is_none(), "the name is signed");
+        assert!(s.find("v1:1:2:x:00").is_none());
+        assert!(Sessions::ephemeral().find(&a).is_none(), "another key");
         assert!(s.revoke(&a));
-        assert!(s.find(&a, now).is_none(), "revoked");
-        assert!(s.find("forged", now).is_none());
+        assert!(s.find(&a).is_none(), "revoked");
+        let again = Sessions::open(tmp.path());
+        assert!(again.find(&a).is_none(), "still revoked after a restart");
+        assert!(again.find(&b).is_some(), "the other survives a restart");
+        let key = tmp.path().join(KEY_FILE);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
     }
 
     #[test]
