@@ -19,7 +19,7 @@ pub fn handle_by(
 ) {
     role.core.actor_name = Some(who);
     record_request(&mut role.core, &req);
-    super::admin::handle(role, ctx, call, req);
+    super::requests::handle(role, ctx, call, req);
     role.core.actor_name = None;
 }
 
@@ -27,8 +27,13 @@ pub fn handle_by(
 /// their own); `Main::event` adds the name.
 fn record_request(core: &mut Main, req: &AdminRequest) {
     let (kind, job, message) = match req {
-        AdminRequest::RunNow { job } => ("run_requested", Some(job), "manual run requested".into()),
-        AdminRequest::RunWith { job, targets } => (
+        AdminRequest::RunNow { job, targets: None } => {
+            ("run_requested", Some(job), "manual run requested".into())
+        }
+        AdminRequest::RunNow {
+            job,
+            targets: Some(targets),
+        } => (
             "run_requested",
             Some(job),
             format!("manual run on {} requested", targets.join(", ")),

@@ -137,7 +137,7 @@ pub fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     catch_up(core, &last, Utc::now());
     super::arm_schedule(role, ctx);
     for (call, req) in std::mem::take(&mut role.core.boot.parked) {
-        super::admin::handle(role, ctx, call, req);
+        super::requests::handle(role, ctx, call, req);
     }
 }
 

@@ -14,8 +14,8 @@ use super::run as run_flow;
 use super::scheduler::Scheduler;
 use super::tokens::Secret;
 use super::{
-    BLOCKING_CALL_BASE, CONFIG_SCAN, Main, MainRole, Peer, STALL_THRESHOLD, admin, admin_more,
-    boot, chains, jobctl, launcher, live, maintenance, missed, reload, sessions, ui,
+    BLOCKING_CALL_BASE, CONFIG_SCAN, Main, MainRole, Peer, STALL_THRESHOLD, boot, chains, jobctl,
+    launcher, live, maintenance, missed, reload, requests, sessions, ui,
 };
 use crate::config;
 use crate::evloop::Flow;
@@ -361,11 +361,11 @@ pub fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubReque
         Packet::Call {
             id,
             req: HubRequest::Admin(req),
-        } => admin::handle(role, ctx, id, req),
+        } => requests::handle(role, ctx, id, req),
         Packet::Call {
             id,
             req: HubRequest::AdminFrom { peer, req },
-        } => admin_more::handle_from(role, ctx, id, peer, req),
+        } => requests::handle_from(role, ctx, id, peer, req),
         Packet::Call {
             id,
             req: HubRequest::AdminBy { who, req },

@@ -7,15 +7,13 @@
 //!    (`run`), or a recorded skip (overlap, missed).
 //! 3. Wrapper sessions (`sessions`) arrive from the hub; main vets hellos, keeps the
 //!    liveness clock, forwards output to db and acks only what db committed.
-//! 4. Admin requests (`admin`) read and change the same state.
+//! 4. Requests (`requests/`, one file per topic) from the admin socket, the HTTP API and
+//!    `/ws` read and change the same state.
 //!
 //! Everything that changes a run emits a wake key; after each event the loop hands the
 //! keys to the Workflow registry, which resumes the steps waiting on them. The registry
 //! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
 
-mod admin;
-mod admin_more;
-mod api;
 mod api_audit;
 mod boot;
 mod chains;
@@ -25,12 +23,11 @@ mod history;
 mod jobctl;
 mod launcher;
 mod links;
-mod live;
 mod main_loop;
-mod maintenance;
 mod metrics;
 mod missed;
 mod reload;
+mod requests;
 mod run;
 mod run_rules;
 #[cfg(test)]
@@ -61,6 +58,9 @@ use crate::wire::link::{
 };
 use crate::wire::records::RunId;
 use crate::workflow::{Registry, WakeEvent, WakeKey};
+// Short paths for the rest of main: the live streams and the maintenance settings are
+// kept with the requests that use them.
+use requests::{live, maintenance};
 use runs::ActiveRun;
 use scheduler::Scheduler;
 use tokens::Secret;
@@ -92,8 +92,8 @@ const CONFIG_SCAN: Duration = Duration::from_secs(1);
 pub enum DbWait {
     /// A Workflow step waits on this call id.
     Step,
-    /// An admin request of the hub's call id.
-    Admin(CallId, admin::Pending),
+    /// A request (admin socket, HTTP API, `/ws`) or a follower of `requests::live`.
+    Request(requests::Wait),
     /// Output stored: ack it to the wrapper.
     Output { run: RunId, machine: String },
     /// A target's final state is recorded.
@@ -106,12 +106,8 @@ pub enum DbWait {
     Retention(String),
     /// A finished run looked up for a wrapper that comes back after being lost.
     Reconcile(CallId, Box<crate::wire::link::WrapperHello>),
-    /// An admin request of `admin_more` or a follower of `live`.
-    AdminMore(admin_more::Wait),
     /// The dashboard's live view (`ui`).
     Ui(ui::UiWait),
-    /// An HTTP API request of the hub's call id (`api`).
-    Api(CallId, api::ApiWait),
     /// One of the loads start-up waits for.
     Boot(boot::Load),
     /// The job control state is saved; with the admin call to answer (`jobctl`).
@@ -243,7 +239,7 @@ impl Main {
                 self.links.db_replies.insert(id, result);
                 self.wake(WakeKey::Call(id));
             }
-            DbWait::Admin(call, pending) => admin::answer(self, call, pending, result),
+            DbWait::Request(wait) => requests::answer(self, wait, result),
             DbWait::Output { run, machine } => {
                 let stored = result.is_ok();
                 sessions::output_stored(self, run, &machine, result);
@@ -262,9 +258,7 @@ impl Main {
             DbWait::Recovery => self.recovery_reply = Some(result),
             DbWait::Retention(job) => self.pruned(&job, result),
             DbWait::Reconcile(call, hello) => sessions::reconcile(self, call, *hello, result),
-            DbWait::AdminMore(wait) => admin_more::answer(self, wait, result),
             DbWait::Ui(wait) => ui::db_answer(self, wait, result),
-            DbWait::Api(call, wait) => api::answer(self, call, wait, result),
             DbWait::Boot(load) => boot::answer(self, load, result),
             DbWait::JobCtl(call, note) => jobctl::saved(self, call, note, result),
         }

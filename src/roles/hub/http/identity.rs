@@ -7,7 +7,7 @@
 //! `HubRequest::AdminBy`, so the audit trail names who ran, killed or reloaded.
 
 use crate::config::ApiRole;
-use crate::wire::admin::{AdminRequest, MaintenanceChange};
+use crate::wire::admin::{AdminRequest, JobControl, MaintenanceChange};
 use crate::wire::link::HubRequest;
 
 use super::auth::Principal;
@@ -37,16 +37,31 @@ impl Identity {
     }
 }
 
-/// The least role a request needs: reading is `viewer`, running, killing and
-/// maintenance changes are `operator`, reloads and deployments are `admin`. A request
-/// this list does not know falls to `operator` if it changes anything (fail closed).
+/// The least role a request needs: reading is `viewer`, running, killing, maintenance
+/// and job control changes are `operator`, reloads and deployments are `admin`. The match
+/// is exhaustive on purpose: a new request must be given its role here to compile.
 pub fn required_role(req: &AdminRequest) -> ApiRole {
+    use AdminRequest as R;
     match req {
-        AdminRequest::Reload | AdminRequest::DeployWrapper { .. } => ApiRole::Admin,
-        AdminRequest::Maintenance(MaintenanceChange::Show) => ApiRole::Viewer,
-        AdminRequest::Maintenance(_) => ApiRole::Operator,
-        r if r.changes_state() => ApiRole::Operator,
-        _ => ApiRole::Viewer,
+        R::Reload | R::DeployWrapper { .. } => ApiRole::Admin,
+        R::RunNow { .. } | R::KillJob { .. } | R::Kill { .. } => ApiRole::Operator,
+        R::Maintenance(MaintenanceChange::Show) => ApiRole::Viewer,
+        R::Maintenance(_) => ApiRole::Operator,
+        R::JobControl(JobControl::Show) => ApiRole::Viewer,
+        R::JobControl(_) => ApiRole::Operator,
+        R::Status
+        | R::Metrics
+        | R::Events { .. }
+        | R::Jobs { .. }
+        | R::Job { .. }
+        | R::NextFirings { .. }
+        | R::Runs(_)
+        | R::GetRun { .. }
+        | R::Output { .. }
+        | R::LiveOutput { .. }
+        | R::Follow { .. }
+        | R::WatchRun { .. }
+        | R::MaintenanceWindows { .. } => ApiRole::Viewer,
     }
 }
 
@@ -79,9 +94,12 @@ mod tests {
 
     #[test]
     fn roles_nest() {
-        let run = AdminRequest::RunNow { job: "j".into() };
+        let run = AdminRequest::RunNow {
+            job: "j".into(),
+            targets: None,
+        };
         let reload = AdminRequest::Reload;
-        let jobs = AdminRequest::Jobs;
+        let jobs = AdminRequest::Status;
         let maint = AdminRequest::Maintenance(MaintenanceChange::GlobalOn);
         assert!(authorize(&who(ApiRole::Viewer), &jobs).is_ok());
         for r in [&run, &maint] {

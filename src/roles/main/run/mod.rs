@@ -18,7 +18,6 @@ use std::time::Instant;
 
 use chrono::Utc;
 
-use super::admin::Pending;
 use super::effects::{finish_target, now_ms};
 use super::run_rules;
 use super::runs::ActiveRun;
@@ -507,7 +506,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         core.apply_retention(&active.job.name);
         for call in active.waiters {
             // The stored record is the truth (ended time, state): read it back.
-            core.db_call(DbRequest::GetRun(run), DbWait::Admin(call, Pending::Run));
+            super::requests::send_run(core, call, run);
         }
         super::live::run_ended(core, run);
         super::chains::run_ended(core, &active.job.name, run, state);

@@ -15,14 +15,13 @@
 //!    committed before the end; then the run record read back is the final `Followed`.
 //!
 //! A watcher gets a `RunProgress` snapshot, then a `TargetProgress` for each target whose
-//! state changes, and the final `Run` through the run's waiters like `WaitRun`. The hub
+//! state changes, and the final `Run` through the run's waiters. The hub
 //! casts `AdminGone` when the operator's connection closes, which drops its followers and
 //! watchers.
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::admin_more::{MAX_SLICE, Wait, failure, respond};
-use super::{DbWait, Main};
+use super::{DbWait, MAX_SLICE, Main, Wait, failure, respond};
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::{CallError, RemoteError};
@@ -96,7 +95,7 @@ fn stream(core: &mut Main, call: CallId, resp: AdminResponse) {
 }
 
 fn db(core: &mut Main, req: DbRequest, wait: FollowWait) {
-    core.db_call(req, DbWait::AdminMore(Wait::Follow(wait)));
+    core.db_call(req, DbWait::Request(Wait::Follow(wait)));
 }
 
 pub fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
@@ -401,11 +400,7 @@ pub fn run_ended(core: &mut Main, run: RunId) {
 pub fn watch(core: &mut Main, call: CallId, run: RunId) {
     let Some(active) = core.runs.get_mut(&run) else {
         // Not in flight (it may have ended already): the stored record answers.
-        core.db_call(
-            DbRequest::GetRun(run),
-            DbWait::Admin(call, super::admin::Pending::Run),
-        );
-        return;
+        return super::send_run(core, call, run);
     };
     active.waiters.push(call);
     let targets: Vec<_> = active.targets.iter().map(|(m, t)| t.record(m)).collect();
