@@ -39,9 +39,9 @@ fn identities_config() -> String {
     )
 }
 
-const JOBS: &str = "greet:\n  schedule: '@daily'\n  targets: [r1]\n  command: 'echo hi'\n\
-                    greet2:\n  schedule: '@daily'\n  targets: [r2]\n  command: 'echo hi'\n\
-                    greet3:\n  schedule: '@daily'\n  targets: [r3]\n  command: 'echo hi'\n";
+const JOBS: &str = "idgreet:\n  schedule: '@daily'\n  targets: [r1]\n  command: 'echo hi'\n\
+                    idgreet2:\n  schedule: '@daily'\n  targets: [r2]\n  command: 'echo hi'\n\
+                    idgreet3:\n  schedule: '@daily'\n  targets: [r3]\n  command: 'echo hi'\n";
 
 fn bearer(token: &str) -> String {
     format!("Bearer {token}")
@@ -77,7 +77,7 @@ fn roles_over_http_and_ws_with_names_in_the_audit_trail() {
 
     // Viewer: reads, but neither runs nor changes maintenance.
     assert_eq!(call("GET", "/api/v1/jobs", &v).status, 200);
-    let refused = call("POST", "/api/v1/jobs/greet/run", &v);
+    let refused = call("POST", "/api/v1/jobs/idgreet/run", &v);
     assert_eq!(refused.status, 403, "{}", refused.text());
     assert!(
         refused.text().contains("vera has the viewer role"),
@@ -86,15 +86,15 @@ fn roles_over_http_and_ws_with_names_in_the_audit_trail() {
     );
     assert_eq!(call("GET", "/api/v1/maintenance", &v).status, 200);
     // Operator: runs.
-    let ran = call("POST", "/api/v1/jobs/greet/run", &o);
+    let ran = call("POST", "/api/v1/jobs/idgreet/run", &o);
     assert_eq!(ran.status, 202, "{}", ran.text());
     // Admin: runs too.
-    assert_eq!(call("POST", "/api/v1/jobs/greet2/run", &a).status, 202);
+    assert_eq!(call("POST", "/api/v1/jobs/idgreet2/run", &a).status, 202);
     assert_eq!(call("GET", "/api/v1/jobs", &bearer("nobody")).status, 401);
 
     // /ws: the viewer's command is refused in place, the operator's runs.
     let mut ws = ws_as(port, VIEWER);
-    ws_send(&mut ws, json!({"run": "greet"}));
+    ws_send(&mut ws, json!({"run": "idgreet"}));
     let answer = (0..50)
         .filter_map(|_| next_msg(&mut ws))
         .find(|m| m.get("error").is_some())
@@ -104,7 +104,7 @@ fn roles_over_http_and_ws_with_names_in_the_audit_trail() {
         "{answer}"
     );
     let mut ws = ws_as(port, OPERATOR);
-    ws_send(&mut ws, json!({"run": "greet3"}));
+    ws_send(&mut ws, json!({"run": "idgreet3"}));
 
     let trail = wait_until("the audit names", HANG, || {
         let text = events(&d);
@@ -191,7 +191,7 @@ fn open_api_refuses_cross_origin_changes() {
     let cross = request(
         port,
         "POST",
-        "/api/v1/jobs/greet/run",
+        "/api/v1/jobs/idgreet/run",
         &[
             ("Origin", "http://evil.example"),
             ("Content-Type", "text/plain"),
@@ -203,7 +203,7 @@ fn open_api_refuses_cross_origin_changes() {
     let mut raw = Conn::open(port);
     raw.stream
         .write_all(
-            b"POST /api/v1/jobs/greet/run HTTP/1.1\r\nHost: evil.example:1\r\n\
+            b"POST /api/v1/jobs/idgreet/run HTTP/1.1\r\nHost: evil.example:1\r\n\
               Content-Length: 0\r\nConnection: close\r\n\r\n",
         )
         .expect("send");
@@ -227,12 +227,12 @@ fn open_api_refuses_cross_origin_changes() {
     let same = request(
         port,
         "POST",
-        "/api/v1/jobs/greet/run",
+        "/api/v1/jobs/idgreet/run",
         &[("Origin", "http://127.0.0.1")],
         b"",
     );
     assert_eq!(same.status, 202, "{}", same.text());
-    let runs: Vec<Value> = d.wait_final_runs("greet", 1);
+    let runs: Vec<Value> = d.wait_final_runs("idgreet", 1);
     assert_eq!(runs.len(), 1, "only the same-origin request ran");
     assert!(events(&d).contains("(by api:anonymous)"));
 }

@@ -77,7 +77,7 @@ fn one_address_gets_its_share_of_connections() {
     // Long timeouts: the held connections must not be closed as idle meanwhile.
     let config = api_config("  max_connections_per_addr: 20\n")
         .replace("api_request_timeout: 2", "api_request_timeout: 60");
-    let (d, port) = start_with(&config, JOB);
+    let (d, port) = start_with(&config, &JOB.replace("chatty", "chatty_cap"));
     let mut held = Vec::new();
     let mut refused = 0;
     for _ in 0..40 {
@@ -103,13 +103,13 @@ fn one_address_gets_its_share_of_connections() {
     let mut first = Conn::from_stream(held.remove(0));
     let r = first.send("GET", "/api/v1/jobs", &[AUTH], b"");
     assert_eq!(r.status, 200);
-    let (run, code) = d.run_wait("chatty");
+    let (run, code) = d.run_wait("chatty_cap");
     assert_eq!(code, 0, "{run}");
 }
 
 #[test]
 fn content_length_takes_digits_only() {
-    let (_d, port) = start_with(&api_config(""), JOB);
+    let (_d, port) = start_with(&api_config(""), &JOB.replace("chatty", "chatty_cl"));
     for bad in ["+5", "0x5", "5 5", "-1"] {
         let mut c = Conn::open(port);
         let text = format!(
@@ -125,8 +125,8 @@ fn content_length_takes_digits_only() {
 fn an_env_too_large_for_one_wrapper_message_is_a_configuration_error() {
     let big = "x".repeat(800 * 1024);
     let jobs = format!(
-        "huge:\n  schedule: '@yearly'\n  targets: [l1]\n  command: 'true'\n  env:\n    BIG: {big}\n\
-         fine:\n  schedule: '@yearly'\n  targets: [l1]\n  command: 'true'\n"
+        "lim_huge:\n  schedule: '@yearly'\n  targets: [l1]\n  command: 'true'\n  env:\n    BIG: {big}\n\
+         lim_fine:\n  schedule: '@yearly'\n  targets: [l1]\n  command: 'true'\n"
     );
     let d = Daemon::start(&[("jobs.yaml", &jobs)]);
     let log = d.log_text();
@@ -135,8 +135,8 @@ fn an_env_too_large_for_one_wrapper_message_is_a_configuration_error() {
         "{}",
         &log[..log.len().min(3000)]
     );
-    let out = d.ctl(&["run", "huge"]);
+    let out = d.ctl(&["run", "lim_huge"]);
     assert!(!out.status.success(), "an invalid job does not run");
-    let (run, code) = d.run_wait("fine");
+    let (run, code) = d.run_wait("lim_fine");
     assert_eq!(code, 0, "the other jobs are unaffected: {run}");
 }

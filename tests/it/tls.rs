@@ -72,7 +72,7 @@ fn curl(args: &[&str]) -> (i32, String) {
 #[test]
 fn tls_by_default_on_both_ports_and_wrappers_pin_it() {
     let (d, port) = start_tls(
-        "hello:\n  schedule: '@daily'\n  targets: [t1]\n  \
+        "tlshello:\n  schedule: '@daily'\n  targets: [t1]\n  \
          command: 'echo over-tls-$SP_MACHINE'\n  env:\n    SECRET_ENV: hunter2-never-shown\n",
     );
     let cert = d.state_dir().join("tls-cert.pem");
@@ -98,13 +98,13 @@ fn tls_by_default_on_both_ports_and_wrappers_pin_it() {
     let auth = format!("Authorization: Bearer {TOKEN}");
     let (code, body) = curl(&["--cacert", &cafile, "-H", &auth, &url]);
     assert_eq!(code, 0, "curl over TLS: {body}");
-    assert!(body.contains("\"hello\""), "{body}");
+    assert!(body.contains("\"tlshello\""), "{body}");
     // Plain HTTP on the TLS port gets no answer.
     let (_, plain) = curl(&[&format!("http://127.0.0.1:{port}/api/v1/jobs")]);
-    assert!(!plain.contains("hello"), "{plain}");
+    assert!(!plain.contains("tlshello"), "{plain}");
 
     // A job end to end: the wrapper connects with wss:// and the pin main gave it.
-    let (run, code) = d.run_wait("hello");
+    let (run, code) = d.run_wait("tlshello");
     assert_eq!(code, 0, "{run}");
     let id = run["id"].as_u64().expect("id");
     assert_eq!(d.output(id, "t1"), "over-tls-t1\n");
@@ -115,7 +115,8 @@ fn tls_by_default_on_both_ports_and_wrappers_pin_it() {
 
 #[test]
 fn a_wrapper_refuses_a_certificate_that_is_not_pinned() {
-    let (d, _port) = start_tls("idle:\n  schedule: '@daily'\n  targets: [t1]\n  command: 'true'\n");
+    let (d, _port) =
+        start_tls("tlsidle:\n  schedule: '@daily'\n  targets: [t1]\n  command: 'true'\n");
     let wrong = "00".repeat(32);
     let url = format!(
         "wss://127.0.0.1:{}/wrapper/v1#sha256={wrong}",
