@@ -56,7 +56,7 @@ use crate::wire::link::{
     BlockingToMain, ConnId, ControlDown, HubAnswer, HubReply, HubRequest, MainToBlocking,
     MainToHub, ProcessInfo,
 };
-use crate::wire::records::RunId;
+use crate::wire::records::{RunId, RunState};
 use crate::workflow::{Registry, WakeEvent, WakeKey};
 // Short paths for the rest of main: the live streams and the maintenance settings are
 // kept with the requests that use them.
@@ -127,45 +127,23 @@ pub struct Main {
     pub links: links::Links,
     pub config: LoadedConfig,
     pub secret: Secret,
-    pub runs: BTreeMap<RunId, ActiveRun>,
-    pub sessions: HashMap<ConnId, (RunId, String)>,
+    /// Runs in flight and wrapper sessions.
+    pub flight: Flight,
     scheduler: Scheduler,
-    processes: Vec<ProcessInfo>,
-    started_at: i64,
-    pub wrapper_port: u16,
+    /// This daemon: its processes, start time and ports.
+    pub daemon: DaemonInfo,
     /// `#sha256=HEX` of the hub's certificate, for wrappers to pin (`None`: `tls: false`).
     pub wrapper_pin: Option<String>,
-    /// New runs are not started once shutdown began.
-    pub stopping: bool,
-    /// Runs to start, queued by handlers that cannot reach the registry.
-    to_start: Vec<run::RunRequest>,
-    /// Workflows of recovered runs, to start.
-    to_recover: Vec<crate::workflow::Workflow<run::RunEnv, Main>>,
-    /// Runs in flight are being loaded: no hello is vetted, no run started.
-    pub recovering: bool,
-    /// The recovery answer, handed to the loop (it needs the registry).
-    recovery_reply: Option<Result<DbReply, CallError>>,
-    /// Runs queued or being recorded, per job (the overlap rule; recorded runs are in
-    /// `runs`).
-    busy_jobs: HashMap<String, usize>,
-    /// Wrapper deployments and the pre-staging lead.
-    pub launcher: launcher::Launcher,
-    /// Why the database cannot store (a full disk or its cap); new runs are refused
-    /// until output is stored again (wrappers keep resending it).
-    pub db_trouble: Option<String>,
-    /// When the database last refused a write.
-    db_trouble_since: Instant,
-    liveness_armed: bool,
-    /// The uid of the operator whose admin request is being handled (audit events).
-    pub actor: Option<u32>,
     /// The API identity (`api:NAME`) whose request is being handled (audit events).
     pub actor_name: Option<String>,
-    /// Admin calls that stream: output followers and run watchers.
-    pub live: live::Live,
-    /// The dashboard's live view and `/metrics`.
-    pub ui: ui::UiState,
-    /// The HTTP API's port (0: not served).
-    pub api_port: u16,
+    /// Wrapper deployments and the pre-staging lead.
+    pub launcher: launcher::Launcher,
+    /// Whether the database stores.
+    pub storage: Storage,
+    /// The uid of the operator whose admin request is being handled (audit events).
+    pub actor: Option<u32>,
+    /// What operators watch: streaming admin calls, the dashboard's views and `/metrics`.
+    pub views: Views,
     /// Maintenance set with `saltpeterctl maintenance` (persisted in db).
     pub runtime_maintenance: maintenance::RuntimeMaintenance,
     /// What start-up has loaded from db so far.
@@ -174,8 +152,57 @@ pub struct Main {
     reloads: reload::Reloads,
     /// Paused and skipping jobs, slots deferred by maintenance windows.
     pub jobctl: jobctl::JobCtl,
-    /// Reasons of chained runs about to be recorded.
-    chains: chains::Chains,
+}
+
+/// Runs in flight, as main keeps them, and the wrapper sessions bound to them.
+#[derive(Default)]
+pub struct Flight {
+    pub runs: BTreeMap<RunId, ActiveRun>,
+    /// Wrapper connections and the target each serves.
+    pub sessions: HashMap<ConnId, (RunId, String)>,
+    /// Runs queued or being recorded, per job (the overlap rule; recorded runs are in
+    /// `runs`).
+    busy_jobs: HashMap<String, usize>,
+    /// Runs to start, queued by handlers that cannot reach the registry.
+    to_start: Vec<run::RunRequest>,
+    /// Workflows of recovered runs, to start.
+    to_recover: Vec<crate::workflow::Workflow<run::RunEnv, Main>>,
+    /// Runs in flight are being loaded: no hello is vetted, no run started.
+    pub recovering: bool,
+    /// The recovery answer, handed to the loop (it needs the registry).
+    recovery_reply: Option<Result<DbReply, CallError>>,
+    /// New runs are not started once shutdown began.
+    pub stopping: bool,
+    /// The liveness check is armed (only while targets are picked up).
+    liveness_armed: bool,
+}
+
+/// This daemon as operators see it.
+#[derive(Default)]
+pub struct DaemonInfo {
+    processes: Vec<ProcessInfo>,
+    started_at: i64,
+    pub wrapper_port: u16,
+    /// The HTTP API's port (0: not served).
+    pub api_port: u16,
+}
+
+/// Whether the database stores.
+pub struct Storage {
+    /// Why the database cannot store (a full disk or its cap); new runs are refused
+    /// until output is stored again (wrappers keep resending it).
+    pub db_trouble: Option<String>,
+    /// When the database last refused a write.
+    db_trouble_since: Instant,
+}
+
+/// What operators watch.
+#[derive(Default)]
+pub struct Views {
+    /// Admin calls that stream: output followers and run watchers.
+    pub live: live::Live,
+    /// The dashboard's live view and `/metrics`.
+    pub ui: ui::UiState,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -189,13 +216,29 @@ pub struct MainRole {
 }
 
 impl Main {
+    /// A run ended and its end is recorded: whoever waits for it or follows it is told,
+    /// and the jobs chained to it start. (The run Workflow calls this; the parts it
+    /// notifies sit above it.)
+    pub fn run_ended(&mut self, active: &ActiveRun, state: RunState) {
+        for call in &active.waiters {
+            // The stored record is the truth (ended time, state): read it back.
+            requests::send_run(self, *call, active.id);
+        }
+        live::run_ended(self, active.id);
+        chains::run_ended(self, &active.job.name, active.id, state);
+    }
+
     /// A target of a run in flight.
     pub fn target(&self, run: RunId, machine: &str) -> Option<&target::Target> {
-        self.runs.get(&run).and_then(|r| r.targets.get(machine))
+        self.flight
+            .runs
+            .get(&run)
+            .and_then(|r| r.targets.get(machine))
     }
 
     pub fn target_mut(&mut self, run: RunId, machine: &str) -> Option<&mut target::Target> {
-        self.runs
+        self.flight
+            .runs
             .get_mut(&run)
             .and_then(|r| r.targets.get_mut(machine))
     }
@@ -215,21 +258,21 @@ impl Main {
     fn db_answer(&mut self, id: CallId, wait: DbWait, result: Result<DbReply, CallError>) {
         match &result {
             Err(CallError::Remote(crate::ipc::rpc::RemoteError::DiskFull(why))) => {
-                if self.db_trouble.is_none() {
+                if self.storage.db_trouble.is_none() {
                     log::error!(
                         "the database cannot store more ({why}); no new run starts until it can"
                     );
                 }
-                self.db_trouble = Some(why.clone());
-                self.db_trouble_since = Instant::now();
+                self.storage.db_trouble = Some(why.clone());
+                self.storage.db_trouble_since = Instant::now();
             }
             // Output, the bulk of what is written, stored again well after the last
             // failure: the trouble is over.
             Ok(DbReply::OutputStored { .. })
-                if self.db_trouble.is_some()
-                    && self.db_trouble_since.elapsed() > DB_TROUBLE_CLEARS_AFTER =>
+                if self.storage.db_trouble.is_some()
+                    && self.storage.db_trouble_since.elapsed() > DB_TROUBLE_CLEARS_AFTER =>
             {
-                self.db_trouble = None;
+                self.storage.db_trouble = None;
                 log::info!("the database stores again; runs start again");
             }
             _ => {}
@@ -255,7 +298,7 @@ impl Main {
                     log::error!("could not record {what}: {e}");
                 }
             }
-            DbWait::Recovery => self.recovery_reply = Some(result),
+            DbWait::Recovery => self.flight.recovery_reply = Some(result),
             DbWait::Retention(job) => self.pruned(&job, result),
             DbWait::Reconcile(call, hello) => sessions::reconcile(self, call, *hello, result),
             DbWait::Ui(wait) => ui::db_answer(self, wait, result),
@@ -275,9 +318,9 @@ impl Controlled for MainRole {
             ControlDown::Shutdown => {
                 log::info!(
                     "shutting down; {} runs in flight continue on their targets",
-                    self.core.runs.len()
+                    self.core.flight.runs.len()
                 );
-                self.core.stopping = true;
+                self.core.flight.stopping = true;
                 let deadline = Instant::now() + SHUTDOWN_GRACE;
                 stop_when_settled(self, ctx, deadline);
             }
@@ -291,10 +334,10 @@ impl Controlled for MainRole {
                 wrapper_port,
                 api_port,
             } => {
-                self.core.started_at = started_at;
-                self.core.processes = processes;
-                self.core.wrapper_port = wrapper_port;
-                self.core.api_port = api_port;
+                self.core.daemon.started_at = started_at;
+                self.core.daemon.processes = processes;
+                self.core.daemon.wrapper_port = wrapper_port;
+                self.core.daemon.api_port = api_port;
             }
         }
     }

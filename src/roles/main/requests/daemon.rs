@@ -21,15 +21,15 @@ pub fn status(core: &mut Main, call: CallId) {
         .collect();
     let status = StatusInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
-        started_at: core.started_at,
-        uptime_s: ((now - core.started_at).max(0) / 1000) as u64,
-        processes: core.processes.clone(),
+        started_at: core.daemon.started_at,
+        uptime_s: ((now - core.daemon.started_at).max(0) / 1000) as u64,
+        processes: core.daemon.processes.clone(),
         jobs: core.config.jobs.len(),
-        running_runs: core.runs.len(),
+        running_runs: core.flight.runs.len(),
         config_errors,
-        wrapper_port: core.wrapper_port,
-        db_error: core.db_trouble.clone(),
-        api_port: core.api_port,
+        wrapper_port: core.daemon.wrapper_port,
+        db_error: core.storage.db_trouble.clone(),
+        api_port: core.daemon.api_port,
     };
     respond(core, call, AdminResponse::Status(status));
 }

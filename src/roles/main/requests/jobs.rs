@@ -183,13 +183,13 @@ pub fn run_now(core: &mut Main, call: CallId, name: &str, targets: Option<Vec<St
             Err(why) => return failure(core, call, AdminFailure::Invalid(why)),
         },
     };
-    if let Some(why) = core.db_trouble.clone() {
+    if let Some(why) = core.storage.db_trouble.clone() {
         let msg = format!(
             "the database cannot record new runs ({why}); free space or raise database_max_size"
         );
         return failure(core, call, AdminFailure::Internal(msg));
     }
-    let refused = if core.stopping {
+    let refused = if core.flight.stopping {
         Some("the daemon is stopping".to_string())
     } else if !job.enabled {
         // One rule for saltpeterctl, the API and /ws: `enabled: false` switches the job
@@ -219,6 +219,7 @@ pub fn run_now(core: &mut Main, call: CallId, name: &str, targets: Option<Vec<St
         trigger: Trigger::Manual,
         admin_call: Some(call),
         prestaged: false,
+        reason: None,
     });
 }
 
@@ -260,6 +261,7 @@ pub fn kill_job(
     only: Option<RunId>,
 ) {
     let runs: Vec<RunId> = core
+        .flight
         .runs
         .values()
         .filter(|r| r.job.name == job && only.is_none_or(|id| id == r.id))
@@ -330,6 +332,7 @@ fn job_infos(core: &Main, last: &BTreeMap<String, RunRecord>) -> Vec<JobInfo> {
 /// The state `jobs` shows for a job, and its runs in flight.
 fn job_state(core: &Main, entry: &JobEntry, last: Option<RunState>) -> (JobState, Vec<RunId>) {
     let running: Vec<RunId> = core
+        .flight
         .runs
         .values()
         .filter(|r| r.job.name == entry.name())

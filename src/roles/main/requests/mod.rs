@@ -97,7 +97,7 @@ pub fn handle_from(
 
 pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: AdminRequest) {
     let core = &mut role.core;
-    if core.recovering
+    if core.flight.recovering
         && matches!(
             req,
             AdminRequest::RunNow { .. }
