@@ -42,6 +42,7 @@ pub mod paths;
 pub mod roles;
 pub mod schedule;
 pub mod supervisor;
+pub mod tls;
 pub mod wire;
 pub mod workflow;
 pub mod wrapper;

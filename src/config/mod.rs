@@ -30,6 +30,7 @@
 mod cache;
 mod chains;
 mod files;
+mod identities;
 mod job;
 mod load_jobs;
 mod read_job;
@@ -54,6 +55,7 @@ use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
 
+pub use identities::{ApiIdentity, ApiRole};
 pub use job::{After, ChainOn, Job};
 pub use saltpeter::ApiAuth;
 pub use saltpeter::{

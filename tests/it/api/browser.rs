@@ -87,6 +87,8 @@ impl Driver {
             "goog:chromeOptions": {"binary": CHROMIUM, "args": [
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--no-first-run", "--window-size=1280,900",
+                // The TLS test's daemon serves its self-signed certificate.
+                "--ignore-certificate-errors",
                 profile_arg,
             ]},
         }}});
@@ -487,4 +489,36 @@ fn browser_dashboard_pauses_resumes_skips_and_lists_windows() {
         driver.screenshot(&root.join("docs/dashboard-maintenance.png"));
     }
     drop(d);
+}
+
+/// The dashboard over https (the default TLS with the self-signed certificate): login,
+/// the jobs table, the live `/ws` connection over wss, a run's output.
+#[test]
+fn browser_dashboard_over_https() {
+    let jobs =
+        "hello_tls:\n  schedule: '@daily'\n  targets: [brt]\n  command: 'echo secure-hello'\n";
+    let config = api_config("  tls: true\n");
+    let (_d, port) = start_with(&config, jobs);
+    let Some(driver) = Driver::start() else {
+        return;
+    };
+    driver.go(&format!("https://127.0.0.1:{port}/"));
+    driver.type_into("#login-token", TOKEN);
+    driver.click("#login-submit");
+    driver.wait_for("tr[data-job=\"hello_tls\"]");
+    driver.wait_js(
+        "the live connection over wss",
+        "document.querySelector('#conn').textContent === 'live'",
+    );
+    assert_eq!(driver.js("return location.protocol;"), "https:");
+    driver.click("tr[data-job=\"hello_tls\"]");
+    driver.wait_js(
+        "the details page",
+        "document.querySelector('#job-name').textContent === 'hello_tls'",
+    );
+    driver.click("#run-now");
+    driver.wait_js(
+        "the output",
+        &format!("({})?.includes('secure-hello')", output_of("brt")),
+    );
 }

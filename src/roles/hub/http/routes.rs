@@ -10,7 +10,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::Http;
-use super::auth::{Auth, Principal};
+use std::net::IpAddr;
+use std::time::Instant;
+
+use super::auth::Auth;
+use super::identity::{Identity, authorize};
 use super::parse::{Request, Response};
 use crate::json::{job_json, run_json, status_json, time};
 use crate::wire::admin::{
@@ -103,8 +107,9 @@ fn static_file(content_type: &str, body: &str) -> Action {
     )
 }
 
-/// Decide what a request gets.
-pub fn route(http: &Http, req: &Request) -> Action {
+/// Decide what a request from `peer` gets; `who` is set to the identity of an
+/// authenticated request, whose role has been checked against what it asks.
+pub fn route(http: &mut Http, req: &Request, peer: IpAddr, who: &mut Option<Identity>) -> Action {
     let Some(segments) = req.segments() else {
         return bad_request("the path is not valid UTF-8");
     };
@@ -135,17 +140,26 @@ pub fn route(http: &Http, req: &Request) -> Action {
         (_, [] | ["index.html"] | ["app.js"] | ["jobctl.js"] | ["style.css"] | ["healthz"]) => {
             not_allowed("GET")
         }
-        ("POST", ["api", "v1", "login"]) => login(&http.auth, req),
+        ("POST", ["api", "v1", "login"]) => login(&mut http.auth, req, peer),
         ("POST", ["api", "v1", "logout"]) => Action::Respond(
             Response::new(204, "text/plain", Vec::new())
-                .with_header("Set-Cookie", &Auth::logout_cookie()),
+                .with_header("Set-Cookie", &http.auth.logout(req)),
         ),
         (_, ["api", "v1", "login" | "logout"]) => not_allowed("POST"),
         ("GET", ["metrics"]) if http.auth.metrics_open() => {
             call(AdminRequest::Metrics, Expect::Metrics)
         }
         _ => match http.auth.check(req) {
-            Ok(who) => protected(http, req, method, &seg, who),
+            Ok(identity) => {
+                let action = protected(http, req, method, &seg, &identity);
+                if let Action::Call { req: call, .. } = &action
+                    && let Err(why) = authorize(&identity, call)
+                {
+                    return error(403, "forbidden", &why);
+                }
+                *who = Some(identity);
+                action
+            }
             Err(denied) => Action::Respond(
                 Response::error(denied.status(), "unauthorized", denied.message())
                     .with_header("WWW-Authenticate", "Bearer realm=\"saltpeter\""),
@@ -154,7 +168,7 @@ pub fn route(http: &Http, req: &Request) -> Action {
     }
 }
 
-fn login(auth: &Auth, req: &Request) -> Action {
+fn login(auth: &mut Auth, req: &Request, peer: IpAddr) -> Action {
     let token = match req.header("content-type") {
         Some(ct) if ct.starts_with("application/x-www-form-urlencoded") => {
             let body = String::from_utf8_lossy(&req.body);
@@ -171,11 +185,17 @@ fn login(auth: &Auth, req: &Request) -> Action {
     let Some(token) = token else {
         return bad_request("send {\"token\": \"...\"}");
     };
-    match auth.login(&token) {
+    match auth.login(&token, peer, Instant::now()) {
         Ok(cookie) => Action::Respond(
             Response::json(200, &json!({"ok": true})).with_header("Set-Cookie", &cookie),
         ),
-        Err(denied) => error(denied.status(), "unauthorized", denied.message()),
+        Err(denied) => {
+            let code = match denied.status() {
+                429 => "too_many_requests",
+                _ => "unauthorized",
+            };
+            error(denied.status(), code, denied.message())
+        }
     }
 }
 
@@ -191,7 +211,7 @@ fn json_body(req: &Request) -> Result<Value, Action> {
     }
 }
 
-fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: Principal) -> Action {
+fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: &Identity) -> Action {
     if method != "GET"
         && let Err(denied) = http.auth.check_state_change(req, who)
     {
@@ -322,7 +342,14 @@ fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: Princi
         | (_, ["api", "v1", "config", "errors"])
         | (_, ["api", "v1", "jobs" | "runs", _])
         | (_, ["api", "v1", "runs", _, "targets", _, "output"]) => not_allowed("GET"),
-        _ => error(404, "not_found", &format!("no such resource: {}", req.path)),
+        _ => error(
+            404,
+            "not_found",
+            &format!(
+                "no such resource: {}",
+                crate::roles::hub::logsafe::clip(&req.path, 200)
+            ),
+        ),
     }
 }
 
