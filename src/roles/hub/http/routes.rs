@@ -18,10 +18,8 @@ use super::identity::{Identity, authorize};
 use super::parse::{Request, Response};
 use crate::json::{job_json, run_json, status_json, time};
 use crate::wire::admin::{
-    AdminFailure, AdminRequest, AdminResponse, JobDetail, MaintenanceChange, OutputRange,
-    OutputSlice, RunQuery,
+    AdminFailure, AdminRequest, AdminResponse, JobDetail, MaintenanceChange, OutputSlice,
 };
-use crate::wire::records::{RunId, RunState};
 
 const INDEX_HTML: &str = include_str!("../ui/index.html");
 const APP_JS: &str = include_str!("../ui/app.js");
@@ -29,14 +27,16 @@ const STYLE_CSS: &str = include_str!("../ui/style.css");
 const JOBCTL_JS: &str = include_str!("../ui/jobctl.js");
 
 /// Ordinary calls to main.
+use super::query::{number, output_query, run_id, runs_query};
+
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default and largest page of `/api/v1/runs`.
-const DEFAULT_RUNS: u32 = 50;
-const MAX_RUNS: u32 = 1000;
+pub const DEFAULT_RUNS: u32 = 50;
+pub const MAX_RUNS: u32 = 1000;
 /// Default and largest read of `/api/v1/runs/N/targets/M/output`.
-const DEFAULT_OUTPUT_BYTES: u64 = 1 << 20;
-const MAX_OUTPUT_BYTES: u64 = 8 << 20;
+pub const DEFAULT_OUTPUT_BYTES: u64 = 1 << 20;
+pub const MAX_OUTPUT_BYTES: u64 = 8 << 20;
 
 /// How to render main's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +67,7 @@ pub enum Action {
     Upgrade,
 }
 
-fn call(req: AdminRequest, expect: Expect) -> Action {
+pub fn call(req: AdminRequest, expect: Expect) -> Action {
     Action::Call {
         req,
         expect,
@@ -79,7 +79,7 @@ fn error(status: u16, code: &str, message: &str) -> Action {
     Action::Respond(Response::error(status, code, message))
 }
 
-fn bad_request(message: &str) -> Action {
+pub fn bad_request(message: &str) -> Action {
     error(400, "bad_request", message)
 }
 
@@ -365,104 +365,6 @@ fn is_ws_upgrade(req: &Request) -> bool {
             .header("sec-websocket-key")
             .is_some_and(|k| !k.is_empty())
         && req.header("sec-websocket-version") == Some("13")
-}
-
-fn run_id(text: &str) -> Result<RunId, Action> {
-    text.parse()
-        .map_err(|_| bad_request(&format!("`{text}` is not a run id")))
-}
-
-fn number(req: &Request, name: &str, default: u64) -> Result<u64, Action> {
-    match req.query(name) {
-        None | Some("") => Ok(default),
-        Some(v) => v
-            .parse()
-            .map_err(|_| bad_request(&format!("`{name}` must be a number, not `{v}`"))),
-    }
-}
-
-fn optional_number(req: &Request, name: &str) -> Result<Option<u64>, Action> {
-    match req.query(name) {
-        None | Some("") => Ok(None),
-        Some(_) => number(req, name, 0).map(Some),
-    }
-}
-
-/// An instant: unix milliseconds, RFC 3339, or the `now-5m` forms.
-fn instant(req: &Request, name: &str) -> Result<Option<i64>, Action> {
-    match req.query(name) {
-        None | Some("") => Ok(None),
-        Some(v) => super::ws_ui::parse_date(v, chrono::Utc::now())
-            .map(Some)
-            .ok_or_else(|| bad_request(&format!("`{name}`: `{v}` is not a time"))),
-    }
-}
-
-fn runs_query(req: &Request) -> Action {
-    let state = match req.query("state") {
-        None | Some("") => None,
-        Some(s) => match RunState::parse(s) {
-            Some(state) => Some(state),
-            None => return bad_request(&format!("`{s}` is not a run state")),
-        },
-    };
-    let parsed = (|| -> Result<RunQuery, Action> {
-        let limit = number(req, "limit", DEFAULT_RUNS as u64)?.clamp(1, MAX_RUNS as u64) as u32;
-        Ok(RunQuery {
-            job: req
-                .query("job")
-                .filter(|j| !j.is_empty())
-                .map(str::to_string),
-            state,
-            since: instant(req, "since")?,
-            until: instant(req, "until")?,
-            before_id: optional_number(req, "before")?,
-            limit,
-        })
-    })();
-    match parsed {
-        Ok(q) => {
-            let limit = q.limit;
-            call(AdminRequest::Runs(q), Expect::Runs { limit })
-        }
-        Err(a) => a,
-    }
-}
-
-fn output_query(req: &Request, id: &str, machine: &str) -> Action {
-    let run = match run_id(id) {
-        Ok(run) => run,
-        Err(a) => return a,
-    };
-    let parsed = (|| -> Result<OutputRange, Action> {
-        let max = number(req, "max_bytes", DEFAULT_OUTPUT_BYTES)?.clamp(1, MAX_OUTPUT_BYTES);
-        Ok(OutputRange {
-            stream: None,
-            from: number(req, "from", 0)?,
-            tail: optional_number(req, "tail")?,
-            max_bytes: Some(max),
-        })
-    })();
-    let range = match parsed {
-        Ok(r) => r,
-        Err(a) => return a,
-    };
-    let raw = match req.query("format") {
-        None | Some("" | "json") => false,
-        Some("raw") => true,
-        Some(other) => return bad_request(&format!("`format` is json or raw, not `{other}`")),
-    };
-    call(
-        AdminRequest::Output {
-            run,
-            machine: machine.to_string(),
-            range,
-        },
-        Expect::Output {
-            raw,
-            from: range.from,
-        },
-    )
 }
 
 fn job_detail_json(d: &JobDetail) -> Value {
