@@ -45,8 +45,23 @@ struct Conn {
     long_calls: Vec<CallId>,
 }
 
+/// A refused peer: its refusal is written, and what it sends is drained unread until it
+/// hangs up (closing a Unix socket with unread data would reset the peer before it could
+/// read its refusal).
+struct Refused {
+    link: Channel<UnixStream, AdminResponse, AdminRequest>,
+    token: Token,
+    discarded: usize,
+}
+
+/// At most this many refused peers linger; past it a refused peer is closed at once.
+const MAX_REFUSED: usize = 32;
+/// A refused peer that sends more than this is closed.
+const MAX_DISCARD: usize = 64 * 1024;
+
 pub struct Admin {
     conns: HashMap<ConnId, Conn>,
+    refused: HashMap<ConnId, Refused>,
     next_id: ConnId,
     /// The admin group (name, gid), if any.
     group: Option<(String, u32)>,
@@ -70,6 +85,7 @@ impl Admin {
             .map_err(RoleError::setup("admin socket"))?;
         Ok(Admin {
             conns: HashMap::new(),
+            refused: HashMap::new(),
             next_id: 1,
             group: None,
             refusals: super::logsafe::Repeated::new(std::time::Duration::from_secs(10)),
@@ -131,11 +147,34 @@ impl Listener<Hub> for AdminListener {
                         "admin connection refused: {why} ({held} more refused since the last report)"
                     );
                 }
+                let linger = hub.admin.refused.len() < MAX_REFUSED;
+                let id = hub.admin.next_id;
+                hub.admin.next_id += 1;
+                let token = if linger {
+                    ctx.register(
+                        &mut stream,
+                        Interest::READABLE | Interest::WRITABLE,
+                        Forward::new(id, on_refused),
+                    )
+                    .ok()
+                } else {
+                    None
+                };
                 if let Ok(mut link) =
                     Channel::<_, AdminResponse, AdminRequest>::new(stream, Role::Hub, Role::Ctl)
                 {
                     let msg = format!("permission denied: {why}");
                     let _ = link.send(&AdminResponse::Failure(AdminFailure::Invalid(msg)));
+                    if let Some(token) = token {
+                        let refused = Refused {
+                            link,
+                            token,
+                            discarded: 0,
+                        };
+                        hub.admin.refused.insert(id, refused);
+                    }
+                } else if let Some(token) = token {
+                    ctx.remove(token);
                 }
                 continue;
             }
@@ -169,6 +208,39 @@ impl Listener<Hub> for AdminListener {
             }
         }
     }
+}
+
+/// A refused peer: flush its refusal, drain what it sends without reading it as frames,
+/// close when it hangs up or sends too much.
+fn on_refused(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, event: &Event) -> Flow {
+    let Some(refused) = hub.admin.refused.get_mut(&id) else {
+        return Flow::Close;
+    };
+    if event.is_writable() {
+        let _ = refused.link.on_writable();
+    }
+    let mut scratch = [0u8; 4096];
+    let done = loop {
+        match io::Read::read(refused.link.stream_mut(), &mut scratch) {
+            Ok(0) => break true,
+            Ok(n) => {
+                refused.discarded += n;
+                if refused.discarded > MAX_DISCARD {
+                    break true;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break true,
+        }
+    };
+    if !done {
+        return Flow::Continue;
+    }
+    if let Some(refused) = hub.admin.refused.remove(&id) {
+        ctx.remove(refused.token);
+    }
+    Flow::Close
 }
 
 fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, event: &Event) -> Flow {
