@@ -36,6 +36,7 @@ pub mod evloop;
 pub mod ipc;
 pub mod logging;
 pub mod metrics;
+pub mod notify;
 pub mod paths;
 pub mod roles;
 pub mod schedule;

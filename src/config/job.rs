@@ -48,6 +48,8 @@ pub struct Job {
     pub wrapper_path: Option<String>,
     /// Job key `saltpeter_server_host`, else `saltpeter_config.default_saltpeter_server_host`.
     pub server_host: Option<String>,
+    /// The job's `notify` rules; `None`: `saltpeter_config.notify` applies.
+    pub notify: Option<Vec<super::notify::NotifyRule>>,
 }
 
 impl Job {
@@ -95,6 +97,9 @@ impl Job {
             },
             "wrapper_path": self.wrapper_path,
             "saltpeter_server_host": self.server_host,
+            "notify": self.notify.as_ref().map(|rules| {
+                rules.iter().map(super::notify::NotifyRule::redacted_json).collect::<Vec<_>>()
+            }),
         })
     }
 }
@@ -129,6 +134,7 @@ impl fmt::Debug for Job {
             .field("output_limit", &self.output_limit)
             .field("wrapper_path", &self.wrapper_path)
             .field("server_host", &self.server_host)
+            .field("notify", &self.notify)
             .finish()
     }
 }

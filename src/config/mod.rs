@@ -31,6 +31,7 @@ mod cache;
 mod files;
 mod job;
 mod load_jobs;
+pub mod notify;
 mod read_job;
 mod saltpeter;
 mod types;

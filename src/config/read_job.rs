@@ -53,6 +53,7 @@ pub(crate) const JOB_KEYS: &[&str] = &[
     "output_limit",
     "wrapper_path",
     "saltpeter_server_host",
+    "notify",
     "hard_timeout",
     "soft_timeout",
     "utc",
@@ -157,6 +158,7 @@ pub(crate) fn read_job(
         .and_then(|n| reader.read(n, values::optional_string))
         .flatten()
         .or_else(|| defaults.server_host.map(str::to_string));
+    let notify = get("notify").map(|n| reader.notify(n));
 
     match (schedule, command, targets) {
         (Some(schedule), Some(command), Some(targets)) if reader.errors.is_empty() => Ok(Job {
@@ -186,6 +188,7 @@ pub(crate) fn read_job(
             output_limit,
             wrapper_path,
             server_host,
+            notify,
         }),
         _ => Err(reader.errors),
     }
@@ -462,6 +465,15 @@ impl<'s, 'f> Reader<'s, 'f> {
             env.insert(name, text);
         }
         Some(env)
+    }
+
+    fn notify(&mut self, node: &Node) -> Vec<super::notify::NotifyRule> {
+        let mut errors = Vec::new();
+        let rules = super::notify::read_rules(node, &mut errors);
+        for (pos, message) in errors {
+            self.error(pos, message);
+        }
+        rules
     }
 
     fn timeout(&mut self, keys: &BTreeMap<&str, &Node>) -> u64 {

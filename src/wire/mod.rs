@@ -35,6 +35,7 @@ macro_rules! calls {
 pub mod admin;
 pub mod db;
 pub mod link;
+pub mod notify;
 pub mod records;
 pub mod ui;
 pub mod wrapper;

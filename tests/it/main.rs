@@ -14,6 +14,7 @@ mod durability;
 mod hub;
 mod jobs;
 mod maintenance;
+mod notify;
 mod reload;
 mod salt;
 mod scheduling;

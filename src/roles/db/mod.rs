@@ -8,6 +8,7 @@
 //! in-memory state and the wrappers keep their unacknowledged output, so nothing is lost.
 //! db may block on SQLite: that is why it is a process of its own.
 
+pub mod deliveries;
 pub mod output;
 pub mod runs;
 pub mod schema;
@@ -109,6 +110,26 @@ pub fn apply(store: &mut Store, req: &DbRequest) -> Result<DbReply, StoreError> 
         // Done after the batch's commit (see `serve`); nothing to do inside it.
         DbRequest::Reclaim => DbReply::Done,
         DbRequest::LastSlots => DbReply::LastSlots(store.last_slot_per_job()?),
+        DbRequest::QueueDeliveries(new) => DbReply::DeliveriesQueued(store.queue_deliveries(new)?),
+        DbRequest::TakeDueDeliveries {
+            now,
+            limit,
+            lease_ms,
+        } => DbReply::DueDeliveries(store.take_due_deliveries(*now, *limit, *lease_ms)?),
+        DbRequest::RecordDeliveryAttempt(attempt) => {
+            store.record_delivery_attempt(attempt)?;
+            DbReply::Done
+        }
+        DbRequest::ReleaseDeliveryLeases { now } => {
+            store.release_delivery_leases(*now)?;
+            DbReply::Done
+        }
+        DbRequest::ListDeliveries(filter) => DbReply::Deliveries(store.list_deliveries(filter)?),
+        DbRequest::OutputTails {
+            run,
+            bytes,
+            max_targets,
+        } => DbReply::OutputTails(store.output_tails(*run, *bytes, *max_targets)?),
     })
 }
 
@@ -212,6 +233,12 @@ fn kind(req: &DbRequest) -> &'static str {
         DbRequest::Reclaim => "reclaim space",
         DbRequest::RunDetails(_) => "run details",
         DbRequest::LastSlots => "last slots",
+        DbRequest::QueueDeliveries(_) => "queue notifications",
+        DbRequest::TakeDueDeliveries { .. } => "take due notifications",
+        DbRequest::RecordDeliveryAttempt(_) => "record notification attempt",
+        DbRequest::ReleaseDeliveryLeases { .. } => "release notification leases",
+        DbRequest::ListDeliveries(_) => "list notifications",
+        DbRequest::OutputTails { .. } => "read output tails",
     }
 }
 

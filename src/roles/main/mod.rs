@@ -24,6 +24,7 @@ mod live;
 mod maintenance;
 mod metrics;
 mod missed;
+mod notify;
 mod prestage;
 mod recovery;
 mod reload;
@@ -113,6 +114,8 @@ pub enum DbWait {
     Api(CallId, api::ApiWait),
     /// One of the loads start-up waits for.
     Boot(boot::Load),
+    /// Notifications (`notify`).
+    Notify(notify::Wait),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -182,6 +185,8 @@ pub struct Main {
     boot: boot::Boot,
     /// Configuration reloads in flight and asked for.
     reloads: reload::Reloads,
+    /// Notifications decided, queued and in flight.
+    notify: notify::Notifier,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -335,6 +340,7 @@ impl Main {
             DbWait::Ui(wait) => ui::db_answer(self, wait, result),
             DbWait::Api(call, wait) => api::answer(self, call, wait, result),
             DbWait::Boot(load) => boot::answer(self, load, result),
+            DbWait::Notify(wait) => notify::db_answer(self, wait, result),
         }
     }
 
@@ -529,6 +535,7 @@ fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 /// Start the runs handlers queued, and resume Workflows on the wake keys emitted.
 fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     reload::poll(role, ctx);
+    notify::poll(&mut role.core);
     if let Some(reply) = role.core.recovery_reply.take() {
         recovery::recovered(role, ctx, reply);
     }
@@ -785,6 +792,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     scheduler.plan(config.valid_jobs(), now);
     ev.ctx().every(CONFIG_SCAN, reload::watch_config);
     ev.ctx().every(Duration::from_secs(30), report_stalls);
+    ev.ctx().every(Duration::from_secs(1), notify::tick);
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut role = MainRole {
         core: Main {
@@ -824,6 +832,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             runtime_maintenance: maintenance::RuntimeMaintenance::default(),
             boot: boot::Boot::default(),
             reloads: reload::Reloads::default(),
+            notify: notify::Notifier::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,
@@ -833,6 +842,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     boot::start(&mut role.core);
     recovery::start(&mut role.core);
     ui::start(&mut role.core);
+    notify::start(&mut role.core);
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }

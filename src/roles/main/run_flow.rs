@@ -125,6 +125,7 @@ pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: 
     match skip {
         Some(reason) => {
             log::info!("{}: slot {} skipped ({reason})", job.name, due.slot);
+            super::notify::slot_skipped(core, &job, slot, &reason, due.missed);
             core.event(
                 "run_skipped",
                 Some(&job.name),
@@ -653,6 +654,8 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             None => active.final_state(),
         };
         super::ui::run_finished(core, &active, state);
+        let why = env.unresolved.as_ref().map(|(_, why)| why.clone());
+        super::notify::run_ended(core, &active, state, why);
         core.sessions.retain(|_, (r, _)| *r != run);
         log::info!("run {run} of {} ended", active.job.name);
         core.apply_retention(&active.job.name);
