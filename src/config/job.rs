@@ -50,6 +50,10 @@ pub struct Job {
     pub server_host: Option<String>,
     /// The job's `notify` rules; `None`: `saltpeter_config.notify` applies.
     pub notify: Option<Vec<super::notify::NotifyRule>>,
+    /// Extra attempts for a failed target (`retries`).
+    pub retries: u32,
+    /// Seconds between a failed attempt and the next (`retry_delay`).
+    pub retry_delay_s: u64,
 }
 
 impl Job {
@@ -97,6 +101,8 @@ impl Job {
             },
             "wrapper_path": self.wrapper_path,
             "saltpeter_server_host": self.server_host,
+            "retries": self.retries,
+            "retry_delay": self.retry_delay_s,
             "notify": self.notify.as_ref().map(|rules| {
                 rules.iter().map(super::notify::NotifyRule::redacted_json).collect::<Vec<_>>()
             }),
@@ -135,6 +141,8 @@ impl fmt::Debug for Job {
             .field("wrapper_path", &self.wrapper_path)
             .field("server_host", &self.server_host)
             .field("notify", &self.notify)
+            .field("retries", &self.retries)
+            .field("retry_delay_s", &self.retry_delay_s)
             .finish()
     }
 }

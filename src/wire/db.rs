@@ -95,6 +95,14 @@ pub enum DbRequest {
         bytes: u64,
         max_targets: usize,
     },
+    /// Start attempt `attempt` of a failed target (`retries`).
+    RetryTarget {
+        run: RunId,
+        machine: String,
+        attempt: u32,
+    },
+    /// Every attempt of a run's targets that was retried.
+    TargetAttempts(RunId),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -121,6 +129,7 @@ pub enum DbReply {
     DueDeliveries(DueDeliveries),
     Deliveries(Vec<DeliveryRecord>),
     OutputTails(Vec<(String, String)>),
+    Attempts(Vec<AttemptRecord>),
 }
 
 /// Each request's reply, in one place: `core.take_db_reply::<calls::GetRun>(id)` gives
@@ -158,6 +167,8 @@ pub mod calls {
         ReleaseDeliveryLeases -> () { DbReply::Done => () }
         ListDeliveries -> Vec<DeliveryRecord> { DbReply::Deliveries(list) => list }
         OutputTails -> Vec<(String, String)> { DbReply::OutputTails(tails) => tails }
+        RetryTarget -> () { DbReply::Done => () }
+        TargetAttempts -> Vec<AttemptRecord> { DbReply::Attempts(list) => list }
     }
 }
 
@@ -336,4 +347,18 @@ pub struct EventFilter {
     pub since: Option<Millis>,
     pub before_id: Option<u64>,
     pub limit: Option<usize>,
+}
+
+// ---- payloads: attempts
+
+/// One attempt of a target that was retried.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AttemptRecord {
+    pub machine: String,
+    /// 1 for the first.
+    pub attempt: u32,
+    pub reason: Option<TargetReason>,
+    pub exit_code: Option<i32>,
+    pub started: Option<Millis>,
+    pub ended: Option<Millis>,
 }

@@ -16,6 +16,7 @@ mod jobs;
 mod maintenance;
 mod notify;
 mod reload;
+mod retries;
 mod salt;
 mod scheduling;
 mod wrapper;

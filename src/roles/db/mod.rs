@@ -8,6 +8,7 @@
 //! in-memory state and the wrappers keep their unacknowledged output, so nothing is lost.
 //! db may block on SQLite: that is why it is a process of its own.
 
+pub mod attempts;
 pub mod deliveries;
 pub mod output;
 pub mod runs;
@@ -130,6 +131,15 @@ pub fn apply(store: &mut Store, req: &DbRequest) -> Result<DbReply, StoreError> 
             bytes,
             max_targets,
         } => DbReply::OutputTails(store.output_tails(*run, *bytes, *max_targets)?),
+        DbRequest::RetryTarget {
+            run,
+            machine,
+            attempt,
+        } => {
+            store.retry_target(*run, machine, *attempt)?;
+            DbReply::Done
+        }
+        DbRequest::TargetAttempts(run) => DbReply::Attempts(store.target_attempts(*run)?),
     })
 }
 
@@ -239,6 +249,8 @@ fn kind(req: &DbRequest) -> &'static str {
         DbRequest::ReleaseDeliveryLeases { .. } => "release notification leases",
         DbRequest::ListDeliveries(_) => "list notifications",
         DbRequest::OutputTails { .. } => "read output tails",
+        DbRequest::RetryTarget { .. } => "start a new attempt",
+        DbRequest::TargetAttempts(_) => "read attempts",
     }
 }
 

@@ -28,6 +28,7 @@ mod notify;
 mod prestage;
 mod recovery;
 mod reload;
+mod retry;
 mod run_flow;
 mod run_rules;
 #[cfg(test)]

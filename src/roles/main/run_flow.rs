@@ -56,6 +56,8 @@ pub struct RunEnv {
     pub(super) call: Option<CallId>,
     pub(super) pickup_deadline: Option<Instant>,
     launch_started: Option<Instant>,
+    /// Targets of the current batch waiting for their next attempt (`retry.rs`).
+    pub(super) retry_at: std::collections::BTreeMap<String, Instant>,
     /// Counted in `Main::busy_jobs` until recorded.
     counted: bool,
 }
@@ -205,6 +207,7 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             call: None,
             pickup_deadline: None,
             launch_started: None,
+            retry_at: Default::default(),
             counted: !prestaged,
         },
     )
@@ -243,6 +246,7 @@ pub fn recovered_workflow(
             call: None,
             pickup_deadline: None,
             launch_started: None,
+            retry_at: Default::default(),
             counted: false,
         },
     )
@@ -537,6 +541,18 @@ fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
     let now = s.now();
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
+    let retry_wait = match super::retry::check(env, core, now) {
+        super::retry::RetryPlan::Relaunch => {
+            s.insert_steps([
+                ("launch_batch", launch_batch as StepFnOf),
+                ("await_launch", await_launch),
+                ("collect_batch", collect_batch),
+            ]);
+            return Step::Next;
+        }
+        super::retry::RetryPlan::WaitUntil(at) => Some(Wake::At(at)),
+        super::retry::RetryPlan::Nothing => None,
+    };
     let Some(active) = core.runs.get(&run) else {
         return Step::Next;
     };
@@ -545,15 +561,19 @@ fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         log::warn!("run {run}: the wrapper on {machine} never picked the run up");
         finish_target(core, run, machine, TargetReason::WrapperFailed, Some(254));
     }
-    if !pickup.open {
-        return Step::Next;
-    }
-    let awaiting_pickup = pickup.waiting;
     let event = Wake::event(Main::run_event(run));
-    match (awaiting_pickup, env.pickup_deadline) {
-        (true, Some(d)) => Step::Wait(Wake::Any(vec![event, Wake::At(d)])),
-        _ => Step::Wait(event),
+    if !pickup.open {
+        return match retry_wait {
+            Some(at) => Step::Wait(Wake::Any(vec![event, at])),
+            None => Step::Next,
+        };
     }
+    let mut wakes = vec![event];
+    wakes.extend(retry_wait);
+    if let (true, Some(d)) = (pickup.waiting, env.pickup_deadline) {
+        wakes.push(Wake::At(d));
+    }
+    Step::Wait(Wake::Any(wakes))
 }
 
 fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {

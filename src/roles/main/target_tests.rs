@@ -343,3 +343,75 @@ fn command_started_keeps_the_first_start_time() {
         ]
     );
 }
+
+#[test]
+fn a_failed_target_is_retried_while_attempts_are_left() {
+    let t0 = Instant::now();
+    let mut t = running(t0);
+    t.exited(C1, exit(0, 3), 2_000);
+    assert!(!t.wants_retry(2), "not before the outcome is recorded");
+    t.recorded();
+    t.gone(C1);
+    assert!(t.wants_retry(2));
+    assert!(!t.wants_retry(0), "no retries configured");
+    let effects = t.retry();
+    assert_eq!(
+        effects[0],
+        Effect::StoreRetry {
+            attempt: 2,
+            previous: Outcome {
+                reason: Some(TargetReason::Exit),
+                code: Some(3)
+            }
+        }
+    );
+    assert_eq!(t.phase, Phase::Pending);
+    assert_eq!(t.token, Token::Unused);
+    assert_eq!(t.acked_seq, 0);
+    assert!(t.awaiting_pickup());
+    // The second attempt's wrapper presents the launch token again and runs.
+    t.launch();
+    t.hello(t0, C2, TOKEN).expect("welcome for attempt 2");
+    t.heard(t0, C2);
+    t.command_started(3_000);
+    t.exited(C2, exit(0, 1), 4_000);
+    t.recorded();
+    assert!(t.wants_retry(2), "attempt 2 of 1 + 2");
+    t.retry();
+    assert_eq!(t.attempt, 3);
+    t.launch();
+    t.hello(t0, C1, TOKEN).expect("welcome for attempt 3");
+    t.heard(t0, C1);
+    t.exited(C1, exit(0, 1), 5_000);
+    t.recorded();
+    assert!(!t.wants_retry(2), "the last attempt counts");
+    assert_eq!(t.record("m").exit_code, Some(1));
+}
+
+#[test]
+fn success_kills_and_losses_are_not_retried() {
+    let t0 = Instant::now();
+    let mut ok = running(t0);
+    ok.exited(C1, exit(0, 0), 2_000);
+    ok.recorded();
+    assert!(!ok.wants_retry(5));
+
+    let mut killed = running(t0);
+    let _ = killed.kill(2_000);
+    killed.exited(
+        C1,
+        PendingExit {
+            end_seq: 0,
+            reason: TargetReason::Killed,
+            code: Some(143),
+        },
+        2_000,
+    );
+    killed.recorded();
+    assert!(!killed.wants_retry(5));
+
+    let mut lost = running(t0);
+    lost.finish(TargetReason::Lost, Some(253), 2_000);
+    lost.recorded();
+    assert!(!lost.wants_retry(5));
+}
