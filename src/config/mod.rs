@@ -28,6 +28,7 @@
 //! for compatibility with the original Saltpeter are warnings, never errors.
 
 mod cache;
+pub mod export;
 mod files;
 mod job;
 mod load_jobs;

@@ -120,6 +120,8 @@ pub struct SaltpeterConfig {
     /// Notifications per job and hour at most (`0`: no limit); the rest are recorded as
     /// suppressed events.
     pub notify_rate_limit: u32,
+    /// `logdir` and the Elasticsearch/OpenSearch exports.
+    pub logs: super::export::LogSettings,
 }
 
 /// How the HTTP API authenticates (`saltpeter_config.api_auth`).
@@ -174,20 +176,13 @@ impl Default for SaltpeterConfig {
             mail_from: None,
             sendmail: "/usr/sbin/sendmail".to_string(),
             notify_rate_limit: 20,
+            logs: Default::default(),
         }
     }
 }
 
 /// Keys accepted from the original that do nothing yet, with the reason given in the warning.
 const NO_EFFECT_KEYS: &[(&str, &str)] = &[
-    (
-        "logdir",
-        "per-job log files are not written yet; run output is kept in the state database",
-    ),
-    ("elasticsearch", "event export is not implemented yet"),
-    ("elasticsearch_index", "event export is not implemented yet"),
-    ("opensearch", "event export is not implemented yet"),
-    ("opensearch_index", "event export is not implemented yet"),
     (
         "default_wrapper_loglevel",
         "the wrapper sends its output to the hub",
@@ -254,11 +249,6 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "database_max_size",
     "admin_group",
     "missed_record_limit",
-    "logdir",
-    "elasticsearch",
-    "elasticsearch_index",
-    "opensearch",
-    "opensearch_index",
     "default_wrapper_loglevel",
     "default_wrapper_logdir",
     "api_auth",
@@ -388,6 +378,7 @@ impl SaltpeterConfig {
                 }
             }
             "sendmail" => self.sendmail = values::non_empty_string(node)?,
+            _ if super::export::EXPORT_KEYS.contains(&key) => self.logs.apply(key, node)?,
             "notify_rate_limit" => {
                 let v = values::unsigned(node)?;
                 self.notify_rate_limit =
@@ -464,7 +455,7 @@ pub(crate) fn merge_saltpeter(
         };
         for (key, value) in pairs {
             let Some(name) = key.scalar() else { continue };
-            if !SALTPETER_KEYS.contains(&name) {
+            if !SALTPETER_KEYS.contains(&name) && !super::export::EXPORT_KEYS.contains(&name) {
                 let message = unknown_key_message("saltpeter_config key", name, SALTPETER_KEYS);
                 sink.push(Severity::Warning, key.pos, None, message);
                 continue;

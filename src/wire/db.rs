@@ -103,6 +103,8 @@ pub enum DbRequest {
     },
     /// Every attempt of a run's targets that was retried.
     TargetAttempts(RunId),
+    /// Events for the job's log file and the exports.
+    JobLog(crate::wire::notify::JobLog),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -169,6 +171,7 @@ pub mod calls {
         OutputTails -> Vec<(String, String)> { DbReply::OutputTails(tails) => tails }
         RetryTarget -> () { DbReply::Done => () }
         TargetAttempts -> Vec<AttemptRecord> { DbReply::Attempts(list) => list }
+        JobLog -> () { DbReply::Done => () }
     }
 }
 

@@ -187,3 +187,42 @@ pub struct DeliveryFilter {
     pub state: Option<DeliveryState>,
     pub limit: Option<usize>,
 }
+
+// ---- log export (`logdir` files and Elasticsearch/OpenSearch bulk documents)
+
+/// One event of a job's log, in the original's `msg_type` terms (`start`,
+/// `machine_result`, `end`, `overlap`, `maintenance`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLogEntry {
+    pub msg_type: String,
+    pub machine: Option<String>,
+    pub return_code: Option<i32>,
+    pub at: Millis,
+    /// `machine_result`: db reads this run's output of `machine`.
+    pub output_of_run: Option<RunId>,
+}
+
+/// Where a job's log goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportDest {
+    /// `elasticsearch` or `opensearch`.
+    pub name: String,
+    pub url: String,
+    pub index: String,
+}
+
+/// Events of one job for its log file and the exports (db writes the file, reads the
+/// output, and queues one bulk request per export in the outbox).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLog {
+    pub job: String,
+    pub group: String,
+    /// The original's `job_instance`: `{job}_{run}`.
+    pub instance: String,
+    pub run: Option<RunId>,
+    pub entries: Vec<JobLogEntry>,
+    pub logdir: Option<std::path::PathBuf>,
+    pub max_bytes: u64,
+    pub keep: u32,
+    pub exports: Vec<ExportDest>,
+}

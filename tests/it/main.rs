@@ -12,6 +12,7 @@ mod ctl_verbs;
 mod daemon;
 mod durability;
 mod hub;
+mod joblog;
 mod jobs;
 mod maintenance;
 mod notify;

@@ -10,6 +10,7 @@
 
 pub mod attempts;
 pub mod deliveries;
+pub mod joblog;
 pub mod output;
 pub mod runs;
 pub mod schema;
@@ -140,6 +141,10 @@ pub fn apply(store: &mut Store, req: &DbRequest) -> Result<DbReply, StoreError> 
             DbReply::Done
         }
         DbRequest::TargetAttempts(run) => DbReply::Attempts(store.target_attempts(*run)?),
+        DbRequest::JobLog(log) => {
+            store.job_log(log, chrono::Utc::now().timestamp_millis())?;
+            DbReply::Done
+        }
     })
 }
 
@@ -251,6 +256,7 @@ fn kind(req: &DbRequest) -> &'static str {
         DbRequest::OutputTails { .. } => "read output tails",
         DbRequest::RetryTarget { .. } => "start a new attempt",
         DbRequest::TargetAttempts(_) => "read attempts",
+        DbRequest::JobLog(_) => "write job log",
     }
 }
 

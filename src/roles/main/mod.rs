@@ -20,6 +20,7 @@ mod boot;
 mod deploy;
 mod effects;
 mod history;
+mod joblog;
 mod live;
 mod maintenance;
 mod metrics;

@@ -375,12 +375,23 @@ fn send(core: &mut Main, d: DueDelivery) {
         format!("saltpeter@{host}")
     });
     let destination = d.message.destination();
+    // The export's credentials come from the configuration in effect, never from db.
+    let basic_auth = match &d.message {
+        Outgoing::Bulk { url, .. } => sp
+            .logs
+            .exports()
+            .into_iter()
+            .find(|e| format!("{}/_bulk", e.url) == *url)
+            .and_then(|e| e.auth)
+            .map(|(user, password)| (user, password.expose().to_string())),
+        _ => None,
+    };
     let order = DeliverOrder {
         message: d.message,
         mail_from,
         mail,
         io_timeout_s: IO_TIMEOUT_S,
-        basic_auth: None,
+        basic_auth,
     };
     let call = core.blocking_call(BlockingRequest::Deliver(order));
     core.notify.in_flight.insert(
@@ -423,7 +434,20 @@ pub fn poll(core: &mut Main) {
             Ok(_) => None,
             Err(_) => notify::retry_delay(attempts).map(|d| now + d.as_millis() as i64),
         };
+        let export = f.event == "export";
         let (kind, message) = match (&result, retry_at) {
+            (Ok(said), _) if export => (
+                "export_delivered",
+                format!("to {}: {said} (attempt {attempts})", f.destination),
+            ),
+            (Err(why), _) if export => (
+                if retry_at.is_some() {
+                    "export_failed"
+                } else {
+                    "export_given_up"
+                },
+                format!("to {}: {why} (attempt {attempts})", f.destination),
+            ),
             (Ok(said), _) => (
                 "notification_delivered",
                 format!(

@@ -128,6 +128,7 @@ pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: 
         Some(reason) => {
             log::info!("{}: slot {} skipped ({reason})", job.name, due.slot);
             super::notify::slot_skipped(core, &job, slot, &reason, due.missed);
+            super::joblog::slot_skipped(core, &job, &reason);
             core.event(
                 "run_skipped",
                 Some(&job.name),
@@ -378,6 +379,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 env.batches.iter().map(Vec::len).sum::<usize>()
             );
             answer_admin(core, env, AdminResponse::Started { run: id });
+            super::joblog::run_started(core, &env.req.job, id);
             core.event(
                 "run_started",
                 Some(&env.req.job.name),
@@ -676,6 +678,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         super::ui::run_finished(core, &active, state);
         let why = env.unresolved.as_ref().map(|(_, why)| why.clone());
         super::notify::run_ended(core, &active, state, why);
+        super::joblog::run_ended(core, &active);
         core.sessions.retain(|_, (r, _)| *r != run);
         log::info!("run {run} of {} ended", active.job.name);
         core.apply_retention(&active.job.name);
