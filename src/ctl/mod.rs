@@ -12,6 +12,7 @@
 mod client;
 mod completions;
 mod crontab;
+mod deliveries;
 mod follow;
 mod maintenance;
 mod progress;
@@ -179,6 +180,18 @@ pub enum Command {
     Maintenance {
         #[command(subcommand)]
         action: maintenance::MaintenanceAction,
+    },
+    /// Notifications and exports: queued, delivered, failed (with the cause), newest first.
+    Deliveries {
+        #[arg(long)]
+        job: Option<String>,
+        #[arg(long)]
+        run: Option<u64>,
+        /// Only these: pending, delivered or failed (given up).
+        #[arg(long, value_parser = ["pending", "delivered", "failed"])]
+        state: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
     },
 }
 
@@ -436,6 +449,12 @@ fn run(cli: Cli) -> CtlResult {
             action: schedule::ScheduleAction::Next(args),
         } => return schedule::next(socket, args, json),
         Command::Maintenance { action } => return maintenance::run(socket, action, json),
+        Command::Deliveries {
+            job,
+            run,
+            state,
+            limit,
+        } => return deliveries::run(socket, job, run, state, limit, json),
     };
     let mut client = client::Client::connect(socket)?;
     let response = client.request(&request)?;

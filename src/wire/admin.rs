@@ -126,6 +126,9 @@ pub enum AdminRequest {
     },
     /// Show or change the run-time maintenance settings.
     Maintenance(MaintenanceChange),
+    /// Notifications and exports queued, delivered or given up, newest first (answered
+    /// with `Deliveries`).
+    Deliveries(crate::wire::notify::DeliveryFilter),
 }
 
 impl AdminRequest {
@@ -379,6 +382,8 @@ pub enum AdminResponse {
     NextFirings(Vec<Millis>),
     /// Answer to `Maintenance`: the effective maintenance after the change.
     Maintenance(MaintenanceInfo),
+    /// Answer to `Deliveries`.
+    Deliveries(Vec<crate::wire::notify::DeliveryRecord>),
 }
 
 impl AdminResponse {

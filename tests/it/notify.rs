@@ -228,6 +228,19 @@ fn an_unreachable_receiver_is_retried_and_the_delivery_survives_a_restart() {
             .contains("HTTP 200"),
         "{delivered:?}"
     );
+    // saltpeterctl shows the delivery with its attempts.
+    let list = wait_until("the delivery recorded", HANG, || {
+        let v = d.ctl_json(&["deliveries", "--job", "failing"]);
+        (v[0]["state"] == "delivered").then_some(v)
+    });
+    let one = &list[0];
+    assert_eq!(one["run"], r["id"]);
+    assert_eq!(one["event"], "failure");
+    assert_eq!(one["channel"], "webhook");
+    assert_eq!(one["destination"], format!("http://127.0.0.1:{port}/hook"));
+    assert!(one["attempts"].as_u64().unwrap() >= 2, "{one}");
+    let table = d.ctl(&["deliveries"]);
+    assert!(String::from_utf8_lossy(&table.stdout).contains("delivered"));
 }
 
 #[test]

@@ -219,6 +219,7 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
             respond(core, call, resp);
         }
         AdminRequest::Maintenance(change) => super::maintenance::change(core, call, change),
+        AdminRequest::Deliveries(filter) => super::notify::list(core, call, filter),
         other => super::api::handle(core, call, other),
     }
 }

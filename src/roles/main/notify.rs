@@ -28,10 +28,12 @@ use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
 use crate::notify::{self, Facts, Notice, RateLimiter, TargetNote};
+use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::{DbReply, DbRequest, calls};
-use crate::wire::link::{BlockingRequest, blocking_calls};
+use crate::wire::link::{BlockingRequest, HubReply, blocking_calls};
 use crate::wire::notify::{
-    DeliverOrder, DeliveryAttempt, DueDelivery, MailTransport, NewDelivery, Outgoing,
+    DeliverOrder, DeliveryAttempt, DeliveryFilter, DueDelivery, MailTransport, NewDelivery,
+    Outgoing,
 };
 use crate::wire::records::{Millis, RunState, TargetReason};
 
@@ -54,6 +56,8 @@ pub enum Wait {
     Queued,
     /// Due messages leased.
     Due,
+    /// `saltpeterctl deliveries`: the hub's call to answer.
+    List(CallId),
 }
 
 /// A run's end and the rules that fire for it, waiting for the output tails.
@@ -306,8 +310,24 @@ fn take_due(core: &mut Main) {
     );
 }
 
+/// `saltpeterctl deliveries`.
+pub fn list(core: &mut Main, call: CallId, mut filter: DeliveryFilter) {
+    filter.limit = Some(filter.limit.unwrap_or(50).clamp(1, 10_000));
+    core.db_call(
+        DbRequest::ListDeliveries(filter),
+        DbWait::Notify(Wait::List(call)),
+    );
+}
+
 pub fn db_answer(core: &mut Main, wait: Wait, result: Result<DbReply, CallError>) {
     match wait {
+        Wait::List(call) => {
+            let resp = match calls::ListDeliveries::take(result) {
+                Ok(list) => AdminResponse::Deliveries(list),
+                Err(e) => AdminResponse::Failure(AdminFailure::Internal(e.to_string())),
+            };
+            core.reply_hub(call, HubReply::Admin(resp));
+        }
         Wait::LastRuns => match calls::LastRuns::take(result) {
             Ok(runs) => {
                 for (job, run) in runs {
