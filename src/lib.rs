@@ -18,6 +18,7 @@
 //! - `evloop`: the mio event loop (listeners, timers, signals, children with drained pipes)
 //! - `ipc`: frames, codec, typed channels, calls with deadlines
 //! - `logging`: log set-up, the role on every line
+//! - `json`: the JSON shapes of `saltpeterctl --json`, the HTTP API and `/ws`, role-free
 //! - `metrics`: histograms and the Prometheus text format for `/metrics`
 //! - `paths`: where the configuration, state and runtime files live
 //! - `roles`: the four child processes (hub, main, db, blocking)
@@ -34,6 +35,7 @@ pub mod ctl;
 pub mod daemon;
 pub mod evloop;
 pub mod ipc;
+pub mod json;
 pub mod logging;
 pub mod metrics;
 pub mod notify;

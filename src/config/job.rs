@@ -54,6 +54,53 @@ pub struct Job {
     pub retries: u32,
     /// Seconds between a failed attempt and the next (`retry_delay`).
     pub retry_delay_s: u64,
+    /// `after: {job, on}`: also run when a run of another job ends (a chain).
+    pub after: Option<After>,
+    /// The job has a schedule of its own; a chained job without one has a schedule that
+    /// never fires, and shows none.
+    pub scheduled: bool,
+}
+
+/// Which outcomes of the upstream job's run start a chained run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainOn {
+    /// The upstream run succeeded.
+    Success,
+    /// The upstream run failed or partly failed.
+    Failure,
+    /// Any end of the upstream run (not a skipped slot: nothing ran).
+    Always,
+}
+
+impl ChainOn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChainOn::Success => "success",
+            ChainOn::Failure => "failure",
+            ChainOn::Always => "always",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<ChainOn, String> {
+        match text {
+            "success" => Ok(ChainOn::Success),
+            "failure" => Ok(ChainOn::Failure),
+            "always" => Ok(ChainOn::Always),
+            other => Err(format!(
+                "`on` is one of success, failure, always, not `{other}`"
+            )),
+        }
+    }
+}
+
+/// `after: {job: NAME, on: success|failure|always}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct After {
+    pub job: String,
+    pub on: ChainOn,
+    /// Line of the `after` key (for the cycle diagnostic).
+    pub line: usize,
+    pub column: usize,
 }
 
 impl Job {
@@ -76,7 +123,11 @@ impl Job {
             "group": self.group,
             "file": self.file.display().to_string(),
             "line": self.line,
-            "schedule": self.schedule.describe(),
+            "schedule": self.scheduled.then(|| self.schedule.describe()),
+            "after": self.after.as_ref().map(|a| serde_json::json!({
+                "job": a.job,
+                "on": a.on.as_str(),
+            })),
             "timezone": self.timezone.name(),
             "command": self.command,
             "targets": self.targets,
@@ -143,6 +194,8 @@ impl fmt::Debug for Job {
             .field("notify", &self.notify)
             .field("retries", &self.retries)
             .field("retry_delay_s", &self.retry_delay_s)
+            .field("after", &self.after)
+            .field("scheduled", &self.scheduled)
             .finish()
     }
 }

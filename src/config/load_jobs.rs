@@ -93,7 +93,16 @@ pub(super) fn load_jobs(
             let cached = cache.get(&key).filter(|c| {
                 Arc::ptr_eq(&c.tree, def.tree) && c.pos == def.pos && c.defaults == defaults_key
             })?;
-            Some((cached, jobs.get(&key.1)?))
+            // A job read without errors but disabled afterwards (a chain cycle,
+            // `chains.rs`) is read again: the other jobs of the cycle may have changed.
+            let entry = jobs.get(&key.1).filter(|e| {
+                e.job().is_some()
+                    || cached
+                        .diagnostics
+                        .iter()
+                        .any(|d| d.severity == Severity::Error)
+            })?;
+            Some((cached, entry))
         });
         let (cached, entry) = match reusable {
             Some((cached, entry)) => (cached.clone(), entry.clone()),

@@ -28,6 +28,7 @@
 //! for compatibility with the original Saltpeter are warnings, never errors.
 
 mod cache;
+mod chains;
 pub mod export;
 mod files;
 mod job;
@@ -37,6 +38,7 @@ mod read_job;
 mod saltpeter;
 mod types;
 mod values;
+pub mod windows;
 mod yaml;
 
 #[cfg(test)]
@@ -54,7 +56,7 @@ use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
 
-pub use job::Job;
+pub use job::{After, ChainOn, Job};
 pub use saltpeter::ApiAuth;
 pub use saltpeter::{
     DEFAULT_WRAPPER_PATH, Maintenance, Retention, STARTUP_ONLY_KEYS, SaltpeterConfig, Secret,
@@ -382,12 +384,13 @@ pub fn load_parsed(
         server_host: saltpeter.default_saltpeter_server_host.as_deref(),
         now,
     };
-    let (jobs, job_cache) = load_jobs(
+    let (mut jobs, job_cache) = load_jobs(
         &files,
         &defaults,
         previous.map(|p| (p.job_cache.as_ref(), &p.jobs)),
         &mut diagnostics,
     );
+    chains::check_chains(&mut jobs, &mut diagnostics);
 
     diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
     LoadedConfig {

@@ -65,6 +65,7 @@ pub(crate) const JOB_KEYS: &[&str] = &[
     "wrapper_loglevel",
     "wrapper_logdir",
     "group",
+    "after",
 ];
 
 const CRON_KEYS: [&str; 7] = ["sec", "min", "hour", "dom", "mon", "dow", "year"];
@@ -108,7 +109,17 @@ pub(crate) fn read_job(
     let timezone = get("timezone")
         .and_then(|n| reader.read(n, values::timezone))
         .unwrap_or(defaults.timezone);
-    let schedule = reader.schedule(&keys, name_pos, timezone, defaults.now);
+    let after = get("after").and_then(|n| reader.read(n, read_after));
+    // A chained job needs no schedule of its own; without one it only runs after its
+    // upstream job.
+    let has_schedule =
+        keys.contains_key("schedule") || CRON_KEYS.iter().any(|k| keys.contains_key(k));
+    let scheduled = has_schedule || after.is_none() && get("after").is_none();
+    let schedule = if scheduled {
+        reader.schedule(&keys, name_pos, timezone, defaults.now)
+    } else {
+        never_fires()
+    };
     let command = reader.required(
         get("command"),
         "command",
@@ -215,9 +226,47 @@ pub(crate) fn read_job(
             notify,
             retries,
             retry_delay_s,
+            after,
+            scheduled,
         }),
         _ => Err(reader.errors),
     }
+}
+
+/// The schedule of a chained job without one: a year long past, so it never fires.
+fn never_fires() -> Option<Schedule> {
+    Schedule::from_expr("0 0 0 1 1 * 1970", Tz::UTC).ok()
+}
+
+/// `after: {job: NAME, on: success|failure|always}` (`on` defaults to success).
+fn read_after(node: &Node) -> Result<super::job::After, String> {
+    let NodeKind::Map(pairs) = &node.kind else {
+        return Err(format!(
+            "`after` must be a mapping such as {{job: backup, on: success}}, found {}",
+            node.describe()
+        ));
+    };
+    let mut job = None;
+    let mut on = super::job::ChainOn::Success;
+    for (key, value) in pairs {
+        match key.scalar() {
+            Some("job") => job = Some(values::non_empty_string(value)?.trim().to_string()),
+            Some("on") => on = super::job::ChainOn::parse(values::string(value)?.trim())?,
+            other => {
+                return Err(format!(
+                    "`after` takes `job` and `on`, not `{}`",
+                    other.unwrap_or("?")
+                ));
+            }
+        }
+    }
+    let job = job.ok_or_else(|| "`after` needs `job`: the job to run after".to_string())?;
+    Ok(super::job::After {
+        job,
+        on,
+        line: node.pos.line,
+        column: node.pos.column,
+    })
 }
 
 /// `0` (and absent) means "all", as in the original.

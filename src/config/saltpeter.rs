@@ -502,11 +502,13 @@ pub(crate) fn merge_saltpeter(
     (config, good)
 }
 
-/// Maintenance settings: `global` stops new runs everywhere; `machines` are left out of runs.
+/// Maintenance settings: `global` stops new runs everywhere; `machines` are left out of runs;
+/// `windows` are maintenance windows on a calendar (`windows.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Maintenance {
     pub global: bool,
     pub machines: BTreeSet<String>,
+    pub windows: Vec<super::windows::Window>,
 }
 
 /// Merges the `saltpeter_maintenance` sections: `global` if any file says so, the union of
@@ -523,7 +525,7 @@ pub(crate) fn merge_maintenance(
         };
         let NodeKind::Map(pairs) = &section.node.kind else {
             if !section.node.is_null() {
-                sink.push(Severity::Error, section.node.pos, None, format!("`saltpeter_maintenance` must be a mapping with `global` and `machines`, found {}", section.node.describe()));
+                sink.push(Severity::Error, section.node.pos, None, format!("`saltpeter_maintenance` must be a mapping with `global`, `machines` and `windows`, found {}", section.node.describe()));
             }
             continue;
         };
@@ -534,11 +536,16 @@ pub(crate) fn merge_maintenance(
                 Some("machines") => {
                     values::string_list(value).map(|m| maintenance.machines.extend(m))
                 }
+                Some("windows") => {
+                    let found = super::windows::read_windows(value, section.file, sink.out);
+                    maintenance.windows.extend(found);
+                    Ok(())
+                }
                 Some(other) => {
                     let message = unknown_key_message(
                         "saltpeter_maintenance key",
                         other,
-                        &["global", "machines"],
+                        &["global", "machines", "windows"],
                     );
                     sink.push(Severity::Warning, key.pos, None, message);
                     Ok(())

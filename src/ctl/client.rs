@@ -1,10 +1,16 @@
 //! The blocking admin client: connect, hello, request, answer. Long requests stream
 //! answers (`AdminResponse::is_stream`) before the final one; they are handed to the
 //! caller as they arrive (several may come in one read, so they are queued).
+//!
+//! The socket: `--socket`, `$SALTPETER_SOCKET`, `$RUNTIME_DIRECTORY`, the packaged
+//! `/run/saltpeter/admin.sock`; when none of these is set or exists, a daemon run by this
+//! user (`scripts/quickstart`) in `$XDG_RUNTIME_DIR/saltpeter`, a directory only this
+//! user can enter, so nobody else can stand in for the daemon there.
 
 use std::collections::VecDeque;
+use std::ffi::OsString;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::EXIT_USAGE;
 use crate::ipc::Role;
@@ -22,7 +28,13 @@ pub struct Client {
 
 impl Client {
     pub fn connect(socket: Option<PathBuf>) -> Result<Client, CtlError> {
-        let path = paths::admin_socket_for_ctl(socket.as_deref());
+        let path = socket_path(
+            socket.as_deref(),
+            std::env::var_os("SALTPETER_SOCKET"),
+            std::env::var_os("RUNTIME_DIRECTORY"),
+            std::env::var_os("XDG_RUNTIME_DIR"),
+            |p| p.exists(),
+        );
         let stream = UnixStream::connect(&path).map_err(|e| {
             let hint = match e.kind() {
                 std::io::ErrorKind::PermissionDenied => {
@@ -31,7 +43,7 @@ impl Client {
                 }
                 _ => {
                     "is saltpeter.service running? --socket or $SALTPETER_SOCKET choose \
-                     another socket"
+                     another socket (scripts/quickstart prints the line to use)"
                 }
             };
             (
@@ -99,5 +111,61 @@ impl Client {
                 return Ok(resp);
             }
         }
+    }
+}
+
+fn set(v: &Option<OsString>) -> bool {
+    v.as_ref().is_some_and(|v| !v.is_empty())
+}
+
+/// The admin socket to use. The user's runtime directory is a fallback only: an explicit
+/// choice or the system daemon's socket always wins, so `saltpeterctl` on a server never
+/// talks to a private test daemon by surprise.
+fn socket_path(
+    cli: Option<&Path>,
+    env_socket: Option<OsString>,
+    env_runtime: Option<OsString>,
+    xdg_runtime: Option<OsString>,
+    exists: impl Fn(&Path) -> bool,
+) -> PathBuf {
+    if cli.is_some() || set(&env_socket) || set(&env_runtime) {
+        return paths::admin_socket_for_ctl(cli);
+    }
+    let system = Path::new(paths::DEFAULT_RUNTIME_DIR).join(paths::ADMIN_SOCKET);
+    if !exists(&system)
+        && let Some(xdg) = xdg_runtime.filter(|v| !v.is_empty())
+    {
+        let user = PathBuf::from(xdg)
+            .join("saltpeter")
+            .join(paths::ADMIN_SOCKET);
+        if exists(&user) {
+            return user;
+        }
+    }
+    system
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(s: &str) -> Option<OsString> {
+        Some(OsString::from(s))
+    }
+
+    #[test]
+    fn user_runtime_dir_is_a_fallback_only() {
+        let user = PathBuf::from("/run/user/1000/saltpeter/admin.sock");
+        let system = PathBuf::from("/run/saltpeter/admin.sock");
+        let only_user = |p: &Path| p == user;
+        let both = |p: &Path| p == user || p == system;
+        let xdg = || os("/run/user/1000");
+        assert_eq!(socket_path(None, None, None, xdg(), only_user), user);
+        assert_eq!(socket_path(None, None, None, xdg(), both), system);
+        assert_eq!(socket_path(None, None, None, xdg(), |_| false), system);
+        assert_eq!(socket_path(None, None, None, None, only_user), system);
+        assert_eq!(socket_path(None, None, None, os(""), only_user), system);
+        let cli = PathBuf::from("/x/admin.sock");
+        assert_eq!(socket_path(Some(&cli), None, None, xdg(), only_user), cli);
     }
 }

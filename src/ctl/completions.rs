@@ -13,7 +13,10 @@ use super::{Cli, CtlResult, EXIT_FAILED, EXIT_OK};
 
 pub fn completions(shell: clap_complete::Shell) -> CtlResult {
     let mut cmd = Cli::command();
-    clap_complete::generate(shell, &mut cmd, "saltpeterctl", &mut std::io::stdout());
+    // Into memory first: clap_complete panics on a write error (`| head`).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "saltpeterctl", &mut script);
+    super::out::bytes(&script);
     Ok(EXIT_OK)
 }
 
@@ -25,9 +28,10 @@ pub fn manpage(dir: Option<&Path>) -> CtlResult {
     let err = |e: std::io::Error| (EXIT_FAILED, format!("could not write the man page: {e}"));
     let cmd = Cli::command();
     let Some(dir) = dir else {
-        return render(cmd, &mut std::io::stdout().lock())
-            .map(|()| EXIT_OK)
-            .map_err(err);
+        let mut page = Vec::new();
+        render(cmd, &mut page).map_err(err)?;
+        super::out::bytes(&page);
+        return Ok(EXIT_OK);
     };
     std::fs::create_dir_all(dir).map_err(|e| {
         (
@@ -55,7 +59,7 @@ pub fn manpage(dir: Option<&Path>) -> CtlResult {
         written.push(path);
     }
     for path in &written {
-        println!("{}", path.display());
+        outln!("{}", path.display());
     }
     Ok(EXIT_OK)
 }

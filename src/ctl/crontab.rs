@@ -351,7 +351,7 @@ pub fn import(file: &Path, opts: &Options) -> CtlResult {
         (text, file.display().to_string())
     };
     let conversion = convert(&text, &source, opts);
-    print!("{}", conversion.yaml);
+    out!("{}", conversion.yaml);
     for w in &conversion.warnings {
         eprintln!("saltpeterctl: warning: {w}");
     }

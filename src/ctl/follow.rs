@@ -16,7 +16,7 @@ use super::client::{Client, CtlError};
 use super::render::run_json;
 use super::table::{Color, Style};
 use super::verbs::{unexpected, write_output};
-use super::{CtlResult, EXIT_FAILED, EXIT_OK};
+use super::{CtlResult, EXIT_OK};
 use crate::wire::admin::{AdminRequest, AdminResponse};
 
 struct Printer {
@@ -28,7 +28,7 @@ struct Printer {
 }
 
 fn io_err(e: std::io::Error) -> CtlError {
-    (EXIT_FAILED, format!("could not write the output: {e}"))
+    super::out::write_failed(e)
 }
 
 impl Printer {
@@ -136,7 +136,7 @@ pub fn follow(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
     match end {
         AdminResponse::Followed(record) => {
             if json {
-                println!("{}", json!({ "run": run_json(&record) }));
+                outln!("{}", json!({ "run": run_json(&record) }));
             } else if note {
                 eprintln!("-- run {} {}", record.id, record.state);
             }

@@ -25,6 +25,12 @@ pub enum MaintenanceAction {
     Remove { machine: String },
     /// The effective maintenance and where each entry comes from.
     Show,
+    /// The next openings of the maintenance windows (`saltpeter_maintenance.windows`).
+    Windows {
+        /// How many openings to list.
+        #[arg(long, default_value_t = 10)]
+        count: u32,
+    },
 }
 
 pub fn run(socket: Option<PathBuf>, action: MaintenanceAction, json: bool) -> CtlResult {
@@ -33,7 +39,7 @@ pub fn run(socket: Option<PathBuf>, action: MaintenanceAction, json: bool) -> Ct
         MaintenanceAction::Off => MaintenanceChange::GlobalOff,
         MaintenanceAction::Add { machine } => MaintenanceChange::Add(machine),
         MaintenanceAction::Remove { machine } => MaintenanceChange::Remove(machine),
-        MaintenanceAction::Show => MaintenanceChange::Show,
+        MaintenanceAction::Show | MaintenanceAction::Windows { .. } => MaintenanceChange::Show,
     };
     let mut client = client::Client::connect(socket)?;
     match client.request(&AdminRequest::Maintenance(change))? {
@@ -57,29 +63,29 @@ pub fn info_json(info: &MaintenanceInfo) -> Value {
 fn print(info: &MaintenanceInfo, json: bool) {
     if json {
         let v = info_json(info);
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&v).unwrap_or_else(|_| v.to_string())
         );
         return;
     }
     if let Some(note) = &info.note {
-        println!("{note}");
+        outln!("{note}");
     }
     if info.global.is_empty() {
-        println!("global maintenance: off");
+        outln!("global maintenance: off");
     } else {
-        println!(
+        outln!(
             "global maintenance: on (from {})",
             sources(&info.global).join(", ")
         );
     }
     if info.machines.is_empty() {
-        println!("machines in maintenance: none");
+        outln!("machines in maintenance: none");
     } else {
-        println!("machines in maintenance:");
+        outln!("machines in maintenance:");
         for (machine, from) in &info.machines {
-            println!("  {machine:<32} from {}", sources(from).join(", "));
+            outln!("  {machine:<32} from {}", sources(from).join(", "));
         }
     }
 }

@@ -7,13 +7,18 @@
 //!
 //! Modules: `client` (the socket), `render` and `table` (tables, colours), `verbs` (the
 //! ask-once verbs), `follow` (`logs -f`, `output -f`), `progress` (`run --wait`),
-//! `completions` (shell completions, man page), `crontab` (`crontab import`).
+//! `completions` (shell completions, man page), `crontab` (`crontab import`), `out`
+//! (standard output; a closed pipe ends the program quietly).
+
+#[macro_use]
+mod out;
 
 mod client;
 mod completions;
 mod crontab;
 mod deliveries;
 mod follow;
+mod jobctl;
 mod maintenance;
 mod progress;
 pub mod render;
@@ -193,6 +198,24 @@ pub enum Command {
         #[arg(long, default_value_t = 50)]
         limit: u32,
     },
+    /// Pause a job: its slots are recorded as skipped until `resume` (or --until).
+    Pause {
+        job: String,
+        /// Resume by itself at this time: RFC 3339, a UTC date and time
+        /// (2026-11-30 08:00), or a delay (2h, 1d).
+        #[arg(long)]
+        until: Option<String>,
+    },
+    /// Resume a paused job (and cancel its pending skips).
+    Resume { job: String },
+    /// Skip the next slot(s) of a job: recorded as skipped instead of running.
+    Skip {
+        job: String,
+        #[arg(long, default_value_t = 1)]
+        next: u32,
+    },
+    /// The paused and skipping jobs.
+    Paused,
 }
 
 #[derive(Debug, Subcommand)]
@@ -222,6 +245,7 @@ pub enum JobStateArg {
     Disabled,
     Invalid,
     Failing,
+    Paused,
 }
 
 impl From<JobStateArg> for crate::wire::admin::JobState {
@@ -233,6 +257,7 @@ impl From<JobStateArg> for crate::wire::admin::JobState {
             JobStateArg::Disabled => JobState::Disabled,
             JobStateArg::Invalid => JobState::Invalid,
             JobStateArg::Failing => JobState::Failing,
+            JobStateArg::Paused => JobState::Paused,
         }
     }
 }
@@ -448,6 +473,9 @@ fn run(cli: Cli) -> CtlResult {
         Command::Schedule {
             action: schedule::ScheduleAction::Next(args),
         } => return schedule::next(socket, args, json),
+        Command::Maintenance {
+            action: maintenance::MaintenanceAction::Windows { count },
+        } => return jobctl::windows(socket, count, json),
         Command::Maintenance { action } => return maintenance::run(socket, action, json),
         Command::Deliveries {
             job,
@@ -455,6 +483,17 @@ fn run(cli: Cli) -> CtlResult {
             state,
             limit,
         } => return deliveries::run(socket, job, run, state, limit, json),
+        Command::Pause { job, until } => return jobctl::pause(socket, job, until, json),
+        Command::Resume { job } => {
+            return jobctl::run(socket, crate::wire::admin::JobControl::Resume { job }, json);
+        }
+        Command::Skip { job, next } => {
+            let change = crate::wire::admin::JobControl::Skip { job, next };
+            return jobctl::run(socket, change, json);
+        }
+        Command::Paused => {
+            return jobctl::run(socket, crate::wire::admin::JobControl::Show, json);
+        }
     };
     let mut client = client::Client::connect(socket)?;
     let response = client.request(&request)?;

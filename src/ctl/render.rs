@@ -1,4 +1,5 @@
-//! Printing answers: a table for people, JSON (the documented shapes) for scripts.
+//! Printing answers: a table for people, JSON (the documented shapes, `crate::json`) for
+//! scripts.
 
 use std::io::Write;
 use std::path::Path;
@@ -6,21 +7,9 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
-use crate::wire::admin::{AdminFailure, AdminResponse, JobInfo, StatusInfo};
-use crate::wire::records::{Millis, RunRecord, TargetRecord};
-
-/// The line `saltpeterctl output` puts where the output limit left bytes out.
-pub fn elision_marker(omitted: u64) -> String {
-    format!("\n[saltpeter: {omitted} bytes of output left out here (output_limit)]\n")
-}
-
-/// RFC 3339 in UTC, or null.
-pub fn time(ms: Option<Millis>) -> Value {
-    match ms.and_then(chrono::DateTime::from_timestamp_millis) {
-        Some(t) => Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
-        None => Value::Null,
-    }
-}
+pub use crate::json::{elision_marker, job_json, run_json, status_json, target_json, time};
+use crate::wire::admin::{AdminFailure, AdminResponse};
+use crate::wire::records::RunRecord;
 
 fn text(v: &Value) -> String {
     match v {
@@ -30,60 +19,8 @@ fn text(v: &Value) -> String {
     }
 }
 
-pub fn target_json(t: &TargetRecord) -> Value {
-    json!({
-        "machine": t.machine,
-        "state": t.state.as_str(),
-        "reason": t.reason.map(|r| r.as_str()),
-        "exit_code": t.exit_code,
-        "started": time(t.started),
-        "ended": time(t.ended),
-    })
-}
-
-pub fn run_json(r: &RunRecord) -> Value {
-    json!({
-        "id": r.id,
-        "job": r.job,
-        "slot": time(r.slot),
-        "trigger": r.trigger.as_str(),
-        "state": r.state.as_str(),
-        "reason": r.reason,
-        "started": time(r.started),
-        "ended": time(r.ended),
-        "targets": r.targets.iter().map(target_json).collect::<Vec<_>>(),
-    })
-}
-
-pub fn job_json(j: &JobInfo) -> Value {
-    json!({
-        "name": j.name,
-        "group": j.group,
-        "next_run": time(j.next_run),
-        "last_run": time(j.last_run),
-        "last_result": j.last_result.map(|s| s.as_str()),
-        "enabled": j.enabled,
-        "error": j.error,
-    })
-}
-
-pub fn status_json(s: &StatusInfo) -> Value {
-    json!({
-        "version": s.version,
-        "started_at": time(Some(s.started_at)),
-        "uptime_s": s.uptime_s,
-        "processes": s.processes.iter().map(|p| json!({"role": p.role, "pid": p.pid})).collect::<Vec<_>>(),
-        "jobs": s.jobs,
-        "running_runs": s.running_runs,
-        "config_errors": s.config_errors,
-        "wrapper_port": s.wrapper_port,
-        "db_error": s.db_error,
-        "api_port": s.api_port,
-    })
-}
-
-fn print_json(v: &Value) {
-    println!(
+pub(crate) fn print_json(v: &Value) {
+    outln!(
         "{}",
         serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
     );
@@ -96,7 +33,7 @@ pub fn run(r: &RunRecord, json: bool) {
         return;
     }
     let style = Style::stdout();
-    println!(
+    outln!(
         "run {}  job {}  {}  {}{}",
         r.id,
         style.paint(&r.job, Some(Color::Bold)),
@@ -107,7 +44,7 @@ pub fn run(r: &RunRecord, json: bool) {
             .map(|x| format!(" ({x})"))
             .unwrap_or_default()
     );
-    println!(
+    outln!(
         "  slot {}  started {}  ended {}",
         text(&time(r.slot)),
         text(&time(r.started)),
@@ -130,14 +67,14 @@ pub fn run(r: &RunRecord, json: bool) {
             (outcome, color),
         ]);
     }
-    print!("{}", t.render(style, "  "));
+    out!("{}", t.render(style, "  "));
 }
 
 pub fn started(run: u64, json: bool) -> CtlResult {
     if json {
         print_json(&json!({ "run": run }));
     } else {
-        println!("started run {run}");
+        outln!("started run {run}");
     }
     Ok(EXIT_OK)
 }
@@ -148,16 +85,16 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
             if json {
                 print_json(&status_json(&s));
             } else {
-                println!("saltpeter {}  up {}s", s.version, s.uptime_s);
+                outln!("saltpeter {}  up {}s", s.version, s.uptime_s);
                 for p in &s.processes {
-                    println!("  {:<12} pid {}", p.role, p.pid);
+                    outln!("  {:<12} pid {}", p.role, p.pid);
                 }
-                println!("  {} jobs, {} runs in flight", s.jobs, s.running_runs);
+                outln!("  {} jobs, {} runs in flight", s.jobs, s.running_runs);
                 for e in &s.config_errors {
-                    println!("  config error: {e}");
+                    outln!("  config error: {e}");
                 }
                 if let Some(e) = &s.db_error {
-                    println!("  DATABASE CANNOT STORE: {e}");
+                    outln!("  DATABASE CANNOT STORE: {e}");
                 }
             }
         }
@@ -165,9 +102,12 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
             if json {
                 print_json(&Value::Array(jobs.iter().map(job_json).collect()));
             } else {
-                println!(
+                outln!(
                     "{:<24} {:<12} {:<26} {:<10} STATUS",
-                    "JOB", "GROUP", "NEXT RUN", "LAST"
+                    "JOB",
+                    "GROUP",
+                    "NEXT RUN",
+                    "LAST"
                 );
                 for j in &jobs {
                     let status = match (&j.error, j.enabled) {
@@ -175,7 +115,7 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
                         (None, false) => "disabled".into(),
                         (None, true) => "enabled".into(),
                     };
-                    println!(
+                    outln!(
                         "{:<24} {:<12} {:<26} {:<10} {}",
                         j.name,
                         j.group,
@@ -214,14 +154,14 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
                 .and_then(|_| out.write_all(&data[at..]))
                 .and_then(|_| out.flush());
             if let Err(e) = written {
-                return Err((EXIT_FAILED, format!("could not write the output: {e}")));
+                return Err(super::out::write_failed(e));
             }
         }
         AdminResponse::Done(message) => {
             if json {
                 print_json(&json!({ "ok": true, "message": message }));
             } else {
-                println!("{message}");
+                outln!("{message}");
             }
         }
         AdminResponse::Progress(line) => eprintln!("{line}"),
@@ -231,14 +171,14 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
                 print_json(&Value::Array(texts));
             } else {
                 for t in &texts {
-                    println!("{}", text(t));
+                    outln!("{}", text(t));
                 }
             }
         }
         AdminResponse::Maintenance(info) => {
             print_json(&super::maintenance::info_json(&info));
         }
-        AdminResponse::Metrics(text) => print!("{text}"),
+        AdminResponse::Metrics(text) => out!("{text}"),
         AdminResponse::Job(_) | AdminResponse::UiOutputSlice(_) | AdminResponse::LiveOutput(_) => {
             return Err((
                 EXIT_FAILED,
@@ -256,7 +196,7 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
             if json {
                 print_json(&json!({ "answer": format!("{other:?}") }));
             } else {
-                println!("{other:?}");
+                outln!("{other:?}");
             }
         }
     }
@@ -283,9 +223,9 @@ pub fn config_check(dir: &Path, json: bool) -> CtlResult {
         }));
     } else {
         for d in &loaded.diagnostics {
-            println!("{}: {d}", d.severity);
+            outln!("{}: {d}", d.severity);
         }
-        println!(
+        outln!(
             "{}: {} jobs ({} valid), {} errors, {} warnings",
             dir.display(),
             loaded.jobs.len(),

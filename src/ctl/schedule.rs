@@ -134,13 +134,13 @@ pub fn next(socket: Option<PathBuf>, args: NextArgs, json: bool) -> CtlResult {
 fn print(times: &[DateTime<Utc>], json: bool) {
     let texts: Vec<String> = times.iter().map(|t| rfc3339(*t)).collect();
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&texts).unwrap_or_else(|_| "[]".to_string())
         );
     } else {
         for t in texts {
-            println!("{t}");
+            outln!("{t}");
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::wire::admin::{
 use crate::wire::records::{Millis, RunRecord, TargetState};
 
 fn print_json(v: &Value) {
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
     );
@@ -79,7 +79,7 @@ fn state_color(s: JobState) -> Option<Color> {
     match s {
         JobState::Running => Some(Color::Blue),
         JobState::Idle => None,
-        JobState::Disabled => Some(Color::Dim),
+        JobState::Disabled | JobState::Paused => Some(Color::Dim),
         JobState::Invalid | JobState::Failing => Some(Color::Red),
     }
 }
@@ -121,10 +121,10 @@ pub fn jobs(
             ),
         ]);
     }
-    print!("{}", t.render(style, ""));
+    out!("{}", t.render(style, ""));
     for j in jobs.iter().filter(|j| j.info.error.is_some()) {
         let e = j.info.error.as_deref().unwrap_or_default();
-        println!(
+        outln!(
             "{}",
             style.paint(&format!("{}: {e}", j.info.name), Some(Color::Red))
         );
@@ -154,14 +154,14 @@ pub fn show(client: &mut Client, job: String, json: bool) -> CtlResult {
     }
     let style = Style::stdout();
     let s = &d.summary;
-    println!(
+    outln!(
         "{}  ({})  {}",
         style.paint(&s.info.name, Some(Color::Bold)),
         s.info.group,
         style.paint(s.state.as_str(), state_color(s.state))
     );
     for e in &d.errors {
-        println!(
+        outln!(
             "  {}",
             style.paint(&format!("error: {e}"), Some(Color::Red))
         );
@@ -188,18 +188,18 @@ pub fn show(client: &mut Client, job: String, json: bool) -> CtlResult {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            println!("  {k:<22} {text}");
+            outln!("  {k:<22} {text}");
         }
     }
-    println!("\n{}", style.paint("Next runs", Some(Color::Bold)));
+    outln!("\n{}", style.paint("Next runs", Some(Color::Bold)));
     if d.next_runs.is_empty() {
-        println!("  -");
+        outln!("  -");
     }
     for t in &d.next_runs {
-        println!("  {}", when(Some(*t)));
+        outln!("  {}", when(Some(*t)));
     }
-    println!("\n{}", style.paint("Last runs", Some(Color::Bold)));
-    print!("{}", runs_table(&d.last_runs, style, "  "));
+    outln!("\n{}", style.paint("Last runs", Some(Color::Bold)));
+    out!("{}", runs_table(&d.last_runs, style, "  "));
     Ok(EXIT_OK)
 }
 
@@ -238,7 +238,7 @@ pub fn runs(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
     if json {
         print_json(&Value::Array(runs.iter().map(run_json).collect()));
     } else {
-        print!("{}", runs_table(&runs, Style::stdout(), ""));
+        out!("{}", runs_table(&runs, Style::stdout(), ""));
     }
     Ok(EXIT_OK)
 }
@@ -291,7 +291,7 @@ pub fn events(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
             cell(&e.message),
         ]);
     }
-    print!("{}", t.render(Style::stdout(), ""));
+    out!("{}", t.render(Style::stdout(), ""));
     Ok(EXIT_OK)
 }
 
@@ -349,7 +349,7 @@ pub fn output(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
                 slice.omitted_bytes,
                 slice.omitted_at,
             )
-            .map_err(|e| (EXIT_FAILED, format!("could not write the output: {e}")))?;
+            .map_err(super::out::write_failed)?;
         }
         let at_end = slice.next_from >= slice.total_bytes;
         if first.is_none() {

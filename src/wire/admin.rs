@@ -129,6 +129,12 @@ pub enum AdminRequest {
     /// Notifications and exports queued, delivered or given up, newest first (answered
     /// with `Deliveries`).
     Deliveries(crate::wire::notify::DeliveryFilter),
+    /// The next `count` openings of the maintenance windows (answered with `Windows`).
+    MaintenanceWindows {
+        count: u32,
+    },
+    /// Show, pause, resume or skip jobs (answered with `JobControl`).
+    JobControl(JobControl),
 }
 
 impl AdminRequest {
@@ -153,7 +159,7 @@ impl AdminRequest {
                 | AdminRequest::KillJob { .. }
                 | AdminRequest::Reload
                 | AdminRequest::DeployWrapper { .. }
-        )
+        ) || matches!(self, AdminRequest::JobControl(c) if *c != JobControl::Show)
     }
 }
 
@@ -178,6 +184,8 @@ pub enum JobState {
     Invalid,
     /// The last run did not succeed.
     Failing,
+    /// Paused with `saltpeterctl pause`: its slots are recorded as skipped.
+    Paused,
 }
 
 impl JobState {
@@ -188,6 +196,7 @@ impl JobState {
             JobState::Disabled => "disabled",
             JobState::Invalid => "invalid",
             JobState::Failing => "failing",
+            JobState::Paused => "paused",
         }
     }
 }
@@ -323,6 +332,8 @@ pub struct JobInfo {
     pub last_result: Option<RunState>,
     pub enabled: bool,
     pub error: Option<String>,
+    /// Why the job is paused (`saltpeterctl pause`), while it is.
+    pub paused: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -384,6 +395,10 @@ pub enum AdminResponse {
     Maintenance(MaintenanceInfo),
     /// Answer to `Deliveries`.
     Deliveries(Vec<crate::wire::notify::DeliveryRecord>),
+    /// Answer to `MaintenanceWindows`: openings in order of start.
+    Windows(Vec<WindowOccurrence>),
+    /// Answer to `JobControl`: the paused and skipping jobs after the change.
+    JobControl(JobControlInfo),
 }
 
 impl AdminResponse {
@@ -414,5 +429,112 @@ impl std::fmt::Display for AdminFailure {
                 f.write_str(m)
             }
         }
+    }
+}
+
+/// `saltpeterctl pause|resume|skip`: what to change in a job's run-time control.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobControl {
+    /// The paused and skipping jobs.
+    Show,
+    /// No slot of `job` runs (each is recorded as skipped) until `resume`, or until
+    /// `until` has passed.
+    Pause {
+        job: String,
+        until: Option<Millis>,
+    },
+    Resume {
+        job: String,
+    },
+    /// The next `next` slots of `job` are recorded as skipped instead of running.
+    Skip {
+        job: String,
+        next: u32,
+    },
+}
+
+/// One job's run-time control.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobControlEntry {
+    pub job: String,
+    pub paused: bool,
+    /// Who paused it (admin socket uid; `None`: over the HTTP API).
+    pub paused_by: Option<u32>,
+    pub paused_at: Option<Millis>,
+    /// The pause ends by itself at this instant.
+    pub until: Option<Millis>,
+    /// Slots still to skip.
+    pub skip_next: u32,
+}
+
+/// The answer to `JobControl`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobControlInfo {
+    pub jobs: Vec<JobControlEntry>,
+    /// What the change did.
+    pub note: Option<String>,
+}
+
+impl JobControlInfo {
+    /// The JSON shape `saltpeterctl --json` and the HTTP API print.
+    pub fn to_json(&self) -> serde_json::Value {
+        let ms = |t: Option<Millis>| {
+            t.and_then(chrono::DateTime::from_timestamp_millis)
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        };
+        serde_json::json!({
+            "jobs": self.jobs.iter().map(|e| serde_json::json!({
+                "job": e.job,
+                "paused": e.paused,
+                "paused_by": e.paused_by,
+                "paused_at": ms(e.paused_at),
+                "until": ms(e.until),
+                "skip_next": e.skip_next,
+            })).collect::<Vec<_>>(),
+            "note": self.note,
+        })
+    }
+}
+
+/// One opening of a maintenance window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowOccurrence {
+    pub name: String,
+    pub start: Millis,
+    pub end: Millis,
+    /// Open now.
+    pub open: bool,
+    /// `skip` or `defer`.
+    pub policy: String,
+    /// Machine globs; empty: the whole fleet.
+    pub machines: Vec<String>,
+    /// Job groups; empty: every job.
+    pub groups: Vec<String>,
+    pub timezone: String,
+}
+
+impl WindowOccurrence {
+    /// The JSON shape `saltpeterctl --json` and the HTTP API print.
+    pub fn to_json(list: &[WindowOccurrence]) -> serde_json::Value {
+        let t = |ms: Millis| {
+            chrono::DateTime::from_timestamp_millis(ms)
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        };
+        serde_json::Value::Array(
+            list.iter()
+                .map(|w| {
+                    serde_json::json!({
+                        "name": w.name,
+                        "start": t(w.start),
+                        "end": t(w.end),
+                        "open": w.open,
+                        "policy": w.policy,
+                        "machines": w.machines,
+                        "groups": w.groups,
+                        "timezone": w.timezone,
+                    })
+                })
+                .collect(),
+        )
     }
 }

@@ -95,7 +95,7 @@ pub enum HubRequest {
         calls: Vec<u64>,
     },
     /// `/ws` clients subscribed to `job` (or the last one left): main pushes its details
-    /// and live output while watched (cast).
+    /// while watched (cast).
     UiWatch {
         job: String,
         watch: bool,
@@ -124,6 +124,8 @@ pub enum WrapperVerdict {
         resume_key: Redacted,
         acked_seq: u64,
         wait_for_go: bool,
+        /// `welcome.slot_in_ms`: time to the slot of a pre-staged run.
+        slot_in_ms: Option<u64>,
     },
     Reject {
         code: RejectCode,
@@ -174,25 +176,13 @@ pub enum MainToHub {
     /// A streamed answer of a long admin call (`AdminResponse::is_stream`), before its
     /// final reply.
     AdminStream { call: u64, resp: AdminResponse },
-    /// `/ws`: the `config` message's `config` object (JSON), on start and on change.
-    UiConfig { json: String },
-    /// `/ws`: the `status` message (JSON), when runs start or end.
-    UiStatus { json: String },
-    /// `/ws`: the `details` message's `data` of a watched job (JSON), and the targets
-    /// whose output it covers.
-    UiDetails {
-        job: String,
-        json: String,
-        live: Vec<super::ui::LiveTarget>,
-    },
-    /// `/ws`: new output of a target of a watched job (each frame once, in order).
-    UiOutput {
-        job: String,
-        run: RunId,
-        machine: String,
-        seq: u64,
-        data: Vec<u8>,
-    },
+    /// `/ws`: the configuration as the UI is shown it, on start and on every (re)load.
+    UiConfig(super::ui::ConfigView),
+    /// `/ws`: runs in flight and each job's last result, when they change.
+    UiStatus(super::ui::StatusView),
+    /// `/ws`: the current (or last) run of a watched job, when it changes. The hub keeps
+    /// the live output of its targets from the wrapper frames it relays.
+    UiDetails(super::ui::DetailsView),
 }
 
 /// Hub -> main replies (hub answers no calls of main's today).

@@ -112,6 +112,7 @@ str_enum!(
         Schedule => "schedule",
         Manual => "manual",
         Catchup => "catchup",
+        Chain => "chain",
     }
 );
 

@@ -94,6 +94,12 @@ pub enum ServerMsg {
         resume_key: String,
         acked_seq: u64,
         wait_for_go: bool,
+        /// With `wait_for_go`: milliseconds from this welcome to the run's slot (0 once
+        /// it has passed). Relative, so the two clocks need not agree; the wrapper gives
+        /// up waiting for a lost server at the slot plus its grace. Absent from older
+        /// servers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slot_in_ms: Option<u64>,
     },
     Go {},
     Cancel {
@@ -232,6 +238,14 @@ mod tests {
         assert_eq!(m, WrapperMsg::Heartbeat { at: 5 });
         let s = serde_json::to_string(&ServerMsg::Go {}).unwrap();
         assert_eq!(s, r#"{"type":"go"}"#);
+        // A welcome from a server older than `slot_in_ms` still decodes.
+        let old = r#"{"type":"welcome","job":{"name":"j","command":"true","user":null,
+            "cwd":null,"env":{},"timeout_s":0,"kill_grace_s":1,"heartbeat_s":1,
+            "overlap_lock":false},"resume_key":"k","acked_seq":0,"wait_for_go":true}"#;
+        match serde_json::from_str::<ServerMsg>(old).unwrap() {
+            ServerMsg::Welcome { slot_in_ms, .. } => assert_eq!(slot_in_ms, None),
+            other => panic!("decoded as {other:?}"),
+        }
         assert!(serde_json::from_str::<WrapperMsg>(r#"{"type":"nope"}"#).is_err());
     }
 }

@@ -8,7 +8,9 @@
 //! 3. `session`: one thread, one mio loop: the hub link (`link`), the running command
 //!    (`running`, started by `command`), SIGCHLD/SIGTERM, and timers (heartbeat, kill grace, timeout,
 //!    reconnect backoff, give-up). Output goes through `outbuf` (seq numbers, ack
-//!    bookkeeping, memory cap, then `spool` file, then counted loss).
+//!    bookkeeping, memory cap, then `spool` file, then counted loss). `patience` decides
+//!    how long to wait for a lost server: a wrapper that has not started its command
+//!    gives up at its slot plus a grace; one whose command runs spools and retries.
 //! 4. `files`: private directories and the per-host `flock` overlap lock.
 //!
 //! The wrapper exits 0 once the hub has answered `done` to its `exited`; the exit codes
@@ -19,6 +21,7 @@ mod daemon;
 mod files;
 mod link;
 mod outbuf;
+mod patience;
 mod running;
 mod session;
 mod settings;
@@ -32,8 +35,12 @@ use clap::Parser;
 
 pub use files::{lock_dir, lock_file_name, spool_dir};
 pub use outbuf::Limits;
+pub use patience::MAX_STAGE_GRACE;
 pub use session::run;
-pub use settings::{DEFAULT_GIVE_UP, HubUrl, Options, Settings, parse_hub_url, settings_from_env};
+pub use settings::{
+    DEFAULT_GIVE_UP, ENV_STAGE_GRACE, HubUrl, Options, Settings, parse_hub_url, settings_from_env,
+    stage_grace,
+};
 
 use crate::wire::wrapper::{ENV_TOKEN, RejectCode};
 
@@ -60,13 +67,23 @@ pub enum WrapperError {
     Rejected { code: RejectCode, message: String },
     #[error("no contact with the hub for {0:?}; gave up (the command was killed)")]
     GaveUp(Duration),
+    #[error(
+        "gave up before starting the command of run {run}: no server has known the run \
+         for {waited_s} s and its slot plus the grace has passed (last: {why}); nothing was run"
+    )]
+    NotStarted {
+        run: u64,
+        waited_s: u64,
+        why: String,
+    },
     #[error("stopped by signal {0} before the run finished")]
     Terminated(i32),
 }
 
 impl WrapperError {
     /// Process exit code: 1 bad start-up (environment, log file, daemonize), 2 rejected
-    /// by the hub, 3 gave up on the hub, 4 stopped by a signal, 5 other local failure.
+    /// by the hub, 3 gave up on the hub (with the command killed, or before starting
+    /// it), 4 stopped by a signal, 5 other local failure.
     pub fn exit_code(&self) -> u8 {
         match self {
             WrapperError::MissingEnv(_)
@@ -74,7 +91,7 @@ impl WrapperError {
             | WrapperError::LogFile { .. }
             | WrapperError::Daemonize { .. } => 1,
             WrapperError::Rejected { .. } => 2,
-            WrapperError::GaveUp(_) => 3,
+            WrapperError::GaveUp(_) | WrapperError::NotStarted { .. } => 3,
             WrapperError::Terminated(_) => 4,
             _ => 5,
         }
@@ -98,6 +115,11 @@ pub struct Args {
     /// Give up after this many seconds without any contact with the hub.
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_GIVE_UP.as_secs())]
     pub give_up: u64,
+    /// A wrapper that has not started its command gives up this many seconds past its
+    /// slot with no server that knows its run (1 to 120; default from SP_STAGE_GRACE_S,
+    /// else 120).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=120))]
+    pub stage_grace: Option<u64>,
 }
 
 /// The whole program: parse, validate, maybe daemonize, run; prints one line on error.
@@ -108,6 +130,13 @@ pub fn main() -> ExitCode {
         Duration::from_secs(args.give_up.max(1)),
     ) {
         Ok(s) => s,
+        Err(e) => {
+            eprintln!("saltpeter-wrapper: {e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    let stage_grace = match stage_grace(args.stage_grace, std::env::var(ENV_STAGE_GRACE).ok()) {
+        Ok(grace) => grace,
         Err(e) => {
             eprintln!("saltpeter-wrapper: {e}");
             return ExitCode::from(e.exit_code());
@@ -135,7 +164,11 @@ pub fn main() -> ExitCode {
         settings.machine,
         settings.hub.url
     );
-    match run(settings, Options::default()) {
+    let opts = Options {
+        stage_grace,
+        ..Options::default()
+    };
+    match run(settings, opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e}");

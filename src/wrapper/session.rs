@@ -5,6 +5,9 @@
 //! `done`). Independently the hub link goes down and up: after each loss a reconnect is
 //! scheduled with backoff, `hello` presents the `resume_key`, and the `welcome`'s
 //! `acked_seq` rewinds the output buffer so exactly the missing frames are resent.
+//! Without a server that knows the run, `patience` bounds the wait: a wrapper that has
+//! not started its command gives up at its slot plus the stage grace; one whose command
+//! runs keeps retrying up to `give_up`. Server messages are handled in `server_msgs`.
 //!
 //! Every iteration: poll (timeout = the nearest deadline), note readiness, read the
 //! pipes (bounded per iteration so the hub socket is never starved), handle hub
@@ -21,16 +24,17 @@ use mio::{Events, Interest, Poll, Token};
 use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
 use signal_hook_mio::v1_0::Signals;
 
+mod server_msgs;
+
 use super::WrapperError;
 use super::files;
 use super::link::{Link, LinkEvent};
 use super::outbuf::{OutputBuffer, SpoolFactory};
+use super::patience::Patience;
 use super::running::{Ended, RunFacts, Running, StartFailure};
 use super::settings::{Backoff, Options, Settings};
 use super::spool::Spool;
-use crate::wire::wrapper::{
-    ExitReason, JobSpec, KillReason, PROTOCOL_VERSION, ServerMsg, Stream, WrapperMsg,
-};
+use crate::wire::wrapper::{ExitReason, JobSpec, PROTOCOL_VERSION, ServerMsg, Stream, WrapperMsg};
 
 const WS: Token = Token(0);
 const STDOUT: Token = Token(1);
@@ -78,6 +82,8 @@ struct Session {
     ctrl: VecDeque<WrapperMsg>,
     heartbeat_at: Option<Instant>,
     exited_sent_at: Option<Instant>,
+    /// How long to wait for a lost server (`patience`).
+    patience: Patience,
     abandon: Option<WrapperError>,
     outcome: Option<Result<(), WrapperError>>,
     read_buf: Vec<u8>,
@@ -131,6 +137,7 @@ impl Session {
             ctrl: VecDeque::new(),
             heartbeat_at: None,
             exited_sent_at: None,
+            patience: Patience::new(now, opts.stage_grace),
             abandon: None,
             outcome: None,
             read_buf: vec![0; opts.limits.frame_max.max(4096)],
@@ -188,6 +195,11 @@ impl Session {
         }
     }
 
+    /// While welcomed on an open link: when that server was last heard.
+    fn served(&self) -> Option<Instant> {
+        (self.welcomed && self.link.is_open()).then_some(self.link.last_rx)
+    }
+
     fn heartbeat_interval(&self) -> Duration {
         self.job.as_ref().map_or(DEFAULT_HEARTBEAT, |j| {
             Duration::from_secs(j.heartbeat_s.max(1))
@@ -205,9 +217,12 @@ impl Session {
             self.reconnect_at,
             self.hello_deadline,
             self.link.setup_deadline(),
-            Some(self.link.last_rx + self.settings.give_up),
+            Some(self.patience.last_known(self.served()) + self.settings.give_up),
             self.exited_sent_at.map(|t| t + EXITED_RESEND),
         ];
+        if self.started.is_none() && self.served().is_none() {
+            next.push(Some(self.patience.start_deadline()));
+        }
         if self.link.is_open() {
             next.push(Some(self.link.last_rx + self.liveness_limit()));
         }
@@ -287,6 +302,11 @@ impl Session {
     fn link_down(&mut self, now: Instant, reason: &str) {
         let (mem, spooled) = self.out.buffered_bytes();
         log::warn!("{reason} ({mem} bytes buffered in memory, {spooled} spooled)");
+        if self.welcomed {
+            self.patience.lost(self.link.last_rx, reason);
+        } else {
+            self.patience.trouble(reason);
+        }
         self.link.close();
         self.welcomed = false;
         self.hello_deadline = None;
@@ -320,108 +340,6 @@ impl Session {
         self.next_addr += 1;
         if let Err(reason) = self.link.connect(self.poll.registry(), addr, now) {
             self.link_down(now, &reason);
-        }
-    }
-
-    fn on_message(&mut self, now: Instant, msg: ServerMsg) {
-        match msg {
-            ServerMsg::Welcome {
-                job,
-                resume_key,
-                acked_seq,
-                wait_for_go,
-            } => self.on_welcome(now, job, resume_key, acked_seq, wait_for_go),
-            ServerMsg::Reject { code, message } => {
-                if code.is_transient() {
-                    self.link_down(now, &format!("hub asks to retry later: {message}"));
-                } else {
-                    log::error!("rejected by the hub ({code:?}): {message}");
-                    self.give_up(now, WrapperError::Rejected { code, message });
-                }
-            }
-            ServerMsg::Kill { .. } | ServerMsg::Cancel { .. } if !self.welcomed => {
-                log::info!("{msg:?} before the welcome: acted on once welcomed");
-                self.early_stop = Some(msg);
-            }
-            _ if !self.welcomed => log::warn!("ignoring {msg:?} before welcome"),
-            ServerMsg::Ack { seq } => self.out.ack(seq),
-            ServerMsg::Go {} => {
-                if matches!(self.phase, Phase::AwaitGo) {
-                    self.begin_start(now);
-                }
-            }
-            ServerMsg::Cancel { reason } => {
-                log::info!("canceled by the hub: {reason}");
-                match &self.phase {
-                    Phase::AwaitGo | Phase::Splay(_) => {
-                        self.finish(now, None, None, ExitReason::Canceled)
-                    }
-                    Phase::Running(_) => {
-                        let grace = self.kill_grace();
-                        self.begin_kill(now, ExitReason::Killed, grace, "canceled by the hub");
-                    }
-                    _ => {}
-                }
-            }
-            ServerMsg::Kill { reason, grace_s } => {
-                let why = match reason {
-                    KillReason::Timeout => ExitReason::Timeout,
-                    KillReason::User | KillReason::Maintenance => ExitReason::Killed,
-                };
-                match &self.phase {
-                    Phase::AwaitGo | Phase::Splay(_) => self.finish(now, None, None, why),
-                    Phase::Running(_) => {
-                        self.begin_kill(now, why, grace_s, &format!("kill ({reason:?})"))
-                    }
-                    _ => {}
-                }
-            }
-            ServerMsg::Done {} => {
-                if matches!(self.phase, Phase::Finished(_)) && self.exited_sent_at.is_some() {
-                    log::info!("the hub recorded the exit; done");
-                    self.outcome = Some(Ok(()));
-                } else {
-                    log::warn!("ignoring done before exited was sent");
-                }
-            }
-        }
-    }
-
-    fn on_welcome(
-        &mut self,
-        now: Instant,
-        job: JobSpec,
-        resume_key: String,
-        acked_seq: u64,
-        wait_for_go: bool,
-    ) {
-        log::info!(
-            "welcome: job {:?}, hub holds output up to seq {acked_seq}",
-            job.name
-        );
-        self.welcomed = true;
-        self.hello_deadline = None;
-        self.resume_key = Some(resume_key);
-        self.token = None;
-        self.backoff.reset();
-        self.out.rewind(acked_seq);
-        self.ctrl.clear();
-        self.exited_sent_at = None;
-        if let Some(started) = &self.started {
-            // The hub may have missed it; it is a fact, so resending is harmless.
-            self.ctrl.push_back(started.clone());
-        }
-        if self.job.is_none() {
-            self.job = Some(job);
-            self.heartbeat_at = Some(now);
-            if wait_for_go {
-                self.phase = Phase::AwaitGo;
-            } else {
-                self.begin_start(now);
-            }
-        }
-        if let Some(stop) = self.early_stop.take() {
-            self.on_message(now, stop);
         }
     }
 
@@ -569,7 +487,21 @@ impl Session {
         if self.link.is_open() && self.link.last_rx + self.liveness_limit() <= now {
             self.link_down(now, "the hub went silent");
         }
-        if self.abandon.is_none() && self.link.last_rx + self.settings.give_up <= now {
+        if self.started.is_none()
+            && self.outcome.is_none()
+            && self.patience.start_abandoned(now, self.served().is_some())
+        {
+            log::info!("the slot plus the stage grace has passed with no server; giving up");
+            let err = WrapperError::NotStarted {
+                run: self.settings.run,
+                waited_s: self.patience.unknown_for(now).as_secs(),
+                why: self.patience.why().to_string(),
+            };
+            self.give_up(now, err);
+            return;
+        }
+        let known = self.patience.last_known(self.served());
+        if self.abandon.is_none() && known + self.settings.give_up <= now {
             let limit = self.settings.give_up;
             log::error!("no contact with the hub for {limit:?}; giving up");
             self.give_up(now, WrapperError::GaveUp(limit));

@@ -12,6 +12,7 @@ use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL, WRAPPER_PAT
 use super::WrapperError;
 use super::files;
 use super::outbuf::Limits;
+use super::patience::MAX_STAGE_GRACE;
 
 /// Where the hub listens, split so the loop can open the TCP connection itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +83,37 @@ pub fn settings_from_env(
         token,
         give_up,
     })
+}
+
+/// Environment variable that sets the stage grace when `--stage-grace` is not given
+/// (inherited from the daemon by local wrappers; tests use it to wait seconds, not
+/// minutes).
+pub const ENV_STAGE_GRACE: &str = "SP_STAGE_GRACE_S";
+
+/// The stage grace from `--stage-grace` or else `SP_STAGE_GRACE_S`: whole seconds from 1
+/// to 120 (the grace is at most two minutes), 120 when neither is given.
+pub fn stage_grace(flag: Option<u64>, env: Option<String>) -> Result<Duration, WrapperError> {
+    let max = MAX_STAGE_GRACE.as_secs();
+    let secs = match (flag, env) {
+        // clap has checked the flag's range already.
+        (Some(secs), _) => secs.clamp(1, max),
+        (None, Some(text)) => {
+            let bad = |reason: String| WrapperError::InvalidEnv {
+                var: ENV_STAGE_GRACE,
+                reason,
+            };
+            let secs = text
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| bad(format!("{text:?} is not a number of seconds")))?;
+            if !(1..=max).contains(&secs) {
+                return Err(bad(format!("{secs} s is outside 1 to {max} s")));
+            }
+            secs
+        }
+        (None, None) => max,
+    };
+    Ok(Duration::from_secs(secs))
 }
 
 /// Accepts `ws://host[:port][/path]`; with no path (or `/`) the wrapper path is appended.
@@ -203,6 +235,9 @@ pub struct Options {
     /// After the command exits, how long to keep reading pipes a background process
     /// still holds open.
     pub drain_grace: Duration,
+    /// How long past its slot a wrapper that has not started its command waits for a
+    /// lost server (`patience`; at most two minutes).
+    pub stage_grace: Duration,
 }
 
 impl Default for Options {
@@ -215,6 +250,7 @@ impl Default for Options {
             backoff_max: Duration::from_secs(30),
             hello_timeout: Duration::from_secs(30),
             drain_grace: Duration::from_secs(2),
+            stage_grace: MAX_STAGE_GRACE,
         }
     }
 }
@@ -297,6 +333,26 @@ mod tests {
         ]);
         let err = settings_from_env(bad_run, DEFAULT_GIVE_UP).unwrap_err();
         assert!(err.to_string().contains("SP_RUN"), "{err}");
+    }
+
+    #[test]
+    fn stage_grace_comes_from_the_flag_then_the_environment_within_two_minutes() {
+        assert_eq!(stage_grace(None, None).unwrap(), MAX_STAGE_GRACE);
+        assert_eq!(stage_grace(Some(5), Some("9".into())).unwrap().as_secs(), 5);
+        assert_eq!(stage_grace(None, Some(" 9 ".into())).unwrap().as_secs(), 9);
+        assert_eq!(stage_grace(Some(500), None).unwrap(), MAX_STAGE_GRACE);
+        let err = stage_grace(None, Some("x".into())).unwrap_err().to_string();
+        assert!(
+            err.contains("SP_STAGE_GRACE_S") && err.contains("\"x\""),
+            "{err}"
+        );
+        let err = stage_grace(None, Some("600".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("SP_STAGE_GRACE_S") && err.contains("120"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -9,6 +9,12 @@ use std::path::PathBuf;
 
 use crate::util::*;
 
+/// How long a test waits for scheduled salt runs to succeed: only a hang detector. Slots
+/// are seconds apart, and on a loaded 2-core machine running the whole suite each launch
+/// costs several seconds of salt CLI time, so early slots are skipped by the overlap rule
+/// while the pre-staging lead adapts.
+const SALT_SLOTS: std::time::Duration = std::time::Duration::from_secs(180);
+
 /// The shared testbed, or `None` when told to run without Salt.
 fn testbed() -> Option<(PathBuf, String, String)> {
     if std::env::var_os("SALTPETER_NO_SALT").is_some() {
@@ -197,7 +203,7 @@ fn two_jobs_in_the_same_second_do_not_wait_for_each_other() {
     );
     // The first slot both jobs ran (a slot may be skipped by the overlap rule when the
     // machine is slow).
-    let (left, right) = wait_until("both jobs run the same slot", HANG, || {
+    let (left, right) = wait_until("both jobs run the same slot", SALT_SLOTS, || {
         let done = |job: &str| -> Vec<serde_json::Value> {
             d.runs(job)
                 .into_iter()
@@ -311,7 +317,7 @@ fn scheduled_salt_runs_are_prestaged_and_start_at_their_slot() {
     );
     // Two pre-staged runs that went (a slot may be skipped under the overlap rule when
     // the machine is slow).
-    let runs = wait_until("two succeeded runs", HANG, || {
+    let runs = wait_until("two succeeded runs", SALT_SLOTS, || {
         let ok: Vec<serde_json::Value> = d
             .runs("stamp")
             .into_iter()

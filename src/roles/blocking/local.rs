@@ -4,7 +4,9 @@
 //! the daemon's process tree: under systemd in a transient unit of its own (`systemd-run`;
 //! the service's `KillMode=mixed` would otherwise kill it with the service), elsewhere as
 //! `saltpeter-wrapper --daemonize`, which double-forks into its own session and returns at
-//! once. The launch command's pipes are drained by the loop and its exit decides the
+//! once. Only root may create units in the system manager; the packaged service runs as
+//! the `saltpeter` user, so it asks that user's own manager (`systemd-run --user`, kept
+//! running by lingering, which the package enables), and daemonizes when there is none. The launch command's pipes are drained by the loop and its exit decides the
 //! target's launch outcome.
 
 use std::collections::HashMap;
@@ -44,6 +46,17 @@ fn under_systemd() -> bool {
     std::env::var_os("INVOCATION_ID").is_some() && Path::new("/run/systemd/system").exists()
 }
 
+/// How `systemd-run` reaches a manager: the system one as root, else this user's own
+/// (`XDG_RUNTIME_DIR` of the user's manager, when its bus exists); `None`: no manager.
+fn systemd_run_scope() -> Option<Option<String>> {
+    let uid = nix::unistd::geteuid();
+    if uid.is_root() {
+        return Some(None);
+    }
+    let dir = format!("/run/user/{uid}");
+    Path::new(&dir).join("bus").exists().then_some(Some(dir))
+}
+
 fn unit_name(target: &LaunchTarget) -> String {
     let run = target
         .env
@@ -61,8 +74,11 @@ fn unit_name(target: &LaunchTarget) -> String {
 
 fn command_for(wrapper: &str, target: &LaunchTarget, log_dir: &Path) -> Command {
     let log = log_dir.join(format!("{}.log", unit_name(target)));
-    if under_systemd() {
+    if let Some(scope) = under_systemd().then(systemd_run_scope).flatten() {
         let mut cmd = Command::new("systemd-run");
+        if let Some(runtime_dir) = scope {
+            cmd.arg("--user").env("XDG_RUNTIME_DIR", runtime_dir);
+        }
         cmd.args(["--quiet", "--collect", "--no-block", "--unit"])
             .arg(unit_name(target));
         for (k, v) in &target.env {

@@ -92,9 +92,7 @@ impl Hub {
             Waiting::Hello(conn) => wrappers::hello_failed(self, conn, &err),
             Waiting::Http(conn, _) => http::call_failed(self, conn, &err),
             Waiting::Ws(conn, expect) => http::ws_ui::call_failed(self, conn, expect, &err),
-            Waiting::LiveFetch(fid) => {
-                http::views::live_base(self, None, fid, Err(err.to_string()))
-            }
+            Waiting::LiveFetch(fid) => http::feed::live_base(self, None, fid, Err(err.to_string())),
         }
     }
 }
@@ -135,7 +133,7 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
                         http::ws_ui::answer(hub, ctx, conn, expect, resp)
                     }
                     (Waiting::LiveFetch(fid), Ok(HubReply::Admin(resp))) => {
-                        http::views::live_base(hub, Some(ctx), fid, Ok(resp))
+                        http::feed::live_base(hub, Some(ctx), fid, Ok(resp))
                     }
                     (waiting, Ok(other)) => {
                         log::error!("main answered {waiting:?} with {other:?}");
@@ -148,18 +146,9 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
                 MainToHub::CloseWrapper { conn } => wrappers::close(hub, ctx, conn),
                 MainToHub::AdminProgress { call, line } => admin::progress(hub, call, line),
                 MainToHub::AdminStream { call, resp } => admin::stream(hub, ctx, call, resp),
-                MainToHub::UiConfig { json } => http::views::on_config(hub, ctx, json),
-                MainToHub::UiStatus { json } => http::views::on_status(hub, ctx, json),
-                MainToHub::UiDetails { job, json, live } => {
-                    http::views::on_details(hub, ctx, job, json, live)
-                }
-                MainToHub::UiOutput {
-                    job,
-                    run,
-                    machine,
-                    seq,
-                    data,
-                } => http::views::on_output(hub, ctx, job, run, machine, seq, data),
+                MainToHub::UiConfig(view) => http::views::on_config(hub, ctx, view),
+                MainToHub::UiStatus(view) => http::views::on_status(hub, ctx, view),
+                MainToHub::UiDetails(view) => http::views::on_details(hub, ctx, view),
             },
             Packet::Call { id, .. } => log::warn!("main made call {id}, which hub does not serve"),
         }

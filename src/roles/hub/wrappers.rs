@@ -6,7 +6,8 @@
 //! main as typed requests, main's commands sent back. Frame and message sizes are bounded
 //! by tungstenite's limits, the write buffer too (a peer that does not read is dropped).
 //! Anything malformed is rejected with a reason and a log line; other connections are
-//! never affected.
+//! never affected. A bound connection knows its job, run and machine, so the output and
+//! heartbeats of watched jobs also feed the `/ws` live view on the way (`http::feed`).
 
 use std::collections::HashMap;
 use std::io;
@@ -28,6 +29,7 @@ use crate::ipc::CallError;
 use crate::roles::RoleError;
 use crate::wire::Redacted;
 use crate::wire::link::{ConnId, HubRequest, WrapperHello, WrapperVerdict};
+use crate::wire::records::RunId;
 use crate::wire::wrapper::{
     OutputFrame, PROTOCOL_VERSION, RejectCode, ServerMsg, WRAPPER_PATH, WrapperMsg,
 };
@@ -102,6 +104,9 @@ struct Conn {
     peer: SocketAddr,
     since: Instant,
     phase: Phase,
+    /// The (run, machine) of its hello, and the job once welcomed.
+    target: Option<(RunId, String)>,
+    job: Option<String>,
 }
 
 pub struct Wrappers {
@@ -204,6 +209,8 @@ impl Listener<Hub> for Acceptor {
                     peer,
                     since: Instant::now(),
                     phase: Phase::New,
+                    target: None,
+                    job: None,
                 },
             );
             arm_sweep(hub, ctx);
@@ -328,6 +335,7 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                 ) => {
                     if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
                         conn.phase = Phase::Vetting;
+                        conn.target = Some((run, machine.clone()));
                     }
                     hub.call_main(
                         HubRequest::WrapperHello(WrapperHello {
@@ -346,9 +354,11 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                     );
                 }
                 (Phase::Bound, Ok(WrapperMsg::Started { pid, .. })) => {
+                    tap_alive(hub, id);
                     hub.cast_main(HubRequest::WrapperStarted { conn: id, pid })
                 }
                 (Phase::Bound, Ok(WrapperMsg::Heartbeat { .. })) => {
+                    tap_alive(hub, id);
                     hub.cast_main(HubRequest::WrapperHeartbeat { conn: id })
                 }
                 (
@@ -378,12 +388,15 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
             }
         }
         Message::Binary(bytes) => match (phase, OutputFrame::decode(&bytes)) {
-            (Phase::Bound, Ok(frame)) => hub.cast_main(HubRequest::WrapperOutput {
-                conn: id,
-                seq: frame.seq,
-                stream: frame.stream,
-                data: frame.data,
-            }),
+            (Phase::Bound, Ok(frame)) => {
+                tap_output(hub, ctx, id, frame.seq, &frame.data);
+                hub.cast_main(HubRequest::WrapperOutput {
+                    conn: id,
+                    seq: frame.seq,
+                    stream: frame.stream,
+                    data: frame.data,
+                })
+            }
             (Phase::Bound, Err(e)) => reject(hub, ctx, id, RejectCode::BadMessage, &e.to_string()),
             (Phase::Closing, _) => {}
             _ => reject(
@@ -396,6 +409,32 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
         },
         // tungstenite answers pings itself; close frames end the read loop.
         Message::Ping(_) | Message::Pong(_) | Message::Close(_) | Message::Frame(_) => {}
+    }
+}
+
+/// The job, run and machine of a bound connection, when a `/ws` client watches the job
+/// (nothing is copied for a job nobody watches).
+fn bound_target(hub: &Hub, id: ConnId) -> Option<(String, RunId, String)> {
+    let conn = hub.wrappers.conns.get(&id)?;
+    let ((run, machine), job) = (conn.target.as_ref()?, conn.job.as_ref()?);
+    if !super::http::views::is_watched(hub, job) {
+        return None;
+    }
+    Some((job.clone(), *run, machine.clone()))
+}
+
+/// A watched job's wrapper spoke: its details show the time.
+fn tap_alive(hub: &mut Hub, id: ConnId) {
+    if let Some((job, run, machine)) = bound_target(hub, id) {
+        super::http::views::wrapper_alive(hub, &job, run, &machine);
+    }
+}
+
+/// An output frame of a watched job goes to its `/ws` subscribers too.
+fn tap_output(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, seq: u64, data: &[u8]) {
+    if let Some((job, run, machine)) = bound_target(hub, id) {
+        super::http::views::wrapper_alive(hub, &job, run, &machine);
+        super::http::feed::wrapper_output(hub, ctx, &job, run, &machine, seq, data);
     }
 }
 
@@ -444,9 +483,11 @@ pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVe
             resume_key,
             acked_seq,
             wait_for_go,
+            slot_in_ms,
         } => {
             if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
                 conn.phase = Phase::Bound;
+                conn.job = Some(job.name.clone());
             } else {
                 // Gone while main decided: main must forget the session again.
                 hub.cast_main(HubRequest::WrapperGone { conn: id });
@@ -461,6 +502,7 @@ pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVe
                     resume_key: resume_key.0,
                     acked_seq,
                     wait_for_go,
+                    slot_in_ms,
                 },
             );
         }

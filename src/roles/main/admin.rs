@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::run_flow::RunRequest;
+use super::run::RunRequest;
 use super::{DbWait, Main, MainRole, sessions};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
@@ -39,7 +39,9 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
     if core.recovering
         && matches!(
             req,
-            AdminRequest::RunNow { .. } | AdminRequest::Maintenance(_)
+            AdminRequest::RunNow { .. }
+                | AdminRequest::Maintenance(_)
+                | AdminRequest::JobControl(_)
         )
     {
         // They depend on the maintenance settings, still being loaded: answered once
@@ -136,6 +138,18 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
                             call,
                             AdminFailure::Invalid("the daemon is stopping".into()),
                         );
+                    } else if !j.enabled {
+                        // One rule for saltpeterctl, the API and /ws: `enabled: false`
+                        // switches the job off, run now included (docs/api.md).
+                        failure(
+                            core,
+                            call,
+                            AdminFailure::Invalid(format!(
+                                "job {job} is disabled (enabled: false in {}); enable it \
+                                 to run it",
+                                j.file.display()
+                            )),
+                        );
                     } else if core.global_maintenance() {
                         failure(
                             core,
@@ -220,6 +234,8 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
         }
         AdminRequest::Maintenance(change) => super::maintenance::change(core, call, change),
         AdminRequest::Deliveries(filter) => super::notify::list(core, call, filter),
+        AdminRequest::MaintenanceWindows { count } => super::windows::request(core, call, count),
+        AdminRequest::JobControl(change) => super::jobctl::request(core, call, change),
         other => super::api::handle(core, call, other),
     }
 }
@@ -258,9 +274,9 @@ fn next_firings(core: &Main, job: &str, from: Option<i64>, count: u32) -> AdminR
         },
     };
     let count = count.clamp(1, crate::schedule::MAX_UPCOMING) as usize;
+    let upcoming = j.schedule.upcoming(from, count);
     AdminResponse::NextFirings(
-        j.schedule
-            .upcoming(from, count)
+        super::jobctl::account(core, j, upcoming)
             .iter()
             .map(|t| t.timestamp_millis())
             .collect(),
@@ -330,6 +346,7 @@ pub(super) fn jobs(
                 ),
             };
             JobInfo {
+                paused: core.jobctl.paused_note(&name, chrono::Utc::now()),
                 next_run: core.scheduler.next_of(&name).map(|t| t.timestamp_millis()),
                 last_run: last_run.and_then(|r| r.slot.or(r.started)),
                 last_result: last_run.map(|r| r.state),

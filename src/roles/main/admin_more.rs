@@ -291,7 +291,7 @@ fn run_with(core: &mut Main, call: CallId, name: &str, targets: Vec<String>) {
         let msg = format!("job {name} is still running and its overlap is `forbid`");
         return failure(core, call, AdminFailure::Invalid(msg));
     }
-    core.queue_run(super::run_flow::RunRequest {
+    core.queue_run(super::run::RunRequest {
         job: Arc::new(job),
         slot: None,
         trigger: Trigger::Manual,
@@ -344,6 +344,9 @@ fn job_state(core: &Main, entry: &JobEntry, last: Option<RunState>) -> (JobState
         JobEntry::Invalid(_) => JobState::Invalid,
         JobEntry::Valid(_) if !running.is_empty() => JobState::Running,
         JobEntry::Valid(j) if !j.enabled => JobState::Disabled,
+        JobEntry::Valid(j) if core.jobctl.paused(&j.name, chrono::Utc::now()).is_some() => {
+            JobState::Paused
+        }
         JobEntry::Valid(_) if matches!(last, Some(RunState::Failed | RunState::Partial)) => {
             JobState::Failing
         }

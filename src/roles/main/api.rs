@@ -185,6 +185,12 @@ pub fn answer(core: &mut Main, call: CallId, wait: ApiWait, result: Result<DbRep
             next_from: out.next_from,
         }),
         (ApiWait::Live { upto_seq }, DbReply::Output(out)) => AdminResponse::LiveOutput(LiveBase {
+            // Only a read cut at its size left bytes before it.
+            skipped_bytes: match out.data.len() as u64 >= LIVE_BASE_BYTES {
+                true => (out.total_bytes.saturating_sub(out.omitted_bytes))
+                    .saturating_sub(out.data.len() as u64),
+                false => 0,
+            },
             data: out.data,
             omitted_bytes: out.omitted_bytes,
             omitted_at: out.omitted_at,
@@ -227,11 +233,10 @@ fn job_detail(
         }
         _ => Vec::new(),
     };
-    let config = ui::cron_json(entry);
     Some(JobDetail {
         info,
         next_runs,
-        config_json: config.to_string(),
+        config: ui::cron_view(entry),
         running: core
             .runs
             .values()

@@ -1,8 +1,9 @@
 //! Start-up: what main must know from db before it fires anything.
 //!
-//! 1. `start` asks db for the run-time maintenance settings (`meta`) and the newest
-//!    recorded slot of every job; `recovery::start` asks for the runs in flight.
-//! 2. Until all three answers are in, `Main::recovering` holds: no slot fires, no run
+//! 1. `start` asks db for the run-time maintenance settings and the job control state
+//!    (paused and skipping jobs, `jobctl.rs`), both in `meta`, and the newest recorded slot
+//!    of every job; `recovery::start` asks for the runs in flight.
+//! 2. Until all four answers are in, `Main::recovering` holds: no slot fires, no run
 //!    starts, no hello is vetted. A failed load is asked again (at most once a second).
 //!    Admin requests that depend on these (run now, maintenance) are parked meanwhile.
 //! 3. `finish_when_ready` (called from the loop's pump) then records or catches up the
@@ -15,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::run_flow;
+use super::run as run_flow;
 use super::scheduler::Due;
-use super::{DbWait, Main, MainRole, maintenance, missed};
+use super::{DbWait, Main, MainRole, jobctl, maintenance, missed};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
@@ -36,12 +37,14 @@ const DOWN: &str = "the daemon was not running at this slot";
 pub enum Load {
     Maintenance,
     LastSlots,
+    JobCtl,
 }
 
 /// What start-up has received so far.
 #[derive(Debug, Default)]
 pub struct Boot {
     maintenance_loaded: bool,
+    jobctl_loaded: bool,
     last_slots: Option<BTreeMap<String, Millis>>,
     in_flight_loaded: bool,
     /// Loads that failed, to ask again once `retry_at` has come.
@@ -70,12 +73,14 @@ pub fn start(core: &mut Main) {
     core.recovering = true;
     ask(core, Load::Maintenance);
     ask(core, Load::LastSlots);
+    ask(core, Load::JobCtl);
 }
 
 fn ask(core: &mut Main, load: Load) {
     let req = match load {
         Load::Maintenance => DbRequest::GetMeta(maintenance::META_KEY.to_string()),
         Load::LastSlots => DbRequest::LastSlots,
+        Load::JobCtl => DbRequest::GetMeta(jobctl::META_KEY.to_string()),
     };
     core.db_call(req, DbWait::Boot(load));
 }
@@ -89,6 +94,10 @@ pub fn answer(core: &mut Main, load: Load, result: Result<DbReply, CallError>) {
         }),
         Load::LastSlots => calls::LastSlots::take(result).map(|slots| {
             core.boot.last_slots = Some(slots);
+        }),
+        Load::JobCtl => calls::GetMeta::take(result).map(|value| {
+            jobctl::restore(core, value);
+            core.boot.jobctl_loaded = true;
         }),
     };
     match loaded {
@@ -118,7 +127,8 @@ pub fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         }
     }
     let boot = &core.boot;
-    if !(boot.maintenance_loaded && boot.in_flight_loaded && boot.last_slots.is_some()) {
+    let loaded = boot.maintenance_loaded && boot.jobctl_loaded && boot.in_flight_loaded;
+    if !(loaded && boot.last_slots.is_some()) {
         return;
     }
     core.boot.done = true;

@@ -187,6 +187,7 @@ pub fn effective(file: &Maintenance, runtime: &RuntimeMaintenance) -> Maintenanc
     Maintenance {
         global: file.global || runtime.global,
         machines: file.machines.union(&runtime.machines).cloned().collect(),
+        windows: file.windows.clone(),
     }
 }
 
@@ -242,6 +243,7 @@ mod tests {
         let file = Maintenance {
             global: false,
             machines: set(&["a", "b"]),
+            windows: Vec::new(),
         };
         let runtime = RuntimeMaintenance {
             global: true,

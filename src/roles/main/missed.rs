@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use chrono::{DateTime, Duration, Utc};
 
 use super::Main;
-use super::run_flow;
+use super::run as run_flow;
 use super::scheduler::Due;
 use crate::config::{Job, JobEntry, Missed};
 use crate::schedule::Schedule;

@@ -4,7 +4,7 @@
 //! 1. Start-up: load the configuration and the server secret, connect the links, plan the
 //!    schedule, say `Ready`.
 //! 2. The schedule timer fires at the earliest slot; each due slot becomes a run Workflow
-//!    (`run_flow`), or a recorded skip (overlap, missed).
+//!    (`run`), or a recorded skip (overlap, missed).
 //! 3. Wrapper sessions (`sessions`) arrive from the hub; main vets hellos, keeps the
 //!    liveness clock, forwards output to db and acks only what db committed.
 //! 4. Admin requests (`admin`) read and change the same state.
@@ -17,20 +17,20 @@ mod admin;
 mod admin_more;
 mod api;
 mod boot;
+mod chains;
 mod deploy;
 mod effects;
 mod history;
+mod jobctl;
 mod joblog;
 mod live;
 mod maintenance;
 mod metrics;
 mod missed;
 mod notify;
-mod prestage;
-mod recovery;
 mod reload;
 mod retry;
-mod run_flow;
+mod run;
 mod run_rules;
 #[cfg(test)]
 mod run_rules_tests;
@@ -40,9 +40,9 @@ mod sessions;
 mod target;
 #[cfg(test)]
 mod target_tests;
-mod targets;
 pub mod tokens;
 mod ui;
+mod windows;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -118,6 +118,8 @@ pub enum DbWait {
     Boot(boot::Load),
     /// Notifications (`notify`).
     Notify(notify::Wait),
+    /// The job control state is saved; with the admin call to answer (`jobctl`).
+    JobCtl(Option<CallId>, Option<String>),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -151,9 +153,9 @@ pub struct Main {
     /// New runs are not started once shutdown began.
     pub stopping: bool,
     /// Runs to start, queued by handlers that cannot reach the registry.
-    to_start: Vec<run_flow::RunRequest>,
+    to_start: Vec<run::RunRequest>,
     /// Workflows of recovered runs, to start.
-    to_recover: Vec<crate::workflow::Workflow<run_flow::RunEnv, Main>>,
+    to_recover: Vec<crate::workflow::Workflow<run::RunEnv, Main>>,
     /// Runs in flight are being loaded: no hello is vetted, no run started.
     pub recovering: bool,
     /// The recovery answer, handed to the loop (it needs the registry).
@@ -189,6 +191,10 @@ pub struct Main {
     reloads: reload::Reloads,
     /// Notifications decided, queued and in flight.
     notify: notify::Notifier,
+    /// Paused and skipping jobs, slots deferred by maintenance windows.
+    pub jobctl: jobctl::JobCtl,
+    /// Reasons of chained runs about to be recorded.
+    chains: chains::Chains,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -343,6 +349,7 @@ impl Main {
             DbWait::Api(call, wait) => api::answer(self, call, wait, result),
             DbWait::Boot(load) => boot::answer(self, load, result),
             DbWait::Notify(wait) => notify::db_answer(self, wait, result),
+            DbWait::JobCtl(call, note) => jobctl::saved(self, call, note, result),
         }
     }
 
@@ -516,7 +523,9 @@ fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         return; // armed when recovery is done
     }
     let core = &role.core;
-    let Some(at) = core.scheduler.earliest(&core.config.jobs, core.leads()) else {
+    let slot = core.scheduler.earliest(&core.config.jobs, core.leads());
+    // Deferred slots and pause ends wake the loop too (`jobctl`).
+    let Some(at) = slot.into_iter().chain(core.jobctl.next_wake()).min() else {
         return;
     };
     let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
@@ -530,6 +539,7 @@ fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let leads = core.leads();
     let due = core.scheduler.take_due(now, &core.config.jobs, 100, leads);
     missed::fire_due(core, due, now);
+    jobctl::tick(core, now);
     start_queued(role, ctx);
     arm_schedule(role, ctx);
 }
@@ -539,7 +549,7 @@ fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     reload::poll(role, ctx);
     notify::poll(&mut role.core);
     if let Some(reply) = role.core.recovery_reply.take() {
-        recovery::recovered(role, ctx, reply);
+        run::recovery::recovered(role, ctx, reply);
     }
     boot::finish_when_ready(role, ctx);
     start_queued(role, ctx);
@@ -609,7 +619,7 @@ fn start_queued_inner(role: &mut MainRole) {
             log::info!("not starting {}: shutting down", req.job.name);
             continue;
         }
-        let workflow = run_flow::workflow(req);
+        let workflow = run::workflow(req);
         role.workflows
             .start(workflow, &mut role.core, Instant::now());
     }
@@ -835,6 +845,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             boot: boot::Boot::default(),
             reloads: reload::Reloads::default(),
             notify: notify::Notifier::default(),
+            jobctl: jobctl::JobCtl::default(),
+            chains: chains::Chains::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,
@@ -842,7 +854,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         call_timer: None,
     };
     boot::start(&mut role.core);
-    recovery::start(&mut role.core);
+    run::recovery::start(&mut role.core);
     ui::start(&mut role.core);
     notify::start(&mut role.core);
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;

@@ -150,6 +150,8 @@ fn apply(
     ui::config_changed(core);
     core.scheduler.plan(core.config.valid_jobs(), now);
     super::arm_schedule(role, ctx);
+    // Connected `/ws` clients see the change now, not at the next event.
+    ui::flush(&mut role.core);
 }
 
 /// Reload when a file of the configuration directory changed (a cheap metadata scan; none

@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use super::effects::transition;
-use super::run_flow::RunEnv;
+use super::run::RunEnv;
 use super::target::Outcome;
 use super::{DbWait, Main};
 use crate::wire::db::DbRequest;

@@ -170,7 +170,7 @@ pub fn reconcile(
         DbWait::Write("a reopened run"),
     );
     reopen_target(core, run, &hello.machine);
-    super::recovery::restore(core, record, details);
+    super::run::recovery::restore(core, record, details);
     answer_hello(core, id, hello);
 }
 
@@ -211,6 +211,10 @@ fn vet_hello(
     };
     let job = active.job.clone();
     let wait_for_go = active.prestaged && !active.go_sent;
+    let slot_in_ms = active
+        .slot
+        .filter(|_| wait_for_go)
+        .map(|slot| u64::try_from(slot - chrono::Utc::now().timestamp_millis()).unwrap_or(0));
     let heartbeat_s = core.config.saltpeter.heartbeat_s;
     if !active.targets.contains_key(machine) {
         return reject(
@@ -262,6 +266,7 @@ fn vet_hello(
         resume_key: Redacted(key),
         acked_seq,
         wait_for_go,
+        slot_in_ms,
     }
 }
 

@@ -2,31 +2,32 @@
 //!
 //! Event-driven: the handlers that change a run mark its job (`run_changed`, called from
 //! `Main::wake_run`), and after every event the loop calls `flush`, which sends the hub
-//! what changed, in this order:
-//! 1. `config` (the jobs with `env` values redacted, maintenance, settings) when the
+//! typed views (`crate::wire::ui`) of what changed, in this order:
+//! 1. `ConfigView` (the jobs, `env` names only, maintenance, settings) when the
 //!    configuration was (re)loaded;
-//! 2. `status` (runs in flight, last result per job) when it differs from the last one;
-//! 3. `details` of each changed job that a `/ws` client watches (hub's `UiWatch`);
-//! 4. new output of watched jobs' targets, each frame once (resends skipped by seq).
+//! 2. `StatusView` (runs in flight, last result per job) when it differs from the last one;
+//! 3. `DetailsView` of each changed job that a `/ws` client watches (hub's `UiWatch`).
 //!
-//! Details come before output so that the hub learns of a new run before its output.
-//! Main keeps the last finished run of each job in memory (loaded from db at start), so
-//! nothing here waits for db.
+//! The hub renders the JSON, re-sends it every 2 s while clients are connected, and keeps
+//! the live output of watched targets from the wrapper frames it relays itself; main only
+//! remembers the last output seq it passed to db per target, which is where the hub's
+//! read of the stored output (`LiveOutput`) ends. Main keeps the last finished run of each
+//! job in memory (loaded from db at start), so nothing here waits for db.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde_json::{Value, json};
-
 use super::runs::ActiveRun;
 use super::{DbWait, Main};
-use crate::ctl::render::time as iso;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
-use crate::wire::records::{Millis, RunId, RunRecord, RunState, TargetRecord, TargetState};
-use crate::wire::ui::{LiveTarget, instance};
+use crate::wire::records::{Millis, RunId, RunRecord, RunState, TargetRecord};
+use crate::wire::ui::{
+    ConfigView, CronEntryView, CronView, DetailsView, LastStateView, RunningView, SettingsView,
+    StatusView, TargetView,
+};
 
 /// What a db reply for the live view is.
 #[derive(Debug, Clone)]
@@ -56,9 +57,10 @@ impl LastRun {
         }
     }
 
-    /// The original's rule: a run is good unless none of its targets succeeded.
+    /// The original's current rule: a run is good when every target succeeded (one
+    /// failed target makes it a failure).
     fn ok(&self) -> bool {
-        matches!(self.state, RunState::Succeeded | RunState::Partial)
+        self.state == RunState::Succeeded
     }
 }
 
@@ -69,16 +71,15 @@ pub struct UiState {
     dirty_jobs: BTreeSet<String>,
     config_dirty: bool,
     config_serial: i64,
-    last_status: String,
+    last_status: Option<StatusView>,
     last: BTreeMap<String, LastRun>,
-    /// Highest output seq passed on per target of runs in flight.
-    seen: HashMap<(RunId, String), u64>,
+    /// Highest output seq passed to db per target of runs in flight.
+    sent: HashMap<RunId, HashMap<String, u64>>,
     versions: HashMap<(RunId, String), String>,
     /// When main first saw each run in flight.
     run_started: HashMap<RunId, Millis>,
     /// Jobs whose last firing was skipped because the previous run was still going.
     overlapped: BTreeSet<String>,
-    pending_output: Vec<MainToHub>,
     pub metrics: super::metrics::MainMetrics,
 }
 
@@ -124,8 +125,8 @@ pub fn run_finished(core: &mut Main, active: &ActiveRun, state: RunState) {
         .metrics
         .run_ended(state, started.map(|s| (now - s) as f64 / 1000.0));
     let mut versions = BTreeMap::new();
+    core.ui.sent.remove(&run);
     for machine in active.targets.keys() {
-        core.ui.seen.remove(&(run, machine.clone()));
         if let Some(v) = core.ui.versions.remove(&(run, machine.clone())) {
             versions.insert(machine.clone(), v);
         }
@@ -160,44 +161,33 @@ pub fn wrapper_welcomed(core: &mut Main, run: RunId, machine: &str, version: &st
         .insert((run, machine.to_string()), version.to_string());
 }
 
-/// An output frame arrived from a wrapper: counted, and passed on once if watched.
+/// An output frame arrived from a wrapper and goes to db: counted, and its seq kept
+/// (the hub shows it live from the frame it relayed).
 pub fn output_arrived(core: &mut Main, run: RunId, machine: &str, seq: u64, data: &[u8]) {
     core.ui.metrics.output(data.len());
-    let Some(active) = core.runs.get(&run) else {
-        return;
-    };
-    if !core.ui.watched.contains(&active.job.name) {
+    if !core.runs.contains_key(&run) {
         return;
     }
-    let acked = active.targets.get(machine).map_or(0, |t| t.acked_seq);
-    let seen = core
-        .ui
-        .seen
-        .entry((run, machine.to_string()))
-        .or_insert(acked);
-    if seq <= *seen {
-        return; // a resend of a frame already passed on
+    let per_run = core.ui.sent.entry(run).or_default();
+    match per_run.get_mut(machine) {
+        Some(sent) => *sent = (*sent).max(seq),
+        None => {
+            per_run.insert(machine.to_string(), seq);
+        }
     }
-    *seen = seq;
-    let job = active.job.name.clone();
-    core.ui.pending_output.push(MainToHub::UiOutput {
-        job,
-        run,
-        machine: machine.to_string(),
-        seq,
-        data: data.to_vec(),
-    });
 }
 
-/// The last output seq passed on for a target (what a live view read now contains).
+/// The last output seq passed to db for a target: a read of its output sent now
+/// contains every frame up to it (the link to db keeps the order).
 pub fn seen_seq(core: &Main, run: RunId, machine: &str) -> u64 {
     let Some(active) = core.runs.get(&run) else {
         return u64::MAX; // finished: everything is stored
     };
     let acked = active.targets.get(machine).map_or(0, |t| t.acked_seq);
     core.ui
-        .seen
-        .get(&(run, machine.to_string()))
+        .sent
+        .get(&run)
+        .and_then(|m| m.get(machine))
         .copied()
         .unwrap_or(0)
         .max(acked)
@@ -217,11 +207,6 @@ pub fn watch(core: &mut Main, job: String, watch: bool) {
         core.ui.watched.insert(job);
     } else {
         core.ui.watched.remove(&job);
-        core.ui.seen.retain(|(run, _), _| {
-            core.runs
-                .get(run)
-                .is_some_and(|r| core.ui.watched.contains(&r.job.name))
-        });
     }
 }
 
@@ -230,15 +215,15 @@ pub fn flush(core: &mut Main) {
     if core.ui.config_dirty {
         core.ui.config_dirty = false;
         core.ui.config_serial = now_ms();
-        let json = config_message(core).to_string();
-        core.to_hub(MainToHub::UiConfig { json });
+        let view = config_view(core);
+        core.to_hub(MainToHub::UiConfig(view));
     }
     let dirty = std::mem::take(&mut core.ui.dirty_jobs);
     if !dirty.is_empty() {
-        let status = status_message(core).to_string();
-        if status != core.ui.last_status {
-            core.ui.last_status = status.clone();
-            core.to_hub(MainToHub::UiStatus { json: status });
+        let status = status_view(core);
+        if core.ui.last_status.as_ref() != Some(&status) {
+            core.ui.last_status = Some(status.clone());
+            core.to_hub(MainToHub::UiStatus(status));
         }
     }
     let watched: Vec<String> = dirty
@@ -246,186 +231,136 @@ pub fn flush(core: &mut Main) {
         .filter(|j| core.ui.watched.contains(j))
         .collect();
     for job in &watched {
-        let (data, live) = details(core, job);
-        core.to_hub(MainToHub::UiDetails {
-            job: job.clone(),
-            json: data.to_string(),
-            live,
-        });
-    }
-    for msg in std::mem::take(&mut core.ui.pending_output) {
-        core.to_hub(msg);
+        let view = details(core, job);
+        core.to_hub(MainToHub::UiDetails(view));
     }
 }
 
-/// A job's configuration as the original's `config.crons` entries show it: its keys,
-/// the seven cron fields, `env` values redacted.
-pub fn cron_json(entry: &crate::config::JobEntry) -> Value {
+/// A job's configuration as the UI is shown it (`env` names only).
+pub fn cron_view(entry: &crate::config::JobEntry) -> CronEntryView {
     match entry {
-        crate::config::JobEntry::Valid(job) => {
-            let mut v = job.redacted_json();
-            let schedule = job.schedule.describe();
-            let fields: Vec<&str> = schedule.split_whitespace().collect();
-            if let (Value::Object(map), [sec, min, hour, dom, mon, dow, year]) =
-                (&mut v, fields.as_slice())
-            {
-                for (key, value) in [
-                    ("sec", sec),
-                    ("min", min),
-                    ("hour", hour),
-                    ("dom", dom),
-                    ("mon", mon),
-                    ("dow", dow),
-                    ("year", year),
-                ] {
-                    map.insert(key.to_string(), Value::from(*value));
-                }
-            }
-            v
-        }
-        crate::config::JobEntry::Invalid(bad) => json!({
-            "name": bad.name,
-            "group": bad.group,
-            "file": bad.file.display().to_string(),
-            "enabled": false,
-            "error": bad.errors.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("; "),
-        }),
+        crate::config::JobEntry::Valid(job) => CronEntryView::Valid(Box::new(CronView {
+            name: job.name.clone(),
+            group: job.group.clone(),
+            file: job.file.display().to_string(),
+            line: job.line,
+            schedule: job.schedule.describe(),
+            timezone: job.timezone.name().to_string(),
+            command: job.command.clone(),
+            targets: job.targets.clone(),
+            target_expr: job.target_expr.clone(),
+            target_type: job.target_type.as_str().to_string(),
+            executor: job.executor.as_str().to_string(),
+            user: job.user.clone(),
+            cwd: job.cwd.clone(),
+            env_names: job.env.keys().cloned().collect(),
+            timeout: job.timeout_s,
+            kill_grace: job.kill_grace_s,
+            number_of_targets: job.number_of_targets,
+            batch_size: job.batch_size,
+            overlap: job.overlap.as_str().to_string(),
+            missed: job.missed.as_str().to_string(),
+            missed_deadline: job.missed_deadline_s,
+            splay: job.splay_s,
+            enabled: job.enabled,
+            output_limit_head: job.output_limit.head_bytes,
+            output_limit_tail: job.output_limit.tail_bytes,
+            wrapper_path: job.wrapper_path.clone(),
+            server_host: job.server_host.clone(),
+        })),
+        crate::config::JobEntry::Invalid(bad) => CronEntryView::Invalid {
+            name: bad.name.clone(),
+            group: bad.group.clone(),
+            file: bad.file.display().to_string(),
+            error: bad
+                .errors
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join("; "),
+        },
     }
 }
 
-fn config_message(core: &Main) -> Value {
-    let crons: serde_json::Map<String, Value> = core
-        .config
-        .jobs
-        .values()
-        .map(|e| (e.name().to_string(), cron_json(e)))
-        .collect();
+fn config_view(core: &Main) -> ConfigView {
     let sp = &core.config.saltpeter;
-    json!({
-        "type": "config",
-        "config": {
-            "crons": crons,
-            "maintenance": {
-                "global": core.config.maintenance.global,
-                "machines": core.config.maintenance.machines,
-            },
-            "saltpeter_config": {
-                "api_ws": sp.api_ws,
-                "api_ws_port": sp.api_ws_port,
-                "api_ws_bind_addr": sp.api_ws_bind_addr,
-                "machines_ws_port": sp.machines_ws_port,
-                "machines_ws_bind_addr": sp.machines_ws_bind_addr,
-                "default_saltpeter_server_host": sp.default_saltpeter_server_host,
-                "default_wrapper_path": sp.default_wrapper_path,
-                "executor": sp.executor.as_str(),
-                "timezone": sp.timezone.name(),
-                "heartbeat": sp.heartbeat_s,
-                "pickup_timeout": sp.pickup_timeout_s,
-                "api_token": sp.api_token.as_ref().map(|_| "***"),
-            },
-            "serial": core.ui.config_serial,
-            "errors": core.config.diagnostics.iter()
-                .filter(|d| d.severity == crate::config::Severity::Error)
-                .map(|d| d.to_string()).collect::<Vec<_>>(),
+    ConfigView {
+        crons: core.config.jobs.values().map(cron_view).collect(),
+        maintenance_global: core.config.maintenance.global,
+        maintenance_machines: core.config.maintenance.machines.iter().cloned().collect(),
+        settings: SettingsView {
+            api_ws: sp.api_ws,
+            api_ws_port: sp.api_ws_port,
+            api_ws_bind_addr: sp.api_ws_bind_addr.to_string(),
+            machines_ws_port: sp.machines_ws_port,
+            machines_ws_bind_addr: sp.machines_ws_bind_addr.to_string(),
+            default_saltpeter_server_host: sp.default_saltpeter_server_host.clone(),
+            default_wrapper_path: sp.default_wrapper_path.clone(),
+            executor: sp.executor.as_str().to_string(),
+            timezone: sp.timezone.name().to_string(),
+            heartbeat: sp.heartbeat_s,
+            pickup_timeout: sp.pickup_timeout_s,
+            api_token_set: sp.api_token.is_some(),
         },
-        "sp_version": env!("CARGO_PKG_VERSION"),
-    })
+        serial: core.ui.config_serial,
+        errors: core
+            .config
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == crate::config::Severity::Error)
+            .map(|d| d.to_string())
+            .collect(),
+    }
 }
 
-fn status_message(core: &Main) -> Value {
-    let mut running = serde_json::Map::new();
-    let mut last_state = serde_json::Map::new();
+fn status_view(core: &Main) -> StatusView {
+    let mut view = StatusView::default();
     for (job, last) in &core.ui.last {
-        last_state.insert(
-            job.clone(),
-            json!({"last_run": iso(last.started), "result_ok": last.ok()}),
-        );
+        view.last_state.push(LastStateView {
+            job: job.clone(),
+            last_run: last.started,
+            result_ok: last.ok(),
+        });
     }
     for (id, active) in &core.runs {
         if active.prestaged && !active.go_sent {
             continue; // waiting for its slot: not running yet
         }
-        let started = core.ui.run_started.get(id).copied().or(active.slot);
-        let machines: Vec<&String> = active
-            .targets
-            .iter()
-            .filter(|(_, t)| !t.is_settled())
-            .map(|(m, _)| m)
-            .collect();
-        running.insert(
-            instance(&active.job.name, *id),
-            json!({"started": iso(started), "name": active.job.name, "machines": machines,
-                   "run": id}),
-        );
-        last_state.insert(
-            active.job.name.clone(),
-            json!({"last_run": iso(started), "result_ok": true}),
-        );
+        view.running.push(RunningView {
+            job: active.job.name.clone(),
+            run: *id,
+            started: core.ui.run_started.get(id).copied().or(active.slot),
+            machines: active
+                .targets
+                .iter()
+                .filter(|(_, t)| !t.is_settled())
+                .map(|(m, _)| m.clone())
+                .collect(),
+        });
     }
-    json!({
-        "type": "status",
-        "running": running,
-        "last_state": last_state,
-        "sp_version": env!("CARGO_PKG_VERSION"),
-    })
+    view
 }
 
-/// A target in `details.results`.
-fn result_json(
-    job: &str,
-    run: RunId,
-    t: &TargetRecord,
-    finished: bool,
-    last_heartbeat: Option<Millis>,
-    version: Option<&String>,
-) -> Value {
-    json!({
-        "starttime": iso(t.started),
-        "endtime": if finished { iso(t.ended) } else { Value::Null },
-        "retcode": if finished { json!(t.exit_code) } else { json!("") },
-        "last_heartbeat": iso(last_heartbeat),
-        "wrapper_version": version,
-        "output_length": 0,
-        "state": t.state.as_str(),
-        "reason": t.reason.map(|r| r.as_str()),
-        "job_instance": instance(job, run),
-    })
-}
-
-/// The `details` data of a job and the targets whose output it covers.
-fn details(core: &Main, job: &str) -> (Value, Vec<LiveTarget>) {
+/// The `details` view of a job: its newest run in flight, else its last run.
+fn details(core: &Main, job: &str) -> DetailsView {
     let now = now_ms();
     let newest_active = core
         .runs
         .values()
         .filter(|r| r.job.name == job)
         .max_by_key(|r| r.id);
-    let mut results = serde_json::Map::new();
-    let mut live = Vec::new();
     let mut targets = Vec::new();
     let (run, last_run, last_success) = match newest_active {
         Some(active) => {
             for (machine, t) in &active.targets {
-                let record = t.record(machine);
-                let heartbeat = t
-                    .last_seen()
-                    .map(|seen| now - seen.elapsed().as_millis() as i64);
-                let version = core.ui.versions.get(&(active.id, machine.clone()));
-                let finished = t.is_settled();
-                results.insert(
-                    machine.clone(),
-                    result_json(job, active.id, &record, finished, heartbeat, version),
-                );
-                if record.started.is_some() || finished {
-                    live.push(LiveTarget {
-                        machine: machine.clone(),
-                        run: active.id,
-                        finished,
-                    });
-                }
-                if record.state != TargetState::SkippedMaintenance {
-                    targets.push(machine.clone());
-                }
+                targets.push(TargetView {
+                    record: t.record(machine),
+                    finished: t.is_settled(),
+                    last_heartbeat: t
+                        .last_seen()
+                        .map(|seen| now - seen.elapsed().as_millis() as i64),
+                    wrapper_version: core.ui.versions.get(&(active.id, machine.clone())).cloned(),
+                });
             }
             let started = core.ui.run_started.get(&active.id).copied();
             let ok = core.ui.last.get(job).map(LastRun::ok);
@@ -434,20 +369,12 @@ fn details(core: &Main, job: &str) -> (Value, Vec<LiveTarget>) {
         None => match core.ui.last.get(job) {
             Some(last) => {
                 for t in &last.targets {
-                    results.insert(
-                        t.machine.clone(),
-                        result_json(job, last.id, t, true, None, last.versions.get(&t.machine)),
-                    );
-                    if t.started.is_some() {
-                        live.push(LiveTarget {
-                            machine: t.machine.clone(),
-                            run: last.id,
-                            finished: true,
-                        });
-                    }
-                    if t.state != TargetState::SkippedMaintenance {
-                        targets.push(t.machine.clone());
-                    }
+                    targets.push(TargetView {
+                        record: t.clone(),
+                        finished: true,
+                        last_heartbeat: None,
+                        wrapper_version: last.versions.get(&t.machine).cloned(),
+                    });
                 }
                 (Some(last.id), last.started, Some(last.ok()))
             }
@@ -460,16 +387,14 @@ fn details(core: &Main, job: &str) -> (Value, Vec<LiveTarget>) {
         .get(job)
         .map(|e| e.group().to_string())
         .unwrap_or_default();
-    let data = json!({
-        "next_run": iso(core.scheduler.next_of(job).map(|t| t.timestamp_millis())),
-        "last_run": iso(last_run),
-        "group": group,
-        "targets": targets,
-        "results": results,
-        "last_success": last_success,
-        "overlap": core.ui.overlapped.contains(job),
-        "run": run,
-        "job_instance": run.map(|r| instance(job, r)),
-    });
-    (data, live)
+    DetailsView {
+        job: job.to_string(),
+        group,
+        next_run: core.scheduler.next_of(job).map(|t| t.timestamp_millis()),
+        last_run,
+        run,
+        last_success,
+        overlap: core.ui.overlapped.contains(job),
+        targets,
+    }
 }

@@ -6,6 +6,7 @@ mod browser;
 pub mod client;
 mod endpoints;
 mod ws;
+mod ws_truth;
 
 use std::net::TcpStream;
 use std::time::Duration;
@@ -86,10 +87,15 @@ pub fn ws_send(ws: &mut Ws, v: Value) {
         .expect("ws send");
 }
 
-/// Messages until `pred` matches one (returned with all before it).
+/// Messages until `pred` matches one (returned with all before it). The server sends
+/// `status` every 2 s, so a connection never falls silent: the wait has its own deadline.
 pub fn ws_until(ws: &mut Ws, what: &str, mut pred: impl FnMut(&Value) -> bool) -> Vec<Value> {
     let mut seen = Vec::new();
+    let started = std::time::Instant::now();
     loop {
+        if started.elapsed() > HANG {
+            panic!("no {what} within {HANG:?}; got {} messages", seen.len());
+        }
         let Some(m) = next_msg(ws) else {
             panic!("/ws ended before {what}; got {seen:#?}");
         };

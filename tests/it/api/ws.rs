@@ -22,7 +22,10 @@ fn jobs(machine: &str) -> String {
 fn collect_output(ws: &mut Ws, machine: &str, seen: &mut Vec<Value>) -> String {
     let mut text = String::new();
     let mut pos = 0u64;
+    let started = std::time::Instant::now();
     loop {
+        // Status comes every 2 s: the connection is never silent, so the wait has a deadline.
+        assert!(started.elapsed() < HANG, "no complete output of {machine}");
         let m = next_msg(ws).unwrap_or_else(|| panic!("/ws ended; got {seen:#?}"));
         seen.push(m.clone());
         if m["type"] != "output_chunk" || m["machine"] != machine {
@@ -83,7 +86,9 @@ fn ws_subscribe_receives_config_status_details_and_output() {
     assert_eq!(first["position"], 0);
     let mut b = ws_connect(port);
     ws_send(&mut b, json!({"subscribe": ["stream"]}));
+    let started = std::time::Instant::now();
     loop {
+        assert!(started.elapsed() < HANG, "no complete output for a");
         let m = next_msg(&mut a).expect("more for a");
         seen.push(m.clone());
         if m["type"] != "output_chunk" {
@@ -120,7 +125,12 @@ fn ws_subscribe_receives_config_status_details_and_output() {
             && m["last_state"]["stream"]["result_ok"] == true
             && m["running"].as_object().is_some_and(|r| r.is_empty())
     };
+    let started = std::time::Instant::now();
     while !(seen.iter().any(finished_target) && seen.iter().any(run_over)) {
+        assert!(
+            started.elapsed() < HANG,
+            "no status and details after the run"
+        );
         seen.push(next_msg(&mut a).expect("status and details after the run"));
     }
     let done = &seen.iter().rev().find(|m| finished_target(m)).unwrap()["data"];

@@ -4,5 +4,6 @@
 
 mod flow;
 mod in_process;
+mod lost_server;
 mod peer;
 mod throughput;

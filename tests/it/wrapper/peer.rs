@@ -54,6 +54,31 @@ impl Peer {
     pub fn accept(&self) -> Conn {
         self.accept_within(Duration::from_secs(20))
     }
+
+    /// A listener on the same address as a peer that went away (a server restarted).
+    pub fn on(url: &str) -> Peer {
+        let addr = url.trim_start_matches("ws://");
+        let listener = TcpListener::bind(addr).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        Peer { listener }
+    }
+
+    /// The next wrapper connection if one is waiting.
+    pub fn try_accept(&self) -> Option<Conn> {
+        match self.listener.accept() {
+            Ok((stream, _)) => {
+                stream.set_nonblocking(false).unwrap();
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(30)))
+                    .unwrap();
+                Some(Conn {
+                    ws: tungstenite::accept(stream).unwrap(),
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -114,6 +139,18 @@ impl Conn {
             resume_key: key.into(),
             acked_seq,
             wait_for_go,
+            slot_in_ms: None,
+        });
+    }
+
+    /// A pre-staged welcome whose slot is `slot_in` away.
+    pub fn welcome_staged(&mut self, job: &JobSpec, key: &str, slot_in: Duration) {
+        self.send(&ServerMsg::Welcome {
+            job: job.clone(),
+            resume_key: key.into(),
+            acked_seq: 0,
+            wait_for_go: true,
+            slot_in_ms: Some(slot_in.as_millis() as u64),
         });
     }
 

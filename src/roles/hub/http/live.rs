@@ -109,6 +109,16 @@ impl LiveText {
         self.trim();
     }
 
+    /// The text starts `bytes` into the output (a part that was not read): counted as
+    /// that many characters, as for output that is plain ASCII.
+    pub fn skip(&mut self, bytes: u64) {
+        if self.text.is_empty() && self.carry.is_empty() {
+            self.base_bytes += bytes;
+            self.base_chars += bytes;
+            self.total_chars += bytes;
+        }
+    }
+
     pub fn total_chars(&self) -> u64 {
         self.total_chars
     }
@@ -230,6 +240,20 @@ mod tests {
             ("", 5, true)
         );
         assert!(t.next_chunk(&next, 100).is_none());
+    }
+
+    #[test]
+    fn a_skipped_start_counts_in_lengths_and_positions() {
+        let mut t = LiveText::new(3, 1 << 20);
+        t.skip(1000);
+        t.push_bytes(b"tail");
+        t.finish();
+        assert_eq!(t.total_chars(), 1004);
+        let mut pos = Position::default();
+        let (chunk, _) = t.next_chunk(&pos, 100).unwrap();
+        assert_eq!((chunk.text, chunk.position), ("tail", 1000));
+        assert_eq!(drain(&t, &mut pos, 100), "tail");
+        assert_eq!(pos.chars, 1004);
     }
 
     #[test]

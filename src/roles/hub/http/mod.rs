@@ -14,6 +14,7 @@
 //! blocks the loop that also serves the wrappers.
 
 pub mod auth;
+pub mod feed;
 pub mod live;
 pub mod parse;
 pub mod routes;

@@ -2,7 +2,7 @@
 //!
 //! Routing is translation only: a request becomes an `AdminRequest` for main (with an
 //! `Expect` saying how to render the answer), a static file, or an error. The answers'
-//! shapes are those of `saltpeterctl --json` (`ctl::render`), so scripts see one format.
+//! shapes are those of `saltpeterctl --json` (`crate::json`), so scripts see one format.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::Http;
 use super::auth::{Auth, Principal};
 use super::parse::{Request, Response};
-use crate::ctl::render::{job_json, run_json, status_json, time};
+use crate::json::{job_json, run_json, status_json, time};
 use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, MaintenanceChange};
 use crate::wire::records::{RunId, RunState};
 use crate::wire::ui::{JobDetail, OutputRange, OutputSlice, RunQuery};
@@ -45,6 +45,8 @@ pub enum Expect {
     Done,
     Metrics,
     Maintenance,
+    Windows,
+    JobControl,
 }
 
 pub enum Action {
@@ -293,6 +295,10 @@ fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: Princi
             };
             call(AdminRequest::Maintenance(change), Expect::Maintenance)
         }
+        (method, ["api", "v1", "maintenance", "windows"] | ["api", "v1", "jobctl"])
+        | (method, ["api", "v1", "jobs", _, "pause" | "resume" | "skip"]) => {
+            job_control(req, method, seg)
+        }
         (_, ["ws" | "metrics"]) => not_allowed("GET"),
         (_, ["api", "v1", "maintenance"]) => not_allowed("GET, PUT, POST"),
         (_, ["api", "v1", "jobs", _, "run" | "kill"])
@@ -424,10 +430,7 @@ fn job_detail_json(d: &JobDetail) -> Value {
             "next_runs".into(),
             d.next_runs.iter().map(|t| time(Some(*t))).collect(),
         );
-        map.insert(
-            "config".into(),
-            serde_json::from_str(&d.config_json).unwrap_or(Value::Null),
-        );
+        map.insert("config".into(), crate::json::ui::cron_json(&d.config));
         map.insert("running".into(), json!(d.running));
     }
     v
@@ -468,6 +471,10 @@ pub fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Response {
         }
         (Expect::Status, AdminResponse::Status(s)) => ok(status_json(&s)),
         (Expect::Maintenance, AdminResponse::Maintenance(info)) => ok(info.to_json()),
+        (Expect::Windows, AdminResponse::Windows(list)) => {
+            ok(crate::wire::admin::WindowOccurrence::to_json(&list))
+        }
+        (Expect::JobControl, AdminResponse::JobControl(info)) => ok(info.to_json()),
         (Expect::ConfigErrors, AdminResponse::Status(s)) => ok(json!({"errors": s.config_errors})),
         (Expect::Jobs, AdminResponse::Jobs(jobs)) => {
             ok(Value::Array(jobs.iter().map(job_json).collect()))
@@ -499,5 +506,63 @@ pub fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Response {
             log::error!("main answered {expect:?} with {other:?}");
             Response::error(500, "internal", "unexpected answer from main")
         }
+    }
+}
+
+/// Maintenance windows and job control: `GET /api/v1/maintenance/windows?count=N`,
+/// `GET /api/v1/jobctl`, `POST /api/v1/jobs/JOB/pause` (`{"until": RFC 3339}`),
+/// `.../resume`, `.../skip` (`{"next": N}`).
+fn job_control(req: &Request, method: &str, seg: &[&str]) -> Action {
+    use crate::wire::admin::JobControl;
+    match (method, seg) {
+        ("GET", ["api", "v1", "maintenance", "windows"]) => {
+            let count = match number(req, "count", 10) {
+                Ok(n) => n.min(1000) as u32,
+                Err(a) => return a,
+            };
+            call(AdminRequest::MaintenanceWindows { count }, Expect::Windows)
+        }
+        ("GET", ["api", "v1", "jobctl"]) => call(
+            AdminRequest::JobControl(JobControl::Show),
+            Expect::JobControl,
+        ),
+        ("POST", ["api", "v1", "jobs", job, action]) => {
+            let body = match json_body(req) {
+                Ok(b) => b,
+                Err(a) => return a,
+            };
+            let job = job.to_string();
+            let change = match *action {
+                "pause" => {
+                    let until = match &body["until"] {
+                        Value::Null => None,
+                        Value::String(t) => match chrono::DateTime::parse_from_rfc3339(t) {
+                            Ok(t) => Some(t.timestamp_millis()),
+                            Err(_) => {
+                                return bad_request(&format!(
+                                    "`until`: `{t}` is not an RFC 3339 instant"
+                                ));
+                            }
+                        },
+                        _ => return bad_request("`until` must be an RFC 3339 instant"),
+                    };
+                    JobControl::Pause { job, until }
+                }
+                "resume" => JobControl::Resume { job },
+                _ => {
+                    let next = match &body["next"] {
+                        Value::Null => 1,
+                        v => match v.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                            Some(n) => n,
+                            None => return bad_request("`next` must be a whole number"),
+                        },
+                    };
+                    JobControl::Skip { job, next }
+                }
+            };
+            call(AdminRequest::JobControl(change), Expect::JobControl)
+        }
+        (_, ["api", "v1", "jobs", ..]) => not_allowed("POST"),
+        _ => not_allowed("GET"),
     }
 }

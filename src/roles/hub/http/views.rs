@@ -1,51 +1,69 @@
-//! The jobs `/ws` clients watch: what the hub keeps so that many clients are served
-//! without asking main each time.
+//! The jobs `/ws` clients watch, and the periodic refresh: what the hub keeps so that many
+//! clients are served without asking main each time.
 //!
-//! For each job some client subscribed to (a view) the hub keeps main's last `details`
-//! and the live text of the targets they cover:
-//! 1. The first subscriber makes the hub tell main (`UiWatch`); main answers with
-//!    `details`, and later sends them again whenever the job's runs change.
-//! 2. For each target the details cover, the hub fetches the stored output once
-//!    (`LiveOutput`) and from then on receives each new frame once (`UiOutput`, by seq):
-//!    frames arriving during the fetch wait, and those the fetch already held are dropped.
-//! 3. Every change is pushed to the subscribers; each has its own position per target
-//!    (characters of the decoded text, `live`), so a chunk holds exactly what that client
-//!    has not seen. A new run of a target starts at 0. Subscribers at the same position
-//!    share one encoded message.
-//! 4. When the last subscriber leaves, the view goes and main stops sending.
+//! 1. main sends typed views (`crate::wire::ui`): the configuration, the status, and the
+//!    details of each job some client subscribed to (the first subscriber makes the hub
+//!    tell main, `UiWatch`; when the last one leaves, the view goes and main stops). The
+//!    hub renders their JSON (`crate::json::ui`) once per change and shares the text.
+//! 2. The live output of a watched job's targets comes from the wrapper frames the hub
+//!    relays itself (`feed`), and the hub notes when each target's wrapper last spoke.
+//! 3. Every 2 s, while any client is connected, each client gets the status again and
+//!    each subscriber the details of its jobs (with the heartbeats seen since), as the
+//!    original did: its UI restores stale rows from a cache unless told again. Nothing is
+//!    rendered for a job nobody watches, and with no client the timer is not armed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io;
+use std::time::Duration;
 
-use serde_json::{Value, json};
-use tungstenite::{Message, Utf8Bytes};
+use serde_json::Value;
+use tungstenite::Utf8Bytes;
 
-use super::live::{LiveText, Position};
-use super::ws_ui::{CALL_TIMEOUT, Session, WsConn, send};
-use super::{ConnId, Http, Kind};
+use super::feed::{self, Target};
+use super::ws_ui::send;
+use super::{ConnId, Http};
 use crate::evloop::Ctx;
-use crate::roles::hub::{Hub, Waiting};
-use crate::wire::admin::{AdminRequest, AdminResponse};
+use crate::json::ui::status_message;
+use crate::json::ui::{TargetSeen, config_message, details_message, maintenance_json};
+use crate::roles::hub::Hub;
 use crate::wire::link::HubRequest;
-use crate::wire::records::RunId;
-use crate::wire::ui::LiveTarget;
+use crate::wire::records::{Millis, RunId};
+use crate::wire::ui::{ConfigView, DetailsView, StatusView};
 
-/// Largest text of one `output_chunk`.
-const MAX_CHUNK: usize = 256 * 1024;
-
-struct Target {
-    text: LiveText,
-    upto_seq: u64,
-    /// The stored output is being fetched; frames that arrive meanwhile wait here.
-    fetching: Option<Vec<(u64, Vec<u8>)>>,
-    finished: bool,
-}
+/// How often `status` and `details` are sent again (the original's broadcast period).
+pub const REFRESH: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 pub(super) struct JobView {
     pub(super) subscribers: BTreeSet<ConnId>,
-    pub(super) details: Option<Value>,
-    targets: BTreeMap<String, Target>,
+    pub(super) details: Option<DetailsView>,
+    pub(super) targets: BTreeMap<String, Target>,
+    /// When the hub last heard from each target's wrapper, and of which run.
+    heartbeats: HashMap<String, (RunId, Millis)>,
+}
+
+impl JobView {
+    /// The `details` message as it stands; `None` before main sent any, or while the
+    /// stored output of a target is still being read (its `output_length` would be
+    /// wrong: the message goes out when the read is done).
+    pub(super) fn render_details(&self) -> Option<Utf8Bytes> {
+        let d = self.details.as_ref()?;
+        if self.targets.values().any(|t| t.fetching.is_some()) {
+            return None;
+        }
+        let seen = |machine: &str| TargetSeen {
+            heartbeat: self
+                .heartbeats
+                .get(machine)
+                .filter(|(run, _)| Some(*run) == d.run)
+                .map(|(_, at)| *at),
+            output_length: self
+                .targets
+                .get(machine)
+                .filter(|t| Some(t.text.run) == d.run)
+                .map_or(0, |t| t.text.total_chars()),
+        };
+        Some(Utf8Bytes::from(details_message(d, seen).to_string()))
+    }
 }
 
 pub struct UiHub {
@@ -54,9 +72,10 @@ pub struct UiHub {
     /// `config.maintenance` of the last configuration (for `/api/v1/maintenance`).
     pub maintenance: Option<Value>,
     pub(super) jobs: HashMap<String, JobView>,
-    fetches: HashMap<u64, (String, String, RunId)>,
-    next_fetch: u64,
-    live_cap: usize,
+    pub(super) fetches: HashMap<u64, (String, String, RunId)>,
+    pub(super) next_fetch: u64,
+    pub(super) live_cap: usize,
+    refresh_armed: bool,
 }
 
 impl UiHub {
@@ -69,6 +88,7 @@ impl UiHub {
             fetches: HashMap::new(),
             next_fetch: 1,
             live_cap,
+            refresh_armed: false,
         }
     }
 }
@@ -91,80 +111,41 @@ pub(super) fn leave_view(hub: &mut Hub, id: ConnId, job: &str) {
 }
 
 /// A client went away: its subscriptions end.
-pub fn forget_client(hub: &mut Hub, id: ConnId, ws: &WsConn) {
+pub fn forget_client(hub: &mut Hub, id: ConnId, ws: &super::ws_ui::WsConn) {
     for job in &ws.subs {
         leave_view(hub, id, job);
     }
 }
 
-fn broadcast(hub: &mut Hub, text: &Utf8Bytes) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
+fn broadcast(http: &mut Http, text: &Utf8Bytes) {
     for id in http.ws_ids() {
         send(http, id, text);
     }
 }
 
-pub fn on_config(hub: &mut Hub, ctx: &mut Ctx<Hub>, json: String) {
+pub fn on_config(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: ConfigView) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
-    http.ui.maintenance = serde_json::from_str::<Value>(&json)
-        .ok()
-        .map(|v| v["config"]["maintenance"].clone());
-    let text = Utf8Bytes::from(json);
+    http.ui.maintenance = Some(maintenance_json(&view));
+    let text = Utf8Bytes::from(config_message(&view).to_string());
     http.ui.config = Some(text.clone());
-    broadcast(hub, &text);
+    broadcast(http, &text);
     super::reap(hub, ctx);
 }
 
-pub fn on_status(hub: &mut Hub, ctx: &mut Ctx<Hub>, json: String) {
+pub fn on_status(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: StatusView) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
-    let text = Utf8Bytes::from(json);
+    let text = Utf8Bytes::from(status_message(&view).to_string());
     http.ui.status = Some(text.clone());
-    broadcast(hub, &text);
+    broadcast(http, &text);
     super::reap(hub, ctx);
 }
 
-/// Fetch the stored output of a target for its view.
-fn start_fetch(hub: &mut Hub, job: &str, machine: &str, run: RunId) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let fid = http.ui.next_fetch;
-    http.ui.next_fetch += 1;
-    http.ui
-        .fetches
-        .insert(fid, (job.to_string(), machine.to_string(), run));
-    hub.call_main(
-        HubRequest::Admin(AdminRequest::LiveOutput {
-            run,
-            machine: machine.to_string(),
-        }),
-        CALL_TIMEOUT,
-        Waiting::LiveFetch(fid),
-    );
-}
-
-fn new_target(run: RunId, cap: usize, finished: bool, first: Option<(u64, Vec<u8>)>) -> Target {
-    Target {
-        text: LiveText::new(run, cap),
-        upto_seq: 0,
-        fetching: Some(first.into_iter().collect()),
-        finished,
-    }
-}
-
-pub fn on_details(
-    hub: &mut Hub,
-    ctx: &mut Ctx<Hub>,
-    job: String,
-    json: String,
-    live: Vec<LiveTarget>,
-) {
+pub fn on_details(hub: &mut Hub, ctx: &mut Ctx<Hub>, details: DetailsView) {
+    let job = details.job.clone();
     let Some(http) = hub.http.as_mut() else {
         return;
     };
@@ -172,138 +153,40 @@ pub fn on_details(
     let Some(view) = http.ui.jobs.get_mut(&job) else {
         return; // nobody watches it any more
     };
-    match serde_json::from_str::<Value>(&json) {
-        Ok(v) => view.details = Some(v),
-        Err(e) => log::error!("main sent details of {job} that are not JSON: {e}"),
-    }
-    let newest = live.iter().map(|t| t.run).max();
-    view.targets
-        .retain(|m, t| live.iter().any(|l| &l.machine == m) || Some(t.text.run) == newest);
-    let mut fetch = Vec::new();
-    for lt in live {
-        match view.targets.get_mut(&lt.machine) {
-            Some(t) if t.text.run == lt.run => {
-                if lt.finished && !t.finished {
-                    t.finished = true;
-                    if t.fetching.is_none() {
-                        t.text.finish();
-                    }
-                }
-            }
-            _ => {
-                view.targets.insert(
-                    lt.machine.clone(),
-                    new_target(lt.run, cap, lt.finished, None),
-                );
-                fetch.push((lt.machine, lt.run));
-            }
-        }
-    }
+    let live: Vec<_> = details.live_targets().collect();
+    view.details = Some(details);
+    let fetch = feed::follow_targets(view, &live, cap);
     for (machine, run) in fetch {
-        start_fetch(hub, &job, &machine, run);
+        feed::start_fetch(hub, &job, &machine, run);
     }
     push_details(hub, &job, None);
-    push_output(hub, &job, None);
+    feed::push_output(hub, &job, None);
     super::reap(hub, ctx);
 }
 
-pub fn on_output(
-    hub: &mut Hub,
-    ctx: &mut Ctx<Hub>,
-    job: String,
-    run: RunId,
-    machine: String,
-    seq: u64,
-    data: Vec<u8>,
-) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let cap = http.ui.live_cap;
-    let Some(view) = http.ui.jobs.get_mut(&job) else {
-        return;
-    };
-    match view.targets.get_mut(&machine) {
-        Some(t) if t.text.run == run => match &mut t.fetching {
-            Some(queued) => queued.push((seq, data)),
-            None if seq > t.upto_seq => {
-                t.text.push_bytes(&data);
-                t.upto_seq = seq;
-            }
-            None => {}
-        },
-        _ => {
-            view.targets.insert(
-                machine.clone(),
-                new_target(run, cap, false, Some((seq, data))),
-            );
-            start_fetch(hub, &job, &machine, run);
-            return;
-        }
-    }
-    push_output(hub, &job, None);
-    super::reap(hub, ctx);
+/// Some `/ws` client watches `job`.
+pub fn is_watched(hub: &Hub, job: &str) -> bool {
+    hub.http
+        .as_ref()
+        .is_some_and(|h| h.ui.jobs.contains_key(job))
 }
 
-/// main answered (or failed) a fetch of stored output.
-pub fn live_base(
-    hub: &mut Hub,
-    ctx: Option<&mut Ctx<Hub>>,
-    fid: u64,
-    answer: Result<AdminResponse, String>,
-) {
-    let Some(http) = hub.http.as_mut() else {
+/// A wrapper of `run` on `machine` (a target of `job`) spoke: if the job is watched, its
+/// details show it as the last heartbeat.
+pub fn wrapper_alive(hub: &mut Hub, job: &str, run: RunId, machine: &str) {
+    let Some(view) = hub.http.as_mut().and_then(|h| h.ui.jobs.get_mut(job)) else {
         return;
     };
-    let Some((job, machine, run)) = http.ui.fetches.remove(&fid) else {
-        return;
-    };
-    let Some(t) = http
-        .ui
-        .jobs
-        .get_mut(&job)
-        .and_then(|v| v.targets.get_mut(&machine))
-        .filter(|t| t.text.run == run)
-    else {
-        return;
-    };
-    let Some(queued) = t.fetching.take() else {
-        return;
-    };
-    match answer {
-        Ok(AdminResponse::LiveOutput(base)) => {
-            let at = base
-                .omitted_at
-                .unwrap_or(base.data.len())
-                .min(base.data.len());
-            t.text.push_bytes(&base.data[..at]);
-            if base.omitted_at.is_some() && base.omitted_bytes > 0 {
-                t.text
-                    .push_str(&crate::ctl::render::elision_marker(base.omitted_bytes));
-            }
-            t.text.push_bytes(&base.data[at..]);
-            t.upto_seq = base.upto_seq;
+    let now = chrono::Utc::now().timestamp_millis();
+    match view.heartbeats.get_mut(machine) {
+        Some(entry) => *entry = (run, now),
+        None => {
+            view.heartbeats.insert(machine.to_string(), (run, now));
         }
-        Ok(other) => log::debug!("no stored output of {machine} in run {run}: {other:?}"),
-        Err(e) => log::debug!("no stored output of {machine} in run {run}: {e}"),
-    }
-    for (seq, data) in queued {
-        if seq > t.upto_seq {
-            t.text.push_bytes(&data);
-            t.upto_seq = seq;
-        }
-    }
-    if t.finished {
-        t.text.finish();
-    }
-    push_output(hub, &job, None);
-    if let Some(ctx) = ctx {
-        super::reap(hub, ctx);
     }
 }
 
-/// `details` of `job` to its subscribers (or only to `only`), with each target's
-/// `output_length` as the hub counts it.
+/// `details` of `job` to its subscribers (or only to `only`).
 pub(super) fn push_details(hub: &mut Hub, job: &str, only: Option<ConnId>) {
     let Some(http) = hub.http.as_mut() else {
         return;
@@ -311,17 +194,9 @@ pub(super) fn push_details(hub: &mut Hub, job: &str, only: Option<ConnId>) {
     let Some(view) = http.ui.jobs.get(job) else {
         return;
     };
-    let Some(mut data) = view.details.clone() else {
+    let Some(text) = view.render_details() else {
         return;
     };
-    if let Some(results) = data.get_mut("results").and_then(Value::as_object_mut) {
-        for (machine, t) in &view.targets {
-            if let Some(r) = results.get_mut(machine) {
-                r["output_length"] = json!(t.text.total_chars());
-            }
-        }
-    }
-    let text = Utf8Bytes::from(json!({"type": "details", "cron": job, "data": data}).to_string());
     let targets: Vec<ConnId> = match only {
         Some(id) => vec![id],
         None => view.subscribers.iter().copied().collect(),
@@ -331,94 +206,45 @@ pub(super) fn push_details(hub: &mut Hub, job: &str, only: Option<ConnId>) {
     }
 }
 
-/// What each subscriber of `job` (or only `only`) has not seen of its targets' output.
-pub(super) fn push_output(hub: &mut Hub, job: &str, only: Option<ConnId>) {
+/// Keep the refresh timer going while any `/ws` client is connected.
+pub fn arm_refresh(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
-    let Http {
-        conns, ui, stats, ..
-    } = http;
-    let Some(view) = ui.jobs.get(job) else {
+    if http.ui.refresh_armed || http.ws_ids().is_empty() {
         return;
-    };
-    let subscribers: Vec<ConnId> = match only {
-        Some(id) => vec![id],
-        None => view.subscribers.iter().copied().collect(),
-    };
-    for (machine, t) in &view.targets {
-        if t.fetching.is_some() {
-            continue;
-        }
-        // Subscribers at the same position get the same message, built once.
-        let mut built: Vec<(Position, Vec<(Utf8Bytes, Position)>)> = Vec::new();
-        let key = (job.to_string(), machine.clone());
-        for id in &subscribers {
-            let Some(conn) = conns.get_mut(id) else {
-                continue;
-            };
-            let Kind::Ws(ws) = &mut conn.kind else {
-                continue;
-            };
-            let pos = ws.positions.get(&key).copied().unwrap_or_default();
-            let msgs = match built.iter().find(|(p, _)| *p == pos) {
-                Some((_, msgs)) => msgs.clone(),
-                None => {
-                    let msgs = chunks(job, machine, &t.text, pos);
-                    built.push((pos, msgs.clone()));
-                    msgs
-                }
-            };
-            let Some(last) = msgs.last().map(|(_, p)| *p) else {
-                continue;
-            };
-            let Some(Session::Open(socket)) = ws.session.as_mut() else {
-                continue;
-            };
-            let mut failed = None;
-            for (text, _) in &msgs {
-                stats.ws_messages_sent += 1;
-                match socket.send(Message::Text(text.clone())) {
-                    Ok(()) => {}
-                    Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => {
-                        failed = Some(format!("/ws write failed: {e}"));
-                        break;
-                    }
-                }
-            }
-            ws.positions.insert(key.clone(), last);
-            if let Some(why) = failed {
-                conn.mark_dead(why);
-            }
-        }
     }
+    http.ui.refresh_armed = true;
+    ctx.after(REFRESH, |hub: &mut Hub, ctx| {
+        if let Some(http) = hub.http.as_mut() {
+            http.ui.refresh_armed = false;
+        }
+        refresh(hub);
+        super::reap(hub, ctx);
+        arm_refresh(hub, ctx);
+    });
 }
 
-/// The `output_chunk` messages that bring a subscriber at `pos` up to date.
-fn chunks(
-    job: &str,
-    machine: &str,
-    text: &LiveText,
-    mut pos: Position,
-) -> Vec<(Utf8Bytes, Position)> {
-    let mut out = Vec::new();
-    let instance = crate::wire::ui::instance(job, text.run);
-    while let Some((chunk, next)) = text.next_chunk(&pos, MAX_CHUNK) {
-        let msg = json!({
-            "type": "output_chunk",
-            "cron": job,
-            "machine": machine,
-            "chunk": chunk.text,
-            "position": chunk.position,
-            "total_length": chunk.total_length,
-            "is_complete": chunk.is_complete,
-            "job_instance": instance,
-        });
-        out.push((Utf8Bytes::from(msg.to_string()), next));
-        pos = next;
+/// The status to every client, each watched job's details to its subscribers.
+fn refresh(hub: &mut Hub) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    if let Some(status) = http.ui.status.clone() {
+        broadcast(http, &status);
     }
-    out
+    let rendered: Vec<(Utf8Bytes, Vec<ConnId>)> = http
+        .ui
+        .jobs
+        .values()
+        .filter(|v| !v.subscribers.is_empty())
+        .filter_map(|v| Some((v.render_details()?, v.subscribers.iter().copied().collect())))
+        .collect();
+    for (text, subscribers) in rendered {
+        for id in subscribers {
+            send(http, id, &text);
+        }
+    }
 }
 
 /// The hub's own lines of `/metrics`.

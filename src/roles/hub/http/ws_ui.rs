@@ -1,9 +1,11 @@
-//! `/ws`: the original Saltpeter UI protocol (PROTOCOLS.md section 2.1), event-driven.
+//! `/ws`: the original Saltpeter UI protocol (PROTOCOLS.md section 2.1).
 //!
 //! 1. Connect: the handshake (tungstenite, over the request bytes the HTTP layer already
-//!    read), then the last `config` and `status` messages.
+//!    read), then the last `config` and `status` messages; from then on `status` again
+//!    every 2 s (`views::arm_refresh`).
 //! 2. `subscribe` / `unsubscribe` join and leave a job's view (`views`): the view pushes
-//!    `details` and `output_chunk` messages to its subscribers as main reports changes.
+//!    `details` and `output_chunk` messages to its subscribers as things change, and the
+//!    details again every 2 s.
 //! 3. `run`, `killCron`, `killMachine` and `getTimeline` become calls to main; `ack` is
 //!    accepted and ignored, as by the original.
 //!
@@ -16,14 +18,15 @@ use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tungstenite::handshake::server::{NoCallback, ServerHandshake};
 use tungstenite::handshake::{HandshakeError, MidHandshake};
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{Message, Utf8Bytes, WebSocket};
 
+use super::feed::push_output;
 use super::live::Position;
-use super::views::{leave_view, push_details, push_output};
+use super::views::{arm_refresh, leave_view, push_details};
 use super::{ConnId, Http, Kind, drop_conn};
 use crate::evloop::Ctx;
 use crate::ipc::CallError;
@@ -157,7 +160,7 @@ pub fn upgrade(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, raw: Vec<u8>) {
     }));
     http.conns.insert(id, conn);
     if open {
-        greet(hub, id);
+        greet(hub, ctx, id);
     }
 }
 
@@ -187,8 +190,8 @@ pub(super) fn send(http: &mut Http, id: ConnId, text: &Utf8Bytes) {
     http.stats.ws_messages_sent += 1;
 }
 
-/// A new client gets the configuration and the status at once.
-fn greet(hub: &mut Hub, id: ConnId) {
+/// A new client gets the configuration and the status at once, and the refresh runs.
+fn greet(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
@@ -198,6 +201,7 @@ fn greet(hub: &mut Hub, id: ConnId) {
     {
         send(http, id, &msg);
     }
+    arm_refresh(hub, ctx);
 }
 
 pub fn on_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
@@ -208,7 +212,7 @@ pub fn on_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
         Some(Session::Handshaking(mid)) => match mid.handshake() {
             Ok(socket) => {
                 ws.session = Some(Session::Open(Box::new(socket)));
-                greet(hub, id);
+                greet(hub, ctx, id);
                 let Some(ws) = ws_of(hub, id) else {
                     return;
                 };
@@ -485,30 +489,8 @@ fn send_timeline(hub: &mut Hub, id: ConnId, req: u64, runs: &[RunRecord]) {
         return;
     };
     let req_id = ws.timelines.remove(&req).unwrap_or(Value::Null);
-    let mut content = Vec::new();
-    for run in runs {
-        let instance = crate::wire::ui::instance(&run.job, run.id);
-        for t in &run.targets {
-            if t.started.is_some() {
-                content.push(
-                    json!({"cron": run.job, "timestamp": crate::ctl::render::time(t.started),
-                    "ret_code": null, "msg_type": "machine_start", "job_instance": instance,
-                    "machine": t.machine}),
-                );
-            }
-            if t.ended.is_some() {
-                content.push(
-                    json!({"cron": run.job, "timestamp": crate::ctl::render::time(t.ended),
-                    "ret_code": t.exit_code, "msg_type": "machine_result",
-                    "job_instance": instance, "machine": t.machine}),
-                );
-            }
-        }
-    }
-    let msg = json!({
-        "type": "timeline",
-        "timeline": {"content": content, "id": req_id, "serial": chrono::Utc::now().timestamp_millis()},
-    });
+    let serial = chrono::Utc::now().timestamp_millis();
+    let msg = crate::json::ui::timeline_message(req_id, runs, serial);
     if let Some(http) = hub.http.as_mut() {
         send(http, id, &Utf8Bytes::from(msg.to_string()));
     }
@@ -518,6 +500,7 @@ fn send_timeline(hub: &mut Hub, id: ConnId, req: u64, runs: &[RunRecord]) {
 mod tests {
     use super::*;
     use chrono::TimeZone;
+    use serde_json::json;
 
     #[test]
     fn dates_of_the_original_and_iso() {

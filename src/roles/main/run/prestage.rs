@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 
 use super::Main;
-use super::effects::finish_target;
-use super::run_flow::RunEnv;
-use super::run_rules::{self, AtSlot};
+use super::RunEnv;
 use crate::config::Overlap;
+use crate::roles::main::effects::finish_target;
+use crate::roles::main::run_rules::{self, AtSlot};
 use crate::wire::records::TargetReason;
 use crate::wire::wrapper::ServerMsg;
 use crate::workflow::{Step, StepCtx, Wake};

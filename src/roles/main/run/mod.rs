@@ -7,13 +7,19 @@
 //! recorded, waiters answered). Target outcomes are written by `finish_target`, the one
 //! place a target becomes `finished`.
 
+pub mod batches;
+use batches::{await_launch, collect_all, collect_batch, launch_batch, next_batch};
+pub mod prestage;
+pub mod recovery;
+pub mod targets;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use chrono::Utc;
 
 use super::admin::Pending;
-use super::effects::{finish_target, now_ms, transition};
+use super::effects::{finish_target, now_ms};
 use super::run_rules;
 use super::runs::ActiveRun;
 use super::scheduler::Due;
@@ -25,9 +31,8 @@ use crate::ipc::rpc::Call;
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::{DbReply, DbRequest, calls};
 use crate::wire::db::{NewRun, RunUpdate};
-use crate::wire::link::{BlockingRequest, ExecutorKind, HubReply, LaunchTarget, blocking_calls};
+use crate::wire::link::HubReply;
 use crate::wire::records::{Millis, RunId, RunState, TargetReason, TargetState, Trigger};
-use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL};
 use crate::workflow::{Step, StepCtx, Wake, Workflow};
 
 /// A run to start.
@@ -62,7 +67,7 @@ pub struct RunEnv {
     counted: bool,
 }
 
-type Sc<'a> = StepCtx<'a, RunEnv, Main>;
+pub type Sc<'a> = StepCtx<'a, RunEnv, Main>;
 
 /// Act on a due slot: run it, or record why it is skipped.
 pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
@@ -78,13 +83,22 @@ pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: 
     let job: JobRef = Arc::clone(job);
     let slot = due.slot.timestamp_millis();
     let lateness = now - due.slot;
+    // Pause, skips and maintenance windows (`jobctl`); a missed slot is recorded as such.
+    let hold = if due.missed || core.global_maintenance() {
+        super::jobctl::Hold::Run
+    } else {
+        super::jobctl::hold(core, &job, due, now)
+    };
+    if hold == super::jobctl::Hold::Deferred {
+        return;
+    }
     log::debug!(
         "slot {} of {} is due ({} ms late)",
         due.slot,
         job.name,
         lateness.num_milliseconds()
     );
-    if due.early && !due.missed {
+    if due.early && !due.missed && hold == super::jobctl::Hold::Run {
         log::debug!("{}: pre-staging slot {}", job.name, due.slot);
         core.queue_run(RunRequest {
             job,
@@ -110,6 +124,8 @@ pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: 
         ))
     } else if core.global_maintenance() {
         Some("maintenance: global maintenance is on".to_string())
+    } else if let super::jobctl::Hold::Skip(reason) = hold {
+        Some(reason)
     } else if job.overlap == Overlap::Forbid && core.job_busy(&job.name) {
         Some(format!(
             "overlap: the previous run of {} is still going",
@@ -212,13 +228,13 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             counted: !prestaged,
         },
     )
-    .step("resolve_targets", super::targets::resolve_targets)
+    .step("resolve_targets", targets::resolve_targets)
     .step("plan_batches", plan_batches)
     .step("record_run", record_run)
-    .step("deploy_wrappers", super::targets::deploy_wrappers)
+    .step("deploy_wrappers", targets::deploy_wrappers)
     .step("launch_batch", launch_batch)
     .step("await_launch", await_launch)
-    .step("await_slot", super::prestage::await_slot)
+    .step("await_slot", prestage::await_slot)
     .step("collect_batch", collect_batch)
     .step("next_batch", next_batch)
     .step("collect_all", collect_all)
@@ -251,10 +267,10 @@ pub fn recovered_workflow(
             counted: false,
         },
     )
-    .step("deploy_wrappers", super::targets::deploy_wrappers)
+    .step("deploy_wrappers", targets::deploy_wrappers)
     .step("launch_batch", launch_batch)
     .step("await_launch", await_launch)
-    .step("await_slot", super::prestage::await_slot)
+    .step("await_slot", prestage::await_slot)
     .step("collect_batch", collect_batch)
     .step("collect_all", collect_all)
     .always("finalize", finalize)
@@ -262,10 +278,15 @@ pub fn recovered_workflow(
 
 /// Maintenance machines out, `number_of_targets` picked, batches cut.
 fn plan_batches(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+    // Machines in a maintenance window: a `defer` one makes the run wait for its end.
+    if let Some(wake) = super::jobctl::machine_defer(core, &env.req.job, &env.live) {
+        return Step::Wait(wake);
+    }
     let job = &env.req.job;
     let machines = std::mem::take(&mut env.live);
-    let (skipped, runnable): (Vec<String>, Vec<String>) =
-        machines.into_iter().partition(|m| core.in_maintenance(m));
+    let (skipped, runnable): (Vec<String>, Vec<String>) = machines
+        .into_iter()
+        .partition(|m| core.in_maintenance(m) || super::jobctl::machine_skipped(core, job, m));
     env.batches = run_rules::cut_batches(runnable, job.number_of_targets, job.batch_size, |m| {
         use rand::seq::SliceRandom;
         m.shuffle(&mut rand::rng());
@@ -316,7 +337,9 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             };
             (RunState::Skipped, Some(why.to_string()))
         } else {
-            (RunState::Dispatching, None)
+            let job = &env.req.job.name;
+            let chained = super::chains::reason(core, job, env.req.slot, env.req.trigger);
+            (RunState::Dispatching, chained)
         };
         let id = core.db_call(
             DbRequest::CreateRun(NewRun {
@@ -430,196 +453,6 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     }
 }
 
-fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
-    let Some(run) = env.run else {
-        return Step::fail("launch before the run was recorded");
-    };
-    let job = env.req.job.clone();
-    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
-    let url = core.wrapper_url(&job);
-    // Machines put into maintenance since the run was planned (a later batch) stay out.
-    let in_maintenance: Vec<bool> = batch.iter().map(|m| core.in_maintenance(m)).collect();
-    let mut launch = Vec::new();
-    for (machine, maintenance) in batch.iter().zip(in_maintenance) {
-        if core
-            .target(run, machine)
-            .is_none_or(|t| t.phase != Phase::Pending)
-        {
-            continue; // killed before its batch came, or launched before a restart
-        }
-        if maintenance {
-            log::info!("run {run}: {machine} is in maintenance now; left out");
-            transition(core, run, machine, |t| t.skip_for_maintenance());
-            continue;
-        }
-        transition(core, run, machine, |t| t.launch());
-        let token = core.secret.launch_token(run, machine);
-        launch.push(LaunchTarget {
-            machine: machine.clone(),
-            env: vec![
-                (ENV_URL.to_string(), url.clone()),
-                (ENV_RUN.to_string(), run.to_string()),
-                (ENV_MACHINE.to_string(), machine.clone()),
-                (ENV_TOKEN.to_string(), token),
-            ],
-        });
-    }
-    if env.batch == 0 && !launch.is_empty() {
-        core.db_call(
-            DbRequest::UpdateRun {
-                run,
-                update: RunUpdate {
-                    state: Some(RunState::Running),
-                    started: Some(now_ms()),
-                    ..Default::default()
-                },
-            },
-            DbWait::Write("a running run"),
-        );
-    }
-    let executor = match job.executor {
-        crate::config::Executor::Local => ExecutorKind::Local,
-        crate::config::Executor::Salt => ExecutorKind::Salt,
-    };
-    let id = core.blocking_call(BlockingRequest::Launch {
-        executor,
-        wrapper_path: core.wrapper_path(&job),
-        targets: launch,
-        salt: (executor == ExecutorKind::Salt).then(|| core.salt_settings()),
-    });
-    env.call = Some(id);
-    env.launch_started = Some(Instant::now());
-    Step::Next
-}
-
-fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
-    let Some(id) = env.call else {
-        return Step::Next;
-    };
-    let Some(reply) = core.take_blocking_reply::<blocking_calls::Launch>(id) else {
-        return Step::Wait(Wake::Call(id));
-    };
-    env.call = None;
-    let run = env.run.unwrap_or_default();
-    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
-    if env.req.job.executor == crate::config::Executor::Salt
-        && let Some(started) = env.launch_started.take()
-        && !batch.is_empty()
-    {
-        core.record_launch_latency(started.elapsed());
-    }
-    match reply {
-        Ok(outcomes) => {
-            for o in outcomes {
-                if let Err(e) = o.result {
-                    log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
-                    let job = env.req.job.name.clone();
-                    core.event("launch_failed", Some(&job), Some(run), Some(&o.machine), e);
-                    // Maybe the wrapper went missing: deploy again next time.
-                    core.deployed.remove(&o.machine);
-                    finish_target(
-                        core,
-                        run,
-                        &o.machine,
-                        TargetReason::WrapperFailed,
-                        Some(254),
-                    );
-                }
-            }
-        }
-        Err(e) => {
-            log::error!("run {run}: launching batch {} failed: {e}", env.batch);
-            for m in &batch {
-                finish_target(core, run, m, TargetReason::WrapperFailed, Some(254));
-            }
-        }
-    }
-    let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
-    env.pickup_deadline = Some(Instant::now() + pickup);
-    Step::Next
-}
-
-fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
-    let run = env.run.unwrap_or_default();
-    let now = s.now();
-    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
-    let retry_wait = match super::retry::check(env, core, now) {
-        super::retry::RetryPlan::Relaunch => {
-            s.insert_steps([
-                ("launch_batch", launch_batch as StepFnOf),
-                ("await_launch", await_launch),
-                ("collect_batch", collect_batch),
-            ]);
-            return Step::Next;
-        }
-        super::retry::RetryPlan::WaitUntil(at) => Some(Wake::At(at)),
-        super::retry::RetryPlan::Nothing => None,
-    };
-    let Some(active) = core.runs.get(&run) else {
-        return Step::Next;
-    };
-    let pickup = run_rules::check_pickup(&active.targets, &batch, env.pickup_deadline, now);
-    for machine in &pickup.overdue {
-        log::warn!("run {run}: the wrapper on {machine} never picked the run up");
-        finish_target(core, run, machine, TargetReason::WrapperFailed, Some(254));
-    }
-    let event = Wake::event(Main::run_event(run));
-    if !pickup.open {
-        return match retry_wait {
-            Some(at) => Step::Wait(Wake::Any(vec![event, at])),
-            None => Step::Next,
-        };
-    }
-    let mut wakes = vec![event];
-    wakes.extend(retry_wait);
-    if let (true, Some(d)) = (pickup.waiting, env.pickup_deadline) {
-        wakes.push(Wake::At(d));
-    }
-    Step::Wait(Wake::Any(wakes))
-}
-
-fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
-    let run = env.run.unwrap_or_default();
-    if env.batch + 1 >= env.batches.len() {
-        return Step::Next;
-    }
-    if core.runs.get(&run).is_some_and(|r| r.kill_requested) {
-        let rest: Vec<String> = env.batches[env.batch + 1..].concat();
-        for m in rest {
-            finish_target(core, run, &m, TargetReason::Canceled, None);
-        }
-        // Wait for those records before finalizing.
-        env.batch = env.batches.len() - 1;
-        s.insert_next("collect_canceled", collect_all);
-        return Step::Next;
-    }
-    env.batch += 1;
-    log::info!("run {run}: starting batch {}", env.batch + 1);
-    s.insert_steps([
-        ("launch_batch", launch_batch as super::run_flow::StepFnOf),
-        ("await_launch", await_launch),
-        ("collect_batch", collect_batch),
-        ("next_batch", next_batch),
-    ]);
-    Step::Next
-}
-
-pub type StepFnOf = fn(&mut RunEnv, &mut Main, &mut Sc) -> Step;
-
-/// Wait until every target of the run is settled.
-fn collect_all(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
-    let run = env.run.unwrap_or_default();
-    let open = core
-        .runs
-        .get(&run)
-        .is_some_and(|r| r.targets.values().any(|t| !t.is_settled()));
-    if open {
-        Step::Wait(Wake::event(Main::run_event(run)))
-    } else {
-        Step::Next
-    }
-}
-
 fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let Some(run) = env.run else {
         release_job(core, env);
@@ -687,6 +520,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             core.db_call(DbRequest::GetRun(run), DbWait::Admin(call, Pending::Run));
         }
         super::live::run_ended(core, run);
+        super::chains::run_ended(core, &active.job.name, run, state);
     }
     Step::Next
 }

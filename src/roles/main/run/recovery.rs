@@ -13,13 +13,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::run_flow::{self, RunRequest};
-use super::runs::ActiveRun;
-use super::target::{Target, Token};
-use super::{DbWait, Main, MainRole};
+use super::{self as run_flow, RunRequest};
 use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
+use crate::roles::main::runs::ActiveRun;
+use crate::roles::main::target::{Target, Token};
+use crate::roles::main::{DbWait, Main, MainRole};
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::db::{RunUpdate, TargetDetail, TargetUpdate};
@@ -59,7 +59,7 @@ pub fn recovered(role: &mut MainRole, ctx: &mut Ctx<MainRole>, result: Result<Db
     role.core.apply_retention_to_all();
     // The start-up hold is lifted, and the schedule armed, once every start-up load is in
     // (`boot::finish_when_ready`, from the pump).
-    super::pump(role, ctx);
+    crate::roles::main::pump(role, ctx);
 }
 
 pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {

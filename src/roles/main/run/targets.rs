@@ -7,9 +7,9 @@
 //!   first launch, this build's wrapper is deployed to it (then cached by hash).
 
 use super::Main;
-use super::effects::finish_target;
-use super::run_flow::RunEnv;
+use super::RunEnv;
 use crate::config::Executor;
+use crate::roles::main::effects::finish_target;
 use crate::wire::link::{BlockingRequest, blocking_calls};
 use crate::wire::records::{RunState, TargetReason};
 use crate::workflow::{Step, StepCtx, Wake};

@@ -1,0 +1,81 @@
+//! The JSON shapes Saltpeter shows, in one role-free place: `saltpeterctl --json`, the
+//! HTTP API and `/ws` all render from here, so a run looks the same everywhere and no
+//! daemon role depends on the command-line tool.
+//!
+//! - this module: instants, runs, targets, jobs, the status (`saltpeterctl --json` and
+//!   `/api/v1/...` share them);
+//! - `ui`: the original Saltpeter UI protocol of `/ws`, rendered from the typed views
+//!   main sends the hub (`crate::wire::ui`).
+
+pub mod ui;
+
+use serde_json::{Value, json};
+
+use crate::wire::admin::{JobInfo, StatusInfo};
+use crate::wire::records::{Millis, RunRecord, TargetRecord};
+
+/// The line shown where the output limit left bytes out.
+pub fn elision_marker(omitted: u64) -> String {
+    format!("\n[saltpeter: {omitted} bytes of output left out here (output_limit)]\n")
+}
+
+/// RFC 3339 in UTC, or null.
+pub fn time(ms: Option<Millis>) -> Value {
+    match ms.and_then(chrono::DateTime::from_timestamp_millis) {
+        Some(t) => Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+        None => Value::Null,
+    }
+}
+
+pub fn target_json(t: &TargetRecord) -> Value {
+    json!({
+        "machine": t.machine,
+        "state": t.state.as_str(),
+        "reason": t.reason.map(|r| r.as_str()),
+        "exit_code": t.exit_code,
+        "started": time(t.started),
+        "ended": time(t.ended),
+    })
+}
+
+pub fn run_json(r: &RunRecord) -> Value {
+    json!({
+        "id": r.id,
+        "job": r.job,
+        "slot": time(r.slot),
+        "trigger": r.trigger.as_str(),
+        "state": r.state.as_str(),
+        "reason": r.reason,
+        "started": time(r.started),
+        "ended": time(r.ended),
+        "targets": r.targets.iter().map(target_json).collect::<Vec<_>>(),
+    })
+}
+
+pub fn job_json(j: &JobInfo) -> Value {
+    json!({
+        "name": j.name,
+        "group": j.group,
+        "next_run": time(j.next_run),
+        "last_run": time(j.last_run),
+        "last_result": j.last_result.map(|s| s.as_str()),
+        "enabled": j.enabled,
+        "error": j.error,
+        "paused": j.paused,
+    })
+}
+
+pub fn status_json(s: &StatusInfo) -> Value {
+    json!({
+        "version": s.version,
+        "started_at": time(Some(s.started_at)),
+        "uptime_s": s.uptime_s,
+        "processes": s.processes.iter().map(|p| json!({"role": p.role, "pid": p.pid})).collect::<Vec<_>>(),
+        "jobs": s.jobs,
+        "running_runs": s.running_runs,
+        "config_errors": s.config_errors,
+        "wrapper_port": s.wrapper_port,
+        "db_error": s.db_error,
+        "api_port": s.api_port,
+    })
+}

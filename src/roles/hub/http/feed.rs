@@ -1,0 +1,294 @@
+//! The live output of watched targets, fed by the wrapper frames the hub relays to main.
+//!
+//! For each target a watched job's details cover (PROTOCOLS.md section 2.1):
+//! 1. the stored output is read once through main (`LiveOutput`, which says up to which
+//!    frame it goes); frames arriving meanwhile wait, and those the read already held are
+//!    dropped, so every frame shows once and in order (by seq, which also drops a
+//!    re-attached wrapper's resends after a daemon restart);
+//! 2. later frames are appended as the hub relays them (`wrapper_output`);
+//! 3. each subscriber has its own position per target (characters of the decoded text,
+//!    `live`), so a chunk holds exactly what that client has not seen; a new run of a
+//!    target starts at 0; subscribers at the same position share one encoded message.
+//!
+//! The text is bounded (`live_cap`, the newest half kept); a finished target's text is
+//! its stored output, so its `output_length` is what the store holds.
+
+use std::io;
+
+use tungstenite::{Message, Utf8Bytes};
+
+use super::live::{LiveText, Position};
+use super::views::{JobView, push_details};
+use super::ws_ui::{CALL_TIMEOUT, Session};
+use super::{ConnId, Http, Kind};
+use crate::evloop::Ctx;
+use crate::roles::hub::{Hub, Waiting};
+use crate::wire::admin::{AdminRequest, AdminResponse};
+use crate::wire::link::HubRequest;
+use crate::wire::records::RunId;
+use crate::wire::ui::LiveTarget;
+
+/// Largest text of one `output_chunk`.
+const MAX_CHUNK: usize = 256 * 1024;
+
+pub(super) struct Target {
+    pub(super) text: LiveText,
+    upto_seq: u64,
+    /// The stored output is being read; frames that arrive meanwhile wait here.
+    pub(super) fetching: Option<Vec<(u64, Vec<u8>)>>,
+    finished: bool,
+}
+
+fn new_target(run: RunId, cap: usize, finished: bool, first: Option<(u64, Vec<u8>)>) -> Target {
+    Target {
+        text: LiveText::new(run, cap),
+        upto_seq: 0,
+        fetching: Some(first.into_iter().collect()),
+        finished,
+    }
+}
+
+/// New details cover `live`: forget targets of older runs, mark finished ones, and say
+/// which targets' stored output to read.
+pub(super) fn follow_targets(
+    view: &mut JobView,
+    live: &[LiveTarget],
+    cap: usize,
+) -> Vec<(String, RunId)> {
+    let newest = live.iter().map(|t| t.run).max();
+    view.targets
+        .retain(|m, t| live.iter().any(|l| &l.machine == m) || Some(t.text.run) == newest);
+    let mut fetch = Vec::new();
+    for lt in live {
+        match view.targets.get_mut(&lt.machine) {
+            Some(t) if t.text.run == lt.run => {
+                if lt.finished && !t.finished {
+                    t.finished = true;
+                    if t.fetching.is_none() {
+                        t.text.finish();
+                    }
+                }
+            }
+            _ => {
+                view.targets.insert(
+                    lt.machine.clone(),
+                    new_target(lt.run, cap, lt.finished, None),
+                );
+                fetch.push((lt.machine.clone(), lt.run));
+            }
+        }
+    }
+    fetch
+}
+
+/// Read the stored output of a target for its view.
+pub(super) fn start_fetch(hub: &mut Hub, job: &str, machine: &str, run: RunId) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    let fid = http.ui.next_fetch;
+    http.ui.next_fetch += 1;
+    http.ui
+        .fetches
+        .insert(fid, (job.to_string(), machine.to_string(), run));
+    hub.call_main(
+        HubRequest::Admin(AdminRequest::LiveOutput {
+            run,
+            machine: machine.to_string(),
+        }),
+        CALL_TIMEOUT,
+        Waiting::LiveFetch(fid),
+    );
+}
+
+/// An output frame of `run` on `machine` (a target of `job`) passed through the hub: if
+/// the job is watched, its subscribers get it.
+pub fn wrapper_output(
+    hub: &mut Hub,
+    ctx: &mut Ctx<Hub>,
+    job: &str,
+    run: RunId,
+    machine: &str,
+    seq: u64,
+    data: &[u8],
+) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    let cap = http.ui.live_cap;
+    let Some(view) = http.ui.jobs.get_mut(job) else {
+        return;
+    };
+    match view.targets.get_mut(machine) {
+        Some(t) if t.text.run == run => match &mut t.fetching {
+            Some(queued) => queued.push((seq, data.to_vec())),
+            None if seq > t.upto_seq => {
+                t.text.push_bytes(data);
+                t.upto_seq = seq;
+            }
+            None => return, // a resend of a frame already shown
+        },
+        Some(t) if t.text.run > run => return, // an older run still talking
+        _ => {
+            // A run the details have not announced yet: read what is stored first.
+            view.targets.insert(
+                machine.to_string(),
+                new_target(run, cap, false, Some((seq, data.to_vec()))),
+            );
+            start_fetch(hub, job, machine, run);
+            return;
+        }
+    }
+    push_output(hub, job, None);
+    super::reap(hub, ctx);
+}
+
+/// main answered (or failed) a read of stored output.
+pub fn live_base(
+    hub: &mut Hub,
+    ctx: Option<&mut Ctx<Hub>>,
+    fid: u64,
+    answer: Result<AdminResponse, String>,
+) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    let Some((job, machine, run)) = http.ui.fetches.remove(&fid) else {
+        return;
+    };
+    let Some(t) = http
+        .ui
+        .jobs
+        .get_mut(&job)
+        .and_then(|v| v.targets.get_mut(&machine))
+        .filter(|t| t.text.run == run)
+    else {
+        return;
+    };
+    let Some(queued) = t.fetching.take() else {
+        return;
+    };
+    match answer {
+        Ok(AdminResponse::LiveOutput(base)) => {
+            t.text.skip(base.skipped_bytes);
+            let at = base
+                .omitted_at
+                .unwrap_or(base.data.len())
+                .min(base.data.len());
+            t.text.push_bytes(&base.data[..at]);
+            if base.omitted_at.is_some() && base.omitted_bytes > 0 {
+                t.text
+                    .push_str(&crate::json::elision_marker(base.omitted_bytes));
+            }
+            t.text.push_bytes(&base.data[at..]);
+            t.upto_seq = base.upto_seq;
+        }
+        Ok(other) => log::debug!("no stored output of {machine} in run {run}: {other:?}"),
+        Err(e) => log::debug!("no stored output of {machine} in run {run}: {e}"),
+    }
+    for (seq, data) in queued {
+        if seq > t.upto_seq {
+            t.text.push_bytes(&data);
+            t.upto_seq = seq;
+        }
+    }
+    if t.finished {
+        t.text.finish();
+    }
+    // Details waited for the read (their `output_length`), the output too.
+    push_details(hub, &job, None);
+    push_output(hub, &job, None);
+    if let Some(ctx) = ctx {
+        super::reap(hub, ctx);
+    }
+}
+
+/// What each subscriber of `job` (or only `only`) has not seen of its targets' output.
+pub(super) fn push_output(hub: &mut Hub, job: &str, only: Option<ConnId>) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    let Http {
+        conns, ui, stats, ..
+    } = http;
+    let Some(view) = ui.jobs.get(job) else {
+        return;
+    };
+    let subscribers: Vec<ConnId> = match only {
+        Some(id) => vec![id],
+        None => view.subscribers.iter().copied().collect(),
+    };
+    for (machine, t) in &view.targets {
+        if t.fetching.is_some() {
+            continue;
+        }
+        // Subscribers at the same position get the same message, built once.
+        let mut built: Vec<(Position, Vec<(Utf8Bytes, Position)>)> = Vec::new();
+        let key = (job.to_string(), machine.clone());
+        for id in &subscribers {
+            let Some(conn) = conns.get_mut(id) else {
+                continue;
+            };
+            let Kind::Ws(ws) = &mut conn.kind else {
+                continue;
+            };
+            let pos = ws.positions.get(&key).copied().unwrap_or_default();
+            let msgs = match built.iter().find(|(p, _)| *p == pos) {
+                Some((_, msgs)) => msgs.clone(),
+                None => {
+                    let msgs = chunks(job, machine, &t.text, pos);
+                    built.push((pos, msgs.clone()));
+                    msgs
+                }
+            };
+            let Some(last) = msgs.last().map(|(_, p)| *p) else {
+                continue;
+            };
+            let Some(Session::Open(socket)) = ws.session.as_mut() else {
+                continue;
+            };
+            let mut failed = None;
+            for (text, _) in &msgs {
+                stats.ws_messages_sent += 1;
+                match socket.send(Message::Text(text.clone())) {
+                    Ok(()) => {}
+                    Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => {
+                        failed = Some(format!("/ws write failed: {e}"));
+                        break;
+                    }
+                }
+            }
+            ws.positions.insert(key.clone(), last);
+            if let Some(why) = failed {
+                conn.mark_dead(why);
+            }
+        }
+    }
+}
+
+/// The `output_chunk` messages that bring a subscriber at `pos` up to date.
+fn chunks(
+    job: &str,
+    machine: &str,
+    text: &LiveText,
+    mut pos: Position,
+) -> Vec<(Utf8Bytes, Position)> {
+    let mut out = Vec::new();
+    let instance = crate::wire::ui::instance(job, text.run);
+    while let Some((chunk, next)) = text.next_chunk(&pos, MAX_CHUNK) {
+        let msg = serde_json::json!({
+            "type": "output_chunk",
+            "cron": job,
+            "machine": machine,
+            "chunk": chunk.text,
+            "position": chunk.position,
+            "total_length": chunk.total_length,
+            "is_complete": chunk.is_complete,
+            "job_instance": instance,
+        });
+        out.push((Utf8Bytes::from(msg.to_string()), next));
+        pos = next;
+    }
+    out
+}

@@ -1,0 +1,118 @@
+//! Chains of jobs: a job with `after: {job: X, on: success|failure|always}` runs when a run
+//! of X ends with a matching outcome.
+//!
+//! `run_ended` is called by the run Workflow's `finalize` once the upstream run's end is
+//! recorded. Each chained job's run goes through the same door as a scheduled slot
+//! (`run::fire_as`, trigger `chain`, slot = the upstream run's end), so global
+//! maintenance, pause, skips, maintenance windows and the overlap rule apply to it too. The
+//! run records what triggered it: its reason says `after run N of X (succeeded)`, and an
+//! event of kind `chain` links the two runs. Cycles are refused when the configuration is
+//! loaded (`config/chains.rs`), so a chain always ends.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use super::scheduler::Due;
+use super::{Main, run};
+use crate::config::ChainOn;
+use crate::wire::records::{Millis, RunId, RunState, Trigger};
+
+/// Why chained runs about to be recorded were started: `(job, slot)` -> reason.
+#[derive(Debug, Default)]
+pub struct Chains {
+    reasons: HashMap<(String, Millis), String>,
+}
+
+/// Whether an upstream run that ended in `state` starts a chain waiting `on` it.
+pub fn fires_on(on: ChainOn, state: RunState) -> bool {
+    match on {
+        ChainOn::Success => state == RunState::Succeeded,
+        ChainOn::Failure => matches!(state, RunState::Failed | RunState::Partial),
+        ChainOn::Always => matches!(
+            state,
+            RunState::Succeeded | RunState::Failed | RunState::Partial | RunState::Canceled
+        ),
+    }
+}
+
+/// A run of `job` ended in `state`: start the jobs chained to it.
+pub fn run_ended(core: &mut Main, job: &str, run: RunId, state: RunState) {
+    if core.stopping {
+        return;
+    }
+    let chained: Vec<Arc<crate::config::Job>> = core
+        .config
+        .jobs
+        .values()
+        .filter_map(|e| e.job_ref())
+        .filter(|j| j.enabled)
+        .filter(|j| {
+            j.after
+                .as_ref()
+                .is_some_and(|a| a.job == job && fires_on(a.on, state))
+        })
+        .cloned()
+        .collect();
+    let now = Utc::now();
+    for next in chained {
+        let reason = format!("after run {run} of {job} ({state})");
+        log::info!("{}: chained run {reason}", next.name);
+        core.event(
+            "chain",
+            Some(&next.name),
+            Some(run),
+            None,
+            format!("{} starts {reason}", next.name),
+        );
+        let slot = now.timestamp_millis();
+        // A chained slot that is skipped never takes its reason: forget old ones.
+        let hour_ago = slot - 3_600_000;
+        core.chains.reasons.retain(|(_, s), _| *s > hour_ago);
+        core.chains
+            .reasons
+            .insert((next.name.clone(), slot), reason);
+        let due = Due {
+            job: next.name.clone(),
+            slot: chrono::DateTime::from_timestamp_millis(slot).unwrap_or(now),
+            missed: false,
+            early: false,
+        };
+        run::fire_as(core, &due, now, Trigger::Chain);
+    }
+}
+
+/// The reason recorded with a chained run of `job` at `slot` (taken once).
+pub fn reason(
+    core: &mut Main,
+    job: &str,
+    slot: Option<Millis>,
+    trigger: Trigger,
+) -> Option<String> {
+    if trigger != Trigger::Chain {
+        return None;
+    }
+    let slot = slot?;
+    core.chains.reasons.remove(&(job.to_string(), slot))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_fires_only_on_its_outcome() {
+        use RunState::*;
+        assert!(fires_on(ChainOn::Success, Succeeded));
+        assert!(!fires_on(ChainOn::Success, Failed));
+        assert!(!fires_on(ChainOn::Success, Partial));
+        assert!(fires_on(ChainOn::Failure, Failed));
+        assert!(fires_on(ChainOn::Failure, Partial));
+        assert!(!fires_on(ChainOn::Failure, Succeeded));
+        assert!(fires_on(ChainOn::Always, Canceled));
+        // A skipped slot ran nothing: no chain follows it.
+        assert!(!fires_on(ChainOn::Always, Skipped));
+        assert!(!fires_on(ChainOn::Failure, Skipped));
+    }
+}

@@ -1,0 +1,205 @@
+//! The batch steps of a run: launch a batch's wrappers, wait for the launch, collect the
+//! batch's outcomes (the pick-up deadline), go on to the next batch (or cancel the rest
+//! after a kill).
+
+use std::time::{Duration, Instant};
+
+use super::{RunEnv, Sc, now_ms, run_rules};
+use crate::roles::main::effects::{finish_target, transition};
+use crate::roles::main::target::Phase;
+use crate::roles::main::{DbWait, Main};
+use crate::wire::db::{DbRequest, RunUpdate};
+use crate::wire::link::{BlockingRequest, ExecutorKind, LaunchTarget, blocking_calls};
+use crate::wire::records::{RunState, TargetReason};
+use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL};
+use crate::workflow::{Step, Wake};
+
+pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+    let Some(run) = env.run else {
+        return Step::fail("launch before the run was recorded");
+    };
+    let job = env.req.job.clone();
+    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
+    let url = core.wrapper_url(&job);
+    // Machines put into maintenance since the run was planned (a later batch) stay out.
+    let in_maintenance: Vec<bool> = batch.iter().map(|m| core.in_maintenance(m)).collect();
+    let mut launch = Vec::new();
+    for (machine, maintenance) in batch.iter().zip(in_maintenance) {
+        if core
+            .target(run, machine)
+            .is_none_or(|t| t.phase != Phase::Pending)
+        {
+            continue; // killed before its batch came, or launched before a restart
+        }
+        if maintenance {
+            log::info!("run {run}: {machine} is in maintenance now; left out");
+            transition(core, run, machine, |t| t.skip_for_maintenance());
+            continue;
+        }
+        transition(core, run, machine, |t| t.launch());
+        let token = core.secret.launch_token(run, machine);
+        launch.push(LaunchTarget {
+            machine: machine.clone(),
+            env: vec![
+                (ENV_URL.to_string(), url.clone()),
+                (ENV_RUN.to_string(), run.to_string()),
+                (ENV_MACHINE.to_string(), machine.clone()),
+                (ENV_TOKEN.to_string(), token),
+            ],
+        });
+    }
+    if env.batch == 0 && !launch.is_empty() {
+        core.db_call(
+            DbRequest::UpdateRun {
+                run,
+                update: RunUpdate {
+                    state: Some(RunState::Running),
+                    started: Some(now_ms()),
+                    ..Default::default()
+                },
+            },
+            DbWait::Write("a running run"),
+        );
+    }
+    let executor = match job.executor {
+        crate::config::Executor::Local => ExecutorKind::Local,
+        crate::config::Executor::Salt => ExecutorKind::Salt,
+    };
+    let id = core.blocking_call(BlockingRequest::Launch {
+        executor,
+        wrapper_path: core.wrapper_path(&job),
+        targets: launch,
+        salt: (executor == ExecutorKind::Salt).then(|| core.salt_settings()),
+    });
+    env.call = Some(id);
+    env.launch_started = Some(Instant::now());
+    Step::Next
+}
+
+pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+    let Some(id) = env.call else {
+        return Step::Next;
+    };
+    let Some(reply) = core.take_blocking_reply::<blocking_calls::Launch>(id) else {
+        return Step::Wait(Wake::Call(id));
+    };
+    env.call = None;
+    let run = env.run.unwrap_or_default();
+    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
+    if env.req.job.executor == crate::config::Executor::Salt
+        && let Some(started) = env.launch_started.take()
+        && !batch.is_empty()
+    {
+        core.record_launch_latency(started.elapsed());
+    }
+    match reply {
+        Ok(outcomes) => {
+            for o in outcomes {
+                if let Err(e) = o.result {
+                    log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
+                    let job = env.req.job.name.clone();
+                    core.event("launch_failed", Some(&job), Some(run), Some(&o.machine), e);
+                    // Maybe the wrapper went missing: deploy again next time.
+                    core.deployed.remove(&o.machine);
+                    finish_target(
+                        core,
+                        run,
+                        &o.machine,
+                        TargetReason::WrapperFailed,
+                        Some(254),
+                    );
+                }
+            }
+        }
+        Err(e) => {
+            log::error!("run {run}: launching batch {} failed: {e}", env.batch);
+            for m in &batch {
+                finish_target(core, run, m, TargetReason::WrapperFailed, Some(254));
+            }
+        }
+    }
+    let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
+    env.pickup_deadline = Some(Instant::now() + pickup);
+    Step::Next
+}
+
+pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+    let run = env.run.unwrap_or_default();
+    let now = s.now();
+    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
+    let retry_wait = match crate::roles::main::retry::check(env, core, now) {
+        crate::roles::main::retry::RetryPlan::Relaunch => {
+            s.insert_steps([
+                ("launch_batch", launch_batch as StepFnOf),
+                ("await_launch", await_launch),
+                ("collect_batch", collect_batch),
+            ]);
+            return Step::Next;
+        }
+        crate::roles::main::retry::RetryPlan::WaitUntil(at) => Some(Wake::At(at)),
+        crate::roles::main::retry::RetryPlan::Nothing => None,
+    };
+    let Some(active) = core.runs.get(&run) else {
+        return Step::Next;
+    };
+    let pickup = run_rules::check_pickup(&active.targets, &batch, env.pickup_deadline, now);
+    for machine in &pickup.overdue {
+        log::warn!("run {run}: the wrapper on {machine} never picked the run up");
+        finish_target(core, run, machine, TargetReason::WrapperFailed, Some(254));
+    }
+    let event = Wake::event(Main::run_event(run));
+    if !pickup.open {
+        return match retry_wait {
+            Some(at) => Step::Wait(Wake::Any(vec![event, at])),
+            None => Step::Next,
+        };
+    }
+    let mut wakes = vec![event];
+    wakes.extend(retry_wait);
+    if let (true, Some(d)) = (pickup.waiting, env.pickup_deadline) {
+        wakes.push(Wake::At(d));
+    }
+    Step::Wait(Wake::Any(wakes))
+}
+
+pub fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+    let run = env.run.unwrap_or_default();
+    if env.batch + 1 >= env.batches.len() {
+        return Step::Next;
+    }
+    if core.runs.get(&run).is_some_and(|r| r.kill_requested) {
+        let rest: Vec<String> = env.batches[env.batch + 1..].concat();
+        for m in rest {
+            finish_target(core, run, &m, TargetReason::Canceled, None);
+        }
+        // Wait for those records before finalizing.
+        env.batch = env.batches.len() - 1;
+        s.insert_next("collect_canceled", collect_all);
+        return Step::Next;
+    }
+    env.batch += 1;
+    log::info!("run {run}: starting batch {}", env.batch + 1);
+    s.insert_steps([
+        ("launch_batch", launch_batch as StepFnOf),
+        ("await_launch", await_launch),
+        ("collect_batch", collect_batch),
+        ("next_batch", next_batch),
+    ]);
+    Step::Next
+}
+
+pub type StepFnOf = fn(&mut RunEnv, &mut Main, &mut Sc) -> Step;
+
+/// Wait until every target of the run is settled.
+pub fn collect_all(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+    let run = env.run.unwrap_or_default();
+    let open = core
+        .runs
+        .get(&run)
+        .is_some_and(|r| r.targets.values().any(|t| !t.is_settled()));
+    if open {
+        Step::Wait(Wake::event(Main::run_event(run)))
+    } else {
+        Step::Next
+    }
+}

@@ -1,0 +1,139 @@
+//! What the wrapper does with each message from the server: `welcome` (first, or again
+//! after a reconnect), `go`, `cancel`, `kill`, `ack`, `done` and rejections. A rejection
+//! saying the server does not know the run ends a wrapper that has not started its
+//! command, but not one whose command runs (`patience`).
+
+use std::time::{Duration, Instant};
+
+use super::{Phase, Session};
+use crate::wire::wrapper::{ExitReason, JobSpec, KillReason, RejectCode, ServerMsg};
+use crate::wrapper::WrapperError;
+
+impl Session {
+    pub(super) fn on_message(&mut self, now: Instant, msg: ServerMsg) {
+        match msg {
+            ServerMsg::Welcome {
+                job,
+                resume_key,
+                acked_seq,
+                wait_for_go,
+                slot_in_ms,
+            } => {
+                let staged = wait_for_go.then(|| slot_in_ms.map(Duration::from_millis));
+                self.on_welcome(now, job, resume_key, acked_seq, staged)
+            }
+            ServerMsg::Reject { code, message } => {
+                if code.is_transient() {
+                    self.link_down(now, &format!("hub asks to retry later: {message}"));
+                } else if self.started.is_some()
+                    && matches!(code, RejectCode::UnknownRun | RejectCode::BadToken)
+                {
+                    // Another server (another state directory, another secret) may
+                    // answer on this address for a while; the command's output is only
+                    // safe with the server that launched it, so keep it and retry.
+                    let why = format!(
+                        "the server does not know run {} ({code:?}: {message}); the \
+                         command keeps its output and the wrapper retries",
+                        self.settings.run
+                    );
+                    self.link_down(now, &why);
+                } else {
+                    log::error!("rejected by the hub ({code:?}): {message}");
+                    self.give_up(now, WrapperError::Rejected { code, message });
+                }
+            }
+            ServerMsg::Kill { .. } | ServerMsg::Cancel { .. } if !self.welcomed => {
+                log::info!("{msg:?} before the welcome: acted on once welcomed");
+                self.early_stop = Some(msg);
+            }
+            _ if !self.welcomed => log::warn!("ignoring {msg:?} before welcome"),
+            ServerMsg::Ack { seq } => self.out.ack(seq),
+            ServerMsg::Go {} => {
+                if matches!(self.phase, Phase::AwaitGo) {
+                    self.begin_start(now);
+                }
+            }
+            ServerMsg::Cancel { reason } => {
+                log::info!("canceled by the hub: {reason}");
+                match &self.phase {
+                    Phase::AwaitGo | Phase::Splay(_) => {
+                        self.finish(now, None, None, ExitReason::Canceled)
+                    }
+                    Phase::Running(_) => {
+                        let grace = self.kill_grace();
+                        self.begin_kill(now, ExitReason::Killed, grace, "canceled by the hub");
+                    }
+                    _ => {}
+                }
+            }
+            ServerMsg::Kill { reason, grace_s } => {
+                let why = match reason {
+                    KillReason::Timeout => ExitReason::Timeout,
+                    KillReason::User | KillReason::Maintenance => ExitReason::Killed,
+                };
+                match &self.phase {
+                    Phase::AwaitGo | Phase::Splay(_) => self.finish(now, None, None, why),
+                    Phase::Running(_) => {
+                        self.begin_kill(now, why, grace_s, &format!("kill ({reason:?})"))
+                    }
+                    _ => {}
+                }
+            }
+            ServerMsg::Done {} => {
+                if matches!(self.phase, Phase::Finished(_)) && self.exited_sent_at.is_some() {
+                    log::info!("the hub recorded the exit; done");
+                    self.outcome = Some(Ok(()));
+                } else {
+                    log::warn!("ignoring done before exited was sent");
+                }
+            }
+        }
+    }
+
+    /// `staged` is `Some(time to the slot, if the server said)` for `wait_for_go`.
+    fn on_welcome(
+        &mut self,
+        now: Instant,
+        job: JobSpec,
+        resume_key: String,
+        acked_seq: u64,
+        staged: Option<Option<Duration>>,
+    ) {
+        let wait_for_go = staged.is_some();
+        self.patience
+            .welcomed(now, wait_for_go, staged.and_then(|slot_in| slot_in));
+        log::info!(
+            "welcome: job {:?}, hub holds output up to seq {acked_seq}",
+            job.name
+        );
+        self.welcomed = true;
+        self.hello_deadline = None;
+        self.resume_key = Some(resume_key);
+        self.token = None;
+        self.backoff.reset();
+        self.out.rewind(acked_seq);
+        self.ctrl.clear();
+        self.exited_sent_at = None;
+        if let Some(started) = &self.started {
+            // The hub may have missed it; it is a fact, so resending is harmless.
+            self.ctrl.push_back(started.clone());
+        }
+        if self.job.is_none() {
+            self.job = Some(job);
+            self.heartbeat_at = Some(now);
+            if wait_for_go {
+                self.phase = Phase::AwaitGo;
+            } else {
+                self.begin_start(now);
+            }
+        } else if !wait_for_go && matches!(self.phase, Phase::AwaitGo) {
+            // The slot came while the link was down: `go` went to nobody, and a server
+            // that no longer asks this wrapper to wait means start.
+            log::info!("welcomed back after the slot without waiting: starting");
+            self.begin_start(now);
+        }
+        if let Some(stop) = self.early_stop.take() {
+            self.on_message(now, stop);
+        }
+    }
+}
