@@ -81,3 +81,34 @@ fn a_killed_run_is_not_retried() {
     assert_eq!(target(&run, "r3")["exit_code"], 143, "{run}");
     assert!(retry_events(&d, id).is_empty());
 }
+
+#[test]
+fn a_kill_cancels_the_batches_not_started_and_the_run_is_canceled() {
+    let jobs = "batched:\n  schedule: '@yearly'\n  targets: [b1, b2, b3]\n  batch_size: 1\n  command: 'sleep 30'\n";
+    let d = Daemon::start(&[("01-fast.yaml", FAST), ("jobs.yaml", jobs)]);
+    let id = d.run_now("batched");
+    let first = wait_until("the first batch to run", HANG, || {
+        let r = d.run_record(id);
+        r["targets"]
+            .as_array()?
+            .iter()
+            .find(|t| t["state"] == "running")
+            .and_then(|t| t["machine"].as_str().map(str::to_string))
+    });
+    let out = d.ctl(&["kill", &id.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = d.wait_run_final(id);
+    assert_eq!(run["state"], "canceled", "{run}");
+    for t in run["targets"].as_array().unwrap() {
+        if t["machine"] == first.as_str() {
+            assert_eq!(t["exit_code"], 143, "{run}");
+        } else {
+            assert_eq!(t["reason"], "canceled", "{run}");
+            assert!(t["exit_code"].is_null(), "{run}");
+        }
+    }
+}

@@ -132,7 +132,7 @@ pub enum KillAction {
     Sent(Vec<Effect>),
     /// Picked up once, disconnected now: delivered when it reconnects.
     Deferred,
-    /// Never picked up: it will not run at all (recorded as killed).
+    /// Never picked up: it will not run at all (recorded as canceled).
     Canceled(Vec<Effect>),
 }
 
@@ -510,7 +510,8 @@ impl Target {
         match (self.conn, &self.phase) {
             (Some(conn), _) => KillAction::Sent(vec![Effect::Kill(conn)]),
             (None, Phase::PickedUp { .. }) => KillAction::Deferred,
-            (None, _) => KillAction::Canceled(self.finish(TargetReason::Killed, Some(143), now_ms)),
+            // Its command never started: recorded as canceled, not killed (no exit code).
+            (None, _) => KillAction::Canceled(self.finish(TargetReason::Canceled, None, now_ms)),
         }
     }
 }

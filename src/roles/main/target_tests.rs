@@ -267,8 +267,8 @@ fn kill_before_pickup_cancels_after_pickup_sends_and_while_away_waits() {
             effects[..],
             [Effect::RecordOutcome {
                 outcome: Outcome {
-                    reason: Some(TargetReason::Killed),
-                    code: Some(143)
+                    reason: Some(TargetReason::Canceled),
+                    code: None
                 },
                 ended: 50
             }]
