@@ -21,6 +21,8 @@ use crate::wire::link::{BlockingReply, LaunchOutcome, LaunchTarget, Resolution, 
 
 /// Beyond salt's own `-t`, how long an invocation may take before it is killed.
 const DEADLINE_SLACK: Duration = Duration::from_secs(15);
+/// Beyond that, how long a deployment may wait for state runs queued before it on a minion.
+const DEPLOY_QUEUE_ALLOWANCE: Duration = Duration::from_secs(120);
 
 /// What an invocation produced.
 pub enum Outcome {
@@ -359,7 +361,10 @@ fn deploy_to(
         "state.single",
         &attempt.args,
     );
-    let settings = attempt.settings.clone();
+    // Queued behind other state runs on a minion (`queue=True`), a deployment may wait for
+    // them: its deadline leaves room for that; Salt's `-t` still bounds a silent minion.
+    let mut settings = attempt.settings.clone();
+    settings.timeout_s += DEPLOY_QUEUE_ALLOWANCE.as_secs();
     submit(state, ctx, &settings, argv, move |state, ctx, outcome| {
         attempt.attempts_left -= 1;
         let returns = match &outcome {

@@ -106,13 +106,14 @@ fn deploy(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
     match reply_of::<blocking_calls::Deploy>(core, env) {
         None => Step::Wait(Wake::Call(env.call.unwrap_or_default())),
         Some(Ok((outcomes, hash))) => {
-            core.wrapper_hash = Some(hash.clone());
+            core.launcher.wrapper_hash = Some(hash.clone());
             for o in outcomes {
                 match o.result {
                     Ok(()) => {
                         env.lines
                             .push(format!("{}: ok ({})", o.machine, env.wrapper_path));
-                        core.deployed
+                        core.launcher
+                            .deployed
                             .insert(o.machine, (env.wrapper_path.clone(), hash.clone()));
                     }
                     Err(why) => env.lines.push(format!("{}: failed: {why}", o.machine)),

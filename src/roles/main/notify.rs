@@ -436,7 +436,7 @@ pub fn poll(core: &mut Main) {
         .notify
         .in_flight
         .keys()
-        .filter(|id| core.blocking_replies.contains_key(id))
+        .filter(|id| core.links.blocking_replies.contains_key(id))
         .copied()
         .collect();
     for call in answered {

@@ -75,7 +75,7 @@ pub fn poll(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let Some((id, started)) = role.core.reloads.in_flight else {
         return;
     };
-    let Some(reply) = role.core.blocking_replies.remove(&id) else {
+    let Some(reply) = role.core.links.blocking_replies.remove(&id) else {
         return;
     };
     role.core.reloads.in_flight = None;

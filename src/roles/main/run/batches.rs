@@ -100,7 +100,7 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                     let job = env.req.job.name.clone();
                     core.event("launch_failed", Some(&job), Some(run), Some(&o.machine), e);
                     // Maybe the wrapper went missing: deploy again next time.
-                    core.deployed.remove(&o.machine);
+                    core.launcher.deployed.remove(&o.machine);
                     finish_target(
                         core,
                         run,

@@ -70,7 +70,7 @@ pub fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         return Step::Next;
     }
     let Some(id) = env.call else {
-        let hash = core.wrapper_hash.clone();
+        let hash = core.launcher.wrapper_hash.clone();
         let wrapper_path = core.wrapper_path(&job);
         let missing: Vec<String> = env
             .batches
@@ -79,7 +79,7 @@ pub fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             .flatten()
             .filter(|m| {
                 hash.is_none()
-                    || core.deployed.get(*m)
+                    || core.launcher.deployed.get(*m)
                         != Some(&(wrapper_path.clone(), hash.clone().unwrap_or_default()))
             })
             .cloned()
@@ -105,11 +105,12 @@ pub fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
     match reply {
         Ok((outcomes, hash)) => {
-            core.wrapper_hash = Some(hash.clone());
+            core.launcher.wrapper_hash = Some(hash.clone());
             for o in outcomes {
                 match o.result {
                     Ok(()) => {
-                        core.deployed
+                        core.launcher
+                            .deployed
                             .insert(o.machine, (wrapper_path.clone(), hash.clone()));
                     }
                     Err(why) => {

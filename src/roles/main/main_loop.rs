@@ -1,0 +1,413 @@
+//! Main's event loop: start-up (`run`), the schedule timer, the pump that runs after
+//! every event (wake keys to the registry, queued runs started, timers re-armed), the
+//! liveness check, stall reports and the ordered stop.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+
+use mio::event::Event;
+
+use super::links;
+use super::run as run_flow;
+use super::scheduler::Scheduler;
+use super::tokens::Secret;
+use super::{
+    BLOCKING_CALL_BASE, CONFIG_SCAN, Main, MainRole, Peer, STALL_THRESHOLD, admin, admin_more,
+    boot, chains, jobctl, launcher, live, maintenance, missed, reload, sessions, ui,
+};
+use crate::config;
+use crate::evloop::Flow;
+use crate::evloop::{Ctx, EventLoop};
+use crate::ipc::Role;
+use crate::ipc::rpc::PendingCalls;
+use crate::ipc::rpc::{CallError, Packet};
+use crate::roles::{RoleArgs, RoleError, attach_control, open_link};
+use crate::wire::db::DbNotice;
+use crate::wire::link::{HubAnswer, HubRequest};
+use crate::workflow::Registry;
+use crate::workflow::{WakeEvent, WakeKey};
+
+/// Leave the loop once no Workflow is running, or when the grace period is over (runs in
+/// flight then stay recorded as running; their wrappers carry on and are reattached on
+/// the next start).
+pub fn stop_when_settled(role: &mut MainRole, ctx: &mut Ctx<MainRole>, deadline: Instant) {
+    if role.workflows.shutdown_complete(Instant::now(), deadline) {
+        ctx.stop();
+    } else {
+        ctx.after(
+            Duration::from_millis(100),
+            move |role: &mut MainRole, ctx| stop_when_settled(role, ctx, deadline),
+        );
+    }
+}
+
+/// Report Workflows that wait on something nothing will deliver.
+pub fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
+    let core = &role.core;
+    let pending = |key: &WakeKey| match key {
+        WakeKey::Call(id) => {
+            core.links.db_calls.get(*id).is_some()
+                || core.links.blocking_calls.get(*id).is_some()
+                || core.links.db_replies.contains_key(id)
+                || core.links.blocking_replies.contains_key(id)
+        }
+        WakeKey::Event(WakeEvent::RunChanged(run)) => core.runs.contains_key(run),
+        WakeKey::Timer(_) => true,
+    };
+    for stall in role
+        .workflows
+        .stalled(Instant::now(), STALL_THRESHOLD, pending)
+    {
+        log::warn!("stalled: {stall}");
+    }
+}
+
+/// Set the timer for the earliest slot (no polling: the loop sleeps until then).
+pub fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    if let Some(timer) = role.schedule_timer.take() {
+        ctx.cancel(timer);
+    }
+    if role.core.recovering {
+        return; // armed when recovery is done
+    }
+    let core = &role.core;
+    let slot = core.scheduler.earliest(&core.config.jobs, core.leads());
+    // Deferred slots and pause ends wake the loop too (`jobctl`).
+    let Some(at) = slot.into_iter().chain(core.jobctl.next_wake()).min() else {
+        return;
+    };
+    let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+    role.schedule_timer = Some(ctx.at(Instant::now() + wait, on_schedule));
+}
+
+pub fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    role.schedule_timer = None;
+    let now = Utc::now();
+    let core = &mut role.core;
+    let leads = core.leads();
+    let due = core.scheduler.take_due(now, &core.config.jobs, 100, leads);
+    missed::fire_due(core, due, now);
+    jobctl::tick(core, now);
+    start_queued(role, ctx);
+    arm_schedule(role, ctx);
+}
+
+/// Start the runs handlers queued, and resume Workflows on the wake keys emitted.
+pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    reload::poll(role, ctx);
+    super::notify::poll(&mut role.core);
+    if let Some(reply) = role.core.recovery_reply.take() {
+        run_flow::recovery::recovered(role, ctx, reply);
+    }
+    boot::finish_when_ready(role, ctx);
+    start_queued(role, ctx);
+    let now = Instant::now();
+    let mut rounds = 0;
+    while !role.core.links.wakes.is_empty() && rounds < 1000 {
+        rounds += 1;
+        let wakes = std::mem::take(&mut role.core.links.wakes);
+        for key in wakes {
+            role.workflows.wake(&key, &mut role.core, now);
+        }
+        start_queued_inner(role);
+    }
+    for finished in role.workflows.drain_finished() {
+        log::debug!("workflow {} ended: {:?}", finished.name, finished.outcome);
+    }
+    arm_workflow_timer(role, ctx);
+    arm_liveness(role, ctx);
+    arm_call_expiry(role, ctx);
+    ui::flush(&mut role.core);
+}
+
+pub fn start_queued(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    start_queued_inner(role);
+    let _ = ctx;
+}
+
+pub fn start_queued_inner(role: &mut MainRole) {
+    if role.core.recovering {
+        return;
+    }
+    for workflow in std::mem::take(&mut role.core.to_recover) {
+        let id = role
+            .workflows
+            .start(workflow, &mut role.core, Instant::now());
+        log::debug!("resumed a recovered run as {id}");
+    }
+    let queued = std::mem::take(&mut role.core.to_start);
+    for req in queued {
+        if role.core.stopping {
+            log::info!("not starting {}: shutting down", req.job.name);
+            continue;
+        }
+        let workflow = run_flow::workflow(req);
+        role.workflows
+            .start(workflow, &mut role.core, Instant::now());
+    }
+}
+
+/// Keep one timer at the registry's earliest deadline.
+pub fn arm_workflow_timer(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    let next = role.workflows.next_deadline();
+    match (role.workflow_timer, next) {
+        (Some((_, at)), Some(next)) if at == next => {}
+        (current, next) => {
+            if let Some((timer, _)) = current {
+                ctx.cancel(timer);
+            }
+            role.workflow_timer = next.map(|at| {
+                let timer = ctx.at(at, |role: &mut MainRole, ctx| {
+                    role.workflow_timer = None;
+                    role.workflows.due_timers(&mut role.core, Instant::now());
+                    pump(role, ctx);
+                });
+                (timer, at)
+            });
+        }
+    }
+}
+
+/// While runs are in flight, check wrapper liveness every second.
+pub fn arm_liveness(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    if role.core.runs.is_empty() || role.core.liveness_armed {
+        return;
+    }
+    role.core.liveness_armed = true;
+    ctx.after(Duration::from_secs(1), |role: &mut MainRole, ctx| {
+        role.core.liveness_armed = false;
+        sessions::check_liveness(&mut role.core, Instant::now());
+        pump(role, ctx);
+    });
+}
+
+pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
+    let now = Utc::now();
+    let config = config::load_dir(&args.dirs.config, None, now)
+        .map_err(|e| RoleError::BadStart(e.to_string()))?;
+    for d in &config.diagnostics {
+        log::warn!("{d}");
+    }
+    let secret = Secret::load_or_create(&args.dirs.secret())
+        .map_err(|e| RoleError::BadStart(e.to_string()))?;
+    let mut ev: EventLoop<MainRole> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
+    let s = args.take_stream("hub")?;
+    let (hub, _) = open_link(ev.ctx(), s, Role::Main, Role::Hub, Peer::Hub, on_link)?;
+    let s = args.take_stream("db")?;
+    let (db, _) = open_link(ev.ctx(), s, Role::Main, Role::Db, Peer::Db, on_link)?;
+    let s = args.take_stream("blocking")?;
+    let (blocking, _) = open_link(
+        ev.ctx(),
+        s,
+        Role::Main,
+        Role::Blocking,
+        Peer::Blocking,
+        on_link,
+    )?;
+    let mut scheduler = Scheduler::default();
+    scheduler.plan(config.valid_jobs(), now);
+    ev.ctx().every(CONFIG_SCAN, reload::watch_config);
+    ev.ctx().every(Duration::from_secs(30), report_stalls);
+    ev.ctx().every(Duration::from_secs(1), super::notify::tick);
+    let control = attach_control(ev.ctx(), &mut args)?;
+    let mut role = MainRole {
+        core: Main {
+            links: links::Links {
+                control,
+                hub,
+                db,
+                blocking,
+                db_calls: PendingCalls::new(Role::Db),
+                blocking_calls: PendingCalls::with_first_id(Role::Blocking, BLOCKING_CALL_BASE),
+                db_replies: HashMap::new(),
+                blocking_replies: HashMap::new(),
+                wakes: Vec::new(),
+            },
+            config,
+            secret,
+            runs: BTreeMap::new(),
+            sessions: HashMap::new(),
+            scheduler,
+            processes: Vec::new(),
+            started_at: now.timestamp_millis(),
+            wrapper_port: 0,
+            stopping: false,
+            to_start: Vec::new(),
+            to_recover: Vec::new(),
+            recovering: false,
+            recovery_reply: None,
+            busy_jobs: HashMap::new(),
+            launcher: launcher::Launcher::default(),
+            db_trouble: None,
+            db_trouble_since: Instant::now(),
+            liveness_armed: false,
+            actor: None,
+            live: live::Live::default(),
+            ui: ui::UiState::default(),
+            api_port: 0,
+            runtime_maintenance: maintenance::RuntimeMaintenance::default(),
+            boot: boot::Boot::default(),
+            reloads: reload::Reloads::default(),
+            notify: Default::default(),
+            jobctl: jobctl::JobCtl::default(),
+            chains: chains::Chains::default(),
+        },
+        workflows: Registry::new(),
+        schedule_timer: None,
+        workflow_timer: None,
+        call_timer: None,
+    };
+    boot::start(&mut role.core);
+    run_flow::recovery::start(&mut role.core);
+    ui::start(&mut role.core);
+    super::notify::start(&mut role.core);
+    ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
+    Ok(0)
+}
+
+pub fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: &Event) -> Flow {
+    let core = &mut role.core;
+    let writable = event.is_writable();
+    let result = match peer {
+        Peer::Hub => {
+            if writable {
+                let _ = core.links.hub.on_writable();
+            }
+            core.links.hub.receive().map(|msgs| {
+                for msg in msgs {
+                    on_hub(role, ctx, msg);
+                }
+            })
+        }
+        Peer::Db => {
+            if writable {
+                let _ = core.links.db.on_writable();
+            }
+            core.links.db.receive().map(|msgs| {
+                for msg in msgs {
+                    match msg {
+                        Packet::Reply { id, result } => match core.links.db_calls.finish(id) {
+                            Some(wait) => {
+                                core.db_answer(id, wait, result.map_err(CallError::Remote))
+                            }
+                            None => log::warn!("db answered call {id} after its deadline"),
+                        },
+                        Packet::Cast(DbNotice::CommitLatency(h)) => {
+                            core.ui.metrics.db_commit = Some(h)
+                        }
+                        other => log::warn!("unexpected message from db: {other:?}"),
+                    }
+                }
+            })
+        }
+        Peer::Blocking => {
+            if writable {
+                let _ = core.links.blocking.on_writable();
+            }
+            core.links.blocking.receive().map(|msgs| {
+                for msg in msgs {
+                    match msg {
+                        Packet::Reply { id, result } => {
+                            if core.links.blocking_calls.finish(id).is_some() {
+                                core.links
+                                    .blocking_replies
+                                    .insert(id, result.map_err(CallError::Remote));
+                                core.wake(WakeKey::Call(id));
+                            } else {
+                                log::warn!("blocking answered call {id} after its deadline");
+                            }
+                        }
+                        other => log::warn!("unexpected message from blocking: {other:?}"),
+                    }
+                }
+            })
+        }
+    };
+    match result {
+        Ok(()) => {
+            pump(role, ctx);
+            Flow::Continue
+        }
+        Err(e) => {
+            let core = &mut role.core;
+            match peer {
+                Peer::Db => {
+                    for (id, wait, err) in core.links.db_calls.fail_all() {
+                        core.db_answer(id, wait, Err(err));
+                    }
+                }
+                Peer::Blocking => {
+                    for (id, (), err) in core.links.blocking_calls.fail_all() {
+                        core.links.blocking_replies.insert(id, Err(err));
+                        core.wake(WakeKey::Call(id));
+                    }
+                }
+                Peer::Hub => {}
+            }
+            pump(role, ctx);
+            crate::roles::link_failed(ctx, &e)
+        }
+    }
+}
+
+pub fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubRequest, HubAnswer>) {
+    match msg {
+        Packet::Call {
+            id,
+            req: HubRequest::Admin(req),
+        } => admin::handle(role, ctx, id, req),
+        Packet::Call {
+            id,
+            req: HubRequest::AdminFrom { peer, req },
+        } => admin_more::handle_from(role, ctx, id, peer, req),
+        Packet::Cast(HubRequest::AdminGone { calls }) => live::calls_gone(&mut role.core, &calls),
+        Packet::Call { id, req } => sessions::handle_call(&mut role.core, id, req),
+        Packet::Cast(HubRequest::UiWatch { job, watch }) => ui::watch(&mut role.core, job, watch),
+        Packet::Cast(req) => sessions::handle_cast(&mut role.core, req),
+        Packet::Reply { id, .. } => log::warn!("hub answered call {id} that main never made"),
+    }
+}
+
+/// Expire calls whose deadline passed (their waiters get `Timeout`).
+pub fn expire_calls(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    let now = Instant::now();
+    let core = &mut role.core;
+    for (id, wait, err) in core.links.db_calls.expire(now) {
+        log::error!("db call {id}: {err}");
+        core.db_answer(id, wait, Err(err));
+    }
+    for (id, (), err) in core.links.blocking_calls.expire(now) {
+        log::error!("blocking call {id}: {err}");
+        core.links.blocking_replies.insert(id, Err(err));
+        core.wake(WakeKey::Call(id));
+    }
+    pump(role, ctx);
+}
+
+/// Keep one timer at the earliest deadline of the calls in flight (none when idle).
+pub fn arm_call_expiry(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    let next = [
+        role.core.links.db_calls.next_deadline(),
+        role.core.links.blocking_calls.next_deadline(),
+    ]
+    .into_iter()
+    .flatten()
+    .min();
+    match (role.call_timer, next) {
+        (Some((_, at)), Some(next)) if at <= next => {}
+        (current, next) => {
+            if let Some((timer, _)) = current {
+                ctx.cancel(timer);
+            }
+            role.call_timer = next.map(|at| {
+                let timer = ctx.at(at, |role: &mut MainRole, ctx| {
+                    role.call_timer = None;
+                    expire_calls(role, ctx);
+                });
+                (timer, at)
+            });
+        }
+    }
+}
