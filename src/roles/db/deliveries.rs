@@ -172,6 +172,30 @@ impl Store {
         })
     }
 
+    /// Retention of a job's outbox, with its runs: settled messages (delivered or given
+    /// up) of runs that are gone, older than the history kept, or beyond the newest 1000
+    /// go. Pending ones always stay.
+    pub fn prune_deliveries(
+        &mut self,
+        job: &str,
+        retention: &crate::wire::db::Retention,
+    ) -> Result<u64, StoreError> {
+        let op = Op::Prune;
+        let older_than = retention.older_than.unwrap_or(i64::MIN);
+        self.atomic(op, |conn| {
+            conn.execute(
+                "DELETE FROM deliveries WHERE job = ?1 AND state != 'pending' AND (
+                     (run_id IS NOT NULL AND run_id NOT IN (SELECT id FROM runs))
+                     OR created < ?2
+                     OR id NOT IN (SELECT id FROM deliveries WHERE job = ?1
+                                   AND state != 'pending' ORDER BY id DESC LIMIT 1000))",
+                params![job, older_than],
+            )
+            .map(|n| n as u64)
+            .map_err(sql_error(op))
+        })
+    }
+
     /// What was leased when the daemon stopped is due again now; returns how many.
     pub fn release_delivery_leases(&mut self, now: Millis) -> Result<u64, StoreError> {
         let op = Op::RecordDelivery;
@@ -380,5 +404,50 @@ mod tests {
             store.take_due_deliveries(9999, 4, 1000).unwrap().next_due,
             None
         );
+    }
+}
+
+#[cfg(test)]
+mod prune_tests {
+    use super::*;
+    use crate::roles::db::store::tests::temp_store;
+    use crate::wire::db::Retention;
+
+    #[test]
+    fn settled_messages_of_pruned_runs_go_pending_ones_stay() {
+        let (_dir, mut store) = temp_store();
+        let mail = Outgoing::Email {
+            to: vec!["a@b.example".into()],
+            subject: "s".into(),
+            body: "b".into(),
+        };
+        let new = |key: &str| NewDelivery {
+            key: key.into(),
+            job: Some("j".into()),
+            run: Some(99),
+            event: "failure".into(),
+            message: mail.clone(),
+            now: 0,
+        };
+        store
+            .queue_deliveries(&[new("done"), new("waiting")])
+            .unwrap();
+        let due = store.take_due_deliveries(0, 1, 10).unwrap();
+        store
+            .record_delivery_attempt(&DeliveryAttempt {
+                id: due.due[0].id,
+                now: 1,
+                result: Ok("250".into()),
+                retry_at: None,
+            })
+            .unwrap();
+        // Run 99 does not exist (pruned): its delivered message goes, the pending one stays.
+        assert_eq!(
+            store.prune_deliveries("j", &Retention::default()).unwrap(),
+            1
+        );
+        let left = store.list_deliveries(&DeliveryFilter::default()).unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].state, DeliveryState::Pending);
     }
 }

@@ -107,7 +107,11 @@ pub fn apply(store: &mut Store, req: &DbRequest) -> Result<DbReply, StoreError> 
             DbReply::Done
         }
         DbRequest::ListEvents(filter) => DbReply::Events(store.list_events(filter)?),
-        DbRequest::Prune { job, retention } => DbReply::Pruned(store.prune(job, retention)?),
+        DbRequest::Prune { job, retention } => {
+            let pruned = store.prune(job, retention)?;
+            store.prune_deliveries(job, retention)?;
+            DbReply::Pruned(pruned)
+        }
         DbRequest::RunDetails(run) => DbReply::RunDetails(store.run_details(*run)?),
         // Done after the batch's commit (see `serve`); nothing to do inside it.
         DbRequest::Reclaim => DbReply::Done,
