@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::table::{Style, Table, cell, when};
 use super::{CtlResult, EXIT_OK, client, render};
@@ -34,28 +34,9 @@ pub fn run(
     }
 }
 
-/// The JSON shape of one delivery (`--json`).
-pub fn delivery_json(d: &DeliveryRecord) -> Value {
-    let iso = render::time;
-    json!({
-        "id": d.id,
-        "job": d.job,
-        "run": d.run,
-        "event": d.event,
-        "channel": d.channel,
-        "destination": d.destination,
-        "state": d.state.as_str(),
-        "attempts": d.attempts,
-        "created": iso(Some(d.created)),
-        "next_attempt": iso(d.next_attempt),
-        "delivered": iso(d.delivered),
-        "last_error": d.last_error,
-    })
-}
-
 fn print(list: &[DeliveryRecord], json: bool) {
     if json {
-        let v: Vec<Value> = list.iter().map(delivery_json).collect();
+        let v: Vec<Value> = list.iter().map(DeliveryRecord::to_json).collect();
         println!("{}", Value::Array(v));
         return;
     }

@@ -112,6 +112,30 @@ pub struct DeliveryRecord {
     pub delivered: Option<Millis>,
 }
 
+impl DeliveryRecord {
+    /// The JSON shape shared by `saltpeterctl deliveries --json` and the HTTP API.
+    pub fn to_json(&self) -> serde_json::Value {
+        let iso = |ms: Option<Millis>| {
+            ms.and_then(chrono::DateTime::from_timestamp_millis)
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        };
+        serde_json::json!({
+            "id": self.id,
+            "job": self.job,
+            "run": self.run,
+            "event": self.event,
+            "channel": self.channel,
+            "destination": self.destination,
+            "state": self.state.as_str(),
+            "attempts": self.attempts,
+            "created": iso(Some(self.created)),
+            "next_attempt": iso(self.next_attempt),
+            "delivered": iso(self.delivered),
+            "last_error": self.last_error,
+        })
+    }
+}
+
 /// A due message handed to main to send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DueDelivery {

@@ -383,3 +383,31 @@ fn bad_urls_and_addresses_are_configuration_errors_at_their_line() {
     assert!(text.contains("jobs.yaml:7"), "{text}");
     assert!(text.contains("not a mail address"), "{text}");
 }
+
+#[test]
+fn the_api_lists_deliveries() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = http_server(listener, vec![200]);
+    let jobs = format!(
+        "apijob:\n  schedule: '@yearly'\n  targets: [a1]\n  command: 'exit 1'\n  notify:\n    webhook: http://127.0.0.1:{port}/x\n    secret: never-shown-secret\n"
+    );
+    let (d, api) = crate::api::start(&jobs);
+    let (r, _) = d.run_wait("apijob");
+    wait_posts(&seen, 1, &d);
+    let list = wait_until("the delivery in the API", HANG, || {
+        let resp = crate::api::get(api, "/api/v1/deliveries?job=apijob&state=delivered");
+        assert_eq!(resp.status, 200);
+        let v: Value = serde_json::from_slice(&resp.body).unwrap();
+        (v.as_array().is_some_and(|a| !a.is_empty())).then_some(v)
+    });
+    assert_eq!(list[0]["run"], r["id"]);
+    assert_eq!(list[0]["event"], "failure");
+    assert_eq!(list[0]["state"], "delivered");
+    let bad = crate::api::get(api, "/api/v1/deliveries?state=lost");
+    assert_eq!(bad.status, 400);
+    // The rule's secret is shown as *** in the job's JSON, never itself.
+    let all = crate::api::get(api, "/api/v1/jobs");
+    assert!(!String::from_utf8_lossy(&all.body).contains("never-shown-secret"));
+    assert!(!d.log_text().contains("never-shown-secret"));
+}
