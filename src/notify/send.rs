@@ -352,6 +352,54 @@ mod tests {
     }
 
     #[test]
+    fn a_silent_receiver_is_a_timeout_not_a_hang() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // Accepts (the backlog does) and never answers.
+        let started = std::time::Instant::now();
+        let err = post(
+            &format!("http://127.0.0.1:{port}/x"),
+            &[],
+            "{}",
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
+        assert!(err.contains("no answer within 1 s"), "{err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "hang detection"
+        );
+        drop(listener);
+    }
+
+    #[test]
+    fn smtp_refusals_carry_the_server_answer() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            s.write_all(b"220 hi\r\n").unwrap();
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap(); // EHLO
+            s.write_all(b"250 ok\r\n").unwrap();
+            line.clear();
+            r.read_line(&mut line).unwrap(); // MAIL FROM
+            s.write_all(b"550 5.7.1 relay denied\r\n").unwrap();
+        });
+        let err = smtp(
+            "127.0.0.1",
+            port,
+            "a@b.example",
+            &["c@d.example".to_string()],
+            "Subject: x\r\n\r\nbody\r\n",
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
+        assert!(err.contains("550 5.7.1 relay denied"), "{err}");
+    }
+
+    #[test]
     fn a_refused_connection_is_a_cause_not_a_panic() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
