@@ -193,7 +193,12 @@ impl Target {
             TargetState::Finished => Phase::Finished(outcome),
             TargetState::SkippedMaintenance => Phase::SkippedMaintenance,
             TargetState::Pending if !token_spent => Phase::Pending,
-            TargetState::Pending | TargetState::Launching if !token_spent => Phase::Launching,
+            // Picked up by a session never confirmed: the token may be presented again.
+            TargetState::Pending | TargetState::Launching | TargetState::PickedUp
+                if !token_spent =>
+            {
+                Phase::Launching
+            }
             state => Phase::PickedUp {
                 running: state == TargetState::Running,
                 last_seen: now,
@@ -224,7 +229,7 @@ impl Target {
             Phase::Pending => TargetState::Pending,
             Phase::Launching => TargetState::Launching,
             Phase::PickedUp { running: true, .. } => TargetState::Running,
-            Phase::PickedUp { running: false, .. } => TargetState::Launching,
+            Phase::PickedUp { running: false, .. } => TargetState::PickedUp,
             Phase::Finishing { was, .. } => *was,
             Phase::Finished(_) => TargetState::Finished,
             Phase::SkippedMaintenance => TargetState::SkippedMaintenance,
@@ -346,7 +351,9 @@ impl Target {
                     last_seen: now,
                     grace_until: None,
                     exit: None,
-                }
+                };
+                // Visible: a wrapper has the run, its command has not started yet.
+                effects.push(Effect::StoreState(TargetState::PickedUp, None));
             }
         }
         if by_token {

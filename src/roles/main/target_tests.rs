@@ -65,7 +65,12 @@ fn a_launch_token_works_once_and_is_spent_by_the_first_message() {
     t.launch();
     let welcome = t.hello(t0, C1, TOKEN).expect("welcome");
     assert_eq!(welcome.acked_seq, 0);
-    assert!(welcome.effects.is_empty());
+    // Picked up, and recorded as such (its command has not started yet).
+    assert_eq!(
+        welcome.effects,
+        [Effect::StoreState(TargetState::PickedUp, None)]
+    );
+    assert_eq!(t.state(), TargetState::PickedUp);
     assert_eq!(t.token, Token::Presented(C1));
     assert!(!t.awaiting_pickup());
     // The first message spends it durably, once.
@@ -326,7 +331,13 @@ fn restored_targets_take_the_phase_their_record_and_token_say() {
     let mut staged = Target::restored(&record(TargetState::Launching), true, 0, t0, grace);
     assert!(staged.hello(t0, C1, TOKEN).is_err(), "token spent");
     staged.hello(t0, C1, KEY).expect("resume");
-    assert_eq!(staged.state(), TargetState::Launching);
+    assert_eq!(staged.state(), TargetState::PickedUp);
+    // Picked up by a session never confirmed: the token works again after a restart.
+    assert_eq!(phase(TargetState::PickedUp, false), Phase::Launching);
+    assert!(matches!(
+        phase(TargetState::PickedUp, true),
+        Phase::PickedUp { running: false, .. }
+    ));
 }
 
 #[test]
