@@ -30,7 +30,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::wire::admin::AdminRequest;
+use crate::wire::admin::{AdminRequest, RunQuery};
 use crate::wire::records::RunState;
 
 pub const EXIT_OK: i32 = 0;
@@ -386,12 +386,13 @@ fn run(cli: Cli) -> CtlResult {
             state,
             since: when,
         } => {
-            let req = AdminRequest::FindRuns {
+            let req = AdminRequest::Runs(RunQuery {
                 job,
                 state: state.map(Into::into),
                 since: since(when)?,
                 limit,
-            };
+                ..RunQuery::default()
+            });
             return verbs::runs(&mut client::Client::connect(socket)?, req, json);
         }
         Command::ShowRun { run } => AdminRequest::GetRun { run },
@@ -417,14 +418,8 @@ fn run(cli: Cli) -> CtlResult {
                 };
                 return follow::follow(&mut client, req, json);
             }
-            let req = AdminRequest::ReadOutput {
-                run,
-                machine,
-                stream: stream.map(Into::into),
-                tail,
-                from: 0,
-            };
-            return verbs::output(&mut client, req, json);
+            let stream = stream.map(Into::into);
+            return verbs::output(&mut client, run, machine, stream, tail, json);
         }
         Command::Logs {
             job,

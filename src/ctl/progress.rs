@@ -120,11 +120,7 @@ pub fn run_job(
     json: bool,
 ) -> CtlResult {
     let mut client = Client::connect(socket)?;
-    let req = match targets {
-        Some(targets) => AdminRequest::RunWith { job, targets },
-        None => AdminRequest::RunNow { job },
-    };
-    let run = match client.request(&req)? {
+    let run = match client.request(&AdminRequest::RunNow { job, targets })? {
         AdminResponse::Started { run } => run,
         other => return render::response(other, json),
     };

@@ -1,7 +1,6 @@
 //! Printing answers: a table for people, JSON (the documented shapes, `crate::json`) for
 //! scripts.
 
-use std::io::Write;
 use std::path::Path;
 
 use serde_json::{Value, json};
@@ -98,34 +97,6 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
                 }
             }
         }
-        AdminResponse::Jobs(jobs) => {
-            if json {
-                print_json(&Value::Array(jobs.iter().map(job_json).collect()));
-            } else {
-                outln!(
-                    "{:<24} {:<12} {:<26} {:<10} STATUS",
-                    "JOB",
-                    "GROUP",
-                    "NEXT RUN",
-                    "LAST"
-                );
-                for j in &jobs {
-                    let status = match (&j.error, j.enabled) {
-                        (Some(e), _) => format!("error: {e}"),
-                        (None, false) => "disabled".into(),
-                        (None, true) => "enabled".into(),
-                    };
-                    outln!(
-                        "{:<24} {:<12} {:<26} {:<10} {}",
-                        j.name,
-                        j.group,
-                        text(&time(j.next_run)),
-                        j.last_result.map(|s| s.as_str()).unwrap_or("-"),
-                        status
-                    );
-                }
-            }
-        }
         AdminResponse::Runs(runs) => {
             if json {
                 print_json(&Value::Array(runs.iter().map(run_json).collect()));
@@ -137,26 +108,6 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
         }
         AdminResponse::Run(r) => run(&r, json),
         AdminResponse::Started { run } => return started(run, json),
-        AdminResponse::Output {
-            data,
-            omitted_bytes,
-            omitted_at,
-        } => {
-            let mut out = std::io::stdout().lock();
-            let at = omitted_at.unwrap_or(data.len()).min(data.len());
-            let marker = elision_marker(omitted_bytes);
-            let written = out
-                .write_all(&data[..at])
-                .and_then(|_| match omitted_bytes {
-                    0 => Ok(()),
-                    _ => out.write_all(marker.as_bytes()),
-                })
-                .and_then(|_| out.write_all(&data[at..]))
-                .and_then(|_| out.flush());
-            if let Err(e) = written {
-                return Err(super::out::write_failed(e));
-            }
-        }
         AdminResponse::Done(message) => {
             if json {
                 print_json(&json!({ "ok": true, "message": message }));
@@ -179,7 +130,7 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
             print_json(&super::maintenance::info_json(&info));
         }
         AdminResponse::Metrics(text) => out!("{text}"),
-        AdminResponse::Job(_) | AdminResponse::UiOutputSlice(_) | AdminResponse::LiveOutput(_) => {
+        AdminResponse::LiveOutput(_) => {
             return Err((
                 EXIT_FAILED,
                 "the daemon sent an answer saltpeterctl did not ask for".into(),

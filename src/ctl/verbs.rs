@@ -9,11 +9,16 @@ use serde_json::{Value, json};
 use super::client::Client;
 use super::render::{elision_marker, run_json, time};
 use super::table::{Color, Style, Table, cell, duration, run_color, when};
-use super::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use super::{CtlResult, EXIT_FAILED, EXIT_OK};
 use crate::wire::admin::{
-    AdminRequest, AdminResponse, EventInfo, JobDetail, JobState, JobSummary, OutputSlice,
+    AdminRequest, AdminResponse, EventInfo, JobDetail, JobState, JobSummary, OutputRange,
+    OutputSlice,
 };
-use crate::wire::records::{Millis, RunRecord, TargetState};
+use crate::wire::records::{Millis, RunId, RunRecord, TargetState};
+use crate::wire::wrapper::Stream;
+
+/// The fire times `show` lists.
+const SHOW_UPCOMING: u32 = 5;
 
 fn print_json(v: &Value) {
     outln!(
@@ -90,8 +95,8 @@ pub fn jobs(
     state: Option<JobState>,
     json: bool,
 ) -> CtlResult {
-    let jobs = match client.request(&AdminRequest::ListJobs { group, state })? {
-        AdminResponse::JobList(jobs) => jobs,
+    let jobs = match client.request(&AdminRequest::Jobs { group, state })? {
+        AdminResponse::Jobs(jobs) => jobs,
         other => return unexpected(other, json),
     };
     if json {
@@ -133,8 +138,12 @@ pub fn jobs(
 }
 
 pub fn show(client: &mut Client, job: String, json: bool) -> CtlResult {
-    let d: JobDetail = match client.request(&AdminRequest::ShowJob { job })? {
-        AdminResponse::JobDetail(d) => *d,
+    let req = AdminRequest::Job {
+        job,
+        upcoming: SHOW_UPCOMING,
+    };
+    let d: JobDetail = match client.request(&req)? {
+        AdminResponse::Job(d) => *d,
         other => return unexpected(other, json),
     };
     let config: Value = d
@@ -311,28 +320,29 @@ pub fn write_output(
 }
 
 /// `output RUN MACHINE [--tail N] [--stream S]`: the stored output, page by page.
-pub fn output(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
-    let AdminRequest::ReadOutput {
-        run,
-        machine,
-        stream,
-        tail,
-        ..
-    } = req
-    else {
-        return Err((EXIT_USAGE, "not an output request".into()));
-    };
+pub fn output(
+    client: &mut Client,
+    run: RunId,
+    machine: String,
+    stream: Option<Stream>,
+    tail: Option<u64>,
+    json: bool,
+) -> CtlResult {
     let mut from = 0;
     let mut all: Vec<u8> = Vec::new();
     let mut first: Option<OutputSlice> = None;
     let stdout = std::io::stdout();
     loop {
-        let req = AdminRequest::ReadOutput {
+        let req = AdminRequest::Output {
             run,
             machine: machine.clone(),
-            stream,
-            tail: if first.is_none() { tail } else { None },
-            from,
+            range: OutputRange {
+                stream,
+                from,
+                tail: if first.is_none() { tail } else { None },
+                // As much as main gives in one answer.
+                max_bytes: None,
+            },
         };
         let slice = match client.request(&req)? {
             AdminResponse::OutputSlice(s) => s,
@@ -360,13 +370,7 @@ pub fn output(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
         }
     }
     if json {
-        let first = first.unwrap_or(OutputSlice {
-            data: Vec::new(),
-            omitted_bytes: 0,
-            omitted_at: None,
-            total_bytes: 0,
-            next_from: 0,
-        });
+        let first = first.unwrap_or_default();
         print_json(&json!({
             "run": run,
             "machine": machine,

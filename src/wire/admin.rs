@@ -7,62 +7,83 @@ use super::link::ProcessInfo;
 use super::records::{Millis, RunId, RunRecord, RunState, TargetRecord};
 use super::wrapper::Stream;
 
+/// The one vocabulary of questions and commands: `saltpeterctl` sends these over the
+/// admin socket, the HTTP API and `/ws` translate their routes and messages into them,
+/// and main answers each with one `AdminResponse` shape that the caller renders (tables,
+/// `--json`, API JSON). Grouped as main handles them (`roles/main/requests/`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum AdminRequest {
+    // The daemon (`requests/daemon.rs`).
+    /// Versions, processes, counts (answered with `Status`).
     Status,
-    Jobs,
-    Runs {
-        job: Option<String>,
-        limit: u32,
-    },
-    GetRun {
-        run: RunId,
-    },
-    RunNow {
-        job: String,
-    },
-    /// Answered when the run has finished.
-    WaitRun {
-        run: RunId,
-    },
-    Output {
-        run: RunId,
-        machine: String,
-    },
-    Kill {
-        run: RunId,
-        machine: Option<String>,
-    },
+    /// `/metrics` in the Prometheus text format (answered with `Metrics`).
+    Metrics,
     Reload,
     /// Deploy this build's wrapper to the minions of a glob (default `*`).
     DeployWrapper {
         target: Option<String>,
     },
-    /// Jobs with their state, filtered.
-    ListJobs {
-        group: Option<String>,
-        state: Option<JobState>,
-    },
-    /// One job: its configuration (secrets redacted), next fire times, last runs.
-    ShowJob {
-        job: String,
-    },
-    /// Runs, newest first, filtered.
-    FindRuns {
+    /// The audit trail, newest first.
+    Events {
         job: Option<String>,
-        state: Option<RunState>,
+        run: Option<RunId>,
+        kind: Option<String>,
         since: Option<Millis>,
         limit: u32,
     },
-    /// A slice of one target's output.
-    ReadOutput {
+    // Jobs (`requests/jobs.rs`).
+    /// Jobs with their state, filtered (answered with `Jobs`).
+    Jobs {
+        group: Option<String>,
+        state: Option<JobState>,
+    },
+    /// One job: its configuration (secrets redacted), its next `upcoming` fire times, its
+    /// last runs (answered with `Job`).
+    Job {
+        job: String,
+        upcoming: u32,
+    },
+    /// The next firings of a configured job, after `from` (default: now).
+    NextFirings {
+        job: String,
+        from: Option<Millis>,
+        count: u32,
+    },
+    /// Start a job now, on all its targets or on `targets` only (answered with `Started`).
+    RunNow {
+        job: String,
+        targets: Option<Vec<String>>,
+    },
+    /// Kill the runs of a job in flight (`run`: only that run), or one machine of them.
+    KillJob {
+        job: String,
+        machine: Option<String>,
+        run: Option<RunId>,
+    },
+    // Runs (`requests/runs.rs`).
+    /// Runs by job, state and time, newest first, with paging (answered with `Runs`).
+    Runs(RunQuery),
+    GetRun {
+        run: RunId,
+    },
+    Kill {
+        run: RunId,
+        machine: Option<String>,
+    },
+    // Output (`requests/output.rs`).
+    /// Part of a target's stored output (answered with `OutputSlice`).
+    Output {
         run: RunId,
         machine: String,
-        stream: Option<Stream>,
-        tail: Option<u64>,
-        /// Position to start at (a previous slice's `next_from`).
-        from: u64,
+        range: OutputRange,
     },
+    /// Where a target's live output starts, for the hub's `/ws` views (answered with
+    /// `LiveOutput`).
+    LiveOutput {
+        run: RunId,
+        machine: String,
+    },
+    // Live streams (`requests/live.rs`).
     /// Output of a run (or of the newest run of a job) as it arrives: `FollowStart`, then
     /// `OutputChunk`s, then the final `Followed` once the run has ended (at once when
     /// `live` is false or the run is not in flight).
@@ -74,56 +95,12 @@ pub enum AdminRequest {
         tail: Option<u64>,
         live: bool,
     },
-    /// Start a job now on some of its targets.
-    RunWith {
-        job: String,
-        targets: Vec<String>,
-    },
-    /// Like `WaitRun`, with a `RunProgress` snapshot and `TargetProgress` changes streamed
-    /// before the final `Run`.
+    /// A `RunProgress` snapshot and `TargetProgress` changes streamed before the final
+    /// `Run`, answered when the run has finished.
     WatchRun {
         run: RunId,
     },
-    /// Kill the runs of a job in flight, or one machine of them (`run`: only that run).
-    KillJob {
-        job: String,
-        machine: Option<String>,
-        run: Option<RunId>,
-    },
-    /// The audit trail, newest first.
-    Events {
-        job: Option<String>,
-        run: Option<RunId>,
-        kind: Option<String>,
-        since: Option<Millis>,
-        limit: u32,
-    },
-    /// One job with its next `upcoming` fire times (answered with `Job`).
-    JobDetail {
-        job: String,
-        upcoming: u32,
-    },
-    /// Runs by job, state and time, with paging (answered with `Runs`).
-    RunsQuery(super::ui::RunQuery),
-    /// Part of a target's output (answered with `OutputSlice`).
-    OutputRange {
-        run: RunId,
-        machine: String,
-        range: super::ui::OutputRange,
-    },
-    /// `/metrics` in the Prometheus text format (answered with `Metrics`).
-    Metrics,
-    /// Where a target's live output starts (answered with `LiveOutput`).
-    LiveOutput {
-        run: RunId,
-        machine: String,
-    },
-    /// The next firings of a configured job, after `from` (default: now).
-    NextFirings {
-        job: String,
-        from: Option<Millis>,
-        count: u32,
-    },
+    // Maintenance (`requests/maintenance.rs`; windows in `windows.rs`).
     /// Show or change the run-time maintenance settings.
     Maintenance(MaintenanceChange),
     /// Notifications and exports queued, delivered or given up, newest first (answered
@@ -133,6 +110,7 @@ pub enum AdminRequest {
     MaintenanceWindows {
         count: u32,
     },
+    // Job control (`jobctl.rs`, which keeps the paused and skipping jobs).
     /// Show, pause, resume or skip jobs (answered with `JobControl`).
     JobControl(JobControl),
 }
@@ -142,25 +120,37 @@ impl AdminRequest {
     pub fn is_long(&self) -> bool {
         matches!(
             self,
-            AdminRequest::WaitRun { .. }
-                | AdminRequest::DeployWrapper { .. }
+            AdminRequest::DeployWrapper { .. }
                 | AdminRequest::Follow { .. }
                 | AdminRequest::WatchRun { .. }
         )
     }
+}
 
-    /// Requests that change something (recorded in the audit trail with the peer's uid).
-    pub fn changes_state(&self) -> bool {
-        matches!(
-            self,
-            AdminRequest::RunNow { .. }
-                | AdminRequest::RunWith { .. }
-                | AdminRequest::Kill { .. }
-                | AdminRequest::KillJob { .. }
-                | AdminRequest::Reload
-                | AdminRequest::DeployWrapper { .. }
-        ) || matches!(self, AdminRequest::JobControl(c) if *c != JobControl::Show)
-    }
+/// Which runs to list, newest first; `before_id` pages backwards.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunQuery {
+    pub job: Option<String>,
+    pub state: Option<RunState>,
+    /// Runs created at or after this instant.
+    pub since: Option<Millis>,
+    /// Runs created at or before this instant.
+    pub until: Option<Millis>,
+    pub before_id: Option<RunId>,
+    pub limit: u32,
+}
+
+/// Which bytes of a target's output to read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputRange {
+    /// Only this stream (default: both, interleaved as they came).
+    pub stream: Option<Stream>,
+    /// Absolute byte position to start at (a previous slice's `next_from`).
+    pub from: u64,
+    /// Only the last this many bytes of what is selected.
+    pub tail: Option<u64>,
+    /// At most this many bytes (and never more than main's 8 MiB per answer).
+    pub max_bytes: Option<u64>,
 }
 
 /// Who sent an admin request on the socket (from SO_PEERCRED).
@@ -240,27 +230,36 @@ pub struct JobSummary {
     pub running: Vec<RunId>,
 }
 
-/// A job as `show` prints it.
+/// One job in detail, as `saltpeterctl show` and `/api/v1/jobs/NAME` show it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobDetail {
     pub summary: JobSummary,
-    /// `Job::redacted_json` as text (no secrets); `None` for a job disabled by errors.
+    /// The configuration as the UI and the API show it (`env` names only: values never
+    /// leave main), or where a job disabled by errors is defined.
+    pub config: super::ui::CronEntryView,
+    /// The configuration as `saltpeterctl show` prints it (`Job::redacted_json`: every
+    /// key, chains included, `env` values as `***`); `None` for a job disabled by errors.
     pub config_json: Option<String>,
+    /// What disables the job, one message per error.
     pub errors: Vec<String>,
+    /// The next fire times: the planned slot first (for a disabled job, when its
+    /// schedule would fire).
     pub next_runs: Vec<Millis>,
+    /// The newest runs, newest first.
     pub last_runs: Vec<RunRecord>,
 }
 
-/// A slice of one target's output.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A slice of one target's stored output.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputSlice {
     pub data: Vec<u8>,
-    /// Bytes dropped by the output limit, and where in `data` they were.
+    /// Bytes of the target dropped by its output limit.
     pub omitted_bytes: u64,
+    /// Index in `data` where those bytes were, if `data` spans the gap.
     pub omitted_at: Option<usize>,
-    /// Bytes received for the target in total.
+    /// Bytes received for the target, kept or not.
     pub total_bytes: u64,
-    /// Position after this slice.
+    /// Position to continue from.
     pub next_from: u64,
 }
 
@@ -336,29 +335,31 @@ pub struct JobInfo {
     pub paused: Option<String>,
 }
 
+/// One answer shape per question; the caller renders it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum AdminResponse {
     Status(StatusInfo),
-    Jobs(Vec<JobInfo>),
-    Runs(Vec<RunRecord>),
-    Run(RunRecord),
+    Metrics(String),
+    /// A command was carried out; what it did, in words.
+    Done(String),
+    /// A run was created (`RunNow`).
     Started {
         run: RunId,
     },
-    Output {
-        data: Vec<u8>,
-        /// Bytes dropped by the output limit, and where in `data` they were.
-        omitted_bytes: u64,
-        omitted_at: Option<usize>,
-    },
-    Done(String),
+    Failure(AdminFailure),
     /// A progress line of a long operation; the final answer follows.
     Progress(String),
-    Failure(AdminFailure),
-    JobList(Vec<JobSummary>),
-    JobDetail(Box<JobDetail>),
-    OutputSlice(OutputSlice),
     Events(Vec<EventInfo>),
+    /// Answer to `Maintenance`: the effective maintenance after the change.
+    Maintenance(MaintenanceInfo),
+    Jobs(Vec<JobSummary>),
+    Job(Box<JobDetail>),
+    /// Answer to `NextFirings`: instants in order.
+    NextFirings(Vec<Millis>),
+    Runs(Vec<RunRecord>),
+    Run(RunRecord),
+    OutputSlice(OutputSlice),
+    LiveOutput(super::ui::LiveBase),
     /// Streamed by `Follow`: the run followed and its targets.
     FollowStart {
         run: RunId,
@@ -384,21 +385,12 @@ pub enum AdminResponse {
         run: RunId,
         target: TargetRecord,
     },
-    Job(super::ui::JobDetail),
-    /// A slice of output for the HTTP API (`OutputRange`).
-    UiOutputSlice(super::ui::OutputSlice),
-    Metrics(String),
-    LiveOutput(super::ui::LiveBase),
-    /// Answer to `NextFirings`: instants in order.
-    NextFirings(Vec<Millis>),
-    /// Answer to `Maintenance`: the effective maintenance after the change.
-    Maintenance(MaintenanceInfo),
-    /// Answer to `Deliveries`.
-    Deliveries(Vec<crate::wire::notify::DeliveryRecord>),
     /// Answer to `MaintenanceWindows`: openings in order of start.
     Windows(Vec<WindowOccurrence>),
     /// Answer to `JobControl`: the paused and skipping jobs after the change.
     JobControl(JobControlInfo),
+    /// Answer to `Deliveries`.
+    Deliveries(Vec<crate::wire::notify::DeliveryRecord>),
 }
 
 impl AdminResponse {

@@ -3,9 +3,10 @@
 //! - `records`: run and target states and records (CLI, API, database)
 //! - `db`: the main <-> db link and its payloads
 //! - `link`: roles, hello and the messages of the internal links
-//! - `admin`: `saltpeterctl` requests and responses
+//! - `admin`: the one request vocabulary (`saltpeterctl`, the HTTP API, `/ws`) and its
+//!   answers
 //! - `wrapper`: the wrapper <-> hub WebSocket protocol v1
-//! - `ui`: the HTTP API's and the dashboard's types on the hub-main link
+//! - `ui`: the dashboard's live-update types on the hub-main link
 
 /// Declares, for each request of a link, a marker type bound to the reply it expects
 /// (`ipc::rpc::Call`): `Name -> Type { ReplyPattern => value }`, one line per request.

@@ -1,66 +1,15 @@
 //! Types of the HTTP API and of the dashboard's live updates (PROTOCOLS.md section 2)
 //! that cross the hub-main link.
 //!
-//! The API's requests travel as `AdminRequest` variants (the admin socket can use them
-//! too); the live pushes of `/ws` travel as `MainToHub` casts carrying the typed snapshots
-//! below (`ConfigView`, `StatusView`, `DetailsView`). Main says what is true; the hub
+//! The API's questions and commands are `AdminRequest`s (`wire/admin.rs`, one vocabulary
+//! with the admin socket); the live pushes of `/ws` travel as `MainToHub` casts carrying
+//! the typed snapshots below (`ConfigView`, `StatusView`, `DetailsView`). Main says what is true; the hub
 //! renders the original UI protocol's JSON from them (`crate::json::ui`), re-sends them
 //! every 2 s while clients watch, and adds what it sees itself (heartbeats, live output).
 
 use serde::{Deserialize, Serialize};
 
-use super::admin::JobInfo;
-use super::records::{Millis, RunId, RunState, TargetRecord};
-
-/// Which runs to list, newest first; `before_id` pages backwards.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunQuery {
-    pub job: Option<String>,
-    pub state: Option<RunState>,
-    /// Runs created at or after this instant.
-    pub since: Option<Millis>,
-    /// Runs created at or before this instant.
-    pub until: Option<Millis>,
-    pub before_id: Option<RunId>,
-    pub limit: u32,
-}
-
-/// Which bytes of a target's output to read.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputRange {
-    /// Absolute byte position to start at (a previous `next_from`).
-    pub from: u64,
-    /// Only the last this many bytes of what is selected.
-    pub tail: Option<u64>,
-    /// At most this many bytes.
-    pub max_bytes: Option<u64>,
-}
-
-/// A slice of a target's stored output.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputSlice {
-    pub data: Vec<u8>,
-    /// Bytes of the target dropped by its output limit.
-    pub omitted_bytes: u64,
-    /// Index in `data` where those bytes were, if `data` spans the gap.
-    pub omitted_at: Option<usize>,
-    /// Bytes received for the target, kept or not.
-    pub total_bytes: u64,
-    /// Position to continue from.
-    pub next_from: u64,
-}
-
-/// One job, as `/api/v1/jobs/NAME` shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JobDetail {
-    pub info: JobInfo,
-    /// The next fire times (UTC milliseconds).
-    pub next_runs: Vec<Millis>,
-    /// The job's configuration (`env` names only; rendered with values `***`).
-    pub config: CronEntryView,
-    /// Runs of the job in flight.
-    pub running: Vec<RunId>,
-}
+use super::records::{Millis, RunId, TargetRecord};
 
 /// Where the live output of one target starts for the hub: the stored output, and the
 /// last frame it contains (the hub relays later frames itself).

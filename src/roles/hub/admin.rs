@@ -29,7 +29,7 @@ use crate::wire::link::HubRequest;
 
 pub type ConnId = u64;
 
-/// Ordinary admin calls; `WaitRun` may take as long as the run.
+/// Ordinary admin calls; the long ones (`AdminRequest::is_long`) may take as long as a run.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const WAIT_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::run as run_flow;
 use super::scheduler::Due;
 use super::{DbWait, Main, MainRole, jobctl, maintenance, missed};
 use crate::evloop::Ctx;
@@ -70,7 +69,7 @@ impl Boot {
 
 /// Ask db for the maintenance settings and the newest slot of every job.
 pub fn start(core: &mut Main) {
-    core.recovering = true;
+    core.flight.recovering = true;
     ask(core, Load::Maintenance);
     ask(core, Load::LastSlots);
     ask(core, Load::JobCtl);
@@ -132,12 +131,12 @@ pub fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         return;
     }
     core.boot.done = true;
-    core.recovering = false;
+    core.flight.recovering = false;
     let last = core.boot.last_slots.take().unwrap_or_default();
     catch_up(core, &last, Utc::now());
     super::arm_schedule(role, ctx);
     for (call, req) in std::mem::take(&mut role.core.boot.parked) {
-        super::admin::handle(role, ctx, call, req);
+        super::requests::handle(role, ctx, call, req);
     }
 }
 
@@ -210,7 +209,7 @@ fn catch_up_run(
         missed: false,
         early: false,
     };
-    run_flow::fire_as(core, &due, now, Trigger::Catchup);
+    jobctl::fire(core, &due, now, Trigger::Catchup, None);
 }
 
 /// Record a slot as a run in state `skipped`.

@@ -3,27 +3,20 @@
 //!
 //! `run_ended` is called by the run Workflow's `finalize` once the upstream run's end is
 //! recorded. Each chained job's run goes through the same door as a scheduled slot
-//! (`run::fire_as`, trigger `chain`, slot = the upstream run's end), so global
+//! (`jobctl::fire`, trigger `chain`, slot = the upstream run's end), so global
 //! maintenance, pause, skips, maintenance windows and the overlap rule apply to it too. The
 //! run records what triggered it: its reason says `after run N of X (succeeded)`, and an
 //! event of kind `chain` links the two runs. Cycles are refused when the configuration is
 //! loaded (`config/chains.rs`), so a chain always ends.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::Utc;
 
 use super::scheduler::Due;
-use super::{Main, run};
+use super::{Main, jobctl};
 use crate::config::ChainOn;
-use crate::wire::records::{Millis, RunId, RunState, Trigger};
-
-/// Why chained runs about to be recorded were started: `(job, slot)` -> reason.
-#[derive(Debug, Default)]
-pub struct Chains {
-    reasons: HashMap<(String, Millis), String>,
-}
+use crate::wire::records::{RunId, RunState, Trigger};
 
 /// Whether an upstream run that ended in `state` starts a chain waiting `on` it.
 pub fn fires_on(on: ChainOn, state: RunState) -> bool {
@@ -39,7 +32,7 @@ pub fn fires_on(on: ChainOn, state: RunState) -> bool {
 
 /// A run of `job` ended in `state`: start the jobs chained to it.
 pub fn run_ended(core: &mut Main, job: &str, run: RunId, state: RunState) {
-    if core.stopping {
+    if core.flight.stopping {
         return;
     }
     let chained: Vec<Arc<crate::config::Job>> = core
@@ -66,35 +59,14 @@ pub fn run_ended(core: &mut Main, job: &str, run: RunId, state: RunState) {
             None,
             format!("{} starts {reason}", next.name),
         );
-        let slot = now.timestamp_millis();
-        // A chained slot that is skipped never takes its reason: forget old ones.
-        let hour_ago = slot - 3_600_000;
-        core.chains.reasons.retain(|(_, s), _| *s > hour_ago);
-        core.chains
-            .reasons
-            .insert((next.name.clone(), slot), reason);
         let due = Due {
             job: next.name.clone(),
-            slot: chrono::DateTime::from_timestamp_millis(slot).unwrap_or(now),
+            slot: now,
             missed: false,
             early: false,
         };
-        run::fire_as(core, &due, now, Trigger::Chain);
+        jobctl::fire(core, &due, now, Trigger::Chain, Some(reason));
     }
-}
-
-/// The reason recorded with a chained run of `job` at `slot` (taken once).
-pub fn reason(
-    core: &mut Main,
-    job: &str,
-    slot: Option<Millis>,
-    trigger: Trigger,
-) -> Option<String> {
-    if trigger != Trigger::Chain {
-        return None;
-    }
-    let slot = slot?;
-    core.chains.reasons.remove(&(job.to_string(), slot))
 }
 
 #[cfg(test)]

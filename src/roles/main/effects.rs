@@ -19,7 +19,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
     for effect in effects {
         match effect {
             Effect::Kill(conn) => {
-                let grace_s = core.runs.get(&run).map_or(0, |r| r.job.kill_grace_s);
+                let grace_s = core.flight.runs.get(&run).map_or(0, |r| r.job.kill_grace_s);
                 core.to_wrapper(
                     conn,
                     ServerMsg::Kill {
@@ -31,7 +31,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
             Effect::Ack(conn, seq) => core.to_wrapper(conn, ServerMsg::Ack { seq }),
             Effect::Done(conn) => core.to_wrapper(conn, ServerMsg::Done {}),
             Effect::Close(conn) => {
-                core.sessions.remove(&conn);
+                core.flight.sessions.remove(&conn);
                 core.to_hub(MainToHub::CloseWrapper { conn });
             }
             Effect::StoreState(state, started) => {
@@ -84,7 +84,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                 log::info!(
                     "run {run}: the wrapper on {machine} came back after being declared lost"
                 );
-                let job = core.runs.get(&run).map(|r| r.job.name.clone());
+                let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
                 core.event(
                     "target_reconciled",
                     job.as_deref(),

@@ -33,7 +33,7 @@ use crate::wire::admin::{
 };
 use crate::wire::db::{DbReply, DbRequest, calls};
 use crate::wire::link::HubReply;
-use crate::wire::records::Millis;
+use crate::wire::records::{Millis, Trigger};
 
 /// The `meta` key the state is stored under.
 pub const META_KEY: &str = "jobctl";
@@ -76,15 +76,7 @@ pub struct JobCtl {
     refiring: Option<(String, DateTime<Utc>)>,
 }
 
-/// What becomes of a slot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Hold {
-    Run,
-    /// Record it as skipped with this reason.
-    Skip(String),
-    /// Deferred to a window's end: nothing to record now.
-    Deferred,
-}
+pub use super::run_rules::Hold;
 
 fn who(uid: Option<u32>) -> String {
     match uid {
@@ -182,6 +174,29 @@ pub fn restore(core: &mut Main, stored: Option<String>) {
 
 /// Decide what becomes of a slot of `job` due now: paused, skipped, in a window, or run.
 /// Takes one of the job's skips when it skips.
+/// Act on a due slot: the job's controls decide (`hold`), then the run Workflow runs it,
+/// records it as skipped, or leaves it to a window's end. `reason` says why a run that is
+/// not scheduled was started (a chain).
+pub fn fire(
+    core: &mut Main,
+    due: &Due,
+    now: DateTime<Utc>,
+    trigger: Trigger,
+    reason: Option<String>,
+) {
+    let Some(job) = core.config.jobs.get(&due.job).and_then(|e| e.job_ref()) else {
+        return;
+    };
+    let job = std::sync::Arc::clone(job);
+    // A missed slot is recorded as such, and global maintenance skips everything.
+    let hold = if due.missed || core.global_maintenance() {
+        Hold::Run
+    } else {
+        hold(core, &job, due, now)
+    };
+    run::fire_as(core, due, now, trigger, hold, reason);
+}
+
 pub fn hold(core: &mut Main, job: &Job, due: &Due, now: DateTime<Utc>) -> Hold {
     let refire = core.jobctl.refiring.as_ref() == Some(&(job.name.clone(), due.slot));
     if let Some(note) = core.jobctl.paused_note(&job.name, now) {
@@ -262,7 +277,7 @@ pub fn tick(core: &mut Main, now: DateTime<Utc>) {
             early: false,
         };
         core.jobctl.refiring = Some((job, slot));
-        run::fire(core, &due, now);
+        fire(core, &due, now, Trigger::Schedule, None);
         core.jobctl.refiring = None;
     }
     let expired: Vec<String> = core
@@ -462,39 +477,4 @@ pub fn account(core: &Main, job: &Job, slots: Vec<DateTime<Utc>>) -> Vec<DateTim
         }
     }
     out
-}
-
-/// A machine of a run about to be planned is in an open `defer` machine window: the run
-/// waits for the latest such window's end (its plan step runs again then).
-pub fn machine_defer(core: &Main, job: &Job, machines: &[String]) -> Option<crate::workflow::Wake> {
-    let now = Utc::now();
-    let windows = &core.config.maintenance.windows;
-    let end = machines
-        .iter()
-        .filter_map(|m| windows::machine_window(windows, &job.group, m, now))
-        .filter(|(w, _)| w.policy == crate::config::windows::WindowPolicy::Defer)
-        .map(|(_, end)| end)
-        .max()?;
-    log::info!(
-        "{}: a target is in a maintenance window until {end}; the run waits for its end",
-        job.name
-    );
-    let wait = (end - now).to_std().unwrap_or_default();
-    Some(crate::workflow::Wake::At(std::time::Instant::now() + wait))
-}
-
-/// `machine` is in an open `skip` machine window for `job`: it is left out of the run.
-pub fn machine_skipped(core: &Main, job: &Job, machine: &str) -> bool {
-    let windows = &core.config.maintenance.windows;
-    match windows::machine_window(windows, &job.group, machine, Utc::now()) {
-        Some((w, _)) if w.policy == crate::config::windows::WindowPolicy::Skip => {
-            log::info!(
-                "{}: {machine} is in maintenance window {}",
-                job.name,
-                w.name
-            );
-            true
-        }
-        _ => false,
-    }
 }

@@ -52,7 +52,7 @@ impl Main {
         let authority = if has_port {
             host
         } else {
-            format!("{host}:{}", self.wrapper_port)
+            format!("{host}:{}", self.daemon.wrapper_port)
         };
         format!("ws://{authority}{}", crate::wire::wrapper::WRAPPER_PATH)
     }

@@ -2,7 +2,7 @@
 //! every event (wake keys to the registry, queued runs started, timers re-armed), the
 //! liveness check, stall reports and the ordered stop.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -14,8 +14,8 @@ use super::run as run_flow;
 use super::scheduler::Scheduler;
 use super::tokens::Secret;
 use super::{
-    BLOCKING_CALL_BASE, CONFIG_SCAN, Main, MainRole, Peer, STALL_THRESHOLD, admin, admin_more,
-    boot, chains, jobctl, launcher, live, maintenance, missed, reload, sessions, ui,
+    BLOCKING_CALL_BASE, CONFIG_SCAN, Main, MainRole, Peer, STALL_THRESHOLD, boot, jobctl, launcher,
+    live, maintenance, missed, reload, requests, sessions, ui,
 };
 use crate::config;
 use crate::evloop::Flow;
@@ -53,7 +53,7 @@ pub fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
                 || core.links.db_replies.contains_key(id)
                 || core.links.blocking_replies.contains_key(id)
         }
-        WakeKey::Event(WakeEvent::RunChanged(run)) => core.runs.contains_key(run),
+        WakeKey::Event(WakeEvent::RunChanged(run)) => core.flight.runs.contains_key(run),
         WakeKey::Timer(_) => true,
     };
     for stall in role
@@ -69,7 +69,7 @@ pub fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if let Some(timer) = role.schedule_timer.take() {
         ctx.cancel(timer);
     }
-    if role.core.recovering {
+    if role.core.flight.recovering {
         return; // armed when recovery is done
     }
     let core = &role.core;
@@ -98,7 +98,7 @@ pub fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     reload::poll(role, ctx);
     super::notify::poll(&mut role.core);
-    if let Some(reply) = role.core.recovery_reply.take() {
+    if let Some(reply) = role.core.flight.recovery_reply.take() {
         run_flow::recovery::recovered(role, ctx, reply);
     }
     boot::finish_when_ready(role, ctx);
@@ -128,18 +128,18 @@ pub fn start_queued(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 }
 
 pub fn start_queued_inner(role: &mut MainRole) {
-    if role.core.recovering {
+    if role.core.flight.recovering {
         return;
     }
-    for workflow in std::mem::take(&mut role.core.to_recover) {
+    for workflow in std::mem::take(&mut role.core.flight.to_recover) {
         let id = role
             .workflows
             .start(workflow, &mut role.core, Instant::now());
         log::debug!("resumed a recovered run as {id}");
     }
-    let queued = std::mem::take(&mut role.core.to_start);
+    let queued = std::mem::take(&mut role.core.flight.to_start);
     for req in queued {
-        if role.core.stopping {
+        if role.core.flight.stopping {
             log::info!("not starting {}: shutting down", req.job.name);
             continue;
         }
@@ -172,12 +172,12 @@ pub fn arm_workflow_timer(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 
 /// While runs are in flight, check wrapper liveness every second.
 pub fn arm_liveness(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
-    if role.core.runs.is_empty() || role.core.liveness_armed {
+    if role.core.flight.runs.is_empty() || role.core.flight.liveness_armed {
         return;
     }
-    role.core.liveness_armed = true;
+    role.core.flight.liveness_armed = true;
     ctx.after(Duration::from_secs(1), |role: &mut MainRole, ctx| {
-        role.core.liveness_armed = false;
+        role.core.flight.liveness_armed = false;
         sessions::check_liveness(&mut role.core, Instant::now());
         pump(role, ctx);
     });
@@ -227,32 +227,24 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             },
             config,
             secret,
-            runs: BTreeMap::new(),
-            sessions: HashMap::new(),
+            flight: super::Flight::default(),
             scheduler,
-            processes: Vec::new(),
-            started_at: now.timestamp_millis(),
-            wrapper_port: 0,
-            stopping: false,
-            to_start: Vec::new(),
-            to_recover: Vec::new(),
-            recovering: false,
-            recovery_reply: None,
-            busy_jobs: HashMap::new(),
+            daemon: super::DaemonInfo {
+                started_at: now.timestamp_millis(),
+                ..Default::default()
+            },
             launcher: launcher::Launcher::default(),
-            db_trouble: None,
-            db_trouble_since: Instant::now(),
-            liveness_armed: false,
+            storage: super::Storage {
+                db_trouble: None,
+                db_trouble_since: Instant::now(),
+            },
             actor: None,
-            live: live::Live::default(),
-            ui: ui::UiState::default(),
-            api_port: 0,
+            views: super::Views::default(),
             runtime_maintenance: maintenance::RuntimeMaintenance::default(),
             boot: boot::Boot::default(),
             reloads: reload::Reloads::default(),
             notify: Default::default(),
             jobctl: jobctl::JobCtl::default(),
-            chains: chains::Chains::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,
@@ -295,7 +287,7 @@ pub fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: 
                             None => log::warn!("db answered call {id} after its deadline"),
                         },
                         Packet::Cast(DbNotice::CommitLatency(h)) => {
-                            core.ui.metrics.db_commit = Some(h)
+                            core.views.ui.metrics.db_commit = Some(h)
                         }
                         other => log::warn!("unexpected message from db: {other:?}"),
                     }
@@ -357,11 +349,11 @@ pub fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubReque
         Packet::Call {
             id,
             req: HubRequest::Admin(req),
-        } => admin::handle(role, ctx, id, req),
+        } => requests::handle(role, ctx, id, req),
         Packet::Call {
             id,
             req: HubRequest::AdminFrom { peer, req },
-        } => admin_more::handle_from(role, ctx, id, peer, req),
+        } => requests::handle_from(role, ctx, id, peer, req),
         Packet::Cast(HubRequest::AdminGone { calls }) => live::calls_gone(&mut role.core, &calls),
         Packet::Call { id, req } => sessions::handle_call(&mut role.core, id, req),
         Packet::Cast(HubRequest::UiWatch { job, watch }) => ui::watch(&mut role.core, job, watch),

@@ -54,7 +54,7 @@ impl MainMetrics {
 
 /// main's metrics in the Prometheus text format.
 pub fn render(core: &Main) -> String {
-    let m = &core.ui.metrics;
+    let m = &core.views.ui.metrics;
     let mut out = String::new();
     header(
         &mut out,
@@ -92,14 +92,18 @@ pub fn render(core: &Main) -> String {
         "gauge",
         "Wrapper sessions bound to a target now.",
     );
-    let _ = writeln!(out, "saltpeter_wrappers_connected {}", core.sessions.len());
+    let _ = writeln!(
+        out,
+        "saltpeter_wrappers_connected {}",
+        core.flight.sessions.len()
+    );
     header(
         &mut out,
         "saltpeter_runs_in_flight",
         "gauge",
         "Runs recorded and not finished.",
     );
-    let _ = writeln!(out, "saltpeter_runs_in_flight {}", core.runs.len());
+    let _ = writeln!(out, "saltpeter_runs_in_flight {}", core.flight.runs.len());
     header(
         &mut out,
         "saltpeter_output_bytes_total",

@@ -18,9 +18,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::Main;
-use super::run as run_flow;
 use super::scheduler::Due;
+use super::{Main, jobctl};
 use crate::config::{Job, JobEntry, Missed};
 use crate::schedule::Schedule;
 use crate::wire::records::Trigger;
@@ -204,16 +203,16 @@ pub fn live_catch_ups(
     newest
 }
 
-/// Act on the loop's due slots: each runs or is recorded as skipped (`run_flow::fire`),
+/// Act on the loop's due slots: each runs or is recorded as skipped (`jobctl::fire`),
 /// except the catch-ups of `missed: latest` jobs, which run with trigger `catchup`.
 pub fn fire_due(core: &mut Main, due: Vec<Due>, now: DateTime<Utc>) {
     let catch_ups = live_catch_ups(&due, &core.config.jobs, now);
     for d in due {
         if catch_ups.get(&d.job) == Some(&d.slot) {
             let late = Due { missed: false, ..d };
-            run_flow::fire_as(core, &late, now, Trigger::Catchup);
+            jobctl::fire(core, &late, now, Trigger::Catchup, None);
         } else {
-            run_flow::fire(core, &d, now);
+            jobctl::fire(core, &d, now, Trigger::Schedule, None);
         }
     }
 }

@@ -7,15 +7,13 @@
 //!    (`run`), or a recorded skip (overlap, missed).
 //! 3. Wrapper sessions (`sessions`) arrive from the hub; main vets hellos, keeps the
 //!    liveness clock, forwards output to db and acks only what db committed.
-//! 4. Admin requests (`admin`) read and change the same state.
+//! 4. Requests (`requests/`, one file per topic) from the admin socket, the HTTP API and
+//!    `/ws` read and change the same state.
 //!
 //! Everything that changes a run emits a wake key; after each event the loop hands the
 //! keys to the Workflow registry, which resumes the steps waiting on them. The registry
 //! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
 
-mod admin;
-mod admin_more;
-mod api;
 mod boot;
 mod chains;
 mod deploy;
@@ -25,13 +23,12 @@ mod jobctl;
 mod joblog;
 mod launcher;
 mod links;
-mod live;
 mod main_loop;
-mod maintenance;
 mod metrics;
 mod missed;
 mod notify;
 mod reload;
+mod requests;
 mod retry;
 mod run;
 mod run_rules;
@@ -61,8 +58,11 @@ use crate::wire::link::{
     BlockingToMain, ConnId, ControlDown, HubAnswer, HubReply, HubRequest, MainToBlocking,
     MainToHub, ProcessInfo,
 };
-use crate::wire::records::RunId;
+use crate::wire::records::{RunId, RunState};
 use crate::workflow::{Registry, WakeEvent, WakeKey};
+// Short paths for the rest of main: the live streams and the maintenance settings are
+// kept with the requests that use them.
+use requests::{live, maintenance};
 use runs::ActiveRun;
 use scheduler::Scheduler;
 use tokens::Secret;
@@ -94,8 +94,8 @@ const CONFIG_SCAN: Duration = Duration::from_secs(1);
 pub enum DbWait {
     /// A Workflow step waits on this call id.
     Step,
-    /// An admin request of the hub's call id.
-    Admin(CallId, admin::Pending),
+    /// A request (admin socket, HTTP API, `/ws`) or a follower of `requests::live`.
+    Request(requests::Wait),
     /// Output stored: ack it to the wrapper.
     Output { run: RunId, machine: String },
     /// A target's final state is recorded.
@@ -108,12 +108,8 @@ pub enum DbWait {
     Retention(String),
     /// A finished run looked up for a wrapper that comes back after being lost.
     Reconcile(CallId, Box<crate::wire::link::WrapperHello>),
-    /// An admin request of `admin_more` or a follower of `live`.
-    AdminMore(admin_more::Wait),
     /// The dashboard's live view (`ui`).
     Ui(ui::UiWait),
-    /// An HTTP API request of the hub's call id (`api`).
-    Api(CallId, api::ApiWait),
     /// One of the loads start-up waits for.
     Boot(boot::Load),
     /// The job control state is saved; with the admin call to answer (`jobctl`).
@@ -135,41 +131,19 @@ pub struct Main {
     pub links: links::Links,
     pub config: LoadedConfig,
     pub secret: Secret,
-    pub runs: BTreeMap<RunId, ActiveRun>,
-    pub sessions: HashMap<ConnId, (RunId, String)>,
+    /// Runs in flight and wrapper sessions.
+    pub flight: Flight,
     scheduler: Scheduler,
-    processes: Vec<ProcessInfo>,
-    started_at: i64,
-    pub wrapper_port: u16,
-    /// New runs are not started once shutdown began.
-    pub stopping: bool,
-    /// Runs to start, queued by handlers that cannot reach the registry.
-    to_start: Vec<run::RunRequest>,
-    /// Workflows of recovered runs, to start.
-    to_recover: Vec<crate::workflow::Workflow<run::RunEnv, Main>>,
-    /// Runs in flight are being loaded: no hello is vetted, no run started.
-    pub recovering: bool,
-    /// The recovery answer, handed to the loop (it needs the registry).
-    recovery_reply: Option<Result<DbReply, CallError>>,
-    /// Runs queued or being recorded, per job (the overlap rule; recorded runs are in
-    /// `runs`).
-    busy_jobs: HashMap<String, usize>,
+    /// This daemon: its processes, start time and ports.
+    pub daemon: DaemonInfo,
     /// Wrapper deployments and the pre-staging lead.
     pub launcher: launcher::Launcher,
-    /// Why the database cannot store (a full disk or its cap); new runs are refused
-    /// until output is stored again (wrappers keep resending it).
-    pub db_trouble: Option<String>,
-    /// When the database last refused a write.
-    db_trouble_since: Instant,
-    liveness_armed: bool,
+    /// Whether the database stores.
+    pub storage: Storage,
     /// The uid of the operator whose admin request is being handled (audit events).
     pub actor: Option<u32>,
-    /// Admin calls that stream: output followers and run watchers.
-    pub live: live::Live,
-    /// The dashboard's live view and `/metrics`.
-    pub ui: ui::UiState,
-    /// The HTTP API's port (0: not served).
-    pub api_port: u16,
+    /// What operators watch: streaming admin calls, the dashboard's views and `/metrics`.
+    pub views: Views,
     /// Maintenance set with `saltpeterctl maintenance` (persisted in db).
     pub runtime_maintenance: maintenance::RuntimeMaintenance,
     /// What start-up has loaded from db so far.
@@ -180,8 +154,57 @@ pub struct Main {
     notify: notify::Notifier,
     /// Paused and skipping jobs, slots deferred by maintenance windows.
     pub jobctl: jobctl::JobCtl,
-    /// Reasons of chained runs about to be recorded.
-    chains: chains::Chains,
+}
+
+/// Runs in flight, as main keeps them, and the wrapper sessions bound to them.
+#[derive(Default)]
+pub struct Flight {
+    pub runs: BTreeMap<RunId, ActiveRun>,
+    /// Wrapper connections and the target each serves.
+    pub sessions: HashMap<ConnId, (RunId, String)>,
+    /// Runs queued or being recorded, per job (the overlap rule; recorded runs are in
+    /// `runs`).
+    busy_jobs: HashMap<String, usize>,
+    /// Runs to start, queued by handlers that cannot reach the registry.
+    to_start: Vec<run::RunRequest>,
+    /// Workflows of recovered runs, to start.
+    to_recover: Vec<crate::workflow::Workflow<run::RunEnv, Main>>,
+    /// Runs in flight are being loaded: no hello is vetted, no run started.
+    pub recovering: bool,
+    /// The recovery answer, handed to the loop (it needs the registry).
+    recovery_reply: Option<Result<DbReply, CallError>>,
+    /// New runs are not started once shutdown began.
+    pub stopping: bool,
+    /// The liveness check is armed (only while targets are picked up).
+    liveness_armed: bool,
+}
+
+/// This daemon as operators see it.
+#[derive(Default)]
+pub struct DaemonInfo {
+    processes: Vec<ProcessInfo>,
+    started_at: i64,
+    pub wrapper_port: u16,
+    /// The HTTP API's port (0: not served).
+    pub api_port: u16,
+}
+
+/// Whether the database stores.
+pub struct Storage {
+    /// Why the database cannot store (a full disk or its cap); new runs are refused
+    /// until output is stored again (wrappers keep resending it).
+    pub db_trouble: Option<String>,
+    /// When the database last refused a write.
+    db_trouble_since: Instant,
+}
+
+/// What operators watch.
+#[derive(Default)]
+pub struct Views {
+    /// Admin calls that stream: output followers and run watchers.
+    pub live: live::Live,
+    /// The dashboard's live view and `/metrics`.
+    pub ui: ui::UiState,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -195,13 +218,29 @@ pub struct MainRole {
 }
 
 impl Main {
+    /// A run ended and its end is recorded: whoever waits for it or follows it is told,
+    /// and the jobs chained to it start. (The run Workflow calls this; the parts it
+    /// notifies sit above it.)
+    pub fn run_ended(&mut self, active: &ActiveRun, state: RunState) {
+        for call in &active.waiters {
+            // The stored record is the truth (ended time, state): read it back.
+            requests::send_run(self, *call, active.id);
+        }
+        live::run_ended(self, active.id);
+        chains::run_ended(self, &active.job.name, active.id, state);
+    }
+
     /// A target of a run in flight.
     pub fn target(&self, run: RunId, machine: &str) -> Option<&target::Target> {
-        self.runs.get(&run).and_then(|r| r.targets.get(machine))
+        self.flight
+            .runs
+            .get(&run)
+            .and_then(|r| r.targets.get(machine))
     }
 
     pub fn target_mut(&mut self, run: RunId, machine: &str) -> Option<&mut target::Target> {
-        self.runs
+        self.flight
+            .runs
             .get_mut(&run)
             .and_then(|r| r.targets.get_mut(machine))
     }
@@ -221,21 +260,21 @@ impl Main {
     fn db_answer(&mut self, id: CallId, wait: DbWait, result: Result<DbReply, CallError>) {
         match &result {
             Err(CallError::Remote(crate::ipc::rpc::RemoteError::DiskFull(why))) => {
-                if self.db_trouble.is_none() {
+                if self.storage.db_trouble.is_none() {
                     log::error!(
                         "the database cannot store more ({why}); no new run starts until it can"
                     );
                 }
-                self.db_trouble = Some(why.clone());
-                self.db_trouble_since = Instant::now();
+                self.storage.db_trouble = Some(why.clone());
+                self.storage.db_trouble_since = Instant::now();
             }
             // Output, the bulk of what is written, stored again well after the last
             // failure: the trouble is over.
             Ok(DbReply::OutputStored { .. })
-                if self.db_trouble.is_some()
-                    && self.db_trouble_since.elapsed() > DB_TROUBLE_CLEARS_AFTER =>
+                if self.storage.db_trouble.is_some()
+                    && self.storage.db_trouble_since.elapsed() > DB_TROUBLE_CLEARS_AFTER =>
             {
-                self.db_trouble = None;
+                self.storage.db_trouble = None;
                 log::info!("the database stores again; runs start again");
             }
             _ => {}
@@ -245,7 +284,7 @@ impl Main {
                 self.links.db_replies.insert(id, result);
                 self.wake(WakeKey::Call(id));
             }
-            DbWait::Admin(call, pending) => admin::answer(self, call, pending, result),
+            DbWait::Request(wait) => requests::answer(self, wait, result),
             DbWait::Output { run, machine } => {
                 let stored = result.is_ok();
                 sessions::output_stored(self, run, &machine, result);
@@ -261,12 +300,10 @@ impl Main {
                     log::error!("could not record {what}: {e}");
                 }
             }
-            DbWait::Recovery => self.recovery_reply = Some(result),
+            DbWait::Recovery => self.flight.recovery_reply = Some(result),
             DbWait::Retention(job) => self.pruned(&job, result),
             DbWait::Reconcile(call, hello) => sessions::reconcile(self, call, *hello, result),
-            DbWait::AdminMore(wait) => admin_more::answer(self, wait, result),
             DbWait::Ui(wait) => ui::db_answer(self, wait, result),
-            DbWait::Api(call, wait) => api::answer(self, call, wait, result),
             DbWait::Boot(load) => boot::answer(self, load, result),
             DbWait::Notify(wait) => notify::db_answer(self, wait, result),
             DbWait::JobCtl(call, note) => jobctl::saved(self, call, note, result),
@@ -284,9 +321,9 @@ impl Controlled for MainRole {
             ControlDown::Shutdown => {
                 log::info!(
                     "shutting down; {} runs in flight continue on their targets",
-                    self.core.runs.len()
+                    self.core.flight.runs.len()
                 );
-                self.core.stopping = true;
+                self.core.flight.stopping = true;
                 let deadline = Instant::now() + SHUTDOWN_GRACE;
                 stop_when_settled(self, ctx, deadline);
             }
@@ -300,10 +337,10 @@ impl Controlled for MainRole {
                 wrapper_port,
                 api_port,
             } => {
-                self.core.started_at = started_at;
-                self.core.processes = processes;
-                self.core.wrapper_port = wrapper_port;
-                self.core.api_port = api_port;
+                self.core.daemon.started_at = started_at;
+                self.core.daemon.processes = processes;
+                self.core.daemon.wrapper_port = wrapper_port;
+                self.core.daemon.api_port = api_port;
             }
         }
     }

@@ -34,10 +34,10 @@ pub fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> RetryPlan {
     let Some(run) = env.run else {
         return RetryPlan::Nothing;
     };
-    let Some(active) = core.runs.get(&run) else {
+    let Some(active) = core.flight.runs.get(&run) else {
         return RetryPlan::Nothing;
     };
-    if active.kill_requested || core.stopping || active.job.retries == 0 {
+    if active.kill_requested || core.flight.stopping || active.job.retries == 0 {
         env.retry_at.clear();
         return RetryPlan::Nothing;
     }
@@ -93,7 +93,7 @@ pub fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, pre
         },
         DbWait::Write("a new attempt"),
     );
-    let job = core.runs.get(&run).map(|r| r.job.name.clone());
+    let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
     let how = match (previous.reason, previous.code) {
         (Some(reason), Some(code)) => format!("{reason} {code}"),
         (Some(reason), None) => reason.to_string(),

@@ -54,6 +54,17 @@ pub fn job_busy(
             .any(|r| Some(r.id) != except && (!r.prestaged || r.go_sent))
 }
 
+/// What becomes of a due slot, as the job's controls decide (pause, skips, maintenance
+/// windows: `jobctl`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hold {
+    Run,
+    /// Record it as skipped with this reason.
+    Skip(String),
+    /// Deferred to a window's end: nothing to record now.
+    Deferred,
+}
+
 /// What a pre-staged run does when its slot comes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AtSlot {

@@ -36,7 +36,10 @@ pub fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
     match req {
         HubRequest::WrapperHello(hello) => {
             let run = hello.run;
-            if !core.recovering && !core.runs.contains_key(&run) && hello.resume_key.is_some() {
+            if !core.flight.recovering
+                && !core.flight.runs.contains_key(&run)
+                && hello.resume_key.is_some()
+            {
                 // Maybe a wrapper that was declared lost, coming back after its run ended.
                 core.db_call(
                     DbRequest::RunDetails(run),
@@ -122,7 +125,7 @@ pub fn reconcile(
     };
     if target.record.reason != Some(TargetReason::Lost)
         || !proven
-        || core.runs.contains_key(&record.id)
+        || core.flight.runs.contains_key(&record.id)
     {
         let verdict = if target.record.state == TargetState::Finished {
             reject(
@@ -197,13 +200,13 @@ fn vet_hello(
     token: Option<Redacted>,
     resume_key: Option<Redacted>,
 ) -> WrapperVerdict {
-    if core.recovering {
+    if core.flight.recovering {
         return reject(
             RejectCode::RetryLater,
             "the server is loading the runs in flight",
         );
     }
-    let Some(active) = core.runs.get(&run) else {
+    let Some(active) = core.flight.runs.get(&run) else {
         return reject(
             RejectCode::UnknownRun,
             format!("run {run} is not in flight"),
@@ -246,7 +249,9 @@ fn vet_hello(
         }
         Err(refusal) => return reject(refusal.code, refusal.message),
     };
-    core.sessions.insert(conn, (run, machine.to_string()));
+    core.flight
+        .sessions
+        .insert(conn, (run, machine.to_string()));
     let acked_seq = welcomed.acked_seq;
     apply(core, run, machine, welcomed.effects);
     let key = core.secret.resume_key(run, machine);
@@ -274,7 +279,7 @@ fn vet_hello(
 /// message of a session opened with the launch token confirms it: from then on the token
 /// is spent for good, also across restarts.
 fn touch(core: &mut Main, conn: ConnId) -> Option<(RunId, String)> {
-    let (run, machine) = core.sessions.get(&conn)?.clone();
+    let (run, machine) = core.flight.sessions.get(&conn)?.clone();
     transition(core, run, &machine, |t| t.heard(Instant::now(), conn));
     Some((run, machine))
 }
@@ -302,6 +307,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
             };
             super::ui::output_arrived(core, run, &machine, seq, &data);
             let limit = core
+                .flight
                 .runs
                 .get(&run)
                 .map(|r| r.job.output_limit)
@@ -340,7 +346,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
             transition(core, run, &machine, |t| t.exited(conn, exit, now_ms()));
         }
         HubRequest::WrapperGone { conn } => {
-            if let Some((run, machine)) = core.sessions.remove(&conn) {
+            if let Some((run, machine)) = core.flight.sessions.remove(&conn) {
                 log::debug!("run {run}: wrapper on {machine} disconnected");
                 if let Some(t) = core.target_mut(run, &machine) {
                     t.gone(conn);
@@ -402,7 +408,7 @@ pub fn target_recorded(
 
 /// Targets whose wrapper went silent for 3 heartbeats are lost (253).
 pub fn check_liveness(core: &mut Main, now: Instant) {
-    if core.stopping || core.db_trouble.is_some() {
+    if core.flight.stopping || core.storage.db_trouble.is_some() {
         // Wrappers cannot reach a stopping daemon, and are refused while the database
         // cannot store: their silence says nothing. The next start gives them the
         // recovery grace.
@@ -410,7 +416,7 @@ pub fn check_liveness(core: &mut Main, now: Instant) {
     }
     let silence = Duration::from_secs(core.config.saltpeter.heartbeat_s.max(1) * 3);
     let mut lost = Vec::new();
-    for (run, active) in &core.runs {
+    for (run, active) in &core.flight.runs {
         for (machine, t) in &active.targets {
             // Not picked up yet: the pickup deadline applies instead.
             if t.silent_too_long(now, silence) {
@@ -420,7 +426,7 @@ pub fn check_liveness(core: &mut Main, now: Instant) {
     }
     for (run, machine) in lost {
         log::warn!("run {run}: no word from the wrapper on {machine} for {silence:?}; lost");
-        let job = core.runs.get(&run).map(|r| r.job.name.clone());
+        let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
         core.event(
             "target_lost",
             job.as_deref(),
@@ -434,7 +440,7 @@ pub fn check_liveness(core: &mut Main, now: Instant) {
 
 /// Deliver a user kill to targets of a run; returns how many were reached or settled.
 pub fn kill(core: &mut Main, run: RunId, machine: Option<&str>) -> Result<usize, String> {
-    let Some(active) = core.runs.get_mut(&run) else {
+    let Some(active) = core.flight.runs.get_mut(&run) else {
         return Err(format!("run {run} is not in flight"));
     };
     if machine.is_none() {

@@ -89,7 +89,7 @@ fn now_ms() -> Millis {
 
 /// Start-up: the configuration goes out at once, the status once db said what ran last.
 pub fn start(core: &mut Main) {
-    core.ui.config_dirty = true;
+    core.views.ui.config_dirty = true;
     core.db_call(DbRequest::LastRuns, DbWait::Ui(UiWait::LastRuns));
 }
 
@@ -98,11 +98,11 @@ pub fn db_answer(core: &mut Main, wait: UiWait, result: Result<DbReply, CallErro
         (UiWait::LastRuns, Ok(runs)) => {
             for (job, run) in runs {
                 if run.state.is_final() && run.state != RunState::Skipped {
-                    core.ui.last.insert(job, LastRun::from_record(&run));
+                    core.views.ui.last.insert(job, LastRun::from_record(&run));
                 }
             }
-            let jobs: Vec<String> = core.ui.last.keys().cloned().collect();
-            core.ui.dirty_jobs.extend(jobs);
+            let jobs: Vec<String> = core.views.ui.last.keys().cloned().collect();
+            core.views.ui.dirty_jobs.extend(jobs);
         }
         (UiWait::LastRuns, Err(e)) => log::warn!("dashboard: last runs not loaded: {e}"),
     }
@@ -110,24 +110,25 @@ pub fn db_answer(core: &mut Main, wait: UiWait, result: Result<DbReply, CallErro
 
 /// A run changed (created, a target started or settled, ...).
 pub fn run_changed(core: &mut Main, run: RunId) {
-    if let Some(active) = core.runs.get(&run) {
-        core.ui.run_started.entry(run).or_insert_with(now_ms);
-        core.ui.dirty_jobs.insert(active.job.name.clone());
+    if let Some(active) = core.flight.runs.get(&run) {
+        core.views.ui.run_started.entry(run).or_insert_with(now_ms);
+        core.views.ui.dirty_jobs.insert(active.job.name.clone());
     }
 }
 
 /// A run ended with `state`: it becomes its job's last run.
 pub fn run_finished(core: &mut Main, active: &ActiveRun, state: RunState) {
     let run = active.id;
-    let started = core.ui.run_started.remove(&run);
+    let started = core.views.ui.run_started.remove(&run);
     let now = now_ms();
-    core.ui
+    core.views
+        .ui
         .metrics
         .run_ended(state, started.map(|s| (now - s) as f64 / 1000.0));
     let mut versions = BTreeMap::new();
-    core.ui.sent.remove(&run);
+    core.views.ui.sent.remove(&run);
     for machine in active.targets.keys() {
-        if let Some(v) = core.ui.versions.remove(&(run, machine.clone())) {
+        if let Some(v) = core.views.ui.versions.remove(&(run, machine.clone())) {
             versions.insert(machine.clone(), v);
         }
     }
@@ -139,24 +140,25 @@ pub fn run_finished(core: &mut Main, active: &ActiveRun, state: RunState) {
             targets: active.targets.iter().map(|(m, t)| t.record(m)).collect(),
             versions,
         };
-        core.ui.last.insert(active.job.name.clone(), last);
+        core.views.ui.last.insert(active.job.name.clone(), last);
     }
-    core.ui.overlapped.remove(&active.job.name);
-    core.ui.dirty_jobs.insert(active.job.name.clone());
+    core.views.ui.overlapped.remove(&active.job.name);
+    core.views.ui.dirty_jobs.insert(active.job.name.clone());
 }
 
 /// A slot of `job` came: it ran or was skipped (`skip` says why).
 pub fn slot_fired(core: &mut Main, job: &str, lateness_ms: i64, skip: Option<&str>) {
-    core.ui.metrics.observe_lateness(lateness_ms);
+    core.views.ui.metrics.observe_lateness(lateness_ms);
     if skip.is_some_and(|why| why.starts_with("overlap")) {
-        core.ui.overlapped.insert(job.to_string());
+        core.views.ui.overlapped.insert(job.to_string());
     }
     // Its next run moved on.
-    core.ui.dirty_jobs.insert(job.to_string());
+    core.views.ui.dirty_jobs.insert(job.to_string());
 }
 
 pub fn wrapper_welcomed(core: &mut Main, run: RunId, machine: &str, version: &str) {
-    core.ui
+    core.views
+        .ui
         .versions
         .insert((run, machine.to_string()), version.to_string());
 }
@@ -164,11 +166,11 @@ pub fn wrapper_welcomed(core: &mut Main, run: RunId, machine: &str, version: &st
 /// An output frame arrived from a wrapper and goes to db: counted, and its seq kept
 /// (the hub shows it live from the frame it relayed).
 pub fn output_arrived(core: &mut Main, run: RunId, machine: &str, seq: u64, data: &[u8]) {
-    core.ui.metrics.output(data.len());
-    if !core.runs.contains_key(&run) {
+    core.views.ui.metrics.output(data.len());
+    if !core.flight.runs.contains_key(&run) {
         return;
     }
-    let per_run = core.ui.sent.entry(run).or_default();
+    let per_run = core.views.ui.sent.entry(run).or_default();
     match per_run.get_mut(machine) {
         Some(sent) => *sent = (*sent).max(seq),
         None => {
@@ -180,11 +182,12 @@ pub fn output_arrived(core: &mut Main, run: RunId, machine: &str, seq: u64, data
 /// The last output seq passed to db for a target: a read of its output sent now
 /// contains every frame up to it (the link to db keeps the order).
 pub fn seen_seq(core: &Main, run: RunId, machine: &str) -> u64 {
-    let Some(active) = core.runs.get(&run) else {
+    let Some(active) = core.flight.runs.get(&run) else {
         return u64::MAX; // finished: everything is stored
     };
     let acked = active.targets.get(machine).map_or(0, |t| t.acked_seq);
-    core.ui
+    core.views
+        .ui
         .sent
         .get(&run)
         .and_then(|m| m.get(machine))
@@ -195,40 +198,40 @@ pub fn seen_seq(core: &Main, run: RunId, machine: &str) -> u64 {
 
 /// The configuration was (re)loaded.
 pub fn config_changed(core: &mut Main) {
-    core.ui.config_dirty = true;
+    core.views.ui.config_dirty = true;
     let jobs: Vec<String> = core.config.jobs.keys().cloned().collect();
-    core.ui.dirty_jobs.extend(jobs);
+    core.views.ui.dirty_jobs.extend(jobs);
 }
 
 /// The hub's `/ws` clients started or stopped watching `job`.
 pub fn watch(core: &mut Main, job: String, watch: bool) {
     if watch {
-        core.ui.dirty_jobs.insert(job.clone());
-        core.ui.watched.insert(job);
+        core.views.ui.dirty_jobs.insert(job.clone());
+        core.views.ui.watched.insert(job);
     } else {
-        core.ui.watched.remove(&job);
+        core.views.ui.watched.remove(&job);
     }
 }
 
 /// Send the hub what changed since the last call (see the module outline).
 pub fn flush(core: &mut Main) {
-    if core.ui.config_dirty {
-        core.ui.config_dirty = false;
-        core.ui.config_serial = now_ms();
+    if core.views.ui.config_dirty {
+        core.views.ui.config_dirty = false;
+        core.views.ui.config_serial = now_ms();
         let view = config_view(core);
         core.to_hub(MainToHub::UiConfig(view));
     }
-    let dirty = std::mem::take(&mut core.ui.dirty_jobs);
+    let dirty = std::mem::take(&mut core.views.ui.dirty_jobs);
     if !dirty.is_empty() {
         let status = status_view(core);
-        if core.ui.last_status.as_ref() != Some(&status) {
-            core.ui.last_status = Some(status.clone());
+        if core.views.ui.last_status.as_ref() != Some(&status) {
+            core.views.ui.last_status = Some(status.clone());
             core.to_hub(MainToHub::UiStatus(status));
         }
     }
     let watched: Vec<String> = dirty
         .into_iter()
-        .filter(|j| core.ui.watched.contains(j))
+        .filter(|j| core.views.ui.watched.contains(j))
         .collect();
     for job in &watched {
         let view = details(core, job);
@@ -302,7 +305,7 @@ fn config_view(core: &Main) -> ConfigView {
             pickup_timeout: sp.pickup_timeout_s,
             api_token_set: sp.api_token.is_some(),
         },
-        serial: core.ui.config_serial,
+        serial: core.views.ui.config_serial,
         errors: core
             .config
             .diagnostics
@@ -315,21 +318,21 @@ fn config_view(core: &Main) -> ConfigView {
 
 fn status_view(core: &Main) -> StatusView {
     let mut view = StatusView::default();
-    for (job, last) in &core.ui.last {
+    for (job, last) in &core.views.ui.last {
         view.last_state.push(LastStateView {
             job: job.clone(),
             last_run: last.started,
             result_ok: last.ok(),
         });
     }
-    for (id, active) in &core.runs {
+    for (id, active) in &core.flight.runs {
         if active.prestaged && !active.go_sent {
             continue; // waiting for its slot: not running yet
         }
         view.running.push(RunningView {
             job: active.job.name.clone(),
             run: *id,
-            started: core.ui.run_started.get(id).copied().or(active.slot),
+            started: core.views.ui.run_started.get(id).copied().or(active.slot),
             machines: active
                 .targets
                 .iter()
@@ -345,6 +348,7 @@ fn status_view(core: &Main) -> StatusView {
 fn details(core: &Main, job: &str) -> DetailsView {
     let now = now_ms();
     let newest_active = core
+        .flight
         .runs
         .values()
         .filter(|r| r.job.name == job)
@@ -359,14 +363,19 @@ fn details(core: &Main, job: &str) -> DetailsView {
                     last_heartbeat: t
                         .last_seen()
                         .map(|seen| now - seen.elapsed().as_millis() as i64),
-                    wrapper_version: core.ui.versions.get(&(active.id, machine.clone())).cloned(),
+                    wrapper_version: core
+                        .views
+                        .ui
+                        .versions
+                        .get(&(active.id, machine.clone()))
+                        .cloned(),
                 });
             }
-            let started = core.ui.run_started.get(&active.id).copied();
-            let ok = core.ui.last.get(job).map(LastRun::ok);
+            let started = core.views.ui.run_started.get(&active.id).copied();
+            let ok = core.views.ui.last.get(job).map(LastRun::ok);
             (Some(active.id), started.or(active.slot), ok)
         }
-        None => match core.ui.last.get(job) {
+        None => match core.views.ui.last.get(job) {
             Some(last) => {
                 for t in &last.targets {
                     targets.push(TargetView {
@@ -394,7 +403,7 @@ fn details(core: &Main, job: &str) -> DetailsView {
         last_run,
         run,
         last_success,
-        overlap: core.ui.overlapped.contains(job),
+        overlap: core.views.ui.overlapped.contains(job),
         targets,
     }
 }

@@ -1,8 +1,9 @@
 //! Which request goes where (docs/api.md lists them), and main's answers as JSON.
 //!
-//! Routing is translation only: a request becomes an `AdminRequest` for main (with an
-//! `Expect` saying how to render the answer), a static file, or an error. The answers'
-//! shapes are those of `saltpeterctl --json` (`crate::json`), so scripts see one format.
+//! Routing is translation only: a request becomes an `AdminRequest` for main — the same
+//! vocabulary `saltpeterctl` and `/ws` use — with an `Expect` saying how to render the
+//! answer, a static file, or an error. The answers' shapes are those of
+//! `saltpeterctl --json` (`crate::json`), so scripts see one format.
 
 use std::time::Duration;
 
@@ -12,9 +13,11 @@ use super::Http;
 use super::auth::{Auth, Principal};
 use super::parse::{Request, Response};
 use crate::json::{job_json, run_json, status_json, time};
-use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, MaintenanceChange};
+use crate::wire::admin::{
+    AdminFailure, AdminRequest, AdminResponse, JobDetail, MaintenanceChange, OutputRange,
+    OutputSlice, RunQuery,
+};
 use crate::wire::records::{RunId, RunState};
-use crate::wire::ui::{JobDetail, OutputRange, OutputSlice, RunQuery};
 
 const INDEX_HTML: &str = include_str!("../ui/index.html");
 const APP_JS: &str = include_str!("../ui/app.js");
@@ -205,14 +208,20 @@ fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: Princi
         ("GET", ["api", "v1", "config", "errors"]) => {
             call(AdminRequest::Status, Expect::ConfigErrors)
         }
-        ("GET", ["api", "v1", "jobs"]) => call(AdminRequest::Jobs, Expect::Jobs),
+        ("GET", ["api", "v1", "jobs"]) => call(
+            AdminRequest::Jobs {
+                group: None,
+                state: None,
+            },
+            Expect::Jobs,
+        ),
         ("GET", ["api", "v1", "jobs", job]) => {
             let upcoming = match number(req, "next", 5) {
                 Ok(n) => n.min(100) as u32,
                 Err(a) => return a,
             };
             call(
-                AdminRequest::JobDetail {
+                AdminRequest::Job {
                     job: job.to_string(),
                     upcoming,
                 },
@@ -222,6 +231,7 @@ fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: Princi
         ("POST", ["api", "v1", "jobs", job, "run"]) => call(
             AdminRequest::RunNow {
                 job: job.to_string(),
+                targets: None,
             },
             Expect::Started,
         ),
@@ -385,7 +395,7 @@ fn runs_query(req: &Request) -> Action {
     match parsed {
         Ok(q) => {
             let limit = q.limit;
-            call(AdminRequest::RunsQuery(q), Expect::Runs { limit })
+            call(AdminRequest::Runs(q), Expect::Runs { limit })
         }
         Err(a) => a,
     }
@@ -399,6 +409,7 @@ fn output_query(req: &Request, id: &str, machine: &str) -> Action {
     let parsed = (|| -> Result<OutputRange, Action> {
         let max = number(req, "max_bytes", DEFAULT_OUTPUT_BYTES)?.clamp(1, MAX_OUTPUT_BYTES);
         Ok(OutputRange {
+            stream: None,
             from: number(req, "from", 0)?,
             tail: optional_number(req, "tail")?,
             max_bytes: Some(max),
@@ -414,7 +425,7 @@ fn output_query(req: &Request, id: &str, machine: &str) -> Action {
         Some(other) => return bad_request(&format!("`format` is json or raw, not `{other}`")),
     };
     call(
-        AdminRequest::OutputRange {
+        AdminRequest::Output {
             run,
             machine: machine.to_string(),
             range,
@@ -427,14 +438,20 @@ fn output_query(req: &Request, id: &str, machine: &str) -> Action {
 }
 
 fn job_detail_json(d: &JobDetail) -> Value {
-    let mut v = job_json(&d.info);
+    let mut v = job_json(&d.summary.info);
     if let Value::Object(map) = &mut v {
+        // A disabled job never fires: the API lists no fire times for it.
+        let next_runs: &[i64] = if d.summary.info.enabled {
+            &d.next_runs
+        } else {
+            &[]
+        };
         map.insert(
             "next_runs".into(),
-            d.next_runs.iter().map(|t| time(Some(*t))).collect(),
+            next_runs.iter().map(|t| time(Some(*t))).collect(),
         );
         map.insert("config".into(), crate::json::ui::cron_json(&d.config));
-        map.insert("running".into(), json!(d.running));
+        map.insert("running".into(), json!(d.summary.running));
     }
     v
 }
@@ -484,9 +501,9 @@ pub fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Response {
                 .collect(),
         )),
         (Expect::ConfigErrors, AdminResponse::Status(s)) => ok(json!({"errors": s.config_errors})),
-        (Expect::Jobs, AdminResponse::Jobs(jobs)) => {
-            ok(Value::Array(jobs.iter().map(job_json).collect()))
-        }
+        (Expect::Jobs, AdminResponse::Jobs(jobs)) => ok(Value::Array(
+            jobs.iter().map(|j| job_json(&j.info)).collect(),
+        )),
         (Expect::Job, AdminResponse::Job(d)) => ok(job_detail_json(&d)),
         (Expect::Runs { limit }, AdminResponse::Runs(runs)) => {
             let next = (runs.len() >= limit as usize)
@@ -495,7 +512,7 @@ pub fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Response {
             ok(json!({"runs": runs.iter().map(run_json).collect::<Vec<_>>(), "next_before": next}))
         }
         (Expect::Run, AdminResponse::Run(r)) => ok(run_json(&r)),
-        (Expect::Output { raw, from }, AdminResponse::UiOutputSlice(s)) => {
+        (Expect::Output { raw, from }, AdminResponse::OutputSlice(s)) => {
             output_response(s, raw, from)
         }
         (Expect::Started, AdminResponse::Started { run }) => {

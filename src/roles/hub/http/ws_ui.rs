@@ -31,10 +31,10 @@ use super::{ConnId, Http, Kind, drop_conn};
 use crate::evloop::Ctx;
 use crate::ipc::CallError;
 use crate::roles::hub::{Hub, Waiting};
+use crate::wire::admin::RunQuery;
 use crate::wire::admin::{AdminRequest, AdminResponse};
 use crate::wire::link::HubRequest;
 use crate::wire::records::{Millis, RunRecord};
-use crate::wire::ui::RunQuery;
 
 pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Subscriptions one client may hold.
@@ -304,6 +304,7 @@ fn client_message(hub: &mut Hub, id: ConnId, text: &str) {
     } else if let Some(job) = msg.get("run").and_then(Value::as_str) {
         Some(command(AdminRequest::RunNow {
             job: job.to_string(),
+            targets: None,
         }))
     } else if let Some(job) = msg.get("killCron").and_then(Value::as_str) {
         Some(command(AdminRequest::KillJob {
@@ -351,7 +352,7 @@ fn timeline_request(hub: &mut Hub, id: ConnId, v: &Value) -> Option<(AdminReques
     ws.next_req += 1;
     ws.timelines.insert(req_no, v["id"].clone());
     Some((
-        AdminRequest::RunsQuery(RunQuery {
+        AdminRequest::Runs(RunQuery {
             since: Some(start),
             until: Some(end),
             limit: 10_000,

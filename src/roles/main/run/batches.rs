@@ -97,17 +97,9 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             for o in outcomes {
                 if let Err(e) = o.result {
                     log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
-                    let job = env.req.job.name.clone();
-                    core.event("launch_failed", Some(&job), Some(run), Some(&o.machine), e);
                     // Maybe the wrapper went missing: deploy again next time.
                     core.launcher.deployed.remove(&o.machine);
-                    finish_target(
-                        core,
-                        run,
-                        &o.machine,
-                        TargetReason::WrapperFailed,
-                        Some(254),
-                    );
+                    super::launch_failed(core, &env.req.job.name, run, &o.machine, e);
                 }
             }
         }
@@ -139,7 +131,7 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         crate::roles::main::retry::RetryPlan::WaitUntil(at) => Some(Wake::At(at)),
         crate::roles::main::retry::RetryPlan::Nothing => None,
     };
-    let Some(active) = core.runs.get(&run) else {
+    let Some(active) = core.flight.runs.get(&run) else {
         return Step::Next;
     };
     let pickup = run_rules::check_pickup(&active.targets, &batch, env.pickup_deadline, now);
@@ -167,7 +159,7 @@ pub fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     if env.batch + 1 >= env.batches.len() {
         return Step::Next;
     }
-    if core.runs.get(&run).is_some_and(|r| r.kill_requested) {
+    if core.flight.runs.get(&run).is_some_and(|r| r.kill_requested) {
         let rest: Vec<String> = env.batches[env.batch + 1..].concat();
         for m in rest {
             finish_target(core, run, &m, TargetReason::Canceled, None);
@@ -194,6 +186,7 @@ pub type StepFnOf = fn(&mut RunEnv, &mut Main, &mut Sc) -> Step;
 pub fn collect_all(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
     let open = core
+        .flight
         .runs
         .get(&run)
         .is_some_and(|r| r.targets.values().any(|t| !t.is_settled()));

@@ -18,13 +18,14 @@ use std::time::Instant;
 
 use chrono::Utc;
 
-use super::admin::Pending;
 use super::effects::{finish_target, now_ms};
-use super::run_rules;
+use super::run_rules::{self, Hold};
 use super::runs::ActiveRun;
 use super::scheduler::Due;
 use super::target::{Phase, Target};
+use super::windows;
 use super::{DbWait, JobRef, Main};
+use crate::config::Job;
 use crate::config::Overlap;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
@@ -44,6 +45,8 @@ pub struct RunRequest {
     pub admin_call: Option<CallId>,
     /// Launched ahead of its slot: wrappers wait for `go`, decided at the slot.
     pub prestaged: bool,
+    /// Why a run that is not scheduled was started (a chain), recorded with it.
+    pub reason: Option<String>,
 }
 
 pub struct RunEnv {
@@ -69,27 +72,23 @@ pub struct RunEnv {
 
 pub type Sc<'a> = StepCtx<'a, RunEnv, Main>;
 
-/// Act on a due slot: run it, or record why it is skipped.
-pub fn fire(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>) {
-    fire_as(core, due, now, Trigger::Schedule);
-}
-
-/// Act on a due slot whose run, if any, has `trigger` (`schedule`, or `catchup` for a
-/// missed slot run late).
-pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: Trigger) {
+/// Act on a due slot whose run, if any, has `trigger` (`schedule`, `catchup` for a missed
+/// slot run late, `chain`), as the job's controls decided (`hold`, from `jobctl::fire`).
+pub fn fire_as(
+    core: &mut Main,
+    due: &Due,
+    now: chrono::DateTime<Utc>,
+    trigger: Trigger,
+    hold: Hold,
+    reason: Option<String>,
+) {
     let Some(job) = core.config.jobs.get(&due.job).and_then(|e| e.job_ref()) else {
         return;
     };
     let job: JobRef = Arc::clone(job);
     let slot = due.slot.timestamp_millis();
     let lateness = now - due.slot;
-    // Pause, skips and maintenance windows (`jobctl`); a missed slot is recorded as such.
-    let hold = if due.missed || core.global_maintenance() {
-        super::jobctl::Hold::Run
-    } else {
-        super::jobctl::hold(core, &job, due, now)
-    };
-    if hold == super::jobctl::Hold::Deferred {
+    if hold == Hold::Deferred {
         return;
     }
     log::debug!(
@@ -98,7 +97,7 @@ pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: 
         job.name,
         lateness.num_milliseconds()
     );
-    if due.early && !due.missed && hold == super::jobctl::Hold::Run {
+    if due.early && !due.missed && hold == Hold::Run {
         log::debug!("{}: pre-staging slot {}", job.name, due.slot);
         core.queue_run(RunRequest {
             job,
@@ -106,10 +105,11 @@ pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: 
             trigger,
             admin_call: None,
             prestaged: true,
+            reason,
         });
         return;
     }
-    if let Some(why) = &core.db_trouble {
+    if let Some(why) = &core.storage.db_trouble {
         log::error!(
             "{}: slot {} not run: the database cannot record it ({why})",
             job.name,
@@ -124,7 +124,7 @@ pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: 
         ))
     } else if core.global_maintenance() {
         Some("maintenance: global maintenance is on".to_string())
-    } else if let super::jobctl::Hold::Skip(reason) = hold {
+    } else if let Hold::Skip(reason) = hold {
         Some(reason)
     } else if job.overlap == Overlap::Forbid && core.job_busy(&job.name) {
         Some(format!(
@@ -171,6 +171,7 @@ pub fn fire_as(core: &mut Main, due: &Due, now: chrono::DateTime<Utc>, trigger: 
             trigger,
             admin_call: None,
             prestaged: false,
+            reason,
         }),
     }
 }
@@ -186,6 +187,7 @@ impl Main {
     /// being recorded.
     pub fn job_busy_besides(&self, job: &str, except: Option<RunId>) -> bool {
         let runs = self
+            .flight
             .runs
             .values()
             .filter(|r| r.job.name == job)
@@ -194,16 +196,24 @@ impl Main {
                 prestaged: r.prestaged,
                 go_sent: r.go_sent,
             });
-        run_rules::job_busy(self.busy_jobs.get(job).copied().unwrap_or(0), runs, except)
+        run_rules::job_busy(
+            self.flight.busy_jobs.get(job).copied().unwrap_or(0),
+            runs,
+            except,
+        )
     }
 
     /// Queue a run; until it is recorded it counts as busy for the overlap rule (a
     /// pre-staged run counts only once it has gone, see `job_busy_besides`).
     pub fn queue_run(&mut self, req: RunRequest) {
         if !req.prestaged {
-            *self.busy_jobs.entry(req.job.name.clone()).or_insert(0) += 1;
+            *self
+                .flight
+                .busy_jobs
+                .entry(req.job.name.clone())
+                .or_insert(0) += 1;
         }
-        self.to_start.push(req);
+        self.flight.to_start.push(req);
     }
 }
 
@@ -279,14 +289,14 @@ pub fn recovered_workflow(
 /// Maintenance machines out, `number_of_targets` picked, batches cut.
 fn plan_batches(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     // Machines in a maintenance window: a `defer` one makes the run wait for its end.
-    if let Some(wake) = super::jobctl::machine_defer(core, &env.req.job, &env.live) {
+    if let Some(wake) = machine_defer(core, &env.req.job, &env.live) {
         return Step::Wait(wake);
     }
     let job = &env.req.job;
     let machines = std::mem::take(&mut env.live);
     let (skipped, runnable): (Vec<String>, Vec<String>) = machines
         .into_iter()
-        .partition(|m| core.in_maintenance(m) || super::jobctl::machine_skipped(core, job, m));
+        .partition(|m| core.in_maintenance(m) || machine_skipped(core, job, m));
     env.batches = run_rules::cut_batches(runnable, job.number_of_targets, job.batch_size, |m| {
         use rand::seq::SliceRandom;
         m.shuffle(&mut rand::rng());
@@ -337,9 +347,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             };
             (RunState::Skipped, Some(why.to_string()))
         } else {
-            let job = &env.req.job.name;
-            let chained = super::chains::reason(core, job, env.req.slot, env.req.trigger);
-            (RunState::Dispatching, chained)
+            (RunState::Dispatching, env.req.reason.clone())
         };
         let id = core.db_call(
             DbRequest::CreateRun(NewRun {
@@ -379,7 +387,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             for (m, _) in &env.unreachable {
                 targets.insert(m.clone(), Target::new(0));
             }
-            core.runs.insert(
+            core.flight.runs.insert(
                 id,
                 ActiveRun {
                     id,
@@ -417,6 +425,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 finish_target(core, id, &m, TargetReason::Unreachable, Some(255));
             }
             let unreachable_only = core
+                .flight
                 .runs
                 .get(&id)
                 .is_some_and(|r| r.targets.values().any(|t| t.is_decided()));
@@ -468,7 +477,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         return Step::Next;
     };
     if env.call.is_none() {
-        let Some(active) = core.runs.get(&run) else {
+        let Some(active) = core.flight.runs.get(&run) else {
             release_job(core, env);
             return Step::Next;
         };
@@ -503,7 +512,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         log::error!("run {run}: could not record its end: {e}");
     }
     release_job(core, env);
-    if let Some(active) = core.runs.remove(&run) {
+    if let Some(active) = core.flight.runs.remove(&run) {
         let state = match &env.unresolved {
             Some((state, _)) => *state,
             None => active.final_state(),
@@ -512,17 +521,19 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         let why = env.unresolved.as_ref().map(|(_, why)| why.clone());
         super::notify::run_ended(core, &active, state, why);
         super::joblog::run_ended(core, &active);
-        core.sessions.retain(|_, (r, _)| *r != run);
+        core.flight.sessions.retain(|_, (r, _)| *r != run);
         log::info!("run {run} of {} ended", active.job.name);
         core.apply_retention(&active.job.name);
-        for call in active.waiters {
-            // The stored record is the truth (ended time, state): read it back.
-            core.db_call(DbRequest::GetRun(run), DbWait::Admin(call, Pending::Run));
-        }
-        super::live::run_ended(core, run);
-        super::chains::run_ended(core, &active.job.name, run, state);
+        core.run_ended(&active, state);
     }
     Step::Next
+}
+
+/// A target's wrapper could not be deployed or launched: recorded as an event with its
+/// cause, and the target ends 254.
+fn launch_failed(core: &mut Main, job: &str, run: RunId, machine: &str, why: String) {
+    core.event("launch_failed", Some(job), Some(run), Some(machine), why);
+    finish_target(core, run, machine, TargetReason::WrapperFailed, Some(254));
 }
 
 /// The run no longer counts as queued for the overlap rule (once per run).
@@ -531,10 +542,45 @@ fn release_job(core: &mut Main, env: &mut RunEnv) {
         return;
     }
     let job = env.req.job.name.as_str();
-    if let Some(n) = core.busy_jobs.get_mut(job) {
+    if let Some(n) = core.flight.busy_jobs.get_mut(job) {
         *n = n.saturating_sub(1);
         if *n == 0 {
-            core.busy_jobs.remove(job);
+            core.flight.busy_jobs.remove(job);
         }
+    }
+}
+
+/// A machine of a run about to be planned is in an open `defer` machine window: the run
+/// waits for the latest such window's end (its plan step runs again then).
+fn machine_defer(core: &Main, job: &Job, machines: &[String]) -> Option<crate::workflow::Wake> {
+    let now = Utc::now();
+    let windows = &core.config.maintenance.windows;
+    let end = machines
+        .iter()
+        .filter_map(|m| windows::machine_window(windows, &job.group, m, now))
+        .filter(|(w, _)| w.policy == crate::config::windows::WindowPolicy::Defer)
+        .map(|(_, end)| end)
+        .max()?;
+    log::info!(
+        "{}: a target is in a maintenance window until {end}; the run waits for its end",
+        job.name
+    );
+    let wait = (end - now).to_std().unwrap_or_default();
+    Some(crate::workflow::Wake::At(std::time::Instant::now() + wait))
+}
+
+/// `machine` is in an open `skip` machine window for `job`: it is left out of the run.
+fn machine_skipped(core: &Main, job: &Job, machine: &str) -> bool {
+    let windows = &core.config.maintenance.windows;
+    match windows::machine_window(windows, &job.group, machine, Utc::now()) {
+        Some((w, _)) if w.policy == crate::config::windows::WindowPolicy::Skip => {
+            log::info!(
+                "{}: {machine} is in maintenance window {}",
+                job.name,
+                w.name
+            );
+            true
+        }
+        _ => false,
     }
 }

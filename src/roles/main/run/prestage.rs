@@ -27,7 +27,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let Some(run) = env.run else {
         return Step::Next;
     };
-    if !env.req.prestaged || core.runs.get(&run).is_none_or(|r| r.go_sent) {
+    if !env.req.prestaged || core.flight.runs.get(&run).is_none_or(|r| r.go_sent) {
         return Step::Next;
     }
     let Some(slot) = env
@@ -45,14 +45,14 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let job = env.req.job.clone();
     let refusal = match run_rules::at_slot(
         &job.name,
-        core.runs.get(&run).is_some_and(|r| r.kill_requested),
+        core.flight.runs.get(&run).is_some_and(|r| r.kill_requested),
         core.global_maintenance(),
         job.overlap == Overlap::Forbid && core.job_busy_besides(&job.name, Some(run)),
     ) {
         AtSlot::Go => None,
         AtSlot::Refuse(state, reason) => Some((state, reason)),
     };
-    let Some(active) = core.runs.get_mut(&run) else {
+    let Some(active) = core.flight.runs.get_mut(&run) else {
         return Step::Next;
     };
     let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
@@ -60,7 +60,8 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         None => {
             active.go_sent = true;
             let conns: Vec<_> = active.targets.values().filter_map(|t| t.conn).collect();
-            core.ui
+            core.views
+                .ui
                 .metrics
                 .observe_lateness((Utc::now() - slot).num_milliseconds());
             log::info!(

@@ -27,7 +27,7 @@ use crate::wire::records::{RunRecord, RunState, TargetReason, TargetState};
 
 /// Ask db for the runs in flight; the answer arrives in `recovered`.
 pub fn start(core: &mut Main) {
-    core.recovering = true;
+    core.flight.recovering = true;
     core.db_call(DbRequest::InFlightDetails, DbWait::Recovery);
 }
 
@@ -97,7 +97,7 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
         job.name,
         unsettled.len()
     );
-    core.runs.insert(
+    core.flight.runs.insert(
         run.id,
         ActiveRun {
             id: run.id,
@@ -119,6 +119,7 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
             trigger: run.trigger,
             admin_call: None,
             prestaged,
+            reason: None,
         },
         run.id,
         unsettled,
@@ -174,7 +175,8 @@ fn give_up(core: &mut Main, run: &RunRecord, why: &str) {
 impl Main {
     /// Resume the Workflow of a recovered run.
     fn recover_run(&mut self, req: RunRequest, run: u64, unsettled: Vec<String>) {
-        self.to_recover
+        self.flight
+            .to_recover
             .push(run_flow::recovered_workflow(req, run, unsettled));
     }
 }

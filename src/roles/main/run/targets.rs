@@ -115,20 +115,7 @@ pub fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                     }
                     Err(why) => {
                         log::warn!("run {run}: {}: {why}", o.machine);
-                        core.event(
-                            "launch_failed",
-                            Some(&job.name),
-                            Some(run),
-                            Some(&o.machine),
-                            why,
-                        );
-                        finish_target(
-                            core,
-                            run,
-                            &o.machine,
-                            TargetReason::WrapperFailed,
-                            Some(254),
-                        );
+                        super::launch_failed(core, &job.name, run, &o.machine, why);
                     }
                 }
             }

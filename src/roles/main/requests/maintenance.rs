@@ -10,19 +10,22 @@
 //! `maintenance`, `saltpeterctl run` is refused), running runs finish. A machine in
 //! maintenance is left out of every run and recorded per target as `skipped_maintenance`.
 //! Every change, from either source, is recorded as an event of kind `maintenance`.
+//!
+//! The settings live here next to the `Maintenance` request that changes them; the rest
+//! of main asks `Main::global_maintenance` and `Main::in_maintenance`.
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::admin::Pending;
-use super::{DbWait, Main};
+use super::{DbWait, Main, Wait, failure, respond};
 use crate::config::Maintenance;
 use crate::ipc::CallId;
-use crate::wire::admin::{AdminResponse, MaintenanceChange, MaintenanceInfo, MaintenanceSource};
-use crate::wire::db::DbRequest;
-use crate::wire::db::NewEvent;
-use crate::wire::link::HubReply;
+use crate::ipc::rpc::{Call, CallError};
+use crate::wire::admin::{
+    AdminFailure, AdminResponse, MaintenanceChange, MaintenanceInfo, MaintenanceSource,
+};
+use crate::wire::db::{DbReply, DbRequest, NewEvent, calls};
 
 /// The `meta` key the run-time settings are stored under.
 pub const META_KEY: &str = "maintenance";
@@ -156,17 +159,13 @@ pub fn change(core: &mut Main, call: CallId, change: MaintenanceChange) {
     };
     if runtime == before {
         let info = core.maintenance_info(note);
-        core.reply_hub(call, HubReply::Admin(AdminResponse::Maintenance(info)));
-        return;
+        return respond(core, call, AdminResponse::Maintenance(info));
     }
     let value = match serde_json::to_string(&runtime) {
         Ok(v) => v,
         Err(e) => {
-            let failure = crate::wire::admin::AdminFailure::Internal(format!(
-                "could not encode the maintenance settings: {e}"
-            ));
-            core.reply_hub(call, HubReply::Admin(AdminResponse::Failure(failure)));
-            return;
+            let why = format!("could not encode the maintenance settings: {e}");
+            return failure(core, call, AdminFailure::Internal(why));
         }
     };
     let effective_before = effective(&core.config.maintenance, &before);
@@ -178,8 +177,25 @@ pub fn change(core: &mut Main, call: CallId, change: MaintenanceChange) {
             key: META_KEY.to_string(),
             value,
         },
-        DbWait::Admin(call, Pending::Maintenance(note)),
+        DbWait::Request(Wait::Maintenance { call, note }),
     );
+}
+
+/// db saved the run-time settings (or could not): the answer to `change`.
+pub fn saved(
+    core: &mut Main,
+    call: CallId,
+    note: Option<String>,
+    result: Result<DbReply, CallError>,
+) {
+    let resp = match calls::SetMeta::take(result) {
+        Ok(()) => AdminResponse::Maintenance(core.maintenance_info(note)),
+        Err(e) => AdminResponse::Failure(AdminFailure::Internal(format!(
+            "the change is in effect, but could not be saved ({e}): it is lost at the next \
+             restart"
+        ))),
+    };
+    respond(core, call, resp);
 }
 
 /// The union of the file and run-time settings.

@@ -15,14 +15,13 @@
 //!    committed before the end; then the run record read back is the final `Followed`.
 //!
 //! A watcher gets a `RunProgress` snapshot, then a `TargetProgress` for each target whose
-//! state changes, and the final `Run` through the run's waiters like `WaitRun`. The hub
+//! state changes, and the final `Run` through the run's waiters. The hub
 //! casts `AdminGone` when the operator's connection closes, which drops its followers and
 //! watchers.
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::admin_more::{MAX_SLICE, Wait, failure, respond};
-use super::{DbWait, Main};
+use super::{DbWait, MAX_SLICE, Main, Wait, failure, respond};
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::{CallError, RemoteError};
@@ -96,7 +95,7 @@ fn stream(core: &mut Main, call: CallId, resp: AdminResponse) {
 }
 
 fn db(core: &mut Main, req: DbRequest, wait: FollowWait) {
-    core.db_call(req, DbWait::AdminMore(Wait::Follow(wait)));
+    core.db_call(req, DbWait::Request(Wait::Follow(wait)));
 }
 
 pub fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
@@ -111,6 +110,7 @@ pub fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
         );
     };
     let in_flight = core
+        .flight
         .runs
         .values()
         .filter(|r| r.job.name == job)
@@ -120,7 +120,8 @@ pub fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
         Some(run) if spec.live => start(core, call, spec, run),
         _ => {
             // Not in flight (or not live): the newest run in history.
-            core.live
+            core.views
+                .live
                 .followers
                 .insert(call, Follower::pending(spec.clone()));
             db(
@@ -150,12 +151,13 @@ impl Follower {
 
 fn start(core: &mut Main, call: CallId, spec: FollowSpec, run: RunId) {
     let mut f = core
+        .views
         .live
         .followers
         .remove(&call)
         .unwrap_or_else(|| Follower::pending(spec));
     f.run = run;
-    core.live.followers.insert(call, f);
+    core.views.live.followers.insert(call, f);
     db(core, DbRequest::GetRun(run), FollowWait::Targets(call));
 }
 
@@ -165,7 +167,7 @@ pub fn answer(core: &mut Main, wait: FollowWait, result: Result<DbReply, CallErr
         FollowWait::Latest(call) => match calls::ListRuns::take(result) {
             Ok(runs) => match runs.first() {
                 Some(r) => {
-                    let spec = match core.live.followers.get(&call) {
+                    let spec = match core.views.live.followers.get(&call) {
                         Some(f) => f.spec.clone(),
                         None => return,
                     };
@@ -173,6 +175,7 @@ pub fn answer(core: &mut Main, wait: FollowWait, result: Result<DbReply, CallErr
                 }
                 None => {
                     let job = core
+                        .views
                         .live
                         .followers
                         .remove(&call)
@@ -190,7 +193,7 @@ pub fn answer(core: &mut Main, wait: FollowWait, result: Result<DbReply, CallErr
         FollowWait::Targets(call) => match calls::GetRun::take(result) {
             Ok(Some(record)) => begin(core, call, record),
             Ok(None) => {
-                let run = core.live.followers.remove(&call).map(|f| f.run);
+                let run = core.views.live.followers.remove(&call).map(|f| f.run);
                 let msg = format!("no run {}", run.unwrap_or_default());
                 failure(core, call, AdminFailure::NotFound(msg));
             }
@@ -198,7 +201,7 @@ pub fn answer(core: &mut Main, wait: FollowWait, result: Result<DbReply, CallErr
         },
         FollowWait::Read(call, machine) => read_done(core, call, &machine, result),
         FollowWait::End(call) => {
-            if core.live.followers.remove(&call).is_none() {
+            if core.views.live.followers.remove(&call).is_none() {
                 return;
             }
             match calls::GetRun::take(result) {
@@ -215,7 +218,7 @@ pub fn answer(core: &mut Main, wait: FollowWait, result: Result<DbReply, CallErr
 }
 
 fn give_up(core: &mut Main, call: CallId, err: CallError) {
-    core.live.followers.remove(&call);
+    core.views.live.followers.remove(&call);
     let f = match err {
         CallError::Remote(RemoteError::NotFound(what)) => AdminFailure::NotFound(what),
         e => AdminFailure::Internal(e.to_string()),
@@ -225,14 +228,14 @@ fn give_up(core: &mut Main, call: CallId, err: CallError) {
 
 /// The run's targets are known: announce them and read what is stored.
 fn begin(core: &mut Main, call: CallId, record: RunRecord) {
-    let in_flight = core.runs.contains_key(&record.id);
-    let Some(f) = core.live.followers.get_mut(&call) else {
+    let in_flight = core.flight.runs.contains_key(&record.id);
+    let Some(f) = core.views.live.followers.get_mut(&call) else {
         return;
     };
     let mut machines: Vec<String> = record.targets.iter().map(|t| t.machine.clone()).collect();
     if let Some(only) = f.spec.machine.clone() {
         if !machines.contains(&only) {
-            core.live.followers.remove(&call);
+            core.views.live.followers.remove(&call);
             let msg = format!("{only} is not a target of run {}", record.id);
             return failure(core, call, AdminFailure::NotFound(msg));
         }
@@ -261,7 +264,7 @@ fn begin(core: &mut Main, call: CallId, record: RunRecord) {
 }
 
 fn read(core: &mut Main, call: CallId, machine: &str) {
-    let Some(f) = core.live.followers.get_mut(&call) else {
+    let Some(f) = core.views.live.followers.get_mut(&call) else {
         return;
     };
     let Some(c) = f.cursors.get_mut(machine) else {
@@ -289,6 +292,7 @@ fn read(core: &mut Main, call: CallId, machine: &str) {
 
 fn read_done(core: &mut Main, call: CallId, machine: &str, result: Result<DbReply, CallError>) {
     let Some(c) = core
+        .views
         .live
         .followers
         .get_mut(&call)
@@ -321,6 +325,7 @@ fn read_done(core: &mut Main, call: CallId, machine: &str, result: Result<DbRepl
         Err(e) => log::warn!("follower {call}: output of {machine} unreadable: {e}"),
     }
     let again = core
+        .views
         .live
         .followers
         .get(&call)
@@ -335,7 +340,7 @@ fn read_done(core: &mut Main, call: CallId, machine: &str, result: Result<DbRepl
 
 /// Once the run is over and every target's last read is answered: the final answer.
 fn maybe_end(core: &mut Main, call: CallId) {
-    let Some(f) = core.live.followers.get_mut(&call) else {
+    let Some(f) = core.views.live.followers.get_mut(&call) else {
         return;
     };
     let settled = f.cursors.values().all(|c| !c.reading && !c.dirty);
@@ -349,11 +354,11 @@ fn maybe_end(core: &mut Main, call: CallId) {
 
 /// Output of `machine` in `run` was committed: followers read it.
 pub fn output_arrived(core: &mut Main, run: RunId, machine: &str) {
-    if core.live.followers.is_empty() {
+    if core.views.live.followers.is_empty() {
         return;
     }
     let mut to_read = Vec::new();
-    for (call, f) in core.live.followers.iter_mut() {
+    for (call, f) in core.views.live.followers.iter_mut() {
         if f.run != run || !f.in_flight {
             continue;
         }
@@ -373,9 +378,9 @@ pub fn output_arrived(core: &mut Main, run: RunId, machine: &str) {
 /// `run` ended: followers make a last read of every target; watchers are done (their
 /// final answer goes through the run's waiters).
 pub fn run_ended(core: &mut Main, run: RunId) {
-    core.live.watchers.remove(&run);
+    core.views.live.watchers.remove(&run);
     let mut to_read = Vec::new();
-    for (call, f) in core.live.followers.iter_mut() {
+    for (call, f) in core.views.live.followers.iter_mut() {
         if f.run != run || !f.in_flight {
             continue;
         }
@@ -399,13 +404,9 @@ pub fn run_ended(core: &mut Main, run: RunId) {
 
 /// `WatchRun`: stream the run's progress, answer when it ends.
 pub fn watch(core: &mut Main, call: CallId, run: RunId) {
-    let Some(active) = core.runs.get_mut(&run) else {
+    let Some(active) = core.flight.runs.get_mut(&run) else {
         // Not in flight (it may have ended already): the stored record answers.
-        core.db_call(
-            DbRequest::GetRun(run),
-            DbWait::Admin(call, super::admin::Pending::Run),
-        );
-        return;
+        return super::send_run(core, call, run);
     };
     active.waiters.push(call);
     let targets: Vec<_> = active.targets.iter().map(|(m, t)| t.record(m)).collect();
@@ -425,7 +426,8 @@ pub fn watch(core: &mut Main, call: CallId, run: RunId) {
         targets,
     };
     stream(core, call, AdminResponse::RunProgress(snapshot));
-    core.live
+    core.views
+        .live
         .watchers
         .entry(run)
         .or_default()
@@ -434,10 +436,10 @@ pub fn watch(core: &mut Main, call: CallId, run: RunId) {
 
 /// Something about `run` changed: tell its watchers which targets moved.
 pub fn run_changed(core: &mut Main, run: RunId) {
-    let Some(mut watchers) = core.live.watchers.remove(&run) else {
+    let Some(mut watchers) = core.views.live.watchers.remove(&run) else {
         return;
     };
-    let Some(active) = core.runs.get(&run) else {
+    let Some(active) = core.flight.runs.get(&run) else {
         return; // ended: nothing more to watch
     };
     let mut updates = Vec::new();
@@ -450,7 +452,7 @@ pub fn run_changed(core: &mut Main, run: RunId) {
             }
         }
     }
-    core.live.watchers.insert(run, watchers);
+    core.views.live.watchers.insert(run, watchers);
     for (call, target) in updates {
         stream(core, call, AdminResponse::TargetProgress { run, target });
     }
@@ -459,9 +461,9 @@ pub fn run_changed(core: &mut Main, run: RunId) {
 /// The operator's connection closed: forget its followers and watchers.
 pub fn calls_gone(core: &mut Main, calls: &[CallId]) {
     for call in calls {
-        core.live.followers.remove(call);
+        core.views.live.followers.remove(call);
     }
-    core.live.watchers.retain(|_, ws| {
+    core.views.live.watchers.retain(|_, ws| {
         ws.retain(|w| !calls.contains(&w.call));
         !ws.is_empty()
     });

@@ -1,0 +1,133 @@
+//! Requests about the daemon itself: status, metrics, configuration reload, wrapper
+//! deployment, and the audit trail (what was asked, by whom).
+
+use super::{DbWait, Main, MainRole, Wait, failure, respond};
+use crate::ipc::CallId;
+use crate::wire::admin::{
+    AdminFailure, AdminPeer, AdminRequest, AdminResponse, EventInfo, StatusInfo,
+};
+use crate::wire::db::DbRequest;
+use crate::wire::db::{EventFilter, EventRecord};
+use crate::wire::records::{Millis, RunId};
+
+pub fn status(core: &mut Main, call: CallId) {
+    let now = chrono::Utc::now().timestamp_millis();
+    let config_errors = core
+        .config
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == crate::config::Severity::Error)
+        .map(|d| d.to_string())
+        .collect();
+    let status = StatusInfo {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        started_at: core.daemon.started_at,
+        uptime_s: ((now - core.daemon.started_at).max(0) / 1000) as u64,
+        processes: core.daemon.processes.clone(),
+        jobs: core.config.jobs.len(),
+        running_runs: core.flight.runs.len(),
+        config_errors,
+        wrapper_port: core.daemon.wrapper_port,
+        db_error: core.storage.db_trouble.clone(),
+        api_port: core.daemon.api_port,
+    };
+    respond(core, call, AdminResponse::Status(status));
+}
+
+pub fn metrics(core: &mut Main, call: CallId) {
+    let text = crate::roles::main::metrics::render(core);
+    respond(core, call, AdminResponse::Metrics(text));
+}
+
+/// Answered with the summary once the reload is applied (`reload::poll`).
+pub fn reload(core: &mut Main, call: CallId) {
+    crate::roles::main::reload::request(core, Some(call));
+}
+
+pub fn deploy_wrapper(role: &mut MainRole, call: CallId, target: Option<String>) {
+    use crate::roles::main::deploy;
+    if !deploy::applies(&role.core) {
+        let why = AdminFailure::Invalid("no job uses the salt executor".into());
+        return failure(&mut role.core, call, why);
+    }
+    let workflow = deploy::workflow(&role.core, call, target);
+    role.workflows
+        .start(workflow, &mut role.core, std::time::Instant::now());
+}
+
+pub fn events(
+    core: &mut Main,
+    call: CallId,
+    job: Option<String>,
+    run: Option<RunId>,
+    kind: Option<String>,
+    since: Option<Millis>,
+    limit: u32,
+) {
+    let filter = EventFilter {
+        job,
+        run,
+        kind,
+        since,
+        before_id: None,
+        limit: Some(limit.clamp(1, 100_000) as usize),
+    };
+    core.db_call(
+        DbRequest::ListEvents(filter),
+        DbWait::Request(Wait::Events(call)),
+    );
+}
+
+/// db's answer to `events`.
+pub fn events_read(events: Vec<EventRecord>) -> AdminResponse {
+    AdminResponse::Events(
+        events
+            .into_iter()
+            .map(|e| EventInfo {
+                id: e.id,
+                at: e.event.at,
+                kind: e.event.kind,
+                job: e.event.job,
+                run: e.event.run,
+                machine: e.event.machine,
+                message: e.event.message,
+                uid: e.event.uid,
+            })
+            .collect(),
+    )
+}
+
+/// The audit entry of a state-changing request (kills record their own, per run).
+pub fn record_request(core: &mut Main, peer: AdminPeer, req: &AdminRequest) {
+    let by = format!("by uid {}", peer.uid);
+    let (kind, job, message) = match req {
+        AdminRequest::RunNow { job, targets: None } => (
+            "run_requested",
+            Some(job),
+            format!("manual run requested {by}"),
+        ),
+        AdminRequest::RunNow {
+            job,
+            targets: Some(targets),
+        } => (
+            "run_requested",
+            Some(job),
+            format!("manual run on {} requested {by}", targets.join(", ")),
+        ),
+        AdminRequest::Reload => (
+            "reload_requested",
+            None,
+            format!("configuration reload requested {by}"),
+        ),
+        AdminRequest::DeployWrapper { target } => (
+            "wrapper_deploy_requested",
+            None,
+            format!(
+                "wrapper deployment to {} requested {by}",
+                target.as_deref().unwrap_or("*")
+            ),
+        ),
+        _ => return,
+    };
+    core.event(kind, job.map(String::as_str), None, None, message);
+}

@@ -1,0 +1,75 @@
+//! Requests about stored output: a slice of one target's output (`saltpeterctl output`,
+//! `/api/v1/.../output`), and where a target's live output starts for the hub's `/ws`
+//! views (later frames reach the hub as `MainToHub::UiOutput`).
+
+use super::{DbWait, MAX_SLICE, Main, Wait};
+use crate::ipc::CallId;
+use crate::wire::admin::{AdminResponse, OutputRange, OutputSlice};
+use crate::wire::db::DbRequest;
+use crate::wire::db::{OutputBytes, OutputQuery};
+use crate::wire::records::RunId;
+use crate::wire::ui::LiveBase;
+
+/// Bytes of stored output a live view starts with (the newest ones).
+const LIVE_BASE_BYTES: u64 = 1 << 20;
+
+pub fn read(core: &mut Main, call: CallId, run: RunId, machine: String, range: OutputRange) {
+    let query = OutputQuery {
+        stream: range.stream,
+        from: range.from,
+        tail: range.tail,
+        max_bytes: Some(range.max_bytes.unwrap_or(MAX_SLICE).min(MAX_SLICE)),
+    };
+    core.db_call(
+        DbRequest::Output {
+            run,
+            machine,
+            query,
+        },
+        DbWait::Request(Wait::Output(call)),
+    );
+}
+
+/// db's answer to `read`.
+pub fn slice(out: OutputBytes) -> AdminResponse {
+    AdminResponse::OutputSlice(OutputSlice {
+        data: out.data,
+        omitted_bytes: out.omitted_bytes,
+        omitted_at: out.omitted_at,
+        total_bytes: out.total_bytes,
+        next_from: out.next_from,
+    })
+}
+
+pub fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
+    // Everything passed on so far is in what db reads now: the link to db keeps the
+    // order, and frames go to db as they arrive.
+    let upto_seq = crate::roles::main::ui::seen_seq(core, run, &machine);
+    core.db_call(
+        DbRequest::Output {
+            run,
+            machine,
+            query: OutputQuery {
+                tail: Some(LIVE_BASE_BYTES),
+                ..OutputQuery::default()
+            },
+        },
+        DbWait::Request(Wait::LiveOutput { call, upto_seq }),
+    );
+}
+
+/// db's answer to `live_base`.
+pub fn live_read(out: OutputBytes, upto_seq: u64) -> AdminResponse {
+    AdminResponse::LiveOutput(LiveBase {
+        // Only a read cut at its size left bytes before it.
+        skipped_bytes: match out.data.len() as u64 >= LIVE_BASE_BYTES {
+            true => (out.total_bytes.saturating_sub(out.omitted_bytes))
+                .saturating_sub(out.data.len() as u64),
+            false => 0,
+        },
+        data: out.data,
+        omitted_bytes: out.omitted_bytes,
+        omitted_at: out.omitted_at,
+        upto_seq,
+    })
+}

@@ -1,0 +1,46 @@
+//! Requests about runs: lists by job, state and time (with paging), one run, and killing
+//! a run in flight or one of its targets.
+
+use super::{DbWait, Main, Wait, failure, respond};
+use crate::ipc::CallId;
+use crate::wire::admin::{AdminFailure, AdminResponse, RunQuery};
+use crate::wire::db::DbRequest;
+use crate::wire::db::RunFilter;
+use crate::wire::records::{RunId, RunRecord};
+
+/// Most runs one answer lists.
+const MAX_RUNS: u32 = 10_000;
+
+pub fn find(core: &mut Main, call: CallId, q: RunQuery) {
+    // History of a job that left the configuration is still shown.
+    let filter = RunFilter {
+        job: q.job,
+        state: q.state,
+        since: q.since,
+        until: q.until,
+        before_id: q.before_id,
+        limit: Some(q.limit.clamp(1, MAX_RUNS) as usize),
+    };
+    core.db_call(
+        DbRequest::ListRuns(filter),
+        DbWait::Request(Wait::Runs(call)),
+    );
+}
+
+/// db's answer to `GetRun` (and to a finished run's waiters).
+pub fn found(record: Option<RunRecord>) -> AdminResponse {
+    match record {
+        Some(run) => AdminResponse::Run(run),
+        None => AdminResponse::Failure(AdminFailure::NotFound("no such run".into())),
+    }
+}
+
+pub fn kill(core: &mut Main, call: CallId, run: RunId, machine: Option<String>) {
+    match crate::roles::main::sessions::kill(core, run, machine.as_deref()) {
+        Ok(n) => {
+            let msg = format!("kill sent to {n} target(s) of run {run}");
+            respond(core, call, AdminResponse::Done(msg));
+        }
+        Err(e) => failure(core, call, AdminFailure::NotFound(e)),
+    }
+}
