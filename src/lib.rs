@@ -43,6 +43,7 @@ pub mod paths;
 pub mod roles;
 pub mod schedule;
 pub mod supervisor;
+pub mod tls;
 pub mod wire;
 pub mod workflow;
 pub mod wrapper;

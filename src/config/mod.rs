@@ -31,6 +31,7 @@ mod cache;
 mod chains;
 pub mod export;
 mod files;
+mod identities;
 mod job;
 mod load_jobs;
 pub mod notify;
@@ -56,6 +57,7 @@ use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
 
+pub use identities::{ApiIdentity, ApiRole};
 pub use job::{After, ChainOn, Job};
 pub use saltpeter::ApiAuth;
 pub use saltpeter::{

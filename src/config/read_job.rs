@@ -9,6 +9,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// Largest `env` (as JSON) a job may have: the wrapper accepts messages up to 1 MiB, and
+/// the command and the rest of the job spec need room too.
+pub(crate) const MAX_ENV_JSON: usize = 768 * 1024;
+
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
@@ -538,6 +542,20 @@ impl<'s, 'f> Reader<'s, 'f> {
                 continue;
             }
             env.insert(name, text);
+        }
+        // The job reaches its wrapper in one `welcome` message (at most 1 MiB on the
+        // wrapper's side); an `env` that cannot fit would make every wrapper reconnect
+        // forever, so it is a configuration error here instead.
+        let encoded = serde_json::to_string(&env).map_or(usize::MAX, |t| t.len());
+        if encoded > MAX_ENV_JSON {
+            self.error(
+                node.pos,
+                format!(
+                    "`env` takes {encoded} bytes as JSON; a job's environment must fit in one \
+                     wrapper message (at most {MAX_ENV_JSON} bytes)"
+                ),
+            );
+            return None;
         }
         Some(env)
     }

@@ -39,6 +39,8 @@ pub enum StartError {
     PidFile { path: PathBuf, source: io::Error },
     #[error("could not start the {role} process: {source}")]
     Spawn { role: String, source: io::Error },
+    #[error("{0}")]
+    Tls(#[from] crate::tls::TlsError),
     #[error("could not set up the event loop: {0}")]
     Loop(io::Error),
 }
@@ -58,6 +60,9 @@ pub struct Listen {
     pub api: Option<String>,
     /// `saltpeter_config.admin_group`: the admin socket's group (see `crate::access`).
     pub admin_group: Option<String>,
+    /// `tls`, `tls_cert`, `tls_key`: checked (and a self-signed certificate created)
+    /// before anything binds.
+    pub tls: crate::tls::material::Settings,
 }
 
 pub fn check_config_dir(path: &Path) -> Result<(), StartError> {
@@ -159,6 +164,13 @@ pub fn prepare(dirs: Dirs, listen: &Listen) -> Result<Prepared, StartError> {
     check_config_dir(&dirs.config)?;
     check_state_dir(&dirs.state)?;
     claim_runtime_dir(&dirs)?;
+    if let Some(material) = crate::tls::material::prepare(&listen.tls, &dirs.state)? {
+        log::info!(
+            "TLS on the wrapper port and the API: {} (sha256 {})",
+            material.cert_path.display(),
+            crate::tls::hex(&material.fingerprint)
+        );
+    }
     let wrappers = bind_tcp("wrappers", &listen.machines)?;
     let api = match &listen.api {
         Some(addr) => Some(bind_tcp("the HTTP API", addr)?),

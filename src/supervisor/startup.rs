@@ -41,6 +41,22 @@ pub fn settings(config_dir: &Path) -> Result<Startup, StartError> {
             ),
         });
     }
+    if !sp.tls {
+        let plain: Vec<&str> = std::iter::once(sp.machines_ws_bind_addr.as_str())
+            .chain(sp.api_ws.then_some(sp.api_ws_bind_addr.as_str()))
+            .filter(|host| !is_loopback(host))
+            .collect();
+        if let Some(host) = plain.first() {
+            return Err(StartError::Config {
+                path: config_dir.to_path_buf(),
+                message: format!(
+                    "saltpeter_config.tls is false but a port is bound to {host}: plain text \
+                     (commands, secrets and output in clear) is only served on loopback \
+                     addresses (127.0.0.1, ::1); remove `tls: false`"
+                ),
+            });
+        }
+    }
     Ok(Startup {
         state_dir: sp.state_dir.clone(),
         runtime_dir: sp.runtime_dir.clone(),
@@ -50,6 +66,7 @@ pub fn settings(config_dir: &Path) -> Result<Startup, StartError> {
                 .api_ws
                 .then(|| addr(&sp.api_ws_bind_addr, sp.api_ws_port)),
             admin_group: sp.admin_group.clone(),
+            tls: crate::tls::material::Settings::from_config(sp),
         },
     })
 }

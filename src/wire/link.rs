@@ -100,6 +100,12 @@ pub enum HubRequest {
         job: String,
         watch: bool,
     },
+    /// An HTTP or `/ws` request with the API identity behind it (`api:NAME`), for the
+    /// audit trail (call).
+    AdminBy {
+        who: String,
+        req: AdminRequest,
+    },
 }
 
 /// A wrapper's `hello`, as the hub passes it to main (with the connection it came on).

@@ -4,6 +4,10 @@
 //! tungstenite's bounded write buffer (a full buffer refuses the message instead of
 //! growing, so the caller keeps it and retries on the next WRITABLE event).
 //!
+//! With a `wss://` URL the socket speaks TLS (`crate::tls::Stream`) under the WebSocket,
+//! and the hub's certificate must match the fingerprint pinned in the URL's fragment
+//! (`crate::tls::verify`): a wrong certificate fails the handshake like a lost hub.
+//!
 //! The link knows nothing about runs or jobs: it yields [`LinkEvent`]s and takes
 //! messages. Any failure closes it and is reported once as `LinkEvent::Closed`.
 
@@ -13,11 +17,13 @@ use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
+use std::sync::Arc;
 use tungstenite::handshake::client::ClientHandshake;
 use tungstenite::handshake::{HandshakeError, MidHandshake};
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{Message, WebSocket};
 
+use crate::tls::Stream;
 use crate::wire::wrapper::{ServerMsg, WrapperMsg};
 
 /// Bound on the time from `connect()` to an open WebSocket.
@@ -42,17 +48,19 @@ enum State {
         since: Instant,
     },
     Handshaking {
-        mid: Box<MidHandshake<ClientHandshake<TcpStream>>>,
+        mid: Box<MidHandshake<ClientHandshake<Stream>>>,
         since: Instant,
     },
     Open {
-        ws: Box<WebSocket<TcpStream>>,
+        ws: Box<WebSocket<Stream>>,
     },
 }
 
 pub struct Link {
     state: State,
     token: Token,
+    /// The TLS client configuration, built on the first `wss://` connect and kept.
+    tls: Option<Arc<rustls::ClientConfig>>,
     /// When the hub last sent anything (any frame, pongs included).
     pub last_rx: Instant,
 }
@@ -62,6 +70,7 @@ impl Link {
         Link {
             state: State::Down,
             token,
+            tls: None,
             last_rx: now,
         }
     }
@@ -135,6 +144,10 @@ impl Link {
                 return;
             };
             let _ = stream.set_nodelay(true);
+            let (url, stream) = match self.secure(url, stream) {
+                Ok(secured) => secured,
+                Err(reason) => return self.fail(events, reason),
+            };
             let config = WebSocketConfig::default()
                 .max_message_size(Some(MAX_INBOUND))
                 .max_frame_size(Some(MAX_INBOUND))
@@ -155,9 +168,44 @@ impl Link {
         }
     }
 
+    /// The socket for `url`: TLS for `wss://` (pinned when the URL has `#sha256=`), and
+    /// the URL without its fragment for the WebSocket request.
+    fn secure<'u>(&mut self, url: &'u str, stream: TcpStream) -> Result<(&'u str, Stream), String> {
+        let (bare, pin) = match url.split_once('#') {
+            Some((bare, pin)) => (bare, crate::tls::parse_pin(pin)),
+            None => (url, None),
+        };
+        let Some(rest) = bare
+            .get(..6)
+            .filter(|s| s.eq_ignore_ascii_case("wss://"))
+            .map(|_| &bare[6..])
+        else {
+            return Ok((bare, Stream::Plain(stream)));
+        };
+        let config = match &self.tls {
+            Some(config) => config.clone(),
+            None => {
+                let config = crate::tls::verify::client_config(pin)
+                    .map_err(|e| format!("cannot set up TLS to the hub: {e}"))?;
+                self.tls = Some(config.clone());
+                config
+            }
+        };
+        let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+        let host = match authority.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or(v6),
+            None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+        };
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|e| format!("{host:?} is not a TLS server name: {e}"))?;
+        let stream = Stream::connect_tls(stream, config, name)
+            .map_err(|e| format!("cannot start TLS to the hub: {e}"))?;
+        Ok((bare, stream))
+    }
+
     fn after_handshake_step<R>(
         &mut self,
-        step: Result<(WebSocket<TcpStream>, R), HandshakeError<ClientHandshake<TcpStream>>>,
+        step: Result<(WebSocket<Stream>, R), HandshakeError<ClientHandshake<Stream>>>,
         since: Instant,
         now: Instant,
         events: &mut Vec<LinkEvent>,

@@ -116,22 +116,34 @@ pub fn stage_grace(flag: Option<u64>, env: Option<String>) -> Result<Duration, W
     Ok(Duration::from_secs(secs))
 }
 
-/// Accepts `ws://host[:port][/path]`; with no path (or `/`) the wrapper path is appended.
-/// `wss://` is refused for now: this build has no TLS.
+/// Accepts `ws://host[:port][/path]` and `wss://host[:port][/path][#sha256=HEX]`; with
+/// no path (or `/`) the wrapper path is appended. The fragment is the hub certificate's
+/// fingerprint to pin (`crate::tls::verify`); it stays in `url` and is never sent.
 pub fn parse_hub_url(text: &str) -> Result<HubUrl, WrapperError> {
     let bad = |reason: &str| WrapperError::InvalidEnv {
         var: ENV_URL,
         reason: format!("{text:?}: {reason}"),
     };
-    let text = text.trim();
-    let rest = if let Some(rest) = strip_prefix_ci(text, "ws://") {
-        rest
-    } else if strip_prefix_ci(text, "wss://").is_some() {
-        return Err(bad(
-            "wss:// (TLS) is not supported by this wrapper build; use ws://",
-        ));
+    let (text, pin) = match text.trim().split_once('#') {
+        Some((url, pin)) => (url, Some(pin)),
+        None => (text.trim(), None),
+    };
+    let (scheme, rest) = if let Some(rest) = strip_prefix_ci(text, "ws://") {
+        ("ws", rest)
+    } else if let Some(rest) = strip_prefix_ci(text, "wss://") {
+        ("wss", rest)
     } else {
-        return Err(bad("expected a ws:// URL"));
+        return Err(bad("expected a ws:// or wss:// URL"));
+    };
+    let fragment = match pin {
+        None => String::new(),
+        Some(_) if scheme == "ws" => {
+            return Err(bad("a certificate pin (#sha256=...) needs a wss:// URL"));
+        }
+        Some(pin) => match crate::tls::parse_pin(pin) {
+            Some(digest) => format!("#sha256={}", crate::tls::hex(&digest)),
+            None => return Err(bad("the fragment must be sha256= and 64 hex digits")),
+        },
     };
     let (authority, path) = match rest.find(['/', '?']) {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -162,6 +174,7 @@ pub fn parse_hub_url(text: &str) -> Result<HubUrl, WrapperError> {
             .ok()
             .filter(|p| *p != 0)
             .ok_or_else(|| bad("port is not a number from 1 to 65535"))?,
+        None if scheme == "wss" => 443,
         None => 80,
     };
     let path = if path.is_empty() || path == "/" {
@@ -179,7 +192,7 @@ pub fn parse_hub_url(text: &str) -> Result<HubUrl, WrapperError> {
     Ok(HubUrl {
         host: host.to_string(),
         port,
-        url: format!("ws://{host_part}:{port}{path}"),
+        url: format!("{scheme}://{host_part}:{port}{path}{fragment}"),
     })
 }
 
@@ -305,8 +318,23 @@ mod tests {
         ] {
             assert!(parse_hub_url(bad).is_err(), "{bad} accepted");
         }
-        let err = parse_hub_url("wss://h:1").unwrap_err().to_string();
+        let err = parse_hub_url("ws://h:1#sha256=00").unwrap_err().to_string();
         assert!(err.contains("wss://"), "{err}");
+        let err = parse_hub_url("wss://h:1#sha256=00")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("64 hex"), "{err}");
+    }
+
+    #[test]
+    fn tls_urls_keep_their_pin() {
+        let pin = "AB".repeat(32);
+        let u = parse_hub_url(&format!("wss://h:9#sha256:{pin}")).unwrap();
+        assert_eq!(
+            u.url,
+            format!("wss://h:9/wrapper/v1#sha256={}", pin.to_lowercase())
+        );
+        assert_eq!(parse_hub_url("wss://h").unwrap().port, 443);
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub const HANG: Duration = Duration::from_secs(60);
 
 /// `saltpeter_config` every test daemon uses: an ephemeral wrapper port, the local
 /// executor, fast heartbeats.
-pub const BASE_CONFIG: &str = "saltpeter_config:\n  machines_ws_port: 0\n  machines_ws_bind_addr: 127.0.0.1\n  default_saltpeter_server_host: 127.0.0.1\n  executor: local\n";
+pub const BASE_CONFIG: &str = "saltpeter_config:\n  machines_ws_port: 0\n  machines_ws_bind_addr: 127.0.0.1\n  default_saltpeter_server_host: 127.0.0.1\n  executor: local\n  tls: false\n";
 
 pub struct Daemon {
     pub root: tempfile::TempDir,

@@ -50,6 +50,8 @@ pub struct Admin {
     next_id: ConnId,
     /// The admin group (name, gid), if any.
     group: Option<(String, u32)>,
+    /// Refusals are logged at most every 10 s (a local flood must not fill the journal).
+    refusals: super::logsafe::Repeated,
 }
 
 struct AdminListener {
@@ -70,6 +72,7 @@ impl Admin {
             conns: HashMap::new(),
             next_id: 1,
             group: None,
+            refusals: super::logsafe::Repeated::new(std::time::Duration::from_secs(10)),
         })
     }
 
@@ -119,9 +122,22 @@ impl Listener<Hub> for AdminListener {
                     return Flow::Continue;
                 }
             };
+            // Credentials first: a refused peer gets one answer and the door, and
+            // nothing it sends is ever read (no frame, however large, is buffered).
             let peer = allowed(&stream, hub.admin.group.as_ref());
             if let Err(why) = &peer {
-                log::warn!("admin connection refused: {why}");
+                if let Some(held) = hub.admin.refusals.due(std::time::Instant::now()) {
+                    log::warn!(
+                        "admin connection refused: {why} ({held} more refused since the last report)"
+                    );
+                }
+                if let Ok(mut link) =
+                    Channel::<_, AdminResponse, AdminRequest>::new(stream, Role::Hub, Role::Ctl)
+                {
+                    let msg = format!("permission denied: {why}");
+                    let _ = link.send(&AdminResponse::Failure(AdminFailure::Invalid(msg)));
+                }
+                continue;
             }
             let id = hub.admin.next_id;
             hub.admin.next_id += 1;

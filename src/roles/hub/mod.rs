@@ -7,6 +7,7 @@
 
 mod admin;
 mod http;
+pub mod logsafe;
 mod wrappers;
 
 use std::time::{Duration, Instant};
@@ -193,7 +194,6 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let stream = args.take_stream("main")?;
     let (main, _) = open_link(ev.ctx(), stream, Role::Hub, Role::Main, (), on_main)?;
     let mut admin = admin::Admin::listen(ev.ctx(), args.take_fd("admin")?)?;
-    // Start-only limits; main owns the rest of the configuration.
     // Start-only settings; main owns the rest of the configuration.
     let (limits, saltpeter) = match crate::config::load_settings(&args.dirs.config) {
         Ok(settings) => {
@@ -206,12 +206,22 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             (wrappers::Limits::default(), Default::default())
         }
     };
-    let wrappers = wrappers::Wrappers::listen(ev.ctx(), args.take_fd("wrappers")?, limits)?;
+    // The supervisor checked (and created) the files; a failure now is a start error.
+    let tls = crate::tls::material::load(
+        &crate::tls::material::Settings::from_config(&saltpeter),
+        &args.dirs.state,
+    )
+    .and_then(|m| m.as_ref().map(crate::tls::server_config).transpose())
+    .map_err(|e| RoleError::BadStart(e.to_string()))?;
+    let wrappers =
+        wrappers::Wrappers::listen(ev.ctx(), args.take_fd("wrappers")?, limits, tls.clone())?;
     let http = match args.has_fd("api") {
         true => Some(http::Http::listen(
             ev.ctx(),
             args.take_fd("api")?,
             &saltpeter,
+            tls,
+            &args.dirs.state,
         )?),
         false => None,
     };

@@ -16,17 +16,20 @@ use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use mio::event::Event;
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Interest, Token};
 use tungstenite::handshake::server::{Callback, ErrorResponse, Request, Response};
 use tungstenite::handshake::{HandshakeError, MidHandshake, server::ServerHandshake};
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{Message, WebSocket};
 
+mod accept;
+
 use super::{Hub, Waiting};
-use crate::evloop::{Ctx, Flow, Forward, Listener};
+use crate::evloop::{Ctx, Flow};
 use crate::ipc::CallError;
 use crate::roles::RoleError;
+use crate::tls::Stream;
 use crate::wire::Redacted;
 use crate::wire::link::{ConnId, HubRequest, WrapperHello, WrapperVerdict};
 use crate::wire::records::RunId;
@@ -79,11 +82,11 @@ impl Callback for PathCheck {
     }
 }
 
-type Mid = MidHandshake<ServerHandshake<TcpStream, PathCheck>>;
+type Mid = MidHandshake<ServerHandshake<Stream, PathCheck>>;
 
 enum Session {
     Handshaking(Box<Mid>),
-    Open(Box<WebSocket<TcpStream>>),
+    Open(Box<WebSocket<Stream>>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +118,10 @@ pub struct Wrappers {
     per_addr: HashMap<IpAddr, usize>,
     next_id: ConnId,
     limits: Limits,
+    /// The port's TLS (`None` only with `tls: false` on loopback).
+    tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// Per-address refusals are logged at most every 10 s.
+    refusals: super::logsafe::Repeated,
 }
 
 struct Acceptor {
@@ -122,7 +129,12 @@ struct Acceptor {
 }
 
 impl Wrappers {
-    pub fn listen(ctx: &mut Ctx<Hub>, fd: OwnedFd, limits: Limits) -> Result<Wrappers, RoleError> {
+    pub fn listen(
+        ctx: &mut Ctx<Hub>,
+        fd: OwnedFd,
+        limits: Limits,
+        tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    ) -> Result<Wrappers, RoleError> {
         let std = std::net::TcpListener::from(fd);
         std.set_nonblocking(true)
             .map_err(RoleError::setup("wrapper port"))?;
@@ -137,6 +149,8 @@ impl Wrappers {
             per_addr: HashMap::new(),
             next_id: 1,
             limits,
+            tls,
+            refusals: super::logsafe::Repeated::new(Duration::from_secs(10)),
         })
     }
 }
@@ -147,75 +161,6 @@ fn ws_config(limits: &Limits) -> WebSocketConfig {
         .max_frame_size(Some(limits.max_message))
         .max_write_buffer_size(limits.max_write_buffer)
         .read_buffer_size(16 * 1024)
-}
-
-impl Listener<Hub> for Acceptor {
-    fn handle_event(&mut self, hub: &mut Hub, ctx: &mut Ctx<Hub>, _: &Event) -> Flow {
-        loop {
-            let (mut stream, peer) = match self.listener.accept() {
-                Ok(accepted) => accepted,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Flow::Continue,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // EMFILE and friends: log and keep serving the open connections.
-                    log::warn!("wrapper port accept failed: {e}");
-                    return Flow::Continue;
-                }
-            };
-            let w = &mut hub.wrappers;
-            let count = w.per_addr.entry(peer.ip()).or_insert(0);
-            if *count >= w.limits.max_per_addr {
-                log::warn!(
-                    "wrapper connection from {peer} refused: {} connections from that address",
-                    w.limits.max_per_addr
-                );
-                continue;
-            }
-            *count += 1;
-            let id = w.next_id;
-            w.next_id += 1;
-            let _ = stream.set_nodelay(true);
-            let token = match ctx.register(
-                &mut stream,
-                Interest::READABLE | Interest::WRITABLE,
-                Forward::new(id, on_conn),
-            ) {
-                Ok(token) => token,
-                Err(e) => {
-                    log::warn!("could not register wrapper connection from {peer}: {e}");
-                    release_addr(w, peer.ip());
-                    continue;
-                }
-            };
-            let session = match tungstenite::accept_hdr_with_config(
-                stream,
-                PathCheck,
-                Some(ws_config(&w.limits)),
-            ) {
-                Ok(ws) => Session::Open(Box::new(ws)),
-                Err(HandshakeError::Interrupted(mid)) => Session::Handshaking(Box::new(mid)),
-                Err(HandshakeError::Failure(e)) => {
-                    log::info!("wrapper handshake from {peer} failed: {e}");
-                    ctx.remove(token);
-                    release_addr(w, peer.ip());
-                    continue;
-                }
-            };
-            w.conns.insert(
-                id,
-                Conn {
-                    session: Some(session),
-                    token,
-                    peer,
-                    since: Instant::now(),
-                    phase: Phase::New,
-                    target: None,
-                    job: None,
-                },
-            );
-            arm_sweep(hub, ctx);
-        }
-    }
 }
 
 fn release_addr(w: &mut Wrappers, ip: IpAddr) {
@@ -312,7 +257,13 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
         Message::Text(text) => {
             let parsed: Result<WrapperMsg, _> = serde_json::from_str(text.as_str());
             match (phase, parsed) {
-                (_, Err(e)) => reject(hub, ctx, id, RejectCode::BadMessage, &e.to_string()),
+                (_, Err(e)) => reject(
+                    hub,
+                    ctx,
+                    id,
+                    RejectCode::BadMessage,
+                    &super::logsafe::clip(&e.to_string(), 200),
+                ),
                 (Phase::New, Ok(WrapperMsg::Hello { v, .. })) if v != PROTOCOL_VERSION => reject(
                     hub,
                     ctx,
@@ -451,8 +402,9 @@ fn kind_of(msg: &WrapperMsg) -> &'static str {
 fn reject(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, code: RejectCode, message: &str) {
     if let Some(conn) = hub.wrappers.conns.get(&id) {
         log::warn!(
-            "wrapper connection from {}: rejected ({code:?}): {message}",
-            conn.peer
+            "wrapper connection from {}: rejected ({code:?}): {}",
+            conn.peer,
+            super::logsafe::clip(message, 300)
         );
     }
     let was_bound = hub

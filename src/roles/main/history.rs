@@ -34,7 +34,10 @@ impl Main {
                 job: job.map(str::to_string),
                 run,
                 machine: machine.map(str::to_string),
-                message,
+                message: match &self.actor_name {
+                    Some(who) => format!("{message} (by {who})"),
+                    None => message,
+                },
                 uid: self.actor,
             }),
             DbWait::Write("an event"),

@@ -54,7 +54,13 @@ impl Main {
         } else {
             format!("{host}:{}", self.daemon.wrapper_port)
         };
-        format!("ws://{authority}{}", crate::wire::wrapper::WRAPPER_PATH)
+        match &self.wrapper_pin {
+            Some(pin) => format!(
+                "wss://{authority}{}{pin}",
+                crate::wire::wrapper::WRAPPER_PATH
+            ),
+            None => format!("ws://{authority}{}", crate::wire::wrapper::WRAPPER_PATH),
+        }
     }
 
     /// How far ahead of its slot a run of `job` is launched: salt runs are pre-staged by

@@ -192,6 +192,12 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     }
     let secret = Secret::load_or_create(&args.dirs.secret())
         .map_err(|e| RoleError::BadStart(e.to_string()))?;
+    let wrapper_pin = crate::tls::material::load(
+        &crate::tls::material::Settings::from_config(&config.saltpeter),
+        &args.dirs.state,
+    )
+    .map_err(|e| RoleError::BadStart(e.to_string()))?
+    .map(|m| format!("#sha256={}", crate::tls::hex(&m.fingerprint)));
     let mut ev: EventLoop<MainRole> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let s = args.take_stream("hub")?;
     let (hub, _) = open_link(ev.ctx(), s, Role::Main, Role::Hub, Peer::Hub, on_link)?;
@@ -233,6 +239,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
                 started_at: now.timestamp_millis(),
                 ..Default::default()
             },
+            wrapper_pin,
+            actor_name: None,
             launcher: launcher::Launcher::default(),
             storage: super::Storage {
                 db_trouble: None,
@@ -354,6 +362,10 @@ pub fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubReque
             id,
             req: HubRequest::AdminFrom { peer, req },
         } => requests::handle_from(role, ctx, id, peer, req),
+        Packet::Call {
+            id,
+            req: HubRequest::AdminBy { who, req },
+        } => super::api_audit::handle_by(role, ctx, id, who, req),
         Packet::Cast(HubRequest::AdminGone { calls }) => live::calls_gone(&mut role.core, &calls),
         Packet::Call { id, req } => sessions::handle_call(&mut role.core, id, req),
         Packet::Cast(HubRequest::UiWatch { job, watch }) => ui::watch(&mut role.core, job, watch),

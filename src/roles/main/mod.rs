@@ -14,6 +14,7 @@
 //! keys to the Workflow registry, which resumes the steps waiting on them. The registry
 //! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
 
+mod api_audit;
 mod boot;
 mod chains;
 mod deploy;
@@ -136,6 +137,10 @@ pub struct Main {
     scheduler: Scheduler,
     /// This daemon: its processes, start time and ports.
     pub daemon: DaemonInfo,
+    /// `#sha256=HEX` of the hub's certificate, for wrappers to pin (`None`: `tls: false`).
+    pub wrapper_pin: Option<String>,
+    /// The API identity (`api:NAME`) whose request is being handled (audit events).
+    pub actor_name: Option<String>,
     /// Wrapper deployments and the pre-staging lead.
     pub launcher: launcher::Launcher,
     /// Whether the database stores.

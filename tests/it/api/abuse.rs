@@ -80,7 +80,9 @@ fn malformed_and_oversize_requests_get_clean_errors() {
 
 #[test]
 fn slow_and_idle_clients_are_dropped_while_others_are_served() {
-    let (d, port) = start(&sleeper("ab2"));
+    // All from 127.0.0.1: the per-address cap (limits.rs tests it) is raised here.
+    let config = api_config("  max_connections_per_addr: 2000\n");
+    let (d, port) = start_with(&config, &sleeper("ab2"));
     // Lots of descriptors on our side.
     if let Ok((_, hard)) =
         nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)

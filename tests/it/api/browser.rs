@@ -1,7 +1,8 @@
 //! The dashboard in a real browser: headless Chromium driven through chromedriver's
 //! WebDriver HTTP API. Log in, see the jobs, open one, press "Run now", watch its output
-//! stream in, kill a run. A screenshot of the jobs table is saved to
-//! `target/dashboard.png` (and to `docs/dashboard.png` with
+//! stream in, kill a run; pause, resume and skip a job and see the maintenance windows
+//! listed. A screenshot of the jobs table is saved to
+//! `target/dashboard.png` (and of the job and maintenance pages next to it; to `docs/` with
 //! `SALTPETER_UPDATE_SCREENSHOT=1`).
 //!
 //! Skipped (with a message) when chromium or chromedriver is not installed, unless
@@ -86,6 +87,8 @@ impl Driver {
             "goog:chromeOptions": {"binary": CHROMIUM, "args": [
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--no-first-run", "--window-size=1280,900",
+                // The TLS test's daemon serves its self-signed certificate.
+                "--ignore-certificate-errors",
                 profile_arg,
             ]},
         }}});
@@ -316,5 +319,206 @@ fn browser_dashboard_runs_and_kills_a_job() {
     driver.wait_js(
         "the last run's output after the restart",
         &format!("({})?.includes('tick 6')", output_of("br1")),
+    );
+}
+
+/// Job control in the page (issue 19): pause (until resumed, then until a time), resume and
+/// skip-next from a job's page, the pause shown in the jobs table as the API reports it,
+/// and the configured maintenance windows listed on the maintenance page. A screenshot of
+/// that page is saved to `target/dashboard-maintenance.png`.
+#[test]
+fn browser_dashboard_pauses_resumes_skips_and_lists_windows() {
+    let jobs = "nightly:\n  schedule: '@daily'\n  targets: [br1]\n  command: 'true'\n\
+                weekly:\n  schedule: '@weekly'\n  targets: [br2]\n  command: 'true'\n";
+    // The one-off window opens before the sixth opening of the weekly one, so that both
+    // are among the next ones listed (the list is the next openings of all windows).
+    let start = chrono::Utc::now() + chrono::Duration::hours(25);
+    let end = start + chrono::Duration::hours(4);
+    let rfc =
+        |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let shown = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+    let config = format!(
+        "{}saltpeter_maintenance:\n  windows:\n    \
+         - name: sunday-patch\n      schedule: '0 2 * * 0'\n      duration: 2h\n      \
+         timezone: Europe/Berlin\n      machines: ['db*']\n      policy: defer\n    \
+         - name: migration\n      start: '{}'\n      end: '{}'\n      \
+         groups: [jobs]\n      policy: skip\n",
+        api_config(""),
+        rfc(start),
+        rfc(end),
+    );
+    let (d, port) = start_with(&config, jobs);
+    let Some(driver) = Driver::start() else {
+        return;
+    };
+    let base = format!("http://127.0.0.1:{port}/");
+    driver.go(&base);
+    driver.type_into("#login-token", TOKEN);
+    driver.click("#login-submit");
+    driver.wait_for("tr[data-job=\"nightly\"]");
+    // Times in UTC, so that the until typed below means the same in any test machine's zone.
+    driver.click("#tz-utc");
+    let paused_api = || get(port, "/api/v1/jobs/nightly").json()["paused"].clone();
+
+    // Pause from the job's page, until resumed.
+    driver.go(&format!("{base}#/job/nightly"));
+    driver.wait_js(
+        "the nightly page",
+        "document.querySelector('#job-name').textContent === 'nightly' && !document.querySelector('#pause-job').disabled",
+    );
+    driver.click("#pause-job");
+    driver.wait_js(
+        "the paused badge",
+        "!document.querySelector('#job-paused').hidden && document.querySelector('#job-paused').textContent === 'Paused'",
+    );
+    assert!(paused_api().is_string(), "the API says paused too");
+
+    // The jobs table shows it as paused; the other job is not.
+    driver.go(&base);
+    driver.wait_js(
+        "the paused row",
+        "document.querySelector('tr[data-job=\"nightly\"][data-paused=\"1\"] .st-Paused')?.textContent === 'Paused'",
+    );
+    assert_eq!(
+        driver
+            .js("return document.querySelector('tr[data-job=\"weekly\"]').dataset.paused ?? null;"),
+        Value::Null,
+        "only the paused job shows as paused"
+    );
+
+    // Resume: no longer paused, on the page, in the table and in the API.
+    driver.go(&format!("{base}#/job/nightly"));
+    driver.wait_js(
+        "the resume button",
+        "!document.querySelector('#resume-job').disabled",
+    );
+    driver.click("#resume-job");
+    driver.wait_js(
+        "the badge gone",
+        "document.querySelector('#job-paused').hidden && !document.querySelector('#pause-job').disabled",
+    );
+    assert_eq!(paused_api(), Value::Null, "resumed in the API");
+    driver.go(&base);
+    driver.wait_js(
+        "the row without pause",
+        "document.querySelector('tr[data-job=\"nightly\"]') && !document.querySelector('tr[data-job=\"nightly\"] .st-Paused')",
+    );
+
+    // Pause until a time (read in UTC, as chosen), and skip the next slot.
+    driver.go(&format!("{base}#/job/nightly"));
+    driver.wait_js(
+        "the pause button",
+        "!document.querySelector('#pause-job').disabled",
+    );
+    driver.js("document.querySelector('#pause-until').value = '2099-01-02T03:04:05'; return true;");
+    driver.click("#pause-job");
+    driver.wait_js(
+        "the pause with its end",
+        "document.querySelector('#job-paused').textContent === 'Paused until 2099-01-02 03:04:05 UTC'",
+    );
+    let ctl = get(port, "/api/v1/jobctl").json();
+    assert_eq!(ctl["jobs"][0]["job"], "nightly", "{ctl}");
+    assert_eq!(ctl["jobs"][0]["until"], "2099-01-02T03:04:05Z", "{ctl}");
+    driver.click("#skip-job");
+    driver.wait_js(
+        "the pending skip",
+        "document.querySelector('#job-skips').textContent.includes('next 1 slot')",
+    );
+    driver.go(&base);
+    driver.wait_js(
+        "the table's pause and skip",
+        "document.querySelector('tr[data-job=\"nightly\"] td.status')?.textContent.includes('Paused until 2099-01-02 03:04:05 UTC')",
+    );
+    let status = driver
+        .js("return document.querySelector('tr[data-job=\"nightly\"] td.status').textContent;");
+    assert!(
+        status.as_str().is_some_and(|s| s.contains("skips next 1")),
+        "{status}"
+    );
+    driver.go(&format!("{base}#/job/nightly"));
+    driver.wait_js(
+        "the resume button",
+        "!document.querySelector('#resume-job').disabled",
+    );
+    driver.click("#resume-job");
+    driver.wait_js(
+        "pause and skips cleared",
+        "document.querySelector('#job-paused').hidden && document.querySelector('#job-skips').textContent === ''",
+    );
+    let ctl = get(port, "/api/v1/jobctl").json();
+    assert_eq!(
+        ctl["jobs"],
+        json!([]),
+        "resume cancels the skips too: {ctl}"
+    );
+
+    // The maintenance page lists the configured windows.
+    driver.go(&format!("{base}#/maintenance"));
+    driver.wait_for("tr[data-window=\"sunday-patch\"]");
+    driver.wait_for("tr[data-window=\"migration\"]");
+    let row = |name: &str| {
+        driver
+            .js(&format!(
+                "return [...document.querySelectorAll('tr[data-window=\"{name}\"] td')].map((td) => td.textContent);"
+            ))
+            .as_array()
+            .expect("cells")
+            .iter()
+            .map(|v| v.as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+    };
+    let migration = row("migration");
+    assert_eq!(
+        migration,
+        [
+            "migration",
+            shown(start).as_str(),
+            shown(end).as_str(),
+            "whole fleet; groups jobs (UTC)",
+            "skip"
+        ],
+        "{migration:?}"
+    );
+    let patch = row("sunday-patch");
+    assert!(patch[3].contains("machines db*"), "{patch:?}");
+    assert!(patch[3].contains("Europe/Berlin"), "{patch:?}");
+    assert_eq!(patch[4], "defer", "{patch:?}");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    driver.screenshot(&root.join("target/dashboard-maintenance.png"));
+    if std::env::var("SALTPETER_UPDATE_SCREENSHOT").is_ok() {
+        driver.screenshot(&root.join("docs/dashboard-maintenance.png"));
+    }
+    drop(d);
+}
+
+/// The dashboard over https (the default TLS with the self-signed certificate): login,
+/// the jobs table, the live `/ws` connection over wss, a run's output.
+#[test]
+fn browser_dashboard_over_https() {
+    let jobs =
+        "hello_tls:\n  schedule: '@daily'\n  targets: [brt]\n  command: 'echo secure-hello'\n";
+    let config = api_config("  tls: true\n");
+    let (_d, port) = start_with(&config, jobs);
+    let Some(driver) = Driver::start() else {
+        return;
+    };
+    driver.go(&format!("https://127.0.0.1:{port}/"));
+    driver.type_into("#login-token", TOKEN);
+    driver.click("#login-submit");
+    driver.wait_for("tr[data-job=\"hello_tls\"]");
+    driver.wait_js(
+        "the live connection over wss",
+        "document.querySelector('#conn').textContent === 'live'",
+    );
+    assert_eq!(driver.js("return location.protocol;"), "https:");
+    driver.click("tr[data-job=\"hello_tls\"]");
+    driver.wait_js(
+        "the details page",
+        "document.querySelector('#job-name').textContent === 'hello_tls'",
+    );
+    driver.click("#run-now");
+    driver.wait_js(
+        "the output",
+        &format!("({})?.includes('secure-hello')", output_of("brt")),
     );
 }

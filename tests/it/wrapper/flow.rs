@@ -444,9 +444,9 @@ fn bad_environment_is_one_line_and_exit_1() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("SP_TOKEN"), "{err}");
 
-    let out = wrapper_cmd("wss://h:1", 1).output().unwrap();
+    let out = wrapper_cmd("wss://h:1#sha256=00", 1).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("wss://"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("64 hex"));
 }
 
 #[test]

@@ -1,10 +1,15 @@
-//! Who may use the API (PROTOCOLS.md section 2.3).
+//! Who may use the API (PROTOCOLS.md section 2.3, docs/security.md).
 //!
-//! - `api_auth: token` (the default): `Authorization: Bearer <api_token>`, or the session
-//!   cookie that `POST /api/v1/login` sets (HttpOnly, SameSite=Strict) so the dashboard
-//!   and `/ws` work from a browser. The cookie holds a digest of the token, not the token.
-//! - `api_auth: none`: everything is open; the supervisor refuses it unless the API is
-//!   bound to a loopback address (the original UI behind an authenticating proxy).
+//! - `api_auth: token` (the default): `Authorization: Bearer <token>` of one of the
+//!   configured identities (`api_tokens`, and `api_token` as the `admin` named
+//!   `api_token`), or the session cookie that `POST /api/v1/login` sets for the dashboard
+//!   and `/ws` (`sessions.rs`: random per login, expiring, revoked by logout; `HttpOnly`,
+//!   `SameSite=Strict`, `Secure` under TLS). Failed logins are throttled per address.
+//! - `api_auth: none`: no credentials (the supervisor refuses it unless the API is bound
+//!   to a loopback address, behind an authenticating proxy); requests run as
+//!   `anonymous` with the admin role, but a `/ws` handshake and every state change must
+//!   come with a loopback `Host` and, if the browser sends one, an `Origin` equal to it,
+//!   so a web page elsewhere cannot drive the API through the operator's browser.
 //!
 //! Cookie-authenticated state changes must carry `X-Saltpeter-Csrf: 1` (a header a
 //! cross-site page cannot send without a CORS preflight, which is never granted) and, if
@@ -12,30 +17,34 @@
 //! handshake with the cookie must come from the same origin. Tokens are compared as
 //! SHA-256 digests in constant time.
 
+use std::net::IpAddr;
+use std::time::Instant;
+
 use sha2::{Digest, Sha256};
 
+use super::identity::{Identity, OPEN_NAME};
 use super::parse::Request;
-use crate::config::{ApiAuth, SaltpeterConfig, Secret};
+use super::sessions::{SESSION_TTL, Sessions, Throttle};
+use crate::config::{ApiAuth, ApiIdentity, ApiRole, SaltpeterConfig};
 
 pub const COOKIE: &str = "sp_session";
 pub const CSRF_HEADER: &str = "x-saltpeter-csrf";
-const COOKIE_CONTEXT: &[u8] = b"saltpeter-dashboard-session-v1\0";
-/// How long the session cookie lives (30 days).
-const COOKIE_MAX_AGE_S: u64 = 30 * 24 * 3600;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Principal {
     Bearer,
     Cookie,
-    /// `api_auth: none`, or a route open to everyone.
+    /// `api_auth: none`.
     Open,
 }
 
-/// Why a request is refused: 401 (no or wrong credentials) or 403 (cross-site).
+/// Why a request is refused: 401 (no or wrong credentials), 403 (cross-site or a role
+/// short of the request), 429 (too many failed logins).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denied {
     Unauthorized(String),
     Forbidden(String),
+    TooMany(String),
 }
 
 impl Denied {
@@ -43,20 +52,25 @@ impl Denied {
         match self {
             Denied::Unauthorized(_) => 401,
             Denied::Forbidden(_) => 403,
+            Denied::TooMany(_) => 429,
         }
     }
 
     pub fn message(&self) -> &str {
         match self {
-            Denied::Unauthorized(m) | Denied::Forbidden(m) => m,
+            Denied::Unauthorized(m) | Denied::Forbidden(m) | Denied::TooMany(m) => m,
         }
     }
 }
 
 pub struct Auth {
     mode: ApiAuth,
-    token: Option<Secret>,
+    identities: Vec<ApiIdentity>,
     metrics_auth: bool,
+    /// The port speaks TLS: cookies get `Secure`.
+    secure: bool,
+    pub sessions: Sessions,
+    pub throttle: Throttle,
 }
 
 fn digest(parts: &[&[u8]]) -> [u8; 32] {
@@ -71,16 +85,24 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 impl Auth {
-    pub fn from_config(sp: &SaltpeterConfig) -> Auth {
+    /// `sessions`: [`Sessions::open`] on the state directory in the hub.
+    pub fn from_config(sp: &SaltpeterConfig, secure: bool, sessions: Sessions) -> Auth {
+        let mut identities = sp.api_tokens.clone();
+        if let Some(token) = &sp.api_token {
+            identities.push(ApiIdentity {
+                name: "api_token".into(),
+                role: ApiRole::Admin,
+                token_sha256: digest(&[token.expose().as_bytes()]),
+            });
+        }
         Auth {
             mode: sp.api_auth,
-            token: sp.api_token.clone(),
+            identities,
             metrics_auth: sp.metrics_auth,
+            secure,
+            sessions,
+            throttle: Throttle::default(),
         }
     }
 
@@ -88,34 +110,39 @@ impl Auth {
         self.mode == ApiAuth::None
     }
 
+    pub fn has_identities(&self) -> bool {
+        !self.identities.is_empty()
+    }
+
     pub fn metrics_open(&self) -> bool {
         self.is_open() || !self.metrics_auth
     }
 
-    fn session_value(&self) -> Option<String> {
-        let token = self.token.as_ref()?;
-        Some(hex(&digest(&[COOKIE_CONTEXT, token.expose().as_bytes()])))
-    }
-
-    fn token_matches(&self, presented: &str) -> bool {
-        match &self.token {
-            Some(token) => same(
-                &digest(&[token.expose().as_bytes()]),
-                &digest(&[presented.as_bytes()]),
-            ),
-            None => false,
+    /// The identity whose token this is; every identity is compared (constant time).
+    fn identity_of(&self, presented: &str) -> Option<&ApiIdentity> {
+        let d = digest(&[presented.as_bytes()]);
+        let mut found = None;
+        for identity in &self.identities {
+            if same(&identity.token_sha256, &d) {
+                found = Some(identity);
+            }
         }
+        found
     }
 
     /// The credentials of a request.
-    pub fn check(&self, req: &Request) -> Result<Principal, Denied> {
+    pub fn check(&self, req: &Request) -> Result<Identity, Denied> {
         if self.is_open() {
-            return Ok(Principal::Open);
+            return Ok(Identity {
+                name: OPEN_NAME.into(),
+                role: ApiRole::Admin,
+                via: Principal::Open,
+            });
         }
-        if self.token.is_none() {
+        if self.identities.is_empty() {
             return Err(Denied::Unauthorized(
-                "no api_token is configured: set saltpeter_config.api_token (or api_auth: none \
-                 on a loopback address behind an authenticating proxy)"
+                "no API token is configured: set saltpeter_config.api_tokens or api_token \
+                 (or api_auth: none on a loopback address behind an authenticating proxy)"
                     .into(),
             ));
         }
@@ -123,67 +150,104 @@ impl Auth {
             let presented = value
                 .strip_prefix("Bearer ")
                 .or_else(|| value.strip_prefix("bearer "));
-            return match presented {
-                Some(t) if self.token_matches(t.trim()) => Ok(Principal::Bearer),
-                Some(_) => Err(Denied::Unauthorized("wrong token".into())),
+            return match presented.map(|t| self.identity_of(t.trim())) {
+                Some(Some(id)) => Ok(Identity {
+                    name: id.name.clone(),
+                    role: id.role,
+                    via: Principal::Bearer,
+                }),
+                Some(None) => Err(Denied::Unauthorized("wrong token".into())),
                 None => Err(Denied::Unauthorized(
-                    "the Authorization header must be `Bearer <api_token>`".into(),
+                    "the Authorization header must be `Bearer <token>`".into(),
                 )),
             };
         }
-        if let (Some(cookie), Some(expected)) = (cookie(req, COOKIE), self.session_value()) {
-            let a = digest(&[cookie.as_bytes()]);
-            let b = digest(&[expected.as_bytes()]);
-            return if same(&a, &b) {
-                Ok(Principal::Cookie)
-            } else {
-                Err(Denied::Unauthorized(
+        if let Some(value) = cookie(req, COOKIE) {
+            // The role is today's role of the name: a changed or removed identity counts.
+            let role = self.sessions.find(value).and_then(|s| {
+                self.identities
+                    .iter()
+                    .find(|i| i.name == s.name)
+                    .map(|i| (s.name, i.role))
+            });
+            return match role {
+                Some((name, role)) => Ok(Identity {
+                    name,
+                    role,
+                    via: Principal::Cookie,
+                }),
+                None => Err(Denied::Unauthorized(
                     "the session has expired; log in again".into(),
-                ))
+                )),
             };
         }
         Err(Denied::Unauthorized(
-            "authentication required: `Authorization: Bearer <api_token>` or log in".into(),
+            "authentication required: `Authorization: Bearer <token>` or log in".into(),
         ))
     }
 
-    /// A state change (POST, PUT, DELETE) by a browser session must be same-origin.
-    pub fn check_state_change(&self, req: &Request, who: Principal) -> Result<(), Denied> {
-        if who != Principal::Cookie {
-            return Ok(());
+    /// A state change (POST, PUT, DELETE) by a browser session must be same-origin; with
+    /// `api_auth: none` it must also name a loopback host.
+    pub fn check_state_change(&self, req: &Request, who: &Identity) -> Result<(), Denied> {
+        match who.via {
+            Principal::Bearer => Ok(()),
+            Principal::Cookie => {
+                if req.header(CSRF_HEADER) != Some("1") {
+                    return Err(Denied::Forbidden(format!(
+                        "a browser session must send `{CSRF_HEADER}: 1` with changes"
+                    )));
+                }
+                same_origin(req)
+            }
+            Principal::Open => {
+                loopback_host(req)?;
+                same_origin(req)
+            }
         }
-        if req.header(CSRF_HEADER) != Some("1") {
-            return Err(Denied::Forbidden(format!(
-                "a browser session must send `{CSRF_HEADER}: 1` with changes"
-            )));
-        }
-        same_origin(req)
     }
 
-    /// A `/ws` handshake with the session cookie must come from this origin.
-    pub fn check_ws(&self, req: &Request, who: Principal) -> Result<(), Denied> {
-        match who {
+    /// A `/ws` handshake with the session cookie (or unauthenticated) must come from
+    /// this origin.
+    pub fn check_ws(&self, req: &Request, who: &Identity) -> Result<(), Denied> {
+        match who.via {
             Principal::Cookie => same_origin(req),
-            _ => Ok(()),
+            Principal::Open => {
+                loopback_host(req)?;
+                same_origin(req)
+            }
+            Principal::Bearer => Ok(()),
         }
     }
 
-    /// `POST /api/v1/login`: the `Set-Cookie` value for a good token.
-    pub fn login(&self, presented: &str) -> Result<String, Denied> {
+    /// `POST /api/v1/login` from `peer`: the `Set-Cookie` value for a good token.
+    pub fn login(&mut self, presented: &str, peer: IpAddr, now: Instant) -> Result<String, Denied> {
         if self.is_open() {
             return Ok(format!("{COOKIE}=open; Path=/; HttpOnly; SameSite=Strict"));
         }
-        match self.session_value() {
-            Some(value) if self.token_matches(presented) => Ok(format!(
-                "{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={COOKIE_MAX_AGE_S}"
-            )),
-            Some(_) => Err(Denied::Unauthorized("wrong token".into())),
-            None => Err(Denied::Unauthorized("no api_token is configured".into())),
+        if !self.throttle.allows(peer, now) {
+            return Err(Denied::TooMany(
+                "too many failed logins from this address; wait a minute".into(),
+            ));
         }
+        let Some(id) = self.identity_of(presented).cloned() else {
+            self.throttle.failed(peer, now);
+            return Err(Denied::Unauthorized("wrong token".into()));
+        };
+        let value = self.sessions.create(&id.name);
+        let secure = if self.secure { "; Secure" } else { "" };
+        Ok(format!(
+            "{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+            SESSION_TTL.as_secs()
+        ))
     }
 
-    pub fn logout_cookie() -> String {
-        format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+    /// `POST /api/v1/logout`: forget the session (if any) and clear the cookie.
+    pub fn logout(&mut self, req: &Request) -> String {
+        if let Some(value) = cookie(req, COOKIE) {
+            self.sessions.revoke(value);
+        }
+        let secure = if self.secure { "; Secure" } else { "" };
+        format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{secure}")
     }
 }
 
@@ -211,7 +275,26 @@ fn same_origin(req: &Request) -> Result<(), Denied> {
         Ok(())
     } else {
         Err(Denied::Forbidden(format!(
-            "cross-origin request from {origin} refused"
+            "cross-origin request from {} refused",
+            crate::roles::hub::logsafe::clip(origin, 100)
+        )))
+    }
+}
+
+/// `api_auth: none`: the `Host` must be a loopback name, so a DNS name rebound to
+/// 127.0.0.1 by a web page does not pass for this server.
+fn loopback_host(req: &Request) -> Result<(), Denied> {
+    let host = req.header("host").unwrap_or("");
+    let bare = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    if crate::supervisor::startup::is_loopback(bare) {
+        Ok(())
+    } else {
+        Err(Denied::Forbidden(format!(
+            "api_auth is none: requests must name a loopback host, not {}",
+            crate::roles::hub::logsafe::clip(host, 100)
         )))
     }
 }
@@ -219,6 +302,7 @@ fn same_origin(req: &Request) -> Result<(), Denied> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Secret;
     use crate::roles::hub::http::parse::{ParseLimits, Parsed, parse};
 
     fn req(text: &str) -> Request {
@@ -233,59 +317,115 @@ mod tests {
     }
 
     fn auth(token: Option<&str>, mode: ApiAuth) -> Auth {
-        Auth {
-            mode,
-            token: token.map(Secret::new),
-            metrics_auth: true,
-        }
+        let sp = SaltpeterConfig {
+            api_auth: mode,
+            api_token: token.map(Secret::new),
+            api_tokens: vec![ApiIdentity {
+                name: "viewer1".into(),
+                role: ApiRole::Viewer,
+                token_sha256: digest(&[b"v-token"]),
+            }],
+            ..SaltpeterConfig::default()
+        };
+        Auth::from_config(&sp, true, Sessions::ephemeral())
     }
 
+    const PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
     #[test]
-    fn bearer_and_cookie() {
-        let a = auth(Some("s3cret"), ApiAuth::Token);
+    fn bearer_names_the_identity_and_cookies_are_sessions() {
+        let now = Instant::now();
+        let mut a = auth(Some("s3cret"), ApiAuth::Token);
         let ok = req("GET / HTTP/1.1\r\nAuthorization: Bearer s3cret\r\n\r\n");
-        assert_eq!(a.check(&ok), Ok(Principal::Bearer));
+        let who = a.check(&ok).unwrap();
+        assert_eq!((who.name.as_str(), who.role), ("api_token", ApiRole::Admin));
+        let v = req("GET / HTTP/1.1\r\nAuthorization: Bearer v-token\r\n\r\n");
+        assert_eq!(a.check(&v).unwrap().role, ApiRole::Viewer);
         let bad = req("GET / HTTP/1.1\r\nAuthorization: Bearer nope\r\n\r\n");
         assert_eq!(a.check(&bad).unwrap_err().status(), 401);
         let none = req("GET / HTTP/1.1\r\n\r\n");
         assert_eq!(a.check(&none).unwrap_err().status(), 401);
-        let set = a.login("s3cret").unwrap();
-        assert!(!set.contains("s3cret"), "the cookie never holds the token");
+
+        let set = a.login("v-token", PEER, now).unwrap();
+        assert!(!set.contains("v-token"), "the cookie never holds the token");
+        for attr in ["HttpOnly", "SameSite=Strict", "Secure", "Max-Age="] {
+            assert!(set.contains(attr), "{set}");
+        }
         let value = set.split(';').next().unwrap();
         let with_cookie = req(&format!("GET / HTTP/1.1\r\nCookie: a=b; {value}\r\n\r\n"));
-        assert_eq!(a.check(&with_cookie), Ok(Principal::Cookie));
-        assert!(a.login("wrong").is_err());
+        let who = a.check(&with_cookie).unwrap();
+        assert_eq!((who.name.as_str(), who.via), ("viewer1", Principal::Cookie));
+        let again = a.login("v-token", PEER, now).unwrap();
+        assert_ne!(again, set, "a new session per login");
+        a.logout(&with_cookie);
+        assert!(a.check(&with_cookie).is_err(), "logout revokes");
+        assert!(a.login("wrong", PEER, now).is_err());
+    }
+
+    #[test]
+    fn failed_logins_are_throttled() {
+        let now = Instant::now();
+        let mut a = auth(Some("s3cret"), ApiAuth::Token);
+        for _ in 0..crate::roles::hub::http::sessions::MAX_FAILURES {
+            assert_eq!(a.login("wrong", PEER, now).unwrap_err().status(), 401);
+        }
+        assert_eq!(a.login("s3cret", PEER, now).unwrap_err().status(), 429);
+        let other: IpAddr = "10.1.1.1".parse().unwrap();
+        assert!(a.login("s3cret", other, now).is_ok());
     }
 
     #[test]
     fn cookie_changes_need_the_csrf_header_and_the_same_origin() {
-        let a = auth(Some("t"), ApiAuth::Token);
+        let now = Instant::now();
+        let mut a = auth(Some("t"), ApiAuth::Token);
+        let set = a.login("t", PEER, now).unwrap();
+        let value = set.split(';').next().unwrap().to_string();
+        let who = a
+            .check(&req(&format!("GET / HTTP/1.1\r\nCookie: {value}\r\n\r\n")))
+            .unwrap();
         let plain = req("POST / HTTP/1.1\r\nHost: h:1\r\n\r\n");
         assert_eq!(
-            a.check_state_change(&plain, Principal::Cookie)
-                .unwrap_err()
-                .status(),
+            a.check_state_change(&plain, &who).unwrap_err().status(),
             403
         );
         let good = req(
             "POST / HTTP/1.1\r\nHost: h:1\r\nX-Saltpeter-Csrf: 1\r\nOrigin: http://h:1\r\n\r\n",
         );
-        assert!(a.check_state_change(&good, Principal::Cookie).is_ok());
+        assert!(a.check_state_change(&good, &who).is_ok());
         let cross = req(
             "POST / HTTP/1.1\r\nHost: h:1\r\nX-Saltpeter-Csrf: 1\r\nOrigin: http://evil\r\n\r\n",
         );
-        assert!(a.check_state_change(&cross, Principal::Cookie).is_err());
-        assert!(a.check_state_change(&plain, Principal::Bearer).is_ok());
-        assert!(a.check_ws(&cross, Principal::Cookie).is_err());
+        assert!(a.check_state_change(&cross, &who).is_err());
+        assert!(a.check_ws(&cross, &who).is_err());
     }
 
     #[test]
-    fn no_token_configured_refuses_and_none_opens() {
-        let a = auth(None, ApiAuth::Token);
-        let r = req("GET / HTTP/1.1\r\nAuthorization: Bearer x\r\n\r\n");
-        assert!(a.check(&r).unwrap_err().message().contains("api_token"));
+    fn open_mode_still_checks_origin_and_host() {
         let open = auth(None, ApiAuth::None);
-        assert_eq!(open.check(&r), Ok(Principal::Open));
+        let r = req("POST / HTTP/1.1\r\nHost: 127.0.0.1:8888\r\n\r\n");
+        let who = open.check(&r).unwrap();
+        assert_eq!(who.via, Principal::Open);
+        assert!(open.check_state_change(&r, &who).is_ok());
+        let cross =
+            req("POST / HTTP/1.1\r\nHost: 127.0.0.1:8888\r\nOrigin: http://evil.example\r\n\r\n");
+        assert_eq!(
+            open.check_state_change(&cross, &who).unwrap_err().status(),
+            403
+        );
+        let rebound = req("POST / HTTP/1.1\r\nHost: evil.example:8888\r\n\r\n");
+        assert!(open.check_state_change(&rebound, &who).is_err());
+        assert!(open.check_ws(&rebound, &who).is_err());
+        let v6 = req("GET /ws HTTP/1.1\r\nHost: [::1]:8888\r\nOrigin: http://[::1]:8888\r\n\r\n");
+        assert!(open.check_ws(&v6, &who).is_ok());
         assert!(open.metrics_open());
+    }
+
+    #[test]
+    fn no_token_configured_refuses() {
+        let sp = SaltpeterConfig::default();
+        let a = Auth::from_config(&sp, false, Sessions::ephemeral());
+        let r = req("GET / HTTP/1.1\r\nAuthorization: Bearer x\r\n\r\n");
+        let err = a.check(&r).unwrap_err();
+        assert!(err.message().contains("api_tokens"), "{err:?}");
     }
 }

@@ -15,26 +15,33 @@
 
 pub mod auth;
 pub mod feed;
+pub mod identity;
 pub mod live;
 pub mod parse;
+mod query;
+mod reading;
+mod writing;
+use writing::{flush, queue, write_out};
 pub mod routes;
+pub mod sessions;
 pub mod views;
 pub mod ws_ui;
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use mio::event::Event;
-use mio::net::{TcpListener, TcpStream};
+use mio::net::TcpListener;
 use mio::{Interest, Token};
 
 use super::{Hub, Waiting};
 use crate::evloop::{Ctx, Flow, Forward, Listener};
 use crate::ipc::CallError;
 use crate::roles::RoleError;
+use crate::tls::Stream;
 use crate::wire::admin::AdminResponse;
 use crate::wire::link::HubRequest;
 use parse::{ParseLimits, Parsed, Response};
@@ -43,6 +50,8 @@ pub type ConnId = u64;
 
 /// Bytes read per `read` call.
 const READ_CHUNK: usize = 16 * 1024;
+/// Answers queued but not yet sent beyond which a connection stops reading requests.
+pub const MAX_UNSENT: usize = 256 * 1024;
 /// How long a closing connection may keep sending before it is dropped.
 const LINGER: Duration = Duration::from_secs(2);
 
@@ -53,6 +62,8 @@ pub struct Limits {
     pub request_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: usize,
+    /// Open connections one client address may hold (`max_connections_per_addr`).
+    pub max_per_addr: usize,
     /// Largest `/ws` message accepted from a client.
     pub ws_max_message: usize,
     /// A `/ws` client that lets this much pile up unread is dropped.
@@ -71,6 +82,7 @@ impl Limits {
             request_timeout: Duration::from_secs(c.api_request_timeout_s.max(1)),
             idle_timeout: Duration::from_secs(c.api_idle_timeout_s.max(1)),
             max_connections: c.api_max_connections as usize,
+            max_per_addr: c.max_connections_per_addr as usize,
             ws_max_message: 64 * 1024,
             ws_max_write: 16 * 1024 * 1024,
             live_cap: 1024 * 1024,
@@ -97,7 +109,7 @@ enum State {
 }
 
 pub struct HttpConn {
-    stream: TcpStream,
+    stream: Stream,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
     state: State,
@@ -130,6 +142,9 @@ pub struct Http {
     pub auth: auth::Auth,
     pub ui: views::UiHub,
     pub stats: Stats,
+    /// The port's TLS (`None` only with `tls: false` on loopback).
+    tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    refusals: super::logsafe::Repeated,
 }
 
 struct Acceptor {
@@ -153,12 +168,15 @@ impl Http {
         ctx: &mut Ctx<Hub>,
         fd: OwnedFd,
         sp: &crate::config::SaltpeterConfig,
+        tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+        state: &std::path::Path,
     ) -> Result<Http, RoleError> {
         let std = std::net::TcpListener::from(fd);
         std.set_nonblocking(true)
             .map_err(RoleError::setup("API port"))?;
         if let Ok(addr) = std.local_addr() {
-            log::info!("HTTP API and dashboard on http://{addr}/");
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            log::info!("HTTP API and dashboard on {scheme}://{addr}/");
         }
         let acceptor = Acceptor {
             listener: TcpListener::from_std(std),
@@ -166,11 +184,12 @@ impl Http {
         ctx.add(acceptor, Interest::READABLE, |a| &mut a.listener)
             .map_err(RoleError::setup("API port"))?;
         raise_fd_limit();
-        let auth = auth::Auth::from_config(sp);
-        if !auth.is_open() && sp.api_token.is_none() {
+        let sessions = sessions::Sessions::open(state);
+        let auth = auth::Auth::from_config(sp, tls.is_some(), sessions);
+        if !auth.is_open() && !auth.has_identities() {
             log::warn!(
-                "api_ws is on but saltpeter_config.api_token is not set: every API request \
-                 will be refused"
+                "api_ws is on but neither saltpeter_config.api_tokens nor api_token is set: \
+                 every API request will be refused"
             );
         }
         let limits = Limits::from_config(sp);
@@ -181,6 +200,8 @@ impl Http {
             limits,
             auth,
             stats: Stats::default(),
+            tls,
+            refusals: super::logsafe::Repeated::new(Duration::from_secs(10)),
         })
     }
 
@@ -218,7 +239,7 @@ impl Listener<Hub> for Acceptor {
             return Flow::Close;
         };
         loop {
-            let (mut stream, peer) = match self.listener.accept() {
+            let (mut tcp, peer) = match self.listener.accept() {
                 Ok(accepted) => accepted,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Flow::Continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -227,19 +248,42 @@ impl Listener<Hub> for Acceptor {
                     return Flow::Continue;
                 }
             };
-            if http.conns.len() >= http.limits.max_connections {
+            // One address may hold only its share, so a flood from one client leaves
+            // room for everyone else (counted over the open connections: nothing to
+            // keep in step when they close).
+            let from_peer = http
+                .conns
+                .values()
+                .filter(|c| c.peer.ip() == peer.ip())
+                .count();
+            let full = http.conns.len() >= http.limits.max_connections;
+            if full || from_peer >= http.limits.max_per_addr {
                 http.stats.rejected += 1;
-                log::warn!(
-                    "API connection from {peer} refused: {} connections are open",
-                    http.conns.len()
-                );
+                if let Some(held) = http.refusals.due(Instant::now()) {
+                    log::warn!(
+                        "API connection from {peer} refused: {} connections open, {from_peer} \
+                         from that address ({held} more refused since the last report)",
+                        http.conns.len()
+                    );
+                }
                 let busy = Response::error(503, "unavailable", "too many connections");
-                let _ = stream.write(&busy.to_bytes(false, false));
+                // A plain answer only where the port is plain; a TLS client would not
+                // understand it.
+                if http.tls.is_none() {
+                    let _ = tcp.write(&busy.to_bytes(false, false));
+                }
                 continue;
             }
             let id = http.next_id;
             http.next_id += 1;
-            let _ = stream.set_nodelay(true);
+            let _ = tcp.set_nodelay(true);
+            let mut stream = match Stream::accept(tcp, http.tls.as_ref()) {
+                Ok(stream) => stream,
+                Err(e) => {
+                    log::warn!("could not start TLS with {peer}: {e}");
+                    continue;
+                }
+            };
             let token = match ctx.register(
                 &mut stream,
                 Interest::READABLE | Interest::WRITABLE,
@@ -313,7 +357,7 @@ fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, _: &Event) -> Flow {
     if is_ws {
         ws_ui::on_event(hub, ctx, id);
     } else {
-        on_http_event(hub, ctx, id);
+        reading::on_http_event(hub, ctx, id);
     }
     reap(hub, ctx);
     // Calls to main started here need their deadline timer.
@@ -328,68 +372,6 @@ fn http_conn(hub: &mut Hub, id: ConnId) -> Option<&mut HttpConn> {
     }
 }
 
-fn on_http_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
-    let Some(limits) = hub.http.as_ref().map(|h| h.limits) else {
-        return;
-    };
-    let Some(conn) = http_conn(hub, id) else {
-        return;
-    };
-    // Everything the peer sent so far, within what one request may need.
-    let cap = limits.parse.max_header + limits.parse.max_body + READ_CHUNK;
-    let mut buf = [0u8; READ_CHUNK];
-    let mut ended = false;
-    loop {
-        match conn.stream.read(&mut buf) {
-            Ok(0) => {
-                ended = true;
-                break;
-            }
-            Ok(n) => {
-                if matches!(conn.state, State::Closing { .. }) {
-                    continue; // draining what a closing client still sends
-                }
-                if conn.rbuf.is_empty() && conn.partial_since.is_none() {
-                    conn.partial_since = Some(Instant::now());
-                }
-                conn.rbuf.extend_from_slice(&buf[..n]);
-                if conn.rbuf.len() > cap {
-                    let resp = Response::error(
-                        413,
-                        "payload_too_large",
-                        "the request is over the size limit",
-                    );
-                    conn.rbuf.clear();
-                    queue(conn, &resp, false, false);
-                    break;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                drop_conn(hub, ctx, id, &format!("read failed: {e}"));
-                return;
-            }
-        }
-    }
-    process(hub, ctx, id);
-    let Some(conn) = http_conn(hub, id) else {
-        return;
-    };
-    if ended {
-        match conn.state {
-            // The answer still goes out; the peer may only have shut its write side.
-            State::Waiting { .. } => conn.close_after_write = true,
-            _ if !conn.wbuf.is_empty() => conn.close_after_write = true,
-            _ => {
-                drop_conn(hub, ctx, id, "closed by peer");
-                return;
-            }
-        }
-    }
-    flush(hub, ctx, id);
-}
-
 /// Serve the complete requests in the buffer, in order, until one waits for main.
 fn process(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
     loop {
@@ -399,7 +381,11 @@ fn process(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
         let Some(conn) = http_conn(hub, id) else {
             return;
         };
-        if conn.state != State::Reading || conn.rbuf.is_empty() || conn.close_after_write {
+        if conn.state != State::Reading
+            || conn.rbuf.is_empty()
+            || conn.close_after_write
+            || conn.wbuf.len() >= MAX_UNSENT
+        {
             return;
         }
         let (req, used) = match parse::parse(&conn.rbuf, &limits.parse) {
@@ -427,10 +413,19 @@ fn process(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
 fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, raw: Vec<u8>) {
     let keep_alive = req.keep_alive();
     let head = req.method == "HEAD";
-    let Some(http) = hub.http.as_ref() else {
+    let Some(peer) = hub
+        .http
+        .as_ref()
+        .and_then(|h| h.conns.get(&id))
+        .map(|c| c.peer.ip())
+    else {
         return;
     };
-    match routes::route(http, &req) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    let mut who = None;
+    match routes::route(http, &req, peer, &mut who) {
         routes::Action::Respond(resp) => {
             if let Some(conn) = http_conn(hub, id) {
                 queue(conn, &resp, keep_alive, head);
@@ -444,61 +439,14 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
             if let Some(conn) = http_conn(hub, id) {
                 conn.state = State::Waiting { keep_alive, head };
             }
-            hub.call_main(HubRequest::Admin(admin), timeout, Waiting::Http(id, expect));
+            let msg = match &who {
+                Some(who) => who.request(admin),
+                None => HubRequest::Admin(admin),
+            };
+            hub.call_main(msg, timeout, Waiting::Http(id, expect));
         }
-        routes::Action::Upgrade => ws_ui::upgrade(hub, ctx, id, raw),
+        routes::Action::Upgrade => ws_ui::upgrade(hub, ctx, id, raw, who),
     }
-}
-
-/// Queue an answer; the connection reads the next request (or closes after it).
-fn queue(conn: &mut HttpConn, resp: &Response, keep_alive: bool, head: bool) {
-    conn.wbuf
-        .extend_from_slice(&resp.to_bytes(keep_alive, head));
-    conn.state = State::Reading;
-    conn.idle_since = Instant::now();
-    if !keep_alive {
-        conn.close_after_write = true;
-    }
-}
-
-/// Write what is queued; close once the last answer is out.
-fn flush(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
-    if let Err(why) = write_out(hub, id) {
-        drop_conn(hub, ctx, id, &why);
-    }
-}
-
-/// `flush` without the loop context: a failure marks the connection for `reap`.
-fn write_out(hub: &mut Hub, id: ConnId) -> Result<(), String> {
-    let Some(conn) = http_conn(hub, id) else {
-        return Ok(());
-    };
-    let mut written = 0;
-    while written < conn.wbuf.len() {
-        match conn.stream.write(&conn.wbuf[written..]) {
-            Ok(0) => return Err("write returned 0".into()),
-            Ok(n) => {
-                written += n;
-                conn.last_write = Instant::now();
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("write failed: {e}")),
-        }
-    }
-    conn.wbuf.drain(..written);
-    if conn.wbuf.is_empty()
-        && conn.close_after_write
-        && !matches!(conn.state, State::Closing { .. } | State::Waiting { .. })
-    {
-        // Close the write side and drain what the peer still sends for a moment, so
-        // the answer is not lost to a reset.
-        let _ = conn.stream.shutdown(std::net::Shutdown::Write);
-        conn.state = State::Closing {
-            since: Instant::now(),
-        };
-    }
-    Ok(())
 }
 
 /// main answered a request of connection `id`.

@@ -175,6 +175,18 @@ pub fn parse(buf: &[u8], limits: &ParseLimits) -> Result<Parsed, Rejection> {
     let lengths = lookup("content-length");
     let body_len = match lengths.as_slice() {
         [] => 0,
+        // Digits only: `+5`, ` 5`, `0x5` are not lengths (RFC 9110 section 8.6), and a
+        // parser that accepts them disagrees with a proxy that does not.
+        [one] if one.is_empty() || !one.bytes().all(|b| b.is_ascii_digit()) => {
+            return Err(Rejection::new(
+                400,
+                "bad_request",
+                format!(
+                    "bad Content-Length `{}`: digits only",
+                    crate::roles::hub::logsafe::clip(one, 40)
+                ),
+            ));
+        }
         [one] => one.parse::<usize>().map_err(|_| {
             Rejection::new(400, "bad_request", format!("bad Content-Length `{one}`"))
         })?,
@@ -329,6 +341,7 @@ pub fn reason(status: u16) -> &'static str {
         409 => "Conflict",
         413 => "Content Too Large",
         426 => "Upgrade Required",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         501 => "Not Implemented",

@@ -10,28 +10,33 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::Http;
-use super::auth::{Auth, Principal};
+use std::net::IpAddr;
+use std::time::Instant;
+
+use super::auth::Auth;
+use super::identity::{Identity, authorize};
 use super::parse::{Request, Response};
 use crate::json::{job_json, run_json, status_json, time};
 use crate::wire::admin::{
-    AdminFailure, AdminRequest, AdminResponse, JobDetail, MaintenanceChange, OutputRange,
-    OutputSlice, RunQuery,
+    AdminFailure, AdminRequest, AdminResponse, JobDetail, MaintenanceChange, OutputSlice,
 };
-use crate::wire::records::{RunId, RunState};
 
 const INDEX_HTML: &str = include_str!("../ui/index.html");
 const APP_JS: &str = include_str!("../ui/app.js");
 const STYLE_CSS: &str = include_str!("../ui/style.css");
+const JOBCTL_JS: &str = include_str!("../ui/jobctl.js");
 
 /// Ordinary calls to main.
+use super::query::{number, output_query, run_id, runs_query};
+
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default and largest page of `/api/v1/runs`.
-const DEFAULT_RUNS: u32 = 50;
-const MAX_RUNS: u32 = 1000;
+pub const DEFAULT_RUNS: u32 = 50;
+pub const MAX_RUNS: u32 = 1000;
 /// Default and largest read of `/api/v1/runs/N/targets/M/output`.
-const DEFAULT_OUTPUT_BYTES: u64 = 1 << 20;
-const MAX_OUTPUT_BYTES: u64 = 8 << 20;
+pub const DEFAULT_OUTPUT_BYTES: u64 = 1 << 20;
+pub const MAX_OUTPUT_BYTES: u64 = 8 << 20;
 
 /// How to render main's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +68,7 @@ pub enum Action {
     Upgrade,
 }
 
-fn call(req: AdminRequest, expect: Expect) -> Action {
+pub fn call(req: AdminRequest, expect: Expect) -> Action {
     Action::Call {
         req,
         expect,
@@ -75,7 +80,7 @@ fn error(status: u16, code: &str, message: &str) -> Action {
     Action::Respond(Response::error(status, code, message))
 }
 
-fn bad_request(message: &str) -> Action {
+pub fn bad_request(message: &str) -> Action {
     error(400, "bad_request", message)
 }
 
@@ -103,8 +108,9 @@ fn static_file(content_type: &str, body: &str) -> Action {
     )
 }
 
-/// Decide what a request gets.
-pub fn route(http: &Http, req: &Request) -> Action {
+/// Decide what a request from `peer` gets; `who` is set to the identity of an
+/// authenticated request, whose role has been checked against what it asks.
+pub fn route(http: &mut Http, req: &Request, peer: IpAddr, who: &mut Option<Identity>) -> Action {
     let Some(segments) = req.segments() else {
         return bad_request("the path is not valid UTF-8");
     };
@@ -126,23 +132,35 @@ pub fn route(http: &Http, req: &Request) -> Action {
         }
         ("GET", ["app.js"]) => static_file("text/javascript; charset=utf-8", APP_JS),
         ("GET", ["style.css"]) => static_file("text/css; charset=utf-8", STYLE_CSS),
+        ("GET", ["jobctl.js"]) => static_file("text/javascript; charset=utf-8", JOBCTL_JS),
         ("GET", ["healthz"]) => Action::Call {
             req: AdminRequest::Status,
             expect: Expect::Healthz,
             timeout: HEALTH_TIMEOUT,
         },
-        (_, [] | ["index.html"] | ["app.js"] | ["style.css"] | ["healthz"]) => not_allowed("GET"),
-        ("POST", ["api", "v1", "login"]) => login(&http.auth, req),
+        (_, [] | ["index.html"] | ["app.js"] | ["jobctl.js"] | ["style.css"] | ["healthz"]) => {
+            not_allowed("GET")
+        }
+        ("POST", ["api", "v1", "login"]) => login(&mut http.auth, req, peer),
         ("POST", ["api", "v1", "logout"]) => Action::Respond(
             Response::new(204, "text/plain", Vec::new())
-                .with_header("Set-Cookie", &Auth::logout_cookie()),
+                .with_header("Set-Cookie", &http.auth.logout(req)),
         ),
         (_, ["api", "v1", "login" | "logout"]) => not_allowed("POST"),
         ("GET", ["metrics"]) if http.auth.metrics_open() => {
             call(AdminRequest::Metrics, Expect::Metrics)
         }
         _ => match http.auth.check(req) {
-            Ok(who) => protected(http, req, method, &seg, who),
+            Ok(identity) => {
+                let action = protected(http, req, method, &seg, &identity);
+                if let Action::Call { req: call, .. } = &action
+                    && let Err(why) = authorize(&identity, call)
+                {
+                    return error(403, "forbidden", &why);
+                }
+                *who = Some(identity);
+                action
+            }
             Err(denied) => Action::Respond(
                 Response::error(denied.status(), "unauthorized", denied.message())
                     .with_header("WWW-Authenticate", "Bearer realm=\"saltpeter\""),
@@ -151,7 +169,7 @@ pub fn route(http: &Http, req: &Request) -> Action {
     }
 }
 
-fn login(auth: &Auth, req: &Request) -> Action {
+fn login(auth: &mut Auth, req: &Request, peer: IpAddr) -> Action {
     let token = match req.header("content-type") {
         Some(ct) if ct.starts_with("application/x-www-form-urlencoded") => {
             let body = String::from_utf8_lossy(&req.body);
@@ -168,11 +186,17 @@ fn login(auth: &Auth, req: &Request) -> Action {
     let Some(token) = token else {
         return bad_request("send {\"token\": \"...\"}");
     };
-    match auth.login(&token) {
+    match auth.login(&token, peer, Instant::now()) {
         Ok(cookie) => Action::Respond(
             Response::json(200, &json!({"ok": true})).with_header("Set-Cookie", &cookie),
         ),
-        Err(denied) => error(denied.status(), "unauthorized", denied.message()),
+        Err(denied) => {
+            let code = match denied.status() {
+                429 => "too_many_requests",
+                _ => "unauthorized",
+            };
+            error(denied.status(), code, denied.message())
+        }
     }
 }
 
@@ -188,7 +212,7 @@ fn json_body(req: &Request) -> Result<Value, Action> {
     }
 }
 
-fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: Principal) -> Action {
+fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: &Identity) -> Action {
     if method != "GET"
         && let Err(denied) = http.auth.check_state_change(req, who)
     {
@@ -321,7 +345,14 @@ fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: Princi
         | (_, ["api", "v1", "config", "errors"])
         | (_, ["api", "v1", "jobs" | "runs", _])
         | (_, ["api", "v1", "runs", _, "targets", _, "output"]) => not_allowed("GET"),
-        _ => error(404, "not_found", &format!("no such resource: {}", req.path)),
+        _ => error(
+            404,
+            "not_found",
+            &format!(
+                "no such resource: {}",
+                crate::roles::hub::logsafe::clip(&req.path, 200)
+            ),
+        ),
     }
 }
 
@@ -337,104 +368,6 @@ fn is_ws_upgrade(req: &Request) -> bool {
             .header("sec-websocket-key")
             .is_some_and(|k| !k.is_empty())
         && req.header("sec-websocket-version") == Some("13")
-}
-
-fn run_id(text: &str) -> Result<RunId, Action> {
-    text.parse()
-        .map_err(|_| bad_request(&format!("`{text}` is not a run id")))
-}
-
-fn number(req: &Request, name: &str, default: u64) -> Result<u64, Action> {
-    match req.query(name) {
-        None | Some("") => Ok(default),
-        Some(v) => v
-            .parse()
-            .map_err(|_| bad_request(&format!("`{name}` must be a number, not `{v}`"))),
-    }
-}
-
-fn optional_number(req: &Request, name: &str) -> Result<Option<u64>, Action> {
-    match req.query(name) {
-        None | Some("") => Ok(None),
-        Some(_) => number(req, name, 0).map(Some),
-    }
-}
-
-/// An instant: unix milliseconds, RFC 3339, or the `now-5m` forms.
-fn instant(req: &Request, name: &str) -> Result<Option<i64>, Action> {
-    match req.query(name) {
-        None | Some("") => Ok(None),
-        Some(v) => super::ws_ui::parse_date(v, chrono::Utc::now())
-            .map(Some)
-            .ok_or_else(|| bad_request(&format!("`{name}`: `{v}` is not a time"))),
-    }
-}
-
-fn runs_query(req: &Request) -> Action {
-    let state = match req.query("state") {
-        None | Some("") => None,
-        Some(s) => match RunState::parse(s) {
-            Some(state) => Some(state),
-            None => return bad_request(&format!("`{s}` is not a run state")),
-        },
-    };
-    let parsed = (|| -> Result<RunQuery, Action> {
-        let limit = number(req, "limit", DEFAULT_RUNS as u64)?.clamp(1, MAX_RUNS as u64) as u32;
-        Ok(RunQuery {
-            job: req
-                .query("job")
-                .filter(|j| !j.is_empty())
-                .map(str::to_string),
-            state,
-            since: instant(req, "since")?,
-            until: instant(req, "until")?,
-            before_id: optional_number(req, "before")?,
-            limit,
-        })
-    })();
-    match parsed {
-        Ok(q) => {
-            let limit = q.limit;
-            call(AdminRequest::Runs(q), Expect::Runs { limit })
-        }
-        Err(a) => a,
-    }
-}
-
-fn output_query(req: &Request, id: &str, machine: &str) -> Action {
-    let run = match run_id(id) {
-        Ok(run) => run,
-        Err(a) => return a,
-    };
-    let parsed = (|| -> Result<OutputRange, Action> {
-        let max = number(req, "max_bytes", DEFAULT_OUTPUT_BYTES)?.clamp(1, MAX_OUTPUT_BYTES);
-        Ok(OutputRange {
-            stream: None,
-            from: number(req, "from", 0)?,
-            tail: optional_number(req, "tail")?,
-            max_bytes: Some(max),
-        })
-    })();
-    let range = match parsed {
-        Ok(r) => r,
-        Err(a) => return a,
-    };
-    let raw = match req.query("format") {
-        None | Some("" | "json") => false,
-        Some("raw") => true,
-        Some(other) => return bad_request(&format!("`format` is json or raw, not `{other}`")),
-    };
-    call(
-        AdminRequest::Output {
-            run,
-            machine: machine.to_string(),
-            range,
-        },
-        Expect::Output {
-            raw,
-            from: range.from,
-        },
-    )
 }
 
 fn job_detail_json(d: &JobDetail) -> Value {

@@ -17,8 +17,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Read, Write};
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tungstenite::handshake::server::{NoCallback, ServerHandshake};
 use tungstenite::handshake::{HandshakeError, MidHandshake};
 use tungstenite::protocol::WebSocketConfig;
@@ -45,7 +44,7 @@ const MAX_JOB_NAME: usize = 512;
 pub struct Replay {
     pending: Vec<u8>,
     pos: usize,
-    stream: TcpStream,
+    stream: crate::tls::Stream,
 }
 
 impl Read for Replay {
@@ -95,6 +94,9 @@ pub struct WsConn {
     /// `getTimeline` requests waiting for main, with the client's `id`.
     timelines: HashMap<u64, Value>,
     next_req: u64,
+    /// Who authenticated the upgrade: commands are checked against its role and main
+    /// records its name.
+    who: Option<super::identity::Identity>,
 }
 
 impl WsConn {
@@ -114,7 +116,13 @@ fn ws_config(http: &Http) -> WebSocketConfig {
 }
 
 /// Turn HTTP connection `id`, whose last request (`raw`) asks for `/ws`, into a client.
-pub fn upgrade(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, raw: Vec<u8>) {
+pub fn upgrade(
+    hub: &mut Hub,
+    ctx: &mut Ctx<Hub>,
+    id: ConnId,
+    raw: Vec<u8>,
+    who: Option<super::identity::Identity>,
+) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
@@ -157,6 +165,7 @@ pub fn upgrade(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, raw: Vec<u8>) {
         positions: HashMap::new(),
         timelines: HashMap::new(),
         next_req: 1,
+        who,
     }));
     http.conns.insert(id, conn);
     if open {
@@ -329,11 +338,21 @@ fn client_message(hub: &mut Hub, id: ConnId, text: &str) {
         None
     };
     if let Some((req, expect)) = call {
-        hub.call_main(
-            HubRequest::Admin(req),
-            CALL_TIMEOUT,
-            Waiting::Ws(id, expect),
-        );
+        let who = ws_of(hub, id).and_then(|ws| ws.who.clone());
+        let msg = match &who {
+            Some(who) => match super::identity::authorize(who, &req) {
+                Ok(()) => who.request(req),
+                Err(why) => {
+                    if let Some(http) = hub.http.as_mut() {
+                        let text = json!({"error": why}).to_string();
+                        send(http, id, &Utf8Bytes::from(text));
+                    }
+                    return;
+                }
+            },
+            None => HubRequest::Admin(req),
+        };
+        hub.call_main(msg, CALL_TIMEOUT, Waiting::Ws(id, expect));
     }
 }
 

@@ -217,8 +217,10 @@ async function refreshNextRuns() {
   try {
     const jobs = await api("GET", "/api/v1/jobs");
     S.nextRuns = {};
-    for (const j of jobs) S.nextRuns[j.name] = j.next_run;
-    if (S.view === "jobs") renderJobs();
+    S.paused = {};
+    for (const j of jobs) { S.nextRuns[j.name] = j.next_run; S.paused[j.name] = j.paused; }
+    await loadJobCtl(); // jobctl.js: until and skip counts
+    render();
   } catch (e) { /* shown elsewhere */ }
 }
 
@@ -227,12 +229,12 @@ function renderJobs() {
   const rows = jobRows();
   tbody.replaceChildren(...rows.map((r) => {
     const next = (S.nextRuns || {})[r.name] || r.next;
-    return el("tr", { "data-job": r.name, onclick: () => { location.hash = "#/job/" + encodeURIComponent(r.name); } },
+    return el("tr", { "data-job": r.name, "data-paused": S.paused[r.name] ? "1" : null, onclick: () => { location.hash = "#/job/" + encodeURIComponent(r.name); } },
       el("td", { class: "name", text: r.name }),
       el("td", { text: r.group }),
       el("td", { class: "mono", text: r.schedule }),
       el("td", { text: r.targets }),
-      el("td", { class: "status" }, el("span", { class: "badge st-" + r.status, text: r.status })),
+      el("td", { class: "status" }, el("span", { class: "badge st-" + r.status, text: r.status }), ...jobCtlBadges(r.name)),
       el("td", { class: "next", "data-next": next || "", text: next ? fmtTime(next) : "-" }),
       el("td", { class: "last", text: fmtTime(r.last) }));
   }));
@@ -267,6 +269,7 @@ function renderJob() {
   $("#job-next").textContent = fmtTime(d.next_run);
   $("#job-last").textContent = fmtTime(d.last_run);
   $("#job-instance").textContent = d.job_instance ? "(" + d.job_instance + ")" : "";
+  renderJobControl(); // jobctl.js
   renderTargets(d);
 }
 
@@ -461,11 +464,13 @@ function route() {
     show("job");
     renderJob();
     loadHistory();
+    refreshNextRuns();
   } else if (hash === "timeline") {
     show("timeline");
     loadTimeline();
   } else if (hash === "maintenance") {
     show("maintenance");
+    loadWindows(); // jobctl.js
   } else {
     show("jobs");
     renderJobs();

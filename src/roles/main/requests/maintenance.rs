@@ -171,7 +171,9 @@ pub fn change(core: &mut Main, call: CallId, change: MaintenanceChange) {
     let effective_before = effective(&core.config.maintenance, &before);
     core.runtime_maintenance = runtime;
     let effective_after = effective(&core.config.maintenance, &core.runtime_maintenance);
-    record_changes(core, &effective_before, &effective_after, "saltpeterctl");
+    let by = core.actor_name.clone();
+    let by = by.as_deref().unwrap_or("saltpeterctl");
+    record_changes(core, &effective_before, &effective_after, by);
     core.db_call(
         DbRequest::SetMeta {
             key: META_KEY.to_string(),

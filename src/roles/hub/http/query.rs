@@ -1,0 +1,108 @@
+//! Query strings of the HTTP API turned into typed requests: run ids, numbers, instants,
+//! the runs filter and an output range; a bad value is a 400 naming the parameter.
+
+use super::parse::Request;
+use super::routes::{
+    Action, DEFAULT_OUTPUT_BYTES, DEFAULT_RUNS, Expect, MAX_OUTPUT_BYTES, MAX_RUNS, bad_request,
+    call,
+};
+use crate::wire::admin::{AdminRequest, OutputRange, RunQuery};
+use crate::wire::records::{RunId, RunState};
+
+pub fn run_id(text: &str) -> Result<RunId, Action> {
+    text.parse()
+        .map_err(|_| bad_request(&format!("`{text}` is not a run id")))
+}
+
+pub fn number(req: &Request, name: &str, default: u64) -> Result<u64, Action> {
+    match req.query(name) {
+        None | Some("") => Ok(default),
+        Some(v) => v
+            .parse()
+            .map_err(|_| bad_request(&format!("`{name}` must be a number, not `{v}`"))),
+    }
+}
+
+pub fn optional_number(req: &Request, name: &str) -> Result<Option<u64>, Action> {
+    match req.query(name) {
+        None | Some("") => Ok(None),
+        Some(_) => number(req, name, 0).map(Some),
+    }
+}
+
+/// An instant: unix milliseconds, RFC 3339, or the `now-5m` forms.
+pub fn instant(req: &Request, name: &str) -> Result<Option<i64>, Action> {
+    match req.query(name) {
+        None | Some("") => Ok(None),
+        Some(v) => super::ws_ui::parse_date(v, chrono::Utc::now())
+            .map(Some)
+            .ok_or_else(|| bad_request(&format!("`{name}`: `{v}` is not a time"))),
+    }
+}
+
+pub fn runs_query(req: &Request) -> Action {
+    let state = match req.query("state") {
+        None | Some("") => None,
+        Some(s) => match RunState::parse(s) {
+            Some(state) => Some(state),
+            None => return bad_request(&format!("`{s}` is not a run state")),
+        },
+    };
+    let parsed = (|| -> Result<RunQuery, Action> {
+        let limit = number(req, "limit", DEFAULT_RUNS as u64)?.clamp(1, MAX_RUNS as u64) as u32;
+        Ok(RunQuery {
+            job: req
+                .query("job")
+                .filter(|j| !j.is_empty())
+                .map(str::to_string),
+            state,
+            since: instant(req, "since")?,
+            until: instant(req, "until")?,
+            before_id: optional_number(req, "before")?,
+            limit,
+        })
+    })();
+    match parsed {
+        Ok(q) => {
+            let limit = q.limit;
+            call(AdminRequest::Runs(q), Expect::Runs { limit })
+        }
+        Err(a) => a,
+    }
+}
+
+pub fn output_query(req: &Request, id: &str, machine: &str) -> Action {
+    let run = match run_id(id) {
+        Ok(run) => run,
+        Err(a) => return a,
+    };
+    let parsed = (|| -> Result<OutputRange, Action> {
+        let max = number(req, "max_bytes", DEFAULT_OUTPUT_BYTES)?.clamp(1, MAX_OUTPUT_BYTES);
+        Ok(OutputRange {
+            stream: None,
+            from: number(req, "from", 0)?,
+            tail: optional_number(req, "tail")?,
+            max_bytes: Some(max),
+        })
+    })();
+    let range = match parsed {
+        Ok(r) => r,
+        Err(a) => return a,
+    };
+    let raw = match req.query("format") {
+        None | Some("" | "json") => false,
+        Some("raw") => true,
+        Some(other) => return bad_request(&format!("`format` is json or raw, not `{other}`")),
+    };
+    call(
+        AdminRequest::Output {
+            run,
+            machine: machine.to_string(),
+            range,
+        },
+        Expect::Output {
+            raw,
+            from: range.from,
+        },
+    )
+}

@@ -1,0 +1,105 @@
+//! Reading an HTTP connection: read, serve the complete requests, write, in rounds
+//! while something moves, with the unsent-answer cap that stops reading
+//! ([`super::MAX_UNSENT`]).
+
+use std::io::{self, Read};
+use std::time::Instant;
+
+use super::parse::{self, Parsed, Response};
+use super::{MAX_UNSENT, READ_CHUNK, State, drop_conn, flush, http_conn, process, queue};
+use crate::evloop::Ctx;
+use crate::roles::hub::Hub;
+
+use super::ConnId;
+
+/// Read, serve and write until nothing moves. Reading stops while the answers not yet
+/// sent pass [`MAX_UNSENT`]: a client that pipelines requests and never reads its
+/// answers then holds at most one buffer of each, and the kernel's socket buffers push
+/// back on it. Each round only continues while the last one made progress, so the loop
+/// ends; with edge-triggered readiness, stopping before `WouldBlock` is only safe
+/// because a later writable event (the client read something) brings us back here.
+pub(super) fn on_http_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
+    loop {
+        let Some(progress) = http_round(hub, ctx, id) else {
+            return;
+        };
+        if !progress {
+            return;
+        }
+    }
+}
+
+/// One round; `None` when the connection is gone, `Some(progress)` otherwise.
+fn http_round(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) -> Option<bool> {
+    let limits = hub.http.as_ref().map(|h| h.limits)?;
+    let conn = http_conn(hub, id)?;
+    let (rbuf_before, wbuf_before, served_before) = (conn.rbuf.len(), conn.wbuf.len(), conn.served);
+    // Everything the peer sent so far, within what one request may need.
+    let cap = limits.parse.max_header + limits.parse.max_body + READ_CHUNK;
+    let mut buf = [0u8; READ_CHUNK];
+    let mut ended = false;
+    let mut read_any = false;
+    while conn.wbuf.len() < MAX_UNSENT && conn.rbuf.len() <= cap {
+        match conn.stream.read(&mut buf) {
+            Ok(0) => {
+                ended = true;
+                break;
+            }
+            Ok(n) => {
+                read_any = true;
+                if matches!(conn.state, State::Closing { .. }) {
+                    continue; // draining what a closing client still sends
+                }
+                if conn.rbuf.is_empty() && conn.partial_since.is_none() {
+                    conn.partial_since = Some(Instant::now());
+                }
+                conn.rbuf.extend_from_slice(&buf[..n]);
+                if conn.rbuf.len() > cap
+                    && matches!(
+                        parse::parse(&conn.rbuf, &limits.parse),
+                        Ok(Parsed::Incomplete)
+                    )
+                {
+                    // One request larger than any may be: refuse it. (A buffer of many
+                    // complete pipelined requests is served first, below.)
+                    let resp = Response::error(
+                        413,
+                        "payload_too_large",
+                        "the request is over the size limit",
+                    );
+                    conn.rbuf.clear();
+                    queue(conn, &resp, false, false);
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                drop_conn(hub, ctx, id, &format!("read failed: {e}"));
+                return None;
+            }
+        }
+    }
+    process(hub, ctx, id);
+    let conn = http_conn(hub, id)?;
+    if ended {
+        match conn.state {
+            // The answer still goes out; the peer may only have shut its write side.
+            State::Waiting { .. } => conn.close_after_write = true,
+            _ if !conn.wbuf.is_empty() => conn.close_after_write = true,
+            _ => {
+                drop_conn(hub, ctx, id, "closed by peer");
+                return None;
+            }
+        }
+    }
+    flush(hub, ctx, id);
+    let conn = http_conn(hub, id)?;
+    let moved = read_any
+        || conn.served != served_before
+        || conn.wbuf.len() < wbuf_before
+        || conn.rbuf.len() != rbuf_before;
+    // Only go round again if there is more to do: requests waiting in the buffer or on
+    // the socket, and room for their answers.
+    Some(moved && !ended && conn.wbuf.len() < MAX_UNSENT && conn.state == State::Reading)
+}
