@@ -40,6 +40,9 @@ pub struct Args {
     /// Internal (helper of `blocking`): print the wrapper binary's hash.
     #[arg(long, hide = true)]
     pub hash_wrapper: bool,
+    /// Internal (helper of `blocking`): send one notification, the order on stdin.
+    #[arg(long, hide = true)]
+    pub deliver: bool,
 }
 
 /// Exit code for a bad start (configuration, directories, ports): systemd must not
@@ -63,6 +66,9 @@ pub fn main() -> i32 {
     }
     if args.hash_wrapper {
         return helpers::run(Helper::HashWrapper);
+    }
+    if args.deliver {
+        return crate::roles::blocking::deliver::run_helper();
     }
     match &args.role {
         Some(role) => run_child(&args, role),

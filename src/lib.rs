@@ -38,6 +38,7 @@ pub mod ipc;
 pub mod json;
 pub mod logging;
 pub mod metrics;
+pub mod notify;
 pub mod paths;
 pub mod roles;
 pub mod schedule;

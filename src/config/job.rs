@@ -48,6 +48,12 @@ pub struct Job {
     pub wrapper_path: Option<String>,
     /// Job key `saltpeter_server_host`, else `saltpeter_config.default_saltpeter_server_host`.
     pub server_host: Option<String>,
+    /// The job's `notify` rules; `None`: `saltpeter_config.notify` applies.
+    pub notify: Option<Vec<super::notify::NotifyRule>>,
+    /// Extra attempts for a failed target (`retries`).
+    pub retries: u32,
+    /// Seconds between a failed attempt and the next (`retry_delay`).
+    pub retry_delay_s: u64,
     /// `after: {job, on}`: also run when a run of another job ends (a chain).
     pub after: Option<After>,
     /// The job has a schedule of its own; a chained job without one has a schedule that
@@ -146,6 +152,11 @@ impl Job {
             },
             "wrapper_path": self.wrapper_path,
             "saltpeter_server_host": self.server_host,
+            "retries": self.retries,
+            "retry_delay": self.retry_delay_s,
+            "notify": self.notify.as_ref().map(|rules| {
+                rules.iter().map(super::notify::NotifyRule::redacted_json).collect::<Vec<_>>()
+            }),
         })
     }
 }
@@ -180,6 +191,9 @@ impl fmt::Debug for Job {
             .field("output_limit", &self.output_limit)
             .field("wrapper_path", &self.wrapper_path)
             .field("server_host", &self.server_host)
+            .field("notify", &self.notify)
+            .field("retries", &self.retries)
+            .field("retry_delay_s", &self.retry_delay_s)
             .field("after", &self.after)
             .field("scheduled", &self.scheduled)
             .finish()

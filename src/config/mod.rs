@@ -29,10 +29,12 @@
 
 mod cache;
 mod chains;
+pub mod export;
 mod files;
 mod identities;
 mod job;
 mod load_jobs;
+pub mod notify;
 mod read_job;
 mod saltpeter;
 mod types;

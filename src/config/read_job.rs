@@ -57,6 +57,10 @@ pub(crate) const JOB_KEYS: &[&str] = &[
     "output_limit",
     "wrapper_path",
     "saltpeter_server_host",
+    "notify",
+    "retries",
+    "retry_delay",
+    "retry_unreachable",
     "hard_timeout",
     "soft_timeout",
     "utc",
@@ -172,6 +176,28 @@ pub(crate) fn read_job(
         .and_then(|n| reader.read(n, values::optional_string))
         .flatten()
         .or_else(|| defaults.server_host.map(str::to_string));
+    let notify = get("notify").map(|n| reader.notify(n));
+    let retries = reader
+        .number(get("retries"), values::unsigned)
+        .and_then(|n| match u32::try_from(n) {
+            Ok(n) if n <= 100 => Some(n),
+            _ => {
+                if let Some(node) = get("retries") {
+                    reader.error(node.pos, format!("`retries`: {n} is more than 100"));
+                }
+                None
+            }
+        })
+        .unwrap_or(0);
+    let retry_delay_s = reader
+        .number(get("retry_delay"), values::seconds)
+        .unwrap_or(10);
+    if let Some(node) = get("retry_unreachable") {
+        reader.warn(
+            node.pos,
+            "`retry_unreachable` has no effect yet: an unreachable target is recorded as 255 at once".to_string(),
+        );
+    }
 
     match (schedule, command, targets) {
         (Some(schedule), Some(command), Some(targets)) if reader.errors.is_empty() => Ok(Job {
@@ -201,6 +227,9 @@ pub(crate) fn read_job(
             output_limit,
             wrapper_path,
             server_host,
+            notify,
+            retries,
+            retry_delay_s,
             after,
             scheduled,
         }),
@@ -529,6 +558,15 @@ impl<'s, 'f> Reader<'s, 'f> {
             return None;
         }
         Some(env)
+    }
+
+    fn notify(&mut self, node: &Node) -> Vec<super::notify::NotifyRule> {
+        let mut errors = Vec::new();
+        let rules = super::notify::read_rules(node, &mut errors);
+        for (pos, message) in errors {
+            self.error(pos, message);
+        }
+        rules
     }
 
     fn timeout(&mut self, keys: &BTreeMap<&str, &Node>) -> u64 {

@@ -113,6 +113,19 @@ pub struct SaltpeterConfig {
     pub api_max_connections: u32,
     /// Most missed slots recorded per job after a downtime (the newest ones).
     pub missed_record_limit: u32,
+    /// Notification rules of jobs without their own `notify`.
+    pub notify: Vec<super::notify::NotifyRule>,
+    /// SMTP server for `email` rules (host, port); `None`: the host's `sendmail`.
+    pub smtp: Option<(String, u16)>,
+    /// Sender of notification mail; `None`: `saltpeter@<hostname>`.
+    pub mail_from: Option<String>,
+    /// The `sendmail` program used without `smtp`.
+    pub sendmail: String,
+    /// Notifications per job and hour at most (`0`: no limit); the rest are recorded as
+    /// suppressed events.
+    pub notify_rate_limit: u32,
+    /// `logdir` and the Elasticsearch/OpenSearch exports.
+    pub logs: super::export::LogSettings,
 }
 
 /// How the HTTP API authenticates (`saltpeter_config.api_auth`).
@@ -164,20 +177,18 @@ impl Default for SaltpeterConfig {
             api_idle_timeout_s: 60,
             api_max_connections: 4096,
             missed_record_limit: 100,
+            notify: Vec::new(),
+            smtp: None,
+            mail_from: None,
+            sendmail: "/usr/sbin/sendmail".to_string(),
+            notify_rate_limit: 20,
+            logs: Default::default(),
         }
     }
 }
 
 /// Keys accepted from the original that do nothing yet, with the reason given in the warning.
 const NO_EFFECT_KEYS: &[(&str, &str)] = &[
-    (
-        "logdir",
-        "per-job log files are not written yet; run output is kept in the state database",
-    ),
-    ("elasticsearch", "event export is not implemented yet"),
-    ("elasticsearch_index", "event export is not implemented yet"),
-    ("opensearch", "event export is not implemented yet"),
-    ("opensearch_index", "event export is not implemented yet"),
     (
         "default_wrapper_loglevel",
         "the wrapper sends its output to the hub",
@@ -248,11 +259,6 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "database_max_size",
     "admin_group",
     "missed_record_limit",
-    "logdir",
-    "elasticsearch",
-    "elasticsearch_index",
-    "opensearch",
-    "opensearch_index",
     "default_wrapper_loglevel",
     "default_wrapper_logdir",
     "api_auth",
@@ -260,6 +266,11 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "api_request_timeout",
     "api_idle_timeout",
     "api_max_connections",
+    "notify",
+    "smtp",
+    "mail_from",
+    "sendmail",
+    "notify_rate_limit",
 ];
 
 impl SaltpeterConfig {
@@ -362,6 +373,31 @@ impl SaltpeterConfig {
             "api_idle_timeout" => self.api_idle_timeout_s = positive(node)?,
             "api_max_connections" => self.api_max_connections = small(node)?,
             "missed_record_limit" => self.missed_record_limit = small(node)?,
+            "notify" => {
+                let mut errors = Vec::new();
+                self.notify = super::notify::read_rules(node, &mut errors);
+                if !errors.is_empty() {
+                    let all: Vec<String> = errors
+                        .into_iter()
+                        .map(|(pos, m)| format!("line {}: {m}", pos.line))
+                        .collect();
+                    return Err(all.join("; "));
+                }
+            }
+            "smtp" => self.smtp = super::notify::read_smtp(node)?,
+            "mail_from" => {
+                self.mail_from = values::optional_string(node)?;
+                if let Some(from) = &self.mail_from {
+                    super::notify::check_address(from)?;
+                }
+            }
+            "sendmail" => self.sendmail = values::non_empty_string(node)?,
+            _ if super::export::EXPORT_KEYS.contains(&key) => self.logs.apply(key, node)?,
+            "notify_rate_limit" => {
+                let v = values::unsigned(node)?;
+                self.notify_rate_limit =
+                    u32::try_from(v).map_err(|_| format!("{v} is too large"))?;
+            }
             _ => {
                 if let Some((_, why)) = NO_EFFECT_KEYS.iter().find(|(k, _)| *k == key) {
                     let set = !node.is_null() && node.scalar().is_none_or(|s| !s.is_empty());
@@ -433,7 +469,7 @@ pub(crate) fn merge_saltpeter(
         };
         for (key, value) in pairs {
             let Some(name) = key.scalar() else { continue };
-            if !SALTPETER_KEYS.contains(&name) {
+            if !SALTPETER_KEYS.contains(&name) && !super::export::EXPORT_KEYS.contains(&name) {
                 let message = unknown_key_message("saltpeter_config key", name, SALTPETER_KEYS);
                 sink.push(Severity::Warning, key.pos, None, message);
                 continue;

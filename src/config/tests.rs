@@ -390,11 +390,14 @@ fn deprecated_keys_are_accepted_with_warnings() {
         "`lockfile` has no effect",
         "`wrapper_loglevel` has no effect",
         "`group` is always the file name (`old`)",
-        "`logdir` has no effect yet",
-        "`elasticsearch` has no effect yet",
     ] {
         assert!(warnings.contains(needle), "missing {needle} in\n{warnings}");
     }
+    assert_eq!(
+        config.saltpeter.logs.logdir.as_deref(),
+        Some(std::path::Path::new("/var/log/saltpeter"))
+    );
+    assert_eq!(config.saltpeter.logs.exports().len(), 1);
     assert!(
         !warnings.contains("use_wrapper") && !warnings.contains("opensearch"),
         "{warnings}"

@@ -16,6 +16,7 @@ mod out;
 mod client;
 mod completions;
 mod crontab;
+mod deliveries;
 mod follow;
 mod jobctl;
 mod maintenance;
@@ -184,6 +185,18 @@ pub enum Command {
     Maintenance {
         #[command(subcommand)]
         action: maintenance::MaintenanceAction,
+    },
+    /// Notifications and exports: queued, delivered, failed (with the cause), newest first.
+    Deliveries {
+        #[arg(long)]
+        job: Option<String>,
+        #[arg(long)]
+        run: Option<u64>,
+        /// Only these: pending, delivered or failed (given up).
+        #[arg(long, value_parser = ["pending", "delivered", "failed"])]
+        state: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
     },
     /// Pause a job: its slots are recorded as skipped until `resume` (or --until).
     Pause {
@@ -459,6 +472,12 @@ fn run(cli: Cli) -> CtlResult {
             action: maintenance::MaintenanceAction::Windows { count },
         } => return jobctl::windows(socket, count, json),
         Command::Maintenance { action } => return maintenance::run(socket, action, json),
+        Command::Deliveries {
+            job,
+            run,
+            state,
+            limit,
+        } => return deliveries::run(socket, job, run, state, limit, json),
         Command::Pause { job, until } => return jobctl::pause(socket, job, until, json),
         Command::Resume { job } => {
             return jobctl::run(socket, crate::wire::admin::JobControl::Resume { job }, json);

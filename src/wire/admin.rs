@@ -103,6 +103,9 @@ pub enum AdminRequest {
     // Maintenance (`requests/maintenance.rs`; windows in `windows.rs`).
     /// Show or change the run-time maintenance settings.
     Maintenance(MaintenanceChange),
+    /// Notifications and exports queued, delivered or given up, newest first (answered
+    /// with `Deliveries`).
+    Deliveries(crate::wire::notify::DeliveryFilter),
     /// The next `count` openings of the maintenance windows (answered with `Windows`).
     MaintenanceWindows {
         count: u32,
@@ -386,6 +389,8 @@ pub enum AdminResponse {
     Windows(Vec<WindowOccurrence>),
     /// Answer to `JobControl`: the paused and skipping jobs after the change.
     JobControl(JobControlInfo),
+    /// Answer to `Deliveries`.
+    Deliveries(Vec<crate::wire::notify::DeliveryRecord>),
 }
 
 impl AdminResponse {

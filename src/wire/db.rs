@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::ipc::rpc::Packet;
 use crate::wire::NoReply;
+use crate::wire::notify::{
+    DeliveryAttempt, DeliveryFilter, DeliveryRecord, DueDeliveries, NewDelivery,
+};
 use crate::wire::records::{
     Millis, RunId, RunRecord, RunState, TargetReason, TargetRecord, TargetState, Trigger,
 };
@@ -72,6 +75,36 @@ pub enum DbRequest {
     ListEvents(EventFilter),
     /// The newest recorded slot of every job (missed slots after downtime).
     LastSlots,
+    /// Queue notifications in the outbox (a key already queued is ignored).
+    QueueDeliveries(Vec<NewDelivery>),
+    /// Lease up to `limit` due notifications for `lease_ms`.
+    TakeDueDeliveries {
+        now: Millis,
+        limit: usize,
+        lease_ms: i64,
+    },
+    RecordDeliveryAttempt(DeliveryAttempt),
+    /// At main's start: what was leased is due again.
+    ReleaseDeliveryLeases {
+        now: Millis,
+    },
+    ListDeliveries(DeliveryFilter),
+    /// The last `bytes` of each target's output of a run (at most `max_targets`).
+    OutputTails {
+        run: RunId,
+        bytes: u64,
+        max_targets: usize,
+    },
+    /// Start attempt `attempt` of a failed target (`retries`).
+    RetryTarget {
+        run: RunId,
+        machine: String,
+        attempt: u32,
+    },
+    /// Every attempt of a run's targets that was retried.
+    TargetAttempts(RunId),
+    /// Events for the job's log file and the exports.
+    JobLog(crate::wire::notify::JobLog),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -93,6 +126,12 @@ pub enum DbReply {
     Pruned(PruneOutcome),
     RunDetails(Option<(RunRecord, Vec<TargetDetail>)>),
     LastSlots(BTreeMap<String, Millis>),
+    /// How many were new.
+    DeliveriesQueued(u64),
+    DueDeliveries(DueDeliveries),
+    Deliveries(Vec<DeliveryRecord>),
+    OutputTails(Vec<(String, String)>),
+    Attempts(Vec<AttemptRecord>),
 }
 
 /// Each request's reply, in one place: `core.take_db_reply::<calls::GetRun>(id)` gives
@@ -124,6 +163,15 @@ pub mod calls {
         }
         ListEvents -> Vec<EventRecord> { DbReply::Events(events) => events }
         LastSlots -> BTreeMap<String, Millis> { DbReply::LastSlots(slots) => slots }
+        QueueDeliveries -> u64 { DbReply::DeliveriesQueued(n) => n }
+        TakeDueDeliveries -> DueDeliveries { DbReply::DueDeliveries(due) => due }
+        RecordDeliveryAttempt -> () { DbReply::Done => () }
+        ReleaseDeliveryLeases -> () { DbReply::Done => () }
+        ListDeliveries -> Vec<DeliveryRecord> { DbReply::Deliveries(list) => list }
+        OutputTails -> Vec<(String, String)> { DbReply::OutputTails(tails) => tails }
+        RetryTarget -> () { DbReply::Done => () }
+        TargetAttempts -> Vec<AttemptRecord> { DbReply::Attempts(list) => list }
+        JobLog -> () { DbReply::Done => () }
     }
 }
 
@@ -302,4 +350,18 @@ pub struct EventFilter {
     pub since: Option<Millis>,
     pub before_id: Option<u64>,
     pub limit: Option<usize>,
+}
+
+// ---- payloads: attempts
+
+/// One attempt of a target that was retried.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AttemptRecord {
+    pub machine: String,
+    /// 1 for the first.
+    pub attempt: u32,
+    pub reason: Option<TargetReason>,
+    pub exit_code: Option<i32>,
+    pub started: Option<Millis>,
+    pub ended: Option<Millis>,
 }

@@ -252,6 +252,8 @@ pub enum BlockingRequest {
         dir: std::path::PathBuf,
         known: Vec<(std::path::PathBuf, crate::config::Fingerprint)>,
     },
+    /// Send one notification (in a `--deliver` helper process, with a deadline).
+    Deliver(crate::wire::notify::DeliverOrder),
 }
 
 /// Minions of a target expression, by liveness.
@@ -283,6 +285,8 @@ pub enum BlockingReply {
     },
     /// The configuration files read for a `LoadConfig`.
     ConfigParsed(crate::config::ParsedFiles),
+    /// What the receiver said, or why the attempt failed.
+    Delivered(Result<String, String>),
 }
 
 /// Each blocking request's reply, in one place (see `wire::db::calls`).
@@ -297,6 +301,7 @@ pub mod blocking_calls {
         Deploy -> (Vec<LaunchOutcome>, String) {
             BlockingReply::Deployed { outcomes, hash } => (outcomes, hash)
         }
+        Deliver -> Result<String, String> { BlockingReply::Delivered(result) => result }
     }
 }
 

@@ -36,6 +36,7 @@ macro_rules! calls {
 pub mod admin;
 pub mod db;
 pub mod link;
+pub mod notify;
 pub mod records;
 pub mod ui;
 pub mod wrapper;

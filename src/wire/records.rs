@@ -1,8 +1,8 @@
 //! Run and target records: the states every interface (CLI, API, database) speaks.
 //!
 //! A run is `queued -> dispatching -> running -> succeeded | failed | partial | canceled |
-//! skipped`; a target is `pending -> launching -> running -> finished` (with an exit code
-//! and a reason) or `skipped_maintenance`. The names here are the contract: they are what
+//! skipped`; a target is `pending -> launching -> picked_up -> running -> finished` (with
+//! an exit code and a reason) or `skipped_maintenance`. The names here are the contract: they are what
 //! `saltpeterctl --json`, the API and the `state` columns of the database show.
 
 use serde::{Deserialize, Serialize};
@@ -75,6 +75,7 @@ str_enum!(
         Running => "running",
         Finished => "finished",
         SkippedMaintenance => "skipped_maintenance",
+        PickedUp => "picked_up",
     }
 );
 

@@ -6,6 +6,7 @@
 //! main's reloads, hashing and copying the wrapper binary) runs in helper processes, the
 //! daemon binary in a hidden mode (`helpers.rs`). Nothing here decides anything about runs.
 
+pub mod deliver;
 pub mod helpers;
 mod local;
 pub mod salt;
@@ -114,6 +115,7 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
         BlockingRequest::LoadConfig { dir, known } => {
             helpers::load_config_call(state, ctx, id, dir, known)
         }
+        BlockingRequest::Deliver(order) => deliver::deliver_call(state, ctx, id, order),
     }
 }
 

@@ -8,6 +8,9 @@
 //! in-memory state and the wrappers keep their unacknowledged output, so nothing is lost.
 //! db may block on SQLite: that is why it is a process of its own.
 
+pub mod attempts;
+pub mod deliveries;
+pub mod joblog;
 pub mod output;
 pub mod runs;
 pub mod schema;
@@ -104,11 +107,48 @@ pub fn apply(store: &mut Store, req: &DbRequest) -> Result<DbReply, StoreError> 
             DbReply::Done
         }
         DbRequest::ListEvents(filter) => DbReply::Events(store.list_events(filter)?),
-        DbRequest::Prune { job, retention } => DbReply::Pruned(store.prune(job, retention)?),
+        DbRequest::Prune { job, retention } => {
+            let pruned = store.prune(job, retention)?;
+            store.prune_deliveries(job, retention)?;
+            DbReply::Pruned(pruned)
+        }
         DbRequest::RunDetails(run) => DbReply::RunDetails(store.run_details(*run)?),
         // Done after the batch's commit (see `serve`); nothing to do inside it.
         DbRequest::Reclaim => DbReply::Done,
         DbRequest::LastSlots => DbReply::LastSlots(store.last_slot_per_job()?),
+        DbRequest::QueueDeliveries(new) => DbReply::DeliveriesQueued(store.queue_deliveries(new)?),
+        DbRequest::TakeDueDeliveries {
+            now,
+            limit,
+            lease_ms,
+        } => DbReply::DueDeliveries(store.take_due_deliveries(*now, *limit, *lease_ms)?),
+        DbRequest::RecordDeliveryAttempt(attempt) => {
+            store.record_delivery_attempt(attempt)?;
+            DbReply::Done
+        }
+        DbRequest::ReleaseDeliveryLeases { now } => {
+            store.release_delivery_leases(*now)?;
+            DbReply::Done
+        }
+        DbRequest::ListDeliveries(filter) => DbReply::Deliveries(store.list_deliveries(filter)?),
+        DbRequest::OutputTails {
+            run,
+            bytes,
+            max_targets,
+        } => DbReply::OutputTails(store.output_tails(*run, *bytes, *max_targets)?),
+        DbRequest::RetryTarget {
+            run,
+            machine,
+            attempt,
+        } => {
+            store.retry_target(*run, machine, *attempt)?;
+            DbReply::Done
+        }
+        DbRequest::TargetAttempts(run) => DbReply::Attempts(store.target_attempts(*run)?),
+        DbRequest::JobLog(log) => {
+            store.job_log(log, chrono::Utc::now().timestamp_millis())?;
+            DbReply::Done
+        }
     })
 }
 
@@ -212,6 +252,15 @@ fn kind(req: &DbRequest) -> &'static str {
         DbRequest::Reclaim => "reclaim space",
         DbRequest::RunDetails(_) => "run details",
         DbRequest::LastSlots => "last slots",
+        DbRequest::QueueDeliveries(_) => "queue notifications",
+        DbRequest::TakeDueDeliveries { .. } => "take due notifications",
+        DbRequest::RecordDeliveryAttempt(_) => "record notification attempt",
+        DbRequest::ReleaseDeliveryLeases { .. } => "release notification leases",
+        DbRequest::ListDeliveries(_) => "list notifications",
+        DbRequest::OutputTails { .. } => "read output tails",
+        DbRequest::RetryTarget { .. } => "start a new attempt",
+        DbRequest::TargetAttempts(_) => "read attempts",
+        DbRequest::JobLog(_) => "write job log",
     }
 }
 

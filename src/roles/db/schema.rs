@@ -28,10 +28,58 @@ pub const APPLICATION_ID: i32 = 0x5350_4442;
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Ordered schema migrations; entry `i` takes the database from version `i` to `i + 1`.
-pub const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3];
+pub const MIGRATIONS: &[&str] = &[
+    MIGRATION_1,
+    MIGRATION_2,
+    MIGRATION_3,
+    MIGRATION_4,
+    MIGRATION_5,
+];
 
 /// Schema version written by this build.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Version 5: attempts of a target (`retries`): the attempt in effect, and the outcomes
+/// of the earlier ones (`attempts.rs`).
+const MIGRATION_5: &str = "
+ALTER TABLE targets ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+CREATE TABLE target_attempts (
+    run_id    INTEGER NOT NULL,
+    machine   TEXT NOT NULL,
+    attempt   INTEGER NOT NULL,
+    reason    TEXT,
+    exit_code INTEGER,
+    started   INTEGER,
+    ended     INTEGER,
+    PRIMARY KEY (run_id, machine, attempt),
+    FOREIGN KEY (run_id, machine) REFERENCES targets (run_id, machine) ON DELETE CASCADE
+) WITHOUT ROWID;
+";
+
+/// Version 4: the notification outbox (`deliveries.rs`). `key` de-duplicates; `payload`
+/// is the message as JSON, complete when queued (signed body, written mail), so no secret
+/// is stored; `leased` marks a message handed to main and not yet answered.
+const MIGRATION_4: &str = "
+CREATE TABLE deliveries (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    key          TEXT NOT NULL UNIQUE,
+    job          TEXT,
+    run_id       INTEGER,
+    event        TEXT NOT NULL,
+    channel      TEXT NOT NULL,
+    destination  TEXT NOT NULL,
+    payload      TEXT NOT NULL,
+    state        TEXT NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    created      INTEGER NOT NULL,
+    next_attempt INTEGER NOT NULL,
+    leased       INTEGER NOT NULL DEFAULT 0,
+    last_error   TEXT,
+    delivered    INTEGER
+);
+CREATE INDEX deliveries_due ON deliveries (next_attempt) WHERE state = 'pending';
+CREATE INDEX deliveries_job ON deliveries (job, id);
+";
 
 /// Version 3: the uid of the operator behind an audit event (admin socket peer);
 /// NULL for what the daemon did on its own.

@@ -50,6 +50,9 @@ pub enum Op {
     WriteMeta,
     Prune,
     ReclaimSpace,
+    QueueDelivery,
+    ReadDeliveries,
+    RecordDelivery,
 }
 
 impl fmt::Display for Op {
@@ -73,6 +76,9 @@ impl fmt::Display for Op {
             Op::WriteMeta => "write meta",
             Op::Prune => "prune runs",
             Op::ReclaimSpace => "reclaim free space",
+            Op::QueueDelivery => "queue notification",
+            Op::ReadDeliveries => "read notifications",
+            Op::RecordDelivery => "record notification attempt",
         })
     }
 }

@@ -94,6 +94,9 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                 );
             }
             Effect::WakeRun => core.wake_run(run),
+            Effect::StoreRetry { attempt, previous } => {
+                super::retry::store_retry(core, run, machine, attempt, previous)
+            }
         }
     }
 }

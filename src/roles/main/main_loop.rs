@@ -97,6 +97,7 @@ pub fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 /// Start the runs handlers queued, and resume Workflows on the wake keys emitted.
 pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     reload::poll(role, ctx);
+    super::notify::poll(&mut role.core);
     if let Some(reply) = role.core.flight.recovery_reply.take() {
         run_flow::recovery::recovered(role, ctx, reply);
     }
@@ -215,6 +216,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     scheduler.plan(config.valid_jobs(), now);
     ev.ctx().every(CONFIG_SCAN, reload::watch_config);
     ev.ctx().every(Duration::from_secs(30), report_stalls);
+    ev.ctx().every(Duration::from_secs(1), super::notify::tick);
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut role = MainRole {
         core: Main {
@@ -249,6 +251,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             runtime_maintenance: maintenance::RuntimeMaintenance::default(),
             boot: boot::Boot::default(),
             reloads: reload::Reloads::default(),
+            notify: Default::default(),
             jobctl: jobctl::JobCtl::default(),
         },
         workflows: Registry::new(),
@@ -259,6 +262,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     boot::start(&mut role.core);
     run_flow::recovery::start(&mut role.core);
     ui::start(&mut role.core);
+    super::notify::start(&mut role.core);
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }

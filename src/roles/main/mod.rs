@@ -21,13 +21,16 @@ mod deploy;
 mod effects;
 mod history;
 mod jobctl;
+mod joblog;
 mod launcher;
 mod links;
 mod main_loop;
 mod metrics;
 mod missed;
+mod notify;
 mod reload;
 mod requests;
+mod retry;
 mod run;
 mod run_rules;
 #[cfg(test)]
@@ -112,6 +115,8 @@ pub enum DbWait {
     Boot(boot::Load),
     /// The job control state is saved; with the admin call to answer (`jobctl`).
     JobCtl(Option<CallId>, Option<String>),
+    /// Notifications (`notify`).
+    Notify(notify::Wait),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -150,6 +155,8 @@ pub struct Main {
     boot: boot::Boot,
     /// Configuration reloads in flight and asked for.
     reloads: reload::Reloads,
+    /// Notifications decided, queued and in flight.
+    notify: notify::Notifier,
     /// Paused and skipping jobs, slots deferred by maintenance windows.
     pub jobctl: jobctl::JobCtl,
 }
@@ -303,6 +310,7 @@ impl Main {
             DbWait::Reconcile(call, hello) => sessions::reconcile(self, call, *hello, result),
             DbWait::Ui(wait) => ui::db_answer(self, wait, result),
             DbWait::Boot(load) => boot::answer(self, load, result),
+            DbWait::Notify(wait) => notify::db_answer(self, wait, result),
             DbWait::JobCtl(call, note) => jobctl::saved(self, call, note, result),
         }
     }

@@ -7,6 +7,7 @@
 //!    │                ↑  (gone before confirming)          ↑                     │
 //!    └─maintenance→ SkippedMaintenance                     └── finish from any ──┘
 //!                                              (lost wrapper back: Finished → PickedUp)
+//!                                              (retry of a failure: Finished → Pending)
 //! ```
 //!
 //! Every transition takes the time it happens at and returns the [`Effect`]s the shell
@@ -103,6 +104,9 @@ pub enum Effect {
     Reconciled,
     /// The run's Workflow should look at its targets again.
     WakeRun,
+    /// A failed outcome is retried: persist attempt `attempt` (the target is pending
+    /// again, its output bookkeeping restarts) and keep `previous` in the attempts' history.
+    StoreRetry { attempt: u32, previous: Outcome },
 }
 
 /// Why a hello is refused.
@@ -128,7 +132,7 @@ pub enum KillAction {
     Sent(Vec<Effect>),
     /// Picked up once, disconnected now: delivered when it reconnects.
     Deferred,
-    /// Never picked up: it will not run at all (recorded as killed).
+    /// Never picked up: it will not run at all (recorded as canceled).
     Canceled(Vec<Effect>),
 }
 
@@ -146,6 +150,8 @@ pub struct Target {
     pub kill_wanted: bool,
     pub started: Option<Millis>,
     pub ended: Option<Millis>,
+    /// 1 for the first attempt; a retry (`retries`) adds one.
+    pub attempt: u32,
 }
 
 fn refuse(code: RejectCode, message: impl Into<String>) -> Refusal {
@@ -166,6 +172,7 @@ impl Target {
             kill_wanted: false,
             started: None,
             ended: None,
+            attempt: 1,
         }
     }
 
@@ -186,7 +193,12 @@ impl Target {
             TargetState::Finished => Phase::Finished(outcome),
             TargetState::SkippedMaintenance => Phase::SkippedMaintenance,
             TargetState::Pending if !token_spent => Phase::Pending,
-            TargetState::Pending | TargetState::Launching if !token_spent => Phase::Launching,
+            // Picked up by a session never confirmed: the token may be presented again.
+            TargetState::Pending | TargetState::Launching | TargetState::PickedUp
+                if !token_spent =>
+            {
+                Phase::Launching
+            }
             state => Phase::PickedUp {
                 running: state == TargetState::Running,
                 last_seen: now,
@@ -207,6 +219,7 @@ impl Target {
             kill_wanted: false,
             started: record.started,
             ended: record.ended,
+            attempt: 1,
         }
     }
 
@@ -216,7 +229,7 @@ impl Target {
             Phase::Pending => TargetState::Pending,
             Phase::Launching => TargetState::Launching,
             Phase::PickedUp { running: true, .. } => TargetState::Running,
-            Phase::PickedUp { running: false, .. } => TargetState::Launching,
+            Phase::PickedUp { running: false, .. } => TargetState::PickedUp,
             Phase::Finishing { was, .. } => *was,
             Phase::Finished(_) => TargetState::Finished,
             Phase::SkippedMaintenance => TargetState::SkippedMaintenance,
@@ -338,7 +351,9 @@ impl Target {
                     last_seen: now,
                     grace_until: None,
                     exit: None,
-                }
+                };
+                // Visible: a wrapper has the run, its command has not started yet.
+                effects.push(Effect::StoreState(TargetState::PickedUp, None));
             }
         }
         if by_token {
@@ -502,7 +517,48 @@ impl Target {
         match (self.conn, &self.phase) {
             (Some(conn), _) => KillAction::Sent(vec![Effect::Kill(conn)]),
             (None, Phase::PickedUp { .. }) => KillAction::Deferred,
-            (None, _) => KillAction::Canceled(self.finish(TargetReason::Killed, Some(143), now_ms)),
+            // Its command never started: recorded as canceled, not killed (no exit code).
+            (None, _) => KillAction::Canceled(self.finish(TargetReason::Canceled, None, now_ms)),
         }
+    }
+}
+
+impl Target {
+    /// Recorded with an outcome a new attempt may change (`retries` of the job, beyond the
+    /// first): a non-zero exit, a timeout, a wrapper that failed. Not a kill or a cancel
+    /// (an operator's decision), not a lost target (its command may still be running) and
+    /// not an unreachable machine (`retry_unreachable`).
+    pub fn wants_retry(&self, retries: u32) -> bool {
+        let Phase::Finished(outcome) = &self.phase else {
+            return false;
+        };
+        let retriable = match outcome.reason {
+            Some(TargetReason::Exit) => outcome.code != Some(0),
+            Some(TargetReason::Timeout | TargetReason::WrapperFailed) => true,
+            _ => false,
+        };
+        retriable && !self.kill_wanted && self.attempt <= retries
+    }
+
+    /// A new attempt of a failed target: pending again, with a fresh session (the launch
+    /// token works again, output is acknowledged from seq 1 again).
+    pub fn retry(&mut self) -> Vec<Effect> {
+        let Phase::Finished(previous) = self.phase else {
+            return Vec::new();
+        };
+        self.attempt += 1;
+        self.phase = Phase::Pending;
+        self.conn = None;
+        self.token = Token::Unused;
+        self.acked_seq = 0;
+        self.started = None;
+        self.ended = None;
+        vec![
+            Effect::StoreRetry {
+                attempt: self.attempt,
+                previous,
+            },
+            Effect::WakeRun,
+        ]
     }
 }

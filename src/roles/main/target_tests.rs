@@ -65,7 +65,12 @@ fn a_launch_token_works_once_and_is_spent_by_the_first_message() {
     t.launch();
     let welcome = t.hello(t0, C1, TOKEN).expect("welcome");
     assert_eq!(welcome.acked_seq, 0);
-    assert!(welcome.effects.is_empty());
+    // Picked up, and recorded as such (its command has not started yet).
+    assert_eq!(
+        welcome.effects,
+        [Effect::StoreState(TargetState::PickedUp, None)]
+    );
+    assert_eq!(t.state(), TargetState::PickedUp);
     assert_eq!(t.token, Token::Presented(C1));
     assert!(!t.awaiting_pickup());
     // The first message spends it durably, once.
@@ -267,8 +272,8 @@ fn kill_before_pickup_cancels_after_pickup_sends_and_while_away_waits() {
             effects[..],
             [Effect::RecordOutcome {
                 outcome: Outcome {
-                    reason: Some(TargetReason::Killed),
-                    code: Some(143)
+                    reason: Some(TargetReason::Canceled),
+                    code: None
                 },
                 ended: 50
             }]
@@ -326,7 +331,13 @@ fn restored_targets_take_the_phase_their_record_and_token_say() {
     let mut staged = Target::restored(&record(TargetState::Launching), true, 0, t0, grace);
     assert!(staged.hello(t0, C1, TOKEN).is_err(), "token spent");
     staged.hello(t0, C1, KEY).expect("resume");
-    assert_eq!(staged.state(), TargetState::Launching);
+    assert_eq!(staged.state(), TargetState::PickedUp);
+    // Picked up by a session never confirmed: the token works again after a restart.
+    assert_eq!(phase(TargetState::PickedUp, false), Phase::Launching);
+    assert!(matches!(
+        phase(TargetState::PickedUp, true),
+        Phase::PickedUp { running: false, .. }
+    ));
 }
 
 #[test]
@@ -342,4 +353,76 @@ fn command_started_keeps_the_first_start_time() {
             Effect::WakeRun
         ]
     );
+}
+
+#[test]
+fn a_failed_target_is_retried_while_attempts_are_left() {
+    let t0 = Instant::now();
+    let mut t = running(t0);
+    t.exited(C1, exit(0, 3), 2_000);
+    assert!(!t.wants_retry(2), "not before the outcome is recorded");
+    t.recorded();
+    t.gone(C1);
+    assert!(t.wants_retry(2));
+    assert!(!t.wants_retry(0), "no retries configured");
+    let effects = t.retry();
+    assert_eq!(
+        effects[0],
+        Effect::StoreRetry {
+            attempt: 2,
+            previous: Outcome {
+                reason: Some(TargetReason::Exit),
+                code: Some(3)
+            }
+        }
+    );
+    assert_eq!(t.phase, Phase::Pending);
+    assert_eq!(t.token, Token::Unused);
+    assert_eq!(t.acked_seq, 0);
+    assert!(t.awaiting_pickup());
+    // The second attempt's wrapper presents the launch token again and runs.
+    t.launch();
+    t.hello(t0, C2, TOKEN).expect("welcome for attempt 2");
+    t.heard(t0, C2);
+    t.command_started(3_000);
+    t.exited(C2, exit(0, 1), 4_000);
+    t.recorded();
+    assert!(t.wants_retry(2), "attempt 2 of 1 + 2");
+    t.retry();
+    assert_eq!(t.attempt, 3);
+    t.launch();
+    t.hello(t0, C1, TOKEN).expect("welcome for attempt 3");
+    t.heard(t0, C1);
+    t.exited(C1, exit(0, 1), 5_000);
+    t.recorded();
+    assert!(!t.wants_retry(2), "the last attempt counts");
+    assert_eq!(t.record("m").exit_code, Some(1));
+}
+
+#[test]
+fn success_kills_and_losses_are_not_retried() {
+    let t0 = Instant::now();
+    let mut ok = running(t0);
+    ok.exited(C1, exit(0, 0), 2_000);
+    ok.recorded();
+    assert!(!ok.wants_retry(5));
+
+    let mut killed = running(t0);
+    let _ = killed.kill(2_000);
+    killed.exited(
+        C1,
+        PendingExit {
+            end_seq: 0,
+            reason: TargetReason::Killed,
+            code: Some(143),
+        },
+        2_000,
+    );
+    killed.recorded();
+    assert!(!killed.wants_retry(5));
+
+    let mut lost = running(t0);
+    lost.finish(TargetReason::Lost, Some(253), 2_000);
+    lost.recorded();
+    assert!(!lost.wants_retry(5));
 }

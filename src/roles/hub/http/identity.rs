@@ -61,7 +61,8 @@ pub fn required_role(req: &AdminRequest) -> ApiRole {
         | R::LiveOutput { .. }
         | R::Follow { .. }
         | R::WatchRun { .. }
-        | R::MaintenanceWindows { .. } => ApiRole::Viewer,
+        | R::MaintenanceWindows { .. }
+        | R::Deliveries(_) => ApiRole::Viewer,
     }
 }
 

@@ -55,6 +55,7 @@ pub enum Expect {
     Maintenance,
     Windows,
     JobControl,
+    Deliveries,
 }
 
 pub enum Action {
@@ -333,6 +334,8 @@ fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: &Ident
         | (method, ["api", "v1", "jobs", _, "pause" | "resume" | "skip"]) => {
             job_control(req, method, seg)
         }
+        ("GET", ["api", "v1", "deliveries"]) => deliveries(req),
+        (_, ["api", "v1", "deliveries"]) => not_allowed("GET"),
         (_, ["ws" | "metrics"]) => not_allowed("GET"),
         (_, ["api", "v1", "maintenance"]) => not_allowed("GET, PUT, POST"),
         (_, ["api", "v1", "jobs", _, "run" | "kill"])
@@ -425,6 +428,11 @@ pub fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Response {
             ok(crate::wire::admin::WindowOccurrence::to_json(&list))
         }
         (Expect::JobControl, AdminResponse::JobControl(info)) => ok(info.to_json()),
+        (Expect::Deliveries, AdminResponse::Deliveries(list)) => ok(Value::Array(
+            list.iter()
+                .map(crate::wire::notify::DeliveryRecord::to_json)
+                .collect(),
+        )),
         (Expect::ConfigErrors, AdminResponse::Status(s)) => ok(json!({"errors": s.config_errors})),
         (Expect::Jobs, AdminResponse::Jobs(jobs)) => ok(Value::Array(
             jobs.iter().map(|j| job_json(&j.info)).collect(),
@@ -457,6 +465,32 @@ pub fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Response {
             Response::error(500, "internal", "unexpected answer from main")
         }
     }
+}
+
+/// The notification and export outbox: `GET /api/v1/deliveries?job=J&run=N&state=S&limit=N`.
+fn deliveries(req: &Request) -> Action {
+    use crate::wire::notify::{DeliveryFilter, DeliveryState};
+    let (run, limit) = match (number(req, "run", 0), number(req, "limit", 50)) {
+        (Ok(run), Ok(limit)) => ((run > 0).then_some(run), limit.clamp(1, 10_000) as usize),
+        (Err(a), _) | (_, Err(a)) => return a,
+    };
+    let state = match req.query("state") {
+        None | Some("") => None,
+        Some(s) => match DeliveryState::parse(s) {
+            Some(s) => Some(s),
+            None => return bad_request("`state` is one of pending, delivered, failed"),
+        },
+    };
+    let filter = DeliveryFilter {
+        job: req
+            .query("job")
+            .filter(|j| !j.is_empty())
+            .map(str::to_string),
+        run,
+        state,
+        limit: Some(limit),
+    };
+    call(AdminRequest::Deliveries(filter), Expect::Deliveries)
 }
 
 /// Maintenance windows and job control: `GET /api/v1/maintenance/windows?count=N`,

@@ -275,7 +275,7 @@ function renderJob() {
 
 function targetClass(r) {
   if (r.state === "skipped_maintenance") return ["t-maint", "⚠", "maintenance"];
-  if (r.state === "running" || r.state === "launching") return ["t-running", "▶", r.state];
+  if (r.state === "running" || r.state === "launching" || r.state === "picked_up") return ["t-running", "▶", r.state];
   if (r.state === "finished") return r.retcode === 0 ? ["t-ok", "■", "ok"] : ["t-fail", "⚠", `exit ${r.retcode}`];
   return ["t-pending", "○", r.state || "pending"];
 }
@@ -309,7 +309,7 @@ function renderTargets(d) {
     node.querySelector(".facts").textContent =
       `${word} · started ${fmtTime(r.starttime)} · ended ${fmtTime(r.endtime)} · ran ${ran} · ret ${r.retcode === "" || r.retcode === null ? "-" : r.retcode}` +
       ` · wrapper ${r.wrapper_version || "-"}` + (r.last_heartbeat && !r.endtime ? ` · heartbeat ${fmtSpan(Date.now() - new Date(r.last_heartbeat))} ago` : "");
-    node.querySelector(".kill-machine").disabled = !(r.state === "running" || r.state === "launching" || r.state === "pending");
+    node.querySelector(".kill-machine").disabled = !(r.state === "running" || r.state === "launching" || r.state === "picked_up" || r.state === "pending");
     node.querySelector(".autoscroll").checked = S.autoscroll;
     node.querySelector(".wrap").checked = S.wrap;
     node.querySelector(".target-body").hidden = !S.open[m];

@@ -166,6 +166,7 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
             crate::roles::main::windows::request(core, call, count)
         }
         AdminRequest::JobControl(change) => crate::roles::main::jobctl::request(core, call, change),
+        AdminRequest::Deliveries(filter) => crate::roles::main::notify::list(core, call, filter),
     }
 }
 

@@ -119,6 +119,18 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
     let now = s.now();
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
+    let retry_wait = match crate::roles::main::retry::check(env, core, now) {
+        crate::roles::main::retry::RetryPlan::Relaunch => {
+            s.insert_steps([
+                ("launch_batch", launch_batch as StepFnOf),
+                ("await_launch", await_launch),
+                ("collect_batch", collect_batch),
+            ]);
+            return Step::Next;
+        }
+        crate::roles::main::retry::RetryPlan::WaitUntil(at) => Some(Wake::At(at)),
+        crate::roles::main::retry::RetryPlan::Nothing => None,
+    };
     let Some(active) = core.flight.runs.get(&run) else {
         return Step::Next;
     };
@@ -127,15 +139,19 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         log::warn!("run {run}: the wrapper on {machine} never picked the run up");
         finish_target(core, run, machine, TargetReason::WrapperFailed, Some(254));
     }
-    if !pickup.open {
-        return Step::Next;
-    }
-    let awaiting_pickup = pickup.waiting;
     let event = Wake::event(Main::run_event(run));
-    match (awaiting_pickup, env.pickup_deadline) {
-        (true, Some(d)) => Step::Wait(Wake::Any(vec![event, Wake::At(d)])),
-        _ => Step::Wait(event),
+    if !pickup.open {
+        return match retry_wait {
+            Some(at) => Step::Wait(Wake::Any(vec![event, at])),
+            None => Step::Next,
+        };
     }
+    let mut wakes = vec![event];
+    wakes.extend(retry_wait);
+    if let (true, Some(d)) = (pickup.waiting, env.pickup_deadline) {
+        wakes.push(Wake::At(d));
+    }
+    Step::Wait(Wake::Any(wakes))
 }
 
 pub fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {

@@ -64,6 +64,8 @@ pub struct RunEnv {
     pub(super) call: Option<CallId>,
     pub(super) pickup_deadline: Option<Instant>,
     launch_started: Option<Instant>,
+    /// Targets of the current batch waiting for their next attempt (`retry.rs`).
+    pub(super) retry_at: std::collections::BTreeMap<String, Instant>,
     /// Counted in `Main::busy_jobs` until recorded.
     counted: bool,
 }
@@ -141,6 +143,8 @@ pub fn fire_as(
     match skip {
         Some(reason) => {
             log::info!("{}: slot {} skipped ({reason})", job.name, due.slot);
+            super::notify::slot_skipped(core, &job, slot, &reason, due.missed);
+            super::joblog::slot_skipped(core, &job, &reason);
             core.event(
                 "run_skipped",
                 Some(&job.name),
@@ -230,6 +234,7 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             call: None,
             pickup_deadline: None,
             launch_started: None,
+            retry_at: Default::default(),
             counted: !prestaged,
         },
     )
@@ -268,6 +273,7 @@ pub fn recovered_workflow(
             call: None,
             pickup_deadline: None,
             launch_started: None,
+            retry_at: Default::default(),
             counted: false,
         },
     )
@@ -404,6 +410,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 env.batches.iter().map(Vec::len).sum::<usize>()
             );
             answer_admin(core, env, AdminResponse::Started { run: id });
+            super::joblog::run_started(core, &env.req.job, id);
             core.event(
                 "run_started",
                 Some(&env.req.job.name),
@@ -511,6 +518,9 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             None => active.final_state(),
         };
         super::ui::run_finished(core, &active, state);
+        let why = env.unresolved.as_ref().map(|(_, why)| why.clone());
+        super::notify::run_ended(core, &active, state, why);
+        super::joblog::run_ended(core, &active);
         core.flight.sessions.retain(|_, (r, _)| *r != run);
         log::info!("run {run} of {} ended", active.job.name);
         core.apply_retention(&active.job.name);

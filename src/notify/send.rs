@@ -1,0 +1,416 @@
+//! Sending one message: an HTTP POST, one SMTP session, or one `sendmail` run.
+//!
+//! This is blocking I/O with a timeout on every step, and it only ever runs inside the
+//! `--deliver` helper process (`roles/blocking/deliver.rs`), which `blocking` kills at its
+//! deadline: a slow or silent receiver costs a helper, never a loop. The answer is what
+//! the receiver said (`HTTP 200`, `250 ...`), or the cause of the failure in words.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::config::notify::split_authority;
+use crate::wire::notify::{DeliverOrder, MailTransport, Outgoing};
+
+/// Bytes of an HTTP answer read at most (the status line and enough of a bulk answer to
+/// see its `errors` flag).
+const ANSWER_LIMIT: u64 = 1 << 20;
+
+/// Send `order`'s message; `Ok(what the receiver said)` or `Err(cause)`.
+pub fn deliver(order: &DeliverOrder) -> Result<String, String> {
+    let timeout = Duration::from_secs(order.io_timeout_s.max(1));
+    match &order.message {
+        Outgoing::Webhook {
+            url,
+            body,
+            signature,
+            delivery_key,
+        } => {
+            let mut headers = vec![
+                ("Content-Type", "application/json".to_string()),
+                ("X-Saltpeter-Delivery", delivery_key.clone()),
+            ];
+            if let Some(sig) = signature {
+                headers.push(("X-Saltpeter-Signature", sig.clone()));
+            }
+            post(url, &headers, body, timeout).map(|(status, _)| status)
+        }
+        Outgoing::Bulk { url, body } => {
+            let mut headers = vec![("Content-Type", "application/x-ndjson".to_string())];
+            if let Some((user, password)) = &order.basic_auth {
+                let token = base64(format!("{user}:{password}").as_bytes());
+                headers.push(("Authorization", format!("Basic {token}")));
+            }
+            let (status, answer) = post(url, &headers, body, timeout)?;
+            // The bulk API answers 200 even when items failed; the flag says so.
+            if answer.contains("\"errors\":true") || answer.contains("\"errors\": true") {
+                return Err(format!("{status}, but the bulk answer reports item errors"));
+            }
+            Ok(status)
+        }
+        Outgoing::Email { to, subject, body } => {
+            let message = mail_text(&order.mail_from, to, subject, body);
+            match &order.mail {
+                MailTransport::Smtp { host, port } => {
+                    smtp(host, *port, &order.mail_from, to, &message, timeout)
+                }
+                MailTransport::Sendmail { path } => sendmail(path, &message),
+            }
+        }
+    }
+}
+
+fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, String> {
+    let addrs = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?;
+    let mut last = format!("{host} has no address");
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(stream) => {
+                stream
+                    .set_read_timeout(Some(timeout))
+                    .and_then(|()| stream.set_write_timeout(Some(timeout)))
+                    .map_err(|e| format!("cannot set timeouts: {e}"))?;
+                return Ok(stream);
+            }
+            Err(e) => last = format!("cannot connect to {addr}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+fn io_error(what: &str, timeout: Duration) -> impl Fn(std::io::Error) -> String + '_ {
+    move |e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            format!("{what}: no answer within {} s", timeout.as_secs())
+        }
+        _ => format!("{what}: {e}"),
+    }
+}
+
+/// POST `body` to an `http://` URL; `Ok((status line, answer))` for a 2xx answer.
+pub fn post(
+    url: &str,
+    headers: &[(&str, String)],
+    body: &str,
+    timeout: Duration,
+) -> Result<(String, String), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url}: only http:// is supported by this build"))?;
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) if rest[i..].starts_with('/') => (&rest[..i], &rest[i..]),
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let path = if path.starts_with('?') {
+        format!("/{path}")
+    } else {
+        path.to_string()
+    };
+    let (host, port) = split_authority(authority)?;
+    let mut stream = connect(&host, port, timeout)?;
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: saltpeter/{}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        env!("CARGO_PKG_VERSION"),
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .and_then(|()| stream.write_all(body.as_bytes()))
+        .map_err(io_error("sending the request", timeout))?;
+    let mut answer = Vec::new();
+    let read = stream
+        .take(ANSWER_LIMIT)
+        .read_to_end(&mut answer)
+        .map_err(io_error("reading the answer", timeout));
+    // A receiver that answers and then keeps the connection open past the timeout still
+    // answered: judge by what arrived.
+    if answer.is_empty() {
+        read?;
+        return Err("the receiver closed the connection without an answer".to_string());
+    }
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status_line = text.lines().next().unwrap_or_default().trim().to_string();
+    let code = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or_else(|| format!("not an HTTP answer: {status_line:.80}"))?;
+    let status = status_line
+        .split_once(' ')
+        .map(|(_, s)| format!("HTTP {s}"))
+        .unwrap_or_else(|| format!("HTTP {code}"));
+    if (200..300).contains(&code) {
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Ok((status, body))
+    } else {
+        Err(status)
+    }
+}
+
+/// The mail as sent: headers and the body with CRLF line ends.
+pub fn mail_text(from: &str, to: &[String], subject: &str, body: &str) -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".to_string());
+    let now = chrono::Utc::now();
+    let subject: String = subject.chars().filter(|c| !c.is_control()).collect();
+    let subject = if subject.is_ascii() {
+        subject
+    } else {
+        format!("=?UTF-8?B?{}?=", base64(subject.as_bytes()))
+    };
+    let mut text = format!(
+        "From: {from}\r\nTo: {}\r\nSubject: {subject}\r\nDate: {}\r\nMessage-ID: <{}.{}@{host}>\r\nMIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\nAuto-Submitted: auto-generated\r\n\r\n",
+        to.join(", "),
+        now.to_rfc2822(),
+        now.timestamp_millis(),
+        std::process::id(),
+    );
+    for line in body.lines() {
+        text.push_str(line);
+        text.push_str("\r\n");
+    }
+    text
+}
+
+/// One SMTP session: EHLO (HELO if refused), MAIL, RCPT per address, DATA, QUIT.
+pub fn smtp(
+    host: &str,
+    port: u16,
+    from: &str,
+    to: &[String],
+    message: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    let stream = connect(host, port, timeout)?;
+    let mut writer = stream
+        .try_clone()
+        .map_err(|e| format!("cannot use the connection: {e}"))?;
+    let mut reader = BufReader::new(stream);
+    let me = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".to_string());
+    let mut step = |command: Option<String>, want: &[u16]| -> Result<String, String> {
+        let what = command
+            .as_deref()
+            .map(|c| c.split(':').next().unwrap_or(c).trim().to_string())
+            .unwrap_or_else(|| "greeting".to_string());
+        if let Some(c) = &command {
+            writer
+                .write_all(c.as_bytes())
+                .and_then(|()| writer.write_all(b"\r\n"))
+                .map_err(io_error(&what, timeout))?;
+        }
+        let (code, text) = smtp_reply(&mut reader).map_err(io_error(&what, timeout))?;
+        if want.contains(&code) {
+            Ok(text)
+        } else {
+            Err(format!("SMTP {what} refused: {code} {text}"))
+        }
+    };
+    step(None, &[220])?;
+    if step(Some(format!("EHLO {me}")), &[250]).is_err() {
+        step(Some(format!("HELO {me}")), &[250])?;
+    }
+    step(Some(format!("MAIL FROM:<{from}>")), &[250])?;
+    for rcpt in to {
+        step(Some(format!("RCPT TO:<{rcpt}>")), &[250, 251])?;
+    }
+    step(Some("DATA".to_string()), &[354])?;
+    // Dot-stuffing: a line starting with "." gets another one.
+    let mut data = String::with_capacity(message.len() + 16);
+    for line in message.split_inclusive("\r\n") {
+        if line.starts_with('.') {
+            data.push('.');
+        }
+        data.push_str(line);
+    }
+    if !data.ends_with("\r\n") {
+        data.push_str("\r\n");
+    }
+    data.push('.');
+    let accepted = step(Some(data), &[250])?;
+    let _ = step(Some("QUIT".to_string()), &[221]);
+    Ok(format!("250 {accepted}"))
+}
+
+/// One SMTP reply (possibly multi-line): its code and its last line's text.
+fn smtp_reply(reader: &mut impl BufRead) -> std::io::Result<(u16, String)> {
+    loop {
+        let mut line = String::new();
+        let n = reader.by_ref().take(4096).read_line(&mut line)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the server closed the connection",
+            ));
+        }
+        let line = line.trim_end();
+        let code = line.get(..3).and_then(|c| c.parse::<u16>().ok());
+        let last = line.as_bytes().get(3) != Some(&b'-');
+        match code {
+            Some(code) if last => return Ok((code, line.get(4..).unwrap_or("").to_string())),
+            Some(_) => continue,
+            None => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("not an SMTP reply: {line:.80}"),
+                ));
+            }
+        }
+    }
+}
+
+/// `sendmail -t -i` with the message on its stdin.
+pub fn sendmail(path: &str, message: &str) -> Result<String, String> {
+    let mut child = Command::new(path)
+        .args(["-t", "-i"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {path}: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(message.replace("\r\n", "\n").as_bytes())
+            .map_err(|e| format!("cannot write to {path}: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("{path} did not finish: {e}"))?;
+    if out.status.success() {
+        Ok(format!("{path} accepted the mail"))
+    } else {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        Err(format!(
+            "{path} failed ({}): {:.200}",
+            out.status,
+            stderr.trim()
+        ))
+    }
+}
+
+/// Standard base64 with padding (Basic auth, encoded mail subjects).
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc_4648() {
+        for (input, expected) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(input.as_bytes()), expected);
+        }
+    }
+
+    #[test]
+    fn smtp_replies_are_read_across_lines() {
+        let mut input: &[u8] = b"250-first\r\n250-second\r\n250 last\r\n";
+        assert_eq!(smtp_reply(&mut input).unwrap(), (250, "last".to_string()));
+        let mut bad: &[u8] = b"hello\r\n";
+        assert!(smtp_reply(&mut bad).is_err());
+    }
+
+    #[test]
+    fn a_silent_receiver_is_a_timeout_not_a_hang() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // Accepts (the backlog does) and never answers.
+        let started = std::time::Instant::now();
+        let err = post(
+            &format!("http://127.0.0.1:{port}/x"),
+            &[],
+            "{}",
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
+        assert!(err.contains("no answer within 1 s"), "{err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "hang detection"
+        );
+        drop(listener);
+    }
+
+    #[test]
+    fn smtp_refusals_carry_the_server_answer() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            s.write_all(b"220 hi\r\n").unwrap();
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap(); // EHLO
+            s.write_all(b"250 ok\r\n").unwrap();
+            line.clear();
+            r.read_line(&mut line).unwrap(); // MAIL FROM
+            s.write_all(b"550 5.7.1 relay denied\r\n").unwrap();
+        });
+        let err = smtp(
+            "127.0.0.1",
+            port,
+            "a@b.example",
+            &["c@d.example".to_string()],
+            "Subject: x\r\n\r\nbody\r\n",
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
+        assert!(err.contains("550 5.7.1 relay denied"), "{err}");
+    }
+
+    #[test]
+    fn a_refused_connection_is_a_cause_not_a_panic() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let err = post(
+            &format!("http://127.0.0.1:{port}/x"),
+            &[],
+            "{}",
+            Duration::from_secs(2),
+        )
+        .unwrap_err();
+        assert!(err.contains("cannot connect"), "{err}");
+    }
+}
