@@ -33,6 +33,7 @@ pub mod export;
 mod files;
 mod identities;
 mod job;
+mod job_reader;
 mod load_jobs;
 pub mod notify;
 mod read_job;

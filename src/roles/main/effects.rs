@@ -2,7 +2,7 @@
 //! transition returns — messages to the wrapper through the hub, writes to db, events —
 //! and offers the transitions that every part of main uses by name.
 
-use super::target::{Effect, Target};
+use super::target::{Effect, Outcome, Target};
 use super::{DbWait, Main};
 use crate::wire::db::DbRequest;
 use crate::wire::db::TargetUpdate;
@@ -95,7 +95,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
             }
             Effect::WakeRun => core.wake_run(run),
             Effect::StoreRetry { attempt, previous } => {
-                super::retry::store_retry(core, run, machine, attempt, previous)
+                store_retry(core, run, machine, attempt, previous)
             }
         }
     }
@@ -125,4 +125,32 @@ pub fn finish_target(
     code: Option<i32>,
 ) {
     transition(core, run, machine, |t| t.finish(reason, code, now_ms()));
+}
+
+/// Persist a new attempt (the target core's `StoreRetry`) and say so in the audit trail.
+fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, previous: Outcome) {
+    core.db_call(
+        DbRequest::RetryTarget {
+            run,
+            machine: machine.to_string(),
+            attempt,
+        },
+        DbWait::Write("a new attempt"),
+    );
+    let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
+    let how = match (previous.reason, previous.code) {
+        (Some(reason), Some(code)) => format!("{reason} {code}"),
+        (Some(reason), None) => reason.to_string(),
+        (None, _) => "no outcome".to_string(),
+    };
+    core.event(
+        "target_retry",
+        job.as_deref(),
+        Some(run),
+        Some(machine),
+        format!(
+            "attempt {} ended ({how}); attempt {attempt} starts",
+            attempt - 1
+        ),
+    );
 }

@@ -30,7 +30,7 @@ mod missed;
 mod notify;
 mod reload;
 mod requests;
-mod retry;
+
 mod run;
 mod run_rules;
 #[cfg(test)]

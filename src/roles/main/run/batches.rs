@@ -119,8 +119,8 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
     let now = s.now();
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
-    let retry_wait = match crate::roles::main::retry::check(env, core, now) {
-        crate::roles::main::retry::RetryPlan::Relaunch => {
+    let retry_wait = match super::retry::check(env, core, now) {
+        super::retry::RetryPlan::Relaunch => {
             s.insert_steps([
                 ("launch_batch", launch_batch as StepFnOf),
                 ("await_launch", await_launch),
@@ -128,8 +128,8 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             ]);
             return Step::Next;
         }
-        crate::roles::main::retry::RetryPlan::WaitUntil(at) => Some(Wake::At(at)),
-        crate::roles::main::retry::RetryPlan::Nothing => None,
+        super::retry::RetryPlan::WaitUntil(at) => Some(Wake::At(at)),
+        super::retry::RetryPlan::Nothing => None,
     };
     let Some(active) = core.flight.runs.get(&run) else {
         return Step::Next;

@@ -11,6 +11,7 @@ pub mod batches;
 use batches::{await_launch, collect_all, collect_batch, launch_batch, next_batch};
 pub mod prestage;
 pub mod recovery;
+pub mod retry;
 pub mod targets;
 
 use std::sync::Arc;

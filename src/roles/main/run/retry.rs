@@ -13,12 +13,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::effects::transition;
-use super::run::RunEnv;
-use super::target::Outcome;
-use super::{DbWait, Main};
-use crate::wire::db::DbRequest;
-use crate::wire::records::RunId;
+use super::RunEnv;
+use crate::roles::main::Main;
+use crate::roles::main::effects::transition;
 
 /// What the run Workflow does about retries now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,32 +78,4 @@ pub fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> RetryPlan {
         .values()
         .min()
         .map_or(RetryPlan::Nothing, |at| RetryPlan::WaitUntil(*at))
-}
-
-/// Persist a new attempt (the target core's `StoreRetry`) and say so in the audit trail.
-pub fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, previous: Outcome) {
-    core.db_call(
-        DbRequest::RetryTarget {
-            run,
-            machine: machine.to_string(),
-            attempt,
-        },
-        DbWait::Write("a new attempt"),
-    );
-    let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
-    let how = match (previous.reason, previous.code) {
-        (Some(reason), Some(code)) => format!("{reason} {code}"),
-        (Some(reason), None) => reason.to_string(),
-        (None, _) => "no outcome".to_string(),
-    };
-    core.event(
-        "target_retry",
-        job.as_deref(),
-        Some(run),
-        Some(machine),
-        format!(
-            "attempt {} ended ({how}); attempt {attempt} starts",
-            attempt - 1
-        ),
-    );
 }
