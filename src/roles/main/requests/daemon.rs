@@ -3,9 +3,7 @@
 
 use super::{DbWait, Main, MainRole, Wait, failure, respond};
 use crate::ipc::CallId;
-use crate::wire::admin::{
-    AdminFailure, AdminPeer, AdminRequest, AdminResponse, EventInfo, StatusInfo,
-};
+use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, EventInfo, StatusInfo};
 use crate::wire::db::DbRequest;
 use crate::wire::db::{EventFilter, EventRecord};
 use crate::wire::records::{Millis, RunId};
@@ -97,14 +95,14 @@ pub fn events_read(events: Vec<EventRecord>) -> AdminResponse {
     )
 }
 
-/// The audit entry of a state-changing request (kills record their own, per run).
-pub fn record_request(core: &mut Main, peer: AdminPeer, req: &AdminRequest) {
-    let by = format!("by uid {}", peer.uid);
+/// The audit entry of a state-changing request (kills record their own, per run); `by`
+/// names who asked (" by uid N"), or is empty when `Main::event` adds an API name.
+pub fn record_request(core: &mut Main, by: &str, req: &AdminRequest) {
     let (kind, job, message) = match req {
         AdminRequest::RunNow { job, targets: None } => (
             "run_requested",
             Some(job),
-            format!("manual run requested {by}"),
+            format!("manual run requested{by}"),
         ),
         AdminRequest::RunNow {
             job,
@@ -112,18 +110,18 @@ pub fn record_request(core: &mut Main, peer: AdminPeer, req: &AdminRequest) {
         } => (
             "run_requested",
             Some(job),
-            format!("manual run on {} requested {by}", targets.join(", ")),
+            format!("manual run on {} requested{by}", targets.join(", ")),
         ),
         AdminRequest::Reload => (
             "reload_requested",
             None,
-            format!("configuration reload requested {by}"),
+            format!("configuration reload requested{by}"),
         ),
         AdminRequest::DeployWrapper { target } => (
             "wrapper_deploy_requested",
             None,
             format!(
-                "wrapper deployment to {} requested {by}",
+                "wrapper deployment to {} requested{by}",
                 target.as_deref().unwrap_or("*")
             ),
         ),

@@ -15,7 +15,7 @@
 //! Every answer goes out through `respond` (or `failure`), as one `AdminResponse` shape
 //! per question that the caller renders.
 
-mod daemon;
+pub mod daemon;
 mod jobs;
 pub mod live;
 pub mod maintenance;
@@ -90,7 +90,7 @@ pub fn handle_from(
     req: AdminRequest,
 ) {
     role.core.actor = Some(peer.uid);
-    daemon::record_request(&mut role.core, peer, &req);
+    daemon::record_request(&mut role.core, &format!(" by uid {}", peer.uid), &req);
     handle(role, ctx, call, req);
     role.core.actor = None;
 }
