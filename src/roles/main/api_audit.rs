@@ -1,7 +1,7 @@
 //! Requests from the HTTP API and `/ws` with the identity behind them
 //! (`HubRequest::AdminBy`, names like `api:alice`; the hub checked the role).
 //!
-//! While one is handled, `Main::actor_name` holds the name, so every audit event it
+//! While one is handled, `Main::actor` holds the name, so every audit event it
 //! causes (runs requested, kills, maintenance changes) says who, as the admin socket's
 //! requests carry their peer's uid.
 
@@ -17,8 +17,8 @@ pub fn handle_by(
     who: String,
     req: AdminRequest,
 ) {
-    role.core.actor_name = Some(who);
+    role.core.actor.name = Some(who);
     super::requests::daemon::record_request(&mut role.core, "", &req);
     super::requests::handle(role, ctx, call, req);
-    role.core.actor_name = None;
+    role.core.actor.name = None;
 }

@@ -34,11 +34,11 @@ impl Main {
                 job: job.map(str::to_string),
                 run,
                 machine: machine.map(str::to_string),
-                message: match &self.actor_name {
+                message: match &self.actor.name {
                     Some(who) => format!("{message} (by {who})"),
                     None => message,
                 },
-                uid: self.actor,
+                uid: self.actor.uid,
             }),
             DbWait::Write("an event"),
         );

@@ -301,7 +301,7 @@ pub fn tick(core: &mut Main, now: DateTime<Utc>) {
             }
         }
         log::info!("{job}: the pause has ended; the job runs again");
-        let actor = core.actor.take();
+        let actor = std::mem::take(&mut core.actor);
         core.event(
             "job_control",
             Some(job),
@@ -336,7 +336,7 @@ pub fn request(core: &mut Main, call: CallId, change: JobControl) {
         fail(core, AdminFailure::NotFound(format!("no job named {job}")));
         return;
     }
-    let by = core.actor;
+    let by = core.actor.uid;
     let entry = core.jobctl.state.jobs.entry(job.clone()).or_default();
     let note = match change {
         JobControl::Show => None,

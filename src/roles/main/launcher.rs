@@ -18,6 +18,8 @@ pub struct Launcher {
     pub wrapper_hash: Option<String>,
     /// Measured salt launch latency (the pre-staging lead follows it).
     pub launch_latency: Duration,
+    /// `#sha256=HEX` of the hub's certificate, for wrappers to pin (`None`: `tls: false`).
+    pub wrapper_pin: Option<String>,
 }
 
 impl Default for Launcher {
@@ -26,6 +28,7 @@ impl Default for Launcher {
             deployed: HashMap::new(),
             wrapper_hash: None,
             launch_latency: Duration::from_secs(2),
+            wrapper_pin: None,
         }
     }
 }
@@ -54,7 +57,7 @@ impl Main {
         } else {
             format!("{host}:{}", self.daemon.wrapper_port)
         };
-        match &self.wrapper_pin {
+        match &self.launcher.wrapper_pin {
             Some(pin) => format!(
                 "wss://{authority}{}{pin}",
                 crate::wire::wrapper::WRAPPER_PATH

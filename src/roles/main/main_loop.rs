@@ -239,14 +239,15 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
                 started_at: now.timestamp_millis(),
                 ..Default::default()
             },
-            wrapper_pin,
-            actor_name: None,
-            launcher: launcher::Launcher::default(),
+            launcher: launcher::Launcher {
+                wrapper_pin,
+                ..Default::default()
+            },
             storage: super::Storage {
                 db_trouble: None,
                 db_trouble_since: Instant::now(),
             },
-            actor: None,
+            actor: super::Actor::default(),
             views: super::Views::default(),
             runtime_maintenance: maintenance::RuntimeMaintenance::default(),
             boot: boot::Boot::default(),

@@ -137,16 +137,12 @@ pub struct Main {
     scheduler: Scheduler,
     /// This daemon: its processes, start time and ports.
     pub daemon: DaemonInfo,
-    /// `#sha256=HEX` of the hub's certificate, for wrappers to pin (`None`: `tls: false`).
-    pub wrapper_pin: Option<String>,
-    /// The API identity (`api:NAME`) whose request is being handled (audit events).
-    pub actor_name: Option<String>,
     /// Wrapper deployments and the pre-staging lead.
     pub launcher: launcher::Launcher,
     /// Whether the database stores.
     pub storage: Storage,
-    /// The uid of the operator whose admin request is being handled (audit events).
-    pub actor: Option<u32>,
+    /// Who is behind the request being handled, for audit events.
+    pub actor: Actor,
     /// What operators watch: streaming admin calls, the dashboard's views and `/metrics`.
     pub views: Views,
     /// Maintenance set with `saltpeterctl maintenance` (persisted in db).
@@ -201,6 +197,14 @@ pub struct Storage {
     pub db_trouble: Option<String>,
     /// When the database last refused a write.
     db_trouble_since: Instant,
+}
+
+/// Who is behind the request being handled: an admin socket peer's uid, or an API
+/// identity (`api:NAME`).
+#[derive(Default)]
+pub struct Actor {
+    pub uid: Option<u32>,
+    pub name: Option<String>,
 }
 
 /// What operators watch.

@@ -171,7 +171,7 @@ pub fn change(core: &mut Main, call: CallId, change: MaintenanceChange) {
     let effective_before = effective(&core.config.maintenance, &before);
     core.runtime_maintenance = runtime;
     let effective_after = effective(&core.config.maintenance, &core.runtime_maintenance);
-    let by = core.actor_name.clone();
+    let by = core.actor.name.clone();
     let by = by.as_deref().unwrap_or("saltpeterctl");
     record_changes(core, &effective_before, &effective_after, by);
     core.db_call(
@@ -241,7 +241,7 @@ fn record_changes(core: &mut Main, before: &Maintenance, after: &Maintenance, by
                 machine,
                 message,
                 // The operator, when an admin request caused it.
-                uid: core.actor,
+                uid: core.actor.uid,
             }),
             DbWait::Write("a maintenance event"),
         );

@@ -89,10 +89,10 @@ pub fn handle_from(
     peer: AdminPeer,
     req: AdminRequest,
 ) {
-    role.core.actor = Some(peer.uid);
+    role.core.actor.uid = Some(peer.uid);
     daemon::record_request(&mut role.core, &format!(" by uid {}", peer.uid), &req);
     handle(role, ctx, call, req);
-    role.core.actor = None;
+    role.core.actor.uid = None;
 }
 
 pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: AdminRequest) {
