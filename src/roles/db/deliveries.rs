@@ -14,7 +14,7 @@
 
 use rusqlite::params;
 
-use super::store::{Op, Store, StoreError, from_db, parse_name, sql_error, to_db};
+use super::store::{Op, Select, Store, StoreError, from_db, parse_name, sql_error, to_db};
 use crate::wire::notify::{
     DeliveryAttempt, DeliveryFilter, DeliveryRecord, DeliveryState, DueDeliveries, DueDelivery,
     NewDelivery, Outgoing,
@@ -246,27 +246,22 @@ impl Store {
         filter: &DeliveryFilter,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
         let op = Op::ReadDeliveries;
-        let mut sql = format!("SELECT {COLUMNS} FROM deliveries WHERE 1 = 1");
-        let mut args: Vec<rusqlite::types::Value> = Vec::new();
-        let mut add = |clause: &str, value: rusqlite::types::Value| {
-            args.push(value);
-            sql.push_str(&format!(" AND {clause} ?{}", args.len()));
-        };
+        let mut q = Select::new(format!("SELECT {COLUMNS} FROM deliveries"));
         if let Some(job) = &filter.job {
-            add("job =", job.clone().into());
+            q.and("job =", job.clone().into());
         }
         if let Some(run) = filter.run {
-            add("run_id =", to_db(op, "run id", run)?.into());
+            q.and("run_id =", to_db(op, "run id", run)?.into());
         }
         if let Some(state) = filter.state {
-            add("state =", state.as_str().to_string().into());
+            q.and("state =", state.as_str().to_string().into());
         }
-        sql.push_str(" ORDER BY id DESC");
+        q.sql.push_str(" ORDER BY id DESC");
         let limit = filter.limit.unwrap_or(100).min(10_000);
-        sql.push_str(&format!(" LIMIT {limit}"));
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(sql_error(op))?;
+        q.sql.push_str(&format!(" LIMIT {limit}"));
+        let mut stmt = self.conn.prepare_cached(&q.sql).map_err(sql_error(op))?;
         let rows = stmt
-            .query_map(rusqlite::params_from_iter(args), |row| {
+            .query_map(rusqlite::params_from_iter(q.args), |row| {
                 Ok((
                     row.get::<_, i64>(0)?,
                     row.get::<_, String>(1)?,

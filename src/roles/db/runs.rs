@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
-use super::store::{Op, Store, StoreError, from_db, parse_name, sql_error, to_db};
+use super::store::{Op, Select, Store, StoreError, from_db, parse_name, sql_error, to_db};
 use crate::wire::db::{
     NewRun, PruneOutcome, Retention, RunFilter, RunUpdate, TargetDetail, TargetUpdate,
 };
@@ -274,32 +274,28 @@ impl Store {
     /// Runs matching `filter`, newest first, with their targets.
     pub fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
         let op = Op::ReadRuns;
-        let mut sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1");
-        let mut args: Vec<Value> = Vec::new();
-        let mut add = |clause: &str, value: Value| {
-            args.push(value);
-            sql.push_str(&format!(" AND {clause} ?{}", args.len()));
-        };
+        let mut q = Select::new(format!("SELECT {RUN_COLUMNS} FROM runs"));
         if let Some(job) = &filter.job {
-            add("job =", job.clone().into());
+            q.and("job =", job.clone().into());
         }
         if let Some(state) = filter.state {
-            add("state =", state.as_str().to_string().into());
+            q.and("state =", state.as_str().to_string().into());
         }
         if let Some(since) = filter.since {
-            add("created >=", since.into());
+            q.and("created >=", since.into());
         }
         if let Some(until) = filter.until {
-            add("created <=", until.into());
+            q.and("created <=", until.into());
         }
         if let Some(before) = filter.before_id {
-            add("id <", to_db(op, "run id", before)?.into());
+            q.and("id <", to_db(op, "run id", before)?.into());
         }
-        sql.push_str(" ORDER BY id DESC");
+        q.sql.push_str(" ORDER BY id DESC");
         if let Some(limit) = filter.limit {
-            sql.push_str(&format!(" LIMIT {}", to_db(op, "limit", limit as u64)?));
+            q.sql
+                .push_str(&format!(" LIMIT {}", to_db(op, "limit", limit as u64)?));
         }
-        self.query_runs(&sql, args)
+        self.query_runs(&q.sql, q.args)
     }
 
     /// The newest run of every job that has one.

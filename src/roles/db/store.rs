@@ -26,6 +26,30 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::schema;
+
+/// A SELECT whose WHERE clause grows with the filter's set fields, each value bound as a
+/// parameter (never spliced into the text).
+pub(super) struct Select {
+    pub sql: String,
+    pub args: Vec<rusqlite::types::Value>,
+}
+
+impl Select {
+    /// `head` is the statement up to its WHERE clause.
+    pub fn new(head: String) -> Select {
+        Select {
+            sql: format!("{head} WHERE 1 = 1"),
+            args: Vec::new(),
+        }
+    }
+
+    /// `AND clause ?N`, with `value` as parameter N.
+    pub fn and(&mut self, clause: &str, value: rusqlite::types::Value) {
+        self.args.push(value);
+        self.sql
+            .push_str(&format!(" AND {clause} ?{}", self.args.len()));
+    }
+}
 use crate::wire::db::{EventFilter, EventRecord, NewEvent};
 use crate::wire::records::Millis;
 
@@ -364,36 +388,32 @@ impl Store {
     /// Events matching `filter`, newest first.
     pub fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
         let op = Op::ReadEvents;
-        let mut sql = String::from(
-            "SELECT id, at, kind, job, run_id, machine, message, uid FROM events WHERE 1 = 1",
+        let mut q = Select::new(
+            "SELECT id, at, kind, job, run_id, machine, message, uid FROM events".to_string(),
         );
-        let mut args: Vec<rusqlite::types::Value> = Vec::new();
-        let mut add = |clause: &str, value: rusqlite::types::Value| {
-            args.push(value);
-            sql.push_str(&format!(" AND {clause} ?{}", args.len()));
-        };
         if let Some(job) = &filter.job {
-            add("job =", job.clone().into());
+            q.and("job =", job.clone().into());
         }
         if let Some(run) = filter.run {
-            add("run_id =", to_db(op, "run id", run)?.into());
+            q.and("run_id =", to_db(op, "run id", run)?.into());
         }
         if let Some(kind) = &filter.kind {
-            add("kind =", kind.clone().into());
+            q.and("kind =", kind.clone().into());
         }
         if let Some(since) = filter.since {
-            add("at >=", since.into());
+            q.and("at >=", since.into());
         }
         if let Some(before) = filter.before_id {
-            add("id <", to_db(op, "event id", before)?.into());
+            q.and("id <", to_db(op, "event id", before)?.into());
         }
-        sql.push_str(" ORDER BY id DESC");
+        q.sql.push_str(" ORDER BY id DESC");
         if let Some(limit) = filter.limit {
-            sql.push_str(&format!(" LIMIT {}", to_db(op, "limit", limit as u64)?));
+            q.sql
+                .push_str(&format!(" LIMIT {}", to_db(op, "limit", limit as u64)?));
         }
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(sql_error(op))?;
+        let mut stmt = self.conn.prepare_cached(&q.sql).map_err(sql_error(op))?;
         let rows = stmt
-            .query_map(rusqlite::params_from_iter(args), |row| {
+            .query_map(rusqlite::params_from_iter(q.args), |row| {
                 Ok((
                     row.get::<_, i64>(0)?,
                     row.get::<_, Option<i64>>(4)?,
