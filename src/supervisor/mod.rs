@@ -284,15 +284,19 @@ impl Listener<Supervisor> for ExitWatch {
         slot.status = Some(status);
         slot.control = None;
         let was_ready = slot.ready;
+        let bad_start = !was_ready && status.code() == Some(EXIT_BAD_CONFIG);
         match sup.phase {
-            Phase::Stopping { .. } => log::info!("{role} process stopped ({status})"),
+            Phase::Stopping { .. } => {
+                log::info!("{role} process stopped ({status})");
+                // A child that found its start files unusable decides the exit code even
+                // when a sibling went down first (it saw that child's link close).
+                if bad_start {
+                    sup.exit_code = EXIT_BAD_CONFIG;
+                }
+            }
             _ => {
                 log::error!("the {role} process exited unexpectedly ({status}); stopping");
-                sup.exit_code = if !was_ready && status.code() == Some(EXIT_BAD_CONFIG) {
-                    EXIT_BAD_CONFIG
-                } else {
-                    1
-                };
+                sup.exit_code = if bad_start { EXIT_BAD_CONFIG } else { 1 };
                 begin_stop(sup, ctx);
             }
         }
