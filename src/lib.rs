@@ -20,6 +20,7 @@
 //! - `logging`: log set-up, the role on every line
 //! - `json`: the JSON shapes of `saltpeterctl --json`, the HTTP API and `/ws`, role-free
 //! - `metrics`: histograms and the Prometheus text format for `/metrics`
+//! - `minion_key`: wrapper identity from Salt's keys (signed challenges, accepted keys)
 //! - `paths`: where the configuration, state and runtime files live
 //! - `roles`: the four child processes (hub, main, db, blocking)
 //! - `schedule`: cron fields and when a job fires, as pure functions of `now`
@@ -38,6 +39,7 @@ pub mod ipc;
 pub mod json;
 pub mod logging;
 pub mod metrics;
+pub mod minion_key;
 pub mod notify;
 pub mod paths;
 pub mod roles;

@@ -1,0 +1,290 @@
+//! Wrapper identity from Salt's own keys.
+//!
+//! A wrapper started through Salt proves it runs on minion X by signing a fresh challenge
+//! from the hub with X's Salt private key (`pki_dir/minion.pem` on the minion); the
+//! daemon verifies the signature with the public key the master has *accepted* for X
+//! (`pki_dir/minions/X` of the master). So nothing secret travels through Salt (the
+//! publish carries the server URL and the run id only), a reconnect signs a new
+//! challenge, and a captured proof is worth nothing for another connection.
+//!
+//! Signatures are RSA PKCS#1 v1.5 with SHA-256 (ring), over [`proof_message`]: a domain
+//! tag, the challenge, the run and the minion id, so a proof for one (run, minion) is not
+//! a proof for another. Salt writes PEM files: private keys as `RSA PRIVATE KEY` (PKCS#1)
+//! or `PRIVATE KEY` (PKCS#8), public keys as `PUBLIC KEY` (SubjectPublicKeyInfo) or `RSA
+//! PUBLIC KEY` (PKCS#1); the small PEM and DER readers below take all four. Pure
+//! functions over bytes, tested without files.
+
+use std::path::{Path, PathBuf};
+
+use ring::rand::SystemRandom;
+use ring::signature::{self, RsaKeyPair};
+
+/// Domain tag of the signed message (a signature for anything else never matches).
+const PROOF_DOMAIN: &[u8] = b"saltpeter-minion-proof-v1";
+/// Bytes of a challenge.
+pub const CHALLENGE_BYTES: usize = 32;
+/// Largest key file read (Salt's 4096-bit PEM keys are about 3.3 KiB).
+const MAX_KEY_FILE: u64 = 64 * 1024;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KeyError {
+    #[error("could not read key file {path}: {reason}")]
+    Read { path: PathBuf, reason: String },
+    #[error("key file {path} holds no PEM block this reader knows ({reason})")]
+    Pem { path: PathBuf, reason: String },
+    #[error("key file {path} is not a usable RSA key: {reason}")]
+    Key { path: PathBuf, reason: String },
+    #[error("signing failed: {0}")]
+    Sign(String),
+    #[error("minion id {0:?} cannot name a key file")]
+    BadMinionId(String),
+}
+
+/// The bytes a wrapper signs: domain, challenge (hex as sent), run and minion id, each
+/// separated by a NUL so no field can run into the next.
+pub fn proof_message(challenge: &str, run: u64, minion: &str) -> Vec<u8> {
+    let mut msg = Vec::with_capacity(PROOF_DOMAIN.len() + challenge.len() + minion.len() + 24);
+    msg.extend_from_slice(PROOF_DOMAIN);
+    msg.push(0);
+    msg.extend_from_slice(challenge.as_bytes());
+    msg.push(0);
+    msg.extend_from_slice(run.to_string().as_bytes());
+    msg.push(0);
+    msg.extend_from_slice(minion.as_bytes());
+    msg
+}
+
+/// A fresh random challenge, as hex.
+pub fn new_challenge() -> String {
+    let bytes: [u8; CHALLENGE_BYTES] = rand::random();
+    to_hex(&bytes)
+}
+
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn read_small(path: &Path) -> Result<Vec<u8>, KeyError> {
+    use std::io::Read;
+    let read_err = |reason: String| KeyError::Read {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let file = std::fs::File::open(path).map_err(|e| read_err(e.to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_KEY_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| read_err(e.to_string()))?;
+    if bytes.len() as u64 > MAX_KEY_FILE {
+        return Err(read_err(format!("larger than {MAX_KEY_FILE} bytes")));
+    }
+    Ok(bytes)
+}
+
+/// Sign the proof for (challenge, run, minion) with the private key in `key_file`.
+pub fn sign_proof(
+    key_file: &Path,
+    challenge: &str,
+    run: u64,
+    minion: &str,
+) -> Result<String, KeyError> {
+    let pem = read_small(key_file)?;
+    let pem_err = |reason: String| KeyError::Pem {
+        path: key_file.to_path_buf(),
+        reason,
+    };
+    let (label, der) = pem_block(&pem).map_err(pem_err)?;
+    let key_err = |reason: String| KeyError::Key {
+        path: key_file.to_path_buf(),
+        reason,
+    };
+    let pair = match label.as_str() {
+        "RSA PRIVATE KEY" => RsaKeyPair::from_der(&der),
+        "PRIVATE KEY" => RsaKeyPair::from_pkcs8(&der),
+        other => return Err(key_err(format!("a {other} block is not a private key"))),
+    }
+    .map_err(|e| key_err(e.to_string()))?;
+    let msg = proof_message(challenge, run, minion);
+    let mut sig = vec![0u8; pair.public().modulus_len()];
+    pair.sign(
+        &signature::RSA_PKCS1_SHA256,
+        &SystemRandom::new(),
+        &msg,
+        &mut sig,
+    )
+    .map_err(|e| KeyError::Sign(e.to_string()))?;
+    Ok(to_hex(&sig))
+}
+
+/// The accepted public key of `minion` under the master's pki dir: `DIR/minions/ID`.
+/// Only keys the master has accepted live there (pending, rejected and denied keys have
+/// directories of their own).
+pub fn accepted_key_path(master_pki_dir: &Path, minion: &str) -> Result<PathBuf, KeyError> {
+    let usable = !minion.is_empty()
+        && minion != "."
+        && minion != ".."
+        && minion.len() <= 255
+        && !minion.contains('/')
+        && !minion.chars().any(char::is_control);
+    if !usable {
+        return Err(KeyError::BadMinionId(minion.to_string()));
+    }
+    Ok(master_pki_dir.join("minions").join(minion))
+}
+
+/// Check a proof (hex signature) against the PEM public key in `pem`.
+pub fn verify_proof(
+    pem: &[u8],
+    challenge: &str,
+    run: u64,
+    minion: &str,
+    signature_hex: &str,
+) -> Result<bool, String> {
+    let (label, der) = pem_block(pem)?;
+    let rsa_public = match label.as_str() {
+        "PUBLIC KEY" => spki_rsa_key(&der)?,
+        "RSA PUBLIC KEY" => der,
+        other => return Err(format!("a {other} block is not a public key")),
+    };
+    let Some(sig) = from_hex(signature_hex) else {
+        return Ok(false);
+    };
+    let key = signature::UnparsedPublicKey::new(&signature::RSA_PKCS1_2048_8192_SHA256, rsa_public);
+    Ok(key
+        .verify(&proof_message(challenge, run, minion), &sig)
+        .is_ok())
+}
+
+/// Read and check: the shell around [`verify_proof`] for a key file.
+pub fn verify_with_file(
+    key_file: &Path,
+    challenge: &str,
+    run: u64,
+    minion: &str,
+    signature_hex: &str,
+) -> Result<bool, KeyError> {
+    let pem = read_small(key_file)?;
+    verify_proof(&pem, challenge, run, minion, signature_hex).map_err(|reason| KeyError::Key {
+        path: key_file.to_path_buf(),
+        reason,
+    })
+}
+
+/// The first PEM block: its label and decoded bytes.
+pub fn pem_block(text: &[u8]) -> Result<(String, Vec<u8>), String> {
+    let text = std::str::from_utf8(text).map_err(|_| "not text".to_string())?;
+    let mut lines = text.lines().map(str::trim);
+    let label = lines
+        .by_ref()
+        .find_map(|l| {
+            l.strip_prefix("-----BEGIN ")
+                .and_then(|rest| rest.strip_suffix("-----"))
+        })
+        .ok_or_else(|| "no -----BEGIN line".to_string())?
+        .to_string();
+    let end = format!("-----END {label}-----");
+    let mut body = String::new();
+    let mut ended = false;
+    for line in lines {
+        if line == end {
+            ended = true;
+            break;
+        }
+        if line.contains(':') {
+            continue; // RFC 1421 headers (Proc-Type, DEK-Info) of old encrypted keys
+        }
+        body.push_str(line);
+    }
+    if !ended {
+        return Err(format!("no {end} line"));
+    }
+    let der = base64_decode(&body).ok_or_else(|| format!("the {label} block is not base64"))?;
+    Ok((label, der))
+}
+
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let bytes = text.trim_end_matches('=').as_bytes();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        if chunk.len() == 1 {
+            return None;
+        }
+        let mut acc = 0u32;
+        for (i, c) in chunk.iter().enumerate() {
+            acc |= value(*c)? << (18 - 6 * i);
+        }
+        out.push((acc >> 16) as u8);
+        if chunk.len() > 2 {
+            out.push((acc >> 8) as u8);
+        }
+        if chunk.len() > 3 {
+            out.push(acc as u8);
+        }
+    }
+    Some(out)
+}
+
+/// One DER element at the start of `input`: (tag, contents, rest).
+fn der_element(input: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
+    let short = || "truncated DER".to_string();
+    let (&tag, rest) = input.split_first().ok_or_else(short)?;
+    let (&first, mut rest) = rest.split_first().ok_or_else(short)?;
+    let len = if first < 0x80 {
+        first as usize
+    } else {
+        let n = (first & 0x7f) as usize;
+        if n == 0 || n > 4 || rest.len() < n {
+            return Err("bad DER length".into());
+        }
+        let len = rest[..n].iter().fold(0usize, |acc, b| (acc << 8) | *b as usize);
+        rest = &rest[n..];
+        len
+    };
+    if rest.len() < len {
+        return Err(short());
+    }
+    Ok((tag, &rest[..len], &rest[len..]))
+}
+
+/// The RSAPublicKey inside a SubjectPublicKeyInfo, after checking it is an RSA key.
+fn spki_rsa_key(spki: &[u8]) -> Result<Vec<u8>, String> {
+    /// DER of the OID 1.2.840.113549.1.1.1 (rsaEncryption).
+    const RSA_OID: &[u8] = &[0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+    let (tag, body, _) = der_element(spki)?;
+    if tag != 0x30 {
+        return Err("SubjectPublicKeyInfo is not a SEQUENCE".into());
+    }
+    let (tag, algorithm, rest) = der_element(body)?;
+    if tag != 0x30 || !algorithm.starts_with(RSA_OID) {
+        return Err("the public key is not an RSA key".into());
+    }
+    let (tag, bits, _) = der_element(rest)?;
+    match (tag, bits.split_first()) {
+        (0x03, Some((0, key))) => Ok(key.to_vec()),
+        _ => Err("SubjectPublicKeyInfo has no key BIT STRING".into()),
+    }
+}
+
+#[cfg(test)]
+#[path = "minion_key_tests.rs"]
+mod tests;
