@@ -142,6 +142,32 @@ pub fn accepted_key_path(master_pki_dir: &Path, minion: &str) -> Result<PathBuf,
     Ok(master_pki_dir.join("minions").join(minion))
 }
 
+/// The master's pki directory as its configuration `DIR/master` says (`pki_dir`, under
+/// `root_dir` as Salt places it), else Salt's default `/etc/salt/pki/master`. A missing
+/// or unreadable file gives the default: the key lookup then names the path it tried.
+pub fn master_pki_dir(salt_config_dir: &Path) -> PathBuf {
+    #[derive(serde::Deserialize)]
+    struct MasterConfig {
+        pki_dir: Option<String>,
+        root_dir: Option<String>,
+    }
+    let config = std::fs::read_to_string(salt_config_dir.join("master"))
+        .ok()
+        .and_then(|text| serde_saphyr::from_str::<MasterConfig>(&text).ok());
+    let (pki_dir, root_dir) = match config {
+        Some(c) => (c.pki_dir, c.root_dir),
+        None => (None, None),
+    };
+    let pki_dir = PathBuf::from(pki_dir.unwrap_or_else(|| "/etc/salt/pki/master".into()));
+    match root_dir.map(PathBuf::from) {
+        // Salt prepends root_dir to paths that are not already below it.
+        Some(root) if root != Path::new("/") && !pki_dir.starts_with(&root) => {
+            root.join(pki_dir.strip_prefix("/").unwrap_or(&pki_dir))
+        }
+        _ => pki_dir,
+    }
+}
+
 /// Check a proof (hex signature) against the PEM public key in `pem`.
 pub fn verify_proof(
     pem: &[u8],

@@ -77,6 +77,9 @@ pub struct SaltpeterConfig {
     pub runtime_dir: Option<PathBuf>,
     pub salt_config_dir: PathBuf,
     pub salt_bin: Option<PathBuf>,
+    /// The master's pki directory (accepted minion keys under `minions/`); default: the
+    /// master configuration's `pki_dir`, else `/etc/salt/pki/master`.
+    pub salt_pki_dir: Option<PathBuf>,
     pub api_token: Option<Secret>,
     /// `api_tokens`: named identities with roles (config/identities.rs).
     pub api_tokens: Vec<super::ApiIdentity>,
@@ -153,6 +156,7 @@ impl Default for SaltpeterConfig {
             runtime_dir: None,
             salt_config_dir: PathBuf::from("/etc/salt"),
             salt_bin: None,
+            salt_pki_dir: None,
             api_token: None,
             api_tokens: Vec::new(),
             tls_cert: None,
@@ -240,6 +244,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "runtime_dir",
     "salt_config_dir",
     "salt_bin",
+    "salt_pki_dir",
     "api_token",
     "api_tokens",
     "tls_cert",
@@ -343,6 +348,7 @@ impl SaltpeterConfig {
                 self.salt_config_dir = PathBuf::from(values::non_empty_string(node)?);
             }
             "salt_bin" => self.salt_bin = path(node)?,
+            "salt_pki_dir" => self.salt_pki_dir = path(node)?,
             "api_token" => self.api_token = values::optional_string(node)?.map(Secret),
             "api_tokens" => self.api_tokens = super::identities::read_api_tokens(node)?,
             "tls_cert" => self.tls_cert = path(node)?,

@@ -117,9 +117,18 @@ pub struct WrapperHello {
     pub machine: String,
     pub token: Option<Redacted>,
     pub resume_key: Option<Redacted>,
+    /// The wrapper signed the hub's challenge with its minion key.
+    pub proof: Option<MinionProof>,
     pub resume_from: Option<u64>,
     pub wrapper_version: String,
     pub pid: u32,
+}
+
+/// A challenge the hub sent on a connection, and the wrapper's signature of it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MinionProof {
+    pub challenge: String,
+    pub signature: String,
 }
 
 /// Main's answer to a `WrapperHello`.
@@ -202,11 +211,13 @@ pub enum ExecutorKind {
     Local,
 }
 
-/// One wrapper to start: the machine and the four variables that travel to it.
+/// One wrapper to start. Through Salt nothing secret travels (the wrapper proves the
+/// machine with its minion key); the local executor's single-use launch token goes to the
+/// wrapper in a 0600 file, never on a command line or in an environment.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LaunchTarget {
     pub machine: String,
-    pub env: Vec<(String, String)>,
+    pub token: Option<Redacted>,
 }
 
 /// How the blocking process calls salt (from `saltpeter_config`, sent with each request
@@ -228,6 +239,9 @@ pub enum BlockingRequest {
     Launch {
         executor: ExecutorKind,
         wrapper_path: String,
+        run: RunId,
+        /// The wrapper URL (`SP_URL`).
+        url: String,
         targets: Vec<LaunchTarget>,
         salt: Option<SaltSettings>,
     },
@@ -271,6 +285,9 @@ pub struct Resolution {
 pub struct LaunchOutcome {
     pub machine: String,
     pub result: Result<(), String>,
+    /// Salt published the launch but the minion did not return: its wrapper may still
+    /// call back; if it never does, this is Salt's word for the record.
+    pub silent: Option<String>,
 }
 
 /// Blocking -> main replies.

@@ -19,6 +19,14 @@ pub const ENV_URL: &str = "SP_URL";
 pub const ENV_RUN: &str = "SP_RUN";
 pub const ENV_MACHINE: &str = "SP_MACHINE";
 pub const ENV_TOKEN: &str = "SP_TOKEN";
+/// A 0600 file holding the launch token (local executor): the wrapper reads it, deletes
+/// it and keeps the token in memory only, so it is on no command line and in no
+/// environment.
+pub const ENV_TOKEN_FILE: &str = "SP_TOKEN_FILE";
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
 
 /// Messages from the wrapper to the server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,9 +40,18 @@ pub enum WrapperMsg {
         token: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         resume_key: Option<String>,
+        /// Prove the machine with its Salt minion key: the server answers `challenge`,
+        /// the wrapper signs it (`proof`). Neither token nor resume key is sent.
+        #[serde(default, skip_serializing_if = "is_false")]
+        minion_key: bool,
         wrapper_version: String,
         pid: u32,
         resume_from: Option<u64>,
+    },
+    /// The `challenge` signed with the minion's Salt key (hex, RSA PKCS#1 v1.5 SHA-256 over
+    /// `crate::minion_key::proof_message`).
+    Proof {
+        signature: String,
     },
     Started {
         pid: u32,
@@ -89,6 +106,10 @@ pub struct JobSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerMsg {
+    /// Answer to a `hello` with `minion_key`: sign this (hex, fresh per connection).
+    Challenge {
+        nonce: String,
+    },
     Welcome {
         job: JobSpec,
         resume_key: String,

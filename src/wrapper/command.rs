@@ -16,7 +16,7 @@ use mio::unix::pipe::Receiver;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::{Gid, Pid, Uid, User};
 
-use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL, JobSpec};
+use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL, JobSpec};
 
 /// A started command: the child, its process group and its two output pipes.
 pub struct Spawned {
@@ -77,7 +77,7 @@ pub fn command_env(
 ) -> Vec<(OsString, OsString)> {
     let mut env: Vec<(OsString, OsString)> = base
         .into_iter()
-        .filter(|(k, _)| k != ENV_TOKEN && k != ENV_URL)
+        .filter(|(k, _)| k != ENV_TOKEN && k != ENV_TOKEN_FILE && k != ENV_URL)
         .collect();
     let mut set = |k: &str, v: &str| {
         env.retain(|(ek, _)| ek != k);

@@ -2,8 +2,10 @@
 //! (ARCHITECTURE.md section 7, PROTOCOLS.md section 1).
 //!
 //! Outline:
-//! 1. `settings`: validate `SP_URL`, `SP_RUN`, `SP_MACHINE`, `SP_TOKEN`; the token is
-//!    then removed from the environment and kept in memory only.
+//! 1. `settings`: validate `SP_URL`, `SP_RUN` and the identity: through Salt, the minion
+//!    id and key file on the command line (the hub's challenge is signed with the key);
+//!    locally, `SP_MACHINE` and the launch token from `SP_TOKEN_FILE` (read, then deleted)
+//!    or `SP_TOKEN`; the token is then removed from the environment and kept in memory only.
 //! 2. `daemon`: with `--daemonize`, fork/setsid/fork so Salt returns at once; logging.
 //! 3. `session`: one thread, one mio loop: the hub link (`link`), the running command
 //!    (`running`, started by `command`), SIGCHLD/SIGTERM, and timers (heartbeat, kill grace, timeout,
@@ -38,11 +40,11 @@ pub use outbuf::Limits;
 pub use patience::MAX_STAGE_GRACE;
 pub use session::run;
 pub use settings::{
-    DEFAULT_GIVE_UP, ENV_STAGE_GRACE, HubUrl, Options, Settings, parse_hub_url, settings_from_env,
-    stage_grace,
+    Credential, DEFAULT_GIVE_UP, ENV_STAGE_GRACE, HubUrl, Minion, Options, Settings,
+    parse_hub_url, settings_from_env, stage_grace, take_token_file,
 };
 
-use crate::wire::wrapper::{ENV_TOKEN, RejectCode};
+use crate::wire::wrapper::{ENV_TOKEN, ENV_TOKEN_FILE, RejectCode};
 
 /// Everything that can end the wrapper with an error.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +80,8 @@ pub enum WrapperError {
     },
     #[error("stopped by signal {0} before the run finished")]
     Terminated(i32),
+    #[error("could not prove this minion to the hub: {0}")]
+    MinionKey(crate::minion_key::KeyError),
 }
 
 impl WrapperError {
@@ -89,7 +93,8 @@ impl WrapperError {
             WrapperError::MissingEnv(_)
             | WrapperError::InvalidEnv { .. }
             | WrapperError::LogFile { .. }
-            | WrapperError::Daemonize { .. } => 1,
+            | WrapperError::Daemonize { .. }
+            | WrapperError::MinionKey(_) => 1,
             WrapperError::Rejected { .. } => 2,
             WrapperError::GaveUp(_) | WrapperError::NotStarted { .. } => 3,
             WrapperError::Terminated(_) => 4,
@@ -120,15 +125,42 @@ pub struct Args {
     /// else 120).
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=120))]
     pub stage_grace: Option<u64>,
+    /// Started through Salt on this minion (rendered by Salt from `opts['id']`): the
+    /// wrapper proves it with the minion's key instead of a token.
+    #[arg(long, value_name = "ID", requires = "minion_key")]
+    pub minion_id: Option<String>,
+    /// The minion's Salt private key (`pki_dir/minion.pem`), to sign the hub's challenge.
+    #[arg(long, value_name = "FILE", requires = "minion_id")]
+    pub minion_key: Option<PathBuf>,
 }
 
 /// The whole program: parse, validate, maybe daemonize, run; prints one line on error.
 pub fn main() -> ExitCode {
     let args = Args::parse();
-    let settings = match settings_from_env(
-        |name| std::env::var(name).ok(),
-        Duration::from_secs(args.give_up.max(1)),
-    ) {
+    let minion = match (&args.minion_id, &args.minion_key) {
+        (Some(id), Some(key)) => Some(Minion {
+            id: id.clone(),
+            key: key.clone(),
+        }),
+        _ => None,
+    };
+    // The local executor's token comes in a 0600 file, deleted once read.
+    let token_from_file = match std::env::var_os(ENV_TOKEN_FILE) {
+        Some(path) if minion.is_none() => match take_token_file(std::path::Path::new(&path)) {
+            Ok(token) => Some(token),
+            Err(e) => {
+                eprintln!("saltpeter-wrapper: {e}");
+                return ExitCode::from(e.exit_code());
+            }
+        },
+        _ => None,
+    };
+    let lookup = |name: &str| match (name, &token_from_file) {
+        (ENV_TOKEN, Some(token)) => Some(token.clone()),
+        _ => std::env::var(name).ok(),
+    };
+    let settings = match settings_from_env(lookup, Duration::from_secs(args.give_up.max(1)), minion)
+    {
         Ok(s) => s,
         Err(e) => {
             eprintln!("saltpeter-wrapper: {e}");
@@ -144,7 +176,10 @@ pub fn main() -> ExitCode {
     };
     // SAFETY: still single-threaded (nothing has spawned a thread yet), so no other
     // thread can read the environment concurrently.
-    unsafe { std::env::remove_var(ENV_TOKEN) };
+    unsafe {
+        std::env::remove_var(ENV_TOKEN);
+        std::env::remove_var(ENV_TOKEN_FILE);
+    }
 
     if args.daemonize
         && let Err(e) = daemon::daemonize(args.log.as_deref(), settings.run)

@@ -32,7 +32,7 @@ use super::link::{Link, LinkEvent};
 use super::outbuf::{OutputBuffer, SpoolFactory};
 use super::patience::Patience;
 use super::running::{Ended, RunFacts, Running, StartFailure};
-use super::settings::{Backoff, Options, Settings};
+use super::settings::{Backoff, Credential, Options, Settings};
 use super::spool::Spool;
 use crate::wire::wrapper::{ExitReason, JobSpec, PROTOCOL_VERSION, ServerMsg, Stream, WrapperMsg};
 
@@ -59,6 +59,8 @@ enum Phase {
 struct Session {
     settings: Settings,
     token: Option<String>,
+    /// Salt: the minion key that signs each connection's challenge.
+    minion_key: Option<std::path::PathBuf>,
     opts: Options,
     poll: Poll,
     signals: Signals,
@@ -102,7 +104,13 @@ impl Session {
         poll.registry()
             .register(&mut signals, SIGNALS, Interest::READABLE)
             .map_err(WrapperError::Poll)?;
-        let token = Some(std::mem::take(&mut settings.token));
+        let (token, minion_key) = match std::mem::replace(
+            &mut settings.credential,
+            Credential::Token(String::new()),
+        ) {
+            Credential::Token(token) => (Some(token), None),
+            Credential::MinionKey(key) => (None, Some(key)),
+        };
         let spool_factory: Option<SpoolFactory> = opts.spool_dir.clone().map(|dir| {
             let tag = settings.run.to_string();
             Box::new(move || {
@@ -118,6 +126,7 @@ impl Session {
         let now = Instant::now();
         Ok(Session {
             token,
+            minion_key,
             poll,
             signals,
             link: Link::new(WS, now),
@@ -283,13 +292,25 @@ impl Session {
 
     fn send_hello(&mut self, now: Instant) {
         log::info!("connected to {}", self.settings.hub.url);
-        let resuming = self.resume_key.is_some();
+        // A minion-key wrapper proves itself anew on every connection (a signature of a
+        // fresh challenge); a local one with its resume key once welcomed, else its token.
+        let by_key = self.minion_key.is_some();
+        let resuming = self.resume_key.is_some() || (by_key && self.job.is_some());
         let hello = WrapperMsg::Hello {
             v: PROTOCOL_VERSION,
             run: self.settings.run,
             machine: self.settings.machine.clone(),
-            token: if resuming { None } else { self.token.clone() },
-            resume_key: self.resume_key.clone(),
+            token: if resuming || by_key {
+                None
+            } else {
+                self.token.clone()
+            },
+            resume_key: if by_key {
+                None
+            } else {
+                self.resume_key.clone()
+            },
+            minion_key: by_key,
             wrapper_version: env!("CARGO_PKG_VERSION").to_string(),
             pid: std::process::id(),
             resume_from: resuming.then(|| self.out.acked()),

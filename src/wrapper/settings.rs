@@ -24,13 +24,22 @@ pub struct HubUrl {
     pub url: String,
 }
 
+/// How the wrapper proves which machine it runs on.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// A single-use launch token (local executor), kept in memory only.
+    Token(String),
+    /// Sign the hub's challenge with this Salt minion key (salt executor).
+    MinionKey(PathBuf),
+}
+
 /// The validated start-up environment. The token lives only here (in memory).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Settings {
     pub hub: HubUrl,
     pub run: u64,
     pub machine: String,
-    pub token: String,
+    pub credential: Credential,
     /// With no server contact at all for this long, kill the command and exit.
     pub give_up: Duration,
 }
@@ -50,10 +59,20 @@ impl std::fmt::Debug for Settings {
 /// Default give-up period: a day without hearing from the hub.
 pub const DEFAULT_GIVE_UP: Duration = Duration::from_secs(24 * 3600);
 
-/// Builds [`Settings`] from a variable lookup (the process environment in production).
+/// A wrapper started through Salt: its minion id and key file, rendered by the minion
+/// (`--minion-id`, `--minion-key`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Minion {
+    pub id: String,
+    pub key: PathBuf,
+}
+
+/// Builds [`Settings`] from a variable lookup (the process environment in production):
+/// `SP_URL` and `SP_RUN`, then either the minion (Salt) or `SP_MACHINE` and the token.
 pub fn settings_from_env(
     lookup: impl Fn(&str) -> Option<String>,
     give_up: Duration,
+    minion: Option<Minion>,
 ) -> Result<Settings, WrapperError> {
     let get = |name: &'static str| match lookup(name) {
         Some(v) if !v.trim().is_empty() => Ok(v),
@@ -68,21 +87,47 @@ pub fn settings_from_env(
             var: ENV_RUN,
             reason: format!("{run_text:?} is not a run id (an unsigned integer)"),
         })?;
-    let machine = get(ENV_MACHINE)?;
-    if machine.len() > 255 || machine.chars().any(char::is_control) {
+    let (machine, credential) = match minion {
+        Some(Minion { id, key }) => (id, Credential::MinionKey(key)),
+        None => (get(ENV_MACHINE)?, Credential::Token(get(ENV_TOKEN)?)),
+    };
+    if machine.is_empty() || machine.len() > 255 || machine.chars().any(char::is_control) {
         return Err(WrapperError::InvalidEnv {
             var: ENV_MACHINE,
-            reason: "machine id is longer than 255 bytes or holds control characters".into(),
+            reason: "machine id is empty, longer than 255 bytes or holds control characters"
+                .into(),
         });
     }
-    let token = get(ENV_TOKEN)?;
     Ok(Settings {
         hub,
         run,
         machine,
-        token,
+        credential,
         give_up,
     })
+}
+
+/// The launch token from its 0600 file (`SP_TOKEN_FILE`), which is deleted once read: the
+/// token is then in this process's memory only.
+pub fn take_token_file(path: &std::path::Path) -> Result<String, WrapperError> {
+    use std::io::Read;
+    let bad = |reason: String| WrapperError::InvalidEnv {
+        var: crate::wire::wrapper::ENV_TOKEN_FILE,
+        reason,
+    };
+    let file = std::fs::File::open(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    let mut text = String::new();
+    file.take(4096)
+        .read_to_string(&mut text)
+        .map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    if let Err(e) = std::fs::remove_file(path) {
+        log::warn!("could not delete token file {}: {e}", path.display());
+    }
+    let token = text.trim().to_string();
+    if token.is_empty() {
+        return Err(bad(format!("{} is empty", path.display())));
+    }
+    Ok(token)
 }
 
 /// Environment variable that sets the stage grace when `--stage-grace` is not given
@@ -345,12 +390,12 @@ mod tests {
             ("SP_MACHINE", "web1"),
             ("SP_TOKEN", "sekrit"),
         ]);
-        let s = settings_from_env(ok, DEFAULT_GIVE_UP).unwrap();
+        let s = settings_from_env(ok, DEFAULT_GIVE_UP, None).unwrap();
         assert_eq!((s.run, s.machine.as_str()), (42, "web1"));
         assert!(!format!("{s:?}").contains("sekrit"));
 
         let missing = env(&[("SP_URL", "ws://h:1"), ("SP_RUN", "1"), ("SP_MACHINE", "m")]);
-        let err = settings_from_env(missing, DEFAULT_GIVE_UP).unwrap_err();
+        let err = settings_from_env(missing, DEFAULT_GIVE_UP, None).unwrap_err();
         assert!(err.to_string().contains("SP_TOKEN"), "{err}");
 
         let bad_run = env(&[
@@ -359,8 +404,32 @@ mod tests {
             ("SP_MACHINE", "m"),
             ("SP_TOKEN", "t"),
         ]);
-        let err = settings_from_env(bad_run, DEFAULT_GIVE_UP).unwrap_err();
+        let err = settings_from_env(bad_run, DEFAULT_GIVE_UP, None).unwrap_err();
         assert!(err.to_string().contains("SP_RUN"), "{err}");
+
+        // Started through Salt: the minion id and key come from the command line, and
+        // neither SP_MACHINE nor a token is needed.
+        let salt = env(&[("SP_URL", "ws://h:1"), ("SP_RUN", "7")]);
+        let minion = Minion {
+            id: "minion-01".into(),
+            key: "/etc/salt/pki/minion/minion.pem".into(),
+        };
+        let s = settings_from_env(salt, DEFAULT_GIVE_UP, Some(minion)).unwrap();
+        assert_eq!(s.machine, "minion-01");
+        assert!(matches!(s.credential, Credential::MinionKey(_)));
+    }
+
+    #[test]
+    fn a_token_file_is_read_once_and_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.token");
+        std::fs::write(&path, "abc123\n").unwrap();
+        assert_eq!(take_token_file(&path).unwrap(), "abc123");
+        assert!(!path.exists(), "the token file is deleted once read");
+        let err = take_token_file(&path).unwrap_err();
+        assert!(err.to_string().contains("SP_TOKEN_FILE"), "{err}");
+        std::fs::write(&path, "").unwrap();
+        assert!(take_token_file(&path).is_err(), "an empty file is no token");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! target's launch outcome.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -20,6 +20,8 @@ use super::Blocking;
 use crate::evloop::{Ctx, child};
 use crate::ipc::rpc::CallId;
 use crate::wire::link::{BlockingReply, LaunchOutcome, LaunchTarget};
+use crate::wire::records::RunId;
+use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN_FILE, ENV_URL};
 
 /// A launch that has not returned within this is killed and reported as failed.
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -29,15 +31,6 @@ const LAUNCH_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Batch {
     remaining: usize,
     outcomes: Vec<LaunchOutcome>,
-}
-
-impl Batch {
-    pub fn new(targets: usize) -> Batch {
-        Batch {
-            remaining: targets,
-            outcomes: Vec::new(),
-        }
-    }
 }
 
 pub type Batches = HashMap<CallId, Batch>;
@@ -57,39 +50,80 @@ fn systemd_run_scope() -> Option<Option<String>> {
     Path::new(&dir).join("bus").exists().then_some(Some(dir))
 }
 
-fn unit_name(target: &LaunchTarget) -> String {
-    let run = target
-        .env
-        .iter()
-        .find(|(k, _)| k == crate::wire::wrapper::ENV_RUN)
-        .map(|(_, v)| v.as_str())
-        .unwrap_or("0");
-    let machine: String = target
-        .machine
+/// What every wrapper of one launch shares.
+pub struct Launch<'a> {
+    pub wrapper: &'a str,
+    pub run: RunId,
+    pub url: &'a str,
+}
+
+fn unit_name(run: RunId, machine: &str) -> String {
+    let machine: String = machine
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
     format!("saltpeter-run-{run}-{machine}")
 }
 
-fn command_for(wrapper: &str, target: &LaunchTarget, log_dir: &Path) -> Command {
-    let log = log_dir.join(format!("{}.log", unit_name(target)));
+/// The variables a local wrapper starts with: nothing secret (the token is in a file).
+fn wrapper_env(launch: &Launch, machine: &str, token_file: &Path) -> Vec<(String, String)> {
+    vec![
+        (ENV_URL.to_string(), launch.url.to_string()),
+        (ENV_RUN.to_string(), launch.run.to_string()),
+        (ENV_MACHINE.to_string(), machine.to_string()),
+        (
+            ENV_TOKEN_FILE.to_string(),
+            token_file.to_string_lossy().into_owned(),
+        ),
+    ]
+}
+
+/// Write the launch token of (run, machine) to a fresh 0600 file in the private
+/// directory `dir` (0700); the wrapper reads and deletes it.
+fn write_token_file(dir: &Path, run: RunId, machine: &str, token: &str) -> Result<PathBuf, String> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    let fail = |what: &str, e: std::io::Error| format!("could not {what} {}: {e}", dir.display());
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| fail("create", e))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| fail("restrict", e))?;
+    let path = dir.join(format!("{}.token", unit_name(run, machine)));
+    // A file left by an earlier launch of the same target is replaced, never reused.
+    let _ = std::fs::remove_file(&path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| fail("write a token file in", e))?;
+    file.write_all(token.as_bytes())
+        .map_err(|e| fail("write a token file in", e))?;
+    Ok(path)
+}
+
+fn command_for(launch: &Launch, machine: &str, env: &[(String, String)], log_dir: &Path) -> Command {
+    let unit = unit_name(launch.run, machine);
+    let log = log_dir.join(format!("{unit}.log"));
     if let Some(scope) = under_systemd().then(systemd_run_scope).flatten() {
         let mut cmd = Command::new("systemd-run");
         if let Some(runtime_dir) = scope {
             cmd.arg("--user").env("XDG_RUNTIME_DIR", runtime_dir);
         }
         cmd.args(["--quiet", "--collect", "--no-block", "--unit"])
-            .arg(unit_name(target));
-        for (k, v) in &target.env {
+            .arg(unit);
+        for (k, v) in env {
             cmd.arg(format!("--setenv={k}={v}"));
         }
-        cmd.arg(wrapper).arg("--log").arg(log);
+        cmd.arg(launch.wrapper).arg("--log").arg(log);
         cmd
     } else {
-        let mut cmd = Command::new(wrapper);
+        let mut cmd = Command::new(launch.wrapper);
         cmd.arg("--daemonize").arg("--log").arg(log);
-        cmd.envs(target.env.iter().map(|(k, v)| (k, v)));
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
         cmd
     }
 }
@@ -98,7 +132,7 @@ pub fn launch(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
     id: CallId,
-    wrapper: &str,
+    launch: Launch,
     targets: Vec<LaunchTarget>,
 ) {
     if targets.is_empty() {
@@ -118,12 +152,23 @@ pub fn launch(
     );
     for target in targets {
         let machine = target.machine.clone();
-        let cmd = command_for(wrapper, &target, &log_dir);
+        let token = target.token.map(|t| t.0).unwrap_or_default();
+        let token_file = match write_token_file(&state.token_dir, launch.run, &machine, &token) {
+            Ok(path) => path,
+            Err(e) => {
+                record(state, id, machine, Err(e));
+                continue;
+            }
+        };
+        let env = wrapper_env(&launch, &machine, &token_file);
+        let cmd = command_for(&launch, &machine, &env, &log_dir);
         let done_machine = machine.clone();
         let spawned = child::spawn(ctx, cmd, move |state: &mut Blocking, _ctx, out| {
             let result = if out.status.success() {
                 Ok(())
             } else {
+                // The wrapper did not take its token: do not leave it lying around.
+                let _ = std::fs::remove_file(&token_file);
                 let stderr = String::from_utf8_lossy(&out.stderr);
                 Err(format!(
                     "wrapper launch failed ({}): {}",
@@ -145,7 +190,7 @@ pub fn launch(
                 state,
                 id,
                 machine,
-                Err(format!("could not start {wrapper}: {e}")),
+                Err(format!("could not start {}: {e}", launch.wrapper)),
             ),
         }
     }
@@ -158,7 +203,11 @@ pub fn record(state: &mut Blocking, id: CallId, machine: String, result: Result<
     let Some(batch) = state.batches.get_mut(&id) else {
         return;
     };
-    batch.outcomes.push(LaunchOutcome { machine, result });
+    batch.outcomes.push(LaunchOutcome {
+        machine,
+        result,
+        silent: None,
+    });
     batch.remaining -= 1;
     if batch.remaining == 0
         && let Some(batch) = state.batches.remove(&id)

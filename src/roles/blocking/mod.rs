@@ -30,6 +30,8 @@ pub struct Blocking {
     stopping: bool,
     batches: local::Batches,
     wrapper_log_dir: std::path::PathBuf,
+    /// Private directory (0700) of the local executor's launch token files.
+    token_dir: std::path::PathBuf,
     salt: salt_exec::Queue,
 }
 
@@ -86,13 +88,22 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
         BlockingRequest::Launch {
             executor,
             wrapper_path,
+            run,
+            url,
             targets,
             salt,
         } => match (executor, salt) {
             _ if targets.is_empty() => state.reply(id, Ok(BlockingReply::Launched(Vec::new()))),
-            (ExecutorKind::Local, _) => local::launch(state, ctx, id, &wrapper_path, targets),
+            (ExecutorKind::Local, _) => {
+                let launch = local::Launch {
+                    wrapper: &wrapper_path,
+                    run,
+                    url: &url,
+                };
+                local::launch(state, ctx, id, launch, targets)
+            }
             (ExecutorKind::Salt, Some(salt)) => {
-                salt_exec::launch(state, ctx, id, salt, &wrapper_path, targets)
+                salt_exec::launch(state, ctx, id, salt, &wrapper_path, run, &url, targets)
             }
             (ExecutorKind::Salt, None) => state.reply(
                 id,
@@ -130,6 +141,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         stopping: false,
         batches: Default::default(),
         wrapper_log_dir: args.dirs.state.join("wrapper-logs"),
+        token_dir: args.dirs.state.join("launch-tokens"),
         salt: Default::default(),
     };
     ev.run(&mut state).map_err(RoleError::setup("event loop"))?;

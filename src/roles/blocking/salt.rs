@@ -13,6 +13,7 @@ use serde_json::Value;
 
 pub use crate::wire::link::SaltSettings;
 use crate::wire::link::SaltTargetType;
+use crate::wire::wrapper::{ENV_RUN, ENV_URL};
 
 /// Salt's targeting flag for a Saltpeter `target_type` (none for a glob).
 pub fn target_flag(target_type: SaltTargetType) -> Option<&'static str> {
@@ -53,6 +54,70 @@ pub fn argv(
     argv.push(function.to_string());
     argv.extend(args.iter().cloned());
     argv
+}
+
+/// The arguments of the batch launch: `cmd.run_all` of the wrapper, rendered by each
+/// minion (`{{ opts['id'] }}`, `{{ opts['pki_dir'] }}`), without a shell, with only the
+/// server URL and run id in its environment. Nothing here is secret.
+pub fn launch_args(wrapper: &str, run: u64, url: &str) -> Vec<String> {
+    let env = serde_json::json!({ ENV_URL: url, ENV_RUN: run.to_string() });
+    vec![
+        format!(
+            "cmd={} --daemonize --minion-id '{{{{ opts[\"id\"] }}}}' --minion-key \
+             '{{{{ opts[\"pki_dir\"] }}}}/minion.pem'",
+            shell_quote(wrapper)
+        ),
+        "--no-parse=cmd".to_string(),
+        "template=jinja".to_string(),
+        "python_shell=False".to_string(),
+        format!("env={env}"),
+    ]
+}
+
+/// Quote a word for the command line Salt splits with shlex (`python_shell=False`).
+fn shell_quote(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:@%".contains(&b))
+    {
+        return word.to_string();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+/// Each minion's launch outcome from the returns of a batch launch.
+pub fn launch_outcomes(
+    minions: &[String],
+    returns: &Returns,
+    stderr_tail: &str,
+) -> Vec<crate::wire::link::LaunchOutcome> {
+    use crate::wire::link::LaunchOutcome;
+    minions
+        .iter()
+        .map(|machine| {
+            let (result, silent) = match returns.by_minion.get(machine) {
+                Some(value) => match run_all_result(value) {
+                    MinionResult::Ok => (Ok(()), None),
+                    MinionResult::NoReturn(why) => (Ok(()), Some(why)),
+                    MinionResult::Failed(why) => (Err(format!("wrapper launch failed: {why}")), None),
+                },
+                None if returns.no_match => (
+                    Err("salt matched no minion of that name (is its key accepted?)".to_string()),
+                    None,
+                ),
+                None => (
+                    Ok(()),
+                    Some(format!("salt returned nothing for it: {stderr_tail}")),
+                ),
+            };
+            LaunchOutcome {
+                machine: machine.clone(),
+                result,
+                silent,
+            }
+        })
+        .collect()
 }
 
 /// Per-minion values from salt's output.

@@ -18,6 +18,7 @@ use crate::evloop::{Ctx, child};
 use crate::ipc::CallId;
 use crate::ipc::rpc::RemoteError;
 use crate::wire::link::{BlockingReply, LaunchOutcome, LaunchTarget, Resolution, SaltTargetType};
+use crate::wire::records::RunId;
 
 /// Beyond salt's own `-t`, how long an invocation may take before it is killed.
 const DEADLINE_SLACK: Duration = Duration::from_secs(15);
@@ -181,56 +182,53 @@ pub fn resolve(
     });
 }
 
-/// Start one wrapper per minion: `cmd.run_all cmd='<wrapper> --daemonize'` with only the
-/// four variables in `env`. One invocation per minion, because each minion's token is its
-/// own and must not be published to the others.
+/// Start the wrappers of one batch with ONE publish: `cmd.run_all` to the batch's
+/// minions (`-L`), the command rendered by each minion from `template=jinja` with its own
+/// id and key path, so the publish carries nothing secret (the server URL and the run id)
+/// and one salt process serves the whole batch. `python_shell=False`: no shell parses
+/// the command. The wrapper's arrival is the proof of launch; a minion whose
+/// `cmd.run_all` failed fails at once with Salt's words, one that did not return keeps
+/// Salt's words in `silent` for the pick-up deadline.
+#[allow(clippy::too_many_arguments)]
 pub fn launch(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
     id: CallId,
     settings: SaltSettings,
     wrapper: &str,
+    run: RunId,
+    url: &str,
     targets: Vec<LaunchTarget>,
 ) {
-    state
-        .batches
-        .insert(id, super::local::Batch::new(targets.len()));
-    for target in targets {
-        let env: serde_json::Map<String, serde_json::Value> = target
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-            .collect();
-        let args = vec![
-            format!("cmd={wrapper} --daemonize"),
-            "--no-parse=cmd".to_string(),
-            format!("env={}", serde_json::Value::Object(env)),
-        ];
-        let argv = salt::argv(&settings, Some("-L"), &target.machine, "cmd.run_all", &args);
-        let machine = target.machine.clone();
-        submit(state, ctx, &settings, argv, move |state, _ctx, outcome| {
-            let result = match outcome {
-                Outcome::Failed(why) => Err(why),
-                Outcome::Finished { stdout, stderr, .. } => {
-                    let returns = salt::parse_returns(&stdout);
-                    match returns.by_minion.get(&machine) {
-                        Some(value) => match salt::run_all_result(value) {
-                            MinionResult::Ok => Ok(()),
-                            MinionResult::NoReturn(why) => Err(why),
-                            MinionResult::Failed(why) => {
-                                Err(format!("wrapper launch failed: {why}"))
-                            }
-                        },
-                        None => Err(format!(
-                            "salt returned nothing for {machine}: {}",
-                            tail(&stderr)
-                        )),
-                    }
-                }
-            };
-            super::local::record(state, id, machine, result);
-        });
-    }
+    let minions: Vec<String> = targets.into_iter().map(|t| t.machine).collect();
+    let argv = salt::argv(
+        &settings,
+        Some("-L"),
+        &minions.join(","),
+        "cmd.run_all",
+        &salt::launch_args(wrapper, run, url),
+    );
+    submit(state, ctx, &settings, argv, move |state, _ctx, outcome| {
+        let outcomes = match outcome {
+            Outcome::Failed(why) => minions
+                .into_iter()
+                .map(|machine| LaunchOutcome {
+                    machine,
+                    result: Err(why.clone()),
+                    silent: None,
+                })
+                .collect(),
+            Outcome::Finished { stdout, stderr, .. } => {
+                salt::launch_outcomes(&minions, &salt::parse_returns(&stdout), &tail(&stderr))
+            }
+        };
+        for o in &outcomes {
+            if let Err(e) = &o.result {
+                log::warn!("launching the wrapper on {} failed: {e}", o.machine);
+            }
+        }
+        state.reply(id, Ok(BlockingReply::Launched(outcomes)));
+    });
 }
 
 pub fn deploy(
@@ -389,7 +387,11 @@ fn deploy_to(
                     Err(format!("salt returned nothing: {}", tail(stderr)))
                 }
             };
-            attempt.settled.push(LaunchOutcome { machine, result });
+            attempt.settled.push(LaunchOutcome {
+                machine,
+                result,
+                silent: None,
+            });
         }
         if retry.is_empty() {
             let outcomes = std::mem::take(&mut attempt.settled);

@@ -24,8 +24,9 @@ use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{Message, WebSocket};
 
 mod accept;
+mod hello;
 
-use super::{Hub, Waiting};
+use super::Hub;
 use crate::evloop::{Ctx, Flow};
 use crate::ipc::CallError;
 use crate::roles::RoleError;
@@ -93,6 +94,8 @@ enum Session {
 enum Phase {
     /// Waiting for the handshake or `hello`.
     New,
+    /// `challenge` sent for a minion-key `hello`, waiting for its `proof`.
+    Challenged,
     /// `hello` forwarded, waiting for main's verdict.
     Vetting,
     /// Welcomed: a session of a (run, machine).
@@ -110,6 +113,8 @@ struct Conn {
     /// The (run, machine) of its hello, and the job once welcomed.
     target: Option<(RunId, String)>,
     job: Option<String>,
+    /// A minion-key `hello` waiting for its `proof` of the challenge.
+    challenged: Option<(String, WrapperHello)>,
 }
 
 pub struct Wrappers {
@@ -278,31 +283,33 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                         machine,
                         token,
                         resume_key,
+                        minion_key,
                         wrapper_version,
                         pid,
                         resume_from,
                         ..
                     }),
                 ) => {
-                    if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
-                        conn.phase = Phase::Vetting;
-                        conn.target = Some((run, machine.clone()));
+                    let hello = WrapperHello {
+                        conn: id,
+                        peer: peer.to_string(),
+                        run,
+                        machine,
+                        token: token.map(Redacted),
+                        resume_key: resume_key.map(Redacted),
+                        proof: None,
+                        resume_from,
+                        wrapper_version,
+                        pid,
+                    };
+                    if minion_key && hello.token.is_none() && hello.resume_key.is_none() {
+                        hello::challenge(hub, ctx, id, hello);
+                    } else {
+                        hello::forward(hub, id, hello);
                     }
-                    hub.call_main(
-                        HubRequest::WrapperHello(WrapperHello {
-                            conn: id,
-                            peer: peer.to_string(),
-                            run,
-                            machine,
-                            token: token.map(Redacted),
-                            resume_key: resume_key.map(Redacted),
-                            resume_from,
-                            wrapper_version,
-                            pid,
-                        }),
-                        Duration::from_secs(10),
-                        Waiting::Hello(id),
-                    );
+                }
+                (Phase::Challenged, Ok(WrapperMsg::Proof { signature })) => {
+                    hello::proven(hub, id, signature)
                 }
                 (Phase::Bound, Ok(WrapperMsg::Started { pid, .. })) => {
                     tap_alive(hub, id);
@@ -392,6 +399,7 @@ fn tap_output(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, seq: u64, data: &[u
 fn kind_of(msg: &WrapperMsg) -> &'static str {
     match msg {
         WrapperMsg::Hello { .. } => "hello",
+        WrapperMsg::Proof { .. } => "proof",
         WrapperMsg::Started { .. } => "started",
         WrapperMsg::Heartbeat { .. } => "heartbeat",
         WrapperMsg::Exited { .. } => "exited",
@@ -539,7 +547,7 @@ pub fn arm_sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
         .wrappers
         .conns
         .values()
-        .any(|c| matches!(c.phase, Phase::New | Phase::Closing));
+        .any(|c| matches!(c.phase, Phase::New | Phase::Challenged | Phase::Closing));
     if waiting && !hub.wrappers.sweep_armed {
         hub.wrappers.sweep_armed = true;
         ctx.after(Duration::from_secs(1), |hub: &mut Hub, ctx| {
@@ -559,7 +567,7 @@ pub fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
         .conns
         .iter()
         .filter_map(|(id, c)| match c.phase {
-            Phase::New if now.duration_since(c.since) > hello_timeout => {
+            Phase::New | Phase::Challenged if now.duration_since(c.since) > hello_timeout => {
                 Some((*id, "no hello within the deadline"))
             }
             Phase::Closing if now.duration_since(c.since) > Duration::from_secs(2) => {

@@ -20,6 +20,8 @@ pub struct Launcher {
     pub launch_latency: Duration,
     /// `#sha256=HEX` of the hub's certificate, for wrappers to pin (`None`: `tls: false`).
     pub wrapper_pin: Option<String>,
+    /// The master's pki directory, resolved once per `salt_config_dir` (the key).
+    pub master_pki: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for Launcher {
@@ -29,6 +31,7 @@ impl Default for Launcher {
             wrapper_hash: None,
             launch_latency: Duration::from_secs(2),
             wrapper_pin: None,
+            master_pki: None,
         }
     }
 }
@@ -110,6 +113,48 @@ impl Main {
             config_dir: Some(sp.salt_config_dir.to_string_lossy().into_owned()),
             timeout_s: sp.ping_timeout_s,
             concurrency: sp.launch_concurrency,
+        }
+    }
+
+    /// The master's pki directory: `salt_pki_dir`, else what the master's configuration
+    /// says (read once per `salt_config_dir`; a small file).
+    fn master_pki_dir(&mut self) -> PathBuf {
+        let sp = &self.config.saltpeter;
+        if let Some(dir) = &sp.salt_pki_dir {
+            return dir.clone();
+        }
+        match &self.launcher.master_pki {
+            Some((config_dir, pki)) if *config_dir == sp.salt_config_dir => pki.clone(),
+            _ => {
+                let pki = crate::minion_key::master_pki_dir(&sp.salt_config_dir);
+                log::info!("accepted minion keys are read from {}/minions", pki.display());
+                self.launcher.master_pki = Some((sp.salt_config_dir.clone(), pki.clone()));
+                pki
+            }
+        }
+    }
+
+    /// Check a wrapper's minion-key proof against the key the master accepted for
+    /// `machine`; `Err` says why it is refused (for the event and the rejection).
+    pub fn check_minion_proof(
+        &mut self,
+        run: crate::wire::records::RunId,
+        machine: &str,
+        proof: &crate::wire::link::MinionProof,
+    ) -> Result<(), String> {
+        use crate::minion_key::{KeyError, accepted_key_path, verify_with_file};
+        let dir = self.master_pki_dir();
+        let path = accepted_key_path(&dir, machine).map_err(|e| e.to_string())?;
+        match verify_with_file(&path, &proof.challenge, run, machine, &proof.signature) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(format!(
+                "the signature does not match the key the master accepted for {machine}"
+            )),
+            Err(KeyError::Read { .. }) => Err(format!(
+                "the master has no accepted key for {machine} ({} is not readable)",
+                path.display()
+            )),
+            Err(e) => Err(e.to_string()),
         }
     }
 

@@ -21,7 +21,9 @@ use crate::wire::Redacted;
 use crate::wire::db::TargetUpdate;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
-use crate::wire::link::{ConnId, HubReply, HubRequest, WrapperHello, WrapperVerdict};
+use crate::wire::link::{
+    ConnId, HubReply, HubRequest, MinionProof, WrapperHello, WrapperVerdict,
+};
 use crate::wire::records::{RunId, TargetReason, TargetState};
 use crate::wire::wrapper::{JobSpec, RejectCode};
 
@@ -38,7 +40,7 @@ pub fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
             let run = hello.run;
             if !core.flight.recovering
                 && !core.flight.runs.contains_key(&run)
-                && hello.resume_key.is_some()
+                && (hello.resume_key.is_some() || hello.proof.is_some())
             {
                 // Maybe a wrapper that was declared lost, coming back after its run ended.
                 core.db_call(
@@ -61,17 +63,35 @@ fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         machine,
         token,
         resume_key,
+        proof,
         wrapper_version,
         pid,
         ..
     } = hello;
-    let verdict = vet_hello(core, conn, run, &machine, token, resume_key);
+    let presented = Presented {
+        token,
+        resume_key,
+        proof,
+    };
+    let verdict = vet_hello(core, conn, run, &machine, presented);
     match &verdict {
         WrapperVerdict::Welcome { .. } => log::info!(
             "run {run}: wrapper {wrapper_version} on {machine} (pid {pid}, from {peer}) connected"
         ),
         WrapperVerdict::Reject { code, message } => {
-            log::warn!("run {run}: wrapper on {machine} from {peer} rejected ({code:?}): {message}")
+            log::warn!(
+                "run {run}: wrapper on {machine} from {peer} rejected ({code:?}): {message}"
+            );
+            if !code.is_transient() {
+                let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
+                core.event(
+                    "wrapper_refused",
+                    job.as_deref(),
+                    Some(run),
+                    Some(&machine),
+                    format!("a wrapper from {peer} was refused ({code:?}): {message}"),
+                );
+            }
         }
     }
     if matches!(verdict, WrapperVerdict::Welcome { .. }) {
@@ -113,10 +133,15 @@ pub fn reconcile(
             return;
         }
     };
-    let proven = hello.resume_key.as_ref().is_some_and(|k| {
-        core.secret
-            .verify_resume_key(hello.run, &hello.machine, &k.0)
-    });
+    let proven = match (&hello.proof, &hello.resume_key) {
+        (Some(proof), _) => core
+            .check_minion_proof(hello.run, &hello.machine, proof)
+            .is_ok(),
+        (None, Some(k)) => core
+            .secret
+            .verify_resume_key(hello.run, &hello.machine, &k.0),
+        (None, None) => false,
+    };
     let Some(target) = details
         .iter_mut()
         .find(|d| d.record.machine == hello.machine)
@@ -192,14 +217,14 @@ fn reopen_target(core: &mut Main, run: RunId, machine: &str) {
     );
 }
 
-fn vet_hello(
-    core: &mut Main,
-    conn: ConnId,
-    run: RunId,
-    machine: &str,
+/// What a hello presented to prove its (run, machine).
+struct Presented {
     token: Option<Redacted>,
     resume_key: Option<Redacted>,
-) -> WrapperVerdict {
+    proof: Option<MinionProof>,
+}
+
+fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presented) -> WrapperVerdict {
     if core.flight.recovering {
         return reject(
             RejectCode::RetryLater,
@@ -227,14 +252,18 @@ fn vet_hello(
     }
     // A resume key proves an earlier welcome; the launch token works until its session
     // has been confirmed by a first message (so a welcome lost in a crash can be retried).
-    let credential = match (&token, &resume_key) {
-        (_, Some(key)) => Credential::ResumeKey {
+    let credential = match (&p.token, &p.resume_key, &p.proof) {
+        (_, _, Some(proof)) => match core.check_minion_proof(run, machine, proof) {
+            Ok(()) => Credential::MinionKey { valid: true },
+            Err(why) => return reject(RejectCode::BadToken, why),
+        },
+        (_, Some(key), None) => Credential::ResumeKey {
             valid: core.secret.verify_resume_key(run, machine, &key.0),
         },
-        (Some(token), None) => Credential::LaunchToken {
+        (Some(token), None, None) => Credential::LaunchToken {
             valid: core.secret.verify_launch_token(run, machine, &token.0),
         },
-        (None, None) => Credential::None,
+        (None, None, None) => Credential::None,
     };
     let Some(target) = core.target_mut(run, machine) else {
         return reject(RejectCode::UnknownRun, "run ended");

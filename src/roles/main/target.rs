@@ -80,6 +80,8 @@ pub enum Token {
 pub enum Credential {
     LaunchToken { valid: bool },
     ResumeKey { valid: bool },
+    /// A signature of a fresh challenge by the minion's accepted Salt key.
+    MinionKey { valid: bool },
     None,
 }
 
@@ -309,13 +311,13 @@ impl Target {
         let by_token = matches!(credential, Credential::LaunchToken { .. });
         let authentic = match credential {
             Credential::LaunchToken { valid } => valid && self.token == Token::Unused,
-            Credential::ResumeKey { valid } => valid,
+            Credential::ResumeKey { valid } | Credential::MinionKey { valid } => valid,
             Credential::None => false,
         };
         if !authentic {
             return Err(refuse(
                 RejectCode::BadToken,
-                "the token or resume key is not valid for this run and machine (a launch token works once)",
+                "the token, resume key or minion key proof is not valid for this run and machine (a launch token works once)",
             ));
         }
         let mut effects = Vec::new();

@@ -6,12 +6,13 @@
 use std::time::{Duration, Instant};
 
 use super::{Phase, Session};
-use crate::wire::wrapper::{ExitReason, JobSpec, KillReason, RejectCode, ServerMsg};
+use crate::wire::wrapper::{ExitReason, JobSpec, KillReason, RejectCode, ServerMsg, WrapperMsg};
 use crate::wrapper::WrapperError;
 
 impl Session {
     pub(super) fn on_message(&mut self, now: Instant, msg: ServerMsg) {
         match msg {
+            ServerMsg::Challenge { nonce } => self.on_challenge(now, &nonce),
             ServerMsg::Welcome {
                 job,
                 resume_key,
@@ -87,6 +88,24 @@ impl Session {
                     log::warn!("ignoring done before exited was sent");
                 }
             }
+        }
+    }
+
+    /// Sign the hub's challenge with the minion key and send the proof. A key that
+    /// cannot sign ends the wrapper: no server would ever accept it.
+    fn on_challenge(&mut self, now: Instant, nonce: &str) {
+        let Some(key) = self.minion_key.clone() else {
+            log::warn!("ignoring a challenge: this wrapper proves itself with a token");
+            return;
+        };
+        match crate::minion_key::sign_proof(&key, nonce, self.settings.run, &self.settings.machine)
+        {
+            Ok(signature) => {
+                let proof = WrapperMsg::Proof { signature };
+                self.link.send_msg(&proof, &mut self.link_events);
+                self.link.flush(&mut self.link_events);
+            }
+            Err(e) => self.give_up(now, WrapperError::MinionKey(e)),
         }
     }
 

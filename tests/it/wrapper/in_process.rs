@@ -12,7 +12,7 @@ fn settings(url: &str, run: u64) -> Settings {
         hub: parse_hub_url(url).unwrap(),
         run,
         machine: "m1".into(),
-        token: TOKEN.into(),
+        credential: saltpeter::wrapper::Credential::Token(TOKEN.into()),
         give_up: Duration::from_secs(60),
     }
 }

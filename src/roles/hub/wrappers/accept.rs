@@ -88,6 +88,7 @@ impl Listener<Hub> for Acceptor {
                     phase: Phase::New,
                     target: None,
                     job: None,
+                    challenged: None,
                 },
             );
             arm_sweep(hub, ctx);

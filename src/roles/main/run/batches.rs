@@ -11,7 +11,7 @@ use crate::roles::main::{DbWait, Main};
 use crate::wire::db::{DbRequest, RunUpdate};
 use crate::wire::link::{BlockingRequest, ExecutorKind, LaunchTarget, blocking_calls};
 use crate::wire::records::{RunState, TargetReason};
-use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL};
+use crate::wire::Redacted;
 use crate::workflow::{Step, Wake};
 
 pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
@@ -37,15 +37,13 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             continue;
         }
         transition(core, run, machine, |t| t.launch());
-        let token = core.secret.launch_token(run, machine);
+        // Salt wrappers prove the machine with its minion key; only local ones get a
+        // launch token (in a private file, never on a command line).
+        let token = (job.executor == crate::config::Executor::Local)
+            .then(|| Redacted(core.secret.launch_token(run, machine)));
         launch.push(LaunchTarget {
             machine: machine.clone(),
-            env: vec![
-                (ENV_URL.to_string(), url.clone()),
-                (ENV_RUN.to_string(), run.to_string()),
-                (ENV_MACHINE.to_string(), machine.clone()),
-                (ENV_TOKEN.to_string(), token),
-            ],
+            token,
         });
     }
     if env.batch == 0 && !launch.is_empty() {
@@ -68,6 +66,8 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let id = core.blocking_call(BlockingRequest::Launch {
         executor,
         wrapper_path: core.wrapper_path(&job),
+        run,
+        url,
         targets: launch,
         salt: (executor == ExecutorKind::Salt).then(|| core.salt_settings()),
     });
@@ -95,6 +95,9 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     match reply {
         Ok(outcomes) => {
             for o in outcomes {
+                if let Some(word) = o.silent {
+                    env.silent.insert(o.machine.clone(), word);
+                }
                 if let Err(e) = o.result {
                     log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
                     // Maybe the wrapper went missing: deploy again next time.
@@ -137,7 +140,11 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let pickup = run_rules::check_pickup(&active.targets, &batch, env.pickup_deadline, now);
     for machine in &pickup.overdue {
         log::warn!("run {run}: the wrapper on {machine} never picked the run up");
-        finish_target(core, run, machine, TargetReason::WrapperFailed, Some(254));
+        let why = match env.silent.remove(machine) {
+            Some(word) => format!("its wrapper never called back; salt: {word}"),
+            None => "its wrapper never called back before the pick-up deadline".to_string(),
+        };
+        super::launch_failed(core, &env.req.job.name, run, machine, why);
     }
     let event = Wake::event(Main::run_event(run));
     if !pickup.open {

@@ -67,6 +67,9 @@ pub struct RunEnv {
     launch_started: Option<Instant>,
     /// Targets of the current batch waiting for their next attempt (`retry.rs`).
     pub(super) retry_at: std::collections::BTreeMap<String, Instant>,
+    /// Salt's word on minions that did not return the launch (used if their wrapper
+    /// never calls back before the pick-up deadline).
+    pub(super) silent: std::collections::BTreeMap<String, String>,
     /// Counted in `Main::busy_jobs` until recorded.
     counted: bool,
 }
@@ -236,6 +239,7 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             pickup_deadline: None,
             launch_started: None,
             retry_at: Default::default(),
+            silent: Default::default(),
             counted: !prestaged,
         },
     )
@@ -275,6 +279,7 @@ pub fn recovered_workflow(
             pickup_deadline: None,
             launch_started: None,
             retry_at: Default::default(),
+            silent: Default::default(),
             counted: false,
         },
     )
@@ -532,7 +537,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
 
 /// A target's wrapper could not be deployed or launched: recorded as an event with its
 /// cause, and the target ends 254.
-fn launch_failed(core: &mut Main, job: &str, run: RunId, machine: &str, why: String) {
+pub(super) fn launch_failed(core: &mut Main, job: &str, run: RunId, machine: &str, why: String) {
     core.event("launch_failed", Some(job), Some(run), Some(machine), why);
     finish_target(core, run, machine, TargetReason::WrapperFailed, Some(254));
 }

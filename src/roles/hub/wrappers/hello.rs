@@ -1,0 +1,63 @@
+//! A wrapper's `hello` on its way to main: forwarded as is (launch token or resume key),
+//! or, for a wrapper that proves its machine with its Salt minion key, held while the hub
+//! sends a fresh `challenge` and waits for the signed `proof`. The hub only carries the
+//! challenge and the signature: main checks the signature against the key the master has
+//! accepted for that minion, with the rest of the hello's verdict.
+
+use std::time::Duration;
+
+use super::{Phase, send};
+use crate::evloop::Ctx;
+use crate::roles::hub::{Hub, Waiting};
+use crate::wire::link::{ConnId, HubRequest, MinionProof, WrapperHello};
+use crate::wire::wrapper::ServerMsg;
+
+/// How long main may take to vet a hello.
+const VET_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Hand a hello to main for its verdict.
+pub fn forward(hub: &mut Hub, id: ConnId, hello: WrapperHello) {
+    if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+        conn.phase = Phase::Vetting;
+        conn.target = Some((hello.run, hello.machine.clone()));
+    }
+    hub.call_main(
+        HubRequest::WrapperHello(hello),
+        VET_DEADLINE,
+        Waiting::Hello(id),
+    );
+}
+
+/// A minion-key hello: answer with a fresh challenge (one per connection, so a proof
+/// seen on one connection is worth nothing on another).
+pub fn challenge(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, hello: WrapperHello) {
+    let nonce = crate::minion_key::new_challenge();
+    if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+        conn.phase = Phase::Challenged;
+        conn.challenged = Some((nonce.clone(), hello));
+    }
+    send(hub, ctx, id, &ServerMsg::Challenge { nonce });
+}
+
+/// The wrapper's signature of its challenge: the hello goes to main with it.
+pub fn proven(hub: &mut Hub, id: ConnId, signature: String) {
+    let Some((challenge, mut hello)) = hub
+        .wrappers
+        .conns
+        .get_mut(&id)
+        .and_then(|c| c.challenged.take())
+    else {
+        return;
+    };
+    // A signature longer than any RSA key Salt makes (8192 bits, as hex) is garbage.
+    let signature = if signature.len() > 2048 {
+        String::new()
+    } else {
+        signature
+    };
+    hello.proof = Some(MinionProof {
+        challenge,
+        signature,
+    });
+    forward(hub, id, hello);
+}
