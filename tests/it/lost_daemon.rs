@@ -141,12 +141,17 @@ fn running_wrappers_outlive_a_stopped_daemon_and_reattach_on_restart() {
 }
 
 /// A `salt` stand-in: answers `test.ping` and `state.single` for every named minion,
-/// and runs `cmd.run_all` (the wrapper launch) on this host with the launch's `env`,
-/// logging each wrapper to `<logs>/<run>-<minion>.log`.
+/// and runs `cmd.run_all` (the batch's wrapper launch) on this host once per minion, as
+/// Salt would: the command rendered with the minion's id and pki directory (each minion
+/// has a real RSA key under `<dir>/pki/<minion>`, accepted in `<dir>/master-pki`), with
+/// the launch's `env`, logging each wrapper to `<logs>/<run>-<minion>.log`.
 fn fake_salt(dir: &Path, logs: &Path, grace_s: u64) -> String {
+    for m in STAGED {
+        minion_key(dir, m);
+    }
     let path = dir.join("salt");
     let script = format!(
-        r#"#!/bin/sh
+        r#"#!/bin/bash
 prev=""; fn=""; target=""; envjson=""; cmd=""
 for a in "$@"; do
   if [ -z "$fn" ]; then
@@ -166,16 +171,47 @@ case "$fn" in
     done;;
   cmd.run_all)
     run=$(v SP_RUN)
-    SP_URL=$(v SP_URL) SP_RUN=$run SP_MACHINE=$(v SP_MACHINE) SP_TOKEN=$(v SP_TOKEN) \
-      SP_STAGE_GRACE_S={grace_s} $cmd --log "{logs}/$run-$target.log" >/dev/null 2>&1
-    printf '{{"%s": {{"retcode": %d, "stdout": "", "stderr": ""}}}}\n' "$target" $?;;
+    for m in $(printf '%s' "$target" | tr ',' ' '); do
+      c="${{cmd//'{{{{ opts["id"] }}}}'/$m}}"
+      c="${{c//'{{{{ opts["pki_dir"] }}}}'/{dir}/pki/$m}}"
+      SP_URL=$(v SP_URL) SP_RUN=$run SP_STAGE_GRACE_S={grace_s} \
+        eval "$c --log '{logs}/$run-$m.log'" >/dev/null 2>&1
+      printf '{{"%s": {{"retcode": %d, "stdout": "", "stderr": ""}}}}\n' "$m" $?
+    done;;
 esac
 "#,
+        dir = dir.display(),
         logs = logs.display()
     );
     std::fs::write(&path, script).expect("write fake salt");
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     path.to_string_lossy().into_owned()
+}
+
+/// A real RSA minion key for `minion`: private in `<dir>/pki/<minion>/minion.pem`, its
+/// public half accepted in `<dir>/master-pki/minions/<minion>` (as a master keeps it).
+fn minion_key(dir: &Path, minion: &str) {
+    let private = dir.join("pki").join(minion);
+    let accepted = dir.join("master-pki").join("minions");
+    std::fs::create_dir_all(&private).expect("minion pki dir");
+    std::fs::create_dir_all(&accepted).expect("master pki dir");
+    let key = private.join("minion.pem");
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    openssl(&["genrsa", "-traditional", "-out", path_str(&key), "2048"]);
+    openssl(&[
+        "rsa",
+        "-in",
+        path_str(&key),
+        "-pubout",
+        "-out",
+        path_str(&accepted.join(minion)),
+    ]);
 }
 
 const STAGED: [&str; 2] = ["st1", "st2"];
@@ -199,8 +235,9 @@ fn staged_daemon(
         &format!(
             "saltpeter_config:\n  executor: salt\n  salt_bin: {salt}\n  wrapper_source: \
              salt://saltpeter-wrapper\n  default_wrapper_path: {WRAPPER}\n  heartbeat: 1\n  \
-             pickup_timeout: 20\n  machines_ws_port: {}\n",
-            free_port()
+             pickup_timeout: 20\n  machines_ws_port: {}\n  salt_pki_dir: {}\n",
+            free_port(),
+            d.root.path().join("master-pki").display()
         ),
     );
     d.spawn();
