@@ -282,7 +282,9 @@ fn der_element(input: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
         if n == 0 || n > 4 || rest.len() < n {
             return Err("bad DER length".into());
         }
-        let len = rest[..n].iter().fold(0usize, |acc, b| (acc << 8) | *b as usize);
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | *b as usize);
         rest = &rest[n..];
         len
     };
@@ -295,7 +297,9 @@ fn der_element(input: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
 /// The RSAPublicKey inside a SubjectPublicKeyInfo, after checking it is an RSA key.
 fn spki_rsa_key(spki: &[u8]) -> Result<Vec<u8>, String> {
     /// DER of the OID 1.2.840.113549.1.1.1 (rsaEncryption).
-    const RSA_OID: &[u8] = &[0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+    const RSA_OID: &[u8] = &[
+        0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01,
+    ];
     let (tag, body, _) = der_element(spki)?;
     if tag != 0x30 {
         return Err("SubjectPublicKeyInfo is not a SEQUENCE".into());

@@ -70,10 +70,16 @@ fn pkcs8_private_keys_sign_too() {
     let dir = tempfile::tempdir().unwrap();
     let a8 = key_file(dir.path(), "a.pk8", A_PKCS8);
     let sig = sign_proof(&a8, "00ff", 1, "m").unwrap();
-    assert_eq!(verify_proof(A_SPKI.as_bytes(), "00ff", 1, "m", &sig), Ok(true));
+    assert_eq!(
+        verify_proof(A_SPKI.as_bytes(), "00ff", 1, "m", &sig),
+        Ok(true)
+    );
     let b = key_file(dir.path(), "b.pem", B_PKCS1);
     let sig_b = sign_proof(&b, "00ff", 1, "m").unwrap();
-    assert_eq!(verify_proof(A_SPKI.as_bytes(), "00ff", 1, "m", &sig_b), Ok(false));
+    assert_eq!(
+        verify_proof(A_SPKI.as_bytes(), "00ff", 1, "m", &sig_b),
+        Ok(false)
+    );
 }
 
 #[test]
@@ -126,7 +132,10 @@ fn base64_and_hex_round_trip_edges() {
     assert_eq!(base64_decode("aGVsbG8="), Some(b"hello".to_vec()));
     assert_eq!(base64_decode("a"), None);
     assert_eq!(base64_decode("a*=="), None);
-    assert_eq!(from_hex(&to_hex(&[0, 1, 254, 255])), Some(vec![0, 1, 254, 255]));
+    assert_eq!(
+        from_hex(&to_hex(&[0, 1, 254, 255])),
+        Some(vec![0, 1, 254, 255])
+    );
     assert_eq!(from_hex("abc"), None);
     assert_eq!(from_hex("é0"), None);
 }

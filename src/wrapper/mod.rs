@@ -40,8 +40,8 @@ pub use outbuf::Limits;
 pub use patience::MAX_STAGE_GRACE;
 pub use session::run;
 pub use settings::{
-    Credential, DEFAULT_GIVE_UP, ENV_STAGE_GRACE, HubUrl, Minion, Options, Settings,
-    parse_hub_url, settings_from_env, stage_grace, take_token_file,
+    Credential, DEFAULT_GIVE_UP, ENV_STAGE_GRACE, HubUrl, Minion, Options, Settings, parse_hub_url,
+    settings_from_env, stage_grace, take_token_file,
 };
 
 use crate::wire::wrapper::{ENV_TOKEN, ENV_TOKEN_FILE, RejectCode};

@@ -104,13 +104,11 @@ impl Session {
         poll.registry()
             .register(&mut signals, SIGNALS, Interest::READABLE)
             .map_err(WrapperError::Poll)?;
-        let (token, minion_key) = match std::mem::replace(
-            &mut settings.credential,
-            Credential::Token(String::new()),
-        ) {
-            Credential::Token(token) => (Some(token), None),
-            Credential::MinionKey(key) => (None, Some(key)),
-        };
+        let (token, minion_key) =
+            match std::mem::replace(&mut settings.credential, Credential::Token(String::new())) {
+                Credential::Token(token) => (Some(token), None),
+                Credential::MinionKey(key) => (None, Some(key)),
+            };
         let spool_factory: Option<SpoolFactory> = opts.spool_dir.clone().map(|dir| {
             let tag = settings.run.to_string();
             Box::new(move || {

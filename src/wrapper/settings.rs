@@ -94,8 +94,7 @@ pub fn settings_from_env(
     if machine.is_empty() || machine.len() > 255 || machine.chars().any(char::is_control) {
         return Err(WrapperError::InvalidEnv {
             var: ENV_MACHINE,
-            reason: "machine id is empty, longer than 255 bytes or holds control characters"
-                .into(),
+            reason: "machine id is empty, longer than 255 bytes or holds control characters".into(),
         });
     }
     Ok(Settings {

@@ -80,17 +80,17 @@ fn forged_replayed_and_wrong_run_tokens_are_rejected() {
     )
     .expect("secret");
     let mut ws = connect(port);
-    ws.send(hello(id, "w1", &secret.launch_token(id, "w1")))
+    ws.send(hello(id, "w1", &secret.launch_token(id, "w1", 1)))
         .expect("send");
     assert_eq!(reject_code(&mut ws), "bad_token");
 
     // A valid token of another run or machine does not open this one.
     let mut ws = connect(port);
-    ws.send(hello(id, "w1", &secret.launch_token(id + 1, "w1")))
+    ws.send(hello(id, "w1", &secret.launch_token(id + 1, "w1", 1)))
         .expect("send");
     assert_eq!(reject_code(&mut ws), "bad_token");
     let mut ws = connect(port);
-    ws.send(hello(id + 7, "w1", &secret.launch_token(id + 7, "w1")))
+    ws.send(hello(id + 7, "w1", &secret.launch_token(id + 7, "w1", 1)))
         .expect("send");
     assert_eq!(reject_code(&mut ws), "unknown_run");
 

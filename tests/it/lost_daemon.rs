@@ -201,7 +201,11 @@ fn minion_key(dir: &Path, minion: &str) {
             .args(args)
             .output()
             .expect("openssl");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     openssl(&["genrsa", "-traditional", "-out", path_str(&key), "2048"]);
     openssl(&[

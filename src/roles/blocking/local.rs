@@ -105,7 +105,12 @@ fn write_token_file(dir: &Path, run: RunId, machine: &str, token: &str) -> Resul
     Ok(path)
 }
 
-fn command_for(launch: &Launch, machine: &str, env: &[(String, String)], log_dir: &Path) -> Command {
+fn command_for(
+    launch: &Launch,
+    machine: &str,
+    env: &[(String, String)],
+    log_dir: &Path,
+) -> Command {
     let unit = unit_name(launch.run, machine);
     let log = log_dir.join(format!("{unit}.log"));
     if let Some(scope) = under_systemd().then(systemd_run_scope).flatten() {

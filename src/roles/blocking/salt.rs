@@ -100,7 +100,9 @@ pub fn launch_outcomes(
                 Some(value) => match run_all_result(value) {
                     MinionResult::Ok => (Ok(()), None),
                     MinionResult::NoReturn(why) => (Ok(()), Some(why)),
-                    MinionResult::Failed(why) => (Err(format!("wrapper launch failed: {why}")), None),
+                    MinionResult::Failed(why) => {
+                        (Err(format!("wrapper launch failed: {why}")), None)
+                    }
                 },
                 None if returns.no_match => (
                     Err("salt matched no minion of that name (is its key accepted?)".to_string()),

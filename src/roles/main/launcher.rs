@@ -127,7 +127,10 @@ impl Main {
             Some((config_dir, pki)) if *config_dir == sp.salt_config_dir => pki.clone(),
             _ => {
                 let pki = crate::minion_key::master_pki_dir(&sp.salt_config_dir);
-                log::info!("accepted minion keys are read from {}/minions", pki.display());
+                log::info!(
+                    "accepted minion keys are read from {}/minions",
+                    pki.display()
+                );
                 self.launcher.master_pki = Some((sp.salt_config_dir.clone(), pki.clone()));
                 pki
             }

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::effects::{apply, finish_target, now_ms, transition};
 use super::runs::exit_outcome;
-use super::target::{Credential, KillAction, PendingExit};
+use super::target::{Credential, Effect, KillAction, PendingExit, Token};
+use super::tokens;
 use super::{DbWait, Main};
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
@@ -21,9 +22,7 @@ use crate::wire::Redacted;
 use crate::wire::db::TargetUpdate;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
-use crate::wire::link::{
-    ConnId, HubReply, HubRequest, MinionProof, WrapperHello, WrapperVerdict,
-};
+use crate::wire::link::{ConnId, HubReply, HubRequest, MinionProof, WrapperHello, WrapperVerdict};
 use crate::wire::records::{RunId, TargetReason, TargetState};
 use crate::wire::wrapper::{JobSpec, RejectCode};
 
@@ -73,7 +72,10 @@ fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         resume_key,
         proof,
     };
-    let verdict = vet_hello(core, conn, run, &machine, presented);
+    let (verdict, store) = match vet_hello(core, conn, run, &machine, presented) {
+        Vetted::Now(verdict) => (verdict, None),
+        Vetted::AfterStore { verdict, hash } => (verdict, Some(hash)),
+    };
     match &verdict {
         WrapperVerdict::Welcome { .. } => log::info!(
             "run {run}: wrapper {wrapper_version} on {machine} (pid {pid}, from {peer}) connected"
@@ -94,21 +96,80 @@ fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
             }
         }
     }
-    if matches!(verdict, WrapperVerdict::Welcome { .. }) {
-        super::ui::wrapper_welcomed(core, run, &machine, &wrapper_version);
-        core.db_call(
-            DbRequest::UpdateTarget {
+    if !matches!(verdict, WrapperVerdict::Welcome { .. }) {
+        core.reply_hub(id, HubReply::Verdict(verdict));
+        return;
+    }
+    super::ui::wrapper_welcomed(core, run, &machine, &wrapper_version);
+    let hash = store.clone();
+    let verdict = match store {
+        Some(_) => Some(verdict),
+        None => {
+            core.reply_hub(id, HubReply::Verdict(verdict));
+            None
+        }
+    };
+    core.db_call(
+        DbRequest::UpdateTarget {
+            run,
+            machine: machine.clone(),
+            update: TargetUpdate {
+                wrapper_version: Some(wrapper_version),
+                token_used: store.as_ref().map(|_| true),
+                resume_key_sha256: hash,
+                ..Default::default()
+            },
+        },
+        match verdict {
+            // The spent token and the session's key are durable before the welcome.
+            Some(verdict) => DbWait::SessionStored(Box::new(StoredWelcome {
+                call: id,
+                conn,
                 run,
                 machine,
-                update: TargetUpdate {
-                    wrapper_version: Some(wrapper_version),
-                    ..Default::default()
-                },
-            },
-            DbWait::Write("a wrapper version"),
-        );
+                verdict,
+            })),
+            None => DbWait::Write("a wrapper version"),
+        },
+    );
+}
+
+/// A welcome waiting for its session (spent token, resume key hash) to be committed.
+#[derive(Debug, Clone)]
+pub struct StoredWelcome {
+    call: CallId,
+    conn: ConnId,
+    run: RunId,
+    machine: String,
+    verdict: WrapperVerdict,
+}
+
+/// db answered the write of a new session: welcome the wrapper, or, if the session could
+/// not be recorded, undo it and have the wrapper retry (its token was not spent).
+pub fn session_stored(
+    core: &mut Main,
+    w: StoredWelcome,
+    result: Result<crate::wire::db::DbReply, CallError>,
+) {
+    match result {
+        Ok(_) => core.reply_hub(w.call, HubReply::Verdict(w.verdict)),
+        Err(e) => {
+            log::error!(
+                "run {}: the session of {} could not be recorded ({e}); it retries",
+                w.run,
+                w.machine
+            );
+            core.flight.sessions.remove(&w.conn);
+            if let Some(t) = core.target_mut(w.run, &w.machine) {
+                t.session_not_stored(w.conn);
+            }
+            let verdict = reject(
+                RejectCode::RetryLater,
+                "the server could not record the session",
+            );
+            core.reply_hub(w.call, HubReply::Verdict(verdict));
+        }
     }
-    core.reply_hub(id, HubReply::Verdict(verdict));
 }
 
 /// db's answer about the run of a wrapper whose run is not in flight: a target recorded
@@ -133,20 +194,18 @@ pub fn reconcile(
             return;
         }
     };
-    let proven = match (&hello.proof, &hello.resume_key) {
-        (Some(proof), _) => core
-            .check_minion_proof(hello.run, &hello.machine, proof)
-            .is_ok(),
-        (None, Some(k)) => core
-            .secret
-            .verify_resume_key(hello.run, &hello.machine, &k.0),
-        (None, None) => false,
-    };
     let Some(target) = details
         .iter_mut()
         .find(|d| d.record.machine == hello.machine)
     else {
         return answer_hello(core, id, hello);
+    };
+    let proven = match (&hello.proof, &hello.resume_key) {
+        (Some(proof), _) => core
+            .check_minion_proof(hello.run, &hello.machine, proof)
+            .is_ok(),
+        (None, Some(k)) => tokens::verify_resume_key(target.resume_key_sha256.as_deref(), &k.0),
+        (None, None) => false,
     };
     if target.record.reason != Some(TargetReason::Lost)
         || !proven
@@ -224,18 +283,36 @@ struct Presented {
     proof: Option<MinionProof>,
 }
 
-fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presented) -> WrapperVerdict {
+/// A verdict to send now, or a welcome that waits for its new session to be recorded.
+enum Vetted {
+    Now(WrapperVerdict),
+    AfterStore {
+        verdict: WrapperVerdict,
+        /// SHA-256 of the session's new resume key.
+        hash: String,
+    },
+}
+
+impl From<WrapperVerdict> for Vetted {
+    fn from(verdict: WrapperVerdict) -> Vetted {
+        Vetted::Now(verdict)
+    }
+}
+
+fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presented) -> Vetted {
     if core.flight.recovering {
         return reject(
             RejectCode::RetryLater,
             "the server is loading the runs in flight",
-        );
+        )
+        .into();
     }
     let Some(active) = core.flight.runs.get(&run) else {
         return reject(
             RejectCode::UnknownRun,
             format!("run {run} is not in flight"),
-        );
+        )
+        .into();
     };
     let job = active.job.clone();
     let wait_for_go = active.prestaged && !active.go_sent;
@@ -248,25 +325,49 @@ fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presen
         return reject(
             RejectCode::UnknownRun,
             format!("{machine} is not a target of run {run}"),
-        );
+        )
+        .into();
     }
     // A resume key proves an earlier welcome; the launch token works until its session
     // has been confirmed by a first message (so a welcome lost in a crash can be retried).
+    let (attempt, stored_hash, token_spent) = match core.target(run, machine) {
+        Some(t) => (t.attempt, t.resume_hash.clone(), t.token == Token::Spent),
+        None => return reject(RejectCode::UnknownRun, "run ended").into(),
+    };
     let credential = match (&p.token, &p.resume_key, &p.proof) {
         (_, _, Some(proof)) => match core.check_minion_proof(run, machine, proof) {
             Ok(()) => Credential::MinionKey { valid: true },
-            Err(why) => return reject(RejectCode::BadToken, why),
+            Err(why) => return reject(RejectCode::BadToken, why).into(),
         },
         (_, Some(key), None) => Credential::ResumeKey {
-            valid: core.secret.verify_resume_key(run, machine, &key.0),
+            valid: tokens::verify_resume_key(stored_hash.as_deref(), &key.0),
         },
-        (Some(token), None, None) => Credential::LaunchToken {
-            valid: core.secret.verify_launch_token(run, machine, &token.0),
-        },
+        (Some(token), None, None) => {
+            let valid = core
+                .secret
+                .verify_launch_token(run, machine, attempt, &token.0);
+            if valid && token_spent {
+                // Someone holds a copy of a token whose welcome already went out.
+                log::error!(
+                    "run {run}: the launch token of {machine} was presented again after its \
+                     welcome; refused"
+                );
+                core.event(
+                    "launch_token_reused",
+                    Some(&job.name),
+                    Some(run),
+                    Some(machine),
+                    "a launch token was presented again after its welcome went out; \
+                     refused (a launch token works once)"
+                        .into(),
+                );
+            }
+            Credential::LaunchToken { valid }
+        }
         (None, None, None) => Credential::None,
     };
     let Some(target) = core.target_mut(run, machine) else {
-        return reject(RejectCode::UnknownRun, "run ended");
+        return reject(RejectCode::UnknownRun, "run ended").into();
     };
     let welcomed = match target.hello(Instant::now(), conn, credential) {
         Ok(welcomed) => welcomed,
@@ -274,17 +375,34 @@ fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presen
             return reject(
                 RejectCode::Finished,
                 format!("the outcome of {machine} in run {run} is already recorded"),
-            );
+            )
+            .into();
         }
-        Err(refusal) => return reject(refusal.code, refusal.message),
+        Err(refusal) => return reject(refusal.code, refusal.message).into(),
     };
     core.flight
         .sessions
         .insert(conn, (run, machine.to_string()));
     let acked_seq = welcomed.acked_seq;
-    apply(core, run, machine, welcomed.effects);
-    let key = core.secret.resume_key(run, machine);
-    WrapperVerdict::Welcome {
+    // A token welcome opens a session with a key of its own, recorded (hashed, with the
+    // spent token) before the welcome goes out; a resume gets its key back; a minion-key
+    // session needs none (every connection signs a new challenge).
+    let mut effects = welcomed.effects;
+    let new_session = effects.contains(&Effect::StoreTokenSpent);
+    effects.retain(|e| *e != Effect::StoreTokenSpent);
+    let (key, hash) = match (&p.resume_key, new_session) {
+        (_, true) => {
+            let (key, hash) = tokens::new_resume_key();
+            if let Some(t) = core.target_mut(run, machine) {
+                t.resume_hash = Some(hash.clone());
+            }
+            (key, Some(hash))
+        }
+        (Some(key), false) => (key.0.clone(), None),
+        (None, false) => (String::new(), None),
+    };
+    apply(core, run, machine, effects);
+    let verdict = WrapperVerdict::Welcome {
         job: JobSpec {
             name: job.name.clone(),
             command: job.command.clone(),
@@ -301,6 +419,10 @@ fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presen
         acked_seq,
         wait_for_go,
         slot_in_ms,
+    };
+    match hash {
+        Some(hash) => Vetted::AfterStore { verdict, hash },
+        None => Vetted::Now(verdict),
     }
 }
 
@@ -309,7 +431,7 @@ fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presen
 /// is spent for good, also across restarts.
 fn touch(core: &mut Main, conn: ConnId) -> Option<(RunId, String)> {
     let (run, machine) = core.flight.sessions.get(&conn)?.clone();
-    transition(core, run, &machine, |t| t.heard(Instant::now(), conn));
+    transition(core, run, &machine, |t| t.heard(Instant::now()));
     Some((run, machine))
 }
 

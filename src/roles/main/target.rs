@@ -68,20 +68,24 @@ pub enum Phase {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Token {
     Unused,
-    /// Presented on this connection, which has not said anything since: if it goes away
-    /// now the welcome may have been lost, so the token may be presented again.
-    Presented(ConnId),
-    /// Spent for good (durably recorded).
+    /// Spent for good: the shell records it durably, with the session's resume key,
+    /// before the welcome goes out; it is never accepted again.
     Spent,
 }
 
 /// What a wrapper proved in its hello (the shell checks the HMACs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Credential {
-    LaunchToken { valid: bool },
-    ResumeKey { valid: bool },
+    LaunchToken {
+        valid: bool,
+    },
+    ResumeKey {
+        valid: bool,
+    },
     /// A signature of a fresh challenge by the minion's accepted Salt key.
-    MinionKey { valid: bool },
+    MinionKey {
+        valid: bool,
+    },
     None,
 }
 
@@ -98,7 +102,8 @@ pub enum Effect {
     Close(ConnId),
     /// Persist a new state (and start time) of the target.
     StoreState(TargetState, Option<Millis>),
-    /// Persist that the launch token is spent.
+    /// Persist that the launch token is spent, with the hash of the session's resume key
+    /// (the welcome waits for this write).
     StoreTokenSpent,
     /// Record the outcome (the shell writes it and calls [`Target::recorded`]).
     RecordOutcome { outcome: Outcome, ended: Millis },
@@ -146,6 +151,9 @@ pub struct Target {
     /// The connection of its wrapper, while one is open.
     pub conn: Option<ConnId>,
     pub token: Token,
+    /// SHA-256 (hex) of the resume key created at the token's welcome: a reconnect proves
+    /// the session with that key (Salt wrappers sign a new challenge instead).
+    pub resume_hash: Option<String>,
     /// Output up to this seq is committed (and acknowledged).
     pub acked_seq: u64,
     /// A user kill is to be delivered (now or when the wrapper reconnects).
@@ -170,6 +178,7 @@ impl Target {
             phase: Phase::Pending,
             conn: None,
             token: Token::Unused,
+            resume_hash: None,
             acked_seq: 0,
             kill_wanted: false,
             started: None,
@@ -183,6 +192,7 @@ impl Target {
     pub fn restored(
         record: &TargetRecord,
         token_spent: bool,
+        resume_hash: Option<String>,
         acked_seq: u64,
         now: Instant,
         grace: Duration,
@@ -195,7 +205,7 @@ impl Target {
             TargetState::Finished => Phase::Finished(outcome),
             TargetState::SkippedMaintenance => Phase::SkippedMaintenance,
             TargetState::Pending if !token_spent => Phase::Pending,
-            // Picked up by a session never confirmed: the token may be presented again.
+            // Launched, no welcome recorded: its wrapper may still come with its token.
             TargetState::Pending | TargetState::Launching | TargetState::PickedUp
                 if !token_spent =>
             {
@@ -217,6 +227,7 @@ impl Target {
             } else {
                 Token::Unused
             },
+            resume_hash,
             acked_seq,
             kill_wanted: false,
             started: record.started,
@@ -359,7 +370,8 @@ impl Target {
             }
         }
         if by_token {
-            self.token = Token::Presented(conn);
+            self.token = Token::Spent;
+            effects.push(Effect::StoreTokenSpent);
         }
         if let Some(old) = self.conn.replace(conn) {
             effects.push(Effect::Close(old));
@@ -373,17 +385,25 @@ impl Target {
         })
     }
 
-    /// Any frame from the wrapper on `conn`: its liveness clock, and the first message of
-    /// a session opened with the launch token spends the token for good.
-    pub fn heard(&mut self, now: Instant, conn: ConnId) -> Vec<Effect> {
+    /// Any frame from the wrapper: its liveness clock.
+    pub fn heard(&mut self, now: Instant) -> Vec<Effect> {
         if let Phase::PickedUp { last_seen, .. } = &mut self.phase {
             *last_seen = now;
         }
-        if self.token == Token::Presented(conn) {
-            self.token = Token::Spent;
-            return vec![Effect::StoreTokenSpent];
-        }
         Vec::new()
+    }
+
+    /// The spent token and its session could not be recorded, so no welcome went out:
+    /// the token may be presented again.
+    pub fn session_not_stored(&mut self, conn: ConnId) {
+        self.token = Token::Unused;
+        self.resume_hash = None;
+        if self.conn == Some(conn) {
+            self.conn = None;
+        }
+        if matches!(self.phase, Phase::PickedUp { running: false, .. }) {
+            self.phase = Phase::Launching;
+        }
     }
 
     /// The wrapper started the command at `now_ms`.
@@ -447,14 +467,6 @@ impl Target {
     pub fn gone(&mut self, conn: ConnId) {
         if self.conn == Some(conn) {
             self.conn = None;
-        }
-        if self.token == Token::Presented(conn) {
-            // Gone before saying anything after the welcome: maybe the welcome never
-            // arrived, so the token may be presented again.
-            self.token = Token::Unused;
-            if matches!(self.phase, Phase::PickedUp { running: false, .. }) {
-                self.phase = Phase::Launching;
-            }
         }
     }
 
@@ -552,6 +564,7 @@ impl Target {
         self.phase = Phase::Pending;
         self.conn = None;
         self.token = Token::Unused;
+        self.resume_hash = None;
         self.acked_seq = 0;
         self.started = None;
         self.ended = None;

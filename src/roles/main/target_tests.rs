@@ -26,7 +26,7 @@ fn running(t0: Instant) -> Target {
     let mut t = Target::new(0);
     t.launch();
     t.hello(t0, C1, TOKEN).expect("welcome");
-    t.heard(t0, C1);
+    t.heard(t0);
     t.command_started(1_000);
     t
 }
@@ -59,35 +59,42 @@ fn maintenance_leaves_only_a_pending_target_out() {
 }
 
 #[test]
-fn a_launch_token_works_once_and_is_spent_by_the_first_message() {
+fn a_launch_token_works_once_and_is_spent_by_its_welcome() {
     let t0 = Instant::now();
     let mut t = Target::new(0);
     t.launch();
     let welcome = t.hello(t0, C1, TOKEN).expect("welcome");
     assert_eq!(welcome.acked_seq, 0);
-    // Picked up, and recorded as such (its command has not started yet).
+    // Picked up and recorded as such; the token is spent durably before the welcome goes
+    // out (the shell waits for that write).
     assert_eq!(
         welcome.effects,
-        [Effect::StoreState(TargetState::PickedUp, None)]
+        [
+            Effect::StoreState(TargetState::PickedUp, None),
+            Effect::StoreTokenSpent
+        ]
     );
     assert_eq!(t.state(), TargetState::PickedUp);
-    assert_eq!(t.token, Token::Presented(C1));
+    assert_eq!(t.token, Token::Spent);
     assert!(!t.awaiting_pickup());
-    // The first message spends it durably, once.
-    assert_eq!(t.heard(t0, C1), [Effect::StoreTokenSpent]);
-    assert!(t.heard(t0, C1).is_empty());
-    // Nobody can present it again, not even on a new connection.
+    // Nobody can present it again: not on a new connection, not after the first one
+    // hung up before saying anything (a thief who took the welcome and left).
+    let refused = t.hello(t0, C2, TOKEN).expect_err("token spent");
+    assert_eq!(refused.code, RejectCode::BadToken);
+    t.gone(C1);
+    assert_eq!(t.token, Token::Spent);
     let refused = t.hello(t0, C2, TOKEN).expect_err("token spent");
     assert_eq!(refused.code, RejectCode::BadToken);
 }
 
 #[test]
-fn a_welcome_lost_before_any_message_lets_the_token_be_presented_again() {
+fn a_session_that_could_not_be_recorded_lets_the_token_be_presented_again() {
     let t0 = Instant::now();
     let mut t = Target::new(0);
     t.launch();
     t.hello(t0, C1, TOKEN).expect("welcome");
-    t.gone(C1);
+    // db refused the write: no welcome went out.
+    t.session_not_stored(C1);
     assert_eq!(t.token, Token::Unused);
     assert_eq!(t.phase, Phase::Launching);
     assert!(t.awaiting_pickup(), "the pickup deadline applies again");
@@ -96,11 +103,32 @@ fn a_welcome_lost_before_any_message_lets_the_token_be_presented_again() {
 }
 
 #[test]
+fn a_minion_key_proof_opens_and_reopens_sessions_without_a_token() {
+    let t0 = Instant::now();
+    let mut t = Target::new(0);
+    t.launch();
+    let proof = Credential::MinionKey { valid: true };
+    let welcome = t.hello(t0, C1, proof).expect("welcome");
+    assert_eq!(
+        welcome.effects,
+        [Effect::StoreState(TargetState::PickedUp, None)],
+        "no token is spent"
+    );
+    let again = t
+        .hello(t0, C2, proof)
+        .expect("a reconnect signs a new challenge");
+    assert_eq!(again.effects, [Effect::Close(C1)]);
+    let forged = t.hello(t0, C1, Credential::MinionKey { valid: false });
+    assert_eq!(forged.expect_err("refused").code, RejectCode::BadToken);
+}
+
+#[test]
 fn bad_credentials_are_refused() {
     let t0 = Instant::now();
     for credential in [
         Credential::LaunchToken { valid: false },
         Credential::ResumeKey { valid: false },
+        Credential::MinionKey { valid: false },
         Credential::None,
     ] {
         let mut t = Target::new(0);
@@ -211,7 +239,7 @@ fn silence_counts_only_after_pickup_and_after_the_recovery_grace() {
     let mut t = running(t0);
     assert!(!t.silent_too_long(t0 + Duration::from_secs(3), silence));
     assert!(t.silent_too_long(t0 + Duration::from_secs(4), silence));
-    t.heard(t0 + Duration::from_secs(4), C1);
+    t.heard(t0 + Duration::from_secs(4));
     assert!(!t.silent_too_long(t0 + Duration::from_secs(5), silence));
 
     let record = TargetRecord {
@@ -223,7 +251,7 @@ fn silence_counts_only_after_pickup_and_after_the_recovery_grace() {
         ended: None,
     };
     let grace = Duration::from_secs(30);
-    let restored = Target::restored(&record, true, 9, t0, grace);
+    let restored = Target::restored(&record, true, None, 9, t0, grace);
     assert!(!restored.silent_too_long(t0 + Duration::from_secs(20), silence));
     assert!(restored.silent_too_long(t0 + Duration::from_secs(31), silence));
 }
@@ -308,7 +336,7 @@ fn restored_targets_take_the_phase_their_record_and_token_say() {
         started: None,
         ended: None,
     };
-    let phase = |state, spent| Target::restored(&record(state), spent, 0, t0, grace).phase;
+    let phase = |state, spent| Target::restored(&record(state), spent, None, 0, t0, grace).phase;
     assert_eq!(phase(TargetState::Pending, false), Phase::Pending);
     assert_eq!(phase(TargetState::Launching, false), Phase::Launching);
     assert!(matches!(
@@ -328,7 +356,7 @@ fn restored_targets_take_the_phase_their_record_and_token_say() {
         Phase::SkippedMaintenance
     );
     // A pre-staged wrapper waiting for `go` when the daemon died re-attaches with its key.
-    let mut staged = Target::restored(&record(TargetState::Launching), true, 0, t0, grace);
+    let mut staged = Target::restored(&record(TargetState::Launching), true, None, 0, t0, grace);
     assert!(staged.hello(t0, C1, TOKEN).is_err(), "token spent");
     staged.hello(t0, C1, KEY).expect("resume");
     assert_eq!(staged.state(), TargetState::PickedUp);
@@ -383,7 +411,7 @@ fn a_failed_target_is_retried_while_attempts_are_left() {
     // The second attempt's wrapper presents the launch token again and runs.
     t.launch();
     t.hello(t0, C2, TOKEN).expect("welcome for attempt 2");
-    t.heard(t0, C2);
+    t.heard(t0);
     t.command_started(3_000);
     t.exited(C2, exit(0, 1), 4_000);
     t.recorded();
@@ -392,7 +420,7 @@ fn a_failed_target_is_retried_while_attempts_are_left() {
     assert_eq!(t.attempt, 3);
     t.launch();
     t.hello(t0, C1, TOKEN).expect("welcome for attempt 3");
-    t.heard(t0, C1);
+    t.heard(t0);
     t.exited(C1, exit(0, 1), 5_000);
     t.recorded();
     assert!(!t.wants_retry(2), "the last attempt counts");

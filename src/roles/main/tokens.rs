@@ -1,11 +1,13 @@
 //! Launch tokens and resume keys of wrapper sessions.
 //!
-//! The launch token of a target is HMAC-SHA256 over (run id, machine) under a server
-//! secret kept in the state directory (mode 0600, created on first start, surviving
-//! restarts). It travels through Salt, so it sits in Salt's job cache: it is accepted once.
-//! The `welcome` then hands the wrapper a resume key (HMAC of run and machine under the
-//! same secret, so it survives any restart) that never leaves the
-//! WebSocket; reconnects present that. Both are compared in constant time.
+//! The launch token of a local target is HMAC-SHA256 over (run id, attempt, machine) under
+//! a server secret kept in the state directory (mode 0600, created on first start,
+//! surviving restarts). It reaches the wrapper in a 0600 file, and is accepted once: it is
+//! recorded as spent before the welcome goes out. The `welcome` hands the wrapper a resume
+//! key created for that session (random; only its SHA-256 is stored, with the spent
+//! token, so it survives any restart) that never leaves the WebSocket; reconnects present
+//! it. Salt wrappers need neither: they sign a fresh challenge with their minion key.
+//! Comparisons are constant time.
 
 use std::fs;
 use std::io::{self, Write};
@@ -19,7 +21,6 @@ type HmacSha256 = hmac::Hmac<Sha256>;
 
 const SECRET_BYTES: usize = 32;
 const DOMAIN: &[u8] = b"saltpeter-launch-token-v1";
-const RESUME_DOMAIN: &[u8] = b"saltpeter-resume-key-v1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
@@ -116,41 +117,48 @@ impl Secret {
             .map(|keyed| Secret { keyed })
     }
 
-    fn mac(&self, run: u64, machine: &str) -> HmacSha256 {
+    fn mac(&self, run: u64, machine: &str, attempt: u32) -> HmacSha256 {
         let mut mac = self.keyed.clone();
         mac.update(DOMAIN);
         mac.update(&run.to_be_bytes());
+        mac.update(&attempt.to_be_bytes());
         mac.update(machine.as_bytes());
         mac
     }
 
-    /// The resume key of (run, machine): derived, never stored, so it survives any crash
-    /// of the daemon; it is only ever sent inside the authenticated WebSocket.
-    pub fn resume_key(&self, run: u64, machine: &str) -> String {
-        let mut mac = self.keyed.clone();
-        mac.update(RESUME_DOMAIN);
-        mac.update(&run.to_be_bytes());
-        mac.update(machine.as_bytes());
-        to_hex(&mac.finalize().into_bytes())
-    }
-
-    /// Constant-time check of a presented resume key.
-    pub fn verify_resume_key(&self, run: u64, machine: &str, key: &str) -> bool {
-        keys_match(&self.resume_key(run, machine), key)
-    }
-
-    /// The launch token of (run, machine).
-    pub fn launch_token(&self, run: u64, machine: &str) -> String {
-        to_hex(&self.mac(run, machine).finalize().into_bytes())
+    /// The launch token of (run, machine, attempt): each attempt of a retried target has
+    /// its own, so a token seen once is worth nothing later.
+    pub fn launch_token(&self, run: u64, machine: &str, attempt: u32) -> String {
+        to_hex(&self.mac(run, machine, attempt).finalize().into_bytes())
     }
 
     /// Constant-time check of a presented launch token.
-    pub fn verify_launch_token(&self, run: u64, machine: &str, token: &str) -> bool {
+    pub fn verify_launch_token(&self, run: u64, machine: &str, attempt: u32, token: &str) -> bool {
         match from_hex(token) {
-            Some(bytes) => self.mac(run, machine).verify_slice(&bytes).is_ok(),
+            Some(bytes) => self.mac(run, machine, attempt).verify_slice(&bytes).is_ok(),
             None => false,
         }
     }
+}
+
+/// A fresh resume key for a session (32 random bytes as hex) and its SHA-256 (hex), which
+/// is all the server keeps: a copy of the database does not let anyone resume a session.
+pub fn new_resume_key() -> (String, String) {
+    let bytes: [u8; SECRET_BYTES] = rand::random();
+    let key = to_hex(&bytes);
+    let hash = resume_key_hash(&key);
+    (key, hash)
+}
+
+/// SHA-256 (hex) of a resume key.
+pub fn resume_key_hash(key: &str) -> String {
+    use sha2::Digest;
+    to_hex(&Sha256::digest(key.as_bytes()))
+}
+
+/// Does a presented resume key match the stored hash (constant time)?
+pub fn verify_resume_key(stored_hash: Option<&str>, presented: &str) -> bool {
+    stored_hash.is_some_and(|hash| keys_match(hash, &resume_key_hash(presented)))
 }
 
 /// Constant-time comparison of two keys.
@@ -173,14 +181,21 @@ mod tests {
         let s1 = Secret::load_or_create(&path).unwrap();
         let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        let token = s1.launch_token(7, "web1");
+        let token = s1.launch_token(7, "web1", 1);
         let s2 = Secret::load_or_create(&path).unwrap();
-        assert!(s2.verify_launch_token(7, "web1", &token));
-        assert!(!s2.verify_launch_token(8, "web1", &token), "other run");
-        assert!(!s2.verify_launch_token(7, "web2", &token), "other machine");
-        assert!(!s2.verify_launch_token(7, "web1", "zz"), "not hex");
+        assert!(s2.verify_launch_token(7, "web1", 1, &token));
+        assert!(!s2.verify_launch_token(8, "web1", 1, &token), "other run");
         assert!(
-            !s2.verify_launch_token(7, "web1", &token[..10]),
+            !s2.verify_launch_token(7, "web2", 1, &token),
+            "other machine"
+        );
+        assert!(
+            !s2.verify_launch_token(7, "web1", 2, &token),
+            "other attempt"
+        );
+        assert!(!s2.verify_launch_token(7, "web1", 1, "zz"), "not hex");
+        assert!(
+            !s2.verify_launch_token(7, "web1", 1, &token[..10]),
             "truncated"
         );
         assert_eq!(format!("{s2:?}"), "Secret(***)");
@@ -205,12 +220,18 @@ mod tests {
 
     #[test]
     fn key_comparison() {
-        let dir = tempfile::tempdir().unwrap();
-        let secret = Secret::load_or_create(&dir.path().join("s")).unwrap();
-        let k = secret.resume_key(3, "m");
-        assert!(secret.verify_resume_key(3, "m", &k));
-        assert!(!secret.verify_resume_key(3, "n", &k));
-        assert_ne!(k, secret.launch_token(3, "m"), "keys and tokens differ");
+        let (k, hash) = new_resume_key();
+        let (k2, hash2) = new_resume_key();
+        assert_ne!(k, k2, "every session gets its own key");
+        assert_ne!(hash, hash2);
+        assert_eq!(k.len(), 64);
+        assert!(verify_resume_key(Some(&hash), &k));
+        assert!(!verify_resume_key(Some(&hash), &k2));
+        assert!(
+            !verify_resume_key(Some(&hash), &hash),
+            "the hash is not the key"
+        );
+        assert!(!verify_resume_key(None, &k));
         assert!(keys_match(&k, &k.clone()));
         assert!(!keys_match(&k, &"0".repeat(64)));
         assert!(!keys_match(&k, ""));

@@ -119,7 +119,7 @@ fn fake_wrapper(d: &Daemon, run: u64, machine: &str) -> Ws {
     let (mut ws, _) =
         tungstenite::client(format!("ws://127.0.0.1:{port}/wrapper/v1"), stream).expect("ws");
     let hello = json!({"type": "hello", "v": 1, "run": run, "machine": machine,
-        "token": secret.launch_token(run, machine), "wrapper_version": "bench", "pid": 1,
+        "token": secret.launch_token(run, machine, 1), "wrapper_version": "bench", "pid": 1,
         "resume_from": null});
     ws.send(Message::text(hello.to_string())).unwrap();
     let welcome = next_msg(&mut ws).expect("welcome");

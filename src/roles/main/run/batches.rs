@@ -8,10 +8,10 @@ use super::{RunEnv, Sc, now_ms, run_rules};
 use crate::roles::main::effects::{finish_target, transition};
 use crate::roles::main::target::Phase;
 use crate::roles::main::{DbWait, Main};
+use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, RunUpdate};
 use crate::wire::link::{BlockingRequest, ExecutorKind, LaunchTarget, blocking_calls};
 use crate::wire::records::{RunState, TargetReason};
-use crate::wire::Redacted;
 use crate::workflow::{Step, Wake};
 
 pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
@@ -39,8 +39,9 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         transition(core, run, machine, |t| t.launch());
         // Salt wrappers prove the machine with its minion key; only local ones get a
         // launch token (in a private file, never on a command line).
+        let attempt = core.target(run, machine).map_or(1, |t| t.attempt);
         let token = (job.executor == crate::config::Executor::Local)
-            .then(|| Redacted(core.secret.launch_token(run, machine)));
+            .then(|| Redacted(core.secret.launch_token(run, machine, attempt)));
         launch.push(LaunchTarget {
             machine: machine.clone(),
             token,

@@ -79,7 +79,14 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
     let mut unsettled = Vec::new();
     for d in details {
         let r = &d.record;
-        let t = Target::restored(r, d.token_used, d.contiguous_seq, now, grace);
+        let t = Target::restored(
+            r,
+            d.token_used,
+            d.resume_key_sha256.clone(),
+            d.contiguous_seq,
+            now,
+            grace,
+        );
         if !t.is_settled() {
             unsettled.push(r.machine.clone());
         }
