@@ -16,8 +16,9 @@ pub struct Launcher {
     pub deployed: HashMap<String, (String, String)>,
     /// Hash of this build's wrapper, once a deployment reported it.
     pub wrapper_hash: Option<String>,
-    /// Measured salt launch latency (the pre-staging lead follows it).
-    pub launch_latency: Duration,
+    /// Measured salt launch latency per job (its pre-staging lead follows it; a job not
+    /// measured yet is led by the cap).
+    pub launch_latency: HashMap<String, Duration>,
     /// `#sha256=HEX` of the hub's certificate, for wrappers to pin (`None`: `tls: false`).
     pub wrapper_pin: Option<String>,
     /// The master's pki directory, resolved once per `salt_config_dir` (the key).
@@ -29,7 +30,7 @@ impl Default for Launcher {
         Launcher {
             deployed: HashMap::new(),
             wrapper_hash: None,
-            launch_latency: Duration::from_secs(2),
+            launch_latency: HashMap::new(),
             wrapper_pin: None,
             master_pki: None,
         }
@@ -69,35 +70,45 @@ impl Main {
         }
     }
 
-    /// How far ahead of its slot a run of `job` is launched: salt runs are pre-staged by
-    /// twice the measured launch latency plus a second, within `prestage_cap`.
+    /// How far ahead of its slot a run of `job` is launched: a salt job by twice its
+    /// measured launch latency plus a second, within `prestage_cap`; a salt job not
+    /// measured yet (the first slots after a start) by the cap itself, so even its first
+    /// slot is on time. Local jobs start at their slot.
     pub fn prestage_lead(&self, job: &config::Job) -> chrono::Duration {
-        self.prestage_lead_of(job.executor)
+        self.leads().of(job)
     }
 
-    fn prestage_lead_of(&self, executor: config::Executor) -> chrono::Duration {
-        let cap = Duration::from_secs(self.config.saltpeter.prestage_cap_s);
-        if executor != config::Executor::Salt || cap.is_zero() {
-            return chrono::Duration::zero();
-        }
-        let lead = (self.launcher.launch_latency * 2 + Duration::from_secs(1)).min(cap);
-        chrono::Duration::from_std(lead).unwrap_or_else(|_| chrono::Duration::zero())
-    }
-
-    /// The leads of every job, for the scheduler (they depend only on the executor).
+    /// The leads of every job, for the scheduler.
     pub fn leads(&self) -> scheduler::Leads {
+        let cap = Duration::from_secs(self.config.saltpeter.prestage_cap_s);
+        let to_chrono = |d: Duration| chrono::Duration::from_std(d).unwrap_or_default();
         scheduler::Leads {
-            salt: self.prestage_lead_of(config::Executor::Salt),
+            salt: to_chrono(cap),
+            per_job: self
+                .launcher
+                .launch_latency
+                .iter()
+                .map(|(job, latency)| {
+                    let lead = (*latency * 2 + Duration::from_secs(1)).min(cap);
+                    (job.clone(), to_chrono(lead))
+                })
+                .collect(),
         }
     }
 
-    /// Fold one measured launch (salt call to launched) into the latency estimate.
-    pub fn record_launch_latency(&mut self, sample: Duration) {
+    /// Fold one measured launch of `job` (salt call to launched) into its estimate.
+    pub fn record_launch_latency(&mut self, job: &str, sample: Duration) {
+        self.views.ui.metrics.observe_launch(sample);
+        let estimate = self
+            .launcher
+            .launch_latency
+            .entry(job.to_string())
+            .or_insert(sample);
         // Up at once (a late start is what pre-staging is there to prevent), down slowly.
-        self.launcher.launch_latency = if sample > self.launcher.launch_latency {
+        *estimate = if sample > *estimate {
             sample
         } else {
-            (self.launcher.launch_latency * 3 + sample) / 4
+            (*estimate * 3 + sample) / 4
         };
     }
 

@@ -73,7 +73,7 @@ pub fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         return; // armed when recovery is done
     }
     let core = &role.core;
-    let slot = core.scheduler.earliest(&core.config.jobs, core.leads());
+    let slot = core.scheduler.earliest(&core.config.jobs, &core.leads());
     // Deferred slots and pause ends wake the loop too (`jobctl`).
     let Some(at) = slot.into_iter().chain(core.jobctl.next_wake()).min() else {
         return;
@@ -87,7 +87,7 @@ pub fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let now = Utc::now();
     let core = &mut role.core;
     let leads = core.leads();
-    let due = core.scheduler.take_due(now, &core.config.jobs, 100, leads);
+    let due = core.scheduler.take_due(now, &core.config.jobs, 100, &leads);
     missed::fire_due(core, due, now);
     jobctl::tick(core, now);
     start_queued(role, ctx);
@@ -340,9 +340,25 @@ pub fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: 
                     }
                 }
                 Peer::Blocking => {
-                    for (id, (), err) in core.links.blocking_calls.fail_all() {
-                        core.links.blocking_replies.insert(id, Err(err));
-                        core.wake(WakeKey::Call(id));
+                    let calls = core.links.blocking_calls.fail_all();
+                    if core.flight.stopping {
+                        // An ordered stop ends blocking first: its unanswered launches and
+                        // resolutions are handed over, not failed. Their runs stay as
+                        // recorded and the next start recovers them (staged wrappers
+                        // re-attach, unlaunched targets are launched); a stop never turns
+                        // into the failure of a run that had not started.
+                        if !calls.is_empty() {
+                            log::info!(
+                                "stopping: {} salt or launch call(s) left unanswered; their \
+                                 runs are recovered at the next start",
+                                calls.len()
+                            );
+                        }
+                    } else {
+                        for (id, (), err) in calls {
+                            core.links.blocking_replies.insert(id, Err(err));
+                            core.wake(WakeKey::Call(id));
+                        }
                     }
                 }
                 Peer::Hub => {}

@@ -12,6 +12,8 @@ pub struct MainMetrics {
     runs_by_state: BTreeMap<&'static str, u64>,
     run_duration: Histogram,
     lateness: Histogram,
+    /// Salt batch launches: the salt call to its answer.
+    launch: Histogram,
     output_bytes: u64,
     output_frames: u64,
     /// The latest histogram db reported.
@@ -24,6 +26,7 @@ impl Default for MainMetrics {
             runs_by_state: BTreeMap::new(),
             run_duration: Histogram::new(DURATION_BUCKETS),
             lateness: Histogram::new(LATENCY_BUCKETS),
+            launch: Histogram::new(DURATION_BUCKETS),
             output_bytes: 0,
             output_frames: 0,
             db_commit: None,
@@ -44,6 +47,11 @@ impl MainMetrics {
     /// How late a slot was acted on (milliseconds; early is 0).
     pub fn observe_lateness(&mut self, ms: i64) {
         self.lateness.observe(ms.max(0) as f64 / 1000.0);
+    }
+
+    /// One salt batch launch took this long.
+    pub fn observe_launch(&mut self, took: std::time::Duration) {
+        self.launch.observe(took.as_secs_f64());
     }
 
     pub fn output(&mut self, bytes: usize) {
@@ -86,6 +94,33 @@ pub fn render(core: &Main) -> String {
     );
     m.lateness
         .render("saltpeter_schedule_lateness_seconds", "", &mut out);
+    header(
+        &mut out,
+        "saltpeter_salt_launch_seconds",
+        "histogram",
+        "Salt batch launches: the one cmd.run_all publish of a batch, call to answer.",
+    );
+    m.launch
+        .render("saltpeter_salt_launch_seconds", "", &mut out);
+    header(
+        &mut out,
+        "saltpeter_prestage_lead_seconds",
+        "gauge",
+        "How far ahead of its slot each salt job is launched (the cap until measured).",
+    );
+    let leads = core.leads();
+    for (name, entry) in &core.config.jobs {
+        if let Some(job) = entry.job_ref()
+            && job.executor == crate::config::Executor::Salt
+        {
+            let lead = leads.of(job).num_milliseconds() as f64 / 1000.0;
+            let _ = writeln!(
+                out,
+                "saltpeter_prestage_lead_seconds{{job=\"{}\"}} {lead}",
+                label_value(name)
+            );
+        }
+    }
     header(
         &mut out,
         "saltpeter_wrappers_connected",

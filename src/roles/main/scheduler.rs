@@ -34,28 +34,53 @@ pub struct Due {
 
 /// How far ahead of its slot each job is taken: salt jobs by the pre-staging lead, the
 /// others at their slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Leads {
+    /// The lead of a salt job whose launches have not been measured yet (the cap: a
+    /// lead is never learned at the cost of a late slot).
     pub salt: Duration,
+    /// Salt jobs with measured launches: their own lead (at most `salt`).
+    pub per_job: std::collections::HashMap<String, Duration>,
 }
 
 impl Leads {
     pub fn none() -> Leads {
-        Leads {
-            salt: Duration::zero(),
-        }
+        Leads::default()
     }
 
     pub fn of(&self, job: &Job) -> Duration {
         match job.executor {
-            Executor::Salt => self.salt.max(Duration::zero()),
+            Executor::Salt => self
+                .per_job
+                .get(&job.name)
+                .copied()
+                .unwrap_or(self.salt)
+                .max(Duration::zero()),
             Executor::Local => Duration::zero(),
         }
     }
 
     /// The longest lead of any job.
     pub fn max(&self) -> Duration {
-        self.salt.max(Duration::zero())
+        self.per_job
+            .values()
+            .copied()
+            .fold(self.salt, Duration::max)
+            .max(Duration::zero())
+    }
+}
+
+/// The lead of `job` for its slot `slot`: its lead, but never more than the gap to its
+/// following slot, so at most one run of a job is staged ahead (a job every 15 s is not
+/// staged four slots ahead by a 60 s cap).
+fn lead_at(leads: &Leads, job: &Job, slot: DateTime<Utc>) -> Duration {
+    let lead = leads.of(job);
+    if lead <= Duration::zero() {
+        return lead;
+    }
+    match job.schedule.next_after(slot) {
+        Some(next) => lead.min(next - slot),
+        None => lead,
     }
 }
 
@@ -125,14 +150,16 @@ impl Scheduler {
     pub fn earliest(
         &self,
         jobs: &BTreeMap<String, JobEntry>,
-        leads: Leads,
+        leads: &Leads,
     ) -> Option<DateTime<Utc>> {
         let mut best: Option<DateTime<Utc>> = None;
         for (slot, name) in &self.queue {
             if best.is_some_and(|b| *slot - leads.max() > b) {
                 break;
             }
-            let lead = job_of(jobs, name).map(|j| leads.of(j)).unwrap_or_default();
+            let lead = job_of(jobs, name)
+                .map(|j| lead_at(leads, j, *slot))
+                .unwrap_or_default();
             let at = *slot - lead;
             best = Some(best.map_or(at, |b| b.min(at)));
         }
@@ -147,7 +174,7 @@ impl Scheduler {
         now: DateTime<Utc>,
         jobs: &BTreeMap<String, JobEntry>,
         cap: usize,
-        leads: Leads,
+        leads: &Leads,
     ) -> Vec<Due> {
         let horizon = now + leads.max();
         let candidates: Vec<(DateTime<Utc>, String)> = self
@@ -162,7 +189,7 @@ impl Scheduler {
                 self.remove(&name);
                 continue;
             };
-            let lead = leads.of(job);
+            let lead = lead_at(leads, job, first);
             if first - lead > now {
                 continue;
             }
@@ -243,12 +270,12 @@ mod tests {
         let mut s = Scheduler::default();
         s.plan(valid(&jobs), t(10, 0, 5));
         assert_eq!(s.next_of("every10"), Some(t(10, 0, 10)));
-        assert_eq!(s.earliest(&jobs, Leads::none()), Some(t(10, 0, 10)));
+        assert_eq!(s.earliest(&jobs, &Leads::none()), Some(t(10, 0, 10)));
         assert!(
-            s.take_due(t(10, 0, 9), &jobs, 100, Leads::none())
+            s.take_due(t(10, 0, 9), &jobs, 100, &Leads::none())
                 .is_empty()
         );
-        let due = s.take_due(t(10, 0, 31), &jobs, 100, Leads::none());
+        let due = s.take_due(t(10, 0, 31), &jobs, 100, &Leads::none());
         let slots: Vec<_> = due.iter().map(|d| d.slot).collect();
         assert_eq!(slots, [t(10, 0, 10), t(10, 0, 20), t(10, 0, 30)]);
         assert!(
@@ -258,7 +285,7 @@ mod tests {
         assert_eq!(s.next_of("every10"), Some(t(10, 0, 40)));
         assert_eq!(s.next_of("hourly"), Some(t(11, 0, 0)));
         // Late beyond the grace: missed, and at most `cap` of them.
-        let due = s.take_due(t(10, 5, 0), &jobs, 3, Leads::none());
+        let due = s.take_due(t(10, 5, 0), &jobs, 3, &Leads::none());
         let slots: Vec<_> = due.iter().map(|d| (d.slot, d.missed)).collect();
         assert_eq!(
             slots,
@@ -268,7 +295,7 @@ mod tests {
                 (t(10, 5, 0), false)
             ]
         );
-        let due = s.take_due(t(10, 8, 0), &jobs, 100, Leads::none());
+        let due = s.take_due(t(10, 8, 0), &jobs, 100, &Leads::none());
         assert!(
             due.first()
                 .is_some_and(|d| d.missed && d.slot == t(10, 5, 10))
@@ -287,17 +314,30 @@ mod tests {
         ]);
         let leads = Leads {
             salt: Duration::seconds(5),
+            ..Leads::default()
         };
         let mut s = Scheduler::default();
         s.plan(valid(&jobs), t(10, 30, 0));
-        assert_eq!(s.earliest(&jobs, leads), Some(t(10, 59, 55)));
-        let due = s.take_due(t(10, 59, 56), &jobs, 100, leads);
+        assert_eq!(s.earliest(&jobs, &leads), Some(t(10, 59, 55)));
+        let due = s.take_due(t(10, 59, 56), &jobs, 100, &leads);
         assert_eq!(due.len(), 1);
         assert_eq!((due[0].job.as_str(), due[0].early), ("salty", true));
-        assert_eq!(s.earliest(&jobs, leads), Some(t(11, 0, 0)));
-        let due = s.take_due(t(11, 0, 0), &jobs, 100, leads);
+        assert_eq!(s.earliest(&jobs, &leads), Some(t(11, 0, 0)));
+        let due = s.take_due(t(11, 0, 0), &jobs, 100, &leads);
         assert_eq!(due.len(), 1);
         assert_eq!((due[0].job.as_str(), due[0].early), ("local", false));
+        // A lead longer than the job's period stages one slot ahead, not several.
+        let jobs = super::tests::jobs(&[("often", "*/15 * * * * *", "salt")]);
+        let leads = Leads {
+            salt: Duration::seconds(60),
+            ..Leads::default()
+        };
+        let mut s = Scheduler::default();
+        s.plan(valid(&jobs), t(10, 0, 1));
+        assert_eq!(s.earliest(&jobs, &leads), Some(t(10, 0, 0)));
+        let due = s.take_due(t(10, 0, 1), &jobs, 100, &leads);
+        assert_eq!(due.len(), 1, "{due:?}");
+        assert_eq!(due[0].slot, t(10, 0, 15));
     }
 
     #[test]
@@ -320,9 +360,9 @@ mod tests {
         let fewer = jobs(&[("b", "30 * * * *", "local")]);
         s.plan(valid(&fewer), t(10, 0, 10));
         assert_eq!(s.next_of("a"), None);
-        assert_eq!(s.earliest(&fewer, Leads::none()), Some(t(10, 30, 0)));
+        assert_eq!(s.earliest(&fewer, &Leads::none()), Some(t(10, 30, 0)));
         assert!(
-            s.take_due(t(10, 0, 30), &fewer, 100, Leads::none())
+            s.take_due(t(10, 0, 30), &fewer, 100, &Leads::none())
                 .is_empty()
         );
     }

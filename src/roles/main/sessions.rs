@@ -115,7 +115,8 @@ fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
             machine: machine.clone(),
             update: TargetUpdate {
                 wrapper_version: Some(wrapper_version),
-                token_used: store.as_ref().map(|_| true),
+                // A session was opened (a minion-key one has no token to spend).
+                token_used: Some(true),
                 resume_key_sha256: hash,
                 ..Default::default()
             },

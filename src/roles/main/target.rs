@@ -372,6 +372,9 @@ impl Target {
         if by_token {
             self.token = Token::Spent;
             effects.push(Effect::StoreTokenSpent);
+        } else if matches!(credential, Credential::MinionKey { .. }) {
+            // No token exists; a session was opened (recorded with the welcome).
+            self.token = Token::Spent;
         }
         if let Some(old) = self.conn.replace(conn) {
             effects.push(Effect::Close(old));

@@ -91,7 +91,7 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         && let Some(started) = env.launch_started.take()
         && !batch.is_empty()
     {
-        core.record_launch_latency(started.elapsed());
+        core.record_launch_latency(&env.req.job.name, started.elapsed());
     }
     match reply {
         Ok(outcomes) => {

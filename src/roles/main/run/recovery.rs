@@ -18,7 +18,7 @@ use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::roles::main::runs::ActiveRun;
-use crate::roles::main::target::{Target, Token};
+use crate::roles::main::target::Target;
 use crate::roles::main::{DbWait, Main, MainRole};
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
@@ -93,9 +93,9 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
         targets.insert(r.machine.clone(), t);
     }
     let job = Arc::new(job);
-    let started_any = targets
-        .values()
-        .any(|t| t.started.is_some() || t.token != Token::Unused);
+    // Staged wrappers were welcomed (their token is spent) but nothing ran: the run is
+    // still pre-staged, and waits for its slot again.
+    let started_any = targets.values().any(|t| t.started.is_some());
     let prestaged =
         run.slot.is_some() && !started_any && core.prestage_lead(&job) > chrono::Duration::zero();
     log::info!(
