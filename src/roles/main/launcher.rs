@@ -11,6 +11,7 @@ use super::{Main, scheduler};
 use crate::config;
 
 /// What main knows about launching wrappers.
+#[derive(Default)]
 pub struct Launcher {
     /// Minions known to have the wrapper: (path, hash) deployed there.
     pub deployed: HashMap<String, (String, String)>,
@@ -23,18 +24,6 @@ pub struct Launcher {
     pub wrapper_pin: Option<String>,
     /// The master's pki directory, resolved once per `salt_config_dir` (the key).
     pub master_pki: Option<(PathBuf, PathBuf)>,
-}
-
-impl Default for Launcher {
-    fn default() -> Launcher {
-        Launcher {
-            deployed: HashMap::new(),
-            wrapper_hash: None,
-            launch_latency: HashMap::new(),
-            wrapper_pin: None,
-            master_pki: None,
-        }
-    }
 }
 
 impl Main {
