@@ -426,7 +426,12 @@ mod tests {
         assert_eq!(smtp_port(None, SmtpTls::Auto), 25);
         assert_eq!(smtp_port(None, SmtpTls::Implicit), 465);
         assert_eq!(smtp_port(Some(587), SmtpTls::Implicit), 587);
-        for bad in ["smtp://mail.example", "u@mail.example", "mail.example:0", "mail:x"] {
+        for bad in [
+            "smtp://mail.example",
+            "u@mail.example",
+            "mail.example:0",
+            "mail:x",
+        ] {
             let node = yaml::parse(&format!("'{bad}'")).unwrap().unwrap();
             assert!(read_smtp(&node).is_err(), "{bad}");
         }

@@ -402,9 +402,7 @@ impl SaltpeterConfig {
             "smtp" => self.smtp = super::notify::read_smtp(node)?,
             "smtp_tls" => self.smtp_tls = super::notify::read_smtp_tls(node)?,
             "smtp_user" => self.smtp_user = values::optional_string(node)?,
-            "smtp_password" => {
-                self.smtp_password = values::optional_string(node)?.map(Secret::new)
-            }
+            "smtp_password" => self.smtp_password = values::optional_string(node)?.map(Secret::new),
             "notify_ca_file" => self.notify_ca_file = super::notify::read_ca_file(node)?,
             "mail_from" => {
                 self.mail_from = values::optional_string(node)?;

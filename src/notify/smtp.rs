@@ -68,7 +68,11 @@ impl Session<'_> {
         if want.contains(&reply.code) {
             Ok(reply)
         } else {
-            Err(format!("SMTP {what} refused: {} {}", reply.code, reply.last()))
+            Err(format!(
+                "SMTP {what} refused: {} {}",
+                reply.code,
+                reply.last()
+            ))
         }
     }
 
@@ -108,7 +112,11 @@ impl Session<'_> {
         } else if offered.iter().any(|m| m == "LOGIN") {
             self.step(Some("AUTH LOGIN"), "AUTH LOGIN", &[334])?;
             self.step(Some(&base64(user.as_bytes())), "AUTH LOGIN (user)", &[334])?;
-            self.step(Some(&base64(password.as_bytes())), "AUTH LOGIN (password)", &[235])?;
+            self.step(
+                Some(&base64(password.as_bytes())),
+                "AUTH LOGIN (password)",
+                &[235],
+            )?;
         } else {
             return Err(format!(
                 "the server offers no login this build speaks (PLAIN, LOGIN); it offers: {}",

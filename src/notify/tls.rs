@@ -23,7 +23,8 @@ pub type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
 /// The certificates of a PEM file (at least one).
 pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut pem = Vec::new();
     file.take(MAX_CA_FILE + 1)
         .read_to_end(&mut pem)
@@ -83,14 +84,15 @@ pub fn connect(
         .map_err(|e| format!("TLS set-up failed: {e}"))?;
     let mut stream = rustls::StreamOwned::new(conn, tcp);
     while stream.conn.is_handshaking() {
-        stream.conn.complete_io(&mut stream.sock).map_err(|e| {
-            match e.kind() {
+        stream
+            .conn
+            .complete_io(&mut stream.sock)
+            .map_err(|e| match e.kind() {
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
                     format!("TLS handshake with {host}: no answer in time")
                 }
                 _ => format!("TLS handshake with {host} failed: {e}"),
-            }
-        })?;
+            })?;
     }
     stream
         .flush()
@@ -107,7 +109,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "no certificate here\n").unwrap();
-        assert!(read_ca_file(&empty).unwrap_err().contains("no PEM certificate"));
+        assert!(
+            read_ca_file(&empty)
+                .unwrap_err()
+                .contains("no PEM certificate")
+        );
         let missing = dir.path().join("missing.pem");
         assert!(read_ca_file(&missing).unwrap_err().contains("cannot read"));
         let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();

@@ -184,7 +184,11 @@ pub enum SmtpTls {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MailTransport {
     /// An SMTP server (`saltpeter_config.smtp`).
-    Smtp { host: String, port: u16, tls: SmtpTls },
+    Smtp {
+        host: String,
+        port: u16,
+        tls: SmtpTls,
+    },
     /// The host's `sendmail` program (`-t -i`, the message on its stdin).
     Sendmail { path: String },
 }

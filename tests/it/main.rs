@@ -20,6 +20,7 @@ mod limits;
 mod lost_daemon;
 mod maintenance;
 mod notify;
+mod notify_tls;
 mod quickstart;
 mod reload;
 mod retries;

@@ -97,6 +97,22 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
             Effect::StoreRetry { attempt, previous } => {
                 store_retry(core, run, machine, attempt, previous)
             }
+            Effect::StoreWaiting { ended } => {
+                core.db_call(
+                    DbRequest::UpdateTarget {
+                        run,
+                        machine: machine.to_string(),
+                        update: TargetUpdate {
+                            state: Some(TargetState::WaitingUnreachable),
+                            reason: Some(TargetReason::Unreachable),
+                            exit_code: Some(255),
+                            ended: Some(ended),
+                            ..Default::default()
+                        },
+                    },
+                    DbWait::Write("a target waiting for its minion"),
+                );
+            }
         }
     }
 }

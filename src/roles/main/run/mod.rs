@@ -13,6 +13,7 @@ pub mod prestage;
 pub mod recovery;
 pub mod retry;
 pub mod targets;
+pub mod unreachable;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -67,6 +68,11 @@ pub struct RunEnv {
     launch_started: Option<Instant>,
     /// Targets of the current batch waiting for their next attempt (`retry.rs`).
     pub(super) retry_at: std::collections::BTreeMap<String, Instant>,
+    /// The ping of minions waited for (`unreachable.rs`), and when the next one is due.
+    pub(super) probe: Option<CallId>,
+    pub(super) next_probe: Option<Instant>,
+    /// The run's start was recorded (a later launch does not move it).
+    pub(super) start_recorded: bool,
     /// Counted in `Main::busy_jobs` until recorded.
     counted: bool,
 }
@@ -236,6 +242,9 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             pickup_deadline: None,
             launch_started: None,
             retry_at: Default::default(),
+            probe: None,
+            next_probe: None,
+            start_recorded: false,
             counted: !prestaged,
         },
     )
@@ -275,6 +284,9 @@ pub fn recovered_workflow(
             pickup_deadline: None,
             launch_started: None,
             retry_at: Default::default(),
+            probe: None,
+            next_probe: None,
+            start_recorded: true,
             counted: false,
         },
     )
@@ -324,9 +336,19 @@ fn answer_admin(core: &mut Main, env: &mut RunEnv, resp: AdminResponse) {
 fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     if env.call.is_none() {
         let runnable: Vec<String> = env.batches.iter().flatten().cloned().collect();
-        let mut targets: Vec<(String, TargetState)> = runnable
+        // Batches after the first are queued: they wait for their turn.
+        let mut targets: Vec<(String, TargetState)> = env
+            .batches
             .iter()
-            .map(|m| (m.clone(), TargetState::Pending))
+            .enumerate()
+            .flat_map(|(i, batch)| {
+                let state = if i == 0 {
+                    TargetState::Pending
+                } else {
+                    TargetState::Queued
+                };
+                batch.iter().map(move |m| (m.clone(), state))
+            })
             .collect();
         targets.extend(
             env.maintenance
@@ -419,17 +441,38 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 None,
                 format!("{} run", env.req.trigger),
             );
+            let window = std::time::Duration::from_secs(env.req.job.retry_unreachable_s);
             for (m, why) in std::mem::take(&mut env.unreachable) {
-                log::warn!("run {id}: {m} is unreachable: {why}");
                 let job = env.req.job.name.clone();
-                core.event("target_unreachable", Some(&job), Some(id), Some(&m), why);
-                finish_target(core, id, &m, TargetReason::Unreachable, Some(255));
+                if window.is_zero() {
+                    log::warn!("run {id}: {m} is unreachable: {why}");
+                    core.event("target_unreachable", Some(&job), Some(id), Some(&m), why);
+                    finish_target(core, id, &m, TargetReason::Unreachable, Some(255));
+                    continue;
+                }
+                log::warn!(
+                    "run {id}: {m} is unreachable ({why}); waiting up to {} s for it",
+                    window.as_secs()
+                );
+                let message = format!(
+                    "{why}; waiting up to {} s for it to come back (retry_unreachable)",
+                    window.as_secs()
+                );
+                core.event(
+                    "target_unreachable",
+                    Some(&job),
+                    Some(id),
+                    Some(&m),
+                    message,
+                );
+                let (now, at) = (Instant::now(), now_ms());
+                super::effects::transition(core, id, &m, |t| t.await_return(now, window, at));
             }
             let unreachable_only = core
                 .flight
                 .runs
                 .get(&id)
-                .is_some_and(|r| r.targets.values().any(|t| t.is_decided()));
+                .is_some_and(|r| r.targets.values().any(|t| t.is_decided() || t.is_waiting()));
             if env.batches.is_empty() && !unreachable_only {
                 return Step::Done;
             }
