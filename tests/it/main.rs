@@ -25,6 +25,7 @@ mod quickstart;
 mod reload;
 mod retries;
 mod salt;
+mod salt_unreachable;
 mod scheduling;
 mod tls;
 mod tls_bench;

@@ -1,8 +1,9 @@
 //! The salt executor against a real salt-master and minions (scripts/salt-testbed), and
 //! against fake `salt` programs for the failure modes a real master rarely shows.
 //!
-//! The testbed is started once by scripts/run-tests (4 minions: minion-04 is the one the
-//! destructive test stops). Set SALTPETER_NO_SALT=1 to skip the real-Salt tests.
+//! The testbed is started once by scripts/run-tests (5 minions: minion-04 is the one the
+//! destructive test here stops, minion-05 the one `salt_unreachable` stops). Set
+//! SALTPETER_NO_SALT=1 to skip the real-Salt tests.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -16,14 +17,14 @@ use crate::util::*;
 const SALT_SLOTS: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// The shared testbed, or `None` when told to run without Salt.
-fn testbed() -> Option<(PathBuf, String, String)> {
+pub(crate) fn testbed() -> Option<(PathBuf, String, String)> {
     if std::env::var_os("SALTPETER_NO_SALT").is_some() {
         eprintln!("SALTPETER_NO_SALT is set: skipping a real-Salt test");
         return None;
     }
     let root = std::env::var("SALTPETER_SALT_TESTBED").unwrap_or_else(|_| {
         panic!(
-            "no Salt testbed: run `scripts/salt-testbed up /tmp/sp-salt 4` and export the \
+            "no Salt testbed: run `scripts/salt-testbed up /tmp/sp-salt 5` and export the \
              variables it prints plus SALTPETER_SALT_TESTBED=/tmp/sp-salt (scripts/run-tests \
              does this), or set SALTPETER_NO_SALT=1"
         )
@@ -33,7 +34,7 @@ fn testbed() -> Option<(PathBuf, String, String)> {
 }
 
 /// A daemon on the salt executor; `config_dir` is the master config dir to use.
-fn salt_daemon(
+pub(crate) fn salt_daemon(
     root: &std::path::Path,
     bin: &str,
     config_dir: &str,
@@ -52,6 +53,13 @@ fn salt_daemon(
         wrapper_dir.display()
     );
     Daemon::start(&[("02-salt.yaml", &config), ("jobs.yaml", jobs)])
+}
+
+/// How many minions the testbed has (`up` with fewer would stop the others).
+pub(crate) fn minion_count() -> String {
+    std::env::var("SALT_MINIONS")
+        .map(|m| m.split(',').count().to_string())
+        .unwrap_or_else(|_| "5".to_string())
 }
 
 fn machines(run: &serde_json::Value) -> Vec<String> {
@@ -170,7 +178,7 @@ fn a_stopped_or_unknown_minion_is_255_while_others_succeed() {
     );
     let (run, code) = d.run_wait("partly");
     let up = std::process::Command::new(script)
-        .args(["up", path_str(&root), "4"])
+        .args(["up", path_str(&root), &minion_count()])
         .output()
         .expect("restart minion");
     assert!(

@@ -112,8 +112,8 @@ pub enum Effect {
     /// A failed outcome is retried: persist attempt `attempt` (the target is pending
     /// again, its output bookkeeping restarts) and keep `previous` in the attempts' history.
     StoreRetry { attempt: u32, previous: Outcome },
-    /// Its minion did not answer: persist `waiting_unreachable` with this attempt's
-    /// outcome (unreachable, 255, ended then) for the attempts' history.
+    /// Its minion did not answer: persist `waiting_unreachable` (reason unreachable,
+    /// ended then; the exit code comes with the final outcome or the next attempt).
     StoreWaiting { ended: Millis },
 }
 

@@ -48,7 +48,9 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             ],
         });
     }
-    if !env.start_recorded && !launch.is_empty() {
+    // A pre-staged run starts at its slot (`prestage::await_slot` records it then).
+    let before_slot = env.req.prestaged && core.flight.runs.get(&run).is_some_and(|r| !r.go_sent);
+    if !env.start_recorded && !launch.is_empty() && !before_slot {
         env.start_recorded = true;
         core.db_call(
             DbRequest::UpdateRun {

@@ -370,7 +370,13 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             };
             (RunState::Skipped, Some(why.to_string()))
         } else {
-            (RunState::Dispatching, env.req.reason.clone())
+            // A pre-staged run waits for its slot: `queued` until `go` (`prestage.rs`).
+            let state = if env.req.prestaged {
+                RunState::Queued
+            } else {
+                RunState::Dispatching
+            };
+            (state, env.req.reason.clone())
         };
         let id = core.db_call(
             DbRequest::CreateRun(NewRun {

@@ -4,8 +4,8 @@
 //! Outline:
 //! 1. `record_run` puts each unreachable target of a job with a window into
 //!    `WaitingUnreachable` (state `waiting_unreachable`, event `target_unreachable`)
-//!    instead of recording 255 at once; the first attempt's outcome (`unreachable 255`) is
-//!    stored with it, so the attempts' history keeps it.
+//!    instead of recording 255 at once (a return keeps `unreachable 255` as the first
+//!    attempt in the history).
 //! 2. While targets wait, the run's collect steps (`collect_batch`, `collect_all`) call
 //!    [`check`]: every [`probe_period`] one `Resolve` (a `test.ping` of exactly the waiting
 //!    minions, as a list) goes through blocking's salt helper — the same path as any
@@ -35,8 +35,8 @@ pub fn probe_period(window: Duration) -> Duration {
 }
 
 impl Target {
-    /// Its minion did not answer at `now`: wait until `now + window` for it. The outcome
-    /// of this attempt (unreachable, 255) is stored now, for the attempts' history.
+    /// Its minion did not answer at `now`: wait until `now + window` for it (state
+    /// `waiting_unreachable`, reason unreachable, no exit code until it is decided).
     pub fn await_return(&mut self, now: Instant, window: Duration, now_ms: Millis) -> Vec<Effect> {
         if self.phase != Phase::Pending {
             return Vec::new();
