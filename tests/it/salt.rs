@@ -1,9 +1,10 @@
 //! The salt executor against a real salt-master and minions (scripts/salt-testbed), and
 //! against fake `salt` programs for the failure modes a real master rarely shows.
 //!
-//! The testbed is started once by scripts/run-tests (5 minions: minion-04 is the one the
-//! destructive test here stops, minion-05 the one `salt_unreachable` stops). Set
-//! SALTPETER_NO_SALT=1 to skip the real-Salt tests.
+//! The testbed is started once by scripts/run-tests (4 minions: minion-04 is the one the
+//! destructive tests stop, here and in `salt_unreachable`, each holding
+//! [`lock_minion`] meanwhile; no other test targets it). Set SALTPETER_NO_SALT=1 to skip
+//! the real-Salt tests.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -24,7 +25,7 @@ pub(crate) fn testbed() -> Option<(PathBuf, String, String)> {
     }
     let root = std::env::var("SALTPETER_SALT_TESTBED").unwrap_or_else(|_| {
         panic!(
-            "no Salt testbed: run `scripts/salt-testbed up /tmp/sp-salt 5` and export the \
+            "no Salt testbed: run `scripts/salt-testbed up /tmp/sp-salt 4` and export the \
              variables it prints plus SALTPETER_SALT_TESTBED=/tmp/sp-salt (scripts/run-tests \
              does this), or set SALTPETER_NO_SALT=1"
         )
@@ -59,7 +60,25 @@ pub(crate) fn salt_daemon(
 pub(crate) fn minion_count() -> String {
     std::env::var("SALT_MINIONS")
         .map(|m| m.split(',').count().to_string())
-        .unwrap_or_else(|_| "5".to_string())
+        .unwrap_or_else(|_| "4".to_string())
+}
+
+/// Held by a test that stops `minion` (and restarts it) for as long as it needs it down:
+/// tests run in parallel processes, so two of them must not stop and restart the same
+/// minion under each other.
+pub(crate) fn lock_minion(
+    root: &std::path::Path,
+    minion: &str,
+) -> nix::fcntl::Flock<std::fs::File> {
+    let path = root.join("var").join(format!("{minion}.test-lock"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .unwrap_or_else(|(_, e)| panic!("lock {}: {e}", path.display()))
 }
 
 fn machines(run: &serde_json::Value) -> Vec<String> {
@@ -158,6 +177,7 @@ fn a_stopped_or_unknown_minion_is_255_while_others_succeed() {
         return;
     };
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/salt-testbed");
+    let _minion_04 = lock_minion(&root, "minion-04");
     let stop = std::process::Command::new(script)
         .args(["stop-minion", path_str(&root), "minion-04"])
         .output()

@@ -2,18 +2,19 @@
 //! window runs its target as a new attempt; a minion that never answers is given up when
 //! the window closes; a waiting target can be cancelled.
 //!
-//! The testbed (scripts/run-tests) has 5 minions; minion-05 is stopped and restarted by
-//! this file's first test only, so nothing else may rely on it. The other tests here wait
+//! The first test stops and restarts minion-04, the minion no other test targets (the
+//! testbed's destructive tests share it, each holding `salt::lock_minion` while it is
+//! down, so they never stop and restart it under each other). The other tests here wait
 //! for minions that do not exist (minion-96, minion-97: named in a list next to a live
 //! minion, never answering), which needs no minion stopped. Job names are this file's
 //! own. Run outside scripts/run-tests, export the testbed's SALT_PUBLISH_PORT and
 //! SALT_RET_PORT too: the restart (`salt-testbed up`) rewrites the minions' configs.
 
-use crate::salt::{minion_count, salt_daemon, testbed};
+use crate::salt::{lock_minion, minion_count, salt_daemon, testbed};
 use crate::util::*;
 
 /// The minion this file stops and restarts.
-const DEDICATED: &str = "minion-05";
+const DEDICATED: &str = "minion-04";
 
 fn testbed_script(args: &[&str]) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/salt-testbed");
@@ -43,8 +44,9 @@ fn a_minion_back_inside_the_window_runs_its_target_as_a_new_attempt() {
     let minions = std::env::var("SALT_MINIONS").unwrap_or_default();
     assert!(
         minions.split(',').any(|m| m == DEDICATED),
-        "this test needs {DEDICATED} (scripts/salt-testbed up DIR 5); the testbed has {minions}"
+        "this test needs {DEDICATED} (scripts/salt-testbed up DIR 4); the testbed has {minions}"
     );
+    let _down = lock_minion(&root, DEDICATED);
     testbed_script(&["stop-minion", path_str(&root), DEDICATED]);
     let fast = root.join("cli-fast");
     let d = salt_daemon(
