@@ -21,6 +21,7 @@ mod lost_daemon;
 mod maintenance;
 mod notify;
 mod notify_tls;
+mod queued;
 mod quickstart;
 mod reload;
 mod retries;
