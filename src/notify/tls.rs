@@ -122,4 +122,24 @@ mod tests {
         assert_eq!(read_ca_file(&good).unwrap().len(), 1);
         assert!(client_config(Some(&good)).is_ok());
     }
+
+    #[test]
+    fn a_silent_tls_server_is_a_timeout_not_a_hang() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Accepted by the backlog, never answered: the handshake must give up.
+        let tcp = TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(std::time::Duration::from_secs(1)))
+            .unwrap();
+        tcp.set_write_timeout(Some(std::time::Duration::from_secs(1)))
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        std::fs::write(&ca, cert.cert.pem()).unwrap();
+        let config = client_config(Some(&ca)).unwrap();
+        let err = connect(tcp, "127.0.0.1", config).map(|_| ()).unwrap_err();
+        assert!(err.contains("no answer in time"), "{err}");
+        drop(listener);
+    }
 }
