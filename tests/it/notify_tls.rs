@@ -93,13 +93,11 @@ impl Write for Conn {
     }
 }
 
+/// One request the HTTPS server received: its headers (names in lower case) and body.
+type Post = (Vec<(String, String)>, String);
+
 /// An HTTPS server: each request's headers and body go to the channel; answers 200.
-fn https_server(
-    config: Arc<rustls::ServerConfig>,
-) -> (
-    u16,
-    std::sync::mpsc::Receiver<(Vec<(String, String)>, String)>,
-) {
+fn https_server(config: Arc<rustls::ServerConfig>) -> (u16, std::sync::mpsc::Receiver<Post>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = std::sync::mpsc::channel();

@@ -10,7 +10,7 @@ use crate::roles::main::target::Phase;
 use crate::roles::main::{DbWait, Main};
 use crate::wire::db::{DbRequest, RunUpdate};
 use crate::wire::link::{BlockingRequest, ExecutorKind, LaunchTarget, blocking_calls};
-use crate::wire::records::{RunState, TargetReason};
+use crate::wire::records::{RunState, TargetReason, TargetState};
 use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL};
 use crate::workflow::{Step, Wake};
 
@@ -225,6 +225,23 @@ pub fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         ("next_batch", next_batch),
     ]);
     Step::Next
+}
+
+/// The targets of the batches as first recorded: those after the first batch are queued
+/// (they wait for their turn).
+pub fn planned_targets(batches: &[Vec<String>]) -> Vec<(String, TargetState)> {
+    batches
+        .iter()
+        .enumerate()
+        .flat_map(|(i, batch)| {
+            let state = if i == 0 {
+                TargetState::Pending
+            } else {
+                TargetState::Queued
+            };
+            batch.iter().map(move |m| (m.clone(), state))
+        })
+        .collect()
 }
 
 pub type StepFnOf = fn(&mut RunEnv, &mut Main, &mut Sc) -> Step;

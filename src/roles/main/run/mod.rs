@@ -336,20 +336,7 @@ fn answer_admin(core: &mut Main, env: &mut RunEnv, resp: AdminResponse) {
 fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     if env.call.is_none() {
         let runnable: Vec<String> = env.batches.iter().flatten().cloned().collect();
-        // Batches after the first are queued: they wait for their turn.
-        let mut targets: Vec<(String, TargetState)> = env
-            .batches
-            .iter()
-            .enumerate()
-            .flat_map(|(i, batch)| {
-                let state = if i == 0 {
-                    TargetState::Pending
-                } else {
-                    TargetState::Queued
-                };
-                batch.iter().map(move |m| (m.clone(), state))
-            })
-            .collect();
+        let mut targets = batches::planned_targets(&env.batches);
         targets.extend(
             env.maintenance
                 .iter()
@@ -447,33 +434,8 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 None,
                 format!("{} run", env.req.trigger),
             );
-            let window = std::time::Duration::from_secs(env.req.job.retry_unreachable_s);
-            for (m, why) in std::mem::take(&mut env.unreachable) {
-                let job = env.req.job.name.clone();
-                if window.is_zero() {
-                    log::warn!("run {id}: {m} is unreachable: {why}");
-                    core.event("target_unreachable", Some(&job), Some(id), Some(&m), why);
-                    finish_target(core, id, &m, TargetReason::Unreachable, Some(255));
-                    continue;
-                }
-                log::warn!(
-                    "run {id}: {m} is unreachable ({why}); waiting up to {} s for it",
-                    window.as_secs()
-                );
-                let message = format!(
-                    "{why}; waiting up to {} s for it to come back (retry_unreachable)",
-                    window.as_secs()
-                );
-                core.event(
-                    "target_unreachable",
-                    Some(&job),
-                    Some(id),
-                    Some(&m),
-                    message,
-                );
-                let (now, at) = (Instant::now(), now_ms());
-                super::effects::transition(core, id, &m, |t| t.await_return(now, window, at));
-            }
+            let unreachable = std::mem::take(&mut env.unreachable);
+            unreachable::record_unreachable(core, id, &env.req.job, unreachable);
             let unreachable_only = core
                 .flight
                 .runs

@@ -23,11 +23,12 @@
 use std::time::{Duration, Instant};
 
 use super::RunEnv;
+use crate::config::Job;
 use crate::roles::main::Main;
-use crate::roles::main::effects::transition;
+use crate::roles::main::effects::{finish_target, transition};
 use crate::roles::main::target::{Effect, Outcome, Phase, Target};
 use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
-use crate::wire::records::{Millis, TargetReason};
+use crate::wire::records::{Millis, RunId, TargetReason};
 
 /// How often the waiting minions are pinged: a tenth of the window, 2 s to 30 s.
 pub fn probe_period(window: Duration) -> Duration {
@@ -93,6 +94,48 @@ impl Target {
             }
             _ => Vec::new(),
         }
+    }
+}
+
+/// The targets resolution found unreachable (minion, why), once the run is recorded:
+/// 255 at once, or, with `retry_unreachable`, waiting for their minion.
+pub fn record_unreachable(
+    core: &mut Main,
+    run: RunId,
+    job: &Job,
+    unreachable: Vec<(String, String)>,
+) {
+    let window = Duration::from_secs(job.retry_unreachable_s);
+    for (m, why) in unreachable {
+        if window.is_zero() {
+            log::warn!("run {run}: {m} is unreachable: {why}");
+            core.event(
+                "target_unreachable",
+                Some(&job.name),
+                Some(run),
+                Some(&m),
+                why,
+            );
+            finish_target(core, run, &m, TargetReason::Unreachable, Some(255));
+            continue;
+        }
+        log::warn!(
+            "run {run}: {m} is unreachable ({why}); waiting up to {} s for it",
+            window.as_secs()
+        );
+        let message = format!(
+            "{why}; waiting up to {} s for it to come back (retry_unreachable)",
+            window.as_secs()
+        );
+        core.event(
+            "target_unreachable",
+            Some(&job.name),
+            Some(run),
+            Some(&m),
+            message,
+        );
+        let (now, at) = (Instant::now(), super::now_ms());
+        transition(core, run, &m, |t| t.await_return(now, window, at));
     }
 }
 
