@@ -319,6 +319,9 @@ pub(crate) fn read_smtp(node: &Node) -> Result<Option<(String, Option<u16>)>, St
         return Ok(None);
     };
     let text = text.trim();
+    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("`{text}` contains a space or a control character"));
+    }
     if text.contains("://") || text.contains('@') || text.contains('/') {
         return Err(format!(
             "`{text}`: give host or host:port (TLS is `smtp_tls`, the login `smtp_user` and `smtp_password`)"
