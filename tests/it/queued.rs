@@ -84,3 +84,53 @@ fn attempts_are_listed_per_target_in_the_cli_and_the_api() {
         .collect();
     assert!(rows.len() >= 3, "the target and its two attempts: {text}");
 }
+
+/// A pre-staged salt run (launched ahead of its slot) is `queued` until its slot, and its
+/// start is recorded at the slot, not at the launch.
+#[test]
+fn a_prestaged_run_is_queued_until_its_slot() {
+    let Some((root, bin, _)) = crate::salt::testbed() else {
+        return;
+    };
+    let config_dir = root.join("master");
+    let d = crate::salt::salt_daemon(
+        &root,
+        &bin,
+        path_str(&config_dir),
+        10,
+        "queuedslot:\n  schedule: '*/5 * * * * *'\n  targets: [minion-03]\n  \
+         target_type: list\n  command: 'true'\n",
+    );
+    // The lead is at least 1 s: a poll of the newest run meets it queued in some slot.
+    wait_until(
+        "a run queued for its slot",
+        std::time::Duration::from_secs(180),
+        || {
+            let runs = d.ctl_json(&["runs", "queuedslot", "--limit", "1"]);
+            (runs[0]["state"] == "queued").then_some(())
+        },
+    );
+    let ok = wait_until(
+        "two succeeded runs",
+        std::time::Duration::from_secs(180),
+        || {
+            let ok: Vec<Value> = d
+                .runs("queuedslot")
+                .into_iter()
+                .filter(|r| r["state"] == "succeeded")
+                .collect();
+            (ok.len() >= 2).then_some(ok)
+        },
+    );
+    for run in ok {
+        let at = |k: &str| {
+            chrono::DateTime::parse_from_rfc3339(run[k].as_str().expect(k))
+                .expect("rfc3339")
+                .timestamp_millis()
+        };
+        assert!(
+            at("started") >= at("slot"),
+            "started before its slot: {run}"
+        );
+    }
+}
