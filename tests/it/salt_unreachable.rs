@@ -55,8 +55,10 @@ fn a_minion_back_inside_the_window_runs_its_target_as_a_new_attempt() {
         path_str(&fast),
         2,
         &format!(
-            "comeback:\n  schedule: '@yearly'\n  targets: [minion-02, {DEDICATED}]\n  target_type: list\n  \
-             retry_unreachable: 150s\n  command: 'echo back-on-$SP_MACHINE'\n"
+            "saltpeter_config:\n  api_ws: true\n  api_ws_port: 0\n  api_token: {}\n\
+             comeback:\n  schedule: '@yearly'\n  targets: [minion-02, {DEDICATED}]\n  target_type: list\n  \
+             retry_unreachable: 150s\n  command: 'echo back-on-$SP_MACHINE'\n",
+            crate::api::TOKEN
         ),
     );
     let run = d.run_now("comeback");
@@ -75,6 +77,14 @@ fn a_minion_back_inside_the_window_runs_its_target_as_a_new_attempt() {
         "{}",
         String::from_utf8_lossy(&listed.stdout)
     );
+    // The API's run view says so too.
+    let api = d.ctl_json(&["status"])["api_port"]
+        .as_u64()
+        .expect("api_port") as u16;
+    let resp = crate::api::get(api, &format!("/api/v1/runs/{run}"));
+    assert_eq!(resp.status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&resp.body).expect("json");
+    assert_eq!(target(&v, DEDICATED)["state"], "waiting_unreachable", "{v}");
     testbed_script(&["up", path_str(&root), &minion_count()]);
     let done = wait_until(
         "the run after the minion came back",
