@@ -54,6 +54,9 @@ pub struct Job {
     pub retries: u32,
     /// Seconds between a failed attempt and the next (`retry_delay`).
     pub retry_delay_s: u64,
+    /// Seconds an unreachable (255) target waits for its minion to come back
+    /// (`retry_unreachable`); `0`: it is final at once.
+    pub retry_unreachable_s: u64,
     /// `after: {job, on}`: also run when a run of another job ends (a chain).
     pub after: Option<After>,
     /// The job has a schedule of its own; a chained job without one has a schedule that
@@ -154,6 +157,7 @@ impl Job {
             "saltpeter_server_host": self.server_host,
             "retries": self.retries,
             "retry_delay": self.retry_delay_s,
+            "retry_unreachable": self.retry_unreachable_s,
             "notify": self.notify.as_ref().map(|rules| {
                 rules.iter().map(super::notify::NotifyRule::redacted_json).collect::<Vec<_>>()
             }),
@@ -194,6 +198,7 @@ impl fmt::Debug for Job {
             .field("notify", &self.notify)
             .field("retries", &self.retries)
             .field("retry_delay_s", &self.retry_delay_s)
+            .field("retry_unreachable_s", &self.retry_unreachable_s)
             .field("after", &self.after)
             .field("scheduled", &self.scheduled)
             .finish()

@@ -17,6 +17,7 @@
 use super::saltpeter::Secret;
 use super::values;
 use super::yaml::{Node, NodeKind, Pos};
+pub use crate::wire::notify::SmtpTls;
 
 /// When a rule fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -238,19 +239,17 @@ fn read_rule(node: &Node, errors: &mut Vec<(Pos, String)>) -> Option<NotifyRule>
     })
 }
 
-/// An `http://` URL with a host, an optional port and no credentials (they would be shown
-/// with the deliveries). `https://` needs TLS, which this build does not have yet.
+/// An `http://` or `https://` URL with a host, an optional port and no credentials (they
+/// would be shown with the deliveries).
 pub fn check_url(url: &str) -> Result<String, String> {
     if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(format!("`{url}` contains a space or a control character"));
     }
-    if url.starts_with("https://") {
-        return Err(format!(
-            "`{url}`: https:// needs TLS, which this build does not have yet; use http:// (a local relay, or a receiver on a private network)"
-        ));
-    }
-    let Some(rest) = url.strip_prefix("http://") else {
-        return Err(format!("`{url}` is not an http:// URL"));
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return Err(format!("`{url}` is not an http:// or https:// URL"));
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     if authority.contains('@') {
@@ -258,12 +257,12 @@ pub fn check_url(url: &str) -> Result<String, String> {
             "`{url}` carries credentials; use `secret` (signature) instead"
         ));
     }
-    split_authority(authority).map_err(|m| format!("`{url}`: {m}"))?;
+    split_authority(authority, 80).map_err(|m| format!("`{url}`: {m}"))?;
     Ok(url.to_string())
 }
 
-/// `host[:port]` of an http:// URL (port 80 when absent).
-pub fn split_authority(authority: &str) -> Result<(String, u16), String> {
+/// `host[:port]` of a URL or a server address (`default_port` when absent).
+pub fn split_authority(authority: &str, default_port: u16) -> Result<(String, u16), String> {
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let (host, rest) = v6
             .split_once(']')
@@ -284,7 +283,7 @@ pub fn split_authority(authority: &str) -> Result<(String, u16), String> {
             .ok()
             .filter(|p| *p > 0)
             .ok_or_else(|| format!("port `{p}` is not a number from 1 to 65535"))?,
-        None => 80,
+        None => default_port,
     };
     Ok((host, port))
 }
@@ -313,22 +312,56 @@ pub fn check_address(address: &str) -> Result<(), String> {
     }
 }
 
-/// `saltpeter_config.smtp`: `host[:port]` (port 25 when absent).
-pub(crate) fn read_smtp(node: &Node) -> Result<Option<(String, u16)>, String> {
+/// `saltpeter_config.smtp`: `host[:port]`; without a port, 465 with `smtp_tls: tls`,
+/// else 25 (decided when a mail is sent, see [`smtp_port`]).
+pub(crate) fn read_smtp(node: &Node) -> Result<Option<(String, Option<u16>)>, String> {
     let Some(text) = values::optional_string(node)? else {
         return Ok(None);
     };
     let text = text.trim();
+    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("`{text}` contains a space or a control character"));
+    }
     if text.contains("://") || text.contains('@') || text.contains('/') {
         return Err(format!(
-            "`{text}`: give host or host:port (STARTTLS and authentication need TLS, which this build does not have yet)"
+            "`{text}`: give host or host:port (TLS is `smtp_tls`, the login `smtp_user` and `smtp_password`)"
         ));
     }
-    let (host, port) = match split_authority(text) {
-        Ok((h, 80)) if !text.ends_with(":80") => (h, 25),
-        other => other?,
+    let (host, port) = split_authority(text, 0)?;
+    Ok(Some((host, (port != 0).then_some(port))))
+}
+
+/// The SMTP port: the one given, else 465 for implicit TLS, else 25.
+pub fn smtp_port(given: Option<u16>, tls: SmtpTls) -> u16 {
+    given.unwrap_or(if tls == SmtpTls::Implicit { 465 } else { 25 })
+}
+
+/// `saltpeter_config.smtp_tls`: `auto`, `starttls`, `tls` or `none`.
+pub(crate) fn read_smtp_tls(node: &Node) -> Result<SmtpTls, String> {
+    match values::string(node)?.trim() {
+        "auto" => Ok(SmtpTls::Auto),
+        "starttls" => Ok(SmtpTls::Starttls),
+        "tls" => Ok(SmtpTls::Implicit),
+        "none" => Ok(SmtpTls::None),
+        other => Err(format!(
+            "`{other}` is not one of: auto (STARTTLS when offered), starttls (required), tls (implicit, port 465), none"
+        )),
+    }
+}
+
+/// `saltpeter_config.notify_ca_file`: an absolute path to a readable PEM file holding at
+/// least one certificate (read here, so a typo is an error at its line, not a failed
+/// delivery at 3 a.m.).
+pub(crate) fn read_ca_file(node: &Node) -> Result<Option<std::path::PathBuf>, String> {
+    let Some(text) = values::optional_string(node)? else {
+        return Ok(None);
     };
-    Ok(Some((host, port)))
+    let path = std::path::PathBuf::from(text.trim());
+    if !path.is_absolute() {
+        return Err(format!("`{}` is not an absolute path", path.display()));
+    }
+    crate::notify::tls::read_ca_file(&path)?;
+    Ok(Some(path))
 }
 
 #[cfg(test)]
@@ -366,13 +399,15 @@ mod tests {
     #[test]
     fn bad_input_is_reported_at_its_line() {
         let (r, e) = rules(
-            "- on: [failure, sometimes]\n  webhook: ftp://x\n- email: 'not an address'\n- webhook: http://u:p@h/\n- on: failure\n- webhook: https://h/\n- webhook: http://h:99999/\n",
+            "- on: [failure, sometimes]\n  webhook: ftp://x\n- email: 'not an address'\n- webhook: http://u:p@h/\n- on: failure\n- webhook: 'https://h:0/'\n- webhook: http://h:99999/\n",
         );
         assert!(r.is_empty());
         let lines: Vec<usize> = e.iter().map(|(p, _)| p.line).collect();
         assert_eq!(lines, vec![1, 2, 3, 4, 5, 6, 7], "{e:?}");
         assert!(e[0].1.contains("sometimes"));
-        assert!(e[5].1.contains("TLS"));
+        assert!(e[5].1.contains("port"), "{e:?}");
+        let (r, e) = rules("- webhook: https://hooks.slack.com/services/T0/B0/X\n");
+        assert!(e.is_empty() && r.len() == 1, "{e:?}");
     }
 
     #[test]
@@ -384,12 +419,26 @@ mod tests {
         let node = yaml::parse("mail.example:2525").unwrap().unwrap();
         assert_eq!(
             read_smtp(&node).unwrap(),
-            Some(("mail.example".to_string(), 2525))
+            Some(("mail.example".to_string(), Some(2525)))
         );
         let node = yaml::parse("mail.example").unwrap().unwrap();
         assert_eq!(
             read_smtp(&node).unwrap(),
-            Some(("mail.example".to_string(), 25))
+            Some(("mail.example".to_string(), None))
         );
+        assert_eq!(smtp_port(None, SmtpTls::Auto), 25);
+        assert_eq!(smtp_port(None, SmtpTls::Implicit), 465);
+        assert_eq!(smtp_port(Some(587), SmtpTls::Implicit), 587);
+        for bad in [
+            "smtp://mail.example",
+            "u@mail.example",
+            "mail.example:0",
+            "mail:x",
+        ] {
+            let node = yaml::parse(&format!("'{bad}'")).unwrap().unwrap();
+            assert!(read_smtp(&node).is_err(), "{bad}");
+        }
+        let node = yaml::parse("sometimes").unwrap().unwrap();
+        assert!(read_smtp_tls(&node).unwrap_err().contains("starttls"));
     }
 }

@@ -192,12 +192,15 @@ pub(crate) fn read_job(
     let retry_delay_s = reader
         .number(get("retry_delay"), values::seconds)
         .unwrap_or(10);
-    if let Some(node) = get("retry_unreachable") {
-        reader.warn(
-            node.pos,
-            "`retry_unreachable` has no effect yet: an unreachable target is recorded as 255 at once".to_string(),
-        );
-    }
+    let retry_unreachable_s = reader
+        .number(get("retry_unreachable"), |node| {
+            let s = super::windows::duration(node)?;
+            if s > MAX_RETRY_UNREACHABLE_S {
+                return Err(format!("`retry_unreachable`: {s} s is longer than 7 days"));
+            }
+            Ok(s)
+        })
+        .unwrap_or(0);
 
     match (schedule, command, targets) {
         (Some(schedule), Some(command), Some(targets)) if reader.errors.is_empty() => Ok(Job {
@@ -230,12 +233,16 @@ pub(crate) fn read_job(
             notify,
             retries,
             retry_delay_s,
+            retry_unreachable_s,
             after,
             scheduled,
         }),
         _ => Err(reader.errors),
     }
 }
+
+/// Longest `retry_unreachable` window (7 days).
+const MAX_RETRY_UNREACHABLE_S: u64 = 7 * 86_400;
 
 /// The schedule of a chained job without one: a year long past, so it never fires.
 fn never_fires() -> Option<Schedule> {

@@ -118,8 +118,15 @@ pub struct SaltpeterConfig {
     pub missed_record_limit: u32,
     /// Notification rules of jobs without their own `notify`.
     pub notify: Vec<super::notify::NotifyRule>,
-    /// SMTP server for `email` rules (host, port); `None`: the host's `sendmail`.
-    pub smtp: Option<(String, u16)>,
+    /// SMTP server for `email` rules (host, port if given); `None`: the host's `sendmail`.
+    pub smtp: Option<(String, Option<u16>)>,
+    /// TLS with the SMTP server (`smtp_tls`).
+    pub smtp_tls: super::notify::SmtpTls,
+    /// SMTP login (`smtp_user`, `smtp_password`): AUTH PLAIN or LOGIN, only over TLS.
+    pub smtp_user: Option<String>,
+    pub smtp_password: Option<Secret>,
+    /// CA certificates trusted besides the system's for HTTPS webhooks, SMTP and exports.
+    pub notify_ca_file: Option<PathBuf>,
     /// Sender of notification mail; `None`: `saltpeter@<hostname>`.
     pub mail_from: Option<String>,
     /// The `sendmail` program used without `smtp`.
@@ -183,6 +190,10 @@ impl Default for SaltpeterConfig {
             missed_record_limit: 100,
             notify: Vec::new(),
             smtp: None,
+            smtp_tls: super::notify::SmtpTls::Auto,
+            smtp_user: None,
+            smtp_password: None,
+            notify_ca_file: None,
             mail_from: None,
             sendmail: "/usr/sbin/sendmail".to_string(),
             notify_rate_limit: 20,
@@ -273,6 +284,10 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "api_max_connections",
     "notify",
     "smtp",
+    "smtp_tls",
+    "smtp_user",
+    "smtp_password",
+    "notify_ca_file",
     "mail_from",
     "sendmail",
     "notify_rate_limit",
@@ -391,6 +406,10 @@ impl SaltpeterConfig {
                 }
             }
             "smtp" => self.smtp = super::notify::read_smtp(node)?,
+            "smtp_tls" => self.smtp_tls = super::notify::read_smtp_tls(node)?,
+            "smtp_user" => self.smtp_user = values::optional_string(node)?,
+            "smtp_password" => self.smtp_password = values::optional_string(node)?.map(Secret::new),
+            "notify_ca_file" => self.notify_ca_file = super::notify::read_ca_file(node)?,
             "mail_from" => {
                 self.mail_from = values::optional_string(node)?;
                 if let Some(from) = &self.mail_from {

@@ -67,6 +67,25 @@ pub fn run(r: &RunRecord, json: bool) {
         ]);
     }
     out!("{}", t.render(style, "  "));
+    if !r.attempts.is_empty() {
+        outln!("  attempts:");
+        let mut t = Table::new(&["MACHINE", "ATTEMPT", "REASON", "EXIT", "STARTED", "ENDED"]);
+        for a in &r.attempts {
+            t.row(vec![
+                cell(&a.machine),
+                cell(a.attempt.to_string()),
+                cell(a.reason.map(|x| x.as_str()).unwrap_or("-")),
+                cell(
+                    a.exit_code
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "-".into()),
+                ),
+                cell(text(&time(a.started))),
+                cell(text(&time(a.ended))),
+            ]);
+        }
+        out!("{}", t.render(style, "    "));
+    }
 }
 
 pub fn started(run: u64, json: bool) -> CtlResult {

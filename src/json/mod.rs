@@ -48,7 +48,30 @@ pub fn run_json(r: &RunRecord) -> Value {
         "reason": r.reason,
         "started": time(r.started),
         "ended": time(r.ended),
-        "targets": r.targets.iter().map(target_json).collect::<Vec<_>>(),
+        "targets": r.targets.iter().map(|t| {
+            let mut v = target_json(t);
+            let attempts: Vec<Value> = r
+                .attempts
+                .iter()
+                .filter(|a| a.machine == t.machine)
+                .map(attempt_json)
+                .collect();
+            if !attempts.is_empty() {
+                v["attempts"] = Value::Array(attempts);
+            }
+            v
+        }).collect::<Vec<_>>(),
+    })
+}
+
+/// One attempt of a target that was tried more than once (in its target's `attempts`).
+pub fn attempt_json(a: &crate::wire::db::AttemptRecord) -> Value {
+    json!({
+        "attempt": a.attempt,
+        "reason": a.reason.map(|r| r.as_str()),
+        "exit_code": a.exit_code,
+        "started": time(a.started),
+        "ended": time(a.ended),
     })
 }
 

@@ -7,6 +7,8 @@
 //! tested without sockets.
 
 pub mod send;
+pub mod smtp;
+pub mod tls;
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;

@@ -1,12 +1,14 @@
-//! Sending one message: an HTTP POST, one SMTP session, or one `sendmail` run.
+//! Sending one message: an HTTP(S) POST, one SMTP session (`smtp.rs`), or one `sendmail`
+//! run.
 //!
 //! This is blocking I/O with a timeout on every step, and it only ever runs inside the
 //! `--deliver` helper process (`roles/blocking/deliver.rs`), which `blocking` kills at its
 //! deadline: a slow or silent receiver costs a helper, never a loop. The answer is what
 //! the receiver said (`HTTP 200`, `250 ...`), or the cause of the failure in words.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -34,7 +36,7 @@ pub fn deliver(order: &DeliverOrder) -> Result<String, String> {
             if let Some(sig) = signature {
                 headers.push(("X-Saltpeter-Signature", sig.clone()));
             }
-            post(url, &headers, body, timeout).map(|(status, _)| status)
+            post(url, &headers, body, timeout, order.ca_file.as_deref()).map(|(status, _)| status)
         }
         Outgoing::Bulk { url, body } => {
             let mut headers = vec![("Content-Type", "application/x-ndjson".to_string())];
@@ -42,7 +44,7 @@ pub fn deliver(order: &DeliverOrder) -> Result<String, String> {
                 let token = base64(format!("{user}:{password}").as_bytes());
                 headers.push(("Authorization", format!("Basic {token}")));
             }
-            let (status, answer) = post(url, &headers, body, timeout)?;
+            let (status, answer) = post(url, &headers, body, timeout, order.ca_file.as_deref())?;
             // The bulk API answers 200 even when items failed; the flag says so.
             if answer.contains("\"errors\":true") || answer.contains("\"errors\": true") {
                 return Err(format!("{status}, but the bulk answer reports item errors"));
@@ -52,16 +54,26 @@ pub fn deliver(order: &DeliverOrder) -> Result<String, String> {
         Outgoing::Email { to, subject, body } => {
             let message = mail_text(&order.mail_from, to, subject, body);
             match &order.mail {
-                MailTransport::Smtp { host, port } => {
-                    smtp(host, *port, &order.mail_from, to, &message, timeout)
-                }
+                MailTransport::Smtp { host, port, tls } => super::smtp::send(
+                    &super::smtp::Server {
+                        host,
+                        port: *port,
+                        tls: *tls,
+                        auth: order.smtp_auth.as_ref(),
+                        ca_file: order.ca_file.as_deref(),
+                    },
+                    &order.mail_from,
+                    to,
+                    &message,
+                    timeout,
+                ),
                 MailTransport::Sendmail { path } => sendmail(path, &message),
             }
         }
     }
 }
 
-fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, String> {
+pub(super) fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, String> {
     let addrs = (host, port)
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve {host}: {e}"))?;
@@ -81,7 +93,7 @@ fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, String
     Err(last)
 }
 
-fn io_error(what: &str, timeout: Duration) -> impl Fn(std::io::Error) -> String + '_ {
+pub(super) fn io_error(what: &str, timeout: Duration) -> impl Fn(std::io::Error) -> String + '_ {
     move |e| match e.kind() {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
             format!("{what}: no answer within {} s", timeout.as_secs())
@@ -90,18 +102,55 @@ fn io_error(what: &str, timeout: Duration) -> impl Fn(std::io::Error) -> String 
     }
 }
 
-/// POST `body` to an `http://` URL; `Ok((status line, answer))` for a 2xx answer.
+/// A connection to a receiver: plain TCP or TLS over it.
+pub enum Conn {
+    Plain(TcpStream),
+    Tls(Box<super::tls::TlsStream>),
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            Conn::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            Conn::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// POST `body` to an `http://` or `https://` URL (the certificate checked against the
+/// system's CAs and `ca_file`); `Ok((status line, answer))` for a 2xx answer.
 pub fn post(
     url: &str,
     headers: &[(&str, String)],
     body: &str,
     timeout: Duration,
+    ca_file: Option<&Path>,
 ) -> Result<(String, String), String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// is supported by this build"))?;
+    let (rest, tls) = match url.strip_prefix("https://") {
+        Some(rest) => (rest, true),
+        None => (
+            url.strip_prefix("http://")
+                .ok_or_else(|| format!("{url}: not an http:// or https:// URL"))?,
+            false,
+        ),
+    };
     let (authority, path) = match rest.find(['/', '?']) {
-        Some(i) if rest[i..].starts_with('/') => (&rest[..i], &rest[i..]),
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
@@ -110,8 +159,14 @@ pub fn post(
     } else {
         path.to_string()
     };
-    let (host, port) = split_authority(authority)?;
-    let mut stream = connect(&host, port, timeout)?;
+    let (host, port) = split_authority(authority, if tls { 443 } else { 80 })?;
+    let tcp = connect(&host, port, timeout)?;
+    let mut stream = if tls {
+        let config = super::tls::client_config(ca_file)?;
+        Conn::Tls(Box::new(super::tls::connect(tcp, &host, config)?))
+    } else {
+        Conn::Plain(tcp)
+    };
     let mut request = format!(
         "POST {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: saltpeter/{}\r\nContent-Length: {}\r\nConnection: close\r\n",
         env!("CARGO_PKG_VERSION"),
@@ -124,6 +179,7 @@ pub fn post(
     stream
         .write_all(request.as_bytes())
         .and_then(|()| stream.write_all(body.as_bytes()))
+        .and_then(|()| stream.flush())
         .map_err(io_error("sending the request", timeout))?;
     let mut answer = Vec::new();
     let read = stream
@@ -183,95 +239,6 @@ pub fn mail_text(from: &str, to: &[String], subject: &str, body: &str) -> String
         text.push_str("\r\n");
     }
     text
-}
-
-/// One SMTP session: EHLO (HELO if refused), MAIL, RCPT per address, DATA, QUIT.
-pub fn smtp(
-    host: &str,
-    port: u16,
-    from: &str,
-    to: &[String],
-    message: &str,
-    timeout: Duration,
-) -> Result<String, String> {
-    let stream = connect(host, port, timeout)?;
-    let mut writer = stream
-        .try_clone()
-        .map_err(|e| format!("cannot use the connection: {e}"))?;
-    let mut reader = BufReader::new(stream);
-    let me = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_else(|| "localhost".to_string());
-    let mut step = |command: Option<String>, want: &[u16]| -> Result<String, String> {
-        let what = command
-            .as_deref()
-            .map(|c| c.split(':').next().unwrap_or(c).trim().to_string())
-            .unwrap_or_else(|| "greeting".to_string());
-        if let Some(c) = &command {
-            writer
-                .write_all(c.as_bytes())
-                .and_then(|()| writer.write_all(b"\r\n"))
-                .map_err(io_error(&what, timeout))?;
-        }
-        let (code, text) = smtp_reply(&mut reader).map_err(io_error(&what, timeout))?;
-        if want.contains(&code) {
-            Ok(text)
-        } else {
-            Err(format!("SMTP {what} refused: {code} {text}"))
-        }
-    };
-    step(None, &[220])?;
-    if step(Some(format!("EHLO {me}")), &[250]).is_err() {
-        step(Some(format!("HELO {me}")), &[250])?;
-    }
-    step(Some(format!("MAIL FROM:<{from}>")), &[250])?;
-    for rcpt in to {
-        step(Some(format!("RCPT TO:<{rcpt}>")), &[250, 251])?;
-    }
-    step(Some("DATA".to_string()), &[354])?;
-    // Dot-stuffing: a line starting with "." gets another one.
-    let mut data = String::with_capacity(message.len() + 16);
-    for line in message.split_inclusive("\r\n") {
-        if line.starts_with('.') {
-            data.push('.');
-        }
-        data.push_str(line);
-    }
-    if !data.ends_with("\r\n") {
-        data.push_str("\r\n");
-    }
-    data.push('.');
-    let accepted = step(Some(data), &[250])?;
-    let _ = step(Some("QUIT".to_string()), &[221]);
-    Ok(format!("250 {accepted}"))
-}
-
-/// One SMTP reply (possibly multi-line): its code and its last line's text.
-fn smtp_reply(reader: &mut impl BufRead) -> std::io::Result<(u16, String)> {
-    loop {
-        let mut line = String::new();
-        let n = reader.by_ref().take(4096).read_line(&mut line)?;
-        if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the server closed the connection",
-            ));
-        }
-        let line = line.trim_end();
-        let code = line.get(..3).and_then(|c| c.parse::<u16>().ok());
-        let last = line.as_bytes().get(3) != Some(&b'-');
-        match code {
-            Some(code) if last => return Ok((code, line.get(4..).unwrap_or("").to_string())),
-            Some(_) => continue,
-            None => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("not an SMTP reply: {line:.80}"),
-                ));
-            }
-        }
-    }
 }
 
 /// `sendmail -t -i` with the message on its stdin.
@@ -344,14 +311,6 @@ mod tests {
     }
 
     #[test]
-    fn smtp_replies_are_read_across_lines() {
-        let mut input: &[u8] = b"250-first\r\n250-second\r\n250 last\r\n";
-        assert_eq!(smtp_reply(&mut input).unwrap(), (250, "last".to_string()));
-        let mut bad: &[u8] = b"hello\r\n";
-        assert!(smtp_reply(&mut bad).is_err());
-    }
-
-    #[test]
     fn a_silent_receiver_is_a_timeout_not_a_hang() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -362,6 +321,7 @@ mod tests {
             &[],
             "{}",
             Duration::from_secs(1),
+            None,
         )
         .unwrap_err();
         assert!(err.contains("no answer within 1 s"), "{err}");
@@ -370,33 +330,6 @@ mod tests {
             "hang detection"
         );
         drop(listener);
-    }
-
-    #[test]
-    fn smtp_refusals_carry_the_server_answer() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            let mut r = BufReader::new(s.try_clone().unwrap());
-            s.write_all(b"220 hi\r\n").unwrap();
-            let mut line = String::new();
-            r.read_line(&mut line).unwrap(); // EHLO
-            s.write_all(b"250 ok\r\n").unwrap();
-            line.clear();
-            r.read_line(&mut line).unwrap(); // MAIL FROM
-            s.write_all(b"550 5.7.1 relay denied\r\n").unwrap();
-        });
-        let err = smtp(
-            "127.0.0.1",
-            port,
-            "a@b.example",
-            &["c@d.example".to_string()],
-            "Subject: x\r\n\r\nbody\r\n",
-            Duration::from_secs(5),
-        )
-        .unwrap_err();
-        assert!(err.contains("550 5.7.1 relay denied"), "{err}");
     }
 
     #[test]
@@ -409,6 +342,7 @@ mod tests {
             &[],
             "{}",
             Duration::from_secs(2),
+            None,
         )
         .unwrap_err();
         assert!(err.contains("cannot connect"), "{err}");

@@ -100,7 +100,7 @@ pub fn client_config(pin: Option<[u8; 32]>) -> Result<Arc<rustls::ClientConfig>,
     Ok(Arc::new(config))
 }
 
-fn system_roots() -> Result<rustls::RootCertStore, String> {
+pub fn system_roots() -> Result<rustls::RootCertStore, String> {
     let from_env = std::env::var("SSL_CERT_FILE").ok();
     let candidates = from_env
         .iter()

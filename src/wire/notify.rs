@@ -166,11 +166,29 @@ pub struct DeliveryAttempt {
     pub retry_at: Option<Millis>,
 }
 
+/// TLS with the SMTP server (`saltpeter_config.smtp_tls`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum SmtpTls {
+    /// STARTTLS when the server offers it; plain otherwise (then no password is sent).
+    #[default]
+    Auto,
+    /// STARTTLS required: a server that does not offer it is a failed attempt.
+    Starttls,
+    /// TLS from the first byte (port 465, "SMTPS").
+    Implicit,
+    /// Never TLS (then no password is sent).
+    None,
+}
+
 /// How mail leaves this host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MailTransport {
     /// An SMTP server (`saltpeter_config.smtp`).
-    Smtp { host: String, port: u16 },
+    Smtp {
+        host: String,
+        port: u16,
+        tls: SmtpTls,
+    },
     /// The host's `sendmail` program (`-t -i`, the message on its stdin).
     Sendmail { path: String },
 }
@@ -186,6 +204,10 @@ pub struct DeliverOrder {
     pub io_timeout_s: u64,
     /// Basic auth for `Bulk` (the export's user and password), never stored in db.
     pub basic_auth: Option<(String, String)>,
+    /// SMTP login (`smtp_user`, `smtp_password`), never stored in db.
+    pub smtp_auth: Option<(String, String)>,
+    /// CA certificates trusted besides the system's (`notify_ca_file`).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for DeliverOrder {
@@ -199,6 +221,11 @@ impl std::fmt::Debug for DeliverOrder {
                 "basic_auth",
                 &self.basic_auth.as_ref().map(|(u, _)| (u, "***")),
             )
+            .field(
+                "smtp_auth",
+                &self.smtp_auth.as_ref().map(|(u, _)| (u, "***")),
+            )
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }

@@ -1,8 +1,9 @@
 //! Run and target records: the states every interface (CLI, API, database) speaks.
 //!
 //! A run is `queued -> dispatching -> running -> succeeded | failed | partial | canceled |
-//! skipped`; a target is `pending -> launching -> picked_up -> running -> finished` (with
-//! an exit code and a reason) or `skipped_maintenance`. The names here are the contract: they are what
+//! skipped`; a target is `queued` (its batch waits) or `pending -> launching -> picked_up ->
+//! running -> finished` (with an exit code and a reason), `waiting_unreachable` (its minion
+//! did not answer; `retry_unreachable` waits for it) or `skipped_maintenance`. The names here are the contract: they are what
 //! `saltpeterctl --json`, the API and the `state` columns of the database show.
 
 use serde::{Deserialize, Serialize};
@@ -76,6 +77,10 @@ str_enum!(
         Finished => "finished",
         SkippedMaintenance => "skipped_maintenance",
         PickedUp => "picked_up",
+        // queued: its batch waits for its turn (`batch_size`); waiting_unreachable: its
+        // minion did not answer and `retry_unreachable` waits for it.
+        Queued => "queued",
+        WaitingUnreachable => "waiting_unreachable",
     }
 );
 
@@ -89,6 +94,8 @@ str_enum!(
         WrapperFailed => "wrapper_failed",
         Unreachable => "unreachable",
         Canceled => "canceled",
+        // gave_up: unreachable until its `retry_unreachable` window closed.
+        GaveUp => "gave_up",
     }
 );
 
@@ -102,7 +109,7 @@ impl TargetReason {
             TargetReason::Killed => Some(143),
             TargetReason::Lost => Some(253),
             TargetReason::WrapperFailed => Some(254),
-            TargetReason::Unreachable => Some(255),
+            TargetReason::Unreachable | TargetReason::GaveUp => Some(255),
         }
     }
 }
@@ -141,6 +148,10 @@ pub struct RunRecord {
     pub started: Option<Millis>,
     pub ended: Option<Millis>,
     pub targets: Vec<TargetRecord>,
+    /// Every attempt of the targets that had more than one (`retries`,
+    /// `retry_unreachable`), by machine and attempt; filled for a single run's view.
+    #[serde(default)]
+    pub attempts: Vec<crate::wire::db::AttemptRecord>,
 }
 
 /// Overall state of a run whose targets are all settled: `succeeded` if every target

@@ -2,7 +2,9 @@
 //! against fake `salt` programs for the failure modes a real master rarely shows.
 //!
 //! The testbed is started once by scripts/run-tests (4 minions: minion-04 is the one the
-//! destructive test stops). Set SALTPETER_NO_SALT=1 to skip the real-Salt tests.
+//! destructive tests stop, here and in `salt_unreachable`, each holding
+//! [`lock_minion`] meanwhile; no other test targets it). Set SALTPETER_NO_SALT=1 to skip
+//! the real-Salt tests.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -16,7 +18,7 @@ use crate::util::*;
 const SALT_SLOTS: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// The shared testbed, or `None` when told to run without Salt.
-fn testbed() -> Option<(PathBuf, String, String)> {
+pub(crate) fn testbed() -> Option<(PathBuf, String, String)> {
     if std::env::var_os("SALTPETER_NO_SALT").is_some() {
         eprintln!("SALTPETER_NO_SALT is set: skipping a real-Salt test");
         return None;
@@ -33,7 +35,7 @@ fn testbed() -> Option<(PathBuf, String, String)> {
 }
 
 /// A daemon on the salt executor; `config_dir` is the master config dir to use.
-fn salt_daemon(
+pub(crate) fn salt_daemon(
     root: &std::path::Path,
     bin: &str,
     config_dir: &str,
@@ -52,6 +54,31 @@ fn salt_daemon(
         wrapper_dir.display()
     );
     Daemon::start(&[("02-salt.yaml", &config), ("jobs.yaml", jobs)])
+}
+
+/// How many minions the testbed has (`up` with fewer would stop the others).
+pub(crate) fn minion_count() -> String {
+    std::env::var("SALT_MINIONS")
+        .map(|m| m.split(',').count().to_string())
+        .unwrap_or_else(|_| "4".to_string())
+}
+
+/// Held by a test that stops `minion` (and restarts it) for as long as it needs it down:
+/// tests run in parallel processes, so two of them must not stop and restart the same
+/// minion under each other.
+pub(crate) fn lock_minion(
+    root: &std::path::Path,
+    minion: &str,
+) -> nix::fcntl::Flock<std::fs::File> {
+    let path = root.join("var").join(format!("{minion}.test-lock"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .unwrap_or_else(|(_, e)| panic!("lock {}: {e}", path.display()))
 }
 
 fn machines(run: &serde_json::Value) -> Vec<String> {
@@ -150,6 +177,7 @@ fn a_stopped_or_unknown_minion_is_255_while_others_succeed() {
         return;
     };
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/salt-testbed");
+    let _minion_04 = lock_minion(&root, "minion-04");
     let stop = std::process::Command::new(script)
         .args(["stop-minion", path_str(&root), "minion-04"])
         .output()
@@ -170,7 +198,7 @@ fn a_stopped_or_unknown_minion_is_255_while_others_succeed() {
     );
     let (run, code) = d.run_wait("partly");
     let up = std::process::Command::new(script)
-        .args(["up", path_str(&root), "4"])
+        .args(["up", path_str(&root), &minion_count()])
         .output()
         .expect("restart minion");
     assert!(

@@ -188,7 +188,11 @@ impl Store {
             .prepare_cached(&sql)
             .and_then(|mut stmt| stmt.query_row([id], read_run_row).optional())
             .map_err(sql_error(op))?;
-        row.map(|row| self.complete_run(row)).transpose()
+        let Some(mut record) = row.map(|row| self.complete_run(row)).transpose()? else {
+            return Ok(None);
+        };
+        record.attempts = self.target_attempts(run)?;
+        Ok(Some(record))
     }
 
     /// One target of a run with its bookkeeping columns.
@@ -442,6 +446,7 @@ impl Store {
                 .into_iter()
                 .map(|target| target.parse(op))
                 .collect::<Result<_, _>>()?,
+            attempts: Vec::new(),
         })
     }
 }

@@ -97,6 +97,23 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
             Effect::StoreRetry { attempt, previous } => {
                 store_retry(core, run, machine, attempt, previous)
             }
+            Effect::StoreWaiting { ended } => {
+                core.db_call(
+                    DbRequest::UpdateTarget {
+                        run,
+                        machine: machine.to_string(),
+                        update: TargetUpdate {
+                            state: Some(TargetState::WaitingUnreachable),
+                            // No exit code yet: a cancel (none) or the window's end
+                            // (255) decides it; a return copies it to the history.
+                            reason: Some(TargetReason::Unreachable),
+                            ended: Some(ended),
+                            ..Default::default()
+                        },
+                    },
+                    DbWait::Write("a target waiting for its minion"),
+                );
+            }
         }
     }
 }
@@ -129,6 +146,21 @@ pub fn finish_target(
 
 /// Persist a new attempt (the target core's `StoreRetry`) and say so in the audit trail.
 fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, previous: Outcome) {
+    // The history keeps exactly the outcome the core decided for the attempt that ended.
+    if previous.reason.is_some() || previous.code.is_some() {
+        core.db_call(
+            DbRequest::UpdateTarget {
+                run,
+                machine: machine.to_string(),
+                update: TargetUpdate {
+                    reason: previous.reason,
+                    exit_code: previous.code,
+                    ..Default::default()
+                },
+            },
+            DbWait::Write("an attempt's outcome"),
+        );
+    }
     core.db_call(
         DbRequest::RetryTarget {
             run,

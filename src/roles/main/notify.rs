@@ -381,7 +381,8 @@ fn send(core: &mut Main, d: DueDelivery) {
     let mail = match &sp.smtp {
         Some((host, port)) => MailTransport::Smtp {
             host: host.clone(),
-            port: *port,
+            port: crate::config::notify::smtp_port(*port, sp.smtp_tls),
+            tls: sp.smtp_tls,
         },
         None => MailTransport::Sendmail {
             path: sp.sendmail.clone(),
@@ -395,6 +396,8 @@ fn send(core: &mut Main, d: DueDelivery) {
         format!("saltpeter@{host}")
     });
     let destination = d.message.destination();
+    // The SMTP password goes only with mail.
+    let is_mail = matches!(d.message, Outgoing::Email { .. });
     // The export's credentials come from the configuration in effect, never from db.
     let basic_auth = match &d.message {
         Outgoing::Bulk { url, .. } => sp
@@ -412,6 +415,11 @@ fn send(core: &mut Main, d: DueDelivery) {
         mail,
         io_timeout_s: IO_TIMEOUT_S,
         basic_auth,
+        smtp_auth: is_mail.then(|| sp.smtp_user.clone()).flatten().map(|user| {
+            let password = sp.smtp_password.as_ref().map(|p| p.expose().to_string());
+            (user, password.unwrap_or_default())
+        }),
+        ca_file: sp.notify_ca_file.clone(),
     };
     let call = core.blocking_call(BlockingRequest::Deliver(order));
     core.notify.in_flight.insert(

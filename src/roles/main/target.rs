@@ -5,7 +5,9 @@
 //! ```text
 //! Pending ─launch→ Launching ─hello→ PickedUp ─finish→ Finishing ─recorded→ Finished
 //!    │                ↑  (gone before confirming)          ↑                     │
-//!    └─maintenance→ SkippedMaintenance                     └── finish from any ──┘
+//!    ├─maintenance→ SkippedMaintenance                     └── finish from any ──┘
+//!    └─unreachable→ WaitingUnreachable ─came back→ Pending (a new attempt)
+//!                      └─window closed, or killed→ finish
 //!                                              (lost wrapper back: Finished → PickedUp)
 //!                                              (retry of a failure: Finished → Pending)
 //! ```
@@ -62,6 +64,9 @@ pub enum Phase {
     Finished(Outcome),
     /// Left out: its machine was in maintenance.
     SkippedMaintenance,
+    /// Its minion did not answer; waiting until `until` for it to come back
+    /// (`retry_unreachable`, `run/unreachable.rs`).
+    WaitingUnreachable { until: Instant },
 }
 
 /// Whether the single-use launch token has been presented.
@@ -114,6 +119,9 @@ pub enum Effect {
     /// A failed outcome is retried: persist attempt `attempt` (the target is pending
     /// again, its output bookkeeping restarts) and keep `previous` in the attempts' history.
     StoreRetry { attempt: u32, previous: Outcome },
+    /// Its minion did not answer: persist `waiting_unreachable` (reason unreachable,
+    /// ended then; the exit code comes with the final outcome or the next attempt).
+    StoreWaiting { ended: Millis },
 }
 
 /// Why a hello is refused.
@@ -204,7 +212,9 @@ impl Target {
         let phase = match record.state {
             TargetState::Finished => Phase::Finished(outcome),
             TargetState::SkippedMaintenance => Phase::SkippedMaintenance,
-            TargetState::Pending if !token_spent => Phase::Pending,
+            // The window starts over after a restart (recovery sets the job's).
+            TargetState::WaitingUnreachable => Phase::WaitingUnreachable { until: now + grace },
+            TargetState::Pending | TargetState::Queued if !token_spent => Phase::Pending,
             // Launched, no welcome recorded: its wrapper may still come with its token.
             TargetState::Pending | TargetState::Launching | TargetState::PickedUp
                 if !token_spent =>
@@ -239,6 +249,7 @@ impl Target {
     /// The state as recorded and shown.
     pub fn state(&self) -> TargetState {
         match &self.phase {
+            Phase::Pending if self.batch > 0 => TargetState::Queued,
             Phase::Pending => TargetState::Pending,
             Phase::Launching => TargetState::Launching,
             Phase::PickedUp { running: true, .. } => TargetState::Running,
@@ -246,6 +257,7 @@ impl Target {
             Phase::Finishing { was, .. } => *was,
             Phase::Finished(_) => TargetState::Finished,
             Phase::SkippedMaintenance => TargetState::SkippedMaintenance,
+            Phase::WaitingUnreachable { .. } => TargetState::WaitingUnreachable,
         }
     }
 

@@ -34,7 +34,12 @@ fn running(t0: Instant) -> Target {
 #[test]
 fn launch_moves_a_pending_target_once() {
     let mut t = Target::new(2);
-    assert_eq!(t.state(), TargetState::Pending);
+    assert_eq!(
+        t.state(),
+        TargetState::Queued,
+        "a later batch waits for its turn"
+    );
+    assert_eq!(Target::new(0).state(), TargetState::Pending);
     assert!(t.awaiting_pickup());
     assert_eq!(
         t.launch(),

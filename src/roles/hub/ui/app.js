@@ -277,6 +277,7 @@ function targetClass(r) {
   if (r.state === "skipped_maintenance") return ["t-maint", "⚠", "maintenance"];
   if (r.state === "running" || r.state === "launching" || r.state === "picked_up") return ["t-running", "▶", r.state];
   if (r.state === "finished") return r.retcode === 0 ? ["t-ok", "■", "ok"] : ["t-fail", "⚠", `exit ${r.retcode}`];
+  if (r.state === "waiting_unreachable") return ["t-pending", "◌", "waiting_unreachable (minion did not answer)"];
   return ["t-pending", "○", r.state || "pending"];
 }
 
@@ -309,7 +310,7 @@ function renderTargets(d) {
     node.querySelector(".facts").textContent =
       `${word} · started ${fmtTime(r.starttime)} · ended ${fmtTime(r.endtime)} · ran ${ran} · ret ${r.retcode === "" || r.retcode === null ? "-" : r.retcode}` +
       ` · wrapper ${r.wrapper_version || "-"}` + (r.last_heartbeat && !r.endtime ? ` · heartbeat ${fmtSpan(Date.now() - new Date(r.last_heartbeat))} ago` : "");
-    node.querySelector(".kill-machine").disabled = !(r.state === "running" || r.state === "launching" || r.state === "picked_up" || r.state === "pending");
+    node.querySelector(".kill-machine").disabled = !(r.state === "running" || r.state === "launching" || r.state === "picked_up" || r.state === "pending" || r.state === "queued" || r.state === "waiting_unreachable");
     node.querySelector(".autoscroll").checked = S.autoscroll;
     node.querySelector(".wrap").checked = S.wrap;
     node.querySelector(".target-body").hidden = !S.open[m];

@@ -424,6 +424,7 @@ pub fn watch(core: &mut Main, call: CallId, run: RunId) {
         started: None,
         ended: None,
         targets,
+        attempts: Vec::new(),
     };
     stream(core, call, AdminResponse::RunProgress(snapshot));
     core.views

@@ -11,7 +11,7 @@ use crate::roles::main::{DbWait, Main};
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, RunUpdate};
 use crate::wire::link::{BlockingRequest, ExecutorKind, LaunchTarget, blocking_calls};
-use crate::wire::records::{RunState, TargetReason};
+use crate::wire::records::{RunState, TargetReason, TargetState};
 use crate::workflow::{Step, Wake};
 
 pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
@@ -47,7 +47,10 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             token,
         });
     }
-    if env.batch == 0 && !launch.is_empty() {
+    // A pre-staged run starts at its slot (`prestage::await_slot` records it then).
+    let before_slot = env.req.prestaged && core.flight.runs.get(&run).is_some_and(|r| !r.go_sent);
+    if !env.start_recorded && !launch.is_empty() && !before_slot {
+        env.start_recorded = true;
         core.db_call(
             DbRequest::UpdateRun {
                 run,
@@ -135,6 +138,28 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         super::retry::RetryPlan::WaitUntil(at) => Some(Wake::At(at)),
         super::retry::RetryPlan::Nothing => None,
     };
+    // Minions waited for (`retry_unreachable`) that came back join this batch.
+    let waiting = match super::unreachable::check(env, core, now) {
+        super::unreachable::Plan::Relaunch(back) => {
+            join_current_batch(env, back);
+            s.insert_steps([
+                (
+                    "deploy_wrappers",
+                    super::targets::deploy_wrappers as StepFnOf,
+                ),
+                ("launch_batch", launch_batch),
+                ("await_launch", await_launch),
+                ("collect_batch", collect_batch),
+            ]);
+            return Step::Next;
+        }
+        super::unreachable::Plan::Wait { at, probe } => {
+            let mut w = vec![Wake::At(at)];
+            w.extend(probe.map(Wake::Call));
+            w
+        }
+        super::unreachable::Plan::Nothing => Vec::new(),
+    };
     let Some(active) = core.flight.runs.get(&run) else {
         return Step::Next;
     };
@@ -149,17 +174,39 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     }
     let event = Wake::event(Main::run_event(run));
     if !pickup.open {
+        // Targets still waiting for their minion do not hold the batches up.
         return match retry_wait {
-            Some(at) => Step::Wait(Wake::Any(vec![event, at])),
+            Some(at) => {
+                let mut wakes = vec![event, at];
+                wakes.extend(waiting);
+                Step::Wait(Wake::Any(wakes))
+            }
             None => Step::Next,
         };
     }
     let mut wakes = vec![event];
     wakes.extend(retry_wait);
+    wakes.extend(waiting);
     if let (true, Some(d)) = (pickup.waiting, env.pickup_deadline) {
         wakes.push(Wake::At(d));
     }
     Step::Wait(Wake::Any(wakes))
+}
+
+/// Targets that came back (`retry_unreachable`) join the batch going on, or form one
+/// when the run had none (all its targets were unreachable).
+fn join_current_batch(env: &mut RunEnv, machines: Vec<String>) {
+    if env.batches.is_empty() {
+        env.batches.push(Vec::new());
+        env.batch = 0;
+    }
+    let i = env.batch.min(env.batches.len() - 1);
+    env.batch = i;
+    for m in machines {
+        if !env.batches[i].contains(&m) {
+            env.batches[i].push(m);
+        }
+    }
 }
 
 pub fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
@@ -188,18 +235,58 @@ pub fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     Step::Next
 }
 
+/// The targets of the batches as first recorded: those after the first batch are queued
+/// (they wait for their turn).
+pub fn planned_targets(batches: &[Vec<String>]) -> Vec<(String, TargetState)> {
+    batches
+        .iter()
+        .enumerate()
+        .flat_map(|(i, batch)| {
+            let state = if i == 0 {
+                TargetState::Pending
+            } else {
+                TargetState::Queued
+            };
+            batch.iter().map(move |m| (m.clone(), state))
+        })
+        .collect()
+}
+
 pub type StepFnOf = fn(&mut RunEnv, &mut Main, &mut Sc) -> Step;
 
-/// Wait until every target of the run is settled.
-pub fn collect_all(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+/// Wait until every target of the run is settled; minions waited for
+/// (`retry_unreachable`) that come back meanwhile are launched as a batch of their own.
+pub fn collect_all(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
+    let mut wakes = vec![Wake::event(Main::run_event(run))];
+    match super::unreachable::check(env, core, s.now()) {
+        super::unreachable::Plan::Relaunch(back) => {
+            join_current_batch(env, back);
+            s.insert_steps([
+                (
+                    "deploy_wrappers",
+                    super::targets::deploy_wrappers as StepFnOf,
+                ),
+                ("launch_batch", launch_batch),
+                ("await_launch", await_launch),
+                ("collect_batch", collect_batch),
+                ("collect_all", collect_all),
+            ]);
+            return Step::Next;
+        }
+        super::unreachable::Plan::Wait { at, probe } => {
+            wakes.push(Wake::At(at));
+            wakes.extend(probe.map(Wake::Call));
+        }
+        super::unreachable::Plan::Nothing => {}
+    }
     let open = core
         .flight
         .runs
         .get(&run)
         .is_some_and(|r| r.targets.values().any(|t| !t.is_settled()));
     if open {
-        Step::Wait(Wake::event(Main::run_event(run)))
+        Step::Wait(Wake::Any(wakes))
     } else {
         Step::Next
     }

@@ -13,6 +13,7 @@ pub mod prestage;
 pub mod recovery;
 pub mod retry;
 pub mod targets;
+pub mod unreachable;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -70,6 +71,11 @@ pub struct RunEnv {
     /// Salt's word on minions that did not return the launch (used if their wrapper
     /// never calls back before the pick-up deadline).
     pub(super) silent: std::collections::BTreeMap<String, String>,
+    /// The ping of minions waited for (`unreachable.rs`), and when the next one is due.
+    pub(super) probe: Option<CallId>,
+    pub(super) next_probe: Option<Instant>,
+    /// The run's start was recorded (a later launch does not move it).
+    pub(super) start_recorded: bool,
     /// Counted in `Main::busy_jobs` until recorded.
     counted: bool,
 }
@@ -240,6 +246,9 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             launch_started: None,
             retry_at: Default::default(),
             silent: Default::default(),
+            probe: None,
+            next_probe: None,
+            start_recorded: false,
             counted: !prestaged,
         },
     )
@@ -280,6 +289,9 @@ pub fn recovered_workflow(
             launch_started: None,
             retry_at: Default::default(),
             silent: Default::default(),
+            probe: None,
+            next_probe: None,
+            start_recorded: true,
             counted: false,
         },
     )
@@ -329,10 +341,7 @@ fn answer_admin(core: &mut Main, env: &mut RunEnv, resp: AdminResponse) {
 fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     if env.call.is_none() {
         let runnable: Vec<String> = env.batches.iter().flatten().cloned().collect();
-        let mut targets: Vec<(String, TargetState)> = runnable
-            .iter()
-            .map(|m| (m.clone(), TargetState::Pending))
-            .collect();
+        let mut targets = batches::planned_targets(&env.batches);
         targets.extend(
             env.maintenance
                 .iter()
@@ -353,7 +362,13 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             };
             (RunState::Skipped, Some(why.to_string()))
         } else {
-            (RunState::Dispatching, env.req.reason.clone())
+            // A pre-staged run waits for its slot: `queued` until `go` (`prestage.rs`).
+            let state = if env.req.prestaged {
+                RunState::Queued
+            } else {
+                RunState::Dispatching
+            };
+            (state, env.req.reason.clone())
         };
         let id = core.db_call(
             DbRequest::CreateRun(NewRun {
@@ -424,17 +439,13 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 None,
                 format!("{} run", env.req.trigger),
             );
-            for (m, why) in std::mem::take(&mut env.unreachable) {
-                log::warn!("run {id}: {m} is unreachable: {why}");
-                let job = env.req.job.name.clone();
-                core.event("target_unreachable", Some(&job), Some(id), Some(&m), why);
-                finish_target(core, id, &m, TargetReason::Unreachable, Some(255));
-            }
+            let unreachable = std::mem::take(&mut env.unreachable);
+            unreachable::record_unreachable(core, id, &env.req.job, unreachable);
             let unreachable_only = core
                 .flight
                 .runs
                 .get(&id)
-                .is_some_and(|r| r.targets.values().any(|t| t.is_decided()));
+                .is_some_and(|r| r.targets.values().any(|t| t.is_decided() || t.is_waiting()));
             if env.batches.is_empty() && !unreachable_only {
                 return Step::Done;
             }

@@ -4,7 +4,7 @@
 //! its lead time (`Main::prestage_lead`) before the slot; its wrappers connect, fetch the
 //! job and wait. At the slot main takes the decisions of any firing — kill requested,
 //! global maintenance, overlap with a run still going — and sends `go` to every waiting
-//! wrapper, or `cancel`. Nothing runs before its slot: the wrapper starts the command only
+//! wrapper, or `cancel`. Until then the run is `queued` (waiting for its slot). Nothing runs before its slot: the wrapper starts the command only
 //! on `go`, and wrappers that connect after the slot are welcomed without waiting.
 
 use std::time::{Duration, Instant};
@@ -14,9 +14,11 @@ use chrono::Utc;
 use super::Main;
 use super::RunEnv;
 use crate::config::Overlap;
+use crate::roles::main::DbWait;
 use crate::roles::main::effects::finish_target;
 use crate::roles::main::run_rules::{self, AtSlot};
-use crate::wire::records::TargetReason;
+use crate::wire::db::{DbRequest, RunUpdate};
+use crate::wire::records::{RunState, TargetReason};
 use crate::wire::wrapper::ServerMsg;
 use crate::workflow::{Step, StepCtx, Wake};
 
@@ -73,6 +75,19 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                 core.to_wrapper(conn, ServerMsg::Go {});
             }
             env.pickup_deadline = Some(Instant::now() + pickup);
+            if !std::mem::replace(&mut env.start_recorded, true) {
+                core.db_call(
+                    DbRequest::UpdateRun {
+                        run,
+                        update: RunUpdate {
+                            state: Some(RunState::Running),
+                            started: Some(crate::roles::main::effects::now_ms()),
+                            ..Default::default()
+                        },
+                    },
+                    DbWait::Write("a pre-staged run at its slot"),
+                );
+            }
         }
         Some((state, reason)) => {
             log::info!("run {run}: not started at its slot: {reason}");

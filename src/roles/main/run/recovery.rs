@@ -79,7 +79,7 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
     let mut unsettled = Vec::new();
     for d in details {
         let r = &d.record;
-        let t = Target::restored(
+        let mut t = Target::restored(
             r,
             d.token_used,
             d.resume_key_sha256.clone(),
@@ -87,6 +87,13 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
             now,
             grace,
         );
+        if t.is_waiting() {
+            // `retry_unreachable`: the window starts over (its deadline is not stored).
+            let window = std::time::Duration::from_secs(job.retry_unreachable_s);
+            t.phase = crate::roles::main::target::Phase::WaitingUnreachable {
+                until: now + window,
+            };
+        }
         if !t.is_settled() {
             unsettled.push(r.machine.clone());
         }

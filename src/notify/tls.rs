@@ -1,0 +1,145 @@
+//! TLS for what leaves the daemon: HTTPS webhooks and exports, SMTP with STARTTLS or
+//! implicit TLS. Runs only inside the `--deliver` helper (blocking I/O with timeouts).
+//!
+//! The server's certificate must chain to the system's CA roots (the same bundle the
+//! wrapper uses, `tls::verify::system_roots`) or to a certificate of
+//! `saltpeter_config.notify_ca_file` (a private CA), and must name the host. A failed
+//! handshake is a failed attempt whose cause says why ("invalid peer certificate:
+//! UnknownIssuer"), recorded with the delivery.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+/// A CA file larger than this is not a CA file.
+const MAX_CA_FILE: u64 = 4 * 1024 * 1024;
+
+/// A client-side TLS connection over a TCP stream (the stream's timeouts apply).
+pub type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// The certificates of a PEM file (at least one).
+pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut pem = Vec::new();
+    file.take(MAX_CA_FILE + 1)
+        .read_to_end(&mut pem)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if pem.len() as u64 > MAX_CA_FILE {
+        return Err(format!(
+            "{} is larger than {MAX_CA_FILE} bytes: not a CA file",
+            path.display()
+        ));
+    }
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: not a PEM certificate file ({e})", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(certs)
+}
+
+/// Client configuration: the system's CA roots plus those of `ca_file`.
+pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+    let mut roots = crate::tls::verify::system_roots().unwrap_or_else(|_| {
+        // No system bundle: only a configured CA file can make TLS work.
+        rustls::RootCertStore::empty()
+    });
+    if let Some(path) = ca_file {
+        let (added, _) = roots.add_parsable_certificates(read_ca_file(path)?);
+        if added == 0 {
+            return Err(format!(
+                "{}: none of its certificates is usable as a CA",
+                path.display()
+            ));
+        }
+    }
+    if roots.is_empty() {
+        return Err(
+            "no CA certificates: no system CA bundle found and no notify_ca_file".to_string(),
+        );
+    }
+    let config = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS set-up failed: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// TLS over `tcp` to `host`, the handshake done here (so its failure has its own words).
+pub fn connect(
+    tcp: TcpStream,
+    host: &str,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<TlsStream, String> {
+    let name = ServerName::try_from(host.to_string())
+        .map_err(|e| format!("`{host}` is not a valid TLS server name: {e}"))?;
+    let conn = rustls::ClientConnection::new(config, name)
+        .map_err(|e| format!("TLS set-up failed: {e}"))?;
+    let mut stream = rustls::StreamOwned::new(conn, tcp);
+    while stream.conn.is_handshaking() {
+        stream
+            .conn
+            .complete_io(&mut stream.sock)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                    format!("TLS handshake with {host}: no answer in time")
+                }
+                _ => format!("TLS handshake with {host} failed: {e}"),
+            })?;
+    }
+    stream
+        .flush()
+        .map_err(|e| format!("TLS handshake with {host} failed: {e}"))?;
+    Ok(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ca_files_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "no certificate here\n").unwrap();
+        assert!(
+            read_ca_file(&empty)
+                .unwrap_err()
+                .contains("no PEM certificate")
+        );
+        let missing = dir.path().join("missing.pem");
+        assert!(read_ca_file(&missing).unwrap_err().contains("cannot read"));
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let good = dir.path().join("ca.pem");
+        std::fs::write(&good, cert.cert.pem()).unwrap();
+        assert_eq!(read_ca_file(&good).unwrap().len(), 1);
+        assert!(client_config(Some(&good)).is_ok());
+    }
+
+    #[test]
+    fn a_silent_tls_server_is_a_timeout_not_a_hang() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Accepted by the backlog, never answered: the handshake must give up.
+        let tcp = TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(std::time::Duration::from_secs(1)))
+            .unwrap();
+        tcp.set_write_timeout(Some(std::time::Duration::from_secs(1)))
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        std::fs::write(&ca, cert.cert.pem()).unwrap();
+        let config = client_config(Some(&ca)).unwrap();
+        let err = connect(tcp, "127.0.0.1", config).map(|_| ()).unwrap_err();
+        assert!(err.contains("no answer in time"), "{err}");
+        drop(listener);
+    }
+}
