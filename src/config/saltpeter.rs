@@ -80,6 +80,9 @@ pub struct SaltpeterConfig {
     /// The master's pki directory (accepted minion keys under `minions/`); default: the
     /// master configuration's `pki_dir`, else `/etc/salt/pki/master`.
     pub salt_pki_dir: Option<PathBuf>,
+    /// Publish through one long-lived Python process using Salt's LocalClient (the salt
+    /// bridge) instead of one `salt` process per call.
+    pub salt_bridge: bool,
     pub api_token: Option<Secret>,
     /// `api_tokens`: named identities with roles (config/identities.rs).
     pub api_tokens: Vec<super::ApiIdentity>,
@@ -164,6 +167,7 @@ impl Default for SaltpeterConfig {
             salt_config_dir: PathBuf::from("/etc/salt"),
             salt_bin: None,
             salt_pki_dir: None,
+            salt_bridge: true,
             api_token: None,
             api_tokens: Vec::new(),
             tls_cert: None,
@@ -256,6 +260,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "salt_config_dir",
     "salt_bin",
     "salt_pki_dir",
+    "salt_bridge",
     "api_token",
     "api_tokens",
     "tls_cert",
@@ -364,6 +369,7 @@ impl SaltpeterConfig {
             }
             "salt_bin" => self.salt_bin = path(node)?,
             "salt_pki_dir" => self.salt_pki_dir = path(node)?,
+            "salt_bridge" => self.salt_bridge = values::boolean(node)?,
             "api_token" => self.api_token = values::optional_string(node)?.map(Secret),
             "api_tokens" => self.api_tokens = super::identities::read_api_tokens(node)?,
             "tls_cert" => self.tls_cert = path(node)?,

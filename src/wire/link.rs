@@ -228,8 +228,11 @@ pub struct SaltSettings {
     pub config_dir: Option<String>,
     /// `-t`: how long the CLI waits for returns.
     pub timeout_s: u64,
-    /// Concurrent salt processes at most.
+    /// Concurrent salt processes at most (with the bridge: its workers).
     pub concurrency: u32,
+    /// Publish through the long-lived salt bridge (`salt_bridge`), else one `salt`
+    /// process per call.
+    pub bridge: bool,
 }
 
 /// Main -> blocking calls.

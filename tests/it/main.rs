@@ -26,6 +26,7 @@ mod quickstart;
 mod reload;
 mod retries;
 mod salt;
+mod salt_fleet;
 mod salt_unreachable;
 mod scheduling;
 mod tls;

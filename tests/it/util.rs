@@ -406,3 +406,64 @@ pub fn free_port() -> u16 {
 pub fn fixed_port_config() -> String {
     format!("saltpeter_config:\n  machines_ws_port: {}\n", free_port())
 }
+
+/// A TCP proxy between wrappers and the daemon that can cut every connection (and refuse
+/// new ones) for a while.
+pub struct Proxy {
+    pub port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Proxy {
+    pub fn start(upstream: u16) -> Proxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("proxy bind");
+        let port = listener.local_addr().expect("addr").port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (c, o) = (cut.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if c.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let pipe = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                if let (Ok(c1), Ok(s1)) = (client.try_clone(), server.try_clone()) {
+                    if let Ok(mut list) = o.lock() {
+                        list.push(c1);
+                        list.push(s1);
+                    }
+                    pipe(
+                        client.try_clone().expect("clone"),
+                        server.try_clone().expect("clone"),
+                    );
+                    pipe(server, client);
+                }
+            }
+        });
+        Proxy { port, cut, open }
+    }
+
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Ok(mut list) = self.open.lock() {
+            for s in list.drain(..) {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
+    pub fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}

@@ -10,6 +10,7 @@ pub mod deliver;
 pub mod helpers;
 mod local;
 pub mod salt;
+mod salt_bridge;
 mod salt_exec;
 
 use mio::event::Event;
@@ -32,6 +33,8 @@ pub struct Blocking {
     wrapper_log_dir: std::path::PathBuf,
     /// Private directory (0700) of the local executor's launch token files.
     token_dir: std::path::PathBuf,
+    /// The state directory (the salt bridge's script and log live there).
+    state_dir: std::path::PathBuf,
     salt: salt_exec::Queue,
 }
 
@@ -142,6 +145,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         batches: Default::default(),
         wrapper_log_dir: args.dirs.state.join("wrapper-logs"),
         token_dir: args.dirs.state.join("launch-tokens"),
+        state_dir: args.dirs.state.clone(),
         salt: Default::default(),
     };
     ev.run(&mut state).map_err(RoleError::setup("event loop"))?;

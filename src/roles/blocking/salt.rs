@@ -56,22 +56,105 @@ pub fn argv(
     argv
 }
 
-/// The arguments of the batch launch: `cmd.run_all` of the wrapper, rendered by each
-/// minion (`{{ opts['id'] }}`, `{{ opts['pki_dir'] }}`), without a shell, with only the
-/// server URL and run id in its environment. Nothing here is secret.
-pub fn launch_args(wrapper: &str, run: u64, url: &str) -> Vec<String> {
+/// One salt call, rendered either as a `salt` command line or as a salt bridge request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SaltCall {
+    pub target_type: SaltTargetType,
+    pub target: String,
+    pub function: String,
+    pub arg: Vec<String>,
+    /// Keyword arguments, typed (the command line writes them as `k=v`).
+    pub kwarg: Vec<(String, Value)>,
+}
+
+impl SaltCall {
+    pub fn new(target_type: SaltTargetType, target: &str, function: &str) -> SaltCall {
+        SaltCall {
+            target_type,
+            target: target.to_string(),
+            function: function.to_string(),
+            arg: Vec::new(),
+            kwarg: Vec::new(),
+        }
+    }
+
+    pub fn kwarg(mut self, key: &str, value: Value) -> SaltCall {
+        self.kwarg.push((key.to_string(), value));
+        self
+    }
+
+    /// `salt` argv. `cmd` is never YAML-parsed (`--no-parse=cmd`); booleans are `True` and
+    /// `False`, strings as they are, anything else as JSON (which Salt's YAML reads).
+    pub fn argv(&self, settings: &SaltSettings, extra_timeout_s: u64) -> Vec<String> {
+        let mut args = self.arg.clone();
+        for (k, v) in &self.kwarg {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Bool(true) => "True".to_string(),
+                Value::Bool(false) => "False".to_string(),
+                other => other.to_string(),
+            };
+            args.push(format!("{k}={text}"));
+            if k == "cmd" {
+                args.push("--no-parse=cmd".to_string());
+            }
+        }
+        let mut settings = settings.clone();
+        settings.timeout_s += extra_timeout_s;
+        argv(
+            &settings,
+            target_flag(self.target_type),
+            &self.target,
+            &self.function,
+            &args,
+        )
+    }
+
+    /// The salt bridge's request (its `id` is set by the bridge).
+    pub fn bridge_request(&self, timeout_s: u64) -> Value {
+        serde_json::json!({
+            "tgt": self.target,
+            "tgt_type": tgt_type_name(self.target_type),
+            "fun": self.function,
+            "arg": self.arg,
+            "kwarg": self.kwarg.iter().cloned().collect::<serde_json::Map<String, Value>>(),
+            "timeout": timeout_s.max(1),
+        })
+    }
+}
+
+/// LocalClient's `tgt_type` for a Saltpeter `target_type`.
+pub fn tgt_type_name(target_type: SaltTargetType) -> &'static str {
+    match target_type {
+        SaltTargetType::Glob => "glob",
+        SaltTargetType::Pcre => "pcre",
+        SaltTargetType::List => "list",
+        SaltTargetType::Grain => "grain",
+        SaltTargetType::GrainPcre => "grain_pcre",
+        SaltTargetType::Pillar => "pillar",
+        SaltTargetType::Nodegroup => "nodegroup",
+        SaltTargetType::Compound => "compound",
+        SaltTargetType::Ipcidr => "ipcidr",
+    }
+}
+
+/// The batch launch: `cmd.run_all` of the wrapper, rendered by each minion (`{{
+/// opts['id'] }}`, `{{ opts['pki_dir'] }}`), without a shell, with only the server URL and
+/// run id in its environment. Nothing here is secret.
+pub fn launch_call(minions: &[String], wrapper: &str, run: u64, url: &str) -> SaltCall {
     let env = serde_json::json!({ ENV_URL: url, ENV_RUN: run.to_string() });
-    vec![
-        format!(
-            "cmd={} --daemonize --minion-id '{{{{ opts[\"id\"] }}}}' --minion-key \
-             '{{{{ opts[\"pki_dir\"] }}}}/minion.pem'",
-            shell_quote(wrapper)
-        ),
-        "--no-parse=cmd".to_string(),
-        "template=jinja".to_string(),
-        "python_shell=False".to_string(),
-        format!("env={env}"),
-    ]
+    SaltCall::new(SaltTargetType::List, &minions.join(","), "cmd.run_all")
+        .kwarg(
+            "cmd",
+            Value::String(format!(
+                "{} --daemonize --minion-id '{{{{ opts[\"id\"] }}}}' --minion-key \
+                 '{{{{ opts[\"pki_dir\"] }}}}/minion.pem'",
+                shell_quote(wrapper)
+            )),
+        )
+        .kwarg("template", Value::String("jinja".into()))
+        .kwarg("python_shell", Value::Bool(false))
+        .kwarg("env", env)
 }
 
 /// Quote a word for the command line Salt splits with shlex (`python_shell=False`).
@@ -260,6 +343,7 @@ mod tests {
             config_dir: Some("/etc/salt".into()),
             timeout_s: 20,
             concurrency: 4,
+            bridge: false,
         }
     }
 
@@ -329,5 +413,93 @@ mod tests {
         let good: Value =
             serde_json::json!({"file_|-x_|-/w_|-managed": {"result": true, "comment": "ok"}});
         assert_eq!(state_result(&good), MinionResult::Ok);
+    }
+
+    #[test]
+    fn the_batch_launch_is_one_call_with_nothing_secret_rendered_per_minion() {
+        let minions = vec!["m1".to_string(), "m 2".to_string()];
+        let call = launch_call(
+            &minions,
+            "/opt/sp wrapper",
+            42,
+            "wss://h:8889/wrapper/v1#sha256=ab",
+        );
+        let argv = call.argv(&settings(), 0);
+        assert_eq!(&argv[6..9], ["-L", "m1,m 2", "cmd.run_all"]);
+        assert_eq!(
+            argv[9],
+            "cmd='/opt/sp wrapper' --daemonize --minion-id '{{ opts[\"id\"] }}' --minion-key \
+             '{{ opts[\"pki_dir\"] }}/minion.pem'"
+        );
+        assert_eq!(
+            &argv[10..13],
+            ["--no-parse=cmd", "template=jinja", "python_shell=False"]
+        );
+        let env: Value = serde_json::from_str(argv[13].trim_start_matches("env=")).unwrap();
+        assert_eq!(
+            env,
+            serde_json::json!({"SP_URL": "wss://h:8889/wrapper/v1#sha256=ab", "SP_RUN": "42"})
+        );
+        // The same call for the salt bridge, typed.
+        let req = call.bridge_request(20);
+        assert_eq!(req["tgt_type"], "list");
+        assert_eq!(req["tgt"], "m1,m 2");
+        assert_eq!(req["kwarg"]["python_shell"], false);
+        assert_eq!(req["kwarg"]["template"], "jinja");
+        assert_eq!(req["kwarg"]["env"]["SP_RUN"], "42");
+        assert_eq!(req["timeout"], 20);
+    }
+
+    #[test]
+    fn launch_outcomes_fail_at_once_or_wait_for_the_wrapper() {
+        let minions: Vec<String> = ["ok", "broken", "silent", "absent"]
+            .iter()
+            .map(|m| m.to_string())
+            .collect();
+        let out = concat!(
+            "{\"ok\": {\"retcode\": 0, \"stdout\": \"\", \"stderr\": \"\"}}\n",
+            "{\"broken\": {\"retcode\": 127, \"stdout\": \"\", \"stderr\": \"not found\"}}\n",
+            "{\"silent\": \"Minion did not return. [No response]\"}\n"
+        );
+        let outcomes = launch_outcomes(&minions, &parse_returns(out), "tail");
+        assert_eq!(outcomes[0].result, Ok(()));
+        assert_eq!(outcomes[0].silent, None);
+        assert!(
+            outcomes[1]
+                .result
+                .as_ref()
+                .unwrap_err()
+                .contains("not found")
+        );
+        assert_eq!(outcomes[2].result, Ok(()));
+        assert!(
+            outcomes[2]
+                .silent
+                .as_ref()
+                .unwrap()
+                .contains("[No response]")
+        );
+        assert_eq!(outcomes[3].result, Ok(()));
+        assert!(outcomes[3].silent.as_ref().unwrap().contains("tail"));
+    }
+
+    #[test]
+    fn state_call_arguments_are_typed_for_the_bridge_and_words_for_the_cli() {
+        let mut call = SaltCall::new(SaltTargetType::List, "a,b", "state.single")
+            .kwarg("name", Value::String("/w".into()))
+            .kwarg("mode", Value::String("0755".into()))
+            .kwarg("queue", Value::Bool(true));
+        call.arg.push("file.managed".into());
+        let argv = call.argv(&settings(), 120);
+        assert_eq!(argv[5], "140", "the extra time lengthens -t");
+        assert_eq!(
+            &argv[9..],
+            ["file.managed", "name=/w", "mode=0755", "queue=True"]
+        );
+        let req = call.bridge_request(140);
+        assert_eq!(req["arg"], serde_json::json!(["file.managed"]));
+        assert_eq!(req["kwarg"]["queue"], true);
+        assert_eq!(req["kwarg"]["mode"], "0755");
+        assert_eq!(tgt_type_name(SaltTargetType::GrainPcre), "grain_pcre");
     }
 }

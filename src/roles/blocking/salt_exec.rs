@@ -13,7 +13,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::Blocking;
-use super::salt::{self, MinionResult, SaltSettings};
+use super::salt::{self, MinionResult, SaltCall, SaltSettings};
 use crate::evloop::{Ctx, child};
 use crate::ipc::CallId;
 use crate::ipc::rpc::RemoteError;
@@ -35,7 +35,7 @@ pub enum Outcome {
     Failed(String),
 }
 
-type OnDone = Box<dyn FnOnce(&mut Blocking, &mut Ctx<Blocking>, Outcome)>;
+type OnDone = super::salt_bridge::OnDone;
 
 struct Invocation {
     settings: SaltSettings,
@@ -47,25 +47,52 @@ struct Invocation {
 pub struct Queue {
     waiting: VecDeque<Invocation>,
     running: usize,
+    /// The long-lived salt bridge (`salt_bridge.rs`).
+    pub bridge: super::salt_bridge::State,
 }
 
 impl Queue {
     pub fn is_idle(&self) -> bool {
-        self.waiting.is_empty() && self.running == 0
+        self.waiting.is_empty() && self.running == 0 && self.bridge.is_idle()
     }
 }
 
+/// Run one salt call: through the salt bridge when it is enabled and works, else as a
+/// `salt` process (queued behind `concurrency` others). `extra_timeout_s` lengthens the
+/// call's deadline (deployments queued behind other state runs).
 fn submit(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
     settings: &SaltSettings,
-    argv: Vec<String>,
+    call: SaltCall,
+    extra_timeout_s: u64,
     on_done: impl FnOnce(&mut Blocking, &mut Ctx<Blocking>, Outcome) + 'static,
 ) {
+    let mut on_done: super::salt_bridge::OnDone = Box::new(on_done);
+    if settings.bridge {
+        let key = (settings.salt_bin.clone(), settings.config_dir.clone());
+        let timeout_s = settings.timeout_s + extra_timeout_s;
+        let deadline = Duration::from_secs(timeout_s) + DEADLINE_SLACK;
+        log::debug!("salt (bridge) {} {}", call.function, call.target);
+        match super::salt_bridge::submit(
+            state,
+            ctx,
+            &key,
+            settings.concurrency,
+            call.bridge_request(timeout_s),
+            deadline,
+            on_done,
+        ) {
+            Ok(()) => return,
+            Err(back) => on_done = back,
+        }
+    }
+    let mut cli = settings.clone();
+    cli.timeout_s += extra_timeout_s;
     state.salt.waiting.push_back(Invocation {
-        settings: settings.clone(),
-        argv,
-        on_done: Box::new(on_done),
+        argv: call.argv(settings, extra_timeout_s),
+        settings: cli,
+        on_done,
     });
     start_waiting(state, ctx);
 }
@@ -144,42 +171,48 @@ pub fn resolve(
     target: String,
     target_type: SaltTargetType,
 ) {
-    let flag = salt::target_flag(target_type);
-    let argv = salt::argv(&settings, flag, &target, "test.ping", &[]);
-    submit(state, ctx, &settings, argv, move |state, _ctx, outcome| {
-        let result = match outcome {
-            Outcome::Failed(why) => Err(RemoteError::Failed(why)),
-            Outcome::Finished {
-                code,
-                stdout,
-                stderr,
-            } => {
-                let returns = salt::parse_returns(&stdout);
-                if returns.by_minion.is_empty() && !returns.no_match {
-                    Err(RemoteError::Failed(format!(
-                        "salt test.ping gave no usable answer (exit status {}): {}",
-                        code.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
-                        tail(&stderr)
-                    )))
-                } else {
-                    let mut res = Resolution {
-                        no_match: returns.no_match && returns.by_minion.is_empty(),
-                        ..Default::default()
-                    };
-                    for (minion, value) in &returns.by_minion {
-                        match salt::ping_result(value) {
-                            MinionResult::Ok => res.live.push(minion.clone()),
-                            MinionResult::NoReturn(why) | MinionResult::Failed(why) => {
-                                res.unreachable.push((minion.clone(), why))
+    let call = SaltCall::new(target_type, &target, "test.ping");
+    submit(
+        state,
+        ctx,
+        &settings,
+        call,
+        0,
+        move |state, _ctx, outcome| {
+            let result = match outcome {
+                Outcome::Failed(why) => Err(RemoteError::Failed(why)),
+                Outcome::Finished {
+                    code,
+                    stdout,
+                    stderr,
+                } => {
+                    let returns = salt::parse_returns(&stdout);
+                    if returns.by_minion.is_empty() && !returns.no_match {
+                        Err(RemoteError::Failed(format!(
+                            "salt test.ping gave no usable answer (exit status {}): {}",
+                            code.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+                            tail(&stderr)
+                        )))
+                    } else {
+                        let mut res = Resolution {
+                            no_match: returns.no_match && returns.by_minion.is_empty(),
+                            ..Default::default()
+                        };
+                        for (minion, value) in &returns.by_minion {
+                            match salt::ping_result(value) {
+                                MinionResult::Ok => res.live.push(minion.clone()),
+                                MinionResult::NoReturn(why) | MinionResult::Failed(why) => {
+                                    res.unreachable.push((minion.clone(), why))
+                                }
                             }
                         }
+                        Ok(BlockingReply::Resolved(res))
                     }
-                    Ok(BlockingReply::Resolved(res))
                 }
-            }
-        };
-        state.reply(id, result);
-    });
+            };
+            state.reply(id, result);
+        },
+    );
 }
 
 /// Start the wrappers of one batch with ONE publish: `cmd.run_all` to the batch's
@@ -201,34 +234,35 @@ pub fn launch(
     targets: Vec<LaunchTarget>,
 ) {
     let minions: Vec<String> = targets.into_iter().map(|t| t.machine).collect();
-    let argv = salt::argv(
+    let call = salt::launch_call(&minions, wrapper, run, url);
+    submit(
+        state,
+        ctx,
         &settings,
-        Some("-L"),
-        &minions.join(","),
-        "cmd.run_all",
-        &salt::launch_args(wrapper, run, url),
+        call,
+        0,
+        move |state, _ctx, outcome| {
+            let outcomes = match outcome {
+                Outcome::Failed(why) => minions
+                    .into_iter()
+                    .map(|machine| LaunchOutcome {
+                        machine,
+                        result: Err(why.clone()),
+                        silent: None,
+                    })
+                    .collect(),
+                Outcome::Finished { stdout, stderr, .. } => {
+                    salt::launch_outcomes(&minions, &salt::parse_returns(&stdout), &tail(&stderr))
+                }
+            };
+            for o in &outcomes {
+                if let Err(e) = &o.result {
+                    log::warn!("launching the wrapper on {} failed: {e}", o.machine);
+                }
+            }
+            state.reply(id, Ok(BlockingReply::Launched(outcomes)));
+        },
     );
-    submit(state, ctx, &settings, argv, move |state, _ctx, outcome| {
-        let outcomes = match outcome {
-            Outcome::Failed(why) => minions
-                .into_iter()
-                .map(|machine| LaunchOutcome {
-                    machine,
-                    result: Err(why.clone()),
-                    silent: None,
-                })
-                .collect(),
-            Outcome::Finished { stdout, stderr, .. } => {
-                salt::launch_outcomes(&minions, &salt::parse_returns(&stdout), &tail(&stderr))
-            }
-        };
-        for o in &outcomes {
-            if let Err(e) = &o.result {
-                log::warn!("launching the wrapper on {} failed: {e}", o.machine);
-            }
-        }
-        state.reply(id, Ok(BlockingReply::Launched(outcomes)));
-    });
 }
 
 pub fn deploy(
@@ -310,18 +344,17 @@ fn deploy_published(
     // `queue=True`: a state run already in progress on a minion (another job deploying
     // at the same moment, from this daemon or from another one) makes Salt wait for it
     // instead of refusing with "The function state.single is running as PID ...".
-    let args = vec![
-        "file.managed".to_string(),
-        format!("name={wrapper_path}"),
-        format!("source={source}"),
-        "mode=0755".to_string(),
-        "makedirs=True".to_string(),
-        "queue=True".to_string(),
-    ];
+    let mut call = SaltCall::new(SaltTargetType::List, "", "state.single")
+        .kwarg("name", serde_json::Value::String(wrapper_path))
+        .kwarg("source", serde_json::Value::String(source))
+        .kwarg("mode", serde_json::Value::String("0755".into()))
+        .kwarg("makedirs", serde_json::Value::Bool(true))
+        .kwarg("queue", serde_json::Value::Bool(true));
+    call.arg.push("file.managed".to_string());
     let attempt = DeployAttempt {
         id,
         settings,
-        args,
+        call,
         hash,
         attempts_left: DEPLOY_ATTEMPTS,
         settled: Vec::new(),
@@ -336,7 +369,7 @@ const DEPLOY_ATTEMPTS: u32 = 2;
 struct DeployAttempt {
     id: CallId,
     settings: SaltSettings,
-    args: Vec<String>,
+    call: SaltCall,
     hash: String,
     attempts_left: u32,
     /// Minions whose outcome is final.
@@ -352,53 +385,59 @@ fn deploy_to(
     mut attempt: DeployAttempt,
     minions: Vec<String>,
 ) {
-    let argv = salt::argv(
-        &attempt.settings,
-        Some("-L"),
-        &minions.join(","),
-        "state.single",
-        &attempt.args,
-    );
+    let mut call = attempt.call.clone();
+    call.target = minions.join(",");
     // Queued behind other state runs on a minion (`queue=True`), a deployment may wait for
-    // them: its deadline leaves room for that; Salt's `-t` still bounds a silent minion.
-    let mut settings = attempt.settings.clone();
-    settings.timeout_s += DEPLOY_QUEUE_ALLOWANCE.as_secs();
-    submit(state, ctx, &settings, argv, move |state, ctx, outcome| {
-        attempt.attempts_left -= 1;
-        let returns = match &outcome {
-            Outcome::Finished { stdout, .. } => salt::parse_returns(stdout),
-            Outcome::Failed(_) => salt::Returns::default(),
-        };
-        let mut retry = Vec::new();
-        for machine in minions {
-            let result = match (&outcome, returns.by_minion.get(&machine)) {
-                (Outcome::Failed(why), _) => Err(why.clone()),
-                (_, Some(value)) => match salt::state_result(value) {
-                    MinionResult::Ok => Ok(()),
-                    MinionResult::NoReturn(why) => Err(why),
-                    MinionResult::Failed(why) if attempt.attempts_left > 0 => {
-                        log::warn!("wrapper deployment on {machine} failed ({why}); trying again");
-                        retry.push(machine);
-                        continue;
-                    }
-                    MinionResult::Failed(why) => Err(format!("wrapper deployment failed: {why}")),
-                },
-                (Outcome::Finished { stderr, .. }, None) => {
-                    Err(format!("salt returned nothing: {}", tail(stderr)))
-                }
+    // them: its deadline leaves room for that.
+    let settings = attempt.settings.clone();
+    let extra = DEPLOY_QUEUE_ALLOWANCE.as_secs();
+    submit(
+        state,
+        ctx,
+        &settings,
+        call,
+        extra,
+        move |state, ctx, outcome| {
+            attempt.attempts_left -= 1;
+            let returns = match &outcome {
+                Outcome::Finished { stdout, .. } => salt::parse_returns(stdout),
+                Outcome::Failed(_) => salt::Returns::default(),
             };
-            attempt.settled.push(LaunchOutcome {
-                machine,
-                result,
-                silent: None,
-            });
-        }
-        if retry.is_empty() {
-            let outcomes = std::mem::take(&mut attempt.settled);
-            let hash = std::mem::take(&mut attempt.hash);
-            state.reply(attempt.id, Ok(BlockingReply::Deployed { outcomes, hash }));
-        } else {
-            deploy_to(state, ctx, attempt, retry);
-        }
-    });
+            let mut retry = Vec::new();
+            for machine in minions {
+                let result = match (&outcome, returns.by_minion.get(&machine)) {
+                    (Outcome::Failed(why), _) => Err(why.clone()),
+                    (_, Some(value)) => match salt::state_result(value) {
+                        MinionResult::Ok => Ok(()),
+                        MinionResult::NoReturn(why) => Err(why),
+                        MinionResult::Failed(why) if attempt.attempts_left > 0 => {
+                            log::warn!(
+                                "wrapper deployment on {machine} failed ({why}); trying again"
+                            );
+                            retry.push(machine);
+                            continue;
+                        }
+                        MinionResult::Failed(why) => {
+                            Err(format!("wrapper deployment failed: {why}"))
+                        }
+                    },
+                    (Outcome::Finished { stderr, .. }, None) => {
+                        Err(format!("salt returned nothing: {}", tail(stderr)))
+                    }
+                };
+                attempt.settled.push(LaunchOutcome {
+                    machine,
+                    result,
+                    silent: None,
+                });
+            }
+            if retry.is_empty() {
+                let outcomes = std::mem::take(&mut attempt.settled);
+                let hash = std::mem::take(&mut attempt.hash);
+                state.reply(attempt.id, Ok(BlockingReply::Deployed { outcomes, hash }));
+            } else {
+                deploy_to(state, ctx, attempt, retry);
+            }
+        },
+    );
 }

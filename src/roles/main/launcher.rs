@@ -113,6 +113,7 @@ impl Main {
             config_dir: Some(sp.salt_config_dir.to_string_lossy().into_owned()),
             timeout_s: sp.ping_timeout_s,
             concurrency: sp.launch_concurrency,
+            bridge: sp.salt_bridge,
         }
     }
 

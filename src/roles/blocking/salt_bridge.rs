@@ -1,0 +1,522 @@
+//! The salt bridge: one long-lived Python process (`salt_bridge.py`, run with the
+//! interpreter of `salt_bin`) that publishes with Salt's own `LocalClient`.
+//!
+//! A `salt` command line costs about half a CPU-second before it publishes anything
+//! (Python starts and imports Salt); the bridge pays that once, and a firing then costs a
+//! publish: milliseconds. Requests go out as JSON lines on its stdin, answers come back
+//! on its stdout as they arrive (`{"id", "line"}` per minion, `{"id", "done"}`), and the
+//! lines of one request are handed to the same parsing as the CLI's output, so both paths
+//! mean the same thing. Both pipes are non-blocking and registered in blocking's loop:
+//! nothing here waits. Every request has a deadline. If the bridge cannot start (no
+//! Python interpreter behind `salt_bin`, Salt not importable) or dies right after
+//! starting, the salt command line is used instead for a while, with a warning: the
+//! bridge makes salt cheap, it is never what makes salt work.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mio::event::Event;
+use mio::unix::pipe::{Receiver, Sender};
+use mio::{Interest, Token};
+
+use super::Blocking;
+use super::salt_exec::Outcome;
+use crate::evloop::timers::TimerId;
+use crate::evloop::{Ctx, Flow, Forward};
+
+/// The script, embedded in the binary and written next to the daemon's state.
+const SCRIPT: &str = include_str!("salt_bridge.py");
+/// How long the bridge may take to import Salt and say it is ready.
+const READY_DEADLINE: Duration = Duration::from_secs(30);
+/// After the bridge failed, how long the command line is used instead.
+const FALLBACK_PERIOD: Duration = Duration::from_secs(300);
+/// A bridge that dies this soon after starting is not restarted at once.
+const MIN_LIFETIME: Duration = Duration::from_secs(10);
+/// Longest answer line taken from the bridge (one minion's return).
+const MAX_LINE: usize = 16 * 1024 * 1024;
+
+pub type OnDone = Box<dyn FnOnce(&mut Blocking, &mut Ctx<Blocking>, Outcome)>;
+
+/// Which salt a bridge serves: `salt_bin` and the master configuration directory.
+pub type BridgeKey = (String, Option<String>);
+
+struct Pending {
+    lines: String,
+    on_done: OnDone,
+    deadline: TimerId,
+}
+
+pub struct Bridge {
+    key: BridgeKey,
+    child: Child,
+    started: Instant,
+    /// The bridge said it imported Salt and is ready.
+    saw_ready: bool,
+    stdin: Sender,
+    stdout: Receiver,
+    stdin_token: Token,
+    stdout_token: Token,
+    to_write: Vec<u8>,
+    read_buf: Vec<u8>,
+    pending: HashMap<u64, Pending>,
+    next_id: u64,
+}
+
+/// The bridge's state in blocking.
+#[derive(Default)]
+pub enum State {
+    #[default]
+    NotStarted,
+    Running(Box<Bridge>),
+    /// The command line is used until `until`.
+    Fallback {
+        key: BridgeKey,
+        until: Instant,
+    },
+}
+
+impl State {
+    pub fn is_idle(&self) -> bool {
+        match self {
+            State::Running(b) => b.pending.is_empty(),
+            _ => true,
+        }
+    }
+}
+
+/// The Python interpreter of a `salt` script: its `#!` line (`/path/python3`, or
+/// `/usr/bin/env python3`). `None`: not a Python script (the command line is used).
+pub fn interpreter_of(salt_bin: &Path) -> Option<Vec<String>> {
+    let path = if salt_bin.components().count() > 1 {
+        salt_bin.to_path_buf()
+    } else {
+        std::env::var_os("PATH")
+            .into_iter()
+            .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .map(|dir| dir.join(salt_bin))
+            .find(|p| p.is_file())?
+    };
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let first = std::str::from_utf8(&head[..n]).ok()?.lines().next()?;
+    let words: Vec<String> = first
+        .strip_prefix("#!")?
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let python = |w: &String| {
+        Path::new(w)
+            .file_name()
+            .and_then(|f| f.to_str())
+            .is_some_and(|f| f.starts_with("python"))
+    };
+    match words.as_slice() {
+        [interp, ..] if python(interp) => Some(vec![interp.clone()]),
+        [env, interp, ..] if env.ends_with("/env") && python(interp) => {
+            Some(vec![env.clone(), interp.clone()])
+        }
+        _ => None,
+    }
+}
+
+/// Send `request` (its `id` is set here) through the bridge for `key`, starting it if
+/// needed. `Err(on_done)` hands the callback back: use the command line.
+pub fn submit(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    key: &BridgeKey,
+    workers: u32,
+    mut request: serde_json::Value,
+    deadline: Duration,
+    on_done: OnDone,
+) -> Result<(), OnDone> {
+    match &state.salt.bridge {
+        State::Running(b) if b.key == *key => {}
+        State::Fallback { key: k, until } if k == key && Instant::now() < *until => {
+            return Err(on_done);
+        }
+        _ => {
+            stop(state, ctx, "its salt settings changed");
+            match start(state, ctx, key, workers) {
+                Ok(bridge) => state.salt.bridge = State::Running(Box::new(bridge)),
+                Err(why) => {
+                    log::warn!(
+                        "the salt bridge could not start ({why}); using the salt command \
+                         line for {} min",
+                        FALLBACK_PERIOD.as_secs() / 60
+                    );
+                    state.salt.bridge = State::Fallback {
+                        key: key.clone(),
+                        until: Instant::now() + FALLBACK_PERIOD,
+                    };
+                    return Err(on_done);
+                }
+            }
+        }
+    }
+    let State::Running(bridge) = &mut state.salt.bridge else {
+        return Err(on_done);
+    };
+    let id = bridge.next_id;
+    bridge.next_id += 1;
+    request["id"] = serde_json::json!(id);
+    let mut line = request.to_string().into_bytes();
+    line.push(b'\n');
+    bridge.to_write.extend_from_slice(&line);
+    let timer = ctx.after(deadline, move |state: &mut Blocking, ctx| {
+        finish(
+            state,
+            ctx,
+            id,
+            Outcome::Failed(format!(
+                "salt did not answer within {deadline:?} (through the salt bridge)"
+            )),
+        );
+    });
+    bridge.pending.insert(
+        id,
+        Pending {
+            lines: String::new(),
+            on_done,
+            deadline: timer,
+        },
+    );
+    flush(state, ctx);
+    Ok(())
+}
+
+fn start(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    key: &BridgeKey,
+    workers: u32,
+) -> Result<Bridge, String> {
+    let (salt_bin, config_dir) = key;
+    let interp = interpreter_of(Path::new(salt_bin))
+        .ok_or_else(|| format!("{salt_bin} is not a Python script"))?;
+    let script = state.state_dir.join("salt-bridge.py");
+    write_if_changed(&script, SCRIPT)
+        .map_err(|e| format!("could not write {}: {e}", script.display()))?;
+    let master = PathBuf::from(config_dir.as_deref().unwrap_or("/etc/salt")).join("master");
+    let log_path = state.state_dir.join("salt-bridge.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("could not open {}: {e}", log_path.display()))?;
+    let mut cmd = Command::new(&interp[0]);
+    cmd.args(&interp[1..])
+        .arg(&script)
+        .arg(&master)
+        .arg(workers.max(1).to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log));
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if nix::libc::prctl(nix::libc::PR_SET_PDEATHSIG, nix::libc::SIGTERM) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not run {}: {e}", interp.join(" ")))?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err("no pipes to the salt bridge".into());
+    };
+    let mut stdin = Sender::from(stdin);
+    let mut stdout = Receiver::from(stdout);
+    let registered = stdin
+        .set_nonblocking(true)
+        .and_then(|()| stdout.set_nonblocking(true))
+        .and_then(|()| {
+            let w = ctx.register(&mut stdin, Interest::WRITABLE, Forward::new((), on_stdin))?;
+            let r = ctx.register(&mut stdout, Interest::READABLE, Forward::new((), on_stdout))?;
+            Ok((w, r))
+        });
+    let (stdin_token, stdout_token) = match registered {
+        Ok(tokens) => tokens,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("could not watch the salt bridge's pipes: {e}"));
+        }
+    };
+    log::info!(
+        "salt bridge started (pid {}, {} workers, {}); its log: {}",
+        child.id(),
+        workers.max(1),
+        master.display(),
+        log_path.display()
+    );
+    // A bridge that never becomes ready is stopped; its requests fail and the command
+    // line takes over.
+    let pid = child.id();
+    ctx.after(READY_DEADLINE, move |state: &mut Blocking, ctx| {
+        if let State::Running(b) = &state.salt.bridge
+            && b.child.id() == pid
+            && !b.saw_ready
+        {
+            died(state, ctx, "it did not become ready in time");
+        }
+    });
+    Ok(Bridge {
+        key: key.clone(),
+        child,
+        started: Instant::now(),
+        saw_ready: false,
+        stdin,
+        stdout,
+        stdin_token,
+        stdout_token,
+        to_write: Vec::new(),
+        read_buf: Vec::new(),
+        pending: HashMap::new(),
+        next_id: 1,
+    })
+}
+
+fn write_if_changed(path: &Path, text: &str) -> io::Result<()> {
+    if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+        return Ok(());
+    }
+    let tmp = path.with_extension("py.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+fn on_stdin(state: &mut Blocking, ctx: &mut Ctx<Blocking>, _: (), _event: &Event) -> Flow {
+    flush(state, ctx);
+    Flow::Continue
+}
+
+/// Write what is queued for the bridge, as far as its pipe takes it.
+fn flush(state: &mut Blocking, ctx: &mut Ctx<Blocking>) {
+    let State::Running(b) = &mut state.salt.bridge else {
+        return;
+    };
+    while !b.to_write.is_empty() {
+        match b.stdin.write(&b.to_write) {
+            Ok(0) => break,
+            Ok(n) => {
+                b.to_write.drain(..n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                let why = format!("writing to it failed: {e}");
+                died(state, ctx, &why);
+                return;
+            }
+        }
+    }
+}
+
+fn on_stdout(state: &mut Blocking, ctx: &mut Ctx<Blocking>, _: (), _event: &Event) -> Flow {
+    let mut lines = Vec::new();
+    let mut ended = None;
+    {
+        let State::Running(b) = &mut state.salt.bridge else {
+            return Flow::Continue;
+        };
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match b.stdout.read(&mut chunk) {
+                Ok(0) => {
+                    ended = Some("it exited".to_string());
+                    break;
+                }
+                Ok(n) => b.read_buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    ended = Some(format!("reading from it failed: {e}"));
+                    break;
+                }
+            }
+        }
+        let mut start = 0;
+        while let Some(end) = b.read_buf[start..].iter().position(|c| *c == b'\n') {
+            lines.push(b.read_buf[start..start + end].to_vec());
+            start += end + 1;
+        }
+        b.read_buf.drain(..start);
+        if b.read_buf.len() > MAX_LINE {
+            ended = Some(format!("it sent a line over {MAX_LINE} bytes"));
+        }
+    }
+    for line in lines {
+        answer(state, ctx, &line);
+    }
+    if let Some(why) = ended {
+        died(state, ctx, &why);
+    }
+    Flow::Continue
+}
+
+/// One answer line from the bridge.
+fn answer(state: &mut Blocking, ctx: &mut Ctx<Blocking>, line: &[u8]) {
+    let Ok(msg) = serde_json::from_slice::<serde_json::Value>(line) else {
+        log::warn!(
+            "the salt bridge sent a line that is not JSON: {}",
+            String::from_utf8_lossy(&line[..line.len().min(200)])
+        );
+        return;
+    };
+    let State::Running(b) = &mut state.salt.bridge else {
+        return;
+    };
+    if msg.get("ready").is_some() {
+        b.saw_ready = true;
+        log::info!(
+            "salt bridge ready (salt {})",
+            msg["salt"].as_str().unwrap_or("?")
+        );
+        return;
+    }
+    if let Some(fatal) = msg.get("fatal") {
+        log::error!("the salt bridge failed: {fatal}");
+        return;
+    }
+    let Some(id) = msg.get("id").and_then(serde_json::Value::as_u64) else {
+        log::warn!("the salt bridge answered without a request id: {msg}");
+        return;
+    };
+    if let Some(value) = msg.get("line") {
+        if let Some(p) = b.pending.get_mut(&id) {
+            // As the command line prints it: a minion's value as a JSON object, a
+            // message ("No minions matched the target.") as plain text.
+            match value {
+                serde_json::Value::String(text) => p.lines.push_str(text),
+                other => p.lines.push_str(&other.to_string()),
+            }
+            p.lines.push('\n');
+        }
+    } else if msg.get("done").is_some() {
+        let stdout = b
+            .pending
+            .get_mut(&id)
+            .map(|p| std::mem::take(&mut p.lines))
+            .unwrap_or_default();
+        finish(
+            state,
+            ctx,
+            id,
+            Outcome::Finished {
+                code: Some(0),
+                stdout,
+                stderr: String::new(),
+            },
+        );
+    } else if let Some(error) = msg.get("error") {
+        let why = format!("salt (through the salt bridge) failed: {error}");
+        finish(state, ctx, id, Outcome::Failed(why));
+    }
+}
+
+/// Request `id` is answered (or failed): its callback runs once.
+fn finish(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: u64, outcome: Outcome) {
+    let State::Running(b) = &mut state.salt.bridge else {
+        return;
+    };
+    let Some(p) = b.pending.remove(&id) else {
+        return; // answered after its deadline: already failed
+    };
+    ctx.cancel(p.deadline);
+    (p.on_done)(state, ctx, outcome);
+}
+
+/// The bridge is gone: its requests fail, and a bridge that died young is not tried
+/// again for a while (the command line is used).
+fn died(state: &mut Blocking, ctx: &mut Ctx<Blocking>, why: &str) {
+    let young = match &state.salt.bridge {
+        State::Running(b) => b.started.elapsed() < MIN_LIFETIME || !b.saw_ready,
+        _ => return,
+    };
+    let key = match &state.salt.bridge {
+        State::Running(b) => b.key.clone(),
+        _ => return,
+    };
+    log::error!("the salt bridge stopped working: {why}");
+    let failed = stop(state, ctx, why);
+    if young {
+        log::warn!(
+            "using the salt command line for {} min",
+            FALLBACK_PERIOD.as_secs() / 60
+        );
+        state.salt.bridge = State::Fallback {
+            key,
+            until: Instant::now() + FALLBACK_PERIOD,
+        };
+    }
+    for (on_done, timer) in failed {
+        ctx.cancel(timer);
+        on_done(
+            state,
+            ctx,
+            Outcome::Failed(format!("the salt bridge stopped working: {why}")),
+        );
+    }
+}
+
+/// Stop the bridge (if one runs) and hand back its unanswered requests.
+fn stop(state: &mut Blocking, ctx: &mut Ctx<Blocking>, why: &str) -> Vec<(OnDone, TimerId)> {
+    let State::Running(mut b) = std::mem::take(&mut state.salt.bridge) else {
+        return Vec::new();
+    };
+    log::info!("stopping the salt bridge (pid {}): {why}", b.child.id());
+    ctx.remove(b.stdin_token);
+    ctx.remove(b.stdout_token);
+    let _ = b.child.kill();
+    let _ = b.child.wait();
+    b.pending
+        .drain()
+        .map(|(_, p)| (p.on_done, p.deadline))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interpreter_comes_from_the_salt_scripts_first_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let venv = write("salt", "#!/opt/venv/bin/python3.11\nimport salt\n");
+        assert_eq!(
+            interpreter_of(&venv),
+            Some(vec!["/opt/venv/bin/python3.11".to_string()])
+        );
+        let env = write("salt-env", "#!/usr/bin/env python3\n");
+        assert_eq!(
+            interpreter_of(&env),
+            Some(vec!["/usr/bin/env".to_string(), "python3".to_string()])
+        );
+        let shell = write(
+            "salt-sh",
+            "#!/bin/sh\nexec /opt/saltstack/salt/run \"$@\"\n",
+        );
+        assert_eq!(
+            interpreter_of(&shell),
+            None,
+            "not Python: the command line is used"
+        );
+        let binary = write("salt-bin", "\x7fELF....");
+        assert_eq!(interpreter_of(&binary), None);
+        assert_eq!(interpreter_of(&dir.path().join("missing")), None);
+    }
+}
