@@ -394,3 +394,49 @@ fn the_first_slot_after_a_start_further_than_the_cap_is_prestaged_in_time() {
         "both wrappers should have been waiting for go at the slot\n{log}"
     );
 }
+
+#[test]
+fn a_salt_bridge_that_cannot_start_falls_back_to_the_command_line() {
+    let Some((root, bin, _)) = testbed() else {
+        return;
+    };
+    // A `salt` whose interpreter has no Salt to import (the system Python): the bridge
+    // dies before it is ready, and the command line (which runs the real salt) does the
+    // work instead.
+    let python = Path::new("/usr/bin/python3");
+    if !python.exists() {
+        panic!("this test needs /usr/bin/python3 (Debian's python3 package)");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let salt = dir.path().join("salt-elsewhere");
+    std::fs::write(
+        &salt,
+        format!(
+            "#!{}\nimport os, sys\nos.execv({bin:?}, [{bin:?}] + sys.argv[1:])\n",
+            python.display()
+        ),
+    )
+    .expect("write salt");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&salt, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let d = fleet_daemon(
+        &root,
+        path_str(&salt),
+        "",
+        "fleet_fallback:\n  schedule: '@yearly'\n  targets: [minion-03]\n  target_type: list\n  \
+         command: 'echo fell-back'\n",
+    );
+    let run = d.run_now("fleet_fallback");
+    let done = wait_until("the run to finish", SALT_HANG, || {
+        let r = d.run_record(run);
+        is_final(&r).then_some(r)
+    });
+    assert_eq!(done["state"], "succeeded", "{done}\n{}", d.log_text());
+    assert_eq!(d.output(run, "minion-03"), "fell-back\n");
+    let log = d.log_text();
+    assert!(
+        log.contains("the salt bridge stopped working")
+            && log.contains("using the salt command line"),
+        "{log}"
+    );
+}

@@ -24,7 +24,7 @@ use mio::unix::pipe::{Receiver, Sender};
 use mio::{Interest, Token};
 
 use super::Blocking;
-use super::salt_exec::Outcome;
+use super::salt_exec::{Invocation, Outcome};
 use crate::evloop::timers::TimerId;
 use crate::evloop::{Ctx, Flow, Forward};
 
@@ -35,7 +35,6 @@ const READY_DEADLINE: Duration = Duration::from_secs(30);
 /// After the bridge failed, how long the command line is used instead.
 const FALLBACK_PERIOD: Duration = Duration::from_secs(300);
 /// A bridge that dies this soon after starting is not restarted at once.
-const MIN_LIFETIME: Duration = Duration::from_secs(10);
 /// Longest answer line taken from the bridge (one minion's return).
 const MAX_LINE: usize = 16 * 1024 * 1024;
 
@@ -46,14 +45,15 @@ pub type BridgeKey = (String, Option<String>);
 
 struct Pending {
     lines: String,
-    on_done: OnDone,
+    /// The same call as a `salt` process, and the callback: run on the command line if
+    /// the bridge dies before it was ready (nothing was published then).
+    fallback: Invocation,
     deadline: TimerId,
 }
 
 pub struct Bridge {
     key: BridgeKey,
     child: Child,
-    started: Instant,
     /// The bridge said it imported Salt and is ready.
     saw_ready: bool,
     stdin: Sender,
@@ -124,7 +124,7 @@ pub fn interpreter_of(salt_bin: &Path) -> Option<Vec<String>> {
 }
 
 /// Send `request` (its `id` is set here) through the bridge for `key`, starting it if
-/// needed. `Err(on_done)` hands the callback back: use the command line.
+/// needed. `Err` hands the invocation back: run it on the command line.
 pub fn submit(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
@@ -132,8 +132,8 @@ pub fn submit(
     workers: u32,
     mut request: serde_json::Value,
     deadline: Duration,
-    on_done: OnDone,
-) -> Result<(), OnDone> {
+    on_done: Invocation,
+) -> Result<(), Invocation> {
     match &state.salt.bridge {
         State::Running(b) if b.key == *key => {}
         State::Fallback { key: k, until } if k == key && Instant::now() < *until => {
@@ -181,7 +181,7 @@ pub fn submit(
         id,
         Pending {
             lines: String::new(),
-            on_done,
+            fallback: on_done,
             deadline: timer,
         },
     );
@@ -272,7 +272,6 @@ fn start(
     Ok(Bridge {
         key: key.clone(),
         child,
-        started: Instant::now(),
         saw_ready: false,
         stdin,
         stdout,
@@ -432,23 +431,21 @@ fn finish(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: u64, outcome: Outco
         return; // answered after its deadline: already failed
     };
     ctx.cancel(p.deadline);
-    (p.on_done)(state, ctx, outcome);
+    (p.fallback.on_done)(state, ctx, outcome);
 }
 
-/// The bridge is gone: its requests fail, and a bridge that died young is not tried
-/// again for a while (the command line is used).
+/// The bridge is gone. If it never became ready nothing of its requests was published:
+/// they go to the command line, which is used for a while. Otherwise they fail (a
+/// launch may have been published: it is not repeated), and the next call starts a new
+/// bridge.
 fn died(state: &mut Blocking, ctx: &mut Ctx<Blocking>, why: &str) {
-    let young = match &state.salt.bridge {
-        State::Running(b) => b.started.elapsed() < MIN_LIFETIME || !b.saw_ready,
-        _ => return,
-    };
-    let key = match &state.salt.bridge {
-        State::Running(b) => b.key.clone(),
+    let (key, ready) = match &state.salt.bridge {
+        State::Running(b) => (b.key.clone(), b.saw_ready),
         _ => return,
     };
     log::error!("the salt bridge stopped working: {why}");
-    let failed = stop(state, ctx, why);
-    if young {
+    let pending = stop(state, ctx, why);
+    if !ready {
         log::warn!(
             "using the salt command line for {} min",
             FALLBACK_PERIOD.as_secs() / 60
@@ -457,10 +454,17 @@ fn died(state: &mut Blocking, ctx: &mut Ctx<Blocking>, why: &str) {
             key,
             until: Instant::now() + FALLBACK_PERIOD,
         };
+        let mut again = Vec::new();
+        for (fallback, timer) in pending {
+            ctx.cancel(timer);
+            again.push(fallback);
+        }
+        super::salt_exec::run_on_cli(state, ctx, again);
+        return;
     }
-    for (on_done, timer) in failed {
+    for (fallback, timer) in pending {
         ctx.cancel(timer);
-        on_done(
+        (fallback.on_done)(
             state,
             ctx,
             Outcome::Failed(format!("the salt bridge stopped working: {why}")),
@@ -469,7 +473,7 @@ fn died(state: &mut Blocking, ctx: &mut Ctx<Blocking>, why: &str) {
 }
 
 /// Stop the bridge (if one runs) and hand back its unanswered requests.
-fn stop(state: &mut Blocking, ctx: &mut Ctx<Blocking>, why: &str) -> Vec<(OnDone, TimerId)> {
+fn stop(state: &mut Blocking, ctx: &mut Ctx<Blocking>, why: &str) -> Vec<(Invocation, TimerId)> {
     let State::Running(mut b) = std::mem::take(&mut state.salt.bridge) else {
         return Vec::new();
     };
@@ -480,7 +484,7 @@ fn stop(state: &mut Blocking, ctx: &mut Ctx<Blocking>, why: &str) -> Vec<(OnDone
     let _ = b.child.wait();
     b.pending
         .drain()
-        .map(|(_, p)| (p.on_done, p.deadline))
+        .map(|(_, p)| (p.fallback, p.deadline))
         .collect()
 }
 

@@ -37,10 +37,18 @@ pub enum Outcome {
 
 type OnDone = super::salt_bridge::OnDone;
 
-struct Invocation {
+/// One `salt` process to run (also what a bridge request falls back to).
+pub struct Invocation {
     settings: SaltSettings,
     argv: Vec<String>,
-    on_done: OnDone,
+    pub on_done: OnDone,
+}
+
+/// Run invocations the salt bridge could not (it never became ready): nothing of theirs
+/// was published, so the command line does them now.
+pub fn run_on_cli(state: &mut Blocking, ctx: &mut Ctx<Blocking>, invocations: Vec<Invocation>) {
+    state.salt.waiting.extend(invocations);
+    start_waiting(state, ctx);
 }
 
 #[derive(Default)]
@@ -68,7 +76,13 @@ fn submit(
     extra_timeout_s: u64,
     on_done: impl FnOnce(&mut Blocking, &mut Ctx<Blocking>, Outcome) + 'static,
 ) {
-    let mut on_done: super::salt_bridge::OnDone = Box::new(on_done);
+    let mut cli = settings.clone();
+    cli.timeout_s += extra_timeout_s;
+    let mut invocation = Invocation {
+        argv: call.argv(settings, extra_timeout_s),
+        settings: cli,
+        on_done: Box::new(on_done),
+    };
     if settings.bridge {
         let key = (settings.salt_bin.clone(), settings.config_dir.clone());
         let timeout_s = settings.timeout_s + extra_timeout_s;
@@ -81,19 +95,13 @@ fn submit(
             settings.concurrency,
             call.bridge_request(timeout_s),
             deadline,
-            on_done,
+            invocation,
         ) {
             Ok(()) => return,
-            Err(back) => on_done = back,
+            Err(back) => invocation = back,
         }
     }
-    let mut cli = settings.clone();
-    cli.timeout_s += extra_timeout_s;
-    state.salt.waiting.push_back(Invocation {
-        argv: call.argv(settings, extra_timeout_s),
-        settings: cli,
-        on_done,
-    });
+    state.salt.waiting.push_back(invocation);
     start_waiting(state, ctx);
 }
 
