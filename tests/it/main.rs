@@ -4,6 +4,7 @@ mod util;
 
 mod api;
 mod bench;
+mod bench_salt;
 mod bench_scale;
 mod compat;
 mod ctl;
