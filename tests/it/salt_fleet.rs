@@ -440,3 +440,50 @@ fn a_salt_bridge_that_cannot_start_falls_back_to_the_command_line() {
         "{log}"
     );
 }
+
+#[test]
+fn slots_whose_launch_cannot_keep_up_are_merged_not_served_ever_later() {
+    // A salt whose launches take 9 s, for a job every 4 s: the slot after a launch that
+    // is still out is recorded as skipped instead of queueing behind it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let salt = dir.path().join("slow-salt");
+    std::fs::write(
+        &salt,
+        "#!/bin/sh\n\
+         case \"$*\" in\n\
+         *test.ping*) echo '{\"slowpoke\": true}';;\n\
+         *cmd.run_all*) sleep 9; echo '{\"slowpoke\": {\"retcode\": 0, \"stdout\": \"\", \"stderr\": \"\"}}';;\n\
+         *state.single*) echo '{\"slowpoke\": {\"f\": {\"result\": true, \"comment\": \"ok\"}}}';;\n\
+         esac\n",
+    )
+    .expect("write salt");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&salt, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let d = Daemon::start(&[
+        (
+            "02-salt.yaml",
+            &format!(
+                "saltpeter_config:\n  executor: salt\n  salt_bin: {}\n  salt_bridge: false\n  \
+                 wrapper_source: salt://saltpeter-wrapper\n  pickup_timeout: 5\n",
+                salt.display()
+            ),
+        ),
+        (
+            "jobs.yaml",
+            "slow_launch:\n  schedule: '*/4 * * * * *'\n  targets: [slowpoke]\n  \
+             target_type: list\n  command: 'true'\n",
+        ),
+    ]);
+    let merged = wait_until("a slot merged into a launch still going", SALT_HANG, || {
+        d.runs("slow_launch").into_iter().find(|r| {
+            r["state"] == "skipped"
+                && r["reason"]
+                    .as_str()
+                    .is_some_and(|why| why.starts_with("launch: the launch of the previous slot"))
+        })
+    });
+    assert!(merged["slot"].is_string(), "{merged}");
+    // No launch was queued behind another: at most one is ever out.
+    let log = d.log_text();
+    assert!(log.contains("slot") && log.contains("skipped (launch:"), "{log}");
+}

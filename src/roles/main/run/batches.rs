@@ -77,6 +77,9 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     });
     env.call = Some(id);
     env.launch_started = Some(Instant::now());
+    if let Some(active) = core.flight.runs.get_mut(&run) {
+        active.launching = true;
+    }
     Step::Next
 }
 
@@ -89,6 +92,9 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     };
     env.call = None;
     let run = env.run.unwrap_or_default();
+    if let Some(active) = core.flight.runs.get_mut(&run) {
+        active.launching = false;
+    }
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
     if env.req.job.executor == crate::config::Executor::Salt
         && let Some(started) = env.launch_started.take()

@@ -107,6 +107,21 @@ pub fn fire_as(
         job.name,
         lateness.num_milliseconds()
     );
+    let launching = core
+        .flight
+        .runs
+        .values()
+        .any(|r| r.job.name == job.name && r.launching);
+    let hold = match hold {
+        // Launching costs more than the period: this slot is merged into the one still
+        // launching (recorded as skipped), instead of queueing launches ever later.
+        Hold::Run if due.early && launching => Hold::Skip(format!(
+            "launch: the launch of the previous slot of {} is still going (launching takes \
+             longer than the period)",
+            job.name
+        )),
+        other => other,
+    };
     if due.early && !due.missed && hold == Hold::Run {
         log::debug!("{}: pre-staging slot {}", job.name, due.slot);
         core.queue_run(RunRequest {
@@ -419,6 +434,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                     kill_requested: false,
                     prestaged: env.req.prestaged,
                     go_sent: false,
+                    launching: false,
                     workflow: Some(s.id()),
                     waiters: Vec::new(),
                 },

@@ -122,6 +122,7 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
             kill_requested: false,
             prestaged,
             go_sent: false,
+            launching: false,
             workflow: None,
             waiters: Vec::new(),
         },
