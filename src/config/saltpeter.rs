@@ -99,6 +99,10 @@ pub struct SaltpeterConfig {
     pub recovery_grace_s: u64,
     /// Cap of the database file in bytes (0: none).
     pub database_max_size: u64,
+    /// `postgres://…`: the database is PostgreSQL, shared by every server of a highly
+    /// available setup (docs/ha.md); `None`: SQLite in the state directory. The URL may
+    /// carry a password, hence a `Secret`.
+    pub database_url: Option<Secret>,
     pub admin_group: Option<String>,
     /// `token` (the default): the API wants `api_token`; `none`: no authentication, only
     /// while the API is bound to a loopback address (behind an authenticating proxy).
@@ -170,6 +174,7 @@ impl Default for SaltpeterConfig {
             prestage_cap_s: 60,
             recovery_grace_s: 60,
             database_max_size: 0,
+            database_url: None,
             admin_group: None,
             api_auth: ApiAuth::Token,
             metrics_auth: true,
@@ -223,6 +228,7 @@ pub const STARTUP_ONLY_KEYS: &[&str] = &[
     "hello_timeout",
     "max_message_bytes",
     "database_max_size",
+    "database_url",
 ];
 
 pub(crate) const SALTPETER_KEYS: &[&str] = &[
@@ -257,6 +263,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "prestage_cap",
     "recovery_grace",
     "database_max_size",
+    "database_url",
     "admin_group",
     "missed_record_limit",
     "default_wrapper_loglevel",
@@ -303,6 +310,7 @@ impl SaltpeterConfig {
             "hello_timeout" => self.hello_timeout_s != newer.hello_timeout_s,
             "max_message_bytes" => self.max_message_bytes != newer.max_message_bytes,
             "database_max_size" => self.database_max_size != newer.database_max_size,
+            "database_url" => self.database_url != newer.database_url,
             _ => false,
         };
         STARTUP_ONLY_KEYS
@@ -360,6 +368,7 @@ impl SaltpeterConfig {
             "prestage_cap" => self.prestage_cap_s = values::seconds(node)?,
             "recovery_grace" => self.recovery_grace_s = values::seconds(node)?,
             "database_max_size" => self.database_max_size = values::unsigned(node)?,
+            "database_url" => self.database_url = read_database_url(node)?,
             "admin_group" => self.admin_group = values::optional_string(node)?,
             "api_auth" => {
                 self.api_auth = match values::string(node)?.trim() {
@@ -407,6 +416,26 @@ impl SaltpeterConfig {
         }
         Ok(None)
     }
+}
+
+/// `database_url`: empty or absent is SQLite; anything else must be a PostgreSQL URL
+/// (checked in full by db when it connects). The value is never echoed: it may hold a
+/// password.
+fn read_database_url(node: &Node) -> Result<Option<Secret>, String> {
+    let Some(url) = values::optional_string(node)? else {
+        return Ok(None);
+    };
+    let url = url.trim();
+    if url.is_empty() {
+        return Ok(None);
+    }
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(
+            "must be a PostgreSQL URL (postgres://user@host/database); leave it out for SQLite"
+                .to_string(),
+        );
+    }
+    Ok(Some(Secret::new(url)))
 }
 
 fn read_retention(node: &Node) -> Result<Retention, String> {
