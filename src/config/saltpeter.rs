@@ -103,6 +103,13 @@ pub struct SaltpeterConfig {
     /// available setup (docs/ha.md); `None`: SQLite in the state directory. The URL may
     /// carry a password, hence a `Secret`.
     pub database_url: Option<Secret>,
+    /// This server's name among the servers sharing the database (status, `/metrics`,
+    /// the leader's record); `None`: the host name.
+    pub server_name: Option<String>,
+    /// The wrapper URL of every server sharing the database (`ws://host:8889`, ...):
+    /// wrappers get them all in `SP_URL` and reconnect to whichever answers. Empty: only
+    /// this server's own URL.
+    pub servers: Vec<String>,
     pub admin_group: Option<String>,
     /// `token` (the default): the API wants `api_token`; `none`: no authentication, only
     /// while the API is bound to a loopback address (behind an authenticating proxy).
@@ -175,6 +182,8 @@ impl Default for SaltpeterConfig {
             recovery_grace_s: 60,
             database_max_size: 0,
             database_url: None,
+            server_name: None,
+            servers: Vec::new(),
             admin_group: None,
             api_auth: ApiAuth::Token,
             metrics_auth: true,
@@ -229,6 +238,7 @@ pub const STARTUP_ONLY_KEYS: &[&str] = &[
     "max_message_bytes",
     "database_max_size",
     "database_url",
+    "server_name",
 ];
 
 pub(crate) const SALTPETER_KEYS: &[&str] = &[
@@ -264,6 +274,8 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "recovery_grace",
     "database_max_size",
     "database_url",
+    "server_name",
+    "servers",
     "admin_group",
     "missed_record_limit",
     "default_wrapper_loglevel",
@@ -311,6 +323,7 @@ impl SaltpeterConfig {
             "max_message_bytes" => self.max_message_bytes != newer.max_message_bytes,
             "database_max_size" => self.database_max_size != newer.database_max_size,
             "database_url" => self.database_url != newer.database_url,
+            "server_name" => self.server_name != newer.server_name,
             _ => false,
         };
         STARTUP_ONLY_KEYS
@@ -369,6 +382,8 @@ impl SaltpeterConfig {
             "recovery_grace" => self.recovery_grace_s = values::seconds(node)?,
             "database_max_size" => self.database_max_size = values::unsigned(node)?,
             "database_url" => self.database_url = read_database_url(node)?,
+            "server_name" => self.server_name = values::optional_string(node)?,
+            "servers" => self.servers = read_servers(node)?,
             "admin_group" => self.admin_group = values::optional_string(node)?,
             "api_auth" => {
                 self.api_auth = match values::string(node)?.trim() {
@@ -436,6 +451,23 @@ fn read_database_url(node: &Node) -> Result<Option<Secret>, String> {
         );
     }
     Ok(Some(Secret::new(url)))
+}
+
+/// `servers`: wrapper URLs (`ws://` or `wss://`), one per server; a comma or a space
+/// inside one would split `SP_URL`, so neither is allowed.
+fn read_servers(node: &Node) -> Result<Vec<String>, String> {
+    let urls = values::string_list(node)?;
+    for url in &urls {
+        if !(url.starts_with("ws://") || url.starts_with("wss://")) {
+            return Err(format!(
+                "`{url}` is not a wrapper URL (ws://host:port or wss://…)"
+            ));
+        }
+        if url.contains([',', ' ']) {
+            return Err(format!("`{url}` holds a comma or a space"));
+        }
+    }
+    Ok(urls)
 }
 
 fn read_retention(node: &Node) -> Result<Retention, String> {

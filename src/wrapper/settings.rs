@@ -27,7 +27,11 @@ pub struct HubUrl {
 /// The validated start-up environment. The token lives only here (in memory).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Settings {
+    /// The server the wrapper talks to now.
     pub hub: HubUrl,
+    /// The other servers of `SP_URL` (several servers sharing one database, docs/ha.md):
+    /// after each lost or refused connection the wrapper tries the next one.
+    pub other_hubs: Vec<HubUrl>,
     pub run: u64,
     pub machine: String,
     pub token: String,
@@ -59,7 +63,16 @@ pub fn settings_from_env(
         Some(v) if !v.trim().is_empty() => Ok(v),
         _ => Err(WrapperError::MissingEnv(name)),
     };
-    let hub = parse_hub_url(&get(ENV_URL)?)?;
+    // Several servers: their URLs separated by commas, the launching one first.
+    let mut hubs = get(ENV_URL)?
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(parse_hub_url)
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter();
+    let hub = hubs.next().ok_or(WrapperError::MissingEnv(ENV_URL))?;
+    let other_hubs = hubs.collect();
     let run_text = get(ENV_RUN)?;
     let run = run_text
         .trim()
@@ -78,6 +91,7 @@ pub fn settings_from_env(
     let token = get(ENV_TOKEN)?;
     Ok(Settings {
         hub,
+        other_hubs,
         run,
         machine,
         token,

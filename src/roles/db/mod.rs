@@ -11,6 +11,7 @@
 pub mod attempts;
 pub mod deliveries;
 pub mod joblog;
+mod lease;
 pub mod output;
 pub mod pg;
 pub mod runs;
@@ -39,6 +40,8 @@ pub struct Db {
     /// Batch transaction latency (`/metrics`), reported to main when it changed.
     commit_latency: crate::metrics::Histogram,
     reported_commits: u64,
+    /// The leader lease, on a database several daemons share (`lease.rs`).
+    lease: Option<lease::LeaseWatch>,
 }
 
 impl Controlled for Db {
@@ -49,6 +52,7 @@ impl Controlled for Db {
     fn on_control(&mut self, ctx: &mut Ctx<Self>, msg: ControlDown) {
         if let ControlDown::Shutdown = msg {
             log::info!("shutting down");
+            self.store.release_lease();
             ctx.stop();
         }
     }
@@ -215,10 +219,10 @@ fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
             }
         }
     };
-    if calls.iter().any(|(_, r)| matches!(r, DbRequest::Reclaim)) {
-        if let Err(e) = db.store.reclaim_after_prune() {
-            log::warn!("could not reclaim space: {e}");
-        }
+    if calls.iter().any(|(_, r)| matches!(r, DbRequest::Reclaim))
+        && let Err(e) = db.store.reclaim_after_prune()
+    {
+        log::warn!("could not reclaim space: {e}");
     }
     for ((id, req), result) in calls.iter().zip(results) {
         let result = result.map_err(|e| {
@@ -318,8 +322,12 @@ mod calls_tests;
 pub(crate) mod pg_cluster;
 
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
-    let store = open_storage(&args)?;
+    let (mut store, server) = open_storage(&args)?;
     log::info!("storing in {}", store.engine());
+    let lease = match server {
+        Some(server) => Some(lease::LeaseWatch::new(store.as_mut(), server)?),
+        None => None,
+    };
     let mut ev: EventLoop<Db> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let stream = args.take_stream("main")?;
     let (main, _) = open_link(ev.ctx(), stream, Role::Db, Role::Main, (), on_main)?;
@@ -330,9 +338,14 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         store,
         commit_latency: crate::metrics::Histogram::new(crate::metrics::LATENCY_BUCKETS),
         reported_commits: 0,
+        lease,
     };
     ev.ctx()
         .every(std::time::Duration::from_secs(2), report_commit_latency);
+    if db.lease.is_some() {
+        lease::poll(&mut db, ev.ctx());
+        ev.ctx().every(lease::POLL, lease::poll);
+    }
     ev.run(&mut db).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }
@@ -340,7 +353,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
 /// The database the configuration names: PostgreSQL for `database_url`, else the SQLite
 /// file in the state directory. A PostgreSQL database that cannot be used at start is a
 /// start-up error the operator must fix (exit 2), named by its URL without password.
-fn open_storage(args: &RoleArgs) -> Result<Box<dyn Storage>, RoleError> {
+/// With PostgreSQL, also this server's name for the leader lease.
+fn open_storage(args: &RoleArgs) -> Result<(Box<dyn Storage>, Option<String>), RoleError> {
     // Start-only settings; main owns the rest of the configuration (and reports it when
     // it does not load).
     let config = crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()).ok();
@@ -351,7 +365,11 @@ fn open_storage(args: &RoleArgs) -> Result<Box<dyn Storage>, RoleError> {
         return match pg::PgStore::connect(url.expose()) {
             Ok(store) => {
                 log::info!("database {}", store.shown_url());
-                Ok(Box::new(store))
+                let name = config
+                    .as_ref()
+                    .and_then(|c| c.saltpeter.server_name.clone())
+                    .unwrap_or_else(lease::host_name);
+                Ok((Box::new(store), Some(name)))
             }
             Err(e) => Err(RoleError::BadStart(format!("database_url: {e}"))),
         };
@@ -363,5 +381,5 @@ fn open_storage(args: &RoleArgs) -> Result<Box<dyn Storage>, RoleError> {
             .set_max_size(config.saltpeter.database_max_size)
             .map_err(|e| RoleError::Start(e.to_string()))?;
     }
-    Ok(Box::new(store))
+    Ok((Box::new(store), None))
 }

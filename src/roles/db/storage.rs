@@ -77,6 +77,14 @@ pub trait Storage {
     ) -> Result<Vec<(String, String)>, StoreError>;
     fn get_meta(&mut self, key: &str) -> Result<Option<String>, StoreError>;
     fn set_meta(&mut self, key: &str, value: &str) -> Result<(), StoreError>;
+    /// Writes a setting unless one is there already (shared state two servers may
+    /// create at the same time).
+    fn insert_meta_if_absent(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
+        if self.get_meta(key)?.is_none() {
+            self.set_meta(key, value)?;
+        }
+        Ok(())
+    }
     fn record_event(&mut self, event: &NewEvent) -> Result<u64, StoreError>;
     fn list_events(&mut self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError>;
     fn prune(&mut self, job: &str, retention: &Retention) -> Result<PruneOutcome, StoreError>;
@@ -107,6 +115,9 @@ pub trait Storage {
     fn hold_lease(&mut self) -> Result<bool, StoreError> {
         Ok(true)
     }
+
+    /// Gives the lease up (an ordered stop), so another daemon takes over at once.
+    fn release_lease(&mut self) {}
 }
 
 impl Storage for Store {

@@ -463,3 +463,113 @@ fn attempts_keep_their_history(s: &mut dyn Storage) {
     assert!(!details[0].token_used, "a fresh session");
     assert!(s.retry_target(run, "nope", 2).is_err());
 }
+
+/// PostgreSQL only: the server going away fails the batch (nothing acknowledged), and
+/// the store connects again by itself once the server is back; committed data stays.
+#[test]
+fn postgres_lost_and_back() {
+    let Some(cluster) = crate::roles::db::pg_cluster::private_cluster() else {
+        return;
+    };
+    let url = cluster.fresh_database();
+    let mut s = crate::roles::db::pg::PgStore::connect(&url).unwrap_or_else(|e| panic!("{e}"));
+    let s: &mut dyn Storage = &mut s;
+    let run = s
+        .create_run(&new_run("j", Some(1), RunState::Running, &["m"]))
+        .unwrap()
+        .unwrap();
+    s.append_output(run, "m", 1, Stream::Stdout, b"kept ", ROOMY)
+        .unwrap();
+    assert!(s.hold_lease().unwrap(), "the only daemon leads");
+
+    cluster.stop_immediately();
+    let lost = s.begin_batch().and_then(|()| {
+        s.append_output(run, "m", 2, Stream::Stdout, b"lost", ROOMY)
+            .map(|_| ())
+    });
+    let lost = lost.unwrap_err();
+    assert!(
+        matches!(
+            lost,
+            StoreError::BatchLost { .. } | StoreError::Postgres { .. }
+        ),
+        "{lost}"
+    );
+    let _ = s.rollback_batch();
+    let again = s.begin_batch().unwrap_err();
+    assert!(
+        again
+            .to_string()
+            .contains("could not connect to the database"),
+        "{again}"
+    );
+    assert!(s.hold_lease().is_err(), "no lease without the database");
+
+    cluster.start_again();
+    s.begin_batch().unwrap();
+    let stored = s
+        .append_output(run, "m", 2, Stream::Stdout, b"resent", ROOMY)
+        .unwrap();
+    s.commit_batch().unwrap();
+    assert_eq!(stored.contiguous_seq, 2);
+    let out = s.read_output(run, "m", &OutputQuery::default()).unwrap();
+    assert_eq!(out.data, b"kept resent");
+    assert!(s.hold_lease().unwrap(), "the lease is taken again");
+}
+
+/// PostgreSQL only: two daemons on one database, one lease; the lease passes on when
+/// its holder's connection ends.
+#[test]
+fn postgres_one_leader_at_a_time() {
+    let Some(url) = crate::roles::db::pg_cluster::fresh_database() else {
+        return;
+    };
+    let mut a = crate::roles::db::pg::PgStore::connect(&url).unwrap_or_else(|e| panic!("{e}"));
+    let mut b = crate::roles::db::pg::PgStore::connect(&url).unwrap_or_else(|e| panic!("{e}"));
+    assert!(a.hold_lease().unwrap());
+    assert!(!b.hold_lease().unwrap(), "a holds it");
+    assert!(a.hold_lease().unwrap(), "a keeps it");
+    drop(a);
+    let took = (0..50).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        b.hold_lease().unwrap()
+    });
+    assert!(took, "b takes the lease once a's session ended");
+}
+
+/// Both backends refuse a database that is not theirs or is newer than the build.
+#[test]
+fn postgres_refuses_a_foreign_database() {
+    let Some(url) = crate::roles::db::pg_cluster::fresh_database() else {
+        return;
+    };
+    let mut admin = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    admin
+        .batch_execute("CREATE TABLE unrelated (x INT)")
+        .unwrap();
+    let err = crate::roles::db::pg::PgStore::connect(&url)
+        .err()
+        .expect("a foreign database is refused");
+    assert!(
+        err.to_string().contains("not a saltpeter database"),
+        "{err}"
+    );
+    admin
+        .batch_execute(
+            "DROP TABLE unrelated; CREATE TABLE saltpeter_schema (application TEXT, version INT);
+             INSERT INTO saltpeter_schema VALUES ('saltpeter', 999)",
+        )
+        .unwrap();
+    let err = crate::roles::db::pg::PgStore::connect(&url)
+        .err()
+        .expect("a newer schema is refused");
+    assert!(err.to_string().contains("newer than version"), "{err}");
+}
+
+#[test]
+fn postgres_has_every_migration_of_sqlite() {
+    assert_eq!(
+        crate::roles::db::pg::SCHEMA_VERSION,
+        crate::roles::db::schema::SCHEMA_VERSION
+    );
+}

@@ -141,7 +141,13 @@ impl Storage for PgStore {
     fn export_backlog(&mut self) -> Result<i64, StoreError> {
         PgStore::export_backlog(self)
     }
+    fn insert_meta_if_absent(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
+        PgStore::insert_meta_if_absent(self, key, value)
+    }
     fn hold_lease(&mut self) -> Result<bool, StoreError> {
         self.lease.hold()
+    }
+    fn release_lease(&mut self) {
+        self.lease.release();
     }
 }

@@ -21,7 +21,7 @@ mod dispatch;
 mod lease;
 mod output;
 mod runs;
-mod schema;
+pub mod schema;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -36,6 +36,7 @@ use crate::wire::db::{EventFilter, EventRecord, NewEvent};
 use crate::wire::records::Millis;
 
 pub use lease::LEADER_LOCK;
+pub use schema::SCHEMA_VERSION;
 
 /// How long a connection attempt may take before the database counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -360,6 +361,18 @@ impl PgStore {
                 op,
                 "INSERT INTO meta (key, value) VALUES ($1, $2)
                  ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                &[&key, &value],
+            )
+            .map(|_| ())
+        })
+    }
+
+    pub fn insert_meta_if_absent(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
+        let op = Op::WriteMeta;
+        self.atomic(op, |sql| {
+            sql.exec(
+                op,
+                "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
                 &[&key, &value],
             )
             .map(|_| ())
