@@ -378,6 +378,27 @@ mod tests {
     }
 
     #[test]
+    fn sp_url_may_list_every_server() {
+        let several = env(&[
+            ("SP_URL", "ws://a:1, ws://b:2/,ws://c:3"),
+            ("SP_RUN", "1"),
+            ("SP_MACHINE", "m"),
+            ("SP_TOKEN", "t"),
+        ]);
+        let s = settings_from_env(several, DEFAULT_GIVE_UP).unwrap();
+        assert_eq!(s.hub.url, "ws://a:1/wrapper/v1");
+        let others: Vec<&str> = s.other_hubs.iter().map(|h| h.url.as_str()).collect();
+        assert_eq!(others, ["ws://b:2/wrapper/v1", "ws://c:3/wrapper/v1"]);
+        let bad = env(&[
+            ("SP_URL", "ws://a:1,http://b"),
+            ("SP_RUN", "1"),
+            ("SP_MACHINE", "m"),
+            ("SP_TOKEN", "t"),
+        ]);
+        assert!(settings_from_env(bad, DEFAULT_GIVE_UP).is_err());
+    }
+
+    #[test]
     fn stage_grace_comes_from_the_flag_then_the_environment_within_two_minutes() {
         assert_eq!(stage_grace(None, None).unwrap(), MAX_STAGE_GRACE);
         assert_eq!(stage_grace(Some(5), Some("9".into())).unwrap().as_secs(), 5);

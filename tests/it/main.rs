@@ -15,6 +15,7 @@ mod ctl_verbs;
 mod daemon;
 mod durability;
 mod ha;
+mod ha_bench;
 mod hub;
 mod identities;
 mod jobctl;

@@ -41,6 +41,11 @@ pub use schema::SCHEMA_VERSION;
 /// How long a connection attempt may take before the database counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Over TCP: how long sent data may stay unacknowledged before the connection fails.
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(15);
+/// Over TCP: idle time before keepalive probes start.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+
 /// A parameter of a statement.
 pub(crate) type Param<'a> = &'a (dyn ToSql + Sync);
 
@@ -220,6 +225,12 @@ impl PgStore {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
         config.application_name("saltpeter-db");
+        // Over TCP, a server that vanished without closing (a dead host, a partition)
+        // must fail the statement rather than hang db: unacknowledged data goes out
+        // within the timeout, and keepalives notice an idle connection gone.
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+        config.keepalives(true);
+        config.keepalives_idle(KEEPALIVE_IDLE);
         let mut store = PgStore {
             lease: lease::Lease::new(config.clone()),
             config,
