@@ -13,7 +13,8 @@
 //!    (`boot::start`, `recovery::start`): runs in flight are loaded from the database and
 //!    wait for their wrappers, slots missed since the last recorded one follow each
 //!    job's `missed` policy, then the schedule is armed. The (job, slot) uniqueness of
-//!    the database stays the last guard against a slot run twice.
+//!    the database stays the last guard against a slot run twice. The leader alone
+//!    pumps the notification outbox.
 //! 4. A leader whose lease cannot be confirmed (the database unreachable) holds
 //!    ([`Ha::holding`]): no new slot fires and no run starts, its wrappers are still
 //!    served and nothing is lost (output stays unacknowledged in the wrappers); when the
@@ -108,6 +109,8 @@ fn adopt(core: &mut Main) {
     core.ha.adopted = true;
     boot::start(core);
     run::recovery::start(core);
+    // Only the leader sends notifications: a standby would release the leader's leases.
+    super::notify::start(core);
 }
 
 /// db's report, kept for the loop (`apply`).

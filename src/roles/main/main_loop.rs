@@ -264,7 +264,6 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     };
     super::ha::start(&mut role.core);
     ui::start(&mut role.core);
-    super::notify::start(&mut role.core);
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }

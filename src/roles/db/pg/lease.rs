@@ -10,6 +10,11 @@ use postgres::{Client, NoTls};
 
 use super::super::store::{Op, StoreError};
 
+/// Session settings of the lease connection (see `Lease::hold`).
+const SERVER_SIDE_TIMEOUTS: &str = "SET tcp_keepalives_idle = 5; \
+     SET tcp_keepalives_interval = 2; SET tcp_keepalives_count = 3; \
+     SET tcp_user_timeout = 10000";
+
 /// Key of the leader lock ("SPLD").
 pub const LEADER_LOCK: i64 = 0x5350_4c44;
 
@@ -35,9 +40,15 @@ impl Lease {
         if self.conn.as_ref().is_none_or(Client::is_closed) {
             self.held = false;
             self.conn = None;
-            let client = self
+            let mut client = self
                 .config
                 .connect(NoTls)
+                .map_err(|source| StoreError::Postgres { op, source })?;
+            // The server must notice a leader whose host died (no FIN ever comes): with
+            // these, it ends the session, and so the lease, within about 15 s instead
+            // of the system's two hours of TCP keepalive. Ignored over a Unix socket.
+            client
+                .batch_execute(SERVER_SIDE_TIMEOUTS)
                 .map_err(|source| StoreError::Postgres { op, source })?;
             self.conn = Some(client);
         }
