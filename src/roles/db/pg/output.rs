@@ -444,35 +444,30 @@ impl Target<'_, '_, '_> {
     fn shed_oldest_tail(&mut self, p: &Progress, excess: u64) -> Result<u64, StoreError> {
         let op = Op::AppendOutput;
         let pos = to_db(op, "output position", p.head + p.omitted)?;
-        let Some(row) = self.sql.opt(
+        let excess_db = to_db(op, "trim", excess)?;
+        // The whole oldest chunk when it fits in the excess (one round trip)...
+        if let Some(row) = self.sql.opt(
             op,
-            "SELECT length(data) FROM output_chunks
-             WHERE run_id = $1 AND machine = $2 AND pos = $3",
-            &[&self.run_id, &self.machine, &pos],
-        )?
-        else {
-            return Ok(0);
-        };
-        let len: i32 = col(op, &row, 0)?;
-        let len = u64::try_from(len).unwrap_or(0);
-        if len <= excess {
-            self.sql.exec(
-                op,
-                "DELETE FROM output_chunks WHERE run_id = $1 AND machine = $2 AND pos = $3",
-                &[&self.run_id, &self.machine, &pos],
-            )?;
-            return Ok(len);
+            "DELETE FROM output_chunks
+             WHERE run_id = $1 AND machine = $2 AND pos = $3 AND length(data) <= $4::BIGINT
+             RETURNING length(data)",
+            &[&self.run_id, &self.machine, &pos, &excess_db],
+        )? {
+            let len: i32 = col(op, &row, 0)?;
+            return Ok(u64::try_from(len).unwrap_or(0));
         }
+        // ... else its front.
         let cut = i32::try_from(excess).map_err(|_| StoreError::Invalid {
             op,
             reason: format!("trim of {excess} bytes is out of range"),
         })?;
-        self.sql.exec(
+        let trimmed = self.sql.exec(
             op,
-            "UPDATE output_chunks SET data = substr(data, $4::INTEGER + 1), pos = pos + $4::INTEGER
+            "UPDATE output_chunks SET data = substr(data, $4::INTEGER + 1),
+             pos = pos + $4::INTEGER
              WHERE run_id = $1 AND machine = $2 AND pos = $3",
             &[&self.run_id, &self.machine, &pos, &cut],
         )?;
-        Ok(excess)
+        Ok(if trimmed == 0 { 0 } else { excess })
     }
 }
