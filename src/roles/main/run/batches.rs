@@ -8,7 +8,7 @@ use super::{RunEnv, Sc, now_ms, run_rules};
 use crate::roles::main::effects::{finish_target, transition};
 use crate::roles::main::target::Phase;
 use crate::roles::main::{DbWait, Main};
-use crate::wire::db::{DbRequest, RunUpdate};
+use crate::wire::db::{DbRequest, RunUpdate, calls};
 use crate::wire::link::{BlockingRequest, ExecutorKind, LaunchTarget, blocking_calls};
 use crate::wire::records::{RunState, TargetReason};
 use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL};
@@ -18,6 +18,19 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let Some(run) = env.run else {
         return Step::fail("launch before the run was recorded");
     };
+    if let Some((barrier, _)) = &env.launch_held {
+        let barrier = *barrier;
+        let Some(committed) = core.take_db_reply::<calls::GetMeta>(barrier) else {
+            return Step::Wait(Wake::Call(barrier));
+        };
+        if let Err(e) = committed {
+            // Launched all the same, as before the barrier existed: the targets are
+            // `launching` in this server's memory and their wrappers are awaited.
+            log::warn!("run {run}: launching without a confirmed record ({e})");
+        }
+        let launch = env.launch_held.take().map(|(_, l)| l).unwrap_or_default();
+        return send_launch(env, core, launch);
+    }
     let job = env.req.job.clone();
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
     let url = core.wrapper_url(&job);
@@ -61,6 +74,22 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             DbWait::Write("a running run"),
         );
     }
+    if launch.is_empty() {
+        return send_launch(env, core, launch);
+    }
+    // db answers a call only after committing the batch it is in, and it receives the
+    // `launching` writes above before this read: its answer means they are durable.
+    let barrier = core.db_call(DbRequest::GetMeta(LAUNCH_BARRIER.to_string()), DbWait::Step);
+    env.launch_held = Some((barrier, launch));
+    Step::Wait(Wake::Call(barrier))
+}
+
+/// A meta key nobody writes, read as the launch barrier.
+const LAUNCH_BARRIER: &str = "launch_barrier";
+
+/// Hands the batch's wrappers to blocking.
+fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> Step {
+    let job = env.req.job.clone();
     let executor = match job.executor {
         crate::config::Executor::Local => ExecutorKind::Local,
         crate::config::Executor::Salt => ExecutorKind::Salt,

@@ -65,6 +65,10 @@ pub struct RunEnv {
     pub(super) call: Option<CallId>,
     pub(super) pickup_deadline: Option<Instant>,
     launch_started: Option<Instant>,
+    /// A batch's wrappers, held until db has committed their `launching` state (the
+    /// call id of that barrier): a server that dies in between must not leave them
+    /// `pending` for the next leader to launch a second time (`launch_batch`).
+    launch_held: Option<(CallId, Vec<crate::wire::link::LaunchTarget>)>,
     /// Targets of the current batch waiting for their next attempt (`retry.rs`).
     pub(super) retry_at: std::collections::BTreeMap<String, Instant>,
     /// Counted in `Main::busy_jobs` until recorded.
@@ -235,6 +239,7 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             call: None,
             pickup_deadline: None,
             launch_started: None,
+            launch_held: None,
             retry_at: Default::default(),
             counted: !prestaged,
         },
@@ -274,6 +279,7 @@ pub fn recovered_workflow(
             call: None,
             pickup_deadline: None,
             launch_started: None,
+            launch_held: None,
             retry_at: Default::default(),
             counted: false,
         },
