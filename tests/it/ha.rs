@@ -311,3 +311,42 @@ fn wait_final_or_log(d: &Daemon, id: u64) -> Value {
 fn restart(cluster: &PgCluster) {
     cluster.start_again();
 }
+
+/// A leader whose sessions the database ended (as after a network partition) while the
+/// standby took the lease stops, rather than lead next to it.
+#[test]
+fn a_leader_whose_lease_another_took_meanwhile_stops() {
+    let Some(url) = pg_cluster::fresh_database() else {
+        return;
+    };
+    let (pa, pb) = (free_port(), free_port());
+    let jobs = "tick:\n  schedule: '*/2 * * * * *'\n  targets: [split1]\n  command: 'true'\n";
+    let mut a = server(&url, "alpha", pa, &[pa, pb], jobs);
+    wait_role(&a, "leader");
+    let b = server(&url, "beta", pb, &[pa, pb], jobs);
+    wait_role(&b, "standby");
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("admin connection");
+    // End alpha's sessions until beta got the lease first.
+    wait_until("beta to lead", HANG, || {
+        let _ = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = 'saltpeter-db alpha'",
+            &[],
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        ha_role(&b).filter(|(r, _)| r == "leader").map(|_| ())
+    });
+    let status = a.wait_exit();
+    assert_eq!(status.code(), Some(1), "{}", a.log_text());
+    assert!(
+        a.log_text()
+            .contains("took the leader lease while alpha could not confirm it"),
+        "{}",
+        a.log_text()
+    );
+    // beta runs the schedule alone.
+    let before = b.runs("tick").len();
+    wait_until("beta to fire", HANG, || {
+        (b.runs("tick").len() > before).then_some(())
+    });
+}

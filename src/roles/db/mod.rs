@@ -362,13 +362,13 @@ fn open_storage(args: &RoleArgs) -> Result<(Box<dyn Storage>, Option<String>), R
         .as_ref()
         .and_then(|c| c.saltpeter.database_url.as_ref());
     if let Some(url) = url {
-        return match pg::PgStore::connect(url.expose()) {
+        let name = config
+            .as_ref()
+            .and_then(|c| c.saltpeter.server_name.clone())
+            .unwrap_or_else(lease::host_name);
+        return match pg::PgStore::connect_as(url.expose(), Some(&name)) {
             Ok(store) => {
                 log::info!("database {}", store.shown_url());
-                let name = config
-                    .as_ref()
-                    .and_then(|c| c.saltpeter.server_name.clone())
-                    .unwrap_or_else(lease::host_name);
                 Ok((Box::new(store), Some(name)))
             }
             Err(e) => Err(RoleError::BadStart(format!("database_url: {e}"))),

@@ -153,7 +153,15 @@ pub fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
             core.ha.leader = true;
             main_loop::arm_schedule(role, ctx);
         }
-        (true, false) if report.reachable => {
+        // Led before, and another server holds the lease now (possibly after this one
+        // lost the database for a while): the runs are that server's. (A lock still
+        // held by this server's own old session, recorded under its own name, is
+        // waited out instead: the database ends that session.)
+        (_, false)
+            if report.reachable
+                && core.ha.adopted
+                && report.holder.as_deref() != Some(core.ha.server.as_str()) =>
+        {
             let holder = report.holder.as_deref().unwrap_or("another server");
             log::error!(
                 "{holder} took the leader lease while {} could not confirm it: the runs are \
@@ -165,7 +173,8 @@ pub fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         }
         (true, false) => {
             log::warn!(
-                "the leader lease cannot be confirmed (the database is unreachable): no slot \
+                "the leader lease cannot be confirmed (the database is unreachable, or an old \
+                 session of this server still holds it): no slot \
                  fires and no run starts until it is"
             );
             core.ha.leader = false;

@@ -217,6 +217,12 @@ pub struct PgStore {
 impl PgStore {
     /// Connects to `url` and brings the schema to the version of this build.
     pub fn connect(url: &str) -> Result<PgStore, StoreError> {
+        PgStore::connect_as(url, None)
+    }
+
+    /// As [`PgStore::connect`], the connections named after `server` in
+    /// `pg_stat_activity` (`saltpeter-db SERVER`).
+    pub fn connect_as(url: &str, server: Option<&str>) -> Result<PgStore, StoreError> {
         let shown = redact(url);
         let mut config = postgres::Config::from_str(url).map_err(|e| {
             StoreError::Unusable(format!("database_url {shown} is not a valid URL: {e}"))
@@ -224,7 +230,11 @@ impl PgStore {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
-        config.application_name("saltpeter-db");
+        let name = match server {
+            Some(server) => format!("saltpeter-db {server}"),
+            None => "saltpeter-db".to_string(),
+        };
+        config.application_name(&name);
         // Over TCP, a server that vanished without closing (a dead host, a partition)
         // must fail the statement rather than hang db: unacknowledged data goes out
         // within the timeout, and keepalives notice an idle connection gone.
