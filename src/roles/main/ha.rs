@@ -183,3 +183,50 @@ pub fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ha(shared: bool, leader: bool, reachable: bool, adopted: bool) -> Ha {
+        Ha {
+            shared,
+            server: "cron-b".into(),
+            leader,
+            reachable,
+            holder: Some("cron-a".into()),
+            adopted,
+            ..Ha::default()
+        }
+    }
+
+    #[test]
+    fn roles_refusals_and_the_hold() {
+        let lone = ha(false, false, true, false);
+        assert_eq!(lone.role(), "leader");
+        assert_eq!(lone.refusal(), None);
+        assert!(!lone.holding());
+
+        let standby = ha(true, false, true, false);
+        assert_eq!(standby.role(), "standby");
+        let why = standby.refusal().expect("a standby refuses");
+        assert!(why.contains("cron-b") && why.contains("cron-a"), "{why}");
+        assert!(
+            !standby.holding(),
+            "a standby holds through the start-up hold"
+        );
+
+        let leader = ha(true, true, true, true);
+        assert_eq!(leader.role(), "leader");
+        assert_eq!(leader.refusal(), None);
+        assert!(!leader.holding());
+
+        let cut_off = ha(true, false, false, true);
+        assert_eq!(cut_off.role(), "unconfirmed");
+        assert!(
+            cut_off.holding(),
+            "led once, lease unconfirmed: no slot fires"
+        );
+        assert!(cut_off.refusal().is_some());
+    }
+}
