@@ -184,6 +184,9 @@ fn kill_9_of_the_leader_mid_run_the_standby_takes_over_and_the_run_completes_who
     wait_until("some output", HANG, || {
         a.output(id, "ha1").contains("line-10\n").then_some(())
     });
+    // The standby serves the run and its output from the shared database.
+    assert!(b.output(id, "ha1").contains("line-10\n"));
+    assert_eq!(b.run_record(id)["state"], "running");
     kill_9(&mut a);
     let killed = Instant::now();
     wait_role(&b, "leader");
