@@ -105,6 +105,20 @@ fn a_daemon_on_postgresql_runs_jobs_and_says_it_leads() {
         text.contains("server solo is leader; leader: solo"),
         "{text}"
     );
+    // The shared secret is in the database and nowhere in the log (the daemon logs at
+    // debug level here; the PostgreSQL client's statement lines are kept out).
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("admin connection");
+    let secret: String = admin
+        .query_one("SELECT value FROM meta WHERE key = 'server_secret'", &[])
+        .expect("the shared secret")
+        .get(0);
+    assert_eq!(secret.len(), 64);
+    let log = d.log_text();
+    assert!(!log.contains(&secret), "the shared secret is in the log");
+    assert!(
+        !log.contains("executing statement"),
+        "statement parameters in the log"
+    );
     let api_port = status["api_port"].as_u64().expect("api_port") as u16;
     let metrics = crate::api::get(api_port, "/metrics").text();
     assert!(

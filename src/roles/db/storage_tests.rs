@@ -471,13 +471,13 @@ fn attempts_keep_their_history(s: &mut dyn Storage) {
 #[test]
 #[ignore]
 fn bench_storage_ingest() {
-    fn ingest(s: &mut dyn Storage, limit: OutputLimit) -> f64 {
+    fn ingest(s: &mut dyn Storage, limit: OutputLimit, frame_kib: usize) -> f64 {
         let run = s
             .create_run(&new_run("flood", None, RunState::Running, &["m"]))
             .unwrap()
             .unwrap();
-        let frame = vec![b'y'; 16 * 1024];
-        let frames = 64 * 64;
+        let frame = vec![b'y'; frame_kib * 1024];
+        let frames = 64 * 1024 / frame_kib;
         let begin = std::time::Instant::now();
         for batch in 0..frames / 32 {
             s.begin_batch().unwrap();
@@ -497,19 +497,22 @@ fn bench_storage_ingest() {
         head: 1 << 40,
         tail: 1 << 40,
     };
-    for (name, limit) in [
+    let limits = [
         ("1 MiB head + tail", OutputLimit::default()),
         ("keep all", all),
-    ] {
-        let (_dir, mut sqlite) = crate::roles::db::store::tests::temp_store();
-        let on_sqlite = ingest(&mut sqlite, limit);
-        let on_pg = crate::roles::db::pg_cluster::fresh_database().map(|url| {
-            let mut pg = crate::roles::db::pg::PgStore::connect(&url).unwrap();
-            ingest(&mut pg, limit)
-        });
-        println!(
-            "64 MiB in 16 KiB frames, {name}: SQLite {on_sqlite:.1} MB/s, PostgreSQL {}",
-            on_pg.map_or("skipped".to_string(), |mb| format!("{mb:.1} MB/s"))
-        );
+    ];
+    for kib in [16, 64] {
+        for (name, limit) in limits {
+            let (_dir, mut sqlite) = crate::roles::db::store::tests::temp_store();
+            let on_sqlite = ingest(&mut sqlite, limit, kib);
+            let on_pg = crate::roles::db::pg_cluster::fresh_database().map(|url| {
+                let mut pg = crate::roles::db::pg::PgStore::connect(&url).unwrap();
+                ingest(&mut pg, limit, kib)
+            });
+            println!(
+                "64 MiB in {kib} KiB frames, {name}: SQLite {on_sqlite:.1} MB/s, PostgreSQL {}",
+                on_pg.map_or("skipped".to_string(), |mb| format!("{mb:.1} MB/s"))
+            );
+        }
     }
 }
