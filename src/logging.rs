@@ -3,7 +3,8 @@
 //! Under journald (`$JOURNAL_STREAM` set) each line starts with the `<N>` syslog priority
 //! and carries no timestamp (journald adds its own), so `journalctl -u saltpeter -p
 //! warning` filters by level. Elsewhere lines carry an RFC 3339 timestamp and the level.
-//! `RUST_LOG` overrides the default level (`info`, or `debug` when asked for).
+//! `RUST_LOG` overrides the default level (`info`, or `debug` when asked for), except for
+//! the PostgreSQL client, kept at `warn`: its debug lines carry statement parameters.
 
 use std::io::Write;
 
@@ -46,6 +47,11 @@ pub fn init(role: &str, debug: bool) {
             )
         }
     });
+    // The PostgreSQL client logs every statement with its parameters at debug level:
+    // output bytes, settings, the shared server secret. Never that, whatever RUST_LOG
+    // says (and formatting each 64 KiB frame would also slow db down tenfold).
+    builder.filter_module("tokio_postgres", log::LevelFilter::Warn);
+    builder.filter_module("postgres", log::LevelFilter::Warn);
     // A second init (tests running roles in threads) keeps the first logger.
     let _ = builder.try_init();
 }

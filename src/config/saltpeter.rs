@@ -105,6 +105,17 @@ pub struct SaltpeterConfig {
     pub recovery_grace_s: u64,
     /// Cap of the database file in bytes (0: none).
     pub database_max_size: u64,
+    /// `postgres://…`: the database is PostgreSQL, shared by every server of a highly
+    /// available setup (docs/ha.md); `None`: SQLite in the state directory. The URL may
+    /// carry a password, hence a `Secret`.
+    pub database_url: Option<Secret>,
+    /// This server's name among the servers sharing the database (status, `/metrics`,
+    /// the leader's record); `None`: the host name.
+    pub server_name: Option<String>,
+    /// The wrapper URL of every server sharing the database (`ws://host:8889`, ...):
+    /// wrappers get them all in `SP_URL` and reconnect to whichever answers. Empty: only
+    /// this server's own URL.
+    pub servers: Vec<String>,
     pub admin_group: Option<String>,
     /// `token` (the default): the API wants `api_token`; `none`: no authentication, only
     /// while the API is bound to a loopback address (behind an authenticating proxy).
@@ -185,6 +196,9 @@ impl Default for SaltpeterConfig {
             prestage_cap_s: 60,
             recovery_grace_s: 60,
             database_max_size: 0,
+            database_url: None,
+            server_name: None,
+            servers: Vec::new(),
             admin_group: None,
             api_auth: ApiAuth::Token,
             metrics_auth: true,
@@ -242,6 +256,8 @@ pub const STARTUP_ONLY_KEYS: &[&str] = &[
     "hello_timeout",
     "max_message_bytes",
     "database_max_size",
+    "database_url",
+    "server_name",
 ];
 
 pub(crate) const SALTPETER_KEYS: &[&str] = &[
@@ -278,6 +294,9 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "prestage_cap",
     "recovery_grace",
     "database_max_size",
+    "database_url",
+    "server_name",
+    "servers",
     "admin_group",
     "missed_record_limit",
     "default_wrapper_loglevel",
@@ -328,6 +347,8 @@ impl SaltpeterConfig {
             "hello_timeout" => self.hello_timeout_s != newer.hello_timeout_s,
             "max_message_bytes" => self.max_message_bytes != newer.max_message_bytes,
             "database_max_size" => self.database_max_size != newer.database_max_size,
+            "database_url" => self.database_url != newer.database_url,
+            "server_name" => self.server_name != newer.server_name,
             _ => false,
         };
         STARTUP_ONLY_KEYS
@@ -387,6 +408,9 @@ impl SaltpeterConfig {
             "prestage_cap" => self.prestage_cap_s = values::seconds(node)?,
             "recovery_grace" => self.recovery_grace_s = values::seconds(node)?,
             "database_max_size" => self.database_max_size = values::unsigned(node)?,
+            "database_url" => self.database_url = read_database_url(node)?,
+            "server_name" => self.server_name = values::optional_string(node)?,
+            "servers" => self.servers = read_servers(node)?,
             "admin_group" => self.admin_group = values::optional_string(node)?,
             "api_auth" => {
                 self.api_auth = match values::string(node)?.trim() {
@@ -438,6 +462,43 @@ impl SaltpeterConfig {
         }
         Ok(None)
     }
+}
+
+/// `database_url`: empty or absent is SQLite; anything else must be a PostgreSQL URL
+/// (checked in full by db when it connects). The value is never echoed: it may hold a
+/// password.
+fn read_database_url(node: &Node) -> Result<Option<Secret>, String> {
+    let Some(url) = values::optional_string(node)? else {
+        return Ok(None);
+    };
+    let url = url.trim();
+    if url.is_empty() {
+        return Ok(None);
+    }
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(
+            "must be a PostgreSQL URL (postgres://user@host/database); leave it out for SQLite"
+                .to_string(),
+        );
+    }
+    Ok(Some(Secret::new(url)))
+}
+
+/// `servers`: wrapper URLs (`ws://` or `wss://`), one per server; a comma or a space
+/// inside one would split `SP_URL`, so neither is allowed.
+fn read_servers(node: &Node) -> Result<Vec<String>, String> {
+    let urls = values::string_list(node)?;
+    for url in &urls {
+        if !(url.starts_with("ws://") || url.starts_with("wss://")) {
+            return Err(format!(
+                "`{url}` is not a wrapper URL (ws://host:port or wss://…)"
+            ));
+        }
+        if url.contains([',', ' ']) {
+            return Err(format!("`{url}` holds a comma or a space"));
+        }
+    }
+    Ok(urls)
 }
 
 fn read_retention(node: &Node) -> Result<Retention, String> {

@@ -461,6 +461,43 @@ fn env_values_never_print() {
 }
 
 #[test]
+fn database_url_servers_and_server_name_are_read_and_the_url_never_prints() {
+    let dir = tempdir();
+    write(
+        dir.path(),
+        "ha.yaml",
+        "saltpeter_config:\n  database_url: postgres://sp:hunter2@db/sp\n  \
+         server_name: cron-a\n  servers: [ws://a:8889, 'wss://b:8889#sha256=00']\n",
+    );
+    let config = load(dir.path(), None);
+    let sp = &config.saltpeter;
+    assert_eq!(
+        sp.database_url.as_ref().map(|u| u.expose()),
+        Some("postgres://sp:hunter2@db/sp")
+    );
+    assert_eq!(sp.server_name.as_deref(), Some("cron-a"));
+    assert_eq!(sp.servers, ["ws://a:8889", "wss://b:8889#sha256=00"]);
+    assert!(!format!("{sp:?}").contains("hunter2"));
+
+    let bad = tempdir();
+    write(
+        bad.path(),
+        "ha.yaml",
+        "saltpeter_config:\n  database_url: mysql://u:hunter2@db/x\n  servers: [http://a]\n",
+    );
+    let config = load(bad.path(), None);
+    let all: Vec<String> = config.diagnostics.iter().map(|d| d.to_string()).collect();
+    let text = all.join("\n");
+    assert!(
+        text.contains("database_url") && text.contains("ha.yaml:2"),
+        "{text}"
+    );
+    assert!(text.contains("servers"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(config.saltpeter.database_url.is_none(), "SQLite stays");
+}
+
+#[test]
 fn anchors_and_merge_keys_work_like_pyyaml() {
     let dir = tempdir();
     write(

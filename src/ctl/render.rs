@@ -114,6 +114,10 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
                 if let Some(e) = &s.db_error {
                     outln!("  DATABASE CANNOT STORE: {e}");
                 }
+                if let Some(ha) = &s.ha {
+                    let leader = ha.leader.as_deref().unwrap_or("unknown");
+                    outln!("  server {} is {}; leader: {leader}", ha.server, ha.role);
+                }
             }
         }
         AdminResponse::Runs(runs) => {

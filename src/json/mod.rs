@@ -100,5 +100,10 @@ pub fn status_json(s: &StatusInfo) -> Value {
         "wrapper_port": s.wrapper_port,
         "db_error": s.db_error,
         "api_port": s.api_port,
+        "ha": s.ha.as_ref().map(|h| json!({
+            "server": h.server,
+            "role": h.role,
+            "leader": h.leader,
+        })),
     })
 }

@@ -320,6 +320,18 @@ pub struct StatusInfo {
     pub db_error: Option<String>,
     /// The HTTP API's port; 0 when `api_ws` is off.
     pub api_port: u16,
+    /// Among the servers sharing a PostgreSQL database (docs/ha.md); `None` on SQLite.
+    pub ha: Option<HaInfo>,
+}
+
+/// This server's role among the servers sharing the database.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HaInfo {
+    pub server: String,
+    /// `leader`, `standby`, or `unconfirmed` (the database unreachable).
+    pub role: String,
+    /// The server holding the leader lease, as far as known.
+    pub leader: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -180,6 +180,34 @@ pub mod calls {
 pub enum DbNotice {
     /// Seconds from the start of each batch transaction to its commit, since start.
     CommitLatency(crate::metrics::Histogram),
+    /// The leader lease of the daemons sharing a PostgreSQL database (docs/ha.md): sent
+    /// when it changes and every few seconds. Never sent on SQLite (one daemon, leader).
+    Lease(LeaseReport),
+}
+
+/// Where this daemon stands among the daemons sharing the database.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseReport {
+    /// This daemon holds the lease: it fires the schedule and runs the runs.
+    pub leader: bool,
+    /// The database answered the last try; false while it is unreachable (and then
+    /// `leader` is false: the lease cannot be confirmed).
+    pub reachable: bool,
+    /// The server that holds the lease, by the name it recorded (`None`: unknown).
+    pub holder: Option<String>,
+    /// The secret every server shares (tokens and resume keys derive from it), as hex;
+    /// sent with the first report.
+    pub shared_secret: Option<SharedSecret>,
+}
+
+/// A secret in transit on the main <-> db link; `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedSecret(pub String);
+
+impl std::fmt::Debug for SharedSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedSecret(***)")
+    }
 }
 
 // ---- payloads: runs and targets

@@ -248,11 +248,14 @@ pub enum BlockingRequest {
         targets: Vec<LaunchTarget>,
         salt: Option<SaltSettings>,
     },
-    /// Which minions of a target expression answer `test.ping`.
+    /// Which minions of a target expression answer `test.ping`; with `from_cache`, which
+    /// ones the master matches from its own data (accepted keys, grains and pillar
+    /// caches), without a publish, when the salt bridge can ask it.
     Resolve {
         salt: SaltSettings,
         target: String,
         target_type: SaltTargetType,
+        from_cache: bool,
     },
     /// Put this build's wrapper at `wrapper_path` on `minions` (checked by hash).
     Deploy {
@@ -281,6 +284,8 @@ pub struct Resolution {
     pub unreachable: Vec<(String, String)>,
     /// Salt said no minion matched the expression.
     pub no_match: bool,
+    /// Matched from the master's data, not pinged: liveness shows at the launch.
+    pub from_cache: bool,
 }
 
 /// Outcome of launching one wrapper.

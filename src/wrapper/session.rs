@@ -327,6 +327,15 @@ impl Session {
             self.patience.trouble(reason);
         }
         self.link.close();
+        if !self.settings.other_hubs.is_empty() {
+            // Several servers: the next one may be the leader now.
+            let next = self.settings.other_hubs.remove(0);
+            let previous = std::mem::replace(&mut self.settings.hub, next);
+            self.settings.other_hubs.push(previous);
+            self.addrs.clear();
+            self.next_addr = 0;
+            log::info!("next server: {}", self.settings.hub.url);
+        }
         self.welcomed = false;
         self.hello_deadline = None;
         self.ctrl.clear();

@@ -36,7 +36,11 @@ pub enum Credential {
 /// The validated start-up environment. The token lives only here (in memory).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Settings {
+    /// The server the wrapper talks to now.
     pub hub: HubUrl,
+    /// The other servers of `SP_URL` (several servers sharing one database, docs/ha.md):
+    /// after each lost or refused connection the wrapper tries the next one.
+    pub other_hubs: Vec<HubUrl>,
     pub run: u64,
     pub machine: String,
     pub credential: Credential,
@@ -78,7 +82,16 @@ pub fn settings_from_env(
         Some(v) if !v.trim().is_empty() => Ok(v),
         _ => Err(WrapperError::MissingEnv(name)),
     };
-    let hub = parse_hub_url(&get(ENV_URL)?)?;
+    // Several servers: their URLs separated by commas, the launching one first.
+    let mut hubs = get(ENV_URL)?
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(parse_hub_url)
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter();
+    let hub = hubs.next().ok_or(WrapperError::MissingEnv(ENV_URL))?;
+    let other_hubs = hubs.collect();
     let run_text = get(ENV_RUN)?;
     let run = run_text
         .trim()
@@ -99,6 +112,7 @@ pub fn settings_from_env(
     }
     Ok(Settings {
         hub,
+        other_hubs,
         run,
         machine,
         credential,
@@ -429,6 +443,27 @@ mod tests {
         assert!(err.to_string().contains("SP_TOKEN_FILE"), "{err}");
         std::fs::write(&path, "").unwrap();
         assert!(take_token_file(&path).is_err(), "an empty file is no token");
+    }
+
+    #[test]
+    fn sp_url_may_list_every_server() {
+        let several = env(&[
+            ("SP_URL", "ws://a:1, ws://b:2/,ws://c:3"),
+            ("SP_RUN", "1"),
+            ("SP_MACHINE", "m"),
+            ("SP_TOKEN", "t"),
+        ]);
+        let s = settings_from_env(several, DEFAULT_GIVE_UP, None).unwrap();
+        assert_eq!(s.hub.url, "ws://a:1/wrapper/v1");
+        let others: Vec<&str> = s.other_hubs.iter().map(|h| h.url.as_str()).collect();
+        assert_eq!(others, ["ws://b:2/wrapper/v1", "ws://c:3/wrapper/v1"]);
+        let bad = env(&[
+            ("SP_URL", "ws://a:1,http://b"),
+            ("SP_RUN", "1"),
+            ("SP_MACHINE", "m"),
+            ("SP_TOKEN", "t"),
+        ]);
+        assert!(settings_from_env(bad, DEFAULT_GIVE_UP, None).is_err());
     }
 
     #[test]

@@ -2,6 +2,9 @@
 
 mod util;
 
+#[path = "../support/pg_cluster.rs"]
+mod pg_cluster;
+
 mod api;
 mod bench;
 mod bench_salt;
@@ -12,6 +15,8 @@ mod ctl_more;
 mod ctl_verbs;
 mod daemon;
 mod durability;
+mod ha;
+mod ha_bench;
 mod hub;
 mod identities;
 mod jobctl;

@@ -485,5 +485,8 @@ fn slots_whose_launch_cannot_keep_up_are_merged_not_served_ever_later() {
     assert!(merged["slot"].is_string(), "{merged}");
     // No launch was queued behind another: at most one is ever out.
     let log = d.log_text();
-    assert!(log.contains("slot") && log.contains("skipped (launch:"), "{log}");
+    assert!(
+        log.contains("slot") && log.contains("skipped (launch:"),
+        "{log}"
+    );
 }

@@ -119,7 +119,8 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
             salt,
             target,
             target_type,
-        } => salt_exec::resolve(state, ctx, id, salt, target, target_type),
+            from_cache,
+        } => salt_exec::resolve(state, ctx, id, salt, target, target_type, from_cache),
         BlockingRequest::Deploy {
             salt,
             minions,

@@ -65,6 +65,9 @@ pub struct SaltCall {
     pub arg: Vec<String>,
     /// Keyword arguments, typed (the command line writes them as `k=v`).
     pub kwarg: Vec<(String, Value)>,
+    /// Through the salt bridge, only match the target from the master's data (no
+    /// publish); the command line runs the function instead.
+    pub match_only: bool,
 }
 
 impl SaltCall {
@@ -75,6 +78,7 @@ impl SaltCall {
             function: function.to_string(),
             arg: Vec::new(),
             kwarg: Vec::new(),
+            match_only: false,
         }
     }
 
@@ -113,6 +117,7 @@ impl SaltCall {
     /// The salt bridge's request (its `id` is set by the bridge).
     pub fn bridge_request(&self, timeout_s: u64) -> Value {
         serde_json::json!({
+            "op": if self.match_only { "match" } else { "publish" },
             "tgt": self.target,
             "tgt_type": tgt_type_name(self.target_type),
             "fun": self.function,

@@ -50,7 +50,35 @@ def main():
             local.client = salt.client.LocalClient(mopts=opts)
         return local.client
 
+    def match(req):
+        # The master's own match of a target (accepted keys, grains and pillar caches):
+        # no publish, no minion involved.
+        rid = req.get("id")
+        try:
+            import salt.utils.minions
+
+            found = salt.utils.minions.CkMinions(opts).check_minions(
+                req["tgt"], req.get("tgt_type") or "glob"
+            )
+            minions = list(found.get("minions") or [])
+            missing = list(found.get("missing") or [])
+            sys.stderr.write(
+                "match tgt_type=%s minions=%d\n" % (req.get("tgt_type"), len(minions))
+            )
+            sys.stderr.flush()
+            if not minions and not missing:
+                emit({"id": rid, "line": "No minions matched the target."})
+            for minion in minions:
+                emit({"id": rid, "line": {minion: True}})
+            for minion in missing:
+                emit({"id": rid, "line": {minion: "Minion did not return. [No response]"}})
+            emit({"id": rid, "done": True})
+        except Exception as exc:
+            emit({"id": rid, "error": "%s: %s" % (type(exc).__name__, exc)})
+
     def run(req):
+        if req.get("op") == "match":
+            return match(req)
         rid = req.get("id")
         try:
             c = client()

@@ -414,6 +414,7 @@ fn answer(state: &mut Blocking, ctx: &mut Ctx<Blocking>, line: &[u8]) {
                 code: Some(0),
                 stdout,
                 stderr: String::new(),
+                bridge: true,
             },
         );
     } else if let Some(error) = msg.get("error") {

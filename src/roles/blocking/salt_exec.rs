@@ -31,6 +31,8 @@ pub enum Outcome {
         code: Option<i32>,
         stdout: String,
         stderr: String,
+        /// Answered by the salt bridge (not a `salt` process).
+        bridge: bool,
     },
     Failed(String),
 }
@@ -127,6 +129,7 @@ fn start_waiting(state: &mut Blocking, ctx: &mut Ctx<Blocking>) {
                 code: out.status.code(),
                 stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
                 stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                bridge: false,
             };
             let outcome = match out.status.code() {
                 Some(_) => outcome,
@@ -178,8 +181,10 @@ pub fn resolve(
     settings: SaltSettings,
     target: String,
     target_type: SaltTargetType,
+    from_cache: bool,
 ) {
-    let call = SaltCall::new(target_type, &target, "test.ping");
+    let mut call = SaltCall::new(target_type, &target, "test.ping");
+    call.match_only = from_cache;
     submit(
         state,
         ctx,
@@ -193,6 +198,7 @@ pub fn resolve(
                     code,
                     stdout,
                     stderr,
+                    bridge,
                 } => {
                     let returns = salt::parse_returns(&stdout);
                     if returns.by_minion.is_empty() && !returns.no_match {
@@ -204,6 +210,7 @@ pub fn resolve(
                     } else {
                         let mut res = Resolution {
                             no_match: returns.no_match && returns.by_minion.is_empty(),
+                            from_cache: from_cache && bridge,
                             ..Default::default()
                         };
                         for (minion, value) in &returns.by_minion {

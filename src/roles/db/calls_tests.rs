@@ -12,7 +12,7 @@ use crate::wire::records::RunState;
 use crate::wire::wrapper::Stream;
 
 /// `apply` the request and unpack the reply as `C`; a mismatch fails the test by name.
-fn check<C: Call<DbReply>>(store: &mut super::Store, req: DbRequest) -> C::Reply {
+fn check<C: Call<DbReply>>(store: &mut dyn super::Storage, req: DbRequest) -> C::Reply {
     let reply = apply(store, &req).unwrap_or_else(|e| panic!("{req:?}: {e}"));
     C::take(Ok(reply)).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -20,7 +20,19 @@ fn check<C: Call<DbReply>>(store: &mut super::Store, req: DbRequest) -> C::Reply
 #[test]
 fn every_request_gets_the_reply_its_call_kind_expects() {
     let (_dir, mut store) = temp_store();
-    let s = &mut store;
+    every_request(&mut store);
+}
+
+#[test]
+fn every_request_gets_the_reply_its_call_kind_expects_on_postgres() {
+    let Some(url) = super::pg_cluster::fresh_database() else {
+        return;
+    };
+    let mut store = super::pg::PgStore::connect(&url).unwrap_or_else(|e| panic!("{e}"));
+    every_request(&mut store);
+}
+
+fn every_request(s: &mut dyn super::Storage) {
     let run = check::<calls::CreateRun>(
         s,
         DbRequest::CreateRun(new_run("j", Some(1), RunState::Running, &["m"])),

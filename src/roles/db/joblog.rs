@@ -19,6 +19,7 @@
 use std::io::Write;
 use std::path::Path;
 
+use super::storage::Storage;
 use super::store::{Store, StoreError};
 use crate::wire::db::OutputQuery;
 use crate::wire::notify::{JobLog, JobLogEntry, NewDelivery, Outgoing};
@@ -89,13 +90,31 @@ fn file_name(job: &str) -> String {
 }
 
 impl Store {
-    /// Write `log`'s events to the job's file and queue them for the exports.
-    pub fn job_log(&mut self, log: &JobLog, now: i64) -> Result<(), StoreError> {
+    /// Pending export requests in the outbox.
+    pub fn export_backlog(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT count(*) FROM deliveries WHERE state = 'pending' AND channel = 'export'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap_or(0))
+    }
+}
+
+/// Write `log`'s events to the job's file and queue them for the exports (either backend).
+pub(super) fn write_job_log<S: Storage + ?Sized>(
+    store: &mut S,
+    log: &JobLog,
+    now: i64,
+) -> Result<(), StoreError> {
+    {
         let mut text = String::new();
         let mut docs = Vec::new();
         for e in &log.entries {
             let output = match (e.output_of_run, &e.machine) {
-                (Some(run), Some(machine)) => self
+                (Some(run), Some(machine)) => store
                     .read_output(run, machine, &OutputQuery::default())
                     .map(|o| String::from_utf8_lossy(&o.data).into_owned())
                     .unwrap_or_default(),
@@ -115,14 +134,7 @@ impl Store {
         if log.exports.is_empty() {
             return Ok(());
         }
-        let backlog: i64 = self
-            .conn
-            .query_row(
-                "SELECT count(*) FROM deliveries WHERE state = 'pending' AND channel = 'export'",
-                [],
-                |row| row.get(0),
-            )
-            .unwrap_or(0);
+        let backlog: i64 = store.export_backlog().unwrap_or(0);
         if backlog >= EXPORT_BACKLOG {
             log::warn!(
                 "{backlog} export requests wait already; {} events of {} are not exported",
@@ -171,7 +183,7 @@ impl Store {
                 now,
             });
         }
-        self.queue_deliveries(&new).map(|_| ())
+        store.queue_deliveries(&new).map(|_| ())
     }
 }
 

@@ -11,9 +11,12 @@
 pub mod attempts;
 pub mod deliveries;
 pub mod joblog;
+mod lease;
 pub mod output;
+pub mod pg;
 pub mod runs;
 pub mod schema;
+pub mod storage;
 pub mod store;
 
 use mio::event::Event;
@@ -25,6 +28,7 @@ use crate::ipc::Role;
 use crate::ipc::rpc::{Packet, RemoteError};
 use crate::wire::db::{DbNotice, DbReply, DbRequest, DbToMain, MainToDb};
 use crate::wire::link::ControlDown;
+use storage::Storage;
 use store::{Store, StoreError};
 
 type MainLink = Link<DbToMain, MainToDb>;
@@ -32,10 +36,12 @@ type MainLink = Link<DbToMain, MainToDb>;
 pub struct Db {
     control: ControlLink,
     main: MainLink,
-    store: Store,
+    store: Box<dyn Storage>,
     /// Batch transaction latency (`/metrics`), reported to main when it changed.
     commit_latency: crate::metrics::Histogram,
     reported_commits: u64,
+    /// The leader lease, on a database several daemons share (`lease.rs`).
+    lease: Option<lease::LeaseWatch>,
 }
 
 impl Controlled for Db {
@@ -46,6 +52,7 @@ impl Controlled for Db {
     fn on_control(&mut self, ctx: &mut Ctx<Self>, msg: ControlDown) {
         if let ControlDown::Shutdown = msg {
             log::info!("shutting down");
+            self.store.release_lease();
             ctx.stop();
         }
     }
@@ -60,7 +67,7 @@ fn remote(e: StoreError) -> RemoteError {
 }
 
 /// Apply one request to the store.
-pub fn apply(store: &mut Store, req: &DbRequest) -> Result<DbReply, StoreError> {
+pub fn apply(store: &mut dyn Storage, req: &DbRequest) -> Result<DbReply, StoreError> {
     Ok(match req {
         DbRequest::CreateRun(run) => DbReply::RunCreated(store.create_run(run)?),
         DbRequest::UpdateRun { run, update } => {
@@ -154,7 +161,7 @@ pub fn apply(store: &mut Store, req: &DbRequest) -> Result<DbReply, StoreError> 
 
 /// Apply a batch in one transaction; `Err` if the transaction itself could not commit.
 fn apply_batch(
-    store: &mut Store,
+    store: &mut dyn Storage,
     calls: &[(CallId, DbRequest)],
 ) -> Result<Vec<Result<DbReply, StoreError>>, StoreError> {
     store.begin_batch()?;
@@ -187,7 +194,7 @@ fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
         return;
     }
     let started = std::time::Instant::now();
-    let first = apply_batch(&mut db.store, &calls);
+    let first = apply_batch(db.store.as_mut(), &calls);
     db.commit_latency.observe(started.elapsed().as_secs_f64());
     let results = match first {
         Ok(results) => results,
@@ -196,7 +203,7 @@ fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
                 "batch of {} requests failed ({first}); retrying once",
                 calls.len()
             );
-            match apply_batch(&mut db.store, &calls) {
+            match apply_batch(db.store.as_mut(), &calls) {
                 Ok(results) => results,
                 Err(e) => {
                     log::error!("batch of {} requests failed again: {e}", calls.len());
@@ -212,15 +219,10 @@ fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
             }
         }
     };
-    if calls.iter().any(|(_, r)| matches!(r, DbRequest::Reclaim)) {
-        // Outside any transaction: give freed pages back, then shrink the log.
-        if let Err(e) = db
-            .store
-            .reclaim_space(10_000)
-            .and_then(|()| db.store.checkpoint())
-        {
-            log::warn!("could not reclaim space: {e}");
-        }
+    if calls.iter().any(|(_, r)| matches!(r, DbRequest::Reclaim))
+        && let Err(e) = db.store.reclaim_after_prune()
+    {
+        log::warn!("could not reclaim space: {e}");
     }
     for ((id, req), result) in calls.iter().zip(results) {
         let result = result.map_err(|e| {
@@ -314,15 +316,18 @@ pub fn check_database(path: &std::path::Path) -> Result<(), String> {
 #[path = "calls_tests.rs"]
 mod calls_tests;
 
+/// The throwaway PostgreSQL cluster of the tests (shared with `tests/it`).
+#[cfg(test)]
+#[path = "../../../tests/support/pg_cluster.rs"]
+pub(crate) mod pg_cluster;
+
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
-    let mut store =
-        Store::open(&args.dirs.database()).map_err(|e| RoleError::Start(e.to_string()))?;
-    // Start-only setting; main owns the rest of the configuration.
-    if let Ok(config) = crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()) {
-        store
-            .set_max_size(config.saltpeter.database_max_size)
-            .map_err(|e| RoleError::Start(e.to_string()))?;
-    }
+    let (mut store, server) = open_storage(&args)?;
+    log::info!("storing in {}", store.engine());
+    let lease = match server {
+        Some(server) => Some(lease::LeaseWatch::new(store.as_mut(), server)?),
+        None => None,
+    };
     let mut ev: EventLoop<Db> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let stream = args.take_stream("main")?;
     let (main, _) = open_link(ev.ctx(), stream, Role::Db, Role::Main, (), on_main)?;
@@ -333,9 +338,48 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         store,
         commit_latency: crate::metrics::Histogram::new(crate::metrics::LATENCY_BUCKETS),
         reported_commits: 0,
+        lease,
     };
     ev.ctx()
         .every(std::time::Duration::from_secs(2), report_commit_latency);
+    if db.lease.is_some() {
+        lease::poll(&mut db, ev.ctx());
+        ev.ctx().every(lease::POLL, lease::poll);
+    }
     ev.run(&mut db).map_err(RoleError::setup("event loop"))?;
     Ok(0)
+}
+
+/// The database the configuration names: PostgreSQL for `database_url`, else the SQLite
+/// file in the state directory. A PostgreSQL database that cannot be used at start is a
+/// start-up error the operator must fix (exit 2), named by its URL without password.
+/// With PostgreSQL, also this server's name for the leader lease.
+fn open_storage(args: &RoleArgs) -> Result<(Box<dyn Storage>, Option<String>), RoleError> {
+    // Start-only settings; main owns the rest of the configuration (and reports it when
+    // it does not load).
+    let config = crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()).ok();
+    let url = config
+        .as_ref()
+        .and_then(|c| c.saltpeter.database_url.as_ref());
+    if let Some(url) = url {
+        let name = config
+            .as_ref()
+            .and_then(|c| c.saltpeter.server_name.clone())
+            .unwrap_or_else(lease::host_name);
+        return match pg::PgStore::connect_as(url.expose(), Some(&name)) {
+            Ok(store) => {
+                log::info!("database {}", store.shown_url());
+                Ok((Box::new(store), Some(name)))
+            }
+            Err(e) => Err(RoleError::BadStart(format!("database_url: {e}"))),
+        };
+    }
+    let mut store =
+        Store::open(&args.dirs.database()).map_err(|e| RoleError::Start(e.to_string()))?;
+    if let Some(config) = &config {
+        store
+            .set_max_size(config.saltpeter.database_max_size)
+            .map_err(|e| RoleError::Start(e.to_string()))?;
+    }
+    Ok((Box::new(store), None))
 }

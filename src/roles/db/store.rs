@@ -77,6 +77,7 @@ pub enum Op {
     QueueDelivery,
     ReadDeliveries,
     RecordDelivery,
+    Lease,
 }
 
 impl fmt::Display for Op {
@@ -103,6 +104,7 @@ impl fmt::Display for Op {
             Op::QueueDelivery => "queue notification",
             Op::ReadDeliveries => "read notifications",
             Op::RecordDelivery => "record notification attempt",
+            Op::Lease => "hold the leader lease",
         })
     }
 }
@@ -155,6 +157,13 @@ pub enum StoreError {
     },
     #[error("could not {op}: {reason}")]
     Invalid { op: Op, reason: String },
+    /// A PostgreSQL statement failed (`pg/`).
+    #[error("could not {op}: {source}")]
+    Postgres { op: Op, source: postgres::Error },
+    /// The PostgreSQL database cannot be used (unreachable, foreign, too new); the message
+    /// names the database by its URL without any password.
+    #[error("{0}")]
+    Unusable(String),
 }
 
 /// Maps a SQLite error of `op`, keeping disk-full apart.

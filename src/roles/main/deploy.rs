@@ -69,6 +69,7 @@ fn resolve(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
             salt: core.salt_settings(),
             target: env.target.clone(),
             target_type: env.target_type,
+            from_cache: false,
         });
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));

@@ -26,8 +26,16 @@ pub struct Launcher {
     pub master_pki: Option<(PathBuf, PathBuf)>,
 }
 
+/// Whether `url` (from `servers`) names this server's own wrapper port.
+fn is_own(url: &str, port: u16, authority: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host_port = rest.split(['/', '#']).next().unwrap_or(rest);
+    host_port == authority || (port != 0 && host_port == format!("127.0.0.1:{port}"))
+}
+
 impl Main {
-    /// URL the wrappers of `job` connect to.
+    /// URL the wrappers of `job` connect to (several, comma-separated, when `servers`
+    /// lists other servers).
     pub fn wrapper_url(&self, job: &config::Job) -> String {
         let host = job
             .server_host
@@ -50,13 +58,23 @@ impl Main {
         } else {
             format!("{host}:{}", self.daemon.wrapper_port)
         };
-        match &self.launcher.wrapper_pin {
+        let own = match &self.launcher.wrapper_pin {
             Some(pin) => format!(
                 "wss://{authority}{}{pin}",
                 crate::wire::wrapper::WRAPPER_PATH
             ),
             None => format!("ws://{authority}{}", crate::wire::wrapper::WRAPPER_PATH),
+        };
+        // Several servers sharing the database (docs/ha.md): this one first, then the
+        // others, so a wrapper reaches whichever leads when this one is gone.
+        let mut urls = vec![own];
+        for other in &self.config.saltpeter.servers {
+            let same = |u: &String| u.trim_end_matches('/') == other.trim_end_matches('/');
+            if !urls.iter().any(same) && !is_own(other, self.daemon.wrapper_port, &authority) {
+                urls.push(other.clone());
+            }
         }
+        urls.join(",")
     }
 
     /// How far ahead of its slot a run of `job` is launched: a salt job by twice its

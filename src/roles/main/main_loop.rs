@@ -69,8 +69,8 @@ pub fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if let Some(timer) = role.schedule_timer.take() {
         ctx.cancel(timer);
     }
-    if role.core.flight.recovering {
-        return; // armed when recovery is done
+    if role.core.flight.recovering || role.core.ha.holding() {
+        return; // armed when recovery is done, or the leader lease confirmed again
     }
     let core = &role.core;
     let slot = core.scheduler.earliest(&core.config.jobs, &core.leads());
@@ -101,6 +101,7 @@ pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if let Some(reply) = role.core.flight.recovery_reply.take() {
         run_flow::recovery::recovered(role, ctx, reply);
     }
+    super::ha::apply(role, ctx);
     boot::finish_when_ready(role, ctx);
     start_queued(role, ctx);
     let now = Instant::now();
@@ -128,7 +129,7 @@ pub fn start_queued(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 }
 
 pub fn start_queued_inner(role: &mut MainRole) {
-    if role.core.flight.recovering {
+    if role.core.flight.recovering || role.core.ha.holding() {
         return;
     }
     for workflow in std::mem::take(&mut role.core.flight.to_recover) {
@@ -254,16 +255,15 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             reloads: reload::Reloads::default(),
             notify: Default::default(),
             jobctl: jobctl::JobCtl::default(),
+            ha: super::ha::Ha::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,
         workflow_timer: None,
         call_timer: None,
     };
-    boot::start(&mut role.core);
-    run_flow::recovery::start(&mut role.core);
+    super::ha::start(&mut role.core);
     ui::start(&mut role.core);
-    super::notify::start(&mut role.core);
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }
@@ -298,6 +298,7 @@ pub fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: 
                         Packet::Cast(DbNotice::CommitLatency(h)) => {
                             core.views.ui.metrics.db_commit = Some(h)
                         }
+                        Packet::Cast(DbNotice::Lease(report)) => super::ha::report(core, report),
                         other => log::warn!("unexpected message from db: {other:?}"),
                     }
                 }

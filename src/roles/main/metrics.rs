@@ -183,5 +183,48 @@ pub fn render(core: &Main) -> String {
         Some(h) => h.render("saltpeter_db_commit_seconds", "", &mut out),
         None => Histogram::new(LATENCY_BUCKETS).render("saltpeter_db_commit_seconds", "", &mut out),
     }
+    render_ha(core, &mut out);
     out
+}
+
+/// The leader lease, when the database is shared (docs/ha.md): this server's role, and
+/// which server leads as far as this one knows.
+fn render_ha(core: &Main, out: &mut String) {
+    let ha = &core.ha;
+    if !ha.shared {
+        return;
+    }
+    header(
+        out,
+        "saltpeter_ha_leader",
+        "gauge",
+        "1 while this server holds the leader lease.",
+    );
+    let server = label_value(&ha.server);
+    let _ = writeln!(
+        out,
+        "saltpeter_ha_leader{{server=\"{server}\",role=\"{}\"}} {}",
+        ha.role(),
+        u8::from(ha.leader)
+    );
+    header(
+        out,
+        "saltpeter_ha_lease_holder",
+        "gauge",
+        "The server holding the leader lease, as this server last read it.",
+    );
+    if let Some(holder) = &ha.holder {
+        let _ = writeln!(
+            out,
+            "saltpeter_ha_lease_holder{{server=\"{}\"}} 1",
+            label_value(holder)
+        );
+    }
+    header(
+        out,
+        "saltpeter_ha_takeovers_total",
+        "counter",
+        "Times this server took the leader lease.",
+    );
+    let _ = writeln!(out, "saltpeter_ha_takeovers_total {}", ha.takeovers);
 }

@@ -19,6 +19,7 @@ mod boot;
 mod chains;
 mod deploy;
 mod effects;
+mod ha;
 mod history;
 mod jobctl;
 mod joblog;
@@ -157,6 +158,8 @@ pub struct Main {
     notify: notify::Notifier,
     /// Paused and skipping jobs, slots deferred by maintenance windows.
     pub jobctl: jobctl::JobCtl,
+    /// Leader or standby among the servers sharing the database.
+    pub ha: ha::Ha,
 }
 
 /// Runs in flight, as main keeps them, and the wrapper sessions bound to them.

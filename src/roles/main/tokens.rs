@@ -111,6 +111,14 @@ impl Secret {
         }
     }
 
+    /// The secret the servers sharing a database keep there (hex), for tokens and resume
+    /// keys valid on every server (`ha.rs`).
+    pub fn from_hex(text: &str) -> Option<Secret> {
+        from_hex(text)
+            .filter(|b| b.len() == SECRET_BYTES)
+            .and_then(|b| Secret::from_bytes(&b))
+    }
+
     fn from_bytes(bytes: &[u8]) -> Option<Secret> {
         HmacSha256::new_from_slice(bytes)
             .ok()

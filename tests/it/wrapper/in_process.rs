@@ -10,6 +10,7 @@ use saltpeter::wrapper::{Limits, Options, Settings, parse_hub_url, run};
 fn settings(url: &str, run: u64) -> Settings {
     Settings {
         hub: parse_hub_url(url).unwrap(),
+        other_hubs: Vec::new(),
         run,
         machine: "m1".into(),
         credential: saltpeter::wrapper::Credential::Token(TOKEN.into()),

@@ -28,6 +28,11 @@ pub fn status(core: &mut Main, call: CallId) {
         wrapper_port: core.daemon.wrapper_port,
         db_error: core.storage.db_trouble.clone(),
         api_port: core.daemon.api_port,
+        ha: core.ha.shared.then(|| crate::wire::admin::HaInfo {
+            server: core.ha.server.clone(),
+            role: core.ha.role().to_string(),
+            leader: core.ha.holder.clone(),
+        }),
     };
     respond(core, call, AdminResponse::Status(status));
 }

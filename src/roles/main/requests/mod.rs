@@ -97,6 +97,19 @@ pub fn handle_from(
 
 pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: AdminRequest) {
     let core = &mut role.core;
+    if let Some(why) = core.ha.refusal()
+        && matches!(
+            req,
+            AdminRequest::RunNow { .. }
+                | AdminRequest::Maintenance(_)
+                | AdminRequest::JobControl(_)
+                | AdminRequest::KillJob { .. }
+                | AdminRequest::Kill { .. }
+                | AdminRequest::DeployWrapper { .. }
+        )
+    {
+        return failure(core, call, AdminFailure::Invalid(why));
+    }
     if core.flight.recovering
         && matches!(
             req,

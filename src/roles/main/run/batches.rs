@@ -9,7 +9,7 @@ use crate::roles::main::effects::{finish_target, transition};
 use crate::roles::main::target::Phase;
 use crate::roles::main::{DbWait, Main};
 use crate::wire::Redacted;
-use crate::wire::db::{DbRequest, RunUpdate};
+use crate::wire::db::{DbRequest, RunUpdate, calls};
 use crate::wire::link::{BlockingRequest, ExecutorKind, LaunchTarget, blocking_calls};
 use crate::wire::records::{RunState, TargetReason, TargetState};
 use crate::workflow::{Step, Wake};
@@ -18,9 +18,21 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let Some(run) = env.run else {
         return Step::fail("launch before the run was recorded");
     };
+    if let Some((barrier, _)) = &env.launch_held {
+        let barrier = *barrier;
+        let Some(committed) = core.take_db_reply::<calls::GetMeta>(barrier) else {
+            return Step::Wait(Wake::Call(barrier));
+        };
+        if let Err(e) = committed {
+            // Launched all the same, as before the barrier existed: the targets are
+            // `launching` in this server's memory and their wrappers are awaited.
+            log::warn!("run {run}: launching without a confirmed record ({e})");
+        }
+        let launch = env.launch_held.take().map(|(_, l)| l).unwrap_or_default();
+        return send_launch(env, core, launch);
+    }
     let job = env.req.job.clone();
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
-    let url = core.wrapper_url(&job);
     // Machines put into maintenance since the run was planned (a later batch) stay out.
     let in_maintenance: Vec<bool> = batch.iter().map(|m| core.in_maintenance(m)).collect();
     let mut launch = Vec::new();
@@ -63,6 +75,24 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             DbWait::Write("a running run"),
         );
     }
+    if launch.is_empty() {
+        return send_launch(env, core, launch);
+    }
+    // db answers a call only after committing the batch it is in, and it receives the
+    // `launching` writes above before this read: its answer means they are durable.
+    let barrier = core.db_call(DbRequest::GetMeta(LAUNCH_BARRIER.to_string()), DbWait::Step);
+    env.launch_held = Some((barrier, launch));
+    Step::Wait(Wake::Call(barrier))
+}
+
+/// A meta key nobody writes, read as the launch barrier.
+const LAUNCH_BARRIER: &str = "launch_barrier";
+
+/// Hands the batch's wrappers to blocking.
+fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> Step {
+    let job = env.req.job.clone();
+    let run = env.run.unwrap_or_default();
+    let url = core.wrapper_url(&job);
     let executor = match job.executor {
         crate::config::Executor::Local => ExecutorKind::Local,
         crate::config::Executor::Salt => ExecutorKind::Salt,
@@ -106,6 +136,19 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         Ok(outcomes) => {
             for o in outcomes {
                 if let Some(word) = o.silent {
+                    if env.resolved_from_cache {
+                        // Never pinged: this is where its silence shows.
+                        log::warn!("run {run}: {} did not return the launch: {word}", o.machine);
+                        core.event(
+                            "target_unreachable",
+                            Some(&env.req.job.name),
+                            Some(run),
+                            Some(&o.machine),
+                            format!("salt: {word}"),
+                        );
+                        finish_target(core, run, &o.machine, TargetReason::Unreachable, Some(255));
+                        continue;
+                    }
                     env.silent.insert(o.machine.clone(), word);
                 }
                 if let Err(e) = o.result {

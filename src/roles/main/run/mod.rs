@@ -66,11 +66,18 @@ pub struct RunEnv {
     pub(super) call: Option<CallId>,
     pub(super) pickup_deadline: Option<Instant>,
     launch_started: Option<Instant>,
+    /// A batch's wrappers, held until db has committed their `launching` state (the
+    /// call id of that barrier): a server that dies in between must not leave them
+    /// `pending` for the next leader to launch a second time (`launch_batch`).
+    launch_held: Option<(CallId, Vec<crate::wire::link::LaunchTarget>)>,
     /// Targets of the current batch waiting for their next attempt (`retry.rs`).
     pub(super) retry_at: std::collections::BTreeMap<String, Instant>,
     /// Salt's word on minions that did not return the launch (used if their wrapper
     /// never calls back before the pick-up deadline).
     pub(super) silent: std::collections::BTreeMap<String, String>,
+    /// The targets came from the master's match, not a ping: a minion silent at the
+    /// launch is unreachable.
+    pub(super) resolved_from_cache: bool,
     /// The ping of minions waited for (`unreachable.rs`), and when the next one is due.
     pub(super) probe: Option<CallId>,
     pub(super) next_probe: Option<Instant>,
@@ -259,8 +266,10 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             call: None,
             pickup_deadline: None,
             launch_started: None,
+            launch_held: None,
             retry_at: Default::default(),
             silent: Default::default(),
+            resolved_from_cache: false,
             probe: None,
             next_probe: None,
             start_recorded: false,
@@ -302,8 +311,10 @@ pub fn recovered_workflow(
             call: None,
             pickup_deadline: None,
             launch_started: None,
+            launch_held: None,
             retry_at: Default::default(),
             silent: Default::default(),
+            resolved_from_cache: false,
             probe: None,
             next_probe: None,
             start_recorded: true,

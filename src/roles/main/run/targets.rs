@@ -1,9 +1,12 @@
 //! Run steps that depend on the executor: finding the targets and deploying wrappers.
 //!
 //! - `local`: the targets are the names given; all are live.
-//! - `salt`: `test.ping` on the target expression says which minions are live; matched
-//!   minions that stay silent become unreachable (255), a salt failure fails the run with
-//!   its cause, and "no minions matched" skips it with that reason. Before a minion's
+//! - `salt`: the master matches the target expression from its own data through the salt
+//!   bridge (no publish; a minion that does not return the launch is then unreachable,
+//!   255, with Salt's word), or `test.ping` on it says which minions are live (the
+//!   command line, `number_of_targets`, `retry_unreachable`); matched minions that stay
+//!   silent become unreachable (255), a salt failure fails the run with its cause, and
+//!   "no minions matched" skips it with that reason. Before a minion's
 //!   first launch, this build's wrapper is deployed to it (then cached by hash).
 
 use super::Main;
@@ -27,10 +30,14 @@ pub fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         return Step::Next;
     }
     let Some(id) = env.call else {
+        // The master's own match (no publish) when nothing needs liveness before the
+        // launch: choosing `number_of_targets` live minions and `retry_unreachable` do.
+        let from_cache = job.number_of_targets.is_none() && job.retry_unreachable_s == 0;
         let id = core.blocking_call(BlockingRequest::Resolve {
             salt: core.salt_settings(),
             target: job.target_expr.clone(),
             target_type: job.target_type.into(),
+            from_cache,
         });
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));
@@ -53,6 +60,7 @@ pub fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             env.live = res.live;
             env.live.sort();
             env.unreachable = res.unreachable;
+            env.resolved_from_cache = res.from_cache;
         }
         Err(e) => {
             log::error!("{}: target resolution failed: {e}", job.name);

@@ -230,6 +230,7 @@ pub fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> Plan {
             salt: core.salt_settings(),
             target: still.join(","),
             target_type: SaltTargetType::List,
+            from_cache: false,
         });
         env.probe = Some(id);
     }

@@ -1,0 +1,232 @@
+//! Several daemons on one PostgreSQL database (docs/ha.md): which of them leads.
+//!
+//! db keeps the leader lease (a PostgreSQL session advisory lock, `roles/db/lease.rs`)
+//! and reports it (`DbNotice::Lease`); main only acts on the reports:
+//!
+//! 1. With `database_url` set, main starts as a **standby**: it holds the start-up hold
+//!    (`Flight::recovering`: no slot fires, no run starts, wrapper hellos are answered
+//!    `retry_later` so wrappers try the next server), serves reads from the shared
+//!    database, and refuses what only the leader may do (run now, maintenance, pause).
+//! 2. The first report carries the secret every server shares: tokens and resume keys
+//!    made by any server are valid on this one.
+//! 3. Given the lease, main **adopts**: the start-up of a lone daemon, unchanged
+//!    (`boot::start`, `recovery::start`): runs in flight are loaded from the database and
+//!    wait for their wrappers, slots missed since the last recorded one follow each
+//!    job's `missed` policy, then the schedule is armed. The (job, slot) uniqueness of
+//!    the database stays the last guard against a slot run twice. The leader alone
+//!    pumps the notification outbox.
+//! 4. A leader whose lease cannot be confirmed (the database unreachable) holds
+//!    ([`Ha::holding`]): no new slot fires and no run starts, its wrappers are still
+//!    served and nothing is lost (output stays unacknowledged in the wrappers); when the
+//!    lease is confirmed again it carries on, and the slots that passed meanwhile are
+//!    settled as late slots are (`missed`). If another server took the lease
+//!    meanwhile, this one stops (its daemon exits; restarted, it is a standby): the runs
+//!    are the other's now, and their wrappers move to it.
+
+use super::{Main, MainRole, boot, run};
+use crate::evloop::Ctx;
+use crate::wire::db::LeaseReport;
+
+/// Where this daemon stands.
+#[derive(Debug, Default)]
+pub struct Ha {
+    /// The database is shared (PostgreSQL): leading comes from the lease.
+    pub shared: bool,
+    /// This server's name (`server_name`, or the host name).
+    pub server: String,
+    /// This daemon holds the lease (always true when not shared).
+    pub leader: bool,
+    /// The database answered db's last try.
+    pub reachable: bool,
+    /// Who leads, as far as known.
+    pub holder: Option<String>,
+    /// This daemon has adopted the schedule and the runs (it led once).
+    adopted: bool,
+    /// Times this daemon took the lease.
+    pub takeovers: u64,
+    /// The newest report, for the loop to apply (it needs the registry and timers).
+    pending: Option<LeaseReport>,
+}
+
+impl Ha {
+    /// The role shown by `saltpeterctl status` and `/metrics`.
+    pub fn role(&self) -> &'static str {
+        match (self.shared, self.leader, self.reachable) {
+            (false, _, _) | (true, true, _) => "leader",
+            (true, false, true) => "standby",
+            (true, false, false) => "unconfirmed",
+        }
+    }
+
+    /// A leader that cannot confirm its lease: no slot fires and no run starts, but its
+    /// wrappers are still served (their output waits, unacknowledged, in the wrappers).
+    pub fn holding(&self) -> bool {
+        self.shared && self.adopted && !self.leader
+    }
+
+    /// A standby refuses what only the leader may do.
+    pub fn refusal(&self) -> Option<String> {
+        if !self.shared || self.leader {
+            return None;
+        }
+        Some(match &self.holder {
+            Some(holder) => format!(
+                "this server ({}) is a standby; ask the leader, {holder}",
+                self.server
+            ),
+            None => format!(
+                "this server ({}) does not hold the leader lease; ask the leader",
+                self.server
+            ),
+        })
+    }
+}
+
+/// At start: a lone daemon leads at once; one sharing the database waits for the lease.
+pub fn start(core: &mut Main) {
+    let sp = &core.config.saltpeter;
+    core.ha.shared = sp.database_url.is_some();
+    core.ha.server = sp.server_name.clone().unwrap_or_else(|| {
+        nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "saltpeter".to_string())
+    });
+    core.ha.reachable = true;
+    if core.ha.shared {
+        log::info!(
+            "{} starts as a standby until it holds the leader lease",
+            core.ha.server
+        );
+        core.flight.recovering = true;
+    } else {
+        adopt(core);
+    }
+}
+
+fn adopt(core: &mut Main) {
+    core.ha.leader = true;
+    core.ha.adopted = true;
+    boot::start(core);
+    run::recovery::start(core);
+    // Only the leader sends notifications: a standby would release the leader's leases.
+    super::notify::start(core);
+}
+
+/// db's report, kept for the loop (`apply`).
+pub fn report(core: &mut Main, report: LeaseReport) {
+    let secret = report.shared_secret.clone();
+    if let Some(secret) = secret {
+        match crate::roles::main::tokens::Secret::from_hex(&secret.0) {
+            Some(shared) => core.secret = shared,
+            None => log::error!("the shared server secret in the database is malformed"),
+        }
+    }
+    core.ha.pending = Some(report);
+}
+
+/// Acts on the newest report: adopt, hold, carry on, or stop.
+pub fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+    let core = &mut role.core;
+    let Some(report) = core.ha.pending.take() else {
+        return;
+    };
+    if !core.ha.shared {
+        return;
+    }
+    let was = core.ha.leader;
+    core.ha.reachable = report.reachable;
+    if report.reachable {
+        core.ha.holder = report.holder.clone();
+    }
+    match (was, report.leader) {
+        (false, true) if !core.ha.adopted => {
+            core.ha.takeovers += 1;
+            log::info!(
+                "{} holds the leader lease: adopting the runs in flight and the schedule",
+                core.ha.server
+            );
+            adopt(core);
+        }
+        (false, true) => {
+            log::info!("the leader lease is confirmed again: slots fire again");
+            core.ha.leader = true;
+            super::arm_schedule(role, ctx);
+        }
+        // Led before, and another server holds the lease now (possibly after this one
+        // lost the database for a while): the runs are that server's. (A lock still
+        // held by this server's own old session, recorded under its own name, is
+        // waited out instead: the database ends that session.)
+        (_, false)
+            if report.reachable
+                && core.ha.adopted
+                && report.holder.as_deref() != Some(core.ha.server.as_str()) =>
+        {
+            let holder = report.holder.as_deref().unwrap_or("another server");
+            log::error!(
+                "{holder} took the leader lease while {} could not confirm it: the runs are \
+                 {holder}'s now; stopping (restarted, this server is a standby)",
+                core.ha.server
+            );
+            core.ha.leader = false;
+            ctx.stop();
+        }
+        (true, false) => {
+            log::warn!(
+                "the leader lease cannot be confirmed (the database is unreachable, or an old \
+                 session of this server still holds it): no slot \
+                 fires and no run starts until it is"
+            );
+            core.ha.leader = false;
+            super::arm_schedule(role, ctx);
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ha(shared: bool, leader: bool, reachable: bool, adopted: bool) -> Ha {
+        Ha {
+            shared,
+            server: "cron-b".into(),
+            leader,
+            reachable,
+            holder: Some("cron-a".into()),
+            adopted,
+            ..Ha::default()
+        }
+    }
+
+    #[test]
+    fn roles_refusals_and_the_hold() {
+        let lone = ha(false, false, true, false);
+        assert_eq!(lone.role(), "leader");
+        assert_eq!(lone.refusal(), None);
+        assert!(!lone.holding());
+
+        let standby = ha(true, false, true, false);
+        assert_eq!(standby.role(), "standby");
+        let why = standby.refusal().expect("a standby refuses");
+        assert!(why.contains("cron-b") && why.contains("cron-a"), "{why}");
+        assert!(
+            !standby.holding(),
+            "a standby holds through the start-up hold"
+        );
+
+        let leader = ha(true, true, true, true);
+        assert_eq!(leader.role(), "leader");
+        assert_eq!(leader.refusal(), None);
+        assert!(!leader.holding());
+
+        let cut_off = ha(true, false, false, true);
+        assert_eq!(cut_off.role(), "unconfirmed");
+        assert!(
+            cut_off.holding(),
+            "led once, lease unconfirmed: no slot fires"
+        );
+        assert!(cut_off.refusal().is_some());
+    }
+}

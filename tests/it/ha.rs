@@ -1,0 +1,369 @@
+//! Several servers on one PostgreSQL database (docs/ha.md), with a throwaway cluster
+//! (`tests/support/pg_cluster.rs`; skipped without PostgreSQL unless CI requires it).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+use crate::pg_cluster::{self, PgCluster};
+use crate::util::*;
+
+/// 60 numbered lines over about 6 s, then exit 3.
+pub const COUNTER: &str = "for i in $(seq 1 60); do echo line-$i; sleep 0.1; done; exit 3";
+
+pub fn expected_counter() -> String {
+    (1..=60).map(|i| format!("line-{i}\n")).collect()
+}
+
+/// A daemon on the database `url`, named `name`, whose wrapper port is `port`; wrappers
+/// are told every port of `ports`.
+pub fn server(url: &str, name: &str, port: u16, ports: &[u16], jobs: &str) -> Daemon {
+    let servers: Vec<String> = ports
+        .iter()
+        .map(|p| format!("ws://127.0.0.1:{p}"))
+        .collect();
+    let ha = format!(
+        "saltpeter_config:\n  machines_ws_port: {port}\n  database_url: '{url}'\n  \
+         server_name: {name}\n  servers: [{}]\n  recovery_grace: 10\n  api_ws: true\n  \
+         api_ws_port: 0\n  api_token: {}\n",
+        servers.join(", "),
+        crate::api::TOKEN
+    );
+    let mut d = Daemon::prepare(&[
+        ("01-fast.yaml", FAST),
+        ("02-ha.yaml", &ha),
+        ("jobs.yaml", jobs),
+    ]);
+    d.spawn();
+    d.wait_ready();
+    d
+}
+
+pub fn ha_role(d: &Daemon) -> Option<(String, Option<String>)> {
+    let out = d.ctl(&["--json", "status"]);
+    if !out.status.success() {
+        return None;
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    let ha = &v["ha"];
+    Some((
+        ha["role"].as_str()?.to_string(),
+        ha["leader"].as_str().map(str::to_string),
+    ))
+}
+
+pub fn wait_role(d: &Daemon, role: &str) -> Duration {
+    let start = Instant::now();
+    wait_until(&format!("role {role}"), HANG, || {
+        ha_role(d).filter(|(r, _)| r == role).map(|_| ())
+    });
+    start.elapsed()
+}
+
+/// Every process of the daemon, SIGKILLed at once (a dead machine); waits until gone.
+pub fn kill_9(d: &mut Daemon) {
+    let procs = d.processes();
+    for (_, pid) in &procs {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid as i32), Signal::SIGKILL);
+    }
+    let _ = d.wait_exit();
+    for (_, pid) in &procs {
+        wait_until("daemon process gone", HANG, || (!alive(*pid)).then_some(()));
+    }
+}
+
+#[test]
+fn a_daemon_on_postgresql_runs_jobs_and_says_it_leads() {
+    let Some(url) = pg_cluster::fresh_database() else {
+        return;
+    };
+    let port = free_port();
+    let d = server(
+        &url,
+        "solo",
+        port,
+        &[port],
+        "hello:\n  schedule: '@yearly'\n  targets: [m1]\n  command: 'echo hello from pg'\n",
+    );
+    wait_role(&d, "leader");
+    let (run, code) = d.run_wait("hello");
+    assert_eq!(code, 0, "{run}\n{}", d.log_text());
+    let id = run["id"].as_u64().expect("run id");
+    assert_eq!(d.output(id, "m1"), "hello from pg\n");
+    let status = d.ctl_json(&["status"]);
+    assert_eq!(status["ha"]["server"], "solo");
+    assert_eq!(status["ha"]["leader"], "solo");
+    let out = d.ctl(&["status"]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("server solo is leader; leader: solo"),
+        "{text}"
+    );
+    // The shared secret is in the database and nowhere in the log (the daemon logs at
+    // debug level here; the PostgreSQL client's statement lines are kept out).
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("admin connection");
+    let secret: String = admin
+        .query_one("SELECT value FROM meta WHERE key = 'server_secret'", &[])
+        .expect("the shared secret")
+        .get(0);
+    assert_eq!(secret.len(), 64);
+    let log = d.log_text();
+    assert!(!log.contains(&secret), "the shared secret is in the log");
+    assert!(
+        !log.contains("executing statement"),
+        "statement parameters in the log"
+    );
+    let api_port = status["api_port"].as_u64().expect("api_port") as u16;
+    let metrics = crate::api::get(api_port, "/metrics").text();
+    assert!(
+        metrics.contains("saltpeter_ha_leader{server=\"solo\",role=\"leader\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn an_unreachable_database_at_start_is_exit_2_without_the_password() {
+    let mut d = Daemon::prepare(&[(
+        "02-db.yaml",
+        "saltpeter_config:\n  database_url: 'postgres://sp:hunter2@%2Fnonexistent-sp-dir/sp'\n",
+    )]);
+    d.spawn();
+    let status = d.wait_exit();
+    assert_eq!(status.code(), Some(2), "{}", d.log_text());
+    let log = d.log_text();
+    assert!(log.contains("could not connect to the database"), "{log}");
+    assert!(log.contains("postgres://sp:***@"), "{log}");
+    assert!(!log.contains("hunter2"), "the password leaked: {log}");
+}
+
+#[test]
+fn a_database_url_that_is_not_postgresql_is_a_configuration_error() {
+    // A configuration error: the daemon runs (on SQLite) and says what is wrong.
+    let d = Daemon::start(&[(
+        "02-db.yaml",
+        "saltpeter_config:\n  database_url: 'mysql://u:secretpw@h/db'\n",
+    )]);
+    let status = d.ctl_json(&["status"]);
+    let errors = status["config_errors"].to_string();
+    assert!(errors.contains("database_url"), "{status}");
+    assert!(errors.contains("02-db.yaml"), "names the file: {status}");
+    assert!(
+        !errors.contains("secretpw"),
+        "the password leaked: {status}"
+    );
+    assert!(!d.log_text().contains("secretpw"), "the password leaked");
+}
+
+/// The slots of `runs` (scheduled runs only) in unix milliseconds, one per run.
+pub fn slots(runs: &[Value]) -> Vec<i64> {
+    runs.iter()
+        .filter_map(|r| r["slot"].as_str())
+        .filter_map(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| t.timestamp_millis())
+        .collect()
+}
+
+#[test]
+fn kill_9_of_the_leader_mid_run_the_standby_takes_over_and_the_run_completes_whole() {
+    let Some(url) = pg_cluster::fresh_database() else {
+        return;
+    };
+    let (pa, pb) = (free_port(), free_port());
+    let jobs = format!(
+        "counter:\n  schedule: '@yearly'\n  targets: [ha1]\n  command: '{COUNTER}'\n\
+         tick:\n  schedule: '*/2 * * * * *'\n  targets: [tick1]\n  command: 'true'\n  \
+         overlap: allow\n"
+    );
+    let mut a = server(&url, "alpha", pa, &[pa, pb], &jobs);
+    wait_role(&a, "leader");
+    let b = server(&url, "beta", pb, &[pa, pb], &jobs);
+    wait_role(&b, "standby");
+    assert_eq!(ha_role(&b).and_then(|(_, l)| l).as_deref(), Some("alpha"));
+    // A standby refuses what only the leader may do.
+    let refused = b.ctl(&["run", "counter"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("standby"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    let id = a.run_now("counter");
+    wait_until("some output", HANG, || {
+        a.output(id, "ha1").contains("line-10\n").then_some(())
+    });
+    // The standby serves the run and its output from the shared database.
+    assert!(b.output(id, "ha1").contains("line-10\n"));
+    assert_eq!(b.run_record(id)["state"], "running");
+    kill_9(&mut a);
+    let killed = Instant::now();
+    wait_role(&b, "leader");
+    eprintln!("takeover after {:?}", killed.elapsed());
+
+    let run = b.wait_run_final(id);
+    let t = target(&run, "ha1");
+    assert_eq!(t["exit_code"], 3, "{run}\n{}", b.log_text());
+    assert_eq!(t["reason"], "exit");
+    assert_eq!(b.output(id, "ha1"), expected_counter(), "{}", b.log_text());
+
+    // The tick job: every slot once, those missed during the takeover recorded as
+    // skipped (its `missed: skip` policy), none twice.
+    std::thread::sleep(Duration::from_secs(5));
+    let runs = b.runs("tick");
+    let mut all = slots(&runs);
+    let count = all.len();
+    all.sort();
+    let unique: BTreeSet<i64> = all.iter().copied().collect();
+    assert_eq!(unique.len(), count, "a slot recorded twice: {runs:?}");
+    let (first, last) = (all[0], all[count - 1]);
+    let expected: BTreeSet<i64> = (0..)
+        .map(|i| first + i * 2000)
+        .take_while(|s| *s <= last)
+        .collect();
+    assert_eq!(unique, expected, "a slot lost: {runs:?}");
+}
+
+#[test]
+fn slots_missed_before_a_server_takes_over_follow_the_missed_policy() {
+    let Some(url) = pg_cluster::fresh_database() else {
+        return;
+    };
+    let (pa, pb) = (free_port(), free_port());
+    let jobs = "tick:\n  schedule: '*/2 * * * * *'\n  targets: [tick2]\n  command: 'true'\n  overlap: allow\n";
+    let mut a = server(&url, "alpha", pa, &[pa, pb], jobs);
+    wait_role(&a, "leader");
+    wait_until("a tick", HANG, || {
+        (!a.runs("tick").is_empty()).then_some(())
+    });
+    kill_9(&mut a);
+    // Nobody leads for a while: the slots meanwhile are missed.
+    std::thread::sleep(Duration::from_secs(5));
+    let b = server(&url, "beta", pb, &[pa, pb], jobs);
+    wait_role(&b, "leader");
+    std::thread::sleep(Duration::from_secs(3));
+    let runs = b.runs("tick");
+    let mut all = slots(&runs);
+    all.sort();
+    let unique: BTreeSet<i64> = all.iter().copied().collect();
+    assert_eq!(unique.len(), all.len(), "a slot recorded twice: {runs:?}");
+    let expected: BTreeSet<i64> = (0..)
+        .map(|i| all[0] + i * 2000)
+        .take_while(|s| s <= all.last().unwrap())
+        .collect();
+    assert_eq!(unique, expected, "a slot lost: {runs:?}");
+    let skipped: Vec<&Value> = runs.iter().filter(|r| r["state"] == "skipped").collect();
+    assert!(
+        skipped.len() >= 2,
+        "the slots nobody led were not recorded: {runs:?}"
+    );
+    assert!(
+        skipped.iter().all(|r| r["reason"]
+            .as_str()
+            .is_some_and(|why| why.starts_with("missed"))),
+        "{skipped:?}"
+    );
+}
+
+#[test]
+fn the_database_lost_mid_run_holds_new_runs_and_nothing_is_lost_when_it_returns() {
+    let Some(cluster) = pg_cluster::private_cluster() else {
+        return;
+    };
+    let url = cluster.fresh_database();
+    let port = free_port();
+    let jobs =
+        format!("counter:\n  schedule: '@yearly'\n  targets: [lost1]\n  command: '{COUNTER}'\n");
+    let d = server(&url, "solo", port, &[port], &jobs);
+    wait_role(&d, "leader");
+    let id = d.run_now("counter");
+    wait_until("some output", HANG, || {
+        d.output(id, "lost1").contains("line-5\n").then_some(())
+    });
+    cluster.stop_immediately();
+    wait_role(&d, "unconfirmed");
+    // No new run while the database is away.
+    let refused = d.ctl(&["run", "counter"]);
+    assert!(
+        !refused.status.success(),
+        "a run started without the database"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    restart(&cluster);
+    wait_role(&d, "leader");
+    let run = wait_final_or_log(&d, id);
+    let t = target(&run, "lost1");
+    assert_eq!(t["exit_code"], 3, "{run}\n{}", d.log_text());
+    assert_eq!(
+        d.output(id, "lost1"),
+        expected_counter(),
+        "{}",
+        d.log_text()
+    );
+    let (after, code) = d.run_wait("counter");
+    assert_eq!(code, 1, "the next run works again: {after}");
+}
+
+fn wait_final_or_log(d: &Daemon, id: u64) -> Value {
+    let start = Instant::now();
+    loop {
+        let run = d.run_record(id);
+        if is_final(&run) {
+            return run;
+        }
+        assert!(
+            start.elapsed() < HANG,
+            "run {id} did not finish: {run}\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn restart(cluster: &PgCluster) {
+    cluster.start_again();
+}
+
+/// A leader whose sessions the database ended (as after a network partition) while the
+/// standby took the lease stops, rather than lead next to it.
+#[test]
+fn a_leader_whose_lease_another_took_meanwhile_stops() {
+    let Some(url) = pg_cluster::fresh_database() else {
+        return;
+    };
+    let (pa, pb) = (free_port(), free_port());
+    let jobs = "tick:\n  schedule: '*/2 * * * * *'\n  targets: [split1]\n  command: 'true'\n";
+    let mut a = server(&url, "alpha", pa, &[pa, pb], jobs);
+    wait_role(&a, "leader");
+    let b = server(&url, "beta", pb, &[pa, pb], jobs);
+    wait_role(&b, "standby");
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("admin connection");
+    // End alpha's sessions until beta got the lease first.
+    wait_until("beta to lead", HANG, || {
+        let _ = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = 'saltpeter-db alpha'",
+            &[],
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        ha_role(&b).filter(|(r, _)| r == "leader").map(|_| ())
+    });
+    let status = a.wait_exit();
+    assert_eq!(status.code(), Some(1), "{}", a.log_text());
+    assert!(
+        a.log_text()
+            .contains("took the leader lease while alpha could not confirm it"),
+        "{}",
+        a.log_text()
+    );
+    // beta runs the schedule alone.
+    let before = b.runs("tick").len();
+    wait_until("beta to fire", HANG, || {
+        (b.runs("tick").len() > before).then_some(())
+    });
+}
