@@ -184,7 +184,9 @@ fn kill_9_of_the_leader_mid_run_the_standby_takes_over_and_the_run_completes_who
     wait_role(&a, "leader");
     let b = server(&url, "beta", pb, &[pa, pb], &jobs);
     wait_role(&b, "standby");
-    assert_eq!(ha_role(&b).and_then(|(_, l)| l).as_deref(), Some("alpha"));
+    wait_until("the standby to know the leader", HANG, || {
+        (ha_role(&b).and_then(|(_, l)| l).as_deref() == Some("alpha")).then_some(())
+    });
     // A standby refuses what only the leader may do.
     let refused = b.ctl(&["run", "counter"]);
     assert!(!refused.status.success());

@@ -69,7 +69,8 @@ impl Queue {
 
 /// Run one salt call: through the salt bridge when it is enabled and works, else as a
 /// `salt` process (queued behind `concurrency` others). `extra_timeout_s` lengthens the
-/// call's deadline (deployments queued behind other state runs).
+/// deadline after which the call is abandoned (deployments queued behind other state
+/// runs), not Salt's `-t`.
 fn submit(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
@@ -78,24 +79,26 @@ fn submit(
     extra_timeout_s: u64,
     on_done: impl FnOnce(&mut Blocking, &mut Ctx<Blocking>, Outcome) + 'static,
 ) {
+    // Salt's own timeout stays `-t`: a minion still running the job (a queued state run)
+    // keeps answering Salt's find_job and Salt waits for it, while a silent one is given up
+    // after `-t`; only the deadline after which the call is abandoned grows.
     let mut cli = settings.clone();
     cli.timeout_s += extra_timeout_s;
     let mut invocation = Invocation {
-        argv: call.argv(settings, extra_timeout_s),
+        argv: call.argv(settings, 0),
         settings: cli,
         on_done: Box::new(on_done),
     };
     if settings.bridge {
         let key = (settings.salt_bin.clone(), settings.config_dir.clone());
-        let timeout_s = settings.timeout_s + extra_timeout_s;
-        let deadline = Duration::from_secs(timeout_s) + DEADLINE_SLACK;
+        let deadline = Duration::from_secs(settings.timeout_s + extra_timeout_s) + DEADLINE_SLACK;
         log::debug!("salt (bridge) {} {}", call.function, call.target);
         match super::salt_bridge::submit(
             state,
             ctx,
             &key,
             settings.concurrency,
-            call.bridge_request(timeout_s),
+            call.bridge_request(settings.timeout_s),
             deadline,
             invocation,
         ) {
@@ -420,11 +423,15 @@ fn deploy_to(
             };
             let mut retry = Vec::new();
             for machine in minions {
+                let mut silent = None;
                 let result = match (&outcome, returns.by_minion.get(&machine)) {
                     (Outcome::Failed(why), _) => Err(why.clone()),
                     (_, Some(value)) => match salt::state_result(value) {
                         MinionResult::Ok => Ok(()),
-                        MinionResult::NoReturn(why) => Err(why),
+                        MinionResult::NoReturn(why) => {
+                            silent = Some(why.clone());
+                            Err(why)
+                        }
                         MinionResult::Failed(why) if attempt.attempts_left > 0 => {
                             log::warn!(
                                 "wrapper deployment on {machine} failed ({why}); trying again"
@@ -443,7 +450,7 @@ fn deploy_to(
                 attempt.settled.push(LaunchOutcome {
                     machine,
                     result,
-                    silent: None,
+                    silent,
                 });
             }
             if retry.is_empty() {

@@ -121,6 +121,18 @@ pub fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                             .deployed
                             .insert(o.machine, (wrapper_path.clone(), hash.clone()));
                     }
+                    Err(why) if o.silent.is_some() && env.resolved_from_cache => {
+                        // Never pinged: a minion silent at its deployment is unreachable.
+                        log::warn!("run {run}: {} did not return: {why}", o.machine);
+                        core.event(
+                            "target_unreachable",
+                            Some(&job.name),
+                            Some(run),
+                            Some(&o.machine),
+                            format!("salt: {why}"),
+                        );
+                        finish_target(core, run, &o.machine, TargetReason::Unreachable, Some(255));
+                    }
                     Err(why) => {
                         log::warn!("run {run}: {}: {why}", o.machine);
                         super::launch_failed(core, &job.name, run, &o.machine, why);
