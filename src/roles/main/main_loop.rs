@@ -264,6 +264,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     run_flow::recovery::start(&mut role.core);
     ui::start(&mut role.core);
     super::notify::start(&mut role.core);
+    super::heap::trim_soon(ev.ctx());
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }

@@ -20,6 +20,7 @@ mod chains;
 mod config_watch;
 mod deploy;
 mod effects;
+mod heap;
 mod history;
 mod jobctl;
 mod joblog;
