@@ -186,7 +186,7 @@ pub fn arm_timers(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
             hub.expiry_timer = Some((ctx.at(at, expire_calls), at));
         }
     }
-    wrappers::arm_sweep(hub, ctx);
+    wrappers::arm_sweep_if_waiting(hub, ctx);
 }
 
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
