@@ -36,6 +36,8 @@ pub struct Db {
     /// Batch transaction latency (`/metrics`), reported to main when it changed.
     commit_latency: crate::metrics::Histogram,
     reported_commits: u64,
+    /// A report is due in a moment (armed by a commit; nothing wakes an idle db).
+    report_armed: bool,
 }
 
 impl Controlled for Db {
@@ -280,10 +282,23 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
                 }
             }
             serve(db, calls);
+            arm_commit_report(db, ctx);
             Flow::Continue
         }
         Err(e) => super::link_failed(ctx, &e),
     }
+}
+
+/// Report commits to main within 2 s of the first unreported one.
+fn arm_commit_report(db: &mut Db, ctx: &mut Ctx<Db>) {
+    if db.report_armed || db.commit_latency.count == db.reported_commits {
+        return;
+    }
+    db.report_armed = true;
+    ctx.after(std::time::Duration::from_secs(2), |db: &mut Db, ctx| {
+        db.report_armed = false;
+        report_commit_latency(db, ctx);
+    });
 }
 
 /// Send main the commit latency histogram if batches were committed since the last time.
@@ -317,10 +332,11 @@ mod calls_tests;
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let mut store =
         Store::open(&args.dirs.database()).map_err(|e| RoleError::Start(e.to_string()))?;
-    // Start-only setting; main owns the rest of the configuration.
-    if let Ok(config) = crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()) {
+    // Start-only setting; main owns the rest of the configuration (only the files with
+    // `saltpeter_config` are read: the jobs cost db memory it never used).
+    if let Ok(settings) = crate::config::load_settings(&args.dirs.config) {
         store
-            .set_max_size(config.saltpeter.database_max_size)
+            .set_max_size(settings.database_max_size)
             .map_err(|e| RoleError::Start(e.to_string()))?;
     }
     let mut ev: EventLoop<Db> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
@@ -333,9 +349,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         store,
         commit_latency: crate::metrics::Histogram::new(crate::metrics::LATENCY_BUCKETS),
         reported_commits: 0,
+        report_armed: false,
     };
-    ev.ctx()
-        .every(std::time::Duration::from_secs(2), report_commit_latency);
     ev.run(&mut db).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }

@@ -187,6 +187,7 @@ pub fn arm_timers(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
         }
     }
     wrappers::arm_sweep_if_waiting(hub, ctx);
+    http::arm_sweep(hub, ctx);
 }
 
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
@@ -225,10 +226,6 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         )?),
         false => None,
     };
-    if http.is_some() {
-        // Idle and slow HTTP clients are timed out by this sweep (only with the API on).
-        ev.ctx().every(Duration::from_secs(1), http::sweep);
-    }
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut hub = Hub {
         control,

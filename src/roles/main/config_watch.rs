@@ -64,6 +64,19 @@ pub fn start(ctx: &mut Ctx<MainRole>, dir: &Path) {
 }
 
 fn watch(ctx: &mut Ctx<MainRole>, dir: &Path) -> Result<(), String> {
+    let inotify = open_watch(dir)?;
+    let fd = inotify.as_fd().as_raw_fd();
+    let listener = ConfigWatch {
+        inotify,
+        check_armed: Rc::new(Cell::new(false)),
+    };
+    ctx.register(&mut SourceFd(&fd), Interest::READABLE, listener)
+        .map_err(|e| format!("registering the inotify descriptor: {e}"))?;
+    Ok(())
+}
+
+/// A non-blocking inotify descriptor watching what can change a configuration file.
+fn open_watch(dir: &Path) -> Result<Inotify, String> {
     let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
         .map_err(|e| format!("inotify_init: {e}"))?;
     let flags = AddWatchFlags::IN_CLOSE_WRITE
@@ -79,14 +92,7 @@ fn watch(ctx: &mut Ctx<MainRole>, dir: &Path) -> Result<(), String> {
     inotify
         .add_watch(dir, flags)
         .map_err(|e| format!("inotify_add_watch: {e}"))?;
-    let fd = inotify.as_fd().as_raw_fd();
-    let listener = ConfigWatch {
-        inotify,
-        check_armed: Rc::new(Cell::new(false)),
-    };
-    ctx.register(&mut SourceFd(&fd), Interest::READABLE, listener)
-        .map_err(|e| format!("registering the inotify descriptor: {e}"))?;
-    Ok(())
+    Ok(inotify)
 }
 
 impl Listener<MainRole> for ConfigWatch {
@@ -144,4 +150,42 @@ fn check(role: &mut MainRole, ctx: &mut Ctx<MainRole>, armed: Rc<Cell<bool>>) {
     }
     armed.set(false);
     reload::watch_config(role, ctx);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(inotify: &Inotify) -> usize {
+        match inotify.read_events() {
+            Ok(events) => events.len(),
+            Err(Errno::EAGAIN) => 0,
+            Err(e) => panic!("read_events: {e}"),
+        }
+    }
+
+    #[test]
+    fn writing_renaming_and_removing_a_file_are_all_seen_and_nothing_else_is() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let inotify = open_watch(dir.path()).expect("watch");
+        assert_eq!(events(&inotify), 0, "no event before any change");
+        let file = dir.path().join("jobs.yaml");
+        std::fs::write(&file, "a: 1\n").expect("write");
+        assert!(events(&inotify) > 0, "a new file");
+        std::fs::write(dir.path().join(".tmp"), "b: 2\n").expect("write");
+        let _ = events(&inotify);
+        std::fs::rename(dir.path().join(".tmp"), &file).expect("rename");
+        assert!(events(&inotify) > 0, "an editor's save by rename");
+        let _ = std::fs::read_to_string(&file).expect("read");
+        assert_eq!(events(&inotify), 0, "reading is not a change");
+        std::fs::remove_file(&file).expect("remove");
+        assert!(events(&inotify) > 0, "a removed file");
+    }
+
+    #[test]
+    fn a_missing_directory_is_an_error_that_names_the_call() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = open_watch(&dir.path().join("gone")).expect_err("no directory");
+        assert!(err.contains("inotify_add_watch"), "{err}");
+    }
 }
