@@ -37,10 +37,14 @@ themselves, 4.8 MB (a 464-byte `Job` each, plus its strings: 2.9 MB more); the p
 trees kept so an unchanged file is not parsed again on reload, 3.8 MB and more; target \
 lists, 1 MB; malloc's own overhead, 3.4 MB; on top of main's 8 MB with no jobs. Shrinking \
 those means a more compact job and tree representation; not done.
-- **Not met, not yet profiled.** Fan-out (scenario 3): the local executor starts each of the \
-1,000 wrappers as its own `saltpeter-wrapper --daemonize` (a fork, an exec and a double \
-fork per target) from blocking's loop; where those seconds go was not measured. Ingest \
-with 100 wrappers at once (scenario 2): the aggregate is below one job's throughput and \
+- **Fan-out** (scenario 3, not met). `perf record -a` during the run: 36 % of the samples \
+were in the 1,000 `saltpeter-wrapper` processes, nearly all of it process start-up (the \
+dynamic loader, CPU feature detection of the crypto crates, fork and exec in the kernel: \
+each is started as `saltpeter-wrapper --daemonize`, which forks twice), 12 % in `sh` \
+running `true`, 9 % in the daemon's five processes; the rest were other builds on this \
+machine. The daemon is not the bottleneck; fewer processes per target (no double fork for \
+the local executor, no shell for a plain command) would be. Not changed.
+- **Not met, not yet profiled.** Ingest with 100 wrappers at once (scenario 2): the aggregate is below one job's throughput and \
 the hub and main peak at a few hundred MiB (`peak_rss_hub`, `peak_rss_main`): each \
 wrapper may keep up to 16 MiB unacknowledged, and that output waits in the hub's and \
 main's queues on its way to db; bounding those queues below the wrappers' windows is the \

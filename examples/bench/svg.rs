@@ -120,8 +120,9 @@ pub fn bars(title: &str, unit: &str, items: &[(String, f64)], goal: Option<f64>)
 
 /// Cumulative distributions: for each series, the share of samples ≤ x, as steps.
 pub fn cdf(title: &str, unit: &str, series: &[(String, Vec<f64>)]) -> String {
-    let height = 360.0;
-    let (x0, x1, y0, y1) = (70.0, WIDTH - 30.0, TOP + 10.0, height - 90.0);
+    // The plot, the axis label, then one legend line per series.
+    let (x0, x1, y0, y1) = (70.0, WIDTH - 30.0, TOP + 10.0, 270.0);
+    let height = y1 + 50.0 + 16.0 * series.len() as f64;
     let mut out = String::new();
     header(&mut out, height, title);
     let max = nice_max(
@@ -170,9 +171,9 @@ pub fn cdf(title: &str, unit: &str, series: &[(String, Vec<f64>)]) -> String {
              <rect x=\"{:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{color}\"/>\n\
              <text x=\"{:.1}\" y=\"{:.1}\">{} ({} samples)</text>\n",
             x0 + 10.0,
-            height - 55.0 + n as f64 * 16.0,
+            y1 + 40.0 + n as f64 * 16.0,
             x0 + 28.0,
-            height - 45.0 + n as f64 * 16.0,
+            y1 + 50.0 + n as f64 * 16.0,
             escape(name),
             v.len()
         );
