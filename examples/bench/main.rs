@@ -68,6 +68,10 @@ struct Args {
     /// Print the figures only: write no JSON and no report (for profiling runs).
     #[arg(long)]
     dry_run: bool,
+    /// Add to target/bench/results.json instead of replacing it (scripts/bench runs the
+    /// Salt scenarios in a second invocation).
+    #[arg(long, hide = true)]
+    append_results: bool,
 }
 
 fn repo() -> PathBuf {
@@ -172,8 +176,16 @@ fn run(args: Args) -> Result<bool, BenchError> {
     for s in chosen {
         eprintln!("==> {} ({})", s.title, s.name);
         let start = std::time::Instant::now();
+        let load = procstat::load_average();
         let result = match (s.run)(&env) {
-            Ok(r) => r,
+            Ok(mut r) => {
+                // The machine is shared: what else ran decides how far figures can be compared.
+                r.note(format!(
+                    "load average when the scenario started: {load}, when it ended: {}",
+                    procstat::load_average()
+                ));
+                r
+            }
             Err(e) => {
                 all_ok = false;
                 eprintln!("    {} could not be measured: {e}", s.name);
@@ -193,7 +205,15 @@ fn run(args: Args) -> Result<bool, BenchError> {
     if args.dry_run {
         return Ok(all_ok);
     }
-    save(&repo.join("target/bench/results.json"), &this_run)?;
+    let run_path = repo.join("target/bench/results.json");
+    if args.append_results {
+        let mut earlier = load(&run_path);
+        for r in this_run.runs.drain(..) {
+            earlier.merge(r);
+        }
+        this_run.runs = earlier.runs;
+    }
+    save(&run_path, &this_run)?;
     all.machine = this_run.machine.clone();
     save(&all_path, &all)?;
     report::write(&repo, &all)?;

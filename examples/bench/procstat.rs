@@ -98,6 +98,14 @@ fn first_line_with(path: &str, key: &str) -> Option<String> {
     Some(line.split_once(':')?.1.trim().to_string())
 }
 
+/// The 1, 5 and 15 minute load averages, as `/proc/loadavg` gives them.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// `PRETTY_NAME` of `/etc/os-release`.
 fn os_name() -> Option<String> {
     let text = std::fs::read_to_string("/etc/os-release").ok()?;
@@ -137,12 +145,7 @@ pub fn machine() -> Vec<(String, String)> {
             command_line("git", &["describe", "--always", "--dirty"]).unwrap_or_default()
         )),
     );
-    add(
-        "load average at the start",
-        std::fs::read_to_string("/proc/loadavg")
-            .ok()
-            .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")),
-    );
+    add("load average at the start", Some(load_average()));
     out
 }
 
