@@ -49,6 +49,10 @@ the hub and main peak at a few hundred MiB (`peak_rss_hub`, `peak_rss_main`): ea
 wrapper may keep up to 16 MiB unacknowledged, and that output waits in the hub's and \
 main's queues on its way to db; bounding those queues below the wrappers' windows is the \
 next step.
+- **The original Saltpeter** (scenario 6). Idle, its process tree uses a large share of a \
+core as soon as it has jobs: its main loop re-reads and re-parses every YAML file of the \
+directory on each tick (about every 50 ms) and compares the result with the previous one; \
+this daemon sleeps until the next slot or a changed file.
 - db read the whole configuration at start only for `database_max_size`; it reads only the \
 files with `saltpeter_config` now (its memory with 10,000 jobs: the scheduler table's \
 `peak_rss_db`).

@@ -198,7 +198,9 @@ fn run(args: Args) -> Result<bool, BenchError> {
         print!("{}", report::table(&result));
         this_run.runs.push(result.clone());
         // A failed run keeps the previous figures of that scenario in the report.
-        if !result.figures.is_empty() || all.find(s.name, &args.label).is_none() {
+        if s.sizes_side_by_side {
+            all.merge_keeping(result);
+        } else if !result.figures.is_empty() || all.find(s.name, &args.label).is_none() {
             all.merge(result);
         }
     }

@@ -98,6 +98,47 @@ fn first_line_with(path: &str, key: &str) -> Option<String> {
     Some(line.split_once(':')?.1.trim().to_string())
 }
 
+/// The parent pid from the text of `/proc/PID/stat`.
+pub fn parse_ppid(text: &str) -> Option<u32> {
+    text.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// `pid` and every process below it.
+pub fn tree(pid: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(p) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            if let Some(pp) = std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| parse_ppid(&s))
+            {
+                parents.push((p, pp));
+            }
+        }
+    }
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let parent = out[i];
+        out.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    out
+}
+
 /// The 1, 5 and 15 minute load averages, as `/proc/loadavg` gives them.
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -174,6 +215,24 @@ mod tests {
         let text = "42 (a (b) c) S 1 42 42 0 -1 4194304 10 0 0 0 150 50 30 20 20 0 1 0 5";
         assert_eq!(parse_stat_cpu_with_children(text, 100.0), Some(2.5));
         assert_eq!(parse_stat_cpu_with_children("42 (x) S 1", 100.0), None);
+    }
+
+    #[test]
+    fn the_parent_pid_follows_the_command_name() {
+        assert_eq!(parse_ppid("42 (a (b) c) S 7 42 42"), Some(7));
+        assert_eq!(parse_ppid("42 (x)"), None);
+    }
+
+    #[test]
+    fn this_process_tree_holds_its_children() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        let t = tree(std::process::id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(t.contains(&child.id()), "{t:?}");
     }
 
     #[test]

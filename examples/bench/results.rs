@@ -150,6 +150,31 @@ impl Results {
         self.runs.push(result);
     }
 
+    /// Like `merge`, but figures and samples of the earlier result whose keys this one
+    /// does not have are kept (a scenario measured at several sizes, one size per run).
+    pub fn merge_keeping(&mut self, mut result: ScenarioResult) {
+        if let Some(old) = self.find(&result.scenario, &result.label).cloned() {
+            let mut figures: Vec<Figure> = old
+                .figures
+                .into_iter()
+                .filter(|f| result.get(&f.key).is_none())
+                .collect();
+            figures.append(&mut result.figures);
+            result.figures = figures;
+            let mut samples: Vec<Samples> = old
+                .samples
+                .into_iter()
+                .filter(|s| !result.samples.iter().any(|n| n.key == s.key))
+                .collect();
+            samples.append(&mut result.samples);
+            result.samples = samples;
+            if !old.sizes.is_empty() && old.sizes != result.sizes {
+                result.sizes = format!("{}; {}", old.sizes, result.sizes);
+            }
+        }
+        self.merge(result);
+    }
+
     pub fn find(&self, scenario: &str, label: &str) -> Option<&ScenarioResult> {
         self.runs
             .iter()
@@ -188,6 +213,26 @@ mod tests {
         assert!(!Goal::AtMost(30.0).met(30.1));
         assert!(Goal::AtLeast(100.0).met(100.0));
         assert_eq!(Goal::AtLeast(100.0).text("MB/s"), "≥ 100 MB/s");
+    }
+
+    #[test]
+    fn results_at_other_sizes_are_kept_beside_each_other() {
+        let mut all = Results::default();
+        let mut three = ScenarioResult::new("salt", "current", "a");
+        three.sizes = "3 minions".into();
+        three.figure("p50_3", "3 minions", 10.0, "ms", None);
+        all.merge_keeping(three.clone());
+        let mut ten = ScenarioResult::new("salt", "current", "b");
+        ten.sizes = "10 minions".into();
+        ten.figure("p50_10", "10 minions", 20.0, "ms", None);
+        all.merge_keeping(ten);
+        three.figures[0].value = 11.0;
+        all.merge_keeping(three);
+        let r = all.find("salt", "current").expect("salt");
+        assert_eq!(r.get("p50_10").map(|f| f.value), Some(20.0));
+        assert_eq!(r.get("p50_3").map(|f| f.value), Some(11.0));
+        assert_eq!(r.figures.len(), 2);
+        assert_eq!(all.runs.len(), 1);
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub const SCENARIO: Scenario = Scenario {
             output frame from a simulated wrapper to its `ack`, i.e. committed in SQLite; \
             5 probes a second). Goal at 10,000: hub under 5 % of a core and 150 MB. \
             Size: `SP_BENCH_FANIN_N` (default 10,000).",
+    sizes_side_by_side: false,
     run,
 };
 

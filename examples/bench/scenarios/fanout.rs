@@ -17,6 +17,7 @@ pub const SCENARIO: Scenario = Scenario {
             target's result stored, with 1,000 real \
             wrappers launched, connected, run and reported. Goal ≤ 3 s. Size: \
             `SP_BENCH_FANOUT_TARGETS` (1,000).",
+    sizes_side_by_side: false,
     run,
 };
 

@@ -16,6 +16,7 @@ pub const SCENARIO: Scenario = Scenario {
             whose command sleeps, and of a wrapper streaming 100 MiB (its peak). The peaks of \
             the daemon's processes under the loads of scenarios 1–4 are listed with those \
             scenarios.",
+    sizes_side_by_side: false,
     run,
 };
 

@@ -32,6 +32,9 @@ pub struct Scenario {
     pub title: &'static str,
     /// What it does and which goal it checks, for the report.
     pub about: &'static str,
+    /// Figures are keyed by size and a run at one size keeps those of the others (the
+    /// Salt scenario, run at 3, 10 and 30 minions one at a time).
+    pub sizes_side_by_side: bool,
     pub run: fn(&Env) -> Result<ScenarioResult, BenchError>,
 }
 

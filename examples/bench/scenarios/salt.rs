@@ -21,6 +21,7 @@ pub const SCENARIO: Scenario = Scenario {
             first. CPU-seconds per firing: the daemon's processes with the `salt` commands \
             they ran, and the master and minions. Minions: `SP_BENCH_MINIONS` (3; 10 and 30 \
             after the single-publish launch path lands).",
+    sizes_side_by_side: true,
     run,
 };
 
@@ -108,14 +109,14 @@ fn run(env: &Env) -> Result<ScenarioResult, BenchError> {
     let late = sorted(late);
     if let (Some(p50), Some(p99)) = (percentile(&late, 0.5), percentile(&late, 0.99)) {
         result.figure(
-            "slot_to_command_p50",
+            &format!("slot_to_command_p50_{n}"),
             &format!("slot → command running on {n} minions, p50"),
             p50,
             "ms",
             None,
         );
         result.figure(
-            "slot_to_command_p99",
+            &format!("slot_to_command_p99_{n}"),
             &format!("slot → command running on {n} minions, p99"),
             p99,
             "ms",
@@ -123,29 +124,29 @@ fn run(env: &Env) -> Result<ScenarioResult, BenchError> {
         );
     }
     result.samples(
-        "slot_to_command",
+        &format!("slot_to_command_{n}"),
         &format!("slot → command, {n} minions"),
         "ms",
         late,
     );
     let fired = firings as f64;
     result.figure(
-        "cpu_daemon_per_firing",
-        "daemon + its salt commands, CPU per firing",
+        &format!("cpu_daemon_per_firing_{n}"),
+        &format!("daemon + its salt commands, CPU per firing, {n} minions"),
         (d1 - d0) / fired,
         "CPU-s",
         None,
     );
     result.figure(
-        "cpu_salt_per_firing",
-        "salt master + minions, CPU per firing",
+        &format!("cpu_salt_per_firing_{n}"),
+        &format!("salt master + minions, CPU per firing, {n} minions"),
         (s1 - s0) / fired,
         "CPU-s",
         None,
     );
     if failed > 0 {
         result.note(format!(
-            "{failed} targets printed no start time (failed or not run)."
+            "{n} minions: {failed} targets printed no start time (failed or not run)."
         ));
     }
     Ok(result)

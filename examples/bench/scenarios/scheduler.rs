@@ -19,6 +19,7 @@ pub const SCENARIO: Scenario = Scenario {
             (goal ≤ 30 MB). Then ten of the jobs are changed to fire every second: dispatch \
             lateness (slot → run record) and command lateness (slot → command started) over \
             20 firings each. Size: `SP_BENCH_JOBS` (10,000).",
+    sizes_side_by_side: false,
     run,
 };
 
