@@ -262,20 +262,32 @@ impl Daemon {
         })
     }
 
-    /// Stop with SIGTERM (KILL after 20 s).
+    /// Stop with SIGTERM (KILL after 20 s), then end the wrappers it left.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let pid = nix::unistd::Pid::from_raw(child.id() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
             let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(20) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
+            let mut exited = false;
+            while !exited && start.elapsed() < Duration::from_secs(20) {
+                exited = matches!(child.try_wait(), Ok(Some(_)));
+                if !exited {
+                    std::thread::sleep(Duration::from_millis(50));
                 }
-                std::thread::sleep(Duration::from_millis(50));
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            if !exited {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        // Wrappers outlive their daemon by design (they retry for a day); the ones this
+        // daemon started log under its root, and a benchmark leaves none behind.
+        let root = self.root.path().to_string_lossy().into_owned();
+        for pid in crate::procstat::pids_with(&root) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }

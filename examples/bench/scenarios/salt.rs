@@ -17,7 +17,7 @@ pub const SCENARIO: Scenario = Scenario {
     title: "5. Salt: slot to command on real minions",
     about: "A job on `'*'` of a real Salt testbed (`scripts/salt-testbed`, master and \
             minions on this machine) firing every 15 s and printing the time its command \
-            started; from the slot to that time on each minion, over 5 firings after the \
+            started; from the slot to that time on each minion, over 6 firings after the \
             first. CPU-seconds per firing: the daemon's processes with the `salt` commands \
             they ran, and the master and minions. Minions: `SP_BENCH_MINIONS` (3; 10 and 30 \
             after the single-publish launch path lands).",
