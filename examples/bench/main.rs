@@ -62,6 +62,9 @@ struct Args {
     /// Directory of the binaries to measure (default: next to this driver's directory).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
+    /// What the binaries of `--bin-dir` are, for the report (e.g. a commit).
+    #[arg(long)]
+    build: Option<String>,
     /// Only regenerate docs/benchmarks.md from docs/benchmarks.json.
     #[arg(long)]
     report_only: bool,
@@ -154,7 +157,9 @@ fn run(args: Args) -> Result<bool, BenchError> {
     };
     bins.check()?;
     raise_fd_limit();
-    let build = if args.bin_dir.is_some() {
+    let build = if let Some(build) = &args.build {
+        build.clone()
+    } else if args.bin_dir.is_some() {
         format!("binaries in {}", bins.dir.display())
     } else {
         procstat::machine()

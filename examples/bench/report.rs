@@ -104,7 +104,7 @@ pub fn markdown(results: &Results) -> String {
         "\n## How to reproduce\n\n```sh\ncargo build --release --bins --example bench\n\
          scripts/bench                    # every scenario (about 10 minutes here)\n\
          scripts/bench ingest scheduler   # only these; the report keeps the others' figures\n\
-         scripts/bench --label before --bin-dir /path/to/old/target/release scheduler\n```\n\n\
+         scripts/bench --label before --bin-dir /path/to/old/target/release --build COMMIT scheduler\n```\n\n\
          `scripts/bench` builds the release binaries and the driver (`examples/bench/`), starts \
          a Salt testbed (`scripts/salt-testbed`) for the `salt` and `original` scenarios unless \
          `SALT_BIN` and friends point at one, writes this run's results to \
