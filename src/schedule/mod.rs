@@ -24,6 +24,12 @@
 //!
 //! A schedule that can never fire is reported by [`Schedule::check_fires`], which the config
 //! loader calls with its `now`.
+//!
+//! Memory: croner's matcher keeps a byte per possible year (years 1 to 5000), about 5.3 KB
+//! per schedule, which made 10,000 distinct schedules cost main ~50 MB. A [`Schedule`] keeps
+//! only its canonical text (one string of the seven numeric fields, under 100 bytes); the
+//! matcher is built when the schedule is asked (a few microseconds: one parse), and the
+//! last one built is kept per thread, so walking one schedule slot by slot parses once.
 
 mod fields;
 mod walk;
@@ -33,6 +39,7 @@ mod table_tests;
 #[cfg(test)]
 mod tests;
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
@@ -117,20 +124,20 @@ impl CronFields {
     }
 }
 
-/// The parsed fields: the canonical text and croner's matcher for wall-clock times.
+/// The checked fields: the canonical text and how croner must read it.
 #[derive(Debug)]
 struct Compiled {
-    /// Canonical numeric fields, in 7-field order.
-    canonical: [String; 7],
-    /// Matches wall-clock (naive local) times only.
-    wall: Cron,
+    /// Canonical numeric fields in 7-field order, separated by spaces.
+    text: String,
+    /// dom and dow are ANDed (Vixie cron, see the module note).
+    vixie_and: bool,
 }
 
 /// A validated schedule read in one time zone.
 #[derive(Clone, Debug)]
 pub struct Schedule {
-    /// Shared: croner keeps a bitfield per possible year (~10 KB), so a copy of a job must
-    /// not copy it, and comparing two copies is a pointer comparison.
+    /// Shared, so a copy of a job does not copy the text and comparing two copies is a
+    /// pointer comparison.
     compiled: Arc<Compiled>,
     tz: Tz,
     /// Minute or hour field starts with `*`: the job follows real time across DST changes.
@@ -203,26 +210,55 @@ impl Schedule {
         // already treats as unrestricted) makes the day test an AND of both fields.
         let vixie_and =
             (dom.starts_with('*') && dom != "*") || (dow.starts_with('*') && dow != "*");
-        let parser = CronParser::builder()
-            .seconds(Seconds::Required)
-            .year(Year::Required)
-            .dom_and_dow(vixie_and)
-            .build();
+        let parser = parser(vixie_and);
         let text = canonical.join(" ");
-        let wall = match parser.parse(&text) {
-            Ok(cron) => cron,
-            Err(err) => return Err(blame_field(&parser, &canonical, &text, &err)),
-        };
+        if let Err(err) = parser.parse(&text) {
+            return Err(blame_field(&parser, &canonical, &text, &err));
+        }
         Ok(Schedule {
-            compiled: Arc::new(Compiled { canonical, wall }),
+            compiled: Arc::new(Compiled { text, vixie_and }),
             tz,
             follows_real_time,
         })
     }
 
+    /// Runs `f` with this schedule's matcher: the one built last on this thread when it was
+    /// this schedule's (a walk asks one schedule many times in a row), else a new one.
+    fn with_matcher<R>(&self, f: impl FnOnce(&Matcher) -> R) -> R {
+        LAST_MATCHER.with(|cell| {
+            let mut last = cell.borrow_mut();
+            // The cache holds its `Arc`, so the pointer cannot be reused by another schedule.
+            let hit = matches!(&*last, Some((compiled, m))
+                if Arc::ptr_eq(compiled, &self.compiled)
+                    && m.tz == self.tz
+                    && m.follows_real_time == self.follows_real_time);
+            if !hit {
+                *last = Some((Arc::clone(&self.compiled), self.matcher()));
+            }
+            match &*last {
+                Some((_, m)) => f(m),
+                None => f(&self.matcher()),
+            }
+        })
+    }
+
+    /// croner's matcher for this schedule's wall-clock times, built for one query. The
+    /// fields were accepted by the same parser in [`Schedule::build`]; should it refuse them
+    /// now anyway, the schedule matches nothing (never a panic).
+    fn matcher(&self) -> Matcher {
+        let wall = parser(self.compiled.vixie_and)
+            .parse(&self.compiled.text)
+            .ok();
+        Matcher {
+            wall,
+            tz: self.tz,
+            follows_real_time: self.follows_real_time,
+        }
+    }
+
     /// The canonical 7-field text (`sec min hour dom mon dow year`, names as numbers).
     pub fn describe(&self) -> String {
-        self.compiled.canonical.join(" ")
+        self.compiled.text.clone()
     }
 
     /// The zone the fields are read in.
@@ -238,24 +274,26 @@ impl Schedule {
 
     /// The first firing strictly after `after`, or `None` if there is none.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        walk::next_after(self, after)
+        self.with_matcher(|m| walk::next_after(m, after))
     }
 
     /// Up to `n` firings strictly after `after`, in order.
     pub fn upcoming(&self, after: DateTime<Utc>, n: usize) -> Vec<DateTime<Utc>> {
-        let mut out = Vec::with_capacity(n.min(1024));
-        let mut cursor = after;
-        while out.len() < n {
-            match self.next_after(cursor) {
-                Some(next) => {
-                    debug_assert!(next > cursor, "firings must strictly increase");
-                    out.push(next);
-                    cursor = next;
+        self.with_matcher(|matcher| {
+            let mut out = Vec::with_capacity(n.min(1024));
+            let mut cursor = after;
+            while out.len() < n {
+                match walk::next_after(matcher, cursor) {
+                    Some(next) => {
+                        debug_assert!(next > cursor, "firings must strictly increase");
+                        out.push(next);
+                        cursor = next;
+                    }
+                    None => break,
                 }
-                None => break,
             }
-        }
-        out
+            out
+        })
     }
 
     /// Fails with [`ScheduleError::NeverFires`] when no firing follows `now`.
@@ -269,11 +307,35 @@ impl Schedule {
             }),
         }
     }
+}
 
+thread_local! {
+    /// The matcher of the schedule asked last on this thread (one, about 5 KB).
+    static LAST_MATCHER: RefCell<Option<(Arc<Compiled>, Matcher)>> = const { RefCell::new(None) };
+}
+
+/// The parser every schedule is checked and matched with.
+fn parser(vixie_and: bool) -> CronParser {
+    CronParser::builder()
+        .seconds(Seconds::Required)
+        .year(Year::Required)
+        .dom_and_dow(vixie_and)
+        .build()
+}
+
+/// A schedule ready to answer queries: croner's matcher for wall-clock (naive local) times,
+/// the zone and the DST rule. Lives for one query (see the module note on memory).
+struct Matcher {
+    wall: Option<Cron>,
+    tz: Tz,
+    follows_real_time: bool,
+}
+
+impl Matcher {
     /// The next wall-clock time (naive local) matching the fields, at or after `from`.
     fn next_wall(&self, from: NaiveDateTime, inclusive: bool) -> Option<NaiveDateTime> {
-        self.compiled
-            .wall
+        self.wall
+            .as_ref()?
             .find_next_occurrence(&from, inclusive)
             .ok()
     }
@@ -285,7 +347,7 @@ impl PartialEq for Schedule {
         self.tz == other.tz
             && self.follows_real_time == other.follows_real_time
             && (Arc::ptr_eq(&self.compiled, &other.compiled)
-                || self.compiled.canonical == other.compiled.canonical)
+                || self.compiled.text == other.compiled.text)
     }
 }
 

@@ -15,14 +15,14 @@
 
 use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Timelike, Utc};
 
-use super::Schedule;
+use super::Matcher;
 
 /// Wall-clock searches per call; each either returns or steps past one gap or repeated hour.
 const MAX_WALK_STEPS: usize = 64;
 /// The longest spring-forward gap searched through (Samoa skipped a whole day in 2011).
 const MAX_GAP_MINUTES: usize = 3 * 24 * 60;
 
-pub(super) fn next_after(schedule: &Schedule, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+pub(super) fn next_after(schedule: &Matcher, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
     let local = wall_of(schedule, after).with_nanosecond(0)?;
     let after_offset = offset_secs(schedule, after);
 
@@ -51,7 +51,7 @@ pub(super) fn next_after(schedule: &Schedule, after: DateTime<Utc>) -> Option<Da
 
 /// The first candidate instant after `after`, walking wall times forward from `local`.
 fn walk_forward(
-    schedule: &Schedule,
+    schedule: &Matcher,
     after: DateTime<Utc>,
     after_offset: i32,
     local: NaiveDateTime,
@@ -100,7 +100,7 @@ fn walk_forward(
     None
 }
 
-fn resolve(schedule: &Schedule, wall: NaiveDateTime) -> LocalResult<DateTime<Utc>> {
+fn resolve(schedule: &Matcher, wall: NaiveDateTime) -> LocalResult<DateTime<Utc>> {
     match schedule.tz.from_local_datetime(&wall) {
         LocalResult::Single(t) => LocalResult::Single(t.with_timezone(&Utc)),
         LocalResult::Ambiguous(a, b) => {
@@ -111,11 +111,11 @@ fn resolve(schedule: &Schedule, wall: NaiveDateTime) -> LocalResult<DateTime<Utc
     }
 }
 
-fn wall_of(schedule: &Schedule, instant: DateTime<Utc>) -> NaiveDateTime {
+fn wall_of(schedule: &Matcher, instant: DateTime<Utc>) -> NaiveDateTime {
     instant.with_timezone(&schedule.tz).naive_local()
 }
 
-fn offset_secs(schedule: &Schedule, instant: DateTime<Utc>) -> i32 {
+fn offset_secs(schedule: &Matcher, instant: DateTime<Utc>) -> i32 {
     schedule
         .tz
         .offset_from_utc_datetime(&instant.naive_utc())
@@ -126,7 +126,7 @@ fn offset_secs(schedule: &Schedule, instant: DateTime<Utc>) -> i32 {
 /// The wall-time range `[start, end)` of the repeated hour whose wall time resolves to
 /// `first` and `second`.
 fn fold_walls(
-    schedule: &Schedule,
+    schedule: &Matcher,
     first: DateTime<Utc>,
     second: DateTime<Utc>,
 ) -> (NaiveDateTime, NaiveDateTime) {
@@ -150,7 +150,7 @@ fn fold_walls(
 }
 
 /// The first real instant after the spring-forward gap containing `wall`.
-fn gap_end(schedule: &Schedule, wall: NaiveDateTime) -> Option<DateTime<Utc>> {
+fn gap_end(schedule: &Matcher, wall: NaiveDateTime) -> Option<DateTime<Utc>> {
     let mut minute = wall.with_second(0)?.with_nanosecond(0)? + Duration::minutes(1);
     for _ in 0..MAX_GAP_MINUTES {
         if let LocalResult::Single(found) | LocalResult::Ambiguous(found, _) =

@@ -252,6 +252,7 @@ pub struct JobDetail {
 /// A slice of one target's stored output.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputSlice {
+    #[serde(with = "crate::wire::bytes")]
     pub data: Vec<u8>,
     /// Bytes of the target dropped by its output limit.
     pub omitted_bytes: u64,
@@ -383,6 +384,7 @@ pub enum AdminResponse {
     /// Streamed by `Follow`: output of one target, in order.
     OutputChunk {
         machine: String,
+        #[serde(with = "crate::wire::bytes")]
         data: Vec<u8>,
         /// Bytes the output limit dropped at `omitted_at` within `data`.
         omitted_bytes: u64,

@@ -44,6 +44,7 @@ pub enum DbRequest {
         machine: String,
         seq: u64,
         stream: Stream,
+        #[serde(with = "crate::wire::bytes")]
         data: Vec<u8>,
         limit: OutputLimit,
     },
@@ -335,6 +336,7 @@ pub struct OutputQuery {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutputBytes {
     /// Kept bytes in arrival order (stdout and stderr interleaved as they came).
+    #[serde(with = "crate::wire::bytes")]
     pub data: Vec<u8>,
     /// Bytes dropped by the output limit (all of the target, not only this slice).
     pub omitted_bytes: u64,

@@ -72,6 +72,7 @@ pub enum HubRequest {
         conn: ConnId,
         seq: u64,
         stream: Stream,
+        #[serde(with = "crate::wire::bytes")]
         data: Vec<u8>,
     },
     WrapperExited {

@@ -7,6 +7,7 @@
 //!   answers
 //! - `wrapper`: the wrapper <-> hub WebSocket protocol v1
 //! - `ui`: the dashboard's live-update types on the hub-main link
+//! - `bytes`: output payloads encoded as one block, not byte by byte
 
 /// Declares, for each request of a link, a marker type bound to the reply it expects
 /// (`ipc::rpc::Call`): `Name -> Type { ReplyPattern => value }`, one line per request.
@@ -34,6 +35,7 @@ macro_rules! calls {
 }
 
 pub mod admin;
+pub mod bytes;
 pub mod db;
 pub mod link;
 pub mod notify;

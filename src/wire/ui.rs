@@ -15,6 +15,7 @@ use super::records::{Millis, RunId, TargetRecord};
 /// last frame it contains (the hub relays later frames itself).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LiveBase {
+    #[serde(with = "crate::wire::bytes")]
     pub data: Vec<u8>,
     pub omitted_bytes: u64,
     pub omitted_at: Option<usize>,

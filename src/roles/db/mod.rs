@@ -42,6 +42,8 @@ pub struct Db {
     reported_commits: u64,
     /// The leader lease, on a database several daemons share (`lease.rs`).
     lease: Option<lease::LeaseWatch>,
+    /// A report is due in a moment (armed by a commit; nothing wakes an idle db).
+    report_armed: bool,
 }
 
 impl Controlled for Db {
@@ -282,10 +284,23 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
                 }
             }
             serve(db, calls);
+            arm_commit_report(db, ctx);
             Flow::Continue
         }
         Err(e) => super::link_failed(ctx, &e),
     }
+}
+
+/// Report commits to main within 2 s of the first unreported one.
+fn arm_commit_report(db: &mut Db, ctx: &mut Ctx<Db>) {
+    if db.report_armed || db.commit_latency.count == db.reported_commits {
+        return;
+    }
+    db.report_armed = true;
+    ctx.after(std::time::Duration::from_secs(2), |db: &mut Db, ctx| {
+        db.report_armed = false;
+        report_commit_latency(db, ctx);
+    });
 }
 
 /// Send main the commit latency histogram if batches were committed since the last time.
@@ -339,9 +354,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         commit_latency: crate::metrics::Histogram::new(crate::metrics::LATENCY_BUCKETS),
         reported_commits: 0,
         lease,
+        report_armed: false,
     };
-    ev.ctx()
-        .every(std::time::Duration::from_secs(2), report_commit_latency);
     if db.lease.is_some() {
         lease::poll(&mut db, ev.ctx());
         ev.ctx().every(lease::POLL, lease::poll);
@@ -357,14 +371,14 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
 fn open_storage(args: &RoleArgs) -> Result<(Box<dyn Storage>, Option<String>), RoleError> {
     // Start-only settings; main owns the rest of the configuration (and reports it when
     // it does not load).
-    let config = crate::config::load_dir(&args.dirs.config, None, chrono::Utc::now()).ok();
-    let url = config
-        .as_ref()
-        .and_then(|c| c.saltpeter.database_url.as_ref());
+    // Only the files with `saltpeter_config` are read: the jobs would cost db memory it
+    // never uses.
+    let config = crate::config::load_settings(&args.dirs.config).ok();
+    let url = config.as_ref().and_then(|c| c.database_url.as_ref());
     if let Some(url) = url {
         let name = config
             .as_ref()
-            .and_then(|c| c.saltpeter.server_name.clone())
+            .and_then(|c| c.server_name.clone())
             .unwrap_or_else(lease::host_name);
         return match pg::PgStore::connect_as(url.expose(), Some(&name)) {
             Ok(store) => {
@@ -378,7 +392,7 @@ fn open_storage(args: &RoleArgs) -> Result<(Box<dyn Storage>, Option<String>), R
         Store::open(&args.dirs.database()).map_err(|e| RoleError::Start(e.to_string()))?;
     if let Some(config) = &config {
         store
-            .set_max_size(config.saltpeter.database_max_size)
+            .set_max_size(config.database_max_size)
             .map_err(|e| RoleError::Start(e.to_string()))?;
     }
     Ok((Box::new(store), None))

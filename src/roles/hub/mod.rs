@@ -186,7 +186,8 @@ pub fn arm_timers(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
             hub.expiry_timer = Some((ctx.at(at, expire_calls), at));
         }
     }
-    wrappers::arm_sweep(hub, ctx);
+    wrappers::arm_sweep_if_waiting(hub, ctx);
+    http::arm_sweep(hub, ctx);
 }
 
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
@@ -225,10 +226,6 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         )?),
         false => None,
     };
-    if http.is_some() {
-        // Idle and slow HTTP clients are timed out by this sweep (only with the API on).
-        ev.ctx().every(Duration::from_secs(1), http::sweep);
-    }
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut hub = Hub {
         control,

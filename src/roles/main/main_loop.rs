@@ -14,8 +14,8 @@ use super::run as run_flow;
 use super::scheduler::Scheduler;
 use super::tokens::Secret;
 use super::{
-    BLOCKING_CALL_BASE, CONFIG_SCAN, Main, MainRole, Peer, STALL_THRESHOLD, boot, jobctl, launcher,
-    live, maintenance, missed, reload, requests, sessions, ui,
+    BLOCKING_CALL_BASE, Main, MainRole, Peer, STALL_THRESHOLD, boot, jobctl, launcher, live,
+    maintenance, missed, reload, requests, sessions, ui,
 };
 use crate::config;
 use crate::evloop::Flow;
@@ -215,7 +215,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     )?;
     let mut scheduler = Scheduler::default();
     scheduler.plan(config.valid_jobs(), now);
-    ev.ctx().every(CONFIG_SCAN, reload::watch_config);
+    super::config_watch::start(ev.ctx(), &args.dirs.config);
     ev.ctx().every(Duration::from_secs(30), report_stalls);
     ev.ctx().every(Duration::from_secs(1), super::notify::tick);
     let control = attach_control(ev.ctx(), &mut args)?;
@@ -264,6 +264,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     };
     super::ha::start(&mut role.core);
     ui::start(&mut role.core);
+    super::heap::trim_soon(ev.ctx());
     ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }

@@ -17,9 +17,11 @@
 mod api_audit;
 mod boot;
 mod chains;
+mod config_watch;
 mod deploy;
 mod effects;
 mod ha;
+mod heap;
 mod history;
 mod jobctl;
 mod joblog;
@@ -87,9 +89,6 @@ const DB_TROUBLE_CLEARS_AFTER: Duration = Duration::from_secs(10);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// A Workflow waiting this long on nothing live is reported.
 const STALL_THRESHOLD: Duration = Duration::from_secs(60);
-/// How often the configuration directory is scanned for changes (a `stat` per file): a
-/// change is in effect within this plus the reload time, inside the 2 s promised.
-const CONFIG_SCAN: Duration = Duration::from_secs(1);
 
 /// What to do with a db reply.
 #[derive(Debug, Clone)]

@@ -152,6 +152,7 @@ fn apply(
     super::arm_schedule(role, ctx);
     // Connected `/ws` clients see the change now, not at the next event.
     ui::flush(&mut role.core);
+    super::heap::trim_soon(ctx);
 }
 
 /// Reload when a file of the configuration directory changed (a cheap metadata scan; none

@@ -137,6 +137,8 @@ pub struct Conn {
 
 pub struct Http {
     conns: HashMap<ConnId, Conn>,
+    /// The one-second sweep is pending (armed only while there are connections).
+    sweep_armed: bool,
     next_id: ConnId,
     pub limits: Limits,
     pub auth: auth::Auth,
@@ -195,6 +197,7 @@ impl Http {
         let limits = Limits::from_config(sp);
         Ok(Http {
             conns: HashMap::new(),
+            sweep_armed: false,
             next_id: 1,
             ui: views::UiHub::new(limits.live_cap),
             limits,
@@ -241,7 +244,10 @@ impl Listener<Hub> for Acceptor {
         loop {
             let (mut tcp, peer) = match self.listener.accept() {
                 Ok(accepted) => accepted,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Flow::Continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    arm_sweep(hub, ctx);
+                    return Flow::Continue;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     log::warn!("API port accept failed: {e}");
@@ -493,6 +499,25 @@ fn respond_waiting(hub: &mut Hub, id: ConnId, response: &Response) {
 
 /// Once a second: requests that take too long, idle and lingering connections, stalled
 /// writers, `/ws` handshakes that never finish.
+/// Idle and slow clients are timed out by a sweep every second while there are
+/// connections; with none, nothing wakes the hub up for it.
+pub fn arm_sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    if http.sweep_armed || http.conns.is_empty() {
+        return;
+    }
+    http.sweep_armed = true;
+    ctx.after(Duration::from_secs(1), |hub: &mut Hub, ctx| {
+        if let Some(http) = hub.http.as_mut() {
+            http.sweep_armed = false;
+        }
+        sweep(hub, ctx);
+        arm_sweep(hub, ctx);
+    });
+}
+
 pub fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     let Some(http) = hub.http.as_mut() else {
         return;
