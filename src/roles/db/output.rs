@@ -40,15 +40,32 @@ pub struct AppendOutcome {
     pub contiguous_seq: u64,
 }
 
-/// The output bookkeeping columns of a target row.
+/// The output bookkeeping columns of a target row (both backends keep the same).
 #[derive(Debug, Clone, Copy)]
-struct Progress {
-    contiguous: u64,
-    pending: u64,
-    total: u64,
-    omitted: u64,
-    head: u64,
-    tail: u64,
+pub(crate) struct Progress {
+    pub contiguous: u64,
+    pub pending: u64,
+    pub total: u64,
+    pub omitted: u64,
+    pub head: u64,
+    pub tail: u64,
+}
+
+/// Where a target's stored output chunks live: the three operations the head and tail
+/// placement needs, so both backends place bytes by the same rules
+/// ([`place_within_limit`]).
+pub(crate) trait Chunks {
+    fn insert_chunk(
+        &mut self,
+        pos: u64,
+        seq: u64,
+        stream: Stream,
+        data: &[u8],
+    ) -> Result<(), StoreError>;
+    /// Delete every chunk after the head; returns the bytes removed.
+    fn delete_tail(&mut self, head: u64) -> Result<u64, StoreError>;
+    /// Drop at most `excess` bytes from the oldest tail chunks; returns the bytes dropped.
+    fn shed_oldest_tail(&mut self, p: &Progress, excess: u64) -> Result<u64, StoreError>;
 }
 
 impl Store {
@@ -72,7 +89,7 @@ impl Store {
         }
         to_db(op, "output seq", seq)?;
         self.atomic(op, |conn| {
-            let target = Target {
+            let mut target = Target {
                 conn,
                 run_id,
                 machine,
@@ -89,7 +106,8 @@ impl Store {
                     contiguous_seq: progress.contiguous,
                 });
             }
-            let (kept, omitted) = target.store(&mut progress, seq, stream, data, limit)?;
+            let (kept, omitted) =
+                place_within_limit(&mut target, &mut progress, seq, stream, data, limit)?;
             target.save(&progress)?;
             Ok(AppendOutcome {
                 duplicate: false,
@@ -223,6 +241,26 @@ impl Store {
 }
 
 /// One target's output rows, inside an operation.
+impl Chunks for Target<'_, '_> {
+    fn insert_chunk(
+        &mut self,
+        pos: u64,
+        seq: u64,
+        stream: Stream,
+        data: &[u8],
+    ) -> Result<(), StoreError> {
+        Target::insert_chunk(self, pos, seq, stream, data)
+    }
+
+    fn delete_tail(&mut self, head: u64) -> Result<u64, StoreError> {
+        Target::delete_tail(self, head)
+    }
+
+    fn shed_oldest_tail(&mut self, p: &Progress, excess: u64) -> Result<u64, StoreError> {
+        Target::shed_oldest_tail(self, p, excess)
+    }
+}
+
 struct Target<'c, 'm> {
     conn: &'c Connection,
     run_id: i64,
@@ -377,71 +415,6 @@ impl Target<'_, '_> {
         Ok(())
     }
 
-    /// Stores the bytes of a new frame within `limit`; returns (kept, omitted) bytes.
-    fn store(
-        &self,
-        p: &mut Progress,
-        seq: u64,
-        stream: Stream,
-        data: &[u8],
-        limit: OutputLimit,
-    ) -> Result<(u64, u64), StoreError> {
-        let mut pos = p.total;
-        let mut rest = data;
-        let mut kept = 0u64;
-        let omitted_before = p.omitted;
-        p.total += data.len() as u64;
-
-        // The head stays open until the first byte goes elsewhere.
-        if p.tail == 0 && p.omitted == 0 && p.head < limit.head {
-            let room = usize::try_from(limit.head - p.head).unwrap_or(usize::MAX);
-            let (head, after) = rest.split_at(room.min(rest.len()));
-            self.insert_chunk(pos, seq, stream, head)?;
-            p.head += head.len() as u64;
-            kept += head.len() as u64;
-            pos += head.len() as u64;
-            rest = after;
-        }
-        if rest.is_empty() {
-            return Ok((kept, 0));
-        }
-        let tail_room = usize::try_from(limit.tail).unwrap_or(usize::MAX);
-        if rest.len() >= tail_room {
-            // The frame alone fills the tail window: it replaces the window.
-            let removed = self.delete_tail(p.head)?;
-            p.omitted += removed;
-            let drop = rest.len() - tail_room;
-            p.omitted += drop as u64;
-            let keep = &rest[drop..];
-            self.insert_chunk(pos + drop as u64, seq, stream, keep)?;
-            p.tail = keep.len() as u64;
-            kept += keep.len() as u64;
-        } else {
-            self.insert_chunk(pos, seq, stream, rest)?;
-            p.tail += rest.len() as u64;
-            kept += rest.len() as u64;
-            let mut excess = p.tail.saturating_sub(limit.tail);
-            while excess > 0 {
-                let shed = self.shed_oldest_tail(p, excess)?;
-                debug_assert!(
-                    shed > 0,
-                    "the tail window starts right after the omitted gap"
-                );
-                if shed == 0 {
-                    break;
-                }
-                excess -= shed;
-                p.tail -= shed;
-                p.omitted += shed;
-            }
-        }
-        debug_assert!(
-            p.total == p.head + p.omitted + p.tail,
-            "every byte received is in the head, the omitted gap or the tail"
-        );
-        Ok((kept, p.omitted - omitted_before))
-    }
-
     fn insert_chunk(
         &self,
         pos: u64,
@@ -542,6 +515,73 @@ impl Target<'_, '_> {
             .map_err(sql_error(op))?;
         Ok(excess)
     }
+}
+
+/// Stores the bytes of a new frame within `limit`: the head fills first, then a tail
+/// window of at most `limit.tail` bytes keeps the newest, and what falls between is
+/// counted as omitted. Returns (kept, omitted) bytes.
+pub(crate) fn place_within_limit<C: Chunks + ?Sized>(
+    chunks: &mut C,
+    p: &mut Progress,
+    seq: u64,
+    stream: Stream,
+    data: &[u8],
+    limit: OutputLimit,
+) -> Result<(u64, u64), StoreError> {
+    let mut pos = p.total;
+    let mut rest = data;
+    let mut kept = 0u64;
+    let omitted_before = p.omitted;
+    p.total += data.len() as u64;
+
+    // The head stays open until the first byte goes elsewhere.
+    if p.tail == 0 && p.omitted == 0 && p.head < limit.head {
+        let room = usize::try_from(limit.head - p.head).unwrap_or(usize::MAX);
+        let (head, after) = rest.split_at(room.min(rest.len()));
+        chunks.insert_chunk(pos, seq, stream, head)?;
+        p.head += head.len() as u64;
+        kept += head.len() as u64;
+        pos += head.len() as u64;
+        rest = after;
+    }
+    if rest.is_empty() {
+        return Ok((kept, 0));
+    }
+    let tail_room = usize::try_from(limit.tail).unwrap_or(usize::MAX);
+    if rest.len() >= tail_room {
+        // The frame alone fills the tail window: it replaces the window.
+        let removed = chunks.delete_tail(p.head)?;
+        p.omitted += removed;
+        let drop = rest.len() - tail_room;
+        p.omitted += drop as u64;
+        let keep = &rest[drop..];
+        chunks.insert_chunk(pos + drop as u64, seq, stream, keep)?;
+        p.tail = keep.len() as u64;
+        kept += keep.len() as u64;
+    } else {
+        chunks.insert_chunk(pos, seq, stream, rest)?;
+        p.tail += rest.len() as u64;
+        kept += rest.len() as u64;
+        let mut excess = p.tail.saturating_sub(limit.tail);
+        while excess > 0 {
+            let shed = chunks.shed_oldest_tail(p, excess)?;
+            debug_assert!(
+                shed > 0,
+                "the tail window starts right after the omitted gap"
+            );
+            if shed == 0 {
+                break;
+            }
+            excess -= shed;
+            p.tail -= shed;
+            p.omitted += shed;
+        }
+    }
+    debug_assert!(
+        p.total == p.head + p.omitted + p.tail,
+        "every byte received is in the head, the omitted gap or the tail"
+    );
+    Ok((kept, p.omitted - omitted_before))
 }
 
 #[cfg(test)]

@@ -10,19 +10,29 @@
 use super::super::output::{AppendOutcome, MAX_PENDING_SEQS};
 use super::super::store::{Op, StoreError, from_db, to_db};
 use super::{PgStore, Sql, col};
+use crate::roles::db::output::{Chunks, Progress, place_within_limit};
 use crate::wire::db::{OutputBytes, OutputLimit, OutputQuery};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::Stream;
 
-/// The output bookkeeping columns of a target row.
-#[derive(Debug, Clone, Copy)]
-struct Progress {
-    contiguous: u64,
-    pending: u64,
-    total: u64,
-    omitted: u64,
-    head: u64,
-    tail: u64,
+impl Chunks for Target<'_, '_, '_> {
+    fn insert_chunk(
+        &mut self,
+        pos: u64,
+        seq: u64,
+        stream: Stream,
+        data: &[u8],
+    ) -> Result<(), StoreError> {
+        Target::insert_chunk(self, pos, seq, stream, data)
+    }
+
+    fn delete_tail(&mut self, head: u64) -> Result<u64, StoreError> {
+        Target::delete_tail(self, head)
+    }
+
+    fn shed_oldest_tail(&mut self, p: &Progress, excess: u64) -> Result<u64, StoreError> {
+        Target::shed_oldest_tail(self, p, excess)
+    }
 }
 
 /// One target's output rows, inside an operation.
@@ -69,7 +79,8 @@ impl PgStore {
                     contiguous_seq: progress.contiguous,
                 });
             }
-            let (kept, omitted) = target.store(&mut progress, seq, stream, data, limit)?;
+            let (kept, omitted) =
+                place_within_limit(&mut target, &mut progress, seq, stream, data, limit)?;
             target.save(&progress)?;
             Ok(AppendOutcome {
                 duplicate: false,
@@ -328,67 +339,6 @@ impl Target<'_, '_, '_> {
         )?;
         p.pending = p.pending.saturating_sub(removed);
         Ok(())
-    }
-
-    /// Stores the bytes of a new frame within `limit`; returns (kept, omitted) bytes.
-    fn store(
-        &mut self,
-        p: &mut Progress,
-        seq: u64,
-        stream: Stream,
-        data: &[u8],
-        limit: OutputLimit,
-    ) -> Result<(u64, u64), StoreError> {
-        let mut pos = p.total;
-        let mut rest = data;
-        let mut kept = 0u64;
-        let omitted_before = p.omitted;
-        p.total += data.len() as u64;
-
-        // The head stays open until the first byte goes elsewhere.
-        if p.tail == 0 && p.omitted == 0 && p.head < limit.head {
-            let room = usize::try_from(limit.head - p.head).unwrap_or(usize::MAX);
-            let (head, after) = rest.split_at(room.min(rest.len()));
-            self.insert_chunk(pos, seq, stream, head)?;
-            p.head += head.len() as u64;
-            kept += head.len() as u64;
-            pos += head.len() as u64;
-            rest = after;
-        }
-        if rest.is_empty() {
-            return Ok((kept, 0));
-        }
-        let tail_room = usize::try_from(limit.tail).unwrap_or(usize::MAX);
-        if rest.len() >= tail_room {
-            // The frame alone fills the tail window: it replaces the window.
-            let removed = self.delete_tail(p.head)?;
-            p.omitted += removed;
-            let drop = rest.len() - tail_room;
-            p.omitted += drop as u64;
-            let keep = &rest[drop..];
-            self.insert_chunk(pos + drop as u64, seq, stream, keep)?;
-            p.tail = keep.len() as u64;
-            kept += keep.len() as u64;
-        } else {
-            self.insert_chunk(pos, seq, stream, rest)?;
-            p.tail += rest.len() as u64;
-            kept += rest.len() as u64;
-            let mut excess = p.tail.saturating_sub(limit.tail);
-            while excess > 0 {
-                let shed = self.shed_oldest_tail(p, excess)?;
-                if shed == 0 {
-                    break;
-                }
-                excess -= shed;
-                p.tail -= shed;
-                p.omitted += shed;
-            }
-        }
-        debug_assert!(
-            p.total == p.head + p.omitted + p.tail,
-            "every byte received is in the head, the omitted gap or the tail"
-        );
-        Ok((kept, p.omitted - omitted_before))
     }
 
     fn insert_chunk(
