@@ -51,16 +51,17 @@ fn cpu_s(pid: u32) -> f64 {
     ticks / 100.0
 }
 
-/// The daemon's processes and their children (the salt bridge, salt processes alive).
-fn daemon_cpu_s(d: &Daemon) -> f64 {
-    let mut pids: Vec<u32> = d.processes().into_iter().map(|(_, pid)| pid).collect();
-    let roles = pids.clone();
+/// CPU-seconds of the daemon's processes and their children (the salt bridge, salt
+/// processes alive), by name.
+fn daemon_cpu(d: &Daemon) -> std::collections::BTreeMap<String, f64> {
+    let roles = d.processes();
+    let role_pids: Vec<u32> = roles.iter().map(|(_, pid)| *pid).collect();
+    let mut out: std::collections::BTreeMap<String, f64> = roles
+        .iter()
+        .map(|(role, pid)| (role.clone(), cpu_s(*pid)))
+        .collect();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
         let parent = std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -69,11 +70,18 @@ fn daemon_cpu_s(d: &Daemon) -> f64 {
                 s.rsplit_once(')')
                     .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
             });
-        if parent.is_some_and(|p| roles.contains(&p)) && !pids.contains(&pid) {
-            pids.push(pid);
+        if parent.is_some_and(|p| role_pids.contains(&p)) && !role_pids.contains(&pid) {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|c| format!("child {}", c.trim()))
+                .unwrap_or_else(|_| "child".into());
+            *out.entry(name).or_insert(0.0) += cpu_s(pid);
         }
     }
-    pids.into_iter().map(cpu_s).sum()
+    out
+}
+
+fn daemon_cpu_s(d: &Daemon) -> f64 {
+    daemon_cpu(d).values().sum()
 }
 
 fn bare_ping(bin: &str, master: &str, list: &str) -> Duration {
@@ -161,6 +169,7 @@ fn bench_salt_fleet() {
                 .is_empty())
             .then_some(())
         });
+        let split0 = daemon_cpu(&d);
         let cpu0 = daemon_cpu_s(&d);
         let runs0 = d.runs("stamp").into_iter().filter(is_final).count();
         let runs = wait_until("7 finished runs", wait, || {
@@ -170,6 +179,7 @@ fn bench_salt_fleet() {
             (done.len() >= 7).then_some(done)
         });
         let cpu1 = daemon_cpu_s(&d);
+        let split1 = daemon_cpu(&d);
         let firings = runs.len() - runs0;
         let mut late = Vec::new();
         let mut first = Vec::new();
@@ -227,5 +237,13 @@ fn bench_salt_fleet() {
             (cpu1 - cpu0) / firings.max(1) as f64,
             nap["state"],
         );
+        let split: Vec<String> = split1
+            .iter()
+            .map(|(name, end)| {
+                let per = (end - split0.get(name).copied().unwrap_or(0.0)) / firings.max(1) as f64;
+                format!("{name} {per:.3}")
+            })
+            .collect();
+        println!("      CPU-s per firing by process: {}", split.join(", "));
     }
 }
