@@ -61,7 +61,11 @@ fn daemon_cpu(d: &Daemon) -> std::collections::BTreeMap<String, f64> {
         .map(|(role, pid)| (role.clone(), cpu_s(*pid)))
         .collect();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         let parent = std::fs::read_to_string(format!("/proc/{pid}/stat"))

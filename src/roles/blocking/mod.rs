@@ -145,7 +145,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         stopping: false,
         batches: Default::default(),
         wrapper_log_dir: args.dirs.state.join("wrapper-logs"),
-        token_dir: args.dirs.state.join("launch-tokens"),
+        token_dir: args.dirs.state.join(crate::cleanup::LAUNCH_TOKENS),
         state_dir: args.dirs.state.clone(),
         salt: Default::default(),
     };
