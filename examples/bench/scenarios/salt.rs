@@ -18,9 +18,12 @@ pub const SCENARIO: Scenario = Scenario {
     about: "A job on `'*'` of a real Salt testbed (`scripts/salt-testbed`, master and \
             minions on this machine) firing every 15 s and printing the time its command \
             started; from the slot to that time on each minion, over 6 firings after the \
-            first. CPU-seconds per firing: the daemon's processes with the `salt` commands \
-            they ran, and the master and minions. Minions: `SP_BENCH_MINIONS` (3; 10 and 30 \
-            after the single-publish launch path lands).",
+            first. CPU-seconds per firing: the daemon's processes with what they ran (the \
+            salt bridge, or `salt` commands), and the master and minions. Minions: \
+            `SP_BENCH_MINIONS` (3). The 3, 10 and 30-minion figures with the first slot, \
+            a manual run against a bare ping and the `sleep 1` fan-out come from \
+            `bench_salt_fleet` (tests/it/bench_salt.rs), which also splits the CPU by \
+            process.",
     sizes_side_by_side: true,
     run,
 };
