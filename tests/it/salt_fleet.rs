@@ -371,11 +371,12 @@ fn the_first_slot_after_a_start_further_than_the_cap_is_prestaged_in_time() {
     use chrono::Timelike;
     // The slot lies beyond the cap: the run is launched a cap ahead (the lead before any
     // launch was measured), so every wrapper waits for `go` at the slot.
-    let slot = chrono::Utc::now() + chrono::Duration::seconds(40);
+    // Staged 40 s ahead: room for a loaded machine's launch before the slot.
+    let slot = chrono::Utc::now() + chrono::Duration::seconds(55);
     let d = fleet_daemon(
         &root,
         &bin,
-        "  prestage_cap: 25\n",
+        "  prestage_cap: 40\n",
         &format!(
             "fleet_first:\n  schedule: '{} {} {} * * *'\n  targets: [minion-01, minion-02]\n  \
              target_type: list\n  command: 'date +%s%3N'\n",
