@@ -35,6 +35,7 @@ mod identities;
 mod job;
 mod job_reader;
 mod load_jobs;
+mod maintenance;
 pub mod notify;
 mod read_job;
 mod saltpeter;

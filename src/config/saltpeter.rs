@@ -1,4 +1,4 @@
-//! `saltpeter_config` (daemon settings) and `saltpeter_maintenance`.
+//! `saltpeter_config` (daemon settings); `saltpeter_maintenance` is in `maintenance.rs`.
 //!
 //! Either section may appear in several files. `saltpeter_config` is merged key by key in file
 //! order, the later file winning, with a warning when two files disagree (the original merged
@@ -6,7 +6,7 @@
 //! good value from the previous load (else its default), so a typo in a running daemon's
 //! configuration never silently resets, say, every job's time zone.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,6 +17,9 @@ use super::Severity;
 use super::types::{Executor, MIB};
 use super::values::{self, Sink, unknown_key_message};
 use super::yaml::{Node, NodeKind};
+
+pub use super::maintenance::Maintenance;
+pub(crate) use super::maintenance::merge_maintenance;
 
 /// The wrapper path used when neither the job nor `saltpeter_config` names one.
 pub const DEFAULT_WRAPPER_PATH: &str = "/usr/local/bin/saltpeter-wrapper";
@@ -606,67 +609,4 @@ pub(crate) fn merge_saltpeter(
         }
     }
     (config, good)
-}
-
-/// Maintenance settings: `global` stops new runs everywhere; `machines` are left out of runs;
-/// `windows` are maintenance windows on a calendar (`windows.rs`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Maintenance {
-    pub global: bool,
-    pub machines: BTreeSet<String>,
-    pub windows: Vec<super::windows::Window>,
-}
-
-/// Merges the `saltpeter_maintenance` sections: `global` if any file says so, the union of
-/// `machines`.
-pub(crate) fn merge_maintenance(
-    sections: &[Section<'_>],
-    out: &mut Vec<super::Diagnostic>,
-) -> Maintenance {
-    let mut maintenance = Maintenance::default();
-    for section in sections {
-        let mut sink = Sink {
-            file: section.file,
-            out,
-        };
-        let NodeKind::Map(pairs) = &section.node.kind else {
-            if !section.node.is_null() {
-                sink.push(Severity::Error, section.node.pos, None, format!("`saltpeter_maintenance` must be a mapping with `global`, `machines` and `windows`, found {}", section.node.describe()));
-            }
-            continue;
-        };
-        for (key, value) in pairs {
-            let result = match key.scalar() {
-                Some("global") if value.is_null() => Ok(()),
-                Some("global") => values::boolean(value).map(|g| maintenance.global |= g),
-                Some("machines") => {
-                    values::string_list(value).map(|m| maintenance.machines.extend(m))
-                }
-                Some("windows") => {
-                    let found = super::windows::read_windows(value, section.file, sink.out);
-                    maintenance.windows.extend(found);
-                    Ok(())
-                }
-                Some(other) => {
-                    let message = unknown_key_message(
-                        "saltpeter_maintenance key",
-                        other,
-                        &["global", "machines", "windows"],
-                    );
-                    sink.push(Severity::Warning, key.pos, None, message);
-                    Ok(())
-                }
-                None => Ok(()),
-            };
-            if let Err(message) = result {
-                sink.push(
-                    Severity::Error,
-                    value.pos,
-                    None,
-                    format!("`saltpeter_maintenance`: {message}"),
-                );
-            }
-        }
-    }
-    maintenance
 }

@@ -46,6 +46,7 @@ mod target;
 mod target_tests;
 pub mod tokens;
 mod ui;
+mod welcome;
 mod windows;
 
 use std::collections::{BTreeMap, HashMap};
@@ -110,7 +111,7 @@ pub enum DbWait {
     /// A finished run looked up for a wrapper that comes back after being lost.
     Reconcile(CallId, Box<crate::wire::link::WrapperHello>),
     /// A new wrapper session is being recorded; its welcome waits (`sessions`).
-    SessionStored(Box<sessions::StoredWelcome>),
+    SessionStored(Box<welcome::StoredWelcome>),
     /// The dashboard's live view (`ui`).
     Ui(ui::UiWait),
     /// One of the loads start-up waits for.
@@ -316,7 +317,7 @@ impl Main {
             DbWait::Recovery => self.flight.recovery_reply = Some(result),
             DbWait::Retention(job) => self.pruned(&job, result),
             DbWait::Reconcile(call, hello) => sessions::reconcile(self, call, *hello, result),
-            DbWait::SessionStored(welcome) => sessions::session_stored(self, *welcome, result),
+            DbWait::SessionStored(stored) => welcome::session_stored(self, *stored, result),
             DbWait::Ui(wait) => ui::db_answer(self, wait, result),
             DbWait::Boot(load) => boot::answer(self, load, result),
             DbWait::Notify(wait) => notify::db_answer(self, wait, result),

@@ -8,27 +8,26 @@
 //! place a target becomes `finished`.
 
 pub mod batches;
+mod fire;
 use batches::{await_launch, collect_all, collect_batch, launch_batch, next_batch};
+pub use fire::fire_as;
 pub mod prestage;
 pub mod recovery;
 pub mod retry;
 pub mod targets;
 pub mod unreachable;
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use chrono::Utc;
 
 use super::effects::{finish_target, now_ms};
-use super::run_rules::{self, Hold};
+use super::run_rules;
 use super::runs::ActiveRun;
-use super::scheduler::Due;
 use super::target::{Phase, Target};
 use super::windows;
 use super::{DbWait, JobRef, Main};
 use crate::config::Job;
-use crate::config::Overlap;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::wire::admin::{AdminFailure, AdminResponse};
@@ -88,166 +87,6 @@ pub struct RunEnv {
 }
 
 pub type Sc<'a> = StepCtx<'a, RunEnv, Main>;
-
-/// Act on a due slot whose run, if any, has `trigger` (`schedule`, `catchup` for a missed
-/// slot run late, `chain`), as the job's controls decided (`hold`, from `jobctl::fire`).
-pub fn fire_as(
-    core: &mut Main,
-    due: &Due,
-    now: chrono::DateTime<Utc>,
-    trigger: Trigger,
-    hold: Hold,
-    reason: Option<String>,
-) {
-    let Some(job) = core.config.jobs.get(&due.job).and_then(|e| e.job_ref()) else {
-        return;
-    };
-    let job: JobRef = Arc::clone(job);
-    let slot = due.slot.timestamp_millis();
-    let lateness = now - due.slot;
-    if hold == Hold::Deferred {
-        return;
-    }
-    log::debug!(
-        "slot {} of {} is due ({} ms late)",
-        due.slot,
-        job.name,
-        lateness.num_milliseconds()
-    );
-    let launching = core
-        .flight
-        .runs
-        .values()
-        .any(|r| r.job.name == job.name && r.launching);
-    let hold = match hold {
-        // Launching costs more than the period: this slot is merged into the one still
-        // launching (recorded as skipped), instead of queueing launches ever later.
-        Hold::Run if due.early && launching => Hold::Skip(format!(
-            "launch: the launch of the previous slot of {} is still going (launching takes \
-             longer than the period)",
-            job.name
-        )),
-        other => other,
-    };
-    if due.early && !due.missed && hold == Hold::Run {
-        log::debug!("{}: pre-staging slot {}", job.name, due.slot);
-        core.queue_run(RunRequest {
-            job,
-            slot: Some(slot),
-            trigger,
-            admin_call: None,
-            prestaged: true,
-            reason,
-        });
-        return;
-    }
-    if let Some(why) = &core.storage.db_trouble {
-        log::error!(
-            "{}: slot {} not run: the database cannot record it ({why})",
-            job.name,
-            due.slot
-        );
-        return;
-    }
-    let skip = if due.missed {
-        Some(format!(
-            "missed: the daemon reached this slot {} s late",
-            lateness.num_seconds()
-        ))
-    } else if core.global_maintenance() {
-        Some("maintenance: global maintenance is on".to_string())
-    } else if let Hold::Skip(reason) = hold {
-        Some(reason)
-    } else if job.overlap == Overlap::Forbid && core.job_busy(&job.name) {
-        Some(format!(
-            "overlap: the previous run of {} is still going",
-            job.name
-        ))
-    } else {
-        None
-    };
-    super::ui::slot_fired(
-        core,
-        &job.name,
-        lateness.num_milliseconds(),
-        skip.as_deref(),
-    );
-    match skip {
-        Some(reason) => {
-            log::info!("{}: slot {} skipped ({reason})", job.name, due.slot);
-            super::notify::slot_skipped(core, &job, slot, &reason, due.missed);
-            super::joblog::slot_skipped(core, &job, &reason);
-            core.event(
-                "run_skipped",
-                Some(&job.name),
-                None,
-                None,
-                format!("slot {}: {reason}", due.slot),
-            );
-            core.db_call(
-                DbRequest::CreateRun(NewRun {
-                    job: job.name.clone(),
-                    slot: Some(slot),
-                    trigger,
-                    state: RunState::Skipped,
-                    reason: Some(reason),
-                    targets: Vec::new(),
-                    now: now_ms(),
-                }),
-                DbWait::Write("a skipped slot"),
-            );
-        }
-        None => core.queue_run(RunRequest {
-            job,
-            slot: Some(slot),
-            trigger,
-            admin_call: None,
-            prestaged: false,
-            reason,
-        }),
-    }
-}
-
-impl Main {
-    /// Whether a run of `job` is in flight or about to start.
-    pub fn job_busy(&self, job: &str) -> bool {
-        self.job_busy_besides(job, None)
-    }
-
-    /// Whether a run of `job` other than `except` is going (the overlap rule): one in
-    /// flight that is not a pre-staged run still waiting for its slot, or one queued or
-    /// being recorded.
-    pub fn job_busy_besides(&self, job: &str, except: Option<RunId>) -> bool {
-        let runs = self
-            .flight
-            .runs
-            .values()
-            .filter(|r| r.job.name == job)
-            .map(|r| run_rules::RunView {
-                id: r.id,
-                prestaged: r.prestaged,
-                go_sent: r.go_sent,
-            });
-        run_rules::job_busy(
-            self.flight.busy_jobs.get(job).copied().unwrap_or(0),
-            runs,
-            except,
-        )
-    }
-
-    /// Queue a run; until it is recorded it counts as busy for the overlap rule (a
-    /// pre-staged run counts only once it has gone, see `job_busy_besides`).
-    pub fn queue_run(&mut self, req: RunRequest) {
-        if !req.prestaged {
-            *self
-                .flight
-                .busy_jobs
-                .entry(req.job.name.clone())
-                .or_insert(0) += 1;
-        }
-        self.flight.to_start.push(req);
-    }
-}
 
 pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
     let name = format!("run of {}", req.job.name);

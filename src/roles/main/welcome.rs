@@ -1,0 +1,296 @@
+//! A wrapper's `hello` and main's verdict: the run and target must be in flight and not
+//! finished, and the wrapper must prove the (run, machine): a launch token (accepted
+//! once, spent by its welcome), the resume key of its session, or a minion-key proof
+//! checked against the master's accepted key (`launcher.rs`). A token welcome waits for
+//! the spent token and the session's resume-key hash to be committed (`StoredWelcome`);
+//! refusals are recorded as `wrapper_refused` events.
+
+use std::time::Instant;
+
+use super::effects::apply;
+use super::target::{Credential, Effect, Token};
+use super::tokens;
+use super::{DbWait, Main};
+use crate::ipc::CallId;
+use crate::ipc::rpc::CallError;
+use crate::wire::Redacted;
+use crate::wire::db::{DbRequest, TargetUpdate};
+use crate::wire::link::{ConnId, HubReply, MinionProof, WrapperHello, WrapperVerdict};
+use crate::wire::records::RunId;
+use crate::wire::wrapper::{JobSpec, RejectCode};
+
+pub(super) fn reject(code: RejectCode, message: impl Into<String>) -> WrapperVerdict {
+    WrapperVerdict::Reject {
+        code,
+        message: message.into(),
+    }
+}
+
+pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
+    let WrapperHello {
+        conn,
+        peer,
+        run,
+        machine,
+        token,
+        resume_key,
+        proof,
+        wrapper_version,
+        pid,
+        ..
+    } = hello;
+    let presented = Presented {
+        token,
+        resume_key,
+        proof,
+    };
+    let (verdict, store) = match vet_hello(core, conn, run, &machine, presented) {
+        Vetted::Now(verdict) => (verdict, None),
+        Vetted::AfterStore { verdict, hash } => (verdict, Some(hash)),
+    };
+    match &verdict {
+        WrapperVerdict::Welcome { .. } => log::info!(
+            "run {run}: wrapper {wrapper_version} on {machine} (pid {pid}, from {peer}) connected"
+        ),
+        WrapperVerdict::Reject { code, message } => {
+            log::warn!(
+                "run {run}: wrapper on {machine} from {peer} rejected ({code:?}): {message}"
+            );
+            if !code.is_transient() {
+                let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
+                core.event(
+                    "wrapper_refused",
+                    job.as_deref(),
+                    Some(run),
+                    Some(&machine),
+                    format!("a wrapper from {peer} was refused ({code:?}): {message}"),
+                );
+            }
+        }
+    }
+    if !matches!(verdict, WrapperVerdict::Welcome { .. }) {
+        core.reply_hub(id, HubReply::Verdict(verdict));
+        return;
+    }
+    super::ui::wrapper_welcomed(core, run, &machine, &wrapper_version);
+    let hash = store.clone();
+    let verdict = match store {
+        Some(_) => Some(verdict),
+        None => {
+            core.reply_hub(id, HubReply::Verdict(verdict));
+            None
+        }
+    };
+    core.db_call(
+        DbRequest::UpdateTarget {
+            run,
+            machine: machine.clone(),
+            update: TargetUpdate {
+                wrapper_version: Some(wrapper_version),
+                // A session was opened (a minion-key one has no token to spend).
+                token_used: Some(true),
+                resume_key_sha256: hash,
+                ..Default::default()
+            },
+        },
+        match verdict {
+            // The spent token and the session's key are durable before the welcome.
+            Some(verdict) => DbWait::SessionStored(Box::new(StoredWelcome {
+                call: id,
+                conn,
+                run,
+                machine,
+                verdict,
+            })),
+            None => DbWait::Write("a wrapper version"),
+        },
+    );
+}
+
+/// A welcome waiting for its session (spent token, resume key hash) to be committed.
+#[derive(Debug, Clone)]
+pub struct StoredWelcome {
+    call: CallId,
+    conn: ConnId,
+    run: RunId,
+    machine: String,
+    verdict: WrapperVerdict,
+}
+
+/// db answered the write of a new session: welcome the wrapper, or, if the session could
+/// not be recorded, undo it and have the wrapper retry (its token was not spent).
+pub fn session_stored(
+    core: &mut Main,
+    w: StoredWelcome,
+    result: Result<crate::wire::db::DbReply, CallError>,
+) {
+    match result {
+        Ok(_) => core.reply_hub(w.call, HubReply::Verdict(w.verdict)),
+        Err(e) => {
+            log::error!(
+                "run {}: the session of {} could not be recorded ({e}); it retries",
+                w.run,
+                w.machine
+            );
+            core.flight.sessions.remove(&w.conn);
+            if let Some(t) = core.target_mut(w.run, &w.machine) {
+                t.session_not_stored(w.conn);
+            }
+            let verdict = reject(
+                RejectCode::RetryLater,
+                "the server could not record the session",
+            );
+            core.reply_hub(w.call, HubReply::Verdict(verdict));
+        }
+    }
+}
+
+/// What a hello presented to prove its (run, machine).
+struct Presented {
+    token: Option<Redacted>,
+    resume_key: Option<Redacted>,
+    proof: Option<MinionProof>,
+}
+
+/// A verdict to send now, or a welcome that waits for its new session to be recorded.
+enum Vetted {
+    Now(WrapperVerdict),
+    AfterStore {
+        verdict: WrapperVerdict,
+        /// SHA-256 of the session's new resume key.
+        hash: String,
+    },
+}
+
+impl From<WrapperVerdict> for Vetted {
+    fn from(verdict: WrapperVerdict) -> Vetted {
+        Vetted::Now(verdict)
+    }
+}
+
+fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presented) -> Vetted {
+    if core.flight.recovering {
+        return reject(
+            RejectCode::RetryLater,
+            "the server is loading the runs in flight",
+        )
+        .into();
+    }
+    let Some(active) = core.flight.runs.get(&run) else {
+        return reject(
+            RejectCode::UnknownRun,
+            format!("run {run} is not in flight"),
+        )
+        .into();
+    };
+    let job = active.job.clone();
+    let wait_for_go = active.prestaged && !active.go_sent;
+    let slot_in_ms = active
+        .slot
+        .filter(|_| wait_for_go)
+        .map(|slot| u64::try_from(slot - chrono::Utc::now().timestamp_millis()).unwrap_or(0));
+    let heartbeat_s = core.config.saltpeter.heartbeat_s;
+    if !active.targets.contains_key(machine) {
+        return reject(
+            RejectCode::UnknownRun,
+            format!("{machine} is not a target of run {run}"),
+        )
+        .into();
+    }
+    // A resume key proves an earlier welcome; the launch token works until its session
+    // has been confirmed by a first message (so a welcome lost in a crash can be retried).
+    let (attempt, stored_hash, token_spent) = match core.target(run, machine) {
+        Some(t) => (t.attempt, t.resume_hash.clone(), t.token == Token::Spent),
+        None => return reject(RejectCode::UnknownRun, "run ended").into(),
+    };
+    let credential = match (&p.token, &p.resume_key, &p.proof) {
+        (_, _, Some(proof)) => match core.check_minion_proof(run, machine, proof) {
+            Ok(()) => Credential::MinionKey { valid: true },
+            Err(why) => return reject(RejectCode::BadToken, why).into(),
+        },
+        (_, Some(key), None) => Credential::ResumeKey {
+            valid: tokens::verify_resume_key(stored_hash.as_deref(), &key.0),
+        },
+        (Some(token), None, None) => {
+            let valid = core
+                .secret
+                .verify_launch_token(run, machine, attempt, &token.0);
+            if valid && token_spent {
+                // Someone holds a copy of a token whose welcome already went out.
+                log::error!(
+                    "run {run}: the launch token of {machine} was presented again after its \
+                     welcome; refused"
+                );
+                core.event(
+                    "launch_token_reused",
+                    Some(&job.name),
+                    Some(run),
+                    Some(machine),
+                    "a launch token was presented again after its welcome went out; \
+                     refused (a launch token works once)"
+                        .into(),
+                );
+            }
+            Credential::LaunchToken { valid }
+        }
+        (None, None, None) => Credential::None,
+    };
+    let Some(target) = core.target_mut(run, machine) else {
+        return reject(RejectCode::UnknownRun, "run ended").into();
+    };
+    let welcomed = match target.hello(Instant::now(), conn, credential) {
+        Ok(welcomed) => welcomed,
+        Err(refusal) if refusal.code == RejectCode::Finished => {
+            return reject(
+                RejectCode::Finished,
+                format!("the outcome of {machine} in run {run} is already recorded"),
+            )
+            .into();
+        }
+        Err(refusal) => return reject(refusal.code, refusal.message).into(),
+    };
+    core.flight
+        .sessions
+        .insert(conn, (run, machine.to_string()));
+    let acked_seq = welcomed.acked_seq;
+    // A token welcome opens a session with a key of its own, recorded (hashed, with the
+    // spent token) before the welcome goes out; a resume gets its key back; a minion-key
+    // session needs none (every connection signs a new challenge).
+    let mut effects = welcomed.effects;
+    let new_session = effects.contains(&Effect::StoreTokenSpent);
+    effects.retain(|e| *e != Effect::StoreTokenSpent);
+    let (key, hash) = match (&p.resume_key, new_session) {
+        (_, true) => {
+            let (key, hash) = tokens::new_resume_key();
+            if let Some(t) = core.target_mut(run, machine) {
+                t.resume_hash = Some(hash.clone());
+            }
+            (key, Some(hash))
+        }
+        (Some(key), false) => (key.0.clone(), None),
+        (None, false) => (String::new(), None),
+    };
+    apply(core, run, machine, effects);
+    let verdict = WrapperVerdict::Welcome {
+        job: JobSpec {
+            name: job.name.clone(),
+            command: job.command.clone(),
+            user: job.user.clone(),
+            cwd: job.cwd.clone(),
+            env: job.env.clone(),
+            timeout_s: job.timeout_s,
+            kill_grace_s: job.kill_grace_s,
+            heartbeat_s,
+            overlap_lock: job.overlap == crate::config::Overlap::Forbid,
+            splay_s: job.splay_s,
+        },
+        resume_key: Redacted(key),
+        acked_seq,
+        wait_for_go,
+        slot_in_ms,
+    };
+    match hash {
+        Some(hash) => Vetted::AfterStore { verdict, hash },
+        None => Vetted::Now(verdict),
+    }
+}
