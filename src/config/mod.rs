@@ -39,6 +39,7 @@ mod maintenance;
 pub mod notify;
 mod read_job;
 mod saltpeter;
+mod saltpeter_values;
 mod types;
 mod values;
 pub mod windows;

@@ -25,14 +25,14 @@ use tungstenite::{Message, WebSocket};
 
 mod accept;
 mod hello;
+pub use hello::{hello_failed, verdict};
 
 use super::Hub;
 use crate::evloop::{Ctx, Flow};
-use crate::ipc::CallError;
 use crate::roles::RoleError;
 use crate::tls::Stream;
 use crate::wire::Redacted;
-use crate::wire::link::{ConnId, HubRequest, WrapperHello, WrapperVerdict};
+use crate::wire::link::{ConnId, HubRequest, WrapperHello};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::{
     OutputFrame, PROTOCOL_VERSION, RejectCode, ServerMsg, WRAPPER_PATH, WrapperMsg,
@@ -444,74 +444,6 @@ fn reject(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, code: RejectCode, messa
         hub.cast_main(HubRequest::WrapperGone { conn: id });
     }
     close(hub, ctx, id);
-}
-
-/// Main's verdict on a hello.
-pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVerdict) {
-    match verdict {
-        WrapperVerdict::Welcome {
-            job,
-            resume_key,
-            acked_seq,
-            wait_for_go,
-            slot_in_ms,
-        } => {
-            if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
-                conn.phase = Phase::Bound;
-                conn.job = Some(job.name.clone());
-            } else {
-                // Gone while main decided: main must forget the session again.
-                hub.cast_main(HubRequest::WrapperGone { conn: id });
-                return;
-            }
-            send(
-                hub,
-                ctx,
-                id,
-                &ServerMsg::Welcome {
-                    job,
-                    resume_key: resume_key.0,
-                    acked_seq,
-                    wait_for_go,
-                    slot_in_ms,
-                },
-            );
-        }
-        WrapperVerdict::Reject { code, message } => {
-            if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
-                conn.phase = Phase::New;
-            }
-            hub.wrappers.maybe_waiting = true;
-            reject(hub, ctx, id, code, &message)
-        }
-    }
-}
-
-pub fn hello_failed(hub: &mut Hub, id: ConnId, err: &CallError) {
-    log::warn!("wrapper connection {id}: main did not vet its hello: {err}");
-    hub.wrappers.maybe_waiting = true;
-    if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
-        conn.phase = Phase::New;
-    }
-    // Transient: the wrapper retries.
-    if let Some(Conn {
-        session: Some(Session::Open(ws)),
-        ..
-    }) = hub.wrappers.conns.get_mut(&id)
-    {
-        let msg = ServerMsg::Reject {
-            code: RejectCode::RetryLater,
-            message: "the server is busy; retry".into(),
-        };
-        if let Ok(text) = serde_json::to_string(&msg) {
-            let _ = ws.send(Message::text(text));
-        }
-        let _ = ws.close(None);
-        let _ = ws.flush();
-    }
-    if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
-        conn.phase = Phase::Closing;
-    }
 }
 
 /// Send a control message to a wrapper.

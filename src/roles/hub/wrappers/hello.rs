@@ -1,4 +1,4 @@
-//! A wrapper's `hello` on its way to main: forwarded as is (launch token or resume key),
+//! A wrapper's `hello` on its way to main and main's verdict back: forwarded as is (launch token or resume key),
 //! or, for a wrapper that proves its machine with its Salt minion key, held while the hub
 //! sends a fresh `challenge` and waits for the signed `proof`. The hub only carries the
 //! challenge and the signature: main checks the signature against the key the master has
@@ -6,11 +6,14 @@
 
 use std::time::Duration;
 
-use super::{Phase, send};
+use super::{Conn, Phase, Session, reject, send};
 use crate::evloop::Ctx;
 use crate::roles::hub::{Hub, Waiting};
-use crate::wire::link::{ConnId, HubRequest, MinionProof, WrapperHello};
-use crate::wire::wrapper::ServerMsg;
+use tungstenite::Message;
+
+use crate::ipc::CallError;
+use crate::wire::link::{ConnId, HubRequest, MinionProof, WrapperHello, WrapperVerdict};
+use crate::wire::wrapper::{RejectCode, ServerMsg};
 
 /// How long main may take to vet a hello.
 const VET_DEADLINE: Duration = Duration::from_secs(10);
@@ -60,4 +63,72 @@ pub fn proven(hub: &mut Hub, id: ConnId, signature: String) {
         signature,
     });
     forward(hub, id, hello);
+}
+
+/// Main's verdict on a hello.
+pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVerdict) {
+    match verdict {
+        WrapperVerdict::Welcome {
+            job,
+            resume_key,
+            acked_seq,
+            wait_for_go,
+            slot_in_ms,
+        } => {
+            if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+                conn.phase = Phase::Bound;
+                conn.job = Some(job.name.clone());
+            } else {
+                // Gone while main decided: main must forget the session again.
+                hub.cast_main(HubRequest::WrapperGone { conn: id });
+                return;
+            }
+            send(
+                hub,
+                ctx,
+                id,
+                &ServerMsg::Welcome {
+                    job,
+                    resume_key: resume_key.0,
+                    acked_seq,
+                    wait_for_go,
+                    slot_in_ms,
+                },
+            );
+        }
+        WrapperVerdict::Reject { code, message } => {
+            if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+                conn.phase = Phase::New;
+            }
+            hub.wrappers.maybe_waiting = true;
+            reject(hub, ctx, id, code, &message)
+        }
+    }
+}
+
+pub fn hello_failed(hub: &mut Hub, id: ConnId, err: &CallError) {
+    log::warn!("wrapper connection {id}: main did not vet its hello: {err}");
+    hub.wrappers.maybe_waiting = true;
+    if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+        conn.phase = Phase::New;
+    }
+    // Transient: the wrapper retries.
+    if let Some(Conn {
+        session: Some(Session::Open(ws)),
+        ..
+    }) = hub.wrappers.conns.get_mut(&id)
+    {
+        let msg = ServerMsg::Reject {
+            code: RejectCode::RetryLater,
+            message: "the server is busy; retry".into(),
+        };
+        if let Ok(text) = serde_json::to_string(&msg) {
+            let _ = ws.send(Message::text(text));
+        }
+        let _ = ws.close(None);
+        let _ = ws.flush();
+    }
+    if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+        conn.phase = Phase::Closing;
+    }
 }

@@ -1,0 +1,67 @@
+//! The `saltpeter_config` values with a shape of their own: `database_url` (never
+//! echoed), `servers` and `retention`.
+
+use super::saltpeter::{Retention, Secret};
+use super::values;
+use super::yaml::{Node, NodeKind};
+
+/// `database_url`: empty or absent is SQLite; anything else must be a PostgreSQL URL
+/// (checked in full by db when it connects). The value is never echoed: it may hold a
+/// password.
+pub(super) fn read_database_url(node: &Node) -> Result<Option<Secret>, String> {
+    let Some(url) = values::optional_string(node)? else {
+        return Ok(None);
+    };
+    let url = url.trim();
+    if url.is_empty() {
+        return Ok(None);
+    }
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err(
+            "must be a PostgreSQL URL (postgres://user@host/database); leave it out for SQLite"
+                .to_string(),
+        );
+    }
+    Ok(Some(Secret::new(url)))
+}
+
+/// `servers`: wrapper URLs (`ws://` or `wss://`), one per server; a comma or a space
+/// inside one would split `SP_URL`, so neither is allowed.
+pub(super) fn read_servers(node: &Node) -> Result<Vec<String>, String> {
+    let urls = values::string_list(node)?;
+    for url in &urls {
+        if !(url.starts_with("ws://") || url.starts_with("wss://")) {
+            return Err(format!(
+                "`{url}` is not a wrapper URL (ws://host:port or wss://…)"
+            ));
+        }
+        if url.contains([',', ' ']) {
+            return Err(format!("`{url}` holds a comma or a space"));
+        }
+    }
+    Ok(urls)
+}
+
+pub(super) fn read_retention(node: &Node) -> Result<Retention, String> {
+    let NodeKind::Map(pairs) = &node.kind else {
+        return Err(format!(
+            "expected a mapping with runs, days and bytes, found {}",
+            node.describe()
+        ));
+    };
+    let mut retention = Retention::default();
+    for (key, value) in pairs {
+        match key.scalar() {
+            Some("runs") => retention.runs = values::unsigned(value)?,
+            Some("days") => retention.days = values::unsigned(value)?,
+            Some("bytes") => retention.bytes = values::unsigned(value)?,
+            _ => {
+                return Err(format!(
+                    "`retention` takes runs, days and bytes, found {}",
+                    values::found(key)
+                ));
+            }
+        }
+    }
+    Ok(retention)
+}

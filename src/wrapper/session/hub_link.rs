@@ -1,0 +1,109 @@
+//! The session's link to the hub: dialing (name resolution only while no command needs
+//! its pipes read), the `hello` (a minion-key proof on every connection, else the token or
+//! the session's resume key), and what a lost link does (patience, the next server when
+//! several are given, reconnect backoff).
+
+use std::net::ToSocketAddrs;
+use std::time::Instant;
+
+use super::{Phase, Session};
+use crate::wire::wrapper::{PROTOCOL_VERSION, WrapperMsg};
+use crate::wrapper::link::LinkEvent;
+
+impl Session {
+    pub(super) fn handle_link_events(&mut self, now: Instant) {
+        while !self.link_events.is_empty() {
+            let events = std::mem::take(&mut self.link_events);
+            for ev in events {
+                match ev {
+                    LinkEvent::Open => self.send_hello(now),
+                    LinkEvent::Message(msg) => self.on_message(now, msg),
+                    LinkEvent::Closed(reason) => self.link_down(now, &reason),
+                }
+            }
+        }
+    }
+
+    fn send_hello(&mut self, now: Instant) {
+        log::info!("connected to {}", self.settings.hub.url);
+        // A minion-key wrapper proves itself anew on every connection (a signature of a
+        // fresh challenge); a local one with its resume key once welcomed, else its token.
+        let by_key = self.minion_key.is_some();
+        let resuming = self.resume_key.is_some() || (by_key && self.job.is_some());
+        let hello = WrapperMsg::Hello {
+            v: PROTOCOL_VERSION,
+            run: self.settings.run,
+            machine: self.settings.machine.clone(),
+            token: if resuming || by_key {
+                None
+            } else {
+                self.token.clone()
+            },
+            resume_key: if by_key {
+                None
+            } else {
+                self.resume_key.clone()
+            },
+            minion_key: by_key,
+            wrapper_version: env!("CARGO_PKG_VERSION").to_string(),
+            pid: std::process::id(),
+            resume_from: resuming.then(|| self.out.acked()),
+        };
+        self.link.send_msg(&hello, &mut self.link_events);
+        self.link.flush(&mut self.link_events);
+        self.hello_deadline = Some(now + self.opts.hello_timeout);
+    }
+
+    pub(super) fn link_down(&mut self, now: Instant, reason: &str) {
+        let (mem, spooled) = self.out.buffered_bytes();
+        log::warn!("{reason} ({mem} bytes buffered in memory, {spooled} spooled)");
+        if self.welcomed {
+            self.patience.lost(self.link.last_rx, reason);
+        } else {
+            self.patience.trouble(reason);
+        }
+        self.link.close();
+        if !self.settings.other_hubs.is_empty() {
+            // Several servers: the next one may be the leader now.
+            let next = self.settings.other_hubs.remove(0);
+            let previous = std::mem::replace(&mut self.settings.hub, next);
+            self.settings.other_hubs.push(previous);
+            self.addrs.clear();
+            self.next_addr = 0;
+            log::info!("next server: {}", self.settings.hub.url);
+        }
+        self.welcomed = false;
+        self.hello_deadline = None;
+        self.ctrl.clear();
+        if self.abandon.is_none() && self.outcome.is_none() {
+            let delay = self.backoff.next_delay(rand::random::<f64>());
+            log::info!("reconnecting in {delay:?}");
+            self.reconnect_at = Some(now + delay);
+        }
+    }
+
+    pub(super) fn dial(&mut self, now: Instant) {
+        self.reconnect_at = None;
+        if self.abandon.is_some() {
+            return;
+        }
+        let running = matches!(&self.phase, Phase::Running(_));
+        // Name resolution blocks; do it again only while no command needs its pipes read.
+        if self.addrs.is_empty() || (self.next_addr >= self.addrs.len() && !running) {
+            let hub = &self.settings.hub;
+            match (hub.host.as_str(), hub.port).to_socket_addrs() {
+                Ok(addrs) => self.addrs = addrs.collect(),
+                Err(e) => log::warn!("could not resolve hub host {}: {e}", hub.host),
+            }
+            self.next_addr = 0;
+        }
+        if self.addrs.is_empty() {
+            return self.link_down(now, "no address for the hub");
+        }
+        let addr = self.addrs[self.next_addr % self.addrs.len()];
+        self.next_addr += 1;
+        if let Err(reason) = self.link.connect(self.poll.registry(), addr, now) {
+            self.link_down(now, &reason);
+        }
+    }
+}
