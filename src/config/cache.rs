@@ -1,16 +1,16 @@
 //! What an incremental reload reuses: for each job, what its validation depended on (the
-//! parsed file it came from, its position, the defaults it inherited) and the diagnostics it
-//! gave. While all of these are unchanged the job's entry of the previous load is reused
-//! as is (see the outline in `mod.rs`).
+//! parse of the file it came from, its position, the defaults it inherited), the
+//! diagnostics it gave and the job itself. While all of these are unchanged the job is
+//! reused as it was validated (see the outline in `mod.rs`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::Diagnostic;
 use super::read_job::JobDefaults;
 use super::types::Executor;
-use super::yaml::{Node, Pos};
+use super::yaml::Pos;
+use super::{Diagnostic, Job};
 
 /// What a job inherits from `saltpeter_config`, owned (a cached job is reused only while
 /// these are unchanged).
@@ -33,15 +33,19 @@ impl DefaultsKey {
     }
 }
 
-/// What a job's validation depended on, and the diagnostics it gave; its `JobEntry` is
-/// the one in the `jobs` of the same load.
+/// What a job's validation depended on, and what it gave.
 #[derive(Debug, Clone)]
 pub(super) struct CachedJob {
-    /// The parsed file it came from: reused only while the file keeps this very tree.
-    pub(super) tree: Arc<Node>,
+    /// The parse of the file it came from (`FileContent::id`): reused only while the file
+    /// keeps that parse.
+    pub(super) content: u64,
     pub(super) pos: Pos,
-    pub(super) defaults: DefaultsKey,
+    /// Shared by every job of a load.
+    pub(super) defaults: Arc<DefaultsKey>,
     pub(super) diagnostics: Vec<Diagnostic>,
+    /// The job as validated, before the checks across jobs (`chains.rs`) that may still
+    /// disable it; `None`: it had errors, and its entry is the `InvalidJob` of the load.
+    pub(super) valid: Option<Arc<Job>>,
 }
 
 pub(super) type JobCache = HashMap<(PathBuf, String), CachedJob>;

@@ -5,7 +5,7 @@
 //! `blocking` role (`saltpeter-daemon --load-config DIR`, see `roles/blocking/helpers.rs`),
 //! so its result, [`ParsedFiles`], is plain data that crosses a process link. Only files
 //! whose fingerprint changed since the load it follows are read; the others are marked
-//! [`Parse::Unchanged`] and keep the tree main already holds.
+//! [`Parse::Unchanged`] and keep what main already holds of them (`content.rs`).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;

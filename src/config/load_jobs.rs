@@ -1,40 +1,87 @@
 //! Validating the jobs of the parsed files: each definition on its own, a name defined in
-//! several files an error at each, and a job whose file tree and inherited defaults did
-//! not change reused from the previous load (`cache.rs`).
+//! several files an error at each, and a job whose file's parse and inherited defaults did
+//! not change reused from the previous load (`cache.rs`). A job that must be validated
+//! again while its file's mappings were dropped (`content.rs`) makes the load ask for the
+//! file to be read again; a file that no longer parses keeps its jobs as last validated.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::cache::{CachedJob, DefaultsKey, JobCache};
 use super::read_job::{self, JobDefaults};
 use super::values::{self, Sink, diagnostic};
-use super::yaml::{Node, NodeKind, Pos};
-use super::{CONFIG_KEY, Diagnostic, FileStatus, InvalidJob, JobEntry, MAINTENANCE_KEY, Severity};
+use super::yaml::{Node, Pos};
+use super::{Diagnostic, FileState, FileStatus, InvalidJob, JobEntry, Severity};
 
-/// A job definition found in a file: where its name is, and its mapping.
+/// A job definition found in a file: where its name is, and its mapping while it is kept.
 struct Definition<'a> {
     file: &'a Path,
-    tree: &'a Arc<Node>,
+    /// The parse it comes from (`FileContent::id`).
+    content: u64,
+    /// Its file was not read this time (it no longer parses, or it is left for the next
+    /// scan): this is its last good version, kept as it was validated.
+    kept: bool,
     group: String,
     pos: Pos,
-    node: &'a Node,
+    node: Option<&'a Node>,
 }
+
+/// The validated jobs and their cache, or the unchanged files to read again.
+pub(super) type Jobs = Result<(BTreeMap<String, JobEntry>, JobCache), BTreeSet<PathBuf>>;
 
 pub(super) fn load_jobs(
     files: &BTreeMap<PathBuf, FileStatus>,
+    deferred: &BTreeSet<PathBuf>,
     defaults: &JobDefaults<'_>,
     previous: Option<(&JobCache, &BTreeMap<String, JobEntry>)>,
     out: &mut Vec<Diagnostic>,
-) -> (BTreeMap<String, JobEntry>, JobCache) {
-    let mut definitions: BTreeMap<String, Vec<Definition<'_>>> = BTreeMap::new();
+) -> Jobs {
+    let definitions = definitions(files, deferred, out);
+    let defaults_key = Arc::new(DefaultsKey::of(defaults));
+    let mut jobs = BTreeMap::new();
+    let mut cache = JobCache::with_capacity(definitions.len());
+    let mut reread = BTreeSet::new();
+    for (name, defs) in definitions {
+        let [def] = defs.as_slice() else {
+            jobs.insert(name.clone(), duplicate_job(&name, &defs, out));
+            continue;
+        };
+        let key = (def.file.to_path_buf(), name);
+        let (cached, entry) = match reusable(def, &key, &defaults_key, previous) {
+            Some(found) => found,
+            None => match def.node {
+                Some(node) => validate(def, &key.1, node, defaults, &defaults_key, out),
+                None if def.kept => not_validated(def, &key.1, &defaults_key),
+                None => {
+                    reread.insert(key.0);
+                    continue;
+                }
+            },
+        };
+        out.extend(cached.diagnostics.iter().cloned());
+        jobs.insert(key.1.clone(), entry);
+        cache.insert(key, cached);
+    }
+    if reread.is_empty() {
+        Ok((jobs, cache))
+    } else {
+        Err(reread)
+    }
+}
+
+/// Every job definition of every file, by name; keys that cannot be job names reported.
+fn definitions<'a>(
+    files: &'a BTreeMap<PathBuf, FileStatus>,
+    deferred: &BTreeSet<PathBuf>,
+    out: &mut Vec<Diagnostic>,
+) -> BTreeMap<String, Vec<Definition<'a>>> {
+    let mut definitions: BTreeMap<String, Vec<Definition<'a>>> = BTreeMap::new();
     for (path, status) in files {
-        let Some(tree) = status.tree.as_ref() else {
+        let Some(content) = status.content.as_deref() else {
             continue;
         };
-        let NodeKind::Map(pairs) = &tree.kind else {
-            continue;
-        };
+        let kept = matches!(status.state, FileState::Failed { .. }) || deferred.contains(path);
         let group = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -43,7 +90,7 @@ pub(super) fn load_jobs(
             file: path,
             out: &mut *out,
         };
-        for (key, value) in pairs {
+        for (key, value) in content.entries() {
             let Some(name) = key.scalar() else {
                 sink.push(
                     Severity::Error,
@@ -56,9 +103,6 @@ pub(super) fn load_jobs(
                 );
                 continue;
             };
-            if name == CONFIG_KEY || name == MAINTENANCE_KEY {
-                continue;
-            }
             if name.trim().is_empty() || name.contains('/') || name.chars().any(char::is_control) {
                 sink.push(Severity::Error, key.pos, Some(name), format!("job name {} is not valid: it must be non-empty, without `/` or control characters", values::found(key)));
                 continue;
@@ -72,74 +116,99 @@ pub(super) fn load_jobs(
             }
             list.push(Definition {
                 file: path,
-                tree,
+                content: content.id,
+                kept,
                 group: group.clone(),
                 pos: key.pos,
                 node: value,
             });
         }
     }
+    definitions
+}
 
-    let defaults_key = DefaultsKey::of(defaults);
-    let mut jobs = BTreeMap::new();
-    let mut cache = JobCache::with_capacity(definitions.len());
-    for (name, defs) in definitions {
-        let [def] = defs.as_slice() else {
-            jobs.insert(name.clone(), duplicate_job(&name, &defs, out));
-            continue;
-        };
-        let key = (def.file.to_path_buf(), name);
-        let reusable = previous.and_then(|(cache, jobs)| {
-            let cached = cache.get(&key).filter(|c| {
-                Arc::ptr_eq(&c.tree, def.tree) && c.pos == def.pos && c.defaults == defaults_key
-            })?;
-            // A job read without errors but disabled afterwards (a chain cycle,
-            // `chains.rs`) is read again: the other jobs of the cycle may have changed.
-            let entry = jobs.get(&key.1).filter(|e| {
-                e.job().is_some()
-                    || cached
-                        .diagnostics
-                        .iter()
-                        .any(|d| d.severity == Severity::Error)
-            })?;
-            Some((cached, entry))
-        });
-        let (cached, entry) = match reusable {
-            Some((cached, entry)) => (cached.clone(), entry.clone()),
-            None => {
-                let first = out.len();
-                let mut sink = Sink {
-                    file: def.file,
-                    out: &mut *out,
-                };
-                let name = &key.1;
-                let entry = match read_job::read_job(
-                    name, &def.group, def.pos, def.node, defaults, &mut sink,
-                ) {
-                    Ok(job) => JobEntry::Valid(Arc::new(job)),
-                    Err(errors) => JobEntry::Invalid(InvalidJob {
-                        name: name.clone(),
-                        group: def.group.clone(),
-                        file: def.file.to_path_buf(),
-                        line: def.pos.line,
-                        errors,
-                    }),
-                };
-                let diagnostics = out.split_off(first);
-                let cached = CachedJob {
-                    tree: Arc::clone(def.tree),
-                    pos: def.pos,
-                    defaults: defaults_key.clone(),
-                    diagnostics,
-                };
-                (cached, entry)
+/// The previous load's validation of this definition, if it still holds (or if its file
+/// no longer parses, whatever changed since).
+fn reusable(
+    def: &Definition<'_>,
+    key: &(PathBuf, String),
+    defaults: &Arc<DefaultsKey>,
+    previous: Option<(&JobCache, &BTreeMap<String, JobEntry>)>,
+) -> Option<(CachedJob, JobEntry)> {
+    let (cache, jobs) = previous?;
+    let cached = cache.get(key).filter(|c| {
+        c.content == def.content && c.pos == def.pos && (def.kept || c.defaults == *defaults)
+    })?;
+    let entry = match &cached.valid {
+        Some(job) => JobEntry::Valid(Arc::clone(job)),
+        None => jobs.get(&key.1).filter(|e| e.job().is_none())?.clone(),
+    };
+    Some((cached.clone(), entry))
+}
+
+/// Validates one definition.
+fn validate(
+    def: &Definition<'_>,
+    name: &str,
+    node: &Node,
+    defaults: &JobDefaults<'_>,
+    defaults_key: &Arc<DefaultsKey>,
+    out: &mut Vec<Diagnostic>,
+) -> (CachedJob, JobEntry) {
+    let first = out.len();
+    let mut sink = Sink {
+        file: def.file,
+        out: &mut *out,
+    };
+    let (valid, entry) =
+        match read_job::read_job(name, &def.group, def.pos, node, defaults, &mut sink) {
+            Ok(job) => {
+                let job = Arc::new(job);
+                (Some(Arc::clone(&job)), JobEntry::Valid(job))
             }
+            Err(errors) => (None, invalid(def, name, errors)),
         };
-        out.extend(cached.diagnostics.iter().cloned());
-        jobs.insert(key.1.clone(), entry);
-        cache.insert(key, cached);
-    }
-    (jobs, cache)
+    let diagnostics = out.split_off(first);
+    let cached = CachedJob {
+        content: def.content,
+        pos: def.pos,
+        defaults: Arc::clone(defaults_key),
+        diagnostics,
+        valid,
+    };
+    (cached, entry)
+}
+
+/// A job of a file not read this time, with no validation to reuse (it was defined in
+/// another file as well until now).
+fn not_validated(
+    def: &Definition<'_>,
+    name: &str,
+    defaults_key: &Arc<DefaultsKey>,
+) -> (CachedJob, JobEntry) {
+    let message = format!(
+        "job `{name}` could not be validated: its file was not read again (it does not \
+         parse, or it waits for the next scan); it stays disabled until then"
+    );
+    let d = diagnostic(def.file, Severity::Error, def.pos, Some(name), message);
+    let cached = CachedJob {
+        content: def.content,
+        pos: def.pos,
+        defaults: Arc::clone(defaults_key),
+        diagnostics: vec![d.clone()],
+        valid: None,
+    };
+    (cached, invalid(def, name, vec![d]))
+}
+
+fn invalid(def: &Definition<'_>, name: &str, errors: Vec<Diagnostic>) -> JobEntry {
+    JobEntry::Invalid(InvalidJob {
+        name: name.to_string(),
+        group: def.group.clone(),
+        file: def.file.to_path_buf(),
+        line: def.pos.line,
+        errors,
+    })
 }
 
 /// The same job name in several files: an error at each, and an invalid entry.

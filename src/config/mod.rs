@@ -10,25 +10,31 @@
 //! 2. Parse each changed file (at most [`MAX_FILE_BYTES`]) into a tree that keeps positions
 //!    (`files.rs`, `yaml.rs` on serde-saphyr's event parser). This is the slow step; main's
 //!    reloads run it in a child process of `blocking`. A file that fails to parse, or whose
-//!    top level is not a mapping, is an error diagnostic, and its last good tree from
-//!    `previous` is used instead, so its jobs keep running until it is fixed.
+//!    top level is not a mapping, is an error diagnostic, and its last good version from
+//!    `previous` stays in effect (its settings, and its jobs as last validated) until it
+//!    is fixed.
 //! 3. Merge `saltpeter_config` from all files key by key (`saltpeter.rs`), then
 //!    `saltpeter_maintenance`.
 //! 4. Validate every job on its own (`load_jobs.rs`, `read_job.rs`), with the merged settings as defaults. A bad
 //!    job becomes a listed but disabled [`InvalidJob`]; the others are unaffected. A job name
 //!    in two files is an error in both places, and neither definition runs.
 //!
-//! Reloads are incremental: a file whose fingerprint did not change keeps its parsed tree,
-//! and a job of such a file whose inherited defaults did not change keeps its validated
+//! Reloads are incremental: a file whose fingerprint did not change is not read again, and
+//! a job of such a file whose inherited defaults did not change keeps its validated
 //! [`JobEntry`] and its diagnostics (`JobCache`), so reloading 10,000 jobs after a change to
 //! one file re-reads and re-validates that file only. (A reused job is not re-checked for
-//! firing after the new `now`; a job that stops firing simply has no next slot.)
+//! firing after the new `now`; a job that stops firing simply has no next slot.) Between
+//! loads a file keeps its settings sections and its top-level keys, not the jobs' mappings
+//! (`content.rs`): a load that must validate a job of an unchanged file again (its
+//! inherited defaults changed) answers [`Load::Reread`], and the caller reads those files
+//! and loads again.
 //!
 //! Every problem is a [`Diagnostic`] with `file:line:column`; unknown keys and keys kept only
 //! for compatibility with the original Saltpeter are warnings, never errors.
 
 mod cache;
 mod chains;
+mod content;
 pub mod export;
 mod files;
 mod identities;
@@ -52,7 +58,7 @@ mod tests;
 #[cfg(test)]
 mod yaml_tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -74,11 +80,12 @@ pub use files::{
 };
 
 use cache::JobCache;
+use content::FileContent;
 use load_jobs::load_jobs;
 use read_job::JobDefaults;
 use saltpeter::Section;
 use values::diagnostic;
-use yaml::{Node, NodeKind};
+use yaml::Node;
 
 /// The special top-level keys; every other top-level key is a job name.
 const CONFIG_KEY: &str = "saltpeter_config";
@@ -161,8 +168,9 @@ pub enum FileState {
 pub struct FileStatus {
     pub fingerprint: Fingerprint,
     pub state: FileState,
-    /// The last good parse of this file (this one, or the previous one when `Failed`).
-    tree: Option<Arc<Node>>,
+    /// What later loads need of the last good parse of this file (this one, or the
+    /// previous one when `Failed`).
+    content: Option<Arc<FileContent>>,
 }
 
 /// A job that could not be validated: listed (status, API, UI) but never fired.
@@ -288,11 +296,26 @@ pub fn load_dir(
     previous: Option<&LoadedConfig>,
     now: DateTime<Utc>,
 ) -> Result<LoadedConfig, ConfigDirError> {
-    let known = previous
+    let mut known = previous
         .map(LoadedConfig::reusable_fingerprints)
         .unwrap_or_default();
-    let parsed = parse_changed(dir, &known, None)?;
-    Ok(load_parsed(dir, parsed, previous, now))
+    loop {
+        let parsed = parse_changed(dir, &known, None)?;
+        match load_parsed(dir, parsed, previous, now) {
+            Load::Loaded(config) => return Ok(*config),
+            // Only files of `known` are listed: each round reads more, so this ends.
+            Load::Reread(files) => known.retain(|path, _| !files.contains(path)),
+        }
+    }
+}
+
+/// What [`load_parsed`] made of the files it was given.
+#[derive(Debug)]
+pub enum Load {
+    Loaded(Box<LoadedConfig>),
+    /// Jobs of these files, unchanged and so not read, must be validated again (their
+    /// inherited defaults changed): read them again and load once more.
+    Reread(BTreeSet<PathBuf>),
 }
 
 /// The rest of a load once the files are read ([`parse_changed`], here or in a child
@@ -303,9 +326,11 @@ pub fn load_parsed(
     parsed: ParsedFiles,
     previous: Option<&LoadedConfig>,
     now: DateTime<Utc>,
-) -> LoadedConfig {
+) -> Load {
     let mut diagnostics = Vec::new();
     let mut files = BTreeMap::new();
+    // Changed files left for the next scan: their jobs stay as last validated.
+    let mut deferred = BTreeSet::new();
     for ParsedFile {
         path,
         fingerprint,
@@ -313,11 +338,14 @@ pub fn load_parsed(
     } in parsed.files
     {
         let previous_status = previous.and_then(|p| p.files.get(&path));
-        let previous_tree = previous_status.and_then(|s| s.tree.clone());
+        let previous_content = previous_status.and_then(|s| s.content.clone());
         let read = match outcome {
-            Parse::Parsed(node) => Ok(Arc::new(node)),
+            Parse::Parsed(node) => Ok(Arc::new(FileContent::of_tree(node))),
             Parse::Failed { pos, message } => Err((pos, message)),
             Parse::Unchanged | Parse::Deferred => {
+                if matches!(outcome, Parse::Deferred) {
+                    deferred.insert(path.clone());
+                }
                 // As in the previous load (a deferred or unknown file is taken up at the
                 // next scan: its fingerprint there still differs).
                 if let Some(status) = previous_status {
@@ -326,10 +354,10 @@ pub fn load_parsed(
                 continue;
             }
         };
-        let (state, tree) = match read {
-            Ok(tree) => (FileState::Loaded, Some(tree)),
+        let (state, content) = match read {
+            Ok(content) => (FileState::Loaded, Some(content)),
             Err((pos, message)) => {
-                let kept_previous = previous_tree.is_some();
+                let kept_previous = previous_content.is_some();
                 let consequence = if kept_previous {
                     "the previous version of this file stays in effect"
                 } else {
@@ -342,7 +370,7 @@ pub fn load_parsed(
                     None,
                     format!("{message}; {consequence}"),
                 ));
-                (FileState::Failed { kept_previous }, previous_tree)
+                (FileState::Failed { kept_previous }, previous_content)
             }
         };
         files.insert(
@@ -350,7 +378,7 @@ pub fn load_parsed(
             FileStatus {
                 fingerprint,
                 state,
-                tree,
+                content,
             },
         );
     }
@@ -358,20 +386,17 @@ pub fn load_parsed(
     let mut config_sections = Vec::new();
     let mut maintenance_sections = Vec::new();
     for (path, status) in &files {
-        let Some(NodeKind::Map(pairs)) = status.tree.as_deref().map(|t| &t.kind) else {
+        let Some(content) = status.content.as_deref() else {
             continue;
         };
-        for (key, value) in pairs {
+        for (key, value) in &content.sections {
+            let section = Section {
+                file: path,
+                node: value,
+            };
             match key.scalar() {
-                Some(CONFIG_KEY) => config_sections.push(Section {
-                    file: path,
-                    node: value,
-                }),
-                Some(MAINTENANCE_KEY) => maintenance_sections.push(Section {
-                    file: path,
-                    node: value,
-                }),
-                _ => {}
+                Some(CONFIG_KEY) => config_sections.push(section),
+                _ => maintenance_sections.push(section),
             }
         }
     }
@@ -389,16 +414,26 @@ pub fn load_parsed(
         server_host: saltpeter.default_saltpeter_server_host.as_deref(),
         now,
     };
-    let (mut jobs, job_cache) = load_jobs(
+    let (mut jobs, job_cache) = match load_jobs(
         &files,
+        &deferred,
         &defaults,
         previous.map(|p| (p.job_cache.as_ref(), &p.jobs)),
         &mut diagnostics,
-    );
+    ) {
+        Ok(loaded) => loaded,
+        Err(reread) => return Load::Reread(reread),
+    };
     chains::check_chains(&mut jobs, &mut diagnostics);
+    // The jobs are validated: keep only what the next load needs of each file.
+    for status in files.values_mut() {
+        if let Some(content) = status.content.as_mut().filter(|c| !c.is_stripped()) {
+            *content = Arc::new(content.stripped());
+        }
+    }
 
     diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
-    LoadedConfig {
+    Load::Loaded(Box::new(LoadedConfig {
         dir: dir.to_path_buf(),
         jobs,
         saltpeter,
@@ -407,5 +442,5 @@ pub fn load_parsed(
         files,
         saltpeter_good,
         job_cache: Arc::new(job_cache),
-    }
+    }))
 }

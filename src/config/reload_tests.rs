@@ -214,15 +214,15 @@ fn an_incremental_reload_reuses_unchanged_files_and_means_the_same() {
     let first = load(dir.path(), None);
     assert_eq!(messages(&first, Severity::Warning).len(), 1);
 
-    // Nothing changed: the same trees, the same jobs and warnings.
+    // Nothing changed: the same parses, the same jobs and warnings.
     let second = load(dir.path(), Some(&first));
-    let tree = |c: &LoadedConfig, f: &str| {
+    let parse = |c: &LoadedConfig, f: &str| {
         c.files
             .get(&dir.path().join(f))
-            .and_then(|s| s.tree.clone())
+            .and_then(|s| s.content.as_ref().map(|c| c.id))
     };
-    let same_tree = |a: &LoadedConfig, b: &LoadedConfig, f: &str| match (tree(a, f), tree(b, f)) {
-        (Some(x), Some(y)) => Arc::ptr_eq(&x, &y),
+    let same_tree = |a: &LoadedConfig, b: &LoadedConfig, f: &str| match (parse(a, f), parse(b, f)) {
+        (Some(x), Some(y)) => x == y,
         _ => false,
     };
     assert!(same_tree(&first, &second, "a.yaml"));
@@ -336,4 +336,98 @@ fn a_file_over_the_size_limit_is_an_error_and_its_last_good_version_stays() {
             kept_previous: true
         }
     );
+}
+
+/// `load_parsed` with the files `parse_changed` reads after `previous`, less `reread`.
+fn load_round(dir: &Path, previous: &LoadedConfig, reread: &BTreeSet<PathBuf>) -> Load {
+    let mut known = previous.reusable_fingerprints();
+    known.retain(|path, _| !reread.contains(path));
+    let parsed = match parse_changed(dir, &known, None) {
+        Ok(parsed) => parsed,
+        Err(e) => panic!("{e}"),
+    };
+    load_parsed(dir, parsed, Some(previous), now())
+}
+
+#[test]
+fn a_load_keeps_no_job_mappings_and_rereads_unchanged_files_when_their_defaults_change() {
+    let dir = tempdir();
+    write(dir.path(), "a.yaml", MINIMAL);
+    write(
+        dir.path(),
+        "b.yaml",
+        "saltpeter_config:\n  heartbeat: 3\nother:\n  schedule: '0 3 * * *'\n  command: x\n  targets: y\n",
+    );
+    let first = load(dir.path(), None);
+    // Only the settings and the keys are kept of each file.
+    for status in first.files.values() {
+        let content = status.content.as_ref().expect("content kept");
+        assert!(content.is_stripped() && content.bodies.is_empty());
+    }
+    let b = &first.files[&dir.path().join("b.yaml")];
+    assert_eq!(b.content.as_ref().map(|c| c.sections.len()), Some(1));
+
+    // A change that leaves the defaults alone needs nothing read again.
+    write(
+        dir.path(),
+        "c.yaml",
+        "third:\n  schedule: '@daily'\n  command: z\n  targets: y\n",
+    );
+    let Load::Loaded(second) = load_round(dir.path(), &first, &BTreeSet::new()) else {
+        panic!("no file should be read again");
+    };
+    assert_eq!(job(&second, "backup").command, "/usr/local/bin/backup");
+
+    // A default every job inherits changed: the unchanged files are asked for again.
+    write(
+        dir.path(),
+        "d.yaml",
+        "saltpeter_config:\n  timezone: Europe/Berlin\n",
+    );
+    let reread = match load_round(dir.path(), &second, &BTreeSet::new()) {
+        Load::Reread(files) => files,
+        Load::Loaded(_) => panic!("the jobs of a.yaml, b.yaml and c.yaml need their mappings"),
+    };
+    let expected: BTreeSet<PathBuf> = ["a.yaml", "b.yaml", "c.yaml"]
+        .iter()
+        .map(|f| dir.path().join(f))
+        .collect();
+    assert_eq!(reread, expected);
+    let Load::Loaded(third) = load_round(dir.path(), &second, &reread) else {
+        panic!("every file was read");
+    };
+    for name in ["backup", "other", "third"] {
+        assert_eq!(
+            job(&third, name).timezone,
+            chrono_tz::Europe::Berlin,
+            "{name}"
+        );
+    }
+    assert_eq!(third.saltpeter.heartbeat_s, 3);
+    assert_eq!(third.diagnostics, load(dir.path(), None).diagnostics);
+}
+
+#[test]
+fn a_broken_file_keeps_its_jobs_as_validated_when_the_defaults_change() {
+    let dir = tempdir();
+    write(dir.path(), "a.yaml", MINIMAL);
+    let first = load(dir.path(), None);
+    write(dir.path(), "a.yaml", "backup:\n  min: [1\n");
+    write(
+        dir.path(),
+        "b.yaml",
+        "saltpeter_config:\n  timezone: Europe/Berlin\n",
+    );
+    let second = load(dir.path(), Some(&first));
+    // Its last good version stays in effect as it was validated, with the old timezone.
+    assert_eq!(
+        job(&second, "backup").timezone,
+        job(&first, "backup").timezone
+    );
+    assert_eq!(messages(&second, Severity::Error).len(), 1);
+    // Fixed: read and validated with the new defaults.
+    write(dir.path(), "a.yaml", MINIMAL);
+    let third = load(dir.path(), Some(&second));
+    assert_eq!(job(&third, "backup").timezone, chrono_tz::Europe::Berlin);
+    assert!(messages(&third, Severity::Error).is_empty());
 }

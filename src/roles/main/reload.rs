@@ -14,10 +14,14 @@
 //! 2. The reply arrives as any blocking reply; `poll` (run after every event) applies it.
 //! 3. A failure (blocking gone, helper killed at its deadline, answer too large) keeps
 //!    the previous configuration, says why, and the next change or request tries again.
+//! 4. Main keeps no job's parsed mapping between loads (`config/content.rs`): when jobs of
+//!    unchanged files must be validated again (their inherited defaults changed), the load
+//!    answers which files to read again, and another round reads them too.
 //!
 //! Start-up loads synchronously (`config::load_dir`): nothing is running yet.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use chrono::Utc;
@@ -40,6 +44,8 @@ pub struct Reloads {
     waiting: Vec<CallId>,
     /// Admin calls that came during it: answered by the next one.
     waiting_next: Vec<CallId>,
+    /// Unchanged files the load in flight reads again all the same.
+    reread: BTreeSet<PathBuf>,
 }
 
 impl Reloads {
@@ -56,14 +62,17 @@ pub fn request(core: &mut Main, admin: Option<CallId>) {
         return;
     }
     core.reloads.waiting.extend(admin);
+    core.reloads.reread.clear();
     start(core);
 }
 
 fn start(core: &mut Main) {
+    let reread = &core.reloads.reread;
     let known = core
         .config
         .reusable_fingerprints()
         .into_iter()
+        .filter(|(path, _)| !reread.contains(path))
         .collect::<Vec<_>>();
     let dir = core.config.dir.clone();
     let id = core.blocking_call(BlockingRequest::LoadConfig { dir, known });
@@ -83,9 +92,21 @@ pub fn poll(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         Ok(BlockingReply::ConfigParsed(parsed)) => {
             let now = Utc::now();
             let core = &role.core;
-            let loaded = config::load_parsed(&core.config.dir, parsed, Some(&core.config), now);
-            apply(role, ctx, loaded, now);
-            summary(&role.core.config, started)
+            match config::load_parsed(&core.config.dir, parsed, Some(&core.config), now) {
+                config::Load::Loaded(loaded) => {
+                    apply(role, ctx, *loaded, now);
+                    summary(&role.core.config, started)
+                }
+                config::Load::Reread(files) => {
+                    // Only unchanged files are listed, and each round reads them: this ends.
+                    log::debug!("reload: {} unchanged files read again", files.len());
+                    role.core.reloads.reread.extend(files);
+                    start(&mut role.core);
+                    role.core.reloads.in_flight =
+                        role.core.reloads.in_flight.map(|(id, _)| (id, started));
+                    return;
+                }
+            }
         }
         Ok(other) => failed(format!("blocking answered {other:?}")),
         Err(e) => failed(e.to_string()),
@@ -97,6 +118,7 @@ pub fn poll(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     }
     if std::mem::take(&mut role.core.reloads.again) {
         role.core.reloads.waiting = std::mem::take(&mut role.core.reloads.waiting_next);
+        role.core.reloads.reread.clear();
         start(&mut role.core);
     }
 }
