@@ -248,3 +248,35 @@ fn a_large_merge_file_is_loaded_while_a_running_target_stays_alive() {
     assert!(s1["state"] == "finished" && s1["exit_code"] == 0, "{run}");
     assert_eq!(d.output(id, "s1"), "finished\n");
 }
+
+#[test]
+fn a_changed_default_reaches_the_jobs_of_unchanged_files() {
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        ("02-zone.yaml", "saltpeter_config:\n  timezone: UTC\n"),
+        (
+            "a.yaml",
+            "daily:\n  schedule: '0 0 3 * * *'\n  targets: [a1]\n  command: 'true'\n",
+        ),
+    ]);
+    // The next run's time of day in UTC.
+    let next = |d: &Daemon| {
+        let info = job_info(d, "daily")?;
+        let text = info["next_run"].as_str()?;
+        let at = chrono::DateTime::parse_from_rfc3339(text).ok()?;
+        Some(at.with_timezone(&chrono::Utc).format("%H:%M").to_string())
+    };
+    assert_eq!(next(&d).as_deref(), Some("03:00"));
+
+    // Only the settings file changes; a.yaml is not touched, yet its job must follow.
+    d.write_config(
+        "02-zone.yaml",
+        "saltpeter_config:\n  timezone: Asia/Kolkata\n",
+    );
+    let moved = picked_up("the new timezone in an unchanged file's job", || {
+        next(&d).filter(|n| n != "03:00")
+    });
+    // 03:00 in Kolkata (UTC+5:30) is 21:30 UTC.
+    assert_eq!(moved, "21:30");
+    assert!(config_errors(&d).is_empty(), "{:?}", config_errors(&d));
+}
