@@ -4,7 +4,7 @@
 //! reused as it was validated (see the outline in `mod.rs`).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 
 use super::read_job::JobDefaults;
@@ -36,6 +36,8 @@ impl DefaultsKey {
 /// What a job's validation depended on, and what it gave.
 #[derive(Debug, Clone)]
 pub(super) struct CachedJob {
+    /// The file it came from (shared by the file's jobs).
+    pub(super) file: Arc<Path>,
     /// The parse of the file it came from (`FileContent::id`): reused only while the file
     /// keeps that parse.
     pub(super) content: u64,
@@ -48,4 +50,5 @@ pub(super) struct CachedJob {
     pub(super) valid: Option<Arc<Job>>,
 }
 
-pub(super) type JobCache = HashMap<(PathBuf, String), CachedJob>;
+/// By job name: only a name defined once is cached.
+pub(super) type JobCache = HashMap<String, CachedJob>;

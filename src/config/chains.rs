@@ -77,13 +77,13 @@ pub(super) fn check_chains(jobs: &mut BTreeMap<String, JobEntry>, out: &mut Vec<
         );
         let d = diagnostic(&job.file, Severity::Error, pos, Some(&name), message);
         out.push(d.clone());
-        let invalid = JobEntry::Invalid(InvalidJob {
+        let invalid = JobEntry::Invalid(Box::new(InvalidJob {
             name: name.clone(),
-            group: job.group.clone(),
-            file: job.file.clone(),
+            group: job.group.to_string(),
+            file: job.file.to_path_buf(),
             line: job.line,
             errors: vec![d],
-        });
+        }));
         jobs.insert(name, invalid);
     }
 }

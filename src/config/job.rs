@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
 
 use chrono_tz::Tz;
 
@@ -16,8 +15,10 @@ use crate::schedule::Schedule;
 pub struct Job {
     pub name: String,
     /// The file name without its extension.
-    pub group: String,
-    pub file: PathBuf,
+    /// Shared by the jobs of one file.
+    pub group: std::sync::Arc<str>,
+    /// Shared by the jobs of one file.
+    pub file: std::sync::Arc<std::path::Path>,
     /// Line of the job's name in `file`.
     pub line: usize,
     pub schedule: Schedule,
@@ -123,7 +124,7 @@ impl Job {
             .collect();
         serde_json::json!({
             "name": self.name,
-            "group": self.group,
+            "group": &*self.group,
             "file": self.file.display().to_string(),
             "line": self.line,
             "schedule": self.scheduled.then(|| self.schedule.describe()),

@@ -16,13 +16,13 @@ use super::{Diagnostic, FileState, FileStatus, InvalidJob, JobEntry, Severity};
 
 /// A job definition found in a file: where its name is, and its mapping while it is kept.
 struct Definition<'a> {
-    file: &'a Path,
+    file: Arc<Path>,
     /// The parse it comes from (`FileContent::id`).
     content: u64,
     /// Its file was not read this time (it no longer parses, or it is left for the next
     /// scan): this is its last good version, kept as it was validated.
     kept: bool,
-    group: String,
+    group: Arc<str>,
     pos: Pos,
     node: Option<&'a Node>,
 }
@@ -47,21 +47,20 @@ pub(super) fn load_jobs(
             jobs.insert(name.clone(), duplicate_job(&name, &defs, out));
             continue;
         };
-        let key = (def.file.to_path_buf(), name);
-        let (cached, entry) = match reusable(def, &key, &defaults_key, previous) {
+        let (cached, entry) = match reusable(def, &name, &defaults_key, previous) {
             Some(found) => found,
             None => match def.node {
-                Some(node) => validate(def, &key.1, node, defaults, &defaults_key, out),
-                None if def.kept => not_validated(def, &key.1, &defaults_key),
+                Some(node) => validate(def, &name, node, defaults, &defaults_key, out),
+                None if def.kept => not_validated(def, &name, &defaults_key),
                 None => {
-                    reread.insert(key.0);
+                    reread.insert(def.file.to_path_buf());
                     continue;
                 }
             },
         };
         out.extend(cached.diagnostics.iter().cloned());
-        jobs.insert(key.1.clone(), entry);
-        cache.insert(key, cached);
+        jobs.insert(name.clone(), entry);
+        cache.insert(name, cached);
     }
     if reread.is_empty() {
         Ok((jobs, cache))
@@ -81,11 +80,13 @@ fn definitions<'a>(
         let Some(content) = status.content.as_deref() else {
             continue;
         };
+        let file: Arc<Path> = Arc::from(path.as_path());
         let kept = matches!(status.state, FileState::Failed { .. }) || deferred.contains(path);
-        let group = path
+        let group: Arc<str> = path
             .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+            .map(|s| s.to_string_lossy())
+            .unwrap_or_default()
+            .into();
         let mut sink = Sink {
             file: path,
             out: &mut *out,
@@ -108,17 +109,17 @@ fn definitions<'a>(
                 continue;
             }
             let list = definitions.entry(name.to_string()).or_default();
-            if let Some(same_file) = list.iter_mut().find(|d| d.file == path.as_path()) {
+            if let Some(same_file) = list.iter_mut().find(|d| *d.file == *path.as_path()) {
                 sink.push(Severity::Warning, key.pos, Some(name), format!("job `{name}` is defined twice in this file (first at line {}); this later definition is used", same_file.pos.line));
                 same_file.pos = key.pos;
                 same_file.node = value;
                 continue;
             }
             list.push(Definition {
-                file: path,
+                file: Arc::clone(&file),
                 content: content.id,
                 kept,
-                group: group.clone(),
+                group: Arc::clone(&group),
                 pos: key.pos,
                 node: value,
             });
@@ -131,17 +132,20 @@ fn definitions<'a>(
 /// no longer parses, whatever changed since).
 fn reusable(
     def: &Definition<'_>,
-    key: &(PathBuf, String),
+    name: &str,
     defaults: &Arc<DefaultsKey>,
     previous: Option<(&JobCache, &BTreeMap<String, JobEntry>)>,
 ) -> Option<(CachedJob, JobEntry)> {
     let (cache, jobs) = previous?;
-    let cached = cache.get(key).filter(|c| {
-        c.content == def.content && c.pos == def.pos && (def.kept || c.defaults == *defaults)
+    let cached = cache.get(name).filter(|c| {
+        c.file == def.file
+            && c.content == def.content
+            && c.pos == def.pos
+            && (def.kept || c.defaults == *defaults)
     })?;
     let entry = match &cached.valid {
         Some(job) => JobEntry::Valid(Arc::clone(job)),
-        None => jobs.get(&key.1).filter(|e| e.job().is_none())?.clone(),
+        None => jobs.get(name).filter(|e| e.job().is_none())?.clone(),
     };
     Some((cached.clone(), entry))
 }
@@ -157,19 +161,21 @@ fn validate(
 ) -> (CachedJob, JobEntry) {
     let first = out.len();
     let mut sink = Sink {
-        file: def.file,
+        file: &def.file,
         out: &mut *out,
     };
-    let (valid, entry) =
-        match read_job::read_job(name, &def.group, def.pos, node, defaults, &mut sink) {
-            Ok(job) => {
-                let job = Arc::new(job);
-                (Some(Arc::clone(&job)), JobEntry::Valid(job))
-            }
-            Err(errors) => (None, invalid(def, name, errors)),
-        };
+    let (valid, entry) = match read_job::read_job(
+        name, &def.group, &def.file, def.pos, node, defaults, &mut sink,
+    ) {
+        Ok(job) => {
+            let job = Arc::new(job);
+            (Some(Arc::clone(&job)), JobEntry::Valid(job))
+        }
+        Err(errors) => (None, invalid(def, name, errors)),
+    };
     let diagnostics = out.split_off(first);
     let cached = CachedJob {
+        file: Arc::clone(&def.file),
         content: def.content,
         pos: def.pos,
         defaults: Arc::clone(defaults_key),
@@ -190,8 +196,9 @@ fn not_validated(
         "job `{name}` could not be validated: its file was not read again (it does not \
          parse, or it waits for the next scan); it stays disabled until then"
     );
-    let d = diagnostic(def.file, Severity::Error, def.pos, Some(name), message);
+    let d = diagnostic(&def.file, Severity::Error, def.pos, Some(name), message);
     let cached = CachedJob {
+        file: Arc::clone(&def.file),
         content: def.content,
         pos: def.pos,
         defaults: Arc::clone(defaults_key),
@@ -202,13 +209,13 @@ fn not_validated(
 }
 
 fn invalid(def: &Definition<'_>, name: &str, errors: Vec<Diagnostic>) -> JobEntry {
-    JobEntry::Invalid(InvalidJob {
+    JobEntry::Invalid(Box::new(InvalidJob {
         name: name.to_string(),
-        group: def.group.clone(),
+        group: def.group.to_string(),
         file: def.file.to_path_buf(),
         line: def.pos.line,
         errors,
-    })
+    }))
 }
 
 /// The same job name in several files: an error at each, and an invalid entry.
@@ -223,15 +230,15 @@ fn duplicate_job(name: &str, defs: &[Definition<'_>], out: &mut Vec<Diagnostic>)
     );
     let errors: Vec<Diagnostic> = defs
         .iter()
-        .map(|d| diagnostic(d.file, Severity::Error, d.pos, Some(name), message.clone()))
+        .map(|d| diagnostic(&d.file, Severity::Error, d.pos, Some(name), message.clone()))
         .collect();
     out.extend(errors.iter().cloned());
     let first = defs.first();
-    JobEntry::Invalid(InvalidJob {
+    JobEntry::Invalid(Box::new(InvalidJob {
         name: name.to_string(),
-        group: first.map(|d| d.group.clone()).unwrap_or_default(),
+        group: first.map(|d| d.group.to_string()).unwrap_or_default(),
         file: first.map(|d| d.file.to_path_buf()).unwrap_or_default(),
         line: first.map_or(0, |d| d.pos.line),
         errors,
-    })
+    }))
 }

@@ -187,7 +187,8 @@ pub struct InvalidJob {
 pub enum JobEntry {
     /// Shared: runs in flight and reloads hold the same job without copying it.
     Valid(Arc<Job>),
-    Invalid(InvalidJob),
+    /// Boxed: most jobs are valid, and an entry is then as small as the `Arc`.
+    Invalid(Box<InvalidJob>),
 }
 
 impl JobEntry {

@@ -6,8 +6,6 @@
 //! returned at the first, so `saltpeterctl config check` shows all of them at once. Any error
 //! leaves the job listed but disabled; warnings never do.
 
-use std::path::PathBuf;
-
 /// Largest `env` (as JSON) a job may have: the wrapper accepts messages up to 1 MiB, and
 /// the command and the rest of the job spec need room too.
 pub(crate) const MAX_ENV_JSON: usize = 768 * 1024;
@@ -84,9 +82,11 @@ pub(crate) struct JobDefaults<'a> {
 }
 
 /// Reads one job. `Err` carries the job's errors (already also pushed to the sink).
+/// `group` and `file` are shared by the jobs of the file (`file` is the sink's).
 pub(crate) fn read_job(
     name: &str,
-    group: &str,
+    group: &std::sync::Arc<str>,
+    file: &std::sync::Arc<std::path::Path>,
     name_pos: Pos,
     node: &Node,
     defaults: &JobDefaults<'_>,
@@ -205,8 +205,8 @@ pub(crate) fn read_job(
     match (schedule, command, targets) {
         (Some(schedule), Some(command), Some(targets)) if reader.errors.is_empty() => Ok(Job {
             name: name.to_string(),
-            group: group.to_string(),
-            file: PathBuf::from(reader.sink.file),
+            group: std::sync::Arc::clone(group),
+            file: std::sync::Arc::clone(file),
             line: name_pos.line,
             schedule,
             timezone,

@@ -88,8 +88,8 @@ fn yml_files_are_read_and_others_ignored() {
     write(dir.path(), "empty.yaml", "");
     let config = load(dir.path(), None);
     assert!(!config.has_errors(), "{:#?}", config.diagnostics);
-    assert_eq!(job(&config, "backup").group, "one");
-    assert_eq!(job(&config, "second").group, "two");
+    assert_eq!(&*job(&config, "backup").group, "one");
+    assert_eq!(&*job(&config, "second").group, "two");
     assert_eq!(config.files.len(), 3);
 }
 

@@ -65,7 +65,7 @@ fn a_minimal_job_gets_every_default() {
     let config = load(dir.path(), None);
     assert!(config.diagnostics.is_empty(), "{:#?}", config.diagnostics);
     let j = job(&config, "backup");
-    assert_eq!(j.group, "nightly");
+    assert_eq!(&*j.group, "nightly");
     assert_eq!(j.line, 1);
     assert_eq!(j.schedule.describe(), "0 30 2 * * * *");
     assert_eq!(j.timezone, chrono_tz::Tz::UTC);

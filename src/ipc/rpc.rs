@@ -96,6 +96,9 @@ struct Pending<T> {
     tag: T,
 }
 
+/// A table of pending calls larger than this shrinks when mostly empty.
+const SHRINK_ABOVE: usize = 256;
+
 /// Calls awaiting a reply on one link.
 pub struct PendingCalls<T> {
     peer: Role,
@@ -135,7 +138,16 @@ impl<T> PendingCalls<T> {
     /// The reply for `id` arrived: hand back the tag (`None` for an unknown or expired id,
     /// which the caller logs and drops).
     pub fn finish(&mut self, id: CallId) -> Option<T> {
-        self.calls.remove(&id).map(|p| p.tag)
+        let tag = self.calls.remove(&id).map(|p| p.tag);
+        self.shrink();
+        tag
+    }
+
+    /// After a burst (one call per job at start-up), give the table's memory back.
+    fn shrink(&mut self) {
+        if self.calls.capacity() > SHRINK_ABOVE && self.calls.len() * 8 < self.calls.capacity() {
+            self.calls.shrink_to(self.calls.len() * 2);
+        }
     }
 
     /// The tag of a call still pending.
@@ -157,6 +169,7 @@ impl<T> PendingCalls<T> {
                 out.push((id, p.tag, CallError::Timeout(self.peer, p.timeout)));
             }
         }
+        self.shrink();
         out.sort_by_key(|(id, _, _)| *id);
         out
     }
@@ -190,6 +203,26 @@ mod tests {
     use super::*;
     use crate::ipc::channel::{Channel, ChannelError};
     use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn a_burst_of_calls_gives_its_memory_back_once_answered() {
+        let mut calls = PendingCalls::new(Role::Db);
+        let t0 = Instant::now();
+        let ids: Vec<CallId> = (0..10_000)
+            .map(|i| calls.start(t0, Duration::from_secs(10), i))
+            .collect();
+        assert!(calls.calls.capacity() >= 10_000);
+        for (i, id) in ids.iter().enumerate().skip(1) {
+            assert_eq!(calls.finish(*id), Some(i));
+        }
+        assert_eq!(calls.len(), 1);
+        assert!(
+            calls.calls.capacity() <= SHRINK_ABOVE,
+            "{}",
+            calls.calls.capacity()
+        );
+        assert_eq!(calls.finish(ids[0]), Some(0));
+    }
 
     #[test]
     fn deadline_expiry_fails_only_late_calls() {

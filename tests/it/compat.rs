@@ -75,7 +75,7 @@ fn the_original_examples_load_with_the_same_meaning() {
 
     // Every 15 s in hours 1-23, in UTC like the original; two random compound matches.
     let j = job(&config, "touch_marker");
-    assert_eq!(j.group, "webservers");
+    assert_eq!(&*j.group, "webservers");
     assert_eq!(j.timezone, chrono_tz::Tz::UTC);
     assert_eq!(
         fires(j, "2026-11-25T23:59:50Z", 3),
@@ -124,7 +124,7 @@ fn the_original_examples_load_with_the_same_meaning() {
     // `sec: '*'` with `min: '*/2'`: every second of every even minute; 0 targets = all.
     for name in ["disk_check", "load_check"] {
         let j = job(&config, name);
-        assert_eq!(j.group, "monitoring");
+        assert_eq!(&*j.group, "monitoring");
         assert_eq!(
             fires(j, "2026-11-25T10:01:58Z", 3),
             [

@@ -36,7 +36,7 @@ fn send(core: &mut Main, job: &Job, run: Option<RunId>, entries: Vec<JobLogEntry
     };
     let log = JobLog {
         job: job.name.clone(),
-        group: job.group.clone(),
+        group: job.group.to_string(),
         instance,
         run,
         entries,

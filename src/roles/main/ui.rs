@@ -244,7 +244,7 @@ pub fn cron_view(entry: &crate::config::JobEntry) -> CronEntryView {
     match entry {
         crate::config::JobEntry::Valid(job) => CronEntryView::Valid(Box::new(CronView {
             name: job.name.clone(),
-            group: job.group.clone(),
+            group: job.group.to_string(),
             file: job.file.display().to_string(),
             line: job.line,
             schedule: job.schedule.describe(),
