@@ -361,23 +361,11 @@ fn mail_reaches_a_real_smtp_server() {
 
 #[test]
 fn bad_urls_and_addresses_are_configuration_errors_at_their_line() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("jobs.yaml"),
+    let (passed, text) = config_check(
+        "jobs.yaml",
         "j:\n  schedule: '@daily'\n  targets: [a]\n  command: 'true'\n  notify:\n    - webhook: ftp://example.com/\n    - email: 'not an address'\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(CTL)
-        .args(["config", "check"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!out.status.success(), "{text}");
+    assert!(!passed, "{text}");
     assert!(text.contains("jobs.yaml:6"), "{text}");
     assert!(text.contains("ftp://example.com/"), "{text}");
     assert!(text.contains("jobs.yaml:7"), "{text}");

@@ -414,23 +414,11 @@ fn mail_goes_through_implicit_tls_with_auth_login() {
 
 #[test]
 fn a_missing_ca_file_or_a_bad_smtp_setting_is_an_error_at_its_line() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("config.yaml"),
+    let (passed, text) = config_check(
+        "config.yaml",
         "saltpeter_config:\n  notify_ca_file: /nonexistent/ca.pem\n  smtp_tls: sometimes\n  smtp: 'smtp://mail.example'\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(CTL)
-        .args(["config", "check"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!out.status.success(), "{text}");
+    assert!(!passed, "{text}");
     assert!(
         text.contains("config.yaml:2") && text.contains("/nonexistent/ca.pem"),
         "{text}"

@@ -260,6 +260,24 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// `saltpeterctl config check` on a directory holding `file` with `text`: whether it
+/// passed, and everything it printed.
+pub fn config_check(file: &str, text: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    std::fs::write(dir.path().join(file), text).expect("write the configuration");
+    let out = Command::new(CTL)
+        .args(["config", "check"])
+        .arg(dir.path())
+        .output()
+        .expect("run saltpeterctl");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 pub fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
