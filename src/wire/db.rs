@@ -265,6 +265,8 @@ pub struct TargetDetail {
     pub contiguous_seq: u64,
     pub resume_key_sha256: Option<String>,
     pub token_used: bool,
+    /// The attempt in effect (1 for the first; `retries` add one each).
+    pub attempt: u32,
 }
 
 /// Which runs db's `list_runs` returns, newest first; `before_id` pages backwards.

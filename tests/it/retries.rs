@@ -112,3 +112,44 @@ fn a_kill_cancels_the_batches_not_started_and_the_run_is_canceled() {
         }
     }
 }
+
+#[test]
+fn attempts_made_before_a_restart_count_against_retries() {
+    let dir = tempfile::tempdir().unwrap();
+    let count = dir.path().join("count");
+    let go = dir.path().join("go");
+    // Attempt 1 fails at once; attempt 2 fails once `go` exists (after the restart).
+    let command = format!(
+        "n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; echo attempt-$n; \
+         [ $n -ge 2 ] && while [ ! -e {g} ]; do sleep 0.2; done; exit 1",
+        c = count.display(),
+        g = go.display()
+    );
+    let jobs = format!(
+        "twice:\n  schedule: '@yearly'\n  targets: [r3]\n  command: '{command}'\n  retries: 1\n  retry_delay: 1\n"
+    );
+    let mut d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        ("02-port.yaml", &fixed_port_config()),
+        ("jobs.yaml", &jobs),
+    ]);
+    let id = d.run_now("twice");
+    wait_until("attempt 2 running", HANG, || {
+        let n = std::fs::read_to_string(&count).unwrap_or_default();
+        (n.trim() == "2").then_some(())
+    });
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(d.wait_exit().code(), Some(0));
+    d.spawn();
+    d.wait_ready();
+    std::fs::write(&go, "").unwrap();
+    let run = wait_until("the run finished", HANG, || {
+        let r = d.run_record(id);
+        is_final(&r).then_some(r)
+    });
+    // Attempt 2 was the last one `retries: 1` allows: no third attempt after the restart.
+    assert_eq!(run["state"], "failed", "{run}");
+    assert_eq!(target(&run, "r3")["exit_code"], 1, "{run}");
+    assert_eq!(std::fs::read_to_string(&count).unwrap().trim(), "2");
+    assert_eq!(d.output(id, "r3"), "attempt-1\nattempt-2\n");
+}

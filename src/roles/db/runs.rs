@@ -208,7 +208,7 @@ impl Store {
             .prepare_cached(
                 "SELECT machine, state, reason, exit_code, started, ended, last_seen,
                  wrapper_version, output_bytes, omitted_bytes, seq_contiguous,
-                 resume_key_sha256, token_used
+                 resume_key_sha256, token_used, attempt
                  FROM targets WHERE run_id = ?1 AND machine = ?2",
             )
             .and_then(|mut stmt| {
@@ -222,12 +222,23 @@ impl Store {
                         row.get::<_, i64>(10)?,
                         row.get::<_, Option<String>>(11)?,
                         row.get::<_, bool>(12)?,
+                        row.get::<_, i64>(13)?,
                     ))
                 })
                 .optional()
             })
             .map_err(sql_error(op))?;
-        let Some((target, last_seen, wrapper_version, output, omitted, seq, key, token_used)) = row
+        let Some((
+            target,
+            last_seen,
+            wrapper_version,
+            output,
+            omitted,
+            seq,
+            key,
+            token_used,
+            attempt,
+        )) = row
         else {
             return Ok(None);
         };
@@ -240,6 +251,7 @@ impl Store {
             contiguous_seq: from_db(op, "targets.seq_contiguous", seq)?,
             resume_key_sha256: key,
             token_used,
+            attempt: u32::try_from(from_db(op, "targets.attempt", attempt)?).unwrap_or(u32::MAX),
         }))
     }
 

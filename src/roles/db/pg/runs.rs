@@ -85,7 +85,7 @@ fn get_target(
         op,
         "SELECT machine, state, reason, exit_code, started, ended, last_seen,
          wrapper_version, output_bytes, omitted_bytes, seq_contiguous,
-         resume_key_sha256, token_used
+         resume_key_sha256, token_used, attempt
          FROM targets WHERE run_id = $1 AND machine = $2",
         &[&id, &machine],
     )?
@@ -101,6 +101,12 @@ fn get_target(
         contiguous_seq: from_db(op, "targets.seq_contiguous", col(op, &row, 10)?)?,
         resume_key_sha256: col(op, &row, 11)?,
         token_used: col(op, &row, 12)?,
+        attempt: u32::try_from(from_db(
+            op,
+            "targets.attempt",
+            i64::from(col::<i32>(op, &row, 13)?),
+        )?)
+        .unwrap_or(u32::MAX),
     }))
 }
 

@@ -87,6 +87,8 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
             now,
             grace,
         );
+        // Retries already made count against `retries` after a restart too.
+        t.attempt = d.attempt.max(1);
         if t.is_waiting() {
             // `retry_unreachable`: the window starts over (its deadline is not stored).
             let window = std::time::Duration::from_secs(job.retry_unreachable_s);
