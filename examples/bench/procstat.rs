@@ -66,6 +66,15 @@ pub fn pids_with(needle: &str) -> Vec<u32> {
     out
 }
 
+/// Whether process `pid` was started with `name=value` in its environment (a wrapper of
+/// one run: `SP_RUN`).
+pub fn has_env(pid: u32, name: &str, value: &str) -> bool {
+    let wanted = format!("{name}={value}");
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|env| env.split(|b| *b == 0).any(|v| v == wanted.as_bytes()))
+        .unwrap_or(false)
+}
+
 /// CPU seconds of a process and of its reaped children, from the text of `/proc/PID/stat`
 /// (utime, stime, cutime, cstime; in clock ticks of `ticks_per_s`).
 pub fn parse_stat_cpu_with_children(text: &str, ticks_per_s: f64) -> Option<f64> {

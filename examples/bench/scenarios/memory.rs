@@ -44,13 +44,14 @@ fn run(env: &Env) -> Result<ScenarioResult, BenchError> {
             "wrapper streaming 100 MiB, peak",
         ),
     ] {
-        let before = procstat::pids_with("saltpeter-wrapper");
         let id = d.run_now(job)?;
+        let run = id.to_string();
         let begin = Instant::now();
         let mut peak = 0u64;
         loop {
+            // This run's wrapper only (other wrappers may run on the machine).
             for pid in procstat::pids_with("saltpeter-wrapper") {
-                if !before.contains(&pid) {
+                if procstat::has_env(pid, "SP_RUN", &run) {
                     peak = peak.max(procstat::peak_rss_kib(pid));
                 }
             }
