@@ -75,6 +75,14 @@ pub fn has_env(pid: u32, name: &str, value: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether some variable of process `pid`'s environment mentions `needle` (a wrapper of
+/// one daemon: its token file is under that daemon's state directory).
+pub fn env_mentions(pid: u32, needle: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|env| String::from_utf8_lossy(&env).contains(needle))
+        .unwrap_or(false)
+}
+
 /// CPU seconds of a process and of its reaped children, from the text of `/proc/PID/stat`
 /// (utime, stime, cutime, cstime; in clock ticks of `ticks_per_s`).
 pub fn parse_stat_cpu_with_children(text: &str, ticks_per_s: f64) -> Option<f64> {

@@ -46,12 +46,13 @@ fn run(env: &Env) -> Result<ScenarioResult, BenchError> {
     ] {
         let id = d.run_now(job)?;
         let run = id.to_string();
+        let dir = d.dir().display().to_string();
         let begin = Instant::now();
         let mut peak = 0u64;
         loop {
-            // This run's wrapper only (other wrappers may run on the machine).
+            // This daemon's run's wrapper only (other daemons' wrappers may run here).
             for pid in procstat::pids_with("saltpeter-wrapper") {
-                if procstat::has_env(pid, "SP_RUN", &run) {
+                if procstat::has_env(pid, "SP_RUN", &run) && procstat::env_mentions(pid, &dir) {
                     peak = peak.max(procstat::peak_rss_kib(pid));
                 }
             }
