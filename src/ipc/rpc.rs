@@ -6,7 +6,7 @@
 //! (`Timeout`) and, when the peer goes away, fails all of them (`PeerGone`). Tags instead of
 //! closures keep the state a plain value that the loop passes to handlers.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -101,6 +101,9 @@ pub struct PendingCalls<T> {
     peer: Role,
     next_id: CallId,
     calls: HashMap<CallId, Pending<T>>,
+    /// The calls by deadline: the loops ask for the earliest after every event, and
+    /// thousands of output writes may be in flight.
+    deadlines: BTreeSet<(Instant, CallId)>,
 }
 
 impl<T> PendingCalls<T> {
@@ -114,6 +117,7 @@ impl<T> PendingCalls<T> {
             peer,
             next_id: first,
             calls: HashMap::new(),
+            deadlines: BTreeSet::new(),
         }
     }
 
@@ -121,6 +125,7 @@ impl<T> PendingCalls<T> {
     pub fn start(&mut self, now: Instant, timeout: Duration, tag: T) -> CallId {
         let id = self.next_id;
         self.next_id += 1;
+        self.deadlines.insert((now + timeout, id));
         self.calls.insert(
             id,
             Pending {
@@ -135,7 +140,9 @@ impl<T> PendingCalls<T> {
     /// The reply for `id` arrived: hand back the tag (`None` for an unknown or expired id,
     /// which the caller logs and drops).
     pub fn finish(&mut self, id: CallId) -> Option<T> {
-        self.calls.remove(&id).map(|p| p.tag)
+        let p = self.calls.remove(&id)?;
+        self.deadlines.remove(&(p.deadline, id));
+        Some(p.tag)
     }
 
     /// The tag of a call still pending.
@@ -145,14 +152,12 @@ impl<T> PendingCalls<T> {
 
     /// Remove and return every call whose deadline has passed.
     pub fn expire(&mut self, now: Instant) -> Vec<(CallId, T, CallError)> {
-        let ids: Vec<CallId> = self
-            .calls
-            .iter()
-            .filter(|(_, p)| p.deadline <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
+        let mut out = Vec::new();
+        while let Some(&(deadline, id)) = self.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.pop_first();
             if let Some(p) = self.calls.remove(&id) {
                 out.push((id, p.tag, CallError::Timeout(self.peer, p.timeout)));
             }
@@ -163,6 +168,7 @@ impl<T> PendingCalls<T> {
 
     /// The peer is gone: every pending call fails.
     pub fn fail_all(&mut self) -> Vec<(CallId, T, CallError)> {
+        self.deadlines.clear();
         let mut out: Vec<_> = self
             .calls
             .drain()
@@ -173,7 +179,7 @@ impl<T> PendingCalls<T> {
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.calls.values().map(|p| p.deadline).min()
+        self.deadlines.first().map(|(deadline, _)| *deadline)
     }
 
     pub fn len(&self) -> usize {
@@ -208,6 +214,29 @@ mod tests {
         assert_eq!(calls.finish(fast), None, "an expired call is gone");
         assert_eq!(calls.finish(slow), Some("slow"));
         assert!(calls.is_empty());
+    }
+
+    #[test]
+    fn the_next_deadline_follows_finished_and_expired_calls() {
+        let mut calls = PendingCalls::new(Role::Db);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let a = calls.start(t0, ms(30), "a");
+        let b = calls.start(t0, ms(10), "b");
+        let c = calls.start(t0 + ms(5), ms(10), "c");
+        assert_eq!(calls.next_deadline(), Some(t0 + ms(10)));
+        assert_eq!(calls.finish(b), Some("b"));
+        assert_eq!(
+            calls.next_deadline(),
+            Some(t0 + ms(15)),
+            "b's deadline left"
+        );
+        let expired = calls.expire(t0 + ms(20));
+        assert_eq!(expired.iter().map(|e| e.0).collect::<Vec<_>>(), vec![c]);
+        assert_eq!(calls.next_deadline(), Some(t0 + ms(30)));
+        assert_eq!(calls.fail_all().len(), 1);
+        assert_eq!(calls.next_deadline(), None);
+        assert_eq!(calls.finish(a), None);
     }
 
     #[test]

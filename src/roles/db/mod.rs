@@ -14,6 +14,7 @@ pub mod joblog;
 mod lease;
 pub mod output;
 pub mod pg;
+mod placement;
 pub mod runs;
 pub mod schema;
 pub mod storage;
@@ -70,6 +71,16 @@ fn remote(e: StoreError) -> RemoteError {
 
 /// Apply one request to the store.
 pub fn apply(store: &mut dyn Storage, req: &DbRequest) -> Result<DbReply, StoreError> {
+    apply_in_batch(store, req, 0)
+}
+
+/// Apply one request of a batch; `superseded` is its hint from
+/// [`placement::superseded_hints`] (used by output frames only).
+fn apply_in_batch(
+    store: &mut dyn Storage,
+    req: &DbRequest,
+    superseded: u64,
+) -> Result<DbReply, StoreError> {
     Ok(match req {
         DbRequest::CreateRun(run) => DbReply::RunCreated(store.create_run(run)?),
         DbRequest::UpdateRun { run, update } => {
@@ -92,7 +103,12 @@ pub fn apply(store: &mut dyn Storage, req: &DbRequest) -> Result<DbReply, StoreE
             data,
             limit,
         } => {
-            let outcome = store.append_output(*run, machine, *seq, *stream, data, *limit)?;
+            let placement = output::Placement {
+                limit: *limit,
+                superseded,
+            };
+            let outcome =
+                store.append_output_placed(*run, machine, *seq, *stream, data, placement)?;
             DbReply::OutputStored {
                 contiguous_seq: outcome.contiguous_seq,
             }
@@ -162,17 +178,18 @@ pub fn apply(store: &mut dyn Storage, req: &DbRequest) -> Result<DbReply, StoreE
 }
 
 /// Apply a batch in one transaction; `Err` if the transaction itself could not commit.
-fn apply_batch(
+pub(crate) fn apply_batch(
     store: &mut dyn Storage,
     calls: &[(CallId, DbRequest)],
 ) -> Result<Vec<Result<DbReply, StoreError>>, StoreError> {
+    let hints = placement::superseded_hints(calls.iter().map(|(_, req)| req));
     store.begin_batch()?;
     let mut results = Vec::with_capacity(calls.len());
     // SQLite rolls the whole transaction back on a full disk; what the batch then
     // reports is that first cause, not the rollback it led to.
     let mut full = None;
-    for (_, req) in calls {
-        match apply(store, req) {
+    for ((_, req), superseded) in calls.iter().zip(hints) {
+        match apply_in_batch(store, req, superseded) {
             Err(lost @ StoreError::BatchLost { .. }) => {
                 let _ = store.rollback_batch();
                 return Err(full.unwrap_or(lost));
