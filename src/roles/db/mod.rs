@@ -1,7 +1,8 @@
 //! The `db` process: the only daemon process that touches SQLite.
 //!
 //! Outline of one loop turn: read every request main has sent, apply them in one
-//! transaction, commit, and only then answer. Answers to writes therefore mean "durable",
+//! transaction, commit, and only then answer. (Output writes alone, under 4 MiB, wait a
+//! few milliseconds for more to share their commit: `gather_output`.) Answers to writes therefore mean "durable",
 //! and an output `ack` that main derives from them never covers uncommitted bytes. If the
 //! commit fails (a full disk), the batch is rolled back and applied once more; if that
 //! fails too, every request of the batch is answered with the error: main keeps its
@@ -45,7 +46,17 @@ pub struct Db {
     lease: Option<lease::LeaseWatch>,
     /// A report is due in a moment (armed by a commit; nothing wakes an idle db).
     report_armed: bool,
+    /// Output writes held back for a moment to be committed with the next ones
+    /// (`gather_output`), and whether the timer that serves them is armed.
+    gathered: Vec<(CallId, DbRequest)>,
+    gather_armed: bool,
 }
+
+/// How long a batch of output writes alone may wait for more, and how much makes it
+/// go at once. A commit per few frames costs db more than the frames; a few
+/// milliseconds more before an ack (sent at least every 250 ms) cost nothing.
+const GATHER_FOR: std::time::Duration = std::time::Duration::from_millis(4);
+const GATHER_BYTES: usize = 4 * 1024 * 1024;
 
 impl Controlled for Db {
     fn control(&mut self) -> &mut ControlLink {
@@ -55,6 +66,9 @@ impl Controlled for Db {
     fn on_control(&mut self, ctx: &mut Ctx<Self>, msg: ControlDown) {
         if let ControlDown::Shutdown = msg {
             log::info!("shutting down");
+            // Output held back for the next commit is committed (and answered) first.
+            let gathered = std::mem::take(&mut self.gathered);
+            serve(self, gathered);
             self.store.release_lease();
             ctx.stop();
         }
@@ -300,11 +314,46 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
                     other => log::warn!("unexpected message from main: {other:?}"),
                 }
             }
-            serve(db, calls);
+            gather_output(db, ctx, calls);
             arm_commit_report(db, ctx);
             Flow::Continue
         }
         Err(e) => super::link_failed(ctx, &e),
+    }
+}
+
+/// Serve `calls` now, or hold them back for [`GATHER_FOR`] when they are only output
+/// writes and fewer than [`GATHER_BYTES`]: more arrive meanwhile, and one commit then
+/// covers them all (and the tail bytes they shed are never written, `placement.rs`).
+/// Anything else (a welcome's spent token, a read, a run's state) goes at once, with
+/// whatever was held back before it.
+fn gather_output(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest)>) {
+    db.gathered.extend(calls);
+    let only_output = db
+        .gathered
+        .iter()
+        .all(|(_, r)| matches!(r, DbRequest::AppendOutput { .. }));
+    let bytes: usize = db
+        .gathered
+        .iter()
+        .map(|(_, r)| match r {
+            DbRequest::AppendOutput { data, .. } => data.len(),
+            _ => 0,
+        })
+        .sum();
+    if !only_output || bytes >= GATHER_BYTES {
+        let calls = std::mem::take(&mut db.gathered);
+        serve(db, calls);
+        return;
+    }
+    if !db.gather_armed && !db.gathered.is_empty() {
+        db.gather_armed = true;
+        ctx.after(GATHER_FOR, |db: &mut Db, ctx| {
+            db.gather_armed = false;
+            let calls = std::mem::take(&mut db.gathered);
+            serve(db, calls);
+            arm_commit_report(db, ctx);
+        });
     }
 }
 
@@ -372,6 +421,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         reported_commits: 0,
         lease,
         report_armed: false,
+        gathered: Vec::new(),
+        gather_armed: false,
     };
     if db.lease.is_some() {
         lease::poll(&mut db, ev.ctx());
