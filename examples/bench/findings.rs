@@ -51,11 +51,24 @@ each is started as `saltpeter-wrapper --daemonize`, which forks twice), 12 % in 
 running `true`, 9 % in the daemon's five processes; the rest were other builds on this \
 machine. The daemon is not the bottleneck; fewer processes per target (no double fork for \
 the local executor, no shell for a plain command) would be. Not changed.
-- **Not met, not yet profiled.** Ingest with 100 wrappers at once (scenario 2): the aggregate is below one job's throughput and \
-the hub and main peak at a few hundred MiB (`peak_rss_hub`, `peak_rss_main`): each \
-wrapper may keep up to 16 MiB unacknowledged, and that output waits in the hub's and \
-main's queues on its way to db; bounding those queues below the wrappers' windows is the \
-next step.
+- **Ingest with 100 wrappers at once** (scenario 2). `perf record -a` of the 100 × 4 MiB \
+run: the daemon's processes were a third of the samples (db half of that, hub and main a \
+quarter each), the wrappers an eighth; per byte, hub and main spent about twice what they \
+spend on one flooding job. Each wrapper sent its whole output at once (up to 16 MiB \
+unacknowledged), so hundreds of MiB waited in the hub's and main's link queues (page \
+faults and memory charging in the profile; `peak_rss_hub`, `peak_rss_main`), main scanned \
+every pending db call for the earliest deadline after each event, and db committed a few \
+frames at a time. Now the hub reads a wrapper only while the daemon holds less than a \
+32 MiB budget of its output (8 MiB per wrapper) and main credits each frame back once db \
+is done with it; acks go once per wrapper per loop turn; output writes alone wait up to \
+4 ms to share a commit; and a frame whose tail bytes later frames of the same batch push \
+out is counted as omitted without being written (docs/architecture.md, \"Output and flow \
+control\"). That is also why one job's flood and its db CPU per 100 MB improved. What is \
+left of the aggregate on this 2-core machine is mostly outside the daemon: after the \
+change the wrappers were a quarter of the samples (much of it process start-up) and \
+`sh`, `yes` and `head` a seventh, and the 100 launches spread the starts over a second \
+or more (see fan-out). The hub still reads wrapper frames through tungstenite's 4 KiB \
+read buffer (16 reads per 64 KiB frame), kept small for 10,000 idle connections.
 - **The original Saltpeter** (scenario 6). Idle, its process tree uses a large share of a \
 core as soon as it has jobs: its main loop re-reads and re-parses every YAML file of the \
 directory on each tick (about every 50 ms) and compares the result with the previous one; \

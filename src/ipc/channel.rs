@@ -15,7 +15,9 @@ use serde::de::DeserializeOwned;
 
 use super::MAX_FRAME;
 use super::codec::{self, CodecError};
-use super::frame::{FrameError, FrameReader, WriteQueue, encode_frame};
+#[cfg(test)]
+use super::frame::encode_frame;
+use super::frame::{FrameError, FrameReader, HEADER_ROOM, WriteQueue, seal_frame};
 use super::hello::{Hello, PROTO_VERSION, Role};
 
 #[derive(Debug, thiserror::Error)]
@@ -86,11 +88,13 @@ impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
     }
 
     fn queue<T: Serialize>(&mut self, msg: &T) -> Result<(), ChannelError> {
-        let payload = codec::encode(msg, MAX_FRAME).map_err(|source| ChannelError::Codec {
-            role: self.peer_role,
-            source,
+        let framed = codec::encode_after(msg, MAX_FRAME, HEADER_ROOM).map_err(|source| {
+            ChannelError::Codec {
+                role: self.peer_role,
+                source,
+            }
         })?;
-        self.writes.push(encode_frame(&payload));
+        self.writes.push(seal_frame(framed));
         Ok(())
     }
 
@@ -135,24 +139,32 @@ impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
     }
 
     fn decode_buffered(&mut self) -> Result<Vec<Rx>, ChannelError> {
+        /// A payload decoded where it lies in the read buffer (no copy of it is made).
+        enum Decoded<Rx> {
+            Hello(Hello),
+            Msg(Rx),
+        }
         let role = self.peer_role;
         let mut msgs = Vec::new();
-        while let Some(payload) = self
-            .reader
-            .next_frame()
-            .map_err(|source| ChannelError::Frame { role, source })?
-        {
-            if self.peer.is_none() {
-                let hello: Hello = codec::decode(&payload, MAX_FRAME)
-                    .map_err(|source| ChannelError::Codec { role, source })?;
-                check_hello(role, &hello)?;
-                self.peer = Some(hello);
-                continue;
+        loop {
+            let expecting_hello = self.peer.is_none();
+            let decoded = self
+                .reader
+                .next_frame_with(|payload| match expecting_hello {
+                    true => codec::decode(payload, MAX_FRAME).map(Decoded::Hello),
+                    false => codec::decode(payload, MAX_FRAME).map(Decoded::Msg),
+                })
+                .map_err(|source| ChannelError::Frame { role, source })?;
+            let Some(decoded) = decoded else {
+                break;
+            };
+            match decoded.map_err(|source| ChannelError::Codec { role, source })? {
+                Decoded::Hello(hello) => {
+                    check_hello(role, &hello)?;
+                    self.peer = Some(hello);
+                }
+                Decoded::Msg(msg) => msgs.push(msg),
             }
-            msgs.push(
-                codec::decode(&payload, MAX_FRAME)
-                    .map_err(|source| ChannelError::Codec { role, source })?,
-            );
         }
         Ok(msgs)
     }

@@ -25,6 +25,25 @@ pub fn encode<T: Serialize>(msg: &T, limit: usize) -> Result<Vec<u8>, CodecError
     options(limit).serialize(msg).map_err(CodecError::Encode)
 }
 
+/// `msg` encoded after `reserve` zero bytes (room for a frame header), in one buffer
+/// sized up front: output payloads are not copied once more to be framed.
+pub fn encode_after<T: Serialize>(
+    msg: &T,
+    limit: usize,
+    reserve: usize,
+) -> Result<Vec<u8>, CodecError> {
+    let size = options(limit)
+        .serialized_size(msg)
+        .map_err(CodecError::Encode)?;
+    let size = usize::try_from(size).unwrap_or(usize::MAX);
+    let mut out = Vec::with_capacity(reserve.saturating_add(size));
+    out.resize(reserve, 0);
+    options(limit)
+        .serialize_into(&mut out, msg)
+        .map_err(CodecError::Encode)?;
+    Ok(out)
+}
+
 pub fn decode<T: DeserializeOwned>(bytes: &[u8], limit: usize) -> Result<T, CodecError> {
     options(limit)
         .deserialize(bytes)
@@ -47,6 +66,13 @@ mod tests {
         assert!(
             decode::<u8>(&[1, 2], 1024).is_err(),
             "trailing bytes rejected"
+        );
+        let after = encode_after(&("job".to_string(), 7u64), 1024, 4).unwrap();
+        assert_eq!(after[..4], [0; 4]);
+        assert_eq!(after[4..], bytes[..]);
+        assert!(
+            encode_after(&vec![0u8; 2048], 1024, 4).is_err(),
+            "limit kept"
         );
     }
 }

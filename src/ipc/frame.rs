@@ -24,6 +24,20 @@ pub fn encode_frame(payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Turn a buffer that starts with [`HEADER_ROOM`] reserved bytes into a frame, writing
+/// the length of what follows them in place.
+pub fn seal_frame(mut buf: Vec<u8>) -> Vec<u8> {
+    debug_assert!(buf.len() >= LEN_BYTES, "the header room is reserved");
+    let len = buf.len().saturating_sub(LEN_BYTES) as u32;
+    if let Some(header) = buf.get_mut(..LEN_BYTES) {
+        header.copy_from_slice(&len.to_le_bytes());
+    }
+    buf
+}
+
+/// Bytes to reserve in front of a payload for [`seal_frame`].
+pub const HEADER_ROOM: usize = LEN_BYTES;
+
 /// Reassembles frames from a byte stream.
 ///
 /// Taken frames are not removed from the front of the buffer one by one (that moves the
@@ -78,6 +92,14 @@ impl FrameReader {
 
     /// The next complete payload, `Ok(None)` while one is incomplete.
     pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        self.next_frame_with(<[u8]>::to_vec)
+    }
+
+    /// The next complete payload, read in place by `read` (no copy of it is made).
+    pub fn next_frame_with<T>(
+        &mut self,
+        read: impl FnOnce(&[u8]) -> T,
+    ) -> Result<Option<T>, FrameError> {
         let pending = &self.buf[self.start..];
         if pending.len() < LEN_BYTES {
             return Ok(None);
@@ -91,7 +113,7 @@ impl FrameReader {
         if pending.len() < LEN_BYTES + len {
             return Ok(None);
         }
-        let payload = pending[LEN_BYTES..LEN_BYTES + len].to_vec();
+        let payload = read(&pending[LEN_BYTES..LEN_BYTES + len]);
         self.start += LEN_BYTES + len;
         if self.start == self.buf.len() {
             self.buf.clear();

@@ -6,7 +6,7 @@
 //! (`Timeout`) and, when the peer goes away, fails all of them (`PeerGone`). Tags instead of
 //! closures keep the state a plain value that the loop passes to handlers.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -104,6 +104,9 @@ pub struct PendingCalls<T> {
     peer: Role,
     next_id: CallId,
     calls: HashMap<CallId, Pending<T>>,
+    /// The calls by deadline: the loops ask for the earliest after every event, and
+    /// thousands of output writes may be in flight.
+    deadlines: BTreeSet<(Instant, CallId)>,
 }
 
 impl<T> PendingCalls<T> {
@@ -117,6 +120,7 @@ impl<T> PendingCalls<T> {
             peer,
             next_id: first,
             calls: HashMap::new(),
+            deadlines: BTreeSet::new(),
         }
     }
 
@@ -124,6 +128,7 @@ impl<T> PendingCalls<T> {
     pub fn start(&mut self, now: Instant, timeout: Duration, tag: T) -> CallId {
         let id = self.next_id;
         self.next_id += 1;
+        self.deadlines.insert((now + timeout, id));
         self.calls.insert(
             id,
             Pending {
@@ -138,12 +143,14 @@ impl<T> PendingCalls<T> {
     /// The reply for `id` arrived: hand back the tag (`None` for an unknown or expired id,
     /// which the caller logs and drops).
     pub fn finish(&mut self, id: CallId) -> Option<T> {
-        let tag = self.calls.remove(&id).map(|p| p.tag);
+        let p = self.calls.remove(&id)?;
+        self.deadlines.remove(&(p.deadline, id));
         self.shrink();
-        tag
+        Some(p.tag)
     }
 
-    /// After a burst (one call per job at start-up), give the table's memory back.
+    /// After a burst (one call per job at start-up), give the table's memory back (the
+    /// ordered set frees its nodes by itself).
     fn shrink(&mut self) {
         if self.calls.capacity() > SHRINK_ABOVE && self.calls.len() * 8 < self.calls.capacity() {
             self.calls.shrink_to(self.calls.len() * 2);
@@ -157,14 +164,12 @@ impl<T> PendingCalls<T> {
 
     /// Remove and return every call whose deadline has passed.
     pub fn expire(&mut self, now: Instant) -> Vec<(CallId, T, CallError)> {
-        let ids: Vec<CallId> = self
-            .calls
-            .iter()
-            .filter(|(_, p)| p.deadline <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
+        let mut out = Vec::new();
+        while let Some(&(deadline, id)) = self.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.pop_first();
             if let Some(p) = self.calls.remove(&id) {
                 out.push((id, p.tag, CallError::Timeout(self.peer, p.timeout)));
             }
@@ -176,6 +181,7 @@ impl<T> PendingCalls<T> {
 
     /// The peer is gone: every pending call fails.
     pub fn fail_all(&mut self) -> Vec<(CallId, T, CallError)> {
+        self.deadlines.clear();
         let mut out: Vec<_> = self
             .calls
             .drain()
@@ -186,7 +192,7 @@ impl<T> PendingCalls<T> {
     }
 
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.calls.values().map(|p| p.deadline).min()
+        self.deadlines.first().map(|(deadline, _)| *deadline)
     }
 
     pub fn len(&self) -> usize {
@@ -241,6 +247,29 @@ mod tests {
         assert_eq!(calls.finish(fast), None, "an expired call is gone");
         assert_eq!(calls.finish(slow), Some("slow"));
         assert!(calls.is_empty());
+    }
+
+    #[test]
+    fn the_next_deadline_follows_finished_and_expired_calls() {
+        let mut calls = PendingCalls::new(Role::Db);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let a = calls.start(t0, ms(30), "a");
+        let b = calls.start(t0, ms(10), "b");
+        let c = calls.start(t0 + ms(5), ms(10), "c");
+        assert_eq!(calls.next_deadline(), Some(t0 + ms(10)));
+        assert_eq!(calls.finish(b), Some("b"));
+        assert_eq!(
+            calls.next_deadline(),
+            Some(t0 + ms(15)),
+            "b's deadline left"
+        );
+        let expired = calls.expire(t0 + ms(20));
+        assert_eq!(expired.iter().map(|e| e.0).collect::<Vec<_>>(), vec![c]);
+        assert_eq!(calls.next_deadline(), Some(t0 + ms(30)));
+        assert_eq!(calls.fail_all().len(), 1);
+        assert_eq!(calls.next_deadline(), None);
+        assert_eq!(calls.finish(a), None);
     }
 
     #[test]

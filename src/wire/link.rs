@@ -199,6 +199,18 @@ pub enum MainToHub {
     /// `/ws`: the current (or last) run of a watched job, when it changes. The hub keeps
     /// the live output of its targets from the wrapper frames it relays.
     UiDetails(super::ui::DetailsView),
+    /// Wrapper output the hub forwarded is no longer held by main or db (committed,
+    /// refused, or dropped): its cost ([`output_cost`]) per connection, summed over one
+    /// turn of main's loop. The hub's read budget is given back by exactly these credits.
+    OutputCredit(Vec<(ConnId, u64)>),
+}
+
+/// What one forwarded output frame of `data_len` bytes costs the hub's read budget: its
+/// bytes plus a fixed share for the message around them (so a flood of tiny frames is
+/// bounded too). Both ends compute it from the same length, so the credits main returns
+/// match what the hub charged.
+pub fn output_cost(data_len: usize) -> u64 {
+    data_len as u64 + 256
 }
 
 /// Hub -> main replies (hub answers no calls of main's today).

@@ -19,6 +19,7 @@ mod ha;
 mod ha_bench;
 mod hub;
 mod identities;
+mod ingest;
 mod jobctl;
 mod joblog;
 mod jobs;

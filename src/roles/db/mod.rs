@@ -1,7 +1,8 @@
 //! The `db` process: the only daemon process that touches SQLite.
 //!
 //! Outline of one loop turn: read every request main has sent, apply them in one
-//! transaction, commit, and only then answer. Answers to writes therefore mean "durable",
+//! transaction, commit, and only then answer. (Output writes alone, under 4 MiB, wait a
+//! few milliseconds for more to share their commit: `gather_output`.) Answers to writes therefore mean "durable",
 //! and an output `ack` that main derives from them never covers uncommitted bytes. If the
 //! commit fails (a full disk), the batch is rolled back and applied once more; if that
 //! fails too, every request of the batch is answered with the error: main keeps its
@@ -14,6 +15,7 @@ pub mod joblog;
 mod lease;
 pub mod output;
 pub mod pg;
+mod placement;
 pub mod runs;
 pub mod schema;
 pub mod storage;
@@ -44,7 +46,17 @@ pub struct Db {
     lease: Option<lease::LeaseWatch>,
     /// A report is due in a moment (armed by a commit; nothing wakes an idle db).
     report_armed: bool,
+    /// Output writes held back for a moment to be committed with the next ones
+    /// (`gather_output`), and whether the timer that serves them is armed.
+    gathered: Vec<(CallId, DbRequest)>,
+    gather_armed: bool,
 }
+
+/// How long a batch of output writes alone may wait for more, and how much makes it
+/// go at once. A commit per few frames costs db more than the frames; a few
+/// milliseconds more before an ack (sent at least every 250 ms) cost nothing.
+const GATHER_FOR: std::time::Duration = std::time::Duration::from_millis(4);
+const GATHER_BYTES: usize = 4 * 1024 * 1024;
 
 impl Controlled for Db {
     fn control(&mut self) -> &mut ControlLink {
@@ -54,6 +66,9 @@ impl Controlled for Db {
     fn on_control(&mut self, ctx: &mut Ctx<Self>, msg: ControlDown) {
         if let ControlDown::Shutdown = msg {
             log::info!("shutting down");
+            // Output held back for the next commit is committed (and answered) first.
+            let gathered = std::mem::take(&mut self.gathered);
+            serve(self, gathered);
             self.store.release_lease();
             ctx.stop();
         }
@@ -70,6 +85,16 @@ fn remote(e: StoreError) -> RemoteError {
 
 /// Apply one request to the store.
 pub fn apply(store: &mut dyn Storage, req: &DbRequest) -> Result<DbReply, StoreError> {
+    apply_in_batch(store, req, 0)
+}
+
+/// Apply one request of a batch; `superseded` is its hint from
+/// [`placement::superseded_hints`] (used by output frames only).
+fn apply_in_batch(
+    store: &mut dyn Storage,
+    req: &DbRequest,
+    superseded: u64,
+) -> Result<DbReply, StoreError> {
     Ok(match req {
         DbRequest::CreateRun(run) => DbReply::RunCreated(store.create_run(run)?),
         DbRequest::UpdateRun { run, update } => {
@@ -92,7 +117,12 @@ pub fn apply(store: &mut dyn Storage, req: &DbRequest) -> Result<DbReply, StoreE
             data,
             limit,
         } => {
-            let outcome = store.append_output(*run, machine, *seq, *stream, data, *limit)?;
+            let placement = output::Placement {
+                limit: *limit,
+                superseded,
+            };
+            let outcome =
+                store.append_output_placed(*run, machine, *seq, *stream, data, placement)?;
             DbReply::OutputStored {
                 contiguous_seq: outcome.contiguous_seq,
             }
@@ -162,17 +192,18 @@ pub fn apply(store: &mut dyn Storage, req: &DbRequest) -> Result<DbReply, StoreE
 }
 
 /// Apply a batch in one transaction; `Err` if the transaction itself could not commit.
-fn apply_batch(
+pub(crate) fn apply_batch(
     store: &mut dyn Storage,
     calls: &[(CallId, DbRequest)],
 ) -> Result<Vec<Result<DbReply, StoreError>>, StoreError> {
+    let hints = placement::superseded_hints(calls.iter().map(|(_, req)| req));
     store.begin_batch()?;
     let mut results = Vec::with_capacity(calls.len());
     // SQLite rolls the whole transaction back on a full disk; what the batch then
     // reports is that first cause, not the rollback it led to.
     let mut full = None;
-    for (_, req) in calls {
-        match apply(store, req) {
+    for ((_, req), superseded) in calls.iter().zip(hints) {
+        match apply_in_batch(store, req, superseded) {
             Err(lost @ StoreError::BatchLost { .. }) => {
                 let _ = store.rollback_batch();
                 return Err(full.unwrap_or(lost));
@@ -283,11 +314,46 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
                     other => log::warn!("unexpected message from main: {other:?}"),
                 }
             }
-            serve(db, calls);
+            gather_output(db, ctx, calls);
             arm_commit_report(db, ctx);
             Flow::Continue
         }
         Err(e) => super::link_failed(ctx, &e),
+    }
+}
+
+/// Serve `calls` now, or hold them back for [`GATHER_FOR`] when they are only output
+/// writes and fewer than [`GATHER_BYTES`]: more arrive meanwhile, and one commit then
+/// covers them all (and the tail bytes they shed are never written, `placement.rs`).
+/// Anything else (a welcome's spent token, a read, a run's state) goes at once, with
+/// whatever was held back before it.
+fn gather_output(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest)>) {
+    db.gathered.extend(calls);
+    let only_output = db
+        .gathered
+        .iter()
+        .all(|(_, r)| matches!(r, DbRequest::AppendOutput { .. }));
+    let bytes: usize = db
+        .gathered
+        .iter()
+        .map(|(_, r)| match r {
+            DbRequest::AppendOutput { data, .. } => data.len(),
+            _ => 0,
+        })
+        .sum();
+    if !only_output || bytes >= GATHER_BYTES {
+        let calls = std::mem::take(&mut db.gathered);
+        serve(db, calls);
+        return;
+    }
+    if !db.gather_armed && !db.gathered.is_empty() {
+        db.gather_armed = true;
+        ctx.after(GATHER_FOR, |db: &mut Db, ctx| {
+            db.gather_armed = false;
+            let calls = std::mem::take(&mut db.gathered);
+            serve(db, calls);
+            arm_commit_report(db, ctx);
+        });
     }
 }
 
@@ -355,6 +421,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         reported_commits: 0,
         lease,
         report_armed: false,
+        gathered: Vec::new(),
+        gather_armed: false,
     };
     if db.lease.is_some() {
         lease::poll(&mut db, ev.ctx());

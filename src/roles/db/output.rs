@@ -19,6 +19,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+pub(crate) use super::placement::{Frame, Placement, place_within_limit};
 use super::store::{Op, Store, StoreError, from_db, sql_error, to_db};
 use crate::wire::db::{OutputBytes, OutputLimit, OutputQuery};
 use crate::wire::records::RunId;
@@ -79,6 +80,19 @@ impl Store {
         data: &[u8],
         limit: OutputLimit,
     ) -> Result<AppendOutcome, StoreError> {
+        self.append_output_placed(run, machine, seq, stream, data, limit.into())
+    }
+
+    /// [`Store::append_output`] knowing what follows the frame in its batch.
+    pub fn append_output_placed(
+        &mut self,
+        run: RunId,
+        machine: &str,
+        seq: u64,
+        stream: Stream,
+        data: &[u8],
+        placement: Placement,
+    ) -> Result<AppendOutcome, StoreError> {
         let op = Op::AppendOutput;
         let run_id = to_db(op, "run id", run)?;
         if seq == 0 {
@@ -98,6 +112,7 @@ impl Store {
                 op,
                 what: format!("target {machine} of run {run}"),
             })?;
+            let sheds_tail = placement.sheds_tail(&progress, seq);
             if !target.mark_seen(&mut progress, seq)? {
                 return Ok(AppendOutcome {
                     duplicate: true,
@@ -106,8 +121,14 @@ impl Store {
                     contiguous_seq: progress.contiguous,
                 });
             }
-            let (kept, omitted) =
-                place_within_limit(&mut target, &mut progress, seq, stream, data, limit)?;
+            let frame = Frame { seq, stream, data };
+            let (kept, omitted) = place_within_limit(
+                &mut target,
+                &mut progress,
+                frame,
+                placement.limit,
+                sheds_tail,
+            )?;
             target.save(&progress)?;
             Ok(AppendOutcome {
                 duplicate: false,
@@ -515,73 +536,6 @@ impl Target<'_, '_> {
             .map_err(sql_error(op))?;
         Ok(excess)
     }
-}
-
-/// Stores the bytes of a new frame within `limit`: the head fills first, then a tail
-/// window of at most `limit.tail` bytes keeps the newest, and what falls between is
-/// counted as omitted. Returns (kept, omitted) bytes.
-pub(crate) fn place_within_limit<C: Chunks + ?Sized>(
-    chunks: &mut C,
-    p: &mut Progress,
-    seq: u64,
-    stream: Stream,
-    data: &[u8],
-    limit: OutputLimit,
-) -> Result<(u64, u64), StoreError> {
-    let mut pos = p.total;
-    let mut rest = data;
-    let mut kept = 0u64;
-    let omitted_before = p.omitted;
-    p.total += data.len() as u64;
-
-    // The head stays open until the first byte goes elsewhere.
-    if p.tail == 0 && p.omitted == 0 && p.head < limit.head {
-        let room = usize::try_from(limit.head - p.head).unwrap_or(usize::MAX);
-        let (head, after) = rest.split_at(room.min(rest.len()));
-        chunks.insert_chunk(pos, seq, stream, head)?;
-        p.head += head.len() as u64;
-        kept += head.len() as u64;
-        pos += head.len() as u64;
-        rest = after;
-    }
-    if rest.is_empty() {
-        return Ok((kept, 0));
-    }
-    let tail_room = usize::try_from(limit.tail).unwrap_or(usize::MAX);
-    if rest.len() >= tail_room {
-        // The frame alone fills the tail window: it replaces the window.
-        let removed = chunks.delete_tail(p.head)?;
-        p.omitted += removed;
-        let drop = rest.len() - tail_room;
-        p.omitted += drop as u64;
-        let keep = &rest[drop..];
-        chunks.insert_chunk(pos + drop as u64, seq, stream, keep)?;
-        p.tail = keep.len() as u64;
-        kept += keep.len() as u64;
-    } else {
-        chunks.insert_chunk(pos, seq, stream, rest)?;
-        p.tail += rest.len() as u64;
-        kept += rest.len() as u64;
-        let mut excess = p.tail.saturating_sub(limit.tail);
-        while excess > 0 {
-            let shed = chunks.shed_oldest_tail(p, excess)?;
-            debug_assert!(
-                shed > 0,
-                "the tail window starts right after the omitted gap"
-            );
-            if shed == 0 {
-                break;
-            }
-            excess -= shed;
-            p.tail -= shed;
-            p.omitted += shed;
-        }
-    }
-    debug_assert!(
-        p.total == p.head + p.omitted + p.tail,
-        "every byte received is in the head, the omitted gap or the tail"
-    );
-    Ok((kept, p.omitted - omitted_before))
 }
 
 #[cfg(test)]

@@ -199,6 +199,14 @@ pub(super) fn prepare(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
         .map_err(settings)?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(settings)?;
+    // Output floods write and, through the tail window, soon delete 64 KiB chunks (16
+    // overflow pages each): a 16 MiB page cache (2 MiB by default) still holds a chunk
+    // when it is deleted, and checkpointing every 16 MiB of WAL (4 MiB by default) copies
+    // a page rewritten meanwhile once. Measured on 100 wrappers x 4 MiB: db CPU -15 %.
+    conn.pragma_update(None, "cache_size", -16384)
+        .map_err(settings)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 4096)
+        .map_err(settings)?;
 
     let found = identify(conn, path)?;
     if found.version < SCHEMA_VERSION {

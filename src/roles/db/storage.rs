@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::output::AppendOutcome;
+use super::output::{AppendOutcome, Placement};
 use super::store::{Store, StoreError};
 use crate::wire::db::{
     AttemptRecord, EventFilter, EventRecord, NewEvent, NewRun, OutputBytes, OutputLimit,
@@ -56,6 +56,16 @@ pub trait Storage {
         stream: Stream,
         data: &[u8],
         limit: OutputLimit,
+    ) -> Result<AppendOutcome, StoreError>;
+    /// `append_output` knowing what follows the frame in its batch (`Placement`).
+    fn append_output_placed(
+        &mut self,
+        run: RunId,
+        machine: &str,
+        seq: u64,
+        stream: Stream,
+        data: &[u8],
+        placement: Placement,
     ) -> Result<AppendOutcome, StoreError>;
     fn get_run(&mut self, run: RunId) -> Result<Option<RunRecord>, StoreError>;
     fn run_details(&mut self, run: RunId) -> Result<Option<RunWithDetails>, StoreError>;
@@ -161,6 +171,17 @@ impl Storage for Store {
         limit: OutputLimit,
     ) -> Result<AppendOutcome, StoreError> {
         Store::append_output(self, run, machine, seq, stream, data, limit)
+    }
+    fn append_output_placed(
+        &mut self,
+        run: RunId,
+        machine: &str,
+        seq: u64,
+        stream: Stream,
+        data: &[u8],
+        placement: Placement,
+    ) -> Result<AppendOutcome, StoreError> {
+        Store::append_output_placed(self, run, machine, seq, stream, data, placement)
     }
     fn get_run(&mut self, run: RunId) -> Result<Option<RunRecord>, StoreError> {
         Store::get_run(self, run)

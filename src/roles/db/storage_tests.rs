@@ -42,6 +42,7 @@ on_both_backends!(
     runs_and_targets_update_and_list,
     output_is_idempotent_by_seq_across_gaps,
     output_keeps_head_and_tail,
+    batched_frames_store_what_single_frames_store,
     a_batch_is_durable_only_when_committed,
     retention_meta_and_events,
     the_outbox_leases_once,
@@ -268,6 +269,77 @@ fn output_keeps_head_and_tail(s: &mut dyn Storage) {
     assert_eq!(details[0].contiguous_seq, 6);
     let tails = s.output_tails(run, 4, 10).unwrap();
     assert_eq!(tails, [("m".to_string(), "6789".to_string())]);
+}
+
+/// A batch's frames whose tail bytes later frames of the batch push out are never
+/// written (`Placement`); what is stored must be what frame-by-frame appends store.
+fn batched_frames_store_what_single_frames_store(s: &mut dyn Storage) {
+    use crate::wire::db::DbRequest;
+    let run = s
+        .create_run(&new_run(
+            "j",
+            None,
+            RunState::Running,
+            &["single", "batched"],
+        ))
+        .unwrap()
+        .unwrap();
+    let limit = OutputLimit { head: 5, tail: 7 };
+    let sizes = [3usize, 1, 4, 9, 2, 6, 1, 1, 8, 3, 12, 2, 5, 7, 1];
+    let frames: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| vec![b'a' + i as u8; *n])
+        .collect();
+    for (i, data) in frames.iter().enumerate() {
+        s.append_output(run, "single", i as u64 + 1, Stream::Stdout, data, limit)
+            .unwrap();
+    }
+    // Batches of 1, 6 and 8 frames, with another target's request in between.
+    let mut seq = 0u64;
+    for batch in [1usize, 6, 8] {
+        let mut calls = Vec::new();
+        for data in &frames[seq as usize..seq as usize + batch] {
+            seq += 1;
+            calls.push((
+                seq,
+                DbRequest::AppendOutput {
+                    run,
+                    machine: "batched".into(),
+                    seq,
+                    stream: Stream::Stdout,
+                    data: data.clone(),
+                    limit,
+                },
+            ));
+            calls.push((
+                1000 + seq,
+                DbRequest::UpdateTarget {
+                    run,
+                    machine: "single".into(),
+                    update: TargetUpdate::default(),
+                },
+            ));
+        }
+        let results = crate::roles::db::apply_batch(s, &calls).unwrap();
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    }
+    for from in [0u64, 3, 5, 40, 55, 60, 64] {
+        let query = OutputQuery {
+            from,
+            ..Default::default()
+        };
+        let single = s.read_output(run, "single", &query).unwrap();
+        let batched = s.read_output(run, "batched", &query).unwrap();
+        assert_eq!(single, batched, "reading from {from}");
+    }
+    let details = s.run_details(run).unwrap().unwrap().1;
+    let of = |m: &str| {
+        let d = details.iter().find(|d| d.record.machine == m).unwrap();
+        (d.output_bytes, d.omitted_bytes, d.contiguous_seq)
+    };
+    assert_eq!(of("single"), of("batched"));
+    assert_eq!(of("batched"), (65, 53, 15));
 }
 
 fn a_batch_is_durable_only_when_committed(s: &mut dyn Storage) {

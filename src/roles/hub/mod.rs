@@ -150,6 +150,7 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
                 MainToHub::UiConfig(view) => http::views::on_config(hub, ctx, view),
                 MainToHub::UiStatus(view) => http::views::on_status(hub, ctx, view),
                 MainToHub::UiDetails(view) => http::views::on_details(hub, ctx, view),
+                MainToHub::OutputCredit(credits) => wrappers::on_credit(hub, ctx, credits),
             },
             Packet::Call { id, .. } => log::warn!("main made call {id}, which hub does not serve"),
         }

@@ -15,20 +15,23 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-use mio::event::Event;
 use mio::net::TcpListener;
 use mio::{Interest, Token};
 use tungstenite::handshake::server::{Callback, ErrorResponse, Request, Response};
-use tungstenite::handshake::{HandshakeError, MidHandshake, server::ServerHandshake};
+use tungstenite::handshake::{MidHandshake, server::ServerHandshake};
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{Message, WebSocket};
 
 mod accept;
+pub mod flow;
 mod hello;
+mod read;
 pub use hello::{hello_failed, verdict};
+use read::on_conn;
+pub use read::on_credit;
 
 use super::Hub;
-use crate::evloop::{Ctx, Flow};
+use crate::evloop::Ctx;
 use crate::roles::RoleError;
 use crate::tls::Stream;
 use crate::wire::Redacted;
@@ -131,6 +134,10 @@ pub struct Wrappers {
     tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     /// Per-address refusals are logged at most every 10 s.
     refusals: super::logsafe::Repeated,
+    /// Output in flight to main and db, and the connections paused for it (`flow.rs`).
+    flow: flow::OutputFlow,
+    /// The timer that vouches for long-paused connections is armed (`read.rs`).
+    pause_watch_armed: bool,
 }
 
 struct Acceptor {
@@ -161,6 +168,8 @@ impl Wrappers {
             limits,
             tls,
             refusals: super::logsafe::Repeated::new(Duration::from_secs(10)),
+            flow: flow::OutputFlow::new(flow::FlowLimits::default()),
+            pause_watch_armed: false,
         })
     }
 }
@@ -195,73 +204,11 @@ fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
     };
     log::debug!("wrapper connection {id} from {} closed: {why}", conn.peer);
     ctx.remove(conn.token);
+    hub.wrappers.flow.forget(id);
     release_addr(&mut hub.wrappers, conn.peer.ip());
     if matches!(conn.phase, Phase::Bound | Phase::Vetting) {
         hub.cast_main(HubRequest::WrapperGone { conn: id });
     }
-}
-
-fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, _event: &Event) -> Flow {
-    let Some(conn) = hub.wrappers.conns.get_mut(&id) else {
-        return Flow::Close;
-    };
-    let peer = conn.peer;
-    let session = match conn.session.take() {
-        Some(Session::Handshaking(mid)) => match mid.handshake() {
-            Ok(ws) => Session::Open(Box::new(ws)),
-            Err(HandshakeError::Interrupted(mid)) => {
-                conn.session = Some(Session::Handshaking(Box::new(mid)));
-                return Flow::Continue;
-            }
-            Err(HandshakeError::Failure(e)) => {
-                log::info!("wrapper handshake from {peer} failed: {e}");
-                drop_conn(hub, ctx, id, "handshake failed");
-                return Flow::Continue;
-            }
-        },
-        Some(open) => open,
-        None => return Flow::Continue,
-    };
-    let Session::Open(mut ws) = session else {
-        return Flow::Continue;
-    };
-    let mut incoming = Vec::new();
-    let mut ended: Option<String> = None;
-    loop {
-        match ws.read() {
-            Ok(msg) => incoming.push(msg),
-            Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => {
-                ended = Some("closed by peer".into());
-                break;
-            }
-            Err(e) => {
-                log::warn!("wrapper connection from {peer}: {e}; dropping it");
-                ended = Some(e.to_string());
-                break;
-            }
-        }
-    }
-    if let Err(e) = ws.flush()
-        && !matches!(&e, tungstenite::Error::Io(io) if io.kind() == io::ErrorKind::WouldBlock)
-        && ended.is_none()
-    {
-        ended = Some(format!("write failed: {e}"));
-    }
-    if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
-        conn.session = Some(Session::Open(ws));
-    }
-    for msg in incoming {
-        if !hub.wrappers.conns.contains_key(&id) {
-            break;
-        }
-        handle_message(hub, ctx, id, msg);
-    }
-    if let Some(why) = ended {
-        drop_conn(hub, ctx, id, &why);
-    }
-    super::arm_timers(hub, ctx);
-    Flow::Continue
 }
 
 fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
@@ -359,6 +306,8 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
         Message::Binary(bytes) => match (phase, OutputFrame::decode(&bytes)) {
             (Phase::Bound, Ok(frame)) => {
                 tap_output(hub, ctx, id, frame.seq, &frame.data);
+                let cost = crate::wire::link::output_cost(frame.data.len());
+                hub.wrappers.flow.forwarded(id, cost);
                 hub.cast_main(HubRequest::WrapperOutput {
                     conn: id,
                     seq: frame.seq,

@@ -31,6 +31,19 @@ pub struct Links {
     pub blocking_replies: HashMap<CallId, Result<BlockingReply, CallError>>,
     /// Wake keys emitted since the registry last saw them.
     pub wakes: Vec<WakeKey>,
+    /// Acks and output credits for the hub, gathered over one turn of the loop.
+    pub hub_outbox: HubOutbox,
+}
+
+/// What main tells the hub about wrapper output once per turn of its loop instead of
+/// once per frame: db answers many frames of many targets at once (one commit), and
+/// only the highest ack of each wrapper and the sum of the credits matter.
+#[derive(Debug, Default)]
+pub struct HubOutbox {
+    /// The highest seq to ack per connection.
+    acks: HashMap<ConnId, u64>,
+    /// Output cost main no longer holds, per connection (`MainToHub::OutputCredit`).
+    credits: HashMap<ConnId, u64>,
 }
 
 impl Main {
@@ -82,16 +95,61 @@ impl Main {
     }
 
     pub fn to_hub(&mut self, msg: MainToHub) {
+        if let MainToHub::CloseWrapper { conn } = &msg {
+            self.flush_ack(*conn);
+        }
+        self.send_hub(msg);
+    }
+
+    fn send_hub(&mut self, msg: MainToHub) {
         if let Err(e) = self.links.hub.send(&Packet::Cast(msg)) {
             log::error!("could not reach hub: {e}");
         }
     }
 
+    /// A message to a wrapper. Acks wait for the end of the turn (`flush_hub_outbox`),
+    /// where several for one wrapper become the highest; any other message to that
+    /// wrapper sends its waiting ack first, so the order the wrapper sees is kept (an ack
+    /// before the `done` it led to).
     pub fn to_wrapper(&mut self, conn: ConnId, msg: ServerMsg) {
-        self.to_hub(MainToHub::ToWrapper {
+        if let ServerMsg::Ack { seq } = msg {
+            let acked = self.links.hub_outbox.acks.entry(conn).or_insert(seq);
+            *acked = (*acked).max(seq);
+            return;
+        }
+        self.flush_ack(conn);
+        self.send_wrapper(conn, msg);
+    }
+
+    fn send_wrapper(&mut self, conn: ConnId, msg: ServerMsg) {
+        self.send_hub(MainToHub::ToWrapper {
             conn,
             msg: crate::wire::link::AsJson(msg),
         });
+    }
+
+    fn flush_ack(&mut self, conn: ConnId) {
+        if let Some(seq) = self.links.hub_outbox.acks.remove(&conn) {
+            self.send_wrapper(conn, ServerMsg::Ack { seq });
+        }
+    }
+
+    /// Output of `conn` costing `cost` (`wire::link::output_cost`) left main: committed,
+    /// refused or dropped. The hub gets the credit at the end of the turn.
+    pub fn credit_output(&mut self, conn: ConnId, cost: u64) {
+        *self.links.hub_outbox.credits.entry(conn).or_insert(0) += cost;
+    }
+
+    /// Send the turn's acks (the highest per wrapper) and output credits (one message).
+    pub fn flush_hub_outbox(&mut self) {
+        let acks = std::mem::take(&mut self.links.hub_outbox.acks);
+        for (conn, seq) in acks {
+            self.send_wrapper(conn, ServerMsg::Ack { seq });
+        }
+        if !self.links.hub_outbox.credits.is_empty() {
+            let credits = std::mem::take(&mut self.links.hub_outbox.credits);
+            self.send_hub(MainToHub::OutputCredit(credits.into_iter().collect()));
+        }
     }
 
     pub fn reply_hub(&mut self, id: CallId, reply: HubReply) {

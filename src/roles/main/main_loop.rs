@@ -121,6 +121,7 @@ pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     arm_liveness(role, ctx);
     arm_call_expiry(role, ctx);
     ui::flush(&mut role.core);
+    role.core.flush_hub_outbox();
 }
 
 pub fn start_queued(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
@@ -231,6 +232,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
                 db_replies: HashMap::new(),
                 blocking_replies: HashMap::new(),
                 wakes: Vec::new(),
+                hub_outbox: links::HubOutbox::default(),
             },
             config,
             secret,

@@ -98,8 +98,13 @@ pub enum DbWait {
     Step,
     /// A request (admin socket, HTTP API, `/ws`) or a follower of `requests::live`.
     Request(requests::Wait),
-    /// Output stored: ack it to the wrapper.
-    Output { run: RunId, machine: String },
+    /// Output stored: ack it to the wrapper; credit its cost to the hub either way.
+    Output {
+        run: RunId,
+        machine: String,
+        conn: crate::wire::link::ConnId,
+        cost: u64,
+    },
     /// A target's final state is recorded.
     TargetFinished { run: RunId, machine: String },
     /// A write nobody waits for; failures are logged.
@@ -299,7 +304,13 @@ impl Main {
                 self.wake(WakeKey::Call(id));
             }
             DbWait::Request(wait) => requests::answer(self, wait, result),
-            DbWait::Output { run, machine } => {
+            DbWait::Output {
+                run,
+                machine,
+                conn,
+                cost,
+            } => {
+                self.credit_output(conn, cost);
                 let stored = result.is_ok();
                 sessions::output_stored(self, run, &machine, result);
                 if stored {

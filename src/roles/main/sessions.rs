@@ -177,7 +177,10 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
             stream,
             data,
         } => {
+            let cost = crate::wire::link::output_cost(data.len());
             let Some((run, machine)) = touch(core, conn) else {
+                // Not a session (any more): dropped, and its cost given back at once.
+                core.credit_output(conn, cost);
                 return;
             };
             super::ui::output_arrived(core, run, &machine, seq, &data);
@@ -199,7 +202,12 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
                         tail: limit.tail_bytes,
                     },
                 },
-                DbWait::Output { run, machine },
+                DbWait::Output {
+                    run,
+                    machine,
+                    conn,
+                    cost,
+                },
             );
         }
         HubRequest::WrapperExited {

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::super::output::AppendOutcome;
+use super::super::output::{AppendOutcome, Placement};
 use super::super::storage::{RunWithDetails, Storage};
 use super::super::store::StoreError;
 use super::PgStore;
@@ -56,6 +56,17 @@ impl Storage for PgStore {
         limit: OutputLimit,
     ) -> Result<AppendOutcome, StoreError> {
         PgStore::append_output(self, run, machine, seq, stream, data, limit)
+    }
+    fn append_output_placed(
+        &mut self,
+        run: RunId,
+        machine: &str,
+        seq: u64,
+        stream: Stream,
+        data: &[u8],
+        placement: Placement,
+    ) -> Result<AppendOutcome, StoreError> {
+        PgStore::append_output_placed(self, run, machine, seq, stream, data, placement)
     }
     fn get_run(&mut self, run: RunId) -> Result<Option<RunRecord>, StoreError> {
         PgStore::get_run(self, run)

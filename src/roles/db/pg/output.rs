@@ -10,7 +10,7 @@
 use super::super::output::{AppendOutcome, MAX_PENDING_SEQS};
 use super::super::store::{Op, StoreError, from_db, to_db};
 use super::{PgStore, Sql, col};
-use crate::roles::db::output::{Chunks, Progress, place_within_limit};
+use crate::roles::db::output::{Chunks, Frame, Placement, Progress, place_within_limit};
 use crate::wire::db::{OutputBytes, OutputLimit, OutputQuery};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::Stream;
@@ -52,6 +52,19 @@ impl PgStore {
         data: &[u8],
         limit: OutputLimit,
     ) -> Result<AppendOutcome, StoreError> {
+        self.append_output_placed(run, machine, seq, stream, data, limit.into())
+    }
+
+    /// [`PgStore::append_output`] knowing what follows the frame in its batch.
+    pub fn append_output_placed(
+        &mut self,
+        run: RunId,
+        machine: &str,
+        seq: u64,
+        stream: Stream,
+        data: &[u8],
+        placement: Placement,
+    ) -> Result<AppendOutcome, StoreError> {
         let op = Op::AppendOutput;
         let run_id = to_db(op, "run id", run)?;
         if seq == 0 {
@@ -71,6 +84,7 @@ impl PgStore {
                 op,
                 what: format!("target {machine} of run {run}"),
             })?;
+            let sheds_tail = placement.sheds_tail(&progress, seq);
             if !target.mark_seen(&mut progress, seq)? {
                 return Ok(AppendOutcome {
                     duplicate: true,
@@ -79,8 +93,14 @@ impl PgStore {
                     contiguous_seq: progress.contiguous,
                 });
             }
-            let (kept, omitted) =
-                place_within_limit(&mut target, &mut progress, seq, stream, data, limit)?;
+            let frame = Frame { seq, stream, data };
+            let (kept, omitted) = place_within_limit(
+                &mut target,
+                &mut progress,
+                frame,
+                placement.limit,
+                sheds_tail,
+            )?;
             target.save(&progress)?;
             Ok(AppendOutcome {
                 duplicate: false,
