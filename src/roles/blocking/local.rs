@@ -92,11 +92,10 @@ fn wrapper_env(launch: &Launch, machine: &str, token_file: &Path) -> Vec<(String
     ]
 }
 
-/// Write the launch token of (run, machine) to a fresh 0600 file in the private
-/// directory `dir` (0700); the wrapper reads and deletes it.
-fn write_token_file(dir: &Path, run: RunId, machine: &str, token: &str) -> Result<PathBuf, String> {
-    use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+/// Create (or restrict) the private directory `dir` (0700) of the token files, once
+/// per launch.
+fn prepare_token_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let fail = |what: &str, e: std::io::Error| format!("could not {what} {}: {e}", dir.display());
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -104,7 +103,16 @@ fn write_token_file(dir: &Path, run: RunId, machine: &str, token: &str) -> Resul
         .create(dir)
         .map_err(|e| fail("create", e))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| fail("restrict", e))?;
+        .map_err(|e| fail("restrict", e))
+}
+
+/// Write the launch token of (run, machine) to a fresh 0600 file in the private
+/// directory `dir` ([`prepare_token_dir`]); the wrapper reads and deletes it.
+fn write_token_file(dir: &Path, run: RunId, machine: &str, token: &str) -> Result<PathBuf, String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let fail =
+        |e: std::io::Error| format!("could not write a token file in {}: {e}", dir.display());
     let path = dir.join(format!("{}.token", unit_name(run, machine)));
     // A file left by an earlier launch of the same target is replaced, never reused.
     let _ = std::fs::remove_file(&path);
@@ -113,9 +121,8 @@ fn write_token_file(dir: &Path, run: RunId, machine: &str, token: &str) -> Resul
         .create_new(true)
         .mode(0o600)
         .open(&path)
-        .map_err(|e| fail("write a token file in", e))?;
-    file.write_all(token.as_bytes())
-        .map_err(|e| fail("write a token file in", e))?;
+        .map_err(fail)?;
+    file.write_all(token.as_bytes()).map_err(fail)?;
     Ok(path)
 }
 
@@ -192,8 +199,13 @@ pub fn launch(
             outcomes: Vec::new(),
         },
     );
+    let token_dir = prepare_token_dir(&state.token_dir);
     for target in targets {
         let machine = target.machine.clone();
+        if let Err(e) = &token_dir {
+            record(state, id, machine, Err(e.clone()));
+            continue;
+        }
         let token = target.token.map(|t| t.0).unwrap_or_default();
         let token_file = match write_token_file(&state.token_dir, launch.run, &machine, &token) {
             Ok(path) => path,
