@@ -207,7 +207,12 @@ pub fn spawn_detached<S: 'static>(
         Some(Receiver::from(forked.stderr)),
     ];
     let report = Report::Start(Box::new(on_start));
-    watch(ctx, Proc::Forked(forked.pid), pipes, report)
+    let pid = forked.pid;
+    watch(ctx, Proc::Forked(pid), pipes, report).inspect_err(|_| {
+        // Unwatched, it would never be reaped: it goes now, before it is started.
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(pid, None);
+    })
 }
 
 fn start<S: 'static>(
