@@ -47,11 +47,13 @@ each waiting in `vfork` until its child had been scheduled and exec'd. Without s
 the local executor now starts each wrapper as its own child, `saltpeter-wrapper \
 --detach` (a session of its own, the launch pipes closed once started, no fork), forked \
 without waiting for the exec, and reaps it: one process per target and no wait per \
-launch, about 8 % less CPU per run in all (measured with a cpuacct cgroup around the \
-daemon). What is left per target: the dynamic loader's start-up of the wrapper and of \
-`sh` (about half of it the loader's cache detection), and on this machine's file system \
-each new file (a token file, a wrapper log) scans past recently deleted inodes \
-(`recently_deleted` in ext4).
+launch. The run's CPU (a cpuacct cgroup around the daemon) moved within the noise: the \
+two forks saved per wrapper are partly spent again on forking blocking (its page tables \
+and copy-on-write faults), but the launches no longer wait for one another, and the \
+slot to the last result fell by about a fifth in back-to-back runs. What is left per \
+target: the dynamic loader's start-up of the wrapper and of `sh` (about half of it the \
+loader's cache detection), and on this machine's file system each new file (a token \
+file, a wrapper log) scans past recently deleted inodes (`recently_deleted` in ext4).
 - **Not met, not yet profiled.** Ingest with 100 wrappers at once (scenario 2): the aggregate is below one job's throughput and \
 the hub and main peak at a few hundred MiB (`peak_rss_hub`, `peak_rss_main`): each \
 wrapper may keep up to 16 MiB unacknowledged, and that output waits in the hub's and \
