@@ -146,16 +146,20 @@ unsafe fn exec_child(
 ) -> ! {
     // SAFETY: see the caller; each call is async-signal-safe.
     unsafe {
+        // A source among 0-2 (a launcher started with one of them closed) would be
+        // overwritten by an earlier dup2: lift it above 2 first.
+        let mut fds = fds;
+        for fd in fds.iter_mut() {
+            if *fd <= 2 {
+                *fd = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 3);
+                if *fd < 0 {
+                    libc::_exit(127);
+                }
+            }
+        }
         for (target, fd) in fds.into_iter().enumerate() {
-            // dup2 clears close-on-exec on the copy; the originals close at exec. A
-            // descriptor already in place keeps its flag, so clear it there.
-            let target = target as libc::c_int;
-            let placed = if fd == target {
-                libc::fcntl(fd, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(fd, target)
-            };
-            if placed < 0 {
+            // dup2 clears close-on-exec on the copy; the originals close at exec.
+            if libc::dup2(fd, target as libc::c_int) < 0 {
                 libc::_exit(127);
             }
         }
