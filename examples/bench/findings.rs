@@ -44,13 +44,23 @@ shared by the jobs of the file, an invalid entry is boxed, the cache is keyed by
 the table of pending calls shrinks after a burst: 14.7 MB live, and main's resident size \
 is the figure in the table (about 8 MB of it is code mapped from the binary and the C \
 library, shared with the other processes).
-- **Fan-out** (scenario 3, not met). `perf record -a` during the run: 36 % of the samples \
-were in the 1,000 `saltpeter-wrapper` processes, nearly all of it process start-up (the \
-dynamic loader, CPU feature detection of the crypto crates, fork and exec in the kernel: \
-each is started as `saltpeter-wrapper --daemonize`, which forks twice), 12 % in `sh` \
-running `true`, 9 % in the daemon's five processes; the rest were other builds on this \
-machine. The daemon is not the bottleneck; fewer processes per target (no double fork for \
-the local executor, no shell for a plain command) would be. Not changed.
+- **Fan-out** (scenario 3). `perf record -a` during the run: 36 % of the samples were in \
+the 1,000 `saltpeter-wrapper` processes, nearly all of it process start-up (the dynamic \
+loader's CPU feature detection, which traps to the hypervisor on this machine, the crypto \
+crates' own, fork and exec in the kernel: each was started as `saltpeter-wrapper \
+--daemonize`, three processes per target), 12 % in `sh` running `true`, 9 % in the \
+daemon's five processes; and `strace` of blocking showed the 1,000 launches in a row, \
+each waiting in `vfork` until its child had been scheduled and exec'd. Without systemd \
+the local executor now starts each wrapper as its own child, `saltpeter-wrapper \
+--detach` (a session of its own, the launch pipes closed once started, no fork), forked \
+without waiting for the exec, and reaps it: one process per target and no wait per \
+launch. The run's CPU (a cpuacct cgroup around the daemon) moved within the noise: the \
+two forks saved per wrapper are partly spent again on forking blocking (its page tables \
+and copy-on-write faults), but the launches no longer wait for one another, and the \
+slot to the last result fell by about a fifth in back-to-back runs. What is left per \
+target: the dynamic loader's start-up of the wrapper and of `sh` (about half of it the \
+loader's cache detection), and on this machine's file system each new file (a token \
+file, a wrapper log) scans past recently deleted inodes (`recently_deleted` in ext4).
 - **Ingest with 100 wrappers at once** (scenario 2). `perf record -a` of the 100 × 4 MiB \
 run: the daemon's processes were a third of the samples (db half of that, hub and main a \
 quarter each), the wrappers an eighth; per byte, hub and main spent about twice what they \

@@ -5,6 +5,13 @@
 //! never blocks on a full pipe. When the process has exited and both pipes reached EOF the
 //! callback gets the status and the captured output. A grandchild that keeps a pipe open
 //! after the child exited cannot hold the callback back for more than `LINGER`.
+//!
+//! `spawn_detached` is for a child that goes on alone (the local executor's wrapper),
+//! forked without waiting for its exec (`fork_exec`): it says it has started by writing
+//! to stdout and then closing stdout and stderr while it runs. Its callback comes at that point ([`Start::Running`]), or at its exit if it
+//! never got there ([`Start::Exited`]). The loop keeps only its pidfd afterwards and
+//! reaps it when it exits, so it never stays a zombie; it no longer counts as running
+//! here and cannot be signalled through [`signal`].
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -17,6 +24,7 @@ use mio::unix::SourceFd;
 use mio::unix::pipe::Receiver;
 use mio::{Interest, Token};
 
+use super::fork_exec::{self, Exec};
 use super::{Ctx, Flow, Listener};
 
 /// Captured per stream at most; the rest is counted, not kept.
@@ -37,10 +45,74 @@ pub struct ChildOutput {
     pub dropped: usize,
 }
 
+/// How a detached child's start went.
+#[derive(Debug)]
+pub enum Start {
+    /// It wrote to stdout and closed its pipes: it runs on its own (it may even have
+    /// exited since).
+    Running {
+        pid: u32,
+        stdout: Vec<u8>,
+        stderr: Vec<u8>,
+    },
+    /// It exited without saying it started.
+    Exited(ChildOutput),
+}
+
 type OnExit<S> = Box<dyn FnOnce(&mut S, &mut Ctx<S>, ChildOutput)>;
+type OnStart<S> = Box<dyn FnOnce(&mut S, &mut Ctx<S>, Start)>;
+
+/// What to tell the loop's owner, and when.
+enum Report<S> {
+    /// At the exit, with the output.
+    Exit(OnExit<S>),
+    /// At the start of a detached child, or at its exit if it never started.
+    Start(OnStart<S>),
+    /// Nothing more: a detached child that started, waiting to be reaped.
+    Reaped,
+}
+
+/// A child process: started by `Command`, or forked without waiting for its exec.
+enum Proc {
+    Command(Child),
+    Forked(nix::unistd::Pid),
+}
+
+impl Proc {
+    fn id(&self) -> u32 {
+        match self {
+            Proc::Command(child) => child.id(),
+            Proc::Forked(pid) => pid.as_raw() as u32,
+        }
+    }
+
+    /// Reap it if it has exited.
+    fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        use std::os::unix::process::ExitStatusExt;
+        match self {
+            Proc::Command(child) => child.try_wait(),
+            Proc::Forked(pid) => loop {
+                let mut status = 0;
+                // SAFETY: waitpid writes the status of our own child into `status`.
+                let got =
+                    unsafe { nix::libc::waitpid(pid.as_raw(), &mut status, nix::libc::WNOHANG) };
+                match got {
+                    0 => return Ok(None),
+                    p if p > 0 => return Ok(Some(ExitStatus::from_raw(status))),
+                    _ => {
+                        let err = io::Error::last_os_error();
+                        if err.kind() != io::ErrorKind::Interrupted {
+                            return Err(err);
+                        }
+                    }
+                }
+            },
+        }
+    }
+}
 
 struct Running<S> {
-    child: Child,
+    child: Proc,
     stdout: Vec<u8>,
     stderr: Vec<u8>,
     dropped: usize,
@@ -48,7 +120,7 @@ struct Running<S> {
     pipe_tokens: Vec<(Pipe, Token)>,
     exit_token: Option<Token>,
     status: Option<ExitStatus>,
-    on_exit: Option<OnExit<S>>,
+    report: Report<S>,
 }
 
 /// The children of one loop.
@@ -67,12 +139,16 @@ impl<S> Default for Children<S> {
 }
 
 impl<S> Children<S> {
+    /// Children still owned by the loop (detached ones that started are not).
     pub fn len(&self) -> usize {
-        self.running.len()
+        self.running
+            .values()
+            .filter(|r| !matches!(r.report, Report::Reaped))
+            .count()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.running.is_empty()
+        self.len() == 0
     }
 
     pub fn pid(&self, id: ChildId) -> Option<u32> {
@@ -110,22 +186,64 @@ pub fn spawn<S: 'static>(
 /// nothing is written to the child from the loop).
 pub fn spawn_with_stdin<S: 'static>(
     ctx: &mut Ctx<S>,
-    mut cmd: Command,
+    cmd: Command,
     stdin: Stdio,
     on_exit: impl FnOnce(&mut S, &mut Ctx<S>, ChildOutput) + 'static,
+) -> io::Result<ChildId> {
+    start(ctx, cmd, stdin, Report::Exit(Box::new(on_exit)))
+}
+
+/// Start `exec`, a child that goes on alone once started (see the module note), with
+/// stdin on `/dev/null`, without waiting for its exec (`fork_exec`: an exec error is
+/// its stderr and exit 127); `on_start` runs in the loop when it started or exited.
+pub fn spawn_detached<S: 'static>(
+    ctx: &mut Ctx<S>,
+    exec: &Exec,
+    on_start: impl FnOnce(&mut S, &mut Ctx<S>, Start) + 'static,
+) -> io::Result<ChildId> {
+    let forked = fork_exec::spawn(exec)?;
+    let pipes = [
+        Some(Receiver::from(forked.stdout)),
+        Some(Receiver::from(forked.stderr)),
+    ];
+    let report = Report::Start(Box::new(on_start));
+    let pid = forked.pid;
+    watch(ctx, Proc::Forked(pid), pipes, report).inspect_err(|_| {
+        // Unwatched, it would never be reaped: it goes now, before it is started.
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(pid, None);
+    })
+}
+
+fn start<S: 'static>(
+    ctx: &mut Ctx<S>,
+    mut cmd: Command,
+    stdin: Stdio,
+    report: Report<S>,
 ) -> io::Result<ChildId> {
     cmd.stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn()?;
+    let pipes = [
+        child.stdout.take().map(Receiver::from),
+        child.stderr.take().map(Receiver::from),
+    ];
+    watch(ctx, Proc::Command(child), pipes, report)
+}
+
+/// Register a started child's pipes and exit in the loop.
+fn watch<S: 'static>(
+    ctx: &mut Ctx<S>,
+    child: Proc,
+    [stdout, stderr]: [Option<Receiver>; 2],
+    report: Report<S>,
+) -> io::Result<ChildId> {
     let id = ctx.children.next_id;
     ctx.children.next_id += 1;
     let pidfd = pidfd_open(child.id())?;
     let mut pipe_tokens = Vec::new();
-    let pipes = [
-        (Pipe::Stdout, child.stdout.take().map(Receiver::from)),
-        (Pipe::Stderr, child.stderr.take().map(Receiver::from)),
-    ];
+    let pipes = [(Pipe::Stdout, stdout), (Pipe::Stderr, stderr)];
     for (pipe, rx) in pipes {
         let Some(rx) = rx else { continue };
         rx.set_nonblocking(true)?;
@@ -150,7 +268,7 @@ pub fn spawn_with_stdin<S: 'static>(
             pipe_tokens,
             exit_token: Some(exit_token),
             status: None,
-            on_exit: Some(Box::new(on_exit)),
+            report,
         },
     );
     Ok(id)
@@ -159,7 +277,7 @@ pub fn spawn_with_stdin<S: 'static>(
 /// Send `signal` to a running child.
 pub fn signal<S>(ctx: &mut Ctx<S>, id: ChildId, signal: nix::sys::signal::Signal) -> bool {
     match ctx.children.running.get(&id) {
-        Some(r) if r.status.is_none() => {
+        Some(r) if r.status.is_none() && !matches!(r.report, Report::Reaped) => {
             let pid = nix::unistd::Pid::from_raw(r.child.id() as i32);
             nix::sys::signal::kill(pid, signal).is_ok()
         }
@@ -253,29 +371,47 @@ impl<S: 'static> Listener<S> for ExitListener {
 }
 
 fn finish_if_done<S>(state: &mut S, ctx: &mut Ctx<S>, id: ChildId) {
-    let done = matches!(
-        ctx.children.running.get(&id),
-        Some(r) if r.status.is_some() && r.pipe_tokens.is_empty()
-    );
-    if !done {
+    let Some(r) = ctx.children.running.get_mut(&id) else {
+        return;
+    };
+    if !r.pipe_tokens.is_empty() {
         return;
     }
-    let Some(mut r) = ctx.children.running.remove(&id) else {
+    // A detached child that wrote to stdout and closed its pipes has started, whether
+    // or not it has exited since.
+    if matches!(r.report, Report::Start(_)) && !r.stdout.is_empty() {
+        let Report::Start(on_start) = std::mem::replace(&mut r.report, Report::Reaped) else {
+            return;
+        };
+        let started = Start::Running {
+            pid: r.child.id(),
+            stdout: std::mem::take(&mut r.stdout),
+            stderr: std::mem::take(&mut r.stderr),
+        };
+        if r.status.is_some() {
+            ctx.children.running.remove(&id);
+        }
+        on_start(state, ctx, started);
+        return;
+    }
+    if r.status.is_none() {
+        return;
+    }
+    let Some(r) = ctx.children.running.remove(&id) else {
         return;
     };
     let Some(status) = r.status else { return };
-    if let Some(on_exit) = r.on_exit.take() {
-        on_exit(
-            state,
-            ctx,
-            ChildOutput {
-                pid: r.child.id(),
-                status,
-                stdout: r.stdout,
-                stderr: r.stderr,
-                dropped: r.dropped,
-            },
-        );
+    let out = ChildOutput {
+        pid: r.child.id(),
+        status,
+        stdout: r.stdout,
+        stderr: r.stderr,
+        dropped: r.dropped,
+    };
+    match r.report {
+        Report::Exit(on_exit) => on_exit(state, ctx, out),
+        Report::Start(on_start) => on_start(state, ctx, Start::Exited(out)),
+        Report::Reaped => {}
     }
 }
 
@@ -283,10 +419,104 @@ fn finish_if_done<S>(state: &mut S, ctx: &mut Ctx<S>, id: ChildId) {
 mod tests {
     use super::*;
     use crate::evloop::EventLoop;
+    use std::path::Path;
 
     #[derive(Default)]
     struct Seen {
         outputs: Vec<ChildOutput>,
+        starts: Vec<Start>,
+    }
+
+    /// Runs `script` detached (with `env`) until its start is reported; the loop, to go
+    /// on with.
+    fn start_detached(
+        program: &str,
+        script: &str,
+        env: &[(&str, &str)],
+    ) -> (EventLoop<Seen>, Seen) {
+        let mut ev: EventLoop<Seen> = EventLoop::new().unwrap();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let exec = Exec::new(Path::new(program), &["-c".into(), script.into()], &env).unwrap();
+        spawn_detached(ev.ctx(), &exec, |s: &mut Seen, _ctx, start| {
+            s.starts.push(start)
+        })
+        .unwrap();
+        let mut seen = Seen::default();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while seen.starts.is_empty() {
+            assert!(std::time::Instant::now() < deadline, "no start reported");
+            ev.run_once(&mut seen, Some(Duration::from_millis(100)))
+                .unwrap();
+        }
+        (ev, seen)
+    }
+
+    fn is_zombie_or_gone(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true)
+    }
+
+    #[test]
+    fn detached_child_is_reported_running_once_it_closed_its_pipes_then_reaped() {
+        let (mut ev, mut seen) = start_detached(
+            "sh",
+            "echo started $GREETING; exec >/dev/null 2>&1; sleep 1",
+            &[("GREETING", "hi")],
+        );
+        let Some(Start::Running { pid, stdout, .. }) = seen.starts.pop() else {
+            panic!("expected a running start");
+        };
+        assert_eq!(stdout, b"started hi\n");
+        assert!(!is_zombie_or_gone(pid), "still running when reported");
+        assert!(
+            ev.ctx().children().is_empty(),
+            "a started child is no longer owned"
+        );
+        assert!(!signal(ev.ctx(), 1, nix::sys::signal::Signal::SIGKILL));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(std::time::Instant::now() < deadline, "never reaped");
+            ev.run_once(&mut seen, Some(Duration::from_millis(100)))
+                .unwrap();
+        }
+        assert!(seen.starts.is_empty(), "reported once");
+    }
+
+    #[test]
+    fn detached_child_that_exits_without_starting_gives_its_status_and_stderr() {
+        let (_ev, mut seen) = start_detached("/bin/sh", "echo 'bad settings' >&2; exit 1", &[]);
+        let Some(Start::Exited(out)) = seen.starts.pop() else {
+            panic!("expected an exit");
+        };
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(out.stderr, b"bad settings\n");
+        assert!(
+            is_zombie_or_gone(out.pid)
+                && !std::path::Path::new(&format!("/proc/{}", out.pid)).exists()
+        );
+    }
+
+    #[test]
+    fn detached_child_that_cannot_be_executed_exits_127_with_the_cause() {
+        let (_ev, mut seen) = start_detached("/nonexistent/program", "true", &[]);
+        let Some(Start::Exited(out)) = seen.starts.pop() else {
+            panic!("expected an exit");
+        };
+        assert_eq!(out.status.code(), Some(127));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.starts_with("could not execute /nonexistent/program: "),
+            "{stderr}"
+        );
+        assert!(Exec::new(Path::new("no-such-program-here"), &[], &[]).is_err());
     }
 
     fn run_child(script: &str) -> ChildOutput {

@@ -15,6 +15,7 @@
 //! `WouldBlock`.
 
 pub mod child;
+pub mod fork_exec;
 pub mod signals;
 pub mod timers;
 

@@ -6,7 +6,9 @@
 //!    id and key file on the command line (the hub's challenge is signed with the key);
 //!    locally, `SP_MACHINE` and the launch token from `SP_TOKEN_FILE` (read, then deleted)
 //!    or `SP_TOKEN`; the token is then removed from the environment and kept in memory only.
-//! 2. `daemon`: with `--daemonize`, fork/setsid/fork so Salt returns at once; logging.
+//! 2. `daemon`: with `--daemonize`, fork/setsid/fork so Salt returns at once; with
+//!    `--detach` (the local executor), a session of its own and stdio closed, no fork;
+//!    logging.
 //! 3. `session`: one thread, one mio loop: the hub link (`link`), the running command
 //!    (`running`, started by `command`), SIGCHLD/SIGTERM, and timers (heartbeat, kill grace, timeout,
 //!    reconnect backoff, give-up). Output goes through `outbuf` (seq numbers, ack
@@ -112,8 +114,12 @@ impl WrapperError {
 )]
 pub struct Args {
     /// Fork into the background and return at once (so Salt returns).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "detach")]
     pub daemonize: bool,
+    /// Leave the caller's session and, once started, close stdout and stderr (after
+    /// one line on stdout), without forking: for a launcher that reaps the wrapper.
+    #[arg(long)]
+    pub detach: bool,
     /// Append the wrapper's own log lines to FILE (default: stderr).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
@@ -137,6 +143,13 @@ pub struct Args {
 /// The whole program: parse, validate, maybe daemonize, run; prints one line on error.
 pub fn main() -> ExitCode {
     let args = Args::parse();
+    // First of all, so a kill of the launcher's process group can no longer reach it.
+    if args.detach
+        && let Err(e) = daemon::leave_session()
+    {
+        eprintln!("saltpeter-wrapper: {e}");
+        return ExitCode::from(e.exit_code());
+    }
     let minion = match (&args.minion_id, &args.minion_key) {
         (Some(id), Some(key)) => Some(Minion {
             id: id.clone(),
@@ -181,9 +194,14 @@ pub fn main() -> ExitCode {
         std::env::remove_var(ENV_TOKEN_FILE);
     }
 
-    if args.daemonize
-        && let Err(e) = daemon::daemonize(args.log.as_deref(), settings.run)
-    {
+    let detached = if args.daemonize {
+        daemon::daemonize(args.log.as_deref(), settings.run)
+    } else if args.detach {
+        daemon::detach(args.log.as_deref(), settings.run)
+    } else {
+        Ok(())
+    };
+    if let Err(e) = detached {
         eprintln!("saltpeter-wrapper: {e}");
         return ExitCode::from(e.exit_code());
     }
@@ -207,7 +225,7 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e}");
-            if !args.daemonize && args.log.is_some() {
+            if !args.daemonize && !args.detach && args.log.is_some() {
                 eprintln!("saltpeter-wrapper: {e}");
             }
             ExitCode::from(e.exit_code())

@@ -24,6 +24,7 @@ mod jobctl;
 mod joblog;
 mod jobs;
 mod limits;
+mod local_executor;
 mod lost_daemon;
 mod maintenance;
 mod notify;

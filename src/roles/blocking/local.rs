@@ -1,13 +1,25 @@
 //! The `local` executor: wrappers started on this host, one per target name.
 //!
 //! A wrapper must outlive the daemon like a remote one does, so it is started outside
-//! the daemon's process tree: under systemd in a transient unit of its own (`systemd-run`;
-//! the service's `KillMode=mixed` would otherwise kill it with the service), elsewhere as
-//! `saltpeter-wrapper --daemonize`, which double-forks into its own session and returns at
-//! once. Only root may create units in the system manager; the packaged service runs as
-//! the `saltpeter` user, so it asks that user's own manager (`systemd-run --user`, kept
-//! running by lingering, which the package enables), and daemonizes when there is none. The launch command's pipes are drained by the loop and its exit decides the
-//! target's launch outcome.
+//! the daemon's process tree or session. Under systemd it gets a transient unit of its
+//! own (`systemd-run`; the service's `KillMode=mixed` would otherwise kill it with the
+//! service). Only root may create units in the system manager; the packaged service runs
+//! as the `saltpeter` user, so it asks that user's own manager (`systemd-run --user`,
+//! kept running by lingering, which the package enables). The launch command's pipes are
+//! drained by the loop and its exit decides the target's launch outcome.
+//!
+//! Without a manager the wrapper is this process's child, started as
+//! `saltpeter-wrapper --detach`: one process per target, no fork inside, and forked
+//! without waiting for its exec (`evloop::fork_exec`), so 1,000 launches do not wait
+//! 1,000 times in a row for a new process to be scheduled. It calls
+//! `setsid` first thing (out of the daemon's process group and session, as
+//! `--daemonize` would put it), and once its start-up checks passed prints one line and
+//! closes its stdout and stderr: that is the launch's success; an exit before it is the
+//! failure, with the wrapper's stderr as the error (`child::spawn_detached`). The loop
+//! then keeps only its pidfd and reaps it when it exits; when the daemon stops first the
+//! wrapper is inherited by init like a daemonized one. Each fork and exec counts when a
+//! run starts 1,000 local targets: `--daemonize` forked twice more per target
+//! (docs/benchmarks.md, fan-out).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +29,9 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use super::Blocking;
-use crate::evloop::{Ctx, child};
+use crate::evloop::Ctx;
+use crate::evloop::child::{self, Start};
+use crate::evloop::fork_exec::Exec;
 use crate::ipc::rpc::CallId;
 use crate::wire::link::{BlockingReply, LaunchOutcome, LaunchTarget};
 use crate::wire::records::RunId;
@@ -78,11 +92,10 @@ fn wrapper_env(launch: &Launch, machine: &str, token_file: &Path) -> Vec<(String
     ]
 }
 
-/// Write the launch token of (run, machine) to a fresh 0600 file in the private
-/// directory `dir` (0700); the wrapper reads and deletes it.
-fn write_token_file(dir: &Path, run: RunId, machine: &str, token: &str) -> Result<PathBuf, String> {
-    use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+/// Create (or restrict) the private directory `dir` (0700) of the token files, once
+/// per launch.
+fn prepare_token_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let fail = |what: &str, e: std::io::Error| format!("could not {what} {}: {e}", dir.display());
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -90,7 +103,16 @@ fn write_token_file(dir: &Path, run: RunId, machine: &str, token: &str) -> Resul
         .create(dir)
         .map_err(|e| fail("create", e))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| fail("restrict", e))?;
+        .map_err(|e| fail("restrict", e))
+}
+
+/// Write the launch token of (run, machine) to a fresh 0600 file in the private
+/// directory `dir` ([`prepare_token_dir`]); the wrapper reads and deletes it.
+fn write_token_file(dir: &Path, run: RunId, machine: &str, token: &str) -> Result<PathBuf, String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let fail =
+        |e: std::io::Error| format!("could not write a token file in {}: {e}", dir.display());
     let path = dir.join(format!("{}.token", unit_name(run, machine)));
     // A file left by an earlier launch of the same target is replaced, never reused.
     let _ = std::fs::remove_file(&path);
@@ -99,10 +121,16 @@ fn write_token_file(dir: &Path, run: RunId, machine: &str, token: &str) -> Resul
         .create_new(true)
         .mode(0o600)
         .open(&path)
-        .map_err(|e| fail("write a token file in", e))?;
-    file.write_all(token.as_bytes())
-        .map_err(|e| fail("write a token file in", e))?;
+        .map_err(fail)?;
+    file.write_all(token.as_bytes()).map_err(fail)?;
     Ok(path)
+}
+
+/// How one wrapper is started: a launch command that exits (`systemd-run`), or the
+/// wrapper itself as a detached child.
+enum Starter {
+    Exits(Command),
+    Detached(Exec),
 }
 
 fn command_for(
@@ -110,7 +138,7 @@ fn command_for(
     machine: &str,
     env: &[(String, String)],
     log_dir: &Path,
-) -> Command {
+) -> Result<Starter, String> {
     let unit = unit_name(launch.run, machine);
     let log = log_dir.join(format!("{unit}.log"));
     if let Some(scope) = under_systemd().then(systemd_run_scope).flatten() {
@@ -124,13 +152,29 @@ fn command_for(
             cmd.arg(format!("--setenv={k}={v}"));
         }
         cmd.arg(launch.wrapper).arg("--log").arg(log);
-        cmd
+        Ok(Starter::Exits(cmd))
     } else {
-        let mut cmd = Command::new(launch.wrapper);
-        cmd.arg("--daemonize").arg("--log").arg(log);
-        cmd.envs(env.iter().map(|(k, v)| (k, v)));
-        cmd
+        let args = ["--detach".into(), "--log".into(), log.into_os_string()];
+        Exec::new(Path::new(launch.wrapper), &args, env)
+            .map(Starter::Detached)
+            .map_err(|e| format!("could not start {}: {e}", launch.wrapper))
     }
+}
+
+/// The launch outcome of a wrapper that exited (the launch command, or a detached
+/// wrapper that never started): a failure removes the token nobody took.
+fn exit_outcome(out: &child::ChildOutput, token_file: &Path) -> Result<(), String> {
+    if out.status.success() {
+        return Ok(());
+    }
+    // The wrapper did not take its token: do not leave it lying around.
+    let _ = std::fs::remove_file(token_file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Err(format!(
+        "wrapper launch failed ({}): {}",
+        out.status,
+        stderr.trim()
+    ))
 }
 
 pub fn launch(
@@ -155,8 +199,13 @@ pub fn launch(
             outcomes: Vec::new(),
         },
     );
+    let token_dir = prepare_token_dir(&state.token_dir);
     for target in targets {
         let machine = target.machine.clone();
+        if let Err(e) = &token_dir {
+            record(state, id, machine, Err(e.clone()));
+            continue;
+        }
         let token = target.token.map(|t| t.0).unwrap_or_default();
         let token_file = match write_token_file(&state.token_dir, launch.run, &machine, &token) {
             Ok(path) => path,
@@ -166,23 +215,32 @@ pub fn launch(
             }
         };
         let env = wrapper_env(&launch, &machine, &token_file);
-        let cmd = command_for(&launch, &machine, &env, &log_dir);
         let done_machine = machine.clone();
-        let spawned = child::spawn(ctx, cmd, move |state: &mut Blocking, _ctx, out| {
-            let result = if out.status.success() {
-                Ok(())
-            } else {
-                // The wrapper did not take its token: do not leave it lying around.
+        let starter = match command_for(&launch, &machine, &env, &log_dir) {
+            Ok(starter) => starter,
+            Err(e) => {
                 let _ = std::fs::remove_file(&token_file);
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                Err(format!(
-                    "wrapper launch failed ({}): {}",
-                    out.status,
-                    stderr.trim()
-                ))
-            };
-            record(state, id, done_machine, result);
-        });
+                record(state, id, machine, Err(e));
+                continue;
+            }
+        };
+        let spawned = match starter {
+            Starter::Exits(cmd) => {
+                child::spawn(ctx, cmd, move |state: &mut Blocking, _ctx, out| {
+                    let result = exit_outcome(&out, &token_file);
+                    record(state, id, done_machine, result);
+                })
+            }
+            Starter::Detached(exec) => {
+                child::spawn_detached(ctx, &exec, move |state: &mut Blocking, _ctx, start| {
+                    let result = match start {
+                        Start::Running { .. } => Ok(()),
+                        Start::Exited(out) => exit_outcome(&out, &token_file),
+                    };
+                    record(state, id, done_machine, result);
+                })
+            }
+        };
         match spawned {
             Ok(child_id) => {
                 ctx.after(LAUNCH_TIMEOUT, move |_: &mut Blocking, ctx| {

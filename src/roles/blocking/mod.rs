@@ -2,7 +2,9 @@
 //!
 //! Main asks it to launch wrappers (through the executor of the job); each launch is a
 //! child process whose pipes are drained by the loop while it runs, and the reply goes
-//! back when it has exited. Other slow work (reading and parsing the configuration for
+//! back when every target's launch has exited, or for a local wrapper started directly,
+//! has said it runs on its own (`local.rs`; such wrappers are reaped here when they end
+//! and do not hold up a stop). Other slow work (reading and parsing the configuration for
 //! main's reloads, hashing and copying the wrapper binary) runs in helper processes, the
 //! daemon binary in a hidden mode (`helpers.rs`). Nothing here decides anything about runs.
 

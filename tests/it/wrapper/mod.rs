@@ -2,6 +2,7 @@
 //! wrapper's side of the protocol in isolation, including cases the daemon cannot easily
 //! provoke (reconnects mid-output, spool overflow, pre-staging, final rejections).
 
+mod detach;
 mod flow;
 mod in_process;
 mod lost_server;
