@@ -230,14 +230,50 @@ impl Drop for Daemon {
             let start = Instant::now();
             while start.elapsed() < Duration::from_secs(15) {
                 if let Ok(Some(_)) = child.try_wait() {
-                    return;
+                    break;
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            if !matches!(child.try_wait(), Ok(Some(_))) {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        // Local wrappers outlive their daemon by design (a day at most, holding an exit
+        // they could not report): the test's own go with it, and their commands too.
+        let state = format!("{}/", self.root.path().display());
+        for pid in pids_with(&state) {
+            let is_wrapper = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("saltpeter-wrapper"));
+            if is_wrapper {
+                // The command leads a process group of its own.
+                for group in children_of(pid).into_iter().chain([pid]) {
+                    let group = nix::unistd::Pid::from_raw(group as i32);
+                    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+                    let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
+                }
+            }
         }
     }
+}
+
+/// The processes whose parent is `parent`.
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit(')')
+                    .next()
+                    .and_then(|rest| rest.split_whitespace().nth(1))
+                    .and_then(|ppid| ppid.parse::<u32>().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
 }
 
 pub fn alive(pid: u32) -> bool {
