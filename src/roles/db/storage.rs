@@ -48,6 +48,8 @@ pub trait Storage {
         machine: &str,
         update: &TargetUpdate,
     ) -> Result<(), StoreError>;
+    /// One output frame on its own: [`Storage::append_output_placed`] with no later frame
+    /// of the same batch to consider.
     fn append_output(
         &mut self,
         run: RunId,
@@ -56,7 +58,9 @@ pub trait Storage {
         stream: Stream,
         data: &[u8],
         limit: OutputLimit,
-    ) -> Result<AppendOutcome, StoreError>;
+    ) -> Result<AppendOutcome, StoreError> {
+        self.append_output_placed(run, machine, seq, stream, data, limit.into())
+    }
     /// `append_output` knowing what follows the frame in its batch (`Placement`).
     fn append_output_placed(
         &mut self,
@@ -160,17 +164,6 @@ impl Storage for Store {
         update: &TargetUpdate,
     ) -> Result<(), StoreError> {
         Store::update_target(self, run, machine, update)
-    }
-    fn append_output(
-        &mut self,
-        run: RunId,
-        machine: &str,
-        seq: u64,
-        stream: Stream,
-        data: &[u8],
-        limit: OutputLimit,
-    ) -> Result<AppendOutcome, StoreError> {
-        Store::append_output(self, run, machine, seq, stream, data, limit)
     }
     fn append_output_placed(
         &mut self,

@@ -7,8 +7,8 @@ use super::super::storage::{RunWithDetails, Storage};
 use super::super::store::StoreError;
 use super::PgStore;
 use crate::wire::db::{
-    AttemptRecord, EventFilter, EventRecord, NewEvent, NewRun, OutputBytes, OutputLimit,
-    OutputQuery, PruneOutcome, Retention, RunFilter, RunUpdate, TargetUpdate,
+    AttemptRecord, EventFilter, EventRecord, NewEvent, NewRun, OutputBytes, OutputQuery,
+    PruneOutcome, Retention, RunFilter, RunUpdate, TargetUpdate,
 };
 use crate::wire::notify::{
     DeliveryAttempt, DeliveryFilter, DeliveryRecord, DueDeliveries, NewDelivery,
@@ -45,17 +45,6 @@ impl Storage for PgStore {
         update: &TargetUpdate,
     ) -> Result<(), StoreError> {
         PgStore::update_target(self, run, machine, update)
-    }
-    fn append_output(
-        &mut self,
-        run: RunId,
-        machine: &str,
-        seq: u64,
-        stream: Stream,
-        data: &[u8],
-        limit: OutputLimit,
-    ) -> Result<AppendOutcome, StoreError> {
-        PgStore::append_output(self, run, machine, seq, stream, data, limit)
     }
     fn append_output_placed(
         &mut self,
