@@ -35,11 +35,12 @@ pub struct Launch {
 
 /// The launch command that stands in for the wrapper: it takes the launch token from its
 /// file (and deletes it, as the wrapper does), appends what the daemon gave it to `record`,
-/// one line per launch, and returns at once.
+/// one line per launch, and says it started, as a detached wrapper does (`--detach`).
 pub fn recorder_script(record: &std::path::Path) -> String {
     format!(
         "#!/bin/sh\ntoken=$(cat \"$SP_TOKEN_FILE\") && rm -f \"$SP_TOKEN_FILE\"\n\
-         printf '%s %s %s\\n' \"$SP_RUN\" \"$SP_MACHINE\" \"$token\" >> '{}'\n",
+         printf '%s %s %s\\n' \"$SP_RUN\" \"$SP_MACHINE\" \"$token\" >> '{}'\n\
+         echo started\n",
         record.display()
     )
 }

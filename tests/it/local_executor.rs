@@ -138,3 +138,41 @@ fn local_wrapper_that_cannot_start_is_a_failed_launch_with_its_error() {
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn a_wide_run_starts_at_most_64_launches_at_once_and_launches_every_target() {
+    const TARGETS: usize = 150;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let busy = dir.path().join("busy");
+    let seen = dir.path().join("seen");
+    std::fs::create_dir(&busy).expect("busy dir");
+    // A launch command that stays a moment and notes how many others run beside it.
+    let slow = dir.path().join("slow-wrapper");
+    std::fs::write(
+        &slow,
+        format!(
+            "#!/bin/sh\nrm -f \"$SP_TOKEN_FILE\"\ntouch {b}/$SP_MACHINE\nsleep 0.3\n\
+             ls {b} | wc -l >> {s}\nrm -f {b}/$SP_MACHINE\necho started\n",
+            b = busy.display(),
+            s = seen.display()
+        ),
+    )
+    .expect("write script");
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let targets: Vec<String> = (0..TARGETS).map(|i| format!("w{i}")).collect();
+    let d = start(&format!(
+        "wide:\n  schedule: '@yearly'\n  targets: [{}]\n  wrapper_path: {}\n  \
+         command: 'true'\n",
+        targets.join(", "),
+        slow.display()
+    ));
+    d.run_now("wide");
+    let counts = wait_until("every target launched", HANG, || {
+        let text = std::fs::read_to_string(&seen).unwrap_or_default();
+        let counts: Vec<usize> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        (counts.len() == TARGETS).then_some(counts)
+    });
+    let most = counts.iter().copied().max().unwrap_or(0);
+    assert!(most <= 64, "{most} launch commands ran at once");
+    assert!(most > 1, "launches ran one at a time ({most})");
+}

@@ -21,9 +21,10 @@
 //! run starts 1,000 local targets: `--daemonize` forked twice more per target
 //! (docs/benchmarks.md, fan-out).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::rc::Rc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -40,6 +41,11 @@ use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN_FILE, ENV_URL};
 /// A launch that has not returned within this is killed and reported as failed.
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Launch commands running at once; the other targets wait their turn in [`Queue`]. Each
+/// holds two pipes and a pidfd until it reports: 10,000 targets at once would be 30,000
+/// descriptors and as many processes starting on a few cores.
+const MAX_IN_FLIGHT: usize = 64;
+
 /// Outcomes of one `Launch` call, collected until every target has one.
 #[derive(Default)]
 pub struct Batch {
@@ -48,6 +54,19 @@ pub struct Batch {
 }
 
 pub type Batches = HashMap<CallId, Batch>;
+
+/// Targets waiting for a free launch slot, and how many launches are running.
+#[derive(Default)]
+pub struct Queue {
+    waiting: VecDeque<(CallId, Rc<Launch>, LaunchTarget)>,
+    in_flight: usize,
+}
+
+impl Queue {
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.in_flight == 0
+    }
+}
 
 fn under_systemd() -> bool {
     std::env::var_os("INVOCATION_ID").is_some() && Path::new("/run/systemd/system").exists()
@@ -65,10 +84,10 @@ fn systemd_run_scope() -> Option<Option<String>> {
 }
 
 /// What every wrapper of one launch shares.
-pub struct Launch<'a> {
-    pub wrapper: &'a str,
+pub struct Launch {
+    pub wrapper: String,
     pub run: RunId,
-    pub url: &'a str,
+    pub url: String,
 }
 
 fn unit_name(run: RunId, machine: &str) -> String {
@@ -151,11 +170,11 @@ fn command_for(
         for (k, v) in env {
             cmd.arg(format!("--setenv={k}={v}"));
         }
-        cmd.arg(launch.wrapper).arg("--log").arg(log);
+        cmd.arg(&launch.wrapper).arg("--log").arg(log);
         Ok(Starter::Exits(cmd))
     } else {
         let args = ["--detach".into(), "--log".into(), log.into_os_string()];
-        Exec::new(Path::new(launch.wrapper), &args, env)
+        Exec::new(Path::new(&launch.wrapper), &args, env)
             .map(Starter::Detached)
             .map_err(|e| format!("could not start {}: {e}", launch.wrapper))
     }
@@ -188,9 +207,8 @@ pub fn launch(
         state.reply(id, Ok(BlockingReply::Launched(Vec::new())));
         return;
     }
-    let log_dir = state.wrapper_log_dir.clone();
-    if let Err(e) = std::fs::create_dir_all(&log_dir) {
-        log::warn!("could not create {}: {e}", log_dir.display());
+    if let Err(e) = std::fs::create_dir_all(&state.wrapper_log_dir) {
+        log::warn!("could not create {}: {e}", state.wrapper_log_dir.display());
     }
     state.batches.insert(
         id,
@@ -199,63 +217,100 @@ pub fn launch(
             outcomes: Vec::new(),
         },
     );
-    let token_dir = prepare_token_dir(&state.token_dir);
-    for target in targets {
-        let machine = target.machine.clone();
-        if let Err(e) = &token_dir {
-            record(state, id, machine, Err(e.clone()));
-            continue;
+    if let Err(e) = prepare_token_dir(&state.token_dir) {
+        for target in targets {
+            record(state, id, target.machine, Err(e.clone()));
         }
-        let token = target.token.map(|t| t.0).unwrap_or_default();
-        let token_file = match write_token_file(&state.token_dir, launch.run, &machine, &token) {
-            Ok(path) => path,
-            Err(e) => {
-                record(state, id, machine, Err(e));
-                continue;
-            }
+        return;
+    }
+    let launch = Rc::new(launch);
+    state.launches.waiting.extend(
+        targets
+            .into_iter()
+            .map(|target| (id, Rc::clone(&launch), target)),
+    );
+    start_waiting(state, ctx);
+}
+
+/// Start waiting targets while fewer than [`MAX_IN_FLIGHT`] launches run.
+fn start_waiting(state: &mut Blocking, ctx: &mut Ctx<Blocking>) {
+    while state.launches.in_flight < MAX_IN_FLIGHT {
+        let Some((id, launch, target)) = state.launches.waiting.pop_front() else {
+            return;
         };
-        let env = wrapper_env(&launch, &machine, &token_file);
-        let done_machine = machine.clone();
-        let starter = match command_for(&launch, &machine, &env, &log_dir) {
-            Ok(starter) => starter,
-            Err(e) => {
-                let _ = std::fs::remove_file(&token_file);
-                record(state, id, machine, Err(e));
-                continue;
-            }
-        };
-        let spawned = match starter {
-            Starter::Exits(cmd) => {
-                child::spawn(ctx, cmd, move |state: &mut Blocking, _ctx, out| {
-                    let result = exit_outcome(&out, &token_file);
-                    record(state, id, done_machine, result);
-                })
-            }
-            Starter::Detached(exec) => {
-                child::spawn_detached(ctx, &exec, move |state: &mut Blocking, _ctx, start| {
-                    let result = match start {
-                        Start::Running { .. } => Ok(()),
-                        Start::Exited(out) => exit_outcome(&out, &token_file),
-                    };
-                    record(state, id, done_machine, result);
-                })
-            }
-        };
-        match spawned {
-            Ok(child_id) => {
-                ctx.after(LAUNCH_TIMEOUT, move |_: &mut Blocking, ctx| {
-                    if child::signal(ctx, child_id, Signal::SIGKILL) {
-                        log::warn!("wrapper launch took over {LAUNCH_TIMEOUT:?}; killed it");
-                    }
-                });
-            }
-            Err(e) => record(
-                state,
-                id,
-                machine,
-                Err(format!("could not start {}: {e}", launch.wrapper)),
-            ),
+        start_one(state, ctx, id, &launch, target);
+    }
+}
+
+/// A launch command ended or reported its wrapper started: its slot is free.
+fn finished(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    id: CallId,
+    machine: String,
+    result: Result<(), String>,
+) {
+    state.launches.in_flight = state.launches.in_flight.saturating_sub(1);
+    record(state, id, machine, result);
+    start_waiting(state, ctx);
+}
+
+fn start_one(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    id: CallId,
+    launch: &Launch,
+    target: LaunchTarget,
+) {
+    let machine = target.machine.clone();
+    let token = target.token.map(|t| t.0).unwrap_or_default();
+    let token_file = match write_token_file(&state.token_dir, launch.run, &machine, &token) {
+        Ok(path) => path,
+        Err(e) => {
+            record(state, id, machine, Err(e));
+            return;
         }
+    };
+    let env = wrapper_env(launch, &machine, &token_file);
+    let done_machine = machine.clone();
+    let starter = match command_for(launch, &machine, &env, &state.wrapper_log_dir) {
+        Ok(starter) => starter,
+        Err(e) => {
+            let _ = std::fs::remove_file(&token_file);
+            record(state, id, machine, Err(e));
+            return;
+        }
+    };
+    let spawned = match starter {
+        Starter::Exits(cmd) => child::spawn(ctx, cmd, move |state: &mut Blocking, ctx, out| {
+            let result = exit_outcome(&out, &token_file);
+            finished(state, ctx, id, done_machine, result);
+        }),
+        Starter::Detached(exec) => {
+            child::spawn_detached(ctx, &exec, move |state: &mut Blocking, ctx, start| {
+                let result = match start {
+                    Start::Running { .. } => Ok(()),
+                    Start::Exited(out) => exit_outcome(&out, &token_file),
+                };
+                finished(state, ctx, id, done_machine, result);
+            })
+        }
+    };
+    match spawned {
+        Ok(child_id) => {
+            state.launches.in_flight += 1;
+            ctx.after(LAUNCH_TIMEOUT, move |_: &mut Blocking, ctx| {
+                if child::signal(ctx, child_id, Signal::SIGKILL) {
+                    log::warn!("wrapper launch took over {LAUNCH_TIMEOUT:?}; killed it");
+                }
+            });
+        }
+        Err(e) => record(
+            state,
+            id,
+            machine,
+            Err(format!("could not start {}: {e}", launch.wrapper)),
+        ),
     }
 }
 

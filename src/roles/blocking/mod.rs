@@ -32,6 +32,8 @@ pub struct Blocking {
     main: MainLink,
     stopping: bool,
     batches: local::Batches,
+    /// Local targets waiting for a launch slot, and the launches running.
+    launches: local::Queue,
     wrapper_log_dir: std::path::PathBuf,
     /// Private directory (0700) of the local executor's launch token files.
     token_dir: std::path::PathBuf,
@@ -54,7 +56,11 @@ impl Controlled for Blocking {
 }
 
 fn stop_when_idle(state: &mut Blocking, ctx: &mut Ctx<Blocking>) {
-    if state.stopping && ctx.children().is_empty() && state.salt.is_idle() {
+    if state.stopping
+        && ctx.children().is_empty()
+        && state.launches.is_idle()
+        && state.salt.is_idle()
+    {
         ctx.stop();
     }
 }
@@ -101,9 +107,9 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
             _ if targets.is_empty() => state.reply(id, Ok(BlockingReply::Launched(Vec::new()))),
             (ExecutorKind::Local, _) => {
                 let launch = local::Launch {
-                    wrapper: &wrapper_path,
+                    wrapper: wrapper_path,
                     run,
-                    url: &url,
+                    url,
                 };
                 local::launch(state, ctx, id, launch, targets)
             }
@@ -146,6 +152,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         main,
         stopping: false,
         batches: Default::default(),
+        launches: Default::default(),
         wrapper_log_dir: args.dirs.state.join("wrapper-logs"),
         token_dir: args.dirs.state.join(crate::cleanup::LAUNCH_TOKENS),
         state_dir: args.dirs.state.clone(),

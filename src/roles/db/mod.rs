@@ -50,6 +50,8 @@ pub struct Db {
     /// (`gather_output`), and whether the timer that serves them is armed.
     gathered: Vec<(CallId, DbRequest)>,
     gather_armed: bool,
+    /// When output writes last arrived: only a flowing stream is held back.
+    output_arrived: Option<std::time::Instant>,
 }
 
 /// How long a batch of output writes alone may wait for more, and how much makes it
@@ -57,6 +59,9 @@ pub struct Db {
 /// milliseconds more before an ack (sent at least every 250 ms) cost nothing.
 const GATHER_FOR: std::time::Duration = std::time::Duration::from_millis(4);
 const GATHER_BYTES: usize = 4 * 1024 * 1024;
+/// Output writes that arrived this recently make a stream worth waiting for; one after a
+/// quiet spell (a heartbeat's worth of output) is committed at once.
+const FLOWING: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Controlled for Db {
     fn control(&mut self) -> &mut ControlLink {
@@ -323,11 +328,21 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
 }
 
 /// Serve `calls` now, or hold them back for [`GATHER_FOR`] when they are only output
-/// writes and fewer than [`GATHER_BYTES`]: more arrive meanwhile, and one commit then
+/// writes, fewer than [`GATHER_BYTES`], and output has been flowing: more arrive meanwhile, and one commit then
 /// covers them all (and the tail bytes they shed are never written, `placement.rs`).
 /// Anything else (a welcome's spent token, a read, a run's state) goes at once, with
 /// whatever was held back before it.
 fn gather_output(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest)>) {
+    let now = std::time::Instant::now();
+    let flowing = db
+        .output_arrived
+        .is_some_and(|at| now.saturating_duration_since(at) < FLOWING);
+    if calls
+        .iter()
+        .any(|(_, r)| matches!(r, DbRequest::AppendOutput { .. }))
+    {
+        db.output_arrived = Some(now);
+    }
     db.gathered.extend(calls);
     let only_output = db
         .gathered
@@ -341,7 +356,7 @@ fn gather_output(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest)>
             _ => 0,
         })
         .sum();
-    if !only_output || bytes >= GATHER_BYTES {
+    if !only_output || bytes >= GATHER_BYTES || !flowing {
         let calls = std::mem::take(&mut db.gathered);
         serve(db, calls);
         return;
@@ -423,6 +438,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         report_armed: false,
         gathered: Vec::new(),
         gather_armed: false,
+        output_arrived: None,
     };
     if db.lease.is_some() {
         lease::poll(&mut db, ev.ctx());
