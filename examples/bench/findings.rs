@@ -56,8 +56,9 @@ the local executor now starts each wrapper as its own child, `saltpeter-wrapper 
 without waiting for the exec, and reaps it: one process per target and no wait per \
 launch. The run's CPU (a cpuacct cgroup around the daemon) moved within the noise: the \
 two forks saved per wrapper are partly spent again on forking blocking (its page tables \
-and copy-on-write faults), but the launches no longer wait for one another, and the \
-slot to the last result fell by about a fifth in back-to-back runs. What is left per \
+and copy-on-write faults), but the launches no longer wait for one another (at most 64 \
+run at once, see the next point), and the slot to the last result fell by about a fifth \
+in back-to-back runs. What is left per \
 target: the dynamic loader's start-up of the wrapper and of `sh` (about half of it the \
 loader's cache detection), and on this machine's file system each new file (a token \
 file, a wrapper log) scans past recently deleted inodes (`recently_deleted` in ext4).
@@ -74,19 +75,20 @@ is done with it; acks go once per wrapper per loop turn; output writes alone wai
 4 ms to share a commit; and a frame whose tail bytes later frames of the same batch push \
 out is counted as omitted without being written (docs/architecture.md, \"Output and flow \
 control\"). That is also why one job's flood and its db CPU per 100 MB improved, and why \
-the hub and main now stay at a few tens of MiB. What stands between the aggregate and \
-the goal, from `perf record -a` of the final build counted by process per 100 ms: for \
-the first second the 100 wrappers, `yes` and `head` (300 runnable processes, two cores) \
-took nearly every sample while the hub, main and db got 1 to 4 samples in 200, the share \
-the kernel's fair scheduler gives 3 processes among 300, so the wrappers read their \
-commands' output into their windows instead of handing it over; then, the commands done, \
-the daemon took the 400 MiB in 1.7 s (about 240 MB/s, one job's rate), with a core \
-partly idle at the end. The work is about 3 CPU-seconds on two cores whichever way it \
-is ordered (the wrappers about 0.17 s per 100 MB, the daemon about 0.4 s); it reaches \
-150 MB/s only when the daemon's processes run while the wrappers do, which on a \
-production fleet they do (the wrappers run on the minions). The hub still reads wrapper \
-frames through tungstenite's 4 KiB read buffer (16 reads per 64 KiB frame), kept small \
-for 10,000 idle connections.
+the hub and main now stay at a few tens of MiB. That left 141 MB/s. `perf record -a` of \
+that build, counted by process per 100 ms: for the first second the 100 wrappers, `yes` \
+and `head` (300 runnable processes, all started at once, on two cores) took nearly every \
+sample while the hub, main and db got 1 to 4 samples in 200, the share the kernel's fair \
+scheduler gives 3 processes among 300, so the wrappers read their commands' output into \
+their windows instead of handing it over; then, the commands done, the daemon took the \
+400 MiB in 1.7 s (about 240 MB/s, one job's rate) with a core partly idle. Two changes \
+let the two overlap: the local executor runs at most 64 launch commands at once (the \
+others wait their turn; 10,000 at once would also have needed 30,000 descriptors in \
+blocking), and db holds output back for a shared commit only while output is flowing, \
+so the first frames of a wrapper are stored and acknowledged at once (this also brought \
+the fan-in probe's output → ack latency back under a millisecond). The hub still reads \
+wrapper frames through tungstenite's 4 KiB read buffer (16 reads per 64 KiB frame), kept \
+small for 10,000 idle connections.
 - **The original Saltpeter** (scenario 6). Idle, its process tree uses a large share of a \
 core as soon as it has jobs: its main loop re-reads and re-parses every YAML file of the \
 directory on each tick (about every 50 ms) and compares the result with the previous one; \
