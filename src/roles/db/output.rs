@@ -270,15 +270,98 @@ impl Chunks for Target<'_, '_> {
         stream: Stream,
         data: &[u8],
     ) -> Result<(), StoreError> {
-        Target::insert_chunk(self, pos, seq, stream, data)
+        let op = Op::AppendOutput;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let pos = to_db(op, "output position", pos)?;
+        let seq = to_db(op, "output seq", seq)?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO output_chunks (run_id, machine, pos, seq, stream, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    self.run_id,
+                    self.machine,
+                    pos,
+                    seq,
+                    stream as u8,
+                    data
+                ])
+            })
+            .map_err(sql_error(op))?;
+        Ok(())
     }
 
+    /// Deletes every tail chunk; returns their bytes.
     fn delete_tail(&mut self, head: u64) -> Result<u64, StoreError> {
-        Target::delete_tail(self, head)
+        let op = Op::AppendOutput;
+        let head = to_db(op, "head bytes", head)?;
+        let bytes: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT coalesce(sum(length(data)), 0) FROM output_chunks
+                 WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_row(params![self.run_id, self.machine, head], |r| r.get(0))
+            })
+            .map_err(sql_error(op))?;
+        self.conn
+            .prepare_cached(
+                "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3",
+            )
+            .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, head]))
+            .map_err(sql_error(op))?;
+        from_db(op, "output_chunks.data", bytes)
     }
 
+    /// Removes up to `excess` bytes from the front of the tail window (the whole oldest
+    /// chunk or the front of it); returns how many went.
+    ///
+    /// The tail window starts right after the omitted gap, so its oldest chunk is found
+    /// by equality on `pos`: a range on a bound parameter would make SQLite (STAT4)
+    /// prepare the statement again at every call.
     fn shed_oldest_tail(&mut self, p: &Progress, excess: u64) -> Result<u64, StoreError> {
-        Target::shed_oldest_tail(self, p, excess)
+        let op = Op::AppendOutput;
+        let pos = to_db(op, "output position", p.head + p.omitted)?;
+        let len = self
+            .conn
+            .prepare_cached(
+                "SELECT length(data) FROM output_chunks
+                 WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_row(params![self.run_id, self.machine, pos], |row| {
+                    row.get::<_, i64>(0)
+                })
+                .optional()
+            })
+            .map_err(sql_error(op))?;
+        let Some(len) = len else {
+            return Ok(0);
+        };
+        let len = from_db(op, "output_chunks.data", len)?;
+        if len <= excess {
+            self.conn
+                .prepare_cached(
+                    "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
+                )
+                .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, pos]))
+                .map_err(sql_error(op))?;
+            return Ok(len);
+        }
+        let cut = to_db(op, "trim", excess)?;
+        self.conn
+            .prepare_cached(
+                "UPDATE output_chunks SET data = substr(data, ?4 + 1), pos = pos + ?4
+                 WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
+            )
+            .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, pos, cut]))
+            .map_err(sql_error(op))?;
+        Ok(excess)
     }
 }
 
@@ -434,107 +517,6 @@ impl Target<'_, '_> {
             .map_err(sql_error(op))?;
         p.pending = p.pending.saturating_sub(removed as u64);
         Ok(())
-    }
-
-    fn insert_chunk(
-        &self,
-        pos: u64,
-        seq: u64,
-        stream: Stream,
-        data: &[u8],
-    ) -> Result<(), StoreError> {
-        let op = Op::AppendOutput;
-        if data.is_empty() {
-            return Ok(());
-        }
-        let pos = to_db(op, "output position", pos)?;
-        let seq = to_db(op, "output seq", seq)?;
-        self.conn
-            .prepare_cached(
-                "INSERT INTO output_chunks (run_id, machine, pos, seq, stream, data)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    self.run_id,
-                    self.machine,
-                    pos,
-                    seq,
-                    stream as u8,
-                    data
-                ])
-            })
-            .map_err(sql_error(op))?;
-        Ok(())
-    }
-
-    /// Deletes every tail chunk; returns their bytes.
-    fn delete_tail(&self, head: u64) -> Result<u64, StoreError> {
-        let op = Op::AppendOutput;
-        let head = to_db(op, "head bytes", head)?;
-        let bytes: i64 = self
-            .conn
-            .prepare_cached(
-                "SELECT coalesce(sum(length(data)), 0) FROM output_chunks
-                 WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3",
-            )
-            .and_then(|mut stmt| {
-                stmt.query_row(params![self.run_id, self.machine, head], |r| r.get(0))
-            })
-            .map_err(sql_error(op))?;
-        self.conn
-            .prepare_cached(
-                "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3",
-            )
-            .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, head]))
-            .map_err(sql_error(op))?;
-        from_db(op, "output_chunks.data", bytes)
-    }
-
-    /// Removes up to `excess` bytes from the front of the tail window (the whole oldest
-    /// chunk or the front of it); returns how many went.
-    ///
-    /// The tail window starts right after the omitted gap, so its oldest chunk is found
-    /// by equality on `pos`: a range on a bound parameter would make SQLite (STAT4)
-    /// prepare the statement again at every call.
-    fn shed_oldest_tail(&self, p: &Progress, excess: u64) -> Result<u64, StoreError> {
-        let op = Op::AppendOutput;
-        let pos = to_db(op, "output position", p.head + p.omitted)?;
-        let len = self
-            .conn
-            .prepare_cached(
-                "SELECT length(data) FROM output_chunks
-                 WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
-            )
-            .and_then(|mut stmt| {
-                stmt.query_row(params![self.run_id, self.machine, pos], |row| {
-                    row.get::<_, i64>(0)
-                })
-                .optional()
-            })
-            .map_err(sql_error(op))?;
-        let Some(len) = len else {
-            return Ok(0);
-        };
-        let len = from_db(op, "output_chunks.data", len)?;
-        if len <= excess {
-            self.conn
-                .prepare_cached(
-                    "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
-                )
-                .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, pos]))
-                .map_err(sql_error(op))?;
-            return Ok(len);
-        }
-        let cut = to_db(op, "trim", excess)?;
-        self.conn
-            .prepare_cached(
-                "UPDATE output_chunks SET data = substr(data, ?4 + 1), pos = pos + ?4
-                 WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
-            )
-            .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, pos, cut]))
-            .map_err(sql_error(op))?;
-        Ok(excess)
     }
 }
 

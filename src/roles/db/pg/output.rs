@@ -23,15 +23,77 @@ impl Chunks for Target<'_, '_, '_> {
         stream: Stream,
         data: &[u8],
     ) -> Result<(), StoreError> {
-        Target::insert_chunk(self, pos, seq, stream, data)
+        let op = Op::AppendOutput;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let pos = to_db(op, "output position", pos)?;
+        let seq = to_db(op, "output seq", seq)?;
+        self.sql.exec(
+            op,
+            "INSERT INTO output_chunks (run_id, machine, pos, seq, stream, data)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            &[
+                &self.run_id,
+                &self.machine,
+                &pos,
+                &seq,
+                &(stream as i32),
+                &data,
+            ],
+        )?;
+        Ok(())
     }
 
+    /// Deletes every tail chunk; returns their bytes.
     fn delete_tail(&mut self, head: u64) -> Result<u64, StoreError> {
-        Target::delete_tail(self, head)
+        let op = Op::AppendOutput;
+        let head = to_db(op, "head bytes", head)?;
+        let rows = self.sql.rows(
+            op,
+            "DELETE FROM output_chunks WHERE run_id = $1 AND machine = $2 AND pos >= $3
+             RETURNING length(data)",
+            &[&self.run_id, &self.machine, &head],
+        )?;
+        let mut bytes = 0u64;
+        for row in &rows {
+            let len: i32 = col(op, row, 0)?;
+            bytes += u64::try_from(len).unwrap_or(0);
+        }
+        Ok(bytes)
     }
 
+    /// Removes up to `excess` bytes from the front of the tail window (the whole oldest
+    /// chunk or the front of it); returns how many went. The tail window starts right
+    /// after the omitted gap.
     fn shed_oldest_tail(&mut self, p: &Progress, excess: u64) -> Result<u64, StoreError> {
-        Target::shed_oldest_tail(self, p, excess)
+        let op = Op::AppendOutput;
+        let pos = to_db(op, "output position", p.head + p.omitted)?;
+        let excess_db = to_db(op, "trim", excess)?;
+        // The whole oldest chunk when it fits in the excess (one round trip)...
+        if let Some(row) = self.sql.opt(
+            op,
+            "DELETE FROM output_chunks
+             WHERE run_id = $1 AND machine = $2 AND pos = $3 AND length(data) <= $4::BIGINT
+             RETURNING length(data)",
+            &[&self.run_id, &self.machine, &pos, &excess_db],
+        )? {
+            let len: i32 = col(op, &row, 0)?;
+            return Ok(u64::try_from(len).unwrap_or(0));
+        }
+        // ... else its front.
+        let cut = i32::try_from(excess).map_err(|_| StoreError::Invalid {
+            op,
+            reason: format!("trim of {excess} bytes is out of range"),
+        })?;
+        let trimmed = self.sql.exec(
+            op,
+            "UPDATE output_chunks SET data = substr(data, $4::INTEGER + 1),
+             pos = pos + $4::INTEGER
+             WHERE run_id = $1 AND machine = $2 AND pos = $3",
+            &[&self.run_id, &self.machine, &pos, &cut],
+        )?;
+        Ok(if trimmed == 0 { 0 } else { excess })
     }
 }
 
@@ -359,85 +421,5 @@ impl Target<'_, '_, '_> {
         )?;
         p.pending = p.pending.saturating_sub(removed);
         Ok(())
-    }
-
-    fn insert_chunk(
-        &mut self,
-        pos: u64,
-        seq: u64,
-        stream: Stream,
-        data: &[u8],
-    ) -> Result<(), StoreError> {
-        let op = Op::AppendOutput;
-        if data.is_empty() {
-            return Ok(());
-        }
-        let pos = to_db(op, "output position", pos)?;
-        let seq = to_db(op, "output seq", seq)?;
-        self.sql.exec(
-            op,
-            "INSERT INTO output_chunks (run_id, machine, pos, seq, stream, data)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-            &[
-                &self.run_id,
-                &self.machine,
-                &pos,
-                &seq,
-                &(stream as i32),
-                &data,
-            ],
-        )?;
-        Ok(())
-    }
-
-    /// Deletes every tail chunk; returns their bytes.
-    fn delete_tail(&mut self, head: u64) -> Result<u64, StoreError> {
-        let op = Op::AppendOutput;
-        let head = to_db(op, "head bytes", head)?;
-        let rows = self.sql.rows(
-            op,
-            "DELETE FROM output_chunks WHERE run_id = $1 AND machine = $2 AND pos >= $3
-             RETURNING length(data)",
-            &[&self.run_id, &self.machine, &head],
-        )?;
-        let mut bytes = 0u64;
-        for row in &rows {
-            let len: i32 = col(op, row, 0)?;
-            bytes += u64::try_from(len).unwrap_or(0);
-        }
-        Ok(bytes)
-    }
-
-    /// Removes up to `excess` bytes from the front of the tail window (the whole oldest
-    /// chunk or the front of it); returns how many went. The tail window starts right
-    /// after the omitted gap.
-    fn shed_oldest_tail(&mut self, p: &Progress, excess: u64) -> Result<u64, StoreError> {
-        let op = Op::AppendOutput;
-        let pos = to_db(op, "output position", p.head + p.omitted)?;
-        let excess_db = to_db(op, "trim", excess)?;
-        // The whole oldest chunk when it fits in the excess (one round trip)...
-        if let Some(row) = self.sql.opt(
-            op,
-            "DELETE FROM output_chunks
-             WHERE run_id = $1 AND machine = $2 AND pos = $3 AND length(data) <= $4::BIGINT
-             RETURNING length(data)",
-            &[&self.run_id, &self.machine, &pos, &excess_db],
-        )? {
-            let len: i32 = col(op, &row, 0)?;
-            return Ok(u64::try_from(len).unwrap_or(0));
-        }
-        // ... else its front.
-        let cut = i32::try_from(excess).map_err(|_| StoreError::Invalid {
-            op,
-            reason: format!("trim of {excess} bytes is out of range"),
-        })?;
-        let trimmed = self.sql.exec(
-            op,
-            "UPDATE output_chunks SET data = substr(data, $4::INTEGER + 1),
-             pos = pos + $4::INTEGER
-             WHERE run_id = $1 AND machine = $2 AND pos = $3",
-            &[&self.run_id, &self.machine, &pos, &cut],
-        )?;
-        Ok(if trimmed == 0 { 0 } else { excess })
     }
 }
