@@ -27,16 +27,6 @@ fn ipc_inodes(pid: u32) -> HashSet<String> {
         .unwrap_or_default()
 }
 
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 #[test]
 fn local_wrapper_has_its_own_session_no_daemon_fds_and_is_reaped() {
     let d = start("held:\n  schedule: '@yearly'\n  targets: [h]\n  command: 'sleep 3'\n");

@@ -257,6 +257,17 @@ impl Drop for Daemon {
     }
 }
 
+/// The parent of `pid`, from `/proc/PID/stat`.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// The processes whose parent is `parent`.
 fn children_of(parent: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -264,15 +275,7 @@ fn children_of(parent: u32) -> Vec<u32> {
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                stat.rsplit(')')
-                    .next()
-                    .and_then(|rest| rest.split_whitespace().nth(1))
-                    .and_then(|ppid| ppid.parse::<u32>().ok())
-                    == Some(parent)
-            })
-        })
+        .filter(|pid| parent_of(*pid) == Some(parent))
         .collect()
 }
 

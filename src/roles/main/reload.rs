@@ -63,10 +63,11 @@ pub fn request(core: &mut Main, admin: Option<CallId>) {
     }
     core.reloads.waiting.extend(admin);
     core.reloads.reread.clear();
-    start(core);
+    start(core, Instant::now());
 }
 
-fn start(core: &mut Main) {
+/// Ask blocking for the files; `started` is when the reload was asked for.
+fn start(core: &mut Main, started: Instant) {
     let reread = &core.reloads.reread;
     let known = core
         .config
@@ -76,7 +77,7 @@ fn start(core: &mut Main) {
         .collect::<Vec<_>>();
     let dir = core.config.dir.clone();
     let id = core.blocking_call(BlockingRequest::LoadConfig { dir, known });
-    core.reloads.in_flight = Some((id, Instant::now()));
+    core.reloads.in_flight = Some((id, started));
 }
 
 /// Apply the load in flight once blocking answered (after every event, from `pump`).
@@ -101,9 +102,7 @@ pub fn poll(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                     // Only unchanged files are listed, and each round reads them: this ends.
                     log::debug!("reload: {} unchanged files read again", files.len());
                     role.core.reloads.reread.extend(files);
-                    start(&mut role.core);
-                    role.core.reloads.in_flight =
-                        role.core.reloads.in_flight.map(|(id, _)| (id, started));
+                    start(&mut role.core, started);
                     return;
                 }
             }
@@ -119,7 +118,7 @@ pub fn poll(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if std::mem::take(&mut role.core.reloads.again) {
         role.core.reloads.waiting = std::mem::take(&mut role.core.reloads.waiting_next);
         role.core.reloads.reread.clear();
-        start(&mut role.core);
+        start(&mut role.core, Instant::now());
     }
 }
 
