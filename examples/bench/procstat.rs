@@ -66,21 +66,16 @@ pub fn pids_with(needle: &str) -> Vec<u32> {
     out
 }
 
-/// Whether process `pid` was started with `name=value` in its environment (a wrapper of
-/// one run: `SP_RUN`).
-pub fn has_env(pid: u32, name: &str, value: &str) -> bool {
-    let wanted = format!("{name}={value}");
+/// The environment process `pid` was started with, one `NAME=value` per item (empty
+/// when it cannot be read).
+pub fn environ(pid: u32) -> Vec<String> {
     std::fs::read(format!("/proc/{pid}/environ"))
-        .map(|env| env.split(|b| *b == 0).any(|v| v == wanted.as_bytes()))
-        .unwrap_or(false)
-}
-
-/// Whether some variable of process `pid`'s environment mentions `needle` (a wrapper of
-/// one daemon: its token file is under that daemon's state directory).
-pub fn env_mentions(pid: u32, needle: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .map(|env| String::from_utf8_lossy(&env).contains(needle))
-        .unwrap_or(false)
+        .map(|env| {
+            env.split(|b| *b == 0)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// CPU seconds of a process and of its reaped children, from the text of `/proc/PID/stat`

@@ -45,14 +45,15 @@ fn run(env: &Env) -> Result<ScenarioResult, BenchError> {
         ),
     ] {
         let id = d.run_now(job)?;
-        let run = id.to_string();
+        let run = format!("SP_RUN={id}");
         let dir = d.dir().display().to_string();
         let begin = Instant::now();
         let mut peak = 0u64;
         loop {
             // This daemon's run's wrapper only (other daemons' wrappers may run here).
             for pid in procstat::pids_with("saltpeter-wrapper") {
-                if procstat::has_env(pid, "SP_RUN", &run) && procstat::env_mentions(pid, &dir) {
+                let env = procstat::environ(pid);
+                if env.contains(&run) && env.iter().any(|v| v.contains(&dir)) {
                     peak = peak.max(procstat::peak_rss_kib(pid));
                 }
             }
