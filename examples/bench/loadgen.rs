@@ -208,6 +208,8 @@ fn connect(addr: SocketAddr, launch: Launch) -> Result<Conn, String> {
         wrapper_version: "bench-loadgen".into(),
         pid: std::process::id(),
         resume_from: None,
+        wrapper_sha256: None,
+        wrapper_path: None,
     };
     send_json(&mut conn, &hello);
     Ok(conn)

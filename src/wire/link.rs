@@ -123,6 +123,17 @@ pub struct WrapperHello {
     pub resume_from: Option<u64>,
     pub wrapper_version: String,
     pub pid: u32,
+    /// The wrapper's build: SHA-256 (hex) of its executable and the path it runs from,
+    /// as it reported them (checked for shape by the hub; trusted only once the hello
+    /// is vetted).
+    pub build: Option<WrapperBuild>,
+}
+
+/// Which wrapper binary a minion has: where, and its SHA-256 (hex).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WrapperBuild {
+    pub path: String,
+    pub sha256: String,
 }
 
 /// A challenge the hub sent on a connection, and the wrapper's signature of it.

@@ -47,6 +47,13 @@ pub enum WrapperMsg {
         wrapper_version: String,
         pid: u32,
         resume_from: Option<u64>,
+        /// SHA-256 (hex) of the wrapper's own executable, so the server knows which build
+        /// each minion has without asking Salt (absent from older wrappers).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wrapper_sha256: Option<String>,
+        /// The path the wrapper was started as (absent from older wrappers).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wrapper_path: Option<String>,
     },
     /// The `challenge` signed with the minion's Salt key (hex, RSA PKCS#1 v1.5 SHA-256 over
     /// `crate::minion_key::proof_message`).

@@ -245,9 +245,12 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                         wrapper_version,
                         pid,
                         resume_from,
+                        wrapper_sha256,
+                        wrapper_path,
                         ..
                     }),
                 ) => {
+                    let build = hello::build_of(wrapper_sha256, wrapper_path);
                     let hello = WrapperHello {
                         conn: id,
                         peer: peer.to_string(),
@@ -259,6 +262,7 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                         resume_from,
                         wrapper_version,
                         pid,
+                        build,
                     };
                     if minion_key && hello.token.is_none() && hello.resume_key.is_none() {
                         hello::challenge(hub, ctx, id, hello);

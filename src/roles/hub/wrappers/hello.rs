@@ -132,3 +132,42 @@ pub fn hello_failed(hub: &mut Hub, id: ConnId, err: &CallError) {
         conn.phase = Phase::Closing;
     }
 }
+
+/// The build a hello reports, when it has the shape of one: a SHA-256 in hex and an
+/// absolute path of printable characters (at most 1 KiB). Anything else is dropped here,
+/// so nothing a peer invents reaches main's records or logs.
+pub fn build_of(
+    sha256: Option<String>,
+    path: Option<String>,
+) -> Option<crate::wire::link::WrapperBuild> {
+    let sha256 = sha256?.to_ascii_lowercase();
+    let path = path?;
+    let hex = sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_hexdigit());
+    let printable = path.len() <= 1024
+        && path.starts_with('/')
+        && path.chars().all(|c| !c.is_control() && !is_bidi(c));
+    (hex && printable).then_some(crate::wire::link::WrapperBuild { path, sha256 })
+}
+
+/// Bidirectional formatting characters, which could reorder what an operator reads.
+fn is_bidi(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::build_of;
+
+    #[test]
+    fn a_build_is_taken_only_in_its_shape() {
+        let hash = "AB".repeat(32);
+        let b = build_of(Some(hash.clone()), Some("/usr/bin/saltpeter-wrapper".into()));
+        assert_eq!(b.map(|b| b.sha256), Some("ab".repeat(32)));
+        assert!(build_of(Some("ab".into()), Some("/x".into())).is_none());
+        assert!(build_of(Some(hash.clone()), Some("relative".into())).is_none());
+        assert!(build_of(Some(hash.clone()), Some("/a\nforged line".into())).is_none());
+        assert!(build_of(Some(hash.clone()), Some("/a\u{202e}b".into())).is_none());
+        assert!(build_of(Some(hash.clone()), Some(format!("/{}", "a".repeat(2000)))).is_none());
+        assert!(build_of(None, Some("/x".into())).is_none());
+    }
+}
