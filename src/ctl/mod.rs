@@ -25,6 +25,7 @@ pub mod render;
 mod schedule;
 mod table;
 mod verbs;
+mod wrappers;
 
 use std::path::PathBuf;
 
@@ -308,6 +309,9 @@ impl From<StreamArg> for crate::wire::wrapper::Stream {
 pub enum WrapperAction {
     /// Push this build's wrapper to minions (a glob; all of them by default).
     Deploy { target: Option<String> },
+    /// List the minions by the wrapper build they have (this build, older ones,
+    /// deployments in flight).
+    Status,
 }
 
 #[derive(Debug, Subcommand)]
@@ -465,6 +469,9 @@ fn run(cli: Cli) -> CtlResult {
         Command::Wrapper {
             action: WrapperAction::Deploy { target },
         } => AdminRequest::DeployWrapper { target },
+        Command::Wrapper {
+            action: WrapperAction::Status,
+        } => AdminRequest::WrapperStatus,
         Command::Schedule {
             action: schedule::ScheduleAction::Next(args),
         } => return schedule::next(socket, args, json),

@@ -130,6 +130,7 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
             }
         }
         AdminResponse::Run(r) => run(&r, json),
+        AdminResponse::WrapperFleet(fleet) => return super::wrappers::status(&fleet, json),
         AdminResponse::Started { run } => return started(run, json),
         AdminResponse::Done(message) => {
             if json {

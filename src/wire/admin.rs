@@ -23,6 +23,8 @@ pub enum AdminRequest {
     DeployWrapper {
         target: Option<String>,
     },
+    /// Which wrapper build each minion has (`saltpeterctl wrapper status`).
+    WrapperStatus,
     /// The audit trail, newest first.
     Events {
         job: Option<String>,
@@ -352,6 +354,8 @@ pub struct JobInfo {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum AdminResponse {
     Status(StatusInfo),
+    /// Answer to `WrapperStatus`.
+    WrapperFleet(WrapperFleet),
     Metrics(String),
     /// A command was carried out; what it did, in words.
     Done(String),
@@ -543,4 +547,29 @@ impl WindowOccurrence {
                 .collect(),
         )
     }
+}
+
+/// The minions' wrapper builds, as main knows them (`saltpeterctl wrapper status`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WrapperFleet {
+    /// SHA-256 of this build's wrapper, once known.
+    pub this_build: Option<String>,
+    pub minions: Vec<MinionWrapper>,
+}
+
+/// One minion's wrapper at one path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MinionWrapper {
+    pub minion: String,
+    pub path: String,
+    /// Empty when the operator's `wrapper_source` was deployed and no hello said yet.
+    pub sha256: String,
+    /// When it was last seen (a hello) or deployed.
+    pub seen: Millis,
+    /// It is this build.
+    pub current: bool,
+    /// A deployment to it is in flight.
+    pub deploying: bool,
+    /// Deployments started to this minion since the daemon started.
+    pub deployments: u32,
 }

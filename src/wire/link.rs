@@ -262,11 +262,13 @@ pub struct SaltSettings {
 /// Main -> blocking calls.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum BlockingRequest {
-    /// Start one wrapper per target.
+    /// Start one wrapper per target and run: through Salt one publish for every run of
+    /// `runs` on every target (`SP_RUN` lists them; docs/salt.md, "Coalesced launches");
+    /// the local executor launches exactly one run.
     Launch {
         executor: ExecutorKind,
         wrapper_path: String,
-        run: RunId,
+        runs: Vec<RunId>,
         /// The wrapper URL (`SP_URL`).
         url: String,
         targets: Vec<LaunchTarget>,
@@ -312,9 +314,9 @@ pub struct Resolution {
     pub from_cache: bool,
 }
 
-/// Outcome of launching one wrapper.
+/// What one minion (or local target) made of a launch or a deployment.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LaunchOutcome {
+pub struct MinionOutcome {
     pub machine: String,
     pub result: Result<(), String>,
     /// Salt published the launch but the minion did not return: its wrapper may still
@@ -325,11 +327,12 @@ pub struct LaunchOutcome {
 /// Blocking -> main replies.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum BlockingReply {
-    Launched(Vec<LaunchOutcome>),
+    /// Per run and target.
+    Launched(Vec<(RunId, MinionOutcome)>),
     Resolved(Resolution),
     /// Per minion; `hash` of the wrapper deployed.
     Deployed {
-        outcomes: Vec<LaunchOutcome>,
+        outcomes: Vec<MinionOutcome>,
         hash: String,
     },
     /// The configuration files read for a `LoadConfig`.
@@ -344,10 +347,10 @@ pub mod blocking_calls {
     use crate::ipc::Role;
 
     calls! { BlockingReply, Role::Blocking;
-        Launch -> Vec<LaunchOutcome> { BlockingReply::Launched(outcomes) => outcomes }
+        Launch -> Vec<(RunId, MinionOutcome)> { BlockingReply::Launched(outcomes) => outcomes }
         Resolve -> Resolution { BlockingReply::Resolved(resolution) => resolution }
         /// Per minion, and the hash of the wrapper deployed.
-        Deploy -> (Vec<LaunchOutcome>, String) {
+        Deploy -> (Vec<MinionOutcome>, String) {
             BlockingReply::Deployed { outcomes, hash } => (outcomes, hash)
         }
         Deliver -> Result<String, String> { BlockingReply::Delivered(result) => result }

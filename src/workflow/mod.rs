@@ -174,6 +174,9 @@ pub enum WakeEvent {
     /// Something about the run with this id changed (a target exited, was lost, was
     /// killed, ...).
     RunChanged(u64),
+    /// The caller's fleet state changed (main: a wrapper deployment ended, the minions'
+    /// builds were loaded).
+    Fleet,
 }
 
 /// What the caller reports to [`Registry::wake`]: a source that lives outside the

@@ -34,7 +34,7 @@ use crate::evloop::Ctx;
 use crate::evloop::child::{self, Start};
 use crate::evloop::fork_exec::Exec;
 use crate::ipc::rpc::CallId;
-use crate::wire::link::{BlockingReply, LaunchOutcome, LaunchTarget};
+use crate::wire::link::{BlockingReply, LaunchTarget, MinionOutcome};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN_FILE, ENV_URL};
 
@@ -50,7 +50,8 @@ const MAX_IN_FLIGHT: usize = 64;
 #[derive(Default)]
 pub struct Batch {
     remaining: usize,
-    outcomes: Vec<LaunchOutcome>,
+    run: crate::wire::records::RunId,
+    outcomes: Vec<(crate::wire::records::RunId, MinionOutcome)>,
 }
 
 pub type Batches = HashMap<CallId, Batch>;
@@ -214,6 +215,7 @@ pub fn launch(
         id,
         Batch {
             remaining: targets.len(),
+            run: launch.run,
             outcomes: Vec::new(),
         },
     );
@@ -321,11 +323,14 @@ pub fn record(state: &mut Blocking, id: CallId, machine: String, result: Result<
     let Some(batch) = state.batches.get_mut(&id) else {
         return;
     };
-    batch.outcomes.push(LaunchOutcome {
-        machine,
-        result,
-        silent: None,
-    });
+    batch.outcomes.push((
+        batch.run,
+        MinionOutcome {
+            machine,
+            result,
+            silent: None,
+        },
+    ));
     batch.remaining -= 1;
     if batch.remaining == 0
         && let Some(batch) = state.batches.remove(&id)

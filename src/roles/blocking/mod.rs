@@ -99,13 +99,15 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
         BlockingRequest::Launch {
             executor,
             wrapper_path,
-            run,
+            runs,
             url,
             targets,
             salt,
-        } => match (executor, salt) {
-            _ if targets.is_empty() => state.reply(id, Ok(BlockingReply::Launched(Vec::new()))),
-            (ExecutorKind::Local, _) => {
+        } => match (executor, salt, runs.as_slice()) {
+            _ if targets.is_empty() || runs.is_empty() => {
+                state.reply(id, Ok(BlockingReply::Launched(Vec::new())))
+            }
+            (ExecutorKind::Local, _, &[run]) => {
                 let launch = local::Launch {
                     wrapper: wrapper_path,
                     run,
@@ -113,10 +115,16 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
                 };
                 local::launch(state, ctx, id, launch, targets)
             }
-            (ExecutorKind::Salt, Some(salt)) => {
-                salt_exec::launch(state, ctx, id, salt, &wrapper_path, run, &url, targets)
+            (ExecutorKind::Local, _, _) => state.reply(
+                id,
+                Err(RemoteError::Failed(
+                    "a local launch starts exactly one run".into(),
+                )),
+            ),
+            (ExecutorKind::Salt, Some(salt), _) => {
+                salt_exec::launch(state, ctx, id, salt, &wrapper_path, runs, &url, targets)
             }
-            (ExecutorKind::Salt, None) => state.reply(
+            (ExecutorKind::Salt, None, _) => state.reply(
                 id,
                 Err(RemoteError::Failed(
                     "a salt launch needs salt settings".into(),

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 pub use crate::wire::link::SaltSettings;
-use crate::wire::link::SaltTargetType;
+use crate::wire::link::{MinionOutcome, SaltTargetType};
 use crate::wire::wrapper::{ENV_RUN, ENV_URL};
 
 /// Salt's targeting flag for a Saltpeter `target_type` (none for a glob).
@@ -143,11 +143,13 @@ pub fn tgt_type_name(target_type: SaltTargetType) -> &'static str {
     }
 }
 
-/// The batch launch: `cmd.run_all` of the wrapper, rendered by each minion (`{{
+/// The launch of one round: `cmd.run_all` of the wrapper, rendered by each minion (`{{
 /// opts['id'] }}`, `{{ opts['pki_dir'] }}`), without a shell, with only the server URL and
-/// run id in its environment. Nothing here is secret.
-pub fn launch_call(minions: &[String], wrapper: &str, run: u64, url: &str) -> SaltCall {
-    let env = serde_json::json!({ ENV_URL: url, ENV_RUN: run.to_string() });
+/// the run ids in its environment (`SP_RUN=41,42,43`: the wrapper starts one daemonized
+/// wrapper per run). Nothing here is secret.
+pub fn launch_call(minions: &[String], wrapper: &str, runs: &[u64], url: &str) -> SaltCall {
+    let runs: Vec<String> = runs.iter().map(u64::to_string).collect();
+    let env = serde_json::json!({ ENV_URL: url, ENV_RUN: runs.join(",") });
     SaltCall::new(SaltTargetType::List, &minions.join(","), "cmd.run_all")
         .kwarg(
             "cmd",
@@ -162,6 +164,33 @@ pub fn launch_call(minions: &[String], wrapper: &str, run: u64, url: &str) -> Sa
         .kwarg("env", env)
 }
 
+/// The deployment of `source` (SHA-256 `hash`) to `path`: `file.manage_file`, the
+/// execution function behind the `file.managed` state, called directly so it never
+/// waits for (or holds) the minion's state lock. It fetches the file from the master,
+/// checks its hash, writes it next to `path` and renames it into place (a running
+/// wrapper keeps its old inode), mode 0755; an unchanged file is not copied again.
+/// `hash: None`: the operator's `wrapper_source`, whose hash is not known here.
+pub fn deploy_call(minions: &[String], path: &str, source: &str, hash: Option<&str>) -> SaltCall {
+    let (source_sum, skip_verify) = match hash {
+        Some(hash) => (serde_json::json!({"hash_type": "sha256", "hsum": hash}), false),
+        None => (serde_json::json!({}), true),
+    };
+    SaltCall::new(SaltTargetType::List, &minions.join(","), "file.manage_file")
+        .kwarg("name", Value::String(path.into()))
+        .kwarg("sfn", Value::String(String::new()))
+        .kwarg("ret", Value::Null)
+        .kwarg("source", Value::String(source.into()))
+        .kwarg("source_sum", source_sum)
+        .kwarg("skip_verify", Value::Bool(skip_verify))
+        .kwarg("user", Value::Null)
+        .kwarg("group", Value::Null)
+        .kwarg("mode", Value::String("0755".into()))
+        .kwarg("attrs", Value::Null)
+        .kwarg("saltenv", Value::String("base".into()))
+        .kwarg("backup", Value::String(String::new()))
+        .kwarg("makedirs", Value::Bool(true))
+}
+
 /// Quote a word for the command line Salt splits with shlex (`python_shell=False`).
 fn shell_quote(word: &str) -> String {
     if !word.is_empty()
@@ -174,23 +203,31 @@ fn shell_quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', "'\\''"))
 }
 
-/// Each minion's launch outcome from the returns of a batch launch.
+/// Each (run, minion) launch outcome from the returns of a round's launch. A minion whose
+/// launch command failed may still have started some runs: each started run printed
+/// `saltpeter-wrapper: run N continues in the background`, each failed one `saltpeter-wrapper:
+/// run N: why` on stderr.
 pub fn launch_outcomes(
+    runs: &[u64],
     minions: &[String],
     returns: &Returns,
     stderr_tail: &str,
-) -> Vec<crate::wire::link::LaunchOutcome> {
-    use crate::wire::link::LaunchOutcome;
-    minions
-        .iter()
-        .map(|machine| {
-            let (result, silent) = match returns.by_minion.get(machine) {
+) -> Vec<(u64, MinionOutcome)> {
+    let mut out = Vec::with_capacity(runs.len() * minions.len());
+    for machine in minions {
+        let value = returns.by_minion.get(machine);
+        for &run in runs {
+            let (result, silent) = match value {
                 Some(value) => match run_all_result(value) {
                     MinionResult::Ok => (Ok(()), None),
                     MinionResult::NoReturn(why) => (Ok(()), Some(why)),
-                    MinionResult::Failed(why) => {
-                        (Err(format!("wrapper launch failed: {why}")), None)
-                    }
+                    MinionResult::Failed(why) => match run_line(value, run) {
+                        RunLine::Started => (Ok(()), None),
+                        RunLine::Failed(line) => {
+                            (Err(format!("wrapper launch failed: {line}")), None)
+                        }
+                        RunLine::Absent => (Err(format!("wrapper launch failed: {why}")), None),
+                    },
                 },
                 None if returns.no_match => (
                     Err("salt matched no minion of that name (is its key accepted?)".to_string()),
@@ -201,13 +238,38 @@ pub fn launch_outcomes(
                     Some(format!("salt returned nothing for it: {stderr_tail}")),
                 ),
             };
-            LaunchOutcome {
-                machine: machine.clone(),
-                result,
-                silent,
-            }
-        })
-        .collect()
+            out.push((
+                run,
+                MinionOutcome {
+                    machine: machine.clone(),
+                    result,
+                    silent,
+                },
+            ));
+        }
+    }
+    out
+}
+
+/// What a launch command's output says about one run.
+#[derive(Debug, PartialEq)]
+enum RunLine {
+    Started,
+    Failed(String),
+    Absent,
+}
+
+fn run_line(value: &Value, run: u64) -> RunLine {
+    let text = |key: &str| value.get(key).and_then(Value::as_str).unwrap_or("");
+    let started = format!("saltpeter-wrapper: run {run} continues");
+    if text("stdout").lines().any(|l| l.starts_with(&started)) {
+        return RunLine::Started;
+    }
+    let failed = format!("saltpeter-wrapper: run {run}: ");
+    match text("stderr").lines().find(|l| l.starts_with(&failed)) {
+        Some(line) => RunLine::Failed(line[failed.len()..].trim().to_string()),
+        None => RunLine::Absent,
+    }
 }
 
 /// Per-minion values from salt's output.
@@ -298,6 +360,23 @@ pub fn run_all_result(value: &Value) -> MinionResult {
             None => MinionResult::Failed(s.clone()),
         },
         other => MinionResult::Failed(format!("unexpected cmd.run_all answer {other}")),
+    }
+}
+
+/// A `file.manage_file` value: a state return of its own, whose `result` must be true.
+pub fn managed_result(value: &Value) -> MinionResult {
+    match value {
+        Value::Object(ret) if ret.contains_key("result") => {
+            match ret.get("result").and_then(Value::as_bool) {
+                Some(true) => MinionResult::Ok,
+                _ => MinionResult::Failed(match ret.get("comment") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                    None => "the deployment failed without a comment".to_string(),
+                }),
+            }
+        }
+        other => state_result(other),
     }
 }
 
@@ -426,7 +505,7 @@ mod tests {
         let call = launch_call(
             &minions,
             "/opt/sp wrapper",
-            42,
+            &[42, 43],
             "wss://h:8889/wrapper/v1#sha256=ab",
         );
         let argv = call.argv(&settings(), 0);
@@ -443,7 +522,7 @@ mod tests {
         let env: Value = serde_json::from_str(argv[13].trim_start_matches("env=")).unwrap();
         assert_eq!(
             env,
-            serde_json::json!({"SP_URL": "wss://h:8889/wrapper/v1#sha256=ab", "SP_RUN": "42"})
+            serde_json::json!({"SP_URL": "wss://h:8889/wrapper/v1#sha256=ab", "SP_RUN": "42,43"})
         );
         // The same call for the salt bridge, typed.
         let req = call.bridge_request(20);
@@ -451,7 +530,7 @@ mod tests {
         assert_eq!(req["tgt"], "m1,m 2");
         assert_eq!(req["kwarg"]["python_shell"], false);
         assert_eq!(req["kwarg"]["template"], "jinja");
-        assert_eq!(req["kwarg"]["env"]["SP_RUN"], "42");
+        assert_eq!(req["kwarg"]["env"]["SP_RUN"], "42,43");
         assert_eq!(req["timeout"], 20);
     }
 
@@ -466,7 +545,8 @@ mod tests {
             "{\"broken\": {\"retcode\": 127, \"stdout\": \"\", \"stderr\": \"not found\"}}\n",
             "{\"silent\": \"Minion did not return. [No response]\"}\n"
         );
-        let outcomes = launch_outcomes(&minions, &parse_returns(out), "tail");
+        let outcomes = launch_outcomes(&[7], &minions, &parse_returns(out), "tail");
+        let outcomes: Vec<MinionOutcome> = outcomes.into_iter().map(|(_, o)| o).collect();
         assert_eq!(outcomes[0].result, Ok(()));
         assert_eq!(outcomes[0].silent, None);
         assert!(
@@ -486,6 +566,41 @@ mod tests {
         );
         assert_eq!(outcomes[3].result, Ok(()));
         assert!(outcomes[3].silent.as_ref().unwrap().contains("tail"));
+    }
+
+    #[test]
+    fn one_launch_command_answers_for_each_run() {
+        let minions = vec!["m1".to_string(), "m2".to_string()];
+        let out = concat!(
+            "{\"m1\": {\"retcode\": 0, \"stdout\": \"\", \"stderr\": \"\"}}\n",
+            "{\"m2\": {\"retcode\": 1, \"stdout\": \"saltpeter-wrapper: run 5 continues in ",
+            "the background (pid 9)\\n\", \"stderr\": \"saltpeter-wrapper: run 6: cannot fork\"}}\n"
+        );
+        let outcomes = launch_outcomes(&[5, 6, 7], &minions, &parse_returns(out), "");
+        assert_eq!(outcomes.len(), 6);
+        let of = |run: u64, m: &str| {
+            outcomes
+                .iter()
+                .find(|(r, o)| *r == run && o.machine == m)
+                .map(|(_, o)| o.result.clone())
+                .unwrap()
+        };
+        assert_eq!(of(5, "m1"), Ok(()));
+        assert_eq!(of(7, "m1"), Ok(()));
+        assert_eq!(of(5, "m2"), Ok(()));
+        assert_eq!(of(6, "m2"), Err("wrapper launch failed: cannot fork".into()));
+        assert!(of(7, "m2").unwrap_err().contains("exit code 1"));
+    }
+
+    #[test]
+    fn deployment_is_an_execution_function_with_the_hash() {
+        let call = deploy_call(&["a".into()], "/w", "salt://saltpeter/w", Some("ab12"));
+        assert_eq!(call.function, "file.manage_file");
+        let req = call.bridge_request(20);
+        assert_eq!(req["kwarg"]["source_sum"]["hsum"], "ab12");
+        assert_eq!(req["kwarg"]["mode"], "0755");
+        assert!(req["kwarg"]["ret"].is_null());
+        assert!(!call.argv(&settings(), 0).iter().any(|a| a == "queue=True"));
     }
 
     #[test]

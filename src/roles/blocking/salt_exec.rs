@@ -1,5 +1,5 @@
 //! The `salt` executor: `test.ping` for liveness and target expansion, `cmd.run_all` to
-//! start wrappers, `state.single file.managed` to deploy them.
+//! start wrappers, `file.manage_file` to deploy them.
 //!
 //! Every salt invocation is a child process with drained pipes and a deadline after which
 //! it is killed and reported; at most `concurrency` run at once and the rest queue, so
@@ -17,13 +17,14 @@ use super::salt::{self, MinionResult, SaltCall, SaltSettings};
 use crate::evloop::{Ctx, child};
 use crate::ipc::CallId;
 use crate::ipc::rpc::RemoteError;
-use crate::wire::link::{BlockingReply, LaunchOutcome, LaunchTarget, Resolution, SaltTargetType};
+use crate::wire::link::{BlockingReply, LaunchTarget, MinionOutcome, Resolution, SaltTargetType};
 use crate::wire::records::RunId;
 
 /// Beyond salt's own `-t`, how long an invocation may take before it is killed.
 const DEADLINE_SLACK: Duration = Duration::from_secs(15);
-/// Beyond that, how long a deployment may wait for state runs queued before it on a minion.
-const DEPLOY_QUEUE_ALLOWANCE: Duration = Duration::from_secs(120);
+/// Beyond that, how long a deployment may take to copy the wrapper (a few MiB, in 1 MiB
+/// chunks from the master) to many minions at once.
+const DEPLOY_TRANSFER_ALLOWANCE: Duration = Duration::from_secs(60);
 
 /// What an invocation produced.
 pub enum Outcome {
@@ -233,10 +234,10 @@ pub fn resolve(
     );
 }
 
-/// Start the wrappers of one batch with ONE publish: `cmd.run_all` to the batch's
-/// minions (`-L`), the command rendered by each minion from `template=jinja` with its own
-/// id and key path, so the publish carries nothing secret (the server URL and the run id)
-/// and one salt process serves the whole batch. `python_shell=False`: no shell parses
+/// Start the wrappers of a round with ONE publish: `cmd.run_all` to its minions (`-L`),
+/// each minion starting one wrapper per run of `runs`, the command rendered by each
+/// minion from `template=jinja` with its own id and key path, so the publish carries
+/// nothing secret (the server URL and the run ids) and one salt process serves it all. `python_shell=False`: no shell parses
 /// the command. The wrapper's arrival is the proof of launch; a minion whose
 /// `cmd.run_all` failed fails at once with Salt's words, one that did not return keeps
 /// Salt's words in `silent` for the pick-up deadline.
@@ -247,12 +248,12 @@ pub fn launch(
     id: CallId,
     settings: SaltSettings,
     wrapper: &str,
-    run: RunId,
+    runs: Vec<RunId>,
     url: &str,
     targets: Vec<LaunchTarget>,
 ) {
     let minions: Vec<String> = targets.into_iter().map(|t| t.machine).collect();
-    let call = salt::launch_call(&minions, wrapper, run, url);
+    let call = salt::launch_call(&minions, wrapper, &runs, url);
     submit(
         state,
         ctx,
@@ -261,19 +262,27 @@ pub fn launch(
         0,
         move |state, _ctx, outcome| {
             let outcomes = match outcome {
-                Outcome::Failed(why) => minions
-                    .into_iter()
-                    .map(|machine| LaunchOutcome {
-                        machine,
-                        result: Err(why.clone()),
-                        silent: None,
+                Outcome::Failed(why) => runs
+                    .iter()
+                    .flat_map(|run| {
+                        minions.iter().map(|machine| {
+                            let failed = MinionOutcome {
+                                machine: machine.clone(),
+                                result: Err(why.clone()),
+                                silent: None,
+                            };
+                            (*run, failed)
+                        })
                     })
                     .collect(),
-                Outcome::Finished { stdout, stderr, .. } => {
-                    salt::launch_outcomes(&minions, &salt::parse_returns(&stdout), &tail(&stderr))
-                }
+                Outcome::Finished { stdout, stderr, .. } => salt::launch_outcomes(
+                    &runs,
+                    &minions,
+                    &salt::parse_returns(&stdout),
+                    &tail(&stderr),
+                ),
             };
-            for o in &outcomes {
+            for (_, o) in &outcomes {
                 if let Err(e) = &o.result {
                     log::warn!("launching the wrapper on {} failed: {e}", o.machine);
                 }
@@ -294,6 +303,7 @@ pub fn deploy(
 ) {
     // Hashing and copying the wrapper binary (a few MiB) is a helper process's work, not
     // this loop's.
+    let operator = wrapper_source.is_some();
     let (args, source) = match wrapper_source {
         Some(source) => (vec!["--hash-wrapper".to_string()], source),
         None => {
@@ -330,6 +340,7 @@ pub fn deploy(
                     wrapper_path,
                     source,
                     hash,
+                    operator,
                 ),
                 Err(why) => state.reply(id, Err(RemoteError::Failed(why))),
             }
@@ -348,6 +359,7 @@ fn deploy_published(
     wrapper_path: String,
     source: String,
     hash: String,
+    operator: bool,
 ) {
     if minions.is_empty() {
         state.reply(
@@ -359,16 +371,9 @@ fn deploy_published(
         );
         return;
     }
-    // `queue=True`: a state run already in progress on a minion (another job deploying
-    // at the same moment, from this daemon or from another one) makes Salt wait for it
-    // instead of refusing with "The function state.single is running as PID ...".
-    let mut call = SaltCall::new(SaltTargetType::List, "", "state.single")
-        .kwarg("name", serde_json::Value::String(wrapper_path))
-        .kwarg("source", serde_json::Value::String(source))
-        .kwarg("mode", serde_json::Value::String("0755".into()))
-        .kwarg("makedirs", serde_json::Value::Bool(true))
-        .kwarg("queue", serde_json::Value::Bool(true));
-    call.arg.push("file.managed".to_string());
+    // An execution function, not a state run: it neither waits for nor holds the
+    // minion's state lock (a user's highstate may hold it for minutes).
+    let call = salt::deploy_call(&[], &wrapper_path, &source, (!operator).then_some(&*hash));
     let attempt = DeployAttempt {
         id,
         settings,
@@ -391,10 +396,10 @@ struct DeployAttempt {
     hash: String,
     attempts_left: u32,
     /// Minions whose outcome is final.
-    settled: Vec<LaunchOutcome>,
+    settled: Vec<MinionOutcome>,
 }
 
-/// Runs `state.single` on `minions`. Minions whose state run failed are tried again while
+/// Runs the deployment (`salt::deploy_call`) on `minions`. Minions whose deployment failed are tried again while
 /// attempts remain (silent minions are not: Salt already waited for them); then every
 /// outcome is answered at once.
 fn deploy_to(
@@ -405,10 +410,9 @@ fn deploy_to(
 ) {
     let mut call = attempt.call.clone();
     call.target = minions.join(",");
-    // Queued behind other state runs on a minion (`queue=True`), a deployment may wait for
-    // them: its deadline leaves room for that.
+    // Copying the wrapper to many minions at once takes a while: the deadline leaves room.
     let settings = attempt.settings.clone();
-    let extra = DEPLOY_QUEUE_ALLOWANCE.as_secs();
+    let extra = DEPLOY_TRANSFER_ALLOWANCE.as_secs();
     submit(
         state,
         ctx,
@@ -426,7 +430,7 @@ fn deploy_to(
                 let mut silent = None;
                 let result = match (&outcome, returns.by_minion.get(&machine)) {
                     (Outcome::Failed(why), _) => Err(why.clone()),
-                    (_, Some(value)) => match salt::state_result(value) {
+                    (_, Some(value)) => match salt::managed_result(value) {
                         MinionResult::Ok => Ok(()),
                         MinionResult::NoReturn(why) => {
                             silent = Some(why.clone());
@@ -447,7 +451,7 @@ fn deploy_to(
                         Err(format!("salt returned nothing: {}", tail(stderr)))
                     }
                 };
-                attempt.settled.push(LaunchOutcome {
+                attempt.settled.push(MinionOutcome {
                     machine,
                     result,
                     silent,

@@ -70,6 +70,7 @@ impl Boot {
 /// Ask db for the maintenance settings and the newest slot of every job.
 pub fn start(core: &mut Main) {
     core.flight.recovering = true;
+    super::fleet::start(core);
     ask(core, Load::Maintenance);
     ask(core, Load::LastSlots);
     ask(core, Load::JobCtl);

@@ -2,7 +2,7 @@
 //!
 //! A small Workflow: resolve the target with `test.ping` (all minions, `*`, by default),
 //! deploy to the live ones, answer the admin call with one line per minion. Minions that
-//! got it are remembered, so the next run does not deploy again.
+//! got it are recorded in the fleet state (`fleet.rs`), so no run deploys again.
 
 use super::Main;
 use crate::config::Executor;
@@ -29,12 +29,7 @@ pub fn workflow(
     admin_call: CallId,
     target: Option<String>,
 ) -> Workflow<DeployEnv, Main> {
-    let wrapper_path = core
-        .config
-        .saltpeter
-        .default_wrapper_path
-        .clone()
-        .unwrap_or_else(|| "/usr/local/bin/saltpeter-wrapper".to_string());
+    let wrapper_path = core.default_wrapper_path();
     Workflow::new(
         "wrapper deploy",
         DeployEnv {
@@ -107,15 +102,12 @@ fn deploy(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
     match reply_of::<blocking_calls::Deploy>(core, env) {
         None => Step::Wait(Wake::Call(env.call.unwrap_or_default())),
         Some(Ok((outcomes, hash))) => {
-            core.launcher.wrapper_hash = Some(hash.clone());
             for o in outcomes {
                 match o.result {
                     Ok(()) => {
                         env.lines
                             .push(format!("{}: ok ({})", o.machine, env.wrapper_path));
-                        core.launcher
-                            .deployed
-                            .insert(o.machine, (env.wrapper_path.clone(), hash.clone()));
+                        super::fleet::deployed_on_demand(core, &o.machine, &env.wrapper_path, &hash);
                     }
                     Err(why) => env.lines.push(format!("{}: failed: {why}", o.machine)),
                 }

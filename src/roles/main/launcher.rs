@@ -1,8 +1,7 @@
-//! How main launches wrappers: the URL and path they get, the pre-staging lead that
-//! follows the measured salt launch latency, and which minions already have this build's
-//! wrapper.
+//! How main launches wrappers: the URL and path they get, and the pre-staging lead that
+//! follows the measured salt launch latency (which minions have which wrapper is
+//! `fleet.rs`).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use std::path::PathBuf;
@@ -13,13 +12,10 @@ use crate::config;
 /// What main knows about launching wrappers.
 #[derive(Default)]
 pub struct Launcher {
-    /// Minions known to have the wrapper: (path, hash) deployed there.
-    pub deployed: HashMap<String, (String, String)>,
-    /// Hash of this build's wrapper, once a deployment reported it.
-    pub wrapper_hash: Option<String>,
-    /// Measured salt launch latency per job (its pre-staging lead follows it; a job not
-    /// measured yet is led by the cap).
-    pub launch_latency: HashMap<String, Duration>,
+    /// Measured salt launch latency, from a round's publish to its answer (one estimate
+    /// for every salt job: their launches share publishes, so the jobs of a slot share
+    /// one lead and one round). Until measured the lead is the cap.
+    pub launch_latency: Option<Duration>,
     /// `#sha256=HEX` of the hub's certificate, for wrappers to pin (`None`: `tls: false`).
     pub wrapper_pin: Option<String>,
     /// The master's pki directory, resolved once per `salt_config_dir` (the key).
@@ -89,28 +85,20 @@ impl Main {
     pub fn leads(&self) -> scheduler::Leads {
         let cap = Duration::from_secs(self.config.saltpeter.prestage_cap_s);
         let to_chrono = |d: Duration| chrono::Duration::from_std(d).unwrap_or_default();
+        let lead = match self.launcher.launch_latency {
+            Some(latency) => (latency * 2 + Duration::from_secs(1)).min(cap),
+            None => cap,
+        };
         scheduler::Leads {
-            salt: to_chrono(cap),
-            per_job: self
-                .launcher
-                .launch_latency
-                .iter()
-                .map(|(job, latency)| {
-                    let lead = (*latency * 2 + Duration::from_secs(1)).min(cap);
-                    (job.clone(), to_chrono(lead))
-                })
-                .collect(),
+            salt: to_chrono(lead),
+            per_job: Default::default(),
         }
     }
 
-    /// Fold one measured launch of `job` (salt call to launched) into its estimate.
-    pub fn record_launch_latency(&mut self, job: &str, sample: Duration) {
+    /// Fold one measured launch (a round's publish to its answer) into the estimate.
+    pub fn record_launch_latency(&mut self, sample: Duration) {
         self.views.ui.metrics.observe_launch(sample);
-        let estimate = self
-            .launcher
-            .launch_latency
-            .entry(job.to_string())
-            .or_insert(sample);
+        let estimate = self.launcher.launch_latency.get_or_insert(sample);
         // Up at once (a late start is what pre-staging is there to prevent), down slowly.
         *estimate = if sample > *estimate {
             sample
@@ -178,6 +166,15 @@ impl Main {
             )),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    /// The wrapper path of salt jobs that do not name their own.
+    pub fn default_wrapper_path(&self) -> String {
+        self.config
+            .saltpeter
+            .default_wrapper_path
+            .clone()
+            .unwrap_or_else(|| "/usr/local/bin/saltpeter-wrapper".to_string())
     }
 
     /// The wrapper binary for `job` on its targets.

@@ -54,6 +54,7 @@ pub fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
                 || core.links.blocking_replies.contains_key(id)
         }
         WakeKey::Event(WakeEvent::RunChanged(run)) => core.flight.runs.contains_key(run),
+        WakeKey::Event(WakeEvent::Fleet) => core.fleet.busy(),
         WakeKey::Timer(_) => true,
     };
     for stall in role
@@ -104,6 +105,8 @@ pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     super::ha::apply(role, ctx);
     boot::finish_when_ready(role, ctx);
     start_queued(role, ctx);
+    super::fleet::poll(&mut role.core);
+    run_flow::rounds::poll(&mut role.core);
     let now = Instant::now();
     let mut rounds = 0;
     while !role.core.links.wakes.is_empty() && rounds < 1000 {
@@ -114,6 +117,7 @@ pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         }
         start_queued_inner(role);
     }
+    run_flow::rounds::flush(&mut role.core, now);
     for finished in role.workflows.drain_finished() {
         log::debug!("workflow {} ended: {:?}", finished.name, finished.outcome);
     }
@@ -246,6 +250,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
                 wrapper_pin,
                 ..Default::default()
             },
+            fleet: Default::default(),
+            rounds: Default::default(),
             storage: super::Storage {
                 db_trouble: None,
                 db_trouble_since: Instant::now(),

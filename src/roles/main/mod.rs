@@ -20,6 +20,7 @@ mod chains;
 mod config_watch;
 mod deploy;
 mod effects;
+mod fleet;
 mod ha;
 mod heap;
 mod history;
@@ -125,6 +126,8 @@ pub enum DbWait {
     JobCtl(Option<CallId>, Option<String>),
     /// Notifications (`notify`).
     Notify(notify::Wait),
+    /// The minions' wrapper builds, loaded at start (`fleet`).
+    Fleet,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -145,8 +148,12 @@ pub struct Main {
     scheduler: Scheduler,
     /// This daemon: its processes, start time and ports.
     pub daemon: DaemonInfo,
-    /// Wrapper deployments and the pre-staging lead.
+    /// The wrapper URL and the pre-staging lead.
     pub launcher: launcher::Launcher,
+    /// Which wrapper build each minion has; deployments in flight.
+    pub fleet: fleet::Fleet,
+    /// Salt launches coalesced per round.
+    pub rounds: run::rounds::Rounds,
     /// Whether the database stores.
     pub storage: Storage,
     /// Who is behind the request being handled, for audit events.
@@ -333,6 +340,7 @@ impl Main {
             DbWait::Boot(load) => boot::answer(self, load, result),
             DbWait::Notify(wait) => notify::db_answer(self, wait, result),
             DbWait::JobCtl(call, note) => jobctl::saved(self, call, note, result),
+            DbWait::Fleet => fleet::loaded(self, result),
         }
     }
 }

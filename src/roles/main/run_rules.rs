@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::target::Target;
-use crate::wire::records::{RunId, RunState};
+use crate::wire::records::{Millis, RunId, RunState};
 
 /// The runnable machines cut into batches: at most `number_of_targets` of them (chosen by
 /// `pick`, which shuffles), in batches of `batch_size` (all at once when absent or 0).
@@ -72,6 +72,28 @@ pub enum AtSlot {
     Go,
     /// Cancel it, recorded in this state for this reason.
     Refuse(RunState, String),
+}
+
+/// A run of a job as the launch backlog rule sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchView {
+    pub slot: Option<Millis>,
+    /// Its launch is out, for this long.
+    pub out_for: Option<std::time::Duration>,
+    /// Staged and not launched yet.
+    pub waiting: bool,
+}
+
+/// Launches have fallen behind for good at slot `due`: a launch has been out for more
+/// than a whole period (from its slot to `due`) and another run already waits behind it
+/// (`queued` runs not started yet count too). One slow launch alone never skips a slot.
+pub fn launches_behind(runs: &[LaunchView], due: Millis, queued: usize) -> bool {
+    let late = runs.iter().any(|r| match (r.out_for, r.slot) {
+        (Some(out), Some(slot)) => out.as_millis() > u128::from(due.saturating_sub(slot).max(0) as u64),
+        _ => false,
+    });
+    let behind = queued + runs.iter().filter(|r| r.waiting).count();
+    late && behind > 0
 }
 
 /// The decision at the slot, in order of precedence: killed before its slot, global

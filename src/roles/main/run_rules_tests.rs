@@ -3,7 +3,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::run_rules::{AtSlot, Pickup, RunView, at_slot, check_pickup, cut_batches, job_busy};
+use super::run_rules::{
+    AtSlot, LaunchView, Pickup, RunView, at_slot, check_pickup, cut_batches, job_busy,
+    launches_behind,
+};
 use super::target::Target;
 use crate::wire::records::{RunState, TargetReason};
 
@@ -125,4 +128,29 @@ fn targets_not_picked_up_by_the_deadline_are_overdue() {
         check_pickup(&targets, &settled, deadline, t0),
         Pickup::default()
     );
+}
+
+#[test]
+fn a_slot_is_skipped_only_when_launches_fall_behind_for_good() {
+    let s = Duration::from_secs(1);
+    let out = |slot: i64, secs: u64| LaunchView {
+        slot: Some(slot),
+        out_for: Some(s * secs as u32),
+        waiting: false,
+    };
+    let waiting = |slot: i64| LaunchView {
+        slot: Some(slot),
+        out_for: None,
+        waiting: true,
+    };
+    // Every 20 s; the slot due is 40 000 ms.
+    // One slow launch (out 25 s, longer than the period) and nothing behind it: no skip.
+    assert!(!launches_behind(&[out(20_000, 25)], 40_000, 0));
+    // Out 15 s (less than a period) with one waiting behind: no skip.
+    assert!(!launches_behind(&[out(20_000, 15), waiting(30_000)], 40_000, 0));
+    // Out more than a period and a slot already waiting behind it: behind for good.
+    assert!(launches_behind(&[out(20_000, 21), waiting(30_000)], 40_000, 0));
+    assert!(launches_behind(&[out(20_000, 21)], 40_000, 1), "queued counts");
+    // Nothing out at all.
+    assert!(!launches_behind(&[waiting(20_000)], 40_000, 3));
 }

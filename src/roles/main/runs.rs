@@ -24,8 +24,8 @@ pub struct ActiveRun {
     /// Launched ahead of its slot; wrappers wait for `go` until `go_sent`.
     pub prestaged: bool,
     pub go_sent: bool,
-    /// A batch launch is out and not answered yet.
-    pub launching: bool,
+    /// A batch launch is out and not answered yet: since when.
+    pub launching: Option<std::time::Instant>,
     pub workflow: Option<WorkflowId>,
     /// Admin calls (`run --wait`) to answer when the run ends.
     pub waiters: Vec<CallId>,

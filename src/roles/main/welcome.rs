@@ -37,8 +37,10 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         proof,
         wrapper_version,
         pid,
+        build,
         ..
     } = hello;
+    let by_key = proof.is_some();
     let presented = Presented {
         token,
         resume_key,
@@ -73,6 +75,10 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         return;
     }
     super::ui::wrapper_welcomed(core, run, &machine, &wrapper_version);
+    // A minion proven by its key says which wrapper build it has: fleet state, for free.
+    if by_key && let Some(build) = build {
+        super::fleet::hello(core, &machine, build);
+    }
     let hash = store.clone();
     let verdict = match store {
         Some(_) => Some(verdict),

@@ -50,6 +50,7 @@ pub fn required_role(req: &AdminRequest) -> ApiRole {
         R::JobControl(JobControl::Show) => ApiRole::Viewer,
         R::JobControl(_) => ApiRole::Operator,
         R::Status
+        | R::WrapperStatus
         | R::Metrics
         | R::Events { .. }
         | R::Jobs { .. }

@@ -128,6 +128,13 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
         AdminRequest::Metrics => daemon::metrics(core, call),
         AdminRequest::Reload => daemon::reload(core, call),
         AdminRequest::DeployWrapper { target } => daemon::deploy_wrapper(role, call, target),
+        AdminRequest::WrapperStatus => {
+            let fleet = crate::wire::admin::WrapperFleet {
+                this_build: core.fleet.this_build().map(str::to_string),
+                minions: core.fleet.status(),
+            };
+            respond(core, call, AdminResponse::WrapperFleet(fleet))
+        }
         AdminRequest::Events {
             job,
             run,

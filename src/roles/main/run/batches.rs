@@ -10,8 +10,9 @@ use crate::roles::main::target::Phase;
 use crate::roles::main::{DbWait, Main};
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, RunUpdate, calls};
-use crate::wire::link::{BlockingRequest, ExecutorKind, LaunchTarget, blocking_calls};
-use crate::wire::records::{RunState, TargetReason, TargetState};
+use super::rounds;
+use crate::wire::link::{BlockingRequest, ExecutorKind, LaunchTarget, MinionOutcome, blocking_calls};
+use crate::wire::records::{RunId, RunState, TargetReason, TargetState};
 use crate::workflow::{Step, Wake};
 
 pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
@@ -88,73 +89,112 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
 /// A meta key nobody writes, read as the launch barrier.
 const LAUNCH_BARRIER: &str = "launch_barrier";
 
-/// Hands the batch's wrappers to blocking.
+/// Hands the batch's wrappers to blocking: a local batch at once, a salt batch to its
+/// launch round (`rounds.rs`), which publishes it with the other runs of the round.
 fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> Step {
     let job = env.req.job.clone();
     let run = env.run.unwrap_or_default();
     let url = core.wrapper_url(&job);
-    let executor = match job.executor {
-        crate::config::Executor::Local => ExecutorKind::Local,
-        crate::config::Executor::Salt => ExecutorKind::Salt,
-    };
+    let now = Instant::now();
+    if let Some(slot) = env.round.take() {
+        core.rounds.leave(slot);
+    }
+    if launch.is_empty() {
+        return Step::Next;
+    }
+    if let Some(active) = core.flight.runs.get_mut(&run) {
+        active.launching = Some(now);
+    }
+    env.launch_started = Some(now);
+    if job.executor == crate::config::Executor::Salt {
+        let queued = rounds::Queued {
+            run,
+            url,
+            wrapper_path: core.wrapper_path(&job),
+            minions: launch.into_iter().map(|t| t.machine).collect(),
+            settings: core.salt_settings(),
+            urgent: !env.req.prestaged,
+        };
+        core.rounds.queue(queued, now);
+        env.launch_queued = true;
+        return Step::Next;
+    }
     let id = core.blocking_call(BlockingRequest::Launch {
-        executor,
+        executor: ExecutorKind::Local,
         wrapper_path: core.wrapper_path(&job),
-        run,
+        runs: vec![run],
         url,
         targets: launch,
-        salt: (executor == ExecutorKind::Salt).then(|| core.salt_settings()),
+        salt: None,
     });
     env.call = Some(id);
-    env.launch_started = Some(Instant::now());
-    if let Some(active) = core.flight.runs.get_mut(&run) {
-        active.launching = true;
-    }
     Step::Next
 }
 
-pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+/// The launch's answer: a local batch's call, or a salt run's part of its round.
+enum Launched {
+    Waiting(Wake),
+    Answer(Result<Vec<MinionOutcome>, String>),
+    Nothing,
+}
+
+fn launched(env: &mut RunEnv, core: &mut Main, run: RunId) -> Launched {
+    if env.launch_queued {
+        return match core.rounds.take_answer(run) {
+            Some(answer) => {
+                env.launch_queued = false;
+                Launched::Answer(answer.outcomes)
+            }
+            None => {
+                let mut wakes = vec![Wake::event(Main::run_event(run))];
+                wakes.extend(core.rounds.deadline().map(Wake::At));
+                Launched::Waiting(Wake::Any(wakes))
+            }
+        };
+    }
     let Some(id) = env.call else {
-        return Step::Next;
+        return Launched::Nothing;
     };
-    let Some(reply) = core.take_blocking_reply::<blocking_calls::Launch>(id) else {
-        return Step::Wait(Wake::Call(id));
-    };
-    env.call = None;
+    match core.take_blocking_reply::<blocking_calls::Launch>(id) {
+        None => Launched::Waiting(Wake::Call(id)),
+        Some(reply) => {
+            env.call = None;
+            let outcomes = reply
+                .map(|all| all.into_iter().map(|(_, o)| o).collect())
+                .map_err(|e| e.to_string());
+            Launched::Answer(outcomes)
+        }
+    }
+}
+
+pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
+    let reply = match launched(env, core, run) {
+        Launched::Waiting(wake) => return Step::Wait(wake),
+        // Nothing was launched (every target launched before a restart, or gone): the
+        // pick-up deadline still applies to those awaited.
+        Launched::Nothing => Ok(Vec::new()),
+        Launched::Answer(reply) => reply,
+    };
     if let Some(active) = core.flight.runs.get_mut(&run) {
-        active.launching = false;
+        active.launching = None;
     }
+    env.launch_started = None;
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
-    if env.req.job.executor == crate::config::Executor::Salt
-        && let Some(started) = env.launch_started.take()
-        && !batch.is_empty()
-    {
-        core.record_launch_latency(&env.req.job.name, started.elapsed());
-    }
+    let path = core.wrapper_path(&env.req.job);
     match reply {
         Ok(outcomes) => {
             for o in outcomes {
                 if let Some(word) = o.silent {
-                    if env.resolved_from_cache {
-                        // Never pinged: this is where its silence shows.
-                        log::warn!("run {run}: {} did not return the launch: {word}", o.machine);
-                        core.event(
-                            "target_unreachable",
-                            Some(&env.req.job.name),
-                            Some(run),
-                            Some(&o.machine),
-                            format!("salt: {word}"),
-                        );
-                        finish_target(core, run, &o.machine, TargetReason::Unreachable, Some(255));
-                        continue;
-                    }
+                    // Salt's silence is not unreachability: the wrapper may still call
+                    // back; the pick-up deadline (and a ping then) decides.
+                    log::info!("run {run}: {} did not return the launch: {word}", o.machine);
                     env.silent.insert(o.machine.clone(), word);
                 }
                 if let Err(e) = o.result {
                     log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
                     // Maybe the wrapper went missing: deploy again next time.
-                    core.launcher.deployed.remove(&o.machine);
+                    crate::roles::main::fleet::missing(core, &o.machine, &path);
                     super::launch_failed(core, &env.req.job.name, run, &o.machine, e);
                 }
             }
@@ -162,7 +202,8 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         Err(e) => {
             log::error!("run {run}: launching batch {} failed: {e}", env.batch);
             for m in &batch {
-                finish_target(core, run, m, TargetReason::WrapperFailed, Some(254));
+                let why = format!("the launch failed: {e}");
+                super::launch_failed(core, &env.req.job.name, run, m, why);
             }
         }
     }
@@ -213,14 +254,7 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         return Step::Next;
     };
     let pickup = run_rules::check_pickup(&active.targets, &batch, env.pickup_deadline, now);
-    for machine in &pickup.overdue {
-        log::warn!("run {run}: the wrapper on {machine} never picked the run up");
-        let why = match env.silent.remove(machine) {
-            Some(word) => format!("its wrapper never called back; salt: {word}"),
-            None => "its wrapper never called back before the pick-up deadline".to_string(),
-        };
-        super::launch_failed(core, &env.req.job.name, run, machine, why);
-    }
+    let probe = super::pickup::overdue(env, core, pickup.overdue.clone());
     let event = Wake::event(Main::run_event(run));
     if !pickup.open {
         // Targets still waiting for their minion do not hold the batches up.
@@ -236,6 +270,7 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let mut wakes = vec![event];
     wakes.extend(retry_wait);
     wakes.extend(waiting);
+    wakes.extend(probe);
     if let (true, Some(d)) = (pickup.waiting, env.pickup_deadline) {
         wakes.push(Wake::At(d));
     }

@@ -39,17 +39,14 @@ pub fn fire_as(
         job.name,
         lateness.num_milliseconds()
     );
-    let launching = core
-        .flight
-        .runs
-        .values()
-        .any(|r| r.job.name == job.name && r.launching);
     let hold = match hold {
-        // Launching costs more than the period: this slot is merged into the one still
-        // launching (recorded as skipped), instead of queueing launches ever later.
-        Hold::Run if due.early && launching => Hold::Skip(format!(
-            "launch: the launch of the previous slot of {} is still going (launching takes \
-             longer than the period)",
+        // Launching has fallen behind for good (the previous launch out for more than a
+        // whole period and another slot already waiting behind it): this slot is merged
+        // into those (recorded as skipped) instead of queueing launches ever later. One
+        // slow launch only makes the next slot late.
+        Hold::Run if due.early && launches_behind(core, &job.name, slot) => Hold::Skip(format!(
+            "launch: the launches of {} have fallen behind (the previous launch has been \
+             out for more than a period and another slot waits behind it)",
             job.name
         )),
         other => other,
@@ -131,6 +128,28 @@ pub fn fire_as(
             reason,
         }),
     }
+}
+
+/// Whether the launches of `job` have fallen behind for good at the slot `slot`.
+fn launches_behind(core: &Main, job: &str, slot: crate::wire::records::Millis) -> bool {
+    let now = std::time::Instant::now();
+    let views: Vec<run_rules::LaunchView> = core
+        .flight
+        .runs
+        .values()
+        .filter(|r| r.job.name == job)
+        .map(|r| run_rules::LaunchView {
+            slot: r.slot,
+            out_for: r.launching.map(|since| now.saturating_duration_since(since)),
+            // Staged and not launched yet (resolving, deploying, waiting in its round).
+            waiting: r.prestaged
+                && !r.go_sent
+                && r.launching.is_none()
+                && r.targets.values().any(|t| t.phase == crate::roles::main::target::Phase::Pending),
+        })
+        .collect();
+    let queued = core.flight.to_start.iter().filter(|r| r.job.name == job).count();
+    run_rules::launches_behind(&views, slot, queued)
 }
 
 impl Main {

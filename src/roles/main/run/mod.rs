@@ -11,9 +11,11 @@ pub mod batches;
 mod fire;
 use batches::{await_launch, collect_all, collect_batch, launch_batch, next_batch};
 pub use fire::fire_as;
+mod pickup;
 pub mod prestage;
 pub mod recovery;
 pub mod retry;
+pub mod rounds;
 pub mod targets;
 pub mod unreachable;
 
@@ -82,6 +84,16 @@ pub struct RunEnv {
     pub(super) next_probe: Option<Instant>,
     /// The run's start was recorded (a later launch does not move it).
     pub(super) start_recorded: bool,
+    /// The launch round (its slot) this pre-staged salt run belongs to until its launch
+    /// is queued (`rounds.rs`).
+    pub(super) round: Option<crate::wire::records::Millis>,
+    /// Its launch waits in its round or for the round's answer.
+    pub(super) launch_queued: bool,
+    /// Since when the batch waits for its minions' wrapper deployment (`fleet.rs`).
+    pub(super) deploy_since: Option<Instant>,
+    /// The ping of targets whose wrappers never called back by the pick-up deadline: its
+    /// call and those targets (255 only if the minion does not answer either).
+    pub(super) pickup_probe: Option<(CallId, Vec<String>)>,
     /// Counted in `Main::busy_jobs` until recorded.
     counted: bool,
 }
@@ -112,6 +124,10 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             probe: None,
             next_probe: None,
             start_recorded: false,
+            round: None,
+            launch_queued: false,
+            deploy_since: None,
+            pickup_probe: None,
             counted: !prestaged,
         },
     )
@@ -157,6 +173,10 @@ pub fn recovered_workflow(
             probe: None,
             next_probe: None,
             start_recorded: true,
+            round: None,
+            launch_queued: false,
+            deploy_since: None,
+            pickup_probe: None,
             counted: false,
         },
     )
@@ -284,7 +304,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                     kill_requested: false,
                     prestaged: env.req.prestaged,
                     go_sent: false,
-                    launching: false,
+                    launching: None,
                     workflow: Some(s.id()),
                     waiters: Vec::new(),
                 },
@@ -346,6 +366,9 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
 }
 
 fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+    if let Some(slot) = env.round.take() {
+        core.rounds.leave(slot);
+    }
     let Some(run) = env.run else {
         release_job(core, env);
         let why = match s.outcome() {
@@ -413,10 +436,25 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
 }
 
 /// A target's wrapper could not be deployed or launched: recorded as an event with its
-/// cause, and the target ends 254.
+/// cause, and the target ends 254 — unless a wrapper picked it up meanwhile (a target is
+/// never failed while its wrapper is connected).
 pub(super) fn launch_failed(core: &mut Main, job: &str, run: RunId, machine: &str, why: String) {
+    if core.target(run, machine).is_none_or(|t| !t.awaiting_pickup()) {
+        return;
+    }
     core.event("launch_failed", Some(job), Some(run), Some(machine), why);
     finish_target(core, run, machine, TargetReason::WrapperFailed, Some(254));
+}
+
+/// A target whose minion did not return and did not answer a ping either: unreachable
+/// (255) with Salt's word — unless its wrapper picked it up meanwhile.
+pub(super) fn unreachable(core: &mut Main, job: &str, run: RunId, machine: &str, why: String) {
+    if core.target(run, machine).is_none_or(|t| !t.awaiting_pickup()) {
+        return;
+    }
+    log::warn!("run {run}: {machine} is unreachable: {why}");
+    core.event("target_unreachable", Some(job), Some(run), Some(machine), why);
+    finish_target(core, run, machine, TargetReason::Unreachable, Some(255));
 }
 
 /// The run no longer counts as queued for the overlap rule (once per run).

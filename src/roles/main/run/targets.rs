@@ -6,21 +6,30 @@
 //!   255, with Salt's word), or `test.ping` on it says which minions are live (the
 //!   command line, `number_of_targets`, `retry_unreachable`); matched minions that stay
 //!   silent become unreachable (255), a salt failure fails the run with its cause, and
-//!   "no minions matched" skips it with that reason. Before a minion's
-//!   first launch, this build's wrapper is deployed to it (then cached by hash).
+//!   "no minions matched" skips it with that reason. A minion without this build's
+//!   wrapper gets it first (`fleet.rs`).
 
 use super::Main;
 use super::RunEnv;
 use crate::config::Executor;
-use crate::roles::main::effects::finish_target;
+use crate::roles::main::fleet::{self, Need};
 use crate::wire::link::{BlockingRequest, blocking_calls};
-use crate::wire::records::{RunState, TargetReason};
-use crate::workflow::{Step, StepCtx, Wake};
+use crate::wire::records::RunState;
+use crate::workflow::{Step, StepCtx, Wake, WakeEvent};
 
 type Sc<'a> = StepCtx<'a, RunEnv, Main>;
 
 pub fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let job = env.req.job.clone();
+    // A pre-staged salt run is part of its slot's launch round until its launch is queued.
+    if job.executor == Executor::Salt
+        && env.req.prestaged
+        && env.round.is_none()
+        && let Some(slot) = env.req.slot
+    {
+        core.rounds.join(slot);
+        env.round = Some(slot);
+    }
     if job.executor == Executor::Local {
         for t in &job.targets {
             if !env.live.contains(t) {
@@ -70,82 +79,46 @@ pub fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     Step::Next
 }
 
-/// Make sure the minions of the current batch have this build's wrapper.
-pub fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+/// Make sure the minions of the current batch have this build's wrapper: the fleet
+/// state says which do (`fleet.rs`); the others get one deployment, shared with every
+/// run that needs it, and this run waits for it. A minion whose deployment failed fails
+/// its target (254); one that did not return is launched all the same (its silence is
+/// judged at the pick-up deadline).
+pub fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let job = env.req.job.clone();
     let run = env.run.unwrap_or_default();
     if job.executor != Executor::Salt {
         return Step::Next;
     }
-    let Some(id) = env.call else {
-        let hash = core.launcher.wrapper_hash.clone();
-        let wrapper_path = core.wrapper_path(&job);
-        let missing: Vec<String> = env
-            .batches
-            .get(env.batch)
-            .into_iter()
-            .flatten()
-            .filter(|m| {
-                hash.is_none()
-                    || core.launcher.deployed.get(*m)
-                        != Some(&(wrapper_path.clone(), hash.clone().unwrap_or_default()))
-            })
-            .cloned()
-            .collect();
-        if missing.is_empty() {
-            return Step::Next;
+    let path = core.wrapper_path(&job);
+    let minions: Vec<String> = env
+        .batches
+        .get(env.batch)
+        .into_iter()
+        .flatten()
+        .filter(|m| core.target(run, m).is_some_and(|t| t.awaiting_pickup()))
+        .cloned()
+        .collect();
+    let since = *env.deploy_since.get_or_insert(s.now());
+    match fleet::need(core, &minions, &path, since) {
+        Need::Ready => {}
+        Need::Wait => {
+            return Step::Wait(Wake::Any(vec![
+                Wake::event(WakeEvent::Fleet),
+                Wake::event(Main::run_event(run)),
+            ]));
         }
-        log::info!("run {run}: deploying the wrapper to {}", missing.join(", "));
-        let id = core.blocking_call(BlockingRequest::Deploy {
-            salt: core.salt_settings(),
-            minions: missing,
-            wrapper_path,
-            wrapper_source: core.config.saltpeter.wrapper_source.clone(),
-        });
-        env.call = Some(id);
-        return Step::Wait(Wake::Call(id));
-    };
-    let Some(reply) = core.take_blocking_reply::<blocking_calls::Deploy>(id) else {
-        return Step::Wait(Wake::Call(id));
-    };
-    env.call = None;
-    let wrapper_path = core.wrapper_path(&job);
-    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
-    match reply {
-        Ok((outcomes, hash)) => {
-            core.launcher.wrapper_hash = Some(hash.clone());
-            for o in outcomes {
-                match o.result {
-                    Ok(()) => {
-                        core.launcher
-                            .deployed
-                            .insert(o.machine, (wrapper_path.clone(), hash.clone()));
-                    }
-                    Err(why) if o.silent.is_some() && env.resolved_from_cache => {
-                        // Never pinged: a minion silent at its deployment is unreachable.
-                        log::warn!("run {run}: {} did not return: {why}", o.machine);
-                        core.event(
-                            "target_unreachable",
-                            Some(&job.name),
-                            Some(run),
-                            Some(&o.machine),
-                            format!("salt: {why}"),
-                        );
-                        finish_target(core, run, &o.machine, TargetReason::Unreachable, Some(255));
-                    }
-                    Err(why) => {
-                        log::warn!("run {run}: {}: {why}", o.machine);
-                        super::launch_failed(core, &job.name, run, &o.machine, why);
-                    }
+        Need::Failed(failures) => {
+            for (machine, failure) in failures {
+                if failure.silent {
+                    env.silent.insert(machine, failure.why);
+                } else {
+                    let why = format!("wrapper deployment failed: {}", failure.why);
+                    super::launch_failed(core, &job.name, run, &machine, why);
                 }
             }
         }
-        Err(e) => {
-            log::error!("run {run}: wrapper deployment failed: {e}");
-            for m in &batch {
-                finish_target(core, run, m, TargetReason::WrapperFailed, Some(254));
-            }
-        }
     }
+    env.deploy_since = None;
     Step::Next
 }
