@@ -106,6 +106,16 @@ pub enum DbRequest {
     TargetAttempts(RunId),
     /// Events for the job's log file and the exports.
     JobLog(crate::wire::notify::JobLog),
+    /// Remember which wrapper build each minion has, by (minion, path); a stored row
+    /// seen later than the incoming one is kept.
+    RecordWrappers(Vec<WrapperSeen>),
+    /// The wrapper at `path` is gone from `minion` (a launch found it missing).
+    ForgetWrapper {
+        minion: String,
+        path: String,
+    },
+    /// Every wrapper build remembered, by minion then path.
+    Wrappers,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -133,6 +143,7 @@ pub enum DbReply {
     Deliveries(Vec<DeliveryRecord>),
     OutputTails(Vec<(String, String)>),
     Attempts(Vec<AttemptRecord>),
+    Wrappers(Vec<WrapperSeen>),
 }
 
 /// Each request's reply, in one place: `core.take_db_reply::<calls::GetRun>(id)` gives
@@ -173,6 +184,9 @@ pub mod calls {
         RetryTarget -> () { DbReply::Done => () }
         TargetAttempts -> Vec<AttemptRecord> { DbReply::Attempts(list) => list }
         JobLog -> () { DbReply::Done => () }
+        RecordWrappers -> () { DbReply::Done => () }
+        ForgetWrapper -> () { DbReply::Done => () }
+        Wrappers -> Vec<WrapperSeen> { DbReply::Wrappers(list) => list }
     }
 }
 
@@ -396,4 +410,17 @@ pub struct AttemptRecord {
     pub exit_code: Option<i32>,
     pub started: Option<Millis>,
     pub ended: Option<Millis>,
+}
+
+// ---- payloads: fleet state
+
+/// Which wrapper build a minion was last seen with, at one path (fleet state: it
+/// survives restarts and is shared by the servers of one PostgreSQL database).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WrapperSeen {
+    pub minion: String,
+    pub path: String,
+    pub sha256: String,
+    /// When it was seen or deployed (unix ms, server clock).
+    pub seen: Millis,
 }

@@ -6,7 +6,7 @@ use crate::ipc::rpc::{Call, CallError};
 use crate::roles::db::store::tests::{new_run, temp_store};
 use crate::wire::db::{
     DbReply, DbRequest, EventFilter, NewEvent, OutputLimit, OutputQuery, Retention, RunFilter,
-    RunUpdate, TargetUpdate, calls,
+    RunUpdate, TargetUpdate, WrapperSeen, calls,
 };
 use crate::wire::records::RunState;
 use crate::wire::wrapper::Stream;
@@ -124,6 +124,23 @@ fn every_request(s: &mut dyn super::Storage) {
         check::<calls::LastSlots>(s, DbRequest::LastSlots).get("j"),
         Some(&1)
     );
+    let wrapper = WrapperSeen {
+        minion: "m".into(),
+        path: "/usr/bin/saltpeter-wrapper".into(),
+        sha256: "ab".repeat(32),
+        seen: 1,
+    };
+    check::<calls::RecordWrappers>(s, DbRequest::RecordWrappers(vec![wrapper.clone()]));
+    let listed = check::<calls::Wrappers>(s, DbRequest::Wrappers);
+    assert_eq!(listed, std::slice::from_ref(&wrapper));
+    check::<calls::ForgetWrapper>(
+        s,
+        DbRequest::ForgetWrapper {
+            minion: wrapper.minion,
+            path: wrapper.path,
+        },
+    );
+    assert_eq!(check::<calls::Wrappers>(s, DbRequest::Wrappers), []);
 }
 
 #[test]

@@ -20,6 +20,7 @@ pub mod runs;
 pub mod schema;
 pub mod storage;
 pub mod store;
+mod wrappers;
 
 use mio::event::Event;
 
@@ -193,6 +194,15 @@ fn apply_in_batch(
             store.job_log(log, chrono::Utc::now().timestamp_millis())?;
             DbReply::Done
         }
+        DbRequest::RecordWrappers(rows) => {
+            store.record_wrappers(rows)?;
+            DbReply::Done
+        }
+        DbRequest::ForgetWrapper { minion, path } => {
+            store.forget_wrapper(minion, path)?;
+            DbReply::Done
+        }
+        DbRequest::Wrappers => DbReply::Wrappers(store.wrappers()?),
     })
 }
 
@@ -301,6 +311,9 @@ fn kind(req: &DbRequest) -> &'static str {
         DbRequest::RetryTarget { .. } => "start a new attempt",
         DbRequest::TargetAttempts(_) => "read attempts",
         DbRequest::JobLog(_) => "write job log",
+        DbRequest::RecordWrappers(_) => "record wrapper builds",
+        DbRequest::ForgetWrapper { .. } => "forget a wrapper build",
+        DbRequest::Wrappers => "read wrapper builds",
     }
 }
 

@@ -34,10 +34,23 @@ pub const MIGRATIONS: &[&str] = &[
     MIGRATION_3,
     MIGRATION_4,
     MIGRATION_5,
+    MIGRATION_6,
 ];
 
 /// Schema version written by this build.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Version 6: fleet state, which wrapper build each minion has at each path
+/// (`wrappers.rs`); `seen` is when it was last seen or deployed (unix ms).
+const MIGRATION_6: &str = "
+CREATE TABLE minion_wrappers (
+    minion TEXT NOT NULL,
+    path   TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    seen   INTEGER NOT NULL,
+    PRIMARY KEY (minion, path)
+) WITHOUT ROWID;
+";
 
 /// Version 5: attempts of a target (`retries`): the attempt in effect, and the outcomes
 /// of the earlier ones (`attempts.rs`).

@@ -6,7 +6,8 @@
 //! its own SQL beside its own data (`runs.rs`, `output.rs`, ... for SQLite, `pg/` for
 //! PostgreSQL). The semantics are the same, and `storage_tests.rs` runs one suite against
 //! both: a (job, slot) recorded at most once, output idempotent by seq within head and
-//! tail limits, writes durable only at `commit_batch`, retention, events, the outbox.
+//! tail limits, writes durable only at `commit_batch`, retention, events, the outbox,
+//! the fleet state of wrapper builds.
 //!
 //! Only PostgreSQL can be shared by several daemons, so the leader lease
 //! ([`Storage::hold_lease`]) always succeeds on SQLite: one daemon, one leader.
@@ -18,6 +19,7 @@ use super::store::{Store, StoreError};
 use crate::wire::db::{
     AttemptRecord, EventFilter, EventRecord, NewEvent, NewRun, OutputBytes, OutputLimit,
     OutputQuery, PruneOutcome, Retention, RunFilter, RunUpdate, TargetDetail, TargetUpdate,
+    WrapperSeen,
 };
 use crate::wire::notify::{
     DeliveryAttempt, DeliveryFilter, DeliveryRecord, DueDeliveries, JobLog, NewDelivery,
@@ -123,6 +125,13 @@ pub trait Storage {
     fn job_log(&mut self, log: &JobLog, now: Millis) -> Result<(), StoreError> {
         super::joblog::write_job_log(self, log, now)
     }
+    /// Fleet state (`wrappers.rs`): upserts by (minion, path), a stored row seen later
+    /// than the incoming one kept.
+    fn record_wrappers(&mut self, rows: &[WrapperSeen]) -> Result<(), StoreError>;
+    /// Deletes the row of (minion, path); whether there was one.
+    fn forget_wrapper(&mut self, minion: &str, path: &str) -> Result<bool, StoreError>;
+    /// Every row, by minion then path.
+    fn wrappers(&mut self) -> Result<Vec<WrapperSeen>, StoreError>;
 
     /// Takes or keeps the leader lease of the daemons sharing this database; true while
     /// this daemon holds it. A backend only one daemon can use always answers true.
@@ -259,6 +268,15 @@ impl Storage for Store {
     }
     fn export_backlog(&mut self) -> Result<i64, StoreError> {
         Store::export_backlog(self)
+    }
+    fn record_wrappers(&mut self, rows: &[WrapperSeen]) -> Result<(), StoreError> {
+        Store::record_wrappers(self, rows)
+    }
+    fn forget_wrapper(&mut self, minion: &str, path: &str) -> Result<bool, StoreError> {
+        Store::forget_wrapper(self, minion, path)
+    }
+    fn wrappers(&mut self) -> Result<Vec<WrapperSeen>, StoreError> {
+        Store::wrappers(self)
     }
 }
 

@@ -49,6 +49,11 @@ on_both_backends!(
     attempts_keep_their_history,
 );
 
+/// The fleet state of wrapper builds, in a file of its own (after the macro, which it
+/// uses).
+#[path = "wrappers_tests.rs"]
+mod wrappers;
+
 fn a_slot_is_recorded_once(s: &mut dyn Storage) {
     let first = s
         .create_run(&new_run(

@@ -78,6 +78,8 @@ pub enum Op {
     ReadDeliveries,
     RecordDelivery,
     Lease,
+    WriteWrappers,
+    ReadWrappers,
 }
 
 impl fmt::Display for Op {
@@ -105,6 +107,8 @@ impl fmt::Display for Op {
             Op::ReadDeliveries => "read notifications",
             Op::RecordDelivery => "record notification attempt",
             Op::Lease => "hold the leader lease",
+            Op::WriteWrappers => "record wrapper builds",
+            Op::ReadWrappers => "read wrapper builds",
         })
     }
 }

@@ -8,7 +8,7 @@ use super::super::store::StoreError;
 use super::PgStore;
 use crate::wire::db::{
     AttemptRecord, EventFilter, EventRecord, NewEvent, NewRun, OutputBytes, OutputQuery,
-    PruneOutcome, Retention, RunFilter, RunUpdate, TargetUpdate,
+    PruneOutcome, Retention, RunFilter, RunUpdate, TargetUpdate, WrapperSeen,
 };
 use crate::wire::notify::{
     DeliveryAttempt, DeliveryFilter, DeliveryRecord, DueDeliveries, NewDelivery,
@@ -140,6 +140,15 @@ impl Storage for PgStore {
     }
     fn export_backlog(&mut self) -> Result<i64, StoreError> {
         PgStore::export_backlog(self)
+    }
+    fn record_wrappers(&mut self, rows: &[WrapperSeen]) -> Result<(), StoreError> {
+        PgStore::record_wrappers(self, rows)
+    }
+    fn forget_wrapper(&mut self, minion: &str, path: &str) -> Result<bool, StoreError> {
+        PgStore::forget_wrapper(self, minion, path)
+    }
+    fn wrappers(&mut self) -> Result<Vec<WrapperSeen>, StoreError> {
+        PgStore::wrappers(self)
     }
     fn insert_meta_if_absent(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
         PgStore::insert_meta_if_absent(self, key, value)

@@ -10,7 +10,8 @@
 //!    savepoint, so one failing half-way leaves no trace and the batch stays usable, as
 //!    on SQLite. A connection lost during a batch is [`StoreError::BatchLost`]: the loop
 //!    rolls back and applies the batch again, and `begin_batch` connects anew first.
-//! 3. Operations live beside their data as on SQLite: `runs`, `output`, `deliveries`.
+//! 3. Operations live beside their data as on SQLite: `runs`, `output`, `deliveries`,
+//!    `wrappers`.
 //! 4. The leader lease (`lease`) is a session advisory lock on a connection of its own:
 //!    a daemon that dies, or loses the database, loses its connection and so its lease.
 //!
@@ -22,6 +23,7 @@ mod lease;
 mod output;
 mod runs;
 pub mod schema;
+mod wrappers;
 
 use std::collections::HashMap;
 use std::str::FromStr;

@@ -148,6 +148,19 @@ CREATE TABLE target_attempts (
 );
 ";
 
+/// Version 6: which wrapper build each minion has (see the SQLite version 6). The keys
+/// compare byte-wise (`COLLATE "C"`), as SQLite's do, whatever the database's locale:
+/// the listing's order and the paths kept per minion are then the same on both.
+const MIGRATION_6: &str = "
+CREATE TABLE minion_wrappers (
+    minion TEXT COLLATE \"C\" NOT NULL,
+    path   TEXT COLLATE \"C\" NOT NULL,
+    sha256 TEXT NOT NULL,
+    seen   BIGINT NOT NULL,
+    PRIMARY KEY (minion, path)
+);
+";
+
 /// Ordered schema migrations; entry `i` takes the database from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
     MIGRATION_1,
@@ -155,6 +168,7 @@ pub const MIGRATIONS: &[&str] = &[
     MIGRATION_3,
     MIGRATION_4,
     MIGRATION_5,
+    MIGRATION_6,
 ];
 
 /// Schema version written by this build (the same as SQLite's).
