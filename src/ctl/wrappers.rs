@@ -41,8 +41,7 @@ pub fn status(fleet: &WrapperFleet, json: bool) -> CtlResult {
         None => outln!("this build's wrapper: not hashed yet"),
     }
     // One row per (build, path): how many minions, and which.
-    let mut groups: std::collections::BTreeMap<(bool, &str, &str), Vec<&str>> =
-        Default::default();
+    let mut groups: std::collections::BTreeMap<(bool, &str, &str), Vec<&str>> = Default::default();
     for m in &fleet.minions {
         let key = (!m.current, m.sha256.as_str(), m.path.as_str());
         groups.entry(key).or_default().push(&m.minion);
@@ -53,7 +52,12 @@ pub fn status(fleet: &WrapperFleet, json: bool) -> CtlResult {
             false => format!("{} (this build)", short(sha)),
             true => short(sha).to_string(),
         };
-        let mut which = minions.iter().take(8).copied().collect::<Vec<_>>().join(", ");
+        let mut which = minions
+            .iter()
+            .take(8)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(", ");
         if minions.len() > 8 {
             which.push_str(&format!(", ... ({} more)", minions.len() - 8));
         }

@@ -172,7 +172,10 @@ pub fn launch_call(minions: &[String], wrapper: &str, runs: &[u64], url: &str) -
 /// `hash: None`: the operator's `wrapper_source`, whose hash is not known here.
 pub fn deploy_call(minions: &[String], path: &str, source: &str, hash: Option<&str>) -> SaltCall {
     let (source_sum, skip_verify) = match hash {
-        Some(hash) => (serde_json::json!({"hash_type": "sha256", "hsum": hash}), false),
+        Some(hash) => (
+            serde_json::json!({"hash_type": "sha256", "hsum": hash}),
+            false,
+        ),
         None => (serde_json::json!({}), true),
     };
     SaltCall::new(SaltTargetType::List, &minions.join(","), "file.manage_file")
@@ -588,7 +591,10 @@ mod tests {
         assert_eq!(of(5, "m1"), Ok(()));
         assert_eq!(of(7, "m1"), Ok(()));
         assert_eq!(of(5, "m2"), Ok(()));
-        assert_eq!(of(6, "m2"), Err("wrapper launch failed: cannot fork".into()));
+        assert_eq!(
+            of(6, "m2"),
+            Err("wrapper launch failed: cannot fork".into())
+        );
         assert!(of(7, "m2").unwrap_err().contains("exit code 1"));
     }
 

@@ -107,7 +107,12 @@ fn deploy(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
                     Ok(()) => {
                         env.lines
                             .push(format!("{}: ok ({})", o.machine, env.wrapper_path));
-                        super::fleet::deployed_on_demand(core, &o.machine, &env.wrapper_path, &hash);
+                        super::fleet::deployed_on_demand(
+                            core,
+                            &o.machine,
+                            &env.wrapper_path,
+                            &hash,
+                        );
                     }
                     Err(why) => env.lines.push(format!("{}: failed: {why}", o.machine)),
                 }

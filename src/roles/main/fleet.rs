@@ -137,10 +137,7 @@ pub fn start(core: &mut Main) {
 /// minion: blocking's helper copies and hashes it off the loop). With `wrapper_source`
 /// the operator serves the wrapper: any build a minion has is taken as current.
 fn ask_hash(core: &mut Main) {
-    if core.fleet.hash_call.is_some()
-        || core.fleet.this_build.is_some()
-        || operator_source(core)
-    {
+    if core.fleet.hash_call.is_some() || core.fleet.this_build.is_some() || operator_source(core) {
         return;
     }
     let id = core.blocking_call(BlockingRequest::Deploy {
@@ -368,7 +365,10 @@ fn deployed(core: &mut Main, id: CallId, reply: DeployReply) {
             }
         }
         Err(why) => {
-            log::error!("fleet: the deployment to {} failed: {why}", minions.join(", "));
+            log::error!(
+                "fleet: the deployment to {} failed: {why}",
+                minions.join(", ")
+            );
             for m in minions {
                 let failure = Failure {
                     why: why.clone(),
@@ -396,7 +396,10 @@ fn upgrade_stale(core: &mut Main) {
     for ((minion, path), seen) in &core.fleet.builds {
         let key = (minion.clone(), path.clone());
         if seen.sha256 != build && !core.fleet.in_flight.contains(&key) {
-            by_path.entry(path.clone()).or_default().push(minion.clone());
+            by_path
+                .entry(path.clone())
+                .or_default()
+                .push(minion.clone());
         }
     }
     for (path, mut minions) in by_path {

@@ -89,7 +89,9 @@ pub struct LaunchView {
 /// (`queued` runs not started yet count too). One slow launch alone never skips a slot.
 pub fn launches_behind(runs: &[LaunchView], due: Millis, queued: usize) -> bool {
     let late = runs.iter().any(|r| match (r.out_for, r.slot) {
-        (Some(out), Some(slot)) => out.as_millis() > u128::from(due.saturating_sub(slot).max(0) as u64),
+        (Some(out), Some(slot)) => {
+            out.as_millis() > u128::from(due.saturating_sub(slot).max(0) as u64)
+        }
         _ => false,
     });
     let behind = queued + runs.iter().filter(|r| r.waiting).count();

@@ -4,14 +4,16 @@
 
 use std::time::{Duration, Instant};
 
+use super::rounds;
 use super::{RunEnv, Sc, now_ms, run_rules};
 use crate::roles::main::effects::{finish_target, transition};
 use crate::roles::main::target::Phase;
 use crate::roles::main::{DbWait, Main};
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, RunUpdate, calls};
-use super::rounds;
-use crate::wire::link::{BlockingRequest, ExecutorKind, LaunchTarget, MinionOutcome, blocking_calls};
+use crate::wire::link::{
+    BlockingRequest, ExecutorKind, LaunchTarget, MinionOutcome, blocking_calls,
+};
 use crate::wire::records::{RunId, RunState, TargetReason, TargetState};
 use crate::workflow::{Step, Wake};
 

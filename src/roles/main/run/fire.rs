@@ -140,15 +140,24 @@ fn launches_behind(core: &Main, job: &str, slot: crate::wire::records::Millis) -
         .filter(|r| r.job.name == job)
         .map(|r| run_rules::LaunchView {
             slot: r.slot,
-            out_for: r.launching.map(|since| now.saturating_duration_since(since)),
+            out_for: r
+                .launching
+                .map(|since| now.saturating_duration_since(since)),
             // Staged and not launched yet (resolving, deploying, waiting in its round).
             waiting: r.prestaged
                 && !r.go_sent
                 && r.launching.is_none()
-                && r.targets.values().any(|t| t.phase == crate::roles::main::target::Phase::Pending),
+                && r.targets
+                    .values()
+                    .any(|t| t.phase == crate::roles::main::target::Phase::Pending),
         })
         .collect();
-    let queued = core.flight.to_start.iter().filter(|r| r.job.name == job).count();
+    let queued = core
+        .flight
+        .to_start
+        .iter()
+        .filter(|r| r.job.name == job)
+        .count();
     run_rules::launches_behind(&views, slot, queued)
 }
 

@@ -439,7 +439,10 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
 /// cause, and the target ends 254 — unless a wrapper picked it up meanwhile (a target is
 /// never failed while its wrapper is connected).
 pub(super) fn launch_failed(core: &mut Main, job: &str, run: RunId, machine: &str, why: String) {
-    if core.target(run, machine).is_none_or(|t| !t.awaiting_pickup()) {
+    if core
+        .target(run, machine)
+        .is_none_or(|t| !t.awaiting_pickup())
+    {
         return;
     }
     core.event("launch_failed", Some(job), Some(run), Some(machine), why);
@@ -449,11 +452,20 @@ pub(super) fn launch_failed(core: &mut Main, job: &str, run: RunId, machine: &st
 /// A target whose minion did not return and did not answer a ping either: unreachable
 /// (255) with Salt's word — unless its wrapper picked it up meanwhile.
 pub(super) fn unreachable(core: &mut Main, job: &str, run: RunId, machine: &str, why: String) {
-    if core.target(run, machine).is_none_or(|t| !t.awaiting_pickup()) {
+    if core
+        .target(run, machine)
+        .is_none_or(|t| !t.awaiting_pickup())
+    {
         return;
     }
     log::warn!("run {run}: {machine} is unreachable: {why}");
-    core.event("target_unreachable", Some(job), Some(run), Some(machine), why);
+    core.event(
+        "target_unreachable",
+        Some(job),
+        Some(run),
+        Some(machine),
+        why,
+    );
     finish_target(core, run, machine, TargetReason::Unreachable, Some(255));
 }
 

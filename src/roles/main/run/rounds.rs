@@ -113,8 +113,7 @@ pub struct Group {
 /// Pure: the publishes for a set of queued launches.
 pub fn group(queued: Vec<Queued>) -> Vec<Group> {
     type Head = (String, String, SaltSettingsKey);
-    let mut by_head: BTreeMap<Head, (SaltSettings, BTreeMap<String, Vec<RunId>>)> =
-        BTreeMap::new();
+    let mut by_head: BTreeMap<Head, (SaltSettings, BTreeMap<String, Vec<RunId>>)> = BTreeMap::new();
     for q in queued {
         let head = (q.url, q.wrapper_path, SaltSettingsKey::of(&q.settings));
         let (_, minions) = by_head
@@ -269,11 +268,13 @@ mod tests {
 
     #[test]
     fn one_publish_per_distinct_set_of_runs() {
-        let groups = group(vec![q(1, &["a", "b"]), q(2, &["b", "c"]), q(3, &["a", "b"])]);
-        let shape: Vec<(Vec<RunId>, Vec<String>)> = groups
-            .into_iter()
-            .map(|g| (g.runs, g.minions))
-            .collect();
+        let groups = group(vec![
+            q(1, &["a", "b"]),
+            q(2, &["b", "c"]),
+            q(3, &["a", "b"]),
+        ]);
+        let shape: Vec<(Vec<RunId>, Vec<String>)> =
+            groups.into_iter().map(|g| (g.runs, g.minions)).collect();
         assert_eq!(
             shape,
             vec![
