@@ -454,8 +454,9 @@ fn a_salt_bridge_that_cannot_start_falls_back_to_the_command_line() {
 
 #[test]
 fn slots_whose_launch_cannot_keep_up_are_merged_not_served_ever_later() {
-    // A salt whose launches take 9 s, for a job every 4 s: the slot after a launch that
-    // is still out is recorded as skipped instead of queueing behind it.
+    // A salt whose launches take 9 s, for a job every 4 s: once a launch has been out for
+    // more than a period with another behind it, the next slot is recorded as skipped
+    // instead of queueing launches ever later.
     let dir = tempfile::tempdir().expect("tempdir");
     let salt = dir.path().join("slow-salt");
     std::fs::write(
@@ -465,6 +466,7 @@ fn slots_whose_launch_cannot_keep_up_are_merged_not_served_ever_later() {
          *test.ping*) echo '{\"slowpoke\": true}';;\n\
          *cmd.run_all*) sleep 9; echo '{\"slowpoke\": {\"retcode\": 0, \"stdout\": \"\", \"stderr\": \"\"}}';;\n\
          *state.single*) echo '{\"slowpoke\": {\"f\": {\"result\": true, \"comment\": \"ok\"}}}';;\n\
+         *file.manage_file*) echo '{\"slowpoke\": {\"result\": true, \"comment\": \"ok\"}}';;\n\
          esac\n",
     )
     .expect("write salt");
@@ -490,7 +492,7 @@ fn slots_whose_launch_cannot_keep_up_are_merged_not_served_ever_later() {
             r["state"] == "skipped"
                 && r["reason"]
                     .as_str()
-                    .is_some_and(|why| why.starts_with("launch: the launch of the previous slot"))
+                    .is_some_and(|why| why.starts_with("launch: the launches of slow_launch"))
         })
     });
     assert!(merged["slot"].is_string(), "{merged}");

@@ -282,8 +282,11 @@ pub fn launch(
                     &tail(&stderr),
                 ),
             };
+            let mut logged = std::collections::HashSet::new();
             for (_, o) in &outcomes {
-                if let Err(e) = &o.result {
+                if let Err(e) = &o.result
+                    && logged.insert((&o.machine, e))
+                {
                     log::warn!("launching the wrapper on {} failed: {e}", o.machine);
                 }
             }

@@ -311,6 +311,11 @@ pub fn poll(core: &mut Main) {
     let done: Vec<CallId> = core.fleet.deploying.keys().copied().collect();
     for id in done {
         if let Some(reply) = core.take_blocking_reply::<blocking_calls::Deploy>(id) {
+            if reply.is_err() && core.flight.stopping {
+                // Blocking went first in an ordered stop: its runs are recovered at the
+                // next start, which deploys again; nothing failed here.
+                continue;
+            }
             deployed(core, id, reply.map_err(|e| e.to_string()));
         }
     }

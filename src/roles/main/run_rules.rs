@@ -84,18 +84,24 @@ pub struct LaunchView {
     pub waiting: bool,
 }
 
-/// Launches have fallen behind for good at slot `due`: a launch has been out for more
-/// than a whole period (from its slot to `due`) and another run already waits behind it
-/// (`queued` runs not started yet count too). One slow launch alone never skips a slot.
+/// Launches have fallen behind for good at slot `due`: the oldest launch out has been
+/// out for more than a whole period (`due` minus the job's latest slot before it) and
+/// others wait behind it (launches out or staged, and `queued` runs not started yet: at
+/// least two in all). One slow launch alone never skips a slot; it makes the next late.
 pub fn launches_behind(runs: &[LaunchView], due: Millis, queued: usize) -> bool {
-    let late = runs.iter().any(|r| match (r.out_for, r.slot) {
-        (Some(out), Some(slot)) => {
-            out.as_millis() > u128::from(due.saturating_sub(slot).max(0) as u64)
-        }
-        _ => false,
-    });
-    let behind = queued + runs.iter().filter(|r| r.waiting).count();
-    late && behind > 0
+    let Some(previous) = runs.iter().filter_map(|r| r.slot).filter(|s| *s < due).max() else {
+        return false;
+    };
+    let period = u128::from(due.saturating_sub(previous).max(0) as u64);
+    let late = runs
+        .iter()
+        .any(|r| r.out_for.is_some_and(|out| out.as_millis() > period));
+    let backlog = queued
+        + runs
+            .iter()
+            .filter(|r| r.waiting || r.out_for.is_some())
+            .count();
+    late && backlog >= 2
 }
 
 /// The decision at the slot, in order of precedence: killed before its slot, global

@@ -143,25 +143,16 @@ fn a_slot_is_skipped_only_when_launches_fall_behind_for_good() {
         out_for: None,
         waiting: true,
     };
-    // Every 20 s; the slot due is 40 000 ms.
+    // Every 20 s; the slot due is 40 000 ms, the previous one 20 000.
     // One slow launch (out 25 s, longer than the period) and nothing behind it: no skip.
     assert!(!launches_behind(&[out(20_000, 25)], 40_000, 0));
     // Out 15 s (less than a period) with one waiting behind: no skip.
-    assert!(!launches_behind(
-        &[out(20_000, 15), waiting(30_000)],
-        40_000,
-        0
-    ));
+    assert!(!launches_behind(&[out(0, 15), waiting(20_000)], 40_000, 0));
     // Out more than a period and a slot already waiting behind it: behind for good.
-    assert!(launches_behind(
-        &[out(20_000, 21), waiting(30_000)],
-        40_000,
-        0
-    ));
-    assert!(
-        launches_behind(&[out(20_000, 21)], 40_000, 1),
-        "queued counts"
-    );
-    // Nothing out at all.
+    assert!(launches_behind(&[out(0, 21), waiting(20_000)], 40_000, 0));
+    assert!(launches_behind(&[out(0, 21), out(20_000, 2)], 40_000, 0));
+    assert!(launches_behind(&[out(20_000, 21)], 40_000, 1), "queued counts");
+    // Nothing out at all, or no earlier slot to measure a period by.
     assert!(!launches_behind(&[waiting(20_000)], 40_000, 3));
+    assert!(!launches_behind(&[out(40_000, 99)], 40_000, 3));
 }

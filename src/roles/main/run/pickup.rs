@@ -22,6 +22,10 @@ pub fn overdue(env: &mut RunEnv, core: &mut Main, overdue: Vec<String>) -> Optio
             return Some(Wake::Call(id));
         };
         let machines = env.pickup_probe.take().map(|(_, m)| m).unwrap_or_default();
+        if reply.is_err() && core.flight.stopping {
+            // Blocking went first in an ordered stop: the next start judges them.
+            return None;
+        }
         for machine in machines {
             let launch = match env.silent.remove(&machine) {
                 Some(word) => format!("salt said at the launch: {word}"),

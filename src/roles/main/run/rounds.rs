@@ -85,9 +85,11 @@ impl Rounds {
     }
 
     fn due(&self, now: Instant, stopping: bool) -> bool {
+        // An ordered stop holds what has not gone out: the runs stay as recorded and the
+        // next start recovers and launches them.
         !self.queued.is_empty()
-            && (stopping
-                || self.staging.is_empty()
+            && !stopping
+            && (self.staging.is_empty()
                 || self.queued.iter().any(|q| q.urgent)
                 || self.deadline().is_some_and(|d| d <= now))
     }
@@ -206,6 +208,12 @@ pub fn poll(core: &mut Main) {
         let Some(reply) = core.take_blocking_reply::<blocking_calls::Launch>(id) else {
             continue;
         };
+        if reply.is_err() && core.flight.stopping {
+            // Blocking went first in an ordered stop: the launch is handed over to the
+            // next start (recovery), not failed.
+            core.rounds.out.remove(&id);
+            continue;
+        }
         let Some((runs, sent)) = core.rounds.out.remove(&id) else {
             continue;
         };
@@ -308,7 +316,7 @@ mod tests {
         r.queue(q(1, &["a"]), t0);
         assert!(!r.due(t0, false), "a run of the round is still on its way");
         assert!(r.due(t0 + ROUND_WAIT, false), "waited long enough");
-        assert!(r.due(t0, true), "stopping");
+        assert!(!r.due(t0 + ROUND_WAIT, true), "an ordered stop holds it");
         r.leave(100);
         assert!(r.due(t0, false), "the round is complete");
         r.join(200);
