@@ -98,6 +98,10 @@ impl Fleet {
         self.load_call.is_some() || self.hash_call.is_some() || !self.deploying.is_empty()
     }
 
+    pub fn deployments_total(&self) -> u64 {
+        self.deployments.values().map(|n| u64::from(*n)).sum()
+    }
+
     pub fn this_build(&self) -> Option<&str> {
         self.this_build.as_deref()
     }

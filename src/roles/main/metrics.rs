@@ -104,6 +104,28 @@ pub fn render(core: &Main) -> String {
         .render("saltpeter_salt_launch_seconds", "", &mut out);
     header(
         &mut out,
+        "saltpeter_salt_launch_publishes_total",
+        "counter",
+        "Salt launch publishes (one per round and distinct set of runs) since start.",
+    );
+    let _ = writeln!(
+        out,
+        "saltpeter_salt_launch_publishes_total {}",
+        core.rounds.publishes
+    );
+    header(
+        &mut out,
+        "saltpeter_wrapper_deployments_total",
+        "counter",
+        "Wrapper deployments to a minion since start (one per minion and build).",
+    );
+    let _ = writeln!(
+        out,
+        "saltpeter_wrapper_deployments_total {}",
+        core.fleet.deployments_total()
+    );
+    header(
+        &mut out,
         "saltpeter_prestage_lead_seconds",
         "gauge",
         "How far ahead of its slot each salt job is launched (the cap until measured).",
