@@ -77,6 +77,8 @@ impl Session {
         self.welcomed = false;
         self.hello_deadline = None;
         self.ctrl.clear();
+        // `exited` goes again on the next link, once welcomed there.
+        self.exited_sent_at = None;
         if self.abandon.is_none() && self.outcome.is_none() {
             let delay = self.backoff.next_delay(rand::random::<f64>());
             log::info!("reconnecting in {delay:?}");
