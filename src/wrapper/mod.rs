@@ -6,6 +6,8 @@
 //!    id and key file on the command line (the hub's challenge is signed with the key);
 //!    locally, `SP_MACHINE` and the launch token from `SP_TOKEN_FILE` (read, then deleted)
 //!    or `SP_TOKEN`; the token is then removed from the environment and kept in memory only.
+//!    `build`: the executable's SHA-256 and path for `hello`, worked out once, before
+//!    forking.
 //! 2. `daemon`: with `--daemonize`, fork/setsid/fork so Salt returns at once; with
 //!    `--detach` (the local executor), a session of its own and stdio closed, no fork;
 //!    logging.
@@ -20,6 +22,7 @@
 //! The wrapper exits 0 once the hub has answered `done` to its `exited`; the exit codes
 //! of failures are listed at [`WrapperError::exit_code`].
 
+mod build;
 mod command;
 mod daemon;
 mod files;
@@ -37,6 +40,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+pub use build::{Build, sha256_hex};
 pub use files::{lock_dir, lock_file_name, spool_dir};
 pub use outbuf::Limits;
 pub use patience::MAX_STAGE_GRACE;
@@ -194,6 +198,8 @@ pub fn main() -> ExitCode {
         std::env::remove_var(ENV_TOKEN_FILE);
     }
 
+    // Before forking: the launch reads its executable once.
+    let build = Build::of_this_process();
     let detached = if args.daemonize {
         daemon::daemonize(args.log.as_deref(), settings.run)
     } else if args.detach {
@@ -217,8 +223,12 @@ pub fn main() -> ExitCode {
         settings.machine,
         settings.hub.url
     );
+    if let Some(problem) = &build.problem {
+        log::warn!("{problem}; hello goes without the build's hash");
+    }
     let opts = Options {
         stage_grace,
+        build,
         ..Options::default()
     };
     match run(settings, opts) {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL, WRAPPER_PATH};
 
 use super::WrapperError;
+use super::build::Build;
 use super::files;
 use super::outbuf::Limits;
 use super::patience::MAX_STAGE_GRACE;
@@ -309,6 +310,8 @@ pub struct Options {
     /// How long past its slot a wrapper that has not started its command waits for a
     /// lost server (`patience`; at most two minutes).
     pub stage_grace: Duration,
+    /// What `hello` reports of this build (nothing unless `main` worked it out).
+    pub build: Build,
 }
 
 impl Default for Options {
@@ -322,6 +325,7 @@ impl Default for Options {
             hello_timeout: Duration::from_secs(30),
             drain_grace: Duration::from_secs(2),
             stage_grace: MAX_STAGE_GRACE,
+            build: Build::default(),
         }
     }
 }
