@@ -2,10 +2,11 @@
 //!
 //! Two ways to run on its own, both before any thread exists:
 //! - `--daemonize` (Salt): `cmd.run_all` waits for the wrapper's stdout and stderr to
-//!   close, so the wrapper forks, the first process prints one line and exits 0 at once,
-//!   the child calls `setsid` and forks again (the grandchild can never regain a
-//!   controlling terminal), and the grandchild points fds 0-2 at `/dev/null` (2 and 1 at
-//!   the log file with `--log`).
+//!   close, so for each run of `SP_RUN` the launcher forks, the child calls `setsid` and
+//!   forks again (the grandchild can never regain a controlling terminal), and the
+//!   grandchild points fds 0-2 at `/dev/null` (2 and 1 at the log file with `--log`,
+//!   which every run appends to) and tells the launcher its pid through a pipe. The
+//!   launcher prints one line per run and exits once all are started: at once.
 //! - `--detach` (the local executor, which reaps the wrapper itself): no fork. The
 //!   wrapper leaves the launcher's session first thing ([`leave_session`]), and once its
 //!   start-up checks passed prints the same line and points fds 0-2 away from the
@@ -14,10 +15,11 @@
 //!   process per target instead of three.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
+use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid, dup2_stderr, dup2_stdin, dup2_stdout, fork, getsid, setsid};
 
 use super::WrapperError;
@@ -71,31 +73,120 @@ impl Detached {
 
 /// The one line the launcher sees when the wrapper goes on alone.
 fn announce(run: u64, pid: u32) {
-    println!("saltpeter-wrapper: run {run} continues in the background (pid {pid})");
-    let _ = std::io::stdout().flush();
+    // Not `println!`: a launcher whose reader went away must not panic halfway through
+    // its runs.
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(
+        stdout,
+        "saltpeter-wrapper: run {run} continues in the background (pid {pid})"
+    );
+    let _ = stdout.flush();
 }
 
-pub fn daemonize(log: Option<&Path>, run: u64) -> Result<(), WrapperError> {
-    let fail = |step| move |err| WrapperError::Daemonize { step, err };
+/// `--daemonize`: start one background wrapper per run and end the launcher. Returns
+/// only in the background wrappers, each with its run; the launcher prints one line per
+/// run (stdout when it started, stderr when it could not) and exits 0 when every run
+/// started, 1 otherwise. An error before anything forked (the log file) is returned to
+/// the launcher: nothing was started.
+pub fn launch_in_background(log: Option<&Path>, runs: &[u64]) -> Result<u64, WrapperError> {
     // Open everything first so errors still reach Salt through our stderr.
     let outputs = Detached::open(log)?;
+    let mut failed = false;
+    for &run in runs {
+        match start_in_background(&outputs) {
+            Ok(Started::Launcher { pid }) => announce(run, pid),
+            Ok(Started::Wrapper) => return Ok(run),
+            Err(e) => {
+                failed = true;
+                let _ = writeln!(std::io::stderr(), "saltpeter-wrapper: run {run}: {e}");
+            }
+        }
+    }
+    std::process::exit(i32::from(failed));
+}
+
+/// Which side of [`start_in_background`] this process is on.
+enum Started {
+    /// The launcher, once the wrapper `pid` runs on its own.
+    Launcher { pid: u32 },
+    /// The background wrapper itself.
+    Wrapper,
+}
+
+/// One background wrapper: fork; the child calls `setsid` and forks again (the
+/// grandchild can never regain a controlling terminal) and exits; the grandchild points
+/// fds 0-2 away from the launcher and is the wrapper. A pipe tells the launcher how it
+/// went: the wrapper's pid once it runs on its own, or what failed.
+fn start_in_background(outputs: &Detached) -> Result<Started, WrapperError> {
+    let fail = |step| move |err| WrapperError::Daemonize { step, err };
+    let io_fail = |step| {
+        move |e: std::io::Error| WrapperError::Daemonize {
+            step,
+            err: nix::Error::from_raw(e.raw_os_error().unwrap_or(0)),
+        }
+    };
+    // Close-on-exec, so the wrapper's command never inherits it.
+    let (mut report_rx, report_tx) = std::io::pipe().map_err(io_fail("pipe"))?;
     let _ = std::io::stdout().flush();
     // SAFETY: called from `main` before any thread exists, so the child is a complete
     // copy of a single-threaded process.
     match unsafe { fork() }.map_err(fail("first fork"))? {
         ForkResult::Parent { child } => {
-            announce(run, child.as_raw() as u32);
-            std::process::exit(0);
+            drop(report_tx);
+            let mut report = String::new();
+            let read = report_rx.read_to_string(&mut report);
+            let status = waitpid(child, None);
+            let pid = report.strip_prefix("started ").map(str::parse::<u32>);
+            match (read, pid) {
+                (Err(e), _) => Err(WrapperError::Background(format!(
+                    "could not read how the background process started: {e}"
+                ))),
+                (Ok(_), Some(Ok(pid))) => Ok(Started::Launcher { pid }),
+                (Ok(_), None) if !report.is_empty() => Err(WrapperError::Background(report)),
+                (Ok(_), _) => Err(WrapperError::Background(format!(
+                    "the background process ended without saying it started ({status:?})"
+                ))),
+            }
         }
-        ForkResult::Child => {}
+        ForkResult::Child => {
+            drop(report_rx);
+            in_background_child(outputs, report_tx)
+        }
     }
-    setsid().map_err(fail("setsid"))?;
-    // SAFETY: as above; still single-threaded.
-    match unsafe { fork() }.map_err(fail("second fork"))? {
-        ForkResult::Parent { .. } => std::process::exit(0),
-        ForkResult::Child => {}
+}
+
+/// The first child: a session of its own, then the wrapper in a grandchild. Returns only
+/// in the grandchild; the child itself exits once it forked (or reports why not).
+fn in_background_child(
+    outputs: &Detached,
+    mut report: std::io::PipeWriter,
+) -> Result<Started, WrapperError> {
+    if let Err(e) = setsid() {
+        report_and_exit(&mut report, format!("could not daemonize (setsid): {e}"));
     }
-    outputs.redirect()
+    // SAFETY: as in `start_in_background`; still single-threaded.
+    match unsafe { fork() } {
+        Err(e) => report_and_exit(
+            &mut report,
+            format!("could not daemonize (second fork): {e}"),
+        ),
+        Ok(ForkResult::Parent { .. }) => std::process::exit(0),
+        Ok(ForkResult::Child) => {}
+    }
+    if let Err(e) = outputs.redirect() {
+        // fds 0-2 may be half redirected: the launcher says it.
+        report_and_exit(&mut report, e.to_string());
+    }
+    // The launcher reads to the end: this process's end of the pipe must close too.
+    let _ = report.write_all(format!("started {}", std::process::id()).as_bytes());
+    drop(report);
+    Ok(Started::Wrapper)
+}
+
+/// A background process that could not become the wrapper: its reason to the launcher.
+fn report_and_exit(report: &mut std::io::PipeWriter, text: String) -> ! {
+    let _ = report.write_all(text.as_bytes());
+    std::process::exit(1);
 }
 
 /// Leave the launcher's session and process group (a kill of the daemon's group, or a

@@ -61,8 +61,11 @@ pub struct Link {
     token: Token,
     /// The TLS client configuration, built on the first `wss://` connect and kept.
     tls: Option<Arc<rustls::ClientConfig>>,
-    /// When the hub last sent anything (any frame, pongs included).
+    /// When the hub last sent anything (any frame, pongs included): the hub is there.
     pub last_rx: Instant,
+    /// When the hub last sent a message (text or binary, not a ping or pong): only a
+    /// message shows that the server behind the hub still serves the run.
+    pub last_msg: Instant,
 }
 
 impl Link {
@@ -72,6 +75,7 @@ impl Link {
             token,
             tls: None,
             last_rx: now,
+            last_msg: now,
         }
     }
 
@@ -111,6 +115,19 @@ impl Link {
             .map_err(|e| format!("could not register the hub socket: {e}"))?;
         self.state = State::Connecting { stream, since: now };
         Ok(())
+    }
+
+    /// Tests: an open link over `stream` (already connected), without a handshake.
+    #[cfg(test)]
+    pub fn open_for_test(&mut self, stream: TcpStream, now: Instant) {
+        let ws = WebSocket::from_raw_socket(
+            Stream::Plain(stream),
+            tungstenite::protocol::Role::Client,
+            None,
+        );
+        self.state = State::Open { ws: Box::new(ws) };
+        self.last_rx = now;
+        self.last_msg = now;
     }
 
     pub fn close(&mut self) {
@@ -214,6 +231,7 @@ impl Link {
             Ok((ws, _)) => {
                 self.state = State::Open { ws: Box::new(ws) };
                 self.last_rx = now;
+                self.last_msg = now;
                 events.push(LinkEvent::Open);
             }
             Err(HandshakeError::Interrupted(mid)) => {
@@ -241,7 +259,10 @@ impl Link {
                     self.last_rx = now;
                     match msg {
                         Message::Text(text) => match serde_json::from_str::<ServerMsg>(&text) {
-                            Ok(m) => events.push(LinkEvent::Message(m)),
+                            Ok(m) => {
+                                self.last_msg = now;
+                                events.push(LinkEvent::Message(m));
+                            }
                             Err(e) => log::warn!("ignoring a message from the hub: {e}: {text}"),
                         },
                         Message::Close(frame) => {

@@ -6,9 +6,12 @@
 //!    id and key file on the command line (the hub's challenge is signed with the key);
 //!    locally, `SP_MACHINE` and the launch token from `SP_TOKEN_FILE` (read, then deleted)
 //!    or `SP_TOKEN`; the token is then removed from the environment and kept in memory only.
-//! 2. `daemon`: with `--daemonize`, fork/setsid/fork so Salt returns at once; with
-//!    `--detach` (the local executor), a session of its own and stdio closed, no fork;
-//!    logging.
+//!    `SP_RUN` may list several runs (`launch`): one launch command starts every run due
+//!    on a minion. `build`: the executable's SHA-256 and path for `hello`, worked out
+//!    once, before forking.
+//! 2. `daemon`: with `--daemonize`, fork/setsid/fork for each run so Salt returns at
+//!    once; with `--detach` (the local executor), a session of its own and stdio closed,
+//!    no fork; logging.
 //! 3. `session`: one thread, one mio loop: the hub link (`link`), the running command
 //!    (`running`, started by `command`), SIGCHLD/SIGTERM, and timers (heartbeat, kill grace, timeout,
 //!    reconnect backoff, give-up). Output goes through `outbuf` (seq numbers, ack
@@ -20,9 +23,11 @@
 //! The wrapper exits 0 once the hub has answered `done` to its `exited`; the exit codes
 //! of failures are listed at [`WrapperError::exit_code`].
 
+mod build;
 mod command;
 mod daemon;
 mod files;
+mod launch;
 mod link;
 mod outbuf;
 mod patience;
@@ -37,16 +42,19 @@ use std::time::Duration;
 
 use clap::Parser;
 
+pub use build::{Build, sha256_hex};
 pub use files::{lock_dir, lock_file_name, spool_dir};
+pub use launch::{MAX_RUNS, parse_runs};
 pub use outbuf::Limits;
 pub use patience::MAX_STAGE_GRACE;
 pub use session::run;
 pub use settings::{
-    Credential, DEFAULT_GIVE_UP, ENV_STAGE_GRACE, HubUrl, Minion, Options, Settings, parse_hub_url,
-    settings_from_env, stage_grace, take_token_file,
+    Credential, DEFAULT_GIVE_UP, ENV_STAGE_GRACE, HubUrl, Launch, Minion, Options, Settings,
+    parse_hub_url, settings_from_env, stage_grace, take_token_file,
 };
 
 use crate::wire::wrapper::{ENV_TOKEN, ENV_TOKEN_FILE, RejectCode};
+use launch::check_runs;
 
 /// Everything that can end the wrapper with an error.
 #[derive(Debug, thiserror::Error)]
@@ -55,10 +63,15 @@ pub enum WrapperError {
     MissingEnv(&'static str),
     #[error("environment variable {var} is invalid: {reason}")]
     InvalidEnv { var: &'static str, reason: String },
+    #[error("{0}")]
+    Usage(String),
     #[error("could not open log file {path}: {err}")]
     LogFile { path: PathBuf, err: std::io::Error },
     #[error("could not daemonize ({step}): {err}")]
     Daemonize { step: &'static str, err: nix::Error },
+    /// A background wrapper of `--daemonize` could not start (its own words).
+    #[error("{0}")]
+    Background(String),
     #[error("could not set up the event loop: {0}")]
     Poll(std::io::Error),
     #[error("could not use private directory {path}: {reason}")]
@@ -89,13 +102,16 @@ pub enum WrapperError {
 impl WrapperError {
     /// Process exit code: 1 bad start-up (environment, log file, daemonize), 2 rejected
     /// by the hub, 3 gave up on the hub (with the command killed, or before starting
-    /// it), 4 stopped by a signal, 5 other local failure.
+    /// it), 4 stopped by a signal, 5 other local failure. A `--daemonize` launcher exits
+    /// 0 when every run started, 1 when any could not.
     pub fn exit_code(&self) -> u8 {
         match self {
             WrapperError::MissingEnv(_)
             | WrapperError::InvalidEnv { .. }
+            | WrapperError::Usage(_)
             | WrapperError::LogFile { .. }
             | WrapperError::Daemonize { .. }
+            | WrapperError::Background(_)
             | WrapperError::MinionKey(_) => 1,
             WrapperError::Rejected { .. } => 2,
             WrapperError::GaveUp(_) | WrapperError::NotStarted { .. } => 3,
@@ -113,7 +129,8 @@ impl WrapperError {
     about = "Runs one Saltpeter job on this host"
 )]
 pub struct Args {
-    /// Fork into the background and return at once (so Salt returns).
+    /// Fork into the background and return at once (so Salt returns): one background
+    /// wrapper for each run of SP_RUN (a comma-separated list).
     #[arg(long, conflicts_with = "detach")]
     pub daemonize: bool,
     /// Leave the caller's session and, once started, close stdout and stderr (after
@@ -147,68 +164,29 @@ pub fn main() -> ExitCode {
     if args.detach
         && let Err(e) = daemon::leave_session()
     {
-        eprintln!("saltpeter-wrapper: {e}");
-        return ExitCode::from(e.exit_code());
+        return fail_at_start(&e);
     }
-    let minion = match (&args.minion_id, &args.minion_key) {
-        (Some(id), Some(key)) => Some(Minion {
-            id: id.clone(),
-            key: key.clone(),
-        }),
-        _ => None,
+    let (launch, opts) = match validate(&args) {
+        Ok(validated) => validated,
+        Err(e) => return fail_at_start(&e),
     };
-    // The local executor's token comes in a 0600 file, deleted once read.
-    let token_from_file = match std::env::var_os(ENV_TOKEN_FILE) {
-        Some(path) if minion.is_none() => match take_token_file(std::path::Path::new(&path)) {
-            Ok(token) => Some(token),
-            Err(e) => {
-                eprintln!("saltpeter-wrapper: {e}");
-                return ExitCode::from(e.exit_code());
-            }
-        },
-        _ => None,
-    };
-    let lookup = |name: &str| match (name, &token_from_file) {
-        (ENV_TOKEN, Some(token)) => Some(token.clone()),
-        _ => std::env::var(name).ok(),
-    };
-    let settings = match settings_from_env(lookup, Duration::from_secs(args.give_up.max(1)), minion)
-    {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("saltpeter-wrapper: {e}");
-            return ExitCode::from(e.exit_code());
-        }
-    };
-    let stage_grace = match stage_grace(args.stage_grace, std::env::var(ENV_STAGE_GRACE).ok()) {
-        Ok(grace) => grace,
-        Err(e) => {
-            eprintln!("saltpeter-wrapper: {e}");
-            return ExitCode::from(e.exit_code());
-        }
-    };
-    // SAFETY: still single-threaded (nothing has spawned a thread yet), so no other
-    // thread can read the environment concurrently.
-    unsafe {
-        std::env::remove_var(ENV_TOKEN);
-        std::env::remove_var(ENV_TOKEN_FILE);
-    }
-
+    // Before forking: a launch that starts many runs reads its executable once.
+    let build = Build::of_this_process();
     let detached = if args.daemonize {
-        daemon::daemonize(args.log.as_deref(), settings.run)
+        daemon::launch_in_background(args.log.as_deref(), &launch.runs)
     } else if args.detach {
-        daemon::detach(args.log.as_deref(), settings.run)
+        daemon::detach(args.log.as_deref(), launch.settings.run).map(|()| launch.settings.run)
     } else {
-        Ok(())
+        Ok(launch.settings.run)
     };
-    if let Err(e) = detached {
-        eprintln!("saltpeter-wrapper: {e}");
-        return ExitCode::from(e.exit_code());
-    }
+    let run_id = match detached {
+        Ok(run) => run,
+        Err(e) => return fail_at_start(&e),
+    };
     if let Err(e) = daemon::init_logging(args.log.as_deref()) {
-        eprintln!("saltpeter-wrapper: {e}");
-        return ExitCode::from(e.exit_code());
+        return fail_at_start(&e);
     }
+    let settings = launch.for_run(run_id);
     log::info!(
         "saltpeter-wrapper {} pid {} for run {} on {} via {}",
         env!("CARGO_PKG_VERSION"),
@@ -217,11 +195,10 @@ pub fn main() -> ExitCode {
         settings.machine,
         settings.hub.url
     );
-    let opts = Options {
-        stage_grace,
-        ..Options::default()
-    };
-    match run(settings, opts) {
+    if let Some(problem) = &build.problem {
+        log::warn!("{problem}; hello goes without the build's hash");
+    }
+    match run(settings, Options { build, ..opts }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e}");
@@ -231,4 +208,47 @@ pub fn main() -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// An error before the wrapper runs on its own: one line on stderr.
+fn fail_at_start(e: &WrapperError) -> ExitCode {
+    eprintln!("saltpeter-wrapper: {e}");
+    ExitCode::from(e.exit_code())
+}
+
+/// Everything checked once per launch command, before anything forks: the identity (the
+/// minion, or the launch token from its file), `SP_URL`, the runs of `SP_RUN` and how they
+/// may be started, the stage grace. The token then leaves the environment.
+fn validate(args: &Args) -> Result<(Launch, Options), WrapperError> {
+    let minion = match (&args.minion_id, &args.minion_key) {
+        (Some(id), Some(key)) => Some(Minion {
+            id: id.clone(),
+            key: key.clone(),
+        }),
+        _ => None,
+    };
+    // The local executor's token comes in a 0600 file, deleted once read.
+    let token_from_file = match std::env::var_os(ENV_TOKEN_FILE) {
+        Some(path) if minion.is_none() => Some(take_token_file(std::path::Path::new(&path))?),
+        _ => None,
+    };
+    let lookup = |name: &str| match (name, &token_from_file) {
+        (ENV_TOKEN, Some(token)) => Some(token.clone()),
+        _ => std::env::var(name).ok(),
+    };
+    let by_token = minion.is_none();
+    let launch = settings_from_env(lookup, Duration::from_secs(args.give_up.max(1)), minion)?;
+    check_runs(&launch.runs, args.daemonize, by_token)?;
+    let stage_grace = stage_grace(args.stage_grace, std::env::var(ENV_STAGE_GRACE).ok())?;
+    // SAFETY: still single-threaded (nothing has spawned a thread yet), so no other
+    // thread can read the environment concurrently.
+    unsafe {
+        std::env::remove_var(ENV_TOKEN);
+        std::env::remove_var(ENV_TOKEN_FILE);
+    }
+    let opts = Options {
+        stage_grace,
+        ..Options::default()
+    };
+    Ok((launch, opts))
 }

@@ -7,7 +7,16 @@
 //! `acked_seq` rewinds the output buffer so exactly the missing frames are resent.
 //! Without a server that knows the run, `patience` bounds the wait: a wrapper that has
 //! not started its command gives up at its slot plus the stage grace; one whose command
-//! runs keeps retrying up to `give_up`. Server messages are handled in `server_msgs`.
+//! runs keeps retrying up to `give_up`. Server messages are handled in `server_msgs`,
+//! the link's life in `hub_link`, deadlines in `timers`.
+//!
+//! No wrapper ever sleeps with nothing to wake it (`standing`): at the end of every
+//! iteration it is served (welcomed on an open link), setting a link up (connect,
+//! handshake or hello, each with a deadline), waiting for a scheduled reconnect, killing
+//! its command before it gives up, or ending. A served link is watched at the
+//! application level too: the hub answers pings whatever the server behind it knows, so
+//! a `go` owed by the slot plus the grace, or a `done` owed after `exited`, that does not
+//! come drops the link and the wrapper asks again (`timers`).
 //!
 //! Every iteration: poll (timeout = the nearest deadline), note readiness, read the
 //! pipes (bounded per iteration so the hub socket is never starved), handle hub
@@ -26,6 +35,10 @@ use signal_hook_mio::v1_0::Signals;
 
 mod hub_link;
 mod server_msgs;
+mod standing;
+#[cfg(test)]
+mod tests;
+mod timers;
 
 use super::WrapperError;
 use super::files;
@@ -41,8 +54,6 @@ const WS: Token = Token(0);
 const STDOUT: Token = Token(1);
 const STDERR: Token = Token(2);
 const SIGNALS: Token = Token(3);
-const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
-const EXITED_RESEND: Duration = Duration::from_secs(30);
 
 /// Runs the whole protocol for one run; `Ok` once the hub answered `done`.
 pub fn run(settings: Settings, opts: Options) -> Result<(), WrapperError> {
@@ -64,13 +75,12 @@ struct Session {
     minion_key: Option<std::path::PathBuf>,
     opts: Options,
     poll: Poll,
-    signals: Signals,
     link: Link,
     link_events: Vec<LinkEvent>,
     welcomed: bool,
-    /// A kill or cancel that arrived before the welcome (the server may send one as soon
-    /// as it accepts the hello, while the welcome waits for the session to be recorded):
-    /// acted on right after the welcome.
+    /// A kill, cancel or done that arrived before the welcome (the server may send one as
+    /// soon as it accepts the hello, while the welcome waits for the session to be
+    /// recorded): acted on right after the welcome.
     early_stop: Option<ServerMsg>,
     hello_deadline: Option<Instant>,
     addrs: Vec<SocketAddr>,
@@ -101,10 +111,6 @@ fn unix_ms() -> i64 {
 impl Session {
     fn new(mut settings: Settings, opts: Options) -> Result<Session, WrapperError> {
         let poll = Poll::new().map_err(WrapperError::Poll)?;
-        let mut signals = Signals::new([SIGCHLD, SIGTERM, SIGINT]).map_err(WrapperError::Poll)?;
-        poll.registry()
-            .register(&mut signals, SIGNALS, Interest::READABLE)
-            .map_err(WrapperError::Poll)?;
         let (token, minion_key) =
             match std::mem::replace(&mut settings.credential, Credential::Token(String::new())) {
                 Credential::Token(token) => (Some(token), None),
@@ -127,7 +133,6 @@ impl Session {
             token,
             minion_key,
             poll,
-            signals,
             link: Link::new(WS, now),
             link_events: Vec::new(),
             welcomed: false,
@@ -155,6 +160,11 @@ impl Session {
     }
 
     fn run_loop(mut self) -> Result<(), WrapperError> {
+        let mut signals = Signals::new([SIGCHLD, SIGTERM, SIGINT]).map_err(WrapperError::Poll)?;
+        self.poll
+            .registry()
+            .register(&mut signals, SIGNALS, Interest::READABLE)
+            .map_err(WrapperError::Poll)?;
         let mut events = Events::with_capacity(64);
         loop {
             if let Some(outcome) = self.outcome.take() {
@@ -175,7 +185,10 @@ impl Session {
             for ev in events.iter() {
                 match ev.token() {
                     WS => link_ready = true,
-                    SIGNALS => self.on_signals(now),
+                    SIGNALS => {
+                        let pending: Vec<i32> = signals.pending().collect();
+                        self.on_signals(now, &pending);
+                    }
                     tok => {
                         if let Phase::Running(r) = &mut self.phase {
                             let stream = if tok == STDOUT {
@@ -200,59 +213,12 @@ impl Session {
             self.check_child(now);
             self.pump(now);
             self.handle_link_events(now);
+            self.keep_standing(now);
         }
     }
 
-    /// While welcomed on an open link: when that server was last heard.
-    fn served(&self) -> Option<Instant> {
-        (self.welcomed && self.link.is_open()).then_some(self.link.last_rx)
-    }
-
-    fn heartbeat_interval(&self) -> Duration {
-        self.job.as_ref().map_or(DEFAULT_HEARTBEAT, |j| {
-            Duration::from_secs(j.heartbeat_s.max(1))
-        })
-    }
-
-    fn liveness_limit(&self) -> Duration {
-        (self.heartbeat_interval() * 4).max(Duration::from_secs(20))
-    }
-
-    fn poll_timeout(&self, now: Instant) -> Option<Duration> {
-        let mut next: Vec<Option<Instant>> = vec![
-            self.out.flush_deadline(),
-            self.heartbeat_at,
-            self.reconnect_at,
-            self.hello_deadline,
-            self.link.setup_deadline(),
-            Some(self.patience.last_known(self.served()) + self.settings.give_up),
-            self.exited_sent_at.map(|t| t + EXITED_RESEND),
-        ];
-        if self.started.is_none() && self.served().is_none() {
-            next.push(Some(self.patience.start_deadline()));
-        }
-        if self.link.is_open() {
-            next.push(Some(self.link.last_rx + self.liveness_limit()));
-        }
-        match &self.phase {
-            Phase::Splay(until) => next.push(Some(*until)),
-            Phase::Running(r) => {
-                if r.has_ready_pipe() {
-                    return Some(Duration::ZERO);
-                }
-                next.push(r.next_deadline(now));
-            }
-            _ => {}
-        }
-        next.into_iter()
-            .flatten()
-            .min()
-            .map(|t| t.saturating_duration_since(now))
-    }
-
-    fn on_signals(&mut self, now: Instant) {
-        let pending: Vec<i32> = self.signals.pending().collect();
-        for sig in pending {
+    fn on_signals(&mut self, now: Instant, pending: &[i32]) {
+        for &sig in pending {
             if sig == SIGCHLD {
                 continue; // reaping happens in check_child on every iteration
             }
@@ -373,71 +339,6 @@ impl Session {
             self.abandon = Some(err);
         } else {
             self.outcome = Some(Err(err));
-        }
-    }
-
-    fn on_timers(&mut self, now: Instant) {
-        self.out.flush_due(now, false);
-        if let Phase::Splay(until) = self.phase
-            && until <= now
-        {
-            self.start_command(now);
-        }
-        let timeout = self.job.as_ref().map_or(0, |j| j.timeout_s);
-        let grace = self.kill_grace();
-        if let Phase::Running(r) = &mut self.phase
-            && r.on_timers(now)
-        {
-            let why = format!("timeout of {timeout} s reached");
-            r.begin_kill(now, ExitReason::Timeout, grace, &why, &mut self.out);
-        }
-        if self.heartbeat_at.is_some_and(|t| t <= now) {
-            if self.welcomed {
-                self.ctrl.push_back(WrapperMsg::Heartbeat { at: unix_ms() });
-                self.link.send_ping(&mut self.link_events);
-            }
-            self.heartbeat_at = Some(now + self.heartbeat_interval());
-        }
-        if self
-            .exited_sent_at
-            .is_some_and(|t| t + EXITED_RESEND <= now)
-        {
-            self.exited_sent_at = None; // no done yet: send exited again
-        }
-        if self.reconnect_at.is_some_and(|t| t <= now) {
-            if self.link.is_down() {
-                self.dial(now);
-            } else {
-                self.reconnect_at = None;
-            }
-        }
-        if self.link.setup_deadline().is_some_and(|t| t <= now) {
-            self.link_down(now, "connecting to the hub timed out");
-        }
-        if self.hello_deadline.is_some_and(|t| t <= now) {
-            self.link_down(now, "no welcome from the hub in time");
-        }
-        if self.link.is_open() && self.link.last_rx + self.liveness_limit() <= now {
-            self.link_down(now, "the hub went silent");
-        }
-        if self.started.is_none()
-            && self.outcome.is_none()
-            && self.patience.start_abandoned(now, self.served().is_some())
-        {
-            log::info!("the slot plus the stage grace has passed with no server; giving up");
-            let err = WrapperError::NotStarted {
-                run: self.settings.run,
-                waited_s: self.patience.unknown_for(now).as_secs(),
-                why: self.patience.why().to_string(),
-            };
-            self.give_up(now, err);
-            return;
-        }
-        let known = self.patience.last_known(self.served());
-        if self.abandon.is_none() && known + self.settings.give_up <= now {
-            let limit = self.settings.give_up;
-            log::error!("no contact with the hub for {limit:?}; giving up");
-            self.give_up(now, WrapperError::GaveUp(limit));
         }
     }
 

@@ -10,7 +10,9 @@ use std::time::Duration;
 use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL, WRAPPER_PATH};
 
 use super::WrapperError;
+use super::build::Build;
 use super::files;
+use super::launch::parse_runs;
 use super::outbuf::Limits;
 use super::patience::MAX_STAGE_GRACE;
 
@@ -71,13 +73,14 @@ pub struct Minion {
     pub key: PathBuf,
 }
 
-/// Builds [`Settings`] from a variable lookup (the process environment in production):
-/// `SP_URL` and `SP_RUN`, then either the minion (Salt) or `SP_MACHINE` and the token.
+/// Builds the [`Launch`] from a variable lookup (the process environment in production):
+/// `SP_URL` and `SP_RUN` (one run or a list, `launch::parse_runs`), then either the
+/// minion (Salt) or `SP_MACHINE` and the token.
 pub fn settings_from_env(
     lookup: impl Fn(&str) -> Option<String>,
     give_up: Duration,
     minion: Option<Minion>,
-) -> Result<Settings, WrapperError> {
+) -> Result<Launch, WrapperError> {
     let get = |name: &'static str| match lookup(name) {
         Some(v) if !v.trim().is_empty() => Ok(v),
         _ => Err(WrapperError::MissingEnv(name)),
@@ -92,14 +95,7 @@ pub fn settings_from_env(
         .into_iter();
     let hub = hubs.next().ok_or(WrapperError::MissingEnv(ENV_URL))?;
     let other_hubs = hubs.collect();
-    let run_text = get(ENV_RUN)?;
-    let run = run_text
-        .trim()
-        .parse::<u64>()
-        .map_err(|_| WrapperError::InvalidEnv {
-            var: ENV_RUN,
-            reason: format!("{run_text:?} is not a run id (an unsigned integer)"),
-        })?;
+    let runs = parse_runs(&get(ENV_RUN)?)?;
     let (machine, credential) = match minion {
         Some(Minion { id, key }) => (id, Credential::MinionKey(key)),
         None => (get(ENV_MACHINE)?, Credential::Token(get(ENV_TOKEN)?)),
@@ -110,14 +106,37 @@ pub fn settings_from_env(
             reason: "machine id is empty, longer than 255 bytes or holds control characters".into(),
         });
     }
-    Ok(Settings {
+    let first = runs
+        .first()
+        .copied()
+        .ok_or(WrapperError::MissingEnv(ENV_RUN))?;
+    let settings = Settings {
         hub,
         other_hubs,
-        run,
+        run: first,
         machine,
         credential,
         give_up,
-    })
+    };
+    Ok(Launch { settings, runs })
+}
+
+/// A validated launch command: the runs of `SP_RUN` (at least one, no duplicates) and the
+/// settings they share; `settings.run` is the first.
+#[derive(Debug)]
+pub struct Launch {
+    pub settings: Settings,
+    pub runs: Vec<u64>,
+}
+
+impl Launch {
+    /// The settings of one of its runs.
+    pub fn for_run(&self, run: u64) -> Settings {
+        Settings {
+            run,
+            ..self.settings.clone()
+        }
+    }
 }
 
 /// The launch token from its 0600 file (`SP_TOKEN_FILE`), which is deleted once read: the
@@ -309,6 +328,8 @@ pub struct Options {
     /// How long past its slot a wrapper that has not started its command waits for a
     /// lost server (`patience`; at most two minutes).
     pub stage_grace: Duration,
+    /// What `hello` reports of this build (nothing unless `main` worked it out).
+    pub build: Build,
 }
 
 impl Default for Options {
@@ -322,6 +343,7 @@ impl Default for Options {
             hello_timeout: Duration::from_secs(30),
             drain_grace: Duration::from_secs(2),
             stage_grace: MAX_STAGE_GRACE,
+            build: Build::default(),
         }
     }
 }
@@ -403,7 +425,9 @@ mod tests {
             ("SP_MACHINE", "web1"),
             ("SP_TOKEN", "sekrit"),
         ]);
-        let s = settings_from_env(ok, DEFAULT_GIVE_UP, None).unwrap();
+        let s = settings_from_env(ok, DEFAULT_GIVE_UP, None)
+            .unwrap()
+            .settings;
         assert_eq!((s.run, s.machine.as_str()), (42, "web1"));
         assert!(!format!("{s:?}").contains("sekrit"));
 
@@ -427,9 +451,18 @@ mod tests {
             id: "minion-01".into(),
             key: "/etc/salt/pki/minion/minion.pem".into(),
         };
-        let s = settings_from_env(salt, DEFAULT_GIVE_UP, Some(minion)).unwrap();
+        let s = settings_from_env(salt, DEFAULT_GIVE_UP, Some(minion.clone()))
+            .unwrap()
+            .settings;
         assert_eq!(s.machine, "minion-01");
         assert!(matches!(s.credential, Credential::MinionKey(_)));
+
+        // Several runs: the same settings for each.
+        let several = env(&[("SP_URL", "ws://h:1"), ("SP_RUN", "7,9,7")]);
+        let launch = settings_from_env(several, DEFAULT_GIVE_UP, Some(minion)).unwrap();
+        assert_eq!(launch.runs, [7, 9]);
+        let nine = launch.for_run(9);
+        assert_eq!((nine.run, nine.machine.as_str()), (9, "minion-01"));
     }
 
     #[test]
@@ -453,7 +486,9 @@ mod tests {
             ("SP_MACHINE", "m"),
             ("SP_TOKEN", "t"),
         ]);
-        let s = settings_from_env(several, DEFAULT_GIVE_UP, None).unwrap();
+        let s = settings_from_env(several, DEFAULT_GIVE_UP, None)
+            .unwrap()
+            .settings;
         assert_eq!(s.hub.url, "ws://a:1/wrapper/v1");
         let others: Vec<&str> = s.other_hubs.iter().map(|h| h.url.as_str()).collect();
         assert_eq!(others, ["ws://b:2/wrapper/v1", "ws://c:3/wrapper/v1"]);

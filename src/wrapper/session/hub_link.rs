@@ -48,8 +48,8 @@ impl Session {
             wrapper_version: env!("CARGO_PKG_VERSION").to_string(),
             pid: std::process::id(),
             resume_from: resuming.then(|| self.out.acked()),
-            wrapper_sha256: None,
-            wrapper_path: None,
+            wrapper_sha256: self.opts.build.sha256.clone(),
+            wrapper_path: self.opts.build.path.clone(),
         };
         self.link.send_msg(&hello, &mut self.link_events);
         self.link.flush(&mut self.link_events);
@@ -77,6 +77,8 @@ impl Session {
         self.welcomed = false;
         self.hello_deadline = None;
         self.ctrl.clear();
+        // `exited` goes again on the next link, once welcomed there.
+        self.exited_sent_at = None;
         if self.abandon.is_none() && self.outcome.is_none() {
             let delay = self.backoff.next_delay(rand::random::<f64>());
             log::info!("reconnecting in {delay:?}");

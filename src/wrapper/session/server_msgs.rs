@@ -1,7 +1,9 @@
 //! What the wrapper does with each message from the server: `welcome` (first, or again
 //! after a reconnect), `go`, `cancel`, `kill`, `ack`, `done` and rejections. A rejection
 //! saying the server does not know the run ends a wrapper that has not started its
-//! command, but not one whose command runs (`patience`).
+//! command, but not one whose command runs (`patience`). No message that ends the run
+//! for the server is ignored in any phase: `done` before `exited` ends the wrapper too
+//! (a running command is killed), and one before the welcome is acted on after it.
 
 use std::time::{Duration, Instant};
 
@@ -43,7 +45,9 @@ impl Session {
                     self.give_up(now, WrapperError::Rejected { code, message });
                 }
             }
-            ServerMsg::Kill { .. } | ServerMsg::Cancel { .. } if !self.welcomed => {
+            ServerMsg::Kill { .. } | ServerMsg::Cancel { .. } | ServerMsg::Done {}
+                if !self.welcomed =>
+            {
                 log::info!("{msg:?} before the welcome: acted on once welcomed");
                 self.early_stop = Some(msg);
             }
@@ -80,13 +84,46 @@ impl Session {
                     _ => {}
                 }
             }
-            ServerMsg::Done {} => {
-                if matches!(self.phase, Phase::Finished(_)) && self.exited_sent_at.is_some() {
+            ServerMsg::Done {} => self.on_done(now),
+        }
+    }
+
+    /// `done`: the server has recorded this target's outcome and takes nothing more for
+    /// it. After `exited` that is the normal end. Before it, the server decided the
+    /// outcome without the wrapper (a launch it counted as failed, a pick-up deadline): a
+    /// command not started never starts, a running one is killed, and the wrapper ends.
+    /// Ignoring it would leave the wrapper on a link whose server no longer serves the
+    /// run, kept open by the hub's answers to its pings.
+    fn on_done(&mut self, now: Instant) {
+        let run = self.settings.run;
+        let finished = |message: String| WrapperError::Rejected {
+            code: RejectCode::Finished,
+            message,
+        };
+        match &self.phase {
+            Phase::Finished(_) => {
+                if self.exited_sent_at.is_some() {
                     log::info!("the hub recorded the exit; done");
-                    self.outcome = Some(Ok(()));
                 } else {
-                    log::warn!("ignoring done before exited was sent");
+                    log::warn!("the hub recorded an outcome before this exit reached it; done");
                 }
+                self.outcome = Some(Ok(()));
+            }
+            Phase::Running(_) => {
+                let why = format!(
+                    "the server recorded the outcome of run {run} while its command ran; \
+                     the command is stopped"
+                );
+                log::warn!("{why}");
+                self.give_up(now, finished(why));
+            }
+            Phase::AwaitWelcome | Phase::AwaitGo | Phase::Splay(_) => {
+                let why = format!(
+                    "the server recorded the outcome of run {run} before its command \
+                     started; nothing was run"
+                );
+                log::warn!("{why}");
+                self.give_up(now, finished(why));
             }
         }
     }

@@ -47,12 +47,19 @@ fn normal_run_streams_output_and_reports_exit_code() {
             resume_key,
             pid,
             resume_from,
+            wrapper_sha256,
+            wrapper_path,
             ..
         } => {
             assert_eq!((*v, *run, machine.as_str()), (1, 11, "m1"));
             assert_eq!(token.as_deref(), Some(TOKEN));
             assert!(resume_key.is_none() && resume_from.is_none());
             assert_eq!(*pid, child.id());
+            // The build: the hash of the very binary, and the path it was started as.
+            let binary = std::fs::File::open(BIN).unwrap();
+            let hash = saltpeter::wrapper::sha256_hex(binary).unwrap();
+            assert_eq!(wrapper_sha256.as_deref(), Some(hash.as_str()));
+            assert_eq!(wrapper_path.as_deref(), Some(BIN));
         }
         other => panic!("expected hello, got {other:?}"),
     }

@@ -1,13 +1,16 @@
 //! A wrapper whose server goes away (issue 20): one that has not started its command
 //! gives up at its slot plus the stage grace and runs nothing; one whose command runs
 //! keeps it, spools and retries, also past a server that does not know its run; a server
-//! back within the grace finds a staged wrapper waiting.
+//! back within the grace finds a staged wrapper waiting. A hub that keeps the link but no
+//! longer serves the run (it answers pings, nothing else) does not keep a staged wrapper
+//! asleep: by its slot plus the grace it asks again, and gives up.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::peer::*;
 use saltpeter::wire::wrapper::{ExitReason, RejectCode, ServerMsg, Stream, WrapperMsg};
+use tungstenite::Message;
 
 const HANG: Duration = Duration::from_secs(60);
 
@@ -224,4 +227,95 @@ fn a_running_wrapper_keeps_its_command_past_a_lost_server_and_one_that_does_not_
         "{}",
         log_text(&log)
     );
+}
+
+/// How a hub stops serving a staged wrapper's run while the TCP connection lives on.
+#[derive(Debug, Clone, Copy)]
+enum Silence {
+    /// Reads (so every ping gets its pong) and never sends a message.
+    AnswersPingsOnly,
+    /// Closes the TCP connection without a WebSocket close frame.
+    ClosesWithoutCloseFrame,
+}
+
+/// Plays `silence` on `conn` until the wrapper drops the link; returns when it did.
+fn stay_silent(conn: Conn, silence: Silence) -> Instant {
+    let mut ws = conn.ws;
+    match silence {
+        Silence::ClosesWithoutCloseFrame => {
+            let _ = ws.get_ref().shutdown(std::net::Shutdown::Both);
+            Instant::now()
+        }
+        Silence::AnswersPingsOnly => {
+            ws.get_mut()
+                .set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            let start = Instant::now();
+            loop {
+                assert!(start.elapsed() < HANG, "the wrapper slept on a silent hub");
+                match ws.read() {
+                    Ok(Message::Close(_)) => return Instant::now(),
+                    Ok(_) => {} // heartbeats; pings are answered by `read` itself
+                    Err(tungstenite::Error::Io(e))
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) => {}
+                    Err(_) => return Instant::now(),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_staged_wrapper_whose_hub_stops_serving_its_run_asks_again_then_gives_up() {
+    for (run, silence) in [
+        (37, Silence::AnswersPingsOnly),
+        (38, Silence::ClosesWithoutCloseFrame),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("not-run");
+        std::fs::write(&marker, "").unwrap();
+        let log = dir.path().join("wrapper.log");
+        let peer = Peer::new();
+        let mut child = wrapper_with_grace(&peer.url(), run, 1, &log);
+        let mut conn = peer.accept();
+        let _hello = conn.next_msg(&mut Output::default());
+        let slot_in = Duration::from_millis(300);
+        let welcomed = Instant::now();
+        conn.welcome_staged(&marker_job(&marker), "k1", slot_in);
+        let dropped = stay_silent(conn, silence);
+        // By the slot plus the grace (1 s) the wrapper is trying again: a new connection
+        // (within the reconnect backoff's first step), which says hello and gets nothing.
+        let mut again = peer.accept_within(HANG);
+        let asked_again = Instant::now();
+        let limit = slot_in + Duration::from_secs(1) + Duration::from_millis(750);
+        assert!(
+            asked_again - welcomed <= limit + Duration::from_millis(500),
+            "{silence:?}: asked again {:?} after the welcome (dropped after {:?})\n{}",
+            asked_again - welcomed,
+            dropped - welcomed,
+            log_text(&log)
+        );
+        match again.next_msg(&mut Output::default()) {
+            WrapperMsg::Hello { resume_key, .. } => {
+                assert_eq!(resume_key.as_deref(), Some("k1"))
+            }
+            other => panic!("expected hello, got {other:?}"),
+        }
+        // No server serves the run: gone within a grace of the lost link, nothing run.
+        assert_eq!(wait_exit(&mut child, HANG), 3, "{}", log_text(&log));
+        assert!(
+            welcomed.elapsed() < Duration::from_secs(10),
+            "{silence:?}: took {:?}",
+            welcomed.elapsed()
+        );
+        assert!(marker.exists(), "the command ran without a server");
+        let text = log_text(&log);
+        assert!(text.contains("nothing was run"), "{text}");
+        if let Silence::AnswersPingsOnly = silence {
+            assert!(text.contains("no go or cancel"), "{text}");
+        }
+    }
 }

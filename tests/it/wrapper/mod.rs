@@ -5,6 +5,7 @@
 mod detach;
 mod flow;
 mod in_process;
+mod launch;
 mod lost_server;
 mod peer;
 mod throughput;
