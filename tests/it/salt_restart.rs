@@ -50,7 +50,9 @@ fn wrappers_from(dir: &str) -> Vec<u32> {
         };
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = stat.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'));
+        let zombie = stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, r)| r.starts_with('Z'));
         if !zombie && String::from_utf8_lossy(&cmd).contains(dir) {
             pids.push(pid);
         }
@@ -110,7 +112,11 @@ fn stop_mid_launch(how: &str) {
     });
     for i in 1..=JOBS {
         let out = d.ctl(&["pause", &format!("herd{i:02}")]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     for i in 1..=JOBS {
         let job = format!("herd{i:02}");
@@ -142,10 +148,18 @@ fn stop_mid_launch(how: &str) {
     }
     let skipped: Vec<String> = (1..=JOBS)
         .flat_map(|i| d.runs(&format!("herd{i:02}")))
-        .filter(|r| r["state"] == "skipped" && r["reason"].as_str().is_some_and(|w| w.starts_with("launch")))
+        .filter(|r| {
+            r["state"] == "skipped"
+                && r["reason"]
+                    .as_str()
+                    .is_some_and(|w| w.starts_with("launch"))
+        })
         .map(|r| r.to_string())
         .collect();
-    assert!(skipped.is_empty(), "slots skipped for launches: {skipped:?}");
+    assert!(
+        skipped.is_empty(),
+        "slots skipped for launches: {skipped:?}"
+    );
     let log = d.log_text();
     if how == "term" {
         assert!(failed.is_empty(), "false failures: {failed:?}\n{log}");
@@ -153,7 +167,10 @@ fn stop_mid_launch(how: &str) {
         // A target failed after a kill must say its wrapper never called back: it was
         // never recorded as connected.
         for f in &failed {
-            assert!(f.contains("wrapper_failed") || f.contains("unreachable"), "{f}");
+            assert!(
+                f.contains("wrapper_failed") || f.contains("unreachable"),
+                "{f}"
+            );
         }
         assert!(
             !log.contains("recorded 254 while"),

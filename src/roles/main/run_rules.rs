@@ -89,7 +89,12 @@ pub struct LaunchView {
 /// others wait behind it (launches out or staged, and `queued` runs not started yet: at
 /// least two in all). One slow launch alone never skips a slot; it makes the next late.
 pub fn launches_behind(runs: &[LaunchView], due: Millis, queued: usize) -> bool {
-    let Some(previous) = runs.iter().filter_map(|r| r.slot).filter(|s| *s < due).max() else {
+    let Some(previous) = runs
+        .iter()
+        .filter_map(|r| r.slot)
+        .filter(|s| *s < due)
+        .max()
+    else {
         return false;
     };
     let period = u128::from(due.saturating_sub(previous).max(0) as u64);

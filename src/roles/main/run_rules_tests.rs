@@ -151,7 +151,10 @@ fn a_slot_is_skipped_only_when_launches_fall_behind_for_good() {
     // Out more than a period and a slot already waiting behind it: behind for good.
     assert!(launches_behind(&[out(0, 21), waiting(20_000)], 40_000, 0));
     assert!(launches_behind(&[out(0, 21), out(20_000, 2)], 40_000, 0));
-    assert!(launches_behind(&[out(20_000, 21)], 40_000, 1), "queued counts");
+    assert!(
+        launches_behind(&[out(20_000, 21)], 40_000, 1),
+        "queued counts"
+    );
     // Nothing out at all, or no earlier slot to measure a period by.
     assert!(!launches_behind(&[waiting(20_000)], 40_000, 3));
     assert!(!launches_behind(&[out(40_000, 99)], 40_000, 3));

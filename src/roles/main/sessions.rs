@@ -153,8 +153,15 @@ fn reopen_target(core: &mut Main, run: RunId, machine: &str) {
 /// The target of a bound connection, with its liveness clock refreshed. The first
 /// message of a session opened with the launch token confirms it: from then on the token
 /// is spent for good, also across restarts.
+///
+/// A bound connection main has no session for (its run ended, its target was settled) is
+/// closed: its wrapper reconnects and gets a verdict instead of talking to nobody.
 fn touch(core: &mut Main, conn: ConnId) -> Option<(RunId, String)> {
-    let (run, machine) = core.flight.sessions.get(&conn)?.clone();
+    let Some((run, machine)) = core.flight.sessions.get(&conn).cloned() else {
+        log::debug!("a wrapper on connection {conn} has no session any more; closing it");
+        core.to_hub(crate::wire::link::MainToHub::CloseWrapper { conn });
+        return None;
+    };
     transition(core, run, &machine, |t| t.heard(Instant::now()));
     Some((run, machine))
 }
