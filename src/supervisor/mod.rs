@@ -391,6 +391,10 @@ fn begin_stop(sup: &mut Supervisor, ctx: &mut Ctx<Supervisor>) {
     }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     sup.phase = Phase::Stopping { level: 0 };
+    // main first learns that blocking is going, so it launches nothing into it.
+    if sup.alive(Role::Main) {
+        sup.send(Role::Main, ControlDown::Stopping);
+    }
     stop_level(sup, ctx, 0);
     advance_stop(sup, ctx);
 }

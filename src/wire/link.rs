@@ -32,6 +32,9 @@ pub struct ProcessInfo {
 pub enum ControlDown {
     /// Finish what is in flight (up to the grace) and exit 0.
     Shutdown,
+    /// An ordered stop began (main only, before the first level stops): start nothing
+    /// new, since blocking is about to go; what is staged is recovered at the next start.
+    Stopping,
     /// Re-read the configuration (main only).
     Reload,
     /// Every process of the daemon, sent to main once all are ready.

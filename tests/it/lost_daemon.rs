@@ -140,7 +140,7 @@ fn running_wrappers_outlive_a_stopped_daemon_and_reattach_on_restart() {
     }
 }
 
-/// A `salt` stand-in: answers `test.ping` and `state.single` for every named minion,
+/// A `salt` stand-in: answers `test.ping` and the deployment (`file.manage_file`) for every named minion,
 /// and runs `cmd.run_all` (the batch's wrapper launch) on this host once per minion, as
 /// Salt would: the command rendered with the minion's id and pki directory (each minion
 /// has a real RSA key under `<dir>/pki/<minion>`, accepted in `<dir>/master-pki`), with
@@ -155,7 +155,7 @@ fn fake_salt(dir: &Path, logs: &Path, grace_s: u64) -> String {
 prev=""; fn=""; target=""; envjson=""; cmd=""
 for a in "$@"; do
   if [ -z "$fn" ]; then
-    case "$a" in test.ping|cmd.run_all|state.single) fn="$a"; target="$prev";; esac
+    case "$a" in test.ping|cmd.run_all|state.single|file.manage_file) fn="$a"; target="$prev";; esac
     prev="$a"
   else
     case "$a" in env=*) envjson="${{a#env=}}";; cmd=*) cmd="${{a#cmd=}}";; esac
@@ -165,7 +165,7 @@ v() {{ printf '%s' "$envjson" | sed -n "s/.*\"$1\": *\"\([^\"]*\)\".*/\1/p"; }}
 case "$fn" in
   test.ping)
     for m in $(printf '%s' "$target" | tr ',' ' '); do printf '{{"%s": true}}\n' "$m"; done;;
-  state.single)
+  state.single|file.manage_file)
     for m in $(printf '%s' "$target" | tr ',' ' '); do
       printf '{{"%s": {{"file_|-w_|-w_|-managed": {{"result": true, "comment": "ok"}}}}}}\n' "$m"
     done;;

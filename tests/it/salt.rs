@@ -56,6 +56,13 @@ pub(crate) fn salt_daemon(
     Daemon::start(&[("02-salt.yaml", &config), ("jobs.yaml", jobs)])
 }
 
+/// The testbed's minions, in order.
+pub(crate) fn minion_names() -> Vec<String> {
+    std::env::var("SALT_MINIONS")
+        .map(|m| m.split(',').map(str::to_string).collect())
+        .unwrap_or_else(|_| (1..=4).map(|i| format!("minion-{i:02}")).collect())
+}
+
 /// How many minions the testbed has (`up` with fewer would stop the others).
 pub(crate) fn minion_count() -> String {
     std::env::var("SALT_MINIONS")

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::ha::kill_9;
 use crate::salt::{salt_daemon, testbed};
+
 use crate::util::*;
 
 const JOBS: usize = 8;
@@ -77,6 +78,12 @@ fn stop_mid_launch(how: &str) {
         return;
     };
     let config_dir = root.join("master");
+    // Every minion is targeted: no other test may stop one meanwhile, and the two herds
+    // take turns (the minions share two cores).
+    let _locks: Vec<_> = crate::salt::minion_names()
+        .iter()
+        .map(|m| crate::salt::lock_minion(&root, m))
+        .collect();
     let mut d = salt_daemon(&root, &bin, path_str(&config_dir), 10, &herd());
     let dir = wrapper_dir(&d);
     // The wrapper port stays the same across the restart, as a real server's does: the
@@ -158,7 +165,8 @@ fn stop_mid_launch(how: &str) {
         .collect();
     assert!(
         skipped.is_empty(),
-        "slots skipped for launches: {skipped:?}"
+        "slots skipped for launches: {skipped:?}\n{}",
+        d.log_text()
     );
     let log = d.log_text();
     if how == "term" {

@@ -361,6 +361,11 @@ impl Controlled for MainRole {
                 let deadline = Instant::now() + SHUTDOWN_GRACE;
                 stop_when_settled(self, ctx, deadline);
             }
+            ControlDown::Stopping => {
+                log::info!("an ordered stop began: nothing new is launched");
+                self.core.flight.stopping = true;
+                pump(self, ctx);
+            }
             ControlDown::Reload => {
                 reload::request(&mut self.core, None);
                 pump(self, ctx);

@@ -84,10 +84,11 @@ pub struct LaunchView {
     pub waiting: bool,
 }
 
-/// Launches have fallen behind for good at slot `due`: the oldest launch out has been
-/// out for more than a whole period (`due` minus the job's latest slot before it) and
-/// others wait behind it (launches out or staged, and `queued` runs not started yet: at
-/// least two in all). One slow launch alone never skips a slot; it makes the next late.
+/// Launches have fallen behind for good at slot `due`: a launch has been out for more
+/// than a whole period (`due` minus the job's latest slot before it) and the backlog is
+/// growing — at least three of the job's launches out or staged (`queued` runs not
+/// started yet count too). Launches slower than the period but running side by side keep
+/// two in flight and make their slots late, not skipped; one slow launch never skips.
 pub fn launches_behind(runs: &[LaunchView], due: Millis, queued: usize) -> bool {
     let Some(previous) = runs
         .iter()
@@ -106,7 +107,7 @@ pub fn launches_behind(runs: &[LaunchView], due: Millis, queued: usize) -> bool 
             .iter()
             .filter(|r| r.waiting || r.out_for.is_some())
             .count();
-    late && backlog >= 2
+    late && backlog >= 3
 }
 
 /// The decision at the slot, in order of precedence: killed before its slot, global

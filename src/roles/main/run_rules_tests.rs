@@ -146,13 +146,19 @@ fn a_slot_is_skipped_only_when_launches_fall_behind_for_good() {
     // Every 20 s; the slot due is 40 000 ms, the previous one 20 000.
     // One slow launch (out 25 s, longer than the period) and nothing behind it: no skip.
     assert!(!launches_behind(&[out(20_000, 25)], 40_000, 0));
-    // Out 15 s (less than a period) with one waiting behind: no skip.
-    assert!(!launches_behind(&[out(0, 15), waiting(20_000)], 40_000, 0));
-    // Out more than a period and a slot already waiting behind it: behind for good.
-    assert!(launches_behind(&[out(0, 21), waiting(20_000)], 40_000, 0));
-    assert!(launches_behind(&[out(0, 21), out(20_000, 2)], 40_000, 0));
+    // Slower than the period but side by side: two in flight, steady: late, not skipped.
+    assert!(!launches_behind(&[out(0, 21), out(20_000, 2)], 40_000, 0));
+    assert!(!launches_behind(&[out(0, 21), waiting(20_000)], 40_000, 0));
+    // Out less than a period, however many behind: no skip.
+    assert!(!launches_behind(&[out(0, 15), waiting(20_000)], 40_000, 5));
+    // Out more than a period and the backlog growing (three): behind for good.
+    assert!(launches_behind(
+        &[out(0, 21), out(10_000, 12), waiting(20_000)],
+        40_000,
+        0
+    ));
     assert!(
-        launches_behind(&[out(20_000, 21)], 40_000, 1),
+        launches_behind(&[out(0, 21), waiting(20_000)], 40_000, 1),
         "queued counts"
     );
     // Nothing out at all, or no earlier slot to measure a period by.

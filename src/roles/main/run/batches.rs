@@ -210,7 +210,7 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         }
     }
     let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
-    env.pickup_deadline = Some(Instant::now() + pickup);
+    env.extend_pickup(Instant::now() + pickup);
     Step::Next
 }
 

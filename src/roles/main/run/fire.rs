@@ -40,13 +40,13 @@ pub fn fire_as(
         lateness.num_milliseconds()
     );
     let hold = match hold {
-        // Launching has fallen behind for good (the previous launch out for more than a
-        // whole period and another slot already waiting behind it): this slot is merged
-        // into those (recorded as skipped) instead of queueing launches ever later. One
-        // slow launch only makes the next slot late.
+        // Launching has fallen behind for good (a launch out for more than a whole period
+        // and the backlog growing, `run_rules::launches_behind`): this slot is merged into
+        // those (recorded as skipped) instead of queueing launches ever later. One slow
+        // launch only makes the next slot late.
         Hold::Run if due.early && launches_behind(core, &job.name, slot) => Hold::Skip(format!(
-            "launch: the launches of {} have fallen behind (the previous launch has been \
-             out for more than a period and another slot waits behind it)",
+            "launch: the launches of {} have fallen behind (a launch has been out for more \
+             than a period and the backlog grows)",
             job.name
         )),
         other => other,

@@ -100,6 +100,14 @@ pub struct RunEnv {
 
 pub type Sc<'a> = StepCtx<'a, RunEnv, Main>;
 
+impl RunEnv {
+    /// The pick-up deadline moves to `at`, never earlier than it stands (after a restart
+    /// it starts at the wrappers' reconnect grace).
+    pub(super) fn extend_pickup(&mut self, at: Instant) {
+        self.pickup_deadline = Some(self.pickup_deadline.map_or(at, |d| d.max(at)));
+    }
+}
+
 pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
     let name = format!("run of {}", req.job.name);
     let prestaged = req.prestaged;
@@ -146,10 +154,13 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
 
 /// The Workflow of a run recovered after a restart: its open targets form one batch
 /// (those never launched are launched now), then the usual collection and finalization.
+/// `reconnect_until`: the wrappers launched before the restart have until then to
+/// reconnect (their backoff) before the pick-up deadline can judge them.
 pub fn recovered_workflow(
     req: RunRequest,
     run: RunId,
     open: Vec<String>,
+    reconnect_until: Instant,
 ) -> Workflow<RunEnv, Main> {
     let name = format!("recovered run of {}", req.job.name);
     Workflow::new(
@@ -164,7 +175,7 @@ pub fn recovered_workflow(
             maintenance: Vec::new(),
             batch: 0,
             call: None,
-            pickup_deadline: None,
+            pickup_deadline: Some(reconnect_until),
             launch_started: None,
             launch_held: None,
             retry_at: Default::default(),

@@ -74,7 +74,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             for conn in conns {
                 core.to_wrapper(conn, ServerMsg::Go {});
             }
-            env.pickup_deadline = Some(Instant::now() + pickup);
+            env.extend_pickup(Instant::now() + pickup);
             if !std::mem::replace(&mut env.start_recorded, true) {
                 core.db_call(
                     DbRequest::UpdateRun {

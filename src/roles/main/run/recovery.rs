@@ -192,8 +192,13 @@ fn give_up(core: &mut Main, run: &RunRecord, why: &str) {
 impl Main {
     /// Resume the Workflow of a recovered run.
     fn recover_run(&mut self, req: RunRequest, run: u64, unsettled: Vec<String>) {
-        self.flight
-            .to_recover
-            .push(run_flow::recovered_workflow(req, run, unsettled));
+        let grace = std::time::Duration::from_secs(self.config.saltpeter.recovery_grace_s);
+        let reconnect_until = Instant::now() + grace;
+        self.flight.to_recover.push(run_flow::recovered_workflow(
+            req,
+            run,
+            unsettled,
+            reconnect_until,
+        ));
     }
 }
