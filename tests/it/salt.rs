@@ -407,6 +407,43 @@ fn wrapper_deploy_on_demand() {
         "{text}"
     );
     assert!(!text.contains("minion-03"), "{text}");
+    // The fleet state: both minions have this build, recorded by the deployment; a run
+    // on minion-01 deploys nothing more, and its wrapper's hello says the same build.
+    let status = d.ctl_json(&["wrapper", "status"]);
+    let this = status["this_build"]
+        .as_str()
+        .expect("this build")
+        .to_string();
+    let expected = {
+        use sha2::Digest;
+        let wrapper = std::fs::read(WRAPPER).expect("read the wrapper");
+        sha2::Sha256::digest(&wrapper)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    assert_eq!(this, expected, "{status}");
+    let minions: Vec<&str> = status["minions"]
+        .as_array()
+        .expect("minions")
+        .iter()
+        .filter(|m| m["current"] == true && m["sha256"] == this.as_str())
+        .filter_map(|m| m["minion"].as_str())
+        .collect();
+    assert_eq!(minions, ["minion-01", "minion-02"], "{status}");
+    let (run, code) = d.run_wait("any");
+    assert_eq!(code, 0, "{run}\n{}", d.log_text());
+    assert!(
+        !d.log_text().contains("fleet: deploying"),
+        "a deployed minion was deployed again\n{}",
+        d.log_text()
+    );
+    let out = d.ctl(&["wrapper", "status"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("(this build)") && table.contains("minion-01, minion-02"),
+        "{table}"
+    );
 }
 
 #[test]

@@ -52,6 +52,9 @@ pub struct Fleet {
     /// known; `hash_call` asks for it).
     this_build: Option<String>,
     hash_call: Option<CallId>,
+    /// Why publishing this build's wrapper failed, and when (it is tried again for a run
+    /// that starts waiting after that).
+    hash_failed: Option<(String, Instant)>,
     /// Deployments in flight: the call, the path and its minions.
     deploying: HashMap<CallId, (String, Vec<String>)>,
     in_flight: HashSet<Key>,
@@ -241,6 +244,22 @@ pub fn need(core: &mut Main, minions: &[String], path: &str, since: Instant) -> 
     }
     let build = core.fleet.this_build.clone();
     if build.is_none() && !operator_source(core) {
+        if let Some((why, at)) = core.fleet.hash_failed.clone()
+            && at >= since
+        {
+            let why = format!("this build's wrapper could not be published: {why}");
+            let failure = Failure {
+                why,
+                silent: false,
+                at,
+            };
+            return Need::Failed(
+                minions
+                    .iter()
+                    .map(|m| (m.clone(), failure.clone()))
+                    .collect(),
+            );
+        }
         ask_hash(core);
         if core.fleet.hash_call.is_some() {
             return Need::Wait;
@@ -307,8 +326,12 @@ pub fn poll(core: &mut Main) {
             Ok((_, hash)) => {
                 log::info!("fleet: this build's wrapper is sha256 {hash}");
                 core.fleet.this_build = Some(hash);
+                core.fleet.hash_failed = None;
             }
-            Err(e) => log::error!("fleet: could not publish this build's wrapper: {e}"),
+            Err(e) => {
+                log::error!("fleet: could not publish this build's wrapper: {e}");
+                core.fleet.hash_failed = Some((e.to_string(), Instant::now()));
+            }
         }
         wake(core);
     }
