@@ -161,7 +161,10 @@ mod tests {
     #[test]
     fn a_build_is_taken_only_in_its_shape() {
         let hash = "AB".repeat(32);
-        let b = build_of(Some(hash.clone()), Some("/usr/bin/saltpeter-wrapper".into()));
+        let b = build_of(
+            Some(hash.clone()),
+            Some("/usr/bin/saltpeter-wrapper".into()),
+        );
         assert_eq!(b.map(|b| b.sha256), Some("ab".repeat(32)));
         assert!(build_of(Some("ab".into()), Some("/x".into())).is_none());
         assert!(build_of(Some(hash.clone()), Some("relative".into())).is_none());
