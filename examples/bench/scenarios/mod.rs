@@ -35,6 +35,9 @@ pub struct Scenario {
     /// Figures are keyed by size and a run at one size keeps those of the others (the
     /// Salt scenario, run at 3, 10 and 30 minions one at a time).
     pub sizes_side_by_side: bool,
+    /// The scenario's own table of figures in the report, for every build measured
+    /// (default: one row per figure, one column per build).
+    pub table: Option<fn(&[&ScenarioResult]) -> String>,
     pub run: fn(&Env) -> Result<ScenarioResult, BenchError>,
 }
 
