@@ -4,6 +4,7 @@
 
 mod fanin;
 mod fanout;
+mod herd;
 mod ingest;
 mod memory;
 mod original;
@@ -49,6 +50,7 @@ pub const ALL: &[Scenario] = &[
     salt::SCENARIO,
     original::SCENARIO,
     memory::SCENARIO,
+    herd::SCENARIO,
 ];
 
 pub fn find(name: &str) -> Option<&'static Scenario> {
@@ -93,7 +95,7 @@ mod tests {
         }
         let mut names: Vec<&str> = ALL.iter().map(|s| s.name).collect();
         names.dedup();
-        assert_eq!(names.len(), 7);
+        assert_eq!(names.len(), 8);
     }
 
     #[test]
