@@ -4,6 +4,7 @@
 
 use std::fmt::Write;
 
+use super::tally;
 use crate::results::{Figure, ScenarioResult, number};
 
 /// (J, phase, metric) of a herd figure's key.
@@ -35,7 +36,11 @@ fn cell(f: &Figure) -> String {
 }
 
 /// The goal column of a row: one text, or one per phase when they differ.
-fn goal_text(goals: &[(&str, String)]) -> String {
+fn goal_text(metric: &str, unit: &str, phases: &[&str]) -> String {
+    let goals: Vec<(&str, String)> = phases
+        .iter()
+        .filter_map(|p| Some((*p, tally::goal(metric, p)?.text(unit).trim().to_string())))
+        .collect();
     let mut distinct: Vec<&String> = goals.iter().map(|(_, g)| g).collect();
     distinct.dedup();
     match distinct.as_slice() {
@@ -49,9 +54,24 @@ fn goal_text(goals: &[(&str, String)]) -> String {
     }
 }
 
+/// Where a row goes: in the order figures are added, the publishes of each function
+/// right after all publishes, by name.
+fn row_order(metric: &str, first_seen: &[String]) -> (usize, String) {
+    let (base, name) = match metric.strip_prefix("publishes_per_slot_") {
+        Some(function) => ("publishes_per_slot", function),
+        None => (metric, ""),
+    };
+    let at = first_seen
+        .iter()
+        .position(|m| m == base)
+        .unwrap_or(first_seen.len());
+    (at, name.to_string())
+}
+
 fn one_table(r: &ScenarioResult) -> String {
     let mut columns: Vec<(usize, String)> = Vec::new();
-    let mut rows: Vec<(String, String)> = Vec::new();
+    // (metric, what, unit)
+    let mut rows: Vec<(String, String, String)> = Vec::new();
     for f in &r.figures {
         let Some((jobs, phase, metric)) = parse_key(&f.key) else {
             continue;
@@ -59,35 +79,33 @@ fn one_table(r: &ScenarioResult) -> String {
         if !columns.iter().any(|(j, p)| *j == jobs && p == phase) {
             columns.push((jobs, phase.to_string()));
         }
-        if !rows.iter().any(|(m, _)| m == metric) {
+        if !rows.iter().any(|(m, _, _)| m == metric) {
             let what = f.what.split_once(": ").map_or(f.what.as_str(), |w| w.1);
-            rows.push((metric.to_string(), what.to_string()));
+            rows.push((metric.to_string(), what.to_string(), f.unit.clone()));
         }
     }
     columns.sort_by_key(|(j, p)| (*j, phase_order(p)));
+    let first_seen: Vec<String> = rows.iter().map(|(m, _, _)| m.clone()).collect();
+    rows.sort_by_key(|(m, _, _)| row_order(m, &first_seen));
+    let mut phases: Vec<&str> = columns.iter().map(|(_, p)| p.as_str()).collect();
+    phases.sort_by_key(|p| phase_order(p));
+    phases.dedup();
     let mut md = String::from("| Figure |");
     for (j, p) in &columns {
-        let _ = write!(md, " {j} jobs, {p} |");
+        let _ = write!(md, " {}, {p} |", tally::jobs_text(*j));
     }
-    md.push_str(" Goal (20 jobs) |\n|---|");
+    let _ = write!(md, " Goal ({} jobs) |\n|---|", tally::GOAL_JOBS);
     for _ in &columns {
         md.push_str("---|");
     }
     md.push_str("---|\n");
-    for (metric, what) in rows {
+    for (metric, what, unit) in rows {
         let _ = write!(md, "| {what} |");
-        let mut goals: Vec<(&str, String)> = Vec::new();
         for (j, p) in &columns {
             let f = r.get(&format!("herd_j{j}_{p}_{metric}"));
             let _ = write!(md, " {} |", f.map_or("–".to_string(), cell));
-            if let Some(f) = f
-                && let Some(g) = f.goal
-                && !goals.iter().any(|(gp, _)| gp == p)
-            {
-                goals.push((p.as_str(), g.text(&f.unit).trim().to_string()));
-            }
         }
-        let _ = writeln!(md, " {} |", goal_text(&goals));
+        let _ = writeln!(md, " {} |", goal_text(&metric, &unit, &phases));
     }
     md
 }
@@ -122,26 +140,52 @@ mod tests {
     #[test]
     fn sizes_and_phases_are_columns_and_missed_goals_are_bold() {
         let mut r = ScenarioResult::new("herd", "before", "old");
-        let goal = |p: &str| Some(Goal::AtMost(if p == "fresh" { 1.0 } else { 0.0 }));
         for j in [20, 5] {
             for p in ["fresh", "restart"] {
-                r.figure(
-                    &format!("herd_j{j}_{p}_deployments_per_minion"),
-                    &format!("{j} jobs, {p}: deployments per minion"),
-                    if j == 20 { 3.0 } else { 1.0 },
+                let mut add = |metric: &str, what: &str, value: f64, unit: &str| {
+                    r.figure(
+                        &format!("herd_j{j}_{p}_{metric}"),
+                        &format!("{j} jobs, {p}: {what}"),
+                        value,
+                        unit,
+                        tally::goal(metric, p).filter(|_| j == 20),
+                    );
+                };
+                add(
+                    "publishes_per_slot_state_single",
+                    "publishes: state.single",
+                    2.0,
                     "",
-                    if j == 20 { goal(p) } else { None },
                 );
+                add("deployments_per_minion", "deployments per minion", 1.0, "");
+                add("publishes_per_slot", "publishes", 3.0, "");
+                if j == 5 {
+                    add("lateness_p99_ms", "lateness p99", 7.0, "ms");
+                    add(
+                        "publishes_per_slot_cmd_run_all",
+                        "publishes: cmd.run_all",
+                        1.0,
+                        "",
+                    );
+                }
             }
         }
         let md = markdown(&[&r]);
+        let lines: Vec<&str> = md.lines().collect();
         assert!(
-            md.starts_with("| Figure | 5 jobs, fresh | 5 jobs, restart | 20 jobs, fresh |"),
+            lines[0].starts_with("| Figure | 5 jobs, fresh | 5 jobs, restart | 20 jobs, fresh |"),
             "{md}"
         );
-        assert!(
-            md.contains("| deployments per minion | 1.00 | 1.00 | **3.00** | **3.00** | fresh ≤ 1.00, restart ≤ 0 |"),
-            "{md}"
+        assert_eq!(
+            lines[2],
+            "| deployments per minion | 1.00 | 1.00 | 1.00 | **1.00** | fresh ≤ 1.00, restart ≤ 0 |"
+        );
+        assert_eq!(lines[3], "| publishes | 3.00 | 3.00 | 3.00 | 3.00 |  |");
+        assert!(lines[4].starts_with("| publishes: cmd.run_all |"), "{md}");
+        assert!(lines[5].starts_with("| publishes: state.single |"), "{md}");
+        assert_eq!(
+            lines[6],
+            "| lateness p99 | 7.00 ms | 7.00 ms | – | – | ≤ 50.0 ms |"
         );
     }
 }

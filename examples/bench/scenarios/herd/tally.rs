@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::testbed::{Publish, SaltCpu};
+use super::testbed::{HERD_MINIONS, Publish, SaltCpu};
 use crate::harness::ms;
 use crate::results::{Goal, ScenarioResult};
 use crate::stats::{percentile, sorted};
@@ -74,7 +74,6 @@ pub struct Tally {
     pub lateness: Vec<f64>,
     /// The largest lateness of any slot of the phase.
     pub lateness_all_max: Option<f64>,
-    pub goal_slots: usize,
     pub runs: usize,
     pub targets: usize,
     pub succeeded: usize,
@@ -109,15 +108,11 @@ pub fn tally(o: &Observed) -> Tally {
     let mut t = Tally::default();
     let goal_from = o.started_ms + o.phase.settle_ms();
     let mut late = Vec::new();
-    let mut goal_slots = std::collections::BTreeSet::new();
     for run in &o.runs {
         let Some(slot) = ms(&run["slot"]) else {
             continue;
         };
         t.runs += 1;
-        if slot >= goal_from {
-            goal_slots.insert(slot);
-        }
         if run["state"] == "skipped" {
             t.skipped += 1;
             let why = run["reason"].as_str().unwrap_or("(no reason recorded)");
@@ -151,7 +146,6 @@ pub fn tally(o: &Observed) -> Tally {
         }
     }
     t.lateness = sorted(late);
-    t.goal_slots = goal_slots.len();
     for p in &o.publishes {
         *t.publishes.entry(p.function.clone()).or_default() += 1;
     }
@@ -175,145 +169,162 @@ fn function_key(function: &str) -> String {
     format!("publishes_per_slot_{safe}")
 }
 
-/// Adds the phase's figures and its note to `result`.
+/// The issue's goal for `metric` in `phase` (set for `GOAL_JOBS` jobs).
+pub fn goal(metric: &str, phase: &str) -> Option<Goal> {
+    match (metric, phase) {
+        ("false_failures" | "skipped_slots", _) => Some(Goal::AtMost(0.0)),
+        ("lateness_p99_ms", _) => Some(Goal::AtMost(50.0)),
+        ("deployments_per_minion", "fresh") => Some(Goal::AtMost(1.0)),
+        ("deployments_per_minion", _) => Some(Goal::AtMost(0.0)),
+        ("launch_publishes_per_slot", _) => Some(Goal::AtMost(2.0)),
+        _ => None,
+    }
+}
+
+/// `1 job`, `20 jobs`.
+pub fn jobs_text(jobs: usize) -> String {
+    match jobs {
+        1 => "1 job".into(),
+        n => format!("{n} jobs"),
+    }
+}
+
+/// Adds the phase's figures and its note to `result`. Each figure's text is `{J jobs},
+/// {phase}: {what}`, the `what` the same in every phase and size (the report's table
+/// has one row per `what`).
 pub fn add_figures(result: &mut ScenarioResult, o: &Observed) {
     let t = tally(o);
-    let (j, phase) = (o.jobs, o.phase);
-    let goals = j == GOAL_JOBS;
-    let prefix = format!("herd_j{j}_{}", phase.name());
+    let (j, phase) = (o.jobs, o.phase.name());
+    let prefix = format!("herd_j{j}_{phase}");
     let slots = o.slots_handled.max(1) as f64;
-    let mut add = |metric: &str, what: String, value: f64, unit: &str, goal: Option<Goal>| {
+    let mut add = |metric: &str, what: &str, value: f64, unit: &str| {
         result.figure(
             &format!("{prefix}_{metric}"),
-            &format!("{j} jobs, {}: {what}", phase.name()),
+            &format!("{}, {phase}: {what}", jobs_text(j)),
             value,
             unit,
-            goal.filter(|_| goals),
+            goal(metric, phase).filter(|_| j == GOAL_JOBS),
         );
     };
-    let n = o.minions.len();
+    let count = |n: usize| n as f64;
     add(
         "slots",
-        "slots served (distinct slots whose runs the daemon started or staged)".into(),
-        o.slots_handled as f64,
+        "slots served (distinct slots whose runs the daemon started or staged)",
+        count(o.slots_handled),
         "",
-        None,
     );
-    add("runs", "runs recorded".into(), t.runs as f64, "", None);
+    add("runs", "runs recorded", count(t.runs), "");
+    add("targets", "targets recorded", count(t.targets), "");
     add(
         "targets_succeeded",
-        format!("targets succeeded (of {} recorded)", t.targets),
-        t.succeeded as f64,
+        "targets succeeded",
+        count(t.succeeded),
         "",
-        None,
     );
     add(
         "false_failures",
-        "false failures (targets ended 254 or 255; every minion is alive)".into(),
-        t.false_failures as f64,
+        "false failures (targets ended 254 or 255; every minion is alive)",
+        count(t.false_failures),
         "",
-        Some(Goal::AtMost(0.0)),
     );
     add(
         "skipped_slots",
-        "skipped slots (runs recorded skipped)".into(),
-        t.skipped as f64,
+        "skipped slots (runs recorded skipped)",
+        count(t.skipped),
         "",
-        Some(Goal::AtMost(0.0)),
     );
-    let settle = phase.settle_ms() / 1000;
-    let window = format!("slots from {settle} s after the start");
+    add(
+        "lateness_samples",
+        "targets started in slots from 30 s after a fresh start, 15 s after a restart (the \
+         lateness samples)",
+        count(t.lateness.len()),
+        "",
+    );
     for (metric, what, q) in [
-        ("lateness_p50_ms", "p50", 0.5),
-        ("lateness_p99_ms", "p99", 0.99),
-        ("lateness_max_ms", "max", 1.0),
+        (
+            "lateness_p50_ms",
+            "command lateness p50 (those targets)",
+            0.5,
+        ),
+        (
+            "lateness_p99_ms",
+            "command lateness p99 (those targets)",
+            0.99,
+        ),
+        (
+            "lateness_max_ms",
+            "command lateness max (those targets)",
+            1.0,
+        ),
     ] {
         if let Some(v) = percentile(&t.lateness, q) {
-            let goal = (metric == "lateness_p99_ms").then_some(Goal::AtMost(50.0));
-            add(
-                metric,
-                format!("command lateness {what} ({window})"),
-                v,
-                "ms",
-                goal,
-            );
+            add(metric, what, v, "ms");
         }
     }
     if let Some(v) = t.lateness_all_max {
         add(
             "lateness_full_max_ms",
-            "command lateness max (every slot)".into(),
+            "command lateness max (every slot)",
             v,
             "ms",
-            None,
         );
     }
     let most = t.deployments.values().copied().max().unwrap_or(0);
-    let deploy_goal = match phase {
-        Phase::Fresh => Goal::AtMost(1.0),
-        Phase::Restart => Goal::AtMost(0.0),
-    };
     add(
         "deployments_per_minion",
-        format!("deployments per minion (the most any of the {n} received)"),
-        most as f64,
+        "deployments per minion (the most any minion received)",
+        count(most),
         "",
-        Some(deploy_goal),
     );
     let launches: usize = LAUNCHING.iter().filter_map(|f| t.publishes.get(*f)).sum();
     add(
         "launch_publishes_per_slot",
-        format!("launch publishes per slot ({})", LAUNCHING.join(", ")),
-        launches as f64 / slots,
+        &format!("launch publishes per slot ({})", LAUNCHING.join(", ")),
+        count(launches) / slots,
         "",
-        Some(Goal::AtMost(2.0)),
     );
     let total: usize = t.publishes.values().sum();
     add(
         "publishes_per_slot",
-        "Salt publishes per slot, every function".into(),
-        total as f64 / slots,
+        "Salt publishes per slot, every function",
+        count(total) / slots,
         "",
-        None,
     );
-    for (function, count) in &t.publishes {
+    for (function, n) in &t.publishes {
         add(
             &function_key(function),
-            format!("publishes per slot: {function}"),
-            *count as f64 / slots,
+            &format!("publishes per slot: {function}"),
+            count(*n) / slots,
             "",
-            None,
         );
     }
     add(
         "daemon_cpu_per_slot",
-        "daemon CPU per slot (all its processes, the salt bridge included)".into(),
+        "daemon CPU per slot (all its processes, the salt bridge included)",
         o.daemon_cpu / slots,
         "CPU-s",
-        None,
     );
     if let Some(bridge) = o.bridge_cpu {
         add(
             "bridge_cpu_per_slot",
-            "of which the salt bridge".into(),
+            "of which the salt bridge",
             bridge / slots,
             "CPU-s",
-            None,
         );
     }
     add(
         "master_cpu_per_slot",
-        "salt-master CPU per slot (testbed)".into(),
+        "salt-master CPU per slot (testbed)",
         o.salt_cpu.master / slots,
         "CPU-s",
-        None,
     );
     add(
         "minions_cpu_per_slot",
-        format!("salt-minions CPU per slot (testbed: all {n} on this one host)"),
+        &format!(
+            "salt-minions CPU per slot (testbed: all {HERD_MINIONS} minions on this one host)"
+        ),
         o.salt_cpu.minions / slots,
         "CPU-s",
-        None,
     );
     if let Some(note) = note(o, &t) {
         result.note(note);
@@ -419,7 +430,6 @@ mod tests {
         let t = tally(&observed(runs(), Vec::new()));
         assert_eq!(t.lateness, vec![10.0, 30.0]);
         assert_eq!(t.lateness_all_max, Some(900.0));
-        assert_eq!(t.goal_slots, 1);
         assert_eq!((t.runs, t.targets, t.succeeded), (3, 4, 3));
         assert_eq!(t.false_failures, 1);
         assert_eq!(t.skipped, 1);
