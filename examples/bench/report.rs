@@ -102,7 +102,7 @@ pub fn markdown(results: &Results) -> String {
     }
     md.push_str(
         "\n## How to reproduce\n\n```sh\ncargo build --release --bins --example bench\n\
-         scripts/bench                    # every scenario (about 17 minutes here)\n\
+         scripts/bench                    # every scenario (about 30 minutes here)\n\
          scripts/bench ingest scheduler   # only these; the report keeps the others' figures\n\
          scripts/bench --label before --bin-dir /path/to/old/target/release --build COMMIT scheduler\n```\n\n\
          `scripts/bench` builds the release binaries and the driver (`examples/bench/`), starts \
