@@ -133,17 +133,19 @@ fn run(env: &Env) -> Result<ScenarioResult, BenchError> {
     for jobs in sizes {
         if !testbed.settle(SETTLE) {
             result.note(format!(
-                "{jobs} jobs: the testbed was still busy {} s after the previous herd",
+                "{}: the testbed was still busy {} s after the previous herd",
+                tally::jobs_text(jobs),
                 SETTLE.as_secs()
             ));
         }
         let started = Instant::now();
-        eprintln!("    {jobs} jobs: {slots} slots fresh, then {slots} after a restart");
+        let herd = tally::jobs_text(jobs);
+        eprintln!("    {herd}: {slots} slots fresh, then {slots} after a restart");
         let [fresh, restart] = herd_once(env, &testbed, jobs, slots, &mut result)?;
         tally::add_figures(&mut result, &fresh);
         tally::add_figures(&mut result, &restart);
         eprintln!(
-            "    {jobs} jobs: measured in {:.0} s",
+            "    {herd}: measured in {:.0} s",
             started.elapsed().as_secs_f64()
         );
     }
@@ -243,7 +245,8 @@ fn herd_once(
         .count();
     if missed > 0 {
         result.note(format!(
-            "{jobs} jobs: {missed} runs of slots while no daemon ran (the restart took {:.1} s)",
+            "{}: {missed} runs of slots while no daemon ran (the restart took {:.1} s)",
+            tally::jobs_text(jobs),
             (restart.started_ms - fresh.stopped_ms) as f64 / 1000.0
         ));
     }
@@ -306,7 +309,8 @@ fn life(
     let stopped_ms = now_ms();
     if !d.terminate(STOP_GRACE)? {
         result.note(format!(
-            "{jobs} jobs, {phase}: the daemon had not exited {} s after SIGTERM and was killed",
+            "{}, {phase}: the daemon had not exited {} s after SIGTERM and was killed",
+            tally::jobs_text(jobs),
             STOP_GRACE.as_secs()
         ));
     }

@@ -362,8 +362,14 @@ fn note(o: &Observed, t: &Tally) -> Option<String> {
         let most = deployed.iter().max().copied().unwrap_or(0);
         parts.push(format!("deployments per minion {least} to {most}"));
     }
-    (!parts.is_empty())
-        .then(|| format!("{} jobs, {}: {}", o.jobs, o.phase.name(), parts.join("; ")))
+    (!parts.is_empty()).then(|| {
+        format!(
+            "{}, {}: {}",
+            jobs_text(o.jobs),
+            o.phase.name(),
+            parts.join("; ")
+        )
+    })
 }
 
 #[cfg(test)]
