@@ -98,11 +98,11 @@ fn missing_runs(runs: &[Value], phase: &str, slots: &[i64]) -> Vec<String> {
 }
 
 /// Targets that ended 254 or 255, and runs skipped, except a slot missed during
-/// `downtime` (no daemon ran then: not the herd's fault). Phases are told apart by the
-/// slot: up to the stop, `fresh`.
+/// `downtime` (no daemon ran then: not the herd's fault): per phase (told apart by the
+/// slot: up to the stop, `fresh`), how many, with the first few.
 fn failed_or_skipped(runs: &[Value], downtime: (i64, i64)) -> Vec<String> {
-    let mut out = Vec::new();
-    for r in runs {
+    let mut found: Vec<(&str, &str, String)> = Vec::new();
+    for r in runs.iter().rev() {
         let slot = ms_of(&r["slot"]).unwrap_or_default();
         let phase = if slot <= downtime.0 {
             "fresh"
@@ -110,16 +110,50 @@ fn failed_or_skipped(runs: &[Value], downtime: (i64, i64)) -> Vec<String> {
             "restart"
         };
         if r["state"] == "skipped" && !(downtime.0 < slot && slot <= downtime.1) {
-            out.push(format!(
-                "{phase}: {} slot {slot} skipped: {}",
-                r["job"], r["reason"]
+            found.push((
+                phase,
+                "runs skipped",
+                format!("{} slot {slot}: {}", r["job"], r["reason"]),
             ));
         }
         for t in r["targets"].as_array().into_iter().flatten() {
             if let Some(code @ (254 | 255)) = t["exit_code"].as_i64() {
+                found.push((
+                    phase,
+                    "targets ended 254 or 255",
+                    format!(
+                        "{} run {} slot {slot}: {} ended {code} ({})",
+                        r["job"], r["id"], t["machine"], t["reason"]
+                    ),
+                ));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for phase in ["fresh", "restart"] {
+        for what in ["runs skipped", "targets ended 254 or 255"] {
+            let all: Vec<&String> = found
+                .iter()
+                .filter(|(p, w, _)| *p == phase && *w == what)
+                .map(|(_, _, e)| e)
+                .collect();
+            if let Some(first) = all.first() {
+                let more = if all.len() > 1 {
+                    format!(
+                        ", then {}",
+                        all[1..]
+                            .iter()
+                            .take(2)
+                            .map(|e| e.as_str())
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    )
+                } else {
+                    String::new()
+                };
                 out.push(format!(
-                    "{phase}: {} run {} slot {slot}: {} ended {code} ({})",
-                    r["job"], r["id"], t["machine"], t["reason"]
+                    "{phase}: {} {what}; first {first}{more}",
+                    all.len()
                 ));
             }
         }
@@ -329,13 +363,12 @@ fn a_herd_of_jobs_deploys_once_per_minion_and_survives_a_restart() {
     let log = d.log_text();
     let warnings: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .filter(|l| (l.contains("WARN") || l.contains("ERROR")) && !l.contains("is also set"))
         .take(20)
         .collect();
     assert!(
         problems.is_empty(),
-        "{} problems with {JOBS} jobs every {} s on {}:\n{}\n\nthe daemon's first warnings:\n{}",
-        problems.len(),
+        "{JOBS} jobs every {} s on {}:\n{}\n\nthe daemon's first warnings:\n{}",
         PERIOD_MS / 1000,
         minions.join(","),
         problems.join("\n"),
