@@ -130,14 +130,13 @@ fn run(env: &Env) -> Result<ScenarioResult, BenchError> {
             testbed.minions.len()
         ));
     }
+    if !testbed.settle(SETTLE) {
+        result.note(format!(
+            "the testbed was still busy {} s after its start",
+            SETTLE.as_secs()
+        ));
+    }
     for jobs in sizes {
-        if !testbed.settle(SETTLE) {
-            result.note(format!(
-                "{}: the testbed was still busy {} s after the previous herd",
-                tally::jobs_text(jobs),
-                SETTLE.as_secs()
-            ));
-        }
         let started = Instant::now();
         let herd = tally::jobs_text(jobs);
         eprintln!("    {herd}: {slots} slots fresh, then {slots} after a restart");
@@ -238,6 +237,16 @@ fn herd_once(
     drop(wrappers);
     let runs = &restart.runs;
     let publishes = testbed.publishes(dir.path())?;
+    // Deployments queued on the minions (`state.single` with `queue=True`) may still run
+    // after the daemon is gone, and recreate the wrapper's directory: the next herd, and
+    // the removal of this one's directory, wait for the testbed to go quiet.
+    if !testbed.settle(SETTLE) {
+        result.note(format!(
+            "{}: the testbed was still busy {} s after the herd",
+            tally::jobs_text(jobs),
+            SETTLE.as_secs()
+        ));
+    }
 
     let missed = runs
         .iter()
