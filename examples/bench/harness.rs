@@ -50,6 +50,15 @@ pub struct Daemon {
     pub log: PathBuf,
 }
 
+/// A TCP port free right now on loopback (for a daemon that keeps its wrapper port
+/// across a restart, as a production daemon does).
+pub fn free_port() -> Result<u16, BenchError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(BenchError::io("free port"))
+}
+
 /// Poll `f` every 50 ms until it answers or `deadline` passes.
 pub fn wait_until<T>(
     what: &str,
@@ -262,24 +271,31 @@ impl Daemon {
         })
     }
 
-    /// Stop with SIGTERM (KILL after 20 s), then end the wrappers it left.
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let start = Instant::now();
-            let mut exited = false;
-            while !exited && start.elapsed() < Duration::from_secs(20) {
-                exited = matches!(child.try_wait(), Ok(Some(_)));
-                if !exited {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-            if !exited {
-                let _ = child.kill();
-                let _ = child.wait();
+    /// An ordered stop: SIGTERM, and KILL if it has not exited within `grace`. The
+    /// wrappers it launched are left alone (a restart on the same state takes them back).
+    /// Ok(false) when it had to be killed.
+    pub fn terminate(&mut self, grace: Duration) -> Result<bool, BenchError> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(true);
+        };
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let start = Instant::now();
+        while start.elapsed() < grace {
+            match child.try_wait() {
+                Ok(Some(_)) => return Ok(true),
+                Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => return Err(BenchError::io("wait for saltpeter-daemon")(e)),
             }
         }
+        let _ = child.kill();
+        let _ = child.wait();
+        Ok(false)
+    }
+
+    /// Stop with SIGTERM (KILL after 20 s), then end the wrappers it left.
+    pub fn stop(&mut self) {
+        let _ = self.terminate(Duration::from_secs(20));
         // Wrappers outlive their daemon by design (they retry for a day); the ones this
         // daemon started log under its root, and a benchmark leaves none behind.
         let root = self.root.path().to_string_lossy().into_owned();

@@ -116,6 +116,22 @@ fn save(path: &Path, results: &Results) -> Result<(), BenchError> {
     std::fs::write(path, text + "\n").map_err(BenchError::io("results file"))
 }
 
+/// `this` machine's CPU and cores when they are not those of `report` (which describes
+/// some machine).
+fn other_machine(report: &[(String, String)], this: &[(String, String)]) -> Option<String> {
+    let line = |m: &[(String, String)], key: &str| {
+        m.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let differs = ["CPU", "cores"]
+        .iter()
+        .any(|k| line(report, k) != line(this, k));
+    (!report.is_empty() && differs)
+        .then(|| format!("{}, {} cores", line(this, "CPU"), line(this, "cores")))
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(args) {
@@ -177,6 +193,10 @@ fn run(args: Args) -> Result<bool, BenchError> {
         machine: procstat::machine(),
         runs: Vec::new(),
     };
+    // The report's machine table stays that of the other scenarios when only some run,
+    // elsewhere (a virtual machine may come back on another CPU): each result says where.
+    let all_chosen = chosen.len() == scenarios::ALL.len();
+    let elsewhere = other_machine(&all.machine, &this_run.machine).filter(|_| !all_chosen);
     let mut all_ok = true;
     for s in chosen {
         eprintln!("==> {} ({})", s.title, s.name);
@@ -189,6 +209,11 @@ fn run(args: Args) -> Result<bool, BenchError> {
                     "load average when the scenario started: {load}, when it ended: {}",
                     procstat::load_average()
                 ));
+                if let Some(machine) = &elsewhere {
+                    r.note(format!(
+                        "measured on {machine}, not on the machine the table above describes"
+                    ));
+                }
                 r
             }
             Err(e) => {
@@ -221,11 +246,40 @@ fn run(args: Args) -> Result<bool, BenchError> {
         this_run.runs = earlier.runs;
     }
     save(&run_path, &this_run)?;
-    all.machine = this_run.machine.clone();
+    if elsewhere.is_none() {
+        all.machine = this_run.machine.clone();
+    }
     save(&all_path, &all)?;
     report::write(&repo, &all)?;
     eprintln!(
         "wrote target/bench/results.json, docs/benchmarks.json, docs/benchmarks.md and docs/bench/*.svg"
     );
     Ok(all_ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(cpu: &str, load: &str) -> Vec<(String, String)> {
+        vec![
+            ("CPU".into(), cpu.into()),
+            ("cores".into(), "2".into()),
+            ("load average at the start".into(), load.into()),
+        ]
+    }
+
+    #[test]
+    fn another_cpu_is_named_and_the_same_one_is_not() {
+        let xeon = machine("Intel(R) Xeon(R) Processor", "1 1 1");
+        assert_eq!(
+            other_machine(&xeon, &machine("Intel(R) Xeon(R) Processor", "5 5 5")),
+            None
+        );
+        assert_eq!(
+            other_machine(&xeon, &machine("AMD EPYC", "1 1 1")).as_deref(),
+            Some("AMD EPYC, 2 cores")
+        );
+        assert_eq!(other_machine(&[], &xeon), None);
+    }
 }

@@ -122,6 +122,11 @@ pub fn parse_ppid(text: &str) -> Option<u32> {
 
 /// `pid` and every process below it.
 pub fn tree(pid: u32) -> Vec<u32> {
+    forest(&[pid])
+}
+
+/// `roots` and every process below them, from one pass over `/proc`.
+pub fn forest(roots: &[u32]) -> Vec<u32> {
     let mut parents: Vec<(u32, u32)> = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for entry in dir.flatten() {
@@ -136,7 +141,7 @@ pub fn tree(pid: u32) -> Vec<u32> {
             }
         }
     }
-    let mut out = vec![pid];
+    let mut out = roots.to_vec();
     let mut i = 0;
     while i < out.len() {
         let parent = out[i];

@@ -102,11 +102,11 @@ pub fn markdown(results: &Results) -> String {
     }
     md.push_str(
         "\n## How to reproduce\n\n```sh\ncargo build --release --bins --example bench\n\
-         scripts/bench                    # every scenario (about 17 minutes here)\n\
+         scripts/bench                    # every scenario (about 30 minutes here)\n\
          scripts/bench ingest scheduler   # only these; the report keeps the others' figures\n\
          scripts/bench --label before --bin-dir /path/to/old/target/release --build COMMIT scheduler\n```\n\n\
          `scripts/bench` builds the release binaries and the driver (`examples/bench/`), starts \
-         a Salt testbed (`scripts/salt-testbed`) for the `salt` and `original` scenarios unless \
+         a Salt testbed (`scripts/salt-testbed`) for the `salt`, `original` and `herd` scenarios unless \
          `SALT_BIN` and friends point at one, writes this run's results to \
          `target/bench/results.json`, merges them into `docs/benchmarks.json` and regenerates \
          this page and `docs/bench/*.svg`. Sizes can be changed with the `SP_BENCH_*` variables \
@@ -125,8 +125,12 @@ pub fn markdown(results: &Results) -> String {
     md.push_str("---|---|\n");
     for s in scenarios::ALL {
         for (key, what) in keys(results, s.name, &labels) {
-            let current = labels.last().and_then(|l| figure(results, s.name, l, &key));
-            let Some(f) = current.filter(|f| f.goal.is_some()) else {
+            // The newest build that measured it (a scenario may not have a `current` yet).
+            let newest = labels
+                .iter()
+                .rev()
+                .find_map(|l| figure(results, s.name, l, &key));
+            let Some(f) = newest.filter(|f| f.goal.is_some()) else {
                 continue;
             };
             let _ = write!(md, "| {} | {what} |", s.name);
@@ -166,7 +170,9 @@ pub fn markdown(results: &Results) -> String {
         }
         md.push('\n');
         let rows = keys(results, s.name, &labels);
-        if !rows.is_empty() {
+        if let Some(table) = s.table {
+            md.push_str(&table(&present));
+        } else if !rows.is_empty() {
             md.push_str("| Figure |");
             for r in &present {
                 let _ = write!(md, " {} |", r.label);

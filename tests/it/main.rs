@@ -35,6 +35,7 @@ mod reload;
 mod retries;
 mod salt;
 mod salt_fleet;
+mod salt_herd;
 mod salt_restart;
 mod salt_unreachable;
 mod scheduling;

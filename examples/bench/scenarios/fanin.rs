@@ -29,6 +29,7 @@ pub const SCENARIO: Scenario = Scenario {
             5 probes a second). Goal at 10,000: hub under 5 % of a core and 150 MB. \
             Size: `SP_BENCH_FANIN_N` (default 10,000).",
     sizes_side_by_side: false,
+    table: None,
     run,
 };
 

@@ -18,6 +18,7 @@ pub const SCENARIO: Scenario = Scenario {
             wrappers launched, connected, run and reported. Goal ≤ 3 s. Size: \
             `SP_BENCH_FANOUT_TARGETS` (1,000).",
     sizes_side_by_side: false,
+    table: None,
     run,
 };
 

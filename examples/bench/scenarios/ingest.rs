@@ -20,6 +20,7 @@ pub const SCENARIO: Scenario = Scenario {
             the last end. Goals: ≥ 100 MB/s for one job, ≥ 150 MB/s aggregate. Sizes: \
             `SP_BENCH_INGEST_MIB` (200), `SP_BENCH_INGEST_WRAPPERS` (100).",
     sizes_side_by_side: false,
+    table: None,
     run,
 };
 

@@ -17,6 +17,7 @@ pub const SCENARIO: Scenario = Scenario {
             the daemon's processes under the loads of scenarios 1–4 are listed with those \
             scenarios.",
     sizes_side_by_side: false,
+    table: None,
     run,
 };
 

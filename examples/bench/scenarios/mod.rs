@@ -4,6 +4,7 @@
 
 mod fanin;
 mod fanout;
+mod herd;
 mod ingest;
 mod memory;
 mod original;
@@ -35,6 +36,9 @@ pub struct Scenario {
     /// Figures are keyed by size and a run at one size keeps those of the others (the
     /// Salt scenario, run at 3, 10 and 30 minions one at a time).
     pub sizes_side_by_side: bool,
+    /// The scenario's own table of figures in the report, for every build measured
+    /// (default: one row per figure, one column per build).
+    pub table: Option<fn(&[&ScenarioResult]) -> String>,
     pub run: fn(&Env) -> Result<ScenarioResult, BenchError>,
 }
 
@@ -46,6 +50,7 @@ pub const ALL: &[Scenario] = &[
     salt::SCENARIO,
     original::SCENARIO,
     memory::SCENARIO,
+    herd::SCENARIO,
 ];
 
 pub fn find(name: &str) -> Option<&'static Scenario> {
@@ -90,7 +95,7 @@ mod tests {
         }
         let mut names: Vec<&str> = ALL.iter().map(|s| s.name).collect();
         names.dedup();
-        assert_eq!(names.len(), 7);
+        assert_eq!(names.len(), 8);
     }
 
     #[test]

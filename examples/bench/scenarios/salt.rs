@@ -26,6 +26,7 @@ pub const SCENARIO: Scenario = Scenario {
             `bench_salt_fleet` (tests/it/bench_salt.rs), which also splits the CPU by \
             process.",
     sizes_side_by_side: true,
+    table: None,
     run,
 };
 

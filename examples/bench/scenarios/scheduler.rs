@@ -20,6 +20,7 @@ pub const SCENARIO: Scenario = Scenario {
             lateness (slot → run record) and command lateness (slot → command started) over \
             20 firings each. Size: `SP_BENCH_JOBS` (10,000).",
     sizes_side_by_side: false,
+    table: None,
     run,
 };
 

@@ -61,6 +61,7 @@ pub const SCENARIO: Scenario = Scenario {
             at a second and minute of every hour, as an expired schedule would end the \
             original's main loop.",
     sizes_side_by_side: false,
+    table: None,
     run,
 };
 

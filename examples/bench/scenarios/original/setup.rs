@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::BenchError;
+use crate::harness::free_port;
 
 /// Run as `sh -c NS_SCRIPT sh MASTER SCRATCH EXE ARGS…` inside `unshare --mount
 /// --propagation private`: the testbed's master configuration appears at
@@ -26,13 +27,6 @@ fi
 mount --bind "$master" /etc/salt/master
 exec "$@"
 "#;
-
-pub fn free_port() -> Result<u16, BenchError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(BenchError::io("free port"))
-}
 
 /// Where the original runs from: `DIR/config` (its job directory), `DIR/log` (its
 /// per-job logs), `DIR/wrapper-log` (its wrappers' logs).
