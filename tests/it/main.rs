@@ -30,6 +30,7 @@ mod maintenance;
 mod notify;
 mod notify_tls;
 mod queued;
+mod refusals;
 mod quickstart;
 mod reload;
 mod retries;

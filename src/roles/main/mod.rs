@@ -180,6 +180,8 @@ pub struct Flight {
     pub runs: BTreeMap<RunId, ActiveRun>,
     /// Wrapper connections and the target each serves.
     pub sessions: HashMap<ConnId, (RunId, String)>,
+    /// Refused hellos logged and recorded per peer address (a rate limit).
+    pub refusals: welcome::Refusals,
     /// Runs queued or being recorded, per job (the overlap rule; recorded runs are in
     /// `runs`).
     busy_jobs: HashMap<String, usize>,

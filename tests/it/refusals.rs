@@ -1,0 +1,106 @@
+//! What a hostile client of the wrapper port costs the server: refused hellos are
+//! clipped, escaped and rate-limited in main's log and events, and a proof must fit the
+//! run's executor.
+
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tungstenite::Message;
+
+use crate::util::*;
+
+fn connect(port: u16) -> tungstenite::WebSocket<TcpStream> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).expect("tcp connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let url = format!("ws://127.0.0.1:{port}/wrapper/v1");
+    let (ws, _) = tungstenite::client(url, stream).expect("websocket handshake");
+    ws
+}
+
+fn next_json(ws: &mut tungstenite::WebSocket<TcpStream>) -> Option<Value> {
+    loop {
+        match ws.read() {
+            Ok(Message::Text(t)) => return serde_json::from_str(t.as_str()).ok(),
+            Ok(Message::Close(_)) | Err(_) => return None,
+            Ok(_) => continue,
+        }
+    }
+}
+
+fn hello(run: u64, machine: &str) -> Value {
+    json!({"type": "hello", "v": 1, "run": run, "machine": machine, "token": "x",
+           "wrapper_version": "test", "pid": 1, "resume_from": null})
+}
+
+fn answer(port: u16, msg: &Value) -> Value {
+    let mut ws = connect(port);
+    ws.send(Message::text(msg.to_string())).expect("send");
+    next_json(&mut ws).unwrap_or(Value::Null)
+}
+
+/// The bytes of the log and of the database files (with its WAL).
+fn disk(d: &Daemon) -> (u64, u64) {
+    let log = std::fs::metadata(d.state_dir().join("../daemon.log"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let db = std::fs::read_dir(d.state_dir())
+        .map(|dir| {
+            dir.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("saltpeter.db"))
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    (log, db)
+}
+
+fn refused_events(d: &Daemon) -> Vec<Value> {
+    d.ctl_json(&["events", "--kind", "wrapper_refused", "--limit", "1000"])
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn hostile_hellos_cost_bounded_log_lines_and_event_rows() {
+    let d = Daemon::start(&[("01-fast.yaml", FAST)]);
+    let port = d.wrapper_port();
+    let (log0, db0) = disk(&d);
+    // A 900 KB machine id that would forge a log line and drive a terminal.
+    let machine = format!(
+        "evil\n2026-01-01 INFO forged line\u{1b}]0;owned\u{7}\u{202e}{}",
+        "m".repeat(900_000)
+    );
+    for _ in 0..20 {
+        let a = answer(port, &hello(999_999, &machine));
+        assert_eq!(a["code"], "unknown_run", "{a}");
+    }
+    // Main answers before it writes; give the writes a moment, then measure.
+    std::thread::sleep(Duration::from_secs(2));
+    let (log1, db1) = disk(&d);
+    eprintln!(
+        "20 hostile hellos: log +{} bytes, database +{} bytes",
+        log1.saturating_sub(log0),
+        db1.saturating_sub(db0),
+    );
+    let events = wait_until("the refusals recorded", Duration::from_secs(30), || {
+        let e = refused_events(&d);
+        (!e.is_empty()).then_some(e)
+    });
+    assert!(log1.saturating_sub(log0) < 64 * 1024, "log grew {}", log1 - log0);
+    assert!(db1.saturating_sub(db0) < 1024 * 1024, "db grew {}", db1 - db0);
+    assert!(events.len() <= 10, "at most 10 refusals a minute: {}", events.len());
+    for row in &events {
+        let m = row["machine"].as_str().unwrap_or("");
+        assert!(m.chars().count() <= 257, "machine clipped: {}", m.len());
+        assert!(row["message"].as_str().unwrap_or("").len() < 8192, "{row}");
+    }
+    let log = d.log_text();
+    assert!(!log.contains("\nINFO forged line") && !log.contains("\n2026-01-01 INFO forged"));
+    assert!(!log.contains('\u{1b}') && !log.contains('\u{202e}'), "escaped in the log");
+    assert!(log.contains("evil\\n2026-01-01"), "the machine id escaped in the log");
+}
