@@ -3,6 +3,8 @@
 //! run's executor.
 
 use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -91,9 +93,21 @@ fn hostile_hellos_cost_bounded_log_lines_and_event_rows() {
         let e = refused_events(&d);
         (!e.is_empty()).then_some(e)
     });
-    assert!(log1.saturating_sub(log0) < 64 * 1024, "log grew {}", log1 - log0);
-    assert!(db1.saturating_sub(db0) < 1024 * 1024, "db grew {}", db1 - db0);
-    assert!(events.len() <= 10, "at most 10 refusals a minute: {}", events.len());
+    assert!(
+        log1.saturating_sub(log0) < 64 * 1024,
+        "log grew {}",
+        log1 - log0
+    );
+    assert!(
+        db1.saturating_sub(db0) < 1024 * 1024,
+        "db grew {}",
+        db1 - db0
+    );
+    assert!(
+        events.len() <= 10,
+        "at most 10 refusals a minute: {}",
+        events.len()
+    );
     for row in &events {
         let m = row["machine"].as_str().unwrap_or("");
         assert!(m.chars().count() <= 257, "machine clipped: {}", m.len());
@@ -101,6 +115,91 @@ fn hostile_hellos_cost_bounded_log_lines_and_event_rows() {
     }
     let log = d.log_text();
     assert!(!log.contains("\nINFO forged line") && !log.contains("\n2026-01-01 INFO forged"));
-    assert!(!log.contains('\u{1b}') && !log.contains('\u{202e}'), "escaped in the log");
-    assert!(log.contains("evil\\n2026-01-01"), "the machine id escaped in the log");
+    assert!(
+        !log.contains('\u{1b}') && !log.contains('\u{202e}'),
+        "escaped in the log"
+    );
+    assert!(
+        log.contains("evil\\n2026-01-01"),
+        "the machine id escaped in the log"
+    );
+}
+
+/// A real RSA key for `minion`: private in `<dir>/<minion>.pem`, its public half accepted
+/// in `<dir>/master-pki/minions/<minion>` (as a Salt master keeps it).
+fn minion_key(dir: &Path, minion: &str) -> PathBuf {
+    let accepted = dir.join("master-pki").join("minions");
+    std::fs::create_dir_all(&accepted).expect("master pki dir");
+    let key = dir.join(format!("{minion}.pem"));
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    openssl(&["genrsa", "-traditional", "-out", path_str(&key), "2048"]);
+    let public = accepted.join(minion);
+    openssl(&[
+        "rsa",
+        "-in",
+        path_str(&key),
+        "-pubout",
+        "-out",
+        path_str(&public),
+    ]);
+    key
+}
+
+#[test]
+fn a_minion_key_does_not_prove_a_local_target_of_the_same_name() {
+    let keys = tempfile::tempdir().expect("tempdir");
+    let key = minion_key(keys.path(), "web1");
+    // A wrapper that never connects: the target waits for its pick-up.
+    let stall = keys.path().join("stalled-wrapper");
+    std::fs::write(&stall, "#!/bin/sh\nexec sleep 30\n").expect("write wrapper");
+    std::fs::set_permissions(&stall, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let d = Daemon::start(&[
+        (
+            "01-pki.yaml",
+            &format!(
+                "saltpeter_config:\n  salt_pki_dir: {}\n  pickup_timeout: 20\n",
+                keys.path().join("master-pki").display()
+            ),
+        ),
+        (
+            "jobs.yaml",
+            &format!(
+                "local_web:\n  schedule: '@yearly'\n  targets: [web1]\n  command: 'true'\n  \
+                 wrapper_path: {}\n",
+                stall.display()
+            ),
+        ),
+    ]);
+    let run = d.run_now("local_web");
+    let port = d.wrapper_port();
+    let mut ws = connect(port);
+    let mut msg = hello(run, "web1");
+    msg.as_object_mut().map(|o| o.remove("token"));
+    msg["minion_key"] = json!(true);
+    ws.send(Message::text(msg.to_string())).expect("send");
+    let challenge = next_json(&mut ws).expect("a challenge");
+    assert_eq!(challenge["type"], "challenge", "{challenge}");
+    let nonce = challenge["nonce"].as_str().expect("nonce");
+    let signature = saltpeter::minion_key::sign_proof(&key, nonce, run, "web1").expect("sign");
+    ws.send(Message::text(
+        json!({"type": "proof", "signature": signature}).to_string(),
+    ))
+    .expect("send");
+    let answer = next_json(&mut ws).unwrap_or(Value::Null);
+    assert_eq!(answer["code"], "bad_token", "{answer}\n{}", d.log_text());
+    let text = refused_events(&d)
+        .iter()
+        .map(Value::to_string)
+        .collect::<String>();
+    assert!(text.contains("Salt runs only"), "{text}");
 }

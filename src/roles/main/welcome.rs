@@ -274,7 +274,25 @@ fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presen
         Some(t) => (t.attempt, t.resume_hash.clone(), t.token == Token::Spent),
         None => return reject(RejectCode::UnknownRun, "run ended").into(),
     };
+    // A credential proves a target only for the executor that hands it out: a Salt
+    // minion's key says nothing about a local target that happens to share its name,
+    // and a launch token is only ever written for a local wrapper.
+    let salt_run = job.executor == crate::config::Executor::Salt;
     let credential = match (&p.token, &p.resume_key, &p.proof) {
+        (_, _, Some(_)) if !salt_run => {
+            return reject(
+                RejectCode::BadToken,
+                "a minion-key proof is accepted for Salt runs only",
+            )
+            .into();
+        }
+        (Some(_), None, None) if salt_run => {
+            return reject(
+                RejectCode::BadToken,
+                "a launch token is accepted for local runs only",
+            )
+            .into();
+        }
         (_, _, Some(proof)) => match core.check_minion_proof(run, machine, proof) {
             Ok(()) => Credential::MinionKey { valid: true },
             Err(why) => return reject(RejectCode::BadToken, why).into(),
