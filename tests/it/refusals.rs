@@ -113,6 +113,15 @@ fn hostile_hellos_cost_bounded_log_lines_and_event_rows() {
         assert!(m.chars().count() <= 257, "machine clipped: {}", m.len());
         assert!(row["message"].as_str().unwrap_or("").len() < 8192, "{row}");
     }
+    // The rows keep what was sent (bounded); the operator's terminal gets it escaped.
+    let table = d.ctl(&["events", "--kind", "wrapper_refused"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        !table.contains('\u{1b}') && !table.contains('\u{202e}'),
+        "{table}"
+    );
+    assert!(!table.contains("\n2026-01-01 INFO forged"), "{table}");
+    assert!(table.contains("evil\\n2026-01-01"), "{table}");
     let log = d.log_text();
     assert!(!log.contains("\nINFO forged line") && !log.contains("\n2026-01-01 INFO forged"));
     assert!(
