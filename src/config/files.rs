@@ -152,20 +152,31 @@ pub fn scan_dir(dir: &Path) -> Result<BTreeMap<PathBuf, Fingerprint>, ConfigDirE
 
 /// Only the merged `saltpeter_config`, for processes that need settings and no jobs (the
 /// supervisor, the hub). Files whose text does not mention `saltpeter_config` are not
-/// parsed, and no job is validated, so this stays cheap with thousands of jobs; problems
-/// are left to main, which loads everything and reports them.
+/// parsed, and no job is validated, so this stays cheap with thousands of jobs; job
+/// problems are left to main, which loads everything and reports them.
+///
+/// A file that mentions `saltpeter_config` and does not parse, or a file that cannot be
+/// read (so whether it holds settings cannot be told), is an error: started without
+/// it, the daemon would listen where the defaults say (the wrapper port on 0.0.0.0, the
+/// API off) and still report ready. (A reload keeps the previous configuration instead:
+/// main's `load`, not this.)
 pub fn load_settings(dir: &Path) -> Result<SaltpeterConfig, ConfigDirError> {
     let mut trees = Vec::new();
+    let unparsable = |path: &Path, (pos, message): (Pos, String)| ConfigDirError::Unparsable {
+        path: path.to_path_buf(),
+        at: match pos.line {
+            0 => String::new(),
+            line => format!(", line {line}"),
+        },
+        message,
+    };
     for path in scan_dir(dir)?.into_keys() {
-        let Ok(text) = read_bounded(&path) else {
-            continue;
-        };
+        let text = read_bounded(&path).map_err(|e| unparsable(&path, e))?;
         if !text.contains(CONFIG_KEY) {
             continue;
         }
-        if let Ok(tree) = parse_tree(&text) {
-            trees.push((path, tree));
-        }
+        let tree = parse_tree(&text).map_err(|e| unparsable(&path, e))?;
+        trees.push((path, tree));
     }
     let mut sections = Vec::new();
     for (path, tree) in &trees {

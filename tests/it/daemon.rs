@@ -170,3 +170,24 @@ fn socket_of_a_live_daemon_is_exit_2_and_a_stale_one_is_cleaned() {
     assert_eq!(second.processes().len(), 5);
     std::thread::sleep(Duration::from_millis(10));
 }
+
+#[test]
+fn a_settings_file_that_does_not_parse_is_exit_2_naming_file_and_line() {
+    // Started without it, the daemon listened on the default 0.0.0.0 and said ready.
+    let mut d = Daemon::prepare(&[(
+        "10-settings.yaml",
+        "saltpeter_config:\n  machines_ws_bind_addr: 127.0.0.1\n  api_ws: [true\n",
+    )]);
+    let log = start_fails(&mut d);
+    let file = d.config_dir().join("10-settings.yaml");
+    assert!(log.contains(path_str(&file)), "{log}");
+    assert!(log.contains("line "), "{log}");
+    assert!(!log.contains("started hub"), "nothing started: {log}");
+}
+
+#[test]
+fn a_job_file_that_does_not_parse_does_not_stop_the_start() {
+    let mut d = Daemon::prepare(&[("jobs.yaml", "broken: [\n")]);
+    d.spawn();
+    d.wait_ready();
+}
