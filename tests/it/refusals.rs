@@ -212,3 +212,31 @@ fn a_minion_key_does_not_prove_a_local_target_of_the_same_name() {
         .collect::<String>();
     assert!(text.contains("Salt runs only"), "{text}");
 }
+
+#[test]
+fn refusals_do_not_tell_which_runs_and_machines_exist() {
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        (
+            "jobs.yaml",
+            "held:\n  schedule: '@yearly'\n  targets: [h]\n  command: 'sleep 5'\n",
+        ),
+    ]);
+    let run = d.run_now("held");
+    let port = d.wrapper_port();
+    let unknown_run = answer(port, &hello(run + 1000, "h"));
+    let wrong_machine = answer(port, &hello(run, "nosuch"));
+    assert_eq!(unknown_run["code"], "unknown_run", "{unknown_run}");
+    assert_eq!(wrong_machine["code"], "unknown_run", "{wrong_machine}");
+    let strip = |a: &Value, run: u64| {
+        a["message"]
+            .as_str()
+            .unwrap_or("")
+            .replace(&run.to_string(), "N")
+    };
+    assert_eq!(strip(&unknown_run, run + 1000), strip(&wrong_machine, run));
+    assert!(
+        !wrong_machine.to_string().contains("nosuch"),
+        "{wrong_machine}"
+    );
+}

@@ -239,6 +239,15 @@ impl From<WrapperVerdict> for Vetted {
     }
 }
 
+/// The refusal of a run that is not in flight and of a machine that is not its target
+/// alike: an unauthenticated peer learns neither which runs nor which machines exist.
+pub(super) fn not_in_flight(run: RunId) -> WrapperVerdict {
+    reject(
+        RejectCode::UnknownRun,
+        format!("run {run} has no such target in flight"),
+    )
+}
+
 fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presented) -> Vetted {
     if core.flight.recovering {
         return reject(
@@ -248,11 +257,7 @@ fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presen
         .into();
     }
     let Some(active) = core.flight.runs.get(&run) else {
-        return reject(
-            RejectCode::UnknownRun,
-            format!("run {run} is not in flight"),
-        )
-        .into();
+        return not_in_flight(run).into();
     };
     let job = active.job.clone();
     let wait_for_go = active.prestaged && !active.go_sent;
@@ -262,11 +267,7 @@ fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presen
         .map(|slot| u64::try_from(slot - chrono::Utc::now().timestamp_millis()).unwrap_or(0));
     let heartbeat_s = core.config.saltpeter.heartbeat_s;
     if !active.targets.contains_key(machine) {
-        return reject(
-            RejectCode::UnknownRun,
-            format!("{machine} is not a target of run {run}"),
-        )
-        .into();
+        return not_in_flight(run).into();
     }
     // A resume key proves an earlier welcome; the launch token works until its session
     // has been confirmed by a first message (so a welcome lost in a crash can be retried).
