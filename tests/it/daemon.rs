@@ -191,3 +191,32 @@ fn a_job_file_that_does_not_parse_does_not_stop_the_start() {
     d.spawn();
     d.wait_ready();
 }
+
+#[test]
+fn the_database_and_the_wrapper_logs_are_the_daemon_users_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        (
+            "jobs.yaml",
+            "quick:\n  schedule: '@yearly'\n  targets: [q]\n  command: 'true'\n",
+        ),
+    ]);
+    let run = d.run_now("quick");
+    d.wait_run_final(run);
+    let mode = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    };
+    for entry in std::fs::read_dir(d.state_dir())
+        .expect("state dir")
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("saltpeter.db") {
+            assert_eq!(mode(&entry.path()) & 0o077, 0, "{name} is private");
+        }
+    }
+    assert_eq!(mode(&d.state_dir().join("wrapper-logs")), 0o700);
+}

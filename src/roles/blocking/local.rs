@@ -112,6 +112,17 @@ fn wrapper_env(launch: &Launch, machine: &str, token_file: &Path) -> Vec<(String
     ]
 }
 
+/// Create (or restrict) the directory `dir` of the wrapper logs: 0700, so the logs (the
+/// wrapper creates them with its umask) are the daemon user's only.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 /// Create (or restrict) the private directory `dir` (0700) of the token files, once
 /// per launch.
 fn prepare_token_dir(dir: &Path) -> Result<(), String> {
@@ -208,7 +219,7 @@ pub fn launch(
         state.reply(id, Ok(BlockingReply::Launched(Vec::new())));
         return;
     }
-    if let Err(e) = std::fs::create_dir_all(&state.wrapper_log_dir) {
+    if let Err(e) = private_dir(&state.wrapper_log_dir) {
         log::warn!("could not create {}: {e}", state.wrapper_log_dir.display());
     }
     state.batches.insert(
