@@ -18,6 +18,7 @@ mod api_audit;
 mod boot;
 mod chains;
 mod config_watch;
+mod delivery_view;
 mod deploy;
 mod effects;
 mod fleet;
