@@ -162,7 +162,7 @@ pub fn scan_dir(dir: &Path) -> Result<BTreeMap<PathBuf, Fingerprint>, ConfigDirE
 /// main's `load`, not this.)
 pub fn load_settings(dir: &Path) -> Result<SaltpeterConfig, ConfigDirError> {
     let mut trees = Vec::new();
-    let unparsable = |path: &Path, (pos, message): (Pos, String)| ConfigDirError::Unparsable {
+    let unparsable = |path: &Path, (pos, message): (Pos, String)| ConfigDirError::File {
         path: path.to_path_buf(),
         at: match pos.line {
             0 => String::new(),
@@ -190,7 +190,41 @@ pub fn load_settings(dir: &Path) -> Result<SaltpeterConfig, ConfigDirError> {
         }
     }
     let mut ignored = Vec::new();
-    Ok(saltpeter::merge_saltpeter(&sections, None, &mut ignored).0)
+    let settings = saltpeter::merge_saltpeter(&sections, None, &mut ignored).0;
+    if let Some(key) = &settings.tls_key {
+        check_key_file(key)?;
+    }
+    Ok(settings)
+}
+
+/// The TLS private key must not be readable by others: refused at start. Readable by a
+/// group other than the daemon's own is allowed (a shared `ssl-cert` group) but said.
+fn check_key_file(key: &Path) -> Result<(), ConfigDirError> {
+    use std::os::unix::fs::PermissionsExt;
+    // A missing or unreadable key is the TLS set-up's error, reported there.
+    let Ok(meta) = std::fs::metadata(key) else {
+        return Ok(());
+    };
+    let mode = meta.permissions().mode();
+    if mode & 0o004 != 0 {
+        return Err(ConfigDirError::File {
+            path: key.to_path_buf(),
+            at: String::new(),
+            message: format!(
+                "saltpeter_config.tls_key is readable by others (mode {:o});                  chmod 0600 or 0640 with the daemon's group",
+                mode & 0o777
+            ),
+        });
+    }
+    if mode & 0o040 != 0 && meta.gid() != nix::unistd::getegid().as_raw() {
+        log::warn!(
+            "the TLS key {} is readable by group {} (mode {:o}), not the daemon's own",
+            key.display(),
+            meta.gid(),
+            mode & 0o777
+        );
+    }
+    Ok(())
 }
 
 /// Reads and parses one file; its top level must be a mapping (an empty file is an empty one).

@@ -102,8 +102,8 @@ pub enum ConfigDirError {
     },
     #[error("configuration path {path} is not a directory")]
     NotADirectory { path: PathBuf },
-    #[error("configuration file {path}{at}: {message}")]
-    Unparsable {
+    #[error("{path}{at}: {message}")]
+    File {
         path: PathBuf,
         /// `, line N`, or nothing when the whole file is at fault.
         at: String,

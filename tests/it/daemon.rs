@@ -220,3 +220,19 @@ fn the_database_and_the_wrapper_logs_are_the_daemon_users_only() {
     }
     assert_eq!(mode(&d.state_dir().join("wrapper-logs")), 0o700);
 }
+
+#[test]
+fn a_tls_key_readable_by_others_is_exit_2_naming_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut d = Daemon::prepare(&[]);
+    let key = d.root.path().join("server.key");
+    std::fs::write(&key, "not checked before its mode\n").expect("key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    d.write_config(
+        "10-tls.yaml",
+        &format!("saltpeter_config:\n  tls_key: {}\n", key.display()),
+    );
+    let log = start_fails(&mut d);
+    assert!(log.contains(path_str(&key)), "{log}");
+    assert!(log.contains("readable by others"), "{log}");
+}
