@@ -38,6 +38,7 @@ pub mod evloop;
 pub mod ipc;
 pub mod json;
 pub mod logging;
+pub mod logsafe;
 pub mod metrics;
 pub mod minion_key;
 pub mod notify;

@@ -152,20 +152,31 @@ pub fn scan_dir(dir: &Path) -> Result<BTreeMap<PathBuf, Fingerprint>, ConfigDirE
 
 /// Only the merged `saltpeter_config`, for processes that need settings and no jobs (the
 /// supervisor, the hub). Files whose text does not mention `saltpeter_config` are not
-/// parsed, and no job is validated, so this stays cheap with thousands of jobs; problems
-/// are left to main, which loads everything and reports them.
+/// parsed, and no job is validated, so this stays cheap with thousands of jobs; job
+/// problems are left to main, which loads everything and reports them.
+///
+/// A file that mentions `saltpeter_config` and does not parse, or a file that cannot be
+/// read (so whether it holds settings cannot be told), is an error: started without
+/// it, the daemon would listen where the defaults say (the wrapper port on 0.0.0.0, the
+/// API off) and still report ready. (A reload keeps the previous configuration instead:
+/// main's `load`, not this.)
 pub fn load_settings(dir: &Path) -> Result<SaltpeterConfig, ConfigDirError> {
     let mut trees = Vec::new();
+    let unparsable = |path: &Path, (pos, message): (Pos, String)| ConfigDirError::File {
+        path: path.to_path_buf(),
+        at: match pos.line {
+            0 => String::new(),
+            line => format!(", line {line}"),
+        },
+        message,
+    };
     for path in scan_dir(dir)?.into_keys() {
-        let Ok(text) = read_bounded(&path) else {
-            continue;
-        };
+        let text = read_bounded(&path).map_err(|e| unparsable(&path, e))?;
         if !text.contains(CONFIG_KEY) {
             continue;
         }
-        if let Ok(tree) = parse_tree(&text) {
-            trees.push((path, tree));
-        }
+        let tree = parse_tree(&text).map_err(|e| unparsable(&path, e))?;
+        trees.push((path, tree));
     }
     let mut sections = Vec::new();
     for (path, tree) in &trees {
@@ -179,7 +190,41 @@ pub fn load_settings(dir: &Path) -> Result<SaltpeterConfig, ConfigDirError> {
         }
     }
     let mut ignored = Vec::new();
-    Ok(saltpeter::merge_saltpeter(&sections, None, &mut ignored).0)
+    let settings = saltpeter::merge_saltpeter(&sections, None, &mut ignored).0;
+    if let Some(key) = &settings.tls_key {
+        check_key_file(key)?;
+    }
+    Ok(settings)
+}
+
+/// The TLS private key must not be readable by others: refused at start. Readable by a
+/// group other than the daemon's own is allowed (a shared `ssl-cert` group) but said.
+fn check_key_file(key: &Path) -> Result<(), ConfigDirError> {
+    use std::os::unix::fs::PermissionsExt;
+    // A missing or unreadable key is the TLS set-up's error, reported there.
+    let Ok(meta) = std::fs::metadata(key) else {
+        return Ok(());
+    };
+    let mode = meta.permissions().mode();
+    if mode & 0o004 != 0 {
+        return Err(ConfigDirError::File {
+            path: key.to_path_buf(),
+            at: String::new(),
+            message: format!(
+                "saltpeter_config.tls_key is readable by others (mode {:o});                  chmod 0600 or 0640 with the daemon's group",
+                mode & 0o777
+            ),
+        });
+    }
+    if mode & 0o040 != 0 && meta.gid() != nix::unistd::getegid().as_raw() {
+        log::warn!(
+            "the TLS key {} is readable by group {} (mode {:o}), not the daemon's own",
+            key.display(),
+            meta.gid(),
+            mode & 0o777
+        );
+    }
+    Ok(())
 }
 
 /// Reads and parses one file; its top level must be a mapping (an empty file is an empty one).

@@ -102,6 +102,13 @@ pub enum ConfigDirError {
     },
     #[error("configuration path {path} is not a directory")]
     NotADirectory { path: PathBuf },
+    #[error("{path}{at}: {message}")]
+    File {
+        path: PathBuf,
+        /// `, line N`, or nothing when the whole file is at fault.
+        at: String,
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 pub use crate::json::{elision_marker, job_json, run_json, status_json, target_json, time};
+use crate::logsafe::escape;
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::records::RunRecord;
 
@@ -35,12 +36,12 @@ pub fn run(r: &RunRecord, json: bool) {
     outln!(
         "run {}  job {}  {}  {}{}",
         r.id,
-        style.paint(&r.job, Some(Color::Bold)),
-        r.trigger,
+        style.paint(&escape(&r.job), Some(Color::Bold)),
+        escape(&r.trigger.to_string()),
         style.paint(r.state.as_str(), run_color(r.state)),
         r.reason
             .as_deref()
-            .map(|x| format!(" ({x})"))
+            .map(|x| format!(" ({})", escape(x)))
             .unwrap_or_default()
     );
     outln!(

@@ -125,8 +125,16 @@ impl Table {
         }
     }
 
+    /// A row; its text is escaped here (control characters, ANSI/OSC escapes, newlines,
+    /// bidi overrides): a machine id, job name or message can come from a peer, and a
+    /// table goes to a terminal. What is stored, and `--json`, stay exact.
     pub fn row(&mut self, cells: Vec<(String, Option<Color>)>) {
-        self.rows.push(cells);
+        self.rows.push(
+            cells
+                .into_iter()
+                .map(|(text, color)| (crate::logsafe::escape(&text), color))
+                .collect(),
+        );
     }
 
     pub fn render(&self, style: Style, indent: &str) -> String {
@@ -175,6 +183,16 @@ pub fn cell(text: impl Into<String>) -> (String, Option<Color>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cells_reach_the_terminal_escaped() {
+        let mut t = Table::new(&["MACHINE"]);
+        t.row(vec![cell("evil\n2026 forged\u{1b}]0;x\u{7}\u{202e}txt\0")]);
+        let out = t.render(Style { color: false }, "");
+        assert_eq!(out.lines().count(), 2, "{out:?}");
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{202e}') && !out.contains('\0'));
+        assert!(out.contains("evil\\n2026 forged\\u{1b}]0;x\\u{7}\\u{202e}txt\\u{0}"));
+    }
 
     #[test]
     fn columns_align_and_colour_only_when_asked() {

@@ -170,3 +170,69 @@ fn socket_of_a_live_daemon_is_exit_2_and_a_stale_one_is_cleaned() {
     assert_eq!(second.processes().len(), 5);
     std::thread::sleep(Duration::from_millis(10));
 }
+
+#[test]
+fn a_settings_file_that_does_not_parse_is_exit_2_naming_file_and_line() {
+    // Started without it, the daemon listened on the default 0.0.0.0 and said ready.
+    let mut d = Daemon::prepare(&[(
+        "10-settings.yaml",
+        "saltpeter_config:\n  machines_ws_bind_addr: 127.0.0.1\n  api_ws: [true\n",
+    )]);
+    let log = start_fails(&mut d);
+    let file = d.config_dir().join("10-settings.yaml");
+    assert!(log.contains(path_str(&file)), "{log}");
+    assert!(log.contains("line "), "{log}");
+    assert!(!log.contains("started hub"), "nothing started: {log}");
+}
+
+#[test]
+fn a_job_file_that_does_not_parse_does_not_stop_the_start() {
+    let mut d = Daemon::prepare(&[("jobs.yaml", "broken: [\n")]);
+    d.spawn();
+    d.wait_ready();
+}
+
+#[test]
+fn the_database_and_the_wrapper_logs_are_the_daemon_users_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        (
+            "jobs.yaml",
+            "quick:\n  schedule: '@yearly'\n  targets: [q]\n  command: 'true'\n",
+        ),
+    ]);
+    let run = d.run_now("quick");
+    d.wait_run_final(run);
+    let mode = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    };
+    for entry in std::fs::read_dir(d.state_dir())
+        .expect("state dir")
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("saltpeter.db") {
+            assert_eq!(mode(&entry.path()) & 0o077, 0, "{name} is private");
+        }
+    }
+    assert_eq!(mode(&d.state_dir().join("wrapper-logs")), 0o700);
+}
+
+#[test]
+fn a_tls_key_readable_by_others_is_exit_2_naming_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut d = Daemon::prepare(&[]);
+    let key = d.root.path().join("server.key");
+    std::fs::write(&key, "not checked before its mode\n").expect("key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    d.write_config(
+        "10-tls.yaml",
+        &format!("saltpeter_config:\n  tls_key: {}\n", key.display()),
+    );
+    let log = start_fails(&mut d);
+    assert!(log.contains(path_str(&key)), "{log}");
+    assert!(log.contains("readable by others"), "{log}");
+}

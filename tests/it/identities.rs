@@ -236,3 +236,36 @@ fn open_api_refuses_cross_origin_changes() {
     assert_eq!(runs.len(), 1, "only the same-origin request ran");
     assert!(events(&d).contains("(by api:anonymous)"));
 }
+
+#[test]
+fn webhook_paths_are_shown_to_admins_only() {
+    let jobs = "hooked:\n  schedule: '@yearly'\n  targets: [w1]\n  command: 'exit 1'\n  \
+                notify:\n    webhook: http://127.0.0.1:1/hooks/T0/secret-path\n";
+    let (d, port) = start_with(&identities_config(), jobs);
+    d.run_wait("hooked");
+    let list = |token: &str| {
+        let auth = bearer(token);
+        request(
+            port,
+            "GET",
+            "/api/v1/deliveries",
+            &[("Authorization", auth.as_str())],
+            b"",
+        )
+        .text()
+    };
+    let full = wait_until("the delivery listed", Duration::from_secs(60), || {
+        let text = list(ADMIN);
+        text.contains("secret-path").then_some(text)
+    });
+    assert!(
+        full.contains("http://127.0.0.1:1/hooks/T0/secret-path"),
+        "{full}"
+    );
+    let viewer = list(VIEWER);
+    assert!(viewer.contains("http://127.0.0.1:1/…"), "{viewer}");
+    assert!(!viewer.contains("secret-path"), "{viewer}");
+    // The admin socket is an admin's.
+    let ctl = d.ctl_json(&["deliveries"]).to_string();
+    assert!(ctl.contains("secret-path"), "{ctl}");
+}

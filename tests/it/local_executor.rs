@@ -166,3 +166,36 @@ fn a_wide_run_starts_at_most_64_launches_at_once_and_launches_every_target() {
     assert!(most <= 64, "{most} launch commands ran at once");
     assert!(most > 1, "launches ran one at a time ({most})");
 }
+
+#[test]
+fn a_local_job_gets_a_minimal_environment_not_the_daemons() {
+    // The test daemon runs with NOTIFY_SOCKET and RUST_LOG set: neither may reach a job.
+    let d = start(
+        "envjob:\n  schedule: '@yearly'\n  targets: [e1]\n  command: 'env | sort'\n  \
+         env:\n    JOB_SETTING: wanted\n",
+    );
+    let (run, code) = d.run_wait("envjob");
+    assert_eq!(code, 0, "{run}");
+    let out = d.output(run["id"].as_u64().expect("run id"), "e1");
+    let names: Vec<&str> = out.lines().filter_map(|l| l.split('=').next()).collect();
+    for wanted in [
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "JOB_SETTING",
+        "SP_RUN",
+    ] {
+        assert!(names.contains(&wanted), "{wanted} missing:\n{out}");
+    }
+    for leaked in [
+        "NOTIFY_SOCKET",
+        "RUST_LOG",
+        "CARGO",
+        "SP_URL",
+        "SP_TOKEN_FILE",
+    ] {
+        assert!(!names.contains(&leaked), "{leaked} reached the job:\n{out}");
+    }
+}

@@ -31,6 +31,7 @@ mod notify;
 mod notify_tls;
 mod queued;
 mod quickstart;
+mod refusals;
 mod reload;
 mod retries;
 mod salt;

@@ -99,9 +99,40 @@ fn unit_name(run: RunId, machine: &str) -> String {
     format!("saltpeter-run-{run}-{machine}")
 }
 
-/// The variables a local wrapper starts with: nothing secret (the token is in a file).
+/// Starts a local wrapper in an environment of its own.
+const ENV_PROGRAM: &str = "/usr/bin/env";
+
+/// `PATH` for a wrapper when the daemon has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The variables a local wrapper starts with, and nothing else (it hands its own to the
+/// command, which adds HOME/USER/LOGNAME of the job's `user` and the job's `env`): the
+/// daemon's environment can hold anything its unit or its operator's shell had, and a
+/// job of another user must not see it. `PATH`, `LANG`, the daemon user's HOME, USER and
+/// LOGNAME (the job's when it names a `user`), `XDG_RUNTIME_DIR` (the wrapper's lock
+/// directory when not root), the `SP_*` launch facts. Nothing secret: the token is in a
+/// file.
 fn wrapper_env(launch: &Launch, machine: &str, token_file: &Path) -> Vec<(String, String)> {
-    vec![
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let mut env = vec![
+        (
+            "PATH".to_string(),
+            var("PATH").unwrap_or_else(|| DEFAULT_PATH.to_string()),
+        ),
+        (
+            "LANG".to_string(),
+            var("LANG").unwrap_or_else(|| "C.UTF-8".to_string()),
+        ),
+    ];
+    if let Ok(Some(me)) = nix::unistd::User::from_uid(nix::unistd::getuid()) {
+        env.push(("HOME".to_string(), me.dir.to_string_lossy().into_owned()));
+        env.push(("USER".to_string(), me.name.clone()));
+        env.push(("LOGNAME".to_string(), me.name));
+    }
+    if let Some(dir) = var("XDG_RUNTIME_DIR") {
+        env.push(("XDG_RUNTIME_DIR".to_string(), dir));
+    }
+    env.extend([
         (ENV_URL.to_string(), launch.url.to_string()),
         (ENV_RUN.to_string(), launch.run.to_string()),
         (ENV_MACHINE.to_string(), machine.to_string()),
@@ -109,7 +140,19 @@ fn wrapper_env(launch: &Launch, machine: &str, token_file: &Path) -> Vec<(String
             ENV_TOKEN_FILE.to_string(),
             token_file.to_string_lossy().into_owned(),
         ),
-    ]
+    ]);
+    env
+}
+
+/// Create (or restrict) the directory `dir` of the wrapper logs: 0700, so the logs (the
+/// wrapper creates them with its umask) are the daemon user's only.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
 /// Create (or restrict) the private directory `dir` (0700) of the token files, once
@@ -174,8 +217,17 @@ fn command_for(
         cmd.arg(&launch.wrapper).arg("--log").arg(log);
         Ok(Starter::Exits(cmd))
     } else {
-        let args = ["--detach".into(), "--log".into(), log.into_os_string()];
-        Exec::new(Path::new(&launch.wrapper), &args, env)
+        // `env -i`: `Exec` starts from this process's environment, which the wrapper (and
+        // its command) must not inherit; `env` execs the wrapper in place (same pid).
+        let mut args: Vec<std::ffi::OsString> = vec!["-i".into()];
+        args.extend(env.iter().map(|(k, v)| format!("{k}={v}").into()));
+        args.extend([
+            launch.wrapper.clone().into(),
+            "--detach".into(),
+            "--log".into(),
+            log.into_os_string(),
+        ]);
+        Exec::new(Path::new(ENV_PROGRAM), &args, &[])
             .map(Starter::Detached)
             .map_err(|e| format!("could not start {}: {e}", launch.wrapper))
     }
@@ -208,7 +260,7 @@ pub fn launch(
         state.reply(id, Ok(BlockingReply::Launched(Vec::new())));
         return;
     }
-    if let Err(e) = std::fs::create_dir_all(&state.wrapper_log_dir) {
+    if let Err(e) = private_dir(&state.wrapper_log_dir) {
         log::warn!("could not create {}: {e}", state.wrapper_log_dir.display());
     }
     state.batches.insert(

@@ -120,6 +120,11 @@ pub enum StoreError {
         path: PathBuf,
         source: rusqlite::Error,
     },
+    #[error("could not create database {path} private (0600): {source}")]
+    Private {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("could not configure database {path}: {source}")]
     Settings {
         path: PathBuf,
@@ -217,6 +222,29 @@ pub(crate) fn parse_name<T>(
 const STATEMENT_CACHE: usize = 128;
 
 /// The SQLite database of the `db` role.
+/// Create the database file 0600 (or take group and world access away from an existing
+/// one) before sqlite opens it: it holds job output, and sqlite gives its `-wal` and
+/// `-shm` files the same permissions as the database.
+fn private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let name = path.to_string_lossy();
+    if name == ":memory:" || name.starts_with("file:") || name.is_empty() {
+        return Ok(());
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)?;
+    let mode = file.metadata()?.permissions().mode();
+    if mode & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(mode & 0o700))?;
+    }
+    Ok(())
+}
+
 pub struct Store {
     pub(crate) conn: Connection,
     path: PathBuf,
@@ -227,6 +255,10 @@ pub struct Store {
 impl Store {
     /// Opens (creating if missing) and migrates the database at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        private_file(path).map_err(|source| StoreError::Private {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let mut conn = Connection::open(path).map_err(|source| StoreError::Open {
             path: path.to_path_buf(),
             source,

@@ -11,14 +11,22 @@ use chrono::Utc;
 use super::{DbWait, Main};
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
+use crate::logsafe::cut;
 use crate::wire::db::NewEvent;
 use crate::wire::db::Retention;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::records::RunId;
 
+/// How many characters of a job name or machine id an event row holds.
+pub const EVENT_NAME_MAX: usize = crate::logsafe::NAME_MAX;
+/// How many characters of a message an event row holds.
+pub const EVENT_MESSAGE_MAX: usize = 4096;
+
 impl Main {
-    /// Record an event in the audit trail.
+    /// Record an event in the audit trail. Its strings are bounded ([`EVENT_NAME_MAX`],
+    /// [`EVENT_MESSAGE_MAX`]): a machine id or message can come from a peer, and a row
+    /// stays until it ages out.
     pub fn event(
         &mut self,
         kind: &str,
@@ -31,13 +39,16 @@ impl Main {
             DbRequest::RecordEvent(NewEvent {
                 at: Utc::now().timestamp_millis(),
                 kind: kind.to_string(),
-                job: job.map(str::to_string),
+                job: job.map(|j| cut(j, EVENT_NAME_MAX)),
                 run,
-                machine: machine.map(str::to_string),
-                message: match &self.actor.name {
-                    Some(who) => format!("{message} (by {who})"),
-                    None => message,
-                },
+                machine: machine.map(|m| cut(m, EVENT_NAME_MAX)),
+                message: cut(
+                    &match &self.actor.name {
+                        Some(who) => format!("{message} (by {who})"),
+                        None => message,
+                    },
+                    EVENT_MESSAGE_MAX,
+                ),
                 uid: self.actor.uid,
             }),
             DbWait::Write("an event"),

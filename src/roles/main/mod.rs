@@ -18,6 +18,7 @@ mod api_audit;
 mod boot;
 mod chains;
 mod config_watch;
+mod delivery_view;
 mod deploy;
 mod effects;
 mod fleet;
@@ -180,6 +181,8 @@ pub struct Flight {
     pub runs: BTreeMap<RunId, ActiveRun>,
     /// Wrapper connections and the target each serves.
     pub sessions: HashMap<ConnId, (RunId, String)>,
+    /// Refused hellos logged and recorded per peer address (a rate limit).
+    pub refusals: welcome::Refusals,
     /// Runs queued or being recorded, per job (the overlap rule; recorded runs are in
     /// `runs`).
     busy_jobs: HashMap<String, usize>,

@@ -56,8 +56,9 @@ pub enum Wait {
     Queued,
     /// Due messages leased.
     Due,
-    /// `saltpeterctl deliveries`: the hub's call to answer.
-    List(CallId),
+    /// `saltpeterctl deliveries`: the hub's call to answer, and whether its reader
+    /// sees webhook URLs whole (`delivery_view`).
+    List(CallId, bool),
 }
 
 /// A run's end and the rules that fire for it, waiting for the output tails.
@@ -315,15 +316,23 @@ pub fn list(core: &mut Main, call: CallId, mut filter: DeliveryFilter) {
     filter.limit = Some(filter.limit.unwrap_or(50).clamp(1, 10_000));
     core.db_call(
         DbRequest::ListDeliveries(filter),
-        DbWait::Notify(Wait::List(call)),
+        DbWait::Notify(Wait::List(
+            call,
+            super::delivery_view::reader_is_admin(core),
+        )),
     );
 }
 
 pub fn db_answer(core: &mut Main, wait: Wait, result: Result<DbReply, CallError>) {
     match wait {
-        Wait::List(call) => {
+        Wait::List(call, admin) => {
             let resp = match calls::ListDeliveries::take(result) {
-                Ok(list) => AdminResponse::Deliveries(list),
+                Ok(list) if admin => AdminResponse::Deliveries(list),
+                Ok(list) => AdminResponse::Deliveries(
+                    list.into_iter()
+                        .map(super::delivery_view::redacted)
+                        .collect(),
+                ),
                 Err(e) => AdminResponse::Failure(AdminFailure::Internal(e.to_string())),
             };
             core.reply_hub(call, HubReply::Admin(resp));

@@ -74,10 +74,20 @@ pub fn reconcile(
     else {
         return answer_hello(core, id, hello);
     };
+    // As in `welcome::vet_hello`: a minion key proves targets of Salt jobs only.
+    let salt_job = core
+        .config
+        .jobs
+        .get(&record.job)
+        .and_then(|e| e.job_ref())
+        .is_some_and(|j| j.executor == crate::config::Executor::Salt);
     let proven = match (&hello.proof, &hello.resume_key) {
-        (Some(proof), _) => core
-            .check_minion_proof(hello.run, &hello.machine, proof)
-            .is_ok(),
+        (Some(proof), _) => {
+            salt_job
+                && core
+                    .check_minion_proof(hello.run, &hello.machine, proof)
+                    .is_ok()
+        }
         (None, Some(k)) => tokens::verify_resume_key(target.resume_key_sha256.as_deref(), &k.0),
         (None, None) => false,
     };
@@ -85,7 +95,8 @@ pub fn reconcile(
         || !proven
         || core.flight.runs.contains_key(&record.id)
     {
-        let verdict = if target.record.state == TargetState::Finished {
+        // Only a peer that proved the target learns that its outcome is recorded.
+        let verdict = if proven && target.record.state == TargetState::Finished {
             reject(
                 RejectCode::Finished,
                 format!(
@@ -94,10 +105,7 @@ pub fn reconcile(
                 ),
             )
         } else {
-            reject(
-                RejectCode::UnknownRun,
-                format!("run {} is not in flight", hello.run),
-            )
+            super::welcome::not_in_flight(hello.run)
         };
         core.reply_hub(id, HubReply::Verdict(verdict));
         return;

@@ -275,11 +275,7 @@ pub fn cron_view(entry: &crate::config::JobEntry) -> CronEntryView {
             name: bad.name.clone(),
             group: bad.group.clone(),
             file: bad.file.display().to_string(),
-            error: bad
-                .errors
-                .iter()
-                .map(|d| d.to_string())
-                .collect::<Vec<_>>()
+            error: super::requests::bounded_errors(bad.errors.iter().map(|d| d.to_string()))
                 .join("; "),
         },
     }
@@ -306,13 +302,13 @@ fn config_view(core: &Main) -> ConfigView {
             api_token_set: sp.api_token.is_some(),
         },
         serial: core.views.ui.config_serial,
-        errors: core
-            .config
-            .diagnostics
-            .iter()
-            .filter(|d| d.severity == crate::config::Severity::Error)
-            .map(|d| d.to_string())
-            .collect(),
+        errors: super::requests::bounded_errors(
+            core.config
+                .diagnostics
+                .iter()
+                .filter(|d| d.severity == crate::config::Severity::Error)
+                .map(|d| d.to_string()),
+        ),
     }
 }
 

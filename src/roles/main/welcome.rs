@@ -13,6 +13,7 @@ use super::tokens;
 use super::{DbWait, Main};
 use crate::ipc::CallId;
 use crate::ipc::rpc::CallError;
+use crate::logsafe::{Admit, NAME_MAX, PerKey, clip};
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, TargetUpdate};
 use crate::wire::link::{ConnId, HubReply, MinionProof, WrapperHello, WrapperVerdict};
@@ -52,22 +53,11 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
     };
     match &verdict {
         WrapperVerdict::Welcome { .. } => log::info!(
-            "run {run}: wrapper {wrapper_version} on {machine} (pid {pid}, from {peer}) connected"
+            "run {run}: wrapper {} on {machine} (pid {pid}, from {peer}) connected",
+            clip(&wrapper_version, NAME_MAX)
         ),
         WrapperVerdict::Reject { code, message } => {
-            log::warn!(
-                "run {run}: wrapper on {machine} from {peer} rejected ({code:?}): {message}"
-            );
-            if !code.is_transient() {
-                let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
-                core.event(
-                    "wrapper_refused",
-                    job.as_deref(),
-                    Some(run),
-                    Some(&machine),
-                    format!("a wrapper from {peer} was refused ({code:?}): {message}"),
-                );
-            }
+            refused(core, run, &machine, &peer, *code, message)
         }
     }
     if !matches!(verdict, WrapperVerdict::Welcome { .. }) {
@@ -111,6 +101,81 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
             None => DbWait::Write("a wrapper version"),
         },
     );
+}
+
+/// Log and record a refusal, at most [`REFUSALS_PER_MINUTE`] per peer address a minute
+/// (the rest are counted and said in the next line that goes through). Everything the
+/// peer sent is clipped and escaped: a refusal costs the peer one hello and must not cost
+/// the server more than a bounded line and row.
+fn refused(
+    core: &mut Main,
+    run: RunId,
+    machine: &str,
+    peer: &str,
+    code: RejectCode,
+    message: &str,
+) {
+    let address = peer_address(peer);
+    let held = match core.flight.refusals.admit(&address, Instant::now()) {
+        Admit::Record { held } => held,
+        Admit::Hold => return,
+    };
+    let machine = clip(machine, NAME_MAX);
+    let message = clip(message, MESSAGE_MAX);
+    let peer = clip(peer, NAME_MAX);
+    let earlier = match held {
+        0 => String::new(),
+        n => format!(" ({n} more refusal(s) of {address} in the last minute were not recorded)"),
+    };
+    log::warn!(
+        "run {run}: wrapper on {machine} from {peer} rejected ({code:?}): {message}{earlier}"
+    );
+    if !code.is_transient() {
+        let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
+        core.event(
+            "wrapper_refused",
+            job.as_deref(),
+            Some(run),
+            Some(&machine),
+            format!("a wrapper from {peer} was refused ({code:?}): {message}{earlier}"),
+        );
+    }
+}
+
+/// The address of `peer` (`ip:port`) without its port, clipped: the unit refusals are
+/// counted by.
+fn peer_address(peer: &str) -> String {
+    match peer.parse::<std::net::SocketAddr>() {
+        Ok(addr) => addr.ip().to_string(),
+        Err(_) => clip(peer, NAME_MAX),
+    }
+}
+
+/// Refusals logged and recorded per peer address a minute.
+pub const REFUSALS_PER_MINUTE: u32 = 10;
+/// Peer addresses whose refusals are counted at once.
+const REFUSAL_PEERS: usize = 4096;
+/// How much of a refusal's message a log line or event carries.
+const MESSAGE_MAX: usize = 1024;
+
+/// The refusal rate limit, per peer address.
+#[derive(Debug)]
+pub struct Refusals(PerKey<String>);
+
+impl Default for Refusals {
+    fn default() -> Refusals {
+        Refusals(PerKey::new(
+            std::time::Duration::from_secs(60),
+            REFUSALS_PER_MINUTE,
+            REFUSAL_PEERS,
+        ))
+    }
+}
+
+impl Refusals {
+    fn admit(&mut self, address: &String, now: Instant) -> Admit {
+        self.0.admit(address, now)
+    }
 }
 
 /// A welcome waiting for its session (spent token, resume key hash) to be committed.
@@ -174,6 +239,15 @@ impl From<WrapperVerdict> for Vetted {
     }
 }
 
+/// The refusal of a run that is not in flight and of a machine that is not its target
+/// alike: an unauthenticated peer learns neither which runs nor which machines exist.
+pub(super) fn not_in_flight(run: RunId) -> WrapperVerdict {
+    reject(
+        RejectCode::UnknownRun,
+        format!("run {run} has no such target in flight"),
+    )
+}
+
 fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presented) -> Vetted {
     if core.flight.recovering {
         return reject(
@@ -183,11 +257,7 @@ fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presen
         .into();
     }
     let Some(active) = core.flight.runs.get(&run) else {
-        return reject(
-            RejectCode::UnknownRun,
-            format!("run {run} is not in flight"),
-        )
-        .into();
+        return not_in_flight(run).into();
     };
     let job = active.job.clone();
     let wait_for_go = active.prestaged && !active.go_sent;
@@ -197,11 +267,7 @@ fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presen
         .map(|slot| u64::try_from(slot - chrono::Utc::now().timestamp_millis()).unwrap_or(0));
     let heartbeat_s = core.config.saltpeter.heartbeat_s;
     if !active.targets.contains_key(machine) {
-        return reject(
-            RejectCode::UnknownRun,
-            format!("{machine} is not a target of run {run}"),
-        )
-        .into();
+        return not_in_flight(run).into();
     }
     // A resume key proves an earlier welcome; the launch token works until its session
     // has been confirmed by a first message (so a welcome lost in a crash can be retried).
@@ -209,7 +275,25 @@ fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presen
         Some(t) => (t.attempt, t.resume_hash.clone(), t.token == Token::Spent),
         None => return reject(RejectCode::UnknownRun, "run ended").into(),
     };
+    // A credential proves a target only for the executor that hands it out: a Salt
+    // minion's key says nothing about a local target that happens to share its name,
+    // and a launch token is only ever written for a local wrapper.
+    let salt_run = job.executor == crate::config::Executor::Salt;
     let credential = match (&p.token, &p.resume_key, &p.proof) {
+        (_, _, Some(_)) if !salt_run => {
+            return reject(
+                RejectCode::BadToken,
+                "a minion-key proof is accepted for Salt runs only",
+            )
+            .into();
+        }
+        (Some(_), None, None) if salt_run => {
+            return reject(
+                RejectCode::BadToken,
+                "a launch token is accepted for local runs only",
+            )
+            .into();
+        }
         (_, _, Some(proof)) => match core.check_minion_proof(run, machine, proof) {
             Ok(()) => Credential::MinionKey { valid: true },
             Err(why) => return reject(RejectCode::BadToken, why).into(),

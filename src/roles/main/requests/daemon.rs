@@ -10,13 +10,13 @@ use crate::wire::records::{Millis, RunId};
 
 pub fn status(core: &mut Main, call: CallId) {
     let now = chrono::Utc::now().timestamp_millis();
-    let config_errors = core
-        .config
-        .diagnostics
-        .iter()
-        .filter(|d| d.severity == crate::config::Severity::Error)
-        .map(|d| d.to_string())
-        .collect();
+    let config_errors = super::bounded_errors(
+        core.config
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == crate::config::Severity::Error)
+            .map(|d| d.to_string()),
+    );
     let status = StatusInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
         started_at: core.daemon.started_at,

@@ -86,7 +86,10 @@ fn described(
 ) -> JobDetail {
     let (config_json, errors) = match entry {
         JobEntry::Valid(job) => (Some(job.redacted_json().to_string()), Vec::new()),
-        JobEntry::Invalid(bad) => (None, bad.errors.iter().map(|d| d.to_string()).collect()),
+        JobEntry::Invalid(bad) => (
+            None,
+            super::bounded_errors(bad.errors.iter().map(|d| d.to_string())),
+        ),
     };
     JobDetail {
         summary,
@@ -307,11 +310,7 @@ fn job_infos(core: &Main, last: &BTreeMap<String, RunRecord>) -> Vec<JobInfo> {
                 JobEntry::Invalid(bad) => (
                     false,
                     Some(
-                        bad.errors
-                            .iter()
-                            .map(|d| d.to_string())
-                            .collect::<Vec<_>>()
-                            .join("; "),
+                        super::bounded_errors(bad.errors.iter().map(|d| d.to_string())).join("; "),
                     ),
                 ),
             };

@@ -77,6 +77,32 @@ pub fn failure(core: &mut Main, call: CallId, f: AdminFailure) {
     respond(core, call, AdminResponse::Failure(f));
 }
 
+/// Configuration errors an answer carries (status: in all; a job: its own).
+pub const ANSWER_ERRORS_MAX: usize = 100;
+/// Characters of one configuration error an answer carries.
+const ANSWER_ERROR_CHARS: usize = 1024;
+
+/// The first [`ANSWER_ERRORS_MAX`] of `errors`, each cut to a bound, then one line that
+/// counts the rest: a directory with 200,000 errors must not make an answer outgrow the
+/// link's frame (`saltpeterctl config check` lists them all).
+pub fn bounded_errors(errors: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut more = 0usize;
+    for e in errors {
+        if out.len() < ANSWER_ERRORS_MAX {
+            out.push(crate::logsafe::cut(&e, ANSWER_ERROR_CHARS));
+        } else {
+            more += 1;
+        }
+    }
+    if more > 0 {
+        out.push(format!(
+            "… and {more} more configuration error(s) (saltpeterctl config check lists them all)"
+        ));
+    }
+    out
+}
+
 pub fn no_job(job: &str) -> AdminFailure {
     AdminFailure::NotFound(format!("no job named {job}"))
 }
@@ -233,5 +259,24 @@ fn db_failure(err: CallError) -> AdminFailure {
     match err {
         CallError::Remote(RemoteError::NotFound(what)) => AdminFailure::NotFound(what),
         e => AdminFailure::Internal(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_carry_a_bounded_number_of_errors() {
+        let errors = bounded_errors((0..200_000).map(|n| format!("error {n}")));
+        assert_eq!(errors.len(), ANSWER_ERRORS_MAX + 1);
+        assert_eq!(errors[0], "error 0");
+        assert!(
+            errors[ANSWER_ERRORS_MAX].contains("199900 more"),
+            "{errors:?}"
+        );
+        let long = bounded_errors(std::iter::once("x".repeat(100_000)));
+        assert!(long[0].chars().count() <= ANSWER_ERROR_CHARS + 1);
+        assert_eq!(bounded_errors(std::iter::empty()), Vec::<String>::new());
     }
 }
