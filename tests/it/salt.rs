@@ -380,6 +380,23 @@ fn scheduled_salt_runs_are_prestaged_and_start_at_their_slot() {
         "{}",
         d.log_text()
     );
+    // A staged run refused at its slot (global maintenance switched on while it waits)
+    // records why, as every run that did not run does.
+    let out = d.ctl(&["maintenance", "on"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_until("a slot refused for maintenance", SALT_SLOTS, || {
+        d.runs("stamp").into_iter().find(|r| {
+            is_final(r)
+                && r["reason"]
+                    .as_str()
+                    .is_some_and(|why| why.contains("maintenance"))
+        })
+    });
+    for r in d.runs("stamp").iter().filter(|r| is_final(r)) {
+        if r["state"] != "succeeded" {
+            assert!(r["reason"].is_string(), "a run ended without its reason: {r}");
+        }
+    }
 }
 
 #[test]

@@ -402,8 +402,10 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             Some((state, _)) => *state,
             None => active.final_state(),
         };
+        // Why a run that did not run ended so (refused at its slot: overlap,
+        // maintenance, a kill before it) is recorded with it.
         let reason = match s.outcome() {
-            crate::workflow::Outcome::Done => None,
+            crate::workflow::Outcome::Done => env.unresolved.as_ref().map(|(_, why)| why.clone()),
             other => Some(format!("{other:?}")),
         };
         let id = core.db_call(
