@@ -383,7 +383,11 @@ fn scheduled_salt_runs_are_prestaged_and_start_at_their_slot() {
     // A staged run refused at its slot (global maintenance switched on while it waits)
     // records why, as every run that did not run does.
     let out = d.ctl(&["maintenance", "on"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     wait_until("a slot refused for maintenance", SALT_SLOTS, || {
         d.runs("stamp").into_iter().find(|r| {
             is_final(r)
@@ -394,7 +398,10 @@ fn scheduled_salt_runs_are_prestaged_and_start_at_their_slot() {
     });
     for r in d.runs("stamp").iter().filter(|r| is_final(r)) {
         if r["state"] != "succeeded" {
-            assert!(r["reason"].is_string(), "a run ended without its reason: {r}");
+            assert!(
+                r["reason"].is_string(),
+                "a run ended without its reason: {r}"
+            );
         }
     }
 }
