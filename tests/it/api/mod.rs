@@ -5,6 +5,7 @@ mod bench;
 mod browser;
 pub mod client;
 mod endpoints;
+mod guard;
 mod ws;
 mod ws_truth;
 

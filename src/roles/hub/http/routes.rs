@@ -150,7 +150,7 @@ pub fn route(http: &mut Http, req: &Request, peer: IpAddr, who: &mut Option<Iden
         ("GET", ["metrics"]) if http.auth.metrics_open() => {
             call(AdminRequest::Metrics, Expect::Metrics)
         }
-        _ => match http.auth.check(req) {
+        _ => match http.auth.check(req, peer, Instant::now()) {
             Ok(identity) => {
                 let action = protected(http, req, method, &seg, &identity);
                 if let Action::Call { req: call, .. } = &action
@@ -161,11 +161,19 @@ pub fn route(http: &mut Http, req: &Request, peer: IpAddr, who: &mut Option<Iden
                 *who = Some(identity);
                 action
             }
-            Err(denied) => Action::Respond(
-                Response::error(denied.status(), "unauthorized", denied.message())
-                    .with_header("WWW-Authenticate", "Bearer realm=\"saltpeter\""),
-            ),
+            Err(denied) => Action::Respond(denied_response(&denied)),
         },
+    }
+}
+
+/// 401 invites a Bearer token; 429 says to wait (the throttle counts a minute).
+fn denied_response(denied: &super::auth::Denied) -> Response {
+    match denied.status() {
+        429 => Response::error(429, "too_many_requests", denied.message())
+            .with_header("Retry-After", "60"),
+        401 => Response::error(401, "unauthorized", denied.message())
+            .with_header("WWW-Authenticate", "Bearer realm=\"saltpeter\""),
+        status => Response::error(status, "forbidden", denied.message()),
     }
 }
 
@@ -190,13 +198,7 @@ fn login(auth: &mut Auth, req: &Request, peer: IpAddr) -> Action {
         Ok(cookie) => Action::Respond(
             Response::json(200, &json!({"ok": true})).with_header("Set-Cookie", &cookie),
         ),
-        Err(denied) => {
-            let code = match denied.status() {
-                429 => "too_many_requests",
-                _ => "unauthorized",
-            };
-            error(denied.status(), code, denied.message())
-        }
+        Err(denied) => Action::Respond(denied_response(&denied)),
     }
 }
 
