@@ -6,6 +6,7 @@ mod browser;
 pub mod client;
 mod endpoints;
 mod guard;
+mod memory;
 mod ws;
 mod ws_truth;
 

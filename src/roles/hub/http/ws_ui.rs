@@ -130,6 +130,8 @@ pub fn upgrade(
     let Some(mut conn) = http.conns.remove(&id) else {
         return;
     };
+    // Its buffers move into the WebSocket (bounded by `ws_max_write`).
+    http.budget.release(&mut conn.charge);
     let Kind::Http(hc) = conn.kind else {
         return;
     };

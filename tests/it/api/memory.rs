@@ -1,0 +1,100 @@
+//! The hub's memory under clients that send and never read: many connections from one
+//! address, each pipelining requests whose answers it never reads and then starting a
+//! request of the largest size allowed. The hub's resident size is read from
+//! `/proc/<hub>/status` while they hold on and after they are gone; the figures are
+//! printed.
+
+use std::io::{ErrorKind, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+fn hub_pid(d: &Daemon) -> u32 {
+    d.processes()
+        .into_iter()
+        .find(|(role, _)| role == "hub")
+        .expect("hub process")
+        .1
+}
+
+#[test]
+fn never_reading_connections_stay_within_the_hub_budget() {
+    let clients = 250;
+    let config = api_config("  max_connections_per_addr: 1000\n  api_max_connections: 2000\n")
+        .replace("api_request_timeout: 2", "api_request_timeout: 30");
+    let (d, port) = start_with(&config, "");
+    let hub = hub_pid(&d);
+    if let Ok((_, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    {
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    let before = rss_kib(hub).expect("hub rss");
+    // Answers to pile up unread (401s: no credentials), then the largest request there
+    // may be, never finished.
+    let mut burst = "GET /api/v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        .repeat(4000)
+        .into_bytes();
+    burst.extend_from_slice(
+        b"POST /api/v1/login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1040000\r\n\r\n",
+    );
+    burst.extend(std::iter::repeat_n(b'a', 1_030_000));
+    let mut conns: Vec<(TcpStream, usize)> = (0..clients)
+        .map(|_| {
+            let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            s.set_nonblocking(true).expect("nonblocking");
+            (s, 0)
+        })
+        .collect();
+    let mut peak = before;
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until {
+        let mut moved = false;
+        for (s, sent) in &mut conns {
+            if *sent == burst.len() {
+                continue;
+            }
+            match s.write(&burst[*sent..]) {
+                Ok(n) => {
+                    *sent += n;
+                    moved = true;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(_) => *sent = burst.len(),
+            }
+        }
+        peak = peak.max(rss_kib(hub).unwrap_or(0));
+        if !moved {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let sent: usize = conns.iter().map(|(_, n)| n).sum();
+    // Someone else is still served meanwhile.
+    assert_eq!(get(port, "/api/v1/status").status, 200);
+    peak = peak.max(rss_kib(hub).unwrap_or(0));
+    drop(conns);
+    std::thread::sleep(Duration::from_secs(3));
+    let after = rss_kib(hub).expect("hub rss");
+    let metrics = get(port, "/metrics").text();
+    for l in metrics.lines().filter(|l| l.starts_with("saltpeter_http_")) {
+        eprintln!("{l}");
+    }
+    println!(
+        "hub RSS with {clients} never-reading connections ({} MiB sent): {} MiB before, \
+         {} MiB at the peak, {} MiB after they closed",
+        sent >> 20,
+        before >> 10,
+        peak >> 10,
+        after >> 10
+    );
+    assert!(
+        peak < before + 100 * 1024,
+        "the hub grew from {before} KiB to {peak} KiB"
+    );
+    assert!(
+        after < before + 32 * 1024,
+        "the hub kept {after} KiB after the clients left (from {before} KiB)"
+    );
+}
