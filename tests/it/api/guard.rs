@@ -134,3 +134,48 @@ fn bearer_cookie_ws_and_login_guesses_share_one_throttle() {
     }
     assert_eq!(n.send("GET", "/api/v1/status", &[AUTH], b"").status, 200);
 }
+
+/// One raw request on a fresh connection.
+fn raw(port: u16, text: &str) -> client::Resp {
+    use std::io::Write;
+    let mut c = Conn::open(port);
+    c.stream.write_all(text.as_bytes()).expect("send");
+    c.read_response(false).expect("an answer")
+}
+
+#[test]
+fn open_api_answers_only_loopback_hosts_and_one_host_header() {
+    let open_cfg = "saltpeter_config:\n  api_ws: true\n  api_ws_port: 0\n  api_auth: none\n";
+    let (_d, port) = start_with(open_cfg, "");
+    let get = |path: &str, host: &str| {
+        raw(
+            port,
+            &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+        )
+    };
+    for path in ["/api/v1/jobs", "/api/v1/status", "/metrics", "/", "/app.js"] {
+        assert_eq!(
+            get(path, &format!("127.0.0.1:{port}")).status,
+            200,
+            "{path}"
+        );
+        assert_eq!(
+            get(path, &format!("localhost:{port}")).status,
+            200,
+            "{path}"
+        );
+        let rebound = get(path, &format!("evil.example:{port}"));
+        assert_eq!(rebound.status, 403, "{path}: {}", rebound.text());
+    }
+    let v6 = get("/api/v1/jobs", &format!("[::1]:{port}"));
+    assert_eq!(v6.status, 200);
+    // Two Host headers: refused whichever comes first.
+    for (a, b) in [("127.0.0.1", "evil.example"), ("evil.example", "127.0.0.1")] {
+        let r = raw(
+            port,
+            &format!("GET /api/v1/jobs HTTP/1.1\r\nHost: {a}\r\nHost: {b}\r\n\r\n"),
+        );
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert!(r.text().contains("Host"), "{}", r.text());
+    }
+}

@@ -9,9 +9,10 @@
 //!   per client address (`sessions::Throttle`); past it every credential gets 429.
 //! - `api_auth: none`: no credentials (the supervisor refuses it unless the API is bound
 //!   to a loopback address, behind an authenticating proxy); requests run as
-//!   `anonymous` with the admin role, but a `/ws` handshake and every state change must
-//!   come with a loopback `Host` and, if the browser sends one, an `Origin` equal to it,
-//!   so a web page elsewhere cannot drive the API through the operator's browser.
+//!   `anonymous` with the admin role, but every request must come with a loopback `Host`
+//!   (a DNS-rebinding page names its own host), and a `/ws` handshake and every state
+//!   change also, if the browser sends one, with an `Origin` equal to it, so a web page
+//!   elsewhere can neither read nor drive the API through the operator's browser.
 //!
 //! Cookie-authenticated state changes must carry `X-Saltpeter-Csrf: 1` (a header a
 //! cross-site page cannot send without a CORS preflight, which is never granted) and, if
@@ -208,6 +209,16 @@ impl Auth {
             None => Err(Guess::Stale(Denied::Unauthorized(
                 "the session has expired; log in again".into(),
             ))),
+        }
+    }
+
+    /// With `api_auth: none`, every request (reads, the dashboard's files and `/metrics`
+    /// too) must name a loopback host: a page that rebinds its own DNS name to 127.0.0.1
+    /// would otherwise read configurations and output through the operator's browser.
+    pub fn check_host(&self, req: &Request) -> Result<(), Denied> {
+        match self.is_open() {
+            true => loopback_host(req),
+            false => Ok(()),
         }
     }
 

@@ -111,6 +111,9 @@ fn static_file(content_type: &str, body: &str) -> Action {
 /// Decide what a request from `peer` gets; `who` is set to the identity of an
 /// authenticated request, whose role has been checked against what it asks.
 pub fn route(http: &mut Http, req: &Request, peer: IpAddr, who: &mut Option<Identity>) -> Action {
+    if let Err(denied) = http.auth.check_host(req) {
+        return error(denied.status(), "forbidden", denied.message());
+    }
     let Some(segments) = req.segments() else {
         return bad_request("the path is not valid UTF-8");
     };
