@@ -179,3 +179,73 @@ fn open_api_answers_only_loopback_hosts_and_one_host_header() {
         assert!(r.text().contains("Host"), "{}", r.text());
     }
 }
+
+#[test]
+fn output_offsets_past_any_output_are_bad_requests() {
+    let (d, port) =
+        start("offs:\n  schedule: '@yearly'\n  targets: [off1]\n  command: 'echo hello'\n");
+    let (run, code) = d.run_wait("offs");
+    assert_eq!(code, 0, "{run}");
+    let id = run["id"].as_u64().expect("run id");
+    let path = |q: &str| format!("/api/v1/runs/{id}/targets/off1/output?{q}");
+    for q in [
+        "from=18446744073709551615",
+        "from=9223372036854775808",
+        "tail=18446744073709551615",
+    ] {
+        let r = get(port, &path(q));
+        assert_eq!(r.status, 400, "{q}: {}", r.text());
+        assert!(r.text().contains("past any output"), "{}", r.text());
+    }
+    let edge = get(port, &path("from=9223372036854775807"));
+    assert_ne!(edge.status, 500, "{}", edge.text());
+    assert_eq!(get(port, &path("from=0")).json()["data"], "hello\n");
+}
+
+#[test]
+fn a_ws_opened_with_a_session_cannot_run_jobs_after_logout() {
+    use tungstenite::client::IntoClientRequest;
+    let (d, port) =
+        start("after_logout:\n  schedule: '@yearly'\n  targets: [lo1]\n  command: 'echo ran'\n");
+    let login = client::request(
+        port,
+        "POST",
+        "/api/v1/login",
+        &[("Content-Type", "application/json")],
+        format!("{{\"token\": \"{TOKEN}\"}}").as_bytes(),
+    );
+    assert_eq!(login.status, 200, "{}", login.text());
+    let cookie = login
+        .header("set-cookie")
+        .and_then(|c| c.split(';').next())
+        .expect("a session cookie")
+        .to_string();
+    let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let mut req = format!("ws://127.0.0.1:{port}/ws")
+        .into_client_request()
+        .expect("request");
+    req.headers_mut()
+        .insert("Cookie", cookie.parse().expect("header"));
+    let (mut ws, _) = tungstenite::client(req, stream).expect("/ws with the session cookie");
+    assert_eq!(next_msg(&mut ws).expect("config")["type"], "config");
+
+    let logout = client::request(port, "POST", "/api/v1/logout", &[("Cookie", &cookie)], b"");
+    assert_eq!(logout.status, 204);
+    ws_send(&mut ws, serde_json::json!({"run": "after_logout"}));
+    // An error, then the end of the connection; never a run.
+    let mut saw_error = false;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        match next_msg(&mut ws) {
+            Some(m) if m.get("error").is_some() => saw_error = true,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    assert!(saw_error, "the /ws client is told its session ended");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(d.runs("after_logout").is_empty(), "no run was started");
+}

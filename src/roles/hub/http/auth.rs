@@ -193,22 +193,34 @@ impl Auth {
                 "not a session of this server; log in again".into(),
             )));
         }
-        // The role is today's role of the name: a changed or removed identity counts.
-        let role = self.sessions.find(value).and_then(|s| {
-            self.identities
-                .iter()
-                .find(|i| i.name == s.name)
-                .map(|i| (s.name, i.role))
-        });
-        match role {
-            Some((name, role)) => Ok(Identity {
-                name,
-                role,
-                via: Principal::Cookie,
-            }),
-            None => Err(Guess::Stale(Denied::Unauthorized(
+        self.session_identity(value).ok_or_else(|| {
+            Guess::Stale(Denied::Unauthorized(
                 "the session has expired; log in again".into(),
-            ))),
+            ))
+        })
+    }
+
+    /// Who a live session is now: the role is today's role of the name, so a changed or
+    /// removed identity counts, and an expired or logged-out session is no one.
+    fn session_identity(&self, value: &str) -> Option<Identity> {
+        let s = self.sessions.find(value)?;
+        let role = self.identities.iter().find(|i| i.name == s.name)?.role;
+        Some(Identity {
+            name: s.name,
+            role,
+            via: Principal::Cookie,
+        })
+    }
+
+    /// A `/ws` opened with session `cookie` asks main for something: the session must
+    /// still be live (not logged out or expired) and its identity's role is today's.
+    /// Bearer and open connections keep what their handshake proved.
+    pub fn recheck(&self, who: &Identity, cookie: Option<&str>) -> Result<Identity, Denied> {
+        match who.via {
+            Principal::Cookie => cookie
+                .and_then(|value| self.session_identity(value))
+                .ok_or_else(|| Denied::Unauthorized("the session has ended; log in again".into())),
+            Principal::Bearer | Principal::Open => Ok(who.clone()),
         }
     }
 
@@ -302,6 +314,11 @@ impl Guess {
 
 fn too_many() -> Denied {
     Denied::TooMany("too many wrong credentials from this address; wait a minute".into())
+}
+
+/// The session cookie a request carries.
+pub fn session_cookie(req: &Request) -> Option<&str> {
+    cookie(req, COOKIE)
 }
 
 /// The value of cookie `name`, if the request carries it.

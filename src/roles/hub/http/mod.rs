@@ -419,7 +419,14 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
             };
             hub.call_main(msg, timeout, Waiting::Http(id, expect));
         }
-        routes::Action::Upgrade => ws_ui::upgrade(hub, ctx, id, raw, who),
+        routes::Action::Upgrade => {
+            let cookie = who
+                .as_ref()
+                .filter(|w| w.via == auth::Principal::Cookie)
+                .and_then(|_| auth::session_cookie(&req))
+                .map(str::to_string);
+            ws_ui::upgrade(hub, ctx, id, raw, who, cookie)
+        }
     }
 }
 

@@ -71,6 +71,18 @@ pub fn runs_query(req: &Request) -> Action {
     }
 }
 
+/// A byte offset into a target's output: stored as a signed 64-bit integer, so a larger
+/// one names no byte there can ever be (and would fail in the database as a 500).
+fn offset(value: u64, name: &str) -> Result<u64, Action> {
+    if value > i64::MAX as u64 {
+        return Err(bad_request(&format!(
+            "`{name}` is past any output: at most {}",
+            i64::MAX
+        )));
+    }
+    Ok(value)
+}
+
 pub fn output_query(req: &Request, id: &str, machine: &str) -> Action {
     let run = match run_id(id) {
         Ok(run) => run,
@@ -80,8 +92,10 @@ pub fn output_query(req: &Request, id: &str, machine: &str) -> Action {
         let max = number(req, "max_bytes", DEFAULT_OUTPUT_BYTES)?.clamp(1, MAX_OUTPUT_BYTES);
         Ok(OutputRange {
             stream: None,
-            from: number(req, "from", 0)?,
-            tail: optional_number(req, "tail")?,
+            from: offset(number(req, "from", 0)?, "from")?,
+            tail: optional_number(req, "tail")?
+                .map(|t| offset(t, "tail"))
+                .transpose()?,
             max_bytes: Some(max),
         })
     })();

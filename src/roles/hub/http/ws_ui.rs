@@ -97,6 +97,9 @@ pub struct WsConn {
     /// Who authenticated the upgrade: commands are checked against its role and main
     /// records its name.
     who: Option<super::identity::Identity>,
+    /// The session cookie of a handshake that authenticated with one: each call to main
+    /// checks the session is still live (`Auth::recheck`), so logout ends its power.
+    cookie: Option<String>,
 }
 
 impl WsConn {
@@ -122,6 +125,7 @@ pub fn upgrade(
     id: ConnId,
     raw: Vec<u8>,
     who: Option<super::identity::Identity>,
+    cookie: Option<String>,
 ) {
     let Some(http) = hub.http.as_mut() else {
         return;
@@ -168,6 +172,7 @@ pub fn upgrade(
         timelines: HashMap::new(),
         next_req: 1,
         who,
+        cookie,
     }));
     http.conns.insert(id, conn);
     if open {
@@ -340,7 +345,26 @@ fn client_message(hub: &mut Hub, id: ConnId, text: &str) {
         None
     };
     if let Some((req, expect)) = call {
-        let who = ws_of(hub, id).and_then(|ws| ws.who.clone());
+        let Some((who, cookie)) = ws_of(hub, id).map(|ws| (ws.who.clone(), ws.cookie.clone()))
+        else {
+            return;
+        };
+        let who = match (who, hub.http.as_mut()) {
+            (Some(who), Some(http)) => match http.auth.recheck(&who, cookie.as_deref()) {
+                Ok(now) => Some(now),
+                Err(denied) => {
+                    // Logged out or expired: say so and close; the dashboard reconnects
+                    // and is sent to the login.
+                    let text = json!({"error": denied.message()}).to_string();
+                    send(http, id, &Utf8Bytes::from(text));
+                    if let Some(conn) = http.conn_mut(id) {
+                        conn.mark_dead(denied.message().to_string());
+                    }
+                    return;
+                }
+            },
+            (who, _) => who,
+        };
         let msg = match &who {
             Some(who) => match super::identity::authorize(who, &req) {
                 Ok(()) => who.request(req),
