@@ -98,3 +98,72 @@ fn never_reading_connections_stay_within_the_hub_budget() {
         "the hub kept {after} KiB after the clients left (from {before} KiB)"
     );
 }
+
+#[test]
+fn unread_ws_subscribers_of_a_streaming_job_are_bounded() {
+    let clients = 40;
+    let job = "firehose:\n  schedule: '@yearly'\n  targets: [fh1]\n  \
+               command: 'for i in $(seq 1 300); do head -c 100000 /dev/zero | tr \"\\\\0\" x; \
+               echo; sleep 0.02; done'\n";
+    let (d, port) = start(job);
+    let hub = hub_pid(&d);
+    let before = rss_kib(hub).expect("hub rss");
+    let mut subscribers: Vec<Ws> = (0..clients)
+        .map(|_| {
+            let mut ws = ws_connect(port);
+            ws_send(&mut ws, serde_json::json!({"subscribe": "firehose"}));
+            ws
+        })
+        .collect();
+    let run = d.run_now("firehose");
+    let mut peak = before;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60) {
+        peak = peak.max(rss_kib(hub).unwrap_or(0));
+        if is_final(&d.run_record(run)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    peak = peak.max(rss_kib(hub).unwrap_or(0));
+    // A reading client is still served.
+    let mut reader = ws_connect(port);
+    assert_eq!(next_msg(&mut reader).expect("config")["type"], "config");
+    // Those dropped end with a close or a reset once their backlog is read; the others
+    // would go on (a read timeout).
+    let mut dropped = 0;
+    for ws in &mut subscribers {
+        let _ = ws
+            .get_mut()
+            .set_read_timeout(Some(Duration::from_millis(500)));
+        loop {
+            match ws.read() {
+                Ok(tungstenite::Message::Close(_)) => {
+                    dropped += 1;
+                    break;
+                }
+                Ok(_) => continue,
+                Err(tungstenite::Error::Io(e))
+                    if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
+                {
+                    break;
+                }
+                Err(_) => {
+                    dropped += 1;
+                    break;
+                }
+            }
+        }
+    }
+    println!(
+        "hub RSS with {clients} unread /ws subscribers of a job writing 30 MB: {} MiB before, \
+         {} MiB at the peak; {dropped} of them dropped",
+        before >> 10,
+        peak >> 10
+    );
+    assert_eq!(d.run_record(run)["state"], "succeeded");
+    assert!(
+        peak < before + 120 * 1024,
+        "the hub grew from {before} KiB to {peak} KiB"
+    );
+}

@@ -313,7 +313,7 @@ pub fn settle(hub: &mut Hub, id: ConnId) {
     };
     let (request, answers) = match &conn.kind {
         Kind::Http(c) => (c.rbuf.len(), c.wbuf.len()),
-        Kind::Ws(_) => (0, 0),
+        Kind::Ws(ws) => (0, ws.backlog()),
     };
     http.budget.settle(&mut conn.charge, request, answers);
 }

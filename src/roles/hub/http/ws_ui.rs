@@ -45,6 +45,8 @@ pub struct Replay {
     pending: Vec<u8>,
     pos: usize,
     stream: crate::tls::Stream,
+    /// Bytes the socket took so far (against `WsConn::queued`: what waits unsent).
+    written: u64,
 }
 
 impl Read for Replay {
@@ -65,7 +67,9 @@ impl Read for Replay {
 
 impl Write for Replay {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.stream.write(buf)
+        let n = self.stream.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
     }
     fn flush(&mut self) -> io::Result<()> {
         self.stream.flush()
@@ -97,12 +101,25 @@ pub struct WsConn {
     /// Who authenticated the upgrade: commands are checked against its role and main
     /// records its name.
     who: Option<super::identity::Identity>,
+    /// Message bytes handed to the WebSocket so far.
+    pub(super) queued: u64,
     /// The session cookie of a handshake that authenticated with one: each call to main
     /// checks the session is still live (`Auth::recheck`), so logout ends its power.
     cookie: Option<String>,
 }
 
 impl WsConn {
+    /// Message bytes waiting to be sent (frame headers and pings aside).
+    pub fn backlog(&self) -> usize {
+        match &self.session {
+            Some(Session::Open(socket)) => {
+                usize::try_from(self.queued.saturating_sub(socket.get_ref().written))
+                    .unwrap_or(usize::MAX)
+            }
+            _ => 0,
+        }
+    }
+
     pub fn is_open(&self) -> bool {
         matches!(self.session, Some(Session::Open(_)))
     }
@@ -153,6 +170,7 @@ pub fn upgrade(
         pending,
         pos: 0,
         stream: hc.stream,
+        written: 0,
     };
     let session = match tungstenite::accept_with_config(replay, Some(config)) {
         Ok(ws) => Session::Open(Box::new(ws)),
@@ -173,6 +191,7 @@ pub fn upgrade(
         next_req: 1,
         who,
         cookie,
+        queued: 0,
     }));
     http.conns.insert(id, conn);
     if open {
@@ -188,21 +207,38 @@ fn ws_of(hub: &mut Hub, id: ConnId) -> Option<&mut WsConn> {
 }
 
 /// Send one text message to client `id` (a failure marks it for `reap`).
+/// A client that does not read keeps its floor of the hub's budget (`budget.rs`); past
+/// it, while the budget is spent, it is dropped rather than let its backlog grow (and
+/// never past `ws_max_write`, tungstenite's own cap).
 pub(super) fn send(http: &mut Http, id: ConnId, text: &Utf8Bytes) {
-    let Some(conn) = http.conn_mut(id) else {
+    let Some(conn) = http.conns.get_mut(&id) else {
         return;
     };
     let Kind::Ws(ws) = &mut conn.kind else {
         return;
     };
+    let backlog = ws.backlog();
+    if backlog >= super::budget::FLOOR && !http.budget.may_serve(backlog) {
+        conn.mark_dead(format!(
+            "/ws client does not read: {backlog} bytes unsent while the hub's budget is spent"
+        ));
+        return;
+    }
     let Some(Session::Open(socket)) = ws.session.as_mut() else {
         return;
     };
-    match socket.send(Message::Text(text.clone())) {
-        Ok(()) => {}
-        Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
-        Err(e) => conn.mark_dead(format!("/ws write failed: {e}")),
+    ws.queued += text.len() as u64;
+    let failed = match socket.send(Message::Text(text.clone())) {
+        Ok(()) => None,
+        Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => None,
+        Err(e) => Some(format!("/ws write failed: {e}")),
+    };
+    let backlog = ws.backlog();
+    if let Some(why) = failed {
+        conn.mark_dead(why);
     }
+    // Counted at once: many clients fed in one event must see each other's backlogs.
+    http.budget.settle(&mut conn.charge, 0, backlog);
     http.stats.ws_messages_sent += 1;
 }
 
