@@ -167,3 +167,48 @@ fn unread_ws_subscribers_of_a_streaming_job_are_bounded() {
         "the hub grew from {before} KiB to {peak} KiB"
     );
 }
+
+#[test]
+fn unread_output_answers_are_held_within_the_budget() {
+    let clients = 100;
+    let job = "bulky:\n  schedule: '@yearly'\n  targets: [bk1]\n  \
+               command: 'head -c 8000000 /dev/zero | tr \"\\\\0\" y'\n";
+    let config = api_config("  max_connections_per_addr: 1000\n")
+        .replace("api_request_timeout: 2", "api_request_timeout: 30");
+    let (d, port) = start_with(&config, job);
+    let (run, code) = d.run_wait("bulky");
+    assert_eq!(code, 0, "{run}");
+    let id = run["id"].as_u64().expect("run id");
+    let hub = hub_pid(&d);
+    let before = rss_kib(hub).expect("hub rss");
+    let request = format!(
+        "GET /api/v1/runs/{id}/targets/bk1/output?max_bytes=8388608 HTTP/1.1\r\n\
+         Host: 127.0.0.1\r\n{}: {}\r\n\r\n",
+        AUTH.0, AUTH.1
+    );
+    let conns: Vec<TcpStream> = (0..clients)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            s.write_all(request.as_bytes()).expect("send");
+            s
+        })
+        .collect();
+    let mut peak = before;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(6) {
+        peak = peak.max(rss_kib(hub).unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Someone else is still served.
+    assert_eq!(get(port, "/api/v1/status").status, 200);
+    drop(conns);
+    println!(
+        "hub RSS with {clients} unread 8 MB output answers: {} MiB before, {} MiB at the peak",
+        before >> 10,
+        peak >> 10
+    );
+    assert!(
+        peak < before + 120 * 1024,
+        "the hub grew from {before} KiB to {peak} KiB"
+    );
+}
