@@ -165,3 +165,72 @@ fn bad_clients_are_dropped_and_others_served() {
         assert!(log.contains(needle), "log lacks {needle:?}:\n{log}");
     }
 }
+
+/// Holds `quota` idle connections to the wrapper port from 127.0.0.1, opening a new one
+/// (every 20 ms) whenever the hub closed one, until told to stop: a local user starving
+/// local wrappers. Returns how many it opened in all.
+fn squat(port: u16, quota: usize, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> usize {
+    use std::sync::atomic::Ordering;
+    let mut held: Vec<TcpStream> = Vec::new();
+    let mut opened = 0;
+    while !stop.load(Ordering::Relaxed) {
+        held.retain_mut(|s| {
+            let mut b = [0u8; 64];
+            match s.read(&mut b) {
+                Ok(0) => false,
+                Ok(_) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+            }
+        });
+        while held.len() < quota {
+            let Ok(s) = TcpStream::connect(("127.0.0.1", port)) else {
+                break;
+            };
+            s.set_nonblocking(true).expect("nonblocking");
+            opened += 1;
+            held.push(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    opened
+}
+
+#[test]
+fn idle_connections_from_one_address_do_not_starve_its_wrappers() {
+    let quota = 16;
+    let d = Daemon::start(&[
+        (
+            "01-fast.yaml",
+            &format!("{FAST}  max_connections_per_addr: {quota}\n"),
+        ),
+        (
+            "jobs.yaml",
+            "squatted:\n  schedule: '@yearly'\n  targets: [sq1, sq2, sq3]\n  \
+             command: 'echo through'\n",
+        ),
+    ]);
+    let port = d.wrapper_port();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let squatter = {
+        let stop = stop.clone();
+        std::thread::spawn(move || squat(port, quota, stop))
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let (run, _) = d.run_wait("squatted");
+        for m in ["sq1", "sq2", "sq3"] {
+            codes.push(target(&run, m)["exit_code"].as_i64().unwrap_or(-1));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let opened = squatter.join().expect("squatter");
+    let ok = codes.iter().filter(|c| **c == 0).count();
+    println!(
+        "local targets under a {quota}-connection squatter ({opened} connections opened): \
+         {ok} of {} succeeded, exit codes {codes:?}",
+        codes.len()
+    );
+    assert_eq!(ok, codes.len(), "{codes:?}");
+    assert!(opened >= quota, "the squatter held the quota");
+}

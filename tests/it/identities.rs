@@ -134,16 +134,18 @@ fn failed_logins_are_throttled_per_address() {
     let body = json!({ "token": VIEWER }).to_string();
     let r = request(port, "POST", "/api/v1/login", &[ct], body.as_bytes());
     assert_eq!(r.status, 429, "even the right token waits: {}", r.text());
-    // Bearer requests are not logins and are not throttled.
+    // One throttle for every credential: a Bearer token from that address waits too
+    // (api/guard.rs covers the cookie and /ws).
     let auth = bearer(VIEWER);
-    let ok = request(
+    let held = request(
         port,
         "GET",
         "/api/v1/jobs",
         &[("Authorization", &auth)],
         b"",
     );
-    assert_eq!(ok.status, 200);
+    assert_eq!(held.status, 429, "{}", held.text());
+    assert_eq!(held.header("retry-after"), Some("60"));
 }
 
 #[test]

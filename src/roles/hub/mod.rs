@@ -6,6 +6,7 @@
 //! a log line and never holds up anyone else.
 
 mod admin;
+pub mod client_addr;
 mod http;
 pub mod logsafe;
 mod wrappers;

@@ -1,6 +1,7 @@
 //! The wrapper endpoint: WebSocket protocol v1 (PROTOCOLS.md section 1) on the hub's loop.
 //!
-//! Each connection goes: TCP accept (per-address limit) -> non-blocking WebSocket
+//! Each connection goes: TCP accept (per-address quota of connections still in their
+//! hello; when it is full the oldest of them that has not said hello makes room) -> non-blocking WebSocket
 //! handshake on `/wrapper/v1` -> `hello` within the hello deadline -> main's verdict
 //! (`welcome` or `reject`) -> session: control messages and binary output forwarded to
 //! main as typed requests, main's commands sent back. Frame and message sizes are bounded
@@ -31,6 +32,7 @@ use read::on_conn;
 pub use read::on_credit;
 
 use super::Hub;
+use super::client_addr::client_key;
 use crate::evloop::Ctx;
 use crate::roles::RoleError;
 use crate::tls::Stream;
@@ -118,6 +120,9 @@ struct Conn {
     job: Option<String>,
     /// A minion-key `hello` waiting for its `proof` of the challenge.
     challenged: Option<(String, WrapperHello)>,
+    /// Counted against its address's quota of connections in their hello (`per_addr`);
+    /// cleared when main welcomes it.
+    in_hello: bool,
 }
 
 pub struct Wrappers {
@@ -127,6 +132,9 @@ pub struct Wrappers {
     /// phases, cleared by a scan that found none. The scan is O(connections); without
     /// this flag it ran after every event, half the hub's CPU with 10,000 wrappers.
     maybe_waiting: bool,
+    /// Connections still in their hello (not yet welcomed) per client address (IPv6 by
+    /// its /64). Welcomed sessions are not counted: each holds a credential main vetted,
+    /// one per (run, machine) in flight, so their number is bounded by the runs.
     per_addr: HashMap<IpAddr, usize>,
     next_id: ConnId,
     limits: Limits,
@@ -189,11 +197,25 @@ fn ws_config(limits: &Limits) -> WebSocketConfig {
 const READ_BUFFER: usize = 4 * 1024;
 
 fn release_addr(w: &mut Wrappers, ip: IpAddr) {
-    if let Some(n) = w.per_addr.get_mut(&ip) {
+    let key = client_key(ip);
+    if let Some(n) = w.per_addr.get_mut(&key) {
         *n = n.saturating_sub(1);
         if *n == 0 {
-            w.per_addr.remove(&ip);
+            w.per_addr.remove(&key);
         }
+    }
+}
+
+/// main welcomed connection `id`: it leaves its address's hello quota, so a client that
+/// holds the quota with idle connections cannot keep real wrappers from that address
+/// (every local wrapper comes from 127.0.0.1; a NAT puts many machines behind one).
+fn vetted(w: &mut Wrappers, id: ConnId) {
+    let Some(conn) = w.conns.get_mut(&id) else {
+        return;
+    };
+    if std::mem::take(&mut conn.in_hello) {
+        let ip = conn.peer.ip();
+        release_addr(w, ip);
     }
 }
 
@@ -205,7 +227,9 @@ fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
     log::debug!("wrapper connection {id} from {} closed: {why}", conn.peer);
     ctx.remove(conn.token);
     hub.wrappers.flow.forget(id);
-    release_addr(&mut hub.wrappers, conn.peer.ip());
+    if conn.in_hello {
+        release_addr(&mut hub.wrappers, conn.peer.ip());
+    }
     if matches!(conn.phase, Phase::Bound | Phase::Vetting) {
         hub.cast_main(HubRequest::WrapperGone { conn: id });
     }

@@ -5,6 +5,8 @@ mod bench;
 mod browser;
 pub mod client;
 mod endpoints;
+mod guard;
+mod memory;
 mod ws;
 mod ws_truth;
 

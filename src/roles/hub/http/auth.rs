@@ -4,12 +4,15 @@
 //!   configured identities (`api_tokens`, and `api_token` as the `admin` named
 //!   `api_token`), or the session cookie that `POST /api/v1/login` sets for the dashboard
 //!   and `/ws` (`sessions.rs`: random per login, expiring, revoked by logout; `HttpOnly`,
-//!   `SameSite=Strict`, `Secure` under TLS). Failed logins are throttled per address.
+//!   `SameSite=Strict`, `Secure` under TLS). Failed credentials, however presented (login form, Bearer
+//!   header, a cookie we did not sign, a `/ws` handshake), count against one throttle
+//!   per client address (`sessions::Throttle`); past it every credential gets 429.
 //! - `api_auth: none`: no credentials (the supervisor refuses it unless the API is bound
 //!   to a loopback address, behind an authenticating proxy); requests run as
-//!   `anonymous` with the admin role, but a `/ws` handshake and every state change must
-//!   come with a loopback `Host` and, if the browser sends one, an `Origin` equal to it,
-//!   so a web page elsewhere cannot drive the API through the operator's browser.
+//!   `anonymous` with the admin role, but every request must come with a loopback `Host`
+//!   (a DNS-rebinding page names its own host), and a `/ws` handshake and every state
+//!   change also, if the browser sends one, with an `Origin` equal to it, so a web page
+//!   elsewhere can neither read nor drive the API through the operator's browser.
 //!
 //! Cookie-authenticated state changes must carry `X-Saltpeter-Csrf: 1` (a header a
 //! cross-site page cannot send without a CORS preflight, which is never granted) and, if
@@ -130,8 +133,11 @@ impl Auth {
         found
     }
 
-    /// The credentials of a request.
-    pub fn check(&self, req: &Request) -> Result<Identity, Denied> {
+    /// The credentials of a request from `peer`. A wrong token or a cookie we never
+    /// signed counts against the address's throttle; while it is spent, every credential
+    /// from there is refused with 429 before it is looked at. A request without any, or
+    /// with a session that merely expired or was logged out, is not a guess.
+    pub fn check(&mut self, req: &Request, peer: IpAddr, now: Instant) -> Result<Identity, Denied> {
         if self.is_open() {
             return Ok(Identity {
                 name: OPEN_NAME.into(),
@@ -146,7 +152,26 @@ impl Auth {
                     .into(),
             ));
         }
-        if let Some(value) = req.header("authorization") {
+        let bearer = req.header("authorization");
+        let session = cookie(req, COOKIE);
+        if bearer.is_none() && session.is_none() {
+            return Err(Denied::Unauthorized(
+                "authentication required: `Authorization: Bearer <token>` or log in".into(),
+            ));
+        }
+        if !self.throttle.allows(peer, now) {
+            return Err(too_many());
+        }
+        let verdict = self.credentials(bearer, session);
+        if let Err(Guess::Counted(_)) = &verdict {
+            self.throttle.failed(peer, now);
+        }
+        verdict.map_err(Guess::into_denied)
+    }
+
+    /// Who the credentials name.
+    fn credentials(&self, bearer: Option<&str>, session: Option<&str>) -> Result<Identity, Guess> {
+        if let Some(value) = bearer {
             let presented = value
                 .strip_prefix("Bearer ")
                 .or_else(|| value.strip_prefix("bearer "));
@@ -156,34 +181,57 @@ impl Auth {
                     role: id.role,
                     via: Principal::Bearer,
                 }),
-                Some(None) => Err(Denied::Unauthorized("wrong token".into())),
-                None => Err(Denied::Unauthorized(
+                Some(None) => Err(Guess::Counted(Denied::Unauthorized("wrong token".into()))),
+                None => Err(Guess::Counted(Denied::Unauthorized(
                     "the Authorization header must be `Bearer <token>`".into(),
-                )),
+                ))),
             };
         }
-        if let Some(value) = cookie(req, COOKIE) {
-            // The role is today's role of the name: a changed or removed identity counts.
-            let role = self.sessions.find(value).and_then(|s| {
-                self.identities
-                    .iter()
-                    .find(|i| i.name == s.name)
-                    .map(|i| (s.name, i.role))
-            });
-            return match role {
-                Some((name, role)) => Ok(Identity {
-                    name,
-                    role,
-                    via: Principal::Cookie,
-                }),
-                None => Err(Denied::Unauthorized(
-                    "the session has expired; log in again".into(),
-                )),
-            };
+        let value = session.unwrap_or("");
+        if !self.sessions.is_signed(value) {
+            return Err(Guess::Counted(Denied::Unauthorized(
+                "not a session of this server; log in again".into(),
+            )));
         }
-        Err(Denied::Unauthorized(
-            "authentication required: `Authorization: Bearer <token>` or log in".into(),
-        ))
+        self.session_identity(value).ok_or_else(|| {
+            Guess::Stale(Denied::Unauthorized(
+                "the session has expired; log in again".into(),
+            ))
+        })
+    }
+
+    /// Who a live session is now: the role is today's role of the name, so a changed or
+    /// removed identity counts, and an expired or logged-out session is no one.
+    fn session_identity(&self, value: &str) -> Option<Identity> {
+        let s = self.sessions.find(value)?;
+        let role = self.identities.iter().find(|i| i.name == s.name)?.role;
+        Some(Identity {
+            name: s.name,
+            role,
+            via: Principal::Cookie,
+        })
+    }
+
+    /// A `/ws` opened with session `cookie` asks main for something: the session must
+    /// still be live (not logged out or expired) and its identity's role is today's.
+    /// Bearer and open connections keep what their handshake proved.
+    pub fn recheck(&self, who: &Identity, cookie: Option<&str>) -> Result<Identity, Denied> {
+        match who.via {
+            Principal::Cookie => cookie
+                .and_then(|value| self.session_identity(value))
+                .ok_or_else(|| Denied::Unauthorized("the session has ended; log in again".into())),
+            Principal::Bearer | Principal::Open => Ok(who.clone()),
+        }
+    }
+
+    /// With `api_auth: none`, every request (reads, the dashboard's files and `/metrics`
+    /// too) must name a loopback host: a page that rebinds its own DNS name to 127.0.0.1
+    /// would otherwise read configurations and output through the operator's browser.
+    pub fn check_host(&self, req: &Request) -> Result<(), Denied> {
+        match self.is_open() {
+            true => loopback_host(req),
+            false => Ok(()),
+        }
     }
 
     /// A state change (POST, PUT, DELETE) by a browser session must be same-origin; with
@@ -225,9 +273,7 @@ impl Auth {
             return Ok(format!("{COOKIE}=open; Path=/; HttpOnly; SameSite=Strict"));
         }
         if !self.throttle.allows(peer, now) {
-            return Err(Denied::TooMany(
-                "too many failed logins from this address; wait a minute".into(),
-            ));
+            return Err(too_many());
         }
         let Some(id) = self.identity_of(presented).cloned() else {
             self.throttle.failed(peer, now);
@@ -249,6 +295,30 @@ impl Auth {
         let secure = if self.secure { "; Secure" } else { "" };
         format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{secure}")
     }
+}
+
+/// A refused credential: a guess counts against the address; a session we signed that
+/// expired or was logged out does not (the dashboard presents it once more, innocently).
+enum Guess {
+    Counted(Denied),
+    Stale(Denied),
+}
+
+impl Guess {
+    fn into_denied(self) -> Denied {
+        match self {
+            Guess::Counted(d) | Guess::Stale(d) => d,
+        }
+    }
+}
+
+fn too_many() -> Denied {
+    Denied::TooMany("too many wrong credentials from this address; wait a minute".into())
+}
+
+/// The session cookie a request carries.
+pub fn session_cookie(req: &Request) -> Option<&str> {
+    cookie(req, COOKIE)
 }
 
 /// The value of cookie `name`, if the request carries it.
@@ -337,14 +407,23 @@ mod tests {
         let now = Instant::now();
         let mut a = auth(Some("s3cret"), ApiAuth::Token);
         let ok = req("GET / HTTP/1.1\r\nAuthorization: Bearer s3cret\r\n\r\n");
-        let who = a.check(&ok).unwrap();
+        let who = a.check(&ok, PEER, Instant::now()).unwrap();
         assert_eq!((who.name.as_str(), who.role), ("api_token", ApiRole::Admin));
         let v = req("GET / HTTP/1.1\r\nAuthorization: Bearer v-token\r\n\r\n");
-        assert_eq!(a.check(&v).unwrap().role, ApiRole::Viewer);
+        assert_eq!(
+            a.check(&v, PEER, Instant::now()).unwrap().role,
+            ApiRole::Viewer
+        );
         let bad = req("GET / HTTP/1.1\r\nAuthorization: Bearer nope\r\n\r\n");
-        assert_eq!(a.check(&bad).unwrap_err().status(), 401);
+        assert_eq!(
+            a.check(&bad, PEER, Instant::now()).unwrap_err().status(),
+            401
+        );
         let none = req("GET / HTTP/1.1\r\n\r\n");
-        assert_eq!(a.check(&none).unwrap_err().status(), 401);
+        assert_eq!(
+            a.check(&none, PEER, Instant::now()).unwrap_err().status(),
+            401
+        );
 
         let set = a.login("v-token", PEER, now).unwrap();
         assert!(!set.contains("v-token"), "the cookie never holds the token");
@@ -353,12 +432,15 @@ mod tests {
         }
         let value = set.split(';').next().unwrap();
         let with_cookie = req(&format!("GET / HTTP/1.1\r\nCookie: a=b; {value}\r\n\r\n"));
-        let who = a.check(&with_cookie).unwrap();
+        let who = a.check(&with_cookie, PEER, Instant::now()).unwrap();
         assert_eq!((who.name.as_str(), who.via), ("viewer1", Principal::Cookie));
         let again = a.login("v-token", PEER, now).unwrap();
         assert_ne!(again, set, "a new session per login");
         a.logout(&with_cookie);
-        assert!(a.check(&with_cookie).is_err(), "logout revokes");
+        assert!(
+            a.check(&with_cookie, PEER, Instant::now()).is_err(),
+            "logout revokes"
+        );
         assert!(a.login("wrong", PEER, now).is_err());
     }
 
@@ -375,13 +457,49 @@ mod tests {
     }
 
     #[test]
+    fn bearer_and_cookie_guesses_count_with_logins() {
+        let now = Instant::now();
+        let mut a = auth(Some("s3cret"), ApiAuth::Token);
+        let good = req("GET / HTTP/1.1\r\nAuthorization: Bearer s3cret\r\n\r\n");
+        let forged = req("GET / HTTP/1.1\r\nCookie: sp_session=v1:9:0:admin:00\r\n\r\n");
+        let bad = req("GET / HTTP/1.1\r\nAuthorization: Bearer nope\r\n\r\n");
+        for _ in 0..2 {
+            assert_eq!(a.check(&forged, PEER, now).unwrap_err().status(), 401);
+        }
+        assert_eq!(a.login("wrong", PEER, now).unwrap_err().status(), 401);
+        for _ in 0..2 {
+            assert_eq!(a.check(&bad, PEER, now).unwrap_err().status(), 401);
+        }
+        assert_eq!(a.check(&good, PEER, now).unwrap_err().status(), 429);
+        assert_eq!(a.login("s3cret", PEER, now).unwrap_err().status(), 429);
+        let other: IpAddr = "10.1.1.1".parse().unwrap();
+        assert!(a.check(&good, other, now).is_ok());
+        assert!(
+            a.check(&good, PEER, now + super::super::sessions::WINDOW)
+                .is_ok()
+        );
+        // A session we signed that was logged out is not a guess.
+        let set = a.login("s3cret", other, now).unwrap();
+        let value = set.split(';').next().unwrap().to_string();
+        let stale = req(&format!("GET / HTTP/1.1\r\nCookie: {value}\r\n\r\n"));
+        a.logout(&stale);
+        for _ in 0..10 {
+            assert_eq!(a.check(&stale, other, now).unwrap_err().status(), 401);
+        }
+    }
+
+    #[test]
     fn cookie_changes_need_the_csrf_header_and_the_same_origin() {
         let now = Instant::now();
         let mut a = auth(Some("t"), ApiAuth::Token);
         let set = a.login("t", PEER, now).unwrap();
         let value = set.split(';').next().unwrap().to_string();
         let who = a
-            .check(&req(&format!("GET / HTTP/1.1\r\nCookie: {value}\r\n\r\n")))
+            .check(
+                &req(&format!("GET / HTTP/1.1\r\nCookie: {value}\r\n\r\n")),
+                PEER,
+                now,
+            )
             .unwrap();
         let plain = req("POST / HTTP/1.1\r\nHost: h:1\r\n\r\n");
         assert_eq!(
@@ -401,9 +519,9 @@ mod tests {
 
     #[test]
     fn open_mode_still_checks_origin_and_host() {
-        let open = auth(None, ApiAuth::None);
+        let mut open = auth(None, ApiAuth::None);
         let r = req("POST / HTTP/1.1\r\nHost: 127.0.0.1:8888\r\n\r\n");
-        let who = open.check(&r).unwrap();
+        let who = open.check(&r, PEER, Instant::now()).unwrap();
         assert_eq!(who.via, Principal::Open);
         assert!(open.check_state_change(&r, &who).is_ok());
         let cross =
@@ -423,9 +541,9 @@ mod tests {
     #[test]
     fn no_token_configured_refuses() {
         let sp = SaltpeterConfig::default();
-        let a = Auth::from_config(&sp, false, Sessions::ephemeral());
+        let mut a = Auth::from_config(&sp, false, Sessions::ephemeral());
         let r = req("GET / HTTP/1.1\r\nAuthorization: Bearer x\r\n\r\n");
-        let err = a.check(&r).unwrap_err();
+        let err = a.check(&r, PEER, Instant::now()).unwrap_err();
         assert!(err.message().contains("api_tokens"), "{err:?}");
     }
 }

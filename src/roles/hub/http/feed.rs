@@ -209,7 +209,11 @@ pub(super) fn push_output(hub: &mut Hub, job: &str, only: Option<ConnId>) {
         return;
     };
     let Http {
-        conns, ui, stats, ..
+        conns,
+        ui,
+        stats,
+        budget,
+        ..
     } = http;
     let Some(view) = ui.jobs.get(job) else {
         return;
@@ -244,12 +248,23 @@ pub(super) fn push_output(hub: &mut Hub, job: &str, only: Option<ConnId>) {
             let Some(last) = msgs.last().map(|(_, p)| *p) else {
                 continue;
             };
+            // A client that does not read keeps its floor of the hub's budget; past it,
+            // while the budget is spent, it is dropped (as in `ws_ui::send`).
+            let backlog = ws.backlog();
+            if backlog >= super::budget::FLOOR && !budget.may_serve(backlog) {
+                conn.mark_dead(format!(
+                    "/ws client does not read: {backlog} bytes unsent while the hub's budget \
+                     is spent"
+                ));
+                continue;
+            }
             let Some(Session::Open(socket)) = ws.session.as_mut() else {
                 continue;
             };
             let mut failed = None;
             for (text, _) in &msgs {
                 stats.ws_messages_sent += 1;
+                ws.queued += text.len() as u64;
                 match socket.send(Message::Text(text.clone())) {
                     Ok(()) => {}
                     Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -260,9 +275,11 @@ pub(super) fn push_output(hub: &mut Hub, job: &str, only: Option<ConnId>) {
                 }
             }
             ws.positions.insert(key.clone(), last);
+            let backlog = ws.backlog();
             if let Some(why) = failed {
                 conn.mark_dead(why);
             }
+            budget.settle(&mut conn.charge, 0, backlog);
         }
     }
 }

@@ -14,6 +14,7 @@
 //! blocks the loop that also serves the wrappers.
 
 pub mod auth;
+pub mod budget;
 pub mod feed;
 pub mod identity;
 pub mod live;
@@ -22,6 +23,9 @@ mod query;
 mod reading;
 mod writing;
 use writing::{flush, queue, write_out};
+mod accept;
+mod sweep;
+pub use sweep::arm_sweep;
 pub mod routes;
 pub mod sessions;
 pub mod views;
@@ -84,7 +88,7 @@ impl Limits {
             max_connections: c.api_max_connections as usize,
             max_per_addr: c.max_connections_per_addr as usize,
             ws_max_message: 64 * 1024,
-            ws_max_write: 16 * 1024 * 1024,
+            ws_max_write: 4 * 1024 * 1024,
             live_cap: 1024 * 1024,
         }
     }
@@ -120,6 +124,9 @@ pub struct HttpConn {
     partial_since: Option<Instant>,
     last_write: Instant,
     served: u64,
+    /// Held back by the hub's budget ([`budget`]) with something left to read or serve:
+    /// the sweep tries it again.
+    starved: bool,
 }
 
 pub enum Kind {
@@ -133,6 +140,8 @@ pub struct Conn {
     pub kind: Kind,
     /// Set when a write failed where the connection could not be dropped at once.
     dead: Option<String>,
+    /// What it holds, as counted into `Http::budget`.
+    charge: budget::Charge,
 }
 
 pub struct Http {
@@ -144,6 +153,8 @@ pub struct Http {
     pub auth: auth::Auth,
     pub ui: views::UiHub,
     pub stats: Stats,
+    /// Bytes held for all clients together ([`budget`]).
+    pub budget: budget::Budget,
     /// The port's TLS (`None` only with `tls: false` on loopback).
     tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     refusals: super::logsafe::Repeated,
@@ -203,6 +214,7 @@ impl Http {
             limits,
             auth,
             stats: Stats::default(),
+            budget: budget::Budget::default(),
             tls,
             refusals: super::logsafe::Repeated::new(Duration::from_secs(10)),
         })
@@ -236,103 +248,16 @@ impl Conn {
     }
 }
 
-impl Listener<Hub> for Acceptor {
-    fn handle_event(&mut self, hub: &mut Hub, ctx: &mut Ctx<Hub>, _: &Event) -> Flow {
-        let Some(http) = hub.http.as_mut() else {
-            return Flow::Close;
-        };
-        loop {
-            let (mut tcp, peer) = match self.listener.accept() {
-                Ok(accepted) => accepted,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    arm_sweep(hub, ctx);
-                    return Flow::Continue;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    log::warn!("API port accept failed: {e}");
-                    return Flow::Continue;
-                }
-            };
-            // One address may hold only its share, so a flood from one client leaves
-            // room for everyone else (counted over the open connections: nothing to
-            // keep in step when they close).
-            let from_peer = http
-                .conns
-                .values()
-                .filter(|c| c.peer.ip() == peer.ip())
-                .count();
-            let full = http.conns.len() >= http.limits.max_connections;
-            if full || from_peer >= http.limits.max_per_addr {
-                http.stats.rejected += 1;
-                if let Some(held) = http.refusals.due(Instant::now()) {
-                    log::warn!(
-                        "API connection from {peer} refused: {} connections open, {from_peer} \
-                         from that address ({held} more refused since the last report)",
-                        http.conns.len()
-                    );
-                }
-                let busy = Response::error(503, "unavailable", "too many connections");
-                // A plain answer only where the port is plain; a TLS client would not
-                // understand it.
-                if http.tls.is_none() {
-                    let _ = tcp.write(&busy.to_bytes(false, false));
-                }
-                continue;
-            }
-            let id = http.next_id;
-            http.next_id += 1;
-            let _ = tcp.set_nodelay(true);
-            let mut stream = match Stream::accept(tcp, http.tls.as_ref()) {
-                Ok(stream) => stream,
-                Err(e) => {
-                    log::warn!("could not start TLS with {peer}: {e}");
-                    continue;
-                }
-            };
-            let token = match ctx.register(
-                &mut stream,
-                Interest::READABLE | Interest::WRITABLE,
-                Forward::new(id, on_conn),
-            ) {
-                Ok(token) => token,
-                Err(e) => {
-                    log::warn!("could not register an API connection from {peer}: {e}");
-                    continue;
-                }
-            };
-            let now = Instant::now();
-            http.conns.insert(
-                id,
-                Conn {
-                    token,
-                    peer,
-                    kind: Kind::Http(Box::new(HttpConn {
-                        stream,
-                        rbuf: Vec::new(),
-                        wbuf: Vec::new(),
-                        state: State::Reading,
-                        close_after_write: false,
-                        idle_since: now,
-                        partial_since: None,
-                        last_write: now,
-                        served: 0,
-                    })),
-                    dead: None,
-                },
-            );
-        }
-    }
-}
-
 /// Drop a connection now; a `/ws` client's subscriptions go with it.
 pub fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
-    let Some(conn) = http.conns.remove(&id) else {
+    let Some(mut conn) = http.conns.remove(&id) else {
         return;
     };
+    http.budget.release(&mut conn.charge);
+    http.budget.give_back();
     log::debug!("API connection {id} from {} closed: {why}", conn.peer);
     ctx.remove(conn.token);
     if let Kind::Ws(ws) = conn.kind {
@@ -355,20 +280,42 @@ pub fn reap(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     }
 }
 
-fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, _: &Event) -> Flow {
+fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, event: &Event) -> Flow {
     let is_ws = match hub.http.as_ref().and_then(|h| h.conns.get(&id)) {
         None => return Flow::Close,
         Some(c) => matches!(c.kind, Kind::Ws(_)),
     };
+    if !is_ws && event.is_error() {
+        // Reset by the peer: nothing more to send or read. Said here because a
+        // connection the budget holds back reads nothing that would tell it.
+        drop_conn(hub, ctx, id, "reset by peer");
+        return Flow::Continue;
+    }
     if is_ws {
         ws_ui::on_event(hub, ctx, id);
     } else {
         reading::on_http_event(hub, ctx, id);
     }
+    settle(hub, id);
     reap(hub, ctx);
     // Calls to main started here need their deadline timer.
     super::arm_timers(hub, ctx);
     Flow::Continue
+}
+
+/// Count connection `id`'s buffers into the budget as they are now.
+pub fn settle(hub: &mut Hub, id: ConnId) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    let Some(conn) = http.conns.get_mut(&id) else {
+        return;
+    };
+    let (request, answers) = match &conn.kind {
+        Kind::Http(c) => (c.rbuf.len(), c.wbuf.len()),
+        Kind::Ws(ws) => (0, ws.backlog()),
+    };
+    http.budget.settle(&mut conn.charge, request, answers);
 }
 
 fn http_conn(hub: &mut Hub, id: ConnId) -> Option<&mut HttpConn> {
@@ -381,10 +328,15 @@ fn http_conn(hub: &mut Hub, id: ConnId) -> Option<&mut HttpConn> {
 /// Serve the complete requests in the buffer, in order, until one waits for main.
 fn process(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
     loop {
-        let Some(limits) = hub.http.as_ref().map(|h| h.limits) else {
+        let Some(http) = hub.http.as_mut() else {
             return;
         };
-        let Some(conn) = http_conn(hub, id) else {
+        let limits = http.limits;
+        let Some(Conn {
+            kind: Kind::Http(conn),
+            ..
+        }) = http.conns.get_mut(&id)
+        else {
             return;
         };
         if conn.state != State::Reading
@@ -392,6 +344,10 @@ fn process(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
             || conn.close_after_write
             || conn.wbuf.len() >= MAX_UNSENT
         {
+            return;
+        }
+        if !http.budget.may_serve(conn.rbuf.len() + conn.wbuf.len()) {
+            conn.starved = true;
             return;
         }
         let (req, used) = match parse::parse(&conn.rbuf, &limits.parse) {
@@ -442,6 +398,18 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
             expect,
             timeout,
         } => {
+            if !reserve_answer(hub, id, &admin) {
+                let busy = Response::error(
+                    503,
+                    "busy",
+                    "the server holds too many unsent answers; retry shortly",
+                )
+                .with_header("Retry-After", "1");
+                if let Some(conn) = http_conn(hub, id) {
+                    queue(conn, &busy, keep_alive, head);
+                }
+                return;
+            }
             if let Some(conn) = http_conn(hub, id) {
                 conn.state = State::Waiting { keep_alive, head };
             }
@@ -451,8 +419,39 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
             };
             hub.call_main(msg, timeout, Waiting::Http(id, expect));
         }
-        routes::Action::Upgrade => ws_ui::upgrade(hub, ctx, id, raw, who),
+        routes::Action::Upgrade => {
+            let cookie = who
+                .as_ref()
+                .filter(|w| w.via == auth::Principal::Cookie)
+                .and_then(|_| auth::session_cookie(&req))
+                .map(str::to_string);
+            ws_ui::upgrade(hub, ctx, id, raw, who, cookie)
+        }
     }
+}
+
+/// Set aside room for the answer to `admin` on connection `id` (`budget`, rule 3).
+fn reserve_answer(hub: &mut Hub, id: ConnId, admin: &crate::wire::admin::AdminRequest) -> bool {
+    let bytes = match admin {
+        crate::wire::admin::AdminRequest::Output { range, .. } => {
+            let max = range.max_bytes.unwrap_or(routes::DEFAULT_OUTPUT_BYTES);
+            usize::try_from(max.saturating_mul(2))
+                .unwrap_or(usize::MAX)
+                .saturating_add(budget::CALL_RESERVE)
+        }
+        _ => budget::CALL_RESERVE,
+    };
+    let Some(http) = hub.http.as_mut() else {
+        return false;
+    };
+    let Some(conn) = http.conns.get_mut(&id) else {
+        return false;
+    };
+    let own = match &conn.kind {
+        Kind::Http(c) => c.rbuf.len() + c.wbuf.len(),
+        Kind::Ws(_) => 0,
+    };
+    http.budget.reserve(&mut conn.charge, bytes, own)
 }
 
 /// main answered a request of connection `id`.
@@ -468,8 +467,10 @@ pub fn answer(
     };
     let response = routes::render(http, expect, resp);
     respond_waiting(hub, id, &response);
-    process(hub, ctx, id);
-    flush(hub, ctx, id);
+    // Read too: requests the client sent meanwhile may wait in the socket, with no new
+    // readiness to announce them.
+    reading::on_http_event(hub, ctx, id);
+    settle(hub, id);
 }
 
 /// main did not answer a request of connection `id`.
@@ -487,94 +488,18 @@ pub fn call_failed(hub: &mut Hub, id: ConnId, err: &CallError) {
     {
         conn.mark_dead(why);
     }
+    settle(hub, id);
 }
 
 fn respond_waiting(hub: &mut Hub, id: ConnId, response: &Response) {
+    if let Some(http) = hub.http.as_mut()
+        && let Some(conn) = http.conns.get_mut(&id)
+    {
+        http.budget.unreserve(&mut conn.charge);
+    }
     if let Some(conn) = http_conn(hub, id)
         && let State::Waiting { keep_alive, head } = conn.state
     {
         queue(conn, response, keep_alive, head);
     }
-}
-
-/// Once a second: requests that take too long, idle and lingering connections, stalled
-/// writers, `/ws` handshakes that never finish.
-/// Idle and slow clients are timed out by a sweep every second while there are
-/// connections; with none, nothing wakes the hub up for it.
-pub fn arm_sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    if http.sweep_armed || http.conns.is_empty() {
-        return;
-    }
-    http.sweep_armed = true;
-    ctx.after(Duration::from_secs(1), |hub: &mut Hub, ctx| {
-        if let Some(http) = hub.http.as_mut() {
-            http.sweep_armed = false;
-        }
-        sweep(hub, ctx);
-        arm_sweep(hub, ctx);
-    });
-}
-
-pub fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let now = Instant::now();
-    let limits = http.limits;
-    let mut drop_now = Vec::new();
-    let mut timed_out = Vec::new();
-    for (id, conn) in &mut http.conns {
-        match &mut conn.kind {
-            Kind::Http(c) => match c.state {
-                State::Closing { since } if now.duration_since(since) > LINGER => {
-                    drop_now.push((*id, "closed"));
-                }
-                State::Reading
-                    if c.partial_since
-                        .is_some_and(|t| now.duration_since(t) > limits.request_timeout) =>
-                {
-                    timed_out.push(*id);
-                }
-                State::Reading if c.rbuf.is_empty() && c.wbuf.is_empty() => {
-                    let allowed = if c.served == 0 {
-                        limits.request_timeout
-                    } else {
-                        limits.idle_timeout
-                    };
-                    if now.duration_since(c.idle_since) > allowed {
-                        drop_now.push((*id, "idle"));
-                    }
-                }
-                _ if !c.wbuf.is_empty()
-                    && now.duration_since(c.last_write) > limits.request_timeout * 3 =>
-                {
-                    drop_now.push((*id, "the client does not read its answers"));
-                }
-                _ => {}
-            },
-            Kind::Ws(ws) => {
-                if !ws.is_open() && now.duration_since(ws.since()) > limits.request_timeout {
-                    drop_now.push((*id, "WebSocket handshake not finished in time"));
-                }
-            }
-        }
-    }
-    for id in timed_out {
-        if let Some(conn) = http_conn(hub, id) {
-            log::info!("API connection {id}: request not complete in time; 408");
-            conn.rbuf.clear();
-            conn.partial_since = None;
-            let resp =
-                Response::error(408, "request_timeout", "the request did not arrive in time");
-            queue(conn, &resp, false, false);
-        }
-        flush(hub, ctx, id);
-    }
-    for (id, why) in drop_now {
-        drop_conn(hub, ctx, id, why);
-    }
-    reap(hub, ctx);
 }

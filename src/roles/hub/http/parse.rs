@@ -137,6 +137,15 @@ pub fn parse(buf: &[u8], limits: &ParseLimits) -> Result<Parsed, Rejection> {
         })?;
         out_headers.push((h.name.to_ascii_lowercase(), value.trim().to_string()));
     }
+    // Two `Host`s would let one check read the first and another the second (the loopback
+    // check of `api_auth: none`, the same-origin check): refused outright.
+    if out_headers.iter().filter(|(n, _)| n == "host").count() > 1 {
+        return Err(Rejection::new(
+            400,
+            "bad_request",
+            "more than one Host header",
+        ));
+    }
     let request_head = |body: Vec<u8>| -> Result<Request, Rejection> {
         if !target.starts_with('/') {
             return Err(Rejection::new(

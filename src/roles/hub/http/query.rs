@@ -7,7 +7,7 @@ use super::routes::{
     call,
 };
 use crate::wire::admin::{AdminRequest, OutputRange, RunQuery};
-use crate::wire::records::{RunId, RunState};
+use crate::wire::records::{Millis, RunId, RunState};
 
 pub fn run_id(text: &str) -> Result<RunId, Action> {
     text.parse()
@@ -34,7 +34,7 @@ pub fn optional_number(req: &Request, name: &str) -> Result<Option<u64>, Action>
 pub fn instant(req: &Request, name: &str) -> Result<Option<i64>, Action> {
     match req.query(name) {
         None | Some("") => Ok(None),
-        Some(v) => super::ws_ui::parse_date(v, chrono::Utc::now())
+        Some(v) => parse_date(v, chrono::Utc::now())
             .map(Some)
             .ok_or_else(|| bad_request(&format!("`{name}`: `{v}` is not a time"))),
     }
@@ -71,6 +71,18 @@ pub fn runs_query(req: &Request) -> Action {
     }
 }
 
+/// A byte offset into a target's output: stored as a signed 64-bit integer, so a larger
+/// one names no byte there can ever be (and would fail in the database as a 500).
+fn offset(value: u64, name: &str) -> Result<u64, Action> {
+    if value > i64::MAX as u64 {
+        return Err(bad_request(&format!(
+            "`{name}` is past any output: at most {}",
+            i64::MAX
+        )));
+    }
+    Ok(value)
+}
+
 pub fn output_query(req: &Request, id: &str, machine: &str) -> Action {
     let run = match run_id(id) {
         Ok(run) => run,
@@ -80,8 +92,10 @@ pub fn output_query(req: &Request, id: &str, machine: &str) -> Action {
         let max = number(req, "max_bytes", DEFAULT_OUTPUT_BYTES)?.clamp(1, MAX_OUTPUT_BYTES);
         Ok(OutputRange {
             stream: None,
-            from: number(req, "from", 0)?,
-            tail: optional_number(req, "tail")?,
+            from: offset(number(req, "from", 0)?, "from")?,
+            tail: optional_number(req, "tail")?
+                .map(|t| offset(t, "tail"))
+                .transpose()?,
             max_bytes: Some(max),
         })
     })();
@@ -105,4 +119,72 @@ pub fn output_query(req: &Request, id: &str, machine: &str) -> Action {
             from: range.from,
         },
     )
+}
+
+/// An instant for `getTimeline` and the API: `now`, `now-5m` (s, m, h, d, w), RFC 3339,
+/// `YYYY-MM-DD[ T]HH:MM:SS` in UTC, or unix milliseconds.
+pub fn parse_date(text: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Millis> {
+    let t = text.trim();
+    if let Some(rest) = t.strip_prefix("now") {
+        if rest.is_empty() {
+            return Some(now.timestamp_millis());
+        }
+        let (sign, amount) = match rest.split_at(1) {
+            ("-", a) => (-1, a),
+            // A `+` in a query string arrives as a space.
+            ("+" | " ", a) => (1, a),
+            _ => return None,
+        };
+        let unit = amount.chars().last()?;
+        let n: i64 = amount[..amount.len() - unit.len_utf8()].parse().ok()?;
+        let seconds = match unit {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86400,
+            'w' => 7 * 86400,
+            _ => return None,
+        };
+        return Some(now.timestamp_millis() + sign * n.checked_mul(seconds * 1000)?);
+    }
+    if let Ok(ms) = t.parse::<i64>() {
+        return Some(ms);
+    }
+    if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(t) {
+        return Some(dt.timestamp_millis());
+    }
+    [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M",
+    ]
+    .iter()
+    .find_map(|f| chrono::NaiveDateTime::parse_from_str(t, f).ok())
+    .map(|n| n.and_utc().timestamp_millis())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn dates_of_the_original_and_iso() {
+        let now = chrono::Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
+        let ms = now.timestamp_millis();
+        assert_eq!(parse_date("now", now), Some(ms));
+        assert_eq!(parse_date("now-5m", now), Some(ms - 300_000));
+        assert_eq!(parse_date("now-2h", now), Some(ms - 7_200_000));
+        assert_eq!(parse_date("now-1d", now), Some(ms - 86_400_000));
+        assert_eq!(parse_date("now+1h", now), Some(ms + 3_600_000));
+        assert_eq!(parse_date("now 1h", now), Some(ms + 3_600_000));
+        assert_eq!(parse_date("2026-01-02T03:04:05Z", now), Some(ms));
+        assert_eq!(parse_date("2026-01-02T04:04:05+01:00", now), Some(ms));
+        assert_eq!(parse_date("2026-01-02 03:04:05", now), Some(ms));
+        assert_eq!(parse_date("1767323045000", now), Some(1_767_323_045_000));
+        assert_eq!(parse_date("yesterday", now), None);
+        assert_eq!(parse_date("now-5x", now), None);
+        assert_eq!(parse_date("now-", now), None);
+    }
 }

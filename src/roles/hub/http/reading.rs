@@ -5,6 +5,7 @@
 use std::io::{self, Read};
 use std::time::Instant;
 
+use super::budget::FLOOR;
 use super::parse::{self, Parsed, Response};
 use super::{MAX_UNSENT, READ_CHUNK, State, drop_conn, flush, http_conn, process, queue};
 use crate::evloop::Ctx;
@@ -31,8 +32,12 @@ pub(super) fn on_http_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
 
 /// One round; `None` when the connection is gone, `Some(progress)` otherwise.
 fn http_round(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) -> Option<bool> {
-    let limits = hub.http.as_ref().map(|h| h.limits)?;
+    let (limits, reads_open) = hub
+        .http
+        .as_ref()
+        .map(|h| (h.limits, h.budget.may_read(usize::MAX)))?;
     let conn = http_conn(hub, id)?;
+    conn.starved = false;
     let (rbuf_before, wbuf_before, served_before) = (conn.rbuf.len(), conn.wbuf.len(), conn.served);
     // Everything the peer sent so far, within what one request may need.
     let cap = limits.parse.max_header + limits.parse.max_body + READ_CHUNK;
@@ -40,6 +45,12 @@ fn http_round(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) -> Option<bool> {
     let mut ended = false;
     let mut read_any = false;
     while conn.wbuf.len() < MAX_UNSENT && conn.rbuf.len() <= cap {
+        if !reads_open && conn.rbuf.len() + conn.wbuf.len() >= FLOOR {
+            // The hub's request buffers are at their share of the budget: this one keeps
+            // its floor and waits (the sweep tries it again).
+            conn.starved = true;
+            break;
+        }
         match conn.stream.read(&mut buf) {
             Ok(0) => {
                 ended = true;
@@ -82,6 +93,7 @@ fn http_round(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) -> Option<bool> {
     }
     process(hub, ctx, id);
     let conn = http_conn(hub, id)?;
+    super::budget::shrink(&mut conn.rbuf);
     if ended {
         match conn.state {
             // The answer still goes out; the peer may only have shut its write side.

@@ -111,6 +111,9 @@ fn static_file(content_type: &str, body: &str) -> Action {
 /// Decide what a request from `peer` gets; `who` is set to the identity of an
 /// authenticated request, whose role has been checked against what it asks.
 pub fn route(http: &mut Http, req: &Request, peer: IpAddr, who: &mut Option<Identity>) -> Action {
+    if let Err(denied) = http.auth.check_host(req) {
+        return error(denied.status(), "forbidden", denied.message());
+    }
     let Some(segments) = req.segments() else {
         return bad_request("the path is not valid UTF-8");
     };
@@ -150,7 +153,7 @@ pub fn route(http: &mut Http, req: &Request, peer: IpAddr, who: &mut Option<Iden
         ("GET", ["metrics"]) if http.auth.metrics_open() => {
             call(AdminRequest::Metrics, Expect::Metrics)
         }
-        _ => match http.auth.check(req) {
+        _ => match http.auth.check(req, peer, Instant::now()) {
             Ok(identity) => {
                 let action = protected(http, req, method, &seg, &identity);
                 if let Action::Call { req: call, .. } = &action
@@ -161,11 +164,19 @@ pub fn route(http: &mut Http, req: &Request, peer: IpAddr, who: &mut Option<Iden
                 *who = Some(identity);
                 action
             }
-            Err(denied) => Action::Respond(
-                Response::error(denied.status(), "unauthorized", denied.message())
-                    .with_header("WWW-Authenticate", "Bearer realm=\"saltpeter\""),
-            ),
+            Err(denied) => Action::Respond(denied_response(&denied)),
         },
+    }
+}
+
+/// 401 invites a Bearer token; 429 says to wait (the throttle counts a minute).
+fn denied_response(denied: &super::auth::Denied) -> Response {
+    match denied.status() {
+        429 => Response::error(429, "too_many_requests", denied.message())
+            .with_header("Retry-After", "60"),
+        401 => Response::error(401, "unauthorized", denied.message())
+            .with_header("WWW-Authenticate", "Bearer realm=\"saltpeter\""),
+        status => Response::error(status, "forbidden", denied.message()),
     }
 }
 
@@ -190,13 +201,7 @@ fn login(auth: &mut Auth, req: &Request, peer: IpAddr) -> Action {
         Ok(cookie) => Action::Respond(
             Response::json(200, &json!({"ok": true})).with_header("Set-Cookie", &cookie),
         ),
-        Err(denied) => {
-            let code = match denied.status() {
-                429 => "too_many_requests",
-                _ => "unauthorized",
-            };
-            error(denied.status(), code, denied.message())
-        }
+        Err(denied) => Action::Respond(denied_response(&denied)),
     }
 }
 

@@ -11,12 +11,16 @@
 //! directory, which is read back (and pruned) at start, so a restart does not bring a
 //! revoked session back. Revocations are bounded by [`MAX_REVOKED`].
 //!
-//! The throttle counts failed logins per client address (an IPv6 /64 counts as one):
-//! [`MAX_FAILURES`] within [`WINDOW`] and further attempts get 429 until it passes.
+//! The throttle counts failed credentials per client address (an IPv6 /64 counts as one),
+//! however they were presented (login form, Bearer header, session cookie, `/ws`):
+//! [`MAX_FAILURES`] within [`WINDOW`] and every further credential from that address gets
+//! 429 until it passes, the right one too (else 200 against 429 would tell a guess).
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::IpAddr;
+
+use crate::roles::hub::client_addr::client_key as key;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -142,19 +146,27 @@ impl Sessions {
         format!("{body}:{mac}")
     }
 
-    /// The session a cookie value holds, if signed by us, not expired, not revoked.
-    pub fn find(&self, value: &str) -> Option<Session> {
-        let (body, mac) = value.rsplit_once(':')?;
+    /// Whether a cookie value was signed by us (perhaps expired or revoked since): one
+    /// that was not is a guess and counts against the address.
+    pub fn is_signed(&self, value: &str) -> bool {
+        let Some((body, mac)) = value.rsplit_once(':') else {
+            return false;
+        };
         let expected = self.mac(body);
-        let same = expected.len() == mac.len()
+        expected.len() == mac.len()
             && expected
                 .bytes()
                 .zip(mac.bytes())
                 .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0;
-        if !same {
+                == 0
+    }
+
+    /// The session a cookie value holds, if signed by us, not expired, not revoked.
+    pub fn find(&self, value: &str) -> Option<Session> {
+        if !self.is_signed(value) {
             return None;
         }
+        let (body, _) = value.rsplit_once(':')?;
         let mut parts = body.splitn(4, ':');
         let (Some("v1"), Some(exp), Some(id), Some(name)) =
             (parts.next(), parts.next(), parts.next(), parts.next())
@@ -202,21 +214,12 @@ impl Sessions {
     }
 }
 
+/// Failed credentials per client address: the login form, a Bearer token, a session
+/// cookie not signed by us, a `/ws` handshake's credentials. One counter for all of them,
+/// so a guesser cannot pick the door that is not counted.
 #[derive(Default)]
 pub struct Throttle {
     failures: HashMap<IpAddr, (Instant, u32)>,
-}
-
-/// The key an address is counted under: IPv6 by its /64 (one host has many).
-fn key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => {
-            let mut seg = v6.segments();
-            seg[4..].iter_mut().for_each(|s| *s = 0);
-            IpAddr::V6(seg.into())
-        }
-    }
 }
 
 impl Throttle {

@@ -275,6 +275,17 @@ pub fn hub_metrics(http: &Http, out: &mut String) {
     let _ = writeln!(out, "saltpeter_http_connections {plain}");
     header(
         out,
+        "saltpeter_http_buffered_bytes",
+        "gauge",
+        "Request buffers and unsent answers the API holds for its clients.",
+    );
+    let _ = writeln!(
+        out,
+        "saltpeter_http_buffered_bytes {}",
+        http.budget.buffered()
+    );
+    header(
+        out,
         "saltpeter_ws_clients",
         "gauge",
         "Open /ws connections.",

@@ -33,7 +33,7 @@ use crate::roles::hub::{Hub, Waiting};
 use crate::wire::admin::RunQuery;
 use crate::wire::admin::{AdminRequest, AdminResponse};
 use crate::wire::link::HubRequest;
-use crate::wire::records::{Millis, RunRecord};
+use crate::wire::records::RunRecord;
 
 pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Subscriptions one client may hold.
@@ -45,6 +45,8 @@ pub struct Replay {
     pending: Vec<u8>,
     pos: usize,
     stream: crate::tls::Stream,
+    /// Bytes the socket took so far (against `WsConn::queued`: what waits unsent).
+    written: u64,
 }
 
 impl Read for Replay {
@@ -65,7 +67,9 @@ impl Read for Replay {
 
 impl Write for Replay {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.stream.write(buf)
+        let n = self.stream.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
     }
     fn flush(&mut self) -> io::Result<()> {
         self.stream.flush()
@@ -97,9 +101,25 @@ pub struct WsConn {
     /// Who authenticated the upgrade: commands are checked against its role and main
     /// records its name.
     who: Option<super::identity::Identity>,
+    /// Message bytes handed to the WebSocket so far.
+    pub(super) queued: u64,
+    /// The session cookie of a handshake that authenticated with one: each call to main
+    /// checks the session is still live (`Auth::recheck`), so logout ends its power.
+    cookie: Option<String>,
 }
 
 impl WsConn {
+    /// Message bytes waiting to be sent (frame headers and pings aside).
+    pub fn backlog(&self) -> usize {
+        match &self.session {
+            Some(Session::Open(socket)) => {
+                usize::try_from(self.queued.saturating_sub(socket.get_ref().written))
+                    .unwrap_or(usize::MAX)
+            }
+            _ => 0,
+        }
+    }
+
     pub fn is_open(&self) -> bool {
         matches!(self.session, Some(Session::Open(_)))
     }
@@ -122,6 +142,7 @@ pub fn upgrade(
     id: ConnId,
     raw: Vec<u8>,
     who: Option<super::identity::Identity>,
+    cookie: Option<String>,
 ) {
     let Some(http) = hub.http.as_mut() else {
         return;
@@ -130,6 +151,8 @@ pub fn upgrade(
     let Some(mut conn) = http.conns.remove(&id) else {
         return;
     };
+    // Its buffers move into the WebSocket (bounded by `ws_max_write`).
+    http.budget.release(&mut conn.charge);
     let Kind::Http(hc) = conn.kind else {
         return;
     };
@@ -147,6 +170,7 @@ pub fn upgrade(
         pending,
         pos: 0,
         stream: hc.stream,
+        written: 0,
     };
     let session = match tungstenite::accept_with_config(replay, Some(config)) {
         Ok(ws) => Session::Open(Box::new(ws)),
@@ -166,6 +190,8 @@ pub fn upgrade(
         timelines: HashMap::new(),
         next_req: 1,
         who,
+        cookie,
+        queued: 0,
     }));
     http.conns.insert(id, conn);
     if open {
@@ -181,21 +207,38 @@ fn ws_of(hub: &mut Hub, id: ConnId) -> Option<&mut WsConn> {
 }
 
 /// Send one text message to client `id` (a failure marks it for `reap`).
+/// A client that does not read keeps its floor of the hub's budget (`budget.rs`); past
+/// it, while the budget is spent, it is dropped rather than let its backlog grow (and
+/// never past `ws_max_write`, tungstenite's own cap).
 pub(super) fn send(http: &mut Http, id: ConnId, text: &Utf8Bytes) {
-    let Some(conn) = http.conn_mut(id) else {
+    let Some(conn) = http.conns.get_mut(&id) else {
         return;
     };
     let Kind::Ws(ws) = &mut conn.kind else {
         return;
     };
+    let backlog = ws.backlog();
+    if backlog >= super::budget::FLOOR && !http.budget.may_serve(backlog) {
+        conn.mark_dead(format!(
+            "/ws client does not read: {backlog} bytes unsent while the hub's budget is spent"
+        ));
+        return;
+    }
     let Some(Session::Open(socket)) = ws.session.as_mut() else {
         return;
     };
-    match socket.send(Message::Text(text.clone())) {
-        Ok(()) => {}
-        Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
-        Err(e) => conn.mark_dead(format!("/ws write failed: {e}")),
+    ws.queued += text.len() as u64;
+    let failed = match socket.send(Message::Text(text.clone())) {
+        Ok(()) => None,
+        Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => None,
+        Err(e) => Some(format!("/ws write failed: {e}")),
+    };
+    let backlog = ws.backlog();
+    if let Some(why) = failed {
+        conn.mark_dead(why);
     }
+    // Counted at once: many clients fed in one event must see each other's backlogs.
+    http.budget.settle(&mut conn.charge, 0, backlog);
     http.stats.ws_messages_sent += 1;
 }
 
@@ -338,7 +381,26 @@ fn client_message(hub: &mut Hub, id: ConnId, text: &str) {
         None
     };
     if let Some((req, expect)) = call {
-        let who = ws_of(hub, id).and_then(|ws| ws.who.clone());
+        let Some((who, cookie)) = ws_of(hub, id).map(|ws| (ws.who.clone(), ws.cookie.clone()))
+        else {
+            return;
+        };
+        let who = match (who, hub.http.as_mut()) {
+            (Some(who), Some(http)) => match http.auth.recheck(&who, cookie.as_deref()) {
+                Ok(now) => Some(now),
+                Err(denied) => {
+                    // Logged out or expired: say so and close; the dashboard reconnects
+                    // and is sent to the login.
+                    let text = json!({"error": denied.message()}).to_string();
+                    send(http, id, &Utf8Bytes::from(text));
+                    if let Some(conn) = http.conn_mut(id) {
+                        conn.mark_dead(denied.message().to_string());
+                    }
+                    return;
+                }
+            },
+            (who, _) => who,
+        };
         let msg = match &who {
             Some(who) => match super::identity::authorize(who, &req) {
                 Ok(()) => who.request(req),
@@ -360,11 +422,11 @@ fn timeline_request(hub: &mut Hub, id: ConnId, v: &Value) -> Option<(AdminReques
     let now = chrono::Utc::now();
     let start = v["start_date"]
         .as_str()
-        .and_then(|s| parse_date(s, now))
+        .and_then(|s| super::query::parse_date(s, now))
         .unwrap_or(now.timestamp_millis() - 5 * 60 * 1000);
     let end = v["end_date"]
         .as_str()
-        .and_then(|s| parse_date(s, now))
+        .and_then(|s| super::query::parse_date(s, now))
         .unwrap_or(now.timestamp_millis());
     let ws = ws_of(hub, id)?;
     let req_no = ws.next_req;
@@ -379,49 +441,6 @@ fn timeline_request(hub: &mut Hub, id: ConnId, v: &Value) -> Option<(AdminReques
         }),
         WsExpect::Timeline(req_no),
     ))
-}
-
-/// An instant for `getTimeline` and the API: `now`, `now-5m` (s, m, h, d, w), RFC 3339,
-/// `YYYY-MM-DD[ T]HH:MM:SS` in UTC, or unix milliseconds.
-pub fn parse_date(text: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Millis> {
-    let t = text.trim();
-    if let Some(rest) = t.strip_prefix("now") {
-        if rest.is_empty() {
-            return Some(now.timestamp_millis());
-        }
-        let (sign, amount) = match rest.split_at(1) {
-            ("-", a) => (-1, a),
-            // A `+` in a query string arrives as a space.
-            ("+" | " ", a) => (1, a),
-            _ => return None,
-        };
-        let unit = amount.chars().last()?;
-        let n: i64 = amount[..amount.len() - unit.len_utf8()].parse().ok()?;
-        let seconds = match unit {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86400,
-            'w' => 7 * 86400,
-            _ => return None,
-        };
-        return Some(now.timestamp_millis() + sign * n.checked_mul(seconds * 1000)?);
-    }
-    if let Ok(ms) = t.parse::<i64>() {
-        return Some(ms);
-    }
-    if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(t) {
-        return Some(dt.timestamp_millis());
-    }
-    [
-        "%Y-%m-%dT%H:%M:%S%.f",
-        "%Y-%m-%d %H:%M:%S%.f",
-        "%Y-%m-%dT%H:%M",
-        "%Y-%m-%d %H:%M",
-    ]
-    .iter()
-    .find_map(|f| chrono::NaiveDateTime::parse_from_str(t, f).ok())
-    .map(|n| n.and_utc().timestamp_millis())
 }
 
 fn subscribe(hub: &mut Hub, id: ConnId, jobs: Vec<String>) {
@@ -519,27 +538,7 @@ fn send_timeline(hub: &mut Hub, id: ConnId, req: u64, runs: &[RunRecord]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeZone;
     use serde_json::json;
-
-    #[test]
-    fn dates_of_the_original_and_iso() {
-        let now = chrono::Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
-        let ms = now.timestamp_millis();
-        assert_eq!(parse_date("now", now), Some(ms));
-        assert_eq!(parse_date("now-5m", now), Some(ms - 300_000));
-        assert_eq!(parse_date("now-2h", now), Some(ms - 7_200_000));
-        assert_eq!(parse_date("now-1d", now), Some(ms - 86_400_000));
-        assert_eq!(parse_date("now+1h", now), Some(ms + 3_600_000));
-        assert_eq!(parse_date("now 1h", now), Some(ms + 3_600_000));
-        assert_eq!(parse_date("2026-01-02T03:04:05Z", now), Some(ms));
-        assert_eq!(parse_date("2026-01-02T04:04:05+01:00", now), Some(ms));
-        assert_eq!(parse_date("2026-01-02 03:04:05", now), Some(ms));
-        assert_eq!(parse_date("1767323045000", now), Some(1_767_323_045_000));
-        assert_eq!(parse_date("yesterday", now), None);
-        assert_eq!(parse_date("now-5x", now), None);
-        assert_eq!(parse_date("now-", now), None);
-    }
 
     #[test]
     fn job_names_take_a_name_or_a_list() {

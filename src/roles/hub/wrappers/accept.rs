@@ -1,5 +1,13 @@
-//! Accepting wrapper connections: the per-address cap (refusals logged at most every
-//! 10 s), TLS when the port has it, then the non-blocking WebSocket handshake.
+//! Accepting wrapper connections: the per-address quota of connections still in their
+//! hello, TLS when the port has it, then the non-blocking WebSocket handshake.
+//!
+//! The quota counts only connections main has not welcomed (`Conn::in_hello`): a
+//! credential vetted by main takes its connection out of it. When an address's quota is
+//! full, its oldest connection that has not said hello yet (still handshaking, waiting
+//! for its hello or for the proof of a challenge) is dropped to make room for the new
+//! one: idle connections held to fill the quota are always the oldest, and a real
+//! wrapper says hello within a round trip or two of connecting. Only when all of them are
+//! being vetted by main is the new one refused (logged at most every 10 s).
 
 use std::io;
 use std::time::Instant;
@@ -9,11 +17,14 @@ use mio::event::Event;
 use tungstenite::handshake::HandshakeError;
 
 use super::{
-    Acceptor, Conn, PathCheck, Phase, Session, arm_sweep, on_conn, release_addr, ws_config,
+    Acceptor, Conn, PathCheck, Phase, Session, Wrappers, arm_sweep, drop_conn, on_conn,
+    release_addr, ws_config,
 };
 use crate::evloop::{Ctx, Flow, Forward, Listener};
 use crate::roles::hub::Hub;
+use crate::roles::hub::client_addr::client_key;
 use crate::tls::Stream;
+use crate::wire::link::ConnId;
 
 impl Listener<Hub> for Acceptor {
     fn handle_event(&mut self, hub: &mut Hub, ctx: &mut Ctx<Hub>, _: &Event) -> Flow {
@@ -28,19 +39,27 @@ impl Listener<Hub> for Acceptor {
                     return Flow::Continue;
                 }
             };
-            let w = &mut hub.wrappers;
-            let count = w.per_addr.entry(peer.ip()).or_insert(0);
-            if *count >= w.limits.max_per_addr {
-                if let Some(held) = w.refusals.due(Instant::now()) {
-                    log::warn!(
-                        "wrapper connection from {peer} refused: {} connections from that \
-                         address ({held} more refused since the last report)",
-                        w.limits.max_per_addr
-                    );
+            let key = client_key(peer.ip());
+            let held = hub.wrappers.per_addr.get(&key).copied().unwrap_or(0);
+            if held >= hub.wrappers.limits.max_per_addr {
+                match oldest_unspoken(&hub.wrappers, key) {
+                    Some(old) => drop_conn(hub, ctx, old, "made room for a newer connection"),
+                    None => {
+                        let w = &mut hub.wrappers;
+                        if let Some(more) = w.refusals.due(Instant::now()) {
+                            log::warn!(
+                                "wrapper connection from {peer} refused: {} connections from \
+                                 that address are being vetted ({more} more refused since the \
+                                 last report)",
+                                w.limits.max_per_addr
+                            );
+                        }
+                        continue;
+                    }
                 }
-                continue;
             }
-            *count += 1;
+            let w = &mut hub.wrappers;
+            *w.per_addr.entry(key).or_insert(0) += 1;
             let id = w.next_id;
             w.next_id += 1;
             let _ = tcp.set_nodelay(true);
@@ -89,9 +108,21 @@ impl Listener<Hub> for Acceptor {
                     target: None,
                     job: None,
                     challenged: None,
+                    in_hello: true,
                 },
             );
             arm_sweep(hub, ctx);
         }
     }
+}
+
+/// The connection from client `key` that has waited longest without saying hello (or
+/// proving its minion key); those main is vetting are left alone.
+fn oldest_unspoken(w: &Wrappers, key: std::net::IpAddr) -> Option<ConnId> {
+    w.conns
+        .iter()
+        .filter(|(_, c)| c.in_hello && matches!(c.phase, Phase::New | Phase::Challenged))
+        .filter(|(_, c)| client_key(c.peer.ip()) == key)
+        .min_by_key(|(id, c)| (c.since, **id))
+        .map(|(id, _)| *id)
 }

@@ -78,6 +78,7 @@ pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVe
             if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
                 conn.phase = Phase::Bound;
                 conn.job = Some(job.name.clone());
+                super::vetted(&mut hub.wrappers, id);
             } else {
                 // Gone while main decided: main must forget the session again.
                 hub.cast_main(HubRequest::WrapperGone { conn: id });

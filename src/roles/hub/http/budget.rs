@@ -1,0 +1,163 @@
+//! The hub-wide budget for the bytes the API holds on its clients' behalf: request
+//! buffers, answers not yet sent, and room set aside for answers main is preparing.
+//!
+//! Without it, memory followed the clients: each connection could buffer a request of
+//! the largest size allowed (~1 MiB) and a quarter MiB of unread answers, and each output
+//! request an answer of up to 8 MiB, so a few hundred connections that never read took
+//! the hub to hundreds of MiB. The rules:
+//!
+//! 1. Every connection may hold [`FLOOR`] (request and unsent answers together) whatever
+//!    the others do: an ordinary request and its answer always fit.
+//! 2. Beyond that it reads more only while request buffers hold less than half of
+//!    [`BUDGET`], and serves its next request only while the whole is under `BUDGET`; a
+//!    connection held back this way is tried again by the one-second sweep.
+//! 3. A call to main sets aside the largest answer it may bring (an output read: twice
+//!    its `max_bytes`, for the JSON form) until the answer is queued; one that does not
+//!    fit is answered 503 with `Retry-After`, unless it is small and its connection holds
+//!    nothing (rule 1).
+//!
+//! Buffers start empty, grow with what arrives, and are shrunk back once drained
+//! ([`shrink`]). The hub's own numbers are kept per connection (`charged`) and settled
+//! after each event on it, so the total needs no scan.
+
+/// Bytes the API may hold for all its clients together, beyond their floors.
+pub const BUDGET: usize = 48 << 20;
+/// Bytes every connection may hold regardless (request plus unsent answers).
+pub const FLOOR: usize = 32 * 1024;
+/// Room set aside for an ordinary answer from main.
+pub const CALL_RESERVE: usize = 64 * 1024;
+
+#[derive(Debug, Default)]
+pub struct Budget {
+    /// Request buffers and unsent answers of every connection, as last settled.
+    buffered: usize,
+    /// Request buffers alone (part of `buffered`).
+    requests: usize,
+    /// Set aside for answers main is preparing.
+    reserved: usize,
+    /// The most `buffered` held since memory was last given back to the system.
+    high_water: usize,
+}
+
+/// What one connection holds, as last counted into the [`Budget`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Charge {
+    request: usize,
+    answers: usize,
+    reserved: usize,
+}
+
+impl Budget {
+    /// Whether a connection holding `own` bytes may read more.
+    pub fn may_read(&self, own: usize) -> bool {
+        own < FLOOR || self.requests < BUDGET / 2
+    }
+
+    /// Whether a connection holding `own` bytes may serve its next request.
+    pub fn may_serve(&self, own: usize) -> bool {
+        own < FLOOR || self.buffered + self.reserved < BUDGET
+    }
+
+    /// Set aside `bytes` for an answer; `false` when it does not fit.
+    pub fn reserve(&mut self, charge: &mut Charge, bytes: usize, own: usize) -> bool {
+        let fits = self.buffered + self.reserved + bytes <= BUDGET;
+        let on_its_floor = bytes <= CALL_RESERVE && own == 0;
+        if !(fits || on_its_floor) {
+            return false;
+        }
+        self.reserved += bytes;
+        charge.reserved += bytes;
+        true
+    }
+
+    /// The answer arrived (or never will): its room is free again.
+    pub fn unreserve(&mut self, charge: &mut Charge) {
+        self.reserved = self.reserved.saturating_sub(charge.reserved);
+        charge.reserved = 0;
+    }
+
+    /// Count a connection's buffers as they are now.
+    pub fn settle(&mut self, charge: &mut Charge, request: usize, answers: usize) {
+        self.buffered =
+            (self.buffered + request + answers).saturating_sub(charge.request + charge.answers);
+        self.requests = (self.requests + request).saturating_sub(charge.request);
+        charge.request = request;
+        charge.answers = answers;
+        self.high_water = self.high_water.max(self.buffered);
+    }
+
+    /// Once most of what was buffered is gone (clients that flooded the hub left), hand
+    /// the freed memory back to the system: the allocator keeps freed heap pages
+    /// otherwise, and the hub would stay at its peak. Called by the one-second sweep.
+    pub fn give_back(&mut self) {
+        if self.high_water < self.buffered + (8 << 20) || self.buffered > self.high_water / 2 {
+            return;
+        }
+        self.high_water = self.buffered;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only returns free pages of the allocator's arenas to the
+        // kernel; it touches no memory in use and has no preconditions.
+        unsafe {
+            nix::libc::malloc_trim(0);
+        }
+    }
+
+    /// The connection is gone (or no longer HTTP).
+    pub fn release(&mut self, charge: &mut Charge) {
+        self.settle(charge, 0, 0);
+        self.unreserve(charge);
+    }
+
+    pub fn buffered(&self) -> usize {
+        self.buffered
+    }
+}
+
+/// Give a drained buffer's memory back when it holds far less than it grew to.
+pub fn shrink(buf: &mut Vec<u8>) {
+    if buf.capacity() > FLOOR && buf.len() < buf.capacity() / 4 {
+        buf.shrink_to(buf.len().max(super::READ_CHUNK));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floors_always_fit_and_the_rest_shares_the_budget() {
+        let mut b = Budget::default();
+        let mut big = Charge::default();
+        b.settle(&mut big, BUDGET / 2, 0);
+        assert!(!b.may_read(FLOOR), "request buffers hold half the budget");
+        assert!(b.may_read(100), "a connection's floor is always there");
+        assert!(b.may_serve(FLOOR), "answers have the other half");
+        let mut other = Charge::default();
+        assert!(
+            !b.reserve(&mut other, BUDGET, 0),
+            "too large for what is left"
+        );
+        assert!(b.reserve(&mut other, CALL_RESERVE, 0));
+        b.settle(&mut other, 0, BUDGET / 2);
+        assert!(!b.may_serve(FLOOR));
+        let mut third = Charge::default();
+        assert!(
+            b.reserve(&mut third, CALL_RESERVE, 0),
+            "small, and it holds nothing"
+        );
+        assert!(!b.reserve(&mut third, CALL_RESERVE, 10));
+        b.release(&mut big);
+        b.release(&mut other);
+        b.release(&mut third);
+        assert_eq!((b.buffered, b.requests, b.reserved), (0, 0, 0));
+    }
+
+    #[test]
+    fn drained_buffers_shrink() {
+        let mut v = Vec::with_capacity(1 << 20);
+        v.extend_from_slice(&[1, 2, 3]);
+        shrink(&mut v);
+        assert!(v.capacity() < 1 << 20);
+        assert_eq!(v, [1, 2, 3]);
+    }
+}
