@@ -5,20 +5,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tungstenite::Message;
 
 use crate::util::*;
-
-fn connect(port: u16) -> tungstenite::WebSocket<TcpStream> {
-    let stream = TcpStream::connect(("127.0.0.1", port)).expect("tcp connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    let url = format!("ws://127.0.0.1:{port}/wrapper/v1");
-    let (ws, _) = tungstenite::client(url, stream).expect("websocket handshake");
-    ws
-}
 
 fn hello(run: u64, machine: &str, token: &str) -> Message {
     Message::text(
@@ -26,17 +16,6 @@ fn hello(run: u64, machine: &str, token: &str) -> Message {
                "wrapper_version": "test", "pid": 1, "resume_from": null})
         .to_string(),
     )
-}
-
-/// The next control message, skipping pings.
-fn next_json(ws: &mut tungstenite::WebSocket<TcpStream>) -> Option<Value> {
-    loop {
-        match ws.read() {
-            Ok(Message::Text(t)) => return serde_json::from_str(t.as_str()).ok(),
-            Ok(Message::Close(_)) | Err(_) => return None,
-            Ok(_) => continue,
-        }
-    }
 }
 
 fn reject_code(ws: &mut tungstenite::WebSocket<TcpStream>) -> String {
@@ -69,7 +48,7 @@ fn start_sleeper(machine: &str) -> (Daemon, u64) {
 fn forged_replayed_and_wrong_run_tokens_are_rejected() {
     let (d, id) = start_sleeper("w1");
     let port = d.wrapper_port();
-    let mut ws = connect(port);
+    let mut ws = wrapper_ws(port);
     ws.send(hello(id, "w1", &"ab".repeat(32))).expect("send");
     assert_eq!(reject_code(&mut ws), "bad_token");
 
@@ -79,17 +58,17 @@ fn forged_replayed_and_wrong_run_tokens_are_rejected() {
         &d.state_dir().join("server.secret"),
     )
     .expect("secret");
-    let mut ws = connect(port);
+    let mut ws = wrapper_ws(port);
     ws.send(hello(id, "w1", &secret.launch_token(id, "w1", 1)))
         .expect("send");
     assert_eq!(reject_code(&mut ws), "bad_token");
 
     // A valid token of another run or machine does not open this one.
-    let mut ws = connect(port);
+    let mut ws = wrapper_ws(port);
     ws.send(hello(id, "w1", &secret.launch_token(id + 1, "w1", 1)))
         .expect("send");
     assert_eq!(reject_code(&mut ws), "bad_token");
-    let mut ws = connect(port);
+    let mut ws = wrapper_ws(port);
     ws.send(hello(id + 7, "w1", &secret.launch_token(id + 7, "w1", 1)))
         .expect("send");
     assert_eq!(reject_code(&mut ws), "unknown_run");
@@ -120,24 +99,24 @@ fn bad_clients_are_dropped_and_others_served() {
     assert!(tungstenite::client(format!("ws://127.0.0.1:{port}/elsewhere"), stream).is_err());
 
     // Not JSON, an unknown message type, output before hello.
-    let mut ws = connect(port);
+    let mut ws = wrapper_ws(port);
     ws.send(Message::text("this is not json")).expect("send");
     assert_eq!(reject_code(&mut ws), "bad_message");
-    let mut ws = connect(port);
+    let mut ws = wrapper_ws(port);
     ws.send(Message::text(r#"{"type":"teleport","to":"mars"}"#))
         .expect("send");
     assert_eq!(reject_code(&mut ws), "bad_message");
-    let mut ws = connect(port);
+    let mut ws = wrapper_ws(port);
     ws.send(Message::binary(vec![1u8, 0, 0, 0, 0, 0, 0, 0, 1, b'x']))
         .expect("send");
     assert_eq!(reject_code(&mut ws), "bad_message");
-    let mut ws = connect(port);
+    let mut ws = wrapper_ws(port);
     ws.send(Message::text(r#"{"type":"hello","v":99,"run":1,"machine":"m","wrapper_version":"x","pid":1,"resume_from":null}"#))
         .expect("send");
     assert_eq!(reject_code(&mut ws), "version");
 
     // An oversize message (limit 1 MiB): the connection is dropped.
-    let mut ws = connect(port);
+    let mut ws = wrapper_ws(port);
     let _ = ws.send(Message::binary(vec![0u8; 3 * 1024 * 1024]));
     assert!(
         next_json(&mut ws).is_none(),

@@ -6,7 +6,7 @@
 //! own state; staged ones re-attach too when it is back within the grace.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -190,7 +190,8 @@ esac
 
 /// A real RSA minion key for `minion`: private in `<dir>/pki/<minion>/minion.pem`, its
 /// public half accepted in `<dir>/master-pki/minions/<minion>` (as a master keeps it).
-fn minion_key(dir: &Path, minion: &str) {
+/// Returns the private key's path.
+pub(crate) fn minion_key(dir: &Path, minion: &str) -> PathBuf {
     let private = dir.join("pki").join(minion);
     let accepted = dir.join("master-pki").join("minions");
     std::fs::create_dir_all(&private).expect("minion pki dir");
@@ -216,6 +217,7 @@ fn minion_key(dir: &Path, minion: &str) {
         "-out",
         path_str(&accepted.join(minion)),
     ]);
+    key
 }
 
 const STAGED: [&str; 2] = ["st1", "st2"];

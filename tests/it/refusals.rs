@@ -2,9 +2,7 @@
 //! clipped, escaped and rate-limited in main's log and events, and a proof must fit the
 //! run's executor.
 
-use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -12,33 +10,13 @@ use tungstenite::Message;
 
 use crate::util::*;
 
-fn connect(port: u16) -> tungstenite::WebSocket<TcpStream> {
-    let stream = TcpStream::connect(("127.0.0.1", port)).expect("tcp connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    let url = format!("ws://127.0.0.1:{port}/wrapper/v1");
-    let (ws, _) = tungstenite::client(url, stream).expect("websocket handshake");
-    ws
-}
-
-fn next_json(ws: &mut tungstenite::WebSocket<TcpStream>) -> Option<Value> {
-    loop {
-        match ws.read() {
-            Ok(Message::Text(t)) => return serde_json::from_str(t.as_str()).ok(),
-            Ok(Message::Close(_)) | Err(_) => return None,
-            Ok(_) => continue,
-        }
-    }
-}
-
 fn hello(run: u64, machine: &str) -> Value {
     json!({"type": "hello", "v": 1, "run": run, "machine": machine, "token": "x",
            "wrapper_version": "test", "pid": 1, "resume_from": null})
 }
 
 fn answer(port: u16, msg: &Value) -> Value {
-    let mut ws = connect(port);
+    let mut ws = wrapper_ws(port);
     ws.send(Message::text(msg.to_string())).expect("send");
     next_json(&mut ws).unwrap_or(Value::Null)
 }
@@ -134,40 +112,10 @@ fn hostile_hellos_cost_bounded_log_lines_and_event_rows() {
     );
 }
 
-/// A real RSA key for `minion`: private in `<dir>/<minion>.pem`, its public half accepted
-/// in `<dir>/master-pki/minions/<minion>` (as a Salt master keeps it).
-fn minion_key(dir: &Path, minion: &str) -> PathBuf {
-    let accepted = dir.join("master-pki").join("minions");
-    std::fs::create_dir_all(&accepted).expect("master pki dir");
-    let key = dir.join(format!("{minion}.pem"));
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    openssl(&["genrsa", "-traditional", "-out", path_str(&key), "2048"]);
-    let public = accepted.join(minion);
-    openssl(&[
-        "rsa",
-        "-in",
-        path_str(&key),
-        "-pubout",
-        "-out",
-        path_str(&public),
-    ]);
-    key
-}
-
 #[test]
 fn a_minion_key_does_not_prove_a_local_target_of_the_same_name() {
     let keys = tempfile::tempdir().expect("tempdir");
-    let key = minion_key(keys.path(), "web1");
+    let key = crate::lost_daemon::minion_key(keys.path(), "web1");
     // A wrapper that never connects: the target waits for its pick-up.
     let stall = keys.path().join("stalled-wrapper");
     std::fs::write(&stall, "#!/bin/sh\nexec sleep 30\n").expect("write wrapper");
@@ -191,7 +139,7 @@ fn a_minion_key_does_not_prove_a_local_target_of_the_same_name() {
     ]);
     let run = d.run_now("local_web");
     let port = d.wrapper_port();
-    let mut ws = connect(port);
+    let mut ws = wrapper_ws(port);
     let mut msg = hello(run, "web1");
     msg.as_object_mut().map(|o| o.remove("token"));
     msg["minion_key"] = json!(true);

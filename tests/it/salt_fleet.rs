@@ -78,27 +78,6 @@ fn calls_of(invocations: &[Vec<String>], function: &str) -> usize {
         .count()
 }
 
-/// A plain-text WebSocket client on the wrapper port (the tests run with `tls: false`).
-fn connect(port: u16) -> tungstenite::WebSocket<TcpStream> {
-    let stream = TcpStream::connect(("127.0.0.1", port)).expect("tcp connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    let url = format!("ws://127.0.0.1:{port}/wrapper/v1");
-    let (ws, _) = tungstenite::client(url, stream).expect("websocket handshake");
-    ws
-}
-
-fn next_json(ws: &mut tungstenite::WebSocket<TcpStream>) -> Option<Value> {
-    loop {
-        match ws.read() {
-            Ok(Message::Text(t)) => return serde_json::from_str(t.as_str()).ok(),
-            Ok(Message::Close(_)) | Err(_) => return None,
-            Ok(_) => continue,
-        }
-    }
-}
-
 fn send(ws: &mut tungstenite::WebSocket<TcpStream>, msg: Value) {
     ws.send(Message::text(msg.to_string())).expect("send");
 }
@@ -112,14 +91,14 @@ fn hello(run: u64, machine: &str, field: &str, value: &str) -> Value {
 
 /// What the hub answers a hello presenting `value` as `field` for (run, machine).
 fn answer_to(port: u16, run: u64, machine: &str, field: &str, value: &str) -> Value {
-    let mut ws = connect(port);
+    let mut ws = wrapper_ws(port);
     send(&mut ws, hello(run, machine, field, value));
     next_json(&mut ws).unwrap_or(Value::Null)
 }
 
 /// A minion-key hello for (run, machine) whose challenge is answered by `sign`.
 fn prove(port: u16, run: u64, machine: &str, sign: impl Fn(&str) -> String) -> Value {
-    let mut ws = connect(port);
+    let mut ws = wrapper_ws(port);
     let mut msg = hello(run, machine, "minion_key", "");
     msg["minion_key"] = json!(true);
     send(&mut ws, msg);

@@ -524,3 +524,26 @@ impl Proxy {
         self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// A plain-text WebSocket client on a daemon's wrapper port (the tests run with
+/// `tls: false`).
+pub fn wrapper_ws(port: u16) -> tungstenite::WebSocket<std::net::TcpStream> {
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("tcp connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let url = format!("ws://127.0.0.1:{port}/wrapper/v1");
+    let (ws, _) = tungstenite::client(url, stream).expect("websocket handshake");
+    ws
+}
+
+/// The next control message from the hub, skipping pings; `None` once the link closed.
+pub fn next_json(ws: &mut tungstenite::WebSocket<std::net::TcpStream>) -> Option<Value> {
+    loop {
+        match ws.read() {
+            Ok(tungstenite::Message::Text(t)) => return serde_json::from_str(t.as_str()).ok(),
+            Ok(tungstenite::Message::Close(_)) | Err(_) => return None,
+            Ok(_) => continue,
+        }
+    }
+}
