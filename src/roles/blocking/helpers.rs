@@ -19,7 +19,6 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use sha2::{Digest, Sha256};
 
 use super::Blocking;
 use crate::config::{self, Fingerprint, ParsedFiles};
@@ -207,21 +206,7 @@ pub fn load_config_call(
 }
 
 fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    crate::wrapper::sha256_hex(std::fs::File::open(path)?)
 }
 
 /// This build's wrapper binary (beside the daemon's own executable).

@@ -191,19 +191,24 @@ pub fn loaded(core: &mut Main, result: Result<DbReply, CallError>) {
 pub fn hello(core: &mut Main, minion: &str, build: WrapperBuild) {
     let key = (minion.to_string(), build.path);
     let now = Instant::now();
-    let write = match core.fleet.builds.get(&key) {
-        Some(s) if s.sha256 == build.sha256 => s.stored.is_none_or(|t| t + REFRESH_EVERY <= now),
-        _ => true,
-    };
-    let seen = Seen {
-        sha256: build.sha256,
-        seen: now_ms(),
-        stored: if write { Some(now) } else { None },
-    };
-    if !write && let Some(s) = core.fleet.builds.get_mut(&key) {
-        s.seen = seen.seen;
+    // The same build seen again is written back at most every `REFRESH_EVERY`.
+    if let Some(s) = core.fleet.builds.get_mut(&key)
+        && s.sha256 == build.sha256
+        && s.stored.is_some_and(|t| now < t + REFRESH_EVERY)
+    {
+        s.seen = now_ms();
         return;
     }
+    store(core, key, build.sha256);
+}
+
+/// `sha256` is on the minion at the key's path as of now: kept and written to db.
+fn store(core: &mut Main, key: Key, sha256: String) {
+    let seen = Seen {
+        sha256,
+        seen: now_ms(),
+        stored: Some(Instant::now()),
+    };
     record(core, &key, &seen);
     core.fleet.builds.insert(key, seen);
 }
@@ -373,13 +378,7 @@ fn deployed(core: &mut Main, id: CallId, reply: DeployReply) {
                 match o.result {
                     Ok(()) => {
                         core.fleet.failed.remove(&key);
-                        let seen = Seen {
-                            sha256: hash.clone(),
-                            seen: now_ms(),
-                            stored: Some(at),
-                        };
-                        record(core, &key, &seen);
-                        core.fleet.builds.insert(key, seen);
+                        store(core, key, hash.clone());
                         core.event(
                             "wrapper_deployed",
                             None,
@@ -442,14 +441,11 @@ fn upgrade_stale(core: &mut Main) {
 
 /// `saltpeterctl wrapper deploy`: what a deployment on demand put where.
 pub fn deployed_on_demand(core: &mut Main, minion: &str, path: &str, hash: &str) {
-    let key = (minion.to_string(), path.to_string());
-    let seen = Seen {
-        sha256: hash.to_string(),
-        seen: now_ms(),
-        stored: Some(Instant::now()),
-    };
-    record(core, &key, &seen);
-    core.fleet.builds.insert(key, seen);
+    store(
+        core,
+        (minion.to_string(), path.to_string()),
+        hash.to_string(),
+    );
     if !operator_source(core) {
         core.fleet.this_build = Some(hash.to_string());
     }

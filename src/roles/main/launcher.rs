@@ -191,6 +191,6 @@ impl Main {
                 return sibling.to_string_lossy().into_owned();
             }
         }
-        "/usr/local/bin/saltpeter-wrapper".to_string()
+        self.default_wrapper_path()
     }
 }
