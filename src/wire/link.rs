@@ -248,8 +248,8 @@ pub struct LaunchTarget {
 }
 
 /// How the blocking process calls salt (from `saltpeter_config`, sent with each request
-/// so a reload applies at once).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// so a reload applies at once). Ordered, so launches can be grouped by it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SaltSettings {
     pub salt_bin: String,
     pub config_dir: Option<String>,

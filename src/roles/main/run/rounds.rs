@@ -114,13 +114,12 @@ pub struct Group {
 
 /// Pure: the publishes for a set of queued launches.
 pub fn group(queued: Vec<Queued>) -> Vec<Group> {
-    type Head = (String, String, SaltSettingsKey);
-    let mut by_head: BTreeMap<Head, (SaltSettings, BTreeMap<String, Vec<RunId>>)> = BTreeMap::new();
+    type Head = (String, String, SaltSettings);
+    let mut by_head: BTreeMap<Head, BTreeMap<String, Vec<RunId>>> = BTreeMap::new();
     for q in queued {
-        let head = (q.url, q.wrapper_path, SaltSettingsKey::of(&q.settings));
-        let (_, minions) = by_head
-            .entry(head)
-            .or_insert_with(|| (q.settings.clone(), BTreeMap::new()));
+        let minions = by_head
+            .entry((q.url, q.wrapper_path, q.settings))
+            .or_default();
         for m in q.minions {
             let runs = minions.entry(m).or_default();
             if !runs.contains(&q.run) {
@@ -129,7 +128,7 @@ pub fn group(queued: Vec<Queued>) -> Vec<Group> {
         }
     }
     let mut groups = Vec::new();
-    for ((url, wrapper_path, _), (settings, minions)) in by_head {
+    for ((url, wrapper_path, settings), minions) in by_head {
         let mut by_runs: BTreeMap<Vec<RunId>, Vec<String>> = BTreeMap::new();
         for (minion, mut runs) in minions {
             runs.sort_unstable();
@@ -146,22 +145,6 @@ pub fn group(queued: Vec<Queued>) -> Vec<Group> {
         }
     }
     groups
-}
-
-/// `SaltSettings` as an ordered key.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct SaltSettingsKey(String, Option<String>, u64, u32, bool);
-
-impl SaltSettingsKey {
-    fn of(s: &SaltSettings) -> Self {
-        SaltSettingsKey(
-            s.salt_bin.clone(),
-            s.config_dir.clone(),
-            s.timeout_s,
-            s.concurrency,
-            s.bridge,
-        )
-    }
 }
 
 /// The loop's pump, after the Workflows ran: send the rounds that are complete.
