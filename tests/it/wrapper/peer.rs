@@ -63,7 +63,7 @@ impl Peer {
         Peer { listener }
     }
 
-    /// The next wrapper connection if one is waiting.
+    /// The next wrapper connection if one is waiting and completes its handshake.
     pub fn try_accept(&self) -> Option<Conn> {
         match self.listener.accept() {
             Ok((stream, _)) => {
@@ -71,9 +71,9 @@ impl Peer {
                 stream
                     .set_read_timeout(Some(Duration::from_secs(30)))
                     .unwrap();
-                Some(Conn {
-                    ws: tungstenite::accept(stream).unwrap(),
-                })
+                // A wrapper that gave up while its connection waited in the backlog
+                // is not a connection.
+                tungstenite::accept(stream).ok().map(|ws| Conn { ws })
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
             Err(e) => panic!("accept: {e}"),
