@@ -14,6 +14,7 @@
 //!   launch's success, and an exit before them as its failure (the error on stderr). One
 //!   process per target instead of three.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -25,9 +26,11 @@ use nix::unistd::{ForkResult, Pid, dup2_stderr, dup2_stdin, dup2_stdout, fork, g
 use super::WrapperError;
 
 fn open_log(path: &Path) -> Result<File, WrapperError> {
+    // The log names runs, machines and errors: readable by the wrapper's user only.
     OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(path)
         .map_err(|err| WrapperError::LogFile {
             path: path.to_path_buf(),

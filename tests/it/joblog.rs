@@ -39,6 +39,10 @@ fn per_job_log_files_match_the_output() {
         assert!(text.contains(&block), "{block}\nnot in\n{text}");
     }
     assert!(text.trim_end().ends_with("################"), "{text}");
+    // Command output is the daemon user's only, whatever the umask.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "job log mode {mode:o}");
 }
 
 #[test]

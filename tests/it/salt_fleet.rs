@@ -188,8 +188,13 @@ fn one_publish_per_batch_and_nothing_on_salts_argv_or_in_the_log_gets_a_welcome(
         }
         // Every word salt was given or the daemon logged, tried as a launch token and as
         // a resume key for a target whose wrapper is running right now: all refused.
-        let bridge_log = std::fs::read_to_string(d.root.path().join("state/salt-bridge.log"))
-            .unwrap_or_default();
+        let bridge_log_path = d.root.path().join("state/salt-bridge.log");
+        let bridge_log = std::fs::read_to_string(&bridge_log_path).unwrap_or_default();
+        if let Ok(meta) = std::fs::metadata(&bridge_log_path) {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = meta.permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "salt bridge log mode {mode:o}");
+        }
         let mut words: Vec<String> = seen
             .iter()
             .flatten()

@@ -12,6 +12,7 @@
 //! starting, the salt command line is used instead for a while, with a warning: the
 //! bridge makes salt cheap, it is never what makes salt work.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -206,6 +207,7 @@ fn start(
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(&log_path)
         .map_err(|e| format!("could not open {}: {e}", log_path.display()))?;
     let mut cmd = Command::new(&interp[0]);

@@ -16,6 +16,7 @@
 //! Documents: `{job_name, group, job_instance, @timestamp, return_code, machine, output,
 //! msg_type}` in the index `{prefix}-YYYY.MM.DD` (the UTC date).
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::io::Write;
 use std::path::Path;
 
@@ -72,9 +73,11 @@ fn append(path: &Path, text: &str, max_bytes: u64, keep: u32) -> std::io::Result
             std::fs::rename(path, name(1))?;
         }
     }
+    // Job logs hold command output: the daemon's user only, like the database.
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(path)?;
     file.write_all(text.as_bytes())
 }

@@ -60,6 +60,9 @@ fn a_staged_wrapper_whose_server_is_gone_gives_up_without_running() {
         let text = log_text(&log);
         assert!(text.contains("nothing was run"), "{text}");
         assert!(text.contains(&format!("run {run}")), "{text}");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "wrapper log mode {mode:o}");
     }
 }
 
