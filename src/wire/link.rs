@@ -276,6 +276,10 @@ pub enum BlockingRequest {
         url: String,
         targets: Vec<LaunchTarget>,
         salt: Option<SaltSettings>,
+        /// Salt: wait for each minion's return of the launch command. Without, the salt
+        /// bridge only publishes (the wrappers' calls are the news; a minion that never
+        /// calls back is judged at the pick-up deadline). The command line always waits.
+        await_returns: bool,
     },
     /// Which minions of a target expression answer `test.ping`; with `from_cache`, which
     /// ones the master matches from its own data (accepted keys, grains and pillar

@@ -14,10 +14,10 @@
 //!   launch's success, and an exit before them as its failure (the error on stderr). One
 //!   process per target instead of three.
 
-use std::os::unix::fs::OpenOptionsExt;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use nix::sys::wait::waitpid;

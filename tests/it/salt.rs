@@ -468,6 +468,45 @@ fn wrapper_deploy_on_demand() {
         table.contains("(this build)") && table.contains("minion-01, minion-02"),
         "{table}"
     );
+    // The fleet knew minion-01's wrapper: the launch was only published, no returns
+    // awaited.
+    let bridge_log =
+        || std::fs::read_to_string(d.root.path().join("state/salt-bridge.log")).unwrap_or_default();
+    assert!(
+        bridge_log()
+            .lines()
+            .any(|l| l.contains("fun=cmd.run_all") && l.ends_with("returns=no")),
+        "{}",
+        bridge_log()
+    );
+    // The wrapper vanishes from the minion: that launch cannot see it, the pick-up
+    // deadline does (the minion answers test.ping: 254), and the next run deploys again.
+    let path = status["minions"][0]["path"]
+        .as_str()
+        .expect("path")
+        .to_string();
+    std::fs::remove_file(&path).expect("remove the deployed wrapper");
+    let (run, code) = d.run_wait("any");
+    assert_eq!(code, 1, "{run}");
+    assert_eq!(target(&run, "minion-01")["exit_code"], 254, "{run}");
+    assert_eq!(
+        target(&run, "minion-01")["reason"],
+        "wrapper_failed",
+        "{run}"
+    );
+    assert!(
+        d.log_text().contains("by the pick-up deadline; pinging"),
+        "{}",
+        d.log_text()
+    );
+    let (run, code) = d.run_wait("any");
+    assert_eq!(code, 0, "{run}\n{}", d.log_text());
+    assert!(
+        d.log_text().contains("fleet: deploying"),
+        "{}",
+        d.log_text()
+    );
+    assert!(std::path::Path::new(&path).exists(), "not deployed again");
 }
 
 #[test]

@@ -103,6 +103,7 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
             url,
             targets,
             salt,
+            await_returns,
         } => match (executor, salt, runs.as_slice()) {
             _ if targets.is_empty() || runs.is_empty() => {
                 state.reply(id, Ok(BlockingReply::Launched(Vec::new())))
@@ -122,7 +123,13 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
                 )),
             ),
             (ExecutorKind::Salt, Some(salt), _) => {
-                salt_exec::launch(state, ctx, id, salt, &wrapper_path, runs, &url, targets)
+                let launch = salt_exec::SaltLaunch {
+                    wrapper: wrapper_path,
+                    runs,
+                    url,
+                    await_returns,
+                };
+                salt_exec::launch(state, ctx, id, salt, launch, targets)
             }
             (ExecutorKind::Salt, None, _) => state.reply(
                 id,

@@ -68,7 +68,13 @@ pub struct SaltCall {
     /// Through the salt bridge, only match the target from the master's data (no
     /// publish); the command line runs the function instead.
     pub match_only: bool,
+    /// Through the salt bridge, wait for the minions' returns; without, publish only and
+    /// answer each minion published to with [`PUBLISHED`]. The command line always waits.
+    pub returns: bool,
 }
+
+/// What the salt bridge answers for a minion a publish without returns went to.
+pub const PUBLISHED: &str = "published";
 
 impl SaltCall {
     pub fn new(target_type: SaltTargetType, target: &str, function: &str) -> SaltCall {
@@ -79,6 +85,7 @@ impl SaltCall {
             arg: Vec::new(),
             kwarg: Vec::new(),
             match_only: false,
+            returns: true,
         }
     }
 
@@ -124,6 +131,7 @@ impl SaltCall {
             "arg": self.arg,
             "kwarg": self.kwarg.iter().cloned().collect::<serde_json::Map<String, Value>>(),
             "timeout": timeout_s.max(1),
+            "returns": self.returns,
         })
     }
 }
@@ -358,6 +366,9 @@ pub fn run_all_result(value: &Value) -> MinionResult {
                 None => MinionResult::Failed(format!("no retcode in {value}")),
             }
         }
+        // A publish without returns reached it (the salt bridge's word, never a minion's:
+        // `cmd.run_all` returns an object).
+        Value::String(s) if s == PUBLISHED => MinionResult::Ok,
         Value::String(s) => match no_return(s) {
             Some(why) => MinionResult::NoReturn(why),
             None => MinionResult::Failed(s.clone()),

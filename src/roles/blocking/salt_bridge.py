@@ -6,7 +6,9 @@
 #     python3 salt_bridge.py MASTER_CONFIG_FILE WORKERS
 # Requests on stdin, one JSON object a line:
 #     {"id": N, "tgt": "...", "tgt_type": "list", "fun": "test.ping",
-#      "arg": [...], "kwarg": {...}, "timeout": T}
+#      "arg": [...], "kwarg": {...}, "timeout": T, "returns": true}
+# With "returns": false the job is only published (nobody listens for its returns) and
+# each minion it went to is answered {"MINION": "published"} at once.
 # Answers on stdout, one JSON object a line, in any order across requests:
 #     {"id": N, "line": {"MINION": VALUE}}   one per minion, as `salt --out=json` prints
 #     {"id": N, "line": "No minions matched the target."}
@@ -102,6 +104,8 @@ def main():
             tgt_type = req.get("tgt_type") or "glob"
             # As LocalClient.cmd_iter does: listen before publishing (no return is
             # missed), stop listening afterwards (no events pile up between requests).
+            if req.get("returns") is False:
+                return publish_only(c, req, rid, timeout, tgt_type)
             was_listening = c.event.cpub
             try:
                 pub = c.run_job(
@@ -156,6 +160,33 @@ def main():
             emit({"id": rid, "done": True})
         except Exception as exc:  # one request fails, the bridge goes on
             emit({"id": rid, "error": "%s: %s" % (type(exc).__name__, exc)})
+
+    def publish_only(c, req, rid, timeout, tgt_type):
+        # No event subscription, no find_job polling: the publish is the whole cost.
+        pub = c.run_job(
+            req["tgt"],
+            req["fun"],
+            arg=req.get("arg") or [],
+            tgt_type=tgt_type,
+            timeout=timeout,
+            kwarg=req.get("kwarg") or {},
+            listen=False,
+        )
+        expected = list((pub or {}).get("minions") or [])
+        missing = list((pub or {}).get("missing") or [])
+        sys.stderr.write(
+            "publish jid=%s fun=%s tgt_type=%s minions=%d returns=no\n"
+            % ((pub or {}).get("jid") or "-", req["fun"], tgt_type, len(expected))
+        )
+        sys.stderr.flush()
+        if not expected and not missing:
+            emit({"id": rid, "line": "No minions matched the target."})
+        for minion in expected:
+            if minion not in missing:
+                emit({"id": rid, "line": {minion: "published"}})
+        for minion in missing:
+            emit({"id": rid, "line": {minion: "Minion did not return. [No response]"}})
+        emit({"id": rid, "done": True})
 
     pool = ThreadPoolExecutor(max_workers=workers)
     emit({"ready": True, "salt": salt.version.__version__})

@@ -12,9 +12,9 @@
 //! starting, the salt command line is used instead for a while, with a warning: the
 //! bridge makes salt cheap, it is never what makes salt work.
 
-use std::os::unix::fs::OpenOptionsExt;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -26,6 +26,14 @@ const DEADLINE_SLACK: Duration = Duration::from_secs(15);
 /// chunks from the master) to many minions at once.
 const DEPLOY_TRANSFER_ALLOWANCE: Duration = Duration::from_secs(60);
 
+/// One round's salt launch (`BlockingRequest::Launch`).
+pub struct SaltLaunch {
+    pub wrapper: String,
+    pub runs: Vec<RunId>,
+    pub url: String,
+    pub await_returns: bool,
+}
+
 /// What an invocation produced.
 pub enum Outcome {
     Finished {
@@ -240,20 +248,25 @@ pub fn resolve(
 /// nothing secret (the server URL and the run ids) and one salt process serves it all. `python_shell=False`: no shell parses
 /// the command. The wrapper's arrival is the proof of launch; a minion whose
 /// `cmd.run_all` failed fails at once with Salt's words, one that did not return keeps
-/// Salt's words in `silent` for the pick-up deadline.
-#[allow(clippy::too_many_arguments)]
+/// Salt's words in `silent` for the pick-up deadline. Without `await_returns` the salt
+/// bridge only publishes: every minion the master published to counts as launched.
 pub fn launch(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
     id: CallId,
     settings: SaltSettings,
-    wrapper: &str,
-    runs: Vec<RunId>,
-    url: &str,
+    launch: SaltLaunch,
     targets: Vec<LaunchTarget>,
 ) {
+    let SaltLaunch {
+        wrapper,
+        runs,
+        url,
+        await_returns,
+    } = launch;
     let minions: Vec<String> = targets.into_iter().map(|t| t.machine).collect();
-    let call = salt::launch_call(&minions, wrapper, &runs, url);
+    let mut call = salt::launch_call(&minions, &wrapper, &runs, &url);
+    call.returns = await_returns;
     submit(
         state,
         ctx,

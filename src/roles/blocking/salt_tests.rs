@@ -112,6 +112,15 @@ fn the_batch_launch_is_one_call_with_nothing_secret_rendered_per_minion() {
     assert_eq!(req["kwarg"]["template"], "jinja");
     assert_eq!(req["kwarg"]["env"]["SP_RUN"], "42,43");
     assert_eq!(req["timeout"], 20);
+    assert_eq!(req["returns"], true);
+    let mut publish_only = call.clone();
+    publish_only.returns = false;
+    assert_eq!(publish_only.bridge_request(20)["returns"], false);
+    assert_eq!(
+        publish_only.argv(&settings(), 0),
+        argv,
+        "the command line always waits for the returns"
+    );
 }
 
 #[test]
@@ -146,6 +155,19 @@ fn launch_outcomes_fail_at_once_or_wait_for_the_wrapper() {
     );
     assert_eq!(outcomes[3].result, Ok(()));
     assert!(outcomes[3].silent.as_ref().unwrap().contains("tail"));
+    // A publish without returns: the bridge's word for each minion it reached.
+    let published =
+        "{\"ok\": \"published\"}\n{\"silent\": \"Minion did not return. [No response]\"}\n";
+    let two = &minions[..1]
+        .iter()
+        .chain(&minions[2..3])
+        .cloned()
+        .collect::<Vec<_>>();
+    let outcomes = launch_outcomes(&[7], two, &parse_returns(published), "tail");
+    assert_eq!(outcomes[0].1.result, Ok(()));
+    assert_eq!(outcomes[0].1.silent, None);
+    assert_eq!(outcomes[1].1.result, Ok(()));
+    assert!(outcomes[1].1.silent.is_some());
 }
 
 #[test]

@@ -16,8 +16,8 @@
 //! Documents: `{job_name, group, job_instance, @timestamp, return_code, machine, output,
 //! msg_type}` in the index `{prefix}-YYYY.MM.DD` (the UTC date).
 
-use std::os::unix::fs::OpenOptionsExt;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::storage::Storage;

@@ -128,6 +128,7 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
         url,
         targets: launch,
         salt: None,
+        await_returns: true,
     });
     env.call = Some(id);
     Step::Next

@@ -162,6 +162,14 @@ pub fn flush(core: &mut Main, now: Instant) {
                 .join(","),
             g.minions.len()
         );
+        // Minions whose wrapper at this path the fleet has seen need no return of the
+        // launch: their wrappers' calls are the news, and one that does not call back is
+        // judged at the pick-up deadline (which forgets its build: `pickup`). Returns are
+        // awaited only where the launch may be the first to find the wrapper missing.
+        let await_returns = g
+            .minions
+            .iter()
+            .any(|m| core.fleet.build_of(m, &g.wrapper_path).is_none());
         let targets = g
             .minions
             .into_iter()
@@ -177,6 +185,7 @@ pub fn flush(core: &mut Main, now: Instant) {
             url: g.url,
             targets,
             salt: Some(g.settings),
+            await_returns,
         });
         core.rounds.publishes += 1;
         core.rounds.out.insert(id, (g.runs, now));
