@@ -199,6 +199,11 @@ pub enum MainToHub {
         conn: ConnId,
         msg: AsJson<ServerMsg>,
     },
+    /// Send the same control message to many wrappers (`go` at a slot): encoded once.
+    ToWrappers {
+        conns: Vec<ConnId>,
+        msg: AsJson<ServerMsg>,
+    },
     /// Close a wrapper connection (after `done` or `reject`).
     CloseWrapper { conn: ConnId },
     /// Progress of a long admin call (e.g. `run --wait`), before its final reply.

@@ -145,6 +145,9 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
             }
             Packet::Cast(cmd) => match cmd {
                 MainToHub::ToWrapper { conn, msg } => wrappers::send(hub, ctx, conn, &msg.0),
+                MainToHub::ToWrappers { conns, msg } => {
+                    wrappers::broadcast(hub, ctx, &conns, &msg.0)
+                }
                 MainToHub::CloseWrapper { conn } => wrappers::close(hub, ctx, conn),
                 MainToHub::AdminProgress { call, line } => admin::progress(hub, call, line),
                 MainToHub::AdminStream { call, resp } => admin::stream(hub, ctx, call, resp),

@@ -425,6 +425,24 @@ fn reject(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, code: RejectCode, messa
 
 /// Send a control message to a wrapper.
 pub fn send(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: &ServerMsg) {
+    broadcast(hub, ctx, &[id], msg);
+}
+
+/// Send `msg` to each of `ids` (those gone are skipped), encoded once.
+pub fn broadcast(hub: &mut Hub, ctx: &mut Ctx<Hub>, ids: &[ConnId], msg: &ServerMsg) {
+    let text = match serde_json::to_string(msg) {
+        Ok(text) => tungstenite::Utf8Bytes::from(text),
+        Err(e) => {
+            log::error!("could not encode a message for a wrapper: {e}");
+            return;
+        }
+    };
+    for &id in ids {
+        send_text(hub, ctx, id, text.clone());
+    }
+}
+
+fn send_text(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, text: tungstenite::Utf8Bytes) {
     let Some(Conn {
         session: Some(Session::Open(ws)),
         ..
@@ -432,14 +450,7 @@ pub fn send(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: &ServerMsg) {
     else {
         return;
     };
-    let text = match serde_json::to_string(msg) {
-        Ok(text) => text,
-        Err(e) => {
-            log::error!("could not encode a message for a wrapper: {e}");
-            return;
-        }
-    };
-    match ws.send(Message::text(text)) {
+    match ws.send(Message::Text(text)) {
         Ok(()) => {}
         Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
         Err(e) => {

@@ -121,6 +121,21 @@ impl Main {
         self.send_wrapper(conn, msg);
     }
 
+    /// The same message to many wrappers: one link message per few thousand (the hub
+    /// encodes it once), not one per wrapper.
+    pub fn to_wrappers(&mut self, conns: Vec<ConnId>, msg: ServerMsg) {
+        const PER_MESSAGE: usize = 4096;
+        for &conn in &conns {
+            self.flush_ack(conn);
+        }
+        for chunk in conns.chunks(PER_MESSAGE) {
+            self.send_hub(MainToHub::ToWrappers {
+                conns: chunk.to_vec(),
+                msg: crate::wire::link::AsJson(msg.clone()),
+            });
+        }
+    }
+
     fn send_wrapper(&mut self, conn: ConnId, msg: ServerMsg) {
         self.send_hub(MainToHub::ToWrapper {
             conn,

@@ -71,9 +71,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                 conns.len(),
                 (Utc::now() - slot).num_milliseconds()
             );
-            for conn in conns {
-                core.to_wrapper(conn, ServerMsg::Go {});
-            }
+            core.to_wrappers(conns, ServerMsg::Go {});
             env.extend_pickup(Instant::now() + pickup);
             if !std::mem::replace(&mut env.start_recorded, true) {
                 core.db_call(
@@ -102,14 +100,12 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                     None => unconnected.push(m.clone()),
                 }
             }
-            for conn in conns {
-                core.to_wrapper(
-                    conn,
-                    ServerMsg::Cancel {
-                        reason: reason.clone(),
-                    },
-                );
-            }
+            core.to_wrappers(
+                conns,
+                ServerMsg::Cancel {
+                    reason: reason.clone(),
+                },
+            );
             for m in unconnected {
                 finish_target(core, run, &m, TargetReason::Canceled, None);
             }
