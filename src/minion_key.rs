@@ -176,19 +176,88 @@ pub fn verify_proof(
     minion: &str,
     signature_hex: &str,
 ) -> Result<bool, String> {
+    let rsa_public = rsa_public_key(pem)?;
+    Ok(verify_with_key(
+        &rsa_public,
+        challenge,
+        run,
+        minion,
+        signature_hex,
+    ))
+}
+
+/// The PKCS#1 RSA public key (DER) in a PEM public key file.
+fn rsa_public_key(pem: &[u8]) -> Result<Vec<u8>, String> {
     let (label, der) = pem_block(pem)?;
-    let rsa_public = match label.as_str() {
-        "PUBLIC KEY" => spki_rsa_key(&der)?,
-        "RSA PUBLIC KEY" => der,
-        other => return Err(format!("a {other} block is not a public key")),
-    };
+    match label.as_str() {
+        "PUBLIC KEY" => spki_rsa_key(&der),
+        "RSA PUBLIC KEY" => Ok(der),
+        other => Err(format!("a {other} block is not a public key")),
+    }
+}
+
+fn verify_with_key(
+    rsa_public: &[u8],
+    challenge: &str,
+    run: u64,
+    minion: &str,
+    signature_hex: &str,
+) -> bool {
     let Some(sig) = from_hex(signature_hex) else {
-        return Ok(false);
+        return false;
     };
     let key = signature::UnparsedPublicKey::new(&signature::RSA_PKCS1_2048_8192_SHA256, rsa_public);
-    Ok(key
-        .verify(&proof_message(challenge, run, minion), &sig)
-        .is_ok())
+    key.verify(&proof_message(challenge, run, minion), &sig)
+        .is_ok()
+}
+
+/// Accepted public keys, each read and parsed once per version of its file: a proof
+/// then costs a `stat` and the signature check. A file that changed (its inode, size or
+/// modification time) is read again, one that is gone refuses as before.
+#[derive(Default)]
+pub struct KeyCache {
+    keys: std::collections::HashMap<PathBuf, (FileStamp, Vec<u8>)>,
+}
+
+type FileStamp = (u64, u64, i64, i64);
+
+/// Keys kept at most; past it the cache starts again (each key is read once more).
+const MAX_CACHED_KEYS: usize = 100_000;
+
+impl KeyCache {
+    /// [`verify_with_file`], with the key parsed once per file version.
+    pub fn verify(
+        &mut self,
+        key_file: &Path,
+        challenge: &str,
+        run: u64,
+        minion: &str,
+        signature_hex: &str,
+    ) -> Result<bool, KeyError> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(key_file).map_err(|e| KeyError::Read {
+            path: key_file.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        let stamp = (meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec());
+        let fresh = self
+            .keys
+            .get(key_file)
+            .is_some_and(|(seen, _)| *seen == stamp);
+        if !fresh {
+            let pem = read_small(key_file)?;
+            let key = rsa_public_key(&pem).map_err(|reason| KeyError::Key {
+                path: key_file.to_path_buf(),
+                reason,
+            })?;
+            if self.keys.len() >= MAX_CACHED_KEYS {
+                self.keys.clear();
+            }
+            self.keys.insert(key_file.to_path_buf(), (stamp, key));
+        }
+        let key = self.keys.get(key_file).map(|(_, k)| k.as_slice());
+        Ok(key.is_some_and(|k| verify_with_key(k, challenge, run, minion, signature_hex)))
+    }
 }
 
 /// Read and check: the shell around [`verify_proof`] for a key file.

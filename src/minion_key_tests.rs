@@ -139,3 +139,45 @@ fn base64_and_hex_round_trip_edges() {
     assert_eq!(from_hex("abc"), None);
     assert_eq!(from_hex("é0"), None);
 }
+
+#[test]
+fn the_key_cache_follows_the_accepted_key_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = key_file(dir.path(), "a.pem", A_PKCS1);
+    let b = key_file(dir.path(), "b.pem", B_PKCS1);
+    let accepted = key_file(dir.path(), "minion-01", A_SPKI);
+    let challenge = new_challenge();
+    let by_a = sign_proof(&a, &challenge, 7, "minion-01").unwrap();
+    let by_b = sign_proof(&b, &challenge, 7, "minion-01").unwrap();
+    let mut cache = KeyCache::default();
+    for _ in 0..2 {
+        assert_eq!(
+            cache.verify(&accepted, &challenge, 7, "minion-01", &by_a),
+            Ok(true)
+        );
+        assert_eq!(
+            cache.verify(&accepted, &challenge, 7, "minion-01", &by_b),
+            Ok(false)
+        );
+    }
+    // The master accepts another key for the id (salt-key -d, then -a): the new one counts.
+    // (A file is known by inode, size and modification time; the kernel's clock for the
+    // latter ticks every few milliseconds, and salt-key takes far longer than that.)
+    std::fs::remove_file(&accepted).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let accepted = key_file(dir.path(), "minion-01", B_SPKI);
+    assert_eq!(
+        cache.verify(&accepted, &challenge, 7, "minion-01", &by_a),
+        Ok(false)
+    );
+    assert_eq!(
+        cache.verify(&accepted, &challenge, 7, "minion-01", &by_b),
+        Ok(true)
+    );
+    // The key is deleted: nothing proves the minion any more.
+    std::fs::remove_file(&accepted).unwrap();
+    assert!(matches!(
+        cache.verify(&accepted, &challenge, 7, "minion-01", &by_b),
+        Err(KeyError::Read { .. })
+    ));
+}

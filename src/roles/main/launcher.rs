@@ -20,6 +20,8 @@ pub struct Launcher {
     pub wrapper_pin: Option<String>,
     /// The master's pki directory, resolved once per `salt_config_dir` (the key).
     pub master_pki: Option<(PathBuf, PathBuf)>,
+    /// The accepted minion keys, parsed once per file version.
+    pub keys: crate::minion_key::KeyCache,
 }
 
 /// Whether `url` (from `servers`) names this server's own wrapper port.
@@ -152,10 +154,14 @@ impl Main {
         machine: &str,
         proof: &crate::wire::link::MinionProof,
     ) -> Result<(), String> {
-        use crate::minion_key::{KeyError, accepted_key_path, verify_with_file};
+        use crate::minion_key::{KeyError, accepted_key_path};
         let dir = self.master_pki_dir();
         let path = accepted_key_path(&dir, machine).map_err(|e| e.to_string())?;
-        match verify_with_file(&path, &proof.challenge, run, machine, &proof.signature) {
+        let checked =
+            self.launcher
+                .keys
+                .verify(&path, &proof.challenge, run, machine, &proof.signature);
+        match checked {
             Ok(true) => Ok(()),
             Ok(false) => Err(format!(
                 "the signature does not match the key the master accepted for {machine}"
