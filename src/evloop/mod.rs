@@ -197,8 +197,15 @@ impl<S: 'static> EventLoop<S> {
 
     /// Run until a handler calls `Ctx::stop`.
     pub fn run(&mut self, state: &mut S) -> io::Result<()> {
+        self.run_with(state, |_, _| {})
+    }
+
+    /// [`EventLoop::run`], calling `turn_end` after every turn (also the last): where a
+    /// role writes out what its turn posted to its links.
+    pub fn run_with(&mut self, state: &mut S, turn_end: fn(&mut S, &mut Ctx<S>)) -> io::Result<()> {
         while !self.ctx.stopping {
             self.run_once(state, None)?;
+            turn_end(state, &mut self.ctx);
         }
         Ok(())
     }

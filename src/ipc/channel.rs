@@ -39,6 +39,9 @@ pub enum ChannelError {
     Version { role: Role, got: u32, ours: u32 },
 }
 
+/// Bytes posted in one turn after which they are written without waiting for its end.
+pub const POST_FLUSH_BYTES: usize = 1 << 20;
+
 /// One end of a link.
 pub struct Channel<S, Tx, Rx> {
     stream: S,
@@ -104,7 +107,18 @@ impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
         self.on_writable()
     }
 
-    /// Flush queued frames; call on every writable event.
+    /// Queue a message for the end of the loop turn ([`Channel::on_writable`] then writes
+    /// every message of the turn in one go: one write and one wake-up of the peer instead
+    /// of one per message). Past [`POST_FLUSH_BYTES`] queued it writes at once.
+    pub fn post(&mut self, msg: &Tx) -> Result<(), ChannelError> {
+        self.queue(msg)?;
+        if self.writes.queued_bytes() >= POST_FLUSH_BYTES {
+            self.on_writable()?;
+        }
+        Ok(())
+    }
+
+    /// Flush queued frames; call on every writable event and at the end of a turn.
     pub fn on_writable(&mut self) -> Result<(), ChannelError> {
         let role = self.peer_role;
         self.writes

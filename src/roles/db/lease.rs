@@ -119,7 +119,7 @@ pub fn poll(db: &mut Db, _ctx: &mut Ctx<Db>) {
     }
     let mut notice = report.clone();
     notice.shared_secret = watch.secret.take();
-    match db.main.send(&Packet::Cast(DbNotice::Lease(notice.clone()))) {
+    match db.main.post(&Packet::Cast(DbNotice::Lease(notice.clone()))) {
         Ok(()) => {
             watch.last = Some(report);
             watch.sent_at = Some(Instant::now());

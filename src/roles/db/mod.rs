@@ -257,7 +257,7 @@ fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
                     log::error!("batch of {} requests failed again: {e}", calls.len());
                     let err = remote(e);
                     for (id, _) in &calls {
-                        let _ = db.main.send(&Packet::Reply {
+                        let _ = db.main.post(&Packet::Reply {
                             id: *id,
                             result: Err(err.clone()),
                         });
@@ -277,7 +277,7 @@ fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
             log::warn!("{req_kind} failed: {e}", req_kind = kind(req));
             remote(e)
         });
-        if let Err(e) = db.main.send(&Packet::Reply { id: *id, result }) {
+        if let Err(e) = db.main.post(&Packet::Reply { id: *id, result }) {
             log::error!("could not answer main: {e}");
         }
     }
@@ -404,7 +404,7 @@ fn report_commit_latency(db: &mut Db, _ctx: &mut Ctx<Db>) {
     }
     db.reported_commits = db.commit_latency.count;
     let notice = DbNotice::CommitLatency(db.commit_latency.clone());
-    if let Err(e) = db.main.send(&Packet::Cast(notice)) {
+    if let Err(e) = db.main.post(&Packet::Cast(notice)) {
         log::debug!("could not report commit latency: {e}");
     }
 }
@@ -457,7 +457,12 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         lease::poll(&mut db, ev.ctx());
         ev.ctx().every(lease::POLL, lease::poll);
     }
-    ev.run(&mut db).map_err(RoleError::setup("event loop"))?;
+    ev.run_with(&mut db, |db, _| {
+        if let Err(e) = db.main.on_writable() {
+            log::debug!("link to main: {e}");
+        }
+    })
+    .map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }
 

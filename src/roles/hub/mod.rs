@@ -72,7 +72,7 @@ impl Hub {
     ) -> crate::ipc::CallId {
         let id = self.calls.start(Instant::now(), timeout, waiting);
         self.expiry_due = true;
-        if let Err(e) = self.main.send(&Packet::Call { id, req }) {
+        if let Err(e) = self.main.post(&Packet::Call { id, req }) {
             log::error!("could not reach main: {e}");
             if let Some(waiting) = self.calls.finish(id) {
                 self.call_failed(waiting, CallError::PeerGone(Role::Main));
@@ -83,7 +83,7 @@ impl Hub {
 
     /// Tell main something that needs no answer.
     pub fn cast_main(&mut self, req: HubRequest) {
-        if let Err(e) = self.main.send(&Packet::Cast(req)) {
+        if let Err(e) = self.main.post(&Packet::Cast(req)) {
             log::error!("could not reach main: {e}");
         }
     }
@@ -242,6 +242,11 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         wrappers,
         http,
     };
-    ev.run(&mut hub).map_err(RoleError::setup("event loop"))?;
+    ev.run_with(&mut hub, |hub, _| {
+        if let Err(e) = hub.main.on_writable() {
+            log::debug!("link to main: {e}");
+        }
+    })
+    .map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }

@@ -53,7 +53,7 @@ impl Main {
 
     pub fn db_call(&mut self, req: DbRequest, wait: DbWait) -> CallId {
         let id = self.links.db_calls.start(Instant::now(), DB_TIMEOUT, wait);
-        if let Err(e) = self.links.db.send(&Packet::Call { id, req }) {
+        if let Err(e) = self.links.db.post(&Packet::Call { id, req }) {
             log::error!("could not reach db: {e}");
             if let Some(wait) = self.links.db_calls.finish(id) {
                 self.db_answer(id, wait, Err(CallError::PeerGone(Role::Db)));
@@ -83,7 +83,7 @@ impl Main {
             .links
             .blocking_calls
             .start(Instant::now(), LAUNCH_TIMEOUT, ());
-        if let Err(e) = self.links.blocking.send(&Packet::Call { id, req }) {
+        if let Err(e) = self.links.blocking.post(&Packet::Call { id, req }) {
             log::error!("could not reach blocking: {e}");
             self.links.blocking_calls.finish(id);
             self.links
@@ -102,7 +102,7 @@ impl Main {
     }
 
     fn send_hub(&mut self, msg: MainToHub) {
-        if let Err(e) = self.links.hub.send(&Packet::Cast(msg)) {
+        if let Err(e) = self.links.hub.post(&Packet::Cast(msg)) {
             log::error!("could not reach hub: {e}");
         }
     }
@@ -167,8 +167,21 @@ impl Main {
         }
     }
 
+    /// End of a loop turn: write what the turn posted to hub, db and blocking.
+    pub fn flush_links(&mut self) {
+        for (peer, result) in [
+            ("hub", self.links.hub.on_writable()),
+            ("db", self.links.db.on_writable()),
+            ("blocking", self.links.blocking.on_writable()),
+        ] {
+            if let Err(e) = result {
+                log::debug!("link to {peer}: {e}");
+            }
+        }
+    }
+
     pub fn reply_hub(&mut self, id: CallId, reply: HubReply) {
-        if let Err(e) = self.links.hub.send(&Packet::Reply {
+        if let Err(e) = self.links.hub.post(&Packet::Reply {
             id,
             result: Ok(reply),
         }) {

@@ -273,7 +273,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     super::ha::start(&mut role.core);
     ui::start(&mut role.core);
     super::heap::trim_soon(ev.ctx());
-    ev.run(&mut role).map_err(RoleError::setup("event loop"))?;
+    ev.run_with(&mut role, |role, _| role.core.flush_links())
+        .map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }
 
