@@ -14,6 +14,11 @@ use super::{FLEET_FILE, Fleet, INTERPRETER_NAME};
 /// Make the keys of `minions` that `cache` does not hold yet; `parallel` at a time.
 pub fn ensure_keys(cache: &Path, minions: &[String], parallel: usize) -> Result<usize, String> {
     std::fs::create_dir_all(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
+    // One maker at a time per cache (tests run concurrently); released on drop.
+    let lock_path = cache.join(".lock");
+    let lock = std::fs::File::create(&lock_path)
+        .and_then(|f| f.lock().map(|()| f))
+        .map_err(|e| format!("{}: {e}", lock_path.display()))?;
     let missing: Vec<&String> = minions
         .iter()
         .filter(|m| !pub_file(cache, m).is_file())
@@ -36,6 +41,7 @@ pub fn ensure_keys(cache: &Path, minions: &[String], parallel: usize) -> Result<
         }
         made += 1;
     }
+    drop(lock);
     Ok(made)
 }
 

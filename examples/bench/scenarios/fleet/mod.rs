@@ -118,7 +118,7 @@ fn measure_size(
         "saltpeter_config:\n  executor: salt\n  tls: true\n  salt_bin: {}\n  \
          salt_config_dir: {}\n  default_wrapper_path: {}\n  max_connections_per_addr: {}\n  \
          pickup_timeout: 600\n  ping_timeout: 60\n  prestage_cap: {lead}\n  \
-         api_ws_port: {api_port}\n  api_token: simfleet-bench\n  metrics_auth: false\n\
+         api_ws: true\n  api_ws_port: {api_port}\n  api_token: simfleet-bench\n  metrics_auth: false\n\
          fleet:\n  targets: 'sim*'\n  command: 'true'\n  sec: '{sec}'\n  min: '{min}'\n  \
          hour: '*'\n  dom: '*'\n  mon: '*'\n  dow: '*'\n",
         master.salt_bin.display(),
