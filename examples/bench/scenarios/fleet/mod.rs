@@ -17,6 +17,7 @@
 //!    p99 and max over all firings' targets; peak RSS; commits per firing.
 
 mod measure;
+mod table;
 
 use std::time::{Duration, Instant};
 
@@ -42,7 +43,7 @@ pub const SCENARIO: Scenario = Scenario {
             `SP_BENCH_FLEET_SIZES` (1000,10000), firings per size `SP_BENCH_FLEET_FIRINGS` \
             (3; 1 above 2,000 minions unless `SP_BENCH_FLEET_FIRINGS_LARGE`).",
     sizes_side_by_side: true,
-    table: None,
+    table: Some(table::table),
     run,
 };
 
