@@ -436,6 +436,9 @@ impl Sessions {
                 self.tally.entry(run).or_default().done += 1;
                 self.tally_changed = true;
                 s.phase = Phase::Ended;
+                // As the wrapper ends: a close frame, not a reset.
+                let _ = ws.close(None);
+                let _ = ws.flush();
             }
             ServerMsg::Cancel { .. } | ServerMsg::Kill { .. } => {
                 if s.phase == Phase::Staged {

@@ -249,6 +249,14 @@ fn figures(result: &mut ScenarioResult, n: usize, firings: &[Firing]) {
             None,
         );
     }
+    let worst_ok = firings.iter().map(|f| f.ok).min().unwrap_or(0);
+    result.figure(
+        &format!("targets_ok_{n}"),
+        &format!("{count}: targets that exited 0 (the worst firing)"),
+        worst_ok as f64,
+        "",
+        Some(Goal::AtLeast(n as f64)),
+    );
     let ok: usize = firings.iter().map(|f| f.ok).sum();
     let targets: usize = firings.iter().map(|f| f.targets).sum();
     result.note(format!(
@@ -260,10 +268,14 @@ fn figures(result: &mut ScenarioResult, n: usize, firings: &[Firing]) {
             .collect::<Vec<_>>()
             .join("; ")
     ));
+    // The report keeps the distribution, not 10,000 values: 201 quantiles.
+    let quantiles = (0..=200)
+        .filter_map(|i| percentile(&starts, i as f64 / 200.0))
+        .collect();
     result.samples(
         &format!("start_{n}"),
-        &format!("{count}: slot → command started"),
+        &format!("{count}: slot → command started (quantiles)"),
         "ms",
-        starts,
+        quantiles,
     );
 }
