@@ -88,6 +88,55 @@ pub fn parse_commit_count(metrics: &str) -> Option<f64> {
         .ok()
 }
 
+/// The ends of the fleet job's runs, from the daemon's log: asking the daemon (`runs`)
+/// while it works would cost it a read and a rendering of every target of the run, 20
+/// times a second, and that would be measured as the firing's cost.
+pub struct EndWatch {
+    path: std::path::PathBuf,
+    offset: u64,
+    partial: String,
+    pub ended: Vec<u64>,
+}
+
+impl EndWatch {
+    pub fn new(path: &std::path::Path) -> EndWatch {
+        EndWatch {
+            path: path.to_path_buf(),
+            offset: 0,
+            partial: String::new(),
+            ended: Vec::new(),
+        }
+    }
+
+    /// Read what the log gained since the last call; the runs ended so far, in order.
+    pub fn poll(&mut self) -> &[u64] {
+        use std::io::{Read, Seek, SeekFrom};
+        let Ok(mut f) = std::fs::File::open(&self.path) else {
+            return &self.ended;
+        };
+        let mut bytes = Vec::new();
+        if f.seek(SeekFrom::Start(self.offset)).is_ok() && f.read_to_end(&mut bytes).is_ok() {
+            self.offset += bytes.len() as u64;
+            self.partial.push_str(&String::from_utf8_lossy(&bytes));
+        }
+        let complete = self.partial.rfind('\n').map_or(0, |i| i + 1);
+        for line in self.partial[..complete].lines() {
+            if let Some(run) = run_ended(line) {
+                self.ended.push(run);
+            }
+        }
+        self.partial.drain(..complete);
+        &self.ended
+    }
+}
+
+/// `... main: run 12 of fleet ended` → 12.
+pub fn run_ended(line: &str) -> Option<u64> {
+    let rest = line.split_once("main: run ")?.1;
+    let (id, tail) = rest.split_once(' ')?;
+    (tail == "of fleet ended").then(|| id.parse().ok())?
+}
+
 /// One firing, measured.
 #[derive(Clone, Debug)]
 pub struct Firing {
@@ -173,6 +222,16 @@ impl Firing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_ends_are_read_from_the_log() {
+        assert_eq!(
+            run_ended("2026-11-27T18:00:26.570Z INFO  main: run 12 of fleet ended"),
+            Some(12)
+        );
+        assert_eq!(run_ended("INFO  main: run 1 of fleetx ended"), None);
+        assert_eq!(run_ended("INFO  main: run 1: sim2 finished"), None);
+    }
 
     #[test]
     fn the_commit_count_comes_from_the_histogram() {

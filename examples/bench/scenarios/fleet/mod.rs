@@ -139,25 +139,21 @@ fn measure_size(
         .collect();
     let probe = Probe::new(processes, api_port);
     let mut measured: Vec<Firing> = Vec::new();
+    let mut ends = measure::EndWatch::new(&d.log);
     let mut before = probe.snapshot();
     for k in 1..=firings {
         probe.reset_peaks();
-        let runs = crate::harness::wait_until(
+        let run = crate::harness::wait_until(
             &format!("firing {k} of the fleet job to end"),
             period * 2 + Duration::from_secs(900),
             || {
-                let runs = d.runs("fleet").ok()?;
-                let finals: Vec<_> = runs.into_iter().filter(crate::harness::is_final).collect();
-                (finals.len() >= k).then_some(finals)
+                std::thread::sleep(Duration::from_millis(150));
+                ends.poll().get(k - 1).copied()
             },
         )?;
         // db reports its commits to main within 2 s.
         std::thread::sleep(Duration::from_millis(2500));
         let after = probe.snapshot();
-        // The newest first: this firing's run is the k-th from the oldest.
-        let run = runs[runs.len() - k]["id"]
-            .as_u64()
-            .ok_or_else(|| BenchError::Daemon("a run without an id".into()))?;
         let record = d.run_record(run)?;
         let firing = Firing::new(&before, &after, &record, probe.peaks());
         eprintln!("    {n} minions, firing {k}: {}", firing.summary(n));
