@@ -102,4 +102,25 @@ adds the same launch path to the `sleep 1`.
 - db read the whole configuration at start only for `database_max_size`; it reads only the \
 files with `saltpeter_config` now (its memory with 10,000 jobs: the scheduler table's \
 `peak_rss_db`).
+- **Fleet** (scenario 9, measured, nothing changed yet). The daemon's CPU per target per \
+firing is well above the 0.5 ms goal at 1,000 minions and grows with the fleet: main's \
+share per target is about seven times larger at 10,000 than at 1,000, so main's cost per \
+firing grows with the square of the fleet. `perf record -g` of hub, main and db during a \
+10,000-target firing: 93 % of the samples were main's, 40 % of main's in \
+`run::batches::collect_batch` and 26 % in `memcmp` (with `Vec::clone` and the allocator \
+most of the rest): the run Workflow's `collect_batch` step runs again on every \
+`RunChanged` event of the run (each started, exited, output), and each time clones the \
+batch's list of machines and looks every one of them up in the run's targets \
+(`run_rules::check_pickup`), so one firing does about N² string comparisons. At 10,000 \
+main worked through the exits at 250 to 400 a second; the wrappers it had not heard from \
+meanwhile were judged silent after 15 s (`lost`, exit 253; the simulated wrappers \
+heartbeat every 5 s, so their heartbeats were most likely queued behind the exits): see \
+`targets that exited 0`. During a 1,000-target \
+firing main's profile was `collect_batch` 24 %, `Vec::clone` 8 %, RSA verification of the \
+proofs (`bn_sqrx8x`) 8 %; the hub's was `memcmp` 11 %, the allocator, and the TLS \
+handshakes (x25519, sha512); db's was mostly waking up and sending (`finish_task_switch`, \
+`_raw_spin_unlock_irqrestore`): it commits about 1.6 times per target, nearly once per \
+message that needs a write. The daemon logs the names of every minion of a deployment on one line (90 KB at \
+10,000). The hub raises its open-file limit to the hard limit (20,000 here; the systemd \
+unit sets 65,536).
 ";

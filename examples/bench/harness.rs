@@ -48,6 +48,8 @@ pub struct Daemon {
     child: Option<Child>,
     notify: UnixDatagram,
     pub log: PathBuf,
+    /// More environment for the daemon (e.g. `SALTPETER_SIMULATED_FLEET=1`).
+    pub env: Vec<(String, String)>,
 }
 
 /// A TCP port free right now on loopback (for a daemon that keeps its wrapper port
@@ -103,6 +105,7 @@ impl Daemon {
             child: None,
             notify,
             log,
+            env: Vec::new(),
         })
     }
 
@@ -144,6 +147,7 @@ impl Daemon {
             .env_remove("INVOCATION_ID")
             .env_remove("JOURNAL_STREAM")
             .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)

@@ -19,6 +19,7 @@ mod procstat;
 mod report;
 mod results;
 mod scenarios;
+mod simfleet;
 mod stats;
 mod svg;
 
@@ -54,7 +55,8 @@ impl BenchError {
 #[derive(Parser, Debug)]
 #[command(about = "Saltpeter's benchmarks: figures beside their goals, and the report")]
 struct Args {
-    /// Scenarios to run (default: all): fanin ingest fanout scheduler salt original memory.
+    /// Scenarios to run (default: all): fanin ingest fanout scheduler salt original memory
+    /// herd fleet.
     scenarios: Vec<String>,
     /// Whose figures these are in the report (`current`, or e.g. `before`).
     #[arg(long, default_value = "current")]
@@ -77,7 +79,7 @@ struct Args {
     append_results: bool,
 }
 
-fn repo() -> PathBuf {
+pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -133,6 +135,12 @@ fn other_machine(report: &[(String, String)], this: &[(String, String)]) -> Opti
 }
 
 fn main() -> ExitCode {
+    // Started by a daemon's blocking process as its salt bridge (scenario `fleet`).
+    if simfleet::started_as_bridge() {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let code = simfleet::bridge_main(&args, Box::new(std::io::stdout()));
+        return ExitCode::from(code as u8);
+    }
     let args = Args::parse();
     match run(args) {
         Ok(true) => ExitCode::SUCCESS,

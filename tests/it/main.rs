@@ -40,6 +40,7 @@ mod salt_herd;
 mod salt_restart;
 mod salt_unreachable;
 mod scheduling;
+mod sim_fleet;
 mod tls;
 mod tls_bench;
 mod wrapper;

@@ -4,6 +4,7 @@
 
 mod fanin;
 mod fanout;
+mod fleet;
 mod herd;
 mod ingest;
 mod memory;
@@ -51,6 +52,7 @@ pub const ALL: &[Scenario] = &[
     original::SCENARIO,
     memory::SCENARIO,
     herd::SCENARIO,
+    fleet::SCENARIO,
 ];
 
 pub fn find(name: &str) -> Option<&'static Scenario> {
@@ -95,7 +97,7 @@ mod tests {
         }
         let mut names: Vec<&str> = ALL.iter().map(|s| s.name).collect();
         names.dedup();
-        assert_eq!(names.len(), 8);
+        assert_eq!(names.len(), 9);
     }
 
     #[test]

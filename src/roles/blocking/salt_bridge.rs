@@ -373,10 +373,15 @@ fn answer(state: &mut Blocking, ctx: &mut Ctx<Blocking>, line: &[u8]) {
         );
         return;
     };
-    let State::Running(b) = &mut state.salt.bridge else {
-        return;
-    };
     if msg.get("ready").is_some() {
+        let simulated_allowed = std::env::var_os(SIMULATED_FLEET_ENV).is_some_and(|v| v == "1");
+        if let Err(why) = accept_ready(&msg, simulated_allowed) {
+            died(state, ctx, &why);
+            return;
+        }
+        let State::Running(b) = &mut state.salt.bridge else {
+            return;
+        };
         b.saw_ready = true;
         log::info!(
             "salt bridge ready (salt {})",
@@ -384,6 +389,9 @@ fn answer(state: &mut Blocking, ctx: &mut Ctx<Blocking>, line: &[u8]) {
         );
         return;
     }
+    let State::Running(b) = &mut state.salt.bridge else {
+        return;
+    };
     if let Some(fatal) = msg.get("fatal") {
         log::error!("the salt bridge failed: {fatal}");
         return;
@@ -423,6 +431,30 @@ fn answer(state: &mut Blocking, ctx: &mut Ctx<Blocking>, line: &[u8]) {
         let why = format!("salt (through the salt bridge) failed: {error}");
         finish(state, ctx, id, Outcome::Failed(why));
     }
+}
+
+/// The environment variable that lets the daemon use a simulated fleet's stand-in bridge
+/// (the benchmarks' and tests' `simfleet`): `1`, and nothing else.
+pub const SIMULATED_FLEET_ENV: &str = "SALTPETER_SIMULATED_FLEET";
+
+/// The bridge's ready line. A bridge that says it is simulated reaches no real minion:
+/// it is refused (as a bridge that failed to start: the command line takes over) unless
+/// the daemon was started with `SALTPETER_SIMULATED_FLEET=1`, and then only with a warning.
+fn accept_ready(ready: &serde_json::Value, simulated_allowed: bool) -> Result<(), String> {
+    if ready.get("simulated").and_then(serde_json::Value::as_bool) != Some(true) {
+        return Ok(());
+    }
+    if !simulated_allowed {
+        return Err(format!(
+            "it is a simulated fleet's stand-in bridge, which reaches no real minion; \
+             refused (set {SIMULATED_FLEET_ENV}=1 only to benchmark or test the daemon)"
+        ));
+    }
+    log::warn!(
+        "the salt bridge is a SIMULATED fleet ({SIMULATED_FLEET_ENV}=1): no real minion is \
+         reached"
+    );
+    Ok(())
 }
 
 /// Request `id` is answered (or failed): its callback runs once.
@@ -494,6 +526,20 @@ fn stop(state: &mut Blocking, ctx: &mut Ctx<Blocking>, why: &str) -> Vec<(Invoca
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_simulated_bridge_is_refused_unless_the_environment_allows_it() {
+        let real = serde_json::json!({"ready": true, "salt": "3008.4"});
+        assert_eq!(accept_ready(&real, false), Ok(()));
+        assert_eq!(accept_ready(&real, true), Ok(()));
+        let sim = serde_json::json!({"ready": true, "salt": "simulated", "simulated": true});
+        let why = accept_ready(&sim, false).expect_err("refused");
+        assert!(
+            why.contains("simulated") && why.contains(SIMULATED_FLEET_ENV),
+            "{why}"
+        );
+        assert_eq!(accept_ready(&sim, true), Ok(()));
+    }
 
     #[test]
     fn the_interpreter_comes_from_the_salt_scripts_first_line() {
