@@ -24,8 +24,8 @@ pub fn present_or_skipped(component: &str, present: impl FnOnce() -> bool, missi
     }
     assert!(
         present(),
-        "{missing} (scripts/install-test-deps installs it; SALTPETER_TEST_SKIP={component} \
-         skips these tests)"
+        "{missing} (scripts/run-tests installs what is missing and starts the Salt testbed; \
+         SALTPETER_TEST_SKIP={component} skips these tests)"
     );
     true
 }
