@@ -30,12 +30,17 @@ fn open_to_others(d: &Daemon) {
 
 #[test]
 fn peers_outside_root_and_the_admin_group_are_refused() {
-    if !nix::unistd::getuid().is_root()
-        || Command::new("setpriv").arg("--version").output().is_err()
-    {
-        println!("skipped: needs root and setpriv to act as nobody");
+    if !crate::components::present_or_skipped(
+        "root",
+        || nix::unistd::getuid().is_root(),
+        "this test acts as the user nobody, which needs root",
+    ) {
         return;
     }
+    assert!(
+        Command::new("setpriv").arg("--version").output().is_ok(),
+        "setpriv is missing (Debian: util-linux; scripts/install-test-deps installs it)"
+    );
     let bindir = tempfile::tempdir().expect("tempdir");
     std::fs::set_permissions(bindir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let bin = bindir.path().join("saltpeterctl");
@@ -94,10 +99,11 @@ fn peers_outside_root_and_the_admin_group_are_refused() {
 
 #[test]
 fn run_wait_on_a_terminal_draws_a_progress_bar_in_colour_unless_no_color() {
-    if Command::new("script").arg("--version").output().is_err() {
-        println!("skipped: no script(1) for a pseudo-terminal");
-        return;
-    }
+    assert!(
+        Command::new("script").arg("--version").output().is_ok(),
+        "script(1) is missing for a pseudo-terminal (Debian: bsdutils; scripts/install-test-deps \
+         installs it)"
+    );
     let d = start_as("tty");
     let run_on_tty = |env: &[(&str, &str)]| {
         let cmd = format!(
@@ -164,7 +170,11 @@ fn completions_and_man_pages_are_generated_from_the_cli() {
         let body = std::fs::read_to_string(dir.path().join(page)).expect(page);
         assert!(body.contains(".SH"), "{page}");
     }
-    if Command::new("man").arg("--version").output().is_ok() {
+    assert!(
+        Command::new("man").arg("--version").output().is_ok(),
+        "man is missing (Debian: man-db; scripts/install-test-deps installs it)"
+    );
+    {
         let out = Command::new("man")
             .arg("-l")
             .arg(dir.path().join("saltpeterctl-run.1"))

@@ -1,5 +1,6 @@
 //! Several servers on one PostgreSQL database (docs/ha.md), with a throwaway cluster
-//! (`tests/support/pg_cluster.rs`; skipped without PostgreSQL unless CI requires it).
+//! (`tests/support/pg_cluster.rs`; without PostgreSQL they fail, unless `SALTPETER_TEST_SKIP`
+//! names `postgres`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -4,6 +4,8 @@ mod util;
 
 #[path = "../support/pg_cluster.rs"]
 mod pg_cluster;
+/// `SALTPETER_TEST_SKIP`: which missing components skip their tests instead of failing.
+use pg_cluster::components;
 
 mod api;
 mod bench;

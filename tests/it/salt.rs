@@ -3,8 +3,8 @@
 //!
 //! The testbed is started once by scripts/run-tests (4 minions: minion-04 is the one the
 //! destructive tests stop, here and in `salt_unreachable`, each holding
-//! [`lock_minion`] meanwhile; no other test targets it). Set SALTPETER_NO_SALT=1 to skip
-//! the real-Salt tests.
+//! [`lock_minion`] meanwhile; no other test targets it). Set SALTPETER_TEST_SKIP=salt to
+//! skip the real-Salt tests.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -19,17 +19,16 @@ const SALT_SLOTS: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// The shared testbed, or `None` when told to run without Salt.
 pub(crate) fn testbed() -> Option<(PathBuf, String, String)> {
-    if std::env::var_os("SALTPETER_NO_SALT").is_some() {
-        eprintln!("SALTPETER_NO_SALT is set: skipping a real-Salt test");
+    if !crate::components::present_or_skipped(
+        "salt",
+        || std::env::var_os("SALTPETER_SALT_TESTBED").is_some(),
+        "no Salt testbed: run `scripts/salt-testbed up /tmp/sp-salt 4` and export the \
+         variables it prints plus SALTPETER_SALT_TESTBED=/tmp/sp-salt (scripts/run-tests \
+         does this)",
+    ) {
         return None;
     }
-    let root = std::env::var("SALTPETER_SALT_TESTBED").unwrap_or_else(|_| {
-        panic!(
-            "no Salt testbed: run `scripts/salt-testbed up /tmp/sp-salt 4` and export the \
-             variables it prints plus SALTPETER_SALT_TESTBED=/tmp/sp-salt (scripts/run-tests \
-             does this), or set SALTPETER_NO_SALT=1"
-        )
-    });
+    let root = std::env::var("SALTPETER_SALT_TESTBED").expect("checked above");
     let bin = std::env::var("SALT_BIN").expect("SALT_BIN from the testbed");
     Some((PathBuf::from(root), bin, String::new()))
 }

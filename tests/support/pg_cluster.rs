@@ -9,8 +9,8 @@
 //! and the watchdog stops the server and removes the directory.
 //!
 //! Binaries are looked for in `$SALTPETER_PG_BINDIR`, `/usr/lib/postgresql/*/bin`
-//! (newest first) and `$PATH`. Without PostgreSQL the tests skip, unless `CI=true` or
-//! `SALTPETER_REQUIRE_POSTGRES=1`: then they fail saying what is missing.
+//! (newest first) and `$PATH`. Without PostgreSQL the tests fail saying what is missing,
+//! unless `SALTPETER_TEST_SKIP` names `postgres` (`components.rs`): then they skip.
 
 #![allow(dead_code)]
 
@@ -31,10 +31,9 @@ pub struct PgCluster {
     _watchdog: Mutex<ChildStdin>,
 }
 
-fn required() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-        || std::env::var("SALTPETER_REQUIRE_POSTGRES").is_ok_and(|v| v == "1")
-}
+/// Shared with the integration tests, which reach it as `pg_cluster::components`.
+#[path = "components.rs"]
+pub mod components;
 
 /// The directory holding `initdb`, `pg_ctl` and `postgres`.
 pub fn find_bin_dir() -> Option<PathBuf> {
@@ -73,13 +72,11 @@ pub fn private_cluster() -> Option<PgCluster> {
 }
 
 fn skip_or_fail(why: &str) {
-    if required() {
-        panic!(
-            "PostgreSQL is required (CI or SALTPETER_REQUIRE_POSTGRES=1) but {why}; \
-             install the Debian package `postgresql`"
-        );
-    }
-    eprintln!("skipped: {why} (install PostgreSQL to run this test)");
+    components::present_or_skipped(
+        "postgres",
+        || false,
+        &format!("PostgreSQL is needed but {why}; install the Debian package `postgresql`"),
+    );
 }
 
 impl Drop for PgCluster {
@@ -204,6 +201,9 @@ fn as_user(user: Option<&str>, program: &Path) -> Command {
 }
 
 fn start() -> Result<PgCluster, String> {
+    if components::skipped("postgres") {
+        return Err("SALTPETER_TEST_SKIP names postgres".to_string());
+    }
     let bin_dir = find_bin_dir().ok_or("no PostgreSQL server binaries (initdb, pg_ctl) found")?;
     let root = nix::unistd::geteuid().is_root();
     let run_as = if root {

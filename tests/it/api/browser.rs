@@ -5,8 +5,8 @@
 //! `target/dashboard.png` (and of the job and maintenance pages next to it; to `docs/` with
 //! `SALTPETER_UPDATE_SCREENSHOT=1`).
 //!
-//! Skipped (with a message) when chromium or chromedriver is not installed, unless
-//! `SALTPETER_REQUIRE_BROWSER=1` (CI sets it).
+//! Without chromium or chromedriver the tests fail, unless `SALTPETER_TEST_SKIP` names
+//! `browser`.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -51,12 +51,11 @@ fn wd(port: u16, method: &str, path: &str, body: Option<Value>) -> Resp {
 
 impl Driver {
     fn start() -> Option<Driver> {
-        if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
-            assert!(
-                std::env::var("SALTPETER_REQUIRE_BROWSER").is_err(),
-                "{CHROMIUM} or {CHROMEDRIVER} is missing (apt-get install chromium chromium-driver)"
-            );
-            eprintln!("SKIPPED: chromium or chromedriver is not installed");
+        if !crate::components::present_or_skipped(
+            "browser",
+            || Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists(),
+            &format!("{CHROMIUM} or {CHROMEDRIVER} is missing (Debian: chromium chromium-driver)"),
+        ) {
             return None;
         }
         let port = free_port();
