@@ -111,7 +111,11 @@ pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let mut rounds = 0;
     while !role.core.links.wakes.is_empty() && rounds < 1000 {
         rounds += 1;
-        let wakes = std::mem::take(&mut role.core.links.wakes);
+        let mut wakes = std::mem::take(&mut role.core.links.wakes);
+        // A run's 10,000 targets changing in one turn wake it once, not 10,000 times:
+        // a woken step looks at the whole state anyway.
+        let mut seen = std::collections::HashSet::with_capacity(wakes.len());
+        wakes.retain(|key| seen.insert(key.clone()));
         for key in wakes {
             role.workflows.wake(&key, &mut role.core, now);
         }

@@ -152,12 +152,20 @@ pub fn check_pickup(
     deadline: Option<Instant>,
     now: Instant,
 ) -> Pickup {
+    let in_batch = batch.iter().filter_map(|m| targets.get_key_value(m));
+    check_pickup_of(in_batch, deadline, now)
+}
+
+/// [`check_pickup`] over the targets of the batch given directly (a run of one batch:
+/// all its targets, without a lookup each).
+pub fn check_pickup_of<'a>(
+    batch: impl Iterator<Item = (&'a String, &'a Target)>,
+    deadline: Option<Instant>,
+    now: Instant,
+) -> Pickup {
     let passed = deadline.is_some_and(|d| now >= d);
     let mut pickup = Pickup::default();
-    for machine in batch {
-        let Some(t) = targets.get(machine) else {
-            continue;
-        };
+    for (machine, t) in batch {
         if t.is_settled() {
             continue;
         }

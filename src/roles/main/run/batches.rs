@@ -218,7 +218,6 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
 pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
     let now = s.now();
-    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
     let retry_wait = match super::retry::check(env, core, now) {
         super::retry::RetryPlan::Relaunch => {
             s.insert_steps([
@@ -256,7 +255,14 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let Some(active) = core.flight.runs.get(&run) else {
         return Step::Next;
     };
-    let pickup = run_rules::check_pickup(&active.targets, &batch, env.pickup_deadline, now);
+    let batch = env.batches.get(env.batch).map(Vec::as_slice).unwrap_or(&[]);
+    let pickup = if env.batches.len() == 1 && batch.len() == active.targets.len() {
+        // One batch holding every target of the run (none in maintenance or waiting for
+        // its minion): no lookup per target.
+        run_rules::check_pickup_of(active.targets.iter(), env.pickup_deadline, now)
+    } else {
+        run_rules::check_pickup(&active.targets, batch, env.pickup_deadline, now)
+    };
     let probe = super::pickup::overdue(env, core, pickup.overdue.clone());
     let event = Wake::event(Main::run_event(run));
     if !pickup.open {
