@@ -1,8 +1,8 @@
 //! The `db` process: the only daemon process that touches SQLite.
 //!
 //! Outline of one loop turn: read every request main has sent, apply them in one
-//! transaction, commit, and only then answer. (Output writes alone, under 4 MiB, wait a
-//! few milliseconds for more to share their commit: `gather_output`.) Answers to writes therefore mean "durable",
+//! transaction, commit, and only then answer. (While requests keep coming, a batch waits
+//! a few milliseconds for more to share its commit: `gather`.) Answers to writes therefore mean "durable",
 //! and an output `ack` that main derives from them never covers uncommitted bytes. If the
 //! commit fails (a full disk), the batch is rolled back and applied once more; if that
 //! fails too, every request of the batch is answered with the error: main keeps its
@@ -47,21 +47,23 @@ pub struct Db {
     lease: Option<lease::LeaseWatch>,
     /// A report is due in a moment (armed by a commit; nothing wakes an idle db).
     report_armed: bool,
-    /// Output writes held back for a moment to be committed with the next ones
-    /// (`gather_output`), and whether the timer that serves them is armed.
+    /// Requests held back for a moment to be committed with the next ones (`gather`),
+    /// and whether the timer that serves them is armed.
     gathered: Vec<(CallId, DbRequest)>,
     gather_armed: bool,
-    /// When output writes last arrived: only a flowing stream is held back.
-    output_arrived: Option<std::time::Instant>,
+    /// When requests last arrived: only a flowing stream is held back.
+    arrived: Option<std::time::Instant>,
 }
 
-/// How long a batch of output writes alone may wait for more, and how much makes it
-/// go at once. A commit per few frames costs db more than the frames; a few
-/// milliseconds more before an ack (sent at least every 250 ms) cost nothing.
-const GATHER_FOR: std::time::Duration = std::time::Duration::from_millis(4);
+/// How long a batch may wait for more while requests flow, and how much output makes it
+/// go at once. A commit per few frames or per target costs db more than the writes (a
+/// firing of 1,000 targets was 1,200 commits); a few milliseconds more before an answer
+/// or an ack (sent at least every 250 ms) cost nothing. At most one commit per
+/// `GATHER_FOR` while busy: commits follow time, not the number of targets.
+const GATHER_FOR: std::time::Duration = std::time::Duration::from_millis(10);
 const GATHER_BYTES: usize = 4 * 1024 * 1024;
-/// Output writes that arrived this recently make a stream worth waiting for; one after a
-/// quiet spell (a heartbeat's worth of output) is committed at once.
+/// Requests that arrived this recently make a stream worth waiting for; one after a
+/// quiet spell (a lone API read, a heartbeat's worth of output) is served at once.
 const FLOWING: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Controlled for Db {
@@ -332,7 +334,7 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
                     other => log::warn!("unexpected message from main: {other:?}"),
                 }
             }
-            gather_output(db, ctx, calls);
+            gather(db, ctx, calls);
             arm_commit_report(db, ctx);
             Flow::Continue
         }
@@ -340,27 +342,19 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
     }
 }
 
-/// Serve `calls` now, or hold them back for [`GATHER_FOR`] when they are only output
-/// writes, fewer than [`GATHER_BYTES`], and output has been flowing: more arrive meanwhile, and one commit then
-/// covers them all (and the tail bytes they shed are never written, `placement.rs`).
-/// Anything else (a welcome's spent token, a read, a run's state) goes at once, with
-/// whatever was held back before it.
-fn gather_output(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest)>) {
+/// Serve `calls` now, or hold them back for [`GATHER_FOR`] while requests have been
+/// flowing and the held output is under [`GATHER_BYTES`]: more arrive meanwhile, and one
+/// commit then covers them all (and the tail bytes output writes shed are never
+/// written, `placement.rs`). A request after a quiet spell goes at once.
+fn gather(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest)>) {
     let now = std::time::Instant::now();
     let flowing = db
-        .output_arrived
+        .arrived
         .is_some_and(|at| now.saturating_duration_since(at) < FLOWING);
-    if calls
-        .iter()
-        .any(|(_, r)| matches!(r, DbRequest::AppendOutput { .. }))
-    {
-        db.output_arrived = Some(now);
+    if !calls.is_empty() {
+        db.arrived = Some(now);
     }
     db.gathered.extend(calls);
-    let only_output = db
-        .gathered
-        .iter()
-        .all(|(_, r)| matches!(r, DbRequest::AppendOutput { .. }));
     let bytes: usize = db
         .gathered
         .iter()
@@ -369,7 +363,7 @@ fn gather_output(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest)>
             _ => 0,
         })
         .sum();
-    if !only_output || bytes >= GATHER_BYTES || !flowing {
+    if bytes >= GATHER_BYTES || !flowing {
         let calls = std::mem::take(&mut db.gathered);
         serve(db, calls);
         return;
@@ -451,7 +445,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         report_armed: false,
         gathered: Vec::new(),
         gather_armed: false,
-        output_arrived: None,
+        arrived: None,
     };
     if db.lease.is_some() {
         lease::poll(&mut db, ev.ctx());
