@@ -22,9 +22,18 @@ pub use material::{Material, TlsError};
 pub use stream::Stream;
 
 /// The only crypto provider this build has (`ring`); named explicitly so no process-wide
-/// default is needed.
+/// default is needed. AES-128-GCM with SHA-256 comes first (ring's default puts
+/// AES-256 with SHA-384 first): the handshake's hashing then uses the CPU's SHA-256
+/// instructions, where SHA-384 has none; it was 6 % of the hub's CPU in a firing of
+/// 2,000 wrappers. Wrappers and the server both use this order, and the server follows
+/// the client's.
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    use rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider
+        .cipher_suites
+        .sort_by_key(|suite| suite.suite() != TLS13_AES_128_GCM_SHA256.suite());
+    Arc::new(provider)
 }
 
 /// Server side configuration over `material`.
