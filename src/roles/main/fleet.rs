@@ -301,11 +301,22 @@ pub fn need(core: &mut Main, minions: &[String], path: &str, since: Instant) -> 
     }
 }
 
+/// Minion names for a log line: the first few and how many more (a deployment to 10,000
+/// minions is one line, not 90 KB).
+fn some_names(minions: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let first = minions[..minions.len().min(SHOWN)].join(", ");
+    match minions.len().saturating_sub(SHOWN) {
+        0 => first,
+        more => format!("{first} and {more} more"),
+    }
+}
+
 /// One deployment to `minions` (none of them already in flight).
 pub fn deploy_to(core: &mut Main, path: &str, minions: Vec<String>) {
     log::info!(
         "fleet: deploying the wrapper to {} at {path}",
-        minions.join(", ")
+        some_names(&minions)
     );
     let id = core.blocking_call(BlockingRequest::Deploy {
         salt: core.salt_settings(),
@@ -398,7 +409,7 @@ fn deployed(core: &mut Main, id: CallId, reply: DeployReply) {
         Err(why) => {
             log::error!(
                 "fleet: the deployment to {} failed: {why}",
-                minions.join(", ")
+                some_names(&minions)
             );
             for m in minions {
                 let failure = Failure {
