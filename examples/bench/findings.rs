@@ -120,9 +120,10 @@ firing 1,612 → about 90 at 1,000; 14,928 → 860 at 10,000: they now follow th
 duration, at most about 100 a second, not the number of targets); (4) `go` at a slot is \
 one link message per 4,096 wrappers, encoded once in the hub; (5) accepted minion keys \
 are parsed once per file version; (6) TLS prefers AES-128-GCM with SHA-256 (the \
-handshake's SHA-384 had no CPU instructions: 6 % of the hub). After: about 0.6 ms per \
-target at 1,000 and 2,000, 0.92 ms at 10,000 (hub 0.54, main 0.24, db 0.13), 10,000 of \
-10,000 targets ok, slot → started p99 1.39 s. What is left, from `perf` of the hub at \
+handshake's SHA-384 had no CPU instructions: 6 % of the hub). After: 0.5–0.7 ms per \
+target at 1,000 and 2,000, 0.92–1.14 ms at 10,000 over two runs of one firing (hub \
+0.54–0.68, main 0.24–0.32, db 0.13), 10,000 of 10,000 targets ok, slot → started p99 \
+1.27–1.39 s, RSS hub 143 MiB, main 33 MiB, db 19–25 MiB. What is left, from `perf` of the hub at \
 2,000: the TLS handshakes (x25519 about 14 %, the certificate's ECDSA signature 3 %), the \
 kernel's TCP and wake-ups (about 40 %), the allocator; main's and db's shares stay flat. \
 The goal of 0.5 ms is not met at 10,000: the hub's share grows from 1,000 to 10,000 \
