@@ -128,7 +128,7 @@ target at 1,000 and 2,000, 0.92–1.14 ms at 10,000 over two runs of one firing 
 kernel's TCP and wake-ups (about 40 %), the allocator; main's and db's shares stay flat. \
 The goal of 0.5 ms is not met at 10,000: the hub's share grows from 1,000 to 10,000 \
 (more connections alive at once: heartbeats, pings, larger epoll sets). The generator \
-beside the daemon spends 1.0–1.3 ms per target on the same two cores. The daemon logs \
-the names of every minion of a deployment on one line (90 KB at 10,000). The hub raises \
+beside the daemon spends 1.0–1.3 ms per target on the same two cores. A deployment's log \
+line names five minions and how many more (it named all 10,000: 90 KB). The hub raises \
 its open-file limit to the hard limit (20,000 here; the systemd unit sets 65,536).
 ";
