@@ -97,9 +97,9 @@ impl Main {
         }
     }
 
-    /// Fold one measured launch (a round's publish to its answer) into the estimate.
+    /// Fold one measured launch (a round's publish to the hello of its last wrapper,
+    /// `rounds::Rounds::arrived`) into the estimate.
     pub fn record_launch_latency(&mut self, sample: Duration) {
-        self.views.ui.metrics.observe_launch(sample);
         let estimate = self.launcher.launch_latency.get_or_insert(sample);
         // Up at once (a late start is what pre-staging is there to prevent), down slowly.
         *estimate = if sample > *estimate {

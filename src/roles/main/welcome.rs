@@ -65,6 +65,9 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         return;
     }
     super::ui::wrapper_welcomed(core, run, &machine, &wrapper_version);
+    if let Some(latency) = core.rounds.arrived(run, &machine, Instant::now()) {
+        core.record_launch_latency(latency);
+    }
     // A minion proven by its key says which wrapper build it has: fleet state, for free.
     if by_key && let Some(build) = build {
         super::fleet::hello(core, &machine, build);

@@ -53,7 +53,22 @@ pub struct Rounds {
     answers: HashMap<RunId, Answer>,
     /// Publishes sent, for the log and `/metrics`.
     pub publishes: u64,
+    /// Each (run, minion) launched, by its publish: what the launch latency is measured
+    /// on (`arrived`).
+    awaited: HashMap<(RunId, String), CallId>,
+    arrivals: HashMap<CallId, Arrivals>,
 }
+
+/// The wrappers of one publish calling back.
+struct Arrivals {
+    sent: Instant,
+    expected: usize,
+    arrived: usize,
+    latest: Option<Instant>,
+}
+
+/// A publish whose wrappers have not all called back by then counts with those that did.
+const ARRIVALS_FOR: Duration = Duration::from_secs(300);
 
 impl Rounds {
     pub fn join(&mut self, slot: Millis) {
@@ -77,6 +92,41 @@ impl Rounds {
     /// When the queued launches go even if their round is not complete.
     pub fn deadline(&self) -> Option<Instant> {
         self.first_queued.map(|t| t + ROUND_WAIT)
+    }
+
+    /// The wrapper of (`run`, `machine`) said hello: when the last of its publish's
+    /// wrappers arrives, the launch latency (publish to last wrapper) to fold into the
+    /// pre-staging lead. A launch without returns answers at once, so its answer says
+    /// nothing of how long the wrappers take to start.
+    pub fn arrived(&mut self, run: RunId, machine: &str, now: Instant) -> Option<Duration> {
+        let id = self.awaited.remove(&(run, machine.to_string()))?;
+        let a = self.arrivals.get_mut(&id)?;
+        a.arrived += 1;
+        a.latest = Some(now);
+        if a.arrived < a.expected {
+            return None;
+        }
+        let a = self.arrivals.remove(&id)?;
+        Some(now.saturating_duration_since(a.sent))
+    }
+
+    /// Publishes older than [`ARRIVALS_FOR`] whose wrappers did not all call back: the
+    /// latency to the last that did (a minion down must not hold the estimate).
+    fn overdue_arrivals(&mut self, now: Instant) -> Vec<Duration> {
+        let old: Vec<CallId> = self
+            .arrivals
+            .iter()
+            .filter(|(_, a)| now.saturating_duration_since(a.sent) >= ARRIVALS_FOR)
+            .map(|(id, _)| *id)
+            .collect();
+        if old.is_empty() {
+            return Vec::new();
+        }
+        self.awaited.retain(|_, id| !old.contains(id));
+        old.iter()
+            .filter_map(|id| self.arrivals.remove(id))
+            .filter_map(|a| a.latest.map(|t| t.saturating_duration_since(a.sent)))
+            .collect()
     }
 
     /// The answer for `run`, once its round's launch answered.
@@ -170,6 +220,7 @@ pub fn flush(core: &mut Main, now: Instant) {
             .minions
             .iter()
             .any(|m| core.fleet.build_of(m, &g.wrapper_path).is_none());
+        let minions = g.minions.clone();
         let targets = g
             .minions
             .into_iter()
@@ -188,7 +239,24 @@ pub fn flush(core: &mut Main, now: Instant) {
             await_returns,
         });
         core.rounds.publishes += 1;
+        core.rounds.arrivals.insert(
+            id,
+            Arrivals {
+                sent: now,
+                expected: g.runs.len() * minions.len(),
+                arrived: 0,
+                latest: None,
+            },
+        );
+        for run in &g.runs {
+            for m in &minions {
+                core.rounds.awaited.insert((*run, m.clone()), id);
+            }
+        }
         core.rounds.out.insert(id, (g.runs, now));
+    }
+    for late in core.rounds.overdue_arrivals(now) {
+        core.record_launch_latency(late);
     }
 }
 
@@ -210,7 +278,7 @@ pub fn poll(core: &mut Main) {
             continue;
         };
         let took = sent.elapsed();
-        core.record_launch_latency(took);
+        core.views.ui.metrics.observe_launch(took);
         let mut per_run: HashMap<RunId, Vec<MinionOutcome>> = HashMap::new();
         let failed = match reply {
             Ok(outcomes) => {
@@ -318,5 +386,48 @@ mod tests {
         assert!(r.due(t0, false), "a manual run does not wait");
         assert_eq!(r.take_groups().len(), 1);
         assert!(r.deadline().is_none());
+    }
+
+    #[test]
+    fn the_launch_latency_is_the_publish_to_its_last_wrapper() {
+        let t0 = Instant::now();
+        let mut r = Rounds::default();
+        let id: CallId = 7;
+        r.arrivals.insert(
+            id,
+            Arrivals {
+                sent: t0,
+                expected: 2,
+                arrived: 0,
+                latest: None,
+            },
+        );
+        r.awaited.insert((1, "a".into()), id);
+        r.awaited.insert((1, "b".into()), id);
+        let s = Duration::from_secs(1);
+        assert_eq!(r.arrived(1, "a", t0 + s), None, "one of two");
+        assert_eq!(
+            r.arrived(1, "a", t0 + 2 * s),
+            None,
+            "a reconnect is not news"
+        );
+        assert_eq!(r.arrived(1, "b", t0 + 3 * s), Some(3 * s));
+        assert!(r.arrivals.is_empty() && r.awaited.is_empty());
+        // A minion that never calls back: the publish counts with the last that did.
+        r.arrivals.insert(
+            id,
+            Arrivals {
+                sent: t0,
+                expected: 2,
+                arrived: 0,
+                latest: None,
+            },
+        );
+        r.awaited.insert((2, "a".into()), id);
+        r.awaited.insert((2, "dead".into()), id);
+        assert_eq!(r.arrived(2, "a", t0 + s), None);
+        assert!(r.overdue_arrivals(t0 + s).is_empty(), "not overdue yet");
+        assert_eq!(r.overdue_arrivals(t0 + ARRIVALS_FOR), vec![s]);
+        assert!(r.arrivals.is_empty() && r.awaited.is_empty());
     }
 }
