@@ -18,6 +18,20 @@ pub struct MainMetrics {
     output_frames: u64,
     /// The latest histogram db reported.
     pub db_commit: Option<Histogram>,
+    /// Per job (rendered for the jobs configured now: jobs × states series at most).
+    per_job: std::collections::HashMap<String, JobSeries>,
+}
+
+/// What `/metrics` says of one job, for alerts like "job X has not succeeded lately".
+#[derive(Default)]
+struct JobSeries {
+    runs_by_state: BTreeMap<&'static str, u64>,
+    /// Unix milliseconds of the last run that ended succeeded, and of the last that
+    /// ended failed, partial or canceled.
+    last_success: Option<i64>,
+    last_failure: Option<i64>,
+    /// Seconds from the start to the end of its last run that was not skipped.
+    last_duration: Option<f64>,
 }
 
 impl Default for MainMetrics {
@@ -30,17 +44,28 @@ impl Default for MainMetrics {
             output_bytes: 0,
             output_frames: 0,
             db_commit: None,
+            per_job: std::collections::HashMap::new(),
         }
     }
 }
 
 impl MainMetrics {
-    pub fn run_ended(&mut self, state: RunState, duration_s: Option<f64>) {
+    pub fn run_ended(&mut self, job: &str, state: RunState, duration_s: Option<f64>, now_ms: i64) {
         *self.runs_by_state.entry(state.as_str()).or_insert(0) += 1;
         if let Some(d) = duration_s
             && state != RunState::Skipped
         {
             self.run_duration.observe(d);
+        }
+        let series = self.per_job.entry(job.to_string()).or_default();
+        *series.runs_by_state.entry(state.as_str()).or_insert(0) += 1;
+        match state {
+            RunState::Succeeded => series.last_success = Some(now_ms),
+            RunState::Skipped => {}
+            _ => series.last_failure = Some(now_ms),
+        }
+        if state != RunState::Skipped && duration_s.is_some() {
+            series.last_duration = duration_s;
         }
     }
 
@@ -78,6 +103,7 @@ pub fn render(core: &Main) -> String {
             label_value(state.as_str())
         );
     }
+    render_per_job(core, &mut out);
     header(
         &mut out,
         "saltpeter_run_duration_seconds",
@@ -211,6 +237,60 @@ pub fn render(core: &Main) -> String {
 
 /// The leader lease, when the database is shared (docs/ha.md): this server's role, and
 /// which server leads as far as this one knows.
+/// The per-job series, for the jobs configured now. The label is `job_name`: `job` is
+/// the label Prometheus gives every scraped series (a `job` here would arrive renamed).
+fn render_per_job(core: &Main, out: &mut String) {
+    let per_job = &core.views.ui.metrics.per_job;
+    header(
+        out,
+        "saltpeter_job_runs_total",
+        "counter",
+        "Runs of each job ended since start, by final state (states it never ended in are absent).",
+    );
+    for name in core.config.jobs.keys() {
+        let Some(series) = per_job.get(name) else {
+            continue;
+        };
+        for (state, n) in &series.runs_by_state {
+            let _ = writeln!(
+                out,
+                "saltpeter_job_runs_total{{job_name=\"{}\",state=\"{state}\"}} {n}",
+                label_value(name)
+            );
+        }
+    }
+    type Pick = fn(&JobSeries) -> Option<f64>;
+    let gauges: [(&str, &str, Pick); 3] = [
+        (
+            "saltpeter_job_last_success_timestamp_seconds",
+            "When a run of the job last ended succeeded (unix seconds; absent: not since start).",
+            |s| s.last_success.map(|ms| ms as f64 / 1000.0),
+        ),
+        (
+            "saltpeter_job_last_failure_timestamp_seconds",
+            "When a run of the job last ended failed, partial or canceled (unix seconds).",
+            |s| s.last_failure.map(|ms| ms as f64 / 1000.0),
+        ),
+        (
+            "saltpeter_job_last_duration_seconds",
+            "How long the job's last run that was not skipped took.",
+            |s| s.last_duration,
+        ),
+    ];
+    for (metric, help, pick) in gauges {
+        header(out, metric, "gauge", help);
+        for name in core.config.jobs.keys() {
+            if let Some(value) = per_job.get(name).and_then(pick) {
+                let _ = writeln!(
+                    out,
+                    "{metric}{{job_name=\"{}\"}} {value}",
+                    label_value(name)
+                );
+            }
+        }
+    }
+}
+
 fn render_ha(core: &Main, out: &mut String) {
     let ha = &core.ha;
     if !ha.shared {

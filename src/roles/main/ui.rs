@@ -121,10 +121,12 @@ pub fn run_finished(core: &mut Main, active: &ActiveRun, state: RunState) {
     let run = active.id;
     let started = core.views.ui.run_started.remove(&run);
     let now = now_ms();
-    core.views
-        .ui
-        .metrics
-        .run_ended(state, started.map(|s| (now - s) as f64 / 1000.0));
+    core.views.ui.metrics.run_ended(
+        &active.job.name,
+        state,
+        started.map(|s| (now - s) as f64 / 1000.0),
+        now,
+    );
     let mut versions = BTreeMap::new();
     core.views.ui.sent.remove(&run);
     for machine in active.targets.keys() {

@@ -205,9 +205,34 @@ fn api_endpoints_round_trip() {
         "# TYPE saltpeter_db_commit_seconds histogram",
         "# TYPE saltpeter_schedule_lateness_seconds histogram",
         "saltpeter_ws_clients 0",
+        // Per job, labelled `job_name` (Prometheus keeps `job` for itself).
+        "saltpeter_job_runs_total{job_name=\"greet\",state=\"succeeded\"} 2",
+        "saltpeter_job_runs_total{job_name=\"failing\",state=\"failed\"} 1",
     ] {
         assert!(text.contains(line), "missing `{line}` in:\n{text}");
     }
+    let gauge = |metric: &str, job: &str| -> Option<f64> {
+        let prefix = format!("{metric}{{job_name=\"{job}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.parse().ok())
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let success = gauge("saltpeter_job_last_success_timestamp_seconds", "greet").expect(&text);
+    assert!((now - success).abs() < 600.0, "{success} vs {now}");
+    assert!(gauge("saltpeter_job_last_failure_timestamp_seconds", "failing").is_some());
+    assert_eq!(
+        gauge("saltpeter_job_last_failure_timestamp_seconds", "greet"),
+        None
+    );
+    assert!(gauge("saltpeter_job_last_duration_seconds", "failing").is_some_and(|d| d >= 0.0));
+    assert!(
+        !text.contains("job_name=\"broken\""),
+        "a job that never ran has no series"
+    );
 
     // The dashboard's files, unknown routes, wrong methods, HEAD, OPTIONS.
     let index = request(port, "GET", "/", &[], b"");
