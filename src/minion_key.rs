@@ -225,7 +225,8 @@ type FileStamp = (u64, u64, i64, i64);
 const MAX_CACHED_KEYS: usize = 100_000;
 
 impl KeyCache {
-    /// [`verify_with_file`], with the key parsed once per file version.
+    /// Check a proof against the accepted key in `key_file`, the key parsed once per
+    /// file version.
     pub fn verify(
         &mut self,
         key_file: &Path,
@@ -258,21 +259,6 @@ impl KeyCache {
         let key = self.keys.get(key_file).map(|(_, k)| k.as_slice());
         Ok(key.is_some_and(|k| verify_with_key(k, challenge, run, minion, signature_hex)))
     }
-}
-
-/// Read and check: the shell around [`verify_proof`] for a key file.
-pub fn verify_with_file(
-    key_file: &Path,
-    challenge: &str,
-    run: u64,
-    minion: &str,
-    signature_hex: &str,
-) -> Result<bool, KeyError> {
-    let pem = read_small(key_file)?;
-    verify_proof(&pem, challenge, run, minion, signature_hex).map_err(|reason| KeyError::Key {
-        path: key_file.to_path_buf(),
-        reason,
-    })
 }
 
 /// The first PEM block: its label and decoded bytes.

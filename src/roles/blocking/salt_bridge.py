@@ -102,28 +102,13 @@ def main():
             c = client()
             timeout = int(req.get("timeout") or 10)
             tgt_type = req.get("tgt_type") or "glob"
-            # As LocalClient.cmd_iter does: listen before publishing (no return is
-            # missed), stop listening afterwards (no events pile up between requests).
             if req.get("returns") is False:
                 return publish_only(c, req, rid, timeout, tgt_type)
+            # As LocalClient.cmd_iter does: listen before publishing (no return is
+            # missed), stop listening afterwards (no events pile up between requests).
             was_listening = c.event.cpub
             try:
-                pub = c.run_job(
-                    req["tgt"],
-                    req["fun"],
-                    arg=req.get("arg") or [],
-                    tgt_type=tgt_type,
-                    timeout=timeout,
-                    kwarg=req.get("kwarg") or {},
-                    listen=True,
-                )
-                expected = list((pub or {}).get("minions") or [])
-                # One line per publish in the bridge's log (its stderr).
-                sys.stderr.write(
-                    "publish jid=%s fun=%s tgt_type=%s minions=%d\n"
-                    % ((pub or {}).get("jid") or "-", req["fun"], tgt_type, len(expected))
-                )
-                sys.stderr.flush()
+                pub, expected = run_job(c, req, timeout, tgt_type, listen=True)
                 missing = list((pub or {}).get("missing") or [])
                 if not pub or not pub.get("jid") or not expected:
                     if missing:
@@ -161,8 +146,8 @@ def main():
         except Exception as exc:  # one request fails, the bridge goes on
             emit({"id": rid, "error": "%s: %s" % (type(exc).__name__, exc)})
 
-    def publish_only(c, req, rid, timeout, tgt_type):
-        # No event subscription, no find_job polling: the publish is the whole cost.
+    def run_job(c, req, timeout, tgt_type, listen):
+        # The publish, and one line for it in the bridge's log (its stderr).
         pub = c.run_job(
             req["tgt"],
             req["fun"],
@@ -170,15 +155,26 @@ def main():
             tgt_type=tgt_type,
             timeout=timeout,
             kwarg=req.get("kwarg") or {},
-            listen=False,
+            listen=listen,
         )
         expected = list((pub or {}).get("minions") or [])
-        missing = list((pub or {}).get("missing") or [])
         sys.stderr.write(
-            "publish jid=%s fun=%s tgt_type=%s minions=%d returns=no\n"
-            % ((pub or {}).get("jid") or "-", req["fun"], tgt_type, len(expected))
+            "publish jid=%s fun=%s tgt_type=%s minions=%d%s\n"
+            % (
+                (pub or {}).get("jid") or "-",
+                req["fun"],
+                tgt_type,
+                len(expected),
+                "" if listen else " returns=no",
+            )
         )
         sys.stderr.flush()
+        return pub, expected
+
+    def publish_only(c, req, rid, timeout, tgt_type):
+        # No event subscription, no find_job polling: the publish is the whole cost.
+        pub, expected = run_job(c, req, timeout, tgt_type, listen=False)
+        missing = list((pub or {}).get("missing") or [])
         if not expected and not missing:
             emit({"id": rid, "line": "No minions matched the target."})
         for minion in expected:
