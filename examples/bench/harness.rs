@@ -146,7 +146,10 @@ impl Daemon {
             .env("NOTIFY_SOCKET", root.join("notify.sock"))
             .env_remove("INVOCATION_ID")
             .env_remove("JOURNAL_STREAM")
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("SP_BENCH_RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log)
@@ -315,6 +318,18 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.stop();
+        // SP_BENCH_KEEP_LOGS=DIR: keep each daemon's log there (its temporary root goes).
+        if let Some(dir) = std::env::var_os("SP_BENCH_KEEP_LOGS") {
+            let dir = PathBuf::from(dir);
+            let name = self
+                .root
+                .path()
+                .file_name()
+                .map(|n| format!("{}.log", n.to_string_lossy()))
+                .unwrap_or_else(|| "daemon.log".into());
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::copy(&self.log, dir.join(name));
+        }
     }
 }
 
