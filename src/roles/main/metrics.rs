@@ -368,3 +368,61 @@ fn render_ha(core: &Main, out: &mut String) {
     );
     let _ = writeln!(out, "saltpeter_ha_takeovers_total {}", ha.takeovers);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_outbox_shrinks_as_messages_are_settled_and_attempts_count_by_result() {
+        let mut m = MainMetrics::default();
+        m.outbox_counted(2, Some(1_000));
+        m.delivery_attempted(false, true);
+        assert_eq!(
+            m.outbox,
+            Outbox {
+                pending: 2,
+                oldest: Some(1_000)
+            },
+            "retried: still pending"
+        );
+        m.delivery_attempted(true, false);
+        assert_eq!(m.outbox.pending, 1);
+        m.delivery_attempted(false, false);
+        assert_eq!(m.outbox, Outbox::default(), "given up: gone, and no oldest");
+        m.delivery_attempted(true, false);
+        assert_eq!(m.outbox.pending, 0, "never below zero");
+        let mut out = String::new();
+        render_watch(&m, &mut out);
+        for line in [
+            "saltpeter_notify_deliveries_total{result=\"delivered\"} 2",
+            "saltpeter_notify_deliveries_total{result=\"failed\"} 1",
+            "saltpeter_notify_deliveries_total{result=\"given_up\"} 1",
+            "saltpeter_notify_outbox_pending 0",
+            "saltpeter_notify_outbox_oldest_seconds 0",
+            "saltpeter_targets_total{result=\"lost\"} 0",
+            "saltpeter_slots_missed_total 0",
+        ] {
+            assert!(out.contains(line), "missing `{line}` in:\n{out}");
+        }
+    }
+
+    #[test]
+    fn missed_slots_count_in_all_and_per_job() {
+        let mut m = MainMetrics::default();
+        m.slots_missed("a", 3);
+        m.slots_missed("b", 0);
+        m.slots_missed("a", 1);
+        let mut out = String::new();
+        render_watch(&m, &mut out);
+        assert!(out.contains("saltpeter_slots_missed_total 4\n"), "{out}");
+        let mut out = String::new();
+        m.per_job
+            .render(["a".to_string(), "b".to_string()].iter(), &mut out);
+        assert!(
+            out.contains("saltpeter_job_slots_missed_total{job_name=\"a\"} 4\n"),
+            "{out}"
+        );
+        assert!(!out.contains("\"b\""), "{out}");
+    }
+}
