@@ -153,6 +153,12 @@ pub struct DueDelivery {
 pub struct DueDeliveries {
     pub due: Vec<DueDelivery>,
     pub next_due: Option<Millis>,
+    /// Messages pending (leased or not, those leased now included), and when the oldest
+    /// of them was queued: for `/metrics`.
+    #[serde(default)]
+    pub pending: u64,
+    #[serde(default)]
+    pub oldest_pending: Option<Millis>,
 }
 
 /// The result of one attempt, to record.

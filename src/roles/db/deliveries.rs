@@ -128,14 +128,20 @@ impl Store {
                     message,
                 });
             }
-            let next_due: Option<Millis> = conn
+            let (next_due, pending, oldest_pending): (Option<Millis>, i64, Option<Millis>) = conn
                 .query_row(
-                    "SELECT min(next_attempt) FROM deliveries WHERE state = 'pending'",
+                    "SELECT min(next_attempt), count(*), min(created) FROM deliveries
+                     WHERE state = 'pending'",
                     [],
-                    |row| row.get(0),
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
                 )
                 .map_err(sql_error(op))?;
-            Ok(DueDeliveries { due, next_due })
+            Ok(DueDeliveries {
+                due,
+                next_due,
+                pending: u64::try_from(pending).unwrap_or(0),
+                oldest_pending,
+            })
         })
     }
 

@@ -471,6 +471,8 @@ fn the_outbox_leases_once(s: &mut dyn Storage) {
     let due = s.take_due_deliveries(10, 4, 1000).unwrap();
     assert_eq!(due.due.len(), 1);
     assert_eq!(due.next_due, Some(1010));
+    // Counted for /metrics: pending (the leased one too), queued at 10.
+    assert_eq!((due.pending, due.oldest_pending), (1, Some(10)));
     assert!(s.take_due_deliveries(20, 4, 1000).unwrap().due.is_empty());
     assert_eq!(s.release_delivery_leases(30).unwrap(), 1);
     let again = s.take_due_deliveries(30, 4, 1000).unwrap();
@@ -494,6 +496,12 @@ fn the_outbox_leases_once(s: &mut dyn Storage) {
         retry_at: None,
     })
     .unwrap();
+    let after = s.take_due_deliveries(5002, 4, 1000).unwrap();
+    assert_eq!(
+        (after.pending, after.oldest_pending),
+        (0, None),
+        "delivered"
+    );
     let list = s.list_deliveries(&DeliveryFilter::default()).unwrap();
     assert_eq!(list[0].state, DeliveryState::Delivered);
     assert_eq!(list[0].attempts, 2);

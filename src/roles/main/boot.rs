@@ -171,6 +171,7 @@ fn catch_up(core: &mut Main, last_slots: &BTreeMap<String, Millis>, now: DateTim
     }
     let mut recorded = 0;
     for (job, slots) in jobs {
+        core.views.ui.metrics.slots_missed(&job.name, slots.count());
         log::warn!(
             "{}: {} slot(s) missed while the daemon was down, since {}",
             job.name,

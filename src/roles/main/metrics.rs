@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::Main;
+use super::job_metrics::{EndedRun, PerJob, TARGET_RESULTS, target_result};
 use crate::metrics::{DURATION_BUCKETS, Histogram, LATENCY_BUCKETS, header, label_value};
-use crate::wire::records::RunState;
+use crate::wire::records::{Millis, RunState};
 
 pub struct MainMetrics {
     runs_by_state: BTreeMap<&'static str, u64>,
@@ -19,20 +20,28 @@ pub struct MainMetrics {
     /// The latest histogram db reported.
     pub db_commit: Option<Histogram>,
     /// Per job (rendered for the jobs configured now: jobs × states series at most).
-    per_job: std::collections::HashMap<String, JobSeries>,
+    pub per_job: PerJob,
+    /// Targets of ended runs by how they ended (`job_metrics::TARGET_RESULTS`).
+    targets_by_result: BTreeMap<&'static str, u64>,
+    /// Slots not acted on in time (the daemon down, the loop late).
+    slots_missed: u64,
+    /// The notification outbox as db last counted it, and attempts by result.
+    outbox: Outbox,
+    deliveries: BTreeMap<&'static str, u64>,
 }
 
-/// What `/metrics` says of one job, for alerts like "job X has not succeeded lately".
-#[derive(Default)]
-struct JobSeries {
-    runs_by_state: BTreeMap<&'static str, u64>,
-    /// Unix milliseconds of the last run that ended succeeded, and of the last that
-    /// ended failed, partial or canceled.
-    last_success: Option<i64>,
-    last_failure: Option<i64>,
-    /// Seconds from the start to the end of its last run that was not skipped.
-    last_duration: Option<f64>,
+/// The notification outbox (db's `deliveries` in state `pending`, leased or not), as of
+/// db's last count (each take of due messages), less what was settled since.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Outbox {
+    pending: u64,
+    /// When the oldest pending message was queued (unix milliseconds).
+    oldest: Option<Millis>,
 }
+
+/// The `result` of a delivery attempt: `delivered`, `failed` (tried again later) or
+/// `given_up` (its last attempt).
+pub const DELIVERY_RESULTS: &[&str] = &["delivered", "failed", "given_up"];
 
 impl Default for MainMetrics {
     fn default() -> Self {
@@ -44,28 +53,54 @@ impl Default for MainMetrics {
             output_bytes: 0,
             output_frames: 0,
             db_commit: None,
-            per_job: std::collections::HashMap::new(),
+            per_job: PerJob::default(),
+            targets_by_result: BTreeMap::new(),
+            slots_missed: 0,
+            outbox: Outbox::default(),
+            deliveries: BTreeMap::new(),
         }
     }
 }
 
 impl MainMetrics {
-    pub fn run_ended(&mut self, job: &str, state: RunState, duration_s: Option<f64>, now_ms: i64) {
-        *self.runs_by_state.entry(state.as_str()).or_insert(0) += 1;
-        if let Some(d) = duration_s
-            && state != RunState::Skipped
+    pub fn run_ended(&mut self, job: &str, run: &EndedRun) {
+        *self.runs_by_state.entry(run.state.as_str()).or_insert(0) += 1;
+        if let Some(d) = run.duration_s
+            && run.state != RunState::Skipped
         {
             self.run_duration.observe(d);
         }
-        let series = self.per_job.entry(job.to_string()).or_default();
-        *series.runs_by_state.entry(state.as_str()).or_insert(0) += 1;
-        match state {
-            RunState::Succeeded => series.last_success = Some(now_ms),
-            RunState::Skipped => {}
-            _ => series.last_failure = Some(now_ms),
+        for result in run.targets.iter().filter_map(target_result) {
+            *self.targets_by_result.entry(result).or_insert(0) += 1;
         }
-        if state != RunState::Skipped && duration_s.is_some() {
-            series.last_duration = duration_s;
+        self.per_job.run_ended(job, run);
+    }
+
+    /// `n` slots of `job` were not acted on in time (skipped or caught up).
+    pub fn slots_missed(&mut self, job: &str, n: u64) {
+        self.slots_missed += n;
+        self.per_job.slots_missed(job, n);
+    }
+
+    /// db counted the outbox: `pending` messages, the oldest queued at `oldest`.
+    pub fn outbox_counted(&mut self, pending: u64, oldest: Option<Millis>) {
+        self.outbox = Outbox { pending, oldest };
+    }
+
+    /// A delivery attempt came back: `ok`, or failed and `retried` later or not. A
+    /// message delivered or given up leaves the outbox (until db counts it again).
+    pub fn delivery_attempted(&mut self, ok: bool, retried: bool) {
+        let result = match (ok, retried) {
+            (true, _) => "delivered",
+            (false, true) => "failed",
+            (false, false) => "given_up",
+        };
+        *self.deliveries.entry(result).or_insert(0) += 1;
+        if result != "failed" {
+            self.outbox.pending = self.outbox.pending.saturating_sub(1);
+            if self.outbox.pending == 0 {
+                self.outbox.oldest = None;
+            }
         }
     }
 
@@ -103,7 +138,8 @@ pub fn render(core: &Main) -> String {
             label_value(state.as_str())
         );
     }
-    render_per_job(core, &mut out);
+    m.per_job.render(core.config.jobs.keys(), &mut out);
+    render_watch(m, &mut out);
     header(
         &mut out,
         "saltpeter_run_duration_seconds",
@@ -235,62 +271,64 @@ pub fn render(core: &Main) -> String {
     out
 }
 
-/// The leader lease, when the database is shared (docs/ha.md): this server's role, and
-/// which server leads as far as this one knows.
-/// The per-job series, for the jobs configured now. The label is `job_name`: `job` is
-/// the label Prometheus gives every scraped series (a `job` here would arrive renamed).
-fn render_per_job(core: &Main, out: &mut String) {
-    let per_job = &core.views.ui.metrics.per_job;
+/// Targets by how they ended, missed slots, the notification outbox: what the alerts on
+/// lost targets, missed slots and notifications watch (every series present from start).
+fn render_watch(m: &MainMetrics, out: &mut String) {
     header(
         out,
-        "saltpeter_job_runs_total",
+        "saltpeter_targets_total",
         "counter",
-        "Runs of each job ended since start, by final state (states it never ended in are absent).",
+        "Targets of runs ended since start, by how they ended.",
     );
-    for name in core.config.jobs.keys() {
-        let Some(series) = per_job.get(name) else {
-            continue;
-        };
-        for (state, n) in &series.runs_by_state {
-            let _ = writeln!(
-                out,
-                "saltpeter_job_runs_total{{job_name=\"{}\",state=\"{state}\"}} {n}",
-                label_value(name)
-            );
-        }
+    for result in TARGET_RESULTS {
+        let n = m.targets_by_result.get(result).copied().unwrap_or(0);
+        let _ = writeln!(out, "saltpeter_targets_total{{result=\"{result}\"}} {n}");
     }
-    type Pick = fn(&JobSeries) -> Option<f64>;
-    let gauges: [(&str, &str, Pick); 3] = [
-        (
-            "saltpeter_job_last_success_timestamp_seconds",
-            "When a run of the job last ended succeeded (unix seconds; absent: not since start).",
-            |s| s.last_success.map(|ms| ms as f64 / 1000.0),
-        ),
-        (
-            "saltpeter_job_last_failure_timestamp_seconds",
-            "When a run of the job last ended failed, partial or canceled (unix seconds).",
-            |s| s.last_failure.map(|ms| ms as f64 / 1000.0),
-        ),
-        (
-            "saltpeter_job_last_duration_seconds",
-            "How long the job's last run that was not skipped took.",
-            |s| s.last_duration,
-        ),
-    ];
-    for (metric, help, pick) in gauges {
-        header(out, metric, "gauge", help);
-        for name in core.config.jobs.keys() {
-            if let Some(value) = per_job.get(name).and_then(pick) {
-                let _ = writeln!(
-                    out,
-                    "{metric}{{job_name=\"{}\"}} {value}",
-                    label_value(name)
-                );
-            }
-        }
+    header(
+        out,
+        "saltpeter_slots_missed_total",
+        "counter",
+        "Slots not acted on in time since start (the daemon down, or the loop more than \
+         the grace late), skipped or caught up.",
+    );
+    let _ = writeln!(out, "saltpeter_slots_missed_total {}", m.slots_missed);
+    header(
+        out,
+        "saltpeter_notify_outbox_pending",
+        "gauge",
+        "Notification and log export messages queued and not yet delivered or given up.",
+    );
+    let _ = writeln!(out, "saltpeter_notify_outbox_pending {}", m.outbox.pending);
+    header(
+        out,
+        "saltpeter_notify_outbox_oldest_seconds",
+        "gauge",
+        "Age of the oldest message pending in the outbox (0 when none is).",
+    );
+    let now = chrono::Utc::now().timestamp_millis();
+    let oldest = m.outbox.oldest.map_or(0, |at| (now - at).max(0));
+    let _ = writeln!(
+        out,
+        "saltpeter_notify_outbox_oldest_seconds {}",
+        oldest as f64 / 1000.0
+    );
+    header(
+        out,
+        "saltpeter_notify_deliveries_total",
+        "counter",
+        "Delivery attempts of notifications and log exports since start, by result.",
+    );
+    for result in DELIVERY_RESULTS {
+        let n = m.deliveries.get(result).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "saltpeter_notify_deliveries_total{{result=\"{result}\"}} {n}"
+        );
     }
 }
 
+/// The leader lease, when the database is shared (docs/ha.md): this server's role, and
+/// which server leads as far as this one knows.
 fn render_ha(core: &Main, out: &mut String) {
     let ha = &core.ha;
     if !ha.shared {
@@ -329,4 +367,62 @@ fn render_ha(core: &Main, out: &mut String) {
         "Times this server took the leader lease.",
     );
     let _ = writeln!(out, "saltpeter_ha_takeovers_total {}", ha.takeovers);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_outbox_shrinks_as_messages_are_settled_and_attempts_count_by_result() {
+        let mut m = MainMetrics::default();
+        m.outbox_counted(2, Some(1_000));
+        m.delivery_attempted(false, true);
+        assert_eq!(
+            m.outbox,
+            Outbox {
+                pending: 2,
+                oldest: Some(1_000)
+            },
+            "retried: still pending"
+        );
+        m.delivery_attempted(true, false);
+        assert_eq!(m.outbox.pending, 1);
+        m.delivery_attempted(false, false);
+        assert_eq!(m.outbox, Outbox::default(), "given up: gone, and no oldest");
+        m.delivery_attempted(true, false);
+        assert_eq!(m.outbox.pending, 0, "never below zero");
+        let mut out = String::new();
+        render_watch(&m, &mut out);
+        for line in [
+            "saltpeter_notify_deliveries_total{result=\"delivered\"} 2",
+            "saltpeter_notify_deliveries_total{result=\"failed\"} 1",
+            "saltpeter_notify_deliveries_total{result=\"given_up\"} 1",
+            "saltpeter_notify_outbox_pending 0",
+            "saltpeter_notify_outbox_oldest_seconds 0",
+            "saltpeter_targets_total{result=\"lost\"} 0",
+            "saltpeter_slots_missed_total 0",
+        ] {
+            assert!(out.contains(line), "missing `{line}` in:\n{out}");
+        }
+    }
+
+    #[test]
+    fn missed_slots_count_in_all_and_per_job() {
+        let mut m = MainMetrics::default();
+        m.slots_missed("a", 3);
+        m.slots_missed("b", 0);
+        m.slots_missed("a", 1);
+        let mut out = String::new();
+        render_watch(&m, &mut out);
+        assert!(out.contains("saltpeter_slots_missed_total 4\n"), "{out}");
+        let mut out = String::new();
+        m.per_job
+            .render(["a".to_string(), "b".to_string()].iter(), &mut out);
+        assert!(
+            out.contains("saltpeter_job_slots_missed_total{job_name=\"a\"} 4\n"),
+            "{out}"
+        );
+        assert!(!out.contains("\"b\""), "{out}");
+    }
 }

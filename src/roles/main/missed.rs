@@ -46,6 +46,18 @@ pub struct MissedSlots {
     pub since: DateTime<Utc>,
 }
 
+impl MissedSlots {
+    /// How many slots were missed: those kept, and those left out when they were counted
+    /// (`LeftOut::Many`: at least the kept ones).
+    pub fn count(&self) -> u64 {
+        let left = match self.left_out {
+            LeftOut::Count(n) => n,
+            LeftOut::None | LeftOut::Many => 0,
+        };
+        self.slots.len() as u64 + left
+    }
+}
+
 /// What to do with one missed slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
@@ -208,6 +220,10 @@ pub fn live_catch_ups(
 pub fn fire_due(core: &mut Main, due: Vec<Due>, now: DateTime<Utc>) {
     let catch_ups = live_catch_ups(&due, &core.config.jobs, now);
     for d in due {
+        core.views
+            .ui
+            .metrics
+            .slots_missed(&d.job, u64::from(d.missed));
         if catch_ups.get(&d.job) == Some(&d.slot) {
             let late = Due { missed: false, ..d };
             jobctl::fire(core, &late, now, Trigger::Catchup, None);
@@ -276,6 +292,7 @@ mod tests {
         let m = missed_slots(&s, t(1, 0, 0), t(5, 0, 0), 2);
         assert_eq!(m.slots, [t(3, 0, 0), t(4, 0, 0)]);
         assert_eq!(m.left_out, LeftOut::Count(1));
+        assert_eq!(m.count(), 3, "the kept slots and those left out");
     }
 
     #[test]

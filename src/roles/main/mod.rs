@@ -25,6 +25,7 @@ mod fleet;
 mod ha;
 mod heap;
 mod history;
+mod job_metrics;
 mod jobctl;
 mod joblog;
 mod launcher;

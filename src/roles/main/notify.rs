@@ -42,6 +42,8 @@ const MAX_IN_FLIGHT: usize = 4;
 /// How long a leased message stays with main before db hands it out again (longer than
 /// blocking's deadline for one attempt).
 const LEASE_MS: i64 = 120_000;
+/// How often the outbox is counted for `/metrics` while something waits in it.
+const RECOUNT_MS: i64 = 60_000;
 /// Per network step of one attempt.
 const IO_TIMEOUT_S: u64 = 10;
 
@@ -371,7 +373,12 @@ pub fn db_answer(core: &mut Main, wait: Wait, result: Result<DbReply, CallError>
             core.notify.taking = false;
             match calls::TakeDueDeliveries::take(result) {
                 Ok(due) => {
-                    core.notify.due_at = due.next_due;
+                    core.views
+                        .ui
+                        .metrics
+                        .outbox_counted(due.pending, due.oldest_pending);
+                    // While something is pending, count again at least every minute.
+                    core.notify.due_at = due.next_due.map(|at| at.min(now_ms() + RECOUNT_MS));
                     for d in due.due {
                         send(core, d);
                     }
@@ -509,6 +516,10 @@ pub fn poll(core: &mut Main) {
                 ),
             ),
         };
+        core.views
+            .ui
+            .metrics
+            .delivery_attempted(result.is_ok(), retry_at.is_some());
         match &result {
             Ok(_) => log::info!("{message}"),
             Err(_) => log::warn!("{message}"),

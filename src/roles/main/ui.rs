@@ -121,12 +121,15 @@ pub fn run_finished(core: &mut Main, active: &ActiveRun, state: RunState) {
     let run = active.id;
     let started = core.views.ui.run_started.remove(&run);
     let now = now_ms();
-    core.views.ui.metrics.run_ended(
-        &active.job.name,
+    let targets: Vec<_> = active.targets.iter().map(|(m, t)| t.record(m)).collect();
+    let ended = super::job_metrics::EndedRun {
         state,
-        started.map(|s| (now - s) as f64 / 1000.0),
-        now,
-    );
+        duration_s: started.map(|s| (now - s) as f64 / 1000.0),
+        now_ms: now,
+        lateness_s: super::job_metrics::run_lateness(active.slot, active.trigger, &targets),
+        targets: &targets,
+    };
+    core.views.ui.metrics.run_ended(&active.job.name, &ended);
     let mut versions = BTreeMap::new();
     core.views.ui.sent.remove(&run);
     for machine in active.targets.keys() {
@@ -139,7 +142,7 @@ pub fn run_finished(core: &mut Main, active: &ActiveRun, state: RunState) {
             id: run,
             state,
             started: started.or(active.slot),
-            targets: active.targets.iter().map(|(m, t)| t.record(m)).collect(),
+            targets,
             versions,
         };
         core.views.ui.last.insert(active.job.name.clone(), last);

@@ -7,6 +7,7 @@ pub mod client;
 mod endpoints;
 mod guard;
 mod memory;
+mod metrics;
 mod ws;
 mod ws_truth;
 

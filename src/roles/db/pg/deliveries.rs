@@ -105,15 +105,22 @@ impl PgStore {
                     message,
                 });
             }
-            let next_due: Option<Millis> = match sql.opt(
-                op,
-                "SELECT min(next_attempt) FROM deliveries WHERE state = 'pending'",
-                &[],
-            )? {
-                Some(row) => col(op, &row, 0)?,
-                None => None,
-            };
-            Ok(DueDeliveries { due, next_due })
+            let (next_due, pending, oldest_pending): (Option<Millis>, i64, Option<Millis>) =
+                match sql.opt(
+                    op,
+                    "SELECT min(next_attempt), count(*), min(created) FROM deliveries
+                     WHERE state = 'pending'",
+                    &[],
+                )? {
+                    Some(row) => (col(op, &row, 0)?, col(op, &row, 1)?, col(op, &row, 2)?),
+                    None => (None, 0, None),
+                };
+            Ok(DueDeliveries {
+                due,
+                next_due,
+                pending: u64::try_from(pending).unwrap_or(0),
+                oldest_pending,
+            })
         })
     }
 
