@@ -7,10 +7,10 @@
 # and scripts/run-tests names them in its summary. The same list is read by the Rust
 # tests (tests/support/components.rs).
 #
-#   salt      the real Salt master and minions (scripts/salt-testbed)
+#   salt      the real Salt master and minions (scripts/salt-testbed), the Salt formula's test
 #   postgres  PostgreSQL server binaries for the throwaway test cluster
 #   browser   headless Chromium and chromedriver for the dashboard tests
-#   root      tests that need root: package installs, acting as another user
+#   root      tests that need root: package installs (and the Salt formula's), acting as another user
 #   lintian   lintian on the Debian packages
 #   rpm       rpmbuild and rpm: building and installing the RPM packages
 #   rpmlint   rpmlint on the RPM packages

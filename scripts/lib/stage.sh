@@ -58,6 +58,9 @@ stage_server() {
     install -d "$root/usr/share/saltpeter/prometheus" "$root/usr/share/saltpeter/grafana"
     install -m 0644 packaging/prometheus/saltpeter.rules.yml "$root/usr/share/saltpeter/prometheus/"
     install -m 0644 packaging/grafana/saltpeter.json "$root/usr/share/saltpeter/grafana/"
+    # The Salt formula, to copy into a file root (docs/install.md).
+    install -d "$root/usr/share/saltpeter/salt/saltpeter"
+    install -m 0644 packaging/salt/saltpeter/* "$root/usr/share/saltpeter/salt/saltpeter/"
     install -d "$root/usr/share/doc/saltpeter"
     install -m 0644 packaging/copyright "$root/usr/share/doc/saltpeter/copyright"
     for doc in README.md docs/install.md docs/configuration.md docs/api.md docs/salt.md; do

@@ -95,6 +95,10 @@ pub struct SaltpeterConfig {
     /// TLS on the wrapper port and the API (default on; `false` only on loopback ports).
     pub tls: bool,
     pub wrapper_source: Option<String>,
+    /// The daemon puts its wrapper on the minions (default). `false`: the operator
+    /// installs it (the package `saltpeter-wrapper`, e.g. through the Salt formula), and
+    /// runs never wait for a deployment.
+    pub wrapper_deploy: bool,
     pub retention: Retention,
     pub heartbeat_s: u64,
     pub pickup_timeout_s: u64,
@@ -189,6 +193,7 @@ impl Default for SaltpeterConfig {
             tls_key: None,
             tls: true,
             wrapper_source: None,
+            wrapper_deploy: true,
             retention: Retention::default(),
             heartbeat_s: 5,
             pickup_timeout_s: 30,
@@ -287,6 +292,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "tls_key",
     "tls",
     "wrapper_source",
+    "wrapper_deploy",
     "retention",
     "heartbeat",
     "pickup_timeout",
@@ -401,6 +407,7 @@ impl SaltpeterConfig {
             "tls_key" => self.tls_key = path(node)?,
             "tls" => self.tls = values::boolean(node)?,
             "wrapper_source" => self.wrapper_source = values::optional_string(node)?,
+            "wrapper_deploy" => self.wrapper_deploy = values::boolean(node)?,
             "retention" => self.retention = read_retention(node)?,
             "heartbeat" => self.heartbeat_s = positive(node)?,
             "pickup_timeout" => self.pickup_timeout_s = positive(node)?,

@@ -97,6 +97,7 @@ fn a_minimal_job_gets_every_default() {
     let s = &config.saltpeter;
     assert_eq!(*s, SaltpeterConfig::default());
     assert!(!s.api_ws && !s.debug);
+    assert!(s.wrapper_deploy);
     assert_eq!(
         (s.api_ws_port, s.api_ws_bind_addr.as_str()),
         (8888, "127.0.0.1")
@@ -131,6 +132,7 @@ saltpeter_config:
   default_saltpeter_server_host: hub.example
   api_ws: yes
   api_token: s3cret-token
+  wrapper_deploy: no
 report:
   schedule: '*/10 * * * *'
   command: |
@@ -164,6 +166,7 @@ inherit:
     let config = load(dir.path(), None);
     assert!(config.diagnostics.is_empty(), "{:#?}", config.diagnostics);
     assert!(config.saltpeter.api_ws);
+    assert!(!config.saltpeter.wrapper_deploy);
     assert_eq!(
         config.saltpeter.api_token.as_ref().map(Secret::expose),
         Some("s3cret-token")

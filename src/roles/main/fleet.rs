@@ -84,6 +84,12 @@ fn operator_source(core: &Main) -> bool {
     core.config.saltpeter.wrapper_source.is_some()
 }
 
+/// The operator installs the wrapper (`wrapper_deploy: false`): the daemon neither
+/// publishes, deploys nor upgrades it; a launch to a minion without it fails there.
+fn operator_installs(core: &Main) -> bool {
+    !core.config.saltpeter.wrapper_deploy
+}
+
 fn wake(core: &mut Main) {
     core.wake(WakeKey::event(WakeEvent::Fleet));
 }
@@ -135,7 +141,7 @@ pub fn start(core: &mut Main) {
         let id = core.db_call(DbRequest::Wrappers, DbWait::Fleet);
         core.fleet.load_call = Some(id);
     }
-    if super::deploy::applies(core) {
+    if super::deploy::applies(core) && !operator_installs(core) {
         ask_hash(core);
     }
 }
@@ -246,6 +252,9 @@ pub fn need(core: &mut Main, minions: &[String], path: &str, since: Instant) -> 
     if !core.fleet.loaded {
         start(core);
         return Need::Wait;
+    }
+    if operator_installs(core) {
+        return Need::Ready;
     }
     let build = core.fleet.this_build.clone();
     if build.is_none() && !operator_source(core) {
@@ -427,7 +436,11 @@ fn deployed(core: &mut Main, id: CallId, reply: DeployReply) {
 /// Once: every recorded minion whose build is not this one gets it now, one deployment
 /// per path (an upgrade reaches the fleet before the slots that need it).
 fn upgrade_stale(core: &mut Main) {
-    if core.fleet.upgraded || !core.fleet.loaded || core.flight.recovering {
+    if core.fleet.upgraded
+        || !core.fleet.loaded
+        || core.flight.recovering
+        || operator_installs(core)
+    {
         return;
     }
     let Some(build) = core.fleet.this_build.clone() else {
