@@ -67,6 +67,9 @@ pub enum HubRequest {
     WrapperStarted {
         conn: ConnId,
         pid: u32,
+        /// When the wrapper says the command started (its clock, unix ms); main records
+        /// it only inside the window it knows to be possible (`sessions::start_time`).
+        at: i64,
     },
     WrapperHeartbeat {
         conn: ConnId,

@@ -297,9 +297,9 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                 (Phase::Challenged, Ok(WrapperMsg::Proof { signature })) => {
                     hello::proven(hub, id, signature)
                 }
-                (Phase::Bound, Ok(WrapperMsg::Started { pid, .. })) => {
+                (Phase::Bound, Ok(WrapperMsg::Started { pid, at })) => {
                     tap_alive(hub, id);
-                    hub.cast_main(HubRequest::WrapperStarted { conn: id, pid })
+                    hub.cast_main(HubRequest::WrapperStarted { conn: id, pid, at })
                 }
                 (Phase::Bound, Ok(WrapperMsg::Heartbeat { .. })) => {
                     tap_alive(hub, id);

@@ -24,6 +24,8 @@ pub struct ActiveRun {
     /// Launched ahead of its slot; wrappers wait for `go` until `go_sent`.
     pub prestaged: bool,
     pub go_sent: bool,
+    /// When `go` went out (server clock, unix ms): no command of the run starts before.
+    pub go_at: Option<Millis>,
     /// A batch launch is out and not answered yet: since when.
     pub launching: Option<std::time::Instant>,
     pub workflow: Option<WorkflowId>,

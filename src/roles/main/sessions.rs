@@ -22,7 +22,7 @@ use crate::wire::db::TargetUpdate;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{ConnId, HubReply, HubRequest, WrapperHello};
-use crate::wire::records::{RunId, TargetReason, TargetState};
+use crate::wire::records::{Millis, RunId, TargetReason, TargetState};
 use crate::wire::wrapper::RejectCode;
 
 pub fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
@@ -158,6 +158,28 @@ fn reopen_target(core: &mut Main, run: RunId, machine: &str) {
     );
 }
 
+/// The earliest a command on `conn` can have started, on the server clock: not before the
+/// run's `go`, nor before the last frame main had from the wrapper until now (its hello,
+/// which the welcome answered, or a heartbeat while it waited for `go`).
+fn earliest_start(core: &Main, conn: ConnId) -> Option<Millis> {
+    let (run, machine) = core.flight.sessions.get(&conn)?;
+    let active = core.flight.runs.get(run)?;
+    let heard = active.targets.get(machine)?.last_seen()?;
+    let heard_ms = now_ms() - i64::try_from(heard.elapsed().as_millis()).unwrap_or(i64::MAX);
+    Some(active.go_at.map_or(heard_ms, |go| go.max(heard_ms)))
+}
+
+/// When a command started: the wrapper's word (`at`, its clock at the spawn), kept
+/// inside what the server knows — not before `since` (what let it start) and not after
+/// `now` (when the news arrived). A wrapper whose clock is off lands on an edge of that
+/// window, never outside it; without a window, the arrival.
+pub fn start_time(at: Millis, since: Option<Millis>, now: Millis) -> Millis {
+    match since {
+        Some(since) if since <= now => at.clamp(since, now),
+        _ => now,
+    }
+}
+
 /// The target of a bound connection, with its liveness clock refreshed. The first
 /// message of a session opened with the launch token confirms it: from then on the token
 /// is spent for good, also across restarts.
@@ -176,12 +198,18 @@ fn touch(core: &mut Main, conn: ConnId) -> Option<(RunId, String)> {
 
 pub fn handle_cast(core: &mut Main, req: HubRequest) {
     match req {
-        HubRequest::WrapperStarted { conn, pid } => {
+        HubRequest::WrapperStarted { conn, pid, at } => {
+            let since = earliest_start(core, conn);
             let Some((run, machine)) = touch(core, conn) else {
                 return;
             };
-            log::debug!("run {run}: command started on {machine} (pid {pid})");
-            transition(core, run, &machine, |t| t.command_started(now_ms()));
+            let now = now_ms();
+            let started = start_time(at, since, now);
+            log::debug!(
+                "run {run}: command started on {machine} (pid {pid}, {} ms before main heard)",
+                now - started
+            );
+            transition(core, run, &machine, |t| t.command_started(started));
         }
         HubRequest::WrapperHeartbeat { conn } => {
             touch(core, conn);
@@ -378,4 +406,21 @@ pub fn kill(core: &mut Main, run: RunId, machine: Option<&str>) -> Result<usize,
         apply(core, run, &m, effects);
     }
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::start_time;
+
+    #[test]
+    fn a_start_is_the_wrappers_word_inside_what_the_server_knows() {
+        // go at 1,000, the news at 1,150: the wrapper's 1,040 stands.
+        assert_eq!(start_time(1_040, Some(1_000), 1_150), 1_040);
+        // A wrapper clock behind or ahead lands on an edge of the window.
+        assert_eq!(start_time(400, Some(1_000), 1_150), 1_000);
+        assert_eq!(start_time(9_000, Some(1_000), 1_150), 1_150);
+        // No window known, or an impossible one: the arrival.
+        assert_eq!(start_time(1_040, None, 1_150), 1_150);
+        assert_eq!(start_time(1_040, Some(2_000), 1_150), 1_150);
+    }
 }

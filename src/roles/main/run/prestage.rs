@@ -61,6 +61,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     match refusal {
         None => {
             active.go_sent = true;
+            active.go_at = Some(crate::roles::main::effects::now_ms());
             let conns: Vec<_> = active.targets.values().filter_map(|t| t.conn).collect();
             core.views
                 .ui

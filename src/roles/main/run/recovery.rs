@@ -124,6 +124,7 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
             kill_requested: false,
             prestaged,
             go_sent: false,
+            go_at: None,
             launching: None,
             workflow: None,
             waiters: Vec::new(),
