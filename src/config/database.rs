@@ -6,7 +6,8 @@
 //! Outline of [`resolve`]:
 //! 1. The URL's query is split: `sslmode` and `sslrootcert` are taken out (the
 //!    `postgres` crate knows neither `verify-ca`, `verify-full` nor `sslrootcert`); the
-//!    rest goes to the driver unchanged, with `sslmode=require` whenever TLS is wanted.
+//!    rest goes to the driver unchanged, with `sslmode=require` whenever TLS is wanted
+//!    (and `disable` when every host is a Unix socket, where libpq asks for no TLS).
 //! 2. The CA: `database_ca_file`, or `sslrootcert=PATH` (the same file when both are
 //!    given), or `sslrootcert=system` (the system's bundle). `verify-ca` and
 //!    `verify-full` need one; `require` with one checks the chain, as libpq does.
@@ -159,7 +160,16 @@ pub fn resolve(url: &str, ca_file: Option<&Path>) -> Result<DatabaseTls, String>
         }
         _ => Verify::Nothing,
     };
-    kept.push(match mode {
+    let with_mode = |sslmode: &str| {
+        let mut pairs = kept.clone();
+        pairs.push(sslmode);
+        format!("{base}?{}", pairs.join("&"))
+    };
+    // Over a Unix socket PostgreSQL offers no TLS, and libpq does not ask: neither do we.
+    let sockets_only = connect_targets(&with_mode("sslmode=disable"))
+        .is_ok_and(|targets| !targets.is_empty() && targets.iter().all(|t| t.starts_with('/')));
+    let driver_url = with_mode(match mode {
+        _ if sockets_only => "sslmode=disable",
         SslMode::Disable => "sslmode=disable",
         SslMode::Prefer => "sslmode=prefer",
         SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => "sslmode=require",
@@ -167,7 +177,7 @@ pub fn resolve(url: &str, ca_file: Option<&Path>) -> Result<DatabaseTls, String>
     Ok(DatabaseTls {
         mode,
         verify,
-        driver_url: format!("{base}?{}", kept.join("&")),
+        driver_url,
     })
 }
 

@@ -57,6 +57,21 @@ fn require_checks_nothing_but_the_chain_when_a_ca_is_given_as_libpq_does() {
 }
 
 #[test]
+fn over_a_unix_socket_tls_is_not_asked_for_as_in_libpq() {
+    let tls = resolve("postgres://sp@%2Frun%2Fpostgresql/sp?sslmode=require", None).unwrap();
+    assert_eq!(tls.mode, SslMode::Require);
+    assert_eq!(
+        tls.driver_url,
+        "postgres://sp@%2Frun%2Fpostgresql/sp?sslmode=disable"
+    );
+    let tls = resolve("postgres://sp@%2Frun%2Fpostgresql/sp", None).unwrap();
+    assert_eq!(
+        tls.driver_url,
+        "postgres://sp@%2Frun%2Fpostgresql/sp?sslmode=disable"
+    );
+}
+
+#[test]
 fn verifying_modes_without_a_ca_and_conflicting_cas_are_refused() {
     let err = resolve("postgres://db/sp?sslmode=verify-full", None).unwrap_err();
     assert!(err.contains("database_ca_file"), "{err}");
