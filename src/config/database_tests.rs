@@ -165,3 +165,42 @@ fn a_url_the_driver_cannot_read_is_refused_without_echoing_it() {
     assert!(err.contains("nonsense"), "{err}");
     assert!(!err.contains("hunter2"), "{err}");
 }
+
+/// The start-up read of the settings refuses what the rule refuses, naming the file
+/// and the line; a bad `database_ca_file` value too (its default would be no CA).
+#[test]
+fn the_daemon_does_not_start_on_refused_database_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("db.yaml");
+    let cases = [
+        (
+            "saltpeter_config:\n  database_url: postgres://sp:hunter2@192.0.2.1/sp\n",
+            "database_plaintext_ok",
+        ),
+        (
+            "saltpeter_config:\n  database_url: postgres://sp@192.0.2.1/sp?sslmode=verify-full\n  \
+             database_ca_file: ca.pem\n",
+            "not an absolute path",
+        ),
+    ];
+    for (text, expected) in cases {
+        std::fs::write(&file, text).unwrap();
+        let err = crate::config::load_settings(dir.path())
+            .err()
+            .unwrap_or_else(|| panic!("accepted: {text}"))
+            .to_string();
+        assert!(
+            err.contains(expected) && err.contains("db.yaml, line "),
+            "{err}"
+        );
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+    std::fs::write(
+        &file,
+        "saltpeter_config:\n  database_url: postgres://sp@192.0.2.1/sp\n  \
+         database_plaintext_ok: true\n",
+    )
+    .unwrap();
+    let settings = crate::config::load_settings(dir.path()).expect("allowed explicitly");
+    assert!(settings.database_plaintext_ok);
+}
