@@ -191,10 +191,50 @@ pub fn load_settings(dir: &Path) -> Result<SaltpeterConfig, ConfigDirError> {
     }
     let mut ignored = Vec::new();
     let settings = saltpeter::merge_saltpeter(&sections, None, &mut ignored).0;
+    check_database_settings(&sections, &settings, &ignored)?;
     if let Some(key) = &settings.tls_key {
         check_key_file(key)?;
     }
     Ok(settings)
+}
+
+/// The database settings must be right before the daemon starts: a wrong one would
+/// not fall back to anything safe (plain text to a remote database, an unchecked
+/// certificate, or SQLite beside servers that share PostgreSQL). Other keys' errors
+/// are main's to report, and their defaults apply.
+fn check_database_settings(
+    sections: &[Section<'_>],
+    settings: &SaltpeterConfig,
+    diagnostics: &[super::Diagnostic],
+) -> Result<(), ConfigDirError> {
+    let file_error = |file: &Path, pos: Pos, message: String| ConfigDirError::File {
+        path: file.to_path_buf(),
+        at: format!(", line {}", pos.line),
+        message,
+    };
+    for key in ["database_ca_file", "database_plaintext_ok"] {
+        let prefix = format!("`saltpeter_config.{key}`");
+        if let Some(d) = diagnostics
+            .iter()
+            .find(|d| d.severity == super::Severity::Error && d.message.starts_with(&prefix))
+        {
+            let pos = Pos {
+                line: d.line,
+                column: d.column,
+            };
+            return Err(file_error(&d.file, pos, d.message.clone()));
+        }
+    }
+    if let Some(message) = saltpeter::database_problem(settings)
+        && let Some((file, pos)) = saltpeter::key_origin(sections, "database_url")
+    {
+        return Err(file_error(
+            file,
+            pos,
+            format!("saltpeter_config.database_url: {message}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The TLS private key must not be readable by others: refused at start. Readable by a

@@ -35,6 +35,7 @@
 mod cache;
 mod chains;
 mod content;
+pub mod database;
 pub mod export;
 mod files;
 mod identities;

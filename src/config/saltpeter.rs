@@ -20,7 +20,11 @@ use super::yaml::{Node, NodeKind};
 
 pub use super::maintenance::Maintenance;
 pub(crate) use super::maintenance::merge_maintenance;
-use super::saltpeter_values::{read_database_url, read_retention, read_servers};
+pub(crate) use super::saltpeter_values::database_problem;
+use super::saltpeter_values::{
+    read_database_ca_file, read_database_url, read_retention, read_servers,
+};
+use super::yaml::Pos;
 
 /// The wrapper path used when neither the job nor `saltpeter_config` names one.
 pub const DEFAULT_WRAPPER_PATH: &str = "/usr/local/bin/saltpeter-wrapper";
@@ -117,6 +121,11 @@ pub struct SaltpeterConfig {
     /// available setup (docs/ha.md); `None`: SQLite in the state directory. The URL may
     /// carry a password, hence a `Secret`.
     pub database_url: Option<Secret>,
+    /// The CA bundle (PEM) the database server's certificate must chain to
+    /// (`sslmode=verify-ca`/`verify-full`; config/database.rs).
+    pub database_ca_file: Option<PathBuf>,
+    /// Plain text to a database host that is not local is allowed (default: refused).
+    pub database_plaintext_ok: bool,
     /// This server's name among the servers sharing the database (status, `/metrics`,
     /// the leader's record); `None`: the host name.
     pub server_name: Option<String>,
@@ -206,6 +215,8 @@ impl Default for SaltpeterConfig {
             recovery_grace_s: 60,
             database_max_size: 0,
             database_url: None,
+            database_ca_file: None,
+            database_plaintext_ok: false,
             server_name: None,
             servers: Vec::new(),
             admin_group: None,
@@ -266,6 +277,8 @@ pub const STARTUP_ONLY_KEYS: &[&str] = &[
     "max_message_bytes",
     "database_max_size",
     "database_url",
+    "database_ca_file",
+    "database_plaintext_ok",
     "server_name",
 ];
 
@@ -305,6 +318,8 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "recovery_grace",
     "database_max_size",
     "database_url",
+    "database_ca_file",
+    "database_plaintext_ok",
     "server_name",
     "servers",
     "admin_group",
@@ -358,6 +373,8 @@ impl SaltpeterConfig {
             "max_message_bytes" => self.max_message_bytes != newer.max_message_bytes,
             "database_max_size" => self.database_max_size != newer.database_max_size,
             "database_url" => self.database_url != newer.database_url,
+            "database_ca_file" => self.database_ca_file != newer.database_ca_file,
+            "database_plaintext_ok" => self.database_plaintext_ok != newer.database_plaintext_ok,
             "server_name" => self.server_name != newer.server_name,
             _ => false,
         };
@@ -420,6 +437,8 @@ impl SaltpeterConfig {
             "recovery_grace" => self.recovery_grace_s = values::seconds(node)?,
             "database_max_size" => self.database_max_size = values::unsigned(node)?,
             "database_url" => self.database_url = read_database_url(node)?,
+            "database_ca_file" => self.database_ca_file = read_database_ca_file(node)?,
+            "database_plaintext_ok" => self.database_plaintext_ok = values::boolean(node)?,
             "server_name" => self.server_name = values::optional_string(node)?,
             "servers" => self.servers = read_servers(node)?,
             "admin_group" => self.admin_group = values::optional_string(node)?,
@@ -526,6 +545,7 @@ pub(crate) fn merge_saltpeter(
         }
     }
 
+    let url_origin = key_origin(sections, "database_url");
     let mut config = SaltpeterConfig::default();
     let mut good = BTreeMap::new();
     for (key, (file, node)) in merged {
@@ -555,5 +575,30 @@ pub(crate) fn merge_saltpeter(
             }
         }
     }
+    if let (Some(message), Some((file, pos))) = (database_problem(&config), url_origin) {
+        let mut sink = Sink { file, out };
+        sink.push(
+            Severity::Error,
+            pos,
+            None,
+            format!("`saltpeter_config.database_url`: {message}"),
+        );
+    }
     (config, good)
+}
+
+/// The file and position where `key` of `saltpeter_config` is set last (the value that
+/// applies), for a message about a combination of keys.
+pub(crate) fn key_origin<'a>(sections: &[Section<'a>], key: &str) -> Option<(&'a Path, Pos)> {
+    sections
+        .iter()
+        .rev()
+        .find_map(|section| match &section.node.kind {
+            NodeKind::Map(pairs) => pairs
+                .iter()
+                .rev()
+                .find(|(k, _)| k.scalar() == Some(key))
+                .map(|(_, value)| (section.file, value.pos)),
+            _ => None,
+        })
 }

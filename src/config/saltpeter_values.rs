@@ -1,7 +1,9 @@
 //! The `saltpeter_config` values with a shape of their own: `database_url` (never
-//! echoed), `servers` and `retention`.
+//! echoed) and its TLS keys, `servers` and `retention`.
 
-use super::saltpeter::{Retention, Secret};
+use std::path::PathBuf;
+
+use super::saltpeter::{Retention, SaltpeterConfig, Secret};
 use super::values;
 use super::yaml::{Node, NodeKind};
 
@@ -23,6 +25,36 @@ pub(super) fn read_database_url(node: &Node) -> Result<Option<Secret>, String> {
         );
     }
     Ok(Some(Secret::new(url)))
+}
+
+/// `database_ca_file`: an absolute path (its content is checked with the URL, by
+/// [`database_problem`], only when there is a database URL).
+pub(super) fn read_database_ca_file(node: &Node) -> Result<Option<PathBuf>, String> {
+    let Some(text) = values::optional_string(node)? else {
+        return Ok(None);
+    };
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let path = PathBuf::from(text);
+    if !path.is_absolute() {
+        return Err(format!("`{}` is not an absolute path", path.display()));
+    }
+    Ok(Some(path))
+}
+
+/// What is wrong with the database settings taken together (config/database.rs): a
+/// URL whose TLS settings do not resolve, plain text to a host that is not local
+/// without `database_plaintext_ok`, an unreadable CA file. Never holds the URL.
+pub(crate) fn database_problem(sp: &SaltpeterConfig) -> Option<String> {
+    let url = sp.database_url.as_ref()?;
+    super::database::check(
+        url.expose(),
+        sp.database_ca_file.as_deref(),
+        sp.database_plaintext_ok,
+    )
+    .err()
 }
 
 /// `servers`: wrapper URLs (`ws://` or `wss://`), one per server; a comma or a space

@@ -469,14 +469,14 @@ fn database_url_servers_and_server_name_are_read_and_the_url_never_prints() {
     write(
         dir.path(),
         "ha.yaml",
-        "saltpeter_config:\n  database_url: postgres://sp:hunter2@db/sp\n  \
+        "saltpeter_config:\n  database_url: postgres://sp:hunter2@db/sp?sslmode=require\n  \
          server_name: cron-a\n  servers: [ws://a:8889, 'wss://b:8889#sha256=00']\n",
     );
     let config = load(dir.path(), None);
     let sp = &config.saltpeter;
     assert_eq!(
         sp.database_url.as_ref().map(|u| u.expose()),
-        Some("postgres://sp:hunter2@db/sp")
+        Some("postgres://sp:hunter2@db/sp?sslmode=require")
     );
     assert_eq!(sp.server_name.as_deref(), Some("cron-a"));
     assert_eq!(sp.servers, ["ws://a:8889", "wss://b:8889#sha256=00"]);

@@ -21,6 +21,18 @@ pub fn expected_counter() -> String {
 /// A daemon on the database `url`, named `name`, whose wrapper port is `port`; wrappers
 /// are told every port of `ports`.
 pub fn server(url: &str, name: &str, port: u16, ports: &[u16], jobs: &str) -> Daemon {
+    server_with(url, name, port, ports, jobs, "")
+}
+
+/// As [`server`], with `extra` lines (indented keys) added to its `saltpeter_config`.
+pub fn server_with(
+    url: &str,
+    name: &str,
+    port: u16,
+    ports: &[u16],
+    jobs: &str,
+    extra: &str,
+) -> Daemon {
     let servers: Vec<String> = ports
         .iter()
         .map(|p| format!("ws://127.0.0.1:{p}"))
@@ -28,7 +40,7 @@ pub fn server(url: &str, name: &str, port: u16, ports: &[u16], jobs: &str) -> Da
     let ha = format!(
         "saltpeter_config:\n  machines_ws_port: {port}\n  database_url: '{url}'\n  \
          server_name: {name}\n  servers: [{}]\n  recovery_grace: 10\n  api_ws: true\n  \
-         api_ws_port: 0\n  api_token: {}\n",
+         api_ws_port: 0\n  api_token: {}\n{extra}",
         servers.join(", "),
         crate::api::TOKEN
     );

@@ -31,6 +31,7 @@ mod lost_daemon;
 mod maintenance;
 mod notify;
 mod notify_tls;
+mod pg_tls;
 mod queued;
 mod quickstart;
 mod refusals;

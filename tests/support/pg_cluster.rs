@@ -8,6 +8,11 @@
 //! from the test process: when the process exits, however it exits, the pipe closes
 //! and the watchdog stops the server and removes the directory.
 //!
+//! A test of TLS to PostgreSQL takes a cluster of its own with [`private_ssl_cluster`]:
+//! it also listens on 127.0.0.1 (a free port) with `ssl = on` and the certificate the
+//! test made, and its `pg_hba.conf` has `hostssl` lines only, so the server itself
+//! refuses plain text over TCP (the Unix socket stays open to the tests' admin work).
+//!
 //! Binaries are looked for in `$SALTPETER_PG_BINDIR`, `/usr/lib/postgresql/*/bin`
 //! (newest first) and `$PATH`. Without PostgreSQL the tests fail saying what is missing,
 //! unless `SALTPETER_TEST_SKIP` names `postgres` (`components.rs`): then they skip.
@@ -27,6 +32,8 @@ pub struct PgCluster {
     pub bin_dir: PathBuf,
     /// The user the server runs as, when started by root.
     pub run_as: Option<String>,
+    /// The TCP port on 127.0.0.1 (clusters with TLS only); also the socket's port.
+    pub tcp_port: Option<u16>,
     /// Kept open: closing it (process exit) makes the watchdog stop the server.
     _watchdog: Mutex<ChildStdin>,
 }
@@ -62,7 +69,25 @@ pub fn find_bin_dir() -> Option<PathBuf> {
 /// A cluster of the caller's own (for a test that stops and restarts the server),
 /// stopped when dropped; `None` as [`cluster`].
 pub fn private_cluster() -> Option<PgCluster> {
-    match start() {
+    match start(None) {
+        Ok(cluster) => Some(cluster),
+        Err(why) => {
+            skip_or_fail(&why);
+            None
+        }
+    }
+}
+
+/// The server's certificate chain and key, PEM, for [`private_ssl_cluster`].
+pub struct Ssl {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// A cluster of the caller's own with TLS on 127.0.0.1 and `hostssl` only (see the
+/// module's note); `None` as [`cluster`].
+pub fn private_ssl_cluster(ssl: &Ssl) -> Option<PgCluster> {
+    match start(Some(ssl)) {
         Ok(cluster) => Some(cluster),
         Err(why) => {
             skip_or_fail(&why);
@@ -89,7 +114,7 @@ impl Drop for PgCluster {
 /// installed and not required (the caller skips, saying so).
 pub fn cluster() -> Option<&'static PgCluster> {
     static CLUSTER: OnceLock<Result<PgCluster, String>> = OnceLock::new();
-    match CLUSTER.get_or_init(start) {
+    match CLUSTER.get_or_init(|| start(None)) {
         Ok(cluster) => Some(cluster),
         Err(why) => {
             skip_or_fail(why);
@@ -134,7 +159,17 @@ impl PgCluster {
                 b => (b as char).to_string(),
             })
             .collect();
-        format!("postgres://saltpeter@{host}/{database}")
+        match self.tcp_port {
+            Some(port) => format!("postgres://saltpeter@{host}:{port}/{database}"),
+            None => format!("postgres://saltpeter@{host}/{database}"),
+        }
+    }
+
+    /// `postgres://` URL of `database` over TCP to `host` (a cluster with TLS), with
+    /// `params` (`sslmode=…`) as its query.
+    pub fn tcp_url(&self, host: &str, database: &str, params: &str) -> String {
+        let port = self.tcp_port.expect("a cluster with TLS listens on TCP");
+        format!("postgres://saltpeter@{host}:{port}/{database}?{params}")
     }
 
     /// Runs `pg_ctl ARGS` as the server's user.
@@ -157,7 +192,7 @@ impl PgCluster {
     }
 
     pub fn start_again(&self) {
-        let out = self.pg_ctl(&start_args(&self.socket_dir, &self.data_dir));
+        let out = self.pg_ctl(&start_args(&self.socket_dir, &self.data_dir, self.tcp_port));
         assert!(
             out.status.success(),
             "pg_ctl start: {}",
@@ -166,9 +201,17 @@ impl PgCluster {
     }
 }
 
-fn start_args<'a>(socket_dir: &'a Path, data_dir: &'a Path) -> Vec<&'static str> {
+fn start_args<'a>(
+    socket_dir: &'a Path,
+    data_dir: &'a Path,
+    tcp_port: Option<u16>,
+) -> Vec<&'static str> {
+    let listen = match tcp_port {
+        Some(port) => format!("-c listen_addresses=127.0.0.1 -p {port}"),
+        None => "-c listen_addresses=''".to_string(),
+    };
     let options = format!(
-        "-k {} -c listen_addresses='' -c fsync=off -c max_connections=200",
+        "-k {} {listen} -c fsync=off -c max_connections=200",
         socket_dir.display()
     );
     let log = format!(
@@ -200,7 +243,48 @@ fn as_user(user: Option<&str>, program: &Path) -> Command {
     }
 }
 
-fn start() -> Result<PgCluster, String> {
+/// `ssl = on` with `ssl`'s certificate and key (the key 0600, owned by the server's
+/// user, as PostgreSQL demands), and `pg_hba.conf` with `hostssl` lines only.
+fn configure_ssl(data_dir: &Path, run_as: Option<&str>, ssl: &Ssl) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let write = |name: &str, text: &str, mode: u32| -> Result<(), String> {
+        let path = data_dir.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+        if let Some(user) = run_as {
+            let owner = nix::unistd::User::from_name(user)
+                .ok()
+                .flatten()
+                .ok_or(format!("user {user} vanished"))?;
+            nix::unistd::chown(&path, Some(owner.uid), Some(owner.gid))
+                .map_err(|e| format!("chown {}: {e}", path.display()))?;
+        }
+        Ok(())
+    };
+    write("server.crt", &ssl.cert_pem, 0o644)?;
+    write("server.key", &ssl.key_pem, 0o600)?;
+    write(
+        "pg_hba.conf",
+        "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n",
+        0o600,
+    )?;
+    let conf = data_dir.join("postgresql.conf");
+    let mut text =
+        std::fs::read_to_string(&conf).map_err(|e| format!("{}: {e}", conf.display()))?;
+    text.push_str("\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
+    std::fs::write(&conf, text).map_err(|e| format!("{}: {e}", conf.display()))
+}
+
+/// A free TCP port on 127.0.0.1 (free when asked; the server binds it right after).
+fn free_tcp_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free TCP port: {e}"))
+}
+
+fn start(ssl: Option<&Ssl>) -> Result<PgCluster, String> {
     if components::skipped("postgres") {
         return Err("SALTPETER_TEST_SKIP names postgres".to_string());
     }
@@ -254,6 +338,13 @@ fn start() -> Result<PgCluster, String> {
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
+    let tcp_port = match ssl {
+        Some(ssl) => {
+            configure_ssl(&data_dir, run_as.as_deref(), ssl)?;
+            Some(free_tcp_port()?)
+        }
+        None => None,
+    };
     // The watchdog: stops the server and removes the directory when our end of its
     // stdin closes, that is when this process exits.
     let pg_ctl = bin_dir.join("pg_ctl");
@@ -286,9 +377,14 @@ fn start() -> Result<PgCluster, String> {
         data_dir,
         bin_dir,
         run_as,
+        tcp_port,
         _watchdog: Mutex::new(stdin),
     };
-    let out = cluster.pg_ctl(&start_args(&cluster.socket_dir, &cluster.data_dir));
+    let out = cluster.pg_ctl(&start_args(
+        &cluster.socket_dir,
+        &cluster.data_dir,
+        cluster.tcp_port,
+    ));
     if !out.status.success() {
         let log = std::fs::read_to_string(base.join("server.log")).unwrap_or_default();
         return Err(format!(

@@ -476,7 +476,11 @@ fn open_storage(args: &RoleArgs) -> Result<(Box<dyn Storage>, Option<String>), R
             .as_ref()
             .and_then(|c| c.server_name.clone())
             .unwrap_or_else(lease::host_name);
-        return match pg::PgStore::connect_as(url.expose(), Some(&name)) {
+        return match pg::PgStore::connect_as(
+            url.expose(),
+            config.as_ref().and_then(|c| c.database_ca_file.as_deref()),
+            Some(&name),
+        ) {
             Ok(store) => {
                 log::info!("database {}", store.shown_url());
                 Ok((Box::new(store), Some(name)))

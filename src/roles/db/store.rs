@@ -167,7 +167,7 @@ pub enum StoreError {
     #[error("could not {op}: {reason}")]
     Invalid { op: Op, reason: String },
     /// A PostgreSQL statement failed (`pg/`).
-    #[error("could not {op}: {source}")]
+    #[error("could not {op}: {}", crate::config::database::with_causes(source))]
     Postgres { op: Op, source: postgres::Error },
     /// The PostgreSQL database cannot be used (unreachable, foreign, too new); the message
     /// names the database by its URL without any password.

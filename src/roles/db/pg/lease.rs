@@ -6,7 +6,9 @@
 //! The db loop asks [`Lease::hold`] every second; a holder checks that its connection
 //! still answers, the others try the lock (`pg_try_advisory_lock`, which never waits).
 
-use postgres::{Client, NoTls};
+use postgres::Client;
+
+use super::tls::PgTls;
 
 use super::super::store::{Op, StoreError};
 
@@ -20,14 +22,16 @@ pub const LEADER_LOCK: i64 = 0x5350_4c44;
 
 pub(super) struct Lease {
     config: postgres::Config,
+    tls: PgTls,
     conn: Option<Client>,
     held: bool,
 }
 
 impl Lease {
-    pub fn new(config: postgres::Config) -> Lease {
+    pub fn new(config: postgres::Config, tls: PgTls) -> Lease {
         Lease {
             config,
+            tls,
             conn: None,
             held: false,
         }
@@ -42,7 +46,7 @@ impl Lease {
             self.conn = None;
             let mut client = self
                 .config
-                .connect(NoTls)
+                .connect(self.tls.clone())
                 .map_err(|source| StoreError::Postgres { op, source })?;
             // The server must notice a leader whose host died (no FIN ever comes): with
             // these, it ends the session, and so the lease, within about 15 s instead

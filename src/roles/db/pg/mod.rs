@@ -15,6 +15,10 @@
 //! 4. The leader lease (`lease`) is a session advisory lock on a connection of its own:
 //!    a daemon that dies, or loses the database, loses its connection and so its lease.
 //!
+//! 5. TLS (`tls`): `sslmode` and the CA (`database_ca_file`, `sslrootcert`) as
+//!    `config::database` resolves them, through rustls; every connection, the lease's
+//!    too, goes through the same connector.
+//!
 //! The URL may carry a password: it is only ever shown through [`redact`].
 
 mod deliveries;
@@ -23,15 +27,17 @@ mod lease;
 mod output;
 mod runs;
 pub mod schema;
+pub mod tls;
 mod wrappers;
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
 use postgres::error::SqlState;
 use postgres::types::{FromSql, ToSql};
-use postgres::{Client, NoTls, Row, Statement};
+use postgres::{Client, Row, Statement};
 
 use super::store::{Op, StoreError};
 use crate::wire::db::{EventFilter, EventRecord, NewEvent};
@@ -57,12 +63,9 @@ pub fn redact(url: &str) -> String {
         // Key-value form: hide a `password=` value.
         return url
             .split_whitespace()
-            .map(|kv| {
-                if kv.starts_with("password=") {
-                    "password=***"
-                } else {
-                    kv
-                }
+            .map(|kv| match kv.split_once('=') {
+                Some((key, _)) if key.ends_with("password") => format!("{key}=***"),
+                _ => kv.to_string(),
             })
             .collect::<Vec<_>>()
             .join(" ");
@@ -82,12 +85,10 @@ pub fn redact(url: &str) -> String {
         Some((path, query)) => {
             let query: Vec<String> = query
                 .split('&')
-                .map(|kv| {
-                    if kv.starts_with("password=") {
-                        "password=***".to_string()
-                    } else {
-                        kv.to_string()
-                    }
+                .map(|kv| match kv.split_once('=') {
+                    // `password`, and libpq's `sslpassword` (the client key's).
+                    Some((key, _)) if key.ends_with("password") => format!("{key}=***"),
+                    _ => kv.to_string(),
                 })
                 .collect();
             format!("{path}?{}", query.join("&"))
@@ -206,6 +207,7 @@ impl PgSelect {
 /// The PostgreSQL database of the `db` role.
 pub struct PgStore {
     config: postgres::Config,
+    tls: tls::PgTls,
     /// The URL without its password.
     shown: String,
     /// `None` while the database is unreachable (connected again at the next batch).
@@ -219,15 +221,25 @@ pub struct PgStore {
 impl PgStore {
     /// Connects to `url` and brings the schema to the version of this build.
     pub fn connect(url: &str) -> Result<PgStore, StoreError> {
-        PgStore::connect_as(url, None)
+        PgStore::connect_as(url, None, None)
     }
 
-    /// As [`PgStore::connect`], the connections named after `server` in
-    /// `pg_stat_activity` (`saltpeter-db SERVER`).
-    pub fn connect_as(url: &str, server: Option<&str>) -> Result<PgStore, StoreError> {
+    /// As [`PgStore::connect`], with the CA of `database_ca_file`, the connections named
+    /// after `server` in `pg_stat_activity` (`saltpeter-db SERVER`).
+    pub fn connect_as(
+        url: &str,
+        ca_file: Option<&Path>,
+        server: Option<&str>,
+    ) -> Result<PgStore, StoreError> {
         let shown = redact(url);
-        let mut config = postgres::Config::from_str(url).map_err(|e| {
-            StoreError::Unusable(format!("database_url {shown} is not a valid URL: {e}"))
+        let unusable = |e: String| StoreError::Unusable(format!("database_url {shown}: {e}"));
+        let settings = crate::config::database::resolve(url, ca_file).map_err(unusable)?;
+        let tls = tls::PgTls::new(&settings).map_err(unusable)?;
+        let mut config = postgres::Config::from_str(&settings.driver_url).map_err(|e| {
+            StoreError::Unusable(format!(
+                "database_url {shown} is not a valid URL: {}",
+                crate::config::database::with_causes(&e)
+            ))
         })?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
@@ -244,8 +256,9 @@ impl PgStore {
         config.keepalives(true);
         config.keepalives_idle(KEEPALIVE_IDLE);
         let mut store = PgStore {
-            lease: lease::Lease::new(config.clone()),
+            lease: lease::Lease::new(config.clone(), tls.clone()),
             config,
+            tls,
             shown,
             client: None,
             cache: HashMap::new(),
@@ -263,10 +276,11 @@ impl PgStore {
     }
 
     fn open(&self) -> Result<Client, StoreError> {
-        self.config.connect(NoTls).map_err(|e| {
+        self.config.connect(self.tls.clone()).map_err(|e| {
             StoreError::Unusable(format!(
-                "could not connect to the database {}: {e}",
-                self.shown
+                "could not connect to the database {}: {}",
+                self.shown,
+                crate::config::database::with_causes(&e)
             ))
         })
     }

@@ -177,7 +177,10 @@ pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 /// Identifies the database and brings its schema to [`SCHEMA_VERSION`].
 pub(super) fn prepare(client: &mut Client, shown: &str) -> Result<(), StoreError> {
     let failed = |what: &str, e: postgres::Error| {
-        StoreError::Unusable(format!("could not {what} of the database {shown}: {e}"))
+        StoreError::Unusable(format!(
+            "could not {what} of the database {shown}: {}",
+            crate::config::database::with_causes(&e)
+        ))
     };
     let mut tx = client
         .transaction()
@@ -243,7 +246,8 @@ pub(super) fn prepare(client: &mut Client, shown: &str) -> Result<(), StoreError
         let version = index as i32 + 1;
         tx.batch_execute(sql).map_err(|e| {
             StoreError::Unusable(format!(
-                "could not migrate the database {shown} to schema version {version}: {e}"
+                "could not migrate the database {shown} to schema version {version}: {}",
+                crate::config::database::with_causes(&e)
             ))
         })?;
         tx.execute("UPDATE saltpeter_schema SET version = $1", &[&version])

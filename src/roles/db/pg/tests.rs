@@ -33,6 +33,17 @@ fn passwords_never_show() {
         redact("host=/run password=x user=sp"),
         "host=/run password=*** user=sp"
     );
+    assert_eq!(
+        redact(
+            "postgres://sp:s3cret@db/x?sslmode=verify-full&sslrootcert=/etc/ca.pem&sslpassword=k3y"
+        ),
+        "postgres://sp:***@db/x?sslmode=verify-full&sslrootcert=/etc/ca.pem&sslpassword=***",
+        "the TLS parameters"
+    );
+    assert_eq!(
+        redact("host=/run sslpassword=k3y"),
+        "host=/run sslpassword=***"
+    );
     assert_eq!(redact("postgres://db/x"), "postgres://db/x");
     assert!(is_postgres_url("postgresql://x") && !is_postgres_url("/var/lib/x.db"));
 }
