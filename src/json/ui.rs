@@ -285,6 +285,7 @@ mod tests {
                 exit_code: None,
                 started,
                 ended: None,
+                suspended: false,
             },
             finished: false,
             last_heartbeat: Some(1_000),

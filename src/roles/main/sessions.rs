@@ -183,8 +183,13 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
             log::debug!("run {run}: command started on {machine} (pid {pid})");
             transition(core, run, &machine, |t| t.command_started(now_ms()));
         }
-        HubRequest::WrapperHeartbeat { conn } => {
-            touch(core, conn);
+        HubRequest::WrapperHeartbeat { conn, suspended } => {
+            let Some((run, machine)) = touch(core, conn) else {
+                return;
+            };
+            if let Some(suspended) = suspended {
+                transition(core, run, &machine, |t| t.wrapper_reports(conn, suspended));
+            }
         }
         HubRequest::WrapperOutput {
             conn,
