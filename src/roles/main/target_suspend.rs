@@ -108,3 +108,137 @@ fn order(conn: ConnId, suspend: bool) -> Effect {
         Effect::Resume(conn)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::SuspendReport;
+    use crate::roles::main::target::{Credential, Effect, Target};
+    use crate::wire::records::{TargetReason, TargetRecord, TargetState};
+
+    const CAPABLE: SuspendReport = SuspendReport {
+        capable: true,
+        suspended: false,
+    };
+
+    /// A target whose wrapper (capable or not) said hello on connection 1 and started.
+    fn running(capable: bool) -> Target {
+        let mut t = Target::new(0);
+        t.launch();
+        t.hello(Instant::now(), 1, Credential::LaunchToken { valid: true })
+            .expect("welcome");
+        let report = SuspendReport {
+            capable,
+            suspended: false,
+        };
+        assert!(t.wrapper_hello(1, report).is_empty());
+        t.command_started(1_000);
+        t
+    }
+
+    #[test]
+    fn suspend_and_resume_are_sent_stored_and_shown() {
+        let mut t = running(true);
+        assert_eq!(
+            t.set_suspended(true),
+            Ok(vec![Effect::StoreSuspended(true), Effect::Suspend(1)])
+        );
+        assert!(t.record("m").suspended, "shown");
+        assert_eq!(t.state(), TargetState::Running, "still running");
+        // Again: said again to the wrapper, nothing stored.
+        assert_eq!(t.set_suspended(true), Ok(vec![Effect::Suspend(1)]));
+        assert_eq!(
+            t.set_suspended(false),
+            Ok(vec![Effect::StoreSuspended(false), Effect::Resume(1)])
+        );
+        assert!(!t.record("m").suspended);
+    }
+
+    #[test]
+    fn an_older_wrapper_or_a_command_not_running_is_refused() {
+        let mut old = running(false);
+        let why = old.set_suspended(true).expect_err("older wrapper");
+        assert!(why.contains("older build"), "{why}");
+        assert!(!old.suspended);
+        let mut staged = Target::new(0);
+        staged.launch();
+        staged
+            .hello(Instant::now(), 1, Credential::LaunchToken { valid: true })
+            .expect("welcome");
+        staged.wrapper_hello(1, CAPABLE);
+        let why = staged.set_suspended(true).expect_err("not started");
+        assert!(why.contains("not running"), "{why}");
+        let mut done = running(true);
+        done.finish(TargetReason::Exit, Some(0), 2_000);
+        assert!(done.set_suspended(true).is_err(), "decided");
+    }
+
+    #[test]
+    fn the_outcome_clears_the_flag() {
+        let mut t = running(true);
+        t.set_suspended(true).expect("suspend");
+        let effects = t.finish(TargetReason::Killed, Some(143), 2_000);
+        assert!(!t.suspended);
+        assert!(!t.record("m").suspended);
+        assert_eq!(
+            effects.len(),
+            1,
+            "the outcome is recorded (with the flag off)"
+        );
+    }
+
+    #[test]
+    fn the_stored_wish_wins_over_what_the_wrapper_reports() {
+        let mut t = running(true);
+        t.set_suspended(true).expect("suspend");
+        // A heartbeat sent before the wrapper acted: the wish is sent again.
+        assert_eq!(t.wrapper_reports(1, false), [Effect::Suspend(1)]);
+        assert!(t.wrapper_reports(1, true).is_empty(), "agreed");
+        // Another connection's word does not count.
+        assert!(t.wrapper_reports(7, false).is_empty());
+        t.set_suspended(false).expect("resume");
+        assert_eq!(t.wrapper_reports(1, true), [Effect::Resume(1)]);
+    }
+
+    #[test]
+    fn a_suspended_target_restored_after_a_restart_stays_suspended() {
+        let record = TargetRecord {
+            machine: "m".into(),
+            state: TargetState::Running,
+            reason: None,
+            exit_code: None,
+            started: Some(1_000),
+            ended: None,
+            suspended: true,
+        };
+        let now = Instant::now();
+        let mut t = Target::restored(
+            &record,
+            true,
+            Some("h".into()),
+            0,
+            now,
+            Duration::from_secs(30),
+        );
+        assert!(t.record("m").suspended, "shown as stored");
+        // A resume while its wrapper is away is kept for its hello.
+        assert_eq!(
+            t.set_suspended(false),
+            Ok(vec![Effect::StoreSuspended(false)])
+        );
+        t.set_suspended(true).expect("suspend again");
+        let welcomed = t
+            .hello(now, 5, Credential::ResumeKey { valid: true })
+            .expect("welcome");
+        assert!(welcomed.effects.is_empty());
+        // The wrapper says it is suspended: agreed, nothing to send.
+        let report = SuspendReport {
+            capable: true,
+            suspended: true,
+        };
+        assert!(t.wrapper_hello(5, report).is_empty());
+        // One that says it runs is suspended again.
+        assert_eq!(t.wrapper_hello(5, CAPABLE), [Effect::Suspend(5)]);
+    }
+}
