@@ -1,0 +1,56 @@
+//! The `suspended` flag of a target on both backends (a check of `storage_tests`): stored,
+//! read back in every shape a target is read in (runs, run details for recovery), and
+//! cleared by a new attempt.
+
+use super::super::Storage;
+use crate::roles::db::store::tests::new_run;
+use crate::wire::db::TargetUpdate;
+use crate::wire::records::{RunState, TargetState};
+
+pub fn a_suspended_target_is_stored_and_read_back(s: &mut dyn Storage) {
+    let run = s
+        .create_run(&new_run("j", Some(1_000), RunState::Running, &["m1", "m2"]))
+        .unwrap()
+        .unwrap();
+    let suspend = |suspended| TargetUpdate {
+        suspended: Some(suspended),
+        ..Default::default()
+    };
+    s.update_target(
+        run,
+        "m1",
+        &TargetUpdate {
+            state: Some(TargetState::Running),
+            ..suspend(true)
+        },
+    )
+    .unwrap();
+    let record = s.get_run(run).unwrap().unwrap();
+    let flags: Vec<bool> = record.targets.iter().map(|t| t.suspended).collect();
+    assert_eq!(flags, [true, false]);
+    // Recovery reads it back with the session details.
+    let in_flight = s.in_flight_details().unwrap();
+    let (_, details) = &in_flight[0];
+    assert!(
+        details
+            .iter()
+            .any(|d| d.record.machine == "m1" && d.record.suspended)
+    );
+    // Other updates leave it alone; a resume clears it.
+    s.update_target(
+        run,
+        "m1",
+        &TargetUpdate {
+            last_seen: Some(5),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(s.get_run(run).unwrap().unwrap().targets[0].suspended);
+    s.update_target(run, "m1", &suspend(false)).unwrap();
+    assert!(!s.get_run(run).unwrap().unwrap().targets[0].suspended);
+    // A new attempt starts not suspended.
+    s.update_target(run, "m2", &suspend(true)).unwrap();
+    s.retry_target(run, "m2", 2).unwrap();
+    assert!(!s.get_run(run).unwrap().unwrap().targets[1].suspended);
+}
