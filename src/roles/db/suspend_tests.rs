@@ -54,3 +54,63 @@ pub fn a_suspended_target_is_stored_and_read_back(s: &mut dyn Storage) {
     s.retry_target(run, "m2", 2).unwrap();
     assert!(!s.get_run(run).unwrap().unwrap().targets[1].suspended);
 }
+
+/// A version 6 database with a running target: after the migration to 7 it reads back
+/// not suspended, and can be suspended.
+fn migrated_from_version_6(s: &mut dyn Storage) {
+    let record = s.get_run(1).unwrap().expect("the run of version 6");
+    assert_eq!(record.targets[0].state, TargetState::Running);
+    assert!(!record.targets[0].suspended);
+    let update = TargetUpdate {
+        suspended: Some(true),
+        ..Default::default()
+    };
+    s.update_target(1, "m1", &update).unwrap();
+    assert!(s.get_run(1).unwrap().unwrap().targets[0].suspended);
+}
+
+/// The rows of a run with one running target, as version 6 wrote them.
+const VERSION_6_ROWS: &str = "
+INSERT INTO runs (id, job, slot, trigger, state, created) VALUES (1, 'j', 1000, 'schedule', 'running', 1);
+INSERT INTO targets (run_id, machine, state, started) VALUES (1, 'm1', 'running', 2);
+";
+
+#[test]
+fn sqlite_a_version_6_database_gets_the_flag() {
+    use crate::roles::db::schema::{APPLICATION_ID, MIGRATIONS};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("saltpeter.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        for sql in &MIGRATIONS[..6] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.execute_batch(VERSION_6_ROWS).unwrap();
+        conn.pragma_update(None, "user_version", 6).unwrap();
+        conn.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+    }
+    let mut store = crate::roles::db::store::Store::open(&path).unwrap();
+    migrated_from_version_6(&mut store);
+}
+
+#[test]
+fn postgres_a_version_6_database_gets_the_flag() {
+    use crate::roles::db::pg::schema::MIGRATIONS;
+    let Some(url) = crate::roles::db::pg_cluster::fresh_database() else {
+        return;
+    };
+    let mut admin = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    admin
+        .batch_execute(
+            "CREATE TABLE saltpeter_schema (application TEXT NOT NULL, version INTEGER NOT NULL);
+             INSERT INTO saltpeter_schema VALUES ('saltpeter', 6);",
+        )
+        .unwrap();
+    for sql in &MIGRATIONS[..6] {
+        admin.batch_execute(sql).unwrap();
+    }
+    admin.batch_execute(VERSION_6_ROWS).unwrap();
+    let mut store = crate::roles::db::pg::PgStore::connect(&url).unwrap_or_else(|e| panic!("{e}"));
+    migrated_from_version_6(&mut store);
+}
