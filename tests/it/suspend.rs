@@ -281,3 +281,93 @@ fn a_run_suspended_across_a_daemon_restart_stays_suspended_and_resumes() {
     assert_eq!(r["state"], "succeeded", "{r}\n{}", d.log_text());
     assert!(d.output(run, "rs-a").contains("done-sp-restart-sus"));
 }
+
+#[test]
+fn suspend_and_resume_over_the_api_need_the_operator_role_and_are_audited_by_name() {
+    use sha2::{Digest, Sha256};
+    let sha = |t: &str| -> String {
+        Sha256::digest(t.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let (viewer, operator) = ("sus-viewer-token", "sus-operator-token");
+    let config = format!(
+        "saltpeter_config:\n  api_ws: true\n  api_ws_port: 0\n  heartbeat: 1\n  \
+         pickup_timeout: 5\n  hello_timeout: 2\n  api_tokens:\n    \
+         - {{name: vera, role: viewer, token_sha256: {}}}\n    \
+         - {{name: otto, role: operator, token_sha256: {}}}\n",
+        sha(viewer),
+        sha(operator)
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stop = dir.path().join("stop");
+    let jobs = format!(
+        "api_sus:\n  schedule: '@yearly'\n  targets: [as-a, as-b]\n  command: {}\n",
+        busy_until("sp-api-sus", &stop)
+    );
+    let (d, port) = crate::api::start_with(&config, &jobs);
+    let call = |method: &str, path: &str, token: &str| {
+        let auth = format!("Bearer {token}");
+        crate::api::client::request(port, method, path, &[("Authorization", &auth)], b"")
+    };
+    let run = d.run_now("api_sus");
+    wait_until("both running", HANG, || {
+        let r = d.run_record(run);
+        ["as-a", "as-b"]
+            .iter()
+            .all(|m| target(&r, m)["state"] == "running")
+            .then_some(())
+    });
+
+    let refused = call("POST", &format!("/api/v1/runs/{run}/suspend"), viewer);
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    let done = call(
+        "POST",
+        &format!("/api/v1/runs/{run}/targets/as-a/suspend"),
+        operator,
+    );
+    assert_eq!(done.status, 200, "{}", done.text());
+    assert!(
+        done.text().contains("suspend sent to 1 target"),
+        "{}",
+        done.text()
+    );
+    let shown = call("GET", &format!("/api/v1/runs/{run}"), viewer).json();
+    let flags: Vec<(Value, Value)> = ["as-a", "as-b"]
+        .iter()
+        .map(|m| {
+            let t = target(&shown, m);
+            (t["state"].clone(), t["suspended"].clone())
+        })
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            (Value::from("running"), Value::Bool(true)),
+            (Value::from("running"), Value::Bool(false))
+        ],
+        "{shown}"
+    );
+    let resumed = call("POST", &format!("/api/v1/runs/{run}/resume"), operator);
+    assert_eq!(resumed.status, 200, "{}", resumed.text());
+    assert_eq!(
+        call("POST", "/api/v1/runs/99999/suspend", operator).status,
+        404
+    );
+    assert_eq!(
+        call("GET", &format!("/api/v1/runs/{run}/suspend"), operator).status,
+        405
+    );
+    let events = d
+        .ctl_json(&["events", "--run", &run.to_string()])
+        .to_string();
+    for asked in ["suspend_requested", "resume_requested"] {
+        assert!(events.contains(asked), "{events}");
+    }
+    assert!(events.contains("(by api:otto)"), "{events}");
+
+    std::fs::write(&stop, "").expect("stop file");
+    let r = d.wait_run_final(run);
+    assert_eq!(r["state"], "succeeded", "{r}");
+}
