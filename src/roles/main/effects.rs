@@ -42,6 +42,8 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                     },
                     DbWait::Write("a target's suspension"),
                 );
+                // The dashboard shows the flag at once.
+                super::ui::run_changed(core, run);
             }
             Effect::Ack(conn, seq) => core.to_wrapper(conn, ServerMsg::Ack { seq }),
             Effect::Done(conn) => core.to_wrapper(conn, ServerMsg::Done {}),
