@@ -371,3 +371,57 @@ fn suspend_and_resume_over_the_api_need_the_operator_role_and_are_audited_by_nam
     let r = d.wait_run_final(run);
     assert_eq!(r["state"], "succeeded", "{r}");
 }
+
+#[test]
+fn a_target_whose_wrapper_cannot_suspend_is_refused_with_a_clear_message() {
+    // No real wrapper (`/bin/true` is launched instead): this test plays an older wrapper,
+    // whose hello advertises no capability.
+    let jobs = "old_wrapper:\n  schedule: '@yearly'\n  targets: [ow1]\n  \
+                wrapper_path: /bin/true\n  command: 'sleep 60'\n";
+    let d = Daemon::start(&[("01-fast.yaml", FAST), ("jobs.yaml", jobs)]);
+    let run = d.run_now("old_wrapper");
+    let secret = saltpeter::roles::main::tokens::Secret::load_or_create(
+        &d.state_dir().join("server.secret"),
+    )
+    .expect("secret");
+    let send = |ws: &mut tungstenite::WebSocket<std::net::TcpStream>, v: Value| {
+        ws.send(tungstenite::Message::text(v.to_string()))
+            .expect("send");
+    };
+    let mut ws = wrapper_ws(d.wrapper_port());
+    send(
+        &mut ws,
+        serde_json::json!({"type": "hello", "v": 1, "run": run, "machine": "ow1",
+            "token": secret.launch_token(run, "ow1", 1), "wrapper_version": "0.0.1-old",
+            "pid": 1, "resume_from": null}),
+    );
+    let welcome = next_json(&mut ws).expect("welcome");
+    assert_eq!(welcome["type"], "welcome", "{welcome}");
+    send(
+        &mut ws,
+        serde_json::json!({"type": "started", "pid": 1, "at": 0}),
+    );
+    wait_until("running", HANG, || {
+        (target(&d.run_record(run), "ow1")["state"] == "running").then_some(())
+    });
+    let out = d.ctl(&["suspend", &run.to_string()]);
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("older build without suspend"), "{said}");
+    assert!(!suspended_flag(&d, run, "ow1"));
+    // It never hears of suspension: the next messages are the end of its run.
+    send(
+        &mut ws,
+        serde_json::json!({"type": "exited", "end_seq": 0, "code": 0, "signal": null,
+            "reason": "exit", "at": 0}),
+    );
+    loop {
+        let msg = next_json(&mut ws).expect("done");
+        assert_ne!(msg["type"], "suspend", "{msg}");
+        if msg["type"] == "done" {
+            break;
+        }
+    }
+    let r = d.wait_run_final(run);
+    assert_eq!(r["state"], "succeeded", "{r}");
+}
