@@ -349,6 +349,13 @@ fn suspend_and_resume_over_the_api_need_the_operator_role_and_are_audited_by_nam
         ],
         "{shown}"
     );
+    let metrics = call("GET", "/metrics", viewer).text();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "saltpeter_targets_suspended 1"),
+        "{metrics}"
+    );
     let resumed = call("POST", &format!("/api/v1/runs/{run}/resume"), operator);
     assert_eq!(resumed.status, 200, "{}", resumed.text());
     assert_eq!(
