@@ -210,6 +210,8 @@ fn connect(addr: SocketAddr, launch: Launch) -> Result<Conn, String> {
         resume_from: None,
         wrapper_sha256: None,
         wrapper_path: None,
+        capabilities: Vec::new(),
+        suspended: false,
     };
     send_json(&mut conn, &hello);
     Ok(conn)
@@ -340,7 +342,13 @@ pub fn run(
         for i in beats.due(now) {
             let c = &mut conns[i];
             if c.welcomed && !c.closed {
-                send_json(c, &WrapperMsg::Heartbeat { at: now_ms() });
+                send_json(
+                    c,
+                    &WrapperMsg::Heartbeat {
+                        at: now_ms(),
+                        suspended: false,
+                    },
+                );
                 outcome.heartbeats += 1;
             }
         }

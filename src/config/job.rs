@@ -58,6 +58,9 @@ pub struct Job {
     /// Seconds an unreachable (255) target waits for its minion to come back
     /// (`retry_unreachable`); `0`: it is final at once.
     pub retry_unreachable_s: u64,
+    /// Whether a suspended target's timeout keeps counting (`timeout_counts_suspended`,
+    /// default true); with false its deadline moves by the time it was suspended.
+    pub timeout_counts_suspended: bool,
     /// `after: {job, on}`: also run when a run of another job ends (a chain).
     pub after: Option<After>,
     /// The job has a schedule of its own; a chained job without one has a schedule that
@@ -159,6 +162,7 @@ impl Job {
             "retries": self.retries,
             "retry_delay": self.retry_delay_s,
             "retry_unreachable": self.retry_unreachable_s,
+            "timeout_counts_suspended": self.timeout_counts_suspended,
             "notify": self.notify.as_ref().map(|rules| {
                 rules.iter().map(super::notify::NotifyRule::redacted_json).collect::<Vec<_>>()
             }),
@@ -200,6 +204,7 @@ impl fmt::Debug for Job {
             .field("retries", &self.retries)
             .field("retry_delay_s", &self.retry_delay_s)
             .field("retry_unreachable_s", &self.retry_unreachable_s)
+            .field("timeout_counts_suspended", &self.timeout_counts_suspended)
             .field("after", &self.after)
             .field("scheduled", &self.scheduled)
             .finish()

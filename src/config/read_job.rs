@@ -59,6 +59,7 @@ pub(crate) const JOB_KEYS: &[&str] = &[
     "retries",
     "retry_delay",
     "retry_unreachable",
+    "timeout_counts_suspended",
     "hard_timeout",
     "soft_timeout",
     "utc",
@@ -201,6 +202,9 @@ pub(crate) fn read_job(
             Ok(s)
         })
         .unwrap_or(0);
+    let timeout_counts_suspended = get("timeout_counts_suspended")
+        .and_then(|n| reader.read(n, values::boolean))
+        .unwrap_or(true);
 
     match (schedule, command, targets) {
         (Some(schedule), Some(command), Some(targets)) if reader.errors.is_empty() => Ok(Job {
@@ -234,6 +238,7 @@ pub(crate) fn read_job(
             retries,
             retry_delay_s,
             retry_unreachable_s,
+            timeout_counts_suspended,
             after,
             scheduled,
         }),

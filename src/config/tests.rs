@@ -82,6 +82,10 @@ fn a_minimal_job_gets_every_default() {
         (Overlap::Forbid, Missed::Skip, 3600)
     );
     assert_eq!((j.splay_s, j.enabled), (0, true));
+    assert!(
+        j.timeout_counts_suspended,
+        "the timeout counts while suspended"
+    );
     assert_eq!(
         j.output_limit,
         OutputLimit {
@@ -522,4 +526,26 @@ two:
     assert_eq!(job(&config, "one").command, "own");
     assert_eq!(job(&config, "two").command, "base");
     assert_eq!(job(&config, "two").target_expr, "web*");
+}
+
+#[test]
+fn timeout_counts_suspended_is_a_boolean() {
+    let dir = tempdir();
+    let text = MINIMAL.to_string() + "  timeout_counts_suspended: false\n";
+    write(dir.path(), "nightly.yaml", &text);
+    let config = load(dir.path(), None);
+    assert!(config.diagnostics.is_empty(), "{:#?}", config.diagnostics);
+    assert!(!job(&config, "backup").timeout_counts_suspended);
+    let text = MINIMAL.to_string() + "  timeout_counts_suspended: sometimes\n";
+    write(dir.path(), "nightly.yaml", &text);
+    let config = load(dir.path(), None);
+    assert!(
+        config
+            .diagnostics
+            .iter()
+            .any(|d| d.to_string().contains("timeout_counts_suspended")
+                || d.to_string().contains("sometimes")),
+        "{:#?}",
+        config.diagnostics
+    );
 }

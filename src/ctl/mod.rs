@@ -207,8 +207,20 @@ pub enum Command {
         #[arg(long)]
         until: Option<String>,
     },
-    /// Resume a paused job (and cancel its pending skips).
-    Resume { job: String },
+    /// Resume a paused job (and cancel its pending skips), or a suspended run: WHAT is a
+    /// run id when it is a number (then MACHINE resumes only that target).
+    Resume {
+        /// A job name, or the id of a suspended run.
+        what: String,
+        /// With a run id: only this target.
+        machine: Option<String>,
+        /// WHAT is a job name even when it is a number.
+        #[arg(long)]
+        job: bool,
+    },
+    /// Suspend a running run (or one of its targets): its commands are stopped (SIGSTOP)
+    /// until `resume RUN [MACHINE]`.
+    Suspend { run: u64, machine: Option<String> },
     /// Skip the next slot(s) of a job: recorded as skipped instead of running.
     Skip {
         job: String,
@@ -486,9 +498,22 @@ fn run(cli: Cli) -> CtlResult {
             limit,
         } => return deliveries::run(socket, job, run, state, limit, json),
         Command::Pause { job, until } => return jobctl::pause(socket, job, until, json),
-        Command::Resume { job } => {
-            return jobctl::run(socket, crate::wire::admin::JobControl::Resume { job }, json);
-        }
+        Command::Resume { what, machine, job } => match resume_target(what, machine, job)? {
+            Resumed::Job(job) => {
+                let change = crate::wire::admin::JobControl::Resume { job };
+                return jobctl::run(socket, change, json);
+            }
+            Resumed::Run { run, machine } => AdminRequest::Suspend {
+                run,
+                machine,
+                suspend: false,
+            },
+        },
+        Command::Suspend { run, machine } => AdminRequest::Suspend {
+            run,
+            machine,
+            suspend: true,
+        },
         Command::Skip { job, next } => {
             let change = crate::wire::admin::JobControl::Skip { job, next };
             return jobctl::run(socket, change, json);
@@ -500,4 +525,56 @@ fn run(cli: Cli) -> CtlResult {
     let mut client = client::Client::connect(socket)?;
     let response = client.request(&request)?;
     render::response(response, json)
+}
+
+/// What `resume WHAT [MACHINE]` names.
+#[derive(Debug, PartialEq, Eq)]
+enum Resumed {
+    Job(String),
+    Run { run: u64, machine: Option<String> },
+}
+
+/// `resume`: a number is a run (unless `--job`), anything else a job; a machine goes only
+/// with a run.
+fn resume_target(
+    what: String,
+    machine: Option<String>,
+    job: bool,
+) -> Result<Resumed, (i32, String)> {
+    match what.parse::<u64>() {
+        Ok(run) if !job => Ok(Resumed::Run { run, machine }),
+        _ if machine.is_some() => Err((
+            EXIT_USAGE,
+            format!(
+                "resume {what} {}: a machine goes with a run id (a number), not with a job",
+                machine.unwrap_or_default()
+            ),
+        )),
+        _ => Ok(Resumed::Job(what)),
+    }
+}
+
+#[cfg(test)]
+mod resume_tests {
+    use super::{Resumed, resume_target};
+
+    #[test]
+    fn resume_takes_a_number_for_a_run_and_a_name_for_a_job() {
+        assert_eq!(
+            resume_target("42".into(), Some("m1".into()), false),
+            Ok(Resumed::Run {
+                run: 42,
+                machine: Some("m1".into())
+            })
+        );
+        assert_eq!(
+            resume_target("backup".into(), None, false),
+            Ok(Resumed::Job("backup".into()))
+        );
+        assert_eq!(
+            resume_target("42".into(), None, true),
+            Ok(Resumed::Job("42".into()))
+        );
+        assert!(resume_target("backup".into(), Some("m1".into()), false).is_err());
+    }
 }

@@ -55,7 +55,11 @@ pub fn run(r: &RunRecord, json: bool) {
         let (outcome, color) = target_outcome(target);
         t.row(vec![
             cell(&target.machine),
-            cell(target.state.as_str()),
+            cell(if target.suspended {
+                format!("{} (suspended)", target.state.as_str())
+            } else {
+                target.state.as_str().to_string()
+            }),
             cell(target.reason.map(|x| x.as_str()).unwrap_or("-")),
             cell(
                 target

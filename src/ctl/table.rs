@@ -85,6 +85,7 @@ pub fn target_outcome(t: &TargetRecord) -> (String, Option<Color>) {
             Some(Color::Red),
         ),
         (TargetState::SkippedMaintenance, _) => ("maintenance".into(), Some(Color::Dim)),
+        _ if t.suspended => ("suspended".into(), Some(Color::Yellow)),
         (state, _) => (state.as_str().into(), Some(Color::Blue)),
     }
 }

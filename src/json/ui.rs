@@ -205,7 +205,9 @@ fn result_json(job: &str, run: Option<u64>, t: &TargetView, seen: TargetSeen) ->
         "last_heartbeat": time(heartbeat),
         "wrapper_version": t.wrapper_version,
         "output_length": seen.output_length,
+        // The original UI knows no suspension: the state stays `running`, the flag is extra.
         "state": r.state.as_str(),
+        "suspended": r.suspended,
         "reason": r.reason.map(|x| x.as_str()),
         "job_instance": run.map(|run| instance(job, run)),
     })
@@ -285,6 +287,7 @@ mod tests {
                 exit_code: None,
                 started,
                 ended: None,
+                suspended: false,
             },
             finished: false,
             last_heartbeat: Some(1_000),

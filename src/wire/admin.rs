@@ -115,6 +115,14 @@ pub enum AdminRequest {
     // Job control (`jobctl.rs`, which keeps the paused and skipping jobs).
     /// Show, pause, resume or skip jobs (answered with `JobControl`).
     JobControl(JobControl),
+    // Runs again (`requests/runs.rs`), last so the variants before keep their numbers.
+    /// Suspend (`suspend`) or resume (`!suspend`) a run in flight, or one of its targets:
+    /// the wrappers stop or continue the commands' process groups (answered with `Done`).
+    Suspend {
+        run: RunId,
+        machine: Option<String>,
+        suspend: bool,
+    },
 }
 
 impl AdminRequest {

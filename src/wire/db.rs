@@ -263,6 +263,8 @@ pub struct TargetUpdate {
     /// SHA-256 (hex) of the session's resume key.
     pub resume_key_sha256: Option<String>,
     pub token_used: Option<bool>,
+    /// Suspended by an operator (`targets.suspended`).
+    pub suspended: Option<bool>,
 }
 
 /// A target with the columns that `TargetRecord` does not show.

@@ -73,6 +73,9 @@ pub enum HubRequest {
     },
     WrapperHeartbeat {
         conn: ConnId,
+        /// What the wrapper said of its command (`heartbeat.suspended`); `None` when the
+        /// hub vouches for a connection it is not reading.
+        suspended: Option<bool>,
     },
     WrapperOutput {
         conn: ConnId,
@@ -133,6 +136,10 @@ pub struct WrapperHello {
     /// as it reported them (checked for shape by the hub; trusted only once the hello
     /// is vetted).
     pub build: Option<WrapperBuild>,
+    /// The wrapper advertised `suspend` (`hello.capabilities`).
+    pub can_suspend: bool,
+    /// Its command is suspended now (`hello.suspended`, on a reconnect).
+    pub suspended: bool,
 }
 
 /// Which wrapper binary a minion has: where, and its SHA-256 (hex).

@@ -133,6 +133,9 @@ pub struct TargetRecord {
     pub exit_code: Option<i32>,
     pub started: Option<Millis>,
     pub ended: Option<Millis>,
+    /// Suspended by an operator (its command is stopped); only while it runs.
+    #[serde(default)]
+    pub suspended: bool,
 }
 
 /// One run as stored and shown.
@@ -190,6 +193,7 @@ mod tests {
             exit_code: code,
             started: None,
             ended: None,
+            suspended: false,
         }
     }
 

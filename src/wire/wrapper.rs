@@ -24,8 +24,16 @@ pub const ENV_TOKEN: &str = "SP_TOKEN";
 /// environment.
 pub const ENV_TOKEN_FILE: &str = "SP_TOKEN_FILE";
 
+/// Capability a wrapper advertises in `hello.capabilities` when it understands `suspend`
+/// and `resume`. The server sends neither to a wrapper without it (older wrappers).
+pub const CAP_SUSPEND: &str = "suspend";
+
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Messages from the wrapper to the server.
@@ -54,12 +62,18 @@ pub enum WrapperMsg {
         /// The path the wrapper was started as (absent from older wrappers).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wrapper_path: Option<String>,
+        /// What this wrapper understands beyond protocol v1 (`CAP_SUSPEND`); absent from
+        /// older wrappers, which the server then never asks for more.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        capabilities: Vec<String>,
+        /// The command is stopped by a `suspend` (a reconnecting wrapper says so, so a
+        /// restarted server knows the real state).
+        #[serde(default, skip_serializing_if = "is_false")]
+        suspended: bool,
     },
     /// The `challenge` signed with the minion's Salt key (hex, RSA PKCS#1 v1.5 SHA-256 over
     /// `crate::minion_key::proof_message`).
-    Proof {
-        signature: String,
-    },
+    Proof { signature: String },
     Started {
         pid: u32,
         /// Wrapper clock, unix milliseconds (informational; the server clock decides).
@@ -67,6 +81,10 @@ pub enum WrapperMsg {
     },
     Heartbeat {
         at: i64,
+        /// The command is stopped by a `suspend` (absent when not, and from older
+        /// wrappers). Also sent at once after acting on `suspend` or `resume`.
+        #[serde(default, skip_serializing_if = "is_false")]
+        suspended: bool,
     },
     Exited {
         end_seq: u64,
@@ -107,6 +125,12 @@ pub struct JobSpec {
     /// Wait a random 0..splay_s seconds before starting the command.
     #[serde(default)]
     pub splay_s: u64,
+    /// Whether the timeout keeps counting while the command is suspended (the job's
+    /// `timeout_counts_suspended`); with false the deadline moves by the time suspended.
+    /// Absent from older servers, which cannot suspend: true. (Always serialized: the
+    /// spec also crosses the internal links in bincode, which has no optional fields.)
+    #[serde(default = "yes")]
+    pub timeout_counts_suspended: bool,
 }
 
 /// Messages from the server to the wrapper.
@@ -144,6 +168,11 @@ pub enum ServerMsg {
         reason: KillReason,
         grace_s: u64,
     },
+    /// Stop the command's process group (SIGSTOP); only to a wrapper that advertised
+    /// `CAP_SUSPEND`. Idempotent.
+    Suspend {},
+    /// Continue a suspended command (SIGCONT). Idempotent.
+    Resume {},
     Done {},
 }
 
@@ -263,7 +292,24 @@ mod tests {
     #[test]
     fn control_messages_use_type_tag() {
         let m: WrapperMsg = serde_json::from_str(r#"{"type":"heartbeat","at":5}"#).unwrap();
-        assert_eq!(m, WrapperMsg::Heartbeat { at: 5 });
+        assert_eq!(
+            m,
+            WrapperMsg::Heartbeat {
+                at: 5,
+                suspended: false
+            }
+        );
+        // Older peers never see the new fields unless they are set.
+        let hb = WrapperMsg::Heartbeat {
+            at: 5,
+            suspended: false,
+        };
+        assert_eq!(
+            serde_json::to_string(&hb).unwrap(),
+            r#"{"type":"heartbeat","at":5}"#
+        );
+        let s = serde_json::to_string(&ServerMsg::Suspend {}).unwrap();
+        assert_eq!(s, r#"{"type":"suspend"}"#);
         let s = serde_json::to_string(&ServerMsg::Go {}).unwrap();
         assert_eq!(s, r#"{"type":"go"}"#);
         // A welcome from a server older than `slot_in_ms` still decodes.
@@ -271,7 +317,12 @@ mod tests {
             "cwd":null,"env":{},"timeout_s":0,"kill_grace_s":1,"heartbeat_s":1,
             "overlap_lock":false},"resume_key":"k","acked_seq":0,"wait_for_go":true}"#;
         match serde_json::from_str::<ServerMsg>(old).unwrap() {
-            ServerMsg::Welcome { slot_in_ms, .. } => assert_eq!(slot_in_ms, None),
+            ServerMsg::Welcome {
+                slot_in_ms, job, ..
+            } => {
+                assert_eq!(slot_in_ms, None);
+                assert!(job.timeout_counts_suspended, "the default keeps counting");
+            }
             other => panic!("decoded as {other:?}"),
         }
         assert!(serde_json::from_str::<WrapperMsg>(r#"{"type":"nope"}"#).is_err());

@@ -210,6 +210,7 @@ mod tests {
             heartbeat_s: 5,
             overlap_lock: false,
             splay_s: 0,
+            timeout_counts_suspended: true,
         }
     }
 

@@ -8,7 +8,11 @@
 //!   most `drain_grace`, then dropped (no blocking read after exit);
 //! - kill and timeout send TERM to the whole process group, KILL after the grace, and
 //!   the end is reported only once the group is gone or KILL was sent;
-//! - the overlap lock is held exactly as long as this value lives.
+//! - the overlap lock is held exactly as long as this value lives;
+//! - `suspend` stops the group (STOP), `resume` continues it (CONT); while suspended the
+//!   timeout either keeps counting or stands still and then moves by the time spent
+//!   suspended (`timeout_counts_suspended`); a kill of a suspended group sends CONT
+//!   right after TERM, so the processes can act on the TERM before the KILL.
 
 use std::fs::File;
 use std::io::{ErrorKind, Read};
@@ -62,6 +66,10 @@ pub struct Running {
     status: Option<ExitStatus>,
     kill: Option<Kill>,
     timeout_at: Option<Instant>,
+    /// Since when the group is stopped by a `suspend`.
+    suspended_since: Option<Instant>,
+    /// The job's `timeout_counts_suspended`.
+    timeout_counts_suspended: bool,
     drain_until: Option<Instant>,
     _lock: Option<Flock<File>>,
 }
@@ -145,6 +153,8 @@ impl Running {
             status: None,
             kill: None,
             timeout_at: (job.timeout_s > 0).then(|| now + Duration::from_secs(job.timeout_s)),
+            suspended_since: None,
+            timeout_counts_suspended: job.timeout_counts_suspended,
             drain_until: None,
             _lock: lock,
         })
@@ -216,6 +226,11 @@ impl Running {
         );
         out.push(Stream::Stderr, note.as_bytes(), now);
         kill_group(self.pgid, Signal::SIGTERM);
+        if self.suspended_since.is_some() {
+            // A stopped process does not act on TERM until it is continued.
+            kill_group(self.pgid, Signal::SIGCONT);
+            self.suspended_since = None;
+        }
         self.kill = Some(Kill {
             reason,
             kill_at,
@@ -226,6 +241,56 @@ impl Running {
     /// KILL to the group at once (the wrapper itself is going away).
     pub fn kill_now(&mut self) {
         kill_group(self.pgid, Signal::SIGKILL);
+    }
+
+    /// Whether the group is stopped by a `suspend`.
+    pub fn is_suspended(&self) -> bool {
+        self.suspended_since.is_some()
+    }
+
+    /// `suspend`: STOP to the group. Nothing while it is being killed or already
+    /// stopped; returns whether the state changed.
+    pub fn suspend(&mut self, now: Instant, out: &mut OutputBuffer) -> bool {
+        if self.suspended_since.is_some() || self.kill.is_some() || self.status.is_some() {
+            return false;
+        }
+        log::info!("suspend: STOP to process group {}", self.pgid);
+        kill_group(self.pgid, Signal::SIGSTOP);
+        self.suspended_since = Some(now);
+        let note = "\n[saltpeter-wrapper: suspended by the server (SIGSTOP)]\n";
+        out.push(Stream::Stderr, note.as_bytes(), now);
+        true
+    }
+
+    /// `resume`: CONT to the group; the timeout moves by the time suspended unless the
+    /// job counts it. Returns whether the state changed.
+    pub fn resume(&mut self, now: Instant, out: &mut OutputBuffer) -> bool {
+        let Some(since) = self.suspended_since.take() else {
+            return false;
+        };
+        let stopped = now.saturating_duration_since(since);
+        if !self.timeout_counts_suspended {
+            self.timeout_at = self.timeout_at.map(|t| t + stopped);
+        }
+        log::info!(
+            "resume: CONT to process group {} after {stopped:?} suspended",
+            self.pgid
+        );
+        kill_group(self.pgid, Signal::SIGCONT);
+        let note = format!(
+            "\n[saltpeter-wrapper: resumed by the server (SIGCONT) after {:.1} s suspended]\n",
+            stopped.as_secs_f64()
+        );
+        out.push(Stream::Stderr, note.as_bytes(), now);
+        true
+    }
+
+    /// The timeout deadline as it stands now: none while suspended with a paused clock.
+    fn live_timeout(&self) -> Option<Instant> {
+        match self.suspended_since {
+            Some(_) if !self.timeout_counts_suspended => None,
+            _ => self.timeout_at,
+        }
     }
 
     /// Fires due timers; returns true when the job's timeout has just been reached
@@ -243,12 +308,12 @@ impl Running {
             log::warn!("the command exited but its pipes are still open; stop reading");
             self.pipes.clear();
         }
-        self.kill.is_none() && self.timeout_at.is_some_and(|t| t <= now)
+        self.kill.is_none() && self.live_timeout().is_some_and(|t| t <= now)
     }
 
     /// The nearest instant this value needs the loop to wake up for.
     pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
-        let mut next = [self.timeout_at, self.drain_until, None, None];
+        let mut next = [self.live_timeout(), self.drain_until, None, None];
         if let Some(k) = &self.kill {
             next[2] = (!k.killed).then_some(k.kill_at);
             if self.status.is_some() {

@@ -238,6 +238,11 @@ impl Session {
         }
     }
 
+    /// The command is stopped by a `suspend`.
+    fn is_suspended(&self) -> bool {
+        matches!(&self.phase, Phase::Running(r) if r.is_suspended())
+    }
+
     fn kill_grace(&self) -> u64 {
         self.job.as_ref().map_or(10, |j| j.kill_grace_s)
     }

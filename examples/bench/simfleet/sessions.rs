@@ -376,6 +376,9 @@ impl Sessions {
             resume_from: None,
             wrapper_sha256: sha,
             wrapper_path: Some(launch.wrapper.clone()),
+            // Like an older wrapper: never asked to suspend.
+            capabilities: Vec::new(),
+            suspended: false,
         };
         send_json(ws, &hello)
     }
@@ -431,7 +434,11 @@ impl Sessions {
                 }
             }
             ServerMsg::Go {} if s.phase == Phase::Staged => self.start_command(s, ws)?,
-            ServerMsg::Go {} | ServerMsg::Ack { .. } => {}
+            // Suspend and resume go only to wrappers that advertise them; this one does not.
+            ServerMsg::Go {}
+            | ServerMsg::Ack { .. }
+            | ServerMsg::Suspend {}
+            | ServerMsg::Resume {} => {}
             ServerMsg::Done {} => {
                 self.tally.entry(run).or_default().done += 1;
                 self.tally_changed = true;
@@ -511,7 +518,14 @@ impl Sessions {
             };
             s.next_beat = Some(now + s.heartbeat);
             if let Link::Open(ws) = &mut s.link
-                && send_json(ws, &WrapperMsg::Heartbeat { at: now_ms() }).is_err()
+                && send_json(
+                    ws,
+                    &WrapperMsg::Heartbeat {
+                        at: now_ms(),
+                        suspended: false,
+                    },
+                )
+                .is_err()
             {
                 s.link = Link::Closed;
                 self.slots[slot] = None;

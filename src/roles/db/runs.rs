@@ -149,7 +149,8 @@ impl Store {
                      last_seen = coalesce(?8, last_seen),
                      wrapper_version = coalesce(?9, wrapper_version),
                      resume_key_sha256 = coalesce(?10, resume_key_sha256),
-                     token_used = coalesce(?11, token_used)
+                     token_used = coalesce(?11, token_used),
+                     suspended = coalesce(?12, suspended)
                      WHERE run_id = ?1 AND machine = ?2",
                 )
                 .and_then(|mut stmt| {
@@ -164,7 +165,8 @@ impl Store {
                         update.last_seen,
                         update.wrapper_version,
                         update.resume_key_sha256,
-                        update.token_used
+                        update.token_used,
+                        update.suspended
                     ])
                 })
                 .map_err(sql_error(op))?;
@@ -206,8 +208,8 @@ impl Store {
         let row = self
             .conn
             .prepare_cached(
-                "SELECT machine, state, reason, exit_code, started, ended, last_seen,
-                 wrapper_version, output_bytes, omitted_bytes, seq_contiguous,
+                "SELECT machine, state, reason, exit_code, started, ended, suspended,
+                 last_seen, wrapper_version, output_bytes, omitted_bytes, seq_contiguous,
                  resume_key_sha256, token_used, attempt
                  FROM targets WHERE run_id = ?1 AND machine = ?2",
             )
@@ -215,14 +217,14 @@ impl Store {
                 stmt.query_row(params![id, machine], |row| {
                     Ok((
                         read_target_row(row)?,
-                        row.get::<_, Option<Millis>>(6)?,
-                        row.get::<_, Option<String>>(7)?,
-                        row.get::<_, i64>(8)?,
+                        row.get::<_, Option<Millis>>(7)?,
+                        row.get::<_, Option<String>>(8)?,
                         row.get::<_, i64>(9)?,
                         row.get::<_, i64>(10)?,
-                        row.get::<_, Option<String>>(11)?,
-                        row.get::<_, bool>(12)?,
-                        row.get::<_, i64>(13)?,
+                        row.get::<_, i64>(11)?,
+                        row.get::<_, Option<String>>(12)?,
+                        row.get::<_, bool>(13)?,
+                        row.get::<_, i64>(14)?,
                     ))
                 })
                 .optional()
@@ -437,7 +439,7 @@ impl Store {
         let targets = self
             .conn
             .prepare_cached(
-                "SELECT machine, state, reason, exit_code, started, ended
+                "SELECT machine, state, reason, exit_code, started, ended, suspended
                  FROM targets WHERE run_id = ?1 ORDER BY machine",
             )
             .and_then(|mut stmt| {
@@ -471,6 +473,7 @@ struct TargetRow {
     exit_code: Option<i32>,
     started: Option<Millis>,
     ended: Option<Millis>,
+    suspended: bool,
 }
 
 impl TargetRow {
@@ -485,6 +488,7 @@ impl TargetRow {
             exit_code: self.exit_code,
             started: self.started,
             ended: self.ended,
+            suspended: self.suspended,
         })
     }
 }
@@ -497,6 +501,7 @@ fn read_target_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TargetRow> {
         exit_code: row.get(3)?,
         started: row.get(4)?,
         ended: row.get(5)?,
+        suspended: row.get(6)?,
     })
 }
 

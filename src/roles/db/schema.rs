@@ -35,10 +35,17 @@ pub const MIGRATIONS: &[&str] = &[
     MIGRATION_4,
     MIGRATION_5,
     MIGRATION_6,
+    MIGRATION_7,
 ];
 
 /// Schema version written by this build.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Version 7: a target suspended by an operator (its command stopped until resumed);
+/// kept across restarts so a suspended run stays suspended.
+const MIGRATION_7: &str = "
+ALTER TABLE targets ADD COLUMN suspended INTEGER NOT NULL DEFAULT 0;
+";
 
 /// Version 6: fleet state, which wrapper build each minion has at each path
 /// (`wrappers.rs`); `seen` is when it was last seen or deployed (unix ms).

@@ -47,7 +47,12 @@ on_both_backends!(
     retention_meta_and_events,
     the_outbox_leases_once,
     attempts_keep_their_history,
+    a_suspended_target_is_stored_and_read_back,
 );
+
+#[path = "suspend_tests.rs"]
+mod suspend_checks;
+use suspend_checks::a_suspended_target_is_stored_and_read_back;
 
 /// The fleet state of wrapper builds, in a file of its own (after the macro, which it
 /// uses).

@@ -40,7 +40,7 @@ use crate::wire::Redacted;
 use crate::wire::link::{ConnId, HubRequest, WrapperHello};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::{
-    OutputFrame, PROTOCOL_VERSION, RejectCode, ServerMsg, WRAPPER_PATH, WrapperMsg,
+    CAP_SUSPEND, OutputFrame, PROTOCOL_VERSION, RejectCode, ServerMsg, WRAPPER_PATH, WrapperMsg,
 };
 
 /// Limits of the endpoint (`saltpeter_config` keys in docs/configuration.md).
@@ -271,6 +271,8 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                         resume_from,
                         wrapper_sha256,
                         wrapper_path,
+                        capabilities,
+                        suspended,
                         ..
                     }),
                 ) => {
@@ -287,6 +289,8 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                         wrapper_version,
                         pid,
                         build,
+                        can_suspend: capabilities.iter().any(|c| c == CAP_SUSPEND),
+                        suspended,
                     };
                     if minion_key && hello.token.is_none() && hello.resume_key.is_none() {
                         hello::challenge(hub, ctx, id, hello);
@@ -301,9 +305,12 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                     tap_alive(hub, id);
                     hub.cast_main(HubRequest::WrapperStarted { conn: id, pid, at })
                 }
-                (Phase::Bound, Ok(WrapperMsg::Heartbeat { .. })) => {
+                (Phase::Bound, Ok(WrapperMsg::Heartbeat { suspended, .. })) => {
                     tap_alive(hub, id);
-                    hub.cast_main(HubRequest::WrapperHeartbeat { conn: id })
+                    hub.cast_main(HubRequest::WrapperHeartbeat {
+                        conn: id,
+                        suspended: Some(suspended),
+                    })
                 }
                 (
                     Phase::Bound,

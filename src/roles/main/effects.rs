@@ -28,6 +28,23 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                     },
                 );
             }
+            Effect::Suspend(conn) => core.to_wrapper(conn, ServerMsg::Suspend {}),
+            Effect::Resume(conn) => core.to_wrapper(conn, ServerMsg::Resume {}),
+            Effect::StoreSuspended(suspended) => {
+                core.db_call(
+                    DbRequest::UpdateTarget {
+                        run,
+                        machine: machine.to_string(),
+                        update: TargetUpdate {
+                            suspended: Some(suspended),
+                            ..Default::default()
+                        },
+                    },
+                    DbWait::Write("a target's suspension"),
+                );
+                // The dashboard shows the flag at once.
+                super::ui::run_changed(core, run);
+            }
             Effect::Ack(conn, seq) => core.to_wrapper(conn, ServerMsg::Ack { seq }),
             Effect::Done(conn) => core.to_wrapper(conn, ServerMsg::Done {}),
             Effect::Close(conn) => {
@@ -71,6 +88,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                             reason: outcome.reason,
                             exit_code: outcome.code,
                             ended: Some(ended),
+                            suspended: Some(false),
                             ..Default::default()
                         },
                     },

@@ -225,6 +225,20 @@ pub fn render(core: &Main) -> String {
     let _ = writeln!(out, "saltpeter_runs_in_flight {}", core.flight.runs.len());
     header(
         &mut out,
+        "saltpeter_targets_suspended",
+        "gauge",
+        "Targets of runs in flight suspended by an operator.",
+    );
+    let suspended = core
+        .flight
+        .runs
+        .values()
+        .flat_map(|r| r.targets.values())
+        .filter(|t| t.suspended)
+        .count();
+    let _ = writeln!(out, "saltpeter_targets_suspended {suspended}");
+    header(
+        &mut out,
         "saltpeter_output_bytes_total",
         "counter",
         "Output bytes received from wrappers (resends included).",

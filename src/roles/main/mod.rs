@@ -44,7 +44,9 @@ mod run_rules_tests;
 mod runs;
 mod scheduler;
 mod sessions;
+mod suspend;
 mod target;
+mod target_suspend;
 #[cfg(test)]
 mod target_tests;
 pub mod tokens;

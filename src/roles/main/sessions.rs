@@ -211,8 +211,13 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
             );
             transition(core, run, &machine, |t| t.command_started(started));
         }
-        HubRequest::WrapperHeartbeat { conn } => {
-            touch(core, conn);
+        HubRequest::WrapperHeartbeat { conn, suspended } => {
+            let Some((run, machine)) = touch(core, conn) else {
+                return;
+            };
+            if let Some(suspended) = suspended {
+                transition(core, run, &machine, |t| t.wrapper_reports(conn, suspended));
+            }
         }
         HubRequest::WrapperOutput {
             conn,

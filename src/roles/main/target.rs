@@ -99,6 +99,12 @@ pub enum Credential {
 pub enum Effect {
     /// Tell the wrapper on this connection to kill its command.
     Kill(ConnId),
+    /// Tell the wrapper on this connection to stop (suspend) its command.
+    Suspend(ConnId),
+    /// Tell the wrapper on this connection to continue its command.
+    Resume(ConnId),
+    /// Persist the operator's suspend (true) or resume (false) of the target.
+    StoreSuspended(bool),
     /// Acknowledge output up to this seq to the wrapper.
     Ack(ConnId, u64),
     /// Tell the wrapper its outcome is recorded.
@@ -166,6 +172,10 @@ pub struct Target {
     pub acked_seq: u64,
     /// A user kill is to be delivered (now or when the wrapper reconnects).
     pub kill_wanted: bool,
+    /// Suspended by an operator (`target_suspend.rs`): persisted and shown.
+    pub suspended: bool,
+    /// Its wrapper said it can suspend (`hello.capabilities`).
+    pub can_suspend: bool,
     pub started: Option<Millis>,
     pub ended: Option<Millis>,
     /// 1 for the first attempt; a retry (`retries`) adds one.
@@ -189,6 +199,8 @@ impl Target {
             resume_hash: None,
             acked_seq: 0,
             kill_wanted: false,
+            suspended: false,
+            can_suspend: false,
             started: None,
             ended: None,
             attempt: 1,
@@ -240,6 +252,9 @@ impl Target {
             resume_hash,
             acked_seq,
             kill_wanted: false,
+            // Only a wrapper that can suspend was ever suspended.
+            suspended: record.suspended,
+            can_suspend: record.suspended,
             started: record.started,
             ended: record.ended,
             attempt: 1,
@@ -278,6 +293,7 @@ impl Target {
             exit_code: outcome.and_then(|o| o.code),
             started: self.started,
             ended: self.ended,
+            suspended: self.suspended,
         }
     }
 
@@ -503,6 +519,7 @@ impl Target {
             outcome,
             was: self.state(),
         };
+        self.suspended = false;
         self.ended = Some(now_ms);
         vec![Effect::RecordOutcome {
             outcome,

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use super::effects::apply;
 use super::target::{Credential, Effect, Token};
+use super::target_suspend::SuspendReport;
 use super::tokens;
 use super::{DbWait, Main};
 use crate::ipc::CallId;
@@ -39,15 +40,21 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         wrapper_version,
         pid,
         build,
+        can_suspend,
+        suspended,
         ..
     } = hello;
+    let report = SuspendReport {
+        capable: can_suspend,
+        suspended,
+    };
     let by_key = proof.is_some();
     let presented = Presented {
         token,
         resume_key,
         proof,
     };
-    let (verdict, store) = match vet_hello(core, conn, run, &machine, presented) {
+    let (verdict, store) = match vet_hello(core, conn, run, &machine, presented, report) {
         Vetted::Now(verdict) => (verdict, None),
         Vetted::AfterStore { verdict, hash } => (verdict, Some(hash)),
     };
@@ -251,7 +258,14 @@ pub(super) fn not_in_flight(run: RunId) -> WrapperVerdict {
     )
 }
 
-fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presented) -> Vetted {
+fn vet_hello(
+    core: &mut Main,
+    conn: ConnId,
+    run: RunId,
+    machine: &str,
+    p: Presented,
+    report: SuspendReport,
+) -> Vetted {
     if core.flight.recovering {
         return reject(
             RejectCode::RetryLater,
@@ -332,7 +346,12 @@ fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presen
         return reject(RejectCode::UnknownRun, "run ended").into();
     };
     let welcomed = match target.hello(Instant::now(), conn, credential) {
-        Ok(welcomed) => welcomed,
+        Ok(mut welcomed) => {
+            // The command's suspension brought to the stored wish (before the welcome:
+            // a reconnecting wrapper acts on it at once).
+            welcomed.effects.extend(target.wrapper_hello(conn, report));
+            welcomed
+        }
         Err(refusal) if refusal.code == RejectCode::Finished => {
             return reject(
                 RejectCode::Finished,
@@ -376,6 +395,7 @@ fn vet_hello(core: &mut Main, conn: ConnId, run: RunId, machine: &str, p: Presen
             heartbeat_s,
             overlap_lock: job.overlap == crate::config::Overlap::Forbid,
             splay_s: job.splay_s,
+            timeout_counts_suspended: job.timeout_counts_suspended,
         },
         resume_key: Redacted(key),
         acked_seq,

@@ -7,7 +7,7 @@ use std::net::ToSocketAddrs;
 use std::time::Instant;
 
 use super::{Phase, Session};
-use crate::wire::wrapper::{PROTOCOL_VERSION, WrapperMsg};
+use crate::wire::wrapper::{CAP_SUSPEND, PROTOCOL_VERSION, WrapperMsg};
 use crate::wrapper::link::LinkEvent;
 
 impl Session {
@@ -50,6 +50,8 @@ impl Session {
             resume_from: resuming.then(|| self.out.acked()),
             wrapper_sha256: self.opts.build.sha256.clone(),
             wrapper_path: self.opts.build.path.clone(),
+            capabilities: vec![CAP_SUSPEND.to_string()],
+            suspended: self.is_suspended(),
         };
         self.link.send_msg(&hello, &mut self.link_events);
         self.link.flush(&mut self.link_events);

@@ -1,5 +1,8 @@
 //! What the wrapper does with each message from the server: `welcome` (first, or again
-//! after a reconnect), `go`, `cancel`, `kill`, `ack`, `done` and rejections. A rejection
+//! after a reconnect), `go`, `cancel`, `kill`, `suspend`, `resume`, `ack`, `done` and
+//! rejections. `suspend` and `resume` act on a running command in any phase of the link
+//! (a server reconciling the state may send them before its welcome) and are answered
+//! with a heartbeat saying the new state. A rejection
 //! saying the server does not know the run ends a wrapper that has not started its
 //! command, but not one whose command runs (`patience`). No message that ends the run
 //! for the server is ignored in any phase: `done` before `exited` ends the wrapper too
@@ -51,6 +54,8 @@ impl Session {
                 log::info!("{msg:?} before the welcome: acted on once welcomed");
                 self.early_stop = Some(msg);
             }
+            ServerMsg::Suspend {} => self.set_suspended(now, true),
+            ServerMsg::Resume {} => self.set_suspended(now, false),
             _ if !self.welcomed => log::warn!("ignoring {msg:?} before welcome"),
             ServerMsg::Ack { seq } => self.out.ack(seq),
             ServerMsg::Go {} => {
@@ -86,6 +91,25 @@ impl Session {
             }
             ServerMsg::Done {} => self.on_done(now),
         }
+    }
+
+    /// `suspend` (`true`) or `resume`: stop or continue a running command, then say the
+    /// state at once (a heartbeat), also when nothing changed, so the server learns it.
+    fn set_suspended(&mut self, now: Instant, suspend: bool) {
+        let Phase::Running(r) = &mut self.phase else {
+            log::info!("ignoring a suspend or resume: no command is running");
+            return;
+        };
+        if suspend {
+            r.suspend(now, &mut self.out);
+        } else {
+            r.resume(now, &mut self.out);
+        }
+        let suspended = r.is_suspended();
+        self.ctrl.push_back(WrapperMsg::Heartbeat {
+            at: super::unix_ms(),
+            suspended,
+        });
     }
 
     /// `done`: the server has recorded this target's outcome and takes nothing more for

@@ -64,6 +64,7 @@ fn job(command: &str) -> JobSpec {
         heartbeat_s: 1,
         overlap_lock: false,
         splay_s: 0,
+        timeout_counts_suspended: true,
     }
 }
 

@@ -107,6 +107,7 @@ impl Session {
             if self.welcomed {
                 self.ctrl.push_back(WrapperMsg::Heartbeat {
                     at: super::unix_ms(),
+                    suspended: self.is_suspended(),
                 });
                 self.link.send_ping(&mut self.link_events);
             }

@@ -265,6 +265,33 @@ fn browser_dashboard_runs_and_kills_a_job() {
         "it runs",
         &format!("({})?.includes('going to sleep')", output_of("br2")),
     );
+    // Suspend and resume its target, suspend the run, then kill it while suspended.
+    let facts = "document.querySelector('.target[data-machine=\"br2\"] .facts')?.textContent";
+    let sus = ".target[data-machine=\"br2\"] .suspend-machine";
+    driver.wait_js(
+        "the suspend button",
+        &format!("!document.querySelector('{sus}').disabled"),
+    );
+    driver.click(sus);
+    driver.wait_js("suspended", &format!("({facts})?.startsWith('suspended')"));
+    driver.wait_js(
+        "resume run enabled",
+        "!document.querySelector('#resume-run').disabled",
+    );
+    driver.click(sus);
+    driver.wait_js(
+        "running again",
+        &format!("({facts})?.startsWith('running')"),
+    );
+    driver.wait_js(
+        "suspend run enabled",
+        "!document.querySelector('#suspend-run').disabled",
+    );
+    driver.click("#suspend-run");
+    driver.wait_js(
+        "suspended again",
+        &format!("({facts})?.startsWith('suspended')"),
+    );
     driver.wait_js(
         "the kill button",
         "!document.querySelector('#kill-job').disabled",

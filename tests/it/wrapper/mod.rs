@@ -8,4 +8,5 @@ mod in_process;
 mod launch;
 mod lost_server;
 mod peer;
+mod suspend;
 mod throughput;

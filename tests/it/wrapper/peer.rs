@@ -221,6 +221,7 @@ pub fn job(command: &str) -> JobSpec {
         heartbeat_s: 1,
         overlap_lock: false,
         splay_s: 0,
+        timeout_counts_suspended: true,
     }
 }
 

@@ -20,7 +20,8 @@ use crate::wire::records::{
 const RUN_COLUMNS: &str = "id, job, slot, trigger, state, reason, started, ended";
 const IN_FLIGHT_SQL: &str = "('queued', 'dispatching', 'running')";
 
-/// A target row's first six columns (machine, state, reason, exit_code, started, ended).
+/// A target row's first seven columns (machine, state, reason, exit_code, started, ended,
+/// suspended).
 fn target_record(op: Op, row: &Row) -> Result<TargetRecord, StoreError> {
     let state: String = col(op, row, 1)?;
     let reason: Option<String> = col(op, row, 2)?;
@@ -33,6 +34,7 @@ fn target_record(op: Op, row: &Row) -> Result<TargetRecord, StoreError> {
         exit_code: col(op, row, 3)?,
         started: col(op, row, 4)?,
         ended: col(op, row, 5)?,
+        suspended: col(op, row, 6)?,
     })
 }
 
@@ -45,7 +47,7 @@ fn complete_run(sql: &mut Sql<'_>, row: &Row) -> Result<RunRecord, StoreError> {
     let targets = sql
         .rows(
             op,
-            "SELECT machine, state, reason, exit_code, started, ended
+            "SELECT machine, state, reason, exit_code, started, ended, suspended
              FROM targets WHERE run_id = $1 ORDER BY machine",
             &[&id],
         )?
@@ -83,7 +85,7 @@ fn get_target(
     let op = Op::ReadRuns;
     let Some(row) = sql.opt(
         op,
-        "SELECT machine, state, reason, exit_code, started, ended, last_seen,
+        "SELECT machine, state, reason, exit_code, started, ended, suspended, last_seen,
          wrapper_version, output_bytes, omitted_bytes, seq_contiguous,
          resume_key_sha256, token_used, attempt
          FROM targets WHERE run_id = $1 AND machine = $2",
@@ -94,17 +96,17 @@ fn get_target(
     };
     Ok(Some(TargetDetail {
         record: target_record(op, &row)?,
-        last_seen: col(op, &row, 6)?,
-        wrapper_version: col(op, &row, 7)?,
-        output_bytes: from_db(op, "targets.output_bytes", col(op, &row, 8)?)?,
-        omitted_bytes: from_db(op, "targets.omitted_bytes", col(op, &row, 9)?)?,
-        contiguous_seq: from_db(op, "targets.seq_contiguous", col(op, &row, 10)?)?,
-        resume_key_sha256: col(op, &row, 11)?,
-        token_used: col(op, &row, 12)?,
+        last_seen: col(op, &row, 7)?,
+        wrapper_version: col(op, &row, 8)?,
+        output_bytes: from_db(op, "targets.output_bytes", col(op, &row, 9)?)?,
+        omitted_bytes: from_db(op, "targets.omitted_bytes", col(op, &row, 10)?)?,
+        contiguous_seq: from_db(op, "targets.seq_contiguous", col(op, &row, 11)?)?,
+        resume_key_sha256: col(op, &row, 12)?,
+        token_used: col(op, &row, 13)?,
         attempt: u32::try_from(from_db(
             op,
             "targets.attempt",
-            i64::from(col::<i32>(op, &row, 13)?),
+            i64::from(col::<i32>(op, &row, 14)?),
         )?)
         .unwrap_or(u32::MAX),
     }))
@@ -215,7 +217,8 @@ impl PgStore {
                  last_seen = coalesce($8, last_seen),
                  wrapper_version = coalesce($9, wrapper_version),
                  resume_key_sha256 = coalesce($10, resume_key_sha256),
-                 token_used = coalesce($11, token_used)
+                 token_used = coalesce($11, token_used),
+                 suspended = coalesce($12, suspended)
                  WHERE run_id = $1 AND machine = $2",
                 &[
                     &id,
@@ -229,6 +232,7 @@ impl PgStore {
                     &update.wrapper_version,
                     &update.resume_key_sha256,
                     &update.token_used,
+                    &update.suspended,
                 ],
             )?;
             if changed == 0 {
@@ -396,6 +400,7 @@ impl PgStore {
                 op,
                 "UPDATE targets SET state = 'pending', reason = NULL, exit_code = NULL,
                  started = NULL, ended = NULL, token_used = FALSE, resume_key_sha256 = NULL,
+                 suspended = FALSE,
                  seq_contiguous = 0, seq_pending = 0, attempt = $3
                  WHERE run_id = $1 AND machine = $2",
                 &[&run_id, &machine, &attempt],

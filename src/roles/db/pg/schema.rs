@@ -161,6 +161,11 @@ CREATE TABLE minion_wrappers (
 );
 ";
 
+/// Version 7: a target suspended by an operator (see the SQLite version 7).
+const MIGRATION_7: &str = "
+ALTER TABLE targets ADD COLUMN suspended BOOLEAN NOT NULL DEFAULT FALSE;
+";
+
 /// Ordered schema migrations; entry `i` takes the database from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
     MIGRATION_1,
@@ -169,6 +174,7 @@ pub const MIGRATIONS: &[&str] = &[
     MIGRATION_4,
     MIGRATION_5,
     MIGRATION_6,
+    MIGRATION_7,
 ];
 
 /// Schema version written by this build (the same as SQLite's).

@@ -44,7 +44,9 @@ pub fn required_role(req: &AdminRequest) -> ApiRole {
     use AdminRequest as R;
     match req {
         R::Reload | R::DeployWrapper { .. } => ApiRole::Admin,
-        R::RunNow { .. } | R::KillJob { .. } | R::Kill { .. } => ApiRole::Operator,
+        R::RunNow { .. } | R::KillJob { .. } | R::Kill { .. } | R::Suspend { .. } => {
+            ApiRole::Operator
+        }
         R::Maintenance(MaintenanceChange::Show) => ApiRole::Viewer,
         R::Maintenance(_) => ApiRole::Operator,
         R::JobControl(JobControl::Show) => ApiRole::Viewer,

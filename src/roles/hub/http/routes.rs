@@ -283,25 +283,42 @@ fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: &Ident
             Ok(run) => call(AdminRequest::GetRun { run }, Expect::Run),
             Err(a) => a,
         },
-        ("POST", ["api", "v1", "runs", id, "kill"]) => {
+        (
+            "POST",
+            [
+                "api",
+                "v1",
+                "runs",
+                id,
+                action @ ("kill" | "suspend" | "resume"),
+            ],
+        ) => {
             if let Err(a) = json_body(req) {
                 return a;
             }
             match run_id(id) {
-                Ok(run) => call(AdminRequest::Kill { run, machine: None }, Expect::Done),
+                Ok(run) => call(run_action(run, None, action), Expect::Done),
                 Err(a) => a,
             }
         }
-        ("POST", ["api", "v1", "runs", id, "targets", machine, "kill"]) => {
+        (
+            "POST",
+            [
+                "api",
+                "v1",
+                "runs",
+                id,
+                "targets",
+                machine,
+                action @ ("kill" | "suspend" | "resume"),
+            ],
+        ) => {
             if let Err(a) = json_body(req) {
                 return a;
             }
             match run_id(id) {
                 Ok(run) => call(
-                    AdminRequest::Kill {
-                        run,
-                        machine: Some(machine.to_string()),
-                    },
+                    run_action(run, Some(machine.to_string()), action),
                     Expect::Done,
                 ),
                 Err(a) => a,
@@ -344,8 +361,19 @@ fn protected(http: &Http, req: &Request, method: &str, seg: &[&str], who: &Ident
         (_, ["ws" | "metrics"]) => not_allowed("GET"),
         (_, ["api", "v1", "maintenance"]) => not_allowed("GET, PUT, POST"),
         (_, ["api", "v1", "jobs", _, "run" | "kill"])
-        | (_, ["api", "v1", "runs", _, "kill"])
-        | (_, ["api", "v1", "runs", _, "targets", _, "kill"]) => not_allowed("POST"),
+        | (_, ["api", "v1", "runs", _, "kill" | "suspend" | "resume"])
+        | (
+            _,
+            [
+                "api",
+                "v1",
+                "runs",
+                _,
+                "targets",
+                _,
+                "kill" | "suspend" | "resume",
+            ],
+        ) => not_allowed("POST"),
         (_, ["api", "v1", "status" | "jobs" | "runs"])
         | (_, ["api", "v1", "config", "errors"])
         | (_, ["api", "v1", "jobs" | "runs", _])
@@ -553,5 +581,21 @@ fn job_control(req: &Request, method: &str, seg: &[&str]) -> Action {
         }
         (_, ["api", "v1", "jobs", ..]) => not_allowed("POST"),
         _ => not_allowed("GET"),
+    }
+}
+
+/// `POST /api/v1/runs/{id}[/targets/{machine}]/{kill|suspend|resume}` as a request.
+fn run_action(
+    run: crate::wire::records::RunId,
+    machine: Option<String>,
+    action: &str,
+) -> AdminRequest {
+    match action {
+        "kill" => AdminRequest::Kill { run, machine },
+        other => AdminRequest::Suspend {
+            run,
+            machine,
+            suspend: other == "suspend",
+        },
     }
 }

@@ -261,6 +261,9 @@ function renderJob() {
   $("#job-icon").textContent = d.overlap ? "!" : { Running: "▶", Success: "✔", Fail: "✖", Error: "⚠" }[status] || "○";
   $("#job-message").textContent = c.error ? "Disabled by a configuration error: " + c.error : "";
   $("#kill-job").disabled = status !== "Running";
+  const live = Object.values(d.results || {}).filter((r) => r.state === "running" && !r.endtime);
+  $("#suspend-run").disabled = !d.run || !live.some((r) => !r.suspended);
+  $("#resume-run").disabled = !d.run || !live.some((r) => r.suspended);
   $("#run-now").disabled = !!c.error;
   $("#job-schedule").replaceChildren(...SCHEDULE_KEYS.map((k) => el("tr", {}, el("th", { text: k }), el("td", { class: "mono", text: c[k] === undefined ? "" : String(c[k]) }))));
   const skip = new Set([...SCHEDULE_KEYS, "name", "group", "schedule"]);
@@ -275,6 +278,7 @@ function renderJob() {
 
 function targetClass(r) {
   if (r.state === "skipped_maintenance") return ["t-maint", "⚠", "maintenance"];
+  if (r.state === "running" && r.suspended) return ["t-pending", "⏸", "suspended"];
   if (r.state === "running" || r.state === "launching" || r.state === "picked_up") return ["t-running", "▶", r.state];
   if (r.state === "finished") return r.retcode === 0 ? ["t-ok", "■", "ok"] : ["t-fail", "⚠", `exit ${r.retcode}`];
   if (r.state === "waiting_unreachable") return ["t-pending", "◌", "waiting_unreachable (minion did not answer)"];
@@ -299,6 +303,7 @@ function renderTargets(d) {
           el("span", { class: "tools" },
             el("label", {}, el("input", { type: "checkbox", class: "autoscroll", onchange: (e) => { S.autoscroll = e.target.checked; } }), " autoscroll"),
             el("label", {}, el("input", { type: "checkbox", class: "wrap", onchange: (e) => { S.wrap = e.target.checked; renderJob(); } }), " wrap"),
+            el("button", { type: "button", class: "suspend-machine", onclick: () => suspendMachine(m) }, "Suspend"),
             el("button", { type: "button", class: "danger kill-machine", onclick: () => killMachine(m) }, "Kill"))),
         el("div", { class: "target-body" }, el("pre", { class: "output", "data-machine": m })));
       box.append(node);
@@ -311,6 +316,10 @@ function renderTargets(d) {
       `${word} · started ${fmtTime(r.starttime)} · ended ${fmtTime(r.endtime)} · ran ${ran} · ret ${r.retcode === "" || r.retcode === null ? "-" : r.retcode}` +
       ` · wrapper ${r.wrapper_version || "-"}` + (r.last_heartbeat && !r.endtime ? ` · heartbeat ${fmtSpan(Date.now() - new Date(r.last_heartbeat))} ago` : "");
     node.querySelector(".kill-machine").disabled = !(r.state === "running" || r.state === "launching" || r.state === "picked_up" || r.state === "pending" || r.state === "queued" || r.state === "waiting_unreachable");
+    const sus = node.querySelector(".suspend-machine");
+    sus.textContent = r.suspended ? "Resume" : "Suspend";
+    sus.title = r.suspended ? "continue its command (SIGCONT)" : "stop its command (SIGSTOP) until resumed";
+    sus.disabled = r.state !== "running" || !!r.endtime;
     node.querySelector(".autoscroll").checked = S.autoscroll;
     node.querySelector(".wrap").checked = S.wrap;
     node.querySelector(".target-body").hidden = !S.open[m];
@@ -429,6 +438,22 @@ async function killMachine(machine) {
   } catch (e) { notice(`Kill failed: ${e.message}`, true); }
 }
 
+// Suspend or resume the run shown (every target, or `machine`); audited like a kill.
+async function suspendRun(action, machine) {
+  const d = S.details[S.job] || {};
+  if (!d.run) return;
+  const where = machine ? `/targets/${encodeURIComponent(machine)}` : "";
+  try {
+    const r = await api("POST", `/api/v1/runs/${d.run}${where}/${action}`);
+    notice(r.message);
+  } catch (e) { notice(`${action === "suspend" ? "Suspend" : "Resume"} failed: ${e.message}`, true); }
+}
+
+function suspendMachine(machine) {
+  const r = ((S.details[S.job] || {}).results || {})[machine] || {};
+  suspendRun(r.suspended ? "resume" : "suspend", machine);
+}
+
 // --- Banners, maintenance, login, views ---------------------------------------------------
 
 function renderBanners() {
@@ -541,6 +566,8 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   $("#run-now").addEventListener("click", runNow);
   $("#kill-job").addEventListener("click", killJob);
+  $("#suspend-run").addEventListener("click", () => suspendRun("suspend"));
+  $("#resume-run").addEventListener("click", () => suspendRun("resume"));
   $("#tl-refresh").addEventListener("click", loadTimeline);
   $("#tz-local").addEventListener("click", () => setTz("local"));
   $("#tz-utc").addEventListener("click", () => setTz("utc"));

@@ -141,7 +141,10 @@ fn arm_pause_watch(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
                 .get(&conn)
                 .is_some_and(|c| c.phase == Phase::Bound)
             {
-                hub.cast_main(HubRequest::WrapperHeartbeat { conn });
+                hub.cast_main(HubRequest::WrapperHeartbeat {
+                    conn,
+                    suspended: None,
+                });
             }
         }
         arm_pause_watch(hub, ctx);

@@ -131,6 +131,7 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
                 | AdminRequest::JobControl(_)
                 | AdminRequest::KillJob { .. }
                 | AdminRequest::Kill { .. }
+                | AdminRequest::Suspend { .. }
                 | AdminRequest::DeployWrapper { .. }
         )
     {
@@ -181,6 +182,11 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
         AdminRequest::Runs(query) => runs::find(core, call, query),
         AdminRequest::GetRun { run } => send_run(core, call, run),
         AdminRequest::Kill { run, machine } => runs::kill(core, call, run, machine),
+        AdminRequest::Suspend {
+            run,
+            machine,
+            suspend,
+        } => runs::suspend(core, call, run, machine, suspend),
         AdminRequest::Output {
             run,
             machine,

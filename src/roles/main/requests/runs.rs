@@ -1,5 +1,5 @@
-//! Requests about runs: lists by job, state and time (with paging), one run, and killing
-//! a run in flight or one of its targets.
+//! Requests about runs: lists by job, state and time (with paging), one run, and killing,
+//! suspending or resuming a run in flight or one of its targets.
 
 use super::{DbWait, Main, Wait, failure, respond};
 use crate::ipc::CallId;
@@ -42,5 +42,12 @@ pub fn kill(core: &mut Main, call: CallId, run: RunId, machine: Option<String>) 
             respond(core, call, AdminResponse::Done(msg));
         }
         Err(e) => failure(core, call, AdminFailure::NotFound(e)),
+    }
+}
+
+pub fn suspend(core: &mut Main, call: CallId, run: RunId, machine: Option<String>, want: bool) {
+    match crate::roles::main::suspend::suspend(core, run, machine.as_deref(), want) {
+        Ok(msg) => respond(core, call, AdminResponse::Done(msg)),
+        Err(e) => failure(core, call, e),
     }
 }

@@ -1,0 +1,116 @@
+//! The `suspended` flag of a target on both backends (a check of `storage_tests`): stored,
+//! read back in every shape a target is read in (runs, run details for recovery), and
+//! cleared by a new attempt.
+
+use super::super::Storage;
+use crate::roles::db::store::tests::new_run;
+use crate::wire::db::TargetUpdate;
+use crate::wire::records::{RunState, TargetState};
+
+pub fn a_suspended_target_is_stored_and_read_back(s: &mut dyn Storage) {
+    let run = s
+        .create_run(&new_run("j", Some(1_000), RunState::Running, &["m1", "m2"]))
+        .unwrap()
+        .unwrap();
+    let suspend = |suspended| TargetUpdate {
+        suspended: Some(suspended),
+        ..Default::default()
+    };
+    s.update_target(
+        run,
+        "m1",
+        &TargetUpdate {
+            state: Some(TargetState::Running),
+            ..suspend(true)
+        },
+    )
+    .unwrap();
+    let record = s.get_run(run).unwrap().unwrap();
+    let flags: Vec<bool> = record.targets.iter().map(|t| t.suspended).collect();
+    assert_eq!(flags, [true, false]);
+    // Recovery reads it back with the session details.
+    let in_flight = s.in_flight_details().unwrap();
+    let (_, details) = &in_flight[0];
+    assert!(
+        details
+            .iter()
+            .any(|d| d.record.machine == "m1" && d.record.suspended)
+    );
+    // Other updates leave it alone; a resume clears it.
+    s.update_target(
+        run,
+        "m1",
+        &TargetUpdate {
+            last_seen: Some(5),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(s.get_run(run).unwrap().unwrap().targets[0].suspended);
+    s.update_target(run, "m1", &suspend(false)).unwrap();
+    assert!(!s.get_run(run).unwrap().unwrap().targets[0].suspended);
+    // A new attempt starts not suspended.
+    s.update_target(run, "m2", &suspend(true)).unwrap();
+    s.retry_target(run, "m2", 2).unwrap();
+    assert!(!s.get_run(run).unwrap().unwrap().targets[1].suspended);
+}
+
+/// A version 6 database with a running target: after the migration to 7 it reads back
+/// not suspended, and can be suspended.
+fn migrated_from_version_6(s: &mut dyn Storage) {
+    let record = s.get_run(1).unwrap().expect("the run of version 6");
+    assert_eq!(record.targets[0].state, TargetState::Running);
+    assert!(!record.targets[0].suspended);
+    let update = TargetUpdate {
+        suspended: Some(true),
+        ..Default::default()
+    };
+    s.update_target(1, "m1", &update).unwrap();
+    assert!(s.get_run(1).unwrap().unwrap().targets[0].suspended);
+}
+
+/// The rows of a run with one running target, as version 6 wrote them.
+const VERSION_6_ROWS: &str = "
+INSERT INTO runs (id, job, slot, trigger, state, created) VALUES (1, 'j', 1000, 'schedule', 'running', 1);
+INSERT INTO targets (run_id, machine, state, started) VALUES (1, 'm1', 'running', 2);
+";
+
+#[test]
+fn sqlite_a_version_6_database_gets_the_flag() {
+    use crate::roles::db::schema::{APPLICATION_ID, MIGRATIONS};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("saltpeter.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        for sql in &MIGRATIONS[..6] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.execute_batch(VERSION_6_ROWS).unwrap();
+        conn.pragma_update(None, "user_version", 6).unwrap();
+        conn.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+    }
+    let mut store = crate::roles::db::store::Store::open(&path).unwrap();
+    migrated_from_version_6(&mut store);
+}
+
+#[test]
+fn postgres_a_version_6_database_gets_the_flag() {
+    use crate::roles::db::pg::schema::MIGRATIONS;
+    let Some(url) = crate::roles::db::pg_cluster::fresh_database() else {
+        return;
+    };
+    let mut admin = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    admin
+        .batch_execute(
+            "CREATE TABLE saltpeter_schema (application TEXT NOT NULL, version INTEGER NOT NULL);
+             INSERT INTO saltpeter_schema VALUES ('saltpeter', 6);",
+        )
+        .unwrap();
+    for sql in &MIGRATIONS[..6] {
+        admin.batch_execute(sql).unwrap();
+    }
+    admin.batch_execute(VERSION_6_ROWS).unwrap();
+    let mut store = crate::roles::db::pg::PgStore::connect(&url).unwrap_or_else(|e| panic!("{e}"));
+    migrated_from_version_6(&mut store);
+}
