@@ -32,6 +32,7 @@
 //! Every problem is a [`Diagnostic`] with `file:line:column`; unknown keys and keys kept only
 //! for compatibility with the original Saltpeter are warnings, never errors.
 
+mod active;
 mod cache;
 mod chains;
 mod content;

@@ -68,6 +68,8 @@ pub(crate) const JOB_KEYS: &[&str] = &[
     "wrapper_logdir",
     "group",
     "after",
+    "active_from",
+    "active_until",
 ];
 
 pub(super) const CRON_KEYS: [&str; 7] = ["sec", "min", "hour", "dom", "mon", "dow", "year"];
@@ -123,6 +125,10 @@ pub(crate) fn read_job(
         reader.schedule(&keys, name_pos, timezone, defaults.now)
     } else {
         never_fires()
+    };
+    let schedule = match reader.active_range(&keys, timezone) {
+        Some(range) => schedule.map(|s| s.with_range(range)),
+        None => None,
     };
     let command = reader.required(
         get("command"),

@@ -520,3 +520,64 @@ two:
     assert_eq!(job(&config, "two").command, "base");
     assert_eq!(job(&config, "two").target_expr, "web*");
 }
+
+#[test]
+fn active_ranges_are_read_in_the_job_zone_and_checked() {
+    let dir = tempdir();
+    write(
+        dir.path(),
+        "ranged.yaml",
+        "\
+season:
+  schedule: '0 6 * * *'
+  timezone: Europe/Berlin
+  active_from: 2026-12-01
+  active_until: '2027-02-28 18:00'
+  command: 'true'
+  targets: a
+reversed:
+  schedule: '0 6 * * *'
+  active_from: 2027-01-02
+  active_until: 2027-01-01
+  command: 'true'
+  targets: a
+garbled:
+  schedule: '0 6 * * *'
+  active_until: soon
+  command: 'true'
+  targets: a
+",
+    );
+    let config = load(dir.path(), None);
+    let season = job(&config, "season");
+    let range = season.schedule.range().cloned().unwrap_or_default();
+    assert_eq!(
+        range.from.map(|t| t.to_rfc3339()),
+        Some("2026-11-30T23:00:00+00:00".to_string())
+    );
+    assert_eq!(
+        range.until.map(|t| t.to_rfc3339()),
+        Some("2027-02-28T17:00:00+00:00".to_string())
+    );
+    assert_eq!(
+        season.redacted_json()["active_from"],
+        serde_json::json!("2026-12-01")
+    );
+    let errors = messages(&config, Severity::Error);
+    assert!(
+        errors.iter().any(|e| e.contains("ranged.yaml:10:")
+            && e.contains("job `reversed`")
+            && e.contains("is after `active_until`")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("job `garbled`") && e.contains("expected a date")),
+        "{errors:?}"
+    );
+    assert!(matches!(
+        config.jobs.get("reversed"),
+        Some(JobEntry::Invalid(_))
+    ));
+}

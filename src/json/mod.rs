@@ -85,6 +85,7 @@ pub fn job_json(j: &JobInfo) -> Value {
         "enabled": j.enabled,
         "error": j.error,
         "paused": j.paused,
+        "inactive": j.inactive,
     })
 }
 
