@@ -35,6 +35,7 @@ pub fn target_json(t: &TargetRecord) -> Value {
         "exit_code": t.exit_code,
         "started": time(t.started),
         "ended": time(t.ended),
+        "waiting": t.waiting,
     })
 }
 

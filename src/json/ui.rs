@@ -207,6 +207,7 @@ fn result_json(job: &str, run: Option<u64>, t: &TargetView, seen: TargetSeen) ->
         "output_length": seen.output_length,
         "state": r.state.as_str(),
         "reason": r.reason.map(|x| x.as_str()),
+        "waiting": r.waiting,
         "job_instance": run.map(|run| instance(job, run)),
     })
 }
@@ -285,6 +286,7 @@ mod tests {
                 exit_code: None,
                 started,
                 ended: None,
+                waiting: None,
             },
             finished: false,
             last_heartbeat: Some(1_000),

@@ -133,6 +133,10 @@ pub struct TargetRecord {
     pub exit_code: Option<i32>,
     pub started: Option<Millis>,
     pub ended: Option<Millis>,
+    /// Why a `queued` target waits, when it waits for a place on its machine
+    /// (`max_running_per_machine`); known to the running daemon only, never stored.
+    #[serde(default)]
+    pub waiting: Option<String>,
 }
 
 /// One run as stored and shown.
@@ -190,6 +194,7 @@ mod tests {
             exit_code: code,
             started: None,
             ended: None,
+            waiting: None,
         }
     }
 

@@ -44,6 +44,7 @@ mod salt_restart;
 mod salt_unreachable;
 mod scheduling;
 mod sim_fleet;
+mod throttle;
 mod tls;
 mod tls_bench;
 mod wrapper;

@@ -485,6 +485,7 @@ impl TargetRow {
             exit_code: self.exit_code,
             started: self.started,
             ended: self.ended,
+            waiting: None,
         })
     }
 }

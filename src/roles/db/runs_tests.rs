@@ -140,6 +140,7 @@ fn target_updates_change_only_given_fields() {
             exit_code: Some(124),
             started: Some(10),
             ended: Some(20),
+            waiting: None,
         }
     );
     assert_eq!(detail.last_seen, Some(11));

@@ -219,6 +219,7 @@ mod tests {
             exit_code: code,
             started: Some(10_500),
             ended: None,
+            waiting: None,
         }
     }
 

@@ -47,6 +47,7 @@ mod sessions;
 mod target;
 #[cfg(test)]
 mod target_tests;
+mod throttle;
 pub mod tokens;
 mod ui;
 mod welcome;
@@ -276,12 +277,22 @@ impl Main {
     }
 
     /// The wake event of everything that changes a run.
+    /// Wake the Workflows waiting for a place (`throttle.rs`), when a cap is set.
+    pub fn wake_capacity(&mut self) {
+        let s = &self.config.saltpeter;
+        if s.max_running_per_machine.is_some() || s.max_runs_in_flight.is_some() {
+            self.wake(WakeKey::Event(WakeEvent::Capacity));
+        }
+    }
+
     pub fn run_event(run: RunId) -> WakeEvent {
         WakeEvent::RunChanged(run)
     }
 
     pub fn wake_run(&mut self, run: RunId) {
         self.wake(WakeKey::Event(Main::run_event(run)));
+        // A target of it may have ended: runs waiting for a place look again.
+        self.wake_capacity();
         live::run_changed(self, run);
         ui::run_changed(self, run);
     }

@@ -254,6 +254,7 @@ fn silence_counts_only_after_pickup_and_after_the_recovery_grace() {
         exit_code: None,
         started: Some(1),
         ended: None,
+        waiting: None,
     };
     let grace = Duration::from_secs(30);
     let restored = Target::restored(&record, true, None, 9, t0, grace);
@@ -340,6 +341,7 @@ fn restored_targets_take_the_phase_their_record_and_token_say() {
         exit_code: (state == TargetState::Finished).then_some(0),
         started: None,
         ended: None,
+        waiting: None,
     };
     let phase = |state, spent| Target::restored(&record(state), spent, None, 0, t0, grace).phase;
     assert_eq!(phase(TargetState::Pending, false), Phase::Pending);

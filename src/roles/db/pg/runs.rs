@@ -33,6 +33,7 @@ fn target_record(op: Op, row: &Row) -> Result<TargetRecord, StoreError> {
         exit_code: col(op, row, 3)?,
         started: col(op, row, 4)?,
         ended: col(op, row, 5)?,
+        waiting: None,
     })
 }
 

@@ -313,7 +313,8 @@ function renderTargets(d) {
     const ran = r.starttime ? fmtSpan((r.endtime ? new Date(r.endtime) : new Date()) - new Date(r.starttime)) : "-";
     node.querySelector(".facts").textContent =
       `${word} · started ${fmtTime(r.starttime)} · ended ${fmtTime(r.endtime)} · ran ${ran} · ret ${r.retcode === "" || r.retcode === null ? "-" : r.retcode}` +
-      ` · wrapper ${r.wrapper_version || "-"}` + (r.last_heartbeat && !r.endtime ? ` · heartbeat ${fmtSpan(Date.now() - new Date(r.last_heartbeat))} ago` : "");
+      ` · wrapper ${r.wrapper_version || "-"}` + (r.last_heartbeat && !r.endtime ? ` · heartbeat ${fmtSpan(Date.now() - new Date(r.last_heartbeat))} ago` : "") +
+      (r.waiting ? ` · ${r.waiting}` : "");
     node.querySelector(".kill-machine").disabled = !(r.state === "running" || r.state === "launching" || r.state === "picked_up" || r.state === "pending" || r.state === "queued" || r.state === "waiting_unreachable");
     node.querySelector(".autoscroll").checked = S.autoscroll;
     node.querySelector(".wrap").checked = S.wrap;
@@ -367,9 +368,10 @@ async function loadHistory() {
 async function showRun(r) {
   const box = $("#run-view");
   box.replaceChildren(el("h3", { text: `Run #${r.id} (${r.state})` }));
+  if (r.reason) box.append(el("div", { class: "muted", text: r.reason }));
   for (const t of r.targets) {
     const pre = el("pre", { class: "output wrap", text: "loading…" });
-    box.append(el("div", { class: "muted", text: `${t.machine}: ${t.state}, exit ${t.exit_code ?? "-"}` }), pre);
+    box.append(el("div", { class: "muted", text: `${t.machine}: ${t.state}, exit ${t.exit_code ?? "-"}` + (t.waiting ? ` (${t.waiting})` : "") }), pre);
     try {
       const out = await api("GET", `/api/v1/runs/${r.id}/targets/${encodeURIComponent(t.machine)}/output?tail=1048576`);
       pre.textContent = crCollapse(out.data) || "(no output)";
