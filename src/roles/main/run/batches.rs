@@ -127,7 +127,8 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
             wrapper_path: core.wrapper_path(&job),
             minions: launch.into_iter().map(|t| t.machine).collect(),
             settings: core.salt_settings(),
-            urgent: !env.req.prestaged,
+            // After its slot (targets held back by a cap, retries) nothing is to coalesce.
+            urgent: !env.req.prestaged || core.flight.runs.get(&run).is_some_and(|r| r.go_sent),
         };
         core.rounds.queue(queued, now);
         env.launch_queued = true;

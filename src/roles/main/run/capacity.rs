@@ -2,12 +2,14 @@
 //! is deployed or launched, while `max_runs_in_flight` runs are going (`throttle.rs` has the
 //! rule and the order). Meanwhile the run is `queued` with the reason; once admitted it is
 //! `dispatching` again (a pre-staged run stays `queued` until its slot) and its reason
-//! says how long it waited.
+//! says how long it waited. A run recovered after a restart passes here too: one that
+//! was still waiting waits again, one with a target launched before is in flight already.
 
 use std::time::{Duration, Instant};
 
 use super::{RunEnv, Sc};
 use crate::roles::main::effects::finish_target;
+use crate::roles::main::target::Phase;
 use crate::roles::main::{DbWait, Main, throttle};
 use crate::wire::db::{DbRequest, RunUpdate};
 use crate::wire::records::{RunState, TargetReason};
@@ -24,8 +26,15 @@ pub fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         return Step::Next;
     };
     let stopping = core.flight.stopping;
+    // A run recovered after a restart with a target launched before it is in flight
+    // already: never held back.
+    let launched = env.capacity_since.is_none()
+        && active
+            .targets
+            .values()
+            .any(|t| !matches!(t.phase, Phase::Pending | Phase::SkippedMaintenance));
     // A kill (its targets are canceled already) or a stop: nothing is to start.
-    let admitted = if active.kill_requested || stopping {
+    let admitted = if active.kill_requested || stopping || launched {
         Ok(())
     } else {
         throttle::run_may_start(core, run)

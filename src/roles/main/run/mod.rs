@@ -197,6 +197,7 @@ pub fn recovered_workflow(
             capacity_since: None,
         },
     )
+    .step("await_capacity", capacity::await_capacity)
     .step("deploy_wrappers", targets::deploy_wrappers)
     .step("launch_batch", launch_batch)
     .step("await_launch", await_launch)
