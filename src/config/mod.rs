@@ -73,6 +73,7 @@ pub use saltpeter::ApiAuth;
 pub use saltpeter::{
     DEFAULT_WRAPPER_PATH, Maintenance, Retention, STARTUP_ONLY_KEYS, SaltpeterConfig, Secret,
 };
+pub use saltpeter_values::MachineCaps;
 pub use types::{Executor, MIB, Missed, OutputLimit, Overlap, TargetType};
 
 pub use files::{

@@ -134,8 +134,9 @@ pub struct SaltpeterConfig {
     pub api_max_connections: u32,
     /// Most missed slots recorded per job after a downtime (the newest ones).
     pub missed_record_limit: u32,
-    /// Most Saltpeter commands at once on one machine, across all jobs; `None`: no limit.
-    pub max_running_per_machine: Option<u32>,
+    /// Most Saltpeter commands at once on one machine, across all jobs (a default and
+    /// caps for some machines); none set: no limit.
+    pub max_running_per_machine: super::saltpeter_values::MachineCaps,
     /// Most runs in flight at once on this server; `None`: no limit.
     pub max_runs_in_flight: Option<u32>,
     /// Notification rules of jobs without their own `notify`.
@@ -214,7 +215,7 @@ impl Default for SaltpeterConfig {
             api_idle_timeout_s: 60,
             api_max_connections: 4096,
             missed_record_limit: 100,
-            max_running_per_machine: None,
+            max_running_per_machine: Default::default(),
             max_runs_in_flight: None,
             notify: Vec::new(),
             smtp: None,
@@ -380,18 +381,6 @@ impl SaltpeterConfig {
         let small = |n: &Node| {
             positive(n).and_then(|v| u32::try_from(v).map_err(|_| format!("{v} is too large")))
         };
-        // A concurrency cap: absent, `null` or `0` mean no limit.
-        let limit = |n: &Node| -> Result<Option<u32>, String> {
-            if n.is_null() {
-                return Ok(None);
-            }
-            match values::unsigned(n)? {
-                0 => Ok(None),
-                v => u32::try_from(v)
-                    .map(Some)
-                    .map_err(|_| format!("{v} is too large")),
-            }
-        };
         match key {
             "debug" => self.debug = values::boolean(node)?,
             "api_ws" => self.api_ws = values::boolean(node)?,
@@ -448,8 +437,12 @@ impl SaltpeterConfig {
             "api_idle_timeout" => self.api_idle_timeout_s = positive(node)?,
             "api_max_connections" => self.api_max_connections = small(node)?,
             "missed_record_limit" => self.missed_record_limit = small(node)?,
-            "max_running_per_machine" => self.max_running_per_machine = limit(node)?,
-            "max_runs_in_flight" => self.max_runs_in_flight = limit(node)?,
+            "max_running_per_machine" => {
+                self.max_running_per_machine = super::saltpeter_values::read_machine_caps(node)?;
+            }
+            "max_runs_in_flight" => {
+                self.max_runs_in_flight = super::saltpeter_values::read_limit(node)?;
+            }
             "notify" => {
                 let mut errors = Vec::new();
                 self.notify = super::notify::read_rules(node, &mut errors);

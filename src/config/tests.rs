@@ -581,3 +581,44 @@ garbled:
         Some(JobEntry::Invalid(_))
     ));
 }
+
+#[test]
+fn throttling_caps_take_a_number_or_a_default_with_machine_globs() {
+    let dir = tempdir();
+    write(
+        dir.path(),
+        "a.yaml",
+        "saltpeter_config:\n  max_runs_in_flight: 4\n  max_running_per_machine:\n    \
+         default: 3\n    machines:\n      'db*': 1\n      build01: 0\n",
+    );
+    let config = load(dir.path(), None);
+    let s = &config.saltpeter;
+    assert_eq!(s.max_runs_in_flight, Some(4));
+    let caps = &s.max_running_per_machine;
+    assert_eq!(caps.cap_for("db07"), Some(1));
+    assert_eq!(caps.cap_for("build01"), None, "0: no limit for it");
+    assert_eq!(caps.cap_for("web1"), Some(3));
+    write(
+        dir.path(),
+        "a.yaml",
+        "saltpeter_config:\n  max_running_per_machine: 2\n  max_runs_in_flight: 0\n",
+    );
+    let config = load(dir.path(), None);
+    assert_eq!(config.saltpeter.max_runs_in_flight, None);
+    assert_eq!(
+        config.saltpeter.max_running_per_machine.cap_for("any"),
+        Some(2)
+    );
+    write(
+        dir.path(),
+        "a.yaml",
+        "saltpeter_config:\n  max_running_per_machine: {most: 2}\n",
+    );
+    let config = load(dir.path(), None);
+    let errors = messages(&config, Severity::Error);
+    assert!(
+        errors.iter().any(|e| e.contains("not `most`")),
+        "{errors:?}"
+    );
+    assert!(!config.saltpeter.max_running_per_machine.is_set());
+}

@@ -280,7 +280,7 @@ impl Main {
     /// Wake the Workflows waiting for a place (`throttle.rs`), when a cap is set.
     pub fn wake_capacity(&mut self) {
         let s = &self.config.saltpeter;
-        if s.max_running_per_machine.is_some() || s.max_runs_in_flight.is_some() {
+        if s.max_running_per_machine.is_set() || s.max_runs_in_flight.is_some() {
             self.wake(WakeKey::Event(WakeEvent::Capacity));
         }
     }

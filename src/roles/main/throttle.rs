@@ -135,7 +135,12 @@ impl Target {
 
 /// May the pending target of `run` on `machine` start now (`max_running_per_machine`)?
 pub fn may_start(core: &Main, run: RunId, machine: &str) -> Result<(), String> {
-    let Some(max) = core.config.saltpeter.max_running_per_machine else {
+    let Some(max) = core
+        .config
+        .saltpeter
+        .max_running_per_machine
+        .cap_for(machine)
+    else {
         return Ok(());
     };
     let Some(me) = core.flight.runs.get(&run).map(ActiveRun::queue_key) else {
