@@ -46,16 +46,27 @@ fn a_fourth_command_on_a_full_machine_waits_for_a_place() {
         "saltpeter_config:\n  max_running_per_machine: 3\n{}",
         jobs_at(&schedule, &names, "minion-04", "sleep 3")
     );
-    let d = Daemon::start(&[("jobs.yaml", &config)]);
+    let (d, api) = crate::api::start(&config);
     // While the first three run, the fourth is queued with the reason.
-    let held = wait_until("a queued target with its reason", HANG, || {
+    let (run, held) = wait_until("a queued target with its reason", HANG, || {
         names.iter().find_map(|job| {
-            let run = d.runs(job).first()?.clone();
-            let record = d.run_record(run["id"].as_u64()?);
-            let t = target(&record, "minion-04").clone();
-            (t["state"] == "queued").then_some(t)
+            let run = d.runs(job).first()?["id"].as_u64()?;
+            let t = target(&d.run_record(run), "minion-04").clone();
+            (t["state"] == "queued").then_some((run, t))
         })
     });
+    // The API's run view says the same.
+    let resp = crate::api::get(api, &format!("/api/v1/runs/{run}"));
+    assert_eq!(resp.status, 200);
+    let v: Value = serde_json::from_slice(&resp.body).expect("JSON");
+    let t = target(&v, "minion-04");
+    assert!(
+        t["state"] != "queued"
+            || t["waiting"]
+                .as_str()
+                .is_some_and(|w| w.contains("max_running_per_machine 3")),
+        "{v}"
+    );
     let why = held["waiting"].as_str().unwrap_or_default().to_string();
     assert!(
         why.contains("3 command(s) already running on minion-04")
