@@ -127,7 +127,15 @@ pub(crate) fn read_job(
         never_fires()
     };
     let schedule = match reader.active_range(&keys, timezone) {
-        Some(range) => schedule.map(|s| s.with_range(range)),
+        Some(range) => {
+            if range.phase(defaults.now) == crate::schedule::RangePhase::Ended
+                && let Some(node) = get("active_until")
+            {
+                let note = range.note(defaults.now).unwrap_or_default();
+                reader.warn(node.pos, format!("{note} (manual runs still work)"));
+            }
+            schedule.map(|s| s.with_range(range))
+        }
         None => None,
     };
     let command = reader.required(

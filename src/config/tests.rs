@@ -580,6 +580,20 @@ garbled:
         config.jobs.get("reversed"),
         Some(JobEntry::Invalid(_))
     ));
+    // A range that has ended is valid, with a warning.
+    write(
+        dir.path(),
+        "ranged.yaml",
+        "old:\n  schedule: '0 6 * * *'\n  active_until: 2020-01-01\n  command: 'true'\n  \
+         targets: a\n",
+    );
+    let config = load(dir.path(), None);
+    assert!(job(&config, "old").schedule.range().is_some());
+    let warnings = messages(&config, Severity::Warning);
+    assert!(
+        warnings.iter().any(|w| w.contains("range ended")),
+        "{warnings:?}"
+    );
 }
 
 #[test]
