@@ -45,6 +45,7 @@ mod salt_unreachable;
 mod scheduling;
 mod sim_fleet;
 mod throttle;
+mod throttle_salt;
 mod tls;
 mod tls_bench;
 mod wrapper;
