@@ -276,7 +276,6 @@ impl Main {
             .and_then(|r| r.targets.get_mut(machine))
     }
 
-    /// The wake event of everything that changes a run.
     /// Wake the Workflows waiting for a place (`throttle.rs`), when a cap is set.
     pub fn wake_capacity(&mut self) {
         let s = &self.config.saltpeter;
@@ -285,6 +284,7 @@ impl Main {
         }
     }
 
+    /// The wake event of everything that changes a run.
     pub fn run_event(run: RunId) -> WakeEvent {
         WakeEvent::RunChanged(run)
     }
