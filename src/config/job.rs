@@ -136,6 +136,8 @@ impl Job {
                 "on": a.on.as_str(),
             })),
             "timezone": self.timezone.name(),
+            "active_from": self.schedule.range().and_then(|r| r.from_text.as_deref()),
+            "active_until": self.schedule.range().and_then(|r| r.until_text.as_deref()),
             "command": self.command,
             "targets": self.targets,
             "target_expr": self.target_expr,

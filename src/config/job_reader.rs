@@ -213,6 +213,39 @@ impl<'s, 'f> Reader<'s, 'f> {
         }
     }
 
+    /// `active_from` / `active_until` in the job's zone; `None` after an error (reported).
+    pub(super) fn active_range(
+        &mut self,
+        keys: &BTreeMap<&str, &Node>,
+        tz: Tz,
+    ) -> Option<crate::schedule::ActiveRange> {
+        let mut text = |key: &str| -> Result<Option<String>, ()> {
+            match keys.get(key) {
+                None => Ok(None),
+                Some(n) => self
+                    .read(n, |n| {
+                        values::non_empty_string(n).map_err(|m| format!("`{key}`: {m}"))
+                    })
+                    .map(Some)
+                    .ok_or(()),
+            }
+        };
+        let from = text("active_from").ok()?;
+        let until = text("active_until").ok()?;
+        match super::active::range(from.as_deref(), until.as_deref(), tz) {
+            Ok(range) => Some(range),
+            Err((bound, message)) => {
+                let key = match bound {
+                    super::active::Bound::From => "active_from",
+                    super::active::Bound::Until => "active_until",
+                };
+                let pos = keys.get(key).map_or(Pos::default(), |n| n.pos);
+                self.error(pos, format!("job `{}`: {message}", self.job));
+                None
+            }
+        }
+    }
+
     pub(super) fn env(&mut self, node: &Node) -> Option<BTreeMap<String, String>> {
         if node.is_null() {
             return Some(BTreeMap::new());

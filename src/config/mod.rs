@@ -32,6 +32,7 @@
 //! Every problem is a [`Diagnostic`] with `file:line:column`; unknown keys and keys kept only
 //! for compatibility with the original Saltpeter are warnings, never errors.
 
+mod active;
 mod cache;
 mod chains;
 mod content;
@@ -73,6 +74,7 @@ pub use saltpeter::ApiAuth;
 pub use saltpeter::{
     DEFAULT_WRAPPER_PATH, Maintenance, Retention, STARTUP_ONLY_KEYS, SaltpeterConfig, Secret,
 };
+pub use saltpeter_values::MachineCaps;
 pub use types::{Executor, MIB, Missed, OutputLimit, Overlap, TargetType};
 
 pub use files::{

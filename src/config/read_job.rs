@@ -69,6 +69,8 @@ pub(crate) const JOB_KEYS: &[&str] = &[
     "wrapper_logdir",
     "group",
     "after",
+    "active_from",
+    "active_until",
 ];
 
 pub(super) const CRON_KEYS: [&str; 7] = ["sec", "min", "hour", "dom", "mon", "dow", "year"];
@@ -124,6 +126,18 @@ pub(crate) fn read_job(
         reader.schedule(&keys, name_pos, timezone, defaults.now)
     } else {
         never_fires()
+    };
+    let schedule = match reader.active_range(&keys, timezone) {
+        Some(range) => {
+            if range.phase(defaults.now) == crate::schedule::RangePhase::Ended
+                && let Some(node) = get("active_until")
+            {
+                let note = range.note(defaults.now).unwrap_or_default();
+                reader.warn(node.pos, format!("{note} (manual runs still work)"));
+            }
+            schedule.map(|s| s.with_range(range))
+        }
+        None => None,
     };
     let command = reader.required(
         get("command"),

@@ -147,6 +147,11 @@ pub struct SaltpeterConfig {
     pub api_max_connections: u32,
     /// Most missed slots recorded per job after a downtime (the newest ones).
     pub missed_record_limit: u32,
+    /// Most Saltpeter commands at once on one machine, across all jobs (a default and
+    /// caps for some machines); none set: no limit.
+    pub max_running_per_machine: super::saltpeter_values::MachineCaps,
+    /// Most runs in flight at once on this server; `None`: no limit.
+    pub max_runs_in_flight: Option<u32>,
     /// Notification rules of jobs without their own `notify`.
     pub notify: Vec<super::notify::NotifyRule>,
     /// SMTP server for `email` rules (host, port if given); `None`: the host's `sendmail`.
@@ -226,6 +231,8 @@ impl Default for SaltpeterConfig {
             api_idle_timeout_s: 60,
             api_max_connections: 4096,
             missed_record_limit: 100,
+            max_running_per_machine: Default::default(),
+            max_runs_in_flight: None,
             notify: Vec::new(),
             smtp: None,
             smtp_tls: super::notify::SmtpTls::Auto,
@@ -324,6 +331,8 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "servers",
     "admin_group",
     "missed_record_limit",
+    "max_running_per_machine",
+    "max_runs_in_flight",
     "default_wrapper_loglevel",
     "default_wrapper_logdir",
     "api_auth",
@@ -454,6 +463,12 @@ impl SaltpeterConfig {
             "api_idle_timeout" => self.api_idle_timeout_s = positive(node)?,
             "api_max_connections" => self.api_max_connections = small(node)?,
             "missed_record_limit" => self.missed_record_limit = small(node)?,
+            "max_running_per_machine" => {
+                self.max_running_per_machine = super::saltpeter_values::read_machine_caps(node)?;
+            }
+            "max_runs_in_flight" => {
+                self.max_runs_in_flight = super::saltpeter_values::read_limit(node)?;
+            }
             "notify" => {
                 let mut errors = Vec::new();
                 self.notify = super::notify::read_rules(node, &mut errors);

@@ -97,3 +97,87 @@ pub(super) fn read_retention(node: &Node) -> Result<Retention, String> {
     }
     Ok(retention)
 }
+
+/// `max_running_per_machine`: one cap for every machine, or a default and caps for the
+/// machines matching glob patterns (the first matching pattern, in file order, wins).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineCaps {
+    pub default: Option<u32>,
+    pub machines: Vec<(String, u32)>,
+}
+
+impl MachineCaps {
+    /// The cap of `machine`; `None`: no limit.
+    pub fn cap_for(&self, machine: &str) -> Option<u32> {
+        self.machines
+            .iter()
+            .find(|(pattern, _)| super::windows::glob_match(pattern, machine))
+            .map(|(_, cap)| *cap)
+            .or(self.default)
+            .filter(|cap| *cap > 0)
+    }
+
+    /// Any machine has a cap.
+    pub fn is_set(&self) -> bool {
+        self.default.is_some_and(|c| c > 0) || self.machines.iter().any(|(_, c)| *c > 0)
+    }
+}
+
+/// A cap: absent, `null` or `0` mean no limit.
+pub(super) fn read_limit(node: &Node) -> Result<Option<u32>, String> {
+    if node.is_null() {
+        return Ok(None);
+    }
+    match values::unsigned(node)? {
+        0 => Ok(None),
+        v => u32::try_from(v)
+            .map(Some)
+            .map_err(|_| format!("{v} is too large")),
+    }
+}
+
+/// `max_running_per_machine: N`, or `{default: N, machines: {'db*': M, build01: K}}`.
+pub(super) fn read_machine_caps(node: &Node) -> Result<MachineCaps, String> {
+    let NodeKind::Map(pairs) = &node.kind else {
+        return Ok(MachineCaps {
+            default: read_limit(node)?,
+            machines: Vec::new(),
+        });
+    };
+    let mut caps = MachineCaps::default();
+    for (key, value) in pairs {
+        match key.scalar() {
+            Some("default") => caps.default = read_limit(value)?,
+            Some("machines") => {
+                let NodeKind::Map(machines) = &value.kind else {
+                    return Err(format!(
+                        "`machines` must map machine names or globs to caps, such as \
+                         {{'db*': 1}}, found {}",
+                        value.describe()
+                    ));
+                };
+                for (pattern, cap) in machines {
+                    let pattern = pattern
+                        .scalar()
+                        .filter(|p| !p.trim().is_empty())
+                        .ok_or_else(|| {
+                            "a machine name or glob must be a non-empty text".to_string()
+                        })?;
+                    // `0` here means no limit for those machines, whatever the default.
+                    let cap = read_limit(cap)
+                        .map_err(|m| format!("cap of `{pattern}`: {m}"))?
+                        .unwrap_or(0);
+                    caps.machines.push((pattern.trim().to_string(), cap));
+                }
+            }
+            other => {
+                return Err(format!(
+                    "`max_running_per_machine` takes a number, or `default` and `machines`, \
+                     not `{}`",
+                    other.unwrap_or("?")
+                ));
+            }
+        }
+    }
+    Ok(caps)
+}

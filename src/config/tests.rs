@@ -549,3 +549,119 @@ fn timeout_counts_suspended_is_a_boolean() {
         config.diagnostics
     );
 }
+
+#[test]
+fn active_ranges_are_read_in_the_job_zone_and_checked() {
+    let dir = tempdir();
+    write(
+        dir.path(),
+        "ranged.yaml",
+        "\
+season:
+  schedule: '0 6 * * *'
+  timezone: Europe/Berlin
+  active_from: 2026-12-01
+  active_until: '2027-02-28 18:00'
+  command: 'true'
+  targets: a
+reversed:
+  schedule: '0 6 * * *'
+  active_from: 2027-01-02
+  active_until: 2027-01-01
+  command: 'true'
+  targets: a
+garbled:
+  schedule: '0 6 * * *'
+  active_until: soon
+  command: 'true'
+  targets: a
+",
+    );
+    let config = load(dir.path(), None);
+    let season = job(&config, "season");
+    let range = season.schedule.range().cloned().unwrap_or_default();
+    assert_eq!(
+        range.from.map(|t| t.to_rfc3339()),
+        Some("2026-11-30T23:00:00+00:00".to_string())
+    );
+    assert_eq!(
+        range.until.map(|t| t.to_rfc3339()),
+        Some("2027-02-28T17:00:00+00:00".to_string())
+    );
+    assert_eq!(
+        season.redacted_json()["active_from"],
+        serde_json::json!("2026-12-01")
+    );
+    let errors = messages(&config, Severity::Error);
+    assert!(
+        errors.iter().any(|e| e.contains("ranged.yaml:10:")
+            && e.contains("job `reversed`")
+            && e.contains("is after `active_until`")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("job `garbled`") && e.contains("expected a date")),
+        "{errors:?}"
+    );
+    assert!(matches!(
+        config.jobs.get("reversed"),
+        Some(JobEntry::Invalid(_))
+    ));
+    // A range that has ended is valid, with a warning.
+    write(
+        dir.path(),
+        "ranged.yaml",
+        "old:\n  schedule: '0 6 * * *'\n  active_until: 2020-01-01\n  command: 'true'\n  \
+         targets: a\n",
+    );
+    let config = load(dir.path(), None);
+    assert!(job(&config, "old").schedule.range().is_some());
+    let warnings = messages(&config, Severity::Warning);
+    assert!(
+        warnings.iter().any(|w| w.contains("range ended")),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn throttling_caps_take_a_number_or_a_default_with_machine_globs() {
+    let dir = tempdir();
+    write(
+        dir.path(),
+        "a.yaml",
+        "saltpeter_config:\n  max_runs_in_flight: 4\n  max_running_per_machine:\n    \
+         default: 3\n    machines:\n      'db*': 1\n      build01: 0\n",
+    );
+    let config = load(dir.path(), None);
+    let s = &config.saltpeter;
+    assert_eq!(s.max_runs_in_flight, Some(4));
+    let caps = &s.max_running_per_machine;
+    assert_eq!(caps.cap_for("db07"), Some(1));
+    assert_eq!(caps.cap_for("build01"), None, "0: no limit for it");
+    assert_eq!(caps.cap_for("web1"), Some(3));
+    write(
+        dir.path(),
+        "a.yaml",
+        "saltpeter_config:\n  max_running_per_machine: 2\n  max_runs_in_flight: 0\n",
+    );
+    let config = load(dir.path(), None);
+    assert_eq!(config.saltpeter.max_runs_in_flight, None);
+    assert_eq!(
+        config.saltpeter.max_running_per_machine.cap_for("any"),
+        Some(2)
+    );
+    write(
+        dir.path(),
+        "a.yaml",
+        "saltpeter_config:\n  max_running_per_machine: {most: 2}\n",
+    );
+    let config = load(dir.path(), None);
+    let errors = messages(&config, Severity::Error);
+    assert!(
+        errors.iter().any(|e| e.contains("not `most`")),
+        "{errors:?}"
+    );
+    assert!(!config.saltpeter.max_running_per_machine.is_set());
+}

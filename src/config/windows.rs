@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
+use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 
 use super::values::{self, Sink};
@@ -165,15 +165,7 @@ fn instant(node: &Node, tz: Tz) -> Result<DateTime<Utc>, String> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.with_timezone(&Utc));
     }
-    let naive = [
-        "%Y-%m-%d %H:%M:%S",
-        "%Y-%m-%d %H:%M",
-        "%Y-%m-%dT%H:%M:%S",
-        "%Y-%m-%dT%H:%M",
-    ]
-    .iter()
-    .find_map(|f| NaiveDateTime::parse_from_str(text, f).ok())
-    .ok_or_else(|| {
+    let naive = super::active::local_date_time(text).ok_or_else(|| {
         format!(
             "expected a date and time such as 2026-03-29 02:00 (read in the window's \
                  timezone) or an RFC 3339 instant, found `{text}`"

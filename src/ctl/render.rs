@@ -72,6 +72,11 @@ pub fn run(r: &RunRecord, json: bool) {
         ]);
     }
     out!("{}", t.render(style, "  "));
+    for target in &r.targets {
+        if let Some(why) = &target.waiting {
+            outln!("  {}: {}", escape(&target.machine), escape(why));
+        }
+    }
     if !r.attempts.is_empty() {
         outln!("  attempts:");
         let mut t = Table::new(&["MACHINE", "ATTEMPT", "REASON", "EXIT", "STARTED", "ENDED"]);

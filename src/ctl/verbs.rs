@@ -77,6 +77,7 @@ fn job_json(j: &JobSummary) -> Value {
         "last_result": j.info.last_result.map(|s| s.as_str()),
         "enabled": j.info.enabled,
         "error": j.info.error,
+        "inactive": j.info.inactive,
     })
 }
 
@@ -127,6 +128,14 @@ pub fn jobs(
         ]);
     }
     out!("{}", t.render(style, ""));
+    for j in jobs.iter() {
+        if let Some(note) = &j.info.inactive {
+            outln!(
+                "{}",
+                style.paint(&format!("{}: {note}", j.info.name), Some(Color::Dim))
+            );
+        }
+    }
     for j in jobs.iter().filter(|j| j.info.error.is_some()) {
         let e = j.info.error.as_deref().unwrap_or_default();
         outln!(
@@ -201,6 +210,9 @@ pub fn show(client: &mut Client, job: String, json: bool) -> CtlResult {
         }
     }
     outln!("\n{}", style.paint("Next runs", Some(Color::Bold)));
+    if let Some(note) = &s.info.inactive {
+        outln!("  ({note})");
+    }
     if d.next_runs.is_empty() {
         outln!("  -");
     }

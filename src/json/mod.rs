@@ -36,6 +36,7 @@ pub fn target_json(t: &TargetRecord) -> Value {
         "started": time(t.started),
         "ended": time(t.ended),
         "suspended": t.suspended,
+        "waiting": t.waiting,
     })
 }
 
@@ -86,6 +87,7 @@ pub fn job_json(j: &JobInfo) -> Value {
         "enabled": j.enabled,
         "error": j.error,
         "paused": j.paused,
+        "inactive": j.inactive,
     })
 }
 

@@ -209,6 +209,7 @@ fn result_json(job: &str, run: Option<u64>, t: &TargetView, seen: TargetSeen) ->
         "state": r.state.as_str(),
         "suspended": r.suspended,
         "reason": r.reason.map(|x| x.as_str()),
+        "waiting": r.waiting,
         "job_instance": run.map(|run| instance(job, run)),
     })
 }
@@ -288,6 +289,7 @@ mod tests {
                 started,
                 ended: None,
                 suspended: false,
+                waiting: None,
             },
             finished: false,
             last_heartbeat: Some(1_000),

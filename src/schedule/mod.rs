@@ -32,6 +32,7 @@
 //! last one built is kept per thread, so walking one schedule slot by slot parses once.
 
 mod fields;
+mod range;
 mod walk;
 
 #[cfg(test)]
@@ -48,6 +49,7 @@ use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 
 use fields::FieldKind;
+pub use range::{ActiveRange, RangePhase};
 
 /// Most firings `saltpeterctl schedule next` lists at once.
 pub const MAX_UPCOMING: u32 = 10_000;
@@ -142,6 +144,9 @@ pub struct Schedule {
     tz: Tz,
     /// Minute or hour field starts with `*`: the job follows real time across DST changes.
     follows_real_time: bool,
+    /// `active_from` / `active_until`: slots outside are not slots at all. Shared like
+    /// `compiled`; `None` when the job has neither key.
+    range: Option<Arc<ActiveRange>>,
 }
 
 impl Schedule {
@@ -219,7 +224,25 @@ impl Schedule {
             compiled: Arc::new(Compiled { text, vixie_and }),
             tz,
             follows_real_time,
+            range: None,
         })
+    }
+
+    /// The same schedule, firing only inside `range` (an unbounded range changes nothing).
+    pub fn with_range(mut self, range: ActiveRange) -> Schedule {
+        self.range = (!range.is_unbounded()).then(|| Arc::new(range));
+        self
+    }
+
+    /// The active range, when the job has one.
+    pub fn range(&self) -> Option<&ActiveRange> {
+        self.range.as_deref()
+    }
+
+    /// Why the job has no next slot at `now` (its range ended) or none yet (not active
+    /// yet); `None` while its range is open or when it has none.
+    pub fn range_note(&self, now: DateTime<Utc>) -> Option<String> {
+        self.range.as_ref().and_then(|r| r.note(now))
     }
 
     /// Runs `f` with this schedule's matcher: the one built last on this thread when it was
@@ -272,9 +295,24 @@ impl Schedule {
         self.follows_real_time
     }
 
-    /// The first firing strictly after `after`, or `None` if there is none.
+    /// The first firing strictly after `after` inside the active range, or `None` if
+    /// there is none.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.with_matcher(|m| walk::next_after(m, after))
+        self.with_matcher(|m| self.next_in_range(m, after))
+    }
+
+    /// The matcher's next firing after `after`, moved up to `active_from` and cut off
+    /// after `active_until`.
+    fn next_in_range(&self, matcher: &Matcher, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let Some(range) = self.range.as_deref() else {
+            return walk::next_after(matcher, after);
+        };
+        let after = match range.from {
+            // Strictly after the instant just before `from`: a slot at `from` counts.
+            Some(from) if from > after => from - chrono::Duration::nanoseconds(1),
+            _ => after,
+        };
+        walk::next_after(matcher, after).filter(|next| range.until.is_none_or(|u| *next <= u))
     }
 
     /// Up to `n` firings strictly after `after`, in order.
@@ -283,7 +321,7 @@ impl Schedule {
             let mut out = Vec::with_capacity(n.min(1024));
             let mut cursor = after;
             while out.len() < n {
-                match walk::next_after(matcher, cursor) {
+                match self.next_in_range(matcher, cursor) {
                     Some(next) => {
                         debug_assert!(next > cursor, "firings must strictly increase");
                         out.push(next);
@@ -296,9 +334,10 @@ impl Schedule {
         })
     }
 
-    /// Fails with [`ScheduleError::NeverFires`] when no firing follows `now`.
+    /// Fails with [`ScheduleError::NeverFires`] when no firing follows `now`, whatever the
+    /// active range (a range that has ended is not an error: the job says so instead).
     pub fn check_fires(&self, now: DateTime<Utc>) -> Result<(), ScheduleError> {
-        match self.next_after(now) {
+        match self.with_matcher(|m| walk::next_after(m, now)) {
             Some(_) => Ok(()),
             None => Err(ScheduleError::NeverFires {
                 schedule: self.describe(),
@@ -341,11 +380,14 @@ impl Matcher {
     }
 }
 
-/// Two schedules are equal when they fire at the same instants: same fields, same zone.
+/// Two schedules are equal when they fire at the same instants: same fields, same zone,
+/// same active range.
 impl PartialEq for Schedule {
     fn eq(&self, other: &Schedule) -> bool {
         self.tz == other.tz
             && self.follows_real_time == other.follows_real_time
+            && self.range.as_ref().map(|r| (r.from, r.until))
+                == other.range.as_ref().map(|r| (r.from, r.until))
             && (Arc::ptr_eq(&self.compiled, &other.compiled)
                 || self.compiled.text == other.compiled.text)
     }

@@ -329,3 +329,58 @@ fn a_whole_year_in_berlin_keeps_the_dst_invariants() {
     // Four times a day, except that 02:00 and 02:30 collapse into one on 29 March.
     assert_eq!(count("0,30 1,2 * * *"), 365 * 4 - 1);
 }
+
+fn range(from: Option<DateTime<Utc>>, until: Option<DateTime<Utc>>) -> super::ActiveRange {
+    super::ActiveRange {
+        from,
+        until,
+        from_text: Some("from".into()),
+        until_text: Some("until".into()),
+    }
+}
+
+#[test]
+fn a_range_moves_the_first_slot_up_and_cuts_the_last() {
+    let s = expr("0 * * * *", Tz::UTC).with_range(range(
+        Some(utc(2026, 12, 1, 10, 0, 0)),
+        Some(utc(2026, 12, 1, 12, 0, 0)),
+    ));
+    // Not yet active: the first slot is the one at `active_from` (inclusive).
+    assert_eq!(
+        s.upcoming(utc(2026, 11, 1, 0, 0, 0), 10),
+        [
+            utc(2026, 12, 1, 10, 0, 0),
+            utc(2026, 12, 1, 11, 0, 0),
+            utc(2026, 12, 1, 12, 0, 0)
+        ]
+    );
+    // Ended: nothing, and the reason says so.
+    assert_eq!(s.next_after(utc(2026, 12, 1, 12, 0, 0)), None);
+    let note = s.range_note(utc(2026, 12, 1, 12, 0, 1));
+    assert!(note.is_some_and(|n| n.contains("range ended")), "{s:?}");
+    assert!(s.range_note(utc(2026, 12, 1, 11, 0, 0)).is_none());
+    assert!(
+        s.range_note(utc(2026, 11, 1, 0, 0, 0))
+            .is_some_and(|n| n.contains("not active yet"))
+    );
+    // A range that has ended is not "never fires": the job is valid and says why.
+    assert_eq!(s.check_fires(utc(2027, 1, 1, 0, 0, 0)), Ok(()));
+}
+
+#[test]
+fn a_from_between_slots_starts_at_the_next_slot_and_ranges_compare() {
+    let from = utc(2026, 12, 1, 10, 0, 1);
+    let s = expr("*/10 * * * * *", Tz::UTC).with_range(range(Some(from), None));
+    assert_eq!(
+        s.next_after(utc(2026, 1, 1, 0, 0, 0)),
+        Some(utc(2026, 12, 1, 10, 0, 10))
+    );
+    // The range is part of what a schedule is: a reload that changes it replans.
+    let plain = expr("*/10 * * * * *", Tz::UTC);
+    assert_ne!(s, plain);
+    assert_eq!(plain.clone().with_range(range(None, None)), plain);
+    assert_eq!(
+        s,
+        expr("*/10 * * * * *", Tz::UTC).with_range(range(Some(from), None))
+    );
+}

@@ -356,6 +356,10 @@ pub struct JobInfo {
     pub error: Option<String>,
     /// Why the job is paused (`saltpeterctl pause`), while it is.
     pub paused: Option<String>,
+    /// Outside its `active_from` / `active_until` range: why it has no next run (ended) or
+    /// why the next run is that late (not active yet).
+    #[serde(default)]
+    pub inactive: Option<String>,
 }
 
 /// One answer shape per question; the caller renders it.

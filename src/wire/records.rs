@@ -136,6 +136,10 @@ pub struct TargetRecord {
     /// Suspended by an operator (its command is stopped); only while it runs.
     #[serde(default)]
     pub suspended: bool,
+    /// Why a `queued` target waits, when it waits for a place on its machine
+    /// (`max_running_per_machine`); known to the running daemon only, never stored.
+    #[serde(default)]
+    pub waiting: Option<String>,
 }
 
 /// One run as stored and shown.
@@ -194,6 +198,7 @@ mod tests {
             started: None,
             ended: None,
             suspended: false,
+            waiting: None,
         }
     }
 

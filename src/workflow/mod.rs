@@ -177,6 +177,8 @@ pub enum WakeEvent {
     /// The caller's fleet state changed (main: a wrapper deployment ended, the minions'
     /// builds were loaded).
     Fleet,
+    /// A place under a concurrency cap may have freed up (main: a target or a run ended).
+    Capacity,
 }
 
 /// What the caller reports to [`Registry::wake`]: a source that lives outside the

@@ -145,7 +145,7 @@ fn running_wrappers_outlive_a_stopped_daemon_and_reattach_on_restart() {
 /// Salt would: the command rendered with the minion's id and pki directory (each minion
 /// has a real RSA key under `<dir>/pki/<minion>`, accepted in `<dir>/master-pki`), with
 /// the launch's `env`, logging each wrapper to `<logs>/<run>-<minion>.log`.
-fn fake_salt(dir: &Path, logs: &Path, grace_s: u64) -> String {
+pub(crate) fn fake_salt(dir: &Path, logs: &Path, grace_s: u64) -> String {
     for m in STAGED {
         minion_key(dir, m);
     }

@@ -7,6 +7,7 @@ mod pg_cluster;
 /// `SALTPETER_TEST_SKIP`: which missing components skip their tests instead of failing.
 use pg_cluster::components;
 
+mod active_range;
 mod api;
 mod bench;
 mod bench_salt;
@@ -45,6 +46,8 @@ mod salt_unreachable;
 mod scheduling;
 mod sim_fleet;
 mod suspend;
+mod throttle;
+mod throttle_salt;
 mod tls;
 mod tls_bench;
 mod wrapper;

@@ -489,6 +489,7 @@ impl TargetRow {
             started: self.started,
             ended: self.ended,
             suspended: self.suspended,
+            waiting: None,
         })
     }
 }

@@ -141,6 +141,7 @@ fn target_updates_change_only_given_fields() {
             started: Some(10),
             ended: Some(20),
             suspended: false,
+            waiting: None,
         }
     );
     assert_eq!(detail.last_seen, Some(11));

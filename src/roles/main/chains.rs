@@ -50,6 +50,15 @@ pub fn run_ended(core: &mut Main, job: &str, run: RunId, state: RunState) {
         .collect();
     let now = Utc::now();
     for next in chained {
+        // Outside its `active_from` / `active_until` range a job is not fired by a chain
+        // either (only a manual run starts it then).
+        if let Some(note) = next.schedule.range_note(now) {
+            log::info!(
+                "{}: not chained after run {run} of {job}: {note}",
+                next.name
+            );
+            continue;
+        }
         let reason = format!("after run {run} of {job} ({state})");
         log::info!("{}: chained run {reason}", next.name);
         core.event(

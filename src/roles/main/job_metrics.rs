@@ -220,6 +220,7 @@ mod tests {
             started: Some(10_500),
             ended: None,
             suspended: false,
+            waiting: None,
         }
     }
 

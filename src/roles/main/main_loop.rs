@@ -55,6 +55,8 @@ pub fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
         }
         WakeKey::Event(WakeEvent::RunChanged(run)) => core.flight.runs.contains_key(run),
         WakeKey::Event(WakeEvent::Fleet) => core.fleet.busy(),
+        // Runs in flight end, and with them the wait for a place.
+        WakeKey::Event(WakeEvent::Capacity) => !core.flight.runs.is_empty(),
         WakeKey::Timer(_) => true,
     };
     for stall in role

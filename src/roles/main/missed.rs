@@ -396,4 +396,23 @@ mod tests {
         // Past the deadline nothing catches up.
         assert!(live_catch_ups(&late, &jobs, t(3, 0, 0)).is_empty());
     }
+
+    #[test]
+    fn slots_outside_the_active_range_are_never_missed() {
+        let s = schedule("0 * * * *").with_range(crate::schedule::ActiveRange {
+            from: Some(t(2, 30, 0)),
+            until: Some(t(3, 0, 0)),
+            ..Default::default()
+        });
+        // Down from 01:00 to 06:00: only the 03:00 slot was inside the range.
+        let m = missed_slots(&s, t(1, 0, 0), t(6, 0, 0), 100);
+        assert_eq!(m.slots, [t(3, 0, 0)]);
+        assert_eq!(m.left_out, LeftOut::None);
+        // Down only after the range ended: nothing missed.
+        assert!(
+            missed_slots(&s, t(4, 0, 0), t(6, 0, 0), 100)
+                .slots
+                .is_empty()
+        );
+    }
 }

@@ -49,6 +49,7 @@ mod target;
 mod target_suspend;
 #[cfg(test)]
 mod target_tests;
+mod throttle;
 pub mod tokens;
 mod ui;
 mod welcome;
@@ -277,6 +278,14 @@ impl Main {
             .and_then(|r| r.targets.get_mut(machine))
     }
 
+    /// Wake the Workflows waiting for a place (`throttle.rs`), when a cap is set.
+    pub fn wake_capacity(&mut self) {
+        let s = &self.config.saltpeter;
+        if s.max_running_per_machine.is_set() || s.max_runs_in_flight.is_some() {
+            self.wake(WakeKey::Event(WakeEvent::Capacity));
+        }
+    }
+
     /// The wake event of everything that changes a run.
     pub fn run_event(run: RunId) -> WakeEvent {
         WakeEvent::RunChanged(run)
@@ -284,6 +293,8 @@ impl Main {
 
     pub fn wake_run(&mut self, run: RunId) {
         self.wake(WakeKey::Event(Main::run_event(run)));
+        // A target of it may have ended: runs waiting for a place look again.
+        self.wake_capacity();
         live::run_changed(self, run);
         ui::run_changed(self, run);
     }

@@ -31,9 +31,20 @@ pub struct ActiveRun {
     pub workflow: Option<WorkflowId>,
     /// Admin calls (`run --wait`) to answer when the run ends.
     pub waiters: Vec<CallId>,
+    /// When the run was recorded: its place in the throttling queues when it has no slot
+    /// (a manual run).
+    pub recorded_at: Millis,
+    /// Recorded, waiting for a place under `max_runs_in_flight` (`throttle.rs`).
+    pub awaiting_capacity: bool,
 }
 
 impl ActiveRun {
+    /// Its place in the throttling queues: slot order (a manual run: when recorded), then
+    /// run id.
+    pub fn queue_key(&self) -> super::throttle::QueueKey {
+        (self.slot.unwrap_or(self.recorded_at), self.id)
+    }
+
     /// Final state once every target is settled.
     pub fn final_state(&self) -> RunState {
         let records: Vec<TargetRecord> = self.targets.iter().map(|(m, t)| t.record(m)).collect();

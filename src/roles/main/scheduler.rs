@@ -366,4 +366,35 @@ mod tests {
                 .is_empty()
         );
     }
+
+    #[test]
+    fn a_job_outside_its_range_is_planned_inside_it_or_not_at_all() {
+        let dir = match tempfile::tempdir() {
+            Ok(d) => d,
+            Err(e) => panic!("{e}"),
+        };
+        let yaml = "soon:\n  schedule: '0 * * * *'\n  active_from: '2026-11-25 12:30'\n  \
+                    targets: a\n  command: 'true'\n\
+                    ended:\n  schedule: '0 * * * *'\n  active_until: 2026-11-24\n  \
+                    targets: a\n  command: 'true'\n";
+        if let Err(e) = std::fs::write(dir.path().join("j.yaml"), yaml) {
+            panic!("{e}");
+        }
+        let jobs = match crate::config::check_dir(dir.path(), t(0, 0, 0)) {
+            Ok(c) => c.jobs,
+            Err(e) => panic!("{e}"),
+        };
+        let mut s = Scheduler::default();
+        s.plan(valid(&jobs), t(10, 0, 5));
+        assert_eq!(s.next_of("soon"), Some(t(13, 0, 0)));
+        assert_eq!(s.next_of("ended"), None);
+        // Nothing comes due before the range opens, and nothing is missed.
+        assert!(
+            s.take_due(t(12, 59, 0), &jobs, 100, &Leads::none())
+                .is_empty()
+        );
+        let due = s.take_due(t(13, 0, 0), &jobs, 100, &Leads::none());
+        assert_eq!(due.len(), 1);
+        assert_eq!((due[0].job.as_str(), due[0].missed), ("soon", false));
+    }
 }

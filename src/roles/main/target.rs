@@ -180,6 +180,8 @@ pub struct Target {
     pub ended: Option<Millis>,
     /// 1 for the first attempt; a retry (`retries`) adds one.
     pub attempt: u32,
+    /// Pending, held back by `max_running_per_machine`: why (`throttle.rs`).
+    pub throttled: Option<String>,
 }
 
 fn refuse(code: RejectCode, message: impl Into<String>) -> Refusal {
@@ -204,6 +206,7 @@ impl Target {
             started: None,
             ended: None,
             attempt: 1,
+            throttled: None,
         }
     }
 
@@ -258,13 +261,14 @@ impl Target {
             started: record.started,
             ended: record.ended,
             attempt: 1,
+            throttled: None,
         }
     }
 
     /// The state as recorded and shown.
     pub fn state(&self) -> TargetState {
         match &self.phase {
-            Phase::Pending if self.batch > 0 => TargetState::Queued,
+            Phase::Pending if self.batch > 0 || self.throttled.is_some() => TargetState::Queued,
             Phase::Pending => TargetState::Pending,
             Phase::Launching => TargetState::Launching,
             Phase::PickedUp { running: true, .. } => TargetState::Running,
@@ -294,6 +298,7 @@ impl Target {
             started: self.started,
             ended: self.ended,
             suspended: self.suspended,
+            waiting: self.throttled.clone().filter(|_| self.is_throttled()),
         }
     }
 
@@ -317,7 +322,9 @@ impl Target {
 
     /// No wrapper has picked it up yet (the pick-up deadline applies to it).
     pub fn awaiting_pickup(&self) -> bool {
-        matches!(self.phase, Phase::Pending | Phase::Launching) && self.conn.is_none()
+        matches!(self.phase, Phase::Pending | Phase::Launching)
+            && self.conn.is_none()
+            && self.throttled.is_none()
     }
 
     /// Its batch starts: the wrapper is being launched.
@@ -326,6 +333,7 @@ impl Target {
             return Vec::new(); // killed before its batch came, or launched before a restart
         }
         self.phase = Phase::Launching;
+        self.throttled = None;
         vec![Effect::StoreState(TargetState::Launching, None)]
     }
 

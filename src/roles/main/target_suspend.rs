@@ -211,6 +211,7 @@ mod tests {
             started: Some(1_000),
             ended: None,
             suspended: true,
+            waiting: None,
         };
         let now = Instant::now();
         let mut t = Target::restored(

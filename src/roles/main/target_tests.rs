@@ -255,6 +255,7 @@ fn silence_counts_only_after_pickup_and_after_the_recovery_grace() {
         started: Some(1),
         ended: None,
         suspended: false,
+        waiting: None,
     };
     let grace = Duration::from_secs(30);
     let restored = Target::restored(&record, true, None, 9, t0, grace);
@@ -342,6 +343,7 @@ fn restored_targets_take_the_phase_their_record_and_token_say() {
         started: None,
         ended: None,
         suspended: false,
+        waiting: None,
     };
     let phase = |state, spent| Target::restored(&record(state), spent, None, 0, t0, grace).phase;
     assert_eq!(phase(TargetState::Pending, false), Phase::Pending);

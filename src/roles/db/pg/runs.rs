@@ -35,6 +35,7 @@ fn target_record(op: Op, row: &Row) -> Result<TargetRecord, StoreError> {
         started: col(op, row, 4)?,
         ended: col(op, row, 5)?,
         suspended: col(op, row, 6)?,
+        waiting: None,
     })
 }
 

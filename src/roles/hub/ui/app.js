@@ -218,7 +218,8 @@ async function refreshNextRuns() {
     const jobs = await api("GET", "/api/v1/jobs");
     S.nextRuns = {};
     S.paused = {};
-    for (const j of jobs) { S.nextRuns[j.name] = j.next_run; S.paused[j.name] = j.paused; }
+    S.inactive = {};
+    for (const j of jobs) { S.nextRuns[j.name] = j.next_run; S.paused[j.name] = j.paused; S.inactive[j.name] = j.inactive; }
     await loadJobCtl(); // jobctl.js: until and skip counts
     render();
   } catch (e) { /* shown elsewhere */ }
@@ -229,13 +230,15 @@ function renderJobs() {
   const rows = jobRows();
   tbody.replaceChildren(...rows.map((r) => {
     const next = (S.nextRuns || {})[r.name] || r.next;
+    // Outside its active_from / active_until range: say why (no next run, or a late one).
+    const inactive = (S.inactive || {})[r.name];
     return el("tr", { "data-job": r.name, "data-paused": S.paused[r.name] ? "1" : null, onclick: () => { location.hash = "#/job/" + encodeURIComponent(r.name); } },
       el("td", { class: "name", text: r.name }),
       el("td", { text: r.group }),
       el("td", { class: "mono", text: r.schedule }),
       el("td", { text: r.targets }),
       el("td", { class: "status" }, el("span", { class: "badge st-" + r.status, text: r.status }), ...jobCtlBadges(r.name)),
-      el("td", { class: "next", "data-next": next || "", text: next ? fmtTime(next) : "-" }),
+      el("td", { class: "next", "data-next": next || "", title: inactive || null, text: next ? fmtTime(next) : (inactive ? "- (" + inactive + ")" : "-") }),
       el("td", { class: "last", text: fmtTime(r.last) }));
   }));
   $("#job-count").textContent = `${rows.length} job(s)`;
@@ -269,7 +272,8 @@ function renderJob() {
   const skip = new Set([...SCHEDULE_KEYS, "name", "group", "schedule"]);
   $("#job-config").replaceChildren(...Object.entries(c).filter(([k]) => !skip.has(k)).map(([k, v]) =>
     el("tr", {}, el("th", { text: k }), el("td", { class: "mono", text: typeof v === "object" && v !== null ? JSON.stringify(v) : String(v) }))));
-  $("#job-next").textContent = fmtTime(d.next_run);
+  const inactive = (S.inactive || {})[name];
+  $("#job-next").textContent = fmtTime(d.next_run) + (inactive ? " (" + inactive + ")" : "");
   $("#job-last").textContent = fmtTime(d.last_run);
   $("#job-instance").textContent = d.job_instance ? "(" + d.job_instance + ")" : "";
   renderJobControl(); // jobctl.js
@@ -314,7 +318,8 @@ function renderTargets(d) {
     const ran = r.starttime ? fmtSpan((r.endtime ? new Date(r.endtime) : new Date()) - new Date(r.starttime)) : "-";
     node.querySelector(".facts").textContent =
       `${word} · started ${fmtTime(r.starttime)} · ended ${fmtTime(r.endtime)} · ran ${ran} · ret ${r.retcode === "" || r.retcode === null ? "-" : r.retcode}` +
-      ` · wrapper ${r.wrapper_version || "-"}` + (r.last_heartbeat && !r.endtime ? ` · heartbeat ${fmtSpan(Date.now() - new Date(r.last_heartbeat))} ago` : "");
+      ` · wrapper ${r.wrapper_version || "-"}` + (r.last_heartbeat && !r.endtime ? ` · heartbeat ${fmtSpan(Date.now() - new Date(r.last_heartbeat))} ago` : "") +
+      (r.waiting ? ` · ${r.waiting}` : "");
     node.querySelector(".kill-machine").disabled = !(r.state === "running" || r.state === "launching" || r.state === "picked_up" || r.state === "pending" || r.state === "queued" || r.state === "waiting_unreachable");
     const sus = node.querySelector(".suspend-machine");
     sus.textContent = r.suspended ? "Resume" : "Suspend";
@@ -372,9 +377,10 @@ async function loadHistory() {
 async function showRun(r) {
   const box = $("#run-view");
   box.replaceChildren(el("h3", { text: `Run #${r.id} (${r.state})` }));
+  if (r.reason) box.append(el("div", { class: "muted", text: r.reason }));
   for (const t of r.targets) {
     const pre = el("pre", { class: "output wrap", text: "loading…" });
-    box.append(el("div", { class: "muted", text: `${t.machine}: ${t.state}, exit ${t.exit_code ?? "-"}` }), pre);
+    box.append(el("div", { class: "muted", text: `${t.machine}: ${t.state}, exit ${t.exit_code ?? "-"}` + (t.waiting ? ` (${t.waiting})` : "") }), pre);
     try {
       const out = await api("GET", `/api/v1/runs/${r.id}/targets/${encodeURIComponent(t.machine)}/output?tail=1048576`);
       pre.textContent = crCollapse(out.data) || "(no output)";

@@ -145,6 +145,15 @@ pub fn next_firings(core: &Main, job: &str, from: Option<Millis>, count: u32) ->
     };
     let count = count.clamp(1, crate::schedule::MAX_UPCOMING) as usize;
     let upcoming = j.schedule.upcoming(from, count);
+    if upcoming.is_empty()
+        && let Some(range) = j.schedule.range()
+        && range.phase(from) == crate::schedule::RangePhase::Ended
+    {
+        let note = range.note(from).unwrap_or_default();
+        return AdminResponse::Failure(AdminFailure::Invalid(format!(
+            "job {job} has no next run: {note}"
+        )));
+    }
     AdminResponse::NextFirings(
         crate::roles::main::jobctl::account(core, j, upcoming)
             .iter()
@@ -316,6 +325,9 @@ fn job_infos(core: &Main, last: &BTreeMap<String, RunRecord>) -> Vec<JobInfo> {
             };
             JobInfo {
                 paused: core.jobctl.paused_note(&name, chrono::Utc::now()),
+                inactive: entry
+                    .job()
+                    .and_then(|j| j.schedule.range_note(chrono::Utc::now())),
                 next_run: core.scheduler.next_of(&name).map(|t| t.timestamp_millis()),
                 last_run: last_run.and_then(|r| r.slot.or(r.started)),
                 last_result: last_run.map(|r| r.state),
@@ -416,6 +428,7 @@ broken:
                 enabled: error.is_none(),
                 error,
                 paused: None,
+                inactive: None,
             },
             state: JobState::Idle,
             running: Vec::new(),

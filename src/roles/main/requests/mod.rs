@@ -245,7 +245,10 @@ pub fn answer(core: &mut Main, wait: Wait, result: Result<DbReply, CallError>) {
             calls::ListRuns::take(result).map(|runs| jobs::detailed(core, &job, upcoming, runs)),
         ),
         Wait::Runs(call) => (call, calls::ListRuns::take(result).map(AdminResponse::Runs)),
-        Wait::Run(call) => (call, calls::GetRun::take(result).map(runs::found)),
+        Wait::Run(call) => (
+            call,
+            calls::GetRun::take(result).map(|r| runs::found(core, r)),
+        ),
         Wait::Events(call) => (
             call,
             calls::ListEvents::take(result).map(daemon::events_read),

@@ -27,10 +27,19 @@ pub fn find(core: &mut Main, call: CallId, q: RunQuery) {
     );
 }
 
-/// db's answer to `GetRun` (and to a finished run's waiters).
-pub fn found(record: Option<RunRecord>) -> AdminResponse {
+/// db's answer to `GetRun` (and to a finished run's waiters), with what only main knows
+/// of a run in flight: why its queued targets wait (`max_running_per_machine`).
+pub fn found(core: &Main, record: Option<RunRecord>) -> AdminResponse {
     match record {
-        Some(run) => AdminResponse::Run(run),
+        Some(mut run) => {
+            let waiting = crate::roles::main::throttle::reasons(core, run.id);
+            for t in &mut run.targets {
+                if t.state == crate::wire::records::TargetState::Queued {
+                    t.waiting = waiting.get(&t.machine).cloned();
+                }
+            }
+            AdminResponse::Run(run)
+        }
         None => AdminResponse::Failure(AdminFailure::NotFound("no such run".into())),
     }
 }

@@ -8,14 +8,14 @@ use super::rounds;
 use super::{RunEnv, Sc, now_ms, run_rules};
 use crate::roles::main::effects::{finish_target, transition};
 use crate::roles::main::target::Phase;
-use crate::roles::main::{DbWait, Main};
+use crate::roles::main::{DbWait, Main, throttle};
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, RunUpdate, calls};
 use crate::wire::link::{
     BlockingRequest, ExecutorKind, LaunchTarget, MinionOutcome, blocking_calls,
 };
 use crate::wire::records::{RunId, RunState, TargetReason, TargetState};
-use crate::workflow::{Step, Wake};
+use crate::workflow::{Step, Wake, WakeEvent};
 
 pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let Some(run) = env.run else {
@@ -49,6 +49,15 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         if maintenance {
             log::info!("run {run}: {machine} is in maintenance now; left out");
             transition(core, run, machine, |t| t.skip_for_maintenance());
+            continue;
+        }
+        // Its machine is full (`max_running_per_machine`): not launched until a place
+        // frees up, so no wrapper waits on the minion and no timeout runs meanwhile.
+        if let Err(reason) = throttle::may_start(core, run, machine) {
+            if core.target(run, machine).is_some_and(|t| !t.is_throttled()) {
+                log::info!("run {run}: {machine} {reason}");
+            }
+            transition(core, run, machine, |t| t.hold_for_capacity(reason));
             continue;
         }
         transition(core, run, machine, |t| t.launch());
@@ -88,6 +97,9 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     Step::Wait(Wake::Call(barrier))
 }
 
+/// How often a batch with throttled targets looks again without being woken.
+const CAPACITY_RECHECK: Duration = Duration::from_secs(5);
+
 /// A meta key nobody writes, read as the launch barrier.
 const LAUNCH_BARRIER: &str = "launch_barrier";
 
@@ -115,7 +127,8 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
             wrapper_path: core.wrapper_path(&job),
             minions: launch.into_iter().map(|t| t.machine).collect(),
             settings: core.salt_settings(),
-            urgent: !env.req.prestaged,
+            // After its slot (targets held back by a cap, retries) nothing is to coalesce.
+            urgent: !env.req.prestaged || core.flight.runs.get(&run).is_some_and(|r| r.go_sent),
         };
         core.rounds.queue(queued, now);
         env.launch_queued = true;
@@ -252,10 +265,25 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         }
         super::unreachable::Plan::Nothing => Vec::new(),
     };
+    let batch = env.batches.get(env.batch).map(Vec::as_slice).unwrap_or(&[]);
+    // Targets held back by `max_running_per_machine` start once their place is free.
+    if throttle::any_admitted(core, run, batch) {
+        s.insert_steps([
+            ("launch_batch", launch_batch as StepFnOf),
+            ("await_launch", await_launch),
+            ("collect_batch", collect_batch),
+        ]);
+        return Step::Next;
+    }
+    let mut waiting = waiting;
+    if throttle::has_throttled(core, run, batch) {
+        // The wake comes when a target or run ends; the timer only backs it up.
+        waiting.push(Wake::event(WakeEvent::Capacity));
+        waiting.push(Wake::At(now + CAPACITY_RECHECK));
+    }
     let Some(active) = core.flight.runs.get(&run) else {
         return Step::Next;
     };
-    let batch = env.batches.get(env.batch).map(Vec::as_slice).unwrap_or(&[]);
     let pickup = if env.batches.len() == 1 && batch.len() == active.targets.len() {
         // One batch holding every target of the run (none in maintenance or waiting for
         // its minion): no lookup per target.

@@ -8,6 +8,7 @@
 //! place a target becomes `finished`.
 
 pub mod batches;
+mod capacity;
 mod fire;
 use batches::{await_launch, collect_all, collect_batch, launch_batch, next_batch};
 pub use fire::fire_as;
@@ -96,6 +97,8 @@ pub struct RunEnv {
     pub(super) pickup_probe: Option<(CallId, Vec<String>)>,
     /// Counted in `Main::busy_jobs` until recorded.
     counted: bool,
+    /// Since when the run waits for a place under `max_runs_in_flight` (`capacity.rs`).
+    capacity_since: Option<Instant>,
 }
 
 pub type Sc<'a> = StepCtx<'a, RunEnv, Main>;
@@ -137,11 +140,13 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             deploy_since: None,
             pickup_probe: None,
             counted: !prestaged,
+            capacity_since: None,
         },
     )
     .step("resolve_targets", targets::resolve_targets)
     .step("plan_batches", plan_batches)
     .step("record_run", record_run)
+    .step("await_capacity", capacity::await_capacity)
     .step("deploy_wrappers", targets::deploy_wrappers)
     .step("launch_batch", launch_batch)
     .step("await_launch", await_launch)
@@ -189,8 +194,10 @@ pub fn recovered_workflow(
             deploy_since: None,
             pickup_probe: None,
             counted: false,
+            capacity_since: None,
         },
     )
+    .step("await_capacity", capacity::await_capacity)
     .step("deploy_wrappers", targets::deploy_wrappers)
     .step("launch_batch", launch_batch)
     .step("await_launch", await_launch)
@@ -319,6 +326,8 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                     launching: None,
                     workflow: Some(s.id()),
                     waiters: Vec::new(),
+                    recorded_at: now_ms(),
+                    awaiting_capacity: false,
                 },
             );
             super::ui::run_changed(core, id);
@@ -432,6 +441,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         log::error!("run {run}: could not record its end: {e}");
     }
     release_job(core, env);
+    core.wake_capacity();
     if let Some(active) = core.flight.runs.remove(&run) {
         let state = match &env.unresolved {
             Some((state, _)) => *state,

@@ -128,6 +128,8 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
             launching: None,
             workflow: None,
             waiters: Vec::new(),
+            recorded_at: run.started.unwrap_or(0),
+            awaiting_capacity: false,
         },
     );
     core.recover_run(

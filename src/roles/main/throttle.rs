@@ -1,0 +1,274 @@
+//! Throttling: `max_running_per_machine` (Saltpeter commands at once on one machine,
+//! across all jobs) and `max_runs_in_flight` (runs at once on this server).
+//!
+//! Nothing new is queued beside the runs: the queues are read off the runs in flight.
+//! - A run over `max_runs_in_flight` is recorded as usual and then waits in its Workflow's
+//!   `await_capacity` step (before any wrapper is deployed or launched), shown as a
+//!   `queued` run with the reason; `ActiveRun::awaiting_capacity` marks it.
+//! - A target over `max_running_per_machine` stays `Phase::Pending` when its batch is
+//!   launched (`launch_batch` asks [`target_admission`]): it is not launched at all, so no
+//!   wrapper waits on the minion and its timeout clock, which starts with the command, does
+//!   not run. `Target::throttled` holds the reason; the target shows as `queued`. Its run's
+//!   `collect_batch` launches it again once it may start ([`any_admitted`]).
+//!
+//! Order: both queues are served in slot order (a manual run: when it was recorded), then
+//! run id ([`QueueKey`]). A waiting entry is admitted only when the places taken plus the
+//! entries waiting ahead of it leave room, so a later slot never overtakes an earlier one.
+//!
+//! A machine's place is taken from the launch of a target's wrapper until its command
+//! ended (`Launching` and `PickedUp`): a pre-staged salt target waiting for `go` counts,
+//! since its command starts at the slot. Places free up when a target leaves those phases
+//! or a run ends; `effects::transition` and `finalize` then wake the waiting Workflows
+//! (`WakeEvent::Capacity`).
+//!
+//! The functions of the rules are pure (counts in, decision out); the scans over the runs in
+//! flight cost one lookup per run, and are done only when a limit is set.
+
+use std::collections::BTreeMap;
+
+use super::Main;
+use super::runs::ActiveRun;
+use super::target::{Effect, Phase, Target};
+use crate::wire::records::{Millis, RunId, TargetState};
+
+/// A place in a throttling queue: slot (or when a manual run was recorded), then run id.
+pub type QueueKey = (Millis, RunId);
+
+/// What one machine has: places taken, and the keys of the targets waiting for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineLoad {
+    pub running: usize,
+    pub waiting: Vec<QueueKey>,
+}
+
+/// May a target with key `me` start on `machine` now? `Err` holds the reason it waits.
+pub fn target_admission(
+    max: u32,
+    machine: &str,
+    load: &MachineLoad,
+    me: QueueKey,
+) -> Result<(), String> {
+    let ahead = load.waiting.iter().filter(|k| **k < me).count();
+    if load.running + ahead < max as usize {
+        return Ok(());
+    }
+    let queued = if ahead > 0 {
+        format!(", {ahead} queued ahead")
+    } else {
+        String::new()
+    };
+    Err(format!(
+        "waiting: {} command(s) already running on {machine}{queued} \
+         (max_running_per_machine {max})",
+        load.running
+    ))
+}
+
+/// May a run with key `me` start now, with `in_flight` runs admitted and the keys of those
+/// waiting in `waiting`? `Err` holds the reason it waits.
+pub fn run_admission(
+    max: u32,
+    in_flight: usize,
+    waiting: &[QueueKey],
+    me: QueueKey,
+) -> Result<(), String> {
+    let ahead = waiting.iter().filter(|k| **k < me).count();
+    if in_flight + ahead < max as usize {
+        return Ok(());
+    }
+    let queued = if ahead > 0 {
+        format!(", {ahead} queued ahead")
+    } else {
+        String::new()
+    };
+    Err(format!(
+        "waiting: {in_flight} run(s) in flight{queued} (max_runs_in_flight {max})"
+    ))
+}
+
+/// What `machine` has across the runs in flight.
+pub fn machine_load<'a>(runs: impl Iterator<Item = &'a ActiveRun>, machine: &str) -> MachineLoad {
+    let mut load = MachineLoad::default();
+    for run in runs {
+        let Some(t) = run.targets.get(machine) else {
+            continue;
+        };
+        if t.occupies_machine() {
+            load.running += 1;
+        } else if t.is_throttled() {
+            load.waiting.push(run.queue_key());
+        }
+    }
+    load
+}
+
+impl Target {
+    /// Its wrapper was launched and its command has not ended: it holds a place on its
+    /// machine.
+    pub fn occupies_machine(&self) -> bool {
+        matches!(self.phase, Phase::Launching | Phase::PickedUp { .. })
+    }
+
+    /// Pending, held back by `max_running_per_machine`.
+    pub fn is_throttled(&self) -> bool {
+        self.phase == Phase::Pending && self.throttled.is_some()
+    }
+
+    /// Its batch came but its machine is full: it stays pending, shown as `queued` with
+    /// `reason`, until a place frees up.
+    pub fn hold_for_capacity(&mut self, reason: String) -> Vec<Effect> {
+        if self.phase != Phase::Pending {
+            return Vec::new();
+        }
+        let before = self.state();
+        self.throttled = Some(reason);
+        debug_assert!(
+            self.is_throttled(),
+            "a held target is pending and throttled"
+        );
+        if before == TargetState::Queued {
+            return Vec::new();
+        }
+        vec![Effect::StoreState(TargetState::Queued, None)]
+    }
+}
+
+/// May the pending target of `run` on `machine` start now (`max_running_per_machine`)?
+pub fn may_start(core: &Main, run: RunId, machine: &str) -> Result<(), String> {
+    let Some(max) = core
+        .config
+        .saltpeter
+        .max_running_per_machine
+        .cap_for(machine)
+    else {
+        return Ok(());
+    };
+    let Some(me) = core.flight.runs.get(&run).map(ActiveRun::queue_key) else {
+        return Ok(());
+    };
+    let load = machine_load(core.flight.runs.values().filter(|r| r.id != run), machine);
+    target_admission(max, machine, &load, me)
+}
+
+/// Whether a throttled target among `batch` of `run` may start now.
+pub fn any_admitted(core: &Main, run: RunId, batch: &[String]) -> bool {
+    let Some(active) = core.flight.runs.get(&run) else {
+        return false;
+    };
+    batch.iter().any(|m| {
+        active.targets.get(m).is_some_and(Target::is_throttled) && may_start(core, run, m).is_ok()
+    })
+}
+
+/// Whether `batch` of `run` has throttled targets (the batch waits for places).
+pub fn has_throttled(core: &Main, run: RunId, batch: &[String]) -> bool {
+    core.flight.runs.get(&run).is_some_and(|a| {
+        batch
+            .iter()
+            .any(|m| a.targets.get(m).is_some_and(Target::is_throttled))
+    })
+}
+
+/// May `run` start now (`max_runs_in_flight`)?
+pub fn run_may_start(core: &Main, run: RunId) -> Result<(), String> {
+    let Some(max) = core.config.saltpeter.max_runs_in_flight else {
+        return Ok(());
+    };
+    let Some(me) = core.flight.runs.get(&run).map(ActiveRun::queue_key) else {
+        return Ok(());
+    };
+    let others = || core.flight.runs.values().filter(|r| r.id != run);
+    let in_flight = others().filter(|r| !r.awaiting_capacity).count();
+    let waiting: Vec<QueueKey> = others()
+        .filter(|r| r.awaiting_capacity)
+        .map(ActiveRun::queue_key)
+        .collect();
+    run_admission(max, in_flight, &waiting, me)
+}
+
+/// The reasons of the throttled targets of `run`, by machine (for the run's view).
+pub fn reasons(core: &Main, run: RunId) -> BTreeMap<String, String> {
+    core.flight
+        .runs
+        .get(&run)
+        .map(|a| {
+            a.targets
+                .iter()
+                .filter(|(_, t)| t.is_throttled())
+                .filter_map(|(m, t)| Some((m.clone(), t.throttled.clone()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(running: usize, waiting: &[QueueKey]) -> MachineLoad {
+        MachineLoad {
+            running,
+            waiting: waiting.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_machine_admits_up_to_its_limit() {
+        assert_eq!(target_admission(3, "m", &load(2, &[]), (10, 1)), Ok(()));
+        let full = target_admission(3, "minion-04", &load(3, &[]), (10, 1));
+        assert_eq!(
+            full,
+            Err("waiting: 3 command(s) already running on minion-04 \
+                 (max_running_per_machine 3)"
+                .to_string())
+        );
+    }
+
+    #[test]
+    fn waiting_targets_start_in_slot_order() {
+        // One place free, two waiting: the earlier slot goes first, whatever the run ids.
+        let waiting = [(10, 7), (20, 3)];
+        assert_eq!(
+            target_admission(3, "m", &load(2, &waiting), (10, 7)),
+            Ok(())
+        );
+        let later = target_admission(3, "m", &load(2, &waiting), (20, 3));
+        assert!(later.is_err_and(|r| r.contains("1 queued ahead")));
+        // A new target of a later slot does not overtake those waiting.
+        assert!(target_admission(3, "m", &load(2, &waiting), (30, 9)).is_err());
+        // The same slot: the lower run id first.
+        let same = [(10, 4), (10, 2)];
+        assert_eq!(target_admission(1, "m", &load(0, &same), (10, 2)), Ok(()));
+        assert!(target_admission(1, "m", &load(0, &same), (10, 4)).is_err());
+    }
+
+    #[test]
+    fn runs_are_admitted_in_slot_order_up_to_the_limit() {
+        assert_eq!(run_admission(1, 0, &[], (10, 1)), Ok(()));
+        let busy = run_admission(1, 1, &[], (10, 2));
+        assert_eq!(
+            busy,
+            Err("waiting: 1 run(s) in flight (max_runs_in_flight 1)".to_string())
+        );
+        let waiting = [(5, 9), (20, 1)];
+        assert_eq!(run_admission(2, 1, &waiting, (5, 9)), Ok(()));
+        assert!(run_admission(2, 1, &waiting, (20, 1)).is_err());
+        assert_eq!(run_admission(3, 1, &waiting, (20, 1)), Ok(()));
+    }
+
+    #[test]
+    fn a_held_target_is_queued_until_launched() {
+        let mut t = Target::new(0);
+        assert_eq!(t.state(), TargetState::Pending);
+        let effects = t.hold_for_capacity("waiting: full".into());
+        assert_eq!(effects, [Effect::StoreState(TargetState::Queued, None)]);
+        assert!(t.is_throttled() && !t.occupies_machine());
+        assert_eq!(t.state(), TargetState::Queued);
+        // Held again: nothing new to store. Not awaiting pick-up: no deadline runs.
+        assert!(t.hold_for_capacity("waiting: still full".into()).is_empty());
+        assert!(!t.awaiting_pickup());
+        t.launch();
+        assert!(!t.is_throttled() && t.occupies_machine());
+        assert_eq!(t.state(), TargetState::Launching);
+    }
+}
