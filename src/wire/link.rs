@@ -92,30 +92,20 @@ pub enum HubRequest {
         reason: ExitReason,
     },
     /// The connection closed (either side) or was dropped for a protocol error.
-    WrapperGone {
-        conn: ConnId,
-    },
+    WrapperGone { conn: ConnId },
     /// An operator's request from the admin socket, with who sent it (call).
     AdminFrom {
         peer: super::admin::AdminPeer,
         req: AdminRequest,
     },
     /// The admin connection of these long calls closed: stop streaming to them (cast).
-    AdminGone {
-        calls: Vec<u64>,
-    },
+    AdminGone { calls: Vec<u64> },
     /// `/ws` clients subscribed to `job` (or the last one left): main pushes its details
     /// while watched (cast).
-    UiWatch {
-        job: String,
-        watch: bool,
-    },
+    UiWatch { job: String, watch: bool },
     /// An HTTP or `/ws` request with the API identity behind it (`api:NAME`), for the
     /// audit trail (call).
-    AdminBy {
-        who: String,
-        req: AdminRequest,
-    },
+    AdminBy { who: String, req: AdminRequest },
 }
 
 /// A wrapper's `hello`, as the hub passes it to main (with the connection it came on).
