@@ -76,7 +76,8 @@ pub enum WrapperMsg {
     Proof { signature: String },
     Started {
         pid: u32,
-        /// Wrapper clock, unix milliseconds (informational; the server clock decides).
+        /// Wrapper clock at the spawn, unix milliseconds; the server records it inside
+        /// the window its own clock allows (`roles::main::sessions::start_time`).
         at: i64,
     },
     Heartbeat {
