@@ -7,13 +7,13 @@
 //! configuration never silently resets, say, every job's time zone.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use chrono_tz::Tz;
 
 use super::Severity;
+pub use super::types::{Retention, Secret};
 use super::types::{Executor, MIB};
 use super::values::{self, Sink, unknown_key_message};
 use super::yaml::{Node, NodeKind};
@@ -28,45 +28,6 @@ use super::yaml::Pos;
 
 /// The wrapper path used when neither the job nor `saltpeter_config` names one.
 pub const DEFAULT_WRAPPER_PATH: &str = "/usr/local/bin/saltpeter-wrapper";
-
-/// A secret string: `Debug` never prints it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(value.into())
-    }
-
-    /// The secret itself, for comparing a presented token.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
-
-/// How much run history is kept per job; `0` means no limit on that axis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retention {
-    pub runs: u64,
-    pub days: u64,
-    pub bytes: u64,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Retention {
-            runs: 1000,
-            days: 90,
-            bytes: 256 * MIB,
-        }
-    }
-}
 
 /// The daemon's settings (`saltpeter_config`). See docs/configuration.md.
 #[derive(Debug, Clone, PartialEq)]
@@ -427,7 +388,7 @@ impl SaltpeterConfig {
             "salt_bin" => self.salt_bin = path(node)?,
             "salt_pki_dir" => self.salt_pki_dir = path(node)?,
             "salt_bridge" => self.salt_bridge = values::boolean(node)?,
-            "api_token" => self.api_token = values::optional_string(node)?.map(Secret),
+            "api_token" => self.api_token = values::optional_string(node)?.map(Secret::new),
             "api_tokens" => self.api_tokens = super::identities::read_api_tokens(node)?,
             "tls_cert" => self.tls_cert = path(node)?,
             "tls_key" => self.tls_key = path(node)?,

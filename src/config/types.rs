@@ -1,5 +1,7 @@
 //! Small closed sets of job settings, each read from its YAML spelling.
 
+use std::fmt;
+
 use super::values;
 use super::yaml::{Node, NodeKind};
 
@@ -128,6 +130,45 @@ impl OutputLimit {
                     tail_bytes: bytes,
                 })
             }
+        }
+    }
+}
+
+/// A secret string: `Debug` never prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The secret itself, for comparing a presented token.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// How much run history is kept per job; `0` means no limit on that axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub runs: u64,
+    pub days: u64,
+    pub bytes: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            runs: 1000,
+            days: 90,
+            bytes: 256 * MIB,
         }
     }
 }

@@ -46,6 +46,7 @@ mod scheduler;
 mod sessions;
 mod suspend;
 mod target;
+mod target_retry;
 mod target_suspend;
 #[cfg(test)]
 mod target_tests;
