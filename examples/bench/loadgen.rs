@@ -210,6 +210,7 @@ fn connect(addr: SocketAddr, launch: Launch) -> Result<Conn, String> {
         resume_from: None,
         wrapper_sha256: None,
         wrapper_path: None,
+        compression: Vec::new(),
     };
     send_json(&mut conn, &hello);
     Ok(conn)

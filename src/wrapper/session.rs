@@ -78,6 +78,8 @@ struct Session {
     link: Link,
     link_events: Vec<LinkEvent>,
     welcomed: bool,
+    /// The welcome took `zstd` output frames (`OutputFrame::encode_for_link`).
+    compress_output: bool,
     /// A kill, cancel or done that arrived before the welcome (the server may send one as
     /// soon as it accepts the hello, while the welcome waits for the session to be
     /// recorded): acted on right after the welcome.
@@ -136,6 +138,7 @@ impl Session {
             link: Link::new(WS, now),
             link_events: Vec::new(),
             welcomed: false,
+            compress_output: false,
             early_stop: None,
             hello_deadline: None,
             addrs: Vec::new(),
@@ -395,7 +398,10 @@ impl Session {
                 break;
             };
             let seq = frame.seq;
-            if !self.link.send_binary(frame.encode(), &mut self.link_events) {
+            if !self.link.send_binary(
+                frame.encode_for_link(self.compress_output),
+                &mut self.link_events,
+            ) {
                 break;
             }
             self.out.mark_sent(seq);

@@ -376,6 +376,7 @@ impl Sessions {
             resume_from: None,
             wrapper_sha256: sha,
             wrapper_path: Some(launch.wrapper.clone()),
+            compression: Vec::new(),
         };
         send_json(ws, &hello)
     }

@@ -50,6 +50,7 @@ impl Session {
             resume_from: resuming.then(|| self.out.acked()),
             wrapper_sha256: self.opts.build.sha256.clone(),
             wrapper_path: self.opts.build.path.clone(),
+            compression: vec![crate::wire::compress::ZSTD.to_string()],
         };
         self.link.send_msg(&hello, &mut self.link_events);
         self.link.flush(&mut self.link_events);
