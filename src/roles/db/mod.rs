@@ -20,6 +20,7 @@ pub mod runs;
 pub mod schema;
 pub mod storage;
 pub mod store;
+mod stored_chunk;
 mod wrappers;
 
 use mio::event::Event;

@@ -35,10 +35,18 @@ pub const MIGRATIONS: &[&str] = &[
     MIGRATION_4,
     MIGRATION_5,
     MIGRATION_6,
+    MIGRATION_7,
 ];
 
 /// Schema version written by this build.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// Version 7: output chunks may be stored compressed (`wire::compress`): `encoding` 0
+/// plain (every older row), 1 zstd; `raw_len` the uncompressed length (NULL when plain).
+const MIGRATION_7: &str = "
+ALTER TABLE output_chunks ADD COLUMN encoding INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE output_chunks ADD COLUMN raw_len INTEGER;
+";
 
 /// Version 6: fleet state, which wrapper build each minion has at each path
 /// (`wrappers.rs`); `seen` is when it was last seen or deployed (unix ms).

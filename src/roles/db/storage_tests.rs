@@ -54,6 +54,10 @@ on_both_backends!(
 #[path = "wrappers_tests.rs"]
 mod wrappers;
 
+/// Compressed output chunks.
+#[path = "output_compress_tests.rs"]
+mod output_compress;
+
 fn a_slot_is_recorded_once(s: &mut dyn Storage) {
     let first = s
         .create_run(&new_run(

@@ -161,6 +161,12 @@ CREATE TABLE minion_wrappers (
 );
 ";
 
+/// Version 7: compressed output chunks (see the SQLite version 7).
+const MIGRATION_7: &str = "
+ALTER TABLE output_chunks ADD COLUMN encoding SMALLINT NOT NULL DEFAULT 0;
+ALTER TABLE output_chunks ADD COLUMN raw_len BIGINT;
+";
+
 /// Ordered schema migrations; entry `i` takes the database from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
     MIGRATION_1,
@@ -169,6 +175,7 @@ pub const MIGRATIONS: &[&str] = &[
     MIGRATION_4,
     MIGRATION_5,
     MIGRATION_6,
+    MIGRATION_7,
 ];
 
 /// Schema version written by this build (the same as SQLite's).
