@@ -159,3 +159,84 @@ fn plain_and_compressed_chunks_mix(s: &mut dyn Storage) {
     assert!(out.data == expect);
     assert_eq!(out.omitted_bytes, (all.len() - 5010) as u64);
 }
+
+/// A row stored before compression (version 6: no `encoding`, no `raw_len`), read after
+/// the migration to version 7, on top of which new frames are stored compressed.
+fn plain_rows_of_version_6_stay_readable(s: &mut dyn Storage, run: u64, before: &[u8]) {
+    let limit = OutputLimit {
+        head: 1 << 20,
+        tail: 1 << 20,
+    };
+    let newer = lines(0, 300);
+    s.append_output(run, "m", 2, Stream::Stdout, &newer, limit)
+        .unwrap();
+    let out = s.read_output(run, "m", &OutputQuery::default()).unwrap();
+    assert!(out.data[..before.len()] == *before);
+    assert!(out.data[before.len()..] == newer);
+    assert_eq!(out.total_bytes, (before.len() + newer.len()) as u64);
+    let from = s
+        .read_output(
+            run,
+            "m",
+            &OutputQuery {
+                from: 3,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert!(from.data == out.data[3..]);
+}
+
+/// A version 6 SQL script for one run, target "m", with one plain output row.
+const VERSION_6_OUTPUT: &str = "
+    INSERT INTO runs (id, job, trigger, state, created) VALUES (1, 'j', 'manual', 'running', 0);
+    INSERT INTO targets (run_id, machine, state, output_bytes, head_bytes, seq_contiguous)
+        VALUES (1, 'm', 'running', 11, 11, 1);
+    INSERT INTO output_chunks (run_id, machine, pos, seq, stream, data)
+        VALUES (1, 'm', 0, 1, 1, 'old output\n');";
+
+#[test]
+fn sqlite_a_version_6_database_keeps_its_plain_output() {
+    use crate::roles::db::schema::{APPLICATION_ID, MIGRATIONS};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("saltpeter.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        for sql in &MIGRATIONS[..6] {
+            conn.execute_batch(sql).unwrap();
+        }
+        // SQLite stores the text as text; an old build bound blobs. Both read back.
+        conn.execute_batch(
+            &VERSION_6_OUTPUT.replace("'old output\n'", "CAST('old output\n' AS BLOB)"),
+        )
+        .unwrap();
+        conn.pragma_update(None, "user_version", 6).unwrap();
+        conn.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+    }
+    let mut store = crate::roles::db::store::Store::open(&path).unwrap();
+    plain_rows_of_version_6_stay_readable(&mut store, 1, b"old output\n");
+}
+
+#[test]
+fn postgres_a_version_6_database_keeps_its_plain_output() {
+    use crate::roles::db::pg::schema::MIGRATIONS;
+    let Some(url) = crate::roles::db::pg_cluster::fresh_database() else {
+        return;
+    };
+    let mut admin = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+    admin
+        .batch_execute(
+            "CREATE TABLE saltpeter_schema (application TEXT NOT NULL, version INTEGER NOT NULL);
+             INSERT INTO saltpeter_schema VALUES ('saltpeter', 6);",
+        )
+        .unwrap();
+    for sql in &MIGRATIONS[..6] {
+        admin.batch_execute(sql).unwrap();
+    }
+    admin
+        .batch_execute(&VERSION_6_OUTPUT.replace("'old output\n'", "'old output\n'::BYTEA"))
+        .unwrap();
+    let mut store = crate::roles::db::pg::PgStore::connect(&url).unwrap_or_else(|e| panic!("{e}"));
+    plain_rows_of_version_6_stay_readable(&mut store, 1, b"old output\n");
+}
