@@ -9,6 +9,18 @@ const COMMAND: &str = "seq 1 50000 | awk '{printf \"2026-11-27T10:%02d:%02dZ INF
 
 #[test]
 fn compressed_output_reads_back_byte_identical_and_is_stored_smaller() {
+    output_reads_back_byte_identical("logs-zstd", &api_config(""));
+}
+
+/// With `output_compression: false` the hub welcomes the wrapper without compression:
+/// plain frames on the link (the wrapper offers, the server declines), same bytes.
+#[test]
+fn output_compression_off_keeps_the_link_plain_and_the_bytes_the_same() {
+    // The per-host overlap lock is named by the job: each test has its own.
+    output_reads_back_byte_identical("logs-plain", &api_config("  output_compression: false\n"));
+}
+
+fn output_reads_back_byte_identical(job: &str, config: &str) {
     let expected = std::process::Command::new("sh")
         .args(["-c", COMMAND])
         .output()
@@ -16,14 +28,14 @@ fn compressed_output_reads_back_byte_identical_and_is_stored_smaller() {
         .stdout;
     assert!(expected.len() > 3 << 20, "{} bytes", expected.len());
     let jobs = format!(
-        "logs:\n  schedule: '@yearly'\n  targets: [c1]\n  \
+        "{job}:\n  schedule: '@yearly'\n  targets: [c1]\n  \
          output_limit: {{head: 8388608, tail: 8388608}}\n  command: {}\n",
         serde_json::to_string(COMMAND).expect("quoted")
     );
-    let (d, port) = start(&jobs);
-    let run = d.run_now("logs");
+    let (d, port) = start_with(config, &jobs);
+    let run = d.run_now(job);
     let record = d.wait_run_final(run);
-    assert_eq!(record["state"], "succeeded", "{record}");
+    assert_eq!(record["state"], "succeeded", "{record}\n{}", d.log_text());
 
     let from_ctl = d.output(run, "c1");
     assert!(
