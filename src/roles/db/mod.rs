@@ -478,7 +478,8 @@ fn open_storage(args: &RoleArgs) -> Result<(Box<dyn Storage>, Option<String>), R
             .and_then(|c| c.server_name.clone())
             .unwrap_or_else(lease::host_name);
         return match pg::PgStore::connect_as(url.expose(), Some(&name)) {
-            Ok(store) => {
+            Ok(mut store) => {
+                store.compress_output = config.as_ref().is_none_or(|c| c.output_compression);
                 log::info!("database {}", store.shown_url());
                 Ok((Box::new(store), Some(name)))
             }
@@ -491,6 +492,7 @@ fn open_storage(args: &RoleArgs) -> Result<(Box<dyn Storage>, Option<String>), R
         store
             .set_max_size(config.database_max_size)
             .map_err(|e| RoleError::Start(e.to_string()))?;
+        store.compress_output = config.output_compression;
     }
     Ok((Box::new(store), None))
 }

@@ -110,11 +110,13 @@ impl Store {
             });
         }
         to_db(op, "output seq", seq)?;
+        let compress = self.compress_output;
         self.atomic(op, |conn| {
             let mut target = Target {
                 conn,
                 run_id,
                 machine,
+                compress,
             };
             let mut progress = target.progress()?.ok_or_else(|| StoreError::NotFound {
                 op,
@@ -154,6 +156,7 @@ impl Store {
             conn: &self.conn,
             run_id: to_db(op, "run id", run)?,
             machine,
+            compress: false,
         };
         match target.progress_for(op)? {
             Some(progress) => Ok(progress.contiguous),
@@ -181,6 +184,7 @@ impl Store {
             conn: &self.conn,
             run_id: to_db(op, "run id", run)?,
             machine,
+            compress: false,
         };
         let progress = target
             .progress_for(op)?
@@ -293,7 +297,7 @@ impl Chunks for Target<'_, '_> {
         }
         let pos = to_db(op, "output position", pos)?;
         let seq = to_db(op, "output seq", seq)?;
-        let stored = encode_chunk(data, true);
+        let stored = encode_chunk(data, self.compress);
         let raw_len = raw_len_column(op, &stored, data.len())?;
         self.conn
             .prepare_cached(
@@ -409,7 +413,7 @@ impl Target<'_, '_> {
             .unwrap_or(usize::MAX)
             .min(data.len());
         let rest = &data[cut..];
-        let stored = encode_chunk(rest, true);
+        let stored = encode_chunk(rest, self.compress);
         let raw_len = raw_len_column(op, &stored, rest.len())?;
         let shift = to_db(op, "trim", cut as u64)?;
         self.conn
@@ -435,6 +439,8 @@ struct Target<'c, 'm> {
     conn: &'c Connection,
     run_id: i64,
     machine: &'m str,
+    /// Write chunks compressed when that pays.
+    compress: bool,
 }
 
 impl Target<'_, '_> {

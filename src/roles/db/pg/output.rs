@@ -34,7 +34,7 @@ impl Chunks for Target<'_, '_, '_> {
         }
         let pos = to_db(op, "output position", pos)?;
         let seq = to_db(op, "output seq", seq)?;
-        let stored = encode_chunk(data, true);
+        let stored = encode_chunk(data, self.compress);
         let raw_len = raw_len_column(op, &stored, data.len())?;
         self.sql.exec(
             op,
@@ -109,7 +109,7 @@ impl Chunks for Target<'_, '_, '_> {
                 .unwrap_or(usize::MAX)
                 .min(data.len());
             let rest = &data[cut..];
-            let stored = encode_chunk(rest, true);
+            let stored = encode_chunk(rest, self.compress);
             let raw_len = raw_len_column(op, &stored, rest.len())?;
             let shift = to_db(op, "trim", cut as u64)?;
             self.sql.exec(
@@ -149,6 +149,8 @@ struct Target<'s, 'c, 'm> {
     sql: &'s mut Sql<'c>,
     run_id: i64,
     machine: &'m str,
+    /// Write chunks compressed when that pays.
+    compress: bool,
 }
 
 impl PgStore {
@@ -183,11 +185,13 @@ impl PgStore {
             });
         }
         to_db(op, "output seq", seq)?;
+        let compress = self.compress_output;
         self.atomic(op, |sql| {
             let mut target = Target {
                 sql,
                 run_id,
                 machine,
+                compress,
             };
             let mut progress = target.progress(op)?.ok_or_else(|| StoreError::NotFound {
                 op,
@@ -235,6 +239,7 @@ impl PgStore {
                 sql,
                 run_id,
                 machine,
+                compress: false,
             };
             let progress = target.progress(op)?.ok_or_else(|| StoreError::NotFound {
                 op,
