@@ -212,6 +212,7 @@ fn connect(addr: SocketAddr, launch: Launch) -> Result<Conn, String> {
         wrapper_path: None,
         capabilities: Vec::new(),
         suspended: false,
+        compression: Vec::new(),
     };
     send_json(&mut conn, &hello);
     Ok(conn)

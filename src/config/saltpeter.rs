@@ -13,8 +13,8 @@ use std::sync::Arc;
 use chrono_tz::Tz;
 
 use super::Severity;
-pub use super::types::{Retention, Secret};
 use super::types::{Executor, MIB};
+pub use super::types::{Retention, Secret};
 use super::values::{self, Sink, unknown_key_message};
 use super::yaml::{Node, NodeKind};
 
@@ -70,6 +70,9 @@ pub struct SaltpeterConfig {
     pub hello_timeout_s: u64,
     pub ping_timeout_s: u64,
     pub max_message_bytes: u64,
+    /// Compress large output on the wrapper link and in the database when it pays
+    /// (default on; docs/protocols.md).
+    pub output_compression: bool,
     pub max_connections_per_addr: u32,
     pub launch_concurrency: u32,
     /// Longest lead time of pre-staged salt launches ahead of their slot.
@@ -175,6 +178,7 @@ impl Default for SaltpeterConfig {
             hello_timeout_s: 10,
             ping_timeout_s: 20,
             max_message_bytes: MIB,
+            output_compression: true,
             max_connections_per_addr: 256,
             launch_concurrency: 64,
             prestage_cap_s: 60,
@@ -243,6 +247,7 @@ pub const STARTUP_ONLY_KEYS: &[&str] = &[
     "api_max_connections",
     "hello_timeout",
     "max_message_bytes",
+    "output_compression",
     "database_max_size",
     "database_url",
     "database_ca_file",
@@ -280,6 +285,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "hello_timeout",
     "ping_timeout",
     "max_message_bytes",
+    "output_compression",
     "max_connections_per_addr",
     "launch_concurrency",
     "prestage_cap",
@@ -341,6 +347,7 @@ impl SaltpeterConfig {
             // Read by the hub (wrapper limits) and db (the file cap) when they start.
             "hello_timeout" => self.hello_timeout_s != newer.hello_timeout_s,
             "max_message_bytes" => self.max_message_bytes != newer.max_message_bytes,
+            "output_compression" => self.output_compression != newer.output_compression,
             "database_max_size" => self.database_max_size != newer.database_max_size,
             "database_url" => self.database_url != newer.database_url,
             "database_ca_file" => self.database_ca_file != newer.database_ca_file,
@@ -401,6 +408,7 @@ impl SaltpeterConfig {
             "hello_timeout" => self.hello_timeout_s = positive(node)?,
             "ping_timeout" => self.ping_timeout_s = positive(node)?,
             "max_message_bytes" => self.max_message_bytes = positive(node)?,
+            "output_compression" => self.output_compression = values::boolean(node)?,
             "max_connections_per_addr" => self.max_connections_per_addr = small(node)?,
             "launch_concurrency" => self.launch_concurrency = small(node)?,
             "prestage_cap" => self.prestage_cap_s = values::seconds(node)?,

@@ -8,6 +8,7 @@
 //! - `wrapper`: the wrapper <-> hub WebSocket protocol v1
 //! - `ui`: the dashboard's live-update types on the hub-main link
 //! - `bytes`: output payloads encoded as one block, not byte by byte
+//! - `compress`: zstd output compression, on the wrapper link and in the stored chunks
 
 /// Declares, for each request of a link, a marker type bound to the reply it expects
 /// (`ipc::rpc::Call`): `Name -> Type { ReplyPattern => value }`, one line per request.
@@ -36,6 +37,7 @@ macro_rules! calls {
 
 pub mod admin;
 pub mod bytes;
+pub mod compress;
 pub mod db;
 pub mod link;
 pub mod notify;

@@ -2,10 +2,15 @@
 //! and the hub.
 //!
 //! Text frames carry one JSON object with a `type` field; binary frames carry output as
-//! `[u8 stream][u64 seq, big endian][bytes]`. Both sides use these types, so the two ends
-//! cannot drift apart.
+//! `[u8 stream][u64 seq, big endian][bytes]`, or, once `zstd` was negotiated (`hello.
+//! compression` offered by the wrapper, `welcome.compression` chosen by the server),
+//! `[u8 stream | 0x80][u64 seq][u32 uncompressed length, big endian][zstd frame]` for a
+//! frame that compresses well. Both sides use these types, so the two ends cannot drift
+//! apart; either end that does not know compression leaves it out and speaks plain.
 
 use serde::{Deserialize, Serialize};
+
+use super::compress::{CompressError, compress_if_pays, decompress_capped};
 
 /// Protocol version spoken by this build (`hello.v`).
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -13,6 +18,10 @@ pub const PROTOCOL_VERSION: u32 = 1;
 pub const WRAPPER_PATH: &str = "/wrapper/v1";
 /// Size of the binary output frame header: stream byte + big-endian seq.
 pub const OUTPUT_HEADER_LEN: usize = 9;
+/// Set on the stream byte of a compressed output frame.
+pub const COMPRESSED_FLAG: u8 = 0x80;
+/// Header of a compressed output frame: the plain header plus the uncompressed length.
+pub const COMPRESSED_HEADER_LEN: usize = OUTPUT_HEADER_LEN + 4;
 
 /// Environment variables the wrapper is started with; nothing else travels through Salt.
 pub const ENV_URL: &str = "SP_URL";
@@ -70,6 +79,10 @@ pub enum WrapperMsg {
         /// restarted server knows the real state).
         #[serde(default, skip_serializing_if = "is_false")]
         suspended: bool,
+        /// Output encodings this wrapper can send, best first (`["zstd"]`); absent from
+        /// older wrappers, which are then welcomed without compression.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        compression: Vec<String>,
     },
     /// The `challenge` signed with the minion's Salt key (hex, RSA PKCS#1 v1.5 SHA-256 over
     /// `crate::minion_key::proof_message`).
@@ -153,6 +166,10 @@ pub enum ServerMsg {
         /// servers.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slot_in_ms: Option<u64>,
+        /// The output encoding the server takes on this link, one the hello offered
+        /// (`"zstd"`); absent: plain frames only (and from older servers).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        compression: Option<super::compress::LinkEncoding>,
     },
     Go {},
     Cancel {
@@ -226,6 +243,12 @@ pub enum OutputFrameError {
     BadStream(u8),
     #[error("output frame has sequence number 0 (sequences start at 1)")]
     ZeroSeq,
+    #[error("compressed output frame, but compression was not negotiated on this link")]
+    NotNegotiated,
+    #[error("compressed output frame of {0} bytes is shorter than its 13-byte header")]
+    ShortCompressed(usize),
+    #[error(transparent)]
+    Compression(#[from] CompressError),
 }
 
 impl OutputFrame {
@@ -237,17 +260,68 @@ impl OutputFrame {
         out
     }
 
+    /// The frame as sent on a link: compressed when `compress` (negotiated) and it pays.
+    pub fn encode_for_link(&self, compress: bool) -> Vec<u8> {
+        let packed = compress
+            .then(|| compress_if_pays(&self.data))
+            .flatten()
+            .and_then(|packed| Some((u32::try_from(self.data.len()).ok()?, packed)));
+        let Some((raw, packed)) = packed else {
+            return self.encode();
+        };
+        let mut out = Vec::with_capacity(COMPRESSED_HEADER_LEN + packed.len());
+        out.push(self.stream as u8 | COMPRESSED_FLAG);
+        out.extend_from_slice(&self.seq.to_be_bytes());
+        out.extend_from_slice(&raw.to_be_bytes());
+        out.extend_from_slice(&packed);
+        out
+    }
+
+    /// Decodes a frame from a link: plain, or compressed when `compressed_ok` (the link
+    /// negotiated it), decompressed to at most `limit` bytes.
+    pub fn decode_link(
+        bytes: &[u8],
+        compressed_ok: bool,
+        limit: usize,
+    ) -> Result<OutputFrame, OutputFrameError> {
+        let Some(&first) = bytes.first() else {
+            return Err(OutputFrameError::Short(0));
+        };
+        if first & COMPRESSED_FLAG == 0 {
+            return OutputFrame::decode(bytes);
+        }
+        if !compressed_ok {
+            return Err(OutputFrameError::NotNegotiated);
+        }
+        if bytes.len() < COMPRESSED_HEADER_LEN {
+            return Err(OutputFrameError::ShortCompressed(bytes.len()));
+        }
+        let mut header = OutputFrame::decode_header(first & !COMPRESSED_FLAG, &bytes[1..])?;
+        let mut raw = [0u8; 4];
+        raw.copy_from_slice(&bytes[OUTPUT_HEADER_LEN..COMPRESSED_HEADER_LEN]);
+        let raw = usize::try_from(u32::from_be_bytes(raw)).unwrap_or(usize::MAX);
+        header.data = decompress_capped(&bytes[COMPRESSED_HEADER_LEN..], raw, limit)?;
+        Ok(header)
+    }
+
     pub fn decode(bytes: &[u8]) -> Result<OutputFrame, OutputFrameError> {
         if bytes.len() < OUTPUT_HEADER_LEN {
             return Err(OutputFrameError::Short(bytes.len()));
         }
-        let stream = match bytes[0] {
+        let mut frame = OutputFrame::decode_header(bytes[0], &bytes[1..])?;
+        frame.data = bytes[OUTPUT_HEADER_LEN..].to_vec();
+        Ok(frame)
+    }
+
+    /// Stream byte and seq (`rest` starts with the 8 seq bytes), with no data yet.
+    fn decode_header(stream: u8, rest: &[u8]) -> Result<OutputFrame, OutputFrameError> {
+        let stream = match stream {
             1 => Stream::Stdout,
             2 => Stream::Stderr,
             other => return Err(OutputFrameError::BadStream(other)),
         };
         let mut seq_bytes = [0u8; 8];
-        seq_bytes.copy_from_slice(&bytes[1..OUTPUT_HEADER_LEN]);
+        seq_bytes.copy_from_slice(&rest[..8]);
         let seq = u64::from_be_bytes(seq_bytes);
         if seq == 0 {
             return Err(OutputFrameError::ZeroSeq);
@@ -255,10 +329,14 @@ impl OutputFrame {
         Ok(OutputFrame {
             stream,
             seq,
-            data: bytes[OUTPUT_HEADER_LEN..].to_vec(),
+            data: Vec::new(),
         })
     }
 }
+
+#[cfg(test)]
+#[path = "wrapper_tests.rs"]
+mod compression_tests;
 
 #[cfg(test)]
 mod tests {

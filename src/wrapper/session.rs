@@ -65,7 +65,7 @@ enum Phase {
     AwaitGo,
     Splay(Instant),
     Running(Box<Running>),
-    Finished(WrapperMsg),
+    Finished(Box<WrapperMsg>),
 }
 
 struct Session {
@@ -78,6 +78,8 @@ struct Session {
     link: Link,
     link_events: Vec<LinkEvent>,
     welcomed: bool,
+    /// The welcome took `zstd` output frames (`OutputFrame::encode_for_link`).
+    compress_output: bool,
     /// A kill, cancel or done that arrived before the welcome (the server may send one as
     /// soon as it accepts the hello, while the welcome waits for the session to be
     /// recorded): acted on right after the welcome.
@@ -136,6 +138,7 @@ impl Session {
             link: Link::new(WS, now),
             link_events: Vec::new(),
             welcomed: false,
+            compress_output: false,
             early_stop: None,
             hello_deadline: None,
             addrs: Vec::new(),
@@ -371,13 +374,13 @@ impl Session {
             self.out.lost_total()
         );
         // Dropping `Running` releases the overlap lock and closes the pipes.
-        self.phase = Phase::Finished(WrapperMsg::Exited {
+        self.phase = Phase::Finished(Box::new(WrapperMsg::Exited {
             end_seq: self.out.end_seq(),
             code,
             signal,
             reason,
             at: unix_ms(),
-        });
+        }));
         self.exited_sent_at = None;
         if let Some(err) = self.abandon.take() {
             self.outcome = Some(Err(err));
@@ -400,7 +403,10 @@ impl Session {
                 break;
             };
             let seq = frame.seq;
-            if !self.link.send_binary(frame.encode(), &mut self.link_events) {
+            if !self.link.send_binary(
+                frame.encode_for_link(self.compress_output),
+                &mut self.link_events,
+            ) {
                 break;
             }
             self.out.mark_sent(seq);

@@ -2,6 +2,7 @@
 //! measures through public interfaces only (`saltpeterctl`, the wrapper port, `/proc`),
 //! and returns figures with their goals beside them; none fails on time.
 
+mod compression;
 mod fanin;
 mod fanout;
 mod fleet;
@@ -53,6 +54,7 @@ pub const ALL: &[Scenario] = &[
     memory::SCENARIO,
     herd::SCENARIO,
     fleet::SCENARIO,
+    compression::SCENARIO,
 ];
 
 pub fn find(name: &str) -> Option<&'static Scenario> {
@@ -97,7 +99,7 @@ mod tests {
         }
         let mut names: Vec<&str> = ALL.iter().map(|s| s.name).collect();
         names.dedup();
-        assert_eq!(names.len(), 9);
+        assert_eq!(names.len(), 10);
     }
 
     #[test]

@@ -379,6 +379,7 @@ impl Sessions {
             // Like an older wrapper: never asked to suspend.
             capabilities: Vec::new(),
             suspended: false,
+            compression: Vec::new(),
         };
         send_json(ws, &hello)
     }

@@ -20,6 +20,7 @@ pub mod runs;
 pub mod schema;
 pub mod storage;
 pub mod store;
+mod stored_chunk;
 mod wrappers;
 
 use mio::event::Event;
@@ -481,7 +482,8 @@ fn open_storage(args: &RoleArgs) -> Result<(Box<dyn Storage>, Option<String>), R
             config.as_ref().and_then(|c| c.database_ca_file.as_deref()),
             Some(&name),
         ) {
-            Ok(store) => {
+            Ok(mut store) => {
+                store.compress_output = config.as_ref().is_none_or(|c| c.output_compression);
                 log::info!("database {}", store.shown_url());
                 Ok((Box::new(store), Some(name)))
             }
@@ -494,6 +496,7 @@ fn open_storage(args: &RoleArgs) -> Result<(Box<dyn Storage>, Option<String>), R
         store
             .set_max_size(config.database_max_size)
             .map_err(|e| RoleError::Start(e.to_string()))?;
+        store.compress_output = config.output_compression;
     }
     Ok((Box::new(store), None))
 }

@@ -16,11 +16,19 @@
 //! `[0, head_bytes)`, the omitted gap follows it, and the tail ends at `output_bytes`;
 //! a live reader can poll "from position N" across trims. A frame that crosses the head
 //! boundary is stored as two chunks with the same seq.
+//!
+//! Chunks are stored zstd-compressed when that pays (`wire::compress::encode_chunk`;
+//! `encoding` says how, `raw_len` holds the uncompressed length, NULL for plain rows,
+//! including every row written before schema version 7). Positions, limits and the
+//! byte counts of the target row are all uncompressed bytes; readers get the bytes back
+//! as the command wrote them.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
 pub(crate) use super::placement::{Frame, Placement, place_within_limit};
 use super::store::{Op, Store, StoreError, from_db, sql_error, to_db};
+use super::stored_chunk::{decoded, raw_len_column};
+use crate::wire::compress::{Encoding, encode_chunk};
 use crate::wire::db::{OutputBytes, OutputLimit, OutputQuery};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::Stream;
@@ -102,11 +110,13 @@ impl Store {
             });
         }
         to_db(op, "output seq", seq)?;
+        let compress = self.compress_output;
         self.atomic(op, |conn| {
             let mut target = Target {
                 conn,
                 run_id,
                 machine,
+                compress,
             };
             let mut progress = target.progress()?.ok_or_else(|| StoreError::NotFound {
                 op,
@@ -146,6 +156,7 @@ impl Store {
             conn: &self.conn,
             run_id: to_db(op, "run id", run)?,
             machine,
+            compress: false,
         };
         match target.progress_for(op)? {
             Some(progress) => Ok(progress.contiguous),
@@ -173,6 +184,7 @@ impl Store {
             conn: &self.conn,
             run_id: to_db(op, "run id", run)?,
             machine,
+            compress: false,
         };
         let progress = target
             .progress_for(op)?
@@ -185,17 +197,25 @@ impl Store {
             .conn
             .prepare_cached(
                 // Seek to the chunk holding `from` instead of scanning the target.
-                "SELECT pos, data FROM output_chunks
+                "SELECT pos, data, encoding, raw_len FROM output_chunks
                  WHERE run_id = ?1 AND machine = ?2 AND pos >= coalesce(
                      (SELECT max(pos) FROM output_chunks
                       WHERE run_id = ?1 AND machine = ?2 AND pos <= ?3), 0)
-                 AND pos + length(data) > ?3 AND (?4 IS NULL OR stream = ?4) ORDER BY pos",
+                 AND pos + coalesce(raw_len, length(data)) > ?3
+                 AND (?4 IS NULL OR stream = ?4) ORDER BY pos",
             )
             .map_err(sql_error(op))?;
         let chunks = stmt
             .query_map(
                 params![target.run_id, machine, from, query.stream.map(|s| s as u8)],
-                |row| Ok((row.get::<_, i64>(0)?, row.get::<_, Vec<u8>>(1)?)),
+                |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, Vec<u8>>(1)?,
+                        row.get::<_, i64>(2)?,
+                        row.get::<_, Option<i64>>(3)?,
+                    ))
+                },
             )
             .map_err(sql_error(op))?;
 
@@ -209,8 +229,9 @@ impl Store {
         let mut starts: Vec<(usize, u64)> = Vec::new();
         let mut before_gap = query.from < gap_end;
         for chunk in chunks {
-            let (pos, bytes) = chunk.map_err(sql_error(op))?;
+            let (pos, bytes, encoding, raw_len) = chunk.map_err(sql_error(op))?;
             let pos = from_db(op, "output_chunks.pos", pos)?;
+            let bytes = decoded(op, bytes, encoding, raw_len)?;
             let skip = usize::try_from(query.from.saturating_sub(pos)).unwrap_or(usize::MAX);
             let Some(bytes) = bytes.get(skip..) else {
                 continue;
@@ -276,10 +297,13 @@ impl Chunks for Target<'_, '_> {
         }
         let pos = to_db(op, "output position", pos)?;
         let seq = to_db(op, "output seq", seq)?;
+        let stored = encode_chunk(data, self.compress);
+        let raw_len = raw_len_column(op, &stored, data.len())?;
         self.conn
             .prepare_cached(
-                "INSERT INTO output_chunks (run_id, machine, pos, seq, stream, data)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO output_chunks
+                 (run_id, machine, pos, seq, stream, data, encoding, raw_len)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )
             .and_then(|mut stmt| {
                 stmt.execute(params![
@@ -288,7 +312,9 @@ impl Chunks for Target<'_, '_> {
                     pos,
                     seq,
                     stream as u8,
-                    data
+                    stored.bytes.as_ref(),
+                    stored.encoding as i64,
+                    raw_len
                 ])
             })
             .map_err(sql_error(op))?;
@@ -302,7 +328,7 @@ impl Chunks for Target<'_, '_> {
         let bytes: i64 = self
             .conn
             .prepare_cached(
-                "SELECT coalesce(sum(length(data)), 0) FROM output_chunks
+                "SELECT coalesce(sum(coalesce(raw_len, length(data))), 0) FROM output_chunks
                  WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3",
             )
             .and_then(|mut stmt| {
@@ -330,17 +356,17 @@ impl Chunks for Target<'_, '_> {
         let len = self
             .conn
             .prepare_cached(
-                "SELECT length(data) FROM output_chunks
+                "SELECT coalesce(raw_len, length(data)), encoding FROM output_chunks
                  WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
             )
             .and_then(|mut stmt| {
                 stmt.query_row(params![self.run_id, self.machine, pos], |row| {
-                    row.get::<_, i64>(0)
+                    Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?))
                 })
                 .optional()
             })
             .map_err(sql_error(op))?;
-        let Some(len) = len else {
+        let Some((len, encoding)) = len else {
             return Ok(0);
         };
         let len = from_db(op, "output_chunks.data", len)?;
@@ -354,6 +380,9 @@ impl Chunks for Target<'_, '_> {
             return Ok(len);
         }
         let cut = to_db(op, "trim", excess)?;
+        if encoding != Encoding::Plain as i64 {
+            return self.trim_encoded(pos, excess);
+        }
         self.conn
             .prepare_cached(
                 "UPDATE output_chunks SET data = substr(data, ?4 + 1), pos = pos + ?4
@@ -365,10 +394,53 @@ impl Chunks for Target<'_, '_> {
     }
 }
 
+impl Target<'_, '_> {
+    /// Cuts the first `excess` bytes of an encoded chunk at `pos`: decoded, cut and
+    /// stored again (encoded when the rest still pays).
+    fn trim_encoded(&mut self, pos: i64, excess: u64) -> Result<u64, StoreError> {
+        let op = Op::AppendOutput;
+        let (bytes, encoding, raw_len) = self
+            .conn
+            .query_row(
+                "SELECT data, encoding, raw_len FROM output_chunks
+                 WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
+                params![self.run_id, self.machine, pos],
+                |row| Ok((row.get::<_, Vec<u8>>(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .map_err(sql_error(op))?;
+        let data = decoded(op, bytes, encoding, raw_len)?;
+        let cut = usize::try_from(excess)
+            .unwrap_or(usize::MAX)
+            .min(data.len());
+        let rest = &data[cut..];
+        let stored = encode_chunk(rest, self.compress);
+        let raw_len = raw_len_column(op, &stored, rest.len())?;
+        let shift = to_db(op, "trim", cut as u64)?;
+        self.conn
+            .execute(
+                "UPDATE output_chunks SET data = ?4, encoding = ?5, raw_len = ?6, pos = pos + ?7
+                 WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
+                params![
+                    self.run_id,
+                    self.machine,
+                    pos,
+                    stored.bytes.as_ref(),
+                    stored.encoding as i64,
+                    raw_len,
+                    shift
+                ],
+            )
+            .map_err(sql_error(op))?;
+        Ok(cut as u64)
+    }
+}
+
 struct Target<'c, 'm> {
     conn: &'c Connection,
     run_id: i64,
     machine: &'m str,
+    /// Write chunks compressed when that pays.
+    compress: bool,
 }
 
 impl Target<'_, '_> {

@@ -36,6 +36,7 @@ pub const MIGRATIONS: &[&str] = &[
     MIGRATION_5,
     MIGRATION_6,
     MIGRATION_7,
+    MIGRATION_8,
 ];
 
 /// Schema version written by this build.
@@ -45,6 +46,13 @@ pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 /// kept across restarts so a suspended run stays suspended.
 const MIGRATION_7: &str = "
 ALTER TABLE targets ADD COLUMN suspended INTEGER NOT NULL DEFAULT 0;
+";
+
+/// Version 8: output chunks may be stored compressed (`wire::compress`): `encoding` 0
+/// plain (every older row), 1 zstd; `raw_len` the uncompressed length (NULL when plain).
+const MIGRATION_8: &str = "
+ALTER TABLE output_chunks ADD COLUMN encoding INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE output_chunks ADD COLUMN raw_len INTEGER;
 ";
 
 /// Version 6: fleet state, which wrapper build each minion has at each path

@@ -59,6 +59,10 @@ use suspend_checks::a_suspended_target_is_stored_and_read_back;
 #[path = "wrappers_tests.rs"]
 mod wrappers;
 
+/// Compressed output chunks.
+#[path = "output_compress_tests.rs"]
+mod output_compress;
+
 fn a_slot_is_recorded_once(s: &mut dyn Storage) {
     let first = s
         .create_run(&new_run(

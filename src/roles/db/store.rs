@@ -250,6 +250,8 @@ pub struct Store {
     path: PathBuf,
     /// True between `begin_batch` and `commit_batch`/`rollback_batch`.
     batch: bool,
+    /// Output chunks are written compressed when that pays (`output_compression`).
+    pub(crate) compress_output: bool,
 }
 
 impl Store {
@@ -270,6 +272,7 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             batch: false,
+            compress_output: true,
         })
     }
 

@@ -255,7 +255,7 @@ fn migrated_from_version_5(s: &mut dyn Storage) {
 #[test]
 fn sqlite_a_version_5_database_gets_the_table() {
     use crate::roles::db::schema::{APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION};
-    assert_eq!(SCHEMA_VERSION, 7);
+    const { assert!(SCHEMA_VERSION >= 6) };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("saltpeter.db");
     {

@@ -37,10 +37,12 @@ use crate::evloop::Ctx;
 use crate::roles::RoleError;
 use crate::tls::Stream;
 use crate::wire::Redacted;
+use crate::wire::compress::ZSTD;
 use crate::wire::link::{ConnId, HubRequest, WrapperHello};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::{
-    CAP_SUSPEND, OutputFrame, PROTOCOL_VERSION, RejectCode, ServerMsg, WRAPPER_PATH, WrapperMsg,
+    CAP_SUSPEND, OutputFrame, OutputFrameError, PROTOCOL_VERSION, RejectCode, ServerMsg,
+    WRAPPER_PATH, WrapperMsg,
 };
 
 /// Limits of the endpoint (`saltpeter_config` keys in docs/configuration.md).
@@ -50,6 +52,8 @@ pub struct Limits {
     pub max_message: usize,
     pub max_per_addr: usize,
     pub max_write_buffer: usize,
+    /// Welcome wrappers that offer it with zstd output frames (`output_compression`).
+    pub compression: bool,
 }
 
 impl Default for Limits {
@@ -59,6 +63,7 @@ impl Default for Limits {
             max_message: 1024 * 1024,
             max_per_addr: 256,
             max_write_buffer: 4 * 1024 * 1024,
+            compression: true,
         }
     }
 }
@@ -69,6 +74,7 @@ impl Limits {
             hello_timeout: Duration::from_secs(c.hello_timeout_s.max(1)),
             max_message: usize::try_from(c.max_message_bytes).unwrap_or(usize::MAX),
             max_per_addr: c.max_connections_per_addr as usize,
+            compression: c.output_compression,
             ..Limits::default()
         }
     }
@@ -123,6 +129,9 @@ struct Conn {
     /// Counted against its address's quota of connections in their hello (`per_addr`);
     /// cleared when main welcomes it.
     in_hello: bool,
+    /// Its hello offered zstd output frames; `compressed` once welcomed with them.
+    offers_zstd: bool,
+    compressed: bool,
 }
 
 pub struct Wrappers {
@@ -273,9 +282,13 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                         wrapper_path,
                         capabilities,
                         suspended,
+                        compression,
                         ..
                     }),
                 ) => {
+                    if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+                        conn.offers_zstd = compression.iter().any(|c| c == ZSTD);
+                    }
                     let build = hello::build_of(wrapper_sha256, wrapper_path);
                     let hello = WrapperHello {
                         conn: id,
@@ -338,7 +351,7 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                 ),
             }
         }
-        Message::Binary(bytes) => match (phase, OutputFrame::decode(&bytes)) {
+        Message::Binary(bytes) => match (phase, decode_output(hub, id, &bytes)) {
             (Phase::Bound, Ok(frame)) => {
                 tap_output(hub, ctx, id, frame.seq, &frame.data);
                 let cost = crate::wire::link::output_cost(frame.data.len());
@@ -363,6 +376,13 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
         // tungstenite answers pings itself; close frames end the read loop.
         Message::Ping(_) | Message::Pong(_) | Message::Close(_) | Message::Frame(_) => {}
     }
+}
+
+/// An output frame as the command wrote it: compressed ones (when this link negotiated
+/// them) are decompressed here, to at most the message limit (no decompression bomb).
+fn decode_output(hub: &Hub, id: ConnId, bytes: &[u8]) -> Result<OutputFrame, OutputFrameError> {
+    let compressed = hub.wrappers.conns.get(&id).is_some_and(|c| c.compressed);
+    OutputFrame::decode_link(bytes, compressed, hub.wrappers.limits.max_message)
 }
 
 /// The job, run and machine of a bound connection, when a `/ws` client watches the job

@@ -52,6 +52,7 @@ impl Session {
             wrapper_path: self.opts.build.path.clone(),
             capabilities: vec![CAP_SUSPEND.to_string()],
             suspended: self.is_suspended(),
+            compression: vec![crate::wire::compress::ZSTD.to_string()],
         };
         self.link.send_msg(&hello, &mut self.link_events);
         self.link.flush(&mut self.link_events);

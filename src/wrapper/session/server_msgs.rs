@@ -24,7 +24,10 @@ impl Session {
                 acked_seq,
                 wait_for_go,
                 slot_in_ms,
+                compression,
             } => {
+                // Each welcome says it anew: a reconnect may reach another server.
+                self.compress_output = compression.is_some();
                 let staged = wait_for_go.then(|| slot_in_ms.map(Duration::from_millis));
                 self.on_welcome(now, job, resume_key, acked_seq, staged)
             }

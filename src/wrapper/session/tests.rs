@@ -75,6 +75,7 @@ fn welcome(command: &str, slot_in: Option<Duration>) -> ServerMsg {
         acked_seq: 0,
         wait_for_go: slot_in.is_some(),
         slot_in_ms: slot_in.map(|d| d.as_millis() as u64),
+        compression: None,
     }
 }
 

@@ -4,6 +4,7 @@ mod abuse;
 mod bench;
 mod browser;
 pub mod client;
+mod compression;
 mod endpoints;
 mod guard;
 mod memory;

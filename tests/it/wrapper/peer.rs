@@ -140,6 +140,7 @@ impl Conn {
             acked_seq,
             wait_for_go,
             slot_in_ms: None,
+            compression: None,
         });
     }
 
@@ -151,6 +152,7 @@ impl Conn {
             acked_seq: 0,
             wait_for_go: true,
             slot_in_ms: Some(slot_in.as_millis() as u64),
+            compression: None,
         });
     }
 

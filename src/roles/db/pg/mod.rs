@@ -215,6 +215,8 @@ pub struct PgStore {
     cache: HashMap<String, Statement>,
     /// True between `begin_batch` and `commit_batch`/`rollback_batch`.
     batch: bool,
+    /// Output chunks are written compressed when that pays (`output_compression`).
+    pub(crate) compress_output: bool,
     lease: lease::Lease,
 }
 
@@ -263,6 +265,7 @@ impl PgStore {
             client: None,
             cache: HashMap::new(),
             batch: false,
+            compress_output: true,
         };
         let mut client = store.open()?;
         schema::prepare(&mut client, &store.shown)?;

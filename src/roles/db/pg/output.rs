@@ -4,6 +4,9 @@
 //! of `tail` bytes, everything pushed out counted in `omitted_bytes`, chunks placed by
 //! their absolute byte position so a reader can continue "from position N".
 //!
+//! Chunks are stored compressed when that pays, with the same `encoding` and `raw_len`
+//! columns as SQLite (`db::stored_chunk`); every length below is uncompressed.
+//!
 //! The reading side (`read_output`) shapes the chunks exactly as SQLite's does; the
 //! storage test suite (`storage_tests.rs`) holds both to the same answers.
 
@@ -11,6 +14,8 @@ use super::super::output::{AppendOutcome, MAX_PENDING_SEQS};
 use super::super::store::{Op, StoreError, from_db, to_db};
 use super::{PgStore, Sql, col};
 use crate::roles::db::output::{Chunks, Frame, Placement, Progress, place_within_limit};
+use crate::roles::db::stored_chunk::{decoded, raw_len_column};
+use crate::wire::compress::{Encoding, encode_chunk};
 use crate::wire::db::{OutputBytes, OutputLimit, OutputQuery};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::Stream;
@@ -29,17 +34,22 @@ impl Chunks for Target<'_, '_, '_> {
         }
         let pos = to_db(op, "output position", pos)?;
         let seq = to_db(op, "output seq", seq)?;
+        let stored = encode_chunk(data, self.compress);
+        let raw_len = raw_len_column(op, &stored, data.len())?;
         self.sql.exec(
             op,
-            "INSERT INTO output_chunks (run_id, machine, pos, seq, stream, data)
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO output_chunks
+             (run_id, machine, pos, seq, stream, data, encoding, raw_len)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             &[
                 &self.run_id,
                 &self.machine,
                 &pos,
                 &seq,
                 &(stream as i32),
-                &data,
+                &stored.bytes.as_ref(),
+                &(stored.encoding as i16),
+                &raw_len,
             ],
         )?;
         Ok(())
@@ -52,12 +62,12 @@ impl Chunks for Target<'_, '_, '_> {
         let rows = self.sql.rows(
             op,
             "DELETE FROM output_chunks WHERE run_id = $1 AND machine = $2 AND pos >= $3
-             RETURNING length(data)",
+             RETURNING coalesce(raw_len, length(data))",
             &[&self.run_id, &self.machine, &head],
         )?;
         let mut bytes = 0u64;
         for row in &rows {
-            let len: i32 = col(op, row, 0)?;
+            let len: i64 = col(op, row, 0)?;
             bytes += u64::try_from(len).unwrap_or(0);
         }
         Ok(bytes)
@@ -74,12 +84,49 @@ impl Chunks for Target<'_, '_, '_> {
         if let Some(row) = self.sql.opt(
             op,
             "DELETE FROM output_chunks
-             WHERE run_id = $1 AND machine = $2 AND pos = $3 AND length(data) <= $4::BIGINT
-             RETURNING length(data)",
+             WHERE run_id = $1 AND machine = $2 AND pos = $3
+             AND coalesce(raw_len, length(data)) <= $4::BIGINT
+             RETURNING coalesce(raw_len, length(data))",
             &[&self.run_id, &self.machine, &pos, &excess_db],
         )? {
-            let len: i32 = col(op, &row, 0)?;
+            let len: i64 = col(op, &row, 0)?;
             return Ok(u64::try_from(len).unwrap_or(0));
+        }
+        // An encoded chunk is cut in Rust: decoded, cut, stored again.
+        let Some(row) = self.sql.opt(
+            op,
+            "SELECT data, encoding, raw_len FROM output_chunks
+             WHERE run_id = $1 AND machine = $2 AND pos = $3",
+            &[&self.run_id, &self.machine, &pos],
+        )?
+        else {
+            return Ok(0);
+        };
+        let encoding: i16 = col(op, &row, 1)?;
+        if encoding != Encoding::Plain as i16 {
+            let data = decoded(op, col(op, &row, 0)?, encoding.into(), col(op, &row, 2)?)?;
+            let cut = usize::try_from(excess)
+                .unwrap_or(usize::MAX)
+                .min(data.len());
+            let rest = &data[cut..];
+            let stored = encode_chunk(rest, self.compress);
+            let raw_len = raw_len_column(op, &stored, rest.len())?;
+            let shift = to_db(op, "trim", cut as u64)?;
+            self.sql.exec(
+                op,
+                "UPDATE output_chunks SET data = $4, encoding = $5, raw_len = $6,
+                 pos = pos + $7 WHERE run_id = $1 AND machine = $2 AND pos = $3",
+                &[
+                    &self.run_id,
+                    &self.machine,
+                    &pos,
+                    &stored.bytes.as_ref(),
+                    &(stored.encoding as i16),
+                    &raw_len,
+                    &shift,
+                ],
+            )?;
+            return Ok(cut as u64);
         }
         // ... else its front.
         let cut = i32::try_from(excess).map_err(|_| StoreError::Invalid {
@@ -102,6 +149,8 @@ struct Target<'s, 'c, 'm> {
     sql: &'s mut Sql<'c>,
     run_id: i64,
     machine: &'m str,
+    /// Write chunks compressed when that pays.
+    compress: bool,
 }
 
 impl PgStore {
@@ -136,11 +185,13 @@ impl PgStore {
             });
         }
         to_db(op, "output seq", seq)?;
+        let compress = self.compress_output;
         self.atomic(op, |sql| {
             let mut target = Target {
                 sql,
                 run_id,
                 machine,
+                compress,
             };
             let mut progress = target.progress(op)?.ok_or_else(|| StoreError::NotFound {
                 op,
@@ -188,6 +239,7 @@ impl PgStore {
                 sql,
                 run_id,
                 machine,
+                compress: false,
             };
             let progress = target.progress(op)?.ok_or_else(|| StoreError::NotFound {
                 op,
@@ -196,18 +248,19 @@ impl PgStore {
             let rows = target.sql.rows(
                 op,
                 // Seek to the chunk holding `from` instead of scanning the target.
-                "SELECT pos, data FROM output_chunks
+                "SELECT pos, data, encoding, raw_len FROM output_chunks
                  WHERE run_id = $1 AND machine = $2 AND pos >= coalesce(
                      (SELECT max(pos) FROM output_chunks
                       WHERE run_id = $1 AND machine = $2 AND pos <= $3), 0)
-                 AND pos + length(data) > $3 AND ($4::INTEGER IS NULL OR stream = $4)
+                 AND pos + coalesce(raw_len, length(data)) > $3 AND ($4::INTEGER IS NULL OR stream = $4)
                  ORDER BY pos",
                 &[&run_id, &machine, &from, &stream],
             )?;
             let mut chunks = Vec::with_capacity(rows.len());
             for row in &rows {
                 let pos = from_db(op, "output_chunks.pos", col(op, row, 0)?)?;
-                let data: Vec<u8> = col(op, row, 1)?;
+                let encoding: i16 = col(op, row, 2)?;
+                let data = decoded(op, col(op, row, 1)?, encoding.into(), col(op, row, 3)?)?;
                 chunks.push((pos, data));
             }
             Ok((progress, chunks))

@@ -166,6 +166,12 @@ const MIGRATION_7: &str = "
 ALTER TABLE targets ADD COLUMN suspended BOOLEAN NOT NULL DEFAULT FALSE;
 ";
 
+/// Version 8: compressed output chunks (see the SQLite version 8).
+const MIGRATION_8: &str = "
+ALTER TABLE output_chunks ADD COLUMN encoding SMALLINT NOT NULL DEFAULT 0;
+ALTER TABLE output_chunks ADD COLUMN raw_len BIGINT;
+";
+
 /// Ordered schema migrations; entry `i` takes the database from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
     MIGRATION_1,
@@ -175,6 +181,7 @@ pub const MIGRATIONS: &[&str] = &[
     MIGRATION_5,
     MIGRATION_6,
     MIGRATION_7,
+    MIGRATION_8,
 ];
 
 /// Schema version written by this build (the same as SQLite's).

@@ -109,6 +109,8 @@ impl Listener<Hub> for Acceptor {
                     job: None,
                     challenged: None,
                     in_hello: true,
+                    offers_zstd: false,
+                    compressed: false,
                 },
             );
             arm_sweep(hub, ctx);

@@ -12,6 +12,7 @@ use crate::roles::hub::{Hub, Waiting};
 use tungstenite::Message;
 
 use crate::ipc::CallError;
+use crate::wire::compress::LinkEncoding;
 use crate::wire::link::{ConnId, HubRequest, MinionProof, WrapperHello, WrapperVerdict};
 use crate::wire::wrapper::{RejectCode, ServerMsg};
 
@@ -75,15 +76,19 @@ pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVe
             wait_for_go,
             slot_in_ms,
         } => {
-            if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
+            let take_zstd = hub.wrappers.limits.compression;
+            let compression = if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
                 conn.phase = Phase::Bound;
                 conn.job = Some(job.name.clone());
+                conn.compressed = take_zstd && conn.offers_zstd;
+                let compression = conn.compressed.then_some(LinkEncoding::Zstd);
                 super::vetted(&mut hub.wrappers, id);
+                compression
             } else {
                 // Gone while main decided: main must forget the session again.
                 hub.cast_main(HubRequest::WrapperGone { conn: id });
                 return;
-            }
+            };
             send(
                 hub,
                 ctx,
@@ -94,6 +99,7 @@ pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVe
                     acked_seq,
                     wait_for_go,
                     slot_in_ms,
+                    compression,
                 },
             );
         }
