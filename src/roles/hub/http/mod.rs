@@ -24,6 +24,7 @@ mod reading;
 mod writing;
 use writing::{flush, queue, write_out};
 mod accept;
+mod answers;
 mod sweep;
 pub use sweep::arm_sweep;
 pub mod routes;
