@@ -425,6 +425,9 @@ mod calls_tests;
 #[path = "../../../tests/support/pg_cluster.rs"]
 pub(crate) mod pg_cluster;
 
+#[cfg(test)]
+pub(crate) mod schema_at;
+
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let (mut store, server) = open_storage(&args)?;
     log::info!("storing in {}", store.engine());

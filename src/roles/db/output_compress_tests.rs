@@ -197,46 +197,21 @@ const VERSION_6_OUTPUT: &str = "
 
 #[test]
 fn sqlite_a_version_6_database_keeps_its_plain_output() {
-    use crate::roles::db::schema::{APPLICATION_ID, MIGRATIONS};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("saltpeter.db");
-    {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        for sql in &MIGRATIONS[..6] {
-            conn.execute_batch(sql).unwrap();
-        }
-        // SQLite stores the text as text; an old build bound blobs. Both read back.
-        conn.execute_batch(
-            &VERSION_6_OUTPUT.replace("'old output\n'", "CAST('old output\n' AS BLOB)"),
-        )
-        .unwrap();
-        conn.pragma_update(None, "user_version", 6).unwrap();
-        conn.pragma_update(None, "application_id", APPLICATION_ID)
-            .unwrap();
-    }
+    // SQLite stores the text as text; an old build bound blobs. Both read back.
+    let rows = VERSION_6_OUTPUT.replace("'old output\n'", "CAST('old output\n' AS BLOB)");
+    crate::roles::db::schema_at::sqlite(&path, 6, &rows);
     let mut store = crate::roles::db::store::Store::open(&path).unwrap();
     plain_rows_of_version_6_stay_readable(&mut store, 1, b"old output\n");
 }
 
 #[test]
 fn postgres_a_version_6_database_keeps_its_plain_output() {
-    use crate::roles::db::pg::schema::MIGRATIONS;
-    let Some(url) = crate::roles::db::pg_cluster::fresh_database() else {
+    let rows = VERSION_6_OUTPUT.replace("'old output\n'", "'old output\n'::BYTEA");
+    let Some((url, _admin)) = crate::roles::db::schema_at::postgres(6, &rows) else {
         return;
     };
-    let mut admin = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
-    admin
-        .batch_execute(
-            "CREATE TABLE saltpeter_schema (application TEXT NOT NULL, version INTEGER NOT NULL);
-             INSERT INTO saltpeter_schema VALUES ('saltpeter', 6);",
-        )
-        .unwrap();
-    for sql in &MIGRATIONS[..6] {
-        admin.batch_execute(sql).unwrap();
-    }
-    admin
-        .batch_execute(&VERSION_6_OUTPUT.replace("'old output\n'", "'old output\n'::BYTEA"))
-        .unwrap();
     let mut store = crate::roles::db::pg::PgStore::connect(&url).unwrap_or_else(|e| panic!("{e}"));
     plain_rows_of_version_6_stay_readable(&mut store, 1, b"old output\n");
 }

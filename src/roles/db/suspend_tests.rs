@@ -77,40 +77,18 @@ INSERT INTO targets (run_id, machine, state, started) VALUES (1, 'm1', 'running'
 
 #[test]
 fn sqlite_a_version_6_database_gets_the_flag() {
-    use crate::roles::db::schema::{APPLICATION_ID, MIGRATIONS};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("saltpeter.db");
-    {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        for sql in &MIGRATIONS[..6] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.execute_batch(VERSION_6_ROWS).unwrap();
-        conn.pragma_update(None, "user_version", 6).unwrap();
-        conn.pragma_update(None, "application_id", APPLICATION_ID)
-            .unwrap();
-    }
+    crate::roles::db::schema_at::sqlite(&path, 6, VERSION_6_ROWS);
     let mut store = crate::roles::db::store::Store::open(&path).unwrap();
     migrated_from_version_6(&mut store);
 }
 
 #[test]
 fn postgres_a_version_6_database_gets_the_flag() {
-    use crate::roles::db::pg::schema::MIGRATIONS;
-    let Some(url) = crate::roles::db::pg_cluster::fresh_database() else {
+    let Some((url, _admin)) = crate::roles::db::schema_at::postgres(6, VERSION_6_ROWS) else {
         return;
     };
-    let mut admin = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
-    admin
-        .batch_execute(
-            "CREATE TABLE saltpeter_schema (application TEXT NOT NULL, version INTEGER NOT NULL);
-             INSERT INTO saltpeter_schema VALUES ('saltpeter', 6);",
-        )
-        .unwrap();
-    for sql in &MIGRATIONS[..6] {
-        admin.batch_execute(sql).unwrap();
-    }
-    admin.batch_execute(VERSION_6_ROWS).unwrap();
     let mut store = crate::roles::db::pg::PgStore::connect(&url).unwrap_or_else(|e| panic!("{e}"));
     migrated_from_version_6(&mut store);
 }

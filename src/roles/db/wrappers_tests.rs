@@ -254,21 +254,15 @@ fn migrated_from_version_5(s: &mut dyn Storage) {
 
 #[test]
 fn sqlite_a_version_5_database_gets_the_table() {
-    use crate::roles::db::schema::{APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION};
+    use crate::roles::db::schema::SCHEMA_VERSION;
     const { assert!(SCHEMA_VERSION >= 6) };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("saltpeter.db");
-    {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        for sql in &MIGRATIONS[..5] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.execute_batch("INSERT INTO meta (key, value) VALUES ('kept', 'yes')")
-            .unwrap();
-        conn.pragma_update(None, "user_version", 5).unwrap();
-        conn.pragma_update(None, "application_id", APPLICATION_ID)
-            .unwrap();
-    }
+    crate::roles::db::schema_at::sqlite(
+        &path,
+        5,
+        "INSERT INTO meta (key, value) VALUES ('kept', 'yes')",
+    );
     let report = crate::roles::db::store::Store::check(&path).unwrap();
     assert!(
         report.needs_migration && report.schema_version == 5,
@@ -285,23 +279,13 @@ fn sqlite_a_version_5_database_gets_the_table() {
 
 #[test]
 fn postgres_a_version_5_database_gets_the_table() {
-    use crate::roles::db::pg::schema::{MIGRATIONS, SCHEMA_VERSION};
-    let Some(url) = crate::roles::db::pg_cluster::fresh_database() else {
+    use crate::roles::db::pg::schema::SCHEMA_VERSION;
+    let Some((url, mut admin)) = crate::roles::db::schema_at::postgres(
+        5,
+        "INSERT INTO meta (key, value) VALUES ('kept', 'yes')",
+    ) else {
         return;
     };
-    let mut admin = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
-    admin
-        .batch_execute(
-            "CREATE TABLE saltpeter_schema (application TEXT NOT NULL, version INTEGER NOT NULL);
-             INSERT INTO saltpeter_schema VALUES ('saltpeter', 5);",
-        )
-        .unwrap();
-    for sql in &MIGRATIONS[..5] {
-        admin.batch_execute(sql).unwrap();
-    }
-    admin
-        .batch_execute("INSERT INTO meta (key, value) VALUES ('kept', 'yes')")
-        .unwrap();
     let mut store = crate::roles::db::pg::PgStore::connect(&url).unwrap_or_else(|e| panic!("{e}"));
     let version: i32 = admin
         .query_one("SELECT version FROM saltpeter_schema", &[])
