@@ -27,7 +27,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 pub(crate) use super::placement::{Frame, Placement, place_within_limit};
 use super::store::{Op, Store, StoreError, from_db, sql_error, to_db};
-use super::stored_chunk::{decoded, raw_len_column};
+use super::stored_chunk::{decoded, raw_len_column, trim_front};
 use crate::wire::compress::{Encoding, encode_chunk};
 use crate::wire::db::{OutputBytes, OutputLimit, OutputQuery};
 use crate::wire::records::RunId;
@@ -409,13 +409,7 @@ impl Target<'_, '_> {
             )
             .map_err(sql_error(op))?;
         let data = decoded(op, bytes, encoding, raw_len)?;
-        let cut = usize::try_from(excess)
-            .unwrap_or(usize::MAX)
-            .min(data.len());
-        let rest = &data[cut..];
-        let stored = encode_chunk(rest, self.compress);
-        let raw_len = raw_len_column(op, &stored, rest.len())?;
-        let shift = to_db(op, "trim", cut as u64)?;
+        let t = trim_front(op, &data, excess, self.compress)?;
         self.conn
             .execute(
                 "UPDATE output_chunks SET data = ?4, encoding = ?5, raw_len = ?6, pos = pos + ?7
@@ -424,14 +418,14 @@ impl Target<'_, '_> {
                     self.run_id,
                     self.machine,
                     pos,
-                    stored.bytes.as_ref(),
-                    stored.encoding as i64,
-                    raw_len,
-                    shift
+                    t.bytes,
+                    t.encoding as i64,
+                    t.raw_len,
+                    t.shift
                 ],
             )
             .map_err(sql_error(op))?;
-        Ok(cut as u64)
+        Ok(t.cut)
     }
 }
 

@@ -1,4 +1,4 @@
-//! A stored output chunk's encoding columns (`encoding`, `raw_len`, schema version 7),
+//! A stored output chunk's encoding columns (`encoding`, `raw_len`, schema version 8),
 //! read and written the same way by both backends.
 
 use super::store::{Op, StoreError, to_db};
@@ -38,3 +38,36 @@ pub(crate) fn decoded(
 /// No stored chunk is larger than an internal-link frame (16 MiB); the cap only guards
 /// against a damaged row.
 const MAX_STORED_CHUNK: usize = 64 << 20;
+
+/// An encoded chunk without its first `excess` bytes, as it is stored in its place.
+pub(crate) struct Trimmed {
+    pub bytes: Vec<u8>,
+    pub encoding: Encoding,
+    pub raw_len: Option<i64>,
+    /// How far its `pos` moves (the bytes cut).
+    pub shift: i64,
+    pub cut: u64,
+}
+
+/// Cuts the first `excess` bytes of a chunk that `data` decodes to, and encodes the
+/// rest again (compressed when that still pays and `compress` is on).
+pub(crate) fn trim_front(
+    op: Op,
+    data: &[u8],
+    excess: u64,
+    compress: bool,
+) -> Result<Trimmed, StoreError> {
+    let cut = usize::try_from(excess)
+        .unwrap_or(usize::MAX)
+        .min(data.len());
+    let rest = &data[cut..];
+    let stored = crate::wire::compress::encode_chunk(rest, compress);
+    let raw_len = raw_len_column(op, &stored, rest.len())?;
+    Ok(Trimmed {
+        encoding: stored.encoding,
+        bytes: stored.bytes.into_owned(),
+        raw_len,
+        shift: to_db(op, "trim", cut as u64)?,
+        cut: cut as u64,
+    })
+}

@@ -14,7 +14,7 @@ use super::super::output::{AppendOutcome, MAX_PENDING_SEQS};
 use super::super::store::{Op, StoreError, from_db, to_db};
 use super::{PgStore, Sql, col};
 use crate::roles::db::output::{Chunks, Frame, Placement, Progress, place_within_limit};
-use crate::roles::db::stored_chunk::{decoded, raw_len_column};
+use crate::roles::db::stored_chunk::{decoded, raw_len_column, trim_front};
 use crate::wire::compress::{Encoding, encode_chunk};
 use crate::wire::db::{OutputBytes, OutputLimit, OutputQuery};
 use crate::wire::records::RunId;
@@ -105,13 +105,7 @@ impl Chunks for Target<'_, '_, '_> {
         let encoding: i16 = col(op, &row, 1)?;
         if encoding != Encoding::Plain as i16 {
             let data = decoded(op, col(op, &row, 0)?, encoding.into(), col(op, &row, 2)?)?;
-            let cut = usize::try_from(excess)
-                .unwrap_or(usize::MAX)
-                .min(data.len());
-            let rest = &data[cut..];
-            let stored = encode_chunk(rest, self.compress);
-            let raw_len = raw_len_column(op, &stored, rest.len())?;
-            let shift = to_db(op, "trim", cut as u64)?;
+            let t = trim_front(op, &data, excess, self.compress)?;
             self.sql.exec(
                 op,
                 "UPDATE output_chunks SET data = $4, encoding = $5, raw_len = $6,
@@ -120,13 +114,13 @@ impl Chunks for Target<'_, '_, '_> {
                     &self.run_id,
                     &self.machine,
                     &pos,
-                    &stored.bytes.as_ref(),
-                    &(stored.encoding as i16),
-                    &raw_len,
-                    &shift,
+                    &t.bytes,
+                    &(t.encoding as i16),
+                    &t.raw_len,
+                    &t.shift,
                 ],
             )?;
-            return Ok(cut as u64);
+            return Ok(t.cut);
         }
         // ... else its front.
         let cut = i32::try_from(excess).map_err(|_| StoreError::Invalid {
