@@ -94,6 +94,25 @@ impl Rounds {
         self.first_queued.map(|t| t + ROUND_WAIT)
     }
 
+    /// Publish `id` (sent at `sent`) started a wrapper for each of `runs` on each of
+    /// `minions`: their hellos are awaited (`arrived`).
+    fn await_arrivals(&mut self, id: CallId, runs: &[RunId], minions: &[String], sent: Instant) {
+        self.arrivals.insert(
+            id,
+            Arrivals {
+                sent,
+                expected: runs.len() * minions.len(),
+                arrived: 0,
+                latest: None,
+            },
+        );
+        for run in runs {
+            for m in minions {
+                self.awaited.insert((*run, m.clone()), id);
+            }
+        }
+    }
+
     /// The wrapper of (`run`, `machine`) said hello: when the last of its publish's
     /// wrappers arrives, the launch latency (publish to last wrapper) to fold into the
     /// pre-staging lead. A launch without returns answers at once, so its answer says
@@ -239,20 +258,7 @@ pub fn flush(core: &mut Main, now: Instant) {
             await_returns,
         });
         core.rounds.publishes += 1;
-        core.rounds.arrivals.insert(
-            id,
-            Arrivals {
-                sent: now,
-                expected: g.runs.len() * minions.len(),
-                arrived: 0,
-                latest: None,
-            },
-        );
-        for run in &g.runs {
-            for m in &minions {
-                core.rounds.awaited.insert((*run, m.clone()), id);
-            }
-        }
+        core.rounds.await_arrivals(id, &g.runs, &minions, now);
         core.rounds.out.insert(id, (g.runs, now));
     }
     for late in core.rounds.overdue_arrivals(now) {
@@ -393,17 +399,7 @@ mod tests {
         let t0 = Instant::now();
         let mut r = Rounds::default();
         let id: CallId = 7;
-        r.arrivals.insert(
-            id,
-            Arrivals {
-                sent: t0,
-                expected: 2,
-                arrived: 0,
-                latest: None,
-            },
-        );
-        r.awaited.insert((1, "a".into()), id);
-        r.awaited.insert((1, "b".into()), id);
+        r.await_arrivals(id, &[1], &["a".into(), "b".into()], t0);
         let s = Duration::from_secs(1);
         assert_eq!(r.arrived(1, "a", t0 + s), None, "one of two");
         assert_eq!(
@@ -414,17 +410,7 @@ mod tests {
         assert_eq!(r.arrived(1, "b", t0 + 3 * s), Some(3 * s));
         assert!(r.arrivals.is_empty() && r.awaited.is_empty());
         // A minion that never calls back: the publish counts with the last that did.
-        r.arrivals.insert(
-            id,
-            Arrivals {
-                sent: t0,
-                expected: 2,
-                arrived: 0,
-                latest: None,
-            },
-        );
-        r.awaited.insert((2, "a".into()), id);
-        r.awaited.insert((2, "dead".into()), id);
+        r.await_arrivals(id, &[2], &["a".into(), "dead".into()], t0);
         assert_eq!(r.arrived(2, "a", t0 + s), None);
         assert!(r.overdue_arrivals(t0 + s).is_empty(), "not overdue yet");
         assert_eq!(r.overdue_arrivals(t0 + ARRIVALS_FOR), vec![s]);
