@@ -20,15 +20,6 @@ fn kill_pids(pids: &[u32]) {
     }
 }
 
-fn cleanup(d: &Daemon) {
-    let out = d.cleanup();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Start a COUNTER run, crash the daemon the way `crash` says mid-run, restart it, and
 /// check the run finished with the exact output and exit code.
 fn crash_mid_run(machine: &str, crash: impl FnOnce(&mut Daemon, &[(String, u32)])) {
@@ -52,7 +43,7 @@ fn crash_mid_run(machine: &str, crash: impl FnOnce(&mut Daemon, &[(String, u32)]
     for (_, pid) in &procs {
         wait_until("daemon process gone", HANG, || (!alive(*pid)).then_some(()));
     }
-    cleanup(&d);
+    d.cleaned_up();
     d.spawn();
     d.wait_ready();
     let run = d.wait_run_final(id);
@@ -102,7 +93,7 @@ fn no_slot_runs_twice_across_a_crash() {
     let pids: Vec<u32> = d.processes().into_iter().map(|(_, p)| p).collect();
     kill_pids(&pids);
     let _ = d.wait_exit();
-    cleanup(&d);
+    d.cleaned_up();
     std::thread::sleep(Duration::from_millis(500));
     d.spawn();
     d.wait_ready();

@@ -23,14 +23,7 @@ fn now_ms() -> i64 {
 
 /// Brings a killed server back (as a standby).
 fn revive(d: &mut Daemon) {
-    let out = d.cleanup();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    d.spawn();
-    d.wait_ready();
+    d.start_again();
 }
 
 fn leader_index(servers: &[Daemon]) -> usize {

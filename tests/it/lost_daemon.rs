@@ -70,12 +70,7 @@ fn spawn_with_grace(d: &mut Daemon, grace_s: u64) {
 }
 
 fn restart(d: &mut Daemon, grace_s: u64) {
-    let out = d.cleanup();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    d.cleaned_up();
     spawn_with_grace(d, grace_s);
 }
 
@@ -336,14 +331,7 @@ fn staged_wrappers_reattach_to_a_daemon_restarted_on_the_same_state() {
     await_staged(&d, slot);
     let wrappers = staged_wrappers(&logs);
     stop(&mut d, Stop::Ordered);
-    let out = d.cleanup();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    d.spawn();
-    d.wait_ready();
+    d.start_again();
     let runs = d.wait_final_runs("staged", 1);
     for m in STAGED {
         let t = target(&runs[0], m);

@@ -240,14 +240,7 @@ fn a_run_suspended_across_a_daemon_restart_stays_suspended_and_resumes() {
     let _ = d.wait_exit();
     assert_eq!(cpu_over(pid, Duration::from_secs(1)), 0, "still stopped");
 
-    let out = d.cleanup();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    d.spawn();
-    d.wait_ready();
+    d.start_again();
     assert!(
         suspended_flag(&d, run, "rs-a"),
         "restored from the database"

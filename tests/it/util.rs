@@ -217,6 +217,23 @@ impl Daemon {
             .expect("run saltpeter-cleanup")
     }
 
+    /// `saltpeter-cleanup`, which must succeed (its stderr is the failure message).
+    pub fn cleaned_up(&self) {
+        let out = self.cleanup();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Back after a stop or a crash, as systemd brings it: cleanup, start, until ready.
+    pub fn start_again(&mut self) {
+        self.cleaned_up();
+        self.spawn();
+        self.wait_ready();
+    }
+
     pub fn write_config(&self, name: &str, text: &str) {
         std::fs::write(self.config_dir().join(name), text).expect("write config");
     }
