@@ -21,9 +21,8 @@ pub struct ActiveRun {
     pub trigger: Trigger,
     pub targets: BTreeMap<String, Target>,
     pub kill_requested: bool,
-    /// Launched ahead of its slot; wrappers wait for `go` until `go_sent`.
+    /// Launched ahead of its slot; wrappers wait for `go` until it is sent (`go_sent`).
     pub prestaged: bool,
-    pub go_sent: bool,
     /// When `go` went out (server clock, unix ms): no command of the run starts before.
     pub go_at: Option<Millis>,
     /// A batch launch is out and not answered yet: since when.
@@ -39,6 +38,11 @@ pub struct ActiveRun {
 }
 
 impl ActiveRun {
+    /// `go` went out: waiting wrappers were released.
+    pub fn go_sent(&self) -> bool {
+        self.go_at.is_some()
+    }
+
     /// Its place in the throttling queues: slot order (a manual run: when recorded), then
     /// run id.
     pub fn queue_key(&self) -> super::throttle::QueueKey {

@@ -327,7 +327,7 @@ fn status_view(core: &Main) -> StatusView {
         });
     }
     for (id, active) in &core.flight.runs {
-        if active.prestaged && !active.go_sent {
+        if active.prestaged && !active.go_sent() {
             continue; // waiting for its slot: not running yet
         }
         view.running.push(RunningView {

@@ -72,7 +72,7 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         });
     }
     // A pre-staged run starts at its slot (`prestage::await_slot` records it then).
-    let before_slot = env.req.prestaged && core.flight.runs.get(&run).is_some_and(|r| !r.go_sent);
+    let before_slot = env.req.prestaged && core.flight.runs.get(&run).is_some_and(|r| !r.go_sent());
     if !env.start_recorded && !launch.is_empty() && !before_slot {
         env.start_recorded = true;
         core.db_call(
@@ -128,7 +128,7 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
             minions: launch.into_iter().map(|t| t.machine).collect(),
             settings: core.salt_settings(),
             // After its slot (targets held back by a cap, retries) nothing is to coalesce.
-            urgent: !env.req.prestaged || core.flight.runs.get(&run).is_some_and(|r| r.go_sent),
+            urgent: !env.req.prestaged || core.flight.runs.get(&run).is_some_and(|r| r.go_sent()),
         };
         core.rounds.queue(queued, now);
         env.launch_queued = true;

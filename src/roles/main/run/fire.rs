@@ -145,7 +145,7 @@ fn launches_behind(core: &Main, job: &str, slot: crate::wire::records::Millis) -
                 .map(|since| now.saturating_duration_since(since)),
             // Staged and not launched yet (resolving, deploying, waiting in its round).
             waiting: r.prestaged
-                && !r.go_sent
+                && !r.go_sent()
                 && r.launching.is_none()
                 && r.targets
                     .values()
@@ -179,7 +179,7 @@ impl Main {
             .map(|r| run_rules::RunView {
                 id: r.id,
                 prestaged: r.prestaged,
-                go_sent: r.go_sent,
+                go_sent: r.go_sent(),
             });
         run_rules::job_busy(
             self.flight.busy_jobs.get(job).copied().unwrap_or(0),

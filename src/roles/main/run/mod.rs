@@ -321,7 +321,6 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                     targets,
                     kill_requested: false,
                     prestaged: env.req.prestaged,
-                    go_sent: false,
                     go_at: None,
                     launching: None,
                     workflow: Some(s.id()),

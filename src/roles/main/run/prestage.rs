@@ -29,7 +29,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let Some(run) = env.run else {
         return Step::Next;
     };
-    if !env.req.prestaged || core.flight.runs.get(&run).is_none_or(|r| r.go_sent) {
+    if !env.req.prestaged || core.flight.runs.get(&run).is_none_or(|r| r.go_sent()) {
         return Step::Next;
     }
     let Some(slot) = env
@@ -60,7 +60,6 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
     match refusal {
         None => {
-            active.go_sent = true;
             active.go_at = Some(crate::roles::main::effects::now_ms());
             let conns: Vec<_> = active.targets.values().filter_map(|t| t.conn).collect();
             core.views

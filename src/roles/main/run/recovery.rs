@@ -123,7 +123,6 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
             targets,
             kill_requested: false,
             prestaged,
-            go_sent: false,
             go_at: None,
             launching: None,
             workflow: None,
