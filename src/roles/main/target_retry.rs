@@ -1,6 +1,6 @@
 //! A new attempt of a failed target (`retries`): the pure rules, beside the target core.
 
-use super::target::{Effect, Phase, Target, Token};
+use super::target::{Effect, Outcome, Phase, Target, Token};
 use crate::wire::records::TargetReason;
 
 impl Target {
@@ -26,6 +26,13 @@ impl Target {
         let Phase::Finished(previous) = self.phase else {
             return Vec::new();
         };
+        self.new_attempt(previous)
+    }
+
+    /// The next attempt after `previous`: pending again with a fresh session (the launch
+    /// token works again, no resume key, output acknowledged from seq 1 again); shared by
+    /// `retry` and an unreachable minion that came back (`run/unreachable.rs`).
+    pub fn new_attempt(&mut self, previous: Outcome) -> Vec<Effect> {
         self.attempt += 1;
         self.phase = Phase::Pending;
         self.conn = None;

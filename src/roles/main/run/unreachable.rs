@@ -67,23 +67,10 @@ impl Target {
         if !self.is_waiting() || self.kill_wanted {
             return Vec::new();
         }
-        self.attempt += 1;
-        self.phase = Phase::Pending;
-        self.conn = None;
-        self.token = super::super::target::Token::Unused;
-        self.acked_seq = 0;
-        self.started = None;
-        self.ended = None;
-        vec![
-            Effect::StoreRetry {
-                attempt: self.attempt,
-                previous: Outcome {
-                    reason: Some(TargetReason::Unreachable),
-                    code: Some(255),
-                },
-            },
-            Effect::WakeRun,
-        ]
+        self.new_attempt(Outcome {
+            reason: Some(TargetReason::Unreachable),
+            code: Some(255),
+        })
     }
 
     /// The window closed at `now` without its minion: final, `gave_up` (255).
