@@ -61,6 +61,9 @@ pub struct Job {
     /// Whether a suspended target's timeout keeps counting (`timeout_counts_suspended`,
     /// default true); with false its deadline moves by the time it was suspended.
     pub timeout_counts_suspended: bool,
+    /// Resource limits of the command on its target (`nice`, `ionice`, `memory_max`,
+    /// `cpu_quota`, `tasks_max`).
+    pub limits: crate::wire::limits::Limits,
     /// `after: {job, on}`: also run when a run of another job ends (a chain).
     pub after: Option<After>,
     /// The job has a schedule of its own; a chained job without one has a schedule that
@@ -165,6 +168,11 @@ impl Job {
             "retry_delay": self.retry_delay_s,
             "retry_unreachable": self.retry_unreachable_s,
             "timeout_counts_suspended": self.timeout_counts_suspended,
+            "nice": self.limits.nice,
+            "ionice": self.limits.ionice.map(|i| i.to_string()),
+            "memory_max": self.limits.memory_max,
+            "cpu_quota": self.limits.cpu_quota.map(|p| format!("{p}%")),
+            "tasks_max": self.limits.tasks_max,
             "notify": self.notify.as_ref().map(|rules| {
                 rules.iter().map(super::notify::NotifyRule::redacted_json).collect::<Vec<_>>()
             }),
@@ -207,6 +215,7 @@ impl fmt::Debug for Job {
             .field("retry_delay_s", &self.retry_delay_s)
             .field("retry_unreachable_s", &self.retry_unreachable_s)
             .field("timeout_counts_suspended", &self.timeout_counts_suspended)
+            .field("limits", &self.limits)
             .field("after", &self.after)
             .field("scheduled", &self.scheduled)
             .finish()

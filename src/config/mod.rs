@@ -42,6 +42,7 @@ mod files;
 mod identities;
 mod job;
 mod job_reader;
+mod limits;
 mod load_jobs;
 mod maintenance;
 pub mod notify;

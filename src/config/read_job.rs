@@ -71,6 +71,11 @@ pub(crate) const JOB_KEYS: &[&str] = &[
     "after",
     "active_from",
     "active_until",
+    "nice",
+    "ionice",
+    "memory_max",
+    "cpu_quota",
+    "tasks_max",
 ];
 
 pub(super) const CRON_KEYS: [&str; 7] = ["sec", "min", "hour", "dom", "mon", "dow", "year"];
@@ -219,6 +224,7 @@ pub(crate) fn read_job(
     let timeout_counts_suspended = get("timeout_counts_suspended")
         .and_then(|n| reader.read(n, values::boolean))
         .unwrap_or(true);
+    let limits = super::limits::read_limits(get, |node, parse| reader.read(node, parse));
 
     match (schedule, command, targets) {
         (Some(schedule), Some(command), Some(targets)) if reader.errors.is_empty() => Ok(Job {
@@ -253,6 +259,7 @@ pub(crate) fn read_job(
             retry_delay_s,
             retry_unreachable_s,
             timeout_counts_suspended,
+            limits,
             after,
             scheduled,
         }),

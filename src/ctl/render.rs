@@ -76,6 +76,9 @@ pub fn run(r: &RunRecord, json: bool) {
         if let Some(why) = &target.waiting {
             outln!("  {}: {}", escape(&target.machine), escape(why));
         }
+        if let Some(limits) = &target.limits {
+            outln!("  {} limits: {}", escape(&target.machine), escape(limits));
+        }
     }
     if !r.attempts.is_empty() {
         outln!("  attempts:");

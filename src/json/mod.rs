@@ -37,6 +37,7 @@ pub fn target_json(t: &TargetRecord) -> Value {
         "ended": time(t.ended),
         "suspended": t.suspended,
         "waiting": t.waiting,
+        "limits": t.limits,
     })
 }
 

@@ -210,6 +210,7 @@ fn result_json(job: &str, run: Option<u64>, t: &TargetView, seen: TargetSeen) ->
         "suspended": r.suspended,
         "reason": r.reason.map(|x| x.as_str()),
         "waiting": r.waiting,
+        "limits": r.limits,
         "job_instance": run.map(|run| instance(job, run)),
     })
 }
@@ -290,6 +291,7 @@ mod tests {
                 ended: None,
                 suspended: false,
                 waiting: None,
+                limits: None,
             },
             finished: false,
             last_heartbeat: Some(1_000),

@@ -265,6 +265,8 @@ pub struct TargetUpdate {
     pub token_used: Option<bool>,
     /// Suspended by an operator (`targets.suspended`).
     pub suspended: Option<bool>,
+    /// How the job's limits were applied (`targets.limits`).
+    pub limits: Option<String>,
 }
 
 /// A target with the columns that `TargetRecord` does not show.

@@ -70,6 +70,9 @@ pub enum HubRequest {
         /// When the wrapper says the command started (its clock, unix ms); main records
         /// it only inside the window it knows to be possible (`sessions::start_time`).
         at: i64,
+        /// How the job's limits were applied (`started.limits`, clipped and escaped by
+        /// the hub).
+        limits: Option<String>,
     },
     WrapperHeartbeat {
         conn: ConnId,
@@ -128,6 +131,8 @@ pub struct WrapperHello {
     pub build: Option<WrapperBuild>,
     /// The wrapper advertised `suspend` (`hello.capabilities`).
     pub can_suspend: bool,
+    /// The wrapper advertised `limits`: it applies the job's resource limits.
+    pub can_limit: bool,
     /// Its command is suspended now (`hello.suspended`, on a reconnect).
     pub suspended: bool,
 }

@@ -9,6 +9,7 @@
 //! - `ui`: the dashboard's live-update types on the hub-main link
 //! - `bytes`: output payloads encoded as one block, not byte by byte
 //! - `compress`: zstd output compression, on the wrapper link and in the stored chunks
+//! - `limits`: a job's resource limits on its target
 
 /// Declares, for each request of a link, a marker type bound to the reply it expects
 /// (`ipc::rpc::Call`): `Name -> Type { ReplyPattern => value }`, one line per request.
@@ -39,6 +40,7 @@ pub mod admin;
 pub mod bytes;
 pub mod compress;
 pub mod db;
+pub mod limits;
 pub mod link;
 pub mod notify;
 pub mod records;

@@ -96,6 +96,8 @@ str_enum!(
         Canceled => "canceled",
         // gave_up: unreachable until its `retry_unreachable` window closed.
         GaveUp => "gave_up",
+        // memory_limit: the kernel killed the command for exceeding `memory_max`.
+        MemoryLimit => "memory_limit",
     }
 );
 
@@ -110,6 +112,7 @@ impl TargetReason {
             TargetReason::Lost => Some(253),
             TargetReason::WrapperFailed => Some(254),
             TargetReason::Unreachable | TargetReason::GaveUp => Some(255),
+            TargetReason::MemoryLimit => Some(137),
         }
     }
 }
@@ -140,6 +143,10 @@ pub struct TargetRecord {
     /// (`max_running_per_machine`); known to the running daemon only, never stored.
     #[serde(default)]
     pub waiting: Option<String>,
+    /// How the job's resource limits were applied on the target, as its wrapper said
+    /// (`None` for a job without limits, and until the command started).
+    #[serde(default)]
+    pub limits: Option<String>,
 }
 
 /// One run as stored and shown.
@@ -199,6 +206,7 @@ mod tests {
             ended: None,
             suspended: false,
             waiting: None,
+            limits: None,
         }
     }
 

@@ -92,6 +92,10 @@ pub enum WrapperMsg {
         /// Wrapper clock at the spawn, unix milliseconds; the server records it inside
         /// the window its own clock allows (`roles::main::sessions::start_time`).
         at: i64,
+        /// How the job's limits were applied, or why one was not (absent without limits
+        /// and from older wrappers); kept in the target's record.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limits: Option<String>,
     },
     Heartbeat {
         at: i64,
@@ -120,6 +124,8 @@ pub enum ExitReason {
     LockBusy,
     /// The server sent `cancel` to a pre-staged wrapper; nothing ran.
     Canceled,
+    /// The kernel killed the command for exceeding the job's `memory_max`.
+    MemoryLimit,
 }
 
 /// The job as the wrapper needs it, sent in `welcome` (never through Salt).
@@ -145,6 +151,9 @@ pub struct JobSpec {
     /// spec also crosses the internal links in bincode, which has no optional fields.)
     #[serde(default = "yes")]
     pub timeout_counts_suspended: bool,
+    /// The job's resource limits (empty from older servers).
+    #[serde(default)]
+    pub limits: super::limits::Limits,
 }
 
 /// Messages from the server to the wrapper.

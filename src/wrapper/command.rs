@@ -16,6 +16,7 @@ use mio::unix::pipe::Receiver;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::{Gid, Pid, Uid, User};
 
+use super::limits::Plan;
 use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL, JobSpec};
 
 /// A started command: the child, its process group and its two output pipes.
@@ -100,12 +101,22 @@ pub fn command_env(
 }
 
 /// Starts the command. The error text goes to the hub as stderr (`spawn_failed`).
+/// `limits` is prepared by the caller (`limits::Plan::prepare`): its scope prefix goes
+/// before `/bin/sh`, its child steps run in the child before the user switch.
 pub fn spawn(
     job: &JobSpec,
     env: Vec<(OsString, OsString)>,
     run_as: Option<&RunAs>,
+    limits: &Plan,
 ) -> Result<Spawned, String> {
-    let mut cmd = Command::new("/bin/sh");
+    let mut cmd = match limits.prefix.split_first() {
+        Some((bin, args)) => {
+            let mut cmd = Command::new(bin);
+            cmd.args(args).arg("/bin/sh");
+            cmd
+        }
+        None => Command::new("/bin/sh"),
+    };
     cmd.arg("-c")
         .arg(&job.command)
         .env_clear()
@@ -115,18 +126,25 @@ pub fn spawn(
         .stderr(Stdio::piped())
         .process_group(0);
     let cwd = job.cwd.as_deref().filter(|c| !c.is_empty());
-    match run_as.and_then(|u| u.switch_groups.clone().map(|g| (u, g))) {
+    let steps = limits.child_steps();
+    // The scope switches the user itself (after systemd made it, as root).
+    let switch = run_as
+        .filter(|_| !limits.scope_switches_user)
+        .and_then(|u| u.switch_groups.clone().map(|g| (u, g)));
+    match switch {
         Some((u, groups)) => {
             let (uid, gid) = (u.uid, u.gid);
             // The directory is entered after the switch, so the user needs access to it.
             let cwd = cwd
                 .map(|c| CString::new(c).map_err(|_| format!("cwd {c:?} holds NUL")))
                 .transpose()?;
-            // SAFETY: the closure runs in the forked child before exec and only makes the
-            // setgroups/setgid/setuid/chdir syscalls on data prepared before the fork; it
-            // does not allocate or take locks. Groups and gid first, while still root.
+            // SAFETY: the closure runs in the forked child before exec and only makes
+            // syscalls (the limits' steps, setgroups/setgid/setuid/chdir) on data prepared
+            // before the fork; it does not allocate or take locks. Limits first, while
+            // still root; then groups and gid.
             unsafe {
                 cmd.pre_exec(move || {
+                    steps.apply()?;
                     nix::unistd::setgroups(&groups)?;
                     nix::unistd::setgid(gid)?;
                     nix::unistd::setuid(uid)?;
@@ -140,6 +158,10 @@ pub fn spawn(
         None => {
             if let Some(dir) = cwd {
                 cmd.current_dir(dir);
+            }
+            // SAFETY: as above, only the prepared syscalls of the limits.
+            unsafe {
+                cmd.pre_exec(move || steps.apply());
             }
         }
     }
@@ -211,6 +233,7 @@ mod tests {
             overlap_lock: false,
             splay_s: 0,
             timeout_counts_suspended: true,
+            limits: Default::default(),
         }
     }
 
@@ -267,7 +290,7 @@ mod tests {
         assert!(err.contains("unknown user"), "{err}");
         let mut j = job();
         j.cwd = Some("/nonexistent/dir".into());
-        let err = spawn(&j, vec![], None).err().unwrap();
+        let err = spawn(&j, vec![], None, &Plan::default()).err().unwrap();
         assert!(err.contains("/nonexistent/dir"), "{err}");
     }
 
@@ -282,7 +305,7 @@ mod tests {
         let mut j = job();
         j.command = "id -u; id -g; id -G; echo $HOME".into();
         let env = command_env(vec![], &j, 1, "m", Some(&u));
-        let mut sp = spawn(&j, env, Some(&u)).unwrap();
+        let mut sp = spawn(&j, env, Some(&u), &Plan::default()).unwrap();
         let status = sp.child.wait().unwrap();
         assert!(status.success());
         sp.stdout.set_nonblocking(false).unwrap();

@@ -24,10 +24,12 @@
 //! of failures are listed at [`WrapperError::exit_code`].
 
 mod build;
+mod cgroup;
 mod command;
 mod daemon;
 mod files;
 mod launch;
+mod limits;
 mod link;
 mod outbuf;
 mod patience;

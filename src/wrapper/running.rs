@@ -26,6 +26,7 @@ use nix::fcntl::Flock;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use super::limits::{Identity, Plan, Way};
 use super::command::{self, command_env, exit_fields, kill_group, resolve_user, spawn};
 use super::files::{self, OverlapLock};
 use super::outbuf::OutputBuffer;
@@ -71,6 +72,8 @@ pub struct Running {
     /// The job's `timeout_counts_suspended`.
     timeout_counts_suspended: bool,
     drain_until: Option<Instant>,
+    /// The job's limits as applied (its group is removed once the command ended).
+    limits: Plan,
     _lock: Option<Flock<File>>,
 }
 
@@ -127,7 +130,21 @@ impl Running {
             facts.machine,
             run_as.as_ref(),
         );
-        let mut sp = spawn(job, env, run_as.as_ref()).map_err(StartFailure::SpawnFailed)?;
+        let identity = run_as.as_ref().map(|u| Identity {
+            uid: u.uid.as_raw(),
+            gid: u.gid.as_raw(),
+        });
+        let mut limits = Plan::prepare(&job.limits, facts.run, facts.machine, Way::Auto, identity);
+        if let Some(text) = &limits.applied {
+            log::info!("limits: {text}");
+        }
+        let mut sp = match spawn(job, env, run_as.as_ref(), &limits) {
+            Ok(sp) => sp,
+            Err(text) => {
+                limits.release();
+                return Err(StartFailure::SpawnFailed(text));
+            }
+        };
         if let Err(e) = registry
             .register(&mut sp.stdout, tokens.0, Interest::READABLE)
             .and_then(|()| registry.register(&mut sp.stderr, tokens.1, Interest::READABLE))
@@ -156,12 +173,18 @@ impl Running {
             suspended_since: None,
             timeout_counts_suspended: job.timeout_counts_suspended,
             drain_until: None,
+            limits,
             _lock: lock,
         })
     }
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// How the job's limits were applied (`None` without limits), for `started`.
+    pub fn limits_applied(&self) -> Option<String> {
+        self.limits.applied.clone()
     }
 
     pub fn mark_ready(&mut self, stream: Stream) {
@@ -352,10 +375,22 @@ impl Running {
             return None;
         }
         let (code, signal) = exit_fields(status);
+        let reason = match &self.kill {
+            Some(k) => k.reason,
+            // Killed, or a shell whose child was killed (128 + KILL), and the group counts
+            // an OOM kill: its memory limit. A command that survived the kill of one of
+            // its processes ends as it says.
+            None if (signal == Some(9) || code == Some(137)) && self.limits.memory_killed() => {
+                log::warn!("the command was killed by its memory limit (memory_max)");
+                ExitReason::MemoryLimit
+            }
+            None => ExitReason::Exit,
+        };
+        self.limits.release();
         Some(Ended {
             code,
             signal,
-            reason: self.kill.as_ref().map_or(ExitReason::Exit, |k| k.reason),
+            reason,
         })
     }
 }

@@ -274,7 +274,11 @@ impl Session {
             Ok(running) => {
                 let pid = running.pid();
                 log::info!("started {:?} as pid {pid}", job.command);
-                let started = WrapperMsg::Started { pid, at: unix_ms() };
+                let started = WrapperMsg::Started {
+                    pid,
+                    at: unix_ms(),
+                    limits: running.limits_applied(),
+                };
                 self.ctrl.push_back(started.clone());
                 self.started = Some(started);
                 self.phase = Phase::Running(Box::new(running));
@@ -360,6 +364,11 @@ impl Session {
             reason,
         }) = r.check_end(now, self.opts.drain_grace)
         {
+            if reason == ExitReason::MemoryLimit {
+                let note = "[saltpeter-wrapper: the command was killed by its memory limit \
+                            (memory_max)]\n";
+                self.out.push(Stream::Stderr, note.as_bytes(), now);
+            }
             self.finish(now, code, signal, reason);
         }
     }

@@ -42,7 +42,7 @@ impl Store {
             conn.execute(
                 "UPDATE targets SET state = 'pending', reason = NULL, exit_code = NULL,
                  started = NULL, ended = NULL, token_used = 0, resume_key_sha256 = NULL,
-                 suspended = 0,
+                 suspended = 0, limits = NULL,
                  seq_contiguous = 0, seq_pending = 0, attempt = ?3
                  WHERE run_id = ?1 AND machine = ?2",
                 params![run_id, machine, attempt],

@@ -150,7 +150,8 @@ impl Store {
                      wrapper_version = coalesce(?9, wrapper_version),
                      resume_key_sha256 = coalesce(?10, resume_key_sha256),
                      token_used = coalesce(?11, token_used),
-                     suspended = coalesce(?12, suspended)
+                     suspended = coalesce(?12, suspended),
+                     limits = coalesce(?13, limits)
                      WHERE run_id = ?1 AND machine = ?2",
                 )
                 .and_then(|mut stmt| {
@@ -166,7 +167,8 @@ impl Store {
                         update.wrapper_version,
                         update.resume_key_sha256,
                         update.token_used,
-                        update.suspended
+                        update.suspended,
+                        update.limits
                     ])
                 })
                 .map_err(sql_error(op))?;
@@ -208,7 +210,7 @@ impl Store {
         let row = self
             .conn
             .prepare_cached(
-                "SELECT machine, state, reason, exit_code, started, ended, suspended,
+                "SELECT machine, state, reason, exit_code, started, ended, suspended, limits,
                  last_seen, wrapper_version, output_bytes, omitted_bytes, seq_contiguous,
                  resume_key_sha256, token_used, attempt
                  FROM targets WHERE run_id = ?1 AND machine = ?2",
@@ -217,14 +219,14 @@ impl Store {
                 stmt.query_row(params![id, machine], |row| {
                     Ok((
                         read_target_row(row)?,
-                        row.get::<_, Option<Millis>>(7)?,
-                        row.get::<_, Option<String>>(8)?,
-                        row.get::<_, i64>(9)?,
+                        row.get::<_, Option<Millis>>(8)?,
+                        row.get::<_, Option<String>>(9)?,
                         row.get::<_, i64>(10)?,
                         row.get::<_, i64>(11)?,
-                        row.get::<_, Option<String>>(12)?,
-                        row.get::<_, bool>(13)?,
-                        row.get::<_, i64>(14)?,
+                        row.get::<_, i64>(12)?,
+                        row.get::<_, Option<String>>(13)?,
+                        row.get::<_, bool>(14)?,
+                        row.get::<_, i64>(15)?,
                     ))
                 })
                 .optional()
@@ -439,7 +441,7 @@ impl Store {
         let targets = self
             .conn
             .prepare_cached(
-                "SELECT machine, state, reason, exit_code, started, ended, suspended
+                "SELECT machine, state, reason, exit_code, started, ended, suspended, limits
                  FROM targets WHERE run_id = ?1 ORDER BY machine",
             )
             .and_then(|mut stmt| {
@@ -474,6 +476,7 @@ struct TargetRow {
     started: Option<Millis>,
     ended: Option<Millis>,
     suspended: bool,
+    limits: Option<String>,
 }
 
 impl TargetRow {
@@ -490,6 +493,7 @@ impl TargetRow {
             ended: self.ended,
             suspended: self.suspended,
             waiting: None,
+            limits: self.limits,
         })
     }
 }
@@ -503,6 +507,7 @@ fn read_target_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<TargetRow> {
         started: row.get(4)?,
         ended: row.get(5)?,
         suspended: row.get(6)?,
+        limits: row.get(7)?,
     })
 }
 

@@ -142,6 +142,7 @@ fn target_updates_change_only_given_fields() {
             ended: Some(20),
             suspended: false,
             waiting: None,
+            limits: None,
         }
     );
     assert_eq!(detail.last_seen, Some(11));

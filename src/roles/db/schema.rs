@@ -27,6 +27,12 @@ pub const APPLICATION_ID: i32 = 0x5350_4442;
 /// shell or `saltpeter-cleanup`) before failing with "database is locked".
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Version 9: how the job's resource limits were applied on a target, as its wrapper
+/// said (`targets.limits`; NULL for a job without limits).
+const MIGRATION_9: &str = "
+ALTER TABLE targets ADD COLUMN limits TEXT;
+";
+
 /// Ordered schema migrations; entry `i` takes the database from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
     MIGRATION_1,
@@ -37,6 +43,7 @@ pub const MIGRATIONS: &[&str] = &[
     MIGRATION_6,
     MIGRATION_7,
     MIGRATION_8,
+    MIGRATION_9,
 ];
 
 /// Schema version written by this build.

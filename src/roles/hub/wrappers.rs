@@ -39,11 +39,15 @@ use crate::tls::Stream;
 use crate::wire::Redacted;
 use crate::wire::compress::ZSTD;
 use crate::wire::link::{ConnId, HubRequest, WrapperHello};
+use crate::wire::limits::CAP_LIMITS;
 use crate::wire::records::RunId;
 use crate::wire::wrapper::{
     CAP_SUSPEND, OutputFrame, OutputFrameError, PROTOCOL_VERSION, RejectCode, ServerMsg,
     WRAPPER_PATH, WrapperMsg,
 };
+
+/// Longest `started.limits` kept (characters; it names a group path and a few values).
+const LIMITS_TEXT_MAX: usize = 512;
 
 /// Limits of the endpoint (`saltpeter_config` keys in docs/configuration.md).
 #[derive(Debug, Clone, Copy)]
@@ -303,6 +307,7 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                         pid,
                         build,
                         can_suspend: capabilities.iter().any(|c| c == CAP_SUSPEND),
+                        can_limit: capabilities.iter().any(|c| c == CAP_LIMITS),
                         suspended,
                     };
                     if minion_key && hello.token.is_none() && hello.resume_key.is_none() {
@@ -314,9 +319,15 @@ fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
                 (Phase::Challenged, Ok(WrapperMsg::Proof { signature })) => {
                     hello::proven(hub, id, signature)
                 }
-                (Phase::Bound, Ok(WrapperMsg::Started { pid, at })) => {
+                (Phase::Bound, Ok(WrapperMsg::Started { pid, at, limits })) => {
                     tap_alive(hub, id);
-                    hub.cast_main(HubRequest::WrapperStarted { conn: id, pid, at })
+                    let limits = limits.map(|l| crate::logsafe::clip(&l, LIMITS_TEXT_MAX));
+                    hub.cast_main(HubRequest::WrapperStarted {
+                        conn: id,
+                        pid,
+                        at,
+                        limits,
+                    })
                 }
                 (Phase::Bound, Ok(WrapperMsg::Heartbeat { suspended, .. })) => {
                     tap_alive(hub, id);

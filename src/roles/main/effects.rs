@@ -65,6 +65,19 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                     DbWait::Write("a target's state"),
                 );
             }
+            Effect::StoreLimits(text) => {
+                core.db_call(
+                    DbRequest::UpdateTarget {
+                        run,
+                        machine: machine.to_string(),
+                        update: TargetUpdate {
+                            limits: Some(text),
+                            ..Default::default()
+                        },
+                    },
+                    DbWait::Write("how a target's limits applied"),
+                );
+            }
             Effect::StoreTokenSpent => {
                 core.db_call(
                     DbRequest::UpdateTarget {

@@ -221,6 +221,7 @@ mod tests {
             ended: None,
             suspended: false,
             waiting: None,
+            limits: None,
         }
     }
 

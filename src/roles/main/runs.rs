@@ -84,6 +84,8 @@ pub fn exit_outcome(
         ExitReason::Killed => (TargetReason::Killed, Some(143)),
         ExitReason::SpawnFailed | ExitReason::LockBusy => (TargetReason::WrapperFailed, Some(254)),
         ExitReason::Canceled => (TargetReason::Canceled, None),
+        // As a shell reports a KILL (128 + 9), with the reason saying who killed it.
+        ExitReason::MemoryLimit => (TargetReason::MemoryLimit, Some(137)),
     }
 }
 

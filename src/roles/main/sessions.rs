@@ -198,7 +198,12 @@ fn touch(core: &mut Main, conn: ConnId) -> Option<(RunId, String)> {
 
 pub fn handle_cast(core: &mut Main, req: HubRequest) {
     match req {
-        HubRequest::WrapperStarted { conn, pid, at } => {
+        HubRequest::WrapperStarted {
+            conn,
+            pid,
+            at,
+            limits,
+        } => {
             let since = earliest_start(core, conn);
             let Some((run, machine)) = touch(core, conn) else {
                 return;
@@ -209,7 +214,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
                 "run {run}: command started on {machine} (pid {pid}, {} ms before main heard)",
                 now - started
             );
-            transition(core, run, &machine, |t| t.command_started(started));
+            transition(core, run, &machine, |t| t.command_started(started, limits));
         }
         HubRequest::WrapperHeartbeat { conn, suspended } => {
             let Some((run, machine)) = touch(core, conn) else {

@@ -113,6 +113,8 @@ pub enum Effect {
     Close(ConnId),
     /// Persist a new state (and start time) of the target.
     StoreState(TargetState, Option<Millis>),
+    /// Persist how the job's limits were applied.
+    StoreLimits(String),
     /// Persist that the launch token is spent, with the hash of the session's resume key
     /// (the welcome waits for this write).
     StoreTokenSpent,
@@ -182,6 +184,8 @@ pub struct Target {
     pub attempt: u32,
     /// Pending, held back by `max_running_per_machine`: why (`throttle.rs`).
     pub throttled: Option<String>,
+    /// How the job's resource limits were applied, as its wrapper said at `started`.
+    pub limits: Option<String>,
 }
 
 fn refuse(code: RejectCode, message: impl Into<String>) -> Refusal {
@@ -207,6 +211,7 @@ impl Target {
             ended: None,
             attempt: 1,
             throttled: None,
+            limits: None,
         }
     }
 
@@ -262,6 +267,7 @@ impl Target {
             ended: record.ended,
             attempt: 1,
             throttled: None,
+            limits: record.limits.clone(),
         }
     }
 
@@ -299,6 +305,7 @@ impl Target {
             ended: self.ended,
             suspended: self.suspended,
             waiting: self.throttled.clone().filter(|_| self.is_throttled()),
+            limits: self.limits.clone(),
         }
     }
 
@@ -446,16 +453,22 @@ impl Target {
     }
 
     /// The wrapper started the command at `now_ms`.
-    pub fn command_started(&mut self, now_ms: Millis) -> Vec<Effect> {
+    /// The command started at `now_ms`, its limits applied as `limits` says.
+    pub fn command_started(&mut self, now_ms: Millis, limits: Option<String>) -> Vec<Effect> {
         let Phase::PickedUp { running, .. } = &mut self.phase else {
             return Vec::new();
         };
         *running = true;
         let started = *self.started.get_or_insert(now_ms);
-        vec![
+        let mut effects = vec![
             Effect::StoreState(TargetState::Running, Some(started)),
             Effect::WakeRun,
-        ]
+        ];
+        if let Some(text) = limits.filter(|l| self.limits.as_ref() != Some(l)) {
+            self.limits = Some(text.clone());
+            effects.push(Effect::StoreLimits(text));
+        }
+        effects
     }
 
     /// The wrapper on `conn` says its command ended; the target settles once the output up

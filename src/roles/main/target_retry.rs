@@ -41,6 +41,7 @@ impl Target {
         self.acked_seq = 0;
         self.started = None;
         self.ended = None;
+        self.limits = None;
         vec![
             Effect::StoreRetry {
                 attempt: self.attempt,

@@ -133,7 +133,7 @@ mod tests {
             suspended: false,
         };
         assert!(t.wrapper_hello(1, report).is_empty());
-        t.command_started(1_000);
+        t.command_started(1_000, None);
         t
     }
 
@@ -212,6 +212,7 @@ mod tests {
             ended: None,
             suspended: true,
             waiting: None,
+            limits: None,
         };
         let now = Instant::now();
         let mut t = Target::restored(

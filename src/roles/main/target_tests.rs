@@ -27,7 +27,7 @@ fn running(t0: Instant) -> Target {
     t.launch();
     t.hello(t0, C1, TOKEN).expect("welcome");
     t.heard(t0);
-    t.command_started(1_000);
+    t.command_started(1_000, None);
     t
 }
 
@@ -256,6 +256,7 @@ fn silence_counts_only_after_pickup_and_after_the_recovery_grace() {
         ended: None,
         suspended: false,
         waiting: None,
+        limits: None,
     };
     let grace = Duration::from_secs(30);
     let restored = Target::restored(&record, true, None, 9, t0, grace);
@@ -344,6 +345,7 @@ fn restored_targets_take_the_phase_their_record_and_token_say() {
         ended: None,
         suspended: false,
         waiting: None,
+        limits: None,
     };
     let phase = |state, spent| Target::restored(&record(state), spent, None, 0, t0, grace).phase;
     assert_eq!(phase(TargetState::Pending, false), Phase::Pending);
@@ -382,7 +384,7 @@ fn command_started_keeps_the_first_start_time() {
     let t0 = Instant::now();
     let mut t = running(t0);
     assert_eq!(t.started, Some(1_000));
-    let effects = t.command_started(9_000);
+    let effects = t.command_started(9_000, None);
     assert_eq!(
         effects,
         [
@@ -421,7 +423,7 @@ fn a_failed_target_is_retried_while_attempts_are_left() {
     t.launch();
     t.hello(t0, C2, TOKEN).expect("welcome for attempt 2");
     t.heard(t0);
-    t.command_started(3_000);
+    t.command_started(3_000, None);
     t.exited(C2, exit(0, 1), 4_000);
     t.recorded();
     assert!(t.wants_retry(2), "attempt 2 of 1 + 2");

@@ -41,6 +41,7 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         pid,
         build,
         can_suspend,
+        can_limit,
         suspended,
         ..
     } = hello;
@@ -54,7 +55,7 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         resume_key,
         proof,
     };
-    let (verdict, store) = match vet_hello(core, conn, run, &machine, presented, report) {
+    let (verdict, store) = match vet_hello(core, conn, run, &machine, presented, report, can_limit) {
         Vetted::Now(verdict) => (verdict, None),
         Vetted::AfterStore { verdict, hash } => (verdict, Some(hash)),
     };
@@ -265,6 +266,7 @@ fn vet_hello(
     machine: &str,
     p: Presented,
     report: SuspendReport,
+    can_limit: bool,
 ) -> Vetted {
     if core.flight.recovering {
         return reject(
@@ -342,6 +344,25 @@ fn vet_hello(
         }
         (None, None, None) => Credential::None,
     };
+    // A wrapper that would ignore the job's limits does not run it (told only to a
+    // wrapper that proved its target).
+    let proven = matches!(
+        credential,
+        Credential::LaunchToken { valid: true }
+            | Credential::ResumeKey { valid: true }
+            | Credential::MinionKey { valid: true }
+    );
+    if proven && !can_limit && !job.limits.is_empty() {
+        return reject(
+            RejectCode::Version,
+            format!(
+                "job {} has resource limits and this wrapper cannot apply them; deploy the \
+                 current saltpeter-wrapper",
+                job.name
+            ),
+        )
+        .into();
+    }
     let Some(target) = core.target_mut(run, machine) else {
         return reject(RejectCode::UnknownRun, "run ended").into();
     };
@@ -396,6 +417,7 @@ fn vet_hello(
             overlap_lock: job.overlap == crate::config::Overlap::Forbid,
             splay_s: job.splay_s,
             timeout_counts_suspended: job.timeout_counts_suspended,
+            limits: job.limits.clone(),
         },
         resume_key: Redacted(key),
         acked_seq,

@@ -7,6 +7,7 @@ use std::net::ToSocketAddrs;
 use std::time::Instant;
 
 use super::{Phase, Session};
+use crate::wire::limits::CAP_LIMITS;
 use crate::wire::wrapper::{CAP_SUSPEND, PROTOCOL_VERSION, WrapperMsg};
 use crate::wrapper::link::LinkEvent;
 
@@ -50,7 +51,7 @@ impl Session {
             resume_from: resuming.then(|| self.out.acked()),
             wrapper_sha256: self.opts.build.sha256.clone(),
             wrapper_path: self.opts.build.path.clone(),
-            capabilities: vec![CAP_SUSPEND.to_string()],
+            capabilities: vec![CAP_SUSPEND.to_string(), CAP_LIMITS.to_string()],
             suspended: self.is_suspended(),
             compression: vec![crate::wire::compress::ZSTD.to_string()],
         };

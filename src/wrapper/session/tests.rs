@@ -65,6 +65,7 @@ fn job(command: &str) -> JobSpec {
         overlap_lock: false,
         splay_s: 0,
         timeout_counts_suspended: true,
+        limits: Default::default(),
     }
 }
 

@@ -20,8 +20,8 @@ use crate::wire::records::{
 const RUN_COLUMNS: &str = "id, job, slot, trigger, state, reason, started, ended";
 const IN_FLIGHT_SQL: &str = "('queued', 'dispatching', 'running')";
 
-/// A target row's first seven columns (machine, state, reason, exit_code, started, ended,
-/// suspended).
+/// A target row's first eight columns (machine, state, reason, exit_code, started, ended,
+/// suspended, limits).
 fn target_record(op: Op, row: &Row) -> Result<TargetRecord, StoreError> {
     let state: String = col(op, row, 1)?;
     let reason: Option<String> = col(op, row, 2)?;
@@ -36,6 +36,7 @@ fn target_record(op: Op, row: &Row) -> Result<TargetRecord, StoreError> {
         ended: col(op, row, 5)?,
         suspended: col(op, row, 6)?,
         waiting: None,
+        limits: col(op, row, 7)?,
     })
 }
 
@@ -48,7 +49,7 @@ fn complete_run(sql: &mut Sql<'_>, row: &Row) -> Result<RunRecord, StoreError> {
     let targets = sql
         .rows(
             op,
-            "SELECT machine, state, reason, exit_code, started, ended, suspended
+            "SELECT machine, state, reason, exit_code, started, ended, suspended, limits
              FROM targets WHERE run_id = $1 ORDER BY machine",
             &[&id],
         )?
@@ -86,8 +87,8 @@ fn get_target(
     let op = Op::ReadRuns;
     let Some(row) = sql.opt(
         op,
-        "SELECT machine, state, reason, exit_code, started, ended, suspended, last_seen,
-         wrapper_version, output_bytes, omitted_bytes, seq_contiguous,
+        "SELECT machine, state, reason, exit_code, started, ended, suspended, limits,
+         last_seen, wrapper_version, output_bytes, omitted_bytes, seq_contiguous,
          resume_key_sha256, token_used, attempt
          FROM targets WHERE run_id = $1 AND machine = $2",
         &[&id, &machine],
@@ -97,17 +98,17 @@ fn get_target(
     };
     Ok(Some(TargetDetail {
         record: target_record(op, &row)?,
-        last_seen: col(op, &row, 7)?,
-        wrapper_version: col(op, &row, 8)?,
-        output_bytes: from_db(op, "targets.output_bytes", col(op, &row, 9)?)?,
-        omitted_bytes: from_db(op, "targets.omitted_bytes", col(op, &row, 10)?)?,
-        contiguous_seq: from_db(op, "targets.seq_contiguous", col(op, &row, 11)?)?,
-        resume_key_sha256: col(op, &row, 12)?,
-        token_used: col(op, &row, 13)?,
+        last_seen: col(op, &row, 8)?,
+        wrapper_version: col(op, &row, 9)?,
+        output_bytes: from_db(op, "targets.output_bytes", col(op, &row, 10)?)?,
+        omitted_bytes: from_db(op, "targets.omitted_bytes", col(op, &row, 11)?)?,
+        contiguous_seq: from_db(op, "targets.seq_contiguous", col(op, &row, 12)?)?,
+        resume_key_sha256: col(op, &row, 13)?,
+        token_used: col(op, &row, 14)?,
         attempt: u32::try_from(from_db(
             op,
             "targets.attempt",
-            i64::from(col::<i32>(op, &row, 14)?),
+            i64::from(col::<i32>(op, &row, 15)?),
         )?)
         .unwrap_or(u32::MAX),
     }))
@@ -219,7 +220,8 @@ impl PgStore {
                  wrapper_version = coalesce($9, wrapper_version),
                  resume_key_sha256 = coalesce($10, resume_key_sha256),
                  token_used = coalesce($11, token_used),
-                 suspended = coalesce($12, suspended)
+                 suspended = coalesce($12, suspended),
+                 limits = coalesce($13, limits)
                  WHERE run_id = $1 AND machine = $2",
                 &[
                     &id,
@@ -234,6 +236,7 @@ impl PgStore {
                     &update.resume_key_sha256,
                     &update.token_used,
                     &update.suspended,
+                    &update.limits,
                 ],
             )?;
             if changed == 0 {
@@ -401,7 +404,7 @@ impl PgStore {
                 op,
                 "UPDATE targets SET state = 'pending', reason = NULL, exit_code = NULL,
                  started = NULL, ended = NULL, token_used = FALSE, resume_key_sha256 = NULL,
-                 suspended = FALSE,
+                 suspended = FALSE, limits = NULL,
                  seq_contiguous = 0, seq_pending = 0, attempt = $3
                  WHERE run_id = $1 AND machine = $2",
                 &[&run_id, &machine, &attempt],

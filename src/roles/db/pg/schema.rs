@@ -172,6 +172,11 @@ ALTER TABLE output_chunks ADD COLUMN encoding SMALLINT NOT NULL DEFAULT 0;
 ALTER TABLE output_chunks ADD COLUMN raw_len BIGINT;
 ";
 
+/// Version 9: how a target's resource limits were applied (see the SQLite version 9).
+const MIGRATION_9: &str = "
+ALTER TABLE targets ADD COLUMN limits TEXT;
+";
+
 /// Ordered schema migrations; entry `i` takes the database from version `i` to `i + 1`.
 pub const MIGRATIONS: &[&str] = &[
     MIGRATION_1,
@@ -182,6 +187,7 @@ pub const MIGRATIONS: &[&str] = &[
     MIGRATION_6,
     MIGRATION_7,
     MIGRATION_8,
+    MIGRATION_9,
 ];
 
 /// Schema version written by this build (the same as SQLite's).
