@@ -231,6 +231,7 @@ fn drain(conn: &mut Conn, outcome: &mut Outcome, heartbeat_s: &mut u64) {
                         let started = WrapperMsg::Started {
                             pid: std::process::id(),
                             at: now_ms(),
+                            limits: None,
                         };
                         send_json(conn, &started);
                     }

@@ -55,6 +55,8 @@ pub mod windows;
 mod yaml;
 
 #[cfg(test)]
+mod limits_tests;
+#[cfg(test)]
 mod reload_tests;
 #[cfg(test)]
 mod tests;

@@ -37,6 +37,7 @@ mod queued;
 mod quickstart;
 mod refusals;
 mod reload;
+mod resource_limits;
 mod retries;
 mod salt;
 mod salt_fleet;

@@ -480,7 +480,14 @@ impl Sessions {
     /// The command "runs": `started`, its output in one frame, `exited` with 0.
     fn start_command(&mut self, s: &mut Session, ws: &mut WebSocket<Stream>) -> Result<(), String> {
         let pid = std::process::id();
-        send_json(ws, &WrapperMsg::Started { pid, at: now_ms() })?;
+        send_json(
+            ws,
+            &WrapperMsg::Started {
+                pid,
+                at: now_ms(),
+                limits: None,
+            },
+        )?;
         let mut data =
             format!("simulated run {} on {}\n", s.launch.run, s.launch.minion).into_bytes();
         data.resize(self.fleet.output_bytes.max(data.len()), b'.');

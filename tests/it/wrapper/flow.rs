@@ -20,7 +20,7 @@ fn exited_fields(m: &WrapperMsg) -> (u64, Option<i32>, Option<i32>, ExitReason, 
 
 fn started_at(m: &WrapperMsg) -> (u32, i64) {
     match m {
-        WrapperMsg::Started { pid, at } => (*pid, *at),
+        WrapperMsg::Started { pid, at, .. } => (*pid, *at),
         other => panic!("expected started, got {other:?}"),
     }
 }

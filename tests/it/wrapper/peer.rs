@@ -224,6 +224,7 @@ pub fn job(command: &str) -> JobSpec {
         overlap_lock: false,
         splay_s: 0,
         timeout_counts_suspended: true,
+        limits: Default::default(),
     }
 }
 
