@@ -15,8 +15,9 @@
 #   rpm       rpmbuild and rpm: building and installing the RPM packages
 #   rpmlint   rpmlint on the RPM packages
 #   promtool  promtool (Debian's prometheus package) for the alert rules
+#   cgroups   control groups root may write (cgroup v1 or v2), for the resource limit tests
 
-SALTPETER_COMPONENTS=(salt postgres browser root lintian rpm rpmlint promtool)
+SALTPETER_COMPONENTS=(salt postgres browser root lintian rpm rpmlint promtool cgroups)
 
 # component_skipped NAME: true when SALTPETER_TEST_SKIP names NAME.
 component_skipped() {

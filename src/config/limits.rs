@@ -65,7 +65,10 @@ fn nice(node: &Node) -> Result<Limit, String> {
     let t = text(node, "nice", "a number from -20 to 19")?;
     match t.parse::<i32>() {
         Ok(n) if (-20..=19).contains(&n) => Ok(Limit::Nice(n)),
-        _ => Err(format!("`nice`: expected a number from -20 to 19, found {}", found(node))),
+        _ => Err(format!(
+            "`nice`: expected a number from -20 to 19, found {}",
+            found(node)
+        )),
     }
 }
 

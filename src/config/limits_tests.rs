@@ -32,7 +32,11 @@ fn limits_are_read_and_shown() {
     assert_eq!(shown["cpu_quota"], "150%");
     assert_eq!(shown["ionice"], "best-effort:7");
     // A bare number is a percentage too, and a job without limits has none.
-    write(dir.path(), "nightly.yaml", &(MINIMAL.to_string() + "  cpu_quota: 50\n"));
+    write(
+        dir.path(),
+        "nightly.yaml",
+        &(MINIMAL.to_string() + "  cpu_quota: 50\n"),
+    );
     let config = load(dir.path(), None);
     assert_eq!(job(&config, "backup").limits.cpu_quota, Some(50));
     write(dir.path(), "nightly.yaml", MINIMAL);

@@ -55,6 +55,7 @@ impl IoNice {
             (IoClass::Idle, Some(_)) => {
                 return Err("`ionice`: the idle class takes no level".to_string());
             }
+            (IoClass::Idle, None) => 0,
             (_, None) => 4,
             (_, Some(l)) => match l.parse::<u8>() {
                 Ok(n) if n <= 7 => n,
@@ -64,7 +65,7 @@ impl IoNice {
         Ok(IoNice { class, level })
     }
 
-    /// The value ioprio_set(2) takes: class << 13 | level.
+    /// The value ioprio_set(2) takes: class << 13 | level (0 for idle, which has none).
     pub fn ioprio(self) -> i32 {
         let class = match self.class {
             IoClass::Realtime => 1,
@@ -136,7 +137,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 /// A byte count as the largest whole unit that divides it (`512 MiB`, `1536 KiB`).
 pub fn show_bytes(n: u64) -> String {
     for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if n >= 1 << shift && n % (1 << shift) == 0 {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
             return format!("{} {unit}", n >> shift);
         }
     }
@@ -159,8 +160,16 @@ mod tests {
         assert_eq!(IoNice::parse("idle").map(|i| i.ioprio()), Ok(3 << 13));
         assert_eq!(IoNice::parse("realtime:0").map(|i| i.ioprio()), Ok(1 << 13));
         assert!(IoNice::parse("idle:3").unwrap_err().contains("no level"));
-        assert!(IoNice::parse("best-effort:8").unwrap_err().contains("not 0-7"));
-        assert!(IoNice::parse("fast").unwrap_err().contains("unknown class `fast`"));
+        assert!(
+            IoNice::parse("best-effort:8")
+                .unwrap_err()
+                .contains("not 0-7")
+        );
+        assert!(
+            IoNice::parse("fast")
+                .unwrap_err()
+                .contains("unknown class `fast`")
+        );
         assert_eq!(be(7).to_string(), "best-effort:7");
     }
 
@@ -172,7 +181,11 @@ mod tests {
         assert_eq!(parse_bytes(" 2 GiB"), Ok(2 << 30));
         assert!(parse_bytes("12X").unwrap_err().contains("unknown unit"));
         assert!(parse_bytes("M").is_err());
-        assert!(parse_bytes("99999999999T").unwrap_err().contains("too large"));
+        assert!(
+            parse_bytes("99999999999T")
+                .unwrap_err()
+                .contains("too large")
+        );
         assert_eq!(show_bytes(512 << 20), "512 MiB");
         assert_eq!(show_bytes(1536 << 10), "1536 KiB");
         assert_eq!(show_bytes(1000), "1000 bytes");
@@ -184,7 +197,7 @@ mod tests {
             nice: Some(10),
             ionice: Some(IoNice {
                 class: IoClass::Idle,
-                level: 4,
+                level: 0,
             }),
             memory_max: Some(64 << 20),
             cpu_quota: Some(50),

@@ -153,7 +153,7 @@ pub struct JobSpec {
     pub timeout_counts_suspended: bool,
     /// The job's resource limits (empty from older servers).
     #[serde(default)]
-    pub limits: super::limits::Limits,
+    pub limits: Box<super::limits::Limits>,
 }
 
 /// Messages from the server to the wrapper.

@@ -91,8 +91,12 @@ pub fn make_v2(root: &Path, limits: &Limits, leaf: &str) -> Result<Group, String
     let wanted = controllers(limits);
     let own = own_path(None)?;
     let parent = root.join(own.trim_start_matches('/'));
-    let available = fs::read_to_string(parent.join("cgroup.controllers"))
-        .map_err(|e| format!("cannot read {}: {e}", parent.join("cgroup.controllers").display()))?;
+    let available = fs::read_to_string(parent.join("cgroup.controllers")).map_err(|e| {
+        format!(
+            "cannot read {}: {e}",
+            parent.join("cgroup.controllers").display()
+        )
+    })?;
     for c in &wanted {
         if !available.split_whitespace().any(|a| a == *c) {
             return Err(format!(
@@ -161,7 +165,10 @@ pub fn make_v1(mountinfo: &str, limits: &Limits, leaf: &str) -> Result<Group, St
                         write(&dir.join("memory.limit_in_bytes"), &bytes.to_string())?;
                         // With swap accounting, memory and swap together get the same
                         // limit: the command cannot swap its way past it.
-                        write_if_present(&dir.join("memory.memsw.limit_in_bytes"), &bytes.to_string())?;
+                        write_if_present(
+                            &dir.join("memory.memsw.limit_in_bytes"),
+                            &bytes.to_string(),
+                        )?;
                         group.oom_file = Some(dir.join("memory.oom_control"));
                     }
                 }
@@ -274,7 +281,11 @@ fn write(file: &Path, value: &str) -> Result<(), String> {
 }
 
 fn write_if_present(file: &Path, value: &str) -> Result<(), String> {
-    if file.exists() { write(file, value) } else { Ok(()) }
+    if file.exists() {
+        write(file, value)
+    } else {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -290,11 +301,20 @@ mod tests {
 
     #[test]
     fn finds_v1_hierarchies_and_own_groups() {
-        assert_eq!(v1_mount(MOUNTINFO, "memory"), Some("/sys/fs/cgroup/memory".into()));
-        assert_eq!(v1_mount(MOUNTINFO, "pids"), Some("/sys/fs/cgroup/pids".into()));
+        assert_eq!(
+            v1_mount(MOUNTINFO, "memory"),
+            Some("/sys/fs/cgroup/memory".into())
+        );
+        assert_eq!(
+            v1_mount(MOUNTINFO, "pids"),
+            Some("/sys/fs/cgroup/pids".into())
+        );
         assert_eq!(v1_mount(MOUNTINFO, "blkio"), None);
         let own = "9:name=systemd:/\n4:memory:/process_api/abc\n1:cpu,cpuacct:/x\n0::/\n";
-        assert_eq!(own_path_in(own, Some("memory")).as_deref(), Some("/process_api/abc"));
+        assert_eq!(
+            own_path_in(own, Some("memory")).as_deref(),
+            Some("/process_api/abc")
+        );
         assert_eq!(own_path_in(own, Some("cpu")).as_deref(), Some("/x"));
         assert_eq!(own_path_in(own, None).as_deref(), Some("/"));
         assert_eq!(own_path_in(own, Some("pids")), None);

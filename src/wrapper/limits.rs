@@ -60,7 +60,13 @@ pub struct Identity {
 impl Plan {
     /// Prepares `limits` for the command of `run` on `machine`; never fails: what cannot
     /// be applied is said in `applied`.
-    pub fn prepare(limits: &Limits, run: u64, machine: &str, way: Way, user: Option<Identity>) -> Plan {
+    pub fn prepare(
+        limits: &Limits,
+        run: u64,
+        machine: &str,
+        way: Way,
+        user: Option<Identity>,
+    ) -> Plan {
         let mut plan = Plan {
             nice: limits.nice,
             ioprio: limits.ionice.map(|i| i.ioprio()),
@@ -84,7 +90,14 @@ impl Plan {
     }
 
     /// Chooses the way for the group limits and prepares it; returns what it says.
-    fn bound_group(&mut self, limits: &Limits, run: u64, machine: &str, way: Way, user: Option<Identity>) -> String {
+    fn bound_group(
+        &mut self,
+        limits: &Limits,
+        run: u64,
+        machine: &str,
+        way: Way,
+        user: Option<Identity>,
+    ) -> String {
         let wanted = cgroup::describe(limits).join(" ");
         let mut why_not = Vec::new();
         if way == Way::Auto {
@@ -114,7 +127,11 @@ impl Plan {
                     let text = format!(
                         "cgroup {} {}: {wanted}",
                         group.version,
-                        group.dirs.first().map(|d| d.display().to_string()).unwrap_or_default()
+                        group
+                            .dirs
+                            .first()
+                            .map(|d| d.display().to_string())
+                            .unwrap_or_default()
                     );
                     self.join = group.procs.clone();
                     self.group = Some(group);
@@ -126,16 +143,27 @@ impl Plan {
         let mut parts = Vec::new();
         if let Some(bytes) = limits.memory_max {
             self.rlimits.push((libc::RLIMIT_AS, bytes));
-            parts.push(format!("memory_max={} as RLIMIT_AS (address space)", show_bytes(bytes)));
+            parts.push(format!(
+                "memory_max={} as RLIMIT_AS (address space)",
+                show_bytes(bytes)
+            ));
         }
         if let Some(n) = limits.tasks_max {
             self.rlimits.push((libc::RLIMIT_NPROC, n));
-            parts.push(format!("tasks_max={n} as RLIMIT_NPROC (per user; root is not bound)"));
+            parts.push(format!(
+                "tasks_max={n} as RLIMIT_NPROC (per user; root is not bound)"
+            ));
         }
         if let Some(pct) = limits.cpu_quota {
-            parts.push(format!("cpu_quota={pct}% NOT applied (needs systemd or cgroups)"));
+            parts.push(format!(
+                "cpu_quota={pct}% NOT applied (needs systemd or cgroups)"
+            ));
         }
-        let why = if why_not.is_empty() { String::new() } else { format!(" [{}]", why_not.join("; ")) };
+        let why = if why_not.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", why_not.join("; "))
+        };
         format!("setrlimit: {}{why}", parts.join(", "))
     }
 
@@ -161,9 +189,12 @@ impl Plan {
             let out = Command::new("systemctl")
                 .args(["show", "--property=Result", "--value", unit])
                 .output();
-            let oom = matches!(&out, Ok(o) if String::from_utf8_lossy(&o.stdout).trim() == "oom-kill");
+            let oom =
+                matches!(&out, Ok(o) if String::from_utf8_lossy(&o.stdout).trim() == "oom-kill");
             // A failed scope stays loaded until reset; a finished one is gone already.
-            let _ = Command::new("systemctl").args(["reset-failed", unit]).output();
+            let _ = Command::new("systemctl")
+                .args(["reset-failed", unit])
+                .output();
             return oom;
         }
         false
@@ -222,7 +253,12 @@ impl ChildSteps {
             const IOPRIO_WHO_PROCESS: libc::c_long = 1;
             // SAFETY: ioprio_set(IOPRIO_WHO_PROCESS, self, prio) has no pointer arguments.
             let r = unsafe {
-                libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0 as libc::c_long, prio as libc::c_long)
+                libc::syscall(
+                    libc::SYS_ioprio_set,
+                    IOPRIO_WHO_PROCESS,
+                    0 as libc::c_long,
+                    prio as libc::c_long,
+                )
             };
             if r != 0 {
                 return Err(std::io::Error::last_os_error());

@@ -25,13 +25,17 @@ fn job(command: &str, limits: Limits) -> JobSpec {
         overlap_lock: false,
         splay_s: 0,
         timeout_counts_suspended: true,
-        limits,
+        limits: Box::new(limits),
     }
 }
 
 /// Runs `command` under `limits` the way `way` applies them: (exit code, signal, stdout,
 /// stderr, the plan after the end).
-fn run(command: &str, limits: Limits, way: Way) -> (Option<i32>, Option<i32>, String, String, Plan) {
+fn run(
+    command: &str,
+    limits: Limits,
+    way: Way,
+) -> (Option<i32>, Option<i32>, String, String, Plan) {
     let plan = Plan::prepare(&limits, 1, "limits-test", way, None);
     let j = job(command, limits);
     let env: Vec<_> = std::env::vars_os().collect();
@@ -76,11 +80,19 @@ fn limited(memory_max: Option<u64>, cpu_quota: Option<u32>, tasks_max: Option<u6
 #[test]
 fn the_scope_carries_every_group_limit_as_a_property() {
     let limits = limited(Some(64 << 20), Some(50), Some(32));
-    let id = Identity { uid: 1000, gid: 100 };
-    let argv: Vec<String> = scope_argv(Path::new("/usr/bin/systemd-run"), "sp-1", &limits, Some(&id))
-        .into_iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    let id = Identity {
+        uid: 1000,
+        gid: 100,
+    };
+    let argv: Vec<String> = scope_argv(
+        Path::new("/usr/bin/systemd-run"),
+        "sp-1",
+        &limits,
+        Some(&id),
+    )
+    .into_iter()
+    .map(|a| a.to_string_lossy().into_owned())
+    .collect();
     for want in [
         "--scope",
         "--unit=sp-1",
@@ -91,7 +103,10 @@ fn the_scope_carries_every_group_limit_as_a_property() {
         "--uid=1000",
         "--gid=100",
     ] {
-        assert!(argv.iter().any(|a| a == want), "{want} missing from {argv:?}");
+        assert!(
+            argv.iter().any(|a| a == want),
+            "{want} missing from {argv:?}"
+        );
     }
     assert_eq!(argv.last().map(String::as_str), Some("--"));
 }
@@ -111,7 +126,10 @@ fn nice_and_ionice_reach_the_command() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.first(), Some(&"7"), "{out}");
     assert_eq!(lines.get(1), Some(&"best-effort: prio 6"), "{out}");
-    assert_eq!(plan.applied.as_deref(), Some("nice 7; ionice best-effort:6"));
+    assert_eq!(
+        plan.applied.as_deref(),
+        Some("nice 7; ionice best-effort:6")
+    );
 }
 
 #[test]
@@ -120,24 +138,38 @@ fn without_a_group_setrlimit_stands_in_and_says_what_it_misses() {
         nice: Some(5),
         ionice: Some(IoNice {
             class: IoClass::Idle,
-            level: 4,
+            level: 0,
         }),
         memory_max: Some(64 << 20),
         cpu_quota: Some(50),
         tasks_max: None,
     };
     // 256 MiB in one buffer: the address space limit refuses it, nothing is killed.
-    let (code, signal, _, err, plan) =
-        run("dd if=/dev/zero of=/dev/null bs=256M count=1", limits, Way::Rlimit);
+    let (code, signal, _, err, plan) = run(
+        "dd if=/dev/zero of=/dev/null bs=256M count=1",
+        limits,
+        Way::Rlimit,
+    );
     let text = plan.applied.clone().unwrap_or_default();
-    assert!(text.starts_with("setrlimit: memory_max=64 MiB as RLIMIT_AS"), "{text}");
+    assert!(
+        text.starts_with("setrlimit: memory_max=64 MiB as RLIMIT_AS"),
+        "{text}"
+    );
     assert!(text.contains("cpu_quota=50% NOT applied"), "{text}");
     assert!(text.ends_with("nice 5; ionice idle"), "{text}");
     assert_eq!(signal, None);
-    assert_ne!(code, Some(0), "dd got its 256 MiB under a 64 MiB RLIMIT_AS: {err}");
+    assert_ne!(
+        code,
+        Some(0),
+        "dd got its 256 MiB under a 64 MiB RLIMIT_AS: {err}"
+    );
     assert!(err.contains("memory"), "{err}");
     assert!(!plan.memory_killed());
-    assert!(Plan::prepare(&Limits::default(), 1, "m", Way::Auto, None).applied.is_none());
+    assert!(
+        Plan::prepare(&Limits::default(), 1, "m", Way::Auto, None)
+            .applied
+            .is_none()
+    );
 }
 
 #[test]
@@ -152,9 +184,15 @@ fn a_memory_limit_really_kills_and_says_so() {
     );
     let text = plan.applied.clone().unwrap_or_default();
     assert!(text.contains("memory_max=32 MiB"), "{text}");
-    assert!(!text.starts_with("setrlimit"), "no control group was made: {text}");
+    assert!(
+        !text.starts_with("setrlimit"),
+        "no control group was made: {text}"
+    );
     // The shell reports its child's KILL as 137 (a single command may be exec'd: KILL).
-    assert!(code == Some(137) || signal == Some(9), "{code:?} {signal:?}: {err}");
+    assert!(
+        code == Some(137) || signal == Some(9),
+        "{code:?} {signal:?}: {err}"
+    );
     assert!(plan.memory_killed(), "the group counts no OOM kill: {text}");
     plan.release();
     // Within the limit the same command is not killed.
@@ -179,7 +217,10 @@ fn a_cpu_quota_really_slows_and_a_task_limit_really_refuses_forks() {
     plan.release();
     assert_eq!(code, Some(0), "{err}");
     let cpu = cpu_seconds(&out);
-    println!("cpu_quota 20%: {cpu:.2} CPU-s in 2 s ({})", plan.applied.unwrap_or_default());
+    println!(
+        "cpu_quota 20%: {cpu:.2} CPU-s in 2 s ({})",
+        plan.applied.unwrap_or_default()
+    );
     assert!(cpu < 0.8, "20% of a CPU for 2 s used {cpu} CPU-s: {out}");
     // Eight sleepers under tasks_max 4: some forks fail.
     let forks = "for i in 1 2 3 4 5 6 7 8; do sleep 1 & done 2>&1; wait; echo done";

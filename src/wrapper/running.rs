@@ -26,9 +26,9 @@ use nix::fcntl::Flock;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::limits::{Identity, Plan, Way};
 use super::command::{self, command_env, exit_fields, kill_group, resolve_user, spawn};
 use super::files::{self, OverlapLock};
+use super::limits::{Identity, Plan, Way};
 use super::outbuf::OutputBuffer;
 use crate::wire::wrapper::{ExitReason, JobSpec, Stream};
 

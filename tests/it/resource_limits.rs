@@ -56,8 +56,18 @@ fn check_runs(d: &Daemon, machine: &str) {
 
     let (run, _) = d.run_wait("fits");
     let t = target(&run, machine);
-    assert_eq!((t["reason"].clone(), t["exit_code"].clone()), (Value::from("exit"), Value::from(0)), "{run}");
-    assert!(t["limits"].as_str().unwrap_or_default().contains("tasks_max=16"), "{run}");
+    assert_eq!(
+        (t["reason"].clone(), t["exit_code"].clone()),
+        (Value::from("exit"), Value::from(0)),
+        "{run}"
+    );
+    assert!(
+        t["limits"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("tasks_max=16"),
+        "{run}"
+    );
 
     let (run, _) = d.run_wait("polite");
     let t = target(&run, machine);

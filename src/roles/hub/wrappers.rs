@@ -38,8 +38,8 @@ use crate::roles::RoleError;
 use crate::tls::Stream;
 use crate::wire::Redacted;
 use crate::wire::compress::ZSTD;
-use crate::wire::link::{ConnId, HubRequest, WrapperHello};
 use crate::wire::limits::CAP_LIMITS;
+use crate::wire::link::{ConnId, HubRequest, WrapperHello};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::{
     CAP_SUSPEND, OutputFrame, OutputFrameError, PROTOCOL_VERSION, RejectCode, ServerMsg,

@@ -25,6 +25,7 @@ pub const TARGET_RESULTS: &[&str] = &[
     "wrapper_failed",
     "unreachable",
     "gave_up",
+    "memory_limit",
     "canceled",
     "skipped",
 ];

@@ -14,7 +14,9 @@ impl Target {
         };
         let retriable = match outcome.reason {
             Some(TargetReason::Exit) => outcome.code != Some(0),
-            Some(TargetReason::Timeout | TargetReason::WrapperFailed) => true,
+            Some(
+                TargetReason::Timeout | TargetReason::WrapperFailed | TargetReason::MemoryLimit,
+            ) => true,
             _ => false,
         };
         retriable && !self.kill_wanted && self.attempt <= retries

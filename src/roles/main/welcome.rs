@@ -55,7 +55,8 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         resume_key,
         proof,
     };
-    let (verdict, store) = match vet_hello(core, conn, run, &machine, presented, report, can_limit) {
+    let (verdict, store) = match vet_hello(core, conn, run, &machine, presented, report, can_limit)
+    {
         Vetted::Now(verdict) => (verdict, None),
         Vetted::AfterStore { verdict, hash } => (verdict, Some(hash)),
     };
@@ -417,7 +418,7 @@ fn vet_hello(
             overlap_lock: job.overlap == crate::config::Overlap::Forbid,
             splay_s: job.splay_s,
             timeout_counts_suspended: job.timeout_counts_suspended,
-            limits: job.limits.clone(),
+            limits: Box::new(job.limits.clone()),
         },
         resume_key: Redacted(key),
         acked_seq,

@@ -49,7 +49,10 @@ fn suspend_stops_the_group_and_a_reconnect_says_so() {
             suspended,
             ..
         } => {
-            assert_eq!(capabilities, &[CAP_SUSPEND.to_string()]);
+            assert!(
+                capabilities.contains(&CAP_SUSPEND.to_string()),
+                "{capabilities:?}"
+            );
             assert!(!suspended);
         }
         other => panic!("expected hello, got {other:?}"),
