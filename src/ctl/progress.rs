@@ -33,7 +33,7 @@ impl Progress {
             match (t.state, t.exit_code) {
                 (TargetState::Finished, Some(0)) => ok += 1,
                 (TargetState::Finished, _) => failed += 1,
-                (TargetState::Running, _) => running += 1,
+                (TargetState::Running, _) if !t.suspended => running += 1,
                 _ => {}
             }
         }
@@ -50,6 +50,16 @@ impl Progress {
             return;
         }
         let (running, ok, failed, skipped) = self.counts();
+        let suspended = self.targets.values().filter(|t| t.suspended).count();
+        let suspended = if suspended > 0 {
+            format!(
+                "  {}",
+                self.style
+                    .paint(&format!("suspended {suspended}"), Some(Color::Yellow))
+            )
+        } else {
+            String::new()
+        };
         let total = self.targets.len().max(1);
         let done = ok + failed + skipped;
         let filled = done * BAR_WIDTH / total;
@@ -57,7 +67,7 @@ impl Progress {
         let mut err = std::io::stderr().lock();
         let _ = write!(
             err,
-            "\r\x1b[2K[{bar}] {done}/{}  running {running}  {}  {}",
+            "\r\x1b[2K[{bar}] {done}/{}  running {running}{suspended}  {}  {}",
             self.targets.len(),
             self.style.paint(&format!("ok {ok}"), Some(Color::Green)),
             self.style.paint(
@@ -89,8 +99,21 @@ impl Progress {
             }
             _ => None,
         };
-        let old_state = self.targets.get(&t.machine).map(|old| old.state);
-        let changed = old_state != Some(t.state);
+        let old = self.targets.get(&t.machine);
+        let old_state = old.map(|old| old.state);
+        let mut changed = old_state != Some(t.state);
+        // Suspended or resumed by an operator: said while it runs.
+        let line = match (old.map(|o| o.suspended), t.suspended) {
+            (Some(false), true) if !changed => {
+                changed = true;
+                Some(("suspended".to_string(), Some(Color::Yellow)))
+            }
+            (Some(true), false) if !changed && t.state == TargetState::Running => {
+                changed = true;
+                Some(("resumed".to_string(), Some(Color::Blue)))
+            }
+            _ => line,
+        };
         // A target that started and ended between two looks (or before the watch began)
         // is still reported as started first.
         let unseen_start = t.state == TargetState::Finished

@@ -80,7 +80,18 @@ fn a_suspended_command_uses_no_cpu_and_resume_lets_it_finish() {
         busy_until("sp-sus-cpu", &stop)
     );
     let d = Daemon::start(&[("01-fast.yaml", FAST), ("jobs.yaml", &jobs)]);
-    let run = d.run_now("busy_sus");
+    // Started with `run --wait`, whose progress lines say the suspension too.
+    let watch = std::process::Command::new(CTL)
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["run", "busy_sus", "--wait"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run --wait");
+    let run = wait_until("the run", HANG, || {
+        d.runs("busy_sus").first().and_then(|r| r["id"].as_u64())
+    });
     let pid = command_pid("sp-sus-cpu");
     wait_until("the target to be running", HANG, || {
         (target(&d.run_record(run), "sus-a")["state"] == "running").then_some(())
@@ -112,6 +123,20 @@ fn a_suspended_command_uses_no_cpu_and_resume_lets_it_finish() {
     std::fs::write(&stop, "").expect("stop file");
     let r = d.wait_run_final(run);
     assert_eq!(r["state"], "succeeded", "{r}\n{}", d.log_text());
+    let watched = watch.wait_with_output().expect("run --wait ends");
+    let progress = String::from_utf8_lossy(&watched.stderr);
+    let said: Vec<&str> = progress.lines().map(str::trim).collect();
+    assert_eq!(
+        said,
+        [
+            format!("run {run} started").as_str(),
+            "sus-a: started",
+            "sus-a: suspended",
+            "sus-a: resumed",
+            "sus-a: ok (exit 0)"
+        ],
+        "{progress}"
+    );
     let out = d.output(run, "sus-a");
     assert!(out.contains("done-sp-sus-cpu"), "{out}");
     assert!(out.contains("suspended by the server"), "{out}");

@@ -86,7 +86,8 @@ struct Cursor {
 
 struct Watcher {
     call: CallId,
-    seen: BTreeMap<String, (TargetState, Option<TargetReason>)>,
+    /// What each watcher last heard of each target: state, reason, suspended.
+    seen: BTreeMap<String, (TargetState, Option<TargetReason>, bool)>,
 }
 
 fn stream(core: &mut Main, call: CallId, resp: AdminResponse) {
@@ -412,7 +413,7 @@ pub fn watch(core: &mut Main, call: CallId, run: RunId) {
     let targets: Vec<_> = active.targets.iter().map(|(m, t)| t.record(m)).collect();
     let seen = targets
         .iter()
-        .map(|t| (t.machine.clone(), (t.state, t.reason)))
+        .map(|t| (t.machine.clone(), (t.state, t.reason, t.suspended)))
         .collect();
     let snapshot = RunRecord {
         id: active.id,
@@ -446,7 +447,7 @@ pub fn run_changed(core: &mut Main, run: RunId) {
     let mut updates = Vec::new();
     for w in watchers.iter_mut() {
         for (m, t) in &active.targets {
-            let now = (t.state(), t.outcome().and_then(|o| o.reason));
+            let now = (t.state(), t.outcome().and_then(|o| o.reason), t.suspended);
             if w.seen.get(m) != Some(&now) {
                 w.seen.insert(m.clone(), now);
                 updates.push((w.call, t.record(m)));
