@@ -67,6 +67,15 @@ fn a_fourth_command_on_a_full_machine_waits_for_a_place() {
                 .is_some_and(|w| w.contains("max_running_per_machine 3")),
         "{v}"
     );
+    // The gauge counts it while it waits (it may have started by the time it is read).
+    let metrics = String::from_utf8_lossy(&crate::api::get(api, "/metrics").body).into_owned();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "saltpeter_targets_throttled 1")
+            || target(&d.run_record(run), "minion-04")["state"] != "queued",
+        "{metrics}"
+    );
     let why = held["waiting"].as_str().unwrap_or_default().to_string();
     assert!(
         why.contains("3 command(s) already running on minion-04")

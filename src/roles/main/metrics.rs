@@ -239,6 +239,20 @@ pub fn render(core: &Main) -> String {
     let _ = writeln!(out, "saltpeter_targets_suspended {suspended}");
     header(
         &mut out,
+        "saltpeter_targets_throttled",
+        "gauge",
+        "Targets of runs in flight queued for a place on their machine (max_running_per_machine).",
+    );
+    let throttled = core
+        .flight
+        .runs
+        .values()
+        .flat_map(|r| r.targets.values())
+        .filter(|t| t.is_throttled())
+        .count();
+    let _ = writeln!(out, "saltpeter_targets_throttled {throttled}");
+    header(
+        &mut out,
         "saltpeter_output_bytes_total",
         "counter",
         "Output bytes received from wrappers (resends included).",
