@@ -55,9 +55,9 @@ pub mod windows;
 mod yaml;
 
 #[cfg(test)]
-mod limits_tests;
-#[cfg(test)]
 mod reload_tests;
+#[cfg(test)]
+mod roadmap_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

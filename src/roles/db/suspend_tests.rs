@@ -1,6 +1,6 @@
-//! The `suspended` flag of a target on both backends (a check of `storage_tests`): stored,
-//! read back in every shape a target is read in (runs, run details for recovery), and
-//! cleared by a new attempt.
+//! The `suspended` flag and the `limits` line of a target on both backends (a check of
+//! `storage_tests`): stored, read back in every shape a target is read in (runs, run
+//! details for recovery, one target), kept by other updates and cleared by a new attempt.
 
 use super::super::Storage;
 use crate::roles::db::store::tests::new_run;
@@ -53,6 +53,31 @@ pub fn a_suspended_target_is_stored_and_read_back(s: &mut dyn Storage) {
     s.update_target(run, "m2", &suspend(true)).unwrap();
     s.retry_target(run, "m2", 2).unwrap();
     assert!(!s.get_run(run).unwrap().unwrap().targets[1].suspended);
+
+    // How the limits applied: stored, read in every shape, kept, cleared by a retry.
+    let line = "cgroup v1 /sys/fs/cgroup/memory/saltpeter/run-1-m1-7: memory_max=32 MiB";
+    let limits = TargetUpdate {
+        limits: Some(line.into()),
+        ..Default::default()
+    };
+    s.update_target(run, "m1", &limits).unwrap();
+    s.update_target(run, "m1", &suspend(false)).unwrap();
+    let record = s.get_run(run).unwrap().unwrap();
+    assert_eq!(record.targets[0].limits.as_deref(), Some(line));
+    assert_eq!(record.targets[1].limits, None);
+    let (_, details) = s.run_details(run).unwrap().unwrap();
+    let detail = details.iter().find(|d| d.record.machine == "m1").unwrap();
+    assert_eq!(detail.record.limits.as_deref(), Some(line));
+    assert_eq!(detail.attempt, 1, "the columns after it are read in place");
+    let in_flight = s.in_flight_details().unwrap();
+    assert!(
+        in_flight[0]
+            .1
+            .iter()
+            .any(|d| d.record.limits.as_deref() == Some(line))
+    );
+    s.retry_target(run, "m1", 2).unwrap();
+    assert_eq!(s.get_run(run).unwrap().unwrap().targets[0].limits, None);
 }
 
 /// A version 6 database with a running target: after the migration to 7 it reads back
