@@ -24,8 +24,6 @@ pub struct Args {
     pub dirs: paths::DirArgs,
 }
 
-/// The local executor's launch token files, under the state directory.
-pub const LAUNCH_TOKENS: &str = "launch-tokens";
 /// A token file older than this was never taken by its wrapper.
 const TOKEN_FILE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(600);
 
@@ -99,10 +97,7 @@ pub fn main() -> i32 {
             }
         }
     }
-    for stale in stale_token_files(
-        &dirs.state.join(LAUNCH_TOKENS),
-        std::time::SystemTime::now(),
-    ) {
+    for stale in stale_token_files(&dirs.launch_tokens(), std::time::SystemTime::now()) {
         match std::fs::remove_file(&stale) {
             Ok(()) => {
                 log::info!(

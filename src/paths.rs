@@ -12,6 +12,8 @@ pub const ADMIN_SOCKET: &str = "admin.sock";
 pub const PID_FILE: &str = "saltpeter.pid";
 pub const DATABASE: &str = "saltpeter.db";
 pub const SECRET_FILE: &str = "server.secret";
+/// The local executor's launch token files, under the state directory.
+pub const LAUNCH_TOKENS: &str = "launch-tokens";
 
 /// The three directories of a daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +34,12 @@ impl Dirs {
 
     pub fn database(&self) -> PathBuf {
         self.state.join(DATABASE)
+    }
+
+    /// The local executor's launch token files (0600, one per launch; the cleanup
+    /// removes those no wrapper took).
+    pub fn launch_tokens(&self) -> PathBuf {
+        self.state.join(LAUNCH_TOKENS)
     }
 
     pub fn secret(&self) -> PathBuf {

@@ -241,7 +241,7 @@ pub fn check(url: &str, ca_file: Option<&Path>, plaintext_ok: bool) -> Result<()
     if let Verify::Chain(CaSource::File(path)) | Verify::ChainAndName(CaSource::File(path)) =
         &tls.verify
     {
-        crate::notify::tls::read_ca_file(path).map_err(|e| format!("database_ca_file: {e}"))?;
+        crate::tls::verify::read_ca_file(path).map_err(|e| format!("database_ca_file: {e}"))?;
     }
     Ok(())
 }

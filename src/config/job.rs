@@ -63,7 +63,7 @@ pub struct Job {
     pub timeout_counts_suspended: bool,
     /// Resource limits of the command on its target (`nice`, `ionice`, `memory_max`,
     /// `cpu_quota`, `tasks_max`).
-    pub limits: crate::wire::limits::Limits,
+    pub limits: super::resources::Limits,
     /// `after: {job, on}`: also run when a run of another job ends (a chain).
     pub after: Option<After>,
     /// The job has a schedule of its own; a chained job without one has a schedule that

@@ -9,9 +9,9 @@
 //! tasks_max: 64            # processes and threads at once
 //! ```
 
+use super::resources::{IoNice, Limits, parse_bytes};
 use super::values::{self, found};
 use super::yaml::Node;
-use crate::wire::limits::{IoNice, Limits, parse_bytes};
 
 /// Largest `cpu_quota` taken (percent): 1,024 CPUs' worth.
 const MAX_CPU_QUOTA: u32 = 102_400;

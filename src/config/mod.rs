@@ -47,6 +47,7 @@ mod load_jobs;
 mod maintenance;
 pub mod notify;
 mod read_job;
+pub mod resources;
 mod saltpeter;
 mod saltpeter_values;
 mod types;

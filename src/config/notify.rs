@@ -17,7 +17,21 @@
 use super::saltpeter::Secret;
 use super::values;
 use super::yaml::{Node, NodeKind, Pos};
-pub use crate::wire::notify::SmtpTls;
+use serde::{Deserialize, Serialize};
+
+/// TLS with the SMTP server (`saltpeter_config.smtp_tls`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum SmtpTls {
+    /// STARTTLS when the server offers it; plain otherwise (then no password is sent).
+    #[default]
+    Auto,
+    /// STARTTLS required: a server that does not offer it is a failed attempt.
+    Starttls,
+    /// TLS from the first byte (port 465, "SMTPS").
+    Implicit,
+    /// Never TLS (then no password is sent).
+    None,
+}
 
 /// When a rule fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -360,7 +374,7 @@ pub(crate) fn read_ca_file(node: &Node) -> Result<Option<std::path::PathBuf>, St
     if !path.is_absolute() {
         return Err(format!("`{}` is not an absolute path", path.display()));
     }
-    crate::notify::tls::read_ca_file(&path)?;
+    crate::tls::verify::read_ca_file(&path)?;
     Ok(Some(path))
 }
 

@@ -4,9 +4,9 @@
 //! `max_runs_in_flight`): read, shown, and every bad value named with its key and
 //! position (the job is then disabled alone).
 
+use super::resources::{IoClass, IoNice, Limits};
 use super::tests::{MINIMAL, job, load, messages, tempdir, write};
 use super::{JobEntry, Severity};
-use crate::wire::limits::{IoClass, IoNice, Limits};
 
 #[test]
 fn limits_are_read_and_shown() {

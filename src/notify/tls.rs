@@ -7,42 +7,17 @@
 //! handshake is a failed attempt whose cause says why ("invalid peer certificate:
 //! UnknownIssuer"), recorded with the delivery.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
-
-/// A CA file larger than this is not a CA file.
-const MAX_CA_FILE: u64 = 4 * 1024 * 1024;
+use rustls::pki_types::ServerName;
 
 /// A client-side TLS connection over a TCP stream (the stream's timeouts apply).
 pub type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
-/// The certificates of a PEM file (at least one).
-pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let file =
-        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut pem = Vec::new();
-    file.take(MAX_CA_FILE + 1)
-        .read_to_end(&mut pem)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if pem.len() as u64 > MAX_CA_FILE {
-        return Err(format!(
-            "{} is larger than {MAX_CA_FILE} bytes: not a CA file",
-            path.display()
-        ));
-    }
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: not a PEM certificate file ({e})", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{} holds no PEM certificate", path.display()));
-    }
-    Ok(certs)
-}
+use crate::tls::verify::read_ca_file;
 
 /// Client configuration: the system's CA roots plus those of `ca_file`.
 pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {

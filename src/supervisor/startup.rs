@@ -66,7 +66,7 @@ pub fn settings(config_dir: &Path) -> Result<Startup, StartError> {
                 .api_ws
                 .then(|| addr(&sp.api_ws_bind_addr, sp.api_ws_port)),
             admin_group: sp.admin_group.clone(),
-            tls: crate::tls::material::Settings::from_config(sp),
+            tls: sp.tls_settings(),
         },
     })
 }

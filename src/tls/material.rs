@@ -15,8 +15,6 @@ use std::path::{Path, PathBuf};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::config::SaltpeterConfig;
-
 /// File names of the self-signed certificate in the state directory.
 pub const SELF_CERT: &str = "tls-cert.pem";
 pub const SELF_KEY: &str = "tls-key.pem";
@@ -45,16 +43,6 @@ pub struct Settings {
     pub enabled: bool,
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
-}
-
-impl Settings {
-    pub fn from_config(sp: &SaltpeterConfig) -> Settings {
-        Settings {
-            enabled: sp.tls,
-            cert: sp.tls_cert.clone(),
-            key: sp.tls_key.clone(),
-        }
-    }
 }
 
 pub struct Material {

@@ -7,6 +7,8 @@
 //! (the pin is stronger than both). Without a pin (a URL typed by hand) the certificate
 //! must chain to the system's CA roots and name the host, as a browser would check it.
 
+use std::io::Read;
+use std::path::Path;
 use std::sync::Arc;
 
 use rustls::client::danger::{ServerCertVerified, ServerCertVerifier};
@@ -130,4 +132,30 @@ pub fn system_roots() -> Result<rustls::RootCertStore, String> {
         "no pinned fingerprint in the URL and no CA bundle found (SSL_CERT_FILE, {})",
         CA_BUNDLES.join(", ")
     ))
+}
+
+/// A CA file larger than this is not a CA file.
+const MAX_CA_FILE: u64 = 4 * 1024 * 1024;
+
+/// The certificates of a PEM file (at least one).
+pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut pem = Vec::new();
+    file.take(MAX_CA_FILE + 1)
+        .read_to_end(&mut pem)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if pem.len() as u64 > MAX_CA_FILE {
+        return Err(format!(
+            "{} is larger than {MAX_CA_FILE} bytes: not a CA file",
+            path.display()
+        ));
+    }
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: not a PEM certificate file ({e})", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(certs)
 }

@@ -172,19 +172,7 @@ pub struct DeliveryAttempt {
     pub retry_at: Option<Millis>,
 }
 
-/// TLS with the SMTP server (`saltpeter_config.smtp_tls`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum SmtpTls {
-    /// STARTTLS when the server offers it; plain otherwise (then no password is sent).
-    #[default]
-    Auto,
-    /// STARTTLS required: a server that does not offer it is a failed attempt.
-    Starttls,
-    /// TLS from the first byte (port 465, "SMTPS").
-    Implicit,
-    /// Never TLS (then no password is sent).
-    None,
-}
+pub use crate::config::notify::SmtpTls;
 
 /// How mail leaves this host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -169,7 +169,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         batches: Default::default(),
         launches: Default::default(),
         wrapper_log_dir: args.dirs.state.join("wrapper-logs"),
-        token_dir: args.dirs.state.join(crate::cleanup::LAUNCH_TOKENS),
+        token_dir: args.dirs.launch_tokens(),
         state_dir: args.dirs.state.clone(),
         salt: Default::default(),
     };

@@ -213,12 +213,9 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         }
     };
     // The supervisor checked (and created) the files; a failure now is a start error.
-    let tls = crate::tls::material::load(
-        &crate::tls::material::Settings::from_config(&saltpeter),
-        &args.dirs.state,
-    )
-    .and_then(|m| m.as_ref().map(crate::tls::server_config).transpose())
-    .map_err(|e| RoleError::BadStart(e.to_string()))?;
+    let tls = crate::tls::material::load(&saltpeter.tls_settings(), &args.dirs.state)
+        .and_then(|m| m.as_ref().map(crate::tls::server_config).transpose())
+        .map_err(|e| RoleError::BadStart(e.to_string()))?;
     let wrappers =
         wrappers::Wrappers::listen(ev.ctx(), args.take_fd("wrappers")?, limits, tls.clone())?;
     let http = match args.has_fd("api") {

@@ -204,12 +204,10 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     }
     let secret = Secret::load_or_create(&args.dirs.secret())
         .map_err(|e| RoleError::BadStart(e.to_string()))?;
-    let wrapper_pin = crate::tls::material::load(
-        &crate::tls::material::Settings::from_config(&config.saltpeter),
-        &args.dirs.state,
-    )
-    .map_err(|e| RoleError::BadStart(e.to_string()))?
-    .map(|m| format!("#sha256={}", crate::tls::hex(&m.fingerprint)));
+    let wrapper_pin =
+        crate::tls::material::load(&config.saltpeter.tls_settings(), &args.dirs.state)
+            .map_err(|e| RoleError::BadStart(e.to_string()))?
+            .map(|m| format!("#sha256={}", crate::tls::hex(&m.fingerprint)));
     let mut ev: EventLoop<MainRole> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let s = args.take_stream("hub")?;
     let (hub, _) = open_link(ev.ctx(), s, Role::Main, Role::Hub, Peer::Hub, on_link)?;

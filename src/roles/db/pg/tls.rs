@@ -80,7 +80,7 @@ fn webpki_verifier(
         CaSource::System => crate::tls::verify::system_roots()?,
         CaSource::File(path) => {
             let mut roots = rustls::RootCertStore::empty();
-            let certs = crate::notify::tls::read_ca_file(path)
+            let certs = crate::tls::verify::read_ca_file(path)
                 .map_err(|e| format!("database_ca_file: {e}"))?;
             let (added, _) = roots.add_parsable_certificates(certs);
             if added == 0 {
