@@ -17,7 +17,9 @@ mod salt_exec;
 
 use mio::event::Event;
 
-use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
+use super::common::{
+    ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link,
+};
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::Role;
 use crate::ipc::rpc::{CallId, Packet, RemoteError};
@@ -82,7 +84,7 @@ fn on_main(state: &mut Blocking, ctx: &mut Ctx<Blocking>, _: (), event: &Event) 
     }
     let msgs = match state.main.receive() {
         Ok(msgs) => msgs,
-        Err(e) => return super::link_failed(ctx, &e),
+        Err(e) => return super::common::link_failed(ctx, &e),
     };
     for msg in msgs {
         match msg {

@@ -15,7 +15,7 @@ use super::storage::Storage;
 use super::store::StoreError;
 use crate::evloop::Ctx;
 use crate::ipc::rpc::Packet;
-use crate::roles::RoleError;
+use crate::roles::common::RoleError;
 use crate::wire::db::{DbNotice, LeaseReport, SharedSecret};
 
 /// How often the lease is kept or tried: a dead leader's lease is taken over within

@@ -25,7 +25,9 @@ mod wrappers;
 
 use mio::event::Event;
 
-use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
+use super::common::{
+    ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link,
+};
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::CallId;
 use crate::ipc::Role;
@@ -339,7 +341,7 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
             arm_commit_report(db, ctx);
             Flow::Continue
         }
-        Err(e) => super::link_failed(ctx, &e),
+        Err(e) => super::common::link_failed(ctx, &e),
     }
 }
 

@@ -23,7 +23,7 @@ use crate::evloop::{Ctx, Flow, Forward, Listener};
 use crate::ipc::Role;
 use crate::ipc::channel::Channel;
 use crate::ipc::{CallError, CallId};
-use crate::roles::RoleError;
+use crate::roles::common::RoleError;
 use crate::wire::admin::{AdminFailure, AdminPeer, AdminRequest, AdminResponse};
 use crate::wire::link::HubRequest;
 

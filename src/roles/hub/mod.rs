@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use mio::event::Event;
 
-use super::{ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link};
+use super::common::{
+    ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link,
+};
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::Role;
 use crate::ipc::rpc::{CallError, Packet, PendingCalls};
@@ -111,7 +113,7 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
             for (_, waiting, err) in hub.calls.fail_all() {
                 hub.call_failed(waiting, err);
             }
-            return super::link_failed(ctx, &e);
+            return super::common::link_failed(ctx, &e);
         }
     };
     for msg in msgs {

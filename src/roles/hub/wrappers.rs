@@ -34,7 +34,7 @@ pub use read::on_credit;
 use super::Hub;
 use super::client_addr::client_key;
 use crate::evloop::Ctx;
-use crate::roles::RoleError;
+use crate::roles::common::RoleError;
 use crate::tls::Stream;
 use crate::wire::Redacted;
 use crate::wire::compress::ZSTD;

@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::{BlockingLink, DB_TIMEOUT, DbLink, DbWait, HubLink, LAUNCH_TIMEOUT, Main};
 use crate::ipc::Role;
 use crate::ipc::rpc::{Call, CallError, CallId, Packet, PendingCalls};
-use crate::roles::ControlLink;
+use crate::roles::common::ControlLink;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{BlockingReply, BlockingRequest, ConnId, HubReply, MainToHub};
 use crate::wire::wrapper::ServerMsg;

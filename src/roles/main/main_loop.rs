@@ -23,7 +23,7 @@ use crate::evloop::{Ctx, EventLoop};
 use crate::ipc::Role;
 use crate::ipc::rpc::PendingCalls;
 use crate::ipc::rpc::{CallError, Packet};
-use crate::roles::{RoleArgs, RoleError, attach_control, open_link};
+use crate::roles::common::{RoleArgs, RoleError, attach_control, open_link};
 use crate::wire::db::DbNotice;
 use crate::wire::link::{HubAnswer, HubRequest};
 use crate::workflow::Registry;
@@ -379,7 +379,7 @@ pub fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: 
                 Peer::Hub => {}
             }
             pump(role, ctx);
-            crate::roles::link_failed(ctx, &e)
+            crate::roles::common::link_failed(ctx, &e)
         }
     }
 }

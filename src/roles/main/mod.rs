@@ -60,7 +60,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{ControlLink, Controlled, Link};
+use super::common::{ControlLink, Controlled, Link};
 use crate::config::{self, LoadedConfig};
 use crate::evloop::Ctx;
 use crate::evloop::timers::TimerId;

@@ -45,7 +45,7 @@ use mio::{Interest, Token};
 use super::{Hub, Waiting};
 use crate::evloop::{Ctx, Flow, Forward, Listener};
 use crate::ipc::CallError;
-use crate::roles::RoleError;
+use crate::roles::common::RoleError;
 use crate::tls::Stream;
 use crate::wire::admin::AdminResponse;
 use crate::wire::link::HubRequest;
