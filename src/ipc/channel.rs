@@ -13,11 +13,10 @@ use std::marker::PhantomData;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::MAX_FRAME;
 use super::codec::{self, CodecError};
 #[cfg(test)]
 use super::frame::encode_frame;
-use super::frame::{FrameError, FrameReader, HEADER_ROOM, WriteQueue, seal_frame};
+use super::frame::{FrameError, FrameReader, HEADER_ROOM, MAX_FRAME, WriteQueue, seal_frame};
 use super::hello::{Hello, PROTO_VERSION, Role};
 
 #[derive(Debug, thiserror::Error)]

@@ -5,6 +5,10 @@
 //! any buffer for it is allocated. `WriteQueue` holds encoded frames until the socket takes
 //! them, so a full socket buffer never blocks the loop.
 
+/// Largest frame accepted on any internal link (16 MiB): output chunks are at most a few
+/// hundred KiB, so anything larger is a bug or an attack.
+pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 

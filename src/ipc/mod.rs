@@ -16,9 +16,7 @@ pub mod hello;
 pub mod rpc;
 
 pub use channel::{Channel, ChannelError};
+pub use frame::MAX_FRAME;
 pub use hello::{Hello, PROTO_VERSION, Role};
 pub use rpc::{CallError, CallId, PendingCalls};
 
-/// Largest frame accepted on any internal link (16 MiB): output chunks are at most a few
-/// hundred KiB, so anything larger is a bug or an attack.
-pub const MAX_FRAME: usize = 16 * 1024 * 1024;

@@ -143,7 +143,7 @@ fn load_files(cert: &Path, key: &Path, own: bool) -> Result<Material, TlsError> 
     let key_der = PrivateKeyDer::from_pem_slice(&key_pem)
         .map_err(|e| parse(key, format!("not a PEM private key: {e}")))?;
     Ok(Material {
-        fingerprint: super::fingerprint(leaf.as_ref()),
+        fingerprint: super::crypto::fingerprint(leaf.as_ref()),
         chain,
         key: key_der,
         cert_path: cert.to_path_buf(),
@@ -171,7 +171,7 @@ fn create_self_signed(cert: &Path, key: &Path) -> Result<(), TlsError> {
     log::info!(
         "created a self-signed TLS certificate {} (sha256 {})",
         cert.display(),
-        super::hex(&super::fingerprint(generated.cert.der()))
+        super::crypto::hex(&super::crypto::fingerprint(generated.cert.der()))
     );
     Ok(())
 }

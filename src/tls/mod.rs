@@ -6,35 +6,24 @@
 //! - `stream`: [`Stream`], a non-blocking socket that is plain or TLS, read and written
 //!   through `Read`/`Write` so the HTTP parser and tungstenite need not know; it is driven
 //!   by the same readiness events as a plain socket and never blocks the loop.
+//! - `crypto`: the ring provider in the order both sides use, certificate fingerprints
+//!   and the pins that name them.
 //! - `verify`: the wrapper's side: the pinned fingerprint (`wss://host:port/path#sha256=HEX`)
 //!   or, without a pin, the system's CA roots.
 //!
 //! TLS is on by default; `saltpeter_config.tls: false` turns it off, which the supervisor
 //! accepts only for ports bound to loopback addresses.
 
+mod crypto;
 pub mod material;
 pub mod stream;
 pub mod verify;
 
 use std::sync::Arc;
 
+pub use crypto::{fingerprint, hex, parse_pin, provider};
 pub use material::{Material, TlsError};
 pub use stream::Stream;
-
-/// The only crypto provider this build has (`ring`); named explicitly so no process-wide
-/// default is needed. AES-128-GCM with SHA-256 comes first (ring's default puts
-/// AES-256 with SHA-384 first): the handshake's hashing then uses the CPU's SHA-256
-/// instructions, where SHA-384 has none; it was 6 % of the hub's CPU in a firing of
-/// 2,000 wrappers. Wrappers and the server both use this order, and the server follows
-/// the client's.
-pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    use rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
-    let mut provider = rustls::crypto::ring::default_provider();
-    provider
-        .cipher_suites
-        .sort_by_key(|suite| suite.suite() != TLS13_AES_128_GCM_SHA256.suite());
-    Arc::new(provider)
-}
 
 /// Server side configuration over `material`.
 pub fn server_config(material: &Material) -> Result<Arc<rustls::ServerConfig>, TlsError> {
@@ -45,37 +34,6 @@ pub fn server_config(material: &Material) -> Result<Arc<rustls::ServerConfig>, T
         .with_single_cert(material.chain.clone(), material.key.clone_key())
         .map_err(|e| TlsError::Config(format!("certificate and key do not fit: {e}")))?;
     Ok(Arc::new(config))
-}
-
-/// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// SHA-256 of a DER certificate, as wrappers pin it.
-pub fn fingerprint(der: &[u8]) -> [u8; 32] {
-    use sha2::Digest;
-    sha2::Sha256::digest(der).into()
-}
-
-/// Parses a pin: 64 hex digits, optionally with `sha256:`/`sha256=` before and colons
-/// between bytes (as `openssl x509 -fingerprint -sha256` prints it).
-pub fn parse_pin(text: &str) -> Option<[u8; 32]> {
-    let t = text.trim();
-    let t = t
-        .strip_prefix("sha256=")
-        .or_else(|| t.strip_prefix("sha256:"))
-        .or_else(|| t.strip_prefix("SHA256="))
-        .unwrap_or(t);
-    let digits: String = t.chars().filter(|c| *c != ':').collect();
-    if digits.len() != 64 || !digits.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&digits[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
-use super::{fingerprint, hex, provider};
+use super::crypto::{fingerprint, hex, provider};
 
 /// Where the system's CA bundle is (Debian/Ubuntu, then Fedora/RHEL); `SSL_CERT_FILE`
 /// first, as OpenSSL does.
