@@ -19,4 +19,3 @@ pub use channel::{Channel, ChannelError};
 pub use frame::MAX_FRAME;
 pub use hello::{Hello, PROTO_VERSION, Role};
 pub use rpc::{CallError, CallId, PendingCalls};
-

@@ -5,7 +5,7 @@
 //! month and day names become numbers, `?` becomes `*`, the original's `L5` (last Friday)
 //! becomes `5L`, and `a/n` becomes `a-max/n`. An error names the field and its allowed range.
 
-use super::ScheduleError;
+use super::error::ScheduleError;
 
 /// One of the seven fields of a Saltpeter schedule, in their canonical order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -31,6 +31,7 @@
 //! matcher is built when the schedule is asked (a few microseconds: one parse), and the
 //! last one built is kept per thread, so walking one schedule slot by slot parses once.
 
+mod error;
 mod fields;
 mod range;
 mod walk;
@@ -43,49 +44,17 @@ mod tests;
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 
+pub use error::ScheduleError;
 use fields::FieldKind;
 pub use range::{ActiveRange, RangePhase};
+use walk::Matcher;
 
 /// Most firings `saltpeterctl schedule next` lists at once.
 pub const MAX_UPCOMING: u32 = 10_000;
-
-/// Why a schedule was rejected.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ScheduleError {
-    /// One field is invalid; the message says what was expected.
-    #[error("field `{field}`: {message}")]
-    Field {
-        field: &'static str,
-        message: String,
-    },
-    /// A `schedule:` expression with the wrong number of fields.
-    #[error(
-        "schedule `{expr}` has {count} fields: expected 5 (min hour dom mon dow), 6 (sec first) \
-         or 7 (sec first, year last), or one of @yearly @annually @monthly @weekly @daily @hourly"
-    )]
-    FieldCount { expr: String, count: usize },
-    /// An `@name` that is not a known shortcut.
-    #[error(
-        "unknown schedule shortcut `{expr}`: expected one of @yearly @annually @monthly @weekly \
-         @daily @hourly"
-    )]
-    UnknownShortcut { expr: String },
-    /// croner refused the checked fields (should not happen; kept so it can never panic).
-    #[error("schedule `{schedule}` was rejected by the cron parser: {message}")]
-    Rejected { schedule: String, message: String },
-    /// The schedule matches no instant after the given time (e.g. 30 February, a past year).
-    #[error("schedule `{schedule}` in {tz} never fires after {after}")]
-    NeverFires {
-        schedule: String,
-        tz: Tz,
-        after: DateTime<Utc>,
-    },
-}
 
 /// The seven cron fields as written in a job (`sec` defaults to `0`, `year` to `*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -360,24 +329,6 @@ fn parser(vixie_and: bool) -> CronParser {
         .year(Year::Required)
         .dom_and_dow(vixie_and)
         .build()
-}
-
-/// A schedule ready to answer queries: croner's matcher for wall-clock (naive local) times,
-/// the zone and the DST rule. Lives for one query (see the module note on memory).
-struct Matcher {
-    wall: Option<Cron>,
-    tz: Tz,
-    follows_real_time: bool,
-}
-
-impl Matcher {
-    /// The next wall-clock time (naive local) matching the fields, at or after `from`.
-    fn next_wall(&self, from: NaiveDateTime, inclusive: bool) -> Option<NaiveDateTime> {
-        self.wall
-            .as_ref()?
-            .find_next_occurrence(&from, inclusive)
-            .ok()
-    }
 }
 
 /// Two schedules are equal when they fire at the same instants: same fields, same zone,

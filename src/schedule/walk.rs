@@ -14,13 +14,31 @@
 //! a first pass, the second pass (which starts at an earlier wall time) must be looked at too.
 
 use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, Offset, TimeZone, Timelike, Utc};
-
-use super::Matcher;
+use chrono_tz::Tz;
+use croner::Cron;
 
 /// Wall-clock searches per call; each either returns or steps past one gap or repeated hour.
 const MAX_WALK_STEPS: usize = 64;
 /// The longest spring-forward gap searched through (Samoa skipped a whole day in 2011).
 const MAX_GAP_MINUTES: usize = 3 * 24 * 60;
+
+/// A schedule ready to answer queries: croner's matcher for wall-clock (naive local) times,
+/// the zone and the DST rule. Lives for one query (see the module note on memory).
+pub(super) struct Matcher {
+    pub(super) wall: Option<Cron>,
+    pub(super) tz: Tz,
+    pub(super) follows_real_time: bool,
+}
+
+impl Matcher {
+    /// The next wall-clock time (naive local) matching the fields, at or after `from`.
+    fn next_wall(&self, from: NaiveDateTime, inclusive: bool) -> Option<NaiveDateTime> {
+        self.wall
+            .as_ref()?
+            .find_next_occurrence(&from, inclusive)
+            .ok()
+    }
+}
 
 pub(super) fn next_after(schedule: &Matcher, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
     let local = wall_of(schedule, after).with_nanosecond(0)?;
