@@ -6,6 +6,7 @@
 //! `roles/blocking/deliver.rs`). Everything here takes its inputs and `now`, so it is
 //! tested without sockets.
 
+mod conn;
 pub mod send;
 pub mod smtp;
 pub mod tls;

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use super::send::{Conn, base64, connect, io_error};
+use super::conn::{Conn, base64, connect, io_error};
 use crate::wire::notify::SmtpTls;
 
 /// Where and how to send.

@@ -3,9 +3,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::link::ProcessInfo;
 use super::records::{Millis, RunId, RunRecord, RunState, TargetRecord};
 use super::wrapper::Stream;
+
+/// A process of the daemon, as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    pub role: String,
+    pub pid: u32,
+}
 
 /// The one vocabulary of questions and commands: `saltpeterctl` sends these over the
 /// admin socket, the HTTP API and `/ws` translate their routes and messages into them,

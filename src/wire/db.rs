@@ -404,17 +404,7 @@ pub struct EventFilter {
 
 // ---- payloads: attempts
 
-/// One attempt of a target that was retried.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct AttemptRecord {
-    pub machine: String,
-    /// 1 for the first.
-    pub attempt: u32,
-    pub reason: Option<TargetReason>,
-    pub exit_code: Option<i32>,
-    pub started: Option<Millis>,
-    pub ended: Option<Millis>,
-}
+pub use super::records::AttemptRecord;
 
 // ---- payloads: fleet state
 

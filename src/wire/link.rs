@@ -20,12 +20,7 @@ use super::{NoReply, Redacted};
 use crate::config::TargetType;
 use crate::ipc::rpc::Packet;
 
-/// A process of the daemon, as `status` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessInfo {
-    pub role: String,
-    pub pid: u32,
-}
+pub use super::admin::ProcessInfo;
 
 /// Supervisor -> child.
 #[derive(Debug, Clone, Serialize, Deserialize)]

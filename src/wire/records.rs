@@ -165,7 +165,19 @@ pub struct RunRecord {
     /// Every attempt of the targets that had more than one (`retries`,
     /// `retry_unreachable`), by machine and attempt; filled for a single run's view.
     #[serde(default)]
-    pub attempts: Vec<crate::wire::db::AttemptRecord>,
+    pub attempts: Vec<AttemptRecord>,
+}
+
+/// One attempt of a target that was retried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub machine: String,
+    /// 1 for the first.
+    pub attempt: u32,
+    pub reason: Option<TargetReason>,
+    pub exit_code: Option<i32>,
+    pub started: Option<Millis>,
+    pub ended: Option<Millis>,
 }
 
 /// Overall state of a run whose targets are all settled: `succeeded` if every target
