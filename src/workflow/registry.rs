@@ -9,10 +9,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::steps::{Flow, Ran, Shared};
-use super::{
+use super::steps::{Flow, Ran, Shared, Workflow};
+use super::types::{
     Finished, Fired, MAX_ALREADY_FIRED_WAITS, MAX_FINISHED_KEPT, Outcome, StallReport, Step, Wake,
-    WakeKey, Workflow, WorkflowError, WorkflowId,
+    WakeKey, WorkflowError, WorkflowId,
 };
 
 /// One source of a wait, after `Wake::Any` has been flattened.

@@ -7,7 +7,7 @@ use std::any::Any;
 use std::borrow::Cow;
 use std::time::Instant;
 
-use super::{
+use super::types::{
     DEFAULT_MAX_INSERTED_STEPS, Finished, Fired, Outcome, Step, WorkflowError, WorkflowId,
 };
 
