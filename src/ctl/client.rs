@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-use super::EXIT_USAGE;
+use super::exit::EXIT_USAGE;
 use crate::ipc::Role;
 use crate::ipc::{Channel, ChannelError};
 use crate::paths;

@@ -9,7 +9,8 @@ use std::path::Path;
 
 use clap::CommandFactory;
 
-use super::{Cli, CtlResult, EXIT_FAILED, EXIT_OK};
+use super::args::Cli;
+use super::exit::{CtlResult, EXIT_FAILED, EXIT_OK};
 
 pub fn completions(shell: clap_complete::Shell) -> CtlResult {
     let mut cmd = Cli::command();

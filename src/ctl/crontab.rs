@@ -17,7 +17,7 @@
 
 use std::path::Path;
 
-use super::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use super::exit::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 
 /// Settings of a conversion.
 #[derive(Debug, Clone, Default)]

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use super::exit::{CtlResult, EXIT_OK};
 use super::table::{Style, Table, cell, when};
-use super::{CtlResult, EXIT_OK, client, render};
+use super::{client, render};
 use crate::wire::admin::{AdminRequest, AdminResponse};
 use crate::wire::notify::{DeliveryFilter, DeliveryRecord, DeliveryState};
 

@@ -13,10 +13,10 @@ use std::io::{IsTerminal, Write};
 use serde_json::json;
 
 use super::client::{Client, CtlError};
+use super::exit::{CtlResult, EXIT_OK};
 use super::render::run_json;
 use super::table::{Color, Style};
 use super::verbs::{unexpected, write_output};
-use super::{CtlResult, EXIT_OK};
 use crate::wire::admin::{AdminRequest, AdminResponse};
 
 struct Printer {

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
-use super::{CtlResult, EXIT_OK, EXIT_USAGE, client, render};
+use super::exit::{CtlResult, EXIT_OK, EXIT_USAGE};
+use super::{client, render};
 use crate::wire::admin::{
     AdminRequest, AdminResponse, JobControl, JobControlInfo, WindowOccurrence,
 };

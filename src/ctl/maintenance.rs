@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use clap::Subcommand;
 use serde_json::Value;
 
-use super::{CtlResult, EXIT_OK, client, render};
+use super::exit::{CtlResult, EXIT_OK};
+use super::{client, render};
 use crate::wire::admin::{
     AdminRequest, AdminResponse, MaintenanceChange, MaintenanceInfo, MaintenanceSource,
 };

@@ -10,7 +10,7 @@
 use std::io;
 
 use super::client::CtlError;
-use super::{EXIT_FAILED, EXIT_OK};
+use super::exit::{EXIT_FAILED, EXIT_OK};
 
 /// `println!` that ends the program quietly when standard output is a closed pipe.
 macro_rules! outln {
@@ -62,4 +62,12 @@ pub fn bytes(data: &[u8]) {
     use std::io::Write as _;
     let mut stdout = io::stdout().lock();
     written(stdout.write_all(data).and_then(|()| stdout.flush()));
+}
+
+/// `v` as pretty JSON on stdout.
+pub(crate) fn print_json(v: &serde_json::Value) {
+    outln!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+    );
 }

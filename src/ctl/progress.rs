@@ -10,9 +10,10 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use super::client::Client;
+use super::exit::{CtlResult, EXIT_FAILED, EXIT_OK};
+use super::render;
 use super::table::{Color, Style, target_outcome};
 use super::verbs::unexpected;
-use super::{CtlResult, EXIT_FAILED, EXIT_OK, render};
 use crate::wire::admin::{AdminRequest, AdminResponse};
 use crate::wire::records::{RunState, TargetRecord, TargetState};
 

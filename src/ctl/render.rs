@@ -5,7 +5,8 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use super::exit::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+pub(crate) use super::out::print_json;
 pub use crate::json::{elision_marker, job_json, run_json, status_json, target_json, time};
 use crate::logsafe::escape;
 use crate::wire::admin::{AdminFailure, AdminResponse};
@@ -17,13 +18,6 @@ fn text(v: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
-}
-
-pub(crate) fn print_json(v: &Value) {
-    outln!(
-        "{}",
-        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
-    );
 }
 
 pub fn run(r: &RunRecord, json: bool) {
@@ -164,7 +158,7 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
             }
         }
         AdminResponse::Maintenance(info) => {
-            print_json(&super::maintenance::info_json(&info));
+            print_json(&info.to_json());
         }
         AdminResponse::Metrics(text) => out!("{text}"),
         AdminResponse::LiveOutput(_) => {

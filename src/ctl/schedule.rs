@@ -11,7 +11,8 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use clap::{Args, Subcommand};
 
-use super::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE, client, render};
+use super::exit::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use super::{client, render};
 use crate::schedule::{MAX_UPCOMING, Schedule};
 use crate::wire::admin::{AdminRequest, AdminResponse};
 

@@ -7,9 +7,9 @@ use std::io::Write;
 use serde_json::{Value, json};
 
 use super::client::Client;
+use super::exit::{CtlResult, EXIT_FAILED, EXIT_OK};
 use super::render::{elision_marker, run_json, time};
 use super::table::{Color, Style, Table, cell, duration, run_color, when};
-use super::{CtlResult, EXIT_FAILED, EXIT_OK};
 use crate::wire::admin::{
     AdminRequest, AdminResponse, EventInfo, JobDetail, JobState, JobSummary, OutputRange,
     OutputSlice,

@@ -2,9 +2,9 @@
 
 use serde_json::{Value, json};
 
-use super::render::print_json;
+use super::exit::{CtlResult, EXIT_OK};
+use super::out::print_json;
 use super::table::{Style, Table, cell};
-use super::{CtlResult, EXIT_OK};
 use crate::wire::admin::WrapperFleet;
 
 /// The first 12 hex digits of a build, or what stands for an unknown one.
@@ -27,7 +27,7 @@ pub fn status(fleet: &WrapperFleet, json: bool) -> CtlResult {
                     "path": m.path,
                     "sha256": m.sha256,
                     "current": m.current,
-                    "seen": super::render::time(Some(m.seen)),
+                    "seen": crate::json::time(Some(m.seen)),
                     "deploying": m.deploying,
                     "deployments": m.deployments,
                 })
