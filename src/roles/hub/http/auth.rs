@@ -25,21 +25,13 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
-use super::identity::{Identity, OPEN_NAME};
+use super::identity::{Identity, OPEN_NAME, Principal};
 use super::parse::Request;
 use super::sessions::{SESSION_TTL, Sessions, Throttle};
 use crate::config::{ApiAuth, ApiIdentity, ApiRole, SaltpeterConfig};
 
 pub const COOKIE: &str = "sp_session";
 pub const CSRF_HEADER: &str = "x-saltpeter-csrf";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Principal {
-    Bearer,
-    Cookie,
-    /// `api_auth: none`.
-    Open,
-}
 
 /// Why a request is refused: 401 (no or wrong credentials), 403 (cross-site or a role
 /// short of the request), 429 (too many failed logins).

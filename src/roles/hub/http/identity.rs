@@ -8,9 +8,16 @@
 
 use crate::config::ApiRole;
 use crate::wire::admin::{AdminRequest, JobControl, MaintenanceChange};
-use crate::wire::link::HubRequest;
 
-use super::auth::Principal;
+/// How a request presented its identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Principal {
+    Bearer,
+    Cookie,
+    /// `api_auth: none`.
+    Open,
+}
+use crate::wire::link::HubRequest;
 
 /// The name `api_auth: none` requests are recorded under.
 pub const OPEN_NAME: &str = "anonymous";

@@ -423,7 +423,7 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
         routes::Action::Upgrade => {
             let cookie = who
                 .as_ref()
-                .filter(|w| w.via == auth::Principal::Cookie)
+                .filter(|w| w.via == identity::Principal::Cookie)
                 .and_then(|_| auth::session_cookie(&req))
                 .map(str::to_string);
             ws_ui::upgrade(hub, ctx, id, raw, who, cookie)
