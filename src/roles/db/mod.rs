@@ -11,6 +11,7 @@
 
 pub mod attempts;
 pub mod deliveries;
+mod errors;
 pub mod joblog;
 mod lease;
 pub mod output;
@@ -196,7 +197,7 @@ fn apply_in_batch(
         }
         DbRequest::TargetAttempts(run) => DbReply::Attempts(store.target_attempts(*run)?),
         DbRequest::JobLog(log) => {
-            store.job_log(log, chrono::Utc::now().timestamp_millis())?;
+            joblog::write_job_log(store, log, chrono::Utc::now().timestamp_millis())?;
             DbReply::Done
         }
         DbRequest::RecordWrappers(rows) => {

@@ -25,7 +25,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-pub(crate) use super::placement::{Frame, Placement, place_within_limit};
+pub(crate) use super::placement::{Chunks, Frame, Placement, Progress, place_within_limit};
 use super::store::{Op, Store, StoreError, from_db, sql_error, to_db};
 use super::stored_chunk::{decoded, raw_len_column, trim_front};
 use crate::wire::compress::{Encoding, encode_chunk};
@@ -47,34 +47,6 @@ pub struct AppendOutcome {
     pub omitted: u64,
     /// [`Store::max_contiguous_seq`] after this frame.
     pub contiguous_seq: u64,
-}
-
-/// The output bookkeeping columns of a target row (both backends keep the same).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Progress {
-    pub contiguous: u64,
-    pub pending: u64,
-    pub total: u64,
-    pub omitted: u64,
-    pub head: u64,
-    pub tail: u64,
-}
-
-/// Where a target's stored output chunks live: the three operations the head and tail
-/// placement needs, so both backends place bytes by the same rules
-/// ([`place_within_limit`]).
-pub(crate) trait Chunks {
-    fn insert_chunk(
-        &mut self,
-        pos: u64,
-        seq: u64,
-        stream: Stream,
-        data: &[u8],
-    ) -> Result<(), StoreError>;
-    /// Delete every chunk after the head; returns the bytes removed.
-    fn delete_tail(&mut self, head: u64) -> Result<u64, StoreError>;
-    /// Drop at most `excess` bytes from the oldest tail chunks; returns the bytes dropped.
-    fn shed_oldest_tail(&mut self, p: &Progress, excess: u64) -> Result<u64, StoreError>;
 }
 
 impl Store {

@@ -4,10 +4,37 @@
 
 use std::collections::HashMap;
 
-use super::output::{Chunks, Progress};
 use super::store::StoreError;
 use crate::wire::db::{DbRequest, OutputLimit};
 use crate::wire::records::RunId;
+
+/// The output bookkeeping columns of a target row (both backends keep the same).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Progress {
+    pub contiguous: u64,
+    pub pending: u64,
+    pub total: u64,
+    pub omitted: u64,
+    pub head: u64,
+    pub tail: u64,
+}
+
+/// Where a target's stored output chunks live: the three operations the head and tail
+/// placement needs, so both backends place bytes by the same rules
+/// ([`place_within_limit`]).
+pub(crate) trait Chunks {
+    fn insert_chunk(
+        &mut self,
+        pos: u64,
+        seq: u64,
+        stream: Stream,
+        data: &[u8],
+    ) -> Result<(), StoreError>;
+    /// Delete every chunk after the head; returns the bytes removed.
+    fn delete_tail(&mut self, head: u64) -> Result<u64, StoreError>;
+    /// Drop at most `excess` bytes from the oldest tail chunks; returns the bytes dropped.
+    fn shed_oldest_tail(&mut self, p: &Progress, excess: u64) -> Result<u64, StoreError>;
+}
 use crate::wire::wrapper::Stream;
 
 /// How a frame is placed: its target's limit, and how many bytes of the same target's

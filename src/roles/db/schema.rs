@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::store::{Op, StoreError, sql_error};
+use super::errors::{Op, StoreError, sql_error};
 
 /// `PRAGMA application_id` of a Saltpeter database ("SPDB").
 pub const APPLICATION_ID: i32 = 0x5350_4442;

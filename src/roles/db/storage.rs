@@ -22,7 +22,7 @@ use crate::wire::db::{
     WrapperSeen,
 };
 use crate::wire::notify::{
-    DeliveryAttempt, DeliveryFilter, DeliveryRecord, DueDeliveries, JobLog, NewDelivery,
+    DeliveryAttempt, DeliveryFilter, DeliveryRecord, DueDeliveries, NewDelivery,
 };
 use crate::wire::records::{Millis, RunId, RunRecord};
 use crate::wire::wrapper::Stream;
@@ -122,9 +122,6 @@ pub trait Storage {
     fn target_attempts(&mut self, run: RunId) -> Result<Vec<AttemptRecord>, StoreError>;
     /// Pending export requests in the outbox (the job log's backlog bound).
     fn export_backlog(&mut self) -> Result<i64, StoreError>;
-    fn job_log(&mut self, log: &JobLog, now: Millis) -> Result<(), StoreError> {
-        super::joblog::write_job_log(self, log, now)
-    }
     /// Fleet state (`wrappers.rs`): upserts by (minion, path), a stored row seen later
     /// than the incoming one kept.
     fn record_wrappers(&mut self, rows: &[WrapperSeen]) -> Result<(), StoreError>;

@@ -20,11 +20,12 @@
 //! then refuses further operations in that batch with [`StoreError::BatchLost`] until the
 //! loop calls [`Store::rollback_batch`] and applies the batch's requests again.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
-use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
+pub use super::errors::{Op, StoreError};
+pub(crate) use super::errors::{from_db, parse_name, sql_error, to_db};
 use super::schema;
 
 /// A SELECT whose WHERE clause grows with the filter's set fields, each value bound as a
@@ -52,170 +53,6 @@ impl Select {
 }
 use crate::wire::db::{EventFilter, EventRecord, NewEvent};
 use crate::wire::records::Millis;
-
-/// The operation that failed, as named in error messages ("could not {op}: ...").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Check,
-    BeginBatch,
-    CommitBatch,
-    RollbackBatch,
-    CreateRun,
-    AddTargets,
-    UpdateRun,
-    UpdateTarget,
-    ReadRuns,
-    AppendOutput,
-    ReadOutput,
-    RecordEvent,
-    ReadEvents,
-    PruneEvents,
-    ReadMeta,
-    WriteMeta,
-    Prune,
-    ReclaimSpace,
-    QueueDelivery,
-    ReadDeliveries,
-    RecordDelivery,
-    Lease,
-    WriteWrappers,
-    ReadWrappers,
-}
-
-impl fmt::Display for Op {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Op::Check => "check database",
-            Op::BeginBatch => "begin batch",
-            Op::CommitBatch => "commit batch",
-            Op::RollbackBatch => "roll back batch",
-            Op::CreateRun => "create run",
-            Op::AddTargets => "add targets",
-            Op::UpdateRun => "update run",
-            Op::UpdateTarget => "update target",
-            Op::ReadRuns => "read runs",
-            Op::AppendOutput => "append output",
-            Op::ReadOutput => "read output",
-            Op::RecordEvent => "record event",
-            Op::ReadEvents => "read events",
-            Op::PruneEvents => "prune events",
-            Op::ReadMeta => "read meta",
-            Op::WriteMeta => "write meta",
-            Op::Prune => "prune runs",
-            Op::ReclaimSpace => "reclaim free space",
-            Op::QueueDelivery => "queue notification",
-            Op::ReadDeliveries => "read notifications",
-            Op::RecordDelivery => "record notification attempt",
-            Op::Lease => "hold the leader lease",
-            Op::WriteWrappers => "record wrapper builds",
-            Op::ReadWrappers => "read wrapper builds",
-        })
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("could not open database {path}: {source}")]
-    Open {
-        path: PathBuf,
-        source: rusqlite::Error,
-    },
-    #[error("could not create database {path} private (0600): {source}")]
-    Private {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("could not configure database {path}: {source}")]
-    Settings {
-        path: PathBuf,
-        source: rusqlite::Error,
-    },
-    #[error("{path} is not a saltpeter database (application id {application_id:#x})")]
-    Foreign { path: PathBuf, application_id: i32 },
-    #[error(
-        "database {path} has schema version {found}, newer than version {supported} of this \
-         build; run a newer saltpeter or restore a backup"
-    )]
-    TooNew {
-        path: PathBuf,
-        found: u32,
-        supported: u32,
-    },
-    #[error("could not migrate database {path} to schema version {version}: {source}")]
-    Migrate {
-        path: PathBuf,
-        version: u32,
-        source: rusqlite::Error,
-    },
-    #[error("could not {op}: the database is full (no disk space or size limit reached)")]
-    DiskFull { op: Op },
-    #[error(
-        "could not {op}: the open batch was rolled back by sqlite after an earlier error; \
-         roll it back and apply its requests again"
-    )]
-    BatchLost { op: Op },
-    #[error("could not {op}: {source}")]
-    Sql { op: Op, source: rusqlite::Error },
-    #[error("could not {op}: {what} does not exist")]
-    NotFound { op: Op, what: String },
-    #[error("could not {op}: column {column} holds {value:?}, which this build does not know")]
-    BadValue {
-        op: Op,
-        column: &'static str,
-        value: String,
-    },
-    #[error("could not {op}: {reason}")]
-    Invalid { op: Op, reason: String },
-    /// A PostgreSQL statement failed (`pg/`).
-    #[error("could not {op}: {}", crate::config::database::with_causes(source))]
-    Postgres { op: Op, source: postgres::Error },
-    /// The PostgreSQL database cannot be used (unreachable, foreign, too new); the message
-    /// names the database by its URL without any password.
-    #[error("{0}")]
-    Unusable(String),
-}
-
-/// Maps a SQLite error of `op`, keeping disk-full apart.
-pub(crate) fn sql_error(op: Op) -> impl Fn(rusqlite::Error) -> StoreError {
-    move |source| {
-        if source.sqlite_error_code() == Some(ErrorCode::DiskFull) {
-            StoreError::DiskFull { op }
-        } else {
-            StoreError::Sql { op, source }
-        }
-    }
-}
-
-/// Converts a count or id to SQLite's integer type.
-pub(crate) fn to_db(op: Op, what: &str, value: u64) -> Result<i64, StoreError> {
-    i64::try_from(value).map_err(|_| StoreError::Invalid {
-        op,
-        reason: format!("{what} {value} is out of range"),
-    })
-}
-
-/// Converts a stored non-negative integer back; a negative one is a bad value.
-pub(crate) fn from_db(op: Op, column: &'static str, value: i64) -> Result<u64, StoreError> {
-    u64::try_from(value).map_err(|_| StoreError::BadValue {
-        op,
-        column,
-        value: value.to_string(),
-    })
-}
-
-/// Parses a stored state name with `parse`, naming the column when it is unknown.
-pub(crate) fn parse_name<T>(
-    op: Op,
-    column: &'static str,
-    text: &str,
-    parse: fn(&str) -> Option<T>,
-) -> Result<T, StoreError> {
-    parse(text).ok_or_else(|| StoreError::BadValue {
-        op,
-        column,
-        value: text.to_string(),
-    })
-}
 
 /// Prepared statements kept; above the number of distinct statements the store runs
 /// (filters of `list_runs`/`list_events` build a few variants each).
