@@ -7,10 +7,11 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::diagnostic::Diagnostic;
+use super::job::Job;
 use super::read_job::JobDefaults;
 use super::types::Executor;
 use super::yaml::Pos;
-use super::{Diagnostic, Job};
 
 /// What a job inherits from `saltpeter_config`, owned (a cached job is reused only while
 /// these are unchanged).

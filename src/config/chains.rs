@@ -8,9 +8,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::diagnostic::{Diagnostic, Severity};
+use super::entries::{InvalidJob, JobEntry};
 use super::values::diagnostic;
 use super::yaml::Pos;
-use super::{Diagnostic, InvalidJob, JobEntry, Severity};
 
 /// Check every job's `after`; jobs on a cycle or chained to a missing job become invalid.
 pub(super) fn check_chains(jobs: &mut BTreeMap<String, JobEntry>, out: &mut Vec<Diagnostic>) {

@@ -12,8 +12,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The special top-level keys; every other top-level key is a job name.
+pub(super) const CONFIG_KEY: &str = "saltpeter_config";
+pub(super) const MAINTENANCE_KEY: &str = "saltpeter_maintenance";
 use super::yaml::{Node, NodeKind};
-use super::{CONFIG_KEY, MAINTENANCE_KEY};
 
 /// Numbers the parses of this process: a cached job is reused only while its file keeps
 /// the parse it was validated from.

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use super::notify::check_url;
-use super::saltpeter::Secret;
+use super::types::Secret;
 use super::values;
 use super::yaml::Node;
 
@@ -49,7 +49,7 @@ impl Default for LogSettings {
     fn default() -> Self {
         LogSettings {
             logdir: None,
-            log_max_bytes: 100 * super::MIB,
+            log_max_bytes: 100 * super::types::MIB,
             log_keep: 5,
             es: Raw::default(),
             opensearch: Raw::default(),

@@ -13,9 +13,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::saltpeter::{self, Section};
+use super::content::CONFIG_KEY;
+use super::entries::{ConfigDirError, Fingerprint};
+use super::saltpeter;
+use super::saltpeter::SaltpeterConfig;
+use super::types::MIB;
+use super::values::Section;
 use super::yaml::{self, Node, NodeKind, Pos};
-use super::{CONFIG_KEY, ConfigDirError, Fingerprint, MIB, SaltpeterConfig};
 
 /// The largest configuration file read. Parsing is linear, but a file this big is a
 /// mistake more likely than a plan (10,000 ordinary jobs take about 2 MiB).
@@ -205,7 +209,7 @@ pub fn load_settings(dir: &Path) -> Result<SaltpeterConfig, ConfigDirError> {
 fn check_database_settings(
     sections: &[Section<'_>],
     settings: &SaltpeterConfig,
-    diagnostics: &[super::Diagnostic],
+    diagnostics: &[super::diagnostic::Diagnostic],
 ) -> Result<(), ConfigDirError> {
     let file_error = |file: &Path, pos: Pos, message: String| ConfigDirError::File {
         path: file.to_path_buf(),
@@ -214,10 +218,9 @@ fn check_database_settings(
     };
     for key in ["database_ca_file", "database_plaintext_ok"] {
         let prefix = format!("`saltpeter_config.{key}`");
-        if let Some(d) = diagnostics
-            .iter()
-            .find(|d| d.severity == super::Severity::Error && d.message.starts_with(&prefix))
-        {
+        if let Some(d) = diagnostics.iter().find(|d| {
+            d.severity == super::diagnostic::Severity::Error && d.message.starts_with(&prefix)
+        }) {
             let pos = Pos {
                 line: d.line,
                 column: d.column,
@@ -225,7 +228,7 @@ fn check_database_settings(
             return Err(file_error(&d.file, pos, d.message.clone()));
         }
     }
-    if let Some(message) = saltpeter::database_problem(settings)
+    if let Some(message) = settings.database_problem()
         && let Some((file, pos)) = saltpeter::key_origin(sections, "database_url")
     {
         return Err(file_error(

@@ -114,11 +114,11 @@ pub struct After {
 }
 
 impl Job {
-    /// `wrapper_path`, or the built-in [`super::DEFAULT_WRAPPER_PATH`].
+    /// `wrapper_path`, or the built-in [`super::saltpeter::DEFAULT_WRAPPER_PATH`].
     pub fn wrapper_path_or_default(&self) -> &str {
         self.wrapper_path
             .as_deref()
-            .unwrap_or(super::DEFAULT_WRAPPER_PATH)
+            .unwrap_or(super::saltpeter::DEFAULT_WRAPPER_PATH)
     }
 
     /// The job as JSON for the API and UI, with environment values replaced by `***`.

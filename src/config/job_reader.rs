@@ -1,16 +1,16 @@
 //! The reader behind `read_job`: typed values out of a job's YAML nodes, each error and
 //! warning a diagnostic at its file:line:column.
 
+use super::diagnostic::{Diagnostic, Severity};
 use super::types::Overlap;
 use super::values::{self, Sink};
 use super::yaml::{Node, NodeKind, Pos};
-use super::{Diagnostic, Severity};
 use crate::schedule::{CronFields, Schedule, ScheduleError};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use std::collections::BTreeMap;
 
-use super::read_job::{ALLOW_OVERLAP_PHRASE, CRON_KEYS, JOB_KEYS, MAX_ENV_JSON};
+use super::job_keys::{ALLOW_OVERLAP_PHRASE, CRON_KEYS, JOB_KEYS, MAX_ENV_JSON};
 
 pub(super) struct Reader<'s, 'f> {
     pub(super) job: &'s str,

@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::cache::{CachedJob, DefaultsKey, JobCache};
+use super::diagnostic::{Diagnostic, Severity};
+use super::entries::{FileState, FileStatus, InvalidJob, JobEntry};
 use super::read_job::{self, JobDefaults};
 use super::values::{self, Sink, diagnostic};
 use super::yaml::{Node, Pos};
-use super::{Diagnostic, FileState, FileStatus, InvalidJob, JobEntry, Severity};
 
 /// A job definition found in a file: where its name is, and its mapping while it is kept.
 struct Definition<'a> {

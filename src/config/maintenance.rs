@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use super::Severity;
-use super::saltpeter::Section;
+use super::diagnostic::Severity;
+use super::values::Section;
 use super::values::{self, Sink, unknown_key_message};
 use super::yaml::NodeKind;
 
@@ -21,7 +21,7 @@ pub struct Maintenance {
 /// `machines`.
 pub(crate) fn merge_maintenance(
     sections: &[Section<'_>],
-    out: &mut Vec<super::Diagnostic>,
+    out: &mut Vec<super::diagnostic::Diagnostic>,
 ) -> Maintenance {
     let mut maintenance = Maintenance::default();
     for section in sections {

@@ -37,10 +37,13 @@ mod cache;
 mod chains;
 mod content;
 pub mod database;
+mod diagnostic;
+mod entries;
 pub mod export;
 mod files;
 mod identities;
 mod job;
+mod job_keys;
 mod job_reader;
 mod limits;
 mod load_jobs;
@@ -65,13 +68,13 @@ mod tests;
 mod yaml_tests;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
 
+pub use diagnostic::{Diagnostic, Severity};
+pub use entries::{ConfigDirError, FileState, FileStatus, Fingerprint, InvalidJob, JobEntry};
 pub use identities::{ApiIdentity, ApiRole};
 pub use job::{After, ChainOn, Job};
 pub use saltpeter::ApiAuth;
@@ -87,162 +90,13 @@ pub use files::{
 };
 
 use cache::JobCache;
+use content::CONFIG_KEY;
 use content::FileContent;
 use load_jobs::load_jobs;
 use read_job::JobDefaults;
-use saltpeter::Section;
+use values::Section;
 use values::diagnostic;
 use yaml::Node;
-
-/// The special top-level keys; every other top-level key is a job name.
-const CONFIG_KEY: &str = "saltpeter_config";
-const MAINTENANCE_KEY: &str = "saltpeter_maintenance";
-
-/// The configuration directory itself could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigDirError {
-    #[error("could not read configuration directory {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("configuration path {path} is not a directory")]
-    NotADirectory { path: PathBuf },
-    #[error("{path}{at}: {message}")]
-    File {
-        path: PathBuf,
-        /// `, line N`, or nothing when the whole file is at fault.
-        at: String,
-        message: String,
-    },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Severity {
-    /// The job (or file, or setting) is not used as written.
-    Error,
-    /// Accepted, but probably not what was meant (unknown key, no-effect key, ...).
-    Warning,
-}
-
-impl fmt::Display for Severity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-        })
-    }
-}
-
-/// One problem found in the configuration. Displays as `file:line:column: message`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Diagnostic {
-    pub file: PathBuf,
-    /// 1-based; 0 when the problem concerns the whole file (e.g. it cannot be read).
-    pub line: usize,
-    pub column: usize,
-    pub severity: Severity,
-    /// The job concerned, if any.
-    pub job: Option<String>,
-    pub message: String,
-}
-
-impl fmt::Display for Diagnostic {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}: {}",
-            self.file.display(),
-            self.line,
-            self.column,
-            self.message
-        )
-    }
-}
-
-/// What identifies a file's content cheaply: if none of these changed, the file did not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Fingerprint {
-    pub len: u64,
-    pub modified: Option<SystemTime>,
-    pub ctime_ns: i128,
-    pub inode: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileState {
-    /// Parsed; its jobs are the ones in it now.
-    Loaded,
-    /// Could not be read or parsed; `kept_previous` if its last good version is in effect.
-    Failed { kept_previous: bool },
-}
-
-#[derive(Debug, Clone)]
-pub struct FileStatus {
-    pub fingerprint: Fingerprint,
-    pub state: FileState,
-    /// What later loads need of the last good parse of this file (this one, or the
-    /// previous one when `Failed`).
-    content: Option<Arc<FileContent>>,
-}
-
-/// A job that could not be validated: listed (status, API, UI) but never fired.
-#[derive(Debug, Clone)]
-pub struct InvalidJob {
-    pub name: String,
-    pub group: String,
-    pub file: PathBuf,
-    pub line: usize,
-    pub errors: Vec<Diagnostic>,
-}
-
-#[derive(Debug, Clone)]
-pub enum JobEntry {
-    /// Shared: runs in flight and reloads hold the same job without copying it.
-    Valid(Arc<Job>),
-    /// Boxed: most jobs are valid, and an entry is then as small as the `Arc`.
-    Invalid(Box<InvalidJob>),
-}
-
-impl JobEntry {
-    pub fn name(&self) -> &str {
-        match self {
-            JobEntry::Valid(job) => &job.name,
-            JobEntry::Invalid(bad) => &bad.name,
-        }
-    }
-
-    pub fn group(&self) -> &str {
-        match self {
-            JobEntry::Valid(job) => &job.group,
-            JobEntry::Invalid(bad) => &bad.group,
-        }
-    }
-
-    pub fn file(&self) -> &Path {
-        match self {
-            JobEntry::Valid(job) => &job.file,
-            JobEntry::Invalid(bad) => &bad.file,
-        }
-    }
-
-    /// The job, if it is valid.
-    pub fn job(&self) -> Option<&Job> {
-        match self {
-            JobEntry::Valid(job) => Some(job),
-            JobEntry::Invalid(_) => None,
-        }
-    }
-
-    /// The shared job, if it is valid.
-    pub fn job_ref(&self) -> Option<&Arc<Job>> {
-        match self {
-            JobEntry::Valid(job) => Some(job),
-            JobEntry::Invalid(_) => None,
-        }
-    }
-}
 
 /// The result of loading a configuration directory.
 #[derive(Debug, Clone)]

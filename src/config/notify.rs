@@ -14,7 +14,7 @@
 //! Every problem is reported at its own line, so a typo in a URL or an address is found
 //! by `saltpeterctl config check`, not at 3 a.m. when the first notification is due.
 
-use super::saltpeter::Secret;
+use super::types::Secret;
 use super::values;
 use super::yaml::{Node, NodeKind, Pos};
 use serde::{Deserialize, Serialize};

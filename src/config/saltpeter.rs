@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use chrono_tz::Tz;
 
-use super::Severity;
+use super::diagnostic::Severity;
 use super::types::{Executor, MIB};
 pub use super::types::{Retention, Secret};
 use super::values::{self, Sink, unknown_key_message};
@@ -20,10 +20,10 @@ use super::yaml::{Node, NodeKind};
 
 pub use super::maintenance::Maintenance;
 pub(crate) use super::maintenance::merge_maintenance;
-pub(crate) use super::saltpeter_values::database_problem;
 use super::saltpeter_values::{
     read_database_ca_file, read_database_url, read_retention, read_servers,
 };
+use super::values::Section;
 use super::yaml::Pos;
 
 /// The wrapper path used when neither the job nor `saltpeter_config` names one.
@@ -54,7 +54,7 @@ pub struct SaltpeterConfig {
     pub salt_bridge: bool,
     pub api_token: Option<Secret>,
     /// `api_tokens`: named identities with roles (config/identities.rs).
-    pub api_tokens: Vec<super::ApiIdentity>,
+    pub api_tokens: Vec<super::identities::ApiIdentity>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     /// TLS on the wrapper port and the API (default on; `false` only on loopback ports).
@@ -487,18 +487,12 @@ impl SaltpeterConfig {
     }
 }
 
-/// One file's `saltpeter_config` or `saltpeter_maintenance` section.
-pub(crate) struct Section<'a> {
-    pub(crate) file: &'a Path,
-    pub(crate) node: &'a Node,
-}
-
 /// Merges the `saltpeter_config` sections. Returns the settings and, per key, the value that
 /// applied (kept for the next load's fallback).
 pub(crate) fn merge_saltpeter(
     sections: &[Section<'_>],
     previous_good: Option<&BTreeMap<String, Arc<Node>>>,
-    out: &mut Vec<super::Diagnostic>,
+    out: &mut Vec<super::diagnostic::Diagnostic>,
 ) -> (SaltpeterConfig, BTreeMap<String, Arc<Node>>) {
     // key -> (file, value), later files winning.
     let mut merged: BTreeMap<String, (&Path, &Node)> = BTreeMap::new();
@@ -568,7 +562,7 @@ pub(crate) fn merge_saltpeter(
             }
         }
     }
-    if let (Some(message), Some((file, pos))) = (database_problem(&config), url_origin) {
+    if let (Some(message), Some((file, pos))) = (config.database_problem(), url_origin) {
         let mut sink = Sink { file, out };
         sink.push(
             Severity::Error,

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::saltpeter::{Retention, SaltpeterConfig, Secret};
+use super::types::{Retention, Secret};
 use super::values;
 use super::yaml::{Node, NodeKind};
 
@@ -42,19 +42,6 @@ pub(super) fn read_database_ca_file(node: &Node) -> Result<Option<PathBuf>, Stri
         return Err(format!("`{}` is not an absolute path", path.display()));
     }
     Ok(Some(path))
-}
-
-/// What is wrong with the database settings taken together (config/database.rs): a
-/// URL whose TLS settings do not resolve, plain text to a host that is not local
-/// without `database_plaintext_ok`, an unreadable CA file. Never holds the URL.
-pub(crate) fn database_problem(sp: &SaltpeterConfig) -> Option<String> {
-    let url = sp.database_url.as_ref()?;
-    super::database::check(
-        url.expose(),
-        sp.database_ca_file.as_deref(),
-        sp.database_plaintext_ok,
-    )
-    .err()
 }
 
 /// `servers`: wrapper URLs (`ws://` or `wss://`), one per server; a comma or a space

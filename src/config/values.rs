@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::diagnostic::{Diagnostic, Severity};
 use super::yaml::{Node, NodeKind, Pos};
-use super::{Diagnostic, Severity};
 
 /// Diagnostics for one file.
 pub(crate) struct Sink<'a> {
@@ -202,4 +202,10 @@ fn levenshtein(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
+}
+
+/// One file's `saltpeter_config` or `saltpeter_maintenance` section.
+pub(crate) struct Section<'a> {
+    pub(crate) file: &'a std::path::Path,
+    pub(crate) node: &'a Node,
 }

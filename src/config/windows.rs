@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 
+use super::diagnostic::{Diagnostic, Severity};
 use super::values::{self, Sink};
 use super::yaml::{Node, NodeKind};
-use super::{Diagnostic, Severity};
 use crate::schedule::Schedule;
 
 /// Keys of one window.
