@@ -14,6 +14,11 @@ pub type RunId = u64;
 /// Unix time in milliseconds (UTC). Instants are stored and sent as this everywhere.
 pub type Millis = i64;
 
+/// Now, as unix milliseconds (the daemon's clock for everything it records).
+pub fn now_ms() -> Millis {
+    chrono::Utc::now().timestamp_millis()
+}
+
 macro_rules! str_enum {
     ($(#[$m:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$m])*

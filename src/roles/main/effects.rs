@@ -7,12 +7,9 @@ use super::{DbWait, Main};
 use crate::wire::db::DbRequest;
 use crate::wire::db::TargetUpdate;
 use crate::wire::link::MainToHub;
-use crate::wire::records::{Millis, RunId, TargetReason, TargetState};
+pub use crate::wire::records::now_ms;
+use crate::wire::records::{RunId, TargetReason, TargetState};
 use crate::wire::wrapper::{KillReason, ServerMsg};
-
-pub fn now_ms() -> Millis {
-    chrono::Utc::now().timestamp_millis()
-}
 
 /// Perform the effects of a transition of `machine`'s target in `run`.
 pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {

@@ -17,6 +17,7 @@ use crate::ipc::rpc::{Call, CallError};
 use crate::wire::db::{DbReply, DbRequest, WrapperSeen, calls};
 use crate::wire::link::{BlockingRequest, WrapperBuild, blocking_calls};
 use crate::wire::records::Millis;
+use crate::wire::records::now_ms;
 use crate::workflow::{WakeEvent, WakeKey};
 
 /// A build seen again is written to db at most this often (its `seen` time).
@@ -73,10 +74,6 @@ pub enum Need {
     Wait,
     /// Deployments that ended without the build, since the caller started waiting.
     Failed(Vec<(String, Failure)>),
-}
-
-fn now_ms() -> Millis {
-    crate::roles::main::effects::now_ms()
 }
 
 /// The operator serves the wrapper (`wrapper_source`): its hash is not this build's.

@@ -10,11 +10,8 @@ use super::{DbWait, Main};
 use crate::config::Job;
 use crate::wire::db::DbRequest;
 use crate::wire::notify::{ExportDest, JobLog, JobLogEntry};
+use crate::wire::records::now_ms;
 use crate::wire::records::{Millis, RunId, TargetState};
-
-fn now_ms() -> Millis {
-    chrono::Utc::now().timestamp_millis()
-}
 
 fn send(core: &mut Main, job: &Job, run: Option<RunId>, entries: Vec<JobLogEntry>) {
     let logs = &core.config.saltpeter.logs;

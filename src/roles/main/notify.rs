@@ -35,6 +35,7 @@ use crate::wire::notify::{
     DeliverOrder, DeliveryAttempt, DeliveryFilter, DueDelivery, MailTransport, NewDelivery,
     Outgoing,
 };
+use crate::wire::records::now_ms;
 use crate::wire::records::{Millis, RunState, TargetReason};
 
 /// Messages being sent at once.
@@ -92,10 +93,6 @@ pub struct Notifier {
     taking: bool,
     /// When the outbox may next have something due; `None`: nothing pending.
     due_at: Option<Millis>,
-}
-
-fn now_ms() -> Millis {
-    chrono::Utc::now().timestamp_millis()
 }
 
 /// At start: release the leases of the last life, learn the last states, look for work.

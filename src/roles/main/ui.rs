@@ -23,6 +23,7 @@ use crate::ipc::rpc::CallError;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
+use crate::wire::records::now_ms;
 use crate::wire::records::{Millis, RunId, RunRecord, RunState, TargetRecord};
 use crate::wire::ui::{
     ConfigView, CronEntryView, CronView, DetailsView, LastStateView, RunningView, SettingsView,
@@ -81,10 +82,6 @@ pub struct UiState {
     /// Jobs whose last firing was skipped because the previous run was still going.
     overlapped: BTreeSet<String>,
     pub metrics: super::metrics::MainMetrics,
-}
-
-fn now_ms() -> Millis {
-    chrono::Utc::now().timestamp_millis()
 }
 
 /// Start-up: the configuration goes out at once, the status once db said what ran last.
