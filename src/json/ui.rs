@@ -1,4 +1,4 @@
-//! The messages of `/ws`, the original Saltpeter UI protocol (PROTOCOLS.md section 2.1),
+//! The messages of `/ws`, the original Saltpeter UI protocol (docs/api.md, `/ws`),
 //! rendered from the typed views main sends the hub (`crate::wire::ui`).
 //!
 //! Keys without a value are left out, as the original left them out (`last_run` of a job

@@ -1,6 +1,6 @@
 //! Next fire times against a table of expressions. Every expected instant was worked out by
 //! hand from the calendar and the zone's rules (not by running this code), so a row that
-//! fails is a real disagreement with the contract (CONFIG.md sections 2 and 3).
+//! fails is a real disagreement with the contract (docs/configuration.md, Job keys).
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;

@@ -330,7 +330,7 @@ pub struct OutputLimit {
 }
 
 impl Default for OutputLimit {
-    /// 1 MiB head + 1 MiB tail (CONFIG.md `output_limit`).
+    /// 1 MiB head + 1 MiB tail (docs/configuration.md, `output_limit`).
     fn default() -> Self {
         OutputLimit {
             head: 1 << 20,

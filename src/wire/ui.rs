@@ -1,4 +1,4 @@
-//! Types of the HTTP API and of the dashboard's live updates (PROTOCOLS.md section 2)
+//! Types of the HTTP API and of the dashboard's live updates (docs/api.md)
 //! that cross the hub-main link.
 //!
 //! The API's questions and commands are `AdminRequest`s (`wire/admin.rs`, one vocabulary

@@ -1,4 +1,4 @@
-//! Wrapper <-> hub protocol v1 (PROTOCOLS.md section 1), shared by `saltpeter-wrapper`
+//! Wrapper <-> hub protocol v1 (docs/protocols.md, Wrapper <-> hub), shared by `saltpeter-wrapper`
 //! and the hub.
 //!
 //! Text frames carry one JSON object with a `type` field; binary frames carry output as

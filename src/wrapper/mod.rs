@@ -1,5 +1,5 @@
 //! `saltpeter-wrapper`: runs one job on a target machine and reports to the hub
-//! (ARCHITECTURE.md section 7, PROTOCOLS.md section 1).
+//! (docs/protocols.md, Wrapper <-> hub).
 //!
 //! Outline:
 //! 1. `settings`: validate `SP_URL`, `SP_RUN` and the identity: through Salt, the minion

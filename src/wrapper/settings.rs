@@ -1,5 +1,5 @@
 //! What the wrapper is started with, validated before anything forks: the four `SP_*`
-//! variables (PROTOCOLS.md section 1) and the hub URL they name.
+//! variables (docs/protocols.md, Wrapper <-> hub) and the hub URL they name.
 //!
 //! Also the loop's tunables ([`Options`]). Pure functions over plain inputs, so the rules (which URLs are accepted, where the
 //! path is appended, what a bad run id looks like) are tested without a process.

@@ -1,7 +1,7 @@
 //! Command output in the store: frames appended idempotently by sequence number, kept
 //! within a head + tail limit per target, and read back in arrival order.
 //!
-//! Sequence numbers (PROTOCOLS.md section 1) number the frames of one (run, machine)
+//! Sequence numbers (docs/protocols.md, Wrapper <-> hub) number the frames of one (run, machine)
 //! from 1, shared by stdout and stderr. A seq is *seen* once its frame arrived, whether
 //! its bytes were kept or dropped by the limit; a seen seq is never stored again. The
 //! target row keeps `seq_contiguous` (all of 1..=it seen); seqs seen above it (only after

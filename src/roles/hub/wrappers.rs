@@ -1,4 +1,4 @@
-//! The wrapper endpoint: WebSocket protocol v1 (PROTOCOLS.md section 1) on the hub's loop.
+//! The wrapper endpoint: WebSocket protocol v1 (docs/protocols.md, Wrapper <-> hub) on the hub's loop.
 //!
 //! Each connection goes: TCP accept (per-address quota of connections still in their
 //! hello; when it is full the oldest of them that has not said hello makes room) -> non-blocking WebSocket

@@ -1,4 +1,4 @@
-//! The live view of main's state for the dashboard's `/ws` (PROTOCOLS.md section 2.1).
+//! The live view of main's state for the dashboard's `/ws` (docs/api.md, `/ws`).
 //!
 //! Event-driven: the handlers that change a run mark its job (`run_changed`, called from
 //! `Main::wake_run`), and after every event the loop calls `flush`, which sends the hub

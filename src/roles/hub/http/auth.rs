@@ -1,4 +1,4 @@
-//! Who may use the API (PROTOCOLS.md section 2.3, docs/security.md).
+//! Who may use the API (docs/api.md, docs/security.md).
 //!
 //! - `api_auth: token` (the default): `Authorization: Bearer <token>` of one of the
 //!   configured identities (`api_tokens`, and `api_token` as the `admin` named

@@ -1,6 +1,6 @@
 //! The live output of watched targets, fed by the wrapper frames the hub relays to main.
 //!
-//! For each target a watched job's details cover (PROTOCOLS.md section 2.1):
+//! For each target a watched job's details cover (docs/api.md, `/ws`):
 //! 1. the stored output is read once through main (`LiveOutput`, which says up to which
 //!    frame it goes); frames arriving meanwhile wait, and those the read already held are
 //!    dropped, so every frame shows once and in order (by seq, which also drops a

@@ -1,4 +1,4 @@
-//! The live output text of one target for `/ws` subscribers (PROTOCOLS.md section 2.1).
+//! The live output text of one target for `/ws` subscribers (docs/api.md, `/ws`).
 //!
 //! The original counted positions in characters of the output decoded from UTF-8 with
 //! invalid bytes replaced. Here the bytes are decoded as they come: a multi-byte

@@ -1,4 +1,4 @@
-//! The HTTP API, `/ws` and the dashboard (PROTOCOLS.md section 2) on the hub's loop.
+//! The HTTP API, `/ws` and the dashboard (docs/protocols.md, HTTP API) on the hub's loop.
 //!
 //! One connection goes: accept (a cap on open connections) -> read into a buffer ->
 //! `parse` a complete request (size limits) -> `routes` decides: answer at once (static

@@ -1,4 +1,4 @@
-//! `/ws`: the original Saltpeter UI protocol (PROTOCOLS.md section 2.1).
+//! `/ws`: the original Saltpeter UI protocol (docs/api.md, `/ws`).
 //!
 //! 1. Connect: the handshake (tungstenite, over the request bytes the HTTP layer already
 //!    read), then the last `config` and `status` messages; from then on `status` again

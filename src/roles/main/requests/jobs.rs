@@ -182,7 +182,7 @@ fn valid_job<'a>(core: &'a Main, name: &str) -> Result<&'a Arc<Job>, AdminFailur
 
 /// Start `name` now; with `targets`, on those only: for `local` a subset of the job's
 /// targets, for `salt` an explicit list of minions (run as a `list` target). Answered
-/// with `Started` once the run is recorded (`run_flow`).
+/// with `Started` once the run is recorded (the run Workflow, `run/`).
 pub fn run_now(core: &mut Main, call: CallId, name: &str, targets: Option<Vec<String>>) {
     let job = match valid_job(core, name) {
         Ok(job) => Arc::clone(job),

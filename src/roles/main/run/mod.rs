@@ -1,4 +1,4 @@
-//! The run Workflow (ARCHITECTURE.md section 5) and the firing of slots.
+//! The run Workflow (docs/architecture.md, Event loop and Workflows) and the firing of slots.
 //!
 //! Steps: `resolve_targets` (maintenance hosts out, `number_of_targets`, batches) ->
 //! `record_run` (unique per job and slot: a slot never runs twice) -> per batch
