@@ -145,6 +145,12 @@ pub struct JobSpec {
     /// spec also crosses the internal links in bincode, which has no optional fields.)
     #[serde(default = "yes")]
     pub timeout_counts_suspended: bool,
+    /// Seconds between heartbeats while waiting for `go` (a pre-staged welcome); 0, or
+    /// absent from older servers: `heartbeat_s`. Staged wrappers only wait, and the
+    /// server allows their silence accordingly: 10,000 of them staged for a minute
+    /// heartbeating every 5 s were 120,000 messages per firing for nothing.
+    #[serde(default)]
+    pub staged_heartbeat_s: u64,
 }
 
 /// Messages from the server to the wrapper.

@@ -211,6 +211,7 @@ mod tests {
             overlap_lock: false,
             splay_s: 0,
             timeout_counts_suspended: true,
+            staged_heartbeat_s: 0,
         }
     }
 

@@ -396,6 +396,11 @@ fn vet_hello(
             overlap_lock: job.overlap == crate::config::Overlap::Forbid,
             splay_s: job.splay_s,
             timeout_counts_suspended: job.timeout_counts_suspended,
+            staged_heartbeat_s: if wait_for_go {
+                super::sessions::staged_heartbeat_s(heartbeat_s)
+            } else {
+                0
+            },
         },
         resume_key: Redacted(key),
         acked_seq,

@@ -65,6 +65,7 @@ fn job(command: &str) -> JobSpec {
         overlap_lock: false,
         splay_s: 0,
         timeout_counts_suspended: true,
+        staged_heartbeat_s: 0,
     }
 }
 

@@ -94,11 +94,27 @@ fn measure_size(
             t.elapsed().as_secs_f64()
         );
     }
-    // A firing's launches, connections and proofs all fit in the period.
+    // A firing's launches, connections and proofs all fit in the period. Above 2,000
+    // the first slot is a minute after the start (every 3 minutes after it), so its
+    // wrappers wait staged for as long in every measurement: the lead (150 s) covers it,
+    // and a minute is what `prestage_cap` gives a first slot by default.
     let (sec, min, period, lead) = if n <= 2000 {
-        ("0,30", "*", Duration::from_secs(30), 25)
+        (
+            "0,30".to_string(),
+            "*".to_string(),
+            Duration::from_secs(30),
+            25,
+        )
     } else {
-        ("0", "*/3", Duration::from_secs(180), 150)
+        use chrono::Timelike;
+        let first = chrono::Utc::now() + chrono::Duration::seconds(60);
+        let (sec, min) = (first.second(), first.minute());
+        (
+            sec.to_string(),
+            format!("{}-59/3", min % 3),
+            Duration::from_secs(180),
+            150,
+        )
     };
     let api_port = crate::harness::free_port()?;
     let mut d = Daemon::prepare(&env.bins, &[])?;
