@@ -32,7 +32,7 @@ use crate::harness::{Daemon, free_port, is_final, ms};
 use crate::procstat;
 use crate::results::ScenarioResult;
 use tally::{Observed, Phase};
-use testbed::{HERD_MINIONS, Publish, SaltCpu, Testbed};
+use testbed::{Publish, SaltCpu, Testbed, herd_minions_count};
 
 pub const SCENARIO: Scenario = Scenario {
     name: "herd",
@@ -120,14 +120,16 @@ fn run(env: &Env) -> Result<ScenarioResult, BenchError> {
     let mut result = env.result("herd");
     let list: Vec<String> = sizes.iter().map(usize::to_string).collect();
     result.sizes = format!(
-        "{} jobs × {HERD_MINIONS} minions every {} s, {slots} slots fresh and {slots} after a restart",
+        "{} jobs × {} minions every {} s, {slots} slots fresh and {slots} after a restart",
         list.join(", "),
+        herd_minions_count(),
         PERIOD_MS / 1000
     );
-    if testbed.minions.len() > HERD_MINIONS {
+    if testbed.minions.len() > herd_minions_count() {
         result.note(format!(
-            "the testbed has {} minions: the jobs target the first {HERD_MINIONS} as a list",
-            testbed.minions.len()
+            "the testbed has {} minions: the jobs target the first {} as a list",
+            testbed.minions.len(),
+            herd_minions_count()
         ));
     }
     if !testbed.settle(SETTLE) {
@@ -219,7 +221,7 @@ fn herd_once(
     let wrapper_path = wrappers.0.join("saltpeter-wrapper");
     testbed.forget_wrapper(&wrapper_path)?;
     let minions = testbed.herd_minions().to_vec();
-    let targets = if testbed.minions.len() == HERD_MINIONS {
+    let targets = if testbed.minions.len() == minions.len() {
         "targets: '*'".to_string()
     } else {
         format!("targets: '{}'\n  target_type: list", minions.join(","))
