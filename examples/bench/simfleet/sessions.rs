@@ -524,11 +524,8 @@ impl Sessions {
             let Some(s) = self.slots[slot].as_mut() else {
                 continue;
             };
-            let beat = match (s.phase, s.staged_beat) {
-                (Phase::Staged, Some(staged)) => staged,
-                _ => s.heartbeat,
-            };
-            s.next_beat = Some(now + beat);
+            let staged = s.staged_beat.filter(|_| s.phase == Phase::Staged);
+            s.next_beat = Some(now + staged.unwrap_or(s.heartbeat));
             if let Link::Open(ws) = &mut s.link
                 && send_json(
                     ws,

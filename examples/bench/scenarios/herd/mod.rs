@@ -304,6 +304,9 @@ fn life(
     d.spawn()?;
     d.wait_ready()?;
     let served = slots_after(started_ms, slots);
+    // Once the first slot is done: what each later firing costs, without the start.
+    wait_slots(d, jobs, &served[..1]);
+    let first = (daemon_cpu(d), testbed.cpu());
     wait_slots(d, jobs, &served);
     let next = slots_after(now_ms(), 1)[0];
     if next - now_ms() < STOP_MARGIN_MS {
@@ -316,7 +319,22 @@ fn life(
         .max()
         .unwrap_or(0);
     let (daemon_cpu, bridge_cpu) = daemon_cpu(d);
-    let salt_cpu = testbed.cpu() - salt_before;
+    let salt_now = testbed.cpu();
+    let salt_cpu = salt_now - salt_before;
+    if slots > 1 {
+        let later = (slots - 1) as f64;
+        let salt = salt_now - first.1;
+        let bridge = bridge_cpu.unwrap_or(0.0) - first.0.1.unwrap_or(0.0);
+        result.note(format!(
+            "{}, {phase}: per slot after the first (no start-up), CPU-ms: daemon {:.1} (of which \
+             the salt bridge {:.1}), salt-master {:.1}, salt-minions {:.1}",
+            tally::jobs_text(jobs),
+            (daemon_cpu - first.0.0) * 1000.0 / later,
+            bridge * 1000.0 / later,
+            salt.master * 1000.0 / later,
+            salt.minions * 1000.0 / later,
+        ));
+    }
     let stopped_ms = now_ms();
     if !d.terminate(STOP_GRACE)? {
         result.note(format!(
