@@ -306,7 +306,7 @@ fn life(
     let served = slots_after(started_ms, slots);
     // Once the first slot is done: what each later firing costs, without the start.
     wait_slots(d, jobs, &served[..1]);
-    let first = (daemon_cpu(d), testbed.cpu());
+    let first = (daemon_cpu(d), testbed.cpu(), role_cpu(d));
     wait_slots(d, jobs, &served);
     let next = slots_after(now_ms(), 1)[0];
     if next - now_ms() < STOP_MARGIN_MS {
@@ -325,11 +325,23 @@ fn life(
         let later = (slots - 1) as f64;
         let salt = salt_now - first.1;
         let bridge = bridge_cpu.unwrap_or(0.0) - first.0.1.unwrap_or(0.0);
+        let roles: Vec<String> = role_cpu(d)
+            .into_iter()
+            .map(|(role, cpu)| {
+                let was = first
+                    .2
+                    .iter()
+                    .find(|(r, _)| *r == role)
+                    .map_or(0.0, |r| r.1);
+                format!("{role} {:.1}", (cpu - was) * 1000.0 / later)
+            })
+            .collect();
         result.note(format!(
-            "{}, {phase}: per slot after the first (no start-up), CPU-ms: daemon {:.1} (of which \
-             the salt bridge {:.1}), salt-master {:.1}, salt-minions {:.1}",
+            "{}, {phase}: per slot after the first (no start-up), CPU-ms: daemon {:.1} ({}; \
+             the salt bridge {:.1} of blocking's), salt-master {:.1}, salt-minions {:.1}",
             tally::jobs_text(jobs),
             (daemon_cpu - first.0.0) * 1000.0 / later,
+            roles.join(", "),
             bridge * 1000.0 / later,
             salt.master * 1000.0 / later,
             salt.minions * 1000.0 / later,
@@ -379,6 +391,31 @@ fn wait_slots(d: &Daemon, jobs: usize, slots: &[i64]) {
         }
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+/// CPU-s of each daemon process (by `--role`, the supervisor without one) with what
+/// runs below it.
+fn role_cpu(d: &Daemon) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for p in procstat::tree(d.pid()) {
+        let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmd
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let role = match args.iter().position(|a| a == "--role") {
+            Some(i) => args.get(i + 1).cloned().unwrap_or_default(),
+            None if p == d.pid() => "supervisor".to_string(),
+            // A child of a role (the salt bridge, a salt command): counted with blocking.
+            None => "blocking".to_string(),
+        };
+        let cpu = procstat::cpu_with_children_secs(p);
+        match out.iter_mut().find(|(r, _)| *r == role) {
+            Some(entry) => entry.1 += cpu,
+            None => out.push((role, cpu)),
+        }
+    }
+    out
 }
 
 /// CPU-s of the daemon's processes and the children they reaped, and of its salt bridge.
