@@ -151,7 +151,8 @@ are staged as long in every measurement (a minute is what `prestage_cap` gives a
 slot by default). After (two runs): 0.349 and 0.348 ms at 1,000, 0.415 and 0.384 ms at \
 10,000 (hub 0.216–0.227, main 0.108–0.117, db 0.055–0.065), commits 16–26 and 47–52; \
 slot → started p99 at 10,000 296 ms (load 2.3) and 871 ms (load 3.5, others' builds), \
-RSS unchanged (hub 142 MiB, main 35 MiB, db 23 MiB). Commits are not strictly \
+peak RSS hub 142–144 MiB (142 before), main 35–38 (34), db 23–28 (20: it holds larger \
+batches). Commits are not strictly \
 independent of N: about log2(T / 10 ms) for a stream of T seconds up to 1.28 s, then one \
 per 1.28 s, so a firing whose streams last longer (10,000 wrappers connect over about \
 20 s on this machine) costs two or three times the commits of a 1,000 one; a longer cap \
