@@ -131,4 +131,45 @@ The goal of 0.5 ms is not met at 10,000: the hub's share grows from 1,000 to 10,
 beside the daemon spends 1.0–1.3 ms per target on the same two cores. A deployment's log \
 line names five minions and how many more (it named all 10,000: 90 KB). The hub raises \
 its open-file limit to the hard limit (20,000 here; the systemd unit sets 65,536).
+- **Fleet, second pass** (issue 27). Measured back to back with the same driver on this \
+2-core machine (load 1.9–2.5, the benchmark's own): before (70930a5) 0.303 ms per target \
+at 1,000 (hub 0.185, main 0.076, db 0.040) and 0.487 ms at 10,000 (hub 0.272, main 0.147, \
+db 0.063), 79 and 639 commits per firing; the figure of 0.87 ms above was taken under other \
+builds and with the 10,000 firing's wrappers staged for up to 150 s, which the figure \
+depended on: the first slot of the 10,000 size fell anywhere in a 3-minute period. \
+`perf record` of a 10,000 firing: hub 59 % of the samples (x25519 15 % of the hub's, \
+ECDSA signatures 3 %, the kernel's TCP and wake-ups most of the rest), main 31 % \
+(`collect_batch` with its hash lookups 13 %, RSA verification of the proofs 10 %, \
+wake-ups 20 %), db 11 %; staged wrappers heartbeating every 5 s were a cost that grew \
+with the time they waited. Changed: (1) a staged wrapper beats every 6 heartbeat periods \
+until `go` (`welcome.job.staged_heartbeat_s`; main allows a pre-staged target 3 staged \
+periods of silence until its command starts); (2) db's gather window doubles at each \
+commit while requests keep flowing, 10 ms up to 1.28 s (back to 10 ms after a quiet \
+spell); (3) the throttle checks of a one-batch run walk its targets without a lookup per \
+machine; (4) the 10,000 size's first slot is a minute after the start, so its wrappers \
+are staged as long in every measurement (a minute is what `prestage_cap` gives a first \
+slot by default). After (two runs): 0.349 and 0.348 ms at 1,000, 0.415 and 0.384 ms at \
+10,000 (hub 0.216–0.227, main 0.108–0.117, db 0.055–0.065), commits 16–26 and 47–52; \
+slot → started p99 at 10,000 296 ms (load 2.3) and 871 ms (load 3.5, others' builds), \
+peak RSS hub 142–144 MiB (142 before), main 35–38 (34), db 23–28 (20: it holds larger \
+batches). Commits are not strictly \
+independent of N: about log2(T / 10 ms) for a stream of T seconds up to 1.28 s, then one \
+per 1.28 s, so a firing whose streams last longer (10,000 wrappers connect over about \
+20 s on this machine) costs two or three times the commits of a 1,000 one; a longer cap \
+would delay every answer during a stream (a non-staged welcome waits for its commit) by \
+as much. What is left: the hub's TLS handshakes (a fresh wrapper per firing cannot \
+resume a session, so x25519 and the certificate's signature stay), the kernel's TCP and \
+wake-ups of three processes on two cores, RSA verification of each proof in main.
+- **Salt testbed, 30 minions** (herd with `SP_BENCH_HERD_JOBS=1 SP_BENCH_HERD_MINIONS=30 \
+SP_BENCH_HERD_SLOTS=4`, one job on 30 minions every 20 s, two runs at load 4–14 from other \
+builds): per slot after the first, the daemon 43–53 CPU-ms (last run: hub 17–20, main 10, \
+db 13, blocking 10–13, all of that the salt bridge's publish; /proc counts in 10 ms ticks \
+over 3 slots), the salt-master 197–260, the 30 salt-minions 4,360–5,340 (30 Python \
+processes on this host); over the daemon's whole life per slot (its start included) \
+80–170 CPU-ms. An idle daemon without jobs uses under 10 ms in 20 s. The goal of 15 ms \
+per firing is not met: 1.5–1.8 ms per target, against 0.35–0.4 in the simulated fleet. \
+What a firing costs regardless of its size weighs here: the bridge's publish through \
+Salt's Python client (about 10 ms), db's commits of a firing's few short bursts (each \
+restarting the gather window at 10 ms), the run's creation and end; and the machine was \
+two to seven times oversubscribed, which inflates every CPU figure.
 ";

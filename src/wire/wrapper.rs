@@ -154,6 +154,12 @@ pub struct JobSpec {
     /// The job's resource limits (empty from older servers).
     #[serde(default)]
     pub limits: Box<super::limits::Limits>,
+    /// Seconds between heartbeats while waiting for `go` (a pre-staged welcome); 0, or
+    /// absent from older servers: `heartbeat_s`. Staged wrappers only wait, and the
+    /// server allows their silence accordingly: 10,000 of them staged for a minute
+    /// heartbeating every 5 s were 120,000 messages per firing for nothing.
+    #[serde(default)]
+    pub staged_heartbeat_s: u64,
 }
 
 /// Messages from the server to the wrapper.
@@ -165,7 +171,7 @@ pub enum ServerMsg {
         nonce: String,
     },
     Welcome {
-        job: JobSpec,
+        job: Box<JobSpec>,
         resume_key: String,
         acked_seq: u64,
         wait_for_go: bool,

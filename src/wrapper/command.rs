@@ -234,6 +234,7 @@ mod tests {
             splay_s: 0,
             timeout_counts_suspended: true,
             limits: Default::default(),
+            staged_heartbeat_s: 0,
         }
     }
 

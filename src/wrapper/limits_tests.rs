@@ -26,6 +26,7 @@ fn job(command: &str, limits: Limits) -> JobSpec {
         splay_s: 0,
         timeout_counts_suspended: true,
         limits: Box::new(limits),
+        staged_heartbeat_s: 0,
     }
 }
 

@@ -259,6 +259,9 @@ impl Session {
         } else {
             self.start_command(now);
         }
+        // Out of the staged beat: the next heartbeat within the job's own period.
+        let next = now + self.heartbeat_interval();
+        self.heartbeat_at = self.heartbeat_at.map(|at| at.min(next));
     }
 
     fn start_command(&mut self, now: Instant) {

@@ -105,6 +105,8 @@ struct Session {
     link: Link,
     phase: Phase,
     heartbeat: Duration,
+    /// The slower beat while waiting for `go`, when the welcome gave one.
+    staged_beat: Option<Duration>,
     next_beat: Option<Instant>,
 }
 
@@ -236,6 +238,7 @@ impl Sessions {
             link: Link::Connecting(sock),
             phase: Phase::Hello,
             heartbeat: Duration::from_secs(5),
+            staged_beat: None,
             next_beat: None,
         });
         self.opening += 1;
@@ -428,7 +431,10 @@ impl Sessions {
                     self.tally_changed = true;
                 }
                 s.heartbeat = Duration::from_secs(job.heartbeat_s.max(1));
-                s.next_beat = Some(Instant::now() + s.heartbeat);
+                // Waiting for `go`, the staged beat the welcome gave (as the wrapper).
+                s.staged_beat = (wait_for_go && job.staged_heartbeat_s > 0)
+                    .then(|| Duration::from_secs(job.staged_heartbeat_s));
+                s.next_beat = Some(Instant::now() + s.staged_beat.unwrap_or(s.heartbeat));
                 s.phase = Phase::Staged;
                 if !wait_for_go {
                     self.start_command(s, ws)?;
@@ -509,6 +515,7 @@ impl Sessions {
         };
         send_json(ws, &exited)?;
         s.phase = Phase::Finishing;
+        s.next_beat = Some(Instant::now() + s.heartbeat);
         Ok(())
     }
 
@@ -524,7 +531,8 @@ impl Sessions {
             let Some(s) = self.slots[slot].as_mut() else {
                 continue;
             };
-            s.next_beat = Some(now + s.heartbeat);
+            let staged = s.staged_beat.filter(|_| s.phase == Phase::Staged);
+            s.next_beat = Some(now + staged.unwrap_or(s.heartbeat));
             if let Link::Open(ws) = &mut s.link
                 && send_json(
                     ws,

@@ -2,7 +2,8 @@
 //!
 //! Outline of one loop turn: read every request main has sent, apply them in one
 //! transaction, commit, and only then answer. (While requests keep coming, a batch waits
-//! a few milliseconds for more to share its commit: `gather`.) Answers to writes therefore mean "durable",
+//! for more to share its commit, 10 ms at first and longer while the stream lasts:
+//! `gather`.) Answers to writes therefore mean "durable",
 //! and an output `ack` that main derives from them never covers uncommitted bytes. If the
 //! commit fails (a full disk), the batch is rolled back and applied once more; if that
 //! fails too, every request of the batch is answered with the error: main keeps its
@@ -55,6 +56,9 @@ pub struct Db {
     /// and whether the timer that serves them is armed.
     gathered: Vec<(CallId, DbRequest)>,
     gather_armed: bool,
+    /// How long the next held batch waits: [`GATHER_FOR`] after a quiet spell, doubled
+    /// by every held commit while requests keep flowing, up to [`GATHER_MAX`].
+    window: std::time::Duration,
     /// When requests last arrived: only a flowing stream is held back.
     arrived: Option<std::time::Instant>,
 }
@@ -62,9 +66,14 @@ pub struct Db {
 /// How long a batch may wait for more while requests flow, and how much output makes it
 /// go at once. A commit per few frames or per target costs db more than the writes (a
 /// firing of 1,000 targets was 1,200 commits); a few milliseconds more before an answer
-/// or an ack (sent at least every 250 ms) cost nothing. At most one commit per
-/// `GATHER_FOR` while busy: commits follow time, not the number of targets.
+/// or an ack (sent at least every 250 ms) cost nothing. The first held batch of a stream
+/// waits `GATHER_FOR`; each next one twice as long as the one before, up to
+/// `GATHER_MAX`: a stream of requests of T seconds costs about log2(T / 10 ms) commits
+/// up to a second and one a second after that, whatever the number of targets it comes
+/// from (a fixed window made commits follow the firing's length, so its targets: 989
+/// for 10,000). The answer a held request waits for is late by at most the window.
 const GATHER_FOR: std::time::Duration = std::time::Duration::from_millis(10);
+const GATHER_MAX: std::time::Duration = std::time::Duration::from_millis(1280);
 const GATHER_BYTES: usize = 4 * 1024 * 1024;
 /// Requests that arrived this recently make a stream worth waiting for; one after a
 /// quiet spell (a lone API read, a heartbeat's worth of output) is served at once.
@@ -346,8 +355,8 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
     }
 }
 
-/// Serve `calls` now, or hold them back for [`GATHER_FOR`] while requests have been
-/// flowing and the held output is under [`GATHER_BYTES`]: more arrive meanwhile, and one
+/// Serve `calls` now, or hold them back for the current window (from [`GATHER_FOR`] up
+/// to [`GATHER_MAX`]) while requests have been flowing and the held output is under [`GATHER_BYTES`]: more arrive meanwhile, and one
 /// commit then covers them all (and the tail bytes output writes shed are never
 /// written, `placement.rs`). A request after a quiet spell goes at once.
 fn gather(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest)>) {
@@ -357,6 +366,9 @@ fn gather(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest)>) {
         .is_some_and(|at| now.saturating_duration_since(at) < FLOWING);
     if !calls.is_empty() {
         db.arrived = Some(now);
+    }
+    if !flowing {
+        db.window = GATHER_FOR;
     }
     db.gathered.extend(calls);
     let bytes: usize = db
@@ -374,8 +386,9 @@ fn gather(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest)>) {
     }
     if !db.gather_armed && !db.gathered.is_empty() {
         db.gather_armed = true;
-        ctx.after(GATHER_FOR, |db: &mut Db, ctx| {
+        ctx.after(db.window, |db: &mut Db, ctx| {
             db.gather_armed = false;
+            db.window = (db.window * 2).min(GATHER_MAX);
             let calls = std::mem::take(&mut db.gathered);
             serve(db, calls);
             arm_commit_report(db, ctx);
@@ -452,6 +465,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         report_armed: false,
         gathered: Vec::new(),
         gather_armed: false,
+        window: GATHER_FOR,
         arrived: None,
     };
     if db.lease.is_some() {

@@ -342,7 +342,19 @@ pub fn target_recorded(
     apply(core, run, machine, effects);
 }
 
-/// Targets whose wrapper went silent for 3 heartbeats are lost (253).
+/// How many heartbeat periods a pre-staged wrapper waits between its heartbeats.
+const STAGED_HEARTBEATS: u64 = 6;
+
+/// The heartbeat period a pre-staged wrapper is told to keep while it waits for `go`
+/// (`JobSpec::staged_heartbeat_s`): it only waits, so a slower beat is enough.
+pub fn staged_heartbeat_s(heartbeat_s: u64) -> u64 {
+    heartbeat_s.max(1) * STAGED_HEARTBEATS
+}
+
+/// Targets whose wrapper went silent for 3 heartbeats are lost (253); the targets of a
+/// pre-staged run whose command has not started yet, for 3 staged heartbeats (their
+/// wrappers may be waiting for `go` with the slower beat; after `go` their `started`
+/// comes at once).
 pub fn check_liveness(core: &mut Main, now: Instant) {
     if core.flight.stopping || core.storage.db_trouble.is_some() {
         // Wrappers cannot reach a stopping daemon, and are refused while the database
@@ -350,25 +362,28 @@ pub fn check_liveness(core: &mut Main, now: Instant) {
         // recovery grace.
         return;
     }
-    let silence = Duration::from_secs(core.config.saltpeter.heartbeat_s.max(1) * 3);
+    let heartbeat_s = core.config.saltpeter.heartbeat_s.max(1);
+    let silence = Duration::from_secs(heartbeat_s * 3);
+    let staged = Duration::from_secs(staged_heartbeat_s(heartbeat_s) * 3);
     let mut lost = Vec::new();
     for (run, active) in &core.flight.runs {
+        let before_start = if active.prestaged { staged } else { silence };
         for (machine, t) in &active.targets {
             // Not picked up yet: the pickup deadline applies instead.
-            if t.silent_too_long(now, silence) {
+            if t.silent_too_long(now, silence, before_start) {
                 lost.push((*run, machine.clone()));
             }
         }
     }
     for (run, machine) in lost {
-        log::warn!("run {run}: no word from the wrapper on {machine} for {silence:?}; lost");
+        log::warn!("run {run}: no word from the wrapper on {machine} for 3 heartbeats; lost");
         let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
         core.event(
             "target_lost",
             job.as_deref(),
             Some(run),
             Some(&machine),
-            format!("no word from its wrapper for {silence:?}"),
+            "no word from its wrapper for 3 heartbeats".to_string(),
         );
         finish_target(core, run, &machine, TargetReason::Lost, Some(253));
     }

@@ -560,16 +560,19 @@ impl Target {
         effects
     }
 
-    /// Picked up, and no word from its wrapper for longer than `silence` at `now`.
-    pub fn silent_too_long(&self, now: Instant, silence: Duration) -> bool {
+    /// Picked up, and no word from its wrapper for longer than `silence` at `now`
+    /// (`before_start` while its command has not started: a staged wrapper's slower beat).
+    pub fn silent_too_long(&self, now: Instant, silence: Duration, before_start: Duration) -> bool {
         match &self.phase {
             Phase::PickedUp {
+                running,
                 last_seen,
                 grace_until,
                 ..
             } => {
+                let limit = if *running { silence } else { before_start };
                 !grace_until.is_some_and(|until| now < until)
-                    && now.saturating_duration_since(*last_seen) > silence
+                    && now.saturating_duration_since(*last_seen) > limit
             }
             _ => false,
         }

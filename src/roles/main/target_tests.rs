@@ -239,13 +239,13 @@ fn silence_counts_only_after_pickup_and_after_the_recovery_grace() {
     let silence = Duration::from_secs(3);
     let mut launching = Target::new(0);
     launching.launch();
-    assert!(!launching.silent_too_long(t0 + Duration::from_secs(100), silence));
+    assert!(!launching.silent_too_long(t0 + Duration::from_secs(100), silence, silence));
 
     let mut t = running(t0);
-    assert!(!t.silent_too_long(t0 + Duration::from_secs(3), silence));
-    assert!(t.silent_too_long(t0 + Duration::from_secs(4), silence));
+    assert!(!t.silent_too_long(t0 + Duration::from_secs(3), silence, silence));
+    assert!(t.silent_too_long(t0 + Duration::from_secs(4), silence, silence));
     t.heard(t0 + Duration::from_secs(4));
-    assert!(!t.silent_too_long(t0 + Duration::from_secs(5), silence));
+    assert!(!t.silent_too_long(t0 + Duration::from_secs(5), silence, silence));
 
     let record = TargetRecord {
         machine: "m".into(),
@@ -260,8 +260,24 @@ fn silence_counts_only_after_pickup_and_after_the_recovery_grace() {
     };
     let grace = Duration::from_secs(30);
     let restored = Target::restored(&record, true, None, 9, t0, grace);
-    assert!(!restored.silent_too_long(t0 + Duration::from_secs(20), silence));
-    assert!(restored.silent_too_long(t0 + Duration::from_secs(31), silence));
+    assert!(!restored.silent_too_long(t0 + Duration::from_secs(20), silence, silence));
+    assert!(restored.silent_too_long(t0 + Duration::from_secs(31), silence, silence));
+}
+
+#[test]
+fn a_wrapper_waiting_to_start_has_the_longer_silence_until_its_command_starts() {
+    let t0 = Instant::now();
+    let (silence, staged) = (Duration::from_secs(3), Duration::from_secs(18));
+    let mut t = Target::new(0);
+    t.launch();
+    t.hello(t0, C1, TOKEN).expect("welcome");
+    t.heard(t0);
+    assert!(!t.silent_too_long(t0 + Duration::from_secs(10), silence, staged));
+    assert!(t.silent_too_long(t0 + Duration::from_secs(19), silence, staged));
+    t.heard(t0 + Duration::from_secs(19));
+    t.command_started(1_000, None);
+    assert!(!t.silent_too_long(t0 + Duration::from_secs(22), silence, staged));
+    assert!(t.silent_too_long(t0 + Duration::from_secs(23), silence, staged));
 }
 
 #[test]

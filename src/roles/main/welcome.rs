@@ -419,6 +419,11 @@ fn vet_hello(
             splay_s: job.splay_s,
             timeout_counts_suspended: job.timeout_counts_suspended,
             limits: Box::new(job.limits.clone()),
+            staged_heartbeat_s: if wait_for_go {
+                super::sessions::staged_heartbeat_s(heartbeat_s)
+            } else {
+                0
+            },
         },
         resume_key: Redacted(key),
         acked_seq,

@@ -29,7 +29,7 @@ impl Session {
                 // Each welcome says it anew: a reconnect may reach another server.
                 self.compress_output = compression.is_some();
                 let staged = wait_for_go.then(|| slot_in_ms.map(Duration::from_millis));
-                self.on_welcome(now, job, resume_key, acked_seq, staged)
+                self.on_welcome(now, *job, resume_key, acked_seq, staged)
             }
             ServerMsg::Reject { code, message } => {
                 if code.is_transient() {

@@ -66,12 +66,13 @@ fn job(command: &str) -> JobSpec {
         splay_s: 0,
         timeout_counts_suspended: true,
         limits: Default::default(),
+        staged_heartbeat_s: 0,
     }
 }
 
 fn welcome(command: &str, slot_in: Option<Duration>) -> ServerMsg {
     ServerMsg::Welcome {
-        job: job(command),
+        job: Box::new(job(command)),
         resume_key: "k".into(),
         acked_seq: 0,
         wait_for_go: slot_in.is_some(),

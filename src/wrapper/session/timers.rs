@@ -28,9 +28,16 @@ impl Session {
         (self.welcomed && self.link.is_open()).then_some(self.link.last_rx)
     }
 
+    /// The job's heartbeat period; while waiting for `go`, the slower staged one when the
+    /// welcome gave it.
     pub(super) fn heartbeat_interval(&self) -> Duration {
         self.job.as_ref().map_or(DEFAULT_HEARTBEAT, |j| {
-            Duration::from_secs(j.heartbeat_s.max(1))
+            let staged = matches!(self.phase, Phase::AwaitGo) && j.staged_heartbeat_s > 0;
+            Duration::from_secs(if staged {
+                j.staged_heartbeat_s
+            } else {
+                j.heartbeat_s.max(1)
+            })
         })
     }
 

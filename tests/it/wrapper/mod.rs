@@ -8,5 +8,6 @@ mod in_process;
 mod launch;
 mod lost_server;
 mod peer;
+mod staged;
 mod suspend;
 mod throughput;

@@ -135,7 +135,7 @@ impl Conn {
 
     pub fn welcome(&mut self, job: &JobSpec, key: &str, acked_seq: u64, wait_for_go: bool) {
         self.send(&ServerMsg::Welcome {
-            job: job.clone(),
+            job: Box::new(job.clone()),
             resume_key: key.into(),
             acked_seq,
             wait_for_go,
@@ -147,7 +147,7 @@ impl Conn {
     /// A pre-staged welcome whose slot is `slot_in` away.
     pub fn welcome_staged(&mut self, job: &JobSpec, key: &str, slot_in: Duration) {
         self.send(&ServerMsg::Welcome {
-            job: job.clone(),
+            job: Box::new(job.clone()),
             resume_key: key.into(),
             acked_seq: 0,
             wait_for_go: true,
@@ -225,6 +225,7 @@ pub fn job(command: &str) -> JobSpec {
         splay_s: 0,
         timeout_counts_suspended: true,
         limits: Default::default(),
+        staged_heartbeat_s: 0,
     }
 }
 

@@ -32,7 +32,7 @@ use crate::harness::{Daemon, free_port, is_final, ms};
 use crate::procstat;
 use crate::results::ScenarioResult;
 use tally::{Observed, Phase};
-use testbed::{HERD_MINIONS, Publish, SaltCpu, Testbed};
+use testbed::{Publish, SaltCpu, Testbed, herd_minions_count};
 
 pub const SCENARIO: Scenario = Scenario {
     name: "herd",
@@ -120,14 +120,16 @@ fn run(env: &Env) -> Result<ScenarioResult, BenchError> {
     let mut result = env.result("herd");
     let list: Vec<String> = sizes.iter().map(usize::to_string).collect();
     result.sizes = format!(
-        "{} jobs × {HERD_MINIONS} minions every {} s, {slots} slots fresh and {slots} after a restart",
+        "{} jobs × {} minions every {} s, {slots} slots fresh and {slots} after a restart",
         list.join(", "),
+        herd_minions_count(),
         PERIOD_MS / 1000
     );
-    if testbed.minions.len() > HERD_MINIONS {
+    if testbed.minions.len() > herd_minions_count() {
         result.note(format!(
-            "the testbed has {} minions: the jobs target the first {HERD_MINIONS} as a list",
-            testbed.minions.len()
+            "the testbed has {} minions: the jobs target the first {} as a list",
+            testbed.minions.len(),
+            herd_minions_count()
         ));
     }
     if !testbed.settle(SETTLE) {
@@ -219,7 +221,7 @@ fn herd_once(
     let wrapper_path = wrappers.0.join("saltpeter-wrapper");
     testbed.forget_wrapper(&wrapper_path)?;
     let minions = testbed.herd_minions().to_vec();
-    let targets = if testbed.minions.len() == HERD_MINIONS {
+    let targets = if testbed.minions.len() == minions.len() {
         "targets: '*'".to_string()
     } else {
         format!("targets: '{}'\n  target_type: list", minions.join(","))
@@ -302,6 +304,9 @@ fn life(
     d.spawn()?;
     d.wait_ready()?;
     let served = slots_after(started_ms, slots);
+    // Once the first slot is done: what each later firing costs, without the start.
+    wait_slots(d, jobs, &served[..1]);
+    let first = (daemon_cpu(d), testbed.cpu(), role_cpu(d));
     wait_slots(d, jobs, &served);
     let next = slots_after(now_ms(), 1)[0];
     if next - now_ms() < STOP_MARGIN_MS {
@@ -314,7 +319,34 @@ fn life(
         .max()
         .unwrap_or(0);
     let (daemon_cpu, bridge_cpu) = daemon_cpu(d);
-    let salt_cpu = testbed.cpu() - salt_before;
+    let salt_now = testbed.cpu();
+    let salt_cpu = salt_now - salt_before;
+    if slots > 1 {
+        let later = (slots - 1) as f64;
+        let salt = salt_now - first.1;
+        let bridge = bridge_cpu.unwrap_or(0.0) - first.0.1.unwrap_or(0.0);
+        let roles: Vec<String> = role_cpu(d)
+            .into_iter()
+            .map(|(role, cpu)| {
+                let was = first
+                    .2
+                    .iter()
+                    .find(|(r, _)| *r == role)
+                    .map_or(0.0, |r| r.1);
+                format!("{role} {:.1}", (cpu - was) * 1000.0 / later)
+            })
+            .collect();
+        result.note(format!(
+            "{}, {phase}: per slot after the first (no start-up), CPU-ms: daemon {:.1} ({}; \
+             the salt bridge {:.1} of blocking's), salt-master {:.1}, salt-minions {:.1}",
+            tally::jobs_text(jobs),
+            (daemon_cpu - first.0.0) * 1000.0 / later,
+            roles.join(", "),
+            bridge * 1000.0 / later,
+            salt.master * 1000.0 / later,
+            salt.minions * 1000.0 / later,
+        ));
+    }
     let stopped_ms = now_ms();
     if !d.terminate(STOP_GRACE)? {
         result.note(format!(
@@ -359,6 +391,31 @@ fn wait_slots(d: &Daemon, jobs: usize, slots: &[i64]) {
         }
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+/// CPU-s of each daemon process (by `--role`, the supervisor without one) with what
+/// runs below it.
+fn role_cpu(d: &Daemon) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for p in procstat::tree(d.pid()) {
+        let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmd
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let role = match args.iter().position(|a| a == "--role") {
+            Some(i) => args.get(i + 1).cloned().unwrap_or_default(),
+            None if p == d.pid() => "supervisor".to_string(),
+            // A child of a role (the salt bridge, a salt command): counted with blocking.
+            None => "blocking".to_string(),
+        };
+        let cpu = procstat::cpu_with_children_secs(p);
+        match out.iter_mut().find(|(r, _)| *r == role) {
+            Some(entry) => entry.1 += cpu,
+            None => out.push((role, cpu)),
+        }
+    }
+    out
 }
 
 /// CPU-s of the daemon's processes and the children they reaped, and of its salt bridge.

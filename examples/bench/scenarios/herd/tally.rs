@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::testbed::{HERD_MINIONS, Publish, SaltCpu};
+use super::testbed::{Publish, SaltCpu, herd_minions_count};
 use crate::harness::ms;
 use crate::results::{Goal, ScenarioResult};
 use crate::stats::{percentile, sorted};
@@ -321,7 +321,8 @@ pub fn add_figures(result: &mut ScenarioResult, o: &Observed) {
     add(
         "minions_cpu_per_slot",
         &format!(
-            "salt-minions CPU per slot (testbed: all {HERD_MINIONS} minions on this one host)"
+            "salt-minions CPU per slot (testbed: all {} minions on this one host)",
+            herd_minions_count()
         ),
         o.salt_cpu.minions / slots,
         "CPU-s",

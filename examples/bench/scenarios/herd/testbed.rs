@@ -12,8 +12,15 @@ use serde_json::Value;
 use crate::BenchError;
 use crate::procstat;
 
-/// The minions a herd targets.
-pub const HERD_MINIONS: usize = 10;
+/// How many minions a herd targets: `SP_BENCH_HERD_MINIONS` (10; e.g. 30 for the daemon's
+/// CPU per firing on a larger testbed), at most the testbed's.
+pub fn herd_minions_count() -> usize {
+    std::env::var("SP_BENCH_HERD_MINIONS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(10)
+}
 
 pub struct Testbed {
     pub salt_bin: String,
@@ -68,10 +75,11 @@ impl Testbed {
             .filter(|m| !m.is_empty())
             .map(str::to_string)
             .collect();
-        if minions.len() < HERD_MINIONS {
+        if minions.len() < herd_minions_count() {
             return Err(BenchError::Setup(format!(
-                "the herd needs {HERD_MINIONS} minions, the testbed has {} (scripts/bench \
+                "the herd needs {} minions, the testbed has {} (scripts/bench \
                  starts 10 when herd runs)",
+                herd_minions_count(),
                 minions.len()
             )));
         }
@@ -83,9 +91,9 @@ impl Testbed {
         })
     }
 
-    /// The first 10 minions: what a herd targets.
+    /// The first `herd_minions_count()` minions: what a herd targets.
     pub fn herd_minions(&self) -> &[String] {
-        &self.minions[..HERD_MINIONS]
+        &self.minions[..herd_minions_count().min(self.minions.len())]
     }
 
     /// The pid `scripts/salt-testbed` recorded for its daemon `name`.

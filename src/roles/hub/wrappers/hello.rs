@@ -94,7 +94,7 @@ pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVe
                 ctx,
                 id,
                 &ServerMsg::Welcome {
-                    job,
+                    job: Box::new(job),
                     resume_key: resume_key.0,
                     acked_seq,
                     wait_for_go,
