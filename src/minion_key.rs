@@ -196,7 +196,7 @@ fn rsa_public_key(pem: &[u8]) -> Result<Vec<u8>, String> {
     }
 }
 
-fn verify_with_key(
+pub(crate) fn verify_with_key(
     rsa_public: &[u8],
     challenge: &str,
     run: u64,
@@ -235,29 +235,45 @@ impl KeyCache {
         minion: &str,
         signature_hex: &str,
     ) -> Result<bool, KeyError> {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(key_file).map_err(|e| KeyError::Read {
+        let key = self.accepted(key_file)?.ok_or_else(|| KeyError::Read {
             path: key_file.to_path_buf(),
-            reason: e.to_string(),
+            reason: "No such file or directory".to_string(),
         })?;
-        let stamp = (meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec());
-        let fresh = self
-            .keys
-            .get(key_file)
-            .is_some_and(|(seen, _)| *seen == stamp);
-        if !fresh {
-            let pem = read_small(key_file)?;
-            let key = rsa_public_key(&pem).map_err(|reason| KeyError::Key {
-                path: key_file.to_path_buf(),
-                reason,
-            })?;
-            if self.keys.len() >= MAX_CACHED_KEYS {
-                self.keys.clear();
+        Ok(verify_with_key(&key, challenge, run, minion, signature_hex))
+    }
+
+    /// The parsed public key in `key_file` (PKCS#1 DER), `None` when there is no such
+    /// file (the master has not accepted the id); any other failure to read or parse it
+    /// is an error, never "no key".
+    pub fn accepted(&mut self, key_file: &Path) -> Result<Option<Vec<u8>>, KeyError> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = match std::fs::metadata(key_file) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(KeyError::Read {
+                    path: key_file.to_path_buf(),
+                    reason: e.to_string(),
+                });
             }
-            self.keys.insert(key_file.to_path_buf(), (stamp, key));
+        };
+        let stamp = (meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec());
+        if let Some((seen, key)) = self.keys.get(key_file)
+            && *seen == stamp
+        {
+            return Ok(Some(key.clone()));
         }
-        let key = self.keys.get(key_file).map(|(_, k)| k.as_slice());
-        Ok(key.is_some_and(|k| verify_with_key(k, challenge, run, minion, signature_hex)))
+        let pem = read_small(key_file)?;
+        let key = rsa_public_key(&pem).map_err(|reason| KeyError::Key {
+            path: key_file.to_path_buf(),
+            reason,
+        })?;
+        if self.keys.len() >= MAX_CACHED_KEYS {
+            self.keys.clear();
+        }
+        self.keys
+            .insert(key_file.to_path_buf(), (stamp, key.clone()));
+        Ok(Some(key))
     }
 }
 

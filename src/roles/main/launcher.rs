@@ -146,32 +146,33 @@ impl Main {
         }
     }
 
-    /// Check a wrapper's minion-key proof against the key the master accepted for
-    /// `machine`; `Err` says why it is refused (for the event and the rejection).
+    /// Check a wrapper's minion-key proof against the key the trusted masters accepted
+    /// for `machine` (the own master's pki directory, then `salt_pki_dirs`: module
+    /// `minion_trust`); `Err` says why it is refused (for the event and the rejection).
     pub fn check_minion_proof(
         &mut self,
         run: crate::wire::records::RunId,
         machine: &str,
         proof: &crate::wire::link::MinionProof,
     ) -> Result<(), String> {
-        use crate::minion_key::{KeyError, accepted_key_path};
-        let dir = self.master_pki_dir();
-        let path = accepted_key_path(&dir, machine).map_err(|e| e.to_string())?;
-        let checked =
-            self.launcher
-                .keys
-                .verify(&path, &proof.challenge, run, machine, &proof.signature);
-        match checked {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(format!(
-                "the signature does not match the key the master accepted for {machine}"
-            )),
-            Err(KeyError::Read { .. }) => Err(format!(
-                "the master has no accepted key for {machine} ({} is not readable)",
-                path.display()
-            )),
-            Err(e) => Err(e.to_string()),
-        }
+        let own = self.master_pki_dir();
+        let mut dirs = vec![own.as_path()];
+        dirs.extend(
+            self.config
+                .saltpeter
+                .salt_pki_dirs
+                .iter()
+                .map(PathBuf::as_path),
+        );
+        let proof = crate::minion_trust::Proof {
+            challenge: &proof.challenge,
+            run,
+            minion: machine,
+            signature: &proof.signature,
+        };
+        crate::minion_trust::check_proof(&mut self.launcher.keys, &dirs, &proof)
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 
     /// The wrapper path of salt jobs that do not name their own.
