@@ -311,3 +311,87 @@ fn slot_to_command_through_syndics_and_one_master() {
         );
     }
 }
+
+/// Two servers on one PostgreSQL database, each driving its own master; every minion
+/// lists both masters. The leader's master dies: the leader gives up the lead, the
+/// standby (whose master reaches the same minions) takes over, and no slot is lost.
+#[test]
+fn multi_master_minions_the_leaders_master_down_loses_no_slot() {
+    let Some(url) = crate::pg_cluster::fresh_database() else {
+        return;
+    };
+    let Some(tb) = Topology::up("/tmp/sp-multi", 2, "--multi-master", 2, 50) else {
+        return;
+    };
+    let (pa, pb) = (free_port(), free_port());
+    let wrapper_dir = tempfile::Builder::new()
+        .prefix("wrapper-")
+        .tempdir_in(tb.root.join("var"))
+        .expect("wrapper dir")
+        .keep();
+    let salt = |master: &str| {
+        format!(
+            "  executor: salt\n  salt_bin: {}\n  salt_config_dir: {}\n  ping_timeout: 10\n  \
+             default_wrapper_path: {}/saltpeter-wrapper\n",
+            tb.var("SALT_BIN"),
+            tb.var(master),
+            wrapper_dir.display()
+        )
+    };
+    let jobs = "tick:\n  schedule: '*/10 * * * * *'\n  targets: [minion-01, minion-02]\n  \
+                target_type: list\n  overlap: allow\n  command: 'echo tick-$SP_MACHINE'\n";
+    let mut a = crate::ha::server_with(
+        &url,
+        "alpha",
+        pa,
+        &[pa, pb],
+        jobs,
+        &salt("SALT_CONFIG_DIR_1"),
+    );
+    crate::ha::wait_role(&a, "leader");
+    let b = crate::ha::server_with(
+        &url,
+        "beta",
+        pb,
+        &[pa, pb],
+        jobs,
+        &salt("SALT_CONFIG_DIR_2"),
+    );
+    crate::ha::wait_role(&b, "standby");
+    let succeeded = |d: &Daemon| {
+        d.runs("tick")
+            .into_iter()
+            .filter(|r| r["state"] == "succeeded")
+            .count()
+    };
+    wait_until("two slots run through master-1", SALT_HANG, || {
+        (succeeded(&a) >= 2).then_some(())
+    });
+    tb.run(&["stop-master", path_str(&tb.root), "master-1"]);
+    let killed = std::time::Instant::now();
+    crate::ha::wait_role(&b, "leader");
+    eprintln!("beta leads {:?} after master-1 died", killed.elapsed());
+    // alpha, whose lease beta took, stops (restarted, it would be a standby).
+    let status = a.wait_exit();
+    eprintln!("alpha exited: {status:?}");
+    let before = succeeded(&b);
+    wait_until("three more slots run through master-2", SALT_HANG, || {
+        (succeeded(&b) >= before + 3).then_some(())
+    });
+    // Every slot from the first to the last once, and every one run on both minions
+    // (none failed or skipped for want of a master).
+    let runs = b.runs("tick");
+    let mut all = crate::ha::slots(&runs);
+    all.sort();
+    let unique: std::collections::BTreeSet<i64> = all.iter().copied().collect();
+    assert_eq!(unique.len(), all.len(), "a slot recorded twice: {runs:?}");
+    let (first, last) = (all[0], all[all.len() - 1]);
+    let expected: std::collections::BTreeSet<i64> = (0..)
+        .map(|i| first + i * 10_000)
+        .take_while(|s| *s <= last)
+        .collect();
+    assert_eq!(unique, expected, "a slot lost: {runs:#?}");
+    for run in runs.iter().filter(|r| is_final(r)) {
+        assert_eq!(run["state"], "succeeded", "{run:#}\n{}", b.log_text());
+    }
+}
