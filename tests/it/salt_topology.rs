@@ -160,22 +160,24 @@ fn a_job_on_star_behind_two_syndics_runs_everywhere_with_minion_keys() {
                 command: 'echo via-$SP_MACHINE'\n\
                 pair:\n  schedule: '@yearly'\n  targets: [minion-01, minion-02]\n  \
                 target_type: list\n  command: 'sleep 6; echo pair-$SP_MACHINE'\n";
-    let d = tb.daemon(&top, &trusted, jobs);
     // '*' through the top master: the syndic hosts' own minions and the minions behind
-    // both syndics, each wrapper proven by the key its own master accepted.
-    let (run, code) = d.run_wait("everywhere");
-    assert_eq!(code, 0, "{run}\n{}", d.log_text());
-    assert_eq!(
-        machines(&run),
-        ["minion-01", "minion-02", "syndic-1", "syndic-2"],
-        "{run}"
-    );
-    let id = run["id"].as_u64().expect("id");
-    for m in ["minion-01", "minion-02", "syndic-1", "syndic-2"] {
-        assert_eq!(d.output(id, m), format!("via-{m}\n"), "{run}");
+    // both syndics, each wrapper proven by the key its own master accepted; through the
+    // salt bridge and through the command line.
+    for bridge in ["", "  salt_bridge: false\n"] {
+        let d = tb.daemon(&top, &format!("{trusted}{bridge}"), jobs);
+        let (run, code) = d.run_wait("everywhere");
+        assert_eq!(code, 0, "{bridge}{run}\n{}", d.log_text());
+        assert_eq!(
+            machines(&run),
+            ["minion-01", "minion-02", "syndic-1", "syndic-2"],
+            "{run}"
+        );
+        let id = run["id"].as_u64().expect("id");
+        for m in ["minion-01", "minion-02", "syndic-1", "syndic-2"] {
+            assert_eq!(d.output(id, m), format!("via-{m}\n"), "{run}");
+        }
+        assert_eq!(refusals(&d), "[]");
     }
-    assert_eq!(refusals(&d), "[]");
-    drop(d);
 
     // Without the syndics' pki directories nobody this daemon trusts accepted the keys
     // of the minions behind them: their wrappers are refused, the syndic hosts' own
