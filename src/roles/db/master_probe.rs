@@ -10,7 +10,9 @@
 //!   only): never "down";
 //! - the socket accepts: up;
 //! - the socket refuses, or is missing from an existing `sock_dir` (a master that died,
-//!   or stopped and removed it): down.
+//!   or stopped and removed it): down;
+//! - anything else (this user may not connect to it): not known, so not "down" — a
+//!   probe that cannot judge must not keep a healthy server from leading.
 //!
 //! Down counts only after [`DOWN_AFTER`] of failed probes, so a master restarting (a few
 //! seconds) does not move the lead back and forth.
@@ -44,7 +46,14 @@ impl MasterProbe {
         if !self.sock_dir.is_dir() {
             return true;
         }
-        std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
+        match std::os::unix::net::UnixStream::connect(&self.socket) {
+            Ok(_) => true,
+            // Nothing listens (a dead master's socket file), or no socket at all.
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+            ),
+        }
     }
 
     /// Probe once; whether the master has been down for [`DOWN_AFTER`] by `now`.
