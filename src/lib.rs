@@ -21,6 +21,7 @@
 //! - `json`: the JSON shapes of `saltpeterctl --json`, the HTTP API and `/ws`, role-free
 //! - `metrics`: histograms and the Prometheus text format for `/metrics`
 //! - `minion_key`: wrapper identity from Salt's keys (signed challenges, accepted keys)
+//! - `minion_trust`: which accepted key stands for a minion across several masters
 //! - `paths`: where the configuration, state and runtime files live
 //! - `roles`: the four child processes (hub, main, db, blocking)
 //! - `schedule`: cron fields and when a job fires, as pure functions of `now`
@@ -41,6 +42,7 @@ pub mod logging;
 pub mod logsafe;
 pub mod metrics;
 pub mod minion_key;
+pub mod minion_trust;
 pub mod notify;
 pub mod paths;
 pub mod roles;

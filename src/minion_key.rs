@@ -146,25 +146,46 @@ pub fn accepted_key_path(master_pki_dir: &Path, minion: &str) -> Result<PathBuf,
 /// `root_dir` as Salt places it), else Salt's default `/etc/salt/pki/master`. A missing
 /// or unreadable file gives the default: the key lookup then names the path it tried.
 pub fn master_pki_dir(salt_config_dir: &Path) -> PathBuf {
-    #[derive(serde::Deserialize)]
-    struct MasterConfig {
-        pki_dir: Option<String>,
-        root_dir: Option<String>,
-    }
+    master_path(salt_config_dir, |c| c.pki_dir, "/etc/salt/pki/master")
+}
+
+/// The master's socket directory (`sock_dir` under `root_dir`), else Salt's default
+/// `/var/run/salt/master`.
+pub fn master_sock_dir(salt_config_dir: &Path) -> PathBuf {
+    master_path(salt_config_dir, |c| c.sock_dir, "/var/run/salt/master")
+}
+
+#[derive(serde::Deserialize)]
+struct MasterConfig {
+    pki_dir: Option<String>,
+    sock_dir: Option<String>,
+    root_dir: Option<String>,
+}
+
+/// A path setting of `DIR/master` (`pick`), placed under `root_dir` as Salt does, else
+/// `default`.
+fn master_path(
+    salt_config_dir: &Path,
+    pick: fn(MasterConfig) -> Option<String>,
+    default: &str,
+) -> PathBuf {
     let config = std::fs::read_to_string(salt_config_dir.join("master"))
         .ok()
         .and_then(|text| serde_saphyr::from_str::<MasterConfig>(&text).ok());
-    let (pki_dir, root_dir) = match config {
-        Some(c) => (c.pki_dir, c.root_dir),
+    let (path, root_dir) = match config {
+        Some(c) => {
+            let root = c.root_dir.clone();
+            (pick(c), root)
+        }
         None => (None, None),
     };
-    let pki_dir = PathBuf::from(pki_dir.unwrap_or_else(|| "/etc/salt/pki/master".into()));
+    let path = PathBuf::from(path.unwrap_or_else(|| default.into()));
     match root_dir.map(PathBuf::from) {
         // Salt prepends root_dir to paths that are not already below it.
-        Some(root) if root != Path::new("/") && !pki_dir.starts_with(&root) => {
-            root.join(pki_dir.strip_prefix("/").unwrap_or(&pki_dir))
+        Some(root) if root != Path::new("/") && !path.starts_with(&root) => {
+            root.join(path.strip_prefix("/").unwrap_or(&path))
         }
-        _ => pki_dir,
+        _ => path,
     }
 }
 
@@ -196,7 +217,7 @@ fn rsa_public_key(pem: &[u8]) -> Result<Vec<u8>, String> {
     }
 }
 
-fn verify_with_key(
+pub(crate) fn verify_with_key(
     rsa_public: &[u8],
     challenge: &str,
     run: u64,
@@ -235,29 +256,45 @@ impl KeyCache {
         minion: &str,
         signature_hex: &str,
     ) -> Result<bool, KeyError> {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(key_file).map_err(|e| KeyError::Read {
+        let key = self.accepted(key_file)?.ok_or_else(|| KeyError::Read {
             path: key_file.to_path_buf(),
-            reason: e.to_string(),
+            reason: "No such file or directory".to_string(),
         })?;
-        let stamp = (meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec());
-        let fresh = self
-            .keys
-            .get(key_file)
-            .is_some_and(|(seen, _)| *seen == stamp);
-        if !fresh {
-            let pem = read_small(key_file)?;
-            let key = rsa_public_key(&pem).map_err(|reason| KeyError::Key {
-                path: key_file.to_path_buf(),
-                reason,
-            })?;
-            if self.keys.len() >= MAX_CACHED_KEYS {
-                self.keys.clear();
+        Ok(verify_with_key(&key, challenge, run, minion, signature_hex))
+    }
+
+    /// The parsed public key in `key_file` (PKCS#1 DER), `None` when there is no such
+    /// file (the master has not accepted the id); any other failure to read or parse it
+    /// is an error, never "no key".
+    pub fn accepted(&mut self, key_file: &Path) -> Result<Option<Vec<u8>>, KeyError> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = match std::fs::metadata(key_file) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(KeyError::Read {
+                    path: key_file.to_path_buf(),
+                    reason: e.to_string(),
+                });
             }
-            self.keys.insert(key_file.to_path_buf(), (stamp, key));
+        };
+        let stamp = (meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec());
+        if let Some((seen, key)) = self.keys.get(key_file)
+            && *seen == stamp
+        {
+            return Ok(Some(key.clone()));
         }
-        let key = self.keys.get(key_file).map(|(_, k)| k.as_slice());
-        Ok(key.is_some_and(|k| verify_with_key(k, challenge, run, minion, signature_hex)))
+        let pem = read_small(key_file)?;
+        let key = rsa_public_key(&pem).map_err(|reason| KeyError::Key {
+            path: key_file.to_path_buf(),
+            reason,
+        })?;
+        if self.keys.len() >= MAX_CACHED_KEYS {
+            self.keys.clear();
+        }
+        self.keys
+            .insert(key_file.to_path_buf(), (stamp, key.clone()));
+        Ok(Some(key))
     }
 }
 

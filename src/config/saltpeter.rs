@@ -49,6 +49,9 @@ pub struct SaltpeterConfig {
     /// The master's pki directory (accepted minion keys under `minions/`); default: the
     /// master configuration's `pki_dir`, else `/etc/salt/pki/master`.
     pub salt_pki_dir: Option<PathBuf>,
+    /// More pki directories whose accepted keys prove minions too: the syndic masters'
+    /// below this master, or other masters' (docs/security.md).
+    pub salt_pki_dirs: Vec<PathBuf>,
     /// Publish through one long-lived Python process using Salt's LocalClient (the salt
     /// bridge) instead of one `salt` process per call.
     pub salt_bridge: bool,
@@ -164,6 +167,7 @@ impl Default for SaltpeterConfig {
             salt_config_dir: PathBuf::from("/etc/salt"),
             salt_bin: None,
             salt_pki_dir: None,
+            salt_pki_dirs: Vec::new(),
             salt_bridge: true,
             api_token: None,
             api_tokens: Vec::new(),
@@ -271,6 +275,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "salt_config_dir",
     "salt_bin",
     "salt_pki_dir",
+    "salt_pki_dirs",
     "salt_bridge",
     "api_token",
     "api_tokens",
@@ -403,6 +408,12 @@ impl SaltpeterConfig {
             }
             "salt_bin" => self.salt_bin = path(node)?,
             "salt_pki_dir" => self.salt_pki_dir = path(node)?,
+            "salt_pki_dirs" => {
+                self.salt_pki_dirs = values::string_list(node)?
+                    .into_iter()
+                    .map(PathBuf::from)
+                    .collect();
+            }
             "salt_bridge" => self.salt_bridge = values::boolean(node)?,
             "api_token" => self.api_token = values::optional_string(node)?.map(Secret::new),
             "api_tokens" => self.api_tokens = super::identities::read_api_tokens(node)?,

@@ -382,3 +382,48 @@ fn a_leader_whose_lease_another_took_meanwhile_stops() {
         (b.runs("tick").len() > before).then_some(())
     });
 }
+
+/// A run the database has in flight that the leader never learned of (its recording's
+/// COMMIT applied, the answer lost): the leader's sweep adopts it within two sweeps, as
+/// a takeover would, instead of leaving it `dispatching` until the next takeover.
+#[test]
+fn a_run_recorded_behind_the_leaders_back_is_adopted_without_a_takeover() {
+    let Some(url) = pg_cluster::fresh_database() else {
+        return;
+    };
+    let port = free_port();
+    let jobs = "orphan:\n  schedule: '@yearly'\n  targets: [lost1]\n  command: 'true'\n\
+                warmup:\n  schedule: '@yearly'\n  targets: [warm1]\n  command: 'true'\n";
+    let d = server(&url, "solo", port, &[port], jobs);
+    wait_role(&d, "leader");
+    // Past its start-up (which adopts whatever is in flight): a run goes through.
+    d.run_wait("warmup");
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("admin connection");
+    let now = chrono::Utc::now().timestamp_millis();
+    let id: i64 = admin
+        .query_one(
+            "INSERT INTO runs (job, slot, trigger, state, reason, created) \
+             VALUES ('orphan', NULL, 'manual', 'dispatching', NULL, $1) RETURNING id",
+            &[&now],
+        )
+        .expect("a run behind the leader's back")
+        .get(0);
+    admin
+        .execute(
+            "INSERT INTO targets (run_id, machine, state) VALUES ($1, 'lost1', 'pending')",
+            &[&id],
+        )
+        .expect("its target");
+    let started = Instant::now();
+    let run = wait_until("the orphan settled", Duration::from_secs(150), || {
+        let r = d.run_record(id as u64);
+        is_final(&r).then_some(r)
+    });
+    eprintln!(
+        "settled {:?} after it was written: {run}",
+        started.elapsed()
+    );
+    assert_ne!(run["state"], "dispatching");
+    let events = d.ctl_json(&["events", "--kind", "run_orphan_adopted"]);
+    assert!(events.to_string().contains("adopted"), "{events:#}");
+}

@@ -97,7 +97,7 @@ fn answer_to(port: u16, run: u64, machine: &str, field: &str, value: &str) -> Va
 }
 
 /// A minion-key hello for (run, machine) whose challenge is answered by `sign`.
-fn prove(port: u16, run: u64, machine: &str, sign: impl Fn(&str) -> String) -> Value {
+pub(crate) fn prove(port: u16, run: u64, machine: &str, sign: impl Fn(&str) -> String) -> Value {
     let mut ws = wrapper_ws(port);
     let mut msg = hello(run, machine, "minion_key", "");
     msg["minion_key"] = json!(true);

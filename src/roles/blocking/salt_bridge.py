@@ -60,6 +60,10 @@ def main():
             import os
             import salt.utils.minions
 
+            if opts.get("order_masters"):
+                # A top master of syndics knows only the syndics' keys: the minions
+                # behind them answer a ping, forwarded by their syndic.
+                raise LookupError("order_masters: minions behind syndics are not in this master's data")
             keys = os.path.join(opts["pki_dir"], "minions")
             if not os.access(keys, os.R_OK | os.X_OK):
                 raise PermissionError("cannot read the accepted keys in %s" % keys)
@@ -158,6 +162,12 @@ def main():
             listen=listen,
         )
         expected = list((pub or {}).get("minions") or [])
+        if opts.get("order_masters") and tgt_type == "list" and (pub or {}).get("jid"):
+            # A top master of syndics publishes whatever it matched itself (order_masters)
+            # and expects only the minions it holds keys for; the listed ones behind its
+            # syndics got the publish too, through them.
+            listed = req["tgt"] if isinstance(req["tgt"], list) else str(req["tgt"]).split(",")
+            expected += [m for m in listed if m and m not in expected]
         sys.stderr.write(
             "publish jid=%s fun=%s tgt_type=%s minions=%d%s\n"
             % (

@@ -4,6 +4,11 @@
 //! `leader`), reads who leads when it does not, and tells main ([`LeaseReport`]) when
 //! anything changed and every few seconds besides.
 //!
+//! A server whose salt master is down (`master_probe.rs`) neither keeps nor tries the
+//! lease: it releases it if it held it, so a server whose master is up takes over
+//! (main then stops this one, which restarts as a standby), and takes it again only
+//! once its master answers.
+//!
 //! The first report also carries the secret the servers share (meta `server_secret`,
 //! written by the first server that ever connected): tokens and resume keys made by one
 //! server are then valid on every other.
@@ -34,6 +39,8 @@ pub struct LeaseWatch {
     secret: Option<SharedSecret>,
     last: Option<LeaseReport>,
     sent_at: Option<Instant>,
+    /// This server's salt master (salt executor only).
+    master: Option<super::master_probe::MasterProbe>,
 }
 
 /// The host name, the default server name.
@@ -46,7 +53,11 @@ pub fn host_name() -> String {
 
 impl LeaseWatch {
     /// Reads (or, first of all servers, writes) the shared secret.
-    pub fn new(store: &mut dyn Storage, server: String) -> Result<LeaseWatch, RoleError> {
+    pub fn new(
+        store: &mut dyn Storage,
+        server: String,
+        master: Option<super::master_probe::MasterProbe>,
+    ) -> Result<LeaseWatch, RoleError> {
         let secret = shared_secret(store)
             .map_err(|e| RoleError::Start(format!("could not read the shared secret: {e}")))?;
         Ok(LeaseWatch {
@@ -54,6 +65,7 @@ impl LeaseWatch {
             secret: Some(SharedSecret(secret)),
             last: None,
             sent_at: None,
+            master,
         })
     }
 }
@@ -76,7 +88,27 @@ pub fn poll(db: &mut Db, _ctx: &mut Ctx<Db>) {
         return;
     };
     let was_leader = watch.last.as_ref().is_some_and(|r| r.leader);
-    let report = match db.store.hold_lease() {
+    let master_down = watch
+        .master
+        .as_mut()
+        .is_some_and(|m| m.down(Instant::now()));
+    if master_down {
+        if was_leader {
+            log::warn!(
+                "the salt master of {} is down: giving up the leader lease to a server whose \
+                 master is up",
+                watch.server
+            );
+        }
+        // Releasing what is not held is a no-op; a lease never taken stays untried.
+        db.store.release_lease();
+    }
+    let held = if master_down {
+        Ok(false)
+    } else {
+        db.store.hold_lease()
+    };
+    let report = match held {
         Ok(true) => {
             if !was_leader {
                 log::info!("{} holds the leader lease", watch.server);

@@ -15,6 +15,7 @@ pub mod deliveries;
 mod errors;
 pub mod joblog;
 mod lease;
+mod master_probe;
 pub mod output;
 pub mod pg;
 mod placement;
@@ -448,7 +449,14 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let (mut store, server) = open_storage(&args)?;
     log::info!("storing in {}", store.engine());
     let lease = match server {
-        Some(server) => Some(lease::LeaseWatch::new(store.as_mut(), server)?),
+        Some(server) => {
+            // A server launching through Salt leads only while its master is up.
+            let master = crate::config::load_settings(&args.dirs.config)
+                .ok()
+                .filter(|c| c.executor == crate::config::Executor::Salt)
+                .map(|c| master_probe::MasterProbe::new(&c.salt_config_dir));
+            Some(lease::LeaseWatch::new(store.as_mut(), server, master)?)
+        }
         None => None,
     };
     let mut ev: EventLoop<Db> = EventLoop::new().map_err(RoleError::setup("event loop"))?;

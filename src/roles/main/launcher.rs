@@ -16,6 +16,12 @@ pub struct Launcher {
     /// for every salt job: their launches share publishes, so the jobs of a slot share
     /// one lead and one round). Until measured the lead is the cap.
     pub launch_latency: Option<Duration>,
+    /// Measured target resolution before a launch (a ping round through a top master of
+    /// syndics costs its `syndic_wait`; the master's own match, milliseconds): part of
+    /// the lead, since a run is resolved before it joins its launch round.
+    pub resolve_latency: Option<Duration>,
+    /// Resolutions out: when each call went.
+    pub resolving: std::collections::HashMap<super::CallId, std::time::Instant>,
     /// `#sha256=HEX` of the hub's certificate, for wrappers to pin (`None`: `tls: false`).
     pub wrapper_pin: Option<String>,
     /// The master's pki directory, resolved once per `salt_config_dir` (the key).
@@ -87,8 +93,9 @@ impl Main {
     pub fn leads(&self) -> scheduler::Leads {
         let cap = Duration::from_secs(self.config.saltpeter.prestage_cap_s);
         let to_chrono = |d: Duration| chrono::Duration::from_std(d).unwrap_or_default();
+        let resolve = self.launcher.resolve_latency.unwrap_or_default();
         let lead = match self.launcher.launch_latency {
-            Some(latency) => (latency * 2 + Duration::from_secs(1)).min(cap),
+            Some(latency) => (latency * 2 + resolve + Duration::from_secs(1)).min(cap),
             None => cap,
         };
         scheduler::Leads {
@@ -102,6 +109,28 @@ impl Main {
     pub fn record_launch_latency(&mut self, sample: Duration) {
         let estimate = self.launcher.launch_latency.get_or_insert(sample);
         // Up at once (a late start is what pre-staging is there to prevent), down slowly.
+        *estimate = if sample > *estimate {
+            sample
+        } else {
+            (*estimate * 3 + sample) / 4
+        };
+    }
+
+    /// A resolution call went out (`resolve_targets`).
+    pub fn resolution_sent(&mut self, id: super::CallId) {
+        self.launcher
+            .resolving
+            .insert(id, std::time::Instant::now());
+    }
+
+    /// A resolution call answered: fold its time into the estimate (up at once, down
+    /// slowly, as the launch latency).
+    pub fn resolution_answered(&mut self, id: super::CallId) {
+        let Some(sent) = self.launcher.resolving.remove(&id) else {
+            return;
+        };
+        let sample = sent.elapsed();
+        let estimate = self.launcher.resolve_latency.get_or_insert(sample);
         *estimate = if sample > *estimate {
             sample
         } else {
@@ -146,32 +175,33 @@ impl Main {
         }
     }
 
-    /// Check a wrapper's minion-key proof against the key the master accepted for
-    /// `machine`; `Err` says why it is refused (for the event and the rejection).
+    /// Check a wrapper's minion-key proof against the key the trusted masters accepted
+    /// for `machine` (the own master's pki directory, then `salt_pki_dirs`: module
+    /// `minion_trust`); `Err` says why it is refused (for the event and the rejection).
     pub fn check_minion_proof(
         &mut self,
         run: crate::wire::records::RunId,
         machine: &str,
         proof: &crate::wire::link::MinionProof,
     ) -> Result<(), String> {
-        use crate::minion_key::{KeyError, accepted_key_path};
-        let dir = self.master_pki_dir();
-        let path = accepted_key_path(&dir, machine).map_err(|e| e.to_string())?;
-        let checked =
-            self.launcher
-                .keys
-                .verify(&path, &proof.challenge, run, machine, &proof.signature);
-        match checked {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(format!(
-                "the signature does not match the key the master accepted for {machine}"
-            )),
-            Err(KeyError::Read { .. }) => Err(format!(
-                "the master has no accepted key for {machine} ({} is not readable)",
-                path.display()
-            )),
-            Err(e) => Err(e.to_string()),
-        }
+        let own = self.master_pki_dir();
+        let mut dirs = vec![own.as_path()];
+        dirs.extend(
+            self.config
+                .saltpeter
+                .salt_pki_dirs
+                .iter()
+                .map(PathBuf::as_path),
+        );
+        let proof = crate::minion_trust::Proof {
+            challenge: &proof.challenge,
+            run,
+            minion: machine,
+            signature: &proof.signature,
+        };
+        crate::minion_trust::check_proof(&mut self.launcher.keys, &dirs, &proof)
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 
     /// The wrapper path of salt jobs that do not name their own.

@@ -227,6 +227,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     super::config_watch::start(ev.ctx(), &args.dirs.config);
     ev.ctx().every(Duration::from_secs(30), report_stalls);
     ev.ctx().every(Duration::from_secs(1), super::notify::tick);
+    ev.ctx()
+        .every(run_flow::orphans::SWEEP, run_flow::orphans::sweep);
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut role = MainRole {
         core: Main {

@@ -134,6 +134,8 @@ pub enum DbWait {
     Notify(notify::Wait),
     /// The minions' wrapper builds, loaded at start (`fleet`).
     Fleet,
+    /// The runs in flight, read by the orphan sweep (`run::orphans`).
+    Orphans,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -203,6 +205,8 @@ pub struct Flight {
     pub stopping: bool,
     /// The liveness check is armed (only while targets are picked up).
     liveness_armed: bool,
+    /// Runs in flight in the database that nobody here drives (`run::orphans`).
+    pub orphans: run::orphans::Orphans,
 }
 
 /// This daemon as operators see it.
@@ -359,6 +363,7 @@ impl Main {
             DbWait::Notify(wait) => notify::db_answer(self, wait, result),
             DbWait::JobCtl(call, note) => jobctl::saved(self, call, note, result),
             DbWait::Fleet => fleet::loaded(self, result),
+            DbWait::Orphans => run::orphans::loaded(self, result),
         }
     }
 }

@@ -10,6 +10,7 @@
 pub mod batches;
 mod capacity;
 mod fire;
+pub mod orphans;
 use batches::{await_launch, collect_all, collect_batch, launch_batch, next_batch};
 pub use fire::fire_as;
 mod pickup;

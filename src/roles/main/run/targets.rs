@@ -49,12 +49,14 @@ pub fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             from_cache,
         });
         env.call = Some(id);
+        core.resolution_sent(id);
         return Step::Wait(Wake::Call(id));
     };
     let Some(reply) = core.take_blocking_reply::<blocking_calls::Resolve>(id) else {
         return Step::Wait(Wake::Call(id));
     };
     env.call = None;
+    core.resolution_answered(id);
     match reply {
         Ok(res) => {
             if res.no_match {
