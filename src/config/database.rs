@@ -280,21 +280,6 @@ fn percent_decode(value: &str) -> Result<String, String> {
     String::from_utf8(out).map_err(|_| "a URL parameter is not UTF-8".to_string())
 }
 
-/// What is wrong with the database settings taken together (config/database.rs): a
-/// URL whose TLS settings do not resolve, plain text to a host that is not local
-/// without `database_plaintext_ok`, an unreadable CA file. Never holds the URL.
-impl super::saltpeter::SaltpeterConfig {
-    pub(crate) fn database_problem(&self) -> Option<String> {
-        let url = self.database_url.as_ref()?;
-        check(
-            url.expose(),
-            self.database_ca_file.as_deref(),
-            self.database_plaintext_ok,
-        )
-        .err()
-    }
-}
-
 #[cfg(test)]
 #[path = "database_tests.rs"]
 mod tests;

@@ -37,6 +37,7 @@ mod cache;
 mod chains;
 mod content;
 pub mod database;
+mod derived;
 mod diagnostic;
 mod entries;
 pub mod export;

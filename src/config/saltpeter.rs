@@ -324,15 +324,6 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
 ];
 
 impl SaltpeterConfig {
-    /// The start-only keys that decide TLS (`tls`, `tls_cert`, `tls_key`).
-    pub fn tls_settings(&self) -> crate::tls::material::Settings {
-        crate::tls::material::Settings {
-            enabled: self.tls,
-            cert: self.tls_cert.clone(),
-            key: self.tls_key.clone(),
-        }
-    }
-
     /// Names of start-only keys whose value differs in `newer` (changed at run time, they need
     /// a restart to take effect).
     pub fn startup_only_changes(&self, newer: &SaltpeterConfig) -> Vec<&'static str> {

@@ -29,6 +29,7 @@
 pub mod bridge;
 pub mod keys;
 pub mod sessions;
+mod socket;
 
 use std::path::{Path, PathBuf};
 

@@ -16,7 +16,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -35,6 +34,7 @@ use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{HandshakeError, Message, WebSocket};
 
 use super::Fleet;
+use super::socket::{send, send_json, server_addr};
 
 /// Sessions connecting or not yet welcomed at once.
 const MAX_OPENING: usize = 256;
@@ -559,35 +559,6 @@ fn handshake_step<R>(
         Err(HandshakeError::Interrupted(mid)) => Ok(Link::Handshaking(mid)),
         Err(HandshakeError::Failure(e)) => Err(format!("handshake: {e}")),
     }
-}
-
-fn send(ws: &mut WebSocket<Stream>, msg: Message) -> Result<(), String> {
-    // A full socket keeps the message in tungstenite's buffer; the next event flushes it.
-    match ws.send(msg) {
-        Ok(()) => Ok(()),
-        Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
-        Err(e) => Err(format!("write: {e}")),
-    }
-}
-
-fn send_json(ws: &mut WebSocket<Stream>, msg: &WrapperMsg) -> Result<(), String> {
-    let text = serde_json::to_string(msg).map_err(|e| e.to_string())?;
-    send(ws, Message::text(text))
-}
-
-/// `host:port` of a `ws://` or `wss://` URL, resolved.
-fn server_addr(url: &str) -> Result<SocketAddr, String> {
-    let bare = url.split('#').next().unwrap_or(url);
-    let rest = bare
-        .strip_prefix("wss://")
-        .or_else(|| bare.strip_prefix("ws://"))
-        .ok_or_else(|| format!("{url}: not a ws:// or wss:// URL"))?;
-    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
-    authority
-        .to_socket_addrs()
-        .map_err(|e| format!("{authority}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{authority}: no address"))
 }
 
 /// Where the keys of the benchmark's fleet are cached.
