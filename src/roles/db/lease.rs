@@ -15,13 +15,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::Db;
 use super::storage::Storage;
 use super::store::StoreError;
-use crate::evloop::Ctx;
-use crate::ipc::rpc::Packet;
 use crate::roles::common::RoleError;
-use crate::wire::db::{DbNotice, LeaseReport, SharedSecret};
+use crate::wire::db::{LeaseReport, SharedSecret};
 
 /// How often the lease is kept or tried: a dead leader's lease is taken over within
 /// about this much after PostgreSQL ended its session.
@@ -82,84 +79,84 @@ fn shared_secret(store: &mut dyn Storage) -> Result<String, StoreError> {
     Ok(store.get_meta(SECRET_KEY)?.unwrap_or(mine))
 }
 
-/// One turn: keep or try the lease, and tell main.
-pub fn poll(db: &mut Db, _ctx: &mut Ctx<Db>) {
-    let Some(watch) = db.lease.as_mut() else {
-        return;
-    };
-    let was_leader = watch.last.as_ref().is_some_and(|r| r.leader);
-    let master_down = watch
-        .master
-        .as_mut()
-        .is_some_and(|m| m.down(Instant::now()));
-    if master_down {
-        if was_leader {
-            log::warn!(
-                "the salt master of {} is down: giving up the leader lease to a server whose \
-                 master is up",
-                watch.server
-            );
+impl LeaseWatch {
+    /// One turn: keep or try the lease. Returns the report for main when it changed or
+    /// is due again (with the shared secret until main has had it); the caller posts it
+    /// and says whether it went out ([`LeaseWatch::posted`]).
+    pub fn poll(&mut self, store: &mut dyn Storage) -> Option<LeaseReport> {
+        let was_leader = self.last.as_ref().is_some_and(|r| r.leader);
+        let master_down = self.master.as_mut().is_some_and(|m| m.down(Instant::now()));
+        if master_down {
+            if was_leader {
+                log::warn!(
+                    "the salt master of {} is down: giving up the leader lease to a server \
+                     whose master is up",
+                    self.server
+                );
+            }
+            // Releasing what is not held is a no-op; a lease never taken stays untried.
+            store.release_lease();
         }
-        // Releasing what is not held is a no-op; a lease never taken stays untried.
-        db.store.release_lease();
-    }
-    let held = if master_down {
-        Ok(false)
-    } else {
-        db.store.hold_lease()
-    };
-    let report = match held {
-        Ok(true) => {
-            if !was_leader {
-                log::info!("{} holds the leader lease", watch.server);
-                if let Err(e) = db.store.set_meta(LEADER_KEY, &watch.server) {
-                    log::warn!("could not record {} as the leader: {e}", watch.server);
+        let held = if master_down {
+            Ok(false)
+        } else {
+            store.hold_lease()
+        };
+        let report = match held {
+            Ok(true) => {
+                if !was_leader {
+                    log::info!("{} holds the leader lease", self.server);
+                    if let Err(e) = store.set_meta(LEADER_KEY, &self.server) {
+                        log::warn!("could not record {} as the leader: {e}", self.server);
+                    }
+                }
+                LeaseReport {
+                    leader: true,
+                    reachable: true,
+                    holder: Some(self.server.clone()),
+                    shared_secret: None,
                 }
             }
-            LeaseReport {
-                leader: true,
-                reachable: true,
-                holder: Some(watch.server.clone()),
-                shared_secret: None,
-            }
-        }
-        Ok(false) => LeaseReport {
-            leader: false,
-            reachable: true,
-            holder: db.store.get_meta(LEADER_KEY).ok().flatten(),
-            shared_secret: None,
-        },
-        Err(e) => {
-            if watch.last.as_ref().is_none_or(|r| r.reachable) {
-                log::error!("the leader lease cannot be confirmed: {e}");
-            }
-            LeaseReport {
+            Ok(false) => LeaseReport {
                 leader: false,
-                reachable: false,
-                holder: None,
+                reachable: true,
+                holder: store.get_meta(LEADER_KEY).ok().flatten(),
                 shared_secret: None,
+            },
+            Err(e) => {
+                if self.last.as_ref().is_none_or(|r| r.reachable) {
+                    log::error!("the leader lease cannot be confirmed: {e}");
+                }
+                LeaseReport {
+                    leader: false,
+                    reachable: false,
+                    holder: None,
+                    shared_secret: None,
+                }
             }
+        };
+        if was_leader && !report.leader {
+            log::warn!("{} no longer holds the leader lease", self.server);
         }
-    };
-    if was_leader && !report.leader {
-        log::warn!("{} no longer holds the leader lease", watch.server);
-    }
-    let changed = watch.last.as_ref() != Some(&report);
-    let stale = watch.sent_at.is_none_or(|at| at.elapsed() >= RESEND);
-    if !(changed || stale) {
-        return;
-    }
-    let mut notice = report.clone();
-    notice.shared_secret = watch.secret.take();
-    match db.main.post(&Packet::Cast(DbNotice::Lease(notice.clone()))) {
-        Ok(()) => {
-            watch.last = Some(report);
-            watch.sent_at = Some(Instant::now());
+        let changed = self.last.as_ref() != Some(&report);
+        let stale = self.sent_at.is_none_or(|at| at.elapsed() >= RESEND);
+        if !(changed || stale) {
+            return None;
         }
-        Err(e) => {
-            // Not sent: the secret goes with the next try.
-            watch.secret = notice.shared_secret;
-            log::debug!("could not report the lease: {e}");
+        let mut notice = report;
+        notice.shared_secret = self.secret.take();
+        Some(notice)
+    }
+
+    /// `notice` (from [`LeaseWatch::poll`]) reached main, or did not: then its secret
+    /// goes with the next try.
+    pub fn posted(&mut self, mut notice: LeaseReport, sent: bool) {
+        let secret = notice.shared_secret.take();
+        if sent {
+            self.last = Some(notice);
+            self.sent_at = Some(Instant::now());
+        } else {
+            self.secret = secret;
         }
     }
 }

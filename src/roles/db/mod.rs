@@ -445,6 +445,24 @@ pub(crate) mod pg_cluster;
 #[cfg(test)]
 pub(crate) mod schema_at;
 
+/// One turn of the leader lease: kept or tried, and main told when it changed.
+fn poll_lease(db: &mut Db, _ctx: &mut Ctx<Db>) {
+    let Some(watch) = db.lease.as_mut() else {
+        return;
+    };
+    let Some(notice) = watch.poll(db.store.as_mut()) else {
+        return;
+    };
+    let sent = match db.main.post(&Packet::Cast(DbNotice::Lease(notice.clone()))) {
+        Ok(()) => true,
+        Err(e) => {
+            log::debug!("could not report the lease: {e}");
+            false
+        }
+    };
+    watch.posted(notice, sent);
+}
+
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let (mut store, server) = open_storage(&args)?;
     log::info!("storing in {}", store.engine());
@@ -477,8 +495,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         arrived: None,
     };
     if db.lease.is_some() {
-        lease::poll(&mut db, ev.ctx());
-        ev.ctx().every(lease::POLL, lease::poll);
+        poll_lease(&mut db, ev.ctx());
+        ev.ctx().every(lease::POLL, poll_lease);
     }
     ev.run_with(&mut db, |db, _| {
         if let Err(e) = db.main.on_writable() {
