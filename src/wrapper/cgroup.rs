@@ -18,6 +18,11 @@ use crate::wire::limits::{Limits, show_bytes};
 /// The CFS period the quota is a share of (100 ms, as systemd uses).
 const PERIOD_US: u64 = 100_000;
 
+/// `cpu_quota` (percent of one CPU) as microseconds of CPU time per period.
+fn quota_us(pct: u32) -> u64 {
+    u64::from(pct) * PERIOD_US / 100
+}
+
 /// A group made for one command.
 #[derive(Debug)]
 pub struct Group {
@@ -47,7 +52,7 @@ impl Group {
 
     /// Removes the group's directories (they must be empty of processes; a command that
     /// left a process behind keeps its group, which is said in the log).
-    pub fn remove(&self) {
+    fn remove(&self) {
         for dir in &self.dirs {
             // The kernel lets go of a reaped process's group a moment after the reap:
             // a few short tries (at the end of the run, 50 ms at most).
@@ -66,6 +71,14 @@ impl Group {
                 }
             }
         }
+    }
+}
+
+/// A group goes when its command has ended (or was never started): however its owner
+/// is dropped, no directory is left behind.
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.remove();
     }
 }
 
@@ -127,7 +140,7 @@ pub fn make_v2(root: &Path, limits: &Limits, leaf: &str) -> Result<Group, String
             write_if_present(&dir.join("memory.swap.max"), "0")?;
         }
         if let Some(pct) = limits.cpu_quota {
-            let quota = u64::from(pct) * PERIOD_US / 100;
+            let quota = quota_us(pct);
             write(&dir.join("cpu.max"), &format!("{quota} {PERIOD_US}"))?;
         }
         if let Some(n) = limits.tasks_max {
@@ -135,7 +148,8 @@ pub fn make_v2(root: &Path, limits: &Limits, leaf: &str) -> Result<Group, String
         }
         Ok(())
     };
-    set().inspect_err(|_| group.remove())?;
+    // A limit that cannot be set drops the group, which removes it.
+    set()?;
     Ok(group)
 }
 
@@ -174,7 +188,7 @@ pub fn make_v1(mountinfo: &str, limits: &Limits, leaf: &str) -> Result<Group, St
                 }
                 "cpu" => {
                     if let Some(pct) = limits.cpu_quota {
-                        let quota = u64::from(pct) * PERIOD_US / 100;
+                        let quota = quota_us(pct);
                         write(&dir.join("cpu.cfs_period_us"), &PERIOD_US.to_string())?;
                         write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
                     }
@@ -188,13 +202,8 @@ pub fn make_v1(mountinfo: &str, limits: &Limits, leaf: &str) -> Result<Group, St
         }
         Ok(())
     })();
-    match made {
-        Ok(()) => Ok(group),
-        Err(e) => {
-            group.remove();
-            Err(e)
-        }
-    }
+    // On an error the group is dropped, which removes what was made.
+    made.map(|()| group)
 }
 
 /// What the group limits, for the target's record.

@@ -13,7 +13,8 @@
 //!
 //! What applied, and why a better way did not, is one line (`Plan::applied`) that the
 //! wrapper sends with `started` and the server keeps in the target's record. After the
-//! command, [`Plan::memory_killed`] tells whether the kernel killed it for `memory_max`.
+//! command, [`Plan::memory_killed`] tells whether the kernel killed it for `memory_max`;
+//! dropping the plan removes the command's control group.
 
 use std::ffi::{CString, OsString};
 use std::path::Path;
@@ -43,9 +44,9 @@ pub struct Plan {
     pub scope_switches_user: bool,
     /// The transient unit, to ask systemd afterwards whether it ended by the OOM killer.
     scope: Option<String>,
+    /// The command's own control group (its `cgroup.procs` files are what the child
+    /// joins); removed when the plan is dropped.
     group: Option<Group>,
-    /// `cgroup.procs` files the child writes `0` to.
-    join: Vec<CString>,
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     nice: Option<i32>,
     ioprio: Option<i32>,
@@ -133,7 +134,6 @@ impl Plan {
                             .map(|d| d.display().to_string())
                             .unwrap_or_default()
                     );
-                    self.join = group.procs.clone();
                     self.group = Some(group);
                     return text;
                 }
@@ -172,7 +172,11 @@ impl Plan {
     /// the fork: no allocation, no locks.
     pub fn child_steps(&self) -> ChildSteps {
         ChildSteps {
-            join: self.join.clone(),
+            join: self
+                .group
+                .as_ref()
+                .map(|g| g.procs.clone())
+                .unwrap_or_default(),
             rlimits: self.rlimits.clone(),
             nice: self.nice,
             ioprio: self.ioprio,
@@ -198,13 +202,6 @@ impl Plan {
             return oom;
         }
         false
-    }
-
-    /// Removes the group made for the command (after it ended).
-    pub fn release(&mut self) {
-        if let Some(group) = self.group.take() {
-            group.remove();
-        }
     }
 }
 

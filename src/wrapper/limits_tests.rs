@@ -178,7 +178,7 @@ fn a_memory_limit_really_kills_and_says_so() {
     if !cgroups_present() {
         return;
     }
-    let (code, signal, _, err, mut plan) = run(
+    let (code, signal, _, err, plan) = run(
         "dd if=/dev/zero of=/dev/null bs=256M count=1",
         limited(Some(32 << 20), None, None),
         Way::Auto,
@@ -195,16 +195,16 @@ fn a_memory_limit_really_kills_and_says_so() {
         "{code:?} {signal:?}: {err}"
     );
     assert!(plan.memory_killed(), "the group counts no OOM kill: {text}");
-    plan.release();
+    drop(plan);
     // Within the limit the same command is not killed.
-    let (code, _, _, err, mut plan) = run(
+    let (code, _, _, err, plan) = run(
         "dd if=/dev/zero of=/dev/null bs=4M count=1",
         limited(Some(32 << 20), None, None),
         Way::Auto,
     );
     assert_eq!(code, Some(0), "{err}");
     assert!(!plan.memory_killed());
-    plan.release();
+    drop(plan);
 }
 
 #[test]
@@ -214,19 +214,17 @@ fn a_cpu_quota_really_slows_and_a_task_limit_really_refuses_forks() {
     }
     // Two seconds of a busy shell at 20% of one CPU: at most ~0.4 s of CPU time.
     let busy = "end=$(($(date +%s) + 2)); while [ $(date +%s) -lt $end ]; do :; done; times";
-    let (code, _, out, err, mut plan) = run(busy, limited(None, Some(20), None), Way::Auto);
-    plan.release();
+    let (code, _, out, err, plan) = run(busy, limited(None, Some(20), None), Way::Auto);
+    let applied = plan.applied.clone().unwrap_or_default();
+    drop(plan);
     assert_eq!(code, Some(0), "{err}");
     let cpu = cpu_seconds(&out);
-    println!(
-        "cpu_quota 20%: {cpu:.2} CPU-s in 2 s ({})",
-        plan.applied.unwrap_or_default()
-    );
+    println!("cpu_quota 20%: {cpu:.2} CPU-s in 2 s ({applied})");
     assert!(cpu < 0.8, "20% of a CPU for 2 s used {cpu} CPU-s: {out}");
     // Eight sleepers under tasks_max 4: some forks fail.
     let forks = "for i in 1 2 3 4 5 6 7 8; do sleep 1 & done 2>&1; wait; echo done";
-    let (_, _, out, err, mut plan) = run(forks, limited(None, None, Some(4)), Way::Auto);
-    plan.release();
+    let (_, _, out, err, plan) = run(forks, limited(None, None, Some(4)), Way::Auto);
+    drop(plan);
     let text = format!("{out}{err}");
     assert!(
         text.contains("fork") || text.contains("Resource temporarily unavailable"),

@@ -72,7 +72,8 @@ pub struct Running {
     /// The job's `timeout_counts_suspended`.
     timeout_counts_suspended: bool,
     drain_until: Option<Instant>,
-    /// The job's limits as applied (its group is removed once the command ended).
+    /// The job's limits as applied (dropped with `Running`, once the command ended:
+    /// that removes its control group).
     limits: Plan,
     _lock: Option<Flock<File>>,
 }
@@ -134,17 +135,13 @@ impl Running {
             uid: u.uid.as_raw(),
             gid: u.gid.as_raw(),
         });
-        let mut limits = Plan::prepare(&job.limits, facts.run, facts.machine, Way::Auto, identity);
+        let limits = Plan::prepare(&job.limits, facts.run, facts.machine, Way::Auto, identity);
         if let Some(text) = &limits.applied {
             log::info!("limits: {text}");
         }
-        let mut sp = match spawn(job, env, run_as.as_ref(), &limits) {
-            Ok(sp) => sp,
-            Err(text) => {
-                limits.release();
-                return Err(StartFailure::SpawnFailed(text));
-            }
-        };
+        // On any failure below, dropping `limits` removes the control group made for it.
+        let mut sp =
+            spawn(job, env, run_as.as_ref(), &limits).map_err(StartFailure::SpawnFailed)?;
         if let Err(e) = registry
             .register(&mut sp.stdout, tokens.0, Interest::READABLE)
             .and_then(|()| registry.register(&mut sp.stderr, tokens.1, Interest::READABLE))
@@ -386,7 +383,6 @@ impl Running {
             }
             None => ExitReason::Exit,
         };
-        self.limits.release();
         Some(Ended {
             code,
             signal,
