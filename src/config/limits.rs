@@ -9,6 +9,7 @@
 //! tasks_max: 64            # processes and threads at once
 //! ```
 
+use super::job_reader::Reader;
 use super::resources::{IoNice, Limits, parse_bytes};
 use super::values::{self, found};
 use super::yaml::Node;
@@ -17,42 +18,19 @@ use super::yaml::Node;
 const MAX_CPU_QUOTA: u32 = 102_400;
 
 /// Reads the limits from the job's keys (`get` finds a key's node); each bad value is
-/// reported through `read` at its position and leaves that limit unset.
+/// reported through the reader at its position and leaves that limit unset.
 pub(super) fn read_limits<'n>(
     get: impl Fn(&str) -> Option<&'n Node>,
-    mut read: impl FnMut(&Node, fn(&Node) -> Result<Limit, String>) -> Option<Limit>,
+    reader: &mut Reader<'_, '_>,
 ) -> Limits {
-    let mut limits = Limits::default();
-    for (key, parse) in [
-        ("nice", nice as fn(&Node) -> Result<Limit, String>),
-        ("ionice", ionice),
-        ("memory_max", memory_max),
-        ("cpu_quota", cpu_quota),
-        ("tasks_max", tasks_max),
-    ] {
-        let Some(node) = get(key) else { continue };
-        if node.is_null() {
-            continue;
-        }
-        match read(node, parse) {
-            Some(Limit::Nice(n)) => limits.nice = Some(n),
-            Some(Limit::IoNice(io)) => limits.ionice = Some(io),
-            Some(Limit::MemoryMax(b)) => limits.memory_max = Some(b),
-            Some(Limit::CpuQuota(p)) => limits.cpu_quota = Some(p),
-            Some(Limit::TasksMax(n)) => limits.tasks_max = Some(n),
-            None => {}
-        }
+    let value = |key: &str| get(key).filter(|node| !node.is_null());
+    Limits {
+        nice: value("nice").and_then(|n| reader.read(n, nice)),
+        ionice: value("ionice").and_then(|n| reader.read(n, ionice)),
+        memory_max: value("memory_max").and_then(|n| reader.read(n, memory_max)),
+        cpu_quota: value("cpu_quota").and_then(|n| reader.read(n, cpu_quota)),
+        tasks_max: value("tasks_max").and_then(|n| reader.read(n, tasks_max)),
     }
-    limits
-}
-
-/// One limit as read.
-pub(super) enum Limit {
-    Nice(i32),
-    IoNice(IoNice),
-    MemoryMax(u64),
-    CpuQuota(u32),
-    TasksMax(u64),
 }
 
 fn text(node: &Node, key: &str, expected: &str) -> Result<String, String> {
@@ -61,10 +39,10 @@ fn text(node: &Node, key: &str, expected: &str) -> Result<String, String> {
         .ok_or_else(|| format!("`{key}`: expected {expected}, found {}", node.describe()))
 }
 
-fn nice(node: &Node) -> Result<Limit, String> {
+fn nice(node: &Node) -> Result<i32, String> {
     let t = text(node, "nice", "a number from -20 to 19")?;
     match t.parse::<i32>() {
-        Ok(n) if (-20..=19).contains(&n) => Ok(Limit::Nice(n)),
+        Ok(n) if (-20..=19).contains(&n) => Ok(n),
         _ => Err(format!(
             "`nice`: expected a number from -20 to 19, found {}",
             found(node)
@@ -72,26 +50,26 @@ fn nice(node: &Node) -> Result<Limit, String> {
     }
 }
 
-fn ionice(node: &Node) -> Result<Limit, String> {
+fn ionice(node: &Node) -> Result<IoNice, String> {
     let t = text(node, "ionice", "a class such as idle or best-effort:7")?;
-    IoNice::parse(&t).map(Limit::IoNice)
+    IoNice::parse(&t)
 }
 
-fn memory_max(node: &Node) -> Result<Limit, String> {
+fn memory_max(node: &Node) -> Result<u64, String> {
     let t = text(node, "memory_max", "a size such as 512M")?;
     let bytes = parse_bytes(&t).map_err(|e| format!("`memory_max`: {e}"))?;
     // Below a few MiB not even the shell starts; say so rather than fail every run.
     if bytes < 1 << 20 {
         return Err(format!("`memory_max`: {t} is less than 1M"));
     }
-    Ok(Limit::MemoryMax(bytes))
+    Ok(bytes)
 }
 
-fn cpu_quota(node: &Node) -> Result<Limit, String> {
+fn cpu_quota(node: &Node) -> Result<u32, String> {
     let t = text(node, "cpu_quota", "a percentage such as 50%")?;
     let digits = t.strip_suffix('%').unwrap_or(&t).trim();
     match digits.parse::<u32>() {
-        Ok(p) if (1..=MAX_CPU_QUOTA).contains(&p) => Ok(Limit::CpuQuota(p)),
+        Ok(p) if (1..=MAX_CPU_QUOTA).contains(&p) => Ok(p),
         _ => Err(format!(
             "`cpu_quota`: expected a percentage of one CPU from 1% to {MAX_CPU_QUOTA}% \
              (200% is two CPUs), found {}",
@@ -100,9 +78,9 @@ fn cpu_quota(node: &Node) -> Result<Limit, String> {
     }
 }
 
-fn tasks_max(node: &Node) -> Result<Limit, String> {
+fn tasks_max(node: &Node) -> Result<u64, String> {
     match values::unsigned(node) {
-        Ok(n) if n >= 1 => Ok(Limit::TasksMax(n)),
+        Ok(n) if n >= 1 => Ok(n),
         Ok(_) => Err("`tasks_max`: 0 would not let the command start; at least 1".into()),
         Err(e) => Err(format!("`tasks_max`: {e}")),
     }

@@ -162,7 +162,7 @@ pub(crate) fn read_job(
     let timeout_counts_suspended = get("timeout_counts_suspended")
         .and_then(|n| reader.read(n, values::boolean))
         .unwrap_or(true);
-    let limits = super::limits::read_limits(get, |node, parse| reader.read(node, parse));
+    let limits = super::limits::read_limits(get, &mut reader);
 
     match (schedule, command, targets) {
         (Some(schedule), Some(command), Some(targets)) if reader.errors.is_empty() => Ok(Job {
