@@ -229,13 +229,18 @@ pub fn render(core: &Main) -> String {
         "gauge",
         "Targets of runs in flight suspended by an operator.",
     );
-    let suspended = core
+    // The targets in flight, counted once for both gauges.
+    let (suspended, throttled) = core
         .flight
         .runs
         .values()
         .flat_map(|r| r.targets.values())
-        .filter(|t| t.suspended)
-        .count();
+        .fold((0, 0), |(s, q), t| {
+            (
+                s + usize::from(t.suspended),
+                q + usize::from(t.is_throttled()),
+            )
+        });
     let _ = writeln!(out, "saltpeter_targets_suspended {suspended}");
     header(
         &mut out,
@@ -243,13 +248,6 @@ pub fn render(core: &Main) -> String {
         "gauge",
         "Targets of runs in flight queued for a place on their machine (max_running_per_machine).",
     );
-    let throttled = core
-        .flight
-        .runs
-        .values()
-        .flat_map(|r| r.targets.values())
-        .filter(|t| t.is_throttled())
-        .count();
     let _ = writeln!(out, "saltpeter_targets_throttled {throttled}");
     header(
         &mut out,
