@@ -154,11 +154,16 @@ fn pause_until_ends_by_itself_and_survives_a_restart() {
     let mut d = Daemon::start(&[("01-fast.yaml", FAST), ("jobs.yaml", jobs)]);
     let until = in_secs(12);
     let paused = d.ctl_json(&["pause", "p", "--until", &rfc3339(until)]);
+    // Slots up to the answer may have fired before the pause took hold.
+    let answered = Utc::now();
     assert_eq!(paused["jobs"][0]["job"], "p", "{paused}");
     assert_eq!(paused["jobs"][0]["paused"], true);
     assert_eq!(paused["jobs"][0]["until"], rfc3339(until));
-    let listed = d.ctl_json(&["jobs"]);
-    assert_eq!(listed[0]["state"], "paused", "{listed}");
+    // A run started before the pause shows the job `running` until it ends.
+    wait_until("the job listed paused", HANG, || {
+        let listed = d.ctl_json(&["jobs"]);
+        (listed[0]["state"] == "paused").then_some(())
+    });
     let skipped_after = |d: &Daemon, after: u64| {
         wait_until("a slot skipped for the pause", HANG, || {
             d.runs("p").into_iter().find(|r| {
@@ -189,7 +194,7 @@ fn pause_until_ends_by_itself_and_survives_a_restart() {
     });
     for r in runs.iter().filter(|r| r["state"] == "succeeded") {
         assert!(
-            slot_of(r).is_some_and(|s| s >= until),
+            slot_of(r).is_some_and(|s| s >= until || s <= answered),
             "ran while paused: {r}"
         );
     }
@@ -223,19 +228,37 @@ fn skip_next_two_skips_exactly_two_slots_and_resume_cancels() {
         "k:\n  schedule: '*/2 * * * * *'\n  targets: [a]\n  overlap: allow\n  command: 'true'\n";
     let d = Daemon::start(&[("01-fast.yaml", FAST), ("jobs.yaml", jobs)]);
     let out = d.ctl_json(&["skip", "k", "--next", "2"]);
-    assert_eq!(out["jobs"][0]["skip_next"], 2, "{out}");
+    // The answer shows the state when it is sent: a slot may already have been skipped.
+    let left = out["jobs"][0]["skip_next"].as_u64();
+    assert!(matches!(left, Some(1 | 2)), "{out}");
     let is_skip = |r: &Value| reason(r).starts_with("skipped: skip requested by uid");
-    // Wait for two runs that ran after the skips.
-    let runs = wait_until("two skips then two runs", HANG, || {
+    // Wait for two runs that ran after the skips; a hang shows what was seen.
+    let start = std::time::Instant::now();
+    let runs = loop {
         let mut runs = d.runs("k");
         runs.reverse();
-        let last_skip = runs.iter().rposition(is_skip)?;
-        let ran_after = runs[last_skip..]
-            .iter()
-            .filter(|r| r["state"] == "succeeded")
-            .count();
-        (ran_after >= 2).then_some(runs)
-    });
+        let ran_after = runs.iter().rposition(is_skip).map_or(0, |last_skip| {
+            runs[last_skip..]
+                .iter()
+                .filter(|r| r["state"] == "succeeded")
+                .count()
+        });
+        if ran_after >= 2 {
+            break runs;
+        }
+        if start.elapsed() > HANG {
+            let seen: Vec<String> = runs
+                .iter()
+                .map(|r| format!("{} {} {}", r["slot"], r["state"], reason(r)))
+                .collect();
+            panic!(
+                "timed out waiting for two skips then two runs; runs oldest first:\n{}\n{}",
+                seen.join("\n"),
+                d.log_tail(40)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let skips: Vec<&Value> = runs.iter().filter(|r| is_skip(r)).collect();
     assert_eq!(skips.len(), 2, "{runs:?}");
     assert!(
