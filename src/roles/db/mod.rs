@@ -258,6 +258,9 @@ fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
         return;
     }
     let started = std::time::Instant::now();
+    if log::log_enabled!(log::Level::Debug) {
+        log::debug!("commit of {}", batch_summary(&calls));
+    }
     let first = apply_batch(db.store.as_mut(), &calls);
     db.commit_latency.observe(started.elapsed().as_secs_f64());
     let results = match first {
@@ -297,6 +300,20 @@ fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
             log::error!("could not answer main: {e}");
         }
     }
+}
+
+/// What a batch holds, by kind: "12 requests: 10 append output, 2 update target".
+fn batch_summary(calls: &[(CallId, DbRequest)]) -> String {
+    let mut kinds: Vec<(&str, usize)> = Vec::new();
+    for (_, req) in calls {
+        let k = kind(req);
+        match kinds.iter_mut().find(|(name, _)| *name == k) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((k, 1)),
+        }
+    }
+    let parts: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    format!("{} requests: {}", calls.len(), parts.join(", "))
 }
 
 fn kind(req: &DbRequest) -> &'static str {
