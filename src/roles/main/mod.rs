@@ -46,10 +46,6 @@ mod scheduler;
 mod sessions;
 mod suspend;
 mod target;
-mod target_retry;
-mod target_suspend;
-#[cfg(test)]
-mod target_tests;
 mod throttle;
 pub mod tokens;
 mod ui;

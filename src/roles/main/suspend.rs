@@ -1,5 +1,5 @@
 //! An operator's suspend or resume of a run in flight (every target, or one): each target
-//! decides by its own rules (`target_suspend.rs`), the effects go out, and the request is
+//! decides by its own rules (`target/suspend.rs`), the effects go out, and the request is
 //! recorded in the audit trail (`suspend_requested` / `resume_requested`, with who asked)
 //! whatever it reached.
 

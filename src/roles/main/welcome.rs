@@ -8,8 +8,8 @@
 use std::time::Instant;
 
 use super::effects::apply;
+use super::target::SuspendReport;
 use super::target::{Credential, Effect, Token};
-use super::target_suspend::SuspendReport;
 use super::tokens;
 use super::{DbWait, Main};
 use crate::ipc::CallId;

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use super::rounds;
 use super::{RunEnv, Sc, now_ms, run_rules};
 use crate::roles::main::effects::{finish_target, transition};
-use crate::roles::main::target::Phase;
 use crate::roles::main::{DbWait, Main, throttle};
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, RunUpdate, calls};
@@ -40,10 +39,7 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let in_maintenance: Vec<bool> = batch.iter().map(|m| core.in_maintenance(m)).collect();
     let mut launch = Vec::new();
     for (machine, maintenance) in batch.iter().zip(in_maintenance) {
-        if core
-            .target(run, machine)
-            .is_none_or(|t| t.phase != Phase::Pending)
-        {
+        if core.target(run, machine).is_none_or(|t| !t.is_pending()) {
             continue; // killed before its batch came, or launched before a restart
         }
         if maintenance {

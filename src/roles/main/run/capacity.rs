@@ -32,7 +32,7 @@ pub fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         && active
             .targets
             .values()
-            .any(|t| !matches!(t.phase, Phase::Pending | Phase::SkippedMaintenance));
+            .any(|t| !matches!(t.phase(), Phase::Pending | Phase::SkippedMaintenance));
     // A kill (its targets are canceled already) or a stop: nothing is to start.
     let admitted = if active.kill_requested || stopping || launched {
         Ok(())

@@ -149,7 +149,7 @@ fn launches_behind(core: &Main, job: &str, slot: crate::wire::records::Millis) -
                 && r.launching.is_none()
                 && r.targets
                     .values()
-                    .any(|t| t.phase == crate::roles::main::target::Phase::Pending),
+                    .any(super::super::target::Target::is_pending),
         })
         .collect();
     let queued = core

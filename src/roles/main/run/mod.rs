@@ -28,7 +28,7 @@ use chrono::Utc;
 use super::effects::{finish_target, now_ms};
 use super::run_rules;
 use super::runs::ActiveRun;
-use super::target::{Phase, Target};
+use super::target::Target;
 use super::windows;
 use super::{DbWait, JobRef, Main};
 use crate::config::Job;
@@ -305,9 +305,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 }
             }
             for m in &env.maintenance {
-                let mut t = Target::new(0);
-                t.phase = Phase::SkippedMaintenance;
-                targets.insert(m.clone(), t);
+                targets.insert(m.clone(), Target::in_maintenance());
             }
             for (m, _) in &env.unreachable {
                 targets.insert(m.clone(), Target::new(0));

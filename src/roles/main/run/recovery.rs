@@ -89,13 +89,8 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
         );
         // Retries already made count against `retries` after a restart too.
         t.attempt = d.attempt.max(1);
-        if t.is_waiting() {
-            // `retry_unreachable`: the window starts over (its deadline is not stored).
-            let window = std::time::Duration::from_secs(job.retry_unreachable_s);
-            t.phase = crate::roles::main::target::Phase::WaitingUnreachable {
-                until: now + window,
-            };
-        }
+        // `retry_unreachable`: the window starts over (its deadline is not stored).
+        t.restart_waiting(now, std::time::Duration::from_secs(job.retry_unreachable_s));
         if !t.is_settled() {
             unsettled.push(r.machine.clone());
         }

@@ -17,12 +17,28 @@
 //! Nothing here touches a socket or a clock, so the rules — a launch token works once,
 //! output is acked only once committed, an exit settles only when all its output is
 //! stored, silence for three heartbeats is a loss, a kill before pick-up cancels — are unit
-//! tested in `target_tests.rs`.
+//! tested in `tests.rs`.
+//!
+//! The phase is private to this module: every change of it is one of the transitions
+//! here and in the files beside it (`record.rs` restores a target from db, `retry.rs`
+//! starts a new attempt, `suspend.rs` stops and continues its command, `throttle.rs`
+//! holds it for `max_running_per_machine`, `unreachable.rs` waits for its minion); the
+//! rest of main reads it through [`Target::phase`] and the predicates.
+
+mod record;
+mod retry;
+mod suspend;
+#[cfg(test)]
+mod tests;
+mod throttle;
+mod unreachable;
+
+pub use suspend::SuspendReport;
 
 use std::time::{Duration, Instant};
 
 use crate::wire::link::ConnId;
-use crate::wire::records::{Millis, TargetReason, TargetRecord, TargetState};
+use crate::wire::records::{Millis, TargetReason, TargetState};
 use crate::wire::wrapper::RejectCode;
 
 /// An `exited` whose output is not all committed yet.
@@ -163,7 +179,7 @@ pub enum KillAction {
 #[derive(Debug, Clone)]
 pub struct Target {
     pub batch: usize,
-    pub phase: Phase,
+    phase: Phase,
     /// The connection of its wrapper, while one is open.
     pub conn: Option<ConnId>,
     pub token: Token,
@@ -174,7 +190,7 @@ pub struct Target {
     pub acked_seq: u64,
     /// A user kill is to be delivered (now or when the wrapper reconnects).
     pub kill_wanted: bool,
-    /// Suspended by an operator (`target_suspend.rs`): persisted and shown.
+    /// Suspended by an operator (`target/suspend.rs`): persisted and shown.
     pub suspended: bool,
     /// Its wrapper said it can suspend (`hello.capabilities`).
     pub can_suspend: bool,
@@ -196,6 +212,35 @@ fn refuse(code: RejectCode, message: impl Into<String>) -> Refusal {
 }
 
 impl Target {
+    /// Where it is in its life (changed only by this module's transitions).
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// Not launched yet (and not decided).
+    pub fn is_pending(&self) -> bool {
+        self.phase == Phase::Pending
+    }
+
+    /// A target of batch 0 left out of its run because its machine was in maintenance
+    /// when the run was resolved.
+    pub fn in_maintenance() -> Target {
+        Target {
+            phase: Phase::SkippedMaintenance,
+            ..Target::new(0)
+        }
+    }
+
+    /// Restored while waiting for its minion (`retry_unreachable`): the window starts
+    /// over at `now` (its deadline is not stored).
+    pub fn restart_waiting(&mut self, now: Instant, window: Duration) {
+        if self.is_waiting() {
+            self.phase = Phase::WaitingUnreachable {
+                until: now + window,
+            };
+        }
+    }
+
     pub fn new(batch: usize) -> Target {
         Target {
             batch,
@@ -212,100 +257,6 @@ impl Target {
             attempt: 1,
             throttled: None,
             limits: None,
-        }
-    }
-
-    /// A target as db recorded it, after a restart at `now`: a picked-up one gets `grace`
-    /// before its silence counts.
-    pub fn restored(
-        record: &TargetRecord,
-        token_spent: bool,
-        resume_hash: Option<String>,
-        acked_seq: u64,
-        now: Instant,
-        grace: Duration,
-    ) -> Target {
-        let outcome = Outcome {
-            reason: record.reason,
-            code: record.exit_code,
-        };
-        let phase = match record.state {
-            TargetState::Finished => Phase::Finished(outcome),
-            TargetState::SkippedMaintenance => Phase::SkippedMaintenance,
-            // The window starts over after a restart (recovery sets the job's).
-            TargetState::WaitingUnreachable => Phase::WaitingUnreachable { until: now + grace },
-            TargetState::Pending | TargetState::Queued if !token_spent => Phase::Pending,
-            // Launched, no welcome recorded: its wrapper may still come with its token.
-            TargetState::Pending | TargetState::Launching | TargetState::PickedUp
-                if !token_spent =>
-            {
-                Phase::Launching
-            }
-            state => Phase::PickedUp {
-                running: state == TargetState::Running,
-                last_seen: now,
-                grace_until: Some(now + grace),
-                exit: None,
-            },
-        };
-        Target {
-            batch: 0,
-            phase,
-            conn: None,
-            token: if token_spent {
-                Token::Spent
-            } else {
-                Token::Unused
-            },
-            resume_hash,
-            acked_seq,
-            kill_wanted: false,
-            // Only a wrapper that can suspend was ever suspended.
-            suspended: record.suspended,
-            can_suspend: record.suspended,
-            started: record.started,
-            ended: record.ended,
-            attempt: 1,
-            throttled: None,
-            limits: record.limits.clone(),
-        }
-    }
-
-    /// The state as recorded and shown.
-    pub fn state(&self) -> TargetState {
-        match &self.phase {
-            Phase::Pending if self.batch > 0 || self.throttled.is_some() => TargetState::Queued,
-            Phase::Pending => TargetState::Pending,
-            Phase::Launching => TargetState::Launching,
-            Phase::PickedUp { running: true, .. } => TargetState::Running,
-            Phase::PickedUp { running: false, .. } => TargetState::PickedUp,
-            Phase::Finishing { was, .. } => *was,
-            Phase::Finished(_) => TargetState::Finished,
-            Phase::SkippedMaintenance => TargetState::SkippedMaintenance,
-            Phase::WaitingUnreachable { .. } => TargetState::WaitingUnreachable,
-        }
-    }
-
-    /// The outcome, once one is decided (recorded or being recorded).
-    pub fn outcome(&self) -> Option<Outcome> {
-        match &self.phase {
-            Phase::Finishing { outcome, .. } | Phase::Finished(outcome) => Some(*outcome),
-            _ => None,
-        }
-    }
-
-    pub fn record(&self, machine: &str) -> TargetRecord {
-        let outcome = self.outcome();
-        TargetRecord {
-            machine: machine.to_string(),
-            state: self.state(),
-            reason: outcome.and_then(|o| o.reason),
-            exit_code: outcome.and_then(|o| o.code),
-            started: self.started,
-            ended: self.ended,
-            suspended: self.suspended,
-            waiting: self.throttled.clone().filter(|_| self.is_throttled()),
-            limits: self.limits.clone(),
         }
     }
 

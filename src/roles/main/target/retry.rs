@@ -1,6 +1,6 @@
 //! A new attempt of a failed target (`retries`): the pure rules, beside the target core.
 
-use super::target::{Effect, Outcome, Phase, Target, Token};
+use super::{Effect, Outcome, Phase, Target, Token};
 use crate::wire::records::TargetReason;
 
 impl Target {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::target::{Credential, Effect, KillAction, Outcome, PendingExit, Phase, Target, Token};
+use super::{Credential, Effect, KillAction, Outcome, PendingExit, Phase, Target, Token};
 use crate::wire::link::ConnId;
 use crate::wire::records::{TargetReason, TargetRecord, TargetState};
 use crate::wire::wrapper::RejectCode;

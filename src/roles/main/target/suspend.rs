@@ -18,7 +18,7 @@
 //!    from the database);
 //! 4. the outcome clears the flag (`finish`).
 
-use super::target::{Effect, Phase, Target};
+use super::{Effect, Phase, Target};
 use crate::wire::link::ConnId;
 
 /// What a wrapper said of suspension in its hello.
