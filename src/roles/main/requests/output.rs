@@ -42,6 +42,22 @@ pub fn slice(out: OutputBytes) -> AdminResponse {
 }
 
 pub fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
+    let query = OutputQuery {
+        tail: Some(LIVE_BASE_BYTES),
+        ..OutputQuery::default()
+    };
+    // A run the leader drives, on a standby: fed from the database.
+    if let Some(wait) = crate::roles::main::mirror::base_wait(core, call, run, &machine) {
+        core.db_call(
+            DbRequest::Output {
+                run,
+                machine,
+                query,
+            },
+            wait,
+        );
+        return;
+    }
     // Everything passed on so far is in what db reads now: the link to db keeps the
     // order, and frames go to db as they arrive.
     let upto_seq = crate::roles::main::ui::seen_seq(core, run, &machine);
@@ -49,10 +65,7 @@ pub fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
         DbRequest::Output {
             run,
             machine,
-            query: OutputQuery {
-                tail: Some(LIVE_BASE_BYTES),
-                ..OutputQuery::default()
-            },
+            query,
         },
         DbWait::Request(Wait::LiveOutput { call, upto_seq }),
     );
