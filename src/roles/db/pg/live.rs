@@ -17,6 +17,9 @@ use super::super::store::{Op, StoreError};
 use super::PgStore;
 use super::tls::PgTls;
 
+/// How long a poll waits for a notification when none is there.
+const HEAR_WAIT: Duration = Duration::ZERO;
+
 /// A lost listening connection is made again at most this often.
 const RECONNECT_EVERY: Duration = Duration::from_secs(1);
 
@@ -70,8 +73,11 @@ impl Listener {
         let mut payloads = Vec::new();
         let mut failed = None;
         {
+            // Not `iter()`: its poll never lets the client's runtime read the socket, so
+            // it only returns what an earlier call happened to read. A zero timeout
+            // parks the runtime once, without waiting, and the socket is read.
             let mut notifications = conn.notifications();
-            let mut heard = notifications.iter();
+            let mut heard = notifications.timeout_iter(HEAR_WAIT);
             while payloads.len() < max {
                 match heard.next() {
                     Ok(Some(n)) => payloads.push(n.payload().to_string()),

@@ -1,0 +1,202 @@
+//! A standby's live views (docs/ha.md): two servers on one PostgreSQL database, a run on
+//! the leader, followed on the standby by `saltpeterctl output -f` and a `/ws` client;
+//! then the leader is killed and the standby, now leader, carries the views on.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+
+use crate::api::{next_msg, ws_connect, ws_send};
+use crate::ha::{kill_9, server, wait_role};
+use crate::pg_cluster;
+use crate::util::*;
+
+/// Lines `line-N <unix nanoseconds when printed>`, 10 a second.
+fn counter(lines: u32) -> String {
+    format!("for i in $(seq 1 {lines}); do echo line-$i $(date +%s%N); sleep 0.1; done")
+}
+
+fn now_ns() -> i128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or_default()
+}
+
+/// `output RUN MACHINE -f` on `d`; its lines, each with when it was read, come on the
+/// channel as they are printed.
+fn follow(d: &Daemon, run: u64, machine: &str) -> (Child, mpsc::Receiver<(i128, String)>) {
+    let mut child = Command::new(CTL)
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["output", &run.to_string(), machine, "-f"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("output -f");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send((now_ns(), line)).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// The numbers of `line-N ...` lines in order, and each line's delay from its printing
+/// to `at` (milliseconds).
+fn numbered(lines: &[(i128, String)]) -> (Vec<u32>, Vec<f64>) {
+    let mut numbers = Vec::new();
+    let mut delays = Vec::new();
+    for (at, line) in lines {
+        let mut words = line.split(' ');
+        let n = words
+            .next()
+            .and_then(|w| w.strip_prefix("line-"))
+            .and_then(|n| n.parse().ok());
+        let printed: Option<i128> = words.next().and_then(|t| t.parse().ok());
+        if let Some(n) = n {
+            numbers.push(n);
+        }
+        if let Some(printed) = printed {
+            delays.push((at - printed) as f64 / 1e6);
+        }
+    }
+    (numbers, delays)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// A `/ws` client subscribed to `job` on the API port `port`; the text of its
+/// `output_chunk`s for `machine` (checked contiguous), each chunk with when it came,
+/// arrives on the channel until the chunk that says it is complete.
+fn ws_text(port: u16, job: &str, machine: &str) -> mpsc::Receiver<(i128, String, bool)> {
+    let mut ws = ws_connect(port);
+    ws_send(&mut ws, json!({"subscribe": job}));
+    let (tx, rx) = mpsc::channel();
+    let machine = machine.to_string();
+    std::thread::spawn(move || {
+        let mut position = 0u64;
+        while let Some(m) = next_msg(&mut ws) {
+            if m["type"] != "output_chunk" || m["machine"] != machine.as_str() {
+                continue;
+            }
+            let chunk = m["chunk"].as_str().unwrap_or_default().to_string();
+            let at = m["position"].as_u64().unwrap_or(u64::MAX);
+            let complete = m["is_complete"] == true;
+            let contiguous = at == position;
+            position += chunk.chars().count() as u64;
+            let text = match contiguous {
+                true => chunk,
+                false => format!("<gap: at {at}, expected {position}>"),
+            };
+            if tx.send((now_ns(), text, complete)).is_err() || complete {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+#[test]
+fn a_standby_shows_the_leaders_run_live_and_carries_on_after_taking_over() {
+    let Some(url) = pg_cluster::fresh_database() else {
+        return;
+    };
+    let (pa, pb) = (free_port(), free_port());
+    let lines = 80;
+    let jobs = format!(
+        "live:\n  schedule: '@yearly'\n  targets: [hl1]\n  command: '{}'\n",
+        counter(lines)
+    );
+    let mut a = server(&url, "alpha", pa, &[pa, pb], &jobs);
+    wait_role(&a, "leader");
+    let b = server(&url, "beta", pb, &[pa, pb], &jobs);
+    wait_role(&b, "standby");
+    let b_api = b.ctl_json(&["status"])["api_port"]
+        .as_u64()
+        .expect("api_port") as u16;
+    let ws = ws_text(b_api, "live", "hl1");
+
+    let id = a.run_now("live");
+    let (mut on_leader, from_leader) = follow(&a, id, "hl1");
+    let (mut on_standby, from_standby) = follow(&b, id, "hl1");
+
+    // The standby follows the leader's lines as they come, and counts the run in flight.
+    let mut seen = Vec::new();
+    while seen.len() < 20 {
+        match from_standby.recv_timeout(HANG) {
+            Ok(line) => seen.push(line),
+            Err(e) => panic!(
+                "output -f on the standby: {e} after {seen:?}\n{}",
+                b.log_text()
+            ),
+        }
+    }
+    let status = b.ctl_json(&["status"]);
+    assert_eq!(status["running_runs"], 1, "{status}\n{}", b.log_text());
+    assert_eq!(status["ha"]["role"], "standby", "{status}");
+    let leader_lines: Vec<(i128, String)> = from_leader.try_iter().collect();
+
+    kill_9(&mut a);
+    let _ = on_leader.kill();
+    let _ = on_leader.wait();
+    let takeover = wait_role(&b, "leader");
+    eprintln!("the standby took over after {takeover:?}");
+
+    // output -f on the old standby: every line once, in order, and it ends with the run.
+    let status = on_standby.wait().expect("output -f exits");
+    seen.extend(from_standby.try_iter());
+    let (numbers, delays) = numbered(&seen);
+    let expected: Vec<u32> = (1..=lines).collect();
+    assert_eq!(numbers, expected, "{seen:?}\n{}", b.log_text());
+    assert!(status.success(), "output -f: {status:?}");
+    let run = b.wait_run_final(id);
+    assert_eq!(run["state"], "succeeded", "{run}");
+
+    // /ws on the old standby: the whole text, contiguous, complete.
+    let mut text = String::new();
+    let mut chunks = Vec::new();
+    let mut complete = false;
+    while !complete {
+        match ws.recv_timeout(HANG) {
+            Ok((at, chunk, done)) => {
+                assert!(!chunk.starts_with("<gap"), "{chunk} after {text:?}");
+                text.push_str(&chunk);
+                chunks.push((at, chunk));
+                complete = done;
+            }
+            Err(e) => panic!("/ws on the standby: {e}; got {text:?}\n{}", b.log_text()),
+        }
+    }
+    let ws_lines: Vec<(i128, String)> = chunks
+        .iter()
+        .flat_map(|(at, c)| c.lines().map(|l| (*at, l.to_string())).collect::<Vec<_>>())
+        .collect();
+    let (ws_numbers, ws_delays) = numbered(&ws_lines);
+    assert_eq!(ws_numbers, expected, "{text:?}\n{}", b.log_text());
+
+    // What the standby adds: the lines before the kill, followed on both servers.
+    let (_, leader_delays) = numbered(&leader_lines);
+    let before = leader_delays.len().min(delays.len()).min(ws_delays.len());
+    eprintln!(
+        "printed -> shown, median of the {before} lines before the kill: output -f on the \
+         leader {:.0} ms, on the standby {:.0} ms, /ws on the standby {:.0} ms; over all \
+         {lines} lines on the standby: output -f {:.0} ms (max {:.0}), /ws {:.0} ms",
+        median(leader_delays[..before].to_vec()),
+        median(delays[..before].to_vec()),
+        median(ws_delays[..before].to_vec()),
+        median(delays.clone()),
+        delays.iter().copied().fold(0.0, f64::max),
+        median(ws_delays.clone()),
+    );
+}
