@@ -20,7 +20,7 @@ use super::tls::PgTls;
 /// How long a poll waits for a notification when none is there.
 const HEAR_WAIT: Duration = Duration::ZERO;
 
-/// A lost listening connection is made again at most this often.
+/// A listening connection that could not be made is tried again after this long.
 const RECONNECT_EVERY: Duration = Duration::from_secs(1);
 
 pub(super) struct Listener {
@@ -56,15 +56,20 @@ impl Listener {
             if self.retry_at.is_some_and(|at| now < at) {
                 return Ok(None);
             }
-            self.retry_at = Some(now + RECONNECT_EVERY);
-            let mut client = self
+            let listening = self
                 .config
                 .connect(self.tls.clone())
-                .map_err(|source| StoreError::Postgres { op, source })?;
-            client
-                .batch_execute(&format!("LISTEN {CHANNEL}"))
-                .map_err(|source| StoreError::Postgres { op, source })?;
-            self.conn = Some(client);
+                .and_then(|mut client| {
+                    client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
+                    Ok(client)
+                });
+            match listening {
+                Ok(client) => self.conn = Some(client),
+                Err(source) => {
+                    self.retry_at = Some(now + RECONNECT_EVERY);
+                    return Err(StoreError::Postgres { op, source });
+                }
+            }
             fresh = true;
         }
         let Some(conn) = self.conn.as_mut() else {
