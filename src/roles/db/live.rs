@@ -158,6 +158,9 @@ pub fn announce(
     calls: &[(CallId, DbRequest)],
     results: &[Result<DbReply, StoreError>],
 ) -> Result<(), StoreError> {
+    if !store.shared() {
+        return Ok(());
+    }
     let payloads = announcements(calls, results);
     if payloads.is_empty() {
         return Ok(());

@@ -139,6 +139,11 @@ pub trait Storage {
     /// Gives the lease up (an ordered stop), so another daemon takes over at once.
     fn release_lease(&mut self) {}
 
+    /// Whether other daemons may share this database and hear what a batch changed.
+    fn shared(&self) -> bool {
+        false
+    }
+
     /// Tells the other daemons what the open batch changed (`live.rs`), delivered only if
     /// it commits. Nothing on a backend only one daemon can use.
     fn announce_live(&mut self, _payloads: &[String]) -> Result<(), StoreError> {

@@ -159,6 +159,9 @@ impl Storage for PgStore {
     fn release_lease(&mut self) {
         self.lease.release();
     }
+    fn shared(&self) -> bool {
+        true
+    }
     fn announce_live(&mut self, payloads: &[String]) -> Result<(), StoreError> {
         PgStore::announce_live(self, payloads)
     }
