@@ -195,14 +195,12 @@ fn read_feed(core: &mut Main, run: RunId, machine: String) {
         ..OutputQuery::default()
     };
     let wait = DbWait::Mirror(Wait::Feed(run, machine.clone()));
-    core.db_call(
-        DbRequest::Output {
-            run,
-            machine,
-            query,
-        },
-        wait,
-    );
+    let read = DbRequest::Output {
+        run,
+        machine,
+        query,
+    };
+    core.db_call(read, wait);
 }
 
 /// A db reply for the mirror.

@@ -1,6 +1,7 @@
 //! Requests about stored output: a slice of one target's output (`saltpeterctl output`,
 //! `/api/v1/.../output`), and where a target's live output starts for the hub's `/ws`
-//! views (later frames reach the hub as `MainToHub::UiOutput`).
+//! views (later frames reach the hub as the wrapper frames it relays, or, for a run the
+//! leader drives on a standby, as `MainToHub::UiStoredOutput`, `mirror.rs`).
 
 use super::{DbWait, MAX_SLICE, Main, Wait};
 use crate::ipc::CallId;
@@ -46,28 +47,23 @@ pub fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
         tail: Some(LIVE_BASE_BYTES),
         ..OutputQuery::default()
     };
-    // A run the leader drives, on a standby: fed from the database.
-    if let Some(wait) = crate::roles::main::mirror::base_wait(core, call, run, &machine) {
-        core.db_call(
-            DbRequest::Output {
-                run,
-                machine,
-                query,
-            },
-            wait,
-        );
-        return;
-    }
-    // Everything passed on so far is in what db reads now: the link to db keeps the
-    // order, and frames go to db as they arrive.
-    let upto_seq = crate::roles::main::ui::seen_seq(core, run, &machine);
+    let wait = match crate::roles::main::mirror::base_wait(core, call, run, &machine) {
+        // A run the leader drives, on a standby: fed from the database.
+        Some(wait) => wait,
+        None => {
+            // Everything passed on so far is in what db reads now: the link to db keeps
+            // the order, and frames go to db as they arrive.
+            let upto_seq = crate::roles::main::ui::seen_seq(core, run, &machine);
+            DbWait::Request(Wait::LiveOutput { call, upto_seq })
+        }
+    };
     core.db_call(
         DbRequest::Output {
             run,
             machine,
             query,
         },
-        DbWait::Request(Wait::LiveOutput { call, upto_seq }),
+        wait,
     );
 }
 
