@@ -249,8 +249,9 @@ fn in_flight_read(core: &mut Main, result: Result<DbReply, CallError>) {
             }
         }
         super::ui::job_changed(core, &job);
-        // Whatever a lost notification hid is read from each one's position.
-        core.views.mirror.output.insert(run);
+        // Whatever a lost notification hid is read from each one's position, before
+        // the record read now is shown (`settle`).
+        output_committed(core, run);
         settle(core, run);
     }
 }
