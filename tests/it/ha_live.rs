@@ -4,7 +4,8 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
@@ -76,17 +77,36 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// What a `/ws` client saw: `status` listing the job's target as running, and `details`
+/// showing it running.
+type ShownRunning = Arc<(AtomicBool, AtomicBool)>;
+
 /// A `/ws` client subscribed to `job` on the API port `port`; the text of its
 /// `output_chunk`s for `machine` (checked contiguous), each chunk with when it came,
 /// arrives on the channel until the chunk that says it is complete.
-fn ws_text(port: u16, job: &str, machine: &str) -> mpsc::Receiver<(i128, String, bool)> {
+fn ws_text(
+    port: u16,
+    job: &str,
+    machine: &str,
+) -> (mpsc::Receiver<(i128, String, bool)>, ShownRunning) {
     let mut ws = ws_connect(port);
     ws_send(&mut ws, json!({"subscribe": job}));
     let (tx, rx) = mpsc::channel();
-    let machine = machine.to_string();
+    let shown: ShownRunning = Arc::default();
+    let (job, machine, seen) = (job.to_string(), machine.to_string(), shown.clone());
     std::thread::spawn(move || {
         let mut position = 0u64;
         while let Some(m) = next_msg(&mut ws) {
+            let listed = m["running"].as_object().is_some_and(|r| {
+                r.values()
+                    .any(|v| v["name"] == job.as_str() && v["machines"][0] == machine.as_str())
+            });
+            if m["type"] == "status" && listed {
+                seen.0.store(true, Ordering::SeqCst);
+            }
+            if m["type"] == "details" && m["data"]["results"][&machine]["state"] == "running" {
+                seen.1.store(true, Ordering::SeqCst);
+            }
             if m["type"] != "output_chunk" || m["machine"] != machine.as_str() {
                 continue;
             }
@@ -104,7 +124,7 @@ fn ws_text(port: u16, job: &str, machine: &str) -> mpsc::Receiver<(i128, String,
             }
         }
     });
-    rx
+    (rx, shown)
 }
 
 #[test]
@@ -125,7 +145,7 @@ fn a_standby_shows_the_leaders_run_live_and_carries_on_after_taking_over() {
     let b_api = b.ctl_json(&["status"])["api_port"]
         .as_u64()
         .expect("api_port") as u16;
-    let ws = ws_text(b_api, "live", "hl1");
+    let (ws, shown) = ws_text(b_api, "live", "hl1");
 
     let id = a.run_now("live");
     let (mut on_leader, from_leader) = follow(&a, id, "hl1");
@@ -159,6 +179,10 @@ fn a_standby_shows_the_leaders_run_live_and_carries_on_after_taking_over() {
     while !text.contains("line-20 ") {
         complete = take_chunk(&mut text, &mut chunks);
     }
+    // Its dashboard's status and details show the leader's run, as `status` does.
+    wait_until("/ws status and details showing the run", HANG, || {
+        (shown.0.load(Ordering::SeqCst) && shown.1.load(Ordering::SeqCst)).then_some(())
+    });
     let status = b.ctl_json(&["status"]);
     assert_eq!(status["running_runs"], 1, "{status}\n{}", b.log_text());
     assert_eq!(status["ha"]["role"], "standby", "{status}");
