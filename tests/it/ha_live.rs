@@ -239,3 +239,60 @@ fn a_standby_shows_the_leaders_run_live_and_carries_on_after_taking_over() {
         median(ws_delays.clone()),
     );
 }
+
+#[test]
+fn a_standby_whose_listening_connection_is_cut_listens_again_and_misses_no_line() {
+    let Some(url) = pg_cluster::fresh_database() else {
+        return;
+    };
+    let (pa, pb) = (free_port(), free_port());
+    let lines = 50;
+    let jobs = format!(
+        "cut:\n  schedule: '@yearly'\n  targets: [hl2]\n  command: '{}'\n",
+        counter(lines)
+    );
+    let a = server(&url, "alpha", pa, &[pa, pb], &jobs);
+    wait_role(&a, "leader");
+    let b = server(&url, "beta", pb, &[pa, pb], &jobs);
+    wait_role(&b, "standby");
+    let id = a.run_now("cut");
+    let (mut on_standby, from_standby) = follow(&b, id, "hl2");
+    let mut seen = Vec::new();
+    while seen.len() < 10 {
+        match from_standby.recv_timeout(HANG) {
+            Ok(line) => seen.push(line),
+            Err(e) => panic!(
+                "output -f on the standby: {e} after {seen:?}\n{}",
+                b.log_text()
+            ),
+        }
+    }
+    // The standby's listening session ends (a database restart, a proxy, an operator).
+    let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("admin connection");
+    let listening = "SELECT pid FROM pg_stat_activity \
+                     WHERE application_name = 'saltpeter-db beta' AND query LIKE 'LISTEN%'";
+    let cut = admin
+        .execute(
+            &format!("SELECT pg_terminate_backend(pid) FROM ({listening}) AS l"),
+            &[],
+        )
+        .expect("terminate");
+    assert_eq!(cut, 1, "one listening session of the standby");
+
+    let status = on_standby.wait().expect("output -f exits");
+    seen.extend(from_standby.try_iter());
+    let (numbers, delays) = numbered(&seen);
+    let expected: Vec<u32> = (1..=lines).collect();
+    assert_eq!(numbers, expected, "{seen:?}\n{}", b.log_text());
+    assert!(status.success(), "output -f: {status:?}");
+    // Nothing waited for the 30 s resync: the new connection's resync, or the next
+    // notification, read what was announced while nobody listened.
+    let late = delays.iter().copied().fold(0.0, f64::max);
+    eprintln!(
+        "listening cut: output -f on the standby {:.0} ms median, {late:.0} ms at most",
+        median(delays.clone())
+    );
+    assert!(late < 5000.0, "a line {late} ms late");
+    let again = admin.query(listening, &[]).expect("listening sessions");
+    assert_eq!(again.len(), 1, "the standby listens again");
+}
