@@ -127,21 +127,61 @@ fn ws_text(
     (rx, shown)
 }
 
+/// A leader ("alpha") and a standby ("beta") on the database `url`, with one job `job`
+/// printing `lines` counter lines on `machine`.
+fn leader_and_standby(url: &str, job: &str, machine: &str, lines: u32) -> (Daemon, Daemon) {
+    let (pa, pb) = (free_port(), free_port());
+    let jobs = format!(
+        "{job}:\n  schedule: '@yearly'\n  targets: [{machine}]\n  command: '{}'\n",
+        counter(lines)
+    );
+    let a = server(url, "alpha", pa, &[pa, pb], &jobs);
+    wait_role(&a, "leader");
+    let b = server(url, "beta", pb, &[pa, pb], &jobs);
+    wait_role(&b, "standby");
+    (a, b)
+}
+
+/// Lines from `from` (a follower on `d`) until `seen` holds `count`.
+fn take_lines(
+    d: &Daemon,
+    from: &mpsc::Receiver<(i128, String)>,
+    seen: &mut Vec<(i128, String)>,
+    count: usize,
+) {
+    while seen.len() < count {
+        match from.recv_timeout(HANG) {
+            Ok(line) => seen.push(line),
+            Err(e) => panic!("output -f: {e} after {seen:?}\n{}", d.log_text()),
+        }
+    }
+}
+
+/// The follower `child` on `d` ends with the run, having printed each of the `lines`
+/// counter lines once, in order (`seen` and what is left on `from`); each line's delay.
+fn every_line_once(
+    d: &Daemon,
+    child: &mut Child,
+    from: &mpsc::Receiver<(i128, String)>,
+    mut seen: Vec<(i128, String)>,
+    lines: u32,
+) -> Vec<f64> {
+    let status = child.wait().expect("output -f exits");
+    seen.extend(from.try_iter());
+    let (numbers, delays) = numbered(&seen);
+    let expected: Vec<u32> = (1..=lines).collect();
+    assert_eq!(numbers, expected, "{seen:?}\n{}", d.log_text());
+    assert!(status.success(), "output -f: {status:?}");
+    delays
+}
+
 #[test]
 fn a_standby_shows_the_leaders_run_live_and_carries_on_after_taking_over() {
     let Some(url) = pg_cluster::fresh_database() else {
         return;
     };
-    let (pa, pb) = (free_port(), free_port());
     let lines = 80;
-    let jobs = format!(
-        "live:\n  schedule: '@yearly'\n  targets: [hl1]\n  command: '{}'\n",
-        counter(lines)
-    );
-    let mut a = server(&url, "alpha", pa, &[pa, pb], &jobs);
-    wait_role(&a, "leader");
-    let b = server(&url, "beta", pb, &[pa, pb], &jobs);
-    wait_role(&b, "standby");
+    let (mut a, b) = leader_and_standby(&url, "live", "hl1", lines);
     let b_api = b.ctl_json(&["status"])["api_port"]
         .as_u64()
         .expect("api_port") as u16;
@@ -153,15 +193,7 @@ fn a_standby_shows_the_leaders_run_live_and_carries_on_after_taking_over() {
 
     // The standby follows the leader's lines as they come, and counts the run in flight.
     let mut seen = Vec::new();
-    while seen.len() < 20 {
-        match from_standby.recv_timeout(HANG) {
-            Ok(line) => seen.push(line),
-            Err(e) => panic!(
-                "output -f on the standby: {e} after {seen:?}\n{}",
-                b.log_text()
-            ),
-        }
-    }
+    take_lines(&b, &from_standby, &mut seen, 20);
     // So does its /ws client, from the database while the leader runs the run.
     let mut text = String::new();
     let mut chunks = Vec::new();
@@ -195,12 +227,7 @@ fn a_standby_shows_the_leaders_run_live_and_carries_on_after_taking_over() {
     eprintln!("the standby took over after {takeover:?}");
 
     // output -f on the old standby: every line once, in order, and it ends with the run.
-    let status = on_standby.wait().expect("output -f exits");
-    seen.extend(from_standby.try_iter());
-    let (numbers, delays) = numbered(&seen);
-    let expected: Vec<u32> = (1..=lines).collect();
-    assert_eq!(numbers, expected, "{seen:?}\n{}", b.log_text());
-    assert!(status.success(), "output -f: {status:?}");
+    let delays = every_line_once(&b, &mut on_standby, &from_standby, seen, lines);
     let run = b.wait_run_final(id);
     assert_eq!(run["state"], "succeeded", "{run}");
 
@@ -213,7 +240,12 @@ fn a_standby_shows_the_leaders_run_live_and_carries_on_after_taking_over() {
         .flat_map(|(at, c)| c.lines().map(|l| (*at, l.to_string())).collect::<Vec<_>>())
         .collect();
     let (ws_numbers, ws_delays) = numbered(&ws_lines);
-    assert_eq!(ws_numbers, expected, "{text:?}\n{}", b.log_text());
+    assert_eq!(
+        ws_numbers,
+        (1..=lines).collect::<Vec<u32>>(),
+        "{text:?}\n{}",
+        b.log_text()
+    );
 
     // What the standby adds: the lines before the kill, followed on both servers.
     let (_, leader_delays) = numbered(&leader_lines);
@@ -245,28 +277,12 @@ fn a_standby_whose_listening_connection_is_cut_listens_again_and_misses_no_line(
     let Some(url) = pg_cluster::fresh_database() else {
         return;
     };
-    let (pa, pb) = (free_port(), free_port());
     let lines = 50;
-    let jobs = format!(
-        "cut:\n  schedule: '@yearly'\n  targets: [hl2]\n  command: '{}'\n",
-        counter(lines)
-    );
-    let a = server(&url, "alpha", pa, &[pa, pb], &jobs);
-    wait_role(&a, "leader");
-    let b = server(&url, "beta", pb, &[pa, pb], &jobs);
-    wait_role(&b, "standby");
+    let (a, b) = leader_and_standby(&url, "cut", "hl2", lines);
     let id = a.run_now("cut");
     let (mut on_standby, from_standby) = follow(&b, id, "hl2");
     let mut seen = Vec::new();
-    while seen.len() < 10 {
-        match from_standby.recv_timeout(HANG) {
-            Ok(line) => seen.push(line),
-            Err(e) => panic!(
-                "output -f on the standby: {e} after {seen:?}\n{}",
-                b.log_text()
-            ),
-        }
-    }
+    take_lines(&b, &from_standby, &mut seen, 10);
     // The standby's listening session ends (a database restart, a proxy, an operator).
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("admin connection");
     let listening = "SELECT pid FROM pg_stat_activity \
@@ -279,12 +295,7 @@ fn a_standby_whose_listening_connection_is_cut_listens_again_and_misses_no_line(
         .expect("terminate");
     assert_eq!(cut, 1, "one listening session of the standby");
 
-    let status = on_standby.wait().expect("output -f exits");
-    seen.extend(from_standby.try_iter());
-    let (numbers, delays) = numbered(&seen);
-    let expected: Vec<u32> = (1..=lines).collect();
-    assert_eq!(numbers, expected, "{seen:?}\n{}", b.log_text());
-    assert!(status.success(), "output -f: {status:?}");
+    let delays = every_line_once(&b, &mut on_standby, &from_standby, seen, lines);
     // Nothing waited for the 30 s resync: the new connection's resync, or the next
     // notification, read what was announced while nobody listened.
     let late = delays.iter().copied().fold(0.0, f64::max);
