@@ -471,15 +471,17 @@ fn poll_lease(db: &mut Db, _ctx: &mut Ctx<Db>) {
     watch.posted(notice, sent);
 }
 
-/// One turn of a standby's listening: what the leader committed, passed to main.
-fn poll_live(db: &mut Db, _ctx: &mut Ctx<Db>) {
+/// One turn of a standby's listening: what the leader committed, passed to main. A
+/// leader does not listen, and looks again only as often as its lease may change.
+fn poll_live(db: &mut Db, ctx: &mut Ctx<Db>) {
     let standby = db.lease.as_ref().is_some_and(lease::LeaseWatch::standby);
-    let Some(notice) = db.live.poll(db.store.as_mut(), standby) else {
-        return;
-    };
-    if let Err(e) = db.main.post(&Packet::Cast(DbNotice::Live(notice))) {
+    if let Some(notice) = db.live.poll(db.store.as_mut(), standby)
+        && let Err(e) = db.main.post(&Packet::Cast(DbNotice::Live(notice)))
+    {
         log::debug!("could not pass the leader's changes on: {e}");
     }
+    let next = if standby { live::POLL } else { lease::POLL };
+    ctx.after(next, poll_live);
 }
 
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
@@ -517,7 +519,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     if db.lease.is_some() {
         poll_lease(&mut db, ev.ctx());
         ev.ctx().every(lease::POLL, poll_lease);
-        ev.ctx().every(live::POLL, poll_live);
+        poll_live(&mut db, ev.ctx());
     }
     ev.run_with(&mut db, |db, _| {
         if let Err(e) = db.main.on_writable() {
