@@ -198,6 +198,37 @@ pub enum DbNotice {
     /// The leader lease of the daemons sharing a PostgreSQL database (docs/ha.md): sent
     /// when it changes and every few seconds. Never sent on SQLite (one daemon, leader).
     Lease(LeaseReport),
+    /// On a standby: the leader committed changes to these runs (docs/ha.md, "A
+    /// standby's live views"). Hints only: what changed is read from the database.
+    Live(LiveNotice),
+}
+
+/// What the leader's commits changed, as a standby's db heard it (`NOTIFY
+/// saltpeter_live`), coalesced per run and kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveNotice {
+    /// Changes may have been missed (the listener connected, again or for the first
+    /// time, or too many came at once): read every run in flight again.
+    pub resync: bool,
+    pub changes: Vec<LiveChange>,
+}
+
+/// One run changed by a committed batch of the leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveChange {
+    pub run: RunId,
+    pub kind: LiveKind,
+    /// For output, the highest frame seq the batch committed; 0 for a run's record.
+    pub seq: u64,
+}
+
+/// What of a run a committed batch changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum LiveKind {
+    /// Its record or a target's (created, started, settled, retried).
+    Run,
+    /// Output of one of its targets.
+    Output,
 }
 
 /// Where this daemon stands among the daemons sharing the database.

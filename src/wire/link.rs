@@ -218,6 +218,22 @@ pub enum MainToHub {
     /// `/ws`: the current (or last) run of a watched job, when it changes. The hub keeps
     /// the live output of its targets from the wrapper frames it relays.
     UiDetails(super::ui::DetailsView),
+    /// `/ws` on a standby: output of a run the leader drives, read from the database
+    /// (`roles/main/mirror.rs`). `seq` is the position after `data` in the target's
+    /// stored output: it stands for the frame seq of a relayed frame, and the hub's
+    /// read of the stored output (`LiveBase::upto_seq`) counts in the same bytes.
+    UiStoredOutput {
+        job: String,
+        run: RunId,
+        machine: String,
+        seq: u64,
+        #[serde(with = "crate::wire::bytes")]
+        data: Vec<u8>,
+    },
+    /// `/ws`: these runs were fed as stored output and are now this server's own (it
+    /// took over): the hub drops their live text and reads it again, to follow their
+    /// wrappers' frames from there.
+    UiForget(Vec<RunId>),
     /// Wrapper output the hub forwarded is no longer held by main or db (committed,
     /// refused, or dropped): its cost ([`output_cost`]) per connection, summed over one
     /// turn of main's loop. The hub's read budget is given back by exactly these credits.

@@ -20,6 +20,7 @@ mod daemon;
 mod durability;
 mod ha;
 mod ha_bench;
+mod ha_live;
 mod hub;
 mod identities;
 mod ingest;

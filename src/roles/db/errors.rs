@@ -32,6 +32,8 @@ pub enum Op {
     ReadDeliveries,
     RecordDelivery,
     Lease,
+    Announce,
+    Listen,
     WriteWrappers,
     ReadWrappers,
 }
@@ -61,6 +63,8 @@ impl fmt::Display for Op {
             Op::ReadDeliveries => "read notifications",
             Op::RecordDelivery => "record notification attempt",
             Op::Lease => "hold the leader lease",
+            Op::Announce => "announce live changes",
+            Op::Listen => "listen for live changes",
             Op::WriteWrappers => "record wrapper builds",
             Op::ReadWrappers => "read wrapper builds",
         })

@@ -148,6 +148,12 @@ impl LeaseWatch {
         Some(notice)
     }
 
+    /// The database answers and another server leads, as main was last told: this
+    /// server listens for the leader's changes (`live.rs`).
+    pub fn standby(&self) -> bool {
+        self.last.as_ref().is_some_and(|r| r.reachable && !r.leader)
+    }
+
     /// `notice` (from [`LeaseWatch::poll`]) reached main, or did not: then its secret
     /// goes with the next try.
     pub fn posted(&mut self, mut notice: LeaseReport, sent: bool) {

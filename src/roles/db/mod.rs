@@ -15,6 +15,7 @@ pub mod deliveries;
 mod errors;
 pub mod joblog;
 mod lease;
+pub mod live;
 mod master_probe;
 pub mod output;
 pub mod pg;
@@ -51,6 +52,8 @@ pub struct Db {
     reported_commits: u64,
     /// The leader lease, on a database several daemons share (`lease.rs`).
     lease: Option<lease::LeaseWatch>,
+    /// A standby's listening for the leader's changes (`live.rs`).
+    live: live::LiveWatch,
     /// A report is due in a moment (armed by a commit; nothing wakes an idle db).
     report_armed: bool,
     /// Requests held back for a moment to be committed with the next ones (`gather`),
@@ -245,6 +248,11 @@ pub(crate) fn apply_batch(
             }
             result => results.push(result),
         }
+    }
+    // The standbys hear of the batch's changes if, and when, it commits.
+    if let Err(lost) = live::announce(store, calls, &results) {
+        let _ = store.rollback_batch();
+        return Err(full.unwrap_or(lost));
     }
     if let Err(e) = store.commit_batch() {
         let _ = store.rollback_batch();
@@ -480,6 +488,19 @@ fn poll_lease(db: &mut Db, _ctx: &mut Ctx<Db>) {
     watch.posted(notice, sent);
 }
 
+/// One turn of a standby's listening: what the leader committed, passed to main. A
+/// leader does not listen, and looks again only as often as its lease may change.
+fn poll_live(db: &mut Db, ctx: &mut Ctx<Db>) {
+    let standby = db.lease.as_ref().is_some_and(lease::LeaseWatch::standby);
+    if let Some(notice) = db.live.poll(db.store.as_mut(), standby)
+        && let Err(e) = db.main.post(&Packet::Cast(DbNotice::Live(notice)))
+    {
+        log::debug!("could not pass the leader's changes on: {e}");
+    }
+    let next = if standby { live::POLL } else { lease::POLL };
+    ctx.after(next, poll_live);
+}
+
 pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let (mut store, server) = open_storage(&args)?;
     log::info!("storing in {}", store.engine());
@@ -505,6 +526,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         commit_latency: crate::metrics::Histogram::new(crate::metrics::LATENCY_BUCKETS),
         reported_commits: 0,
         lease,
+        live: live::LiveWatch::default(),
         report_armed: false,
         gathered: Vec::new(),
         gather_armed: false,
@@ -514,6 +536,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     if db.lease.is_some() {
         poll_lease(&mut db, ev.ctx());
         ev.ctx().every(lease::POLL, poll_lease);
+        poll_live(&mut db, ev.ctx());
     }
     ev.run_with(&mut db, |db, _| {
         if let Err(e) = db.main.on_writable() {

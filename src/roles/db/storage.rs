@@ -138,6 +138,31 @@ pub trait Storage {
 
     /// Gives the lease up (an ordered stop), so another daemon takes over at once.
     fn release_lease(&mut self) {}
+
+    /// Whether other daemons may share this database and hear what a batch changed.
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// Tells the other daemons what the open batch changed (`live.rs`), delivered only if
+    /// it commits. Nothing on a backend only one daemon can use.
+    fn announce_live(&mut self, _payloads: &[String]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// While `listen`: listens for the leader's announcements and takes at most `max` of
+    /// those heard; otherwise stops listening. `None`: nothing to report.
+    fn hear_live(&mut self, _listen: bool, _max: usize) -> Result<Option<Heard>, StoreError> {
+        Ok(None)
+    }
+}
+
+/// What a standby's listening connection heard since the last take.
+#[derive(Debug, Default)]
+pub struct Heard {
+    /// The connection is new: whatever was announced before it listened is not here.
+    pub fresh: bool,
+    pub payloads: Vec<String>,
 }
 
 impl Storage for Store {

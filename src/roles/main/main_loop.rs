@@ -130,6 +130,7 @@ pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     arm_workflow_timer(role, ctx);
     arm_liveness(role, ctx);
     arm_call_expiry(role, ctx);
+    super::mirror::poll(&mut role.core);
     ui::flush(&mut role.core);
     role.core.flush_hub_outbox();
 }
@@ -315,6 +316,7 @@ pub fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: 
                             core.views.ui.metrics.db_commit = Some(h)
                         }
                         Packet::Cast(DbNotice::Lease(report)) => super::ha::report(core, report),
+                        Packet::Cast(DbNotice::Live(notice)) => super::mirror::notice(core, notice),
                         other => log::warn!("unexpected message from db: {other:?}"),
                     }
                 }

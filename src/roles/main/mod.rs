@@ -32,6 +32,7 @@ mod launcher;
 mod links;
 mod main_loop;
 mod metrics;
+mod mirror;
 mod missed;
 mod notify;
 mod reload;
@@ -132,6 +133,8 @@ pub enum DbWait {
     Fleet,
     /// The runs in flight, read by the orphan sweep (`run::orphans`).
     Orphans,
+    /// A standby's mirror of the leader's runs (`mirror`).
+    Mirror(mirror::Wait),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -239,6 +242,8 @@ pub struct Views {
     pub live: live::Live,
     /// The dashboard's live view and `/metrics`.
     pub ui: ui::UiState,
+    /// On a standby: the leader's runs in flight, for the same views.
+    pub mirror: mirror::Mirror,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -360,6 +365,7 @@ impl Main {
             DbWait::JobCtl(call, note) => jobctl::saved(self, call, note, result),
             DbWait::Fleet => fleet::loaded(self, result),
             DbWait::Orphans => run::orphans::loaded(self, result),
+            DbWait::Mirror(wait) => mirror::answer(self, wait, result),
         }
     }
 }

@@ -113,6 +113,28 @@ pub fn run_changed(core: &mut Main, run: RunId) {
     }
 }
 
+/// Something of `job` changed that the views show (a run of the leader's, on a standby).
+pub fn job_changed(core: &mut Main, job: &str) {
+    core.views.ui.dirty_jobs.insert(job.to_string());
+}
+
+/// A run the leader drove ended (on a standby): it becomes its job's last run.
+pub fn mirrored_run_ended(core: &mut Main, record: &RunRecord) {
+    if record.state.is_final() && record.state != RunState::Skipped {
+        let newer = core
+            .views
+            .ui
+            .last
+            .get(&record.job)
+            .is_some_and(|last| last.id > record.id);
+        if !newer {
+            let last = LastRun::from_record(record);
+            core.views.ui.last.insert(record.job.clone(), last);
+        }
+    }
+    core.views.ui.dirty_jobs.insert(record.job.clone());
+}
+
 /// A run ended with `state`: it becomes its job's last run.
 pub fn run_finished(core: &mut Main, active: &ActiveRun, state: RunState) {
     let run = active.id;
@@ -339,6 +361,7 @@ fn status_view(core: &Main) -> StatusView {
                 .collect(),
         });
     }
+    view.running.extend(super::mirror::running(core));
     view
 }
 
@@ -373,19 +396,26 @@ fn details(core: &Main, job: &str) -> DetailsView {
             let ok = core.views.ui.last.get(job).map(LastRun::ok);
             (Some(active.id), started.or(active.slot), ok)
         }
-        None => match core.views.ui.last.get(job) {
-            Some(last) => {
-                for t in &last.targets {
-                    targets.push(TargetView {
-                        record: t.clone(),
-                        finished: true,
-                        last_heartbeat: None,
-                        wrapper_version: last.versions.get(&t.machine).cloned(),
-                    });
-                }
-                (Some(last.id), last.started, Some(last.ok()))
+        None => match super::mirror::newest_details(core, job) {
+            Some((run, started, shown)) => {
+                targets = shown;
+                let ok = core.views.ui.last.get(job).map(LastRun::ok);
+                (Some(run), started, ok)
             }
-            None => (None, None, None),
+            None => match core.views.ui.last.get(job) {
+                Some(last) => {
+                    for t in &last.targets {
+                        targets.push(TargetView {
+                            record: t.clone(),
+                            finished: true,
+                            last_heartbeat: None,
+                            wrapper_version: last.versions.get(&t.machine).cloned(),
+                        });
+                    }
+                    (Some(last.id), last.started, Some(last.ok()))
+                }
+                None => (None, None, None),
+            },
         },
     };
     let group = core

@@ -159,4 +159,17 @@ impl Storage for PgStore {
     fn release_lease(&mut self) {
         self.lease.release();
     }
+    fn shared(&self) -> bool {
+        true
+    }
+    fn announce_live(&mut self, payloads: &[String]) -> Result<(), StoreError> {
+        PgStore::announce_live(self, payloads)
+    }
+    fn hear_live(
+        &mut self,
+        listen: bool,
+        max: usize,
+    ) -> Result<Option<super::super::storage::Heard>, StoreError> {
+        self.listener.hear(listen, max)
+    }
 }

@@ -24,6 +24,7 @@
 mod deliveries;
 mod dispatch;
 mod lease;
+mod live;
 mod output;
 mod runs;
 pub mod schema;
@@ -218,6 +219,8 @@ pub struct PgStore {
     /// Output chunks are written compressed when that pays (`output_compression`).
     pub(crate) compress_output: bool,
     lease: lease::Lease,
+    /// A standby's connection listening for the leader's announcements (`live`).
+    listener: live::Listener,
 }
 
 impl PgStore {
@@ -259,6 +262,7 @@ impl PgStore {
         config.keepalives_idle(KEEPALIVE_IDLE);
         let mut store = PgStore {
             lease: lease::Lease::new(config.clone(), tls.clone()),
+            listener: live::Listener::new(config.clone(), tls.clone()),
             config,
             tls,
             shown,

@@ -154,3 +154,63 @@ fn postgres_refuses_a_foreign_database() {
 fn postgres_has_every_migration_of_sqlite() {
     assert_eq!(SCHEMA_VERSION, crate::roles::db::schema::SCHEMA_VERSION);
 }
+
+/// Polls `store` for what it heard until `want` payloads came (or 10 s passed).
+fn hear(store: &mut dyn Storage, want: usize) -> Vec<String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut heard = Vec::new();
+    while heard.len() < want && std::time::Instant::now() < deadline {
+        match store.hear_live(true, 100) {
+            Ok(Some(h)) => heard.extend(h.payloads),
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    heard
+}
+
+/// PostgreSQL only: a standby hears what a batch announces once the batch commits,
+/// nothing of a batch rolled back, and a new listening connection says it is new.
+#[test]
+fn postgres_announcements_are_heard_after_the_commit_only() {
+    let Some(url) = crate::roles::db::pg_cluster::fresh_database() else {
+        return;
+    };
+    let mut leader = PgStore::connect(&url).unwrap_or_else(|e| panic!("{e}"));
+    let mut standby = PgStore::connect(&url).unwrap_or_else(|e| panic!("{e}"));
+    let (leader, standby): (&mut dyn Storage, &mut dyn Storage) = (&mut leader, &mut standby);
+    let first = standby
+        .hear_live(true, 100)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(first.is_some_and(|h| h.fresh && h.payloads.is_empty()));
+
+    let announce = |store: &mut dyn Storage, what: &[&str], commit: bool| {
+        let what: Vec<String> = what.iter().map(|s| s.to_string()).collect();
+        store.begin_batch().unwrap_or_else(|e| panic!("{e}"));
+        store.announce_live(&what).unwrap_or_else(|e| panic!("{e}"));
+        let end = match commit {
+            true => store.commit_batch(),
+            false => store.rollback_batch(),
+        };
+        end.unwrap_or_else(|e| panic!("{e}"));
+    };
+    announce(leader, &["run 1 0", "output 1 7"], true);
+    assert_eq!(hear(standby, 2), ["run 1 0", "output 1 7"]);
+    announce(leader, &["run 2 0"], false);
+    announce(leader, &["run 3 0"], true);
+    // Heard in commit order: a rolled back "run 2" would come first.
+    assert_eq!(
+        hear(standby, 1),
+        ["run 3 0"],
+        "a batch rolled back is not heard"
+    );
+
+    // Not listening: what is announced meanwhile is missed, and the next connection
+    // says so (main then reads every run in flight again).
+    assert!(matches!(standby.hear_live(false, 100), Ok(None)));
+    announce(leader, &["run 4 0"], true);
+    let again = standby
+        .hear_live(true, 100)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(again.is_some_and(|h| h.fresh && h.payloads.is_empty()));
+}

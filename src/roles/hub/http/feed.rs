@@ -5,7 +5,9 @@
 //!    frame it goes); frames arriving meanwhile wait, and those the read already held are
 //!    dropped, so every frame shows once and in order (by seq, which also drops a
 //!    re-attached wrapper's resends after a daemon restart);
-//! 2. later frames are appended as the hub relays them (`wrapper_output`);
+//! 2. later frames are appended as the hub relays them (`wrapper_output`); on a standby,
+//!    main sends the output of the leader's runs read from the database instead
+//!    (`MainToHub::UiStoredOutput`, its seq a byte position, as the first read's);
 //! 3. each subscriber has its own position per target (characters of the decoded text,
 //!    `live`), so a chunk holds exactly what that client has not seen; a new run of a
 //!    target starts at 0; subscribers at the same position share one encoded message.
@@ -141,6 +143,21 @@ pub fn wrapper_output(
     }
     push_output(hub, job, None);
     super::reap(hub, ctx);
+}
+
+/// The live text of `runs`' targets was fed as stored output (a standby's mirror) and is
+/// now to come from their wrappers' frames, counted in another seq: it is dropped, and
+/// made again, from a new read of the stored output, by the next details or frame.
+/// Subscribers keep their positions (the same run's text).
+pub fn forget_runs(hub: &mut Hub, runs: &[RunId]) {
+    let Some(http) = hub.http.as_mut() else {
+        return;
+    };
+    for view in http.ui.jobs.values_mut() {
+        view.targets.retain(|_, t| !runs.contains(&t.text.run));
+    }
+    // A read still out counts in the old seq: its answer is not used.
+    http.ui.fetches.retain(|_, (_, _, run)| !runs.contains(run));
 }
 
 /// main answered (or failed) a read of stored output.

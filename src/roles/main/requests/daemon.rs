@@ -23,7 +23,8 @@ pub fn status(core: &mut Main, call: CallId) {
         uptime_s: ((now - core.daemon.started_at).max(0) / 1000) as u64,
         processes: core.daemon.processes.clone(),
         jobs: core.config.jobs.len(),
-        running_runs: core.flight.runs.len(),
+        // On a standby, the leader's (`mirror`).
+        running_runs: core.flight.runs.len() + crate::roles::main::mirror::count(core),
         config_errors,
         wrapper_port: core.daemon.wrapper_port,
         db_error: core.storage.db_trouble.clone(),

@@ -3,7 +3,7 @@
 //!
 //! Pushed, not polled: main knows the instant output is committed (db's `OutputStored`
 //! reply) and the instant a target changes (`Main::wake_run`), so that is when followers
-//! read and watchers hear.
+//! read and watchers hear. On a standby, the leader's commits say so (`mirror.rs`).
 //!
 //! A follower, per target:
 //! 1. resolve the run (given, the job's newest in flight, else its newest in history) and
@@ -116,7 +116,8 @@ pub fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
         .values()
         .filter(|r| r.job.name == job)
         .map(|r| r.id)
-        .max();
+        .max()
+        .or_else(|| crate::roles::main::mirror::newest_of(core, &job));
     match in_flight {
         Some(run) if spec.live => start(core, call, spec, run),
         _ => {
@@ -229,7 +230,10 @@ fn give_up(core: &mut Main, call: CallId, err: CallError) {
 
 /// The run's targets are known: announce them and read what is stored.
 fn begin(core: &mut Main, call: CallId, record: RunRecord) {
-    let in_flight = core.flight.runs.contains_key(&record.id);
+    // On a standby, a run the leader drives is followed as its output is committed there.
+    let in_flight = core.flight.runs.contains_key(&record.id)
+        || (core.views.live.followers.contains_key(&call)
+            && crate::roles::main::mirror::follows(core, &record));
     let Some(f) = core.views.live.followers.get_mut(&call) else {
         return;
     };

@@ -19,7 +19,7 @@ pub mod daemon;
 mod jobs;
 pub mod live;
 pub mod maintenance;
-mod output;
+pub mod output;
 mod runs;
 
 use super::{DbWait, Main, MainRole};

@@ -1,6 +1,7 @@
 //! Requests about stored output: a slice of one target's output (`saltpeterctl output`,
 //! `/api/v1/.../output`), and where a target's live output starts for the hub's `/ws`
-//! views (later frames reach the hub as `MainToHub::UiOutput`).
+//! views (later frames reach the hub as the wrapper frames it relays, or, for a run the
+//! leader drives on a standby, as `MainToHub::UiStoredOutput`, `mirror.rs`).
 
 use super::{DbWait, MAX_SLICE, Main, Wait};
 use crate::ipc::CallId;
@@ -42,19 +43,27 @@ pub fn slice(out: OutputBytes) -> AdminResponse {
 }
 
 pub fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
-    // Everything passed on so far is in what db reads now: the link to db keeps the
-    // order, and frames go to db as they arrive.
-    let upto_seq = crate::roles::main::ui::seen_seq(core, run, &machine);
+    let query = OutputQuery {
+        tail: Some(LIVE_BASE_BYTES),
+        ..OutputQuery::default()
+    };
+    let wait = match crate::roles::main::mirror::base_wait(core, call, run, &machine) {
+        // A run the leader drives, on a standby: fed from the database.
+        Some(wait) => wait,
+        None => {
+            // Everything passed on so far is in what db reads now: the link to db keeps
+            // the order, and frames go to db as they arrive.
+            let upto_seq = crate::roles::main::ui::seen_seq(core, run, &machine);
+            DbWait::Request(Wait::LiveOutput { call, upto_seq })
+        }
+    };
     core.db_call(
         DbRequest::Output {
             run,
             machine,
-            query: OutputQuery {
-                tail: Some(LIVE_BASE_BYTES),
-                ..OutputQuery::default()
-            },
+            query,
         },
-        DbWait::Request(Wait::LiveOutput { call, upto_seq }),
+        wait,
     );
 }
 

@@ -52,6 +52,8 @@ pub fn recovered(role: &mut MainRole, ctx: &mut Ctx<MainRole>, result: Result<Db
     for (run, details) in runs {
         restore(&mut role.core, run, details);
     }
+    // A standby that took over: the runs it mirrored are its own now, or ended.
+    crate::roles::main::mirror::adopted(&mut role.core);
     role.core.boot.in_flight_loaded();
     if count > 0 {
         log::info!("recovered {count} run(s) in flight");
