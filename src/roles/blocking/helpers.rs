@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::Blocking;
+use super::state::Blocking;
 use crate::config::{self, Fingerprint, ParsedFiles};
 use crate::evloop::{Ctx, child};
 use crate::ipc::CallId;
