@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -154,7 +154,7 @@ fn start(
     let script = state.state_dir.join("salt-bridge.py");
     write_if_changed(&script, SCRIPT)
         .map_err(|e| format!("could not write {}: {e}", script.display()))?;
-    let master = PathBuf::from(config_dir.as_deref().unwrap_or("/etc/salt")).join("master");
+    let master = crate::salt_master::file(config_dir.as_deref());
     let log_path = state.state_dir.join("salt-bridge.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
