@@ -9,6 +9,7 @@ mod admin;
 pub mod client_addr;
 mod http;
 pub mod logsafe;
+mod state;
 mod wrappers;
 
 use std::time::{Duration, Instant};

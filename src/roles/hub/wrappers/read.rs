@@ -1,4 +1,4 @@
-//! Reading a wrapper connection, within the output budget (`flow.rs`).
+//! Reading a wrapper connection, within the output budget (`state/flow.rs`).
 //!
 //! 1. An event (or room freed by main's credits) reads the connection: the handshake
 //!    first, then WebSocket messages until the socket would block or, for a bound
@@ -19,9 +19,11 @@ use mio::event::Event;
 use tungstenite::Message;
 use tungstenite::handshake::HandshakeError;
 
-use super::{Phase, Session, drop_conn, handle_message};
+use super::conns::drop_conn;
+use super::message::handle_message;
 use crate::evloop::{Ctx, Flow};
 use crate::roles::hub::Hub;
+use crate::roles::hub::state::wrappers::{Phase, Session};
 use crate::wire::link::{ConnId, HubRequest, output_cost};
 
 /// How often the hub vouches for paused connections (main declares a wrapper lost after

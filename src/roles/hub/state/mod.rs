@@ -1,0 +1,5 @@
+//! The hub's state, below all of its behaviour: the state of each endpoint (`wrappers`,
+//! with its output `flow`). The endpoints' modules change it; nothing here names them.
+
+pub mod flow;
+pub mod wrappers;
