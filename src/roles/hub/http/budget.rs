@@ -116,7 +116,7 @@ impl Budget {
 /// Give a drained buffer's memory back when it holds far less than it grew to.
 pub fn shrink(buf: &mut Vec<u8>) {
     if buf.capacity() > FLOOR && buf.len() < buf.capacity() / 4 {
-        buf.shrink_to(buf.len().max(super::READ_CHUNK));
+        buf.shrink_to(buf.len().max(crate::roles::hub::state::http::READ_CHUNK));
     }
 }
 

@@ -17,11 +17,12 @@ use std::io;
 
 use tungstenite::{Message, Utf8Bytes};
 
+use super::conns::reap;
 use super::live::{LiveText, Position};
 use super::views::{JobView, push_details};
 use super::ws_ui::{CALL_TIMEOUT, Session};
-use super::{ConnId, Http, Kind};
 use crate::evloop::Ctx;
+use crate::roles::hub::state::http::{ConnId, Http, Kind};
 use crate::roles::hub::{Hub, Waiting};
 use crate::wire::admin::{AdminRequest, AdminResponse};
 use crate::wire::link::HubRequest;
@@ -140,7 +141,7 @@ pub fn wrapper_output(
         }
     }
     push_output(hub, job, None);
-    super::reap(hub, ctx);
+    reap(hub, ctx);
 }
 
 /// main answered (or failed) a read of stored output.
@@ -199,7 +200,7 @@ pub fn live_base(
     push_details(hub, &job, None);
     push_output(hub, &job, None);
     if let Some(ctx) = ctx {
-        super::reap(hub, ctx);
+        reap(hub, ctx);
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::Http;
+use crate::roles::hub::state::http::Http;
 use std::net::IpAddr;
 use std::time::Instant;
 

@@ -18,13 +18,14 @@ use std::time::Duration;
 use serde_json::Value;
 use tungstenite::Utf8Bytes;
 
+use super::conns::reap;
 use super::feed::{self, Target};
 use super::ws_ui::send;
-use super::{ConnId, Http};
 use crate::evloop::Ctx;
 use crate::json::ui::status_message;
 use crate::json::ui::{TargetSeen, config_message, details_message, maintenance_json};
 use crate::roles::hub::Hub;
+use crate::roles::hub::state::http::{ConnId, Http};
 use crate::wire::link::HubRequest;
 use crate::wire::records::{Millis, RunId};
 use crate::wire::ui::{ConfigView, DetailsView, StatusView};
@@ -131,7 +132,7 @@ pub fn on_config(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: ConfigView) {
     let text = Utf8Bytes::from(config_message(&view).to_string());
     http.ui.config = Some(text.clone());
     broadcast(http, &text);
-    super::reap(hub, ctx);
+    reap(hub, ctx);
 }
 
 pub fn on_status(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: StatusView) {
@@ -141,7 +142,7 @@ pub fn on_status(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: StatusView) {
     let text = Utf8Bytes::from(status_message(&view).to_string());
     http.ui.status = Some(text.clone());
     broadcast(http, &text);
-    super::reap(hub, ctx);
+    reap(hub, ctx);
 }
 
 pub fn on_details(hub: &mut Hub, ctx: &mut Ctx<Hub>, details: DetailsView) {
@@ -161,7 +162,7 @@ pub fn on_details(hub: &mut Hub, ctx: &mut Ctx<Hub>, details: DetailsView) {
     }
     push_details(hub, &job, None);
     feed::push_output(hub, &job, None);
-    super::reap(hub, ctx);
+    reap(hub, ctx);
 }
 
 /// Some `/ws` client watches `job`.
@@ -220,7 +221,7 @@ pub fn arm_refresh(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
             http.ui.refresh_armed = false;
         }
         refresh(hub);
-        super::reap(hub, ctx);
+        reap(hub, ctx);
         arm_refresh(hub, ctx);
     });
 }

@@ -23,12 +23,13 @@ use tungstenite::handshake::{HandshakeError, MidHandshake};
 use tungstenite::protocol::WebSocketConfig;
 use tungstenite::{Message, Utf8Bytes, WebSocket};
 
+use super::conns::{drop_conn, reap};
 use super::feed::push_output;
 use super::live::Position;
 use super::views::{arm_refresh, leave_view, push_details};
-use super::{ConnId, Http, Kind, drop_conn};
 use crate::evloop::Ctx;
 use crate::ipc::CallError;
+use crate::roles::hub::state::http::{ConnId, Http, Kind};
 use crate::roles::hub::{Hub, Waiting};
 use crate::wire::admin::RunQuery;
 use crate::wire::admin::{AdminRequest, AdminResponse};
@@ -513,7 +514,7 @@ pub fn answer(
             send_timeline(hub, id, req, &runs);
         }
     }
-    super::reap(hub, ctx);
+    reap(hub, ctx);
 }
 
 pub fn call_failed(hub: &mut Hub, id: ConnId, expect: WsExpect, err: &CallError) {
