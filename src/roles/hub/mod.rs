@@ -32,7 +32,7 @@ pub enum Waiting {
     Admin(admin::ConnId),
     Hello(crate::wire::link::ConnId),
     /// An HTTP request of an API connection.
-    Http(http::ConnId, http::routes::Expect),
+    Http(http::ConnId, state::http::Expect),
     /// A `/ws` client's command or timeline.
     Ws(http::ConnId, http::ws_ui::WsExpect),
     /// The stored output of a target for the `/ws` live view.

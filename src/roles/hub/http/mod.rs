@@ -14,6 +14,7 @@
 //! blocks the loop that also serves the wrappers.
 
 mod accept;
+mod action;
 mod answers;
 pub mod auth;
 pub mod budget;

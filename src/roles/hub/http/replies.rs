@@ -4,25 +4,19 @@
 use super::conns::{http_conn, settle};
 use super::parse::Response;
 use super::writing::{queue, write_out};
-use super::{reading, routes};
+use super::{answers, reading};
 use crate::evloop::Ctx;
 use crate::ipc::CallError;
 use crate::roles::hub::Hub;
-use crate::roles::hub::state::http::{ConnId, ConnState};
+use crate::roles::hub::state::http::{ConnId, ConnState, Expect};
 use crate::wire::admin::AdminResponse;
 
 /// main answered a request of connection `id`.
-pub fn answer(
-    hub: &mut Hub,
-    ctx: &mut Ctx<Hub>,
-    id: ConnId,
-    expect: routes::Expect,
-    resp: AdminResponse,
-) {
+pub fn answer(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, expect: Expect, resp: AdminResponse) {
     let Some(http) = hub.http.as_ref() else {
         return;
     };
-    let response = routes::render(http, expect, resp);
+    let response = answers::render(http, expect, resp);
     respond_waiting(hub, id, &response);
     // Read too: requests the client sent meanwhile may wait in the socket, with no new
     // readiness to announce them.

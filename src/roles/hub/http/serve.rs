@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::conns::http_conn;
 use super::parse::{self, Parsed, Response};
 use super::writing::queue;
-use super::{auth, budget, identity, routes, ws_ui};
+use super::{action, auth, budget, identity, routes, ws_ui};
 use crate::evloop::Ctx;
 use crate::roles::hub::state::http::MAX_UNSENT;
 use crate::roles::hub::state::http::{Conn, ConnId, ConnState, Kind};
@@ -77,12 +77,12 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
     };
     let mut who = None;
     match routes::route(http, &req, peer, &mut who) {
-        routes::Action::Respond(resp) => {
+        action::Action::Respond(resp) => {
             if let Some(conn) = http_conn(hub, id) {
                 queue(conn, &resp, keep_alive, head);
             }
         }
-        routes::Action::Call {
+        action::Action::Call {
             req: admin,
             expect,
             timeout,
@@ -108,7 +108,7 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
             };
             hub.call_main(msg, timeout, Waiting::Http(id, expect));
         }
-        routes::Action::Upgrade => {
+        action::Action::Upgrade => {
             let cookie = who
                 .as_ref()
                 .filter(|w| w.via == identity::Principal::Cookie)
@@ -123,7 +123,7 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
 fn reserve_answer(hub: &mut Hub, id: ConnId, admin: &crate::wire::admin::AdminRequest) -> bool {
     let bytes = match admin {
         crate::wire::admin::AdminRequest::Output { range, .. } => {
-            let max = range.max_bytes.unwrap_or(routes::DEFAULT_OUTPUT_BYTES);
+            let max = range.max_bytes.unwrap_or(action::DEFAULT_OUTPUT_BYTES);
             usize::try_from(max.saturating_mul(2))
                 .unwrap_or(usize::MAX)
                 .saturating_add(budget::CALL_RESERVE)

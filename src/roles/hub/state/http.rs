@@ -148,3 +148,23 @@ impl Conn {
         self.dead.get_or_insert(why);
     }
 }
+
+/// How to render main's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    Healthz,
+    Status,
+    ConfigErrors,
+    Jobs,
+    Job,
+    Runs { limit: u32 },
+    Run,
+    Output { raw: bool, from: u64 },
+    Started,
+    Done,
+    Metrics,
+    Maintenance,
+    Windows,
+    JobControl,
+    Deliveries,
+}
