@@ -34,7 +34,7 @@ pub enum Waiting {
     /// An HTTP request of an API connection.
     Http(http::ConnId, state::http::Expect),
     /// A `/ws` client's command or timeline.
-    Ws(http::ConnId, http::ws_ui::WsExpect),
+    Ws(http::ConnId, state::http::WsExpect),
     /// The stored output of a target for the `/ws` live view.
     LiveFetch(u64),
 }

@@ -13,7 +13,7 @@ use mio::net::TcpListener;
 use super::conns::{drop_conn, reap, settle};
 use super::parse::Response;
 use super::sweep::arm_sweep;
-use super::{auth, budget, reading, sessions, views, ws_ui};
+use super::{auth, budget, reading, sessions, ws_ui};
 use crate::evloop::{Ctx, Flow, Forward, Listener};
 use crate::roles::common::RoleError;
 use crate::roles::hub::Hub;
@@ -73,7 +73,7 @@ impl Http {
             conns: HashMap::new(),
             sweep_armed: false,
             next_id: 1,
-            ui: views::UiHub::new(limits.live_cap),
+            ui: crate::roles::hub::state::http::UiHub::new(limits.live_cap),
             limits,
             auth,
             stats: Stats::default(),

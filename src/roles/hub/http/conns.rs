@@ -2,7 +2,7 @@
 //! with it), reaping those a failed write marked dead, settling what each holds into the
 //! budget.
 
-use super::views;
+use super::ws_push;
 use crate::evloop::Ctx;
 use crate::roles::hub::Hub;
 use crate::roles::hub::state::http::{ConnId, HttpConn, Kind};
@@ -20,7 +20,7 @@ pub fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
     log::debug!("API connection {id} from {} closed: {why}", conn.peer);
     ctx.remove(conn.token);
     if let Kind::Ws(ws) = conn.kind {
-        views::forget_client(hub, id, &ws);
+        ws_push::forget_client(hub, id, &ws);
     }
 }
 

@@ -32,6 +32,7 @@ pub mod sessions;
 mod sweep;
 pub mod views;
 mod writing;
+pub mod ws_push;
 pub mod ws_ui;
 
 pub use crate::roles::hub::state::http::{ConnId, Http};

@@ -1,14 +1,26 @@
 //! The HTTP endpoint's state: its limits and counters, its connections (HTTP or `/ws`)
-//! and where each is. Data and the questions asked of it; `http` changes it.
+//! and where each is, and what the hub keeps for the `/ws` clients: the views of the jobs
+//! they watch (details, heartbeats, each target's live text) and each client's
+//! WebSocket, subscriptions, positions and calls waiting for main. Data and the
+//! questions asked of it; `http` changes it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use mio::Token;
+use serde_json::Value;
+use tungstenite::handshake::MidHandshake;
+use tungstenite::handshake::server::{NoCallback, ServerHandshake};
+use tungstenite::{Utf8Bytes, WebSocket};
 
+use crate::json::ui::{TargetSeen, details_message};
+use crate::roles::hub::http::live::{LiveText, Position};
 use crate::roles::hub::http::parse::ParseLimits;
 use crate::tls::Stream;
+use crate::wire::records::{Millis, RunId};
+use crate::wire::ui::DetailsView;
 
 pub type ConnId = u64;
 
@@ -91,7 +103,7 @@ pub struct HttpConn {
 
 pub enum Kind {
     Http(Box<HttpConn>),
-    Ws(Box<crate::roles::hub::http::ws_ui::WsConn>),
+    Ws(Box<WsConn>),
 }
 
 pub struct Conn {
@@ -111,7 +123,7 @@ pub struct Http {
     pub next_id: ConnId,
     pub limits: Limits,
     pub auth: crate::roles::hub::http::auth::Auth,
-    pub ui: crate::roles::hub::http::views::UiHub,
+    pub ui: UiHub,
     pub stats: Stats,
     /// Bytes held for all clients together (`http/budget.rs`).
     pub budget: crate::roles::hub::http::budget::Budget,
@@ -167,4 +179,172 @@ pub enum Expect {
     Windows,
     JobControl,
     Deliveries,
+}
+
+// ---- the `/ws` clients
+
+#[derive(Default)]
+pub struct JobView {
+    pub subscribers: BTreeSet<ConnId>,
+    pub details: Option<DetailsView>,
+    pub targets: BTreeMap<String, Target>,
+    /// When the hub last heard from each target's wrapper, and of which run.
+    pub heartbeats: HashMap<String, (RunId, Millis)>,
+}
+
+impl JobView {
+    /// The `details` message as it stands; `None` before main sent any, or while the
+    /// stored output of a target is still being read (its `output_length` would be
+    /// wrong: the message goes out when the read is done).
+    pub fn render_details(&self) -> Option<Utf8Bytes> {
+        let d = self.details.as_ref()?;
+        if self.targets.values().any(|t| t.fetching.is_some()) {
+            return None;
+        }
+        let seen = |machine: &str| TargetSeen {
+            heartbeat: self
+                .heartbeats
+                .get(machine)
+                .filter(|(run, _)| Some(*run) == d.run)
+                .map(|(_, at)| *at),
+            output_length: self
+                .targets
+                .get(machine)
+                .filter(|t| Some(t.text.run) == d.run)
+                .map_or(0, |t| t.text.total_chars()),
+        };
+        Some(Utf8Bytes::from(details_message(d, seen).to_string()))
+    }
+}
+
+pub struct UiHub {
+    pub config: Option<Utf8Bytes>,
+    pub status: Option<Utf8Bytes>,
+    /// `config.maintenance` of the last configuration (for `/api/v1/maintenance`).
+    pub maintenance: Option<Value>,
+    pub jobs: HashMap<String, JobView>,
+    pub fetches: HashMap<u64, (String, String, RunId)>,
+    pub next_fetch: u64,
+    pub live_cap: usize,
+    pub refresh_armed: bool,
+}
+
+impl UiHub {
+    pub fn new(live_cap: usize) -> UiHub {
+        UiHub {
+            config: None,
+            status: None,
+            maintenance: None,
+            jobs: HashMap::new(),
+            fetches: HashMap::new(),
+            next_fetch: 1,
+            live_cap,
+            refresh_armed: false,
+        }
+    }
+}
+
+pub struct Target {
+    pub text: LiveText,
+    pub upto_seq: u64,
+    /// The stored output is being read; frames that arrive meanwhile wait here.
+    pub fetching: Option<Vec<(u64, Vec<u8>)>>,
+    pub finished: bool,
+}
+
+pub fn new_target(run: RunId, cap: usize, finished: bool, first: Option<(u64, Vec<u8>)>) -> Target {
+    Target {
+        text: LiveText::new(run, cap),
+        upto_seq: 0,
+        fetching: Some(first.into_iter().collect()),
+        finished,
+    }
+}
+
+/// The bytes of the upgrade request (already read by the HTTP layer), then the socket.
+pub struct Replay {
+    pub pending: Vec<u8>,
+    pub pos: usize,
+    pub stream: crate::tls::Stream,
+    /// Bytes the socket took so far (against `WsConn::queued`: what waits unsent).
+    pub written: u64,
+}
+
+impl Read for Replay {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos < self.pending.len() {
+            let n = (self.pending.len() - self.pos).min(buf.len());
+            buf[..n].copy_from_slice(&self.pending[self.pos..self.pos + n]);
+            self.pos += n;
+            if self.pos == self.pending.len() {
+                self.pending = Vec::new();
+                self.pos = 0;
+            }
+            return Ok(n);
+        }
+        self.stream.read(buf)
+    }
+}
+
+impl Write for Replay {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.stream.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+pub type Mid = MidHandshake<ServerHandshake<Replay, NoCallback>>;
+
+pub enum Session {
+    Handshaking(Box<Mid>),
+    Open(Box<WebSocket<Replay>>),
+}
+
+/// What a client's call to main was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WsExpect {
+    Command,
+    Timeline(u64),
+}
+
+pub struct WsConn {
+    pub session: Option<Session>,
+    pub since: Instant,
+    pub subs: BTreeSet<String>,
+    pub positions: HashMap<(String, String), Position>,
+    /// `getTimeline` requests waiting for main, with the client's `id`.
+    pub timelines: HashMap<u64, Value>,
+    pub next_req: u64,
+    /// Who authenticated the upgrade: commands are checked against its role and main
+    /// records its name.
+    pub who: Option<crate::roles::hub::http::identity::Identity>,
+    /// Message bytes handed to the WebSocket so far.
+    pub queued: u64,
+    /// The session cookie of a handshake that authenticated with one: each call to main
+    /// checks the session is still live (`Auth::recheck`), so logout ends its power.
+    pub cookie: Option<String>,
+}
+
+impl WsConn {
+    /// Message bytes waiting to be sent (frame headers and pings aside).
+    pub fn backlog(&self) -> usize {
+        match &self.session {
+            Some(Session::Open(socket)) => {
+                usize::try_from(self.queued.saturating_sub(socket.get_ref().written))
+                    .unwrap_or(usize::MAX)
+            }
+            _ => 0,
+        }
+    }
+
+    pub fn is_open(&self) -> bool {
+        matches!(self.session, Some(Session::Open(_)))
+    }
+    pub fn since(&self) -> Instant {
+        self.since
+    }
 }
