@@ -13,7 +13,7 @@ use mio::net::TcpListener;
 use super::conns::{drop_conn, reap, settle};
 use super::parse::Response;
 use super::sweep::arm_sweep;
-use super::{auth, budget, reading, sessions, ws_ui};
+use super::{auth, reading, ws_ui};
 use crate::evloop::{Ctx, Flow, Forward, Listener};
 use crate::roles::common::RoleError;
 use crate::roles::hub::Hub;
@@ -21,6 +21,7 @@ use crate::roles::hub::client_addr::client_key;
 use crate::roles::hub::state::http::{
     Conn, ConnId, ConnState, Http, HttpConn, Kind, Limits, Stats,
 };
+use crate::roles::hub::state::{budget, sessions};
 use crate::tls::Stream;
 
 struct Acceptor {

@@ -5,14 +5,15 @@
 use std::io::{self, Read};
 use std::time::Instant;
 
-use super::budget::FLOOR;
 use super::conns::{drop_conn, http_conn};
 use super::parse::{self, Parsed, Response};
 use super::serve::process;
 use super::writing::{flush, queue};
 use crate::evloop::Ctx;
 use crate::roles::hub::Hub;
-use crate::roles::hub::state::http::{ConnState, MAX_UNSENT, READ_CHUNK};
+use crate::roles::hub::state::budget::FLOOR;
+use crate::roles::hub::state::budget::READ_CHUNK;
+use crate::roles::hub::state::http::{ConnState, MAX_UNSENT};
 
 use crate::roles::hub::state::http::ConnId;
 
@@ -96,7 +97,7 @@ fn http_round(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) -> Option<bool> {
     }
     process(hub, ctx, id);
     let conn = http_conn(hub, id)?;
-    super::budget::shrink(&mut conn.rbuf);
+    crate::roles::hub::state::budget::shrink(&mut conn.rbuf);
     if ended {
         match conn.state {
             // The answer still goes out; the peer may only have shut its write side.

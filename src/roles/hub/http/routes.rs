@@ -13,8 +13,8 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use super::auth::Auth;
-use super::identity::{Identity, authorize};
 use super::parse::{Request, Response};
+use crate::roles::hub::state::identity::{Identity, authorize};
 use crate::wire::admin::{AdminRequest, MaintenanceChange};
 
 const INDEX_HTML: &str = include_str!("../ui/index.html");

@@ -7,10 +7,11 @@ use std::time::Instant;
 use super::conns::http_conn;
 use super::parse::{self, Parsed, Response};
 use super::writing::queue;
-use super::{action, auth, budget, identity, routes, ws_ui};
+use super::{action, auth, routes, ws_ui};
 use crate::evloop::Ctx;
 use crate::roles::hub::state::http::MAX_UNSENT;
 use crate::roles::hub::state::http::{Conn, ConnId, ConnState, Kind};
+use crate::roles::hub::state::{budget, identity};
 use crate::roles::hub::{Hub, Waiting};
 use crate::wire::link::HubRequest;
 

@@ -46,7 +46,7 @@ pub fn write_out(hub: &mut Hub, id: ConnId) -> Result<(), String> {
         }
     }
     conn.wbuf.drain(..written);
-    super::budget::shrink(&mut conn.wbuf);
+    crate::roles::hub::state::budget::shrink(&mut conn.wbuf);
     // TLS: records rustls still holds (the socket was full) go out on this event too.
     match conn.stream.flush() {
         Ok(()) => {}

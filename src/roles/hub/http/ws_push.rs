@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use tungstenite::{Message, Utf8Bytes};
 
-use super::live::{LiveText, Position};
 use crate::roles::hub::Hub;
 use crate::roles::hub::state::http::{ConnId, Http, Kind};
 use crate::roles::hub::state::http::{Session, WsConn};
+use crate::roles::hub::state::live::{LiveText, Position};
 use crate::wire::link::HubRequest;
 
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -29,7 +29,7 @@ pub fn send(http: &mut Http, id: ConnId, text: &Utf8Bytes) {
         return;
     };
     let backlog = ws.backlog();
-    if backlog >= super::budget::FLOOR && !http.budget.may_serve(backlog) {
+    if backlog >= crate::roles::hub::state::budget::FLOOR && !http.budget.may_serve(backlog) {
         conn.mark_dead(format!(
             "/ws client does not read: {backlog} bytes unsent while the hub's budget is spent"
         ));
@@ -148,7 +148,7 @@ pub fn push_output(hub: &mut Hub, job: &str, only: Option<ConnId>) {
             // A client that does not read keeps its floor of the hub's budget; past it,
             // while the budget is spent, it is dropped (as in `ws_ui::send`).
             let backlog = ws.backlog();
-            if backlog >= super::budget::FLOOR && !budget.may_serve(backlog) {
+            if backlog >= crate::roles::hub::state::budget::FLOOR && !budget.may_serve(backlog) {
                 conn.mark_dead(format!(
                     "/ws client does not read: {backlog} bytes unsent while the hub's budget \
                      is spent"

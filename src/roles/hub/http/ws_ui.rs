@@ -52,7 +52,7 @@ pub fn upgrade(
     ctx: &mut Ctx<Hub>,
     id: ConnId,
     raw: Vec<u8>,
-    who: Option<super::identity::Identity>,
+    who: Option<crate::roles::hub::state::identity::Identity>,
     cookie: Option<String>,
 ) {
     let Some(http) = hub.http.as_mut() else {
@@ -277,7 +277,7 @@ fn client_message(hub: &mut Hub, id: ConnId, text: &str) {
             (who, _) => who,
         };
         let msg = match &who {
-            Some(who) => match super::identity::authorize(who, &req) {
+            Some(who) => match crate::roles::hub::state::identity::authorize(who, &req) {
                 Ok(()) => who.request(req),
                 Err(why) => {
                     if let Some(http) = hub.http.as_mut() {

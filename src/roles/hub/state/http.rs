@@ -15,21 +15,29 @@ use tungstenite::handshake::MidHandshake;
 use tungstenite::handshake::server::{NoCallback, ServerHandshake};
 use tungstenite::{Utf8Bytes, WebSocket};
 
+use super::budget::{Budget, Charge};
+use super::identity::Identity;
+use super::live::{LiveText, Position};
+use super::sessions::{Sessions, Throttle};
+use crate::config::{ApiAuth, ApiIdentity};
 use crate::json::ui::{TargetSeen, details_message};
-use crate::roles::hub::http::live::{LiveText, Position};
-use crate::roles::hub::http::parse::ParseLimits;
 use crate::tls::Stream;
 use crate::wire::records::{Millis, RunId};
 use crate::wire::ui::DetailsView;
 
 pub type ConnId = u64;
 
-/// Bytes read per `read` call.
-pub const READ_CHUNK: usize = 16 * 1024;
 /// Answers queued but not yet sent beyond which a connection stops reading requests.
 pub const MAX_UNSENT: usize = 256 * 1024;
 /// How long a closing connection may keep sending before it is dropped.
 pub const LINGER: Duration = Duration::from_secs(2);
+
+/// Size limits of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct ParseLimits {
+    pub max_header: usize,
+    pub max_body: usize,
+}
 
 /// Limits of the endpoint (`saltpeter_config` keys in docs/configuration.md).
 #[derive(Debug, Clone, Copy)]
@@ -113,7 +121,7 @@ pub struct Conn {
     /// Set when a write failed where the connection could not be dropped at once.
     pub dead: Option<String>,
     /// What it holds, as counted into `Http::budget`.
-    pub charge: crate::roles::hub::http::budget::Charge,
+    pub charge: Charge,
 }
 
 pub struct Http {
@@ -122,11 +130,11 @@ pub struct Http {
     pub sweep_armed: bool,
     pub next_id: ConnId,
     pub limits: Limits,
-    pub auth: crate::roles::hub::http::auth::Auth,
+    pub auth: Auth,
     pub ui: UiHub,
     pub stats: Stats,
     /// Bytes held for all clients together (`http/budget.rs`).
-    pub budget: crate::roles::hub::http::budget::Budget,
+    pub budget: Budget,
     /// The port's TLS (`None` only with `tls: false` on loopback).
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     pub refusals: crate::roles::hub::logsafe::Repeated,
@@ -179,6 +187,16 @@ pub enum Expect {
     Windows,
     JobControl,
     Deliveries,
+}
+
+pub struct Auth {
+    pub mode: ApiAuth,
+    pub identities: Vec<ApiIdentity>,
+    pub metrics_auth: bool,
+    /// The port speaks TLS: cookies get `Secure`.
+    pub secure: bool,
+    pub sessions: Sessions,
+    pub throttle: Throttle,
 }
 
 // ---- the `/ws` clients
@@ -321,7 +339,7 @@ pub struct WsConn {
     pub next_req: u64,
     /// Who authenticated the upgrade: commands are checked against its role and main
     /// records its name.
-    pub who: Option<crate::roles::hub::http::identity::Identity>,
+    pub who: Option<Identity>,
     /// Message bytes handed to the WebSocket so far.
     pub queued: u64,
     /// The session cookie of a handshake that authenticated with one: each call to main
