@@ -16,8 +16,8 @@ use super::sweep::arm_sweep;
 use super::{auth, reading, ws_ui};
 use crate::evloop::{Ctx, Flow, Forward, Listener};
 use crate::roles::common::RoleError;
-use crate::roles::hub::Hub;
 use crate::roles::hub::client_addr::client_key;
+use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::http::{
     Conn, ConnId, ConnState, Http, HttpConn, Kind, Limits, Stats,
 };
@@ -103,8 +103,6 @@ fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, event: &Event) -> Flow
     }
     settle(hub, id);
     reap(hub, ctx);
-    // Calls to main started here need their deadline timer.
-    crate::roles::hub::arm_timers(hub, ctx);
     Flow::Continue
 }
 

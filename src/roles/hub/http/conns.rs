@@ -4,7 +4,7 @@
 
 use super::ws_push;
 use crate::evloop::Ctx;
-use crate::roles::hub::Hub;
+use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::http::{ConnId, HttpConn, Kind};
 
 /// Drop a connection now; a `/ws` client's subscriptions go with it.

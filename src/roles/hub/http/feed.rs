@@ -17,7 +17,7 @@ use super::conns::reap;
 use super::ws_push::{CALL_TIMEOUT, push_details, push_output};
 use crate::evloop::Ctx;
 use crate::roles::hub::state::http::{JobView, new_target};
-use crate::roles::hub::{Hub, Waiting};
+use crate::roles::hub::state::{Hub, Waiting};
 use crate::wire::admin::{AdminRequest, AdminResponse};
 use crate::wire::link::HubRequest;
 use crate::wire::records::RunId;

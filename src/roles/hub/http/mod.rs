@@ -31,6 +31,6 @@ mod writing;
 pub mod ws_push;
 pub mod ws_ui;
 
-pub use crate::roles::hub::state::http::{ConnId, Http};
+pub use crate::roles::hub::state::http::Http;
 pub use replies::{answer, call_failed};
 pub use sweep::arm_sweep;

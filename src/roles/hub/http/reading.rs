@@ -10,7 +10,7 @@ use super::parse::{self, Parsed, Response};
 use super::serve::process;
 use super::writing::{flush, queue};
 use crate::evloop::Ctx;
-use crate::roles::hub::Hub;
+use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::budget::FLOOR;
 use crate::roles::hub::state::budget::READ_CHUNK;
 use crate::roles::hub::state::http::{ConnState, MAX_UNSENT};

@@ -7,7 +7,7 @@ use super::writing::{queue, write_out};
 use super::{answers, reading};
 use crate::evloop::Ctx;
 use crate::ipc::CallError;
-use crate::roles::hub::Hub;
+use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::http::{ConnId, ConnState, Expect};
 use crate::wire::admin::AdminResponse;
 

@@ -11,8 +11,8 @@ use super::{action, auth, routes, ws_ui};
 use crate::evloop::Ctx;
 use crate::roles::hub::state::http::MAX_UNSENT;
 use crate::roles::hub::state::http::{Conn, ConnId, ConnState, Kind};
+use crate::roles::hub::state::{Hub, Waiting};
 use crate::roles::hub::state::{budget, identity};
-use crate::roles::hub::{Hub, Waiting};
 use crate::wire::link::HubRequest;
 
 /// Serve the complete requests in the buffer, in order, until one waits for main.

@@ -9,7 +9,7 @@ use super::parse::Response;
 use super::reading;
 use super::writing::{flush, queue};
 use crate::evloop::Ctx;
-use crate::roles::hub::Hub;
+use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::http::{ConnId, ConnState, Kind, LINGER};
 
 /// Once a second: requests that take too long, idle and lingering connections, stalled

@@ -22,7 +22,7 @@ use super::ws_push::{push_details, send};
 use crate::evloop::Ctx;
 use crate::json::ui::status_message;
 use crate::json::ui::{config_message, maintenance_json};
-use crate::roles::hub::Hub;
+use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::http::{ConnId, Http};
 use crate::wire::records::RunId;
 use crate::wire::ui::{ConfigView, DetailsView, StatusView};

@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::conns::{drop_conn, http_conn};
 use super::parse::Response;
 use crate::evloop::Ctx;
-use crate::roles::hub::Hub;
+use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::http::{ConnId, ConnState, HttpConn};
 
 /// Queue an answer; the connection reads the next request (or closes after it).

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tungstenite::{Message, Utf8Bytes};
 
-use crate::roles::hub::Hub;
+use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::http::{ConnId, Http, Kind};
 use crate::roles::hub::state::http::{Session, WsConn};
 use crate::roles::hub::state::live::{LiveText, Position};

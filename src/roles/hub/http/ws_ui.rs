@@ -29,7 +29,7 @@ use crate::evloop::Ctx;
 use crate::ipc::CallError;
 use crate::roles::hub::state::http::{ConnId, Http, Kind};
 use crate::roles::hub::state::http::{Replay, Session, WsConn, WsExpect};
-use crate::roles::hub::{Hub, Waiting};
+use crate::roles::hub::state::{Hub, Waiting};
 use crate::wire::admin::RunQuery;
 use crate::wire::admin::{AdminRequest, AdminResponse};
 use crate::wire::link::HubRequest;

@@ -10,8 +10,8 @@ use tungstenite::Message;
 use tungstenite::protocol::WebSocketConfig;
 
 use crate::evloop::Ctx;
-use crate::roles::hub::Hub;
 use crate::roles::hub::client_addr::client_key;
+use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::wrappers::{Conn, Limits, Phase, Session, Wrappers};
 use crate::wire::link::{ConnId, HubRequest};
 use crate::wire::wrapper::{RejectCode, ServerMsg};

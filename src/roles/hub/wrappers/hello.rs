@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::conns::{reject, send, vetted};
 use crate::evloop::Ctx;
 use crate::roles::hub::state::wrappers::{Conn, Phase, Session};
-use crate::roles::hub::{Hub, Waiting};
+use crate::roles::hub::state::{Hub, Waiting};
 use tungstenite::Message;
 
 use crate::ipc::CallError;

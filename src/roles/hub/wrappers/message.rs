@@ -7,7 +7,7 @@ use tungstenite::Message;
 use super::conns::reject;
 use super::hello;
 use crate::evloop::Ctx;
-use crate::roles::hub::Hub;
+use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::wrappers::Phase;
 use crate::wire::Redacted;
 use crate::wire::compress::ZSTD;

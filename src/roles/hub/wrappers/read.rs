@@ -22,7 +22,7 @@ use tungstenite::handshake::HandshakeError;
 use super::conns::drop_conn;
 use super::message::handle_message;
 use crate::evloop::{Ctx, Flow};
-use crate::roles::hub::Hub;
+use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::wrappers::{Phase, Session};
 use crate::wire::link::{ConnId, HubRequest, output_cost};
 
@@ -113,7 +113,6 @@ fn read_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
         hub.wrappers.flow.pause(id);
         arm_pause_watch(hub, ctx);
     }
-    crate::roles::hub::arm_timers(hub, ctx);
 }
 
 /// main's credits for output it no longer holds: the budget they free goes to the
