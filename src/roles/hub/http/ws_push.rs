@@ -146,7 +146,7 @@ pub fn push_output(hub: &mut Hub, job: &str, only: Option<ConnId>) {
                 continue;
             };
             // A client that does not read keeps its floor of the hub's budget; past it,
-            // while the budget is spent, it is dropped (as in `ws_ui::send`).
+            // while the budget is spent, it is dropped (as in `send` above).
             let backlog = ws.backlog();
             if backlog >= crate::roles::hub::state::budget::FLOOR && !budget.may_serve(backlog) {
                 conn.mark_dead(format!(

@@ -104,7 +104,7 @@ pub struct HttpConn {
     pub partial_since: Option<Instant>,
     pub last_write: Instant,
     pub served: u64,
-    /// Held back by the hub's budget (`http/budget.rs`) with something left to read or serve:
+    /// Held back by the hub's budget (`budget`) with something left to read or serve:
     /// the sweep tries it again.
     pub starved: bool,
 }
@@ -133,7 +133,7 @@ pub struct Http {
     pub auth: Auth,
     pub ui: UiHub,
     pub stats: Stats,
-    /// Bytes held for all clients together (`http/budget.rs`).
+    /// Bytes held for all clients together (`budget`).
     pub budget: Budget,
     /// The port's TLS (`None` only with `tls: false` on loopback).
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
