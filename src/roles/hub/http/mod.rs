@@ -12,6 +12,12 @@
 //! connection is closed after `api_idle_timeout`, a client that does not read its
 //! answers is dropped. All of it is checked by `sweep` once a second; nothing here ever
 //! blocks the loop that also serves the wrappers.
+//!
+//! The endpoint's state is in `hub/state/http.rs`. The parts, each naming only those
+//! below it: `accept` (the listener, a connection's events) over `reading` -> `serve` (a
+//! request routed and answered or passed to main) and `replies` (main's answer), over
+//! `writing` and `conns` (dropping, reaping, settling the budget); `/ws` is `ws_ui` and
+//! `views` over `feed`, over `ws_push` (what goes out to clients at once).
 
 mod accept;
 mod action;
