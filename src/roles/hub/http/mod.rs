@@ -14,10 +14,11 @@
 //! blocks the loop that also serves the wrappers.
 //!
 //! The endpoint's state is in `hub/state/http.rs`. The parts, each naming only those
-//! below it: `accept` (the listener, a connection's events) over `reading` -> `serve` (a
-//! request routed and answered or passed to main) and `replies` (main's answer), over
-//! `writing` and `conns` (dropping, reaping, settling the budget); `/ws` is `ws_ui` and
-//! `views` over `feed`, over `ws_push` (what goes out to clients at once).
+//! below it: `accept` (the listener, a connection's events) and `replies` (main's
+//! answer) over `reading`, over `serve` (a request routed, then answered, passed to main
+//! or upgraded), over `ws_ui` (`/ws`), over `views`, over `feed`; under them `writing`
+//! and `conns` (dropping, reaping, settling the budget), and under those `ws_push` (what
+//! goes out to `/ws` clients at once).
 
 mod accept;
 mod action;
