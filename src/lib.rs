@@ -24,6 +24,7 @@
 //! - `minion_trust`: which accepted key stands for a minion across several masters
 //! - `paths`: where the configuration, state and runtime files live
 //! - `roles`: the four child processes (hub, main, db, blocking)
+//! - `salt_master`: the Salt master's configuration file, read in one place
 //! - `schedule`: cron fields and when a job fires, as pure functions of `now`
 //! - `supervisor`: start-up settings and checks, spawning, ordered stop, sd_notify
 //! - `wire`: messages crossing process and network boundaries
@@ -46,6 +47,7 @@ pub mod minion_trust;
 pub mod notify;
 pub mod paths;
 pub mod roles;
+pub mod salt_master;
 pub mod schedule;
 pub mod supervisor;
 pub mod tls;

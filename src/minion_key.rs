@@ -142,52 +142,9 @@ pub fn accepted_key_path(master_pki_dir: &Path, minion: &str) -> Result<PathBuf,
     Ok(master_pki_dir.join("minions").join(minion))
 }
 
-/// The master's pki directory as its configuration `DIR/master` says (`pki_dir`, under
-/// `root_dir` as Salt places it), else Salt's default `/etc/salt/pki/master`. A missing
-/// or unreadable file gives the default: the key lookup then names the path it tried.
-pub fn master_pki_dir(salt_config_dir: &Path) -> PathBuf {
-    master_path(salt_config_dir, |c| c.pki_dir, "/etc/salt/pki/master")
-}
-
-/// The master's socket directory (`sock_dir` under `root_dir`), else Salt's default
-/// `/var/run/salt/master`.
-pub fn master_sock_dir(salt_config_dir: &Path) -> PathBuf {
-    master_path(salt_config_dir, |c| c.sock_dir, "/var/run/salt/master")
-}
-
-#[derive(serde::Deserialize)]
-struct MasterConfig {
-    pki_dir: Option<String>,
-    sock_dir: Option<String>,
-    root_dir: Option<String>,
-}
-
-/// A path setting of `DIR/master` (`pick`), placed under `root_dir` as Salt does, else
-/// `default`.
-fn master_path(
-    salt_config_dir: &Path,
-    pick: fn(MasterConfig) -> Option<String>,
-    default: &str,
-) -> PathBuf {
-    let config = std::fs::read_to_string(salt_config_dir.join("master"))
-        .ok()
-        .and_then(|text| serde_saphyr::from_str::<MasterConfig>(&text).ok());
-    let (path, root_dir) = match config {
-        Some(c) => {
-            let root = c.root_dir.clone();
-            (pick(c), root)
-        }
-        None => (None, None),
-    };
-    let path = PathBuf::from(path.unwrap_or_else(|| default.into()));
-    match root_dir.map(PathBuf::from) {
-        // Salt prepends root_dir to paths that are not already below it.
-        Some(root) if root != Path::new("/") && !path.starts_with(&root) => {
-            root.join(path.strip_prefix("/").unwrap_or(&path))
-        }
-        _ => path,
-    }
-}
+// The master's pki and socket directories, read from its configuration by the one reader
+// of it (`salt_master`), under the names their callers know.
+pub use crate::salt_master::{pki_dir as master_pki_dir, sock_dir as master_sock_dir};
 
 /// Check a proof (hex signature) against the PEM public key in `pem`.
 pub fn verify_proof(

@@ -13,154 +13,25 @@
 //! reaps it when it exits, so it never stays a zombie; it no longer counts as running
 //! here and cannot be signalled through [`signal`].
 
-use std::collections::HashMap;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use mio::Interest;
 use mio::event::Event;
 use mio::unix::SourceFd;
 use mio::unix::pipe::Receiver;
-use mio::{Interest, Token};
 
+pub use super::children::{ChildId, ChildOutput, Start};
+use super::children::{Pipe, Proc, Report, Running};
+use super::ctx::{Ctx, Flow, Listener};
 use super::fork_exec::{self, Exec};
-use super::{Ctx, Flow, Listener};
 
 /// Captured per stream at most; the rest is counted, not kept.
 pub const CAPTURE_LIMIT: usize = 8 * 1024 * 1024;
 /// How long pipes may stay open after the process exited.
 pub const LINGER: Duration = Duration::from_secs(2);
-
-pub type ChildId = u64;
-
-/// What a finished child left behind.
-#[derive(Debug)]
-pub struct ChildOutput {
-    pub pid: u32,
-    pub status: ExitStatus,
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    /// Bytes beyond `CAPTURE_LIMIT` that were read and dropped.
-    pub dropped: usize,
-}
-
-/// How a detached child's start went.
-#[derive(Debug)]
-pub enum Start {
-    /// It wrote to stdout and closed its pipes: it runs on its own (it may even have
-    /// exited since).
-    Running {
-        pid: u32,
-        stdout: Vec<u8>,
-        stderr: Vec<u8>,
-    },
-    /// It exited without saying it started.
-    Exited(ChildOutput),
-}
-
-type OnExit<S> = Box<dyn FnOnce(&mut S, &mut Ctx<S>, ChildOutput)>;
-type OnStart<S> = Box<dyn FnOnce(&mut S, &mut Ctx<S>, Start)>;
-
-/// What to tell the loop's owner, and when.
-enum Report<S> {
-    /// At the exit, with the output.
-    Exit(OnExit<S>),
-    /// At the start of a detached child, or at its exit if it never started.
-    Start(OnStart<S>),
-    /// Nothing more: a detached child that started, waiting to be reaped.
-    Reaped,
-}
-
-/// A child process: started by `Command`, or forked without waiting for its exec.
-enum Proc {
-    Command(Child),
-    Forked(nix::unistd::Pid),
-}
-
-impl Proc {
-    fn id(&self) -> u32 {
-        match self {
-            Proc::Command(child) => child.id(),
-            Proc::Forked(pid) => pid.as_raw() as u32,
-        }
-    }
-
-    /// Reap it if it has exited.
-    fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
-        use std::os::unix::process::ExitStatusExt;
-        match self {
-            Proc::Command(child) => child.try_wait(),
-            Proc::Forked(pid) => loop {
-                let mut status = 0;
-                // SAFETY: waitpid writes the status of our own child into `status`.
-                let got =
-                    unsafe { nix::libc::waitpid(pid.as_raw(), &mut status, nix::libc::WNOHANG) };
-                match got {
-                    0 => return Ok(None),
-                    p if p > 0 => return Ok(Some(ExitStatus::from_raw(status))),
-                    _ => {
-                        let err = io::Error::last_os_error();
-                        if err.kind() != io::ErrorKind::Interrupted {
-                            return Err(err);
-                        }
-                    }
-                }
-            },
-        }
-    }
-}
-
-struct Running<S> {
-    child: Proc,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    dropped: usize,
-    /// Pipes still open, with their listeners' tokens.
-    pipe_tokens: Vec<(Pipe, Token)>,
-    exit_token: Option<Token>,
-    status: Option<ExitStatus>,
-    report: Report<S>,
-}
-
-/// The children of one loop.
-pub struct Children<S> {
-    running: HashMap<ChildId, Running<S>>,
-    next_id: ChildId,
-}
-
-impl<S> Default for Children<S> {
-    fn default() -> Self {
-        Children {
-            running: HashMap::new(),
-            next_id: 1,
-        }
-    }
-}
-
-impl<S> Children<S> {
-    /// Children still owned by the loop (detached ones that started are not).
-    pub fn len(&self) -> usize {
-        self.running
-            .values()
-            .filter(|r| !matches!(r.report, Report::Reaped))
-            .count()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn pid(&self, id: ChildId) -> Option<u32> {
-        self.running.get(&id).map(|r| r.child.id())
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Pipe {
-    Stdout,
-    Stderr,
-}
 
 struct PipeListener {
     id: ChildId,
@@ -219,7 +90,7 @@ fn start<S: 'static>(
     ctx: &mut Ctx<S>,
     mut cmd: Command,
     stdin: Stdio,
-    report: Report<S>,
+    report: Report<S, Ctx<S>>,
 ) -> io::Result<ChildId> {
     cmd.stdin(stdin)
         .stdout(Stdio::piped())
@@ -237,7 +108,7 @@ fn watch<S: 'static>(
     ctx: &mut Ctx<S>,
     child: Proc,
     [stdout, stderr]: [Option<Receiver>; 2],
-    report: Report<S>,
+    report: Report<S, Ctx<S>>,
 ) -> io::Result<ChildId> {
     let id = ctx.children.next_id;
     ctx.children.next_id += 1;

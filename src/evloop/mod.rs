@@ -15,6 +15,8 @@
 //! `WouldBlock`.
 
 pub mod child;
+pub mod children;
+mod ctx;
 pub mod fork_exec;
 pub mod signals;
 pub mod timers;
@@ -23,147 +25,10 @@ use std::collections::HashMap;
 use std::io;
 use std::time::{Duration, Instant};
 
-use mio::event::{Event, Source};
-use mio::{Events, Interest, Poll, Registry, Token};
+use mio::Events;
+use mio::Poll;
 
-use timers::{TimerId, Timers};
-
-/// What a listener wants after handling an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
-    Continue,
-    /// Remove the listener; its `close` runs and it is dropped (closing its fd).
-    Close,
-}
-
-/// Something with a mio source that the loop dispatches events to.
-pub trait Listener<S> {
-    fn handle_event(&mut self, state: &mut S, ctx: &mut Ctx<S>, event: &Event) -> Flow;
-
-    /// Called once when the listener is removed (by `Flow::Close` or `Ctx::remove`).
-    fn close(&mut self, _state: &mut S, _ctx: &mut Ctx<S>) {}
-}
-
-/// A listener for a source that the state owns (a link the state must also write to):
-/// events are forwarded to `handler` with the key that names the source.
-pub struct Forward<S, K> {
-    key: K,
-    handler: fn(&mut S, &mut Ctx<S>, K, &Event) -> Flow,
-}
-
-impl<S, K: Copy> Forward<S, K> {
-    pub fn new(key: K, handler: fn(&mut S, &mut Ctx<S>, K, &Event) -> Flow) -> Self {
-        Forward { key, handler }
-    }
-}
-
-impl<S, K: Copy> Listener<S> for Forward<S, K> {
-    fn handle_event(&mut self, state: &mut S, ctx: &mut Ctx<S>, event: &Event) -> Flow {
-        (self.handler)(state, ctx, self.key, event)
-    }
-}
-
-/// Everything a handler may change besides the state: listeners, timers, stopping.
-pub struct Ctx<S> {
-    registry: Registry,
-    listeners: HashMap<Token, Box<dyn Listener<S>>>,
-    /// Listeners removed by a handler while another was running; closed by the loop.
-    removed: Vec<Box<dyn Listener<S>>>,
-    next_token: usize,
-    timers: Timers<S>,
-    children: child::Children<S>,
-    stopping: bool,
-}
-
-impl<S: 'static> Ctx<S> {
-    /// Register `source` and the listener that handles its events. The listener usually
-    /// owns the source; moving it after registration is fine (registration is by fd).
-    pub fn register<L: Listener<S> + 'static>(
-        &mut self,
-        source: &mut (impl Source + ?Sized),
-        interest: Interest,
-        listener: L,
-    ) -> io::Result<Token> {
-        let token = Token(self.next_token);
-        self.next_token += 1;
-        self.registry.register(source, token, interest)?;
-        self.listeners.insert(token, Box::new(listener));
-        Ok(token)
-    }
-
-    /// Register a listener that owns its source; `source` picks the source out of it.
-    pub fn add<L: Listener<S> + 'static>(
-        &mut self,
-        mut listener: L,
-        interest: Interest,
-        source: impl FnOnce(&mut L) -> &mut dyn Source,
-    ) -> io::Result<Token> {
-        let token = Token(self.next_token);
-        self.next_token += 1;
-        self.registry
-            .register(source(&mut listener), token, interest)?;
-        self.listeners.insert(token, Box::new(listener));
-        Ok(token)
-    }
-
-    /// Remove a listener; its `close` runs after the current handler returns.
-    pub fn remove(&mut self, token: Token) {
-        if let Some(listener) = self.listeners.remove(&token) {
-            self.removed.push(listener);
-        }
-    }
-
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
-    /// Run `f` once at `at`.
-    pub fn at(&mut self, at: Instant, f: impl FnOnce(&mut S, &mut Ctx<S>) + 'static) -> TimerId {
-        self.timers.once(at, Box::new(f))
-    }
-
-    /// Run `f` once after `delay`.
-    pub fn after(
-        &mut self,
-        delay: Duration,
-        f: impl FnOnce(&mut S, &mut Ctx<S>) + 'static,
-    ) -> TimerId {
-        self.at(Instant::now() + delay, f)
-    }
-
-    /// Run `f` every `period`; when the loop is late the next run is one period from now.
-    pub fn every(
-        &mut self,
-        period: Duration,
-        f: impl FnMut(&mut S, &mut Ctx<S>) + 'static,
-    ) -> TimerId {
-        self.timers
-            .repeating(Instant::now() + period, period, Box::new(f))
-    }
-
-    pub fn cancel(&mut self, timer: TimerId) {
-        self.timers.cancel(timer);
-    }
-
-    /// Leave `run` after the current iteration.
-    pub fn stop(&mut self) {
-        self.stopping = true;
-    }
-
-    pub fn is_stopping(&self) -> bool {
-        self.stopping
-    }
-
-    fn close_removed(&mut self, state: &mut S) {
-        while let Some(mut listener) = self.removed.pop() {
-            listener.close(state, self);
-        }
-    }
-
-    pub fn children(&mut self) -> &mut child::Children<S> {
-        &mut self.children
-    }
-}
+pub use ctx::{Ctx, Flow, Forward, Listener};
 
 /// A `mio::Poll` with its listeners and timers.
 pub struct EventLoop<S> {
@@ -184,8 +49,8 @@ impl<S: 'static> EventLoop<S> {
                 listeners: HashMap::new(),
                 removed: Vec::new(),
                 next_token: 1,
-                timers: Timers::default(),
-                children: child::Children::default(),
+                timers: timers::Timers::default(),
+                children: children::Children::default(),
                 stopping: false,
             },
         })
@@ -257,6 +122,8 @@ impl<S: 'static> EventLoop<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mio::Interest;
+    use mio::event::Event;
     use mio::net::UnixStream;
     use std::io::{Read, Write};
 

@@ -7,7 +7,7 @@ use mio::event::Event;
 use mio::{Interest, Token};
 use signal_hook_mio::v1_0::Signals;
 
-use super::{Ctx, Flow, Listener};
+use super::ctx::{Ctx, Flow, Listener};
 
 type OnSignal<S> = Box<dyn FnMut(&mut S, &mut Ctx<S>, i32)>;
 

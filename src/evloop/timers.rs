@@ -8,56 +8,60 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::{Duration, Instant};
 
-use super::Ctx;
-
 pub type TimerId = u64;
 
-type OnceFn<S> = Box<dyn FnOnce(&mut S, &mut Ctx<S>)>;
-type EveryFn<S> = Box<dyn FnMut(&mut S, &mut Ctx<S>)>;
+/// What keeps the timers and is handed to their callbacks (the loop's `Ctx`): the timers
+/// are generic over it so that they name nothing of the loop.
+pub trait Host<S>: Sized {
+    fn timers(&mut self) -> &mut Timers<S, Self>;
+}
 
-enum Callback<S> {
-    Once(OnceFn<S>),
-    Every(Duration, EveryFn<S>),
+type OnceFn<S, C> = Box<dyn FnOnce(&mut S, &mut C)>;
+type EveryFn<S, C> = Box<dyn FnMut(&mut S, &mut C)>;
+
+enum Callback<S, C> {
+    Once(OnceFn<S, C>),
+    Every(Duration, EveryFn<S, C>),
 }
 
 /// A timer that is due, taken out of the heap; `run` calls it (and re-arms a repeating one).
-pub struct Fire<S> {
+pub struct Fire<S, C> {
     id: TimerId,
     due: Instant,
-    callback: Callback<S>,
+    callback: Callback<S, C>,
 }
 
-impl<S> Fire<S> {
-    pub fn run(self, state: &mut S, ctx: &mut Ctx<S>) {
+impl<S, C: Host<S>> Fire<S, C> {
+    pub fn run(self, state: &mut S, ctx: &mut C) {
         match self.callback {
             Callback::Once(f) => f(state, ctx),
             Callback::Every(period, mut f) => {
-                ctx.timers.running = Some(self.id);
-                ctx.timers.running_cancelled = false;
+                ctx.timers().running = Some(self.id);
+                ctx.timers().running_cancelled = false;
                 f(state, ctx);
-                ctx.timers.running = None;
+                ctx.timers().running = None;
                 let now = Instant::now();
                 let next = if self.due + period < now {
                     now + period
                 } else {
                     self.due + period
                 };
-                ctx.timers.rearm(self.id, next, period, f);
+                ctx.timers().rearm(self.id, next, period, f);
             }
         }
     }
 }
 
-pub struct Timers<S> {
+pub struct Timers<S, C> {
     heap: BinaryHeap<Reverse<(Instant, TimerId)>>,
-    callbacks: HashMap<TimerId, Callback<S>>,
+    callbacks: HashMap<TimerId, Callback<S, C>>,
     next_id: TimerId,
     /// The repeating timer whose callback is running, and whether it cancelled itself.
     running: Option<TimerId>,
     running_cancelled: bool,
 }
 
-impl<S> Default for Timers<S> {
+impl<S, C> Default for Timers<S, C> {
     fn default() -> Self {
         Timers {
             heap: BinaryHeap::new(),
@@ -69,22 +73,22 @@ impl<S> Default for Timers<S> {
     }
 }
 
-impl<S> Timers<S> {
-    pub fn once(&mut self, at: Instant, f: OnceFn<S>) -> TimerId {
+impl<S, C> Timers<S, C> {
+    pub fn once(&mut self, at: Instant, f: OnceFn<S, C>) -> TimerId {
         let id = self.alloc();
         self.heap.push(Reverse((at, id)));
         self.callbacks.insert(id, Callback::Once(f));
         id
     }
 
-    pub fn repeating(&mut self, first: Instant, period: Duration, f: EveryFn<S>) -> TimerId {
+    pub fn repeating(&mut self, first: Instant, period: Duration, f: EveryFn<S, C>) -> TimerId {
         let id = self.alloc();
         self.heap.push(Reverse((first, id)));
         self.callbacks.insert(id, Callback::Every(period, f));
         id
     }
 
-    fn rearm(&mut self, id: TimerId, at: Instant, period: Duration, f: EveryFn<S>) {
+    fn rearm(&mut self, id: TimerId, at: Instant, period: Duration, f: EveryFn<S, C>) {
         // A repeating timer cancelled from inside its own callback stays cancelled.
         if self.running_cancelled {
             self.running_cancelled = false;
@@ -117,7 +121,7 @@ impl<S> Timers<S> {
         None
     }
 
-    pub fn pop_due(&mut self, now: Instant) -> Option<Fire<S>> {
+    pub fn pop_due(&mut self, now: Instant) -> Option<Fire<S, C>> {
         loop {
             let Reverse((due, id)) = *self.heap.peek()?;
             if due > now {

@@ -353,7 +353,11 @@ pub struct PruneOutcome {
 
 // ---- payloads: output
 
-/// Bytes of output kept per target: the first `head` and the last `tail`.
+/// Bytes of output kept per target: the first `head` and the last `tail`. The twin of
+/// the configuration's `config::OutputLimit` (`head_bytes`, `tail_bytes`, the same
+/// defaults), which main converts at each append (`roles/main/sessions.rs`): they become
+/// one when this re-exports the configuration's type, as `wire::limits` does, and main
+/// and db read its fields by one name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutputLimit {
     pub head: u64,

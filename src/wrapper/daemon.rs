@@ -23,7 +23,7 @@ use std::path::Path;
 use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid, dup2_stderr, dup2_stdin, dup2_stdout, fork, getsid, setsid};
 
-use super::WrapperError;
+use super::error::WrapperError;
 
 fn open_log(path: &Path) -> Result<File, WrapperError> {
     // The log names runs, machines and errors: readable by the wrapper's user only.

@@ -14,7 +14,7 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use sha2::{Digest, Sha256};
 
-use super::WrapperError;
+use super::error::WrapperError;
 
 /// Directory for lock files: `/run/saltpeter-wrapper` for root, else
 /// `$XDG_RUNTIME_DIR/saltpeter-wrapper` or `/tmp/saltpeter-wrapper-<uid>`.

@@ -5,7 +5,7 @@
 //!
 //! Pure: the list and the rules about it are tested without a process.
 
-use super::WrapperError;
+use super::error::WrapperError;
 use crate::wire::wrapper::ENV_RUN;
 
 /// Most runs one launch command may start.

@@ -40,7 +40,7 @@ mod standing;
 mod tests;
 mod timers;
 
-use super::WrapperError;
+use super::error::WrapperError;
 use super::files;
 use super::link::{Link, LinkEvent};
 use super::outbuf::{OutputBuffer, SpoolFactory};

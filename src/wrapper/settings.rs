@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_URL, WRAPPER_PATH};
 
-use super::WrapperError;
 use super::build::Build;
+use super::error::WrapperError;
 use super::files;
 use super::launch::parse_runs;
 use super::outbuf::Limits;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::wire::wrapper::{OutputFrame, Stream};
 
-use super::WrapperError;
+use super::error::WrapperError;
 
 const RECORD_HEADER: u64 = 13;
 

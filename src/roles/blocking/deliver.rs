@@ -9,8 +9,8 @@
 use std::io::Read;
 use std::time::Duration;
 
-use super::Blocking;
 use super::helpers::run_helper as spawn_helper;
+use super::state::Blocking;
 use crate::evloop::{Ctx, child};
 use crate::ipc::CallId;
 use crate::ipc::codec;

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::Blocking;
+use super::state::Blocking;
 use crate::config::{self, Fingerprint, ParsedFiles};
 use crate::evloop::{Ctx, child};
 use crate::ipc::CallId;
@@ -52,7 +52,8 @@ pub fn run(helper: Helper) -> i32 {
     let result = match helper {
         Helper::LoadConfig(dir) => load_config(&dir),
         Helper::PublishWrapper(salt_config_dir) => {
-            publish(&master_file_root(salt_config_dir.as_deref())).map(|h| println!("{h}"))
+            publish(&crate::salt_master::file_root(salt_config_dir.as_deref()))
+                .map(|h| println!("{h}"))
         }
         Helper::HashWrapper => own_wrapper()
             .and_then(|p| sha256_file(&p).map_err(|e| format!("cannot read {}: {e}", p.display())))
@@ -241,20 +242,4 @@ fn publish(file_root: &Path) -> Result<String, String> {
     std::fs::rename(&tmp, &dest).map_err(|e| format!("cannot publish {}: {e}", dest.display()))?;
     log::info!("published the wrapper ({hash}) at {}", dest.display());
     Ok(hash)
-}
-
-/// The first `base` directory of the master's `file_roots` (default `/srv/salt`).
-fn master_file_root(config_dir: Option<&str>) -> PathBuf {
-    #[derive(serde::Deserialize)]
-    struct MasterConfig {
-        file_roots: Option<std::collections::BTreeMap<String, Vec<String>>>,
-    }
-    let path = Path::new(config_dir.unwrap_or("/etc/salt")).join("master");
-    std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|text| serde_saphyr::from_str::<MasterConfig>(&text).ok())
-        .and_then(|c| c.file_roots)
-        .and_then(|roots| roots.get("base").and_then(|b| b.first().cloned()))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/srv/salt"))
 }

@@ -21,7 +21,6 @@
 //! run starts 1,000 local targets: `--daemonize` forked twice more per target
 //! (docs/benchmarks.md, fan-out).
 
-use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::rc::Rc;
@@ -29,7 +28,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::Blocking;
+use super::state::{Batch, Blocking, Launch};
 use crate::evloop::Ctx;
 use crate::evloop::child::{self, Start};
 use crate::evloop::fork_exec::Exec;
@@ -46,29 +45,6 @@ const LAUNCH_TIMEOUT: Duration = Duration::from_secs(30);
 /// descriptors and as many processes starting on a few cores.
 const MAX_IN_FLIGHT: usize = 64;
 
-/// Outcomes of one `Launch` call, collected until every target has one.
-#[derive(Default)]
-pub struct Batch {
-    remaining: usize,
-    run: crate::wire::records::RunId,
-    outcomes: Vec<(crate::wire::records::RunId, MinionOutcome)>,
-}
-
-pub type Batches = HashMap<CallId, Batch>;
-
-/// Targets waiting for a free launch slot, and how many launches are running.
-#[derive(Default)]
-pub struct Queue {
-    waiting: VecDeque<(CallId, Rc<Launch>, LaunchTarget)>,
-    in_flight: usize,
-}
-
-impl Queue {
-    pub fn is_idle(&self) -> bool {
-        self.waiting.is_empty() && self.in_flight == 0
-    }
-}
-
 fn under_systemd() -> bool {
     std::env::var_os("INVOCATION_ID").is_some() && Path::new("/run/systemd/system").exists()
 }
@@ -82,13 +58,6 @@ fn systemd_run_scope() -> Option<Option<String>> {
     }
     let dir = format!("/run/user/{uid}");
     Path::new(&dir).join("bus").exists().then_some(Some(dir))
-}
-
-/// What every wrapper of one launch shares.
-pub struct Launch {
-    pub wrapper: String,
-    pub run: RunId,
-    pub url: String,
 }
 
 fn unit_name(run: RunId, machine: &str) -> String {

@@ -13,36 +13,18 @@ pub mod helpers;
 mod local;
 pub mod salt;
 mod salt_bridge;
+mod salt_cli;
 mod salt_exec;
+mod state;
 
 use mio::event::Event;
 
-use super::common::{
-    ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link,
-};
+use super::common::{ControlLink, Controlled, RoleArgs, RoleError, attach_control, open_link};
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::Role;
 use crate::ipc::rpc::{CallId, Packet, RemoteError};
-use crate::wire::link::{
-    BlockingReply, BlockingRequest, BlockingToMain, ControlDown, ExecutorKind, MainToBlocking,
-};
-
-type MainLink = Link<BlockingToMain, MainToBlocking>;
-
-pub struct Blocking {
-    control: ControlLink,
-    main: MainLink,
-    stopping: bool,
-    batches: local::Batches,
-    /// Local targets waiting for a launch slot, and the launches running.
-    launches: local::Queue,
-    wrapper_log_dir: std::path::PathBuf,
-    /// Private directory (0700) of the local executor's launch token files.
-    token_dir: std::path::PathBuf,
-    /// The state directory (the salt bridge's script and log live there).
-    state_dir: std::path::PathBuf,
-    salt: salt_exec::Queue,
-}
+use crate::wire::link::{BlockingReply, BlockingRequest, ControlDown, ExecutorKind};
+use state::Blocking;
 
 impl Controlled for Blocking {
     fn control(&mut self) -> &mut ControlLink {
@@ -64,15 +46,6 @@ fn stop_when_idle(state: &mut Blocking, ctx: &mut Ctx<Blocking>) {
         && state.salt.is_idle()
     {
         ctx.stop();
-    }
-}
-
-impl Blocking {
-    /// Answer a call of main's.
-    pub fn reply(&mut self, id: CallId, result: Result<BlockingReply, RemoteError>) {
-        if let Err(e) = self.main.send(&Packet::Reply { id, result }) {
-            log::error!("could not answer main: {e}");
-        }
     }
 }
 
@@ -111,7 +84,7 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
                 state.reply(id, Ok(BlockingReply::Launched(Vec::new())))
             }
             (ExecutorKind::Local, _, &[run]) => {
-                let launch = local::Launch {
+                let launch = state::Launch {
                     wrapper: wrapper_path,
                     run,
                     url,

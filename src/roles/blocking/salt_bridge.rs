@@ -16,16 +16,18 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use mio::Interest;
 use mio::event::Event;
 use mio::unix::pipe::{Receiver, Sender};
-use mio::{Interest, Token};
 
-use super::Blocking;
-use super::salt_exec::{Invocation, Outcome};
+use super::salt_cli;
+use super::state::{
+    Blocking, Bridge, BridgeKey, BridgeState as State, Invocation, Outcome, Pending,
+};
 use crate::evloop::timers::TimerId;
 use crate::evloop::{Ctx, Flow, Forward};
 
@@ -38,56 +40,6 @@ const FALLBACK_PERIOD: Duration = Duration::from_secs(300);
 /// A bridge that dies this soon after starting is not restarted at once.
 /// Longest answer line taken from the bridge (one minion's return).
 const MAX_LINE: usize = 16 * 1024 * 1024;
-
-pub type OnDone = Box<dyn FnOnce(&mut Blocking, &mut Ctx<Blocking>, Outcome)>;
-
-/// Which salt a bridge serves: `salt_bin` and the master configuration directory.
-pub type BridgeKey = (String, Option<String>);
-
-struct Pending {
-    lines: String,
-    /// The same call as a `salt` process, and the callback: run on the command line if
-    /// the bridge dies before it was ready (nothing was published then).
-    fallback: Invocation,
-    deadline: TimerId,
-}
-
-pub struct Bridge {
-    key: BridgeKey,
-    child: Child,
-    /// The bridge said it imported Salt and is ready.
-    saw_ready: bool,
-    stdin: Sender,
-    stdout: Receiver,
-    stdin_token: Token,
-    stdout_token: Token,
-    to_write: Vec<u8>,
-    read_buf: Vec<u8>,
-    pending: HashMap<u64, Pending>,
-    next_id: u64,
-}
-
-/// The bridge's state in blocking.
-#[derive(Default)]
-pub enum State {
-    #[default]
-    NotStarted,
-    Running(Box<Bridge>),
-    /// The command line is used until `until`.
-    Fallback {
-        key: BridgeKey,
-        until: Instant,
-    },
-}
-
-impl State {
-    pub fn is_idle(&self) -> bool {
-        match self {
-            State::Running(b) => b.pending.is_empty(),
-            _ => true,
-        }
-    }
-}
 
 /// The Python interpreter of a `salt` script: its `#!` line (`/path/python3`, or
 /// `/usr/bin/env python3`). `None`: not a Python script (the command line is used).
@@ -202,7 +154,7 @@ fn start(
     let script = state.state_dir.join("salt-bridge.py");
     write_if_changed(&script, SCRIPT)
         .map_err(|e| format!("could not write {}: {e}", script.display()))?;
-    let master = PathBuf::from(config_dir.as_deref().unwrap_or("/etc/salt")).join("master");
+    let master = crate::salt_master::file(config_dir.as_deref());
     let log_path = state.state_dir.join("salt-bridge.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -494,7 +446,7 @@ fn died(state: &mut Blocking, ctx: &mut Ctx<Blocking>, why: &str) {
             ctx.cancel(timer);
             again.push(fallback);
         }
-        super::salt_exec::run_on_cli(state, ctx, again);
+        salt_cli::run_on_cli(state, ctx, again);
         return;
     }
     for (fallback, timer) in pending {

@@ -6,22 +6,17 @@
 //! several runs firing together never wait on each other beyond that cap. A launch error
 //! on one minion fails that target alone.
 
-use std::collections::VecDeque;
-use std::process::Command;
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
-
-use super::Blocking;
 use super::salt::{self, MinionResult, SaltCall, SaltSettings};
-use crate::evloop::{Ctx, child};
+use super::salt_cli::{self, DEADLINE_SLACK};
+use super::state::{Blocking, Invocation, Outcome};
+use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::RemoteError;
 use crate::wire::link::{BlockingReply, LaunchTarget, MinionOutcome, Resolution, SaltTargetType};
 use crate::wire::records::RunId;
 
-/// Beyond salt's own `-t`, how long an invocation may take before it is killed.
-const DEADLINE_SLACK: Duration = Duration::from_secs(15);
 /// Beyond that, how long a deployment may take to copy the wrapper (a few MiB, in 1 MiB
 /// chunks from the master) to many minions at once.
 const DEPLOY_TRANSFER_ALLOWANCE: Duration = Duration::from_secs(60);
@@ -32,48 +27,6 @@ pub struct SaltLaunch {
     pub runs: Vec<RunId>,
     pub url: String,
     pub await_returns: bool,
-}
-
-/// What an invocation produced.
-pub enum Outcome {
-    Finished {
-        code: Option<i32>,
-        stdout: String,
-        stderr: String,
-        /// Answered by the salt bridge (not a `salt` process).
-        bridge: bool,
-    },
-    Failed(String),
-}
-
-type OnDone = super::salt_bridge::OnDone;
-
-/// One `salt` process to run (also what a bridge request falls back to).
-pub struct Invocation {
-    settings: SaltSettings,
-    argv: Vec<String>,
-    pub on_done: OnDone,
-}
-
-/// Run invocations the salt bridge could not (it never became ready): nothing of theirs
-/// was published, so the command line does them now.
-pub fn run_on_cli(state: &mut Blocking, ctx: &mut Ctx<Blocking>, invocations: Vec<Invocation>) {
-    state.salt.waiting.extend(invocations);
-    start_waiting(state, ctx);
-}
-
-#[derive(Default)]
-pub struct Queue {
-    waiting: VecDeque<Invocation>,
-    running: usize,
-    /// The long-lived salt bridge (`salt_bridge.rs`).
-    pub bridge: super::salt_bridge::State,
-}
-
-impl Queue {
-    pub fn is_idle(&self) -> bool {
-        self.waiting.is_empty() && self.running == 0 && self.bridge.is_idle()
-    }
 }
 
 /// Run one salt call: through the salt bridge when it is enabled and works, else as a
@@ -115,65 +68,7 @@ fn submit(
             Err(back) => invocation = back,
         }
     }
-    state.salt.waiting.push_back(invocation);
-    start_waiting(state, ctx);
-}
-
-fn start_waiting(state: &mut Blocking, ctx: &mut Ctx<Blocking>) {
-    while let Some(next) = state.salt.waiting.front() {
-        if state.salt.running >= next.settings.concurrency.max(1) as usize {
-            return;
-        }
-        let Some(inv) = state.salt.waiting.pop_front() else {
-            return;
-        };
-        let mut cmd = Command::new(&inv.settings.salt_bin);
-        cmd.args(&inv.argv);
-        let deadline = Duration::from_secs(inv.settings.timeout_s) + DEADLINE_SLACK;
-        let bin = inv.settings.salt_bin.clone();
-        // Shared by the exit callback and the spawn-error path; only one ever runs.
-        let on_done = std::rc::Rc::new(std::cell::Cell::new(Some(inv.on_done)));
-        let on_exit = std::rc::Rc::clone(&on_done);
-        log::debug!("salt {}", inv.argv.join(" "));
-        match child::spawn(ctx, cmd, move |state: &mut Blocking, ctx, out| {
-            state.salt.running -= 1;
-            let outcome = Outcome::Finished {
-                code: out.status.code(),
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-                bridge: false,
-            };
-            let outcome = match out.status.code() {
-                Some(_) => outcome,
-                None => Outcome::Failed(format!(
-                    "salt was killed ({}) after {deadline:?} without finishing",
-                    out.status
-                )),
-            };
-            if let Some(on_done) = on_exit.take() {
-                on_done(state, ctx, outcome);
-            }
-            start_waiting(state, ctx);
-        }) {
-            Ok(id) => {
-                state.salt.running += 1;
-                ctx.after(deadline, move |_: &mut Blocking, ctx| {
-                    if child::signal(ctx, id, Signal::SIGKILL) {
-                        log::warn!("salt invocation exceeded {deadline:?}; killed it");
-                    }
-                });
-            }
-            Err(e) => {
-                if let Some(on_done) = on_done.take() {
-                    on_done(
-                        state,
-                        ctx,
-                        Outcome::Failed(format!("could not run salt_bin {bin}: {e}")),
-                    );
-                }
-            }
-        }
-    }
+    salt_cli::run(state, ctx, invocation);
 }
 
 /// The last lines of salt's stderr, for error messages.

@@ -13,12 +13,13 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
+use mio::Interest;
 use mio::event::Event;
 use mio::net::{UnixListener, UnixStream};
-use mio::{Interest, Token};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
-use super::{Hub, Waiting};
+use super::state::admin::{Admin, Conn, ConnId, Refused};
+use super::state::{Hub, Waiting};
 use crate::evloop::{Ctx, Flow, Forward, Listener};
 use crate::ipc::Role;
 use crate::ipc::channel::Channel;
@@ -27,8 +28,6 @@ use crate::roles::common::RoleError;
 use crate::wire::admin::{AdminFailure, AdminPeer, AdminRequest, AdminResponse};
 use crate::wire::link::HubRequest;
 
-pub type ConnId = u64;
-
 /// Ordinary admin calls; the long ones (`AdminRequest::is_long`) may take as long as a run.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const WAIT_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -36,38 +35,10 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// A client that reads streamed answers slower than they come is dropped past this.
 const MAX_QUEUED_BYTES: usize = 32 << 20;
 
-struct Conn {
-    link: Channel<UnixStream, AdminResponse, AdminRequest>,
-    token: Token,
-    /// Who it is, or why it is refused.
-    peer: Result<AdminPeer, String>,
-    /// Calls that stream (follow, watch): main drops them when the connection closes.
-    long_calls: Vec<CallId>,
-}
-
-/// A refused peer: its refusal is written, and what it sends is drained unread until it
-/// hangs up (closing a Unix socket with unread data would reset the peer before it could
-/// read its refusal).
-struct Refused {
-    link: Channel<UnixStream, AdminResponse, AdminRequest>,
-    token: Token,
-    discarded: usize,
-}
-
 /// At most this many refused peers linger; past it a refused peer is closed at once.
 const MAX_REFUSED: usize = 32;
 /// A refused peer that sends more than this is closed.
 const MAX_DISCARD: usize = 64 * 1024;
-
-pub struct Admin {
-    conns: HashMap<ConnId, Conn>,
-    refused: HashMap<ConnId, Refused>,
-    next_id: ConnId,
-    /// The admin group (name, gid), if any.
-    group: Option<(String, u32)>,
-    /// Refusals are logged at most every 10 s (a local flood must not fill the journal).
-    refusals: super::logsafe::Repeated,
-}
 
 struct AdminListener {
     listener: UnixListener,
@@ -88,7 +59,7 @@ impl Admin {
             refused: HashMap::new(),
             next_id: 1,
             group: None,
-            refusals: super::logsafe::Repeated::new(std::time::Duration::from_secs(10)),
+            refusals: crate::roles::hub::logsafe::Repeated::new(std::time::Duration::from_secs(10)),
         })
     }
 
@@ -280,7 +251,6 @@ fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, event: &Event) -> Flow
                     conn.long_calls.push(call);
                 }
             }
-            super::arm_timers(hub, ctx);
             Flow::Continue
         }
         Err(crate::ipc::ChannelError::PeerGone(_)) => {

@@ -9,47 +9,19 @@ mod admin;
 pub mod client_addr;
 mod http;
 pub mod logsafe;
+mod state;
 mod wrappers;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mio::event::Event;
 
-use super::common::{
-    ControlLink, Controlled, Link, RoleArgs, RoleError, attach_control, open_link,
-};
+use super::common::{ControlLink, Controlled, RoleArgs, RoleError, attach_control, open_link};
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::Role;
 use crate::ipc::rpc::{CallError, Packet, PendingCalls};
-use crate::wire::link::{ControlDown, HubAnswer, HubReply, HubRequest, MainToHub};
-
-type MainLink = Link<Packet<HubRequest, HubAnswer>, Packet<MainToHub, HubReply>>;
-
-/// What to do with main's answer to a call.
-#[derive(Debug, Clone, Copy)]
-pub enum Waiting {
-    Admin(admin::ConnId),
-    Hello(crate::wire::link::ConnId),
-    /// An HTTP request of an API connection.
-    Http(http::ConnId, http::routes::Expect),
-    /// A `/ws` client's command or timeline.
-    Ws(http::ConnId, http::ws_ui::WsExpect),
-    /// The stored output of a target for the `/ws` live view.
-    LiveFetch(u64),
-}
-
-pub struct Hub {
-    control: ControlLink,
-    main: MainLink,
-    calls: PendingCalls<Waiting>,
-    /// A call was started since the expiry timer was last armed.
-    expiry_due: bool,
-    expiry_timer: Option<(crate::evloop::timers::TimerId, Instant)>,
-    admin: admin::Admin,
-    wrappers: wrappers::Wrappers,
-    /// The HTTP API, `/ws` and the dashboard, when `api_ws` is on.
-    http: Option<http::Http>,
-}
+use crate::wire::link::{ControlDown, HubReply, MainToHub};
+use state::{Hub, Waiting};
 
 impl Controlled for Hub {
     fn control(&mut self) -> &mut ControlLink {
@@ -64,40 +36,14 @@ impl Controlled for Hub {
     }
 }
 
-impl Hub {
-    /// Call main; the answer is dispatched by `Waiting`.
-    pub fn call_main(
-        &mut self,
-        req: HubRequest,
-        timeout: Duration,
-        waiting: Waiting,
-    ) -> crate::ipc::CallId {
-        let id = self.calls.start(Instant::now(), timeout, waiting);
-        self.expiry_due = true;
-        if let Err(e) = self.main.post(&Packet::Call { id, req }) {
-            log::error!("could not reach main: {e}");
-            if let Some(waiting) = self.calls.finish(id) {
-                self.call_failed(waiting, CallError::PeerGone(Role::Main));
-            }
-        }
-        id
-    }
-
-    /// Tell main something that needs no answer.
-    pub fn cast_main(&mut self, req: HubRequest) {
-        if let Err(e) = self.main.post(&Packet::Cast(req)) {
-            log::error!("could not reach main: {e}");
-        }
-    }
-
-    fn call_failed(&mut self, waiting: Waiting, err: CallError) {
-        match waiting {
-            Waiting::Admin(conn) => admin::fail(self, conn, &err),
-            Waiting::Hello(conn) => wrappers::hello_failed(self, conn, &err),
-            Waiting::Http(conn, _) => http::call_failed(self, conn, &err),
-            Waiting::Ws(conn, expect) => http::ws_ui::call_failed(self, conn, expect, &err),
-            Waiting::LiveFetch(fid) => http::feed::live_base(self, None, fid, Err(err.to_string())),
-        }
+/// A call to main failed: tell the part that made it.
+fn call_failed(hub: &mut Hub, waiting: Waiting, err: CallError) {
+    match waiting {
+        Waiting::Admin(conn) => admin::fail(hub, conn, &err),
+        Waiting::Hello(conn) => wrappers::hello_failed(hub, conn, &err),
+        Waiting::Http(conn, _) => http::call_failed(hub, conn, &err),
+        Waiting::Ws(conn, expect) => http::ws_ui::call_failed(hub, conn, expect, &err),
+        Waiting::LiveFetch(fid) => http::feed::live_base(hub, None, fid, Err(err.to_string())),
     }
 }
 
@@ -111,7 +57,7 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
         Ok(msgs) => msgs,
         Err(e) => {
             for (_, waiting, err) in hub.calls.fail_all() {
-                hub.call_failed(waiting, err);
+                call_failed(hub, waiting, err);
             }
             return super::common::link_failed(ctx, &e);
         }
@@ -142,7 +88,7 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
                     (waiting, Ok(other)) => {
                         log::error!("main answered {waiting:?} with {other:?}");
                     }
-                    (waiting, Err(e)) => hub.call_failed(waiting, CallError::Remote(e)),
+                    (waiting, Err(e)) => call_failed(hub, waiting, CallError::Remote(e)),
                 }
             }
             Packet::Cast(cmd) => match cmd {
@@ -169,22 +115,20 @@ fn on_main(hub: &mut Hub, ctx: &mut Ctx<Hub>, _: (), event: &Event) -> Flow {
             Packet::Call { id, .. } => log::warn!("main made call {id}, which hub does not serve"),
         }
     }
-    arm_timers(hub, ctx);
     Flow::Continue
 }
 
-fn expire_calls(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+fn expire_calls(hub: &mut Hub, _: &mut Ctx<Hub>) {
     hub.expiry_timer = None;
     for (id, waiting, err) in hub.calls.expire(Instant::now()) {
         log::warn!("call {id} to main: {err}");
-        hub.call_failed(waiting, err);
+        call_failed(hub, waiting, err);
     }
-    arm_timers(hub, ctx);
 }
 
 /// Timers only while there is something to time: the earliest call deadline, and the
 /// hello deadline of connections that have not said hello.
-pub fn arm_timers(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+fn arm_timers(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     let next = hub.calls.next_deadline();
     let stale = match (hub.expiry_timer, next) {
         (Some((_, at)), Some(next)) => next < at,
@@ -209,7 +153,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let mut ev: EventLoop<Hub> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let stream = args.take_stream("main")?;
     let (main, _) = open_link(ev.ctx(), stream, Role::Hub, Role::Main, (), on_main)?;
-    let mut admin = admin::Admin::listen(ev.ctx(), args.take_fd("admin")?)?;
+    let mut admin = state::admin::Admin::listen(ev.ctx(), args.take_fd("admin")?)?;
     // Start-only settings; main owns the rest of the configuration.
     let (limits, saltpeter) = match crate::config::load_settings(&args.dirs.config) {
         Ok(settings) => {
@@ -248,11 +192,15 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         admin,
         wrappers,
         http,
+        on_call_failed: call_failed,
     };
-    ev.run_with(&mut hub, |hub, _| {
+    // Once per turn: what the turn posted to main goes out, and the timers of what the
+    // turn started (calls' deadlines, the endpoints' sweeps) are armed.
+    ev.run_with(&mut hub, |hub, ctx| {
         if let Err(e) = hub.main.on_writable() {
             log::debug!("link to main: {e}");
         }
+        arm_timers(hub, ctx);
     })
     .map_err(RoleError::setup("event loop"))?;
     Ok(0)

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::{Phase, Session};
 use crate::wire::wrapper::{ExitReason, JobSpec, KillReason, RejectCode, ServerMsg, WrapperMsg};
-use crate::wrapper::WrapperError;
+use crate::wrapper::error::WrapperError;
 
 impl Session {
     pub(super) fn on_message(&mut self, now: Instant, msg: ServerMsg) {

@@ -10,7 +10,7 @@ use super::standing::Standing;
 use super::timers::DONE_WAIT;
 use super::{Phase, Session};
 use crate::wire::wrapper::{JobSpec, RejectCode, ServerMsg};
-use crate::wrapper::WrapperError;
+use crate::wrapper::error::WrapperError;
 use crate::wrapper::link::LinkEvent;
 use crate::wrapper::settings::{Credential, Options, Settings, parse_hub_url};
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::{Phase, Session};
 use crate::wire::wrapper::{ExitReason, WrapperMsg};
-use crate::wrapper::WrapperError;
+use crate::wrapper::error::WrapperError;
 
 pub(super) const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 /// How long after `exited` (or the server's last message since) `done` may take before

@@ -3,10 +3,10 @@
 
 use serde_json::{Value, json};
 
-use super::Http;
 use super::parse::Response;
-use super::routes::Expect;
 use crate::json::{job_json, run_json, status_json, time};
+use crate::roles::hub::state::http::Expect;
+use crate::roles::hub::state::http::Http;
 use crate::wire::admin::{AdminFailure, AdminResponse, JobDetail, OutputSlice};
 
 fn job_detail_json(d: &JobDetail) -> Value {

@@ -25,10 +25,11 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
-use super::identity::{Identity, OPEN_NAME, Principal};
 use super::parse::Request;
-use super::sessions::{SESSION_TTL, Sessions, Throttle};
 use crate::config::{ApiAuth, ApiIdentity, ApiRole, SaltpeterConfig};
+pub use crate::roles::hub::state::http::Auth;
+use crate::roles::hub::state::identity::{Identity, OPEN_NAME, Principal};
+use crate::roles::hub::state::sessions::{SESSION_TTL, Sessions, Throttle};
 
 pub const COOKIE: &str = "sp_session";
 pub const CSRF_HEADER: &str = "x-saltpeter-csrf";
@@ -56,16 +57,6 @@ impl Denied {
             Denied::Unauthorized(m) | Denied::Forbidden(m) | Denied::TooMany(m) => m,
         }
     }
-}
-
-pub struct Auth {
-    mode: ApiAuth,
-    identities: Vec<ApiIdentity>,
-    metrics_auth: bool,
-    /// The port speaks TLS: cookies get `Secure`.
-    secure: bool,
-    pub sessions: Sessions,
-    pub throttle: Throttle,
 }
 
 fn digest(parts: &[&[u8]]) -> [u8; 32] {
@@ -440,7 +431,7 @@ mod tests {
     fn failed_logins_are_throttled() {
         let now = Instant::now();
         let mut a = auth(Some("s3cret"), ApiAuth::Token);
-        for _ in 0..crate::roles::hub::http::sessions::MAX_FAILURES {
+        for _ in 0..crate::roles::hub::state::sessions::MAX_FAILURES {
             assert_eq!(a.login("wrong", PEER, now).unwrap_err().status(), 401);
         }
         assert_eq!(a.login("s3cret", PEER, now).unwrap_err().status(), 429);
@@ -467,8 +458,12 @@ mod tests {
         let other: IpAddr = "10.1.1.1".parse().unwrap();
         assert!(a.check(&good, other, now).is_ok());
         assert!(
-            a.check(&good, PEER, now + super::super::sessions::WINDOW)
-                .is_ok()
+            a.check(
+                &good,
+                PEER,
+                now + crate::roles::hub::state::sessions::WINDOW
+            )
+            .is_ok()
         );
         // A session we signed that was logged out is not a guess.
         let set = a.login("s3cret", other, now).unwrap();

@@ -15,40 +15,15 @@
 //! The text is bounded (`live_cap`, the newest half kept); a finished target's text is
 //! its stored output, so its `output_length` is what the store holds.
 
-use std::io;
-
-use tungstenite::{Message, Utf8Bytes};
-
-use super::live::{LiveText, Position};
-use super::views::{JobView, push_details};
-use super::ws_ui::{CALL_TIMEOUT, Session};
-use super::{ConnId, Http, Kind};
+use super::conns::reap;
+use super::ws_push::{CALL_TIMEOUT, push_details, push_output};
 use crate::evloop::Ctx;
-use crate::roles::hub::{Hub, Waiting};
+use crate::roles::hub::state::http::{JobView, new_target};
+use crate::roles::hub::state::{Hub, Waiting};
 use crate::wire::admin::{AdminRequest, AdminResponse};
 use crate::wire::link::HubRequest;
 use crate::wire::records::RunId;
 use crate::wire::ui::LiveTarget;
-
-/// Largest text of one `output_chunk`.
-const MAX_CHUNK: usize = 256 * 1024;
-
-pub(super) struct Target {
-    pub(super) text: LiveText,
-    upto_seq: u64,
-    /// The stored output is being read; frames that arrive meanwhile wait here.
-    pub(super) fetching: Option<Vec<(u64, Vec<u8>)>>,
-    finished: bool,
-}
-
-fn new_target(run: RunId, cap: usize, finished: bool, first: Option<(u64, Vec<u8>)>) -> Target {
-    Target {
-        text: LiveText::new(run, cap),
-        upto_seq: 0,
-        fetching: Some(first.into_iter().collect()),
-        finished,
-    }
-}
 
 /// New details cover `live`: forget targets of older runs, mark finished ones, and say
 /// which targets' stored output to read.
@@ -142,7 +117,7 @@ pub fn wrapper_output(
         }
     }
     push_output(hub, job, None);
-    super::reap(hub, ctx);
+    reap(hub, ctx);
 }
 
 /// The live text of `runs`' targets was fed as stored output (a standby's mirror) and is
@@ -216,113 +191,6 @@ pub fn live_base(
     push_details(hub, &job, None);
     push_output(hub, &job, None);
     if let Some(ctx) = ctx {
-        super::reap(hub, ctx);
+        reap(hub, ctx);
     }
-}
-
-/// What each subscriber of `job` (or only `only`) has not seen of its targets' output.
-pub(super) fn push_output(hub: &mut Hub, job: &str, only: Option<ConnId>) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let Http {
-        conns,
-        ui,
-        stats,
-        budget,
-        ..
-    } = http;
-    let Some(view) = ui.jobs.get(job) else {
-        return;
-    };
-    let subscribers: Vec<ConnId> = match only {
-        Some(id) => vec![id],
-        None => view.subscribers.iter().copied().collect(),
-    };
-    for (machine, t) in &view.targets {
-        if t.fetching.is_some() {
-            continue;
-        }
-        // Subscribers at the same position get the same message, built once.
-        let mut built: Vec<(Position, Vec<(Utf8Bytes, Position)>)> = Vec::new();
-        let key = (job.to_string(), machine.clone());
-        for id in &subscribers {
-            let Some(conn) = conns.get_mut(id) else {
-                continue;
-            };
-            let Kind::Ws(ws) = &mut conn.kind else {
-                continue;
-            };
-            let pos = ws.positions.get(&key).copied().unwrap_or_default();
-            let msgs = match built.iter().find(|(p, _)| *p == pos) {
-                Some((_, msgs)) => msgs.clone(),
-                None => {
-                    let msgs = chunks(job, machine, &t.text, pos);
-                    built.push((pos, msgs.clone()));
-                    msgs
-                }
-            };
-            let Some(last) = msgs.last().map(|(_, p)| *p) else {
-                continue;
-            };
-            // A client that does not read keeps its floor of the hub's budget; past it,
-            // while the budget is spent, it is dropped (as in `ws_ui::send`).
-            let backlog = ws.backlog();
-            if backlog >= super::budget::FLOOR && !budget.may_serve(backlog) {
-                conn.mark_dead(format!(
-                    "/ws client does not read: {backlog} bytes unsent while the hub's budget \
-                     is spent"
-                ));
-                continue;
-            }
-            let Some(Session::Open(socket)) = ws.session.as_mut() else {
-                continue;
-            };
-            let mut failed = None;
-            for (text, _) in &msgs {
-                stats.ws_messages_sent += 1;
-                ws.queued += text.len() as u64;
-                match socket.send(Message::Text(text.clone())) {
-                    Ok(()) => {}
-                    Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => {
-                        failed = Some(format!("/ws write failed: {e}"));
-                        break;
-                    }
-                }
-            }
-            ws.positions.insert(key.clone(), last);
-            let backlog = ws.backlog();
-            if let Some(why) = failed {
-                conn.mark_dead(why);
-            }
-            budget.settle(&mut conn.charge, 0, backlog);
-        }
-    }
-}
-
-/// The `output_chunk` messages that bring a subscriber at `pos` up to date.
-fn chunks(
-    job: &str,
-    machine: &str,
-    text: &LiveText,
-    mut pos: Position,
-) -> Vec<(Utf8Bytes, Position)> {
-    let mut out = Vec::new();
-    let instance = crate::wire::ui::instance(job, text.run);
-    while let Some((chunk, next)) = text.next_chunk(&pos, MAX_CHUNK) {
-        let msg = serde_json::json!({
-            "type": "output_chunk",
-            "cron": job,
-            "machine": machine,
-            "chunk": chunk.text,
-            "position": chunk.position,
-            "total_length": chunk.total_length,
-            "is_complete": chunk.is_complete,
-            "job_instance": instance,
-        });
-        out.push((Utf8Bytes::from(msg.to_string()), next));
-        pos = next;
-    }
-    out
 }

@@ -7,12 +7,7 @@
 
 use std::fmt::Write;
 
-/// Size limits of one request.
-#[derive(Debug, Clone, Copy)]
-pub struct ParseLimits {
-    pub max_header: usize,
-    pub max_body: usize,
-}
+pub use crate::roles::hub::state::http::ParseLimits;
 
 /// Most header lines a request may have.
 const MAX_HEADERS: usize = 64;

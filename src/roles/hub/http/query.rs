@@ -1,11 +1,11 @@
 //! Query strings of the HTTP API turned into typed requests: run ids, numbers, instants,
 //! the runs filter and an output range; a bad value is a 400 naming the parameter.
 
-use super::parse::Request;
-use super::routes::{
-    Action, DEFAULT_OUTPUT_BYTES, DEFAULT_RUNS, Expect, MAX_OUTPUT_BYTES, MAX_RUNS, bad_request,
-    call,
+use super::action::{
+    Action, DEFAULT_OUTPUT_BYTES, DEFAULT_RUNS, MAX_OUTPUT_BYTES, MAX_RUNS, bad_request, call,
 };
+use super::parse::Request;
+use crate::roles::hub::state::http::Expect;
 use crate::wire::admin::{AdminRequest, OutputRange, RunQuery};
 use crate::wire::records::{Millis, RunId, RunState};
 

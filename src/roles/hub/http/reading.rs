@@ -1,17 +1,21 @@
 //! Reading an HTTP connection: read, serve the complete requests, write, in rounds
 //! while something moves, with the unsent-answer cap that stops reading
-//! ([`super::MAX_UNSENT`]).
+//! (`MAX_UNSENT`).
 
 use std::io::{self, Read};
 use std::time::Instant;
 
-use super::budget::FLOOR;
+use super::conns::{drop_conn, http_conn};
 use super::parse::{self, Parsed, Response};
-use super::{MAX_UNSENT, READ_CHUNK, State, drop_conn, flush, http_conn, process, queue};
+use super::serve::process;
+use super::writing::{flush, queue};
 use crate::evloop::Ctx;
-use crate::roles::hub::Hub;
+use crate::roles::hub::state::Hub;
+use crate::roles::hub::state::budget::FLOOR;
+use crate::roles::hub::state::budget::READ_CHUNK;
+use crate::roles::hub::state::http::{ConnState, MAX_UNSENT};
 
-use super::ConnId;
+use crate::roles::hub::state::http::ConnId;
 
 /// Read, serve and write until nothing moves. Reading stops while the answers not yet
 /// sent pass [`MAX_UNSENT`]: a client that pipelines requests and never reads its
@@ -58,7 +62,7 @@ fn http_round(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) -> Option<bool> {
             }
             Ok(n) => {
                 read_any = true;
-                if matches!(conn.state, State::Closing { .. }) {
+                if matches!(conn.state, ConnState::Closing { .. }) {
                     continue; // draining what a closing client still sends
                 }
                 if conn.rbuf.is_empty() && conn.partial_since.is_none() {
@@ -93,11 +97,11 @@ fn http_round(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) -> Option<bool> {
     }
     process(hub, ctx, id);
     let conn = http_conn(hub, id)?;
-    super::budget::shrink(&mut conn.rbuf);
+    crate::roles::hub::state::budget::shrink(&mut conn.rbuf);
     if ended {
         match conn.state {
             // The answer still goes out; the peer may only have shut its write side.
-            State::Waiting { .. } => conn.close_after_write = true,
+            ConnState::Waiting { .. } => conn.close_after_write = true,
             _ if !conn.wbuf.is_empty() => conn.close_after_write = true,
             _ => {
                 drop_conn(hub, ctx, id, "closed by peer");
@@ -113,5 +117,5 @@ fn http_round(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) -> Option<bool> {
         || conn.rbuf.len() != rbuf_before;
     // Only go round again if there is more to do: requests waiting in the buffer or on
     // the socket, and room for their answers.
-    Some(moved && !ended && conn.wbuf.len() < MAX_UNSENT && conn.state == State::Reading)
+    Some(moved && !ended && conn.wbuf.len() < MAX_UNSENT && conn.state == ConnState::Reading)
 }

@@ -6,18 +6,15 @@
 //! answer, a static file, or an error. The answers' shapes are those of
 //! `saltpeterctl --json` (`crate::json`), so scripts see one format.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
-use super::Http;
+use crate::roles::hub::state::http::Http;
 use std::net::IpAddr;
 use std::time::Instant;
 
-pub use super::answers::render;
 use super::auth::Auth;
-use super::identity::{Identity, authorize};
 use super::parse::{Request, Response};
+use crate::roles::hub::state::identity::{Identity, authorize};
 use crate::wire::admin::{AdminRequest, MaintenanceChange};
 
 const INDEX_HTML: &str = include_str!("../ui/index.html");
@@ -25,63 +22,9 @@ const APP_JS: &str = include_str!("../ui/app.js");
 const STYLE_CSS: &str = include_str!("../ui/style.css");
 const JOBCTL_JS: &str = include_str!("../ui/jobctl.js");
 
-/// Ordinary calls to main.
+use super::action::{Action, HEALTH_TIMEOUT, bad_request, call, error};
 use super::query::{number, output_query, run_id, runs_query};
-
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default and largest page of `/api/v1/runs`.
-pub const DEFAULT_RUNS: u32 = 50;
-pub const MAX_RUNS: u32 = 1000;
-/// Default and largest read of `/api/v1/runs/N/targets/M/output`.
-pub const DEFAULT_OUTPUT_BYTES: u64 = 1 << 20;
-pub const MAX_OUTPUT_BYTES: u64 = 8 << 20;
-
-/// How to render main's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expect {
-    Healthz,
-    Status,
-    ConfigErrors,
-    Jobs,
-    Job,
-    Runs { limit: u32 },
-    Run,
-    Output { raw: bool, from: u64 },
-    Started,
-    Done,
-    Metrics,
-    Maintenance,
-    Windows,
-    JobControl,
-    Deliveries,
-}
-
-pub enum Action {
-    Respond(Response),
-    Call {
-        req: AdminRequest,
-        expect: Expect,
-        timeout: Duration,
-    },
-    Upgrade,
-}
-
-pub fn call(req: AdminRequest, expect: Expect) -> Action {
-    Action::Call {
-        req,
-        expect,
-        timeout: CALL_TIMEOUT,
-    }
-}
-
-fn error(status: u16, code: &str, message: &str) -> Action {
-    Action::Respond(Response::error(status, code, message))
-}
-
-pub fn bad_request(message: &str) -> Action {
-    error(400, "bad_request", message)
-}
+use crate::roles::hub::state::http::Expect;
 
 fn not_allowed(allow: &str) -> Action {
     Action::Respond(

@@ -2,7 +2,15 @@
 //! idle and lingering connections, stalled writers, `/ws` handshakes that never finish,
 //! connections the budget held back, and the budget settled and memory handed back.
 
-use super::*;
+use std::time::{Duration, Instant};
+
+use super::conns::{drop_conn, http_conn, reap, settle};
+use super::parse::Response;
+use super::reading;
+use super::writing::{flush, queue};
+use crate::evloop::Ctx;
+use crate::roles::hub::state::Hub;
+use crate::roles::hub::state::http::{ConnId, ConnState, Kind, LINGER};
 
 /// Once a second: requests that take too long, idle and lingering connections, stalled
 /// writers, `/ws` handshakes that never finish.
@@ -42,16 +50,16 @@ pub fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
         }
         match &mut conn.kind {
             Kind::Http(c) => match c.state {
-                State::Closing { since } if now.duration_since(since) > LINGER => {
+                ConnState::Closing { since } if now.duration_since(since) > LINGER => {
                     drop_now.push((*id, "closed"));
                 }
-                State::Reading
+                ConnState::Reading
                     if c.partial_since
                         .is_some_and(|t| now.duration_since(t) > limits.request_timeout) =>
                 {
                     timed_out.push(*id);
                 }
-                State::Reading if c.rbuf.is_empty() && c.wbuf.is_empty() => {
+                ConnState::Reading if c.rbuf.is_empty() && c.wbuf.is_empty() => {
                     let allowed = if c.served == 0 {
                         limits.request_timeout
                     } else {

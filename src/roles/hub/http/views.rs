@@ -12,110 +12,23 @@
 //!    original did: its UI restores stale rows from a cache unless told again. Nothing is
 //!    rendered for a job nobody watches, and with no client the timer is not armed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use serde_json::Value;
 use tungstenite::Utf8Bytes;
 
-use super::feed::{self, Target};
-use super::ws_ui::send;
-use super::{ConnId, Http};
+use super::conns::reap;
+use super::feed;
+use super::ws_push::{push_details, send};
 use crate::evloop::Ctx;
 use crate::json::ui::status_message;
-use crate::json::ui::{TargetSeen, config_message, details_message, maintenance_json};
-use crate::roles::hub::Hub;
-use crate::wire::link::HubRequest;
-use crate::wire::records::{Millis, RunId};
+use crate::json::ui::{config_message, maintenance_json};
+use crate::roles::hub::state::Hub;
+use crate::roles::hub::state::http::{ConnId, Http};
+use crate::wire::records::RunId;
 use crate::wire::ui::{ConfigView, DetailsView, StatusView};
 
 /// How often `status` and `details` are sent again (the original's broadcast period).
 pub const REFRESH: Duration = Duration::from_secs(2);
-
-#[derive(Default)]
-pub(super) struct JobView {
-    pub(super) subscribers: BTreeSet<ConnId>,
-    pub(super) details: Option<DetailsView>,
-    pub(super) targets: BTreeMap<String, Target>,
-    /// When the hub last heard from each target's wrapper, and of which run.
-    heartbeats: HashMap<String, (RunId, Millis)>,
-}
-
-impl JobView {
-    /// The `details` message as it stands; `None` before main sent any, or while the
-    /// stored output of a target is still being read (its `output_length` would be
-    /// wrong: the message goes out when the read is done).
-    pub(super) fn render_details(&self) -> Option<Utf8Bytes> {
-        let d = self.details.as_ref()?;
-        if self.targets.values().any(|t| t.fetching.is_some()) {
-            return None;
-        }
-        let seen = |machine: &str| TargetSeen {
-            heartbeat: self
-                .heartbeats
-                .get(machine)
-                .filter(|(run, _)| Some(*run) == d.run)
-                .map(|(_, at)| *at),
-            output_length: self
-                .targets
-                .get(machine)
-                .filter(|t| Some(t.text.run) == d.run)
-                .map_or(0, |t| t.text.total_chars()),
-        };
-        Some(Utf8Bytes::from(details_message(d, seen).to_string()))
-    }
-}
-
-pub struct UiHub {
-    pub(super) config: Option<Utf8Bytes>,
-    pub(super) status: Option<Utf8Bytes>,
-    /// `config.maintenance` of the last configuration (for `/api/v1/maintenance`).
-    pub maintenance: Option<Value>,
-    pub(super) jobs: HashMap<String, JobView>,
-    pub(super) fetches: HashMap<u64, (String, String, RunId)>,
-    pub(super) next_fetch: u64,
-    pub(super) live_cap: usize,
-    refresh_armed: bool,
-}
-
-impl UiHub {
-    pub fn new(live_cap: usize) -> UiHub {
-        UiHub {
-            config: None,
-            status: None,
-            maintenance: None,
-            jobs: HashMap::new(),
-            fetches: HashMap::new(),
-            next_fetch: 1,
-            live_cap,
-            refresh_armed: false,
-        }
-    }
-}
-
-pub(super) fn leave_view(hub: &mut Hub, id: ConnId, job: &str) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let Some(view) = http.ui.jobs.get_mut(job) else {
-        return;
-    };
-    view.subscribers.remove(&id);
-    if view.subscribers.is_empty() {
-        http.ui.jobs.remove(job);
-        hub.cast_main(HubRequest::UiWatch {
-            job: job.to_string(),
-            watch: false,
-        });
-    }
-}
-
-/// A client went away: its subscriptions end.
-pub fn forget_client(hub: &mut Hub, id: ConnId, ws: &super::ws_ui::WsConn) {
-    for job in &ws.subs {
-        leave_view(hub, id, job);
-    }
-}
 
 fn broadcast(http: &mut Http, text: &Utf8Bytes) {
     for id in http.ws_ids() {
@@ -131,7 +44,7 @@ pub fn on_config(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: ConfigView) {
     let text = Utf8Bytes::from(config_message(&view).to_string());
     http.ui.config = Some(text.clone());
     broadcast(http, &text);
-    super::reap(hub, ctx);
+    reap(hub, ctx);
 }
 
 pub fn on_status(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: StatusView) {
@@ -141,7 +54,7 @@ pub fn on_status(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: StatusView) {
     let text = Utf8Bytes::from(status_message(&view).to_string());
     http.ui.status = Some(text.clone());
     broadcast(http, &text);
-    super::reap(hub, ctx);
+    reap(hub, ctx);
 }
 
 pub fn on_details(hub: &mut Hub, ctx: &mut Ctx<Hub>, details: DetailsView) {
@@ -160,8 +73,8 @@ pub fn on_details(hub: &mut Hub, ctx: &mut Ctx<Hub>, details: DetailsView) {
         feed::start_fetch(hub, &job, &machine, run);
     }
     push_details(hub, &job, None);
-    feed::push_output(hub, &job, None);
-    super::reap(hub, ctx);
+    super::ws_push::push_output(hub, &job, None);
+    reap(hub, ctx);
 }
 
 /// Some `/ws` client watches `job`.
@@ -186,26 +99,6 @@ pub fn wrapper_alive(hub: &mut Hub, job: &str, run: RunId, machine: &str) {
     }
 }
 
-/// `details` of `job` to its subscribers (or only to `only`).
-pub(super) fn push_details(hub: &mut Hub, job: &str, only: Option<ConnId>) {
-    let Some(http) = hub.http.as_mut() else {
-        return;
-    };
-    let Some(view) = http.ui.jobs.get(job) else {
-        return;
-    };
-    let Some(text) = view.render_details() else {
-        return;
-    };
-    let targets: Vec<ConnId> = match only {
-        Some(id) => vec![id],
-        None => view.subscribers.iter().copied().collect(),
-    };
-    for id in targets {
-        send(http, id, &text);
-    }
-}
-
 /// Keep the refresh timer going while any `/ws` client is connected.
 pub fn arm_refresh(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     let Some(http) = hub.http.as_mut() else {
@@ -220,7 +113,7 @@ pub fn arm_refresh(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
             http.ui.refresh_armed = false;
         }
         refresh(hub);
-        super::reap(hub, ctx);
+        reap(hub, ctx);
         arm_refresh(hub, ctx);
     });
 }

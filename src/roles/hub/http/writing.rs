@@ -1,12 +1,19 @@
 //! Answers queued on an HTTP connection and written out as the socket takes them.
 
-use super::*;
+use std::io::{self, Write};
+use std::time::Instant;
+
+use super::conns::{drop_conn, http_conn};
+use super::parse::Response;
+use crate::evloop::Ctx;
+use crate::roles::hub::state::Hub;
+use crate::roles::hub::state::http::{ConnId, ConnState, HttpConn};
 
 /// Queue an answer; the connection reads the next request (or closes after it).
 pub fn queue(conn: &mut HttpConn, resp: &Response, keep_alive: bool, head: bool) {
     conn.wbuf
         .extend_from_slice(&resp.to_bytes(keep_alive, head));
-    conn.state = State::Reading;
+    conn.state = ConnState::Reading;
     conn.idle_since = Instant::now();
     if !keep_alive {
         conn.close_after_write = true;
@@ -39,7 +46,7 @@ pub fn write_out(hub: &mut Hub, id: ConnId) -> Result<(), String> {
         }
     }
     conn.wbuf.drain(..written);
-    super::budget::shrink(&mut conn.wbuf);
+    crate::roles::hub::state::budget::shrink(&mut conn.wbuf);
     // TLS: records rustls still holds (the socket was full) go out on this event too.
     match conn.stream.flush() {
         Ok(()) => {}
@@ -48,12 +55,15 @@ pub fn write_out(hub: &mut Hub, id: ConnId) -> Result<(), String> {
     }
     if conn.wbuf.is_empty()
         && conn.close_after_write
-        && !matches!(conn.state, State::Closing { .. } | State::Waiting { .. })
+        && !matches!(
+            conn.state,
+            ConnState::Closing { .. } | ConnState::Waiting { .. }
+        )
     {
         // Close the write side and drain what the peer still sends for a moment, so
         // the answer is not lost to a reset.
         conn.stream.shutdown_write();
-        conn.state = State::Closing {
+        conn.state = ConnState::Closing {
             since: Instant::now(),
         };
     }

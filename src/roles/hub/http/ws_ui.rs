@@ -14,119 +14,30 @@
 //! the wrappers.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{self, Read, Write};
-use std::time::{Duration, Instant};
+use std::io::{self, Write};
+use std::time::Instant;
 
 use serde_json::{Value, json};
-use tungstenite::handshake::server::{NoCallback, ServerHandshake};
-use tungstenite::handshake::{HandshakeError, MidHandshake};
+use tungstenite::handshake::HandshakeError;
 use tungstenite::protocol::WebSocketConfig;
-use tungstenite::{Message, Utf8Bytes, WebSocket};
+use tungstenite::{Message, Utf8Bytes};
 
-use super::feed::push_output;
-use super::live::Position;
-use super::views::{arm_refresh, leave_view, push_details};
-use super::{ConnId, Http, Kind, drop_conn};
+use super::conns::{drop_conn, reap};
+use super::views::arm_refresh;
+use super::ws_push::{CALL_TIMEOUT, leave_view, push_details, push_output, send};
 use crate::evloop::Ctx;
 use crate::ipc::CallError;
-use crate::roles::hub::{Hub, Waiting};
+use crate::roles::hub::state::http::{ConnId, Http, Kind};
+use crate::roles::hub::state::http::{Replay, Session, WsConn, WsExpect};
+use crate::roles::hub::state::{Hub, Waiting};
 use crate::wire::admin::RunQuery;
 use crate::wire::admin::{AdminRequest, AdminResponse};
 use crate::wire::link::HubRequest;
 use crate::wire::records::RunRecord;
 
-pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Subscriptions one client may hold.
 const MAX_SUBSCRIPTIONS: usize = 10_000;
 const MAX_JOB_NAME: usize = 512;
-
-/// The bytes of the upgrade request (already read by the HTTP layer), then the socket.
-pub struct Replay {
-    pending: Vec<u8>,
-    pos: usize,
-    stream: crate::tls::Stream,
-    /// Bytes the socket took so far (against `WsConn::queued`: what waits unsent).
-    written: u64,
-}
-
-impl Read for Replay {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.pos < self.pending.len() {
-            let n = (self.pending.len() - self.pos).min(buf.len());
-            buf[..n].copy_from_slice(&self.pending[self.pos..self.pos + n]);
-            self.pos += n;
-            if self.pos == self.pending.len() {
-                self.pending = Vec::new();
-                self.pos = 0;
-            }
-            return Ok(n);
-        }
-        self.stream.read(buf)
-    }
-}
-
-impl Write for Replay {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.stream.write(buf)?;
-        self.written += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.stream.flush()
-    }
-}
-
-type Mid = MidHandshake<ServerHandshake<Replay, NoCallback>>;
-
-pub(super) enum Session {
-    Handshaking(Box<Mid>),
-    Open(Box<WebSocket<Replay>>),
-}
-
-/// What a client's call to main was for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WsExpect {
-    Command,
-    Timeline(u64),
-}
-
-pub struct WsConn {
-    pub(super) session: Option<Session>,
-    since: Instant,
-    pub(super) subs: BTreeSet<String>,
-    pub(super) positions: HashMap<(String, String), Position>,
-    /// `getTimeline` requests waiting for main, with the client's `id`.
-    timelines: HashMap<u64, Value>,
-    next_req: u64,
-    /// Who authenticated the upgrade: commands are checked against its role and main
-    /// records its name.
-    who: Option<super::identity::Identity>,
-    /// Message bytes handed to the WebSocket so far.
-    pub(super) queued: u64,
-    /// The session cookie of a handshake that authenticated with one: each call to main
-    /// checks the session is still live (`Auth::recheck`), so logout ends its power.
-    cookie: Option<String>,
-}
-
-impl WsConn {
-    /// Message bytes waiting to be sent (frame headers and pings aside).
-    pub fn backlog(&self) -> usize {
-        match &self.session {
-            Some(Session::Open(socket)) => {
-                usize::try_from(self.queued.saturating_sub(socket.get_ref().written))
-                    .unwrap_or(usize::MAX)
-            }
-            _ => 0,
-        }
-    }
-
-    pub fn is_open(&self) -> bool {
-        matches!(self.session, Some(Session::Open(_)))
-    }
-    pub fn since(&self) -> Instant {
-        self.since
-    }
-}
 
 fn ws_config(http: &Http) -> WebSocketConfig {
     WebSocketConfig::default()
@@ -141,7 +52,7 @@ pub fn upgrade(
     ctx: &mut Ctx<Hub>,
     id: ConnId,
     raw: Vec<u8>,
-    who: Option<super::identity::Identity>,
+    who: Option<crate::roles::hub::state::identity::Identity>,
     cookie: Option<String>,
 ) {
     let Some(http) = hub.http.as_mut() else {
@@ -204,42 +115,6 @@ fn ws_of(hub: &mut Hub, id: ConnId) -> Option<&mut WsConn> {
         Kind::Ws(ws) => Some(ws),
         Kind::Http(_) => None,
     }
-}
-
-/// Send one text message to client `id` (a failure marks it for `reap`).
-/// A client that does not read keeps its floor of the hub's budget (`budget.rs`); past
-/// it, while the budget is spent, it is dropped rather than let its backlog grow (and
-/// never past `ws_max_write`, tungstenite's own cap).
-pub(super) fn send(http: &mut Http, id: ConnId, text: &Utf8Bytes) {
-    let Some(conn) = http.conns.get_mut(&id) else {
-        return;
-    };
-    let Kind::Ws(ws) = &mut conn.kind else {
-        return;
-    };
-    let backlog = ws.backlog();
-    if backlog >= super::budget::FLOOR && !http.budget.may_serve(backlog) {
-        conn.mark_dead(format!(
-            "/ws client does not read: {backlog} bytes unsent while the hub's budget is spent"
-        ));
-        return;
-    }
-    let Some(Session::Open(socket)) = ws.session.as_mut() else {
-        return;
-    };
-    ws.queued += text.len() as u64;
-    let failed = match socket.send(Message::Text(text.clone())) {
-        Ok(()) => None,
-        Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => None,
-        Err(e) => Some(format!("/ws write failed: {e}")),
-    };
-    let backlog = ws.backlog();
-    if let Some(why) = failed {
-        conn.mark_dead(why);
-    }
-    // Counted at once: many clients fed in one event must see each other's backlogs.
-    http.budget.settle(&mut conn.charge, 0, backlog);
-    http.stats.ws_messages_sent += 1;
 }
 
 /// A new client gets the configuration and the status at once, and the refresh runs.
@@ -402,7 +277,7 @@ fn client_message(hub: &mut Hub, id: ConnId, text: &str) {
             (who, _) => who,
         };
         let msg = match &who {
-            Some(who) => match super::identity::authorize(who, &req) {
+            Some(who) => match crate::roles::hub::state::identity::authorize(who, &req) {
                 Ok(()) => who.request(req),
                 Err(why) => {
                     if let Some(http) = hub.http.as_mut() {
@@ -513,7 +388,7 @@ pub fn answer(
             send_timeline(hub, id, req, &runs);
         }
     }
-    super::reap(hub, ctx);
+    reap(hub, ctx);
 }
 
 pub fn call_failed(hub: &mut Hub, id: ConnId, expect: WsExpect, err: &CallError) {

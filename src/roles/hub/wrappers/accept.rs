@@ -16,15 +16,55 @@ use mio::Interest;
 use mio::event::Event;
 use tungstenite::handshake::HandshakeError;
 
-use super::{
-    Acceptor, Conn, PathCheck, Phase, Session, Wrappers, arm_sweep, drop_conn, on_conn,
-    release_addr, ws_config,
-};
+use mio::net::TcpListener;
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use super::conns::{arm_sweep, drop_conn, release_addr, ws_config};
+use super::read::on_conn;
 use crate::evloop::{Ctx, Flow, Forward, Listener};
-use crate::roles::hub::Hub;
+use crate::roles::common::RoleError;
 use crate::roles::hub::client_addr::client_key;
+use crate::roles::hub::state::Hub;
+use crate::roles::hub::state::flow;
+use crate::roles::hub::state::wrappers::{Conn, Limits, PathCheck, Phase, Session, Wrappers};
 use crate::tls::Stream;
 use crate::wire::link::ConnId;
+
+struct Acceptor {
+    listener: TcpListener,
+}
+
+impl Wrappers {
+    pub fn listen(
+        ctx: &mut Ctx<Hub>,
+        fd: OwnedFd,
+        limits: Limits,
+        tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    ) -> Result<Wrappers, RoleError> {
+        let std = std::net::TcpListener::from(fd);
+        std.set_nonblocking(true)
+            .map_err(RoleError::setup("wrapper port"))?;
+        let acceptor = Acceptor {
+            listener: TcpListener::from_std(std),
+        };
+        ctx.add(acceptor, Interest::READABLE, |a| &mut a.listener)
+            .map_err(RoleError::setup("wrapper port"))?;
+        Ok(Wrappers {
+            conns: HashMap::new(),
+            sweep_armed: false,
+            maybe_waiting: false,
+            per_addr: HashMap::new(),
+            next_id: 1,
+            limits,
+            tls,
+            refusals: crate::roles::hub::logsafe::Repeated::new(Duration::from_secs(10)),
+            flow: flow::OutputFlow::new(flow::FlowLimits::default()),
+            pause_watch_armed: false,
+        })
+    }
+}
 
 impl Listener<Hub> for Acceptor {
     fn handle_event(&mut self, hub: &mut Hub, ctx: &mut Ctx<Hub>, _: &Event) -> Flow {

@@ -6,9 +6,10 @@
 
 use std::time::Duration;
 
-use super::{Conn, Phase, Session, reject, send};
+use super::conns::{reject, send, vetted};
 use crate::evloop::Ctx;
-use crate::roles::hub::{Hub, Waiting};
+use crate::roles::hub::state::wrappers::{Conn, Phase, Session};
+use crate::roles::hub::state::{Hub, Waiting};
 use tungstenite::Message;
 
 use crate::ipc::CallError;
@@ -82,7 +83,7 @@ pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVe
                 conn.job = Some(job.name.clone());
                 conn.compressed = take_zstd && conn.offers_zstd;
                 let compression = conn.compressed.then_some(LinkEncoding::Zstd);
-                super::vetted(&mut hub.wrappers, id);
+                vetted(&mut hub.wrappers, id);
                 compression
             } else {
                 // Gone while main decided: main must forget the session again.

@@ -1,4 +1,4 @@
-//! Reading a wrapper connection, within the output budget (`flow.rs`).
+//! Reading a wrapper connection, within the output budget (`state/flow.rs`).
 //!
 //! 1. An event (or room freed by main's credits) reads the connection: the handshake
 //!    first, then WebSocket messages until the socket would block or, for a bound
@@ -19,9 +19,11 @@ use mio::event::Event;
 use tungstenite::Message;
 use tungstenite::handshake::HandshakeError;
 
-use super::{Phase, Session, drop_conn, handle_message};
+use super::conns::drop_conn;
+use super::message::handle_message;
 use crate::evloop::{Ctx, Flow};
-use crate::roles::hub::Hub;
+use crate::roles::hub::state::Hub;
+use crate::roles::hub::state::wrappers::{Phase, Session};
 use crate::wire::link::{ConnId, HubRequest, output_cost};
 
 /// How often the hub vouches for paused connections (main declares a wrapper lost after
@@ -111,7 +113,6 @@ fn read_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
         hub.wrappers.flow.pause(id);
         arm_pause_watch(hub, ctx);
     }
-    crate::roles::hub::arm_timers(hub, ctx);
 }
 
 /// main's credits for output it no longer holds: the budget they free goes to the

@@ -22,6 +22,8 @@
 
 /// Bytes the API may hold for all its clients together, beyond their floors.
 pub const BUDGET: usize = 48 << 20;
+/// Bytes read per `read` call.
+pub const READ_CHUNK: usize = 16 * 1024;
 /// Bytes every connection may hold regardless (request plus unsent answers).
 pub const FLOOR: usize = 32 * 1024;
 /// Room set aside for an ordinary answer from main.
@@ -116,7 +118,7 @@ impl Budget {
 /// Give a drained buffer's memory back when it holds far less than it grew to.
 pub fn shrink(buf: &mut Vec<u8>) {
     if buf.capacity() > FLOOR && buf.len() < buf.capacity() / 4 {
-        buf.shrink_to(buf.len().max(super::READ_CHUNK));
+        buf.shrink_to(buf.len().max(READ_CHUNK));
     }
 }
 

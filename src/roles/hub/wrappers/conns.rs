@@ -1,0 +1,206 @@
+//! The wrapper connections' bookkeeping: sending (control messages, a `reject`),
+//! closing and dropping, the per-address hello quota, and the sweep of connections that
+//! wait too long for their hello or to close.
+
+use std::io;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use tungstenite::Message;
+use tungstenite::protocol::WebSocketConfig;
+
+use crate::evloop::Ctx;
+use crate::roles::hub::client_addr::client_key;
+use crate::roles::hub::state::Hub;
+use crate::roles::hub::state::wrappers::{Conn, Limits, Phase, Session, Wrappers};
+use crate::wire::link::{ConnId, HubRequest};
+use crate::wire::wrapper::{RejectCode, ServerMsg};
+
+pub fn ws_config(limits: &Limits) -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(limits.max_message))
+        .max_frame_size(Some(limits.max_message))
+        .max_write_buffer_size(limits.max_write_buffer)
+        // tungstenite zero-fills its read buffer up to this size before each read, so it
+        // is resident for every connection: 16 KiB made 10,000 idle wrappers cost the hub
+        // 160 MB. Frames larger than this still arrive whole (the buffer grows for them).
+        .read_buffer_size(READ_BUFFER)
+}
+
+/// The read buffer of a wrapper connection (see `ws_config`).
+pub const READ_BUFFER: usize = 4 * 1024;
+
+pub fn release_addr(w: &mut Wrappers, ip: IpAddr) {
+    let key = client_key(ip);
+    if let Some(n) = w.per_addr.get_mut(&key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            w.per_addr.remove(&key);
+        }
+    }
+}
+
+/// main welcomed connection `id`: it leaves its address's hello quota, so a client that
+/// holds the quota with idle connections cannot keep real wrappers from that address
+/// (every local wrapper comes from 127.0.0.1; a NAT puts many machines behind one).
+pub fn vetted(w: &mut Wrappers, id: ConnId) {
+    let Some(conn) = w.conns.get_mut(&id) else {
+        return;
+    };
+    if std::mem::take(&mut conn.in_hello) {
+        let ip = conn.peer.ip();
+        release_addr(w, ip);
+    }
+}
+
+/// Drop a connection; main hears of it if it had a session.
+pub fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
+    let Some(conn) = hub.wrappers.conns.remove(&id) else {
+        return;
+    };
+    log::debug!("wrapper connection {id} from {} closed: {why}", conn.peer);
+    ctx.remove(conn.token);
+    hub.wrappers.flow.forget(id);
+    if conn.in_hello {
+        release_addr(&mut hub.wrappers, conn.peer.ip());
+    }
+    if matches!(conn.phase, Phase::Bound | Phase::Vetting) {
+        hub.cast_main(HubRequest::WrapperGone { conn: id });
+    }
+}
+
+/// Send a `reject` and close the connection once it is flushed.
+pub fn reject(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, code: RejectCode, message: &str) {
+    if let Some(conn) = hub.wrappers.conns.get(&id) {
+        log::warn!(
+            "wrapper connection from {}: rejected ({code:?}): {}",
+            conn.peer,
+            crate::roles::hub::logsafe::clip(message, 300)
+        );
+    }
+    let was_bound = hub
+        .wrappers
+        .conns
+        .get(&id)
+        .is_some_and(|c| matches!(c.phase, Phase::Bound | Phase::Vetting));
+    send(
+        hub,
+        ctx,
+        id,
+        &ServerMsg::Reject {
+            code,
+            message: message.to_string(),
+        },
+    );
+    if was_bound {
+        hub.cast_main(HubRequest::WrapperGone { conn: id });
+    }
+    close(hub, ctx, id);
+}
+
+/// Send a control message to a wrapper.
+pub fn send(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: &ServerMsg) {
+    broadcast(hub, ctx, &[id], msg);
+}
+
+/// Send `msg` to each of `ids` (those gone are skipped), encoded once.
+pub fn broadcast(hub: &mut Hub, ctx: &mut Ctx<Hub>, ids: &[ConnId], msg: &ServerMsg) {
+    let text = match serde_json::to_string(msg) {
+        Ok(text) => tungstenite::Utf8Bytes::from(text),
+        Err(e) => {
+            log::error!("could not encode a message for a wrapper: {e}");
+            return;
+        }
+    };
+    for &id in ids {
+        send_text(hub, ctx, id, text.clone());
+    }
+}
+
+pub fn send_text(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, text: tungstenite::Utf8Bytes) {
+    let Some(Conn {
+        session: Some(Session::Open(ws)),
+        ..
+    }) = hub.wrappers.conns.get_mut(&id)
+    else {
+        return;
+    };
+    match ws.send(Message::Text(text)) {
+        Ok(()) => {}
+        Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {}
+        Err(e) => {
+            let why = format!("write failed: {e}");
+            drop_conn(hub, ctx, id, &why);
+        }
+    }
+}
+
+/// Close a connection politely (close frame), then forget it.
+pub fn close(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
+    let Some(conn) = hub.wrappers.conns.get_mut(&id) else {
+        return;
+    };
+    if let Some(Session::Open(ws)) = conn.session.as_mut() {
+        let _ = ws.close(None);
+        let _ = ws.flush();
+    }
+    conn.phase = Phase::Closing;
+    conn.since = Instant::now();
+    arm_sweep(hub, ctx);
+}
+
+/// A connection entered `New` or `Closing`: check it within a second.
+pub fn arm_sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+    hub.wrappers.maybe_waiting = true;
+    arm_sweep_if_waiting(hub, ctx);
+}
+
+/// While connections wait for their hello (or to close), check them every second. Cheap
+/// when nothing changed: called after every event of the hub.
+pub fn arm_sweep_if_waiting(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+    if hub.wrappers.sweep_armed || !hub.wrappers.maybe_waiting {
+        return;
+    }
+    let waiting = hub
+        .wrappers
+        .conns
+        .values()
+        .any(|c| matches!(c.phase, Phase::New | Phase::Challenged | Phase::Closing));
+    hub.wrappers.maybe_waiting = waiting;
+    if waiting {
+        hub.wrappers.sweep_armed = true;
+        ctx.after(Duration::from_secs(1), |hub: &mut Hub, ctx| {
+            hub.wrappers.sweep_armed = false;
+            sweep(hub, ctx);
+            arm_sweep(hub, ctx);
+        });
+    }
+}
+
+/// Drop connections that never said hello in time, and closing ones that linger.
+pub fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+    let now = Instant::now();
+    let hello_timeout = hub.wrappers.limits.hello_timeout;
+    let late: Vec<(ConnId, &'static str)> = hub
+        .wrappers
+        .conns
+        .iter()
+        .filter_map(|(id, c)| match c.phase {
+            Phase::New | Phase::Challenged if now.duration_since(c.since) > hello_timeout => {
+                Some((*id, "no hello within the deadline"))
+            }
+            Phase::Closing if now.duration_since(c.since) > Duration::from_secs(2) => {
+                Some((*id, "closed"))
+            }
+            _ => None,
+        })
+        .collect();
+    for (id, why) in late {
+        if why != "closed"
+            && let Some(c) = hub.wrappers.conns.get(&id)
+        {
+            log::warn!("wrapper connection from {}: {why}; dropping it", c.peer);
+        }
+        drop_conn(hub, ctx, id, why);
+    }
+}
