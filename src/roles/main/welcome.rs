@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use super::effects::apply;
-use super::target::SuspendReport;
+use super::target::suspend::SuspendReport;
 use super::target::{Credential, Effect, Token};
 use super::tokens;
 use super::{DbWait, Main};

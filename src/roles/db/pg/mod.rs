@@ -24,6 +24,7 @@
 mod deliveries;
 mod dispatch;
 mod lease;
+mod listener;
 mod live;
 mod output;
 mod runs;
@@ -220,7 +221,7 @@ pub struct PgStore {
     pub(crate) compress_output: bool,
     lease: lease::Lease,
     /// A standby's connection listening for the leader's announcements (`live`).
-    listener: live::Listener,
+    listener: listener::Listener,
 }
 
 impl PgStore {
@@ -262,7 +263,7 @@ impl PgStore {
         config.keepalives_idle(KEEPALIVE_IDLE);
         let mut store = PgStore {
             lease: lease::Lease::new(config.clone(), tls.clone()),
-            listener: live::Listener::new(config.clone(), tls.clone()),
+            listener: listener::Listener::new(config.clone(), tls.clone()),
             config,
             tls,
             shown,

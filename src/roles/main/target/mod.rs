@@ -27,13 +27,11 @@
 
 mod record;
 mod retry;
-mod suspend;
+pub mod suspend;
 #[cfg(test)]
 mod tests;
 mod throttle;
 mod unreachable;
-
-pub use suspend::SuspendReport;
 
 use std::time::{Duration, Instant};
 
