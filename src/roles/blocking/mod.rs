@@ -15,6 +15,7 @@ pub mod salt;
 mod salt_bridge;
 mod salt_cli;
 mod salt_exec;
+mod salt_match;
 mod state;
 
 use mio::event::Event;

@@ -90,6 +90,21 @@ pub fn resolve(
     target_type: SaltTargetType,
     from_cache: bool,
 ) {
+    if from_cache
+        && settings.bridge
+        && let Some(res) = super::salt_match::from_accepted_keys(
+            settings.config_dir.as_deref(),
+            target_type,
+            &target,
+        )
+    {
+        log::debug!(
+            "salt match {target}: {} minion(s) from the accepted keys",
+            res.live.len()
+        );
+        state.reply(id, Ok(BlockingReply::Resolved(res)));
+        return;
+    }
     let mut call = SaltCall::new(target_type, &target, "test.ping");
     call.match_only = from_cache;
     submit(
