@@ -6,8 +6,9 @@
 //! as before: another target type, a glob with `[...]` classes, a master whose
 //! configuration has includes (`master.d/*.conf` may move `pki_dir` or set
 //! `order_masters`), a top master of syndics (`order_masters`: the minions behind its
-//! syndics are not among its keys), keys that cannot be read, and a target that matches
-//! no key (only the master says for sure that nothing matches).
+//! syndics are not among its keys), keys kept elsewhere (`keys.cache_driver`) or that
+//! cannot be read, a target that matches no key (only the master says for sure that
+//! nothing matches), and a listed name with no key (it may be one of Salt's resources).
 
 use std::path::Path;
 
@@ -29,12 +30,15 @@ pub fn from_accepted_keys(
         || (target_type == SaltTargetType::Glob && target.contains('['))
         || has_includes(config_dir)
         || orders_masters(config_dir)
+        || keys_elsewhere(config_dir)
     {
         return None;
     }
     let keys = accepted(&crate::salt_master::pki_dir(config_dir).join("minions"))?;
     let res = resolve(&keys, target_type, target);
-    (!res.live.is_empty()).then_some(res)
+    // A name that is no minion's key may be one of Salt's resources (3008), which only
+    // the master resolves.
+    (!res.live.is_empty() && res.unreachable.is_empty()).then_some(res)
 }
 
 /// The match itself, over the accepted key names `keys` (sorted).
@@ -79,6 +83,19 @@ fn accepted(dir: &Path) -> Option<Vec<String>> {
     }
     keys.sort();
     Some(keys)
+}
+
+/// The master keeps its keys elsewhere than `pki_dir` (`keys.cache_driver` other than
+/// Salt's default `localfs_key`).
+fn keys_elsewhere(config_dir: &Path) -> bool {
+    #[derive(serde::Deserialize)]
+    struct KeyCache {
+        #[serde(rename = "keys.cache_driver")]
+        driver: Option<String>,
+    }
+    crate::salt_master::read::<KeyCache>(config_dir)
+        .and_then(|c| c.driver)
+        .is_some_and(|d| d != "localfs_key")
 }
 
 /// The master reads more than its main file (`default_include`, `master.d/*.conf`, or an
@@ -153,14 +170,24 @@ mod tests {
         let cfg = dir.path().to_str();
         let res = from_accepted_keys(cfg, SaltTargetType::Glob, "*");
         assert_eq!(res.map(|r| r.live), Some(vec!["m1".into(), "m2".into()]));
-        // Nothing matched, a class, another type: the bridge decides.
+        let listed = from_accepted_keys(cfg, SaltTargetType::List, "m2,m1");
+        assert_eq!(listed.map(|r| r.live), Some(vec!["m2".into(), "m1".into()]));
+        // Nothing matched, a listed name without a key, a class, another type: the
+        // bridge decides.
         assert!(from_accepted_keys(cfg, SaltTargetType::Glob, "x*").is_none());
+        assert!(from_accepted_keys(cfg, SaltTargetType::List, "m1,zz").is_none());
         assert!(from_accepted_keys(cfg, SaltTargetType::Glob, "m[12]").is_none());
         assert!(from_accepted_keys(cfg, SaltTargetType::Grain, "os:Debian").is_none());
         // A syndics' top master, or settings in master.d: the bridge decides.
         std::fs::write(
             &master,
             format!("pki_dir: {}\norder_masters: True\n", pki.display()),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(from_accepted_keys(cfg, SaltTargetType::Glob, "*").is_none());
+        std::fs::write(
+            &master,
+            format!("pki_dir: {}\nkeys.cache_driver: redis\n", pki.display()),
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(from_accepted_keys(cfg, SaltTargetType::Glob, "*").is_none());
