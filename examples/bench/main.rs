@@ -12,6 +12,7 @@
 //!    `docs/bench/*.svg` are regenerated, so the report always shows every scenario's
 //!    latest figures.
 
+mod appendix;
 mod findings;
 mod harness;
 mod loadgen;

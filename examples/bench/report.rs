@@ -205,6 +205,8 @@ pub fn markdown(results: &Results) -> String {
         }
         md.push('\n');
     }
+    md.push('\n');
+    md.push_str(crate::appendix::APPENDIX);
     md
 }
 
