@@ -186,7 +186,7 @@ hub, main and db over 8 simulated firings of 30: no hot spot (main's largest sym
 the kernel's `finish_task_switch`, 14 %: wake-ups of four processes passing a firing's \
 messages; the hub's x25519 about 5 %, RSA verification in main under 2 %). Changed: a \
 glob or list target is matched by blocking against the master's accepted keys \
-(`roles/blocking/salt_match.rs`, as Salt's `CkMinions` does) instead of by the bridge's \
+(`roles/blocking/salt/keymatch.rs`, as Salt's `CkMinions` does) instead of by the bridge's \
 Python: blocking 13.3 → 6.7 CPU-ms per slot; the daemon 60–70 per slot after it (hub \
 23.3–33.3, main 16.7, db 13.3, blocking 6.7). **The goal of 15 ms per firing is not met \
 and not reachable by trimming**: without Salt at all the daemon spends about 25 ms on a \

@@ -1,4 +1,4 @@
-//! The stand-in salt bridge: the protocol of `roles/blocking/salt_bridge.py` (JSON lines
+//! The stand-in salt bridge: the protocol of `roles/blocking/salt/bridge.py` (JSON lines
 //! on stdin and stdout), answered from the simulated minion list instead of a master.
 //!
 //! Outline: say ready (and that this is simulated); then per request line, `respond`

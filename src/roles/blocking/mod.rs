@@ -12,10 +12,6 @@ pub mod deliver;
 pub mod helpers;
 mod local;
 pub mod salt;
-mod salt_bridge;
-mod salt_cli;
-mod salt_exec;
-mod salt_match;
 mod state;
 
 use mio::event::Event;
@@ -99,13 +95,13 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
                 )),
             ),
             (ExecutorKind::Salt, Some(salt), _) => {
-                let launch = salt_exec::SaltLaunch {
+                let launch = salt::exec::SaltLaunch {
                     wrapper: wrapper_path,
                     runs,
                     url,
                     await_returns,
                 };
-                salt_exec::launch(state, ctx, id, salt, launch, targets)
+                salt::exec::launch(state, ctx, id, salt, launch, targets)
             }
             (ExecutorKind::Salt, None, _) => state.reply(
                 id,
@@ -119,13 +115,13 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
             target,
             target_type,
             from_cache,
-        } => salt_exec::resolve(state, ctx, id, salt, target, target_type, from_cache),
+        } => salt::exec::resolve(state, ctx, id, salt, target, target_type, from_cache),
         BlockingRequest::Deploy {
             salt,
             minions,
             wrapper_path,
             wrapper_source,
-        } => salt_exec::deploy(state, ctx, id, salt, minions, wrapper_path, wrapper_source),
+        } => salt::exec::deploy(state, ctx, id, salt, minions, wrapper_path, wrapper_source),
         BlockingRequest::LoadConfig { dir, known } => {
             helpers::load_config_call(state, ctx, id, dir, known)
         }

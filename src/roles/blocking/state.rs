@@ -1,7 +1,7 @@
 //! Blocking's state, below all of its behaviour: the role's struct and the state of each
 //! part (the local launches, the salt command line's queue, the salt bridge). Plain data
 //! and the questions asked of it (`is_idle`); the parts that change it (`local`,
-//! `salt_cli`, `salt_exec`, `salt_bridge`) name this module and never the role's own file,
+//! `salt/cli`, `salt/exec`, `salt/bridge`) name this module and never the role's own file,
 //! so no part names another that names it back.
 
 use std::collections::{HashMap, VecDeque};
@@ -13,13 +13,12 @@ use std::time::Instant;
 use mio::Token;
 use mio::unix::pipe::{Receiver, Sender};
 
-use super::salt::SaltSettings;
 use crate::evloop::Ctx;
 use crate::evloop::timers::TimerId;
 use crate::ipc::rpc::{CallId, Packet, RemoteError};
 use crate::roles::common::{ControlLink, Link};
 use crate::wire::link::{
-    BlockingReply, BlockingToMain, LaunchTarget, MainToBlocking, MinionOutcome,
+    BlockingReply, BlockingToMain, LaunchTarget, MainToBlocking, MinionOutcome, SaltSettings,
 };
 use crate::wire::records::RunId;
 
@@ -104,7 +103,7 @@ pub struct Invocation {
 pub struct SaltQueue {
     pub waiting: VecDeque<Invocation>,
     pub running: usize,
-    /// The long-lived salt bridge (`salt_bridge.rs`).
+    /// The long-lived salt bridge (`salt/bridge.rs`).
     pub bridge: BridgeState,
 }
 

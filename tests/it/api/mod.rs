@@ -1,4 +1,5 @@
-//! The HTTP API, `/ws` and the dashboard against a real daemon (PROTOCOLS.md section 2).
+//! The HTTP API, `/ws` and the dashboard against a real daemon (docs/protocols.md,
+//! "HTTP API, `/ws` and the dashboard").
 
 mod abuse;
 mod bench;

@@ -1,5 +1,6 @@
 //! A protocol peer for `saltpeter-wrapper`: a small blocking tungstenite server that
-//! plays the hub's side of PROTOCOLS.md section 1, plus helpers to start the real binary.
+//! plays the hub's side of the wrapper protocol (docs/protocols.md, "Wrapper <-> hub"),
+//! plus helpers to start the real binary.
 
 #![allow(dead_code)]
 

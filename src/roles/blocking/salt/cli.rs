@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::state::{Blocking, Invocation, Outcome};
+use super::super::state::{Blocking, Invocation, Outcome};
 use crate::evloop::{Ctx, child};
 
 /// Beyond salt's own `-t`, how long an invocation may take before it is killed.

@@ -432,5 +432,5 @@ pub fn state_result(value: &Value) -> MinionResult {
 }
 
 #[cfg(test)]
-#[path = "salt_tests.rs"]
+#[path = "calls_tests.rs"]
 mod tests;

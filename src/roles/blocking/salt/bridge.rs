@@ -1,4 +1,4 @@
-//! The salt bridge: one long-lived Python process (`salt_bridge.py`, run with the
+//! The salt bridge: one long-lived Python process (`bridge.py`, run with the
 //! interpreter of `salt_bin`) that publishes with Salt's own `LocalClient`.
 //!
 //! A `salt` command line costs about half a CPU-second before it publishes anything
@@ -24,15 +24,15 @@ use mio::Interest;
 use mio::event::Event;
 use mio::unix::pipe::{Receiver, Sender};
 
-use super::salt_cli;
-use super::state::{
+use super::super::state::{
     Blocking, Bridge, BridgeKey, BridgeState as State, Invocation, Outcome, Pending,
 };
+use super::cli;
 use crate::evloop::timers::TimerId;
 use crate::evloop::{Ctx, Flow, Forward};
 
 /// The script, embedded in the binary and written next to the daemon's state.
-const SCRIPT: &str = include_str!("salt_bridge.py");
+const SCRIPT: &str = include_str!("bridge.py");
 /// How long the bridge may take to import Salt and say it is ready.
 const READY_DEADLINE: Duration = Duration::from_secs(30);
 /// After the bridge failed, how long the command line is used instead.
@@ -446,7 +446,7 @@ fn died(state: &mut Blocking, ctx: &mut Ctx<Blocking>, why: &str) {
             ctx.cancel(timer);
             again.push(fallback);
         }
-        salt_cli::run_on_cli(state, ctx, again);
+        cli::run_on_cli(state, ctx, again);
         return;
     }
     for (fallback, timer) in pending {

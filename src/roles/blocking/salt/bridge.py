@@ -3,7 +3,7 @@
 # `salt` command line process (half a second of CPU to start Python and import Salt).
 #
 # Started by the daemon's blocking process with the interpreter of `salt_bin`:
-#     python3 salt_bridge.py MASTER_CONFIG_FILE WORKERS
+#     python3 bridge.py MASTER_CONFIG_FILE WORKERS
 # Requests on stdin, one JSON object a line:
 #     {"id": N, "tgt": "...", "tgt_type": "list", "fun": "test.ping",
 #      "arg": [...], "kwarg": {...}, "timeout": T, "returns": true}

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use super::salt::{self, MinionResult, SaltCall, SaltSettings};
-use super::salt_cli::{self, DEADLINE_SLACK};
-use super::state::{Blocking, Invocation, Outcome};
+use super::super::state::{Blocking, Invocation, Outcome};
+use super::calls::{self as salt, MinionResult, SaltCall, SaltSettings};
+use super::cli::{self, DEADLINE_SLACK};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::RemoteError;
@@ -55,7 +55,7 @@ fn submit(
         let key = (settings.salt_bin.clone(), settings.config_dir.clone());
         let deadline = Duration::from_secs(settings.timeout_s + extra_timeout_s) + DEADLINE_SLACK;
         log::debug!("salt (bridge) {} {}", call.function, call.target);
-        match super::salt_bridge::submit(
+        match super::bridge::submit(
             state,
             ctx,
             &key,
@@ -68,7 +68,7 @@ fn submit(
             Err(back) => invocation = back,
         }
     }
-    salt_cli::run(state, ctx, invocation);
+    cli::run(state, ctx, invocation);
 }
 
 /// The last lines of salt's stderr, for error messages.
@@ -92,7 +92,7 @@ pub fn resolve(
 ) {
     if from_cache
         && settings.bridge
-        && let Some(res) = super::salt_match::from_accepted_keys(
+        && let Some(res) = super::keymatch::from_accepted_keys(
             settings.config_dir.as_deref(),
             target_type,
             &target,
@@ -237,17 +237,17 @@ pub fn deploy(
             args.extend(settings.config_dir.clone());
             (
                 args,
-                format!("salt://{}", super::helpers::PUBLISHED_WRAPPER),
+                format!("salt://{}", super::super::helpers::PUBLISHED_WRAPPER),
             )
         }
     };
     let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
-    super::helpers::run_helper(
+    super::super::helpers::run_helper(
         state,
         ctx,
         &args,
         None,
-        super::helpers::PUBLISH_DEADLINE,
+        super::super::helpers::PUBLISH_DEADLINE,
         move |state, ctx, out| {
             let hash = out.and_then(|stdout| {
                 let hash = String::from_utf8_lossy(&stdout).trim().to_string();
