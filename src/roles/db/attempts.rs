@@ -6,8 +6,8 @@
 //! restarts (the new attempt's wrapper numbers its frames from 1 again), the byte
 //! positions carry on.
 
+use super::errors::{Op, StoreError, from_db, parse_name, to_db};
 use super::sql::{Db, params};
-use super::store::{Op, StoreError, from_db, parse_name, to_db};
 use crate::wire::db::AttemptRecord;
 use crate::wire::records::{RunId, TargetReason};
 

@@ -12,8 +12,8 @@
 //! 4. `release_delivery_leases` at main's start: what was in flight when the daemon
 //!    stopped is due again at once (at-least-once delivery).
 
+use super::errors::{Op, StoreError, from_db, parse_name, to_db};
 use super::sql::{Db, Select, params};
-use super::store::{Op, StoreError, from_db, parse_name, to_db};
 use crate::wire::db::Retention;
 use crate::wire::notify::{
     DeliveryAttempt, DeliveryFilter, DeliveryRecord, DeliveryState, DueDeliveries, DueDelivery,

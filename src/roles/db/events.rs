@@ -1,8 +1,8 @@
 //! Settings (`meta`), the audit events and the outbox's export backlog: small operations
 //! written once for both backends.
 
+use super::errors::{Op, StoreError, from_db, to_db};
 use super::sql::{Db, Select, params};
-use super::store::{Op, StoreError, from_db, to_db};
 use crate::wire::db::{EventFilter, EventRecord, NewEvent};
 use crate::wire::records::Millis;
 

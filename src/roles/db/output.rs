@@ -23,9 +23,9 @@
 //! byte counts of the target row are all uncompressed bytes; readers get the bytes back
 //! as the command wrote them.
 
+use super::errors::{Op, StoreError, from_db, to_db};
 pub(crate) use super::placement::{Chunks, Frame, Placement, Progress, place_within_limit};
 use super::sql::{Db, params};
-use super::store::{Op, StoreError, from_db, to_db};
 use super::stored_chunk::{decoded, raw_len_column, trim_front};
 use crate::wire::compress::{Encoding, encode_chunk};
 use crate::wire::db::{OutputBytes, OutputQuery};

@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 
 use super::attempts::target_attempts_of;
+use super::errors::{Op, StoreError, from_db, parse_name, to_db};
 use super::sql::{Db, Row, Select, params};
-use super::store::{Op, StoreError, from_db, parse_name, to_db};
 use crate::wire::db::{
     NewRun, PruneOutcome, Retention, RunFilter, RunUpdate, TargetDetail, TargetUpdate,
 };

@@ -11,7 +11,9 @@
 //!    `BOOLEAN` on PostgreSQL, bytes are `BLOB`/`BYTEA`).
 //! 3. Rows come back as owned [`Row`]s read by column index with [`Row::get`].
 //! 4. What the two really write differently is asked of [`Dialect`]: locking rows taken
-//!    from a queue, the least of two values, the length of a blob and a piece of it.
+//!    from a queue, the least of two values. Elsewhere the statements keep to what both
+//!    read alike (`CAST(? AS BIGINT)` where PostgreSQL would sum to `NUMERIC` or could
+//!    not tell a placeholder's type, `RETURNING`, `ON CONFLICT`, `TRUE`/`FALSE`).
 //!
 //! A write runs in [`Db::atomic`] (a savepoint, or a transaction of its own outside a
 //! batch); a read in [`Db::read`] (SQLite reads straight away, PostgreSQL in a
@@ -42,14 +44,6 @@ impl Dialect {
         match self {
             Dialect::Sqlite => "min",
             Dialect::Postgres => "LEAST",
-        }
-    }
-
-    /// The length in bytes of a blob column.
-    pub fn blob_len(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => "length",
-            Dialect::Postgres => "octet_length",
         }
     }
 }

@@ -16,9 +16,9 @@
 
 use std::collections::BTreeMap;
 
+use super::errors::StoreError;
 use super::output::{AppendOutcome, Placement};
 use super::sql::Db;
-use super::store::{Store, StoreError};
 use super::{attempts, deliveries, events, output, runs, wrappers};
 use crate::wire::db::{
     AttemptRecord, EventFilter, EventRecord, NewEvent, NewRun, OutputBytes, OutputLimit,
@@ -291,25 +291,6 @@ pub struct Heard {
     /// The connection is new: whatever was announced before it listened is not here.
     pub fresh: bool,
     pub payloads: Vec<String>,
-}
-
-impl Storage for Store {
-    fn engine(&self) -> &'static str {
-        "sqlite"
-    }
-    fn begin_batch(&mut self) -> Result<(), StoreError> {
-        Store::begin_batch(self)
-    }
-    fn commit_batch(&mut self) -> Result<(), StoreError> {
-        Store::commit_batch(self)
-    }
-    fn rollback_batch(&mut self) -> Result<(), StoreError> {
-        Store::rollback_batch(self)
-    }
-    fn reclaim_after_prune(&mut self) -> Result<(), StoreError> {
-        // Outside any transaction: give freed pages back, then shrink the log.
-        self.reclaim_space(10_000).and_then(|()| self.checkpoint())
-    }
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 //! Outline:
 //! 1. [`Store::open`] creates or migrates the file (see `schema`); [`Store::check`] is the
 //!    read-only check for `saltpeter-cleanup`.
-//! 2. The loop groups requests in a batch: [`Store::begin_batch`], any number of
-//!    operations, [`Store::commit_batch`]; only after the commit does it acknowledge
+//! 2. The loop groups requests in a batch: [`Storage::begin_batch`], any number of
+//!    operations, [`Storage::commit_batch`]; only after the commit does it acknowledge
 //!    output to wrappers. Every operation also works outside a batch (it then commits on
 //!    its own).
 //! 3. Each write operation runs inside a savepoint, so one that fails half-way leaves no
@@ -18,17 +18,18 @@
 //! Errors: [`StoreError::DiskFull`] is distinct so the loop can report it and keep its
 //! queued requests. SQLite may roll a whole transaction back on such an error; the store
 //! then refuses further operations in that batch with [`StoreError::BatchLost`] until the
-//! loop calls [`Store::rollback_batch`] and applies the batch's requests again.
+//! loop calls [`Storage::rollback_batch`] and applies the batch's requests again.
 
 use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 use rusqlite::types::{ToSqlOutput, ValueRef};
 
+pub(crate) use super::errors::sql_error;
 pub use super::errors::{Op, StoreError};
-pub(crate) use super::errors::{from_db, parse_name, sql_error, to_db};
 use super::schema;
 use super::sql::{Db, Dialect, Row, Value};
+use super::storage::Storage;
 
 /// Prepared statements kept; above the number of distinct statements the store runs
 /// (filters of `list_runs`/`list_events` build a few variants each).
@@ -103,54 +104,6 @@ impl Store {
         self.batch && !self.conn.is_autocommit()
     }
 
-    /// Opens a batch: the following operations become durable together at
-    /// [`Store::commit_batch`]. Takes the write lock at once (`BEGIN IMMEDIATE`).
-    pub fn begin_batch(&mut self) -> Result<(), StoreError> {
-        if self.batch {
-            return Err(StoreError::Invalid {
-                op: Op::BeginBatch,
-                reason: "a batch is already open".into(),
-            });
-        }
-        self.simple(Op::BeginBatch, "BEGIN IMMEDIATE")?;
-        self.batch = true;
-        Ok(())
-    }
-
-    /// Commits the open batch. On any error nothing of the batch is durable and the
-    /// batch is closed; the caller keeps its requests and applies them again later.
-    pub fn commit_batch(&mut self) -> Result<(), StoreError> {
-        if !self.batch {
-            return Err(StoreError::Invalid {
-                op: Op::CommitBatch,
-                reason: "no batch is open".into(),
-            });
-        }
-        self.batch = false;
-        if self.conn.is_autocommit() {
-            return Err(StoreError::BatchLost {
-                op: Op::CommitBatch,
-            });
-        }
-        let committed = self.simple(Op::CommitBatch, "COMMIT");
-        if committed.is_err() && !self.conn.is_autocommit() {
-            // A failed COMMIT (disk full, busy) leaves the transaction open: end it so
-            // the next batch starts clean.
-            let _ = self.conn.execute_batch("ROLLBACK");
-        }
-        committed
-    }
-
-    /// Discards the open batch (also after [`StoreError::BatchLost`]); a no-op when none
-    /// is open.
-    pub fn rollback_batch(&mut self) -> Result<(), StoreError> {
-        self.batch = false;
-        if self.conn.is_autocommit() {
-            return Ok(());
-        }
-        self.simple(Op::RollbackBatch, "ROLLBACK")
-    }
-
     fn simple(&self, op: Op, sql: &str) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(sql)
@@ -198,6 +151,65 @@ impl Store {
         self.conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .map_err(sql_error(Op::ReclaimSpace))
+    }
+}
+
+impl Storage for Store {
+    fn engine(&self) -> &'static str {
+        "sqlite"
+    }
+
+    /// Opens a batch: the following operations become durable together at
+    /// [`Storage::commit_batch`]. Takes the write lock at once (`BEGIN IMMEDIATE`).
+    fn begin_batch(&mut self) -> Result<(), StoreError> {
+        if self.batch {
+            return Err(StoreError::Invalid {
+                op: Op::BeginBatch,
+                reason: "a batch is already open".into(),
+            });
+        }
+        self.simple(Op::BeginBatch, "BEGIN IMMEDIATE")?;
+        self.batch = true;
+        Ok(())
+    }
+
+    /// Commits the open batch. On any error nothing of the batch is durable and the
+    /// batch is closed; the caller keeps its requests and applies them again later.
+    fn commit_batch(&mut self) -> Result<(), StoreError> {
+        if !self.batch {
+            return Err(StoreError::Invalid {
+                op: Op::CommitBatch,
+                reason: "no batch is open".into(),
+            });
+        }
+        self.batch = false;
+        if self.conn.is_autocommit() {
+            return Err(StoreError::BatchLost {
+                op: Op::CommitBatch,
+            });
+        }
+        let committed = self.simple(Op::CommitBatch, "COMMIT");
+        if committed.is_err() && !self.conn.is_autocommit() {
+            // A failed COMMIT (disk full, busy) leaves the transaction open: end it so
+            // the next batch starts clean.
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        committed
+    }
+
+    /// Discards the open batch (also after [`StoreError::BatchLost`]); a no-op when none
+    /// is open.
+    fn rollback_batch(&mut self) -> Result<(), StoreError> {
+        self.batch = false;
+        if self.conn.is_autocommit() {
+            return Ok(());
+        }
+        self.simple(Op::RollbackBatch, "ROLLBACK")
+    }
+
+    fn reclaim_after_prune(&mut self) -> Result<(), StoreError> {
+        // Outside any transaction: give freed pages back, then shrink the log.
+        self.reclaim_space(10_000).and_then(|()| self.checkpoint())
     }
 }
 

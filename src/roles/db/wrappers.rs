@@ -17,8 +17,8 @@
 
 use std::collections::BTreeSet;
 
+use super::errors::{Op, StoreError};
 use super::sql::{Db, params};
-use super::store::{Op, StoreError};
 use crate::wire::db::WrapperSeen;
 
 /// Longest minion id stored (bytes); main's own bounds are well below.

@@ -279,8 +279,13 @@ impl PgStore {
     pub(crate) fn connection_lost(&self) -> bool {
         self.client.as_ref().is_none_or(Client::is_closed)
     }
+}
 
-    pub fn begin_batch(&mut self) -> Result<(), StoreError> {
+impl Storage for PgStore {
+    fn engine(&self) -> &'static str {
+        "postgresql"
+    }
+    fn begin_batch(&mut self) -> Result<(), StoreError> {
         if self.batch {
             return Err(StoreError::Invalid {
                 op: Op::BeginBatch,
@@ -292,7 +297,7 @@ impl PgStore {
         Ok(())
     }
 
-    pub fn commit_batch(&mut self) -> Result<(), StoreError> {
+    fn commit_batch(&mut self) -> Result<(), StoreError> {
         if !self.batch {
             return Err(StoreError::Invalid {
                 op: Op::CommitBatch,
@@ -314,7 +319,7 @@ impl PgStore {
         committed
     }
 
-    pub fn rollback_batch(&mut self) -> Result<(), StoreError> {
+    fn rollback_batch(&mut self) -> Result<(), StoreError> {
         let was = self.batch;
         self.batch = false;
         if !was || self.connection_lost() {
@@ -322,21 +327,6 @@ impl PgStore {
         }
         self.sql(Op::RollbackBatch)?
             .simple(Op::RollbackBatch, "ROLLBACK")
-    }
-}
-
-impl Storage for PgStore {
-    fn engine(&self) -> &'static str {
-        "postgresql"
-    }
-    fn begin_batch(&mut self) -> Result<(), StoreError> {
-        PgStore::begin_batch(self)
-    }
-    fn commit_batch(&mut self) -> Result<(), StoreError> {
-        PgStore::commit_batch(self)
-    }
-    fn rollback_batch(&mut self) -> Result<(), StoreError> {
-        PgStore::rollback_batch(self)
     }
     fn reclaim_after_prune(&mut self) -> Result<(), StoreError> {
         Ok(())
