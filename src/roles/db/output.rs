@@ -310,21 +310,16 @@ impl<D: Db> Chunks for Target<'_, '_, D> {
     fn delete_tail(&mut self, head: u64) -> Result<u64, StoreError> {
         let op = Op::AppendOutput;
         let head = to_db(op, "head bytes", head)?;
-        let bytes: i64 = match self.db.row(
+        let mut bytes = 0;
+        for row in self.db.rows(
             op,
-            "SELECT CAST(coalesce(sum(coalesce(raw_len, length(data))), 0) AS BIGINT)
-             FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3",
+            "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3
+             RETURNING CAST(coalesce(raw_len, length(data)) AS BIGINT)",
             params![self.run_id, self.machine, head],
         )? {
-            Some(row) => row.get(op, 0)?,
-            None => 0,
-        };
-        self.db.exec(
-            op,
-            "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3",
-            params![self.run_id, self.machine, head],
-        )?;
-        from_db(op, "output_chunks.data", bytes)
+            bytes += from_db(op, "output_chunks.data", row.get(op, 0)?)?;
+        }
+        Ok(bytes)
     }
 
     /// Removes up to `excess` bytes from the front of the tail window (the whole oldest
@@ -336,35 +331,35 @@ impl<D: Db> Chunks for Target<'_, '_, D> {
     fn shed_oldest_tail(&mut self, p: &Progress, excess: u64) -> Result<u64, StoreError> {
         let op = Op::AppendOutput;
         let pos = to_db(op, "output position", p.head + p.omitted)?;
+        let excess_db = to_db(op, "trim", excess)?;
+        // The whole oldest chunk when it fits in the excess (one statement)...
+        if let Some(row) = self.db.row(
+            op,
+            "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos = ?3
+             AND coalesce(raw_len, length(data)) <= CAST(?4 AS BIGINT)
+             RETURNING CAST(coalesce(raw_len, length(data)) AS BIGINT)",
+            params![self.run_id, self.machine, pos, excess_db],
+        )? {
+            return from_db(op, "output_chunks.data", row.get(op, 0)?);
+        }
+        // ... else its front.
         let Some(row) = self.db.row(
             op,
-            "SELECT CAST(coalesce(raw_len, length(data)) AS BIGINT), encoding
-             FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
+            "SELECT encoding FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
             params![self.run_id, self.machine, pos],
         )?
         else {
             return Ok(0);
         };
-        let len = from_db(op, "output_chunks.data", row.get(op, 0)?)?;
-        let encoding: i64 = row.get(op, 1)?;
-        if len <= excess {
-            self.db.exec(
-                op,
-                "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
-                params![self.run_id, self.machine, pos],
-            )?;
-            return Ok(len);
-        }
-        if encoding != Encoding::Plain as i64 {
+        if row.get::<i64>(op, 0)? != Encoding::Plain as i64 {
             return self.trim_encoded(pos, excess);
         }
-        let cut = to_db(op, "trim", excess)?;
         self.db.exec(
             op,
             "UPDATE output_chunks SET data = substr(data, CAST(?4 AS INTEGER) + 1),
              pos = pos + CAST(?4 AS INTEGER)
              WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
-            params![self.run_id, self.machine, pos, cut],
+            params![self.run_id, self.machine, pos, excess_db],
         )?;
         Ok(excess)
     }
