@@ -181,7 +181,7 @@ pub fn read_output<D: Db>(
     let mut before_gap = query.from < gap_end;
     for mut row in rows {
         let pos = from_db(op, "output_chunks.pos", row.get(op, 0)?)?;
-        let bytes = decoded(op, row.take(op, 1)?, row.get(op, 2)?, row.get(op, 3)?)?;
+        let bytes = decoded(op, row.take_blob(op, 1)?, row.get(op, 2)?, row.get(op, 3)?)?;
         let skip = usize::try_from(query.from.saturating_sub(pos)).unwrap_or(usize::MAX);
         let Some(bytes) = bytes.get(skip..) else {
             continue;
@@ -379,7 +379,7 @@ impl<D: Db> Target<'_, '_, D> {
         else {
             return Ok(0);
         };
-        let data = decoded(op, row.take(op, 0)?, row.get(op, 1)?, row.get(op, 2)?)?;
+        let data = decoded(op, row.take_blob(op, 0)?, row.get(op, 1)?, row.get(op, 2)?)?;
         let t = trim_front(op, &data, excess, self.compress)?;
         self.db.exec(
             op,

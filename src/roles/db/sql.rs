@@ -213,18 +213,12 @@ impl Row {
         })
     }
 
-    /// Takes column `idx` out of the row (a blob without copying it).
-    pub fn take<T: FromValue>(&mut self, op: Op, idx: usize) -> Result<T, StoreError> {
-        if let Some(Value::Blob(Cow::Owned(bytes))) = self.0.get_mut(idx) {
-            let bytes = std::mem::take(bytes);
-            return T::from_value(&Value::Blob(Cow::Owned(bytes))).ok_or_else(|| {
-                StoreError::Invalid {
-                    op,
-                    reason: format!("column {idx} holds bytes"),
-                }
-            });
+    /// Takes the bytes of column `idx` out of the row, without copying them.
+    pub fn take_blob(&mut self, op: Op, idx: usize) -> Result<Vec<u8>, StoreError> {
+        match self.0.get_mut(idx) {
+            Some(Value::Blob(bytes)) => Ok(std::mem::take(bytes).into_owned()),
+            _ => self.get(op, idx),
         }
-        self.get(op, idx)
     }
 }
 
