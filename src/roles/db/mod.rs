@@ -13,6 +13,7 @@
 pub mod attempts;
 pub mod deliveries;
 mod errors;
+pub mod events;
 pub mod joblog;
 mod lease;
 pub mod live;
@@ -22,6 +23,7 @@ pub mod pg;
 mod placement;
 pub mod runs;
 pub mod schema;
+pub mod sql;
 pub mod storage;
 pub mod store;
 mod stored_chunk;

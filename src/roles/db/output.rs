@@ -7,7 +7,7 @@
 //! target row keeps `seq_contiguous` (all of 1..=it seen); seqs seen above it (only after
 //! a lost frame, until the wrapper resends from the acknowledged seq) sit in
 //! `output_seen` until the gap closes. What the hub acknowledges is
-//! [`Store::max_contiguous_seq`], read after the batch commits.
+//! [`max_contiguous_seq`], read after the batch commits.
 //!
 //! Output limit, in arrival order: the first `head` bytes are kept; later bytes go to a
 //! rolling tail window of `tail` bytes whose oldest chunks are deleted (or trimmed) as
@@ -23,20 +23,19 @@
 //! byte counts of the target row are all uncompressed bytes; readers get the bytes back
 //! as the command wrote them.
 
-use rusqlite::{Connection, OptionalExtension, params};
-
+use super::errors::{Op, StoreError, from_db, to_db};
 pub(crate) use super::placement::{Chunks, Frame, Placement, Progress, place_within_limit};
-use super::store::{Op, Store, StoreError, from_db, sql_error, to_db};
+use super::sql::{Db, params};
 use super::stored_chunk::{decoded, raw_len_column, trim_front};
 use crate::wire::compress::{Encoding, encode_chunk};
-use crate::wire::db::{OutputBytes, OutputLimit, OutputQuery};
+use crate::wire::db::{OutputBytes, OutputQuery};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::Stream;
 
 /// Seqs that may wait above a gap per target; more means the wrapper is not resending.
 pub const MAX_PENDING_SEQS: u64 = 100_000;
 
-/// What [`Store::append_output`] did with a frame.
+/// What [`append_output_placed`] did with a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendOutcome {
     /// The seq was already seen; nothing changed.
@@ -45,217 +44,234 @@ pub struct AppendOutcome {
     pub kept: u64,
     /// Bytes that left the store through this frame (its own or older tail bytes).
     pub omitted: u64,
-    /// [`Store::max_contiguous_seq`] after this frame.
+    /// [`max_contiguous_seq`] after this frame.
     pub contiguous_seq: u64,
 }
 
-impl Store {
-    /// Stores one output frame of a target, idempotently by `seq`, within `limit`.
-    pub fn append_output(
-        &mut self,
-        run: RunId,
-        machine: &str,
-        seq: u64,
-        stream: Stream,
-        data: &[u8],
-        limit: OutputLimit,
-    ) -> Result<AppendOutcome, StoreError> {
-        self.append_output_placed(run, machine, seq, stream, data, limit.into())
+/// Stores one output frame of a target, idempotently by `seq`, knowing what follows the
+/// frame in its batch (`placement`).
+pub fn append_output_placed<D: Db>(
+    db: &mut D,
+    run: RunId,
+    machine: &str,
+    seq: u64,
+    stream: Stream,
+    data: &[u8],
+    placement: Placement,
+) -> Result<AppendOutcome, StoreError> {
+    let op = Op::AppendOutput;
+    let run_id = to_db(op, "run id", run)?;
+    if seq == 0 {
+        return Err(StoreError::Invalid {
+            op,
+            reason: "output seq 0 (seqs start at 1)".into(),
+        });
     }
-
-    /// [`Store::append_output`] knowing what follows the frame in its batch.
-    pub fn append_output_placed(
-        &mut self,
-        run: RunId,
-        machine: &str,
-        seq: u64,
-        stream: Stream,
-        data: &[u8],
-        placement: Placement,
-    ) -> Result<AppendOutcome, StoreError> {
-        let op = Op::AppendOutput;
-        let run_id = to_db(op, "run id", run)?;
-        if seq == 0 {
-            return Err(StoreError::Invalid {
-                op,
-                reason: "output seq 0 (seqs start at 1)".into(),
+    to_db(op, "output seq", seq)?;
+    let compress = db.compress_output();
+    db.atomic(op, |db| {
+        let mut target = Target {
+            db,
+            run_id,
+            machine,
+            compress,
+        };
+        let mut progress = target.progress(op)?.ok_or_else(|| StoreError::NotFound {
+            op,
+            what: format!("target {machine} of run {run}"),
+        })?;
+        let sheds_tail = placement.sheds_tail(&progress, seq);
+        if !target.mark_seen(&mut progress, seq)? {
+            return Ok(AppendOutcome {
+                duplicate: true,
+                kept: 0,
+                omitted: 0,
+                contiguous_seq: progress.contiguous,
             });
         }
-        to_db(op, "output seq", seq)?;
-        let compress = self.compress_output;
-        self.atomic(op, |conn| {
-            let mut target = Target {
-                conn,
-                run_id,
-                machine,
-                compress,
-            };
-            let mut progress = target.progress()?.ok_or_else(|| StoreError::NotFound {
-                op,
-                what: format!("target {machine} of run {run}"),
-            })?;
-            let sheds_tail = placement.sheds_tail(&progress, seq);
-            if !target.mark_seen(&mut progress, seq)? {
-                return Ok(AppendOutcome {
-                    duplicate: true,
-                    kept: 0,
-                    omitted: 0,
-                    contiguous_seq: progress.contiguous,
-                });
-            }
-            let frame = Frame { seq, stream, data };
-            let (kept, omitted) = place_within_limit(
-                &mut target,
-                &mut progress,
-                frame,
-                placement.limit,
-                sheds_tail,
-            )?;
-            target.save(&progress)?;
-            Ok(AppendOutcome {
-                duplicate: false,
-                kept,
-                omitted,
-                contiguous_seq: progress.contiguous,
-            })
+        let frame = Frame { seq, stream, data };
+        let (kept, omitted) = place_within_limit(
+            &mut target,
+            &mut progress,
+            frame,
+            placement.limit,
+            sheds_tail,
+        )?;
+        target.save(&progress)?;
+        Ok(AppendOutcome {
+            duplicate: false,
+            kept,
+            omitted,
+            contiguous_seq: progress.contiguous,
         })
-    }
+    })
+}
 
-    /// Highest seq such that every seq in `1..=seq` is stored or accounted for.
-    pub fn max_contiguous_seq(&self, run: RunId, machine: &str) -> Result<u64, StoreError> {
-        let op = Op::ReadOutput;
-        let target = Target {
-            conn: &self.conn,
-            run_id: to_db(op, "run id", run)?,
+/// Highest seq such that every seq in `1..=seq` is stored or accounted for.
+pub fn max_contiguous_seq<D: Db>(db: &mut D, run: RunId, machine: &str) -> Result<u64, StoreError> {
+    let op = Op::ReadOutput;
+    let run_id = to_db(op, "run id", run)?;
+    let progress = db.read(op, |db| {
+        Target {
+            db,
+            run_id,
             machine,
             compress: false,
-        };
-        match target.progress_for(op)? {
-            Some(progress) => Ok(progress.contiguous),
-            None => Err(StoreError::NotFound {
-                op,
-                what: format!("target {machine} of run {run}"),
-            }),
         }
-    }
-
-    /// All kept output of a target, in arrival order.
-    pub fn output(&self, run: RunId, machine: &str) -> Result<OutputBytes, StoreError> {
-        self.read_output(run, machine, &OutputQuery::default())
-    }
-
-    /// Part of a target's kept output (a stream, a position onwards, a tail).
-    pub fn read_output(
-        &self,
-        run: RunId,
-        machine: &str,
-        query: &OutputQuery,
-    ) -> Result<OutputBytes, StoreError> {
-        let op = Op::ReadOutput;
-        let target = Target {
-            conn: &self.conn,
-            run_id: to_db(op, "run id", run)?,
-            machine,
-            compress: false,
-        };
-        let progress = target
-            .progress_for(op)?
-            .ok_or_else(|| StoreError::NotFound {
-                op,
-                what: format!("target {machine} of run {run}"),
-            })?;
-        let from = to_db(op, "output position", query.from)?;
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                // Seek to the chunk holding `from` instead of scanning the target.
-                "SELECT pos, data, encoding, raw_len FROM output_chunks
-                 WHERE run_id = ?1 AND machine = ?2 AND pos >= coalesce(
-                     (SELECT max(pos) FROM output_chunks
-                      WHERE run_id = ?1 AND machine = ?2 AND pos <= ?3), 0)
-                 AND pos + coalesce(raw_len, length(data)) > ?3
-                 AND (?4 IS NULL OR stream = ?4) ORDER BY pos",
-            )
-            .map_err(sql_error(op))?;
-        let chunks = stmt
-            .query_map(
-                params![target.run_id, machine, from, query.stream.map(|s| s as u8)],
-                |row| {
-                    Ok((
-                        row.get::<_, i64>(0)?,
-                        row.get::<_, Vec<u8>>(1)?,
-                        row.get::<_, i64>(2)?,
-                        row.get::<_, Option<i64>>(3)?,
-                    ))
-                },
-            )
-            .map_err(sql_error(op))?;
-
-        let gap_end = progress.head + progress.omitted;
-        let mut out = OutputBytes {
-            omitted_bytes: progress.omitted,
-            total_bytes: progress.total,
-            ..OutputBytes::default()
-        };
-        // (index in data, absolute position) where each chunk's bytes begin.
-        let mut starts: Vec<(usize, u64)> = Vec::new();
-        let mut before_gap = query.from < gap_end;
-        for chunk in chunks {
-            let (pos, bytes, encoding, raw_len) = chunk.map_err(sql_error(op))?;
-            let pos = from_db(op, "output_chunks.pos", pos)?;
-            let bytes = decoded(op, bytes, encoding, raw_len)?;
-            let skip = usize::try_from(query.from.saturating_sub(pos)).unwrap_or(usize::MAX);
-            let Some(bytes) = bytes.get(skip..) else {
-                continue;
-            };
-            if before_gap && progress.omitted > 0 && pos >= gap_end {
-                out.omitted_at = Some(out.data.len());
-            }
-            before_gap = pos < progress.head;
-            starts.push((out.data.len(), pos + skip as u64));
-            out.data.extend_from_slice(bytes);
-        }
-
-        if let Some(tail) = query.tail {
-            let keep = usize::try_from(tail).unwrap_or(usize::MAX);
-            let cut = out.data.len().saturating_sub(keep);
-            if cut > 0 {
-                out.data.drain(..cut);
-                out.omitted_at = out.omitted_at.and_then(|at| at.checked_sub(cut));
-                // Chunks wholly before the cut go; the one the cut falls in starts later.
-                let first = starts
-                    .iter()
-                    .rposition(|(start, _)| *start <= cut)
-                    .unwrap_or(0);
-                starts = starts
-                    .split_off(first)
-                    .into_iter()
-                    .map(|(start, pos)| match start.checked_sub(cut) {
-                        Some(start) => (start, pos),
-                        None => (0, pos + (cut - start) as u64),
-                    })
-                    .collect();
-            }
-        }
-        out.next_from = progress.total;
-        if let Some(max) = query.max_bytes {
-            let max = usize::try_from(max).unwrap_or(usize::MAX);
-            if out.data.len() > max {
-                // Position of the first byte not returned.
-                out.next_from = match starts.iter().rev().find(|(start, _)| *start <= max) {
-                    Some((start, pos)) => pos + (max - start) as u64,
-                    None => progress.total,
-                };
-                out.data.truncate(max);
-                out.omitted_at = out.omitted_at.filter(|at| *at <= max);
-            }
-        }
-        Ok(out)
+        .progress(op)
+    })?;
+    match progress {
+        Some(progress) => Ok(progress.contiguous),
+        None => Err(StoreError::NotFound {
+            op,
+            what: format!("target {machine} of run {run}"),
+        }),
     }
 }
 
+/// All kept output of a target, in arrival order.
+pub fn output<D: Db>(db: &mut D, run: RunId, machine: &str) -> Result<OutputBytes, StoreError> {
+    read_output(db, run, machine, &OutputQuery::default())
+}
+
+/// Part of a target's kept output (a stream, a position onwards, a tail).
+pub fn read_output<D: Db>(
+    db: &mut D,
+    run: RunId,
+    machine: &str,
+    query: &OutputQuery,
+) -> Result<OutputBytes, StoreError> {
+    let op = Op::ReadOutput;
+    let run_id = to_db(op, "run id", run)?;
+    let from = to_db(op, "output position", query.from)?;
+    let (progress, rows) = db.read(op, |db| {
+        let progress = Target {
+            db: &mut *db,
+            run_id,
+            machine,
+            compress: false,
+        }
+        .progress(op)?
+        .ok_or_else(|| StoreError::NotFound {
+            op,
+            what: format!("target {machine} of run {run}"),
+        })?;
+        let rows = db.rows(
+            op,
+            // Seek to the chunk holding `from` instead of scanning the target.
+            "SELECT pos, data, encoding, raw_len FROM output_chunks
+             WHERE run_id = ?1 AND machine = ?2 AND pos >= coalesce(
+                 (SELECT max(pos) FROM output_chunks
+                  WHERE run_id = ?1 AND machine = ?2 AND pos <= ?3), 0)
+             AND pos + coalesce(raw_len, length(data)) > ?3
+             AND (CAST(?4 AS INTEGER) IS NULL OR stream = ?4) ORDER BY pos",
+            params![run_id, machine, from, query.stream.map(|s| s as u8)],
+        )?;
+        Ok((progress, rows))
+    })?;
+
+    let gap_end = progress.head + progress.omitted;
+    let mut out = OutputBytes {
+        omitted_bytes: progress.omitted,
+        total_bytes: progress.total,
+        ..OutputBytes::default()
+    };
+    // (index in data, absolute position) where each chunk's bytes begin.
+    let mut starts: Vec<(usize, u64)> = Vec::new();
+    let mut before_gap = query.from < gap_end;
+    for mut row in rows {
+        let pos = from_db(op, "output_chunks.pos", row.get(op, 0)?)?;
+        let bytes = decoded(op, row.take_blob(op, 1)?, row.get(op, 2)?, row.get(op, 3)?)?;
+        let skip = usize::try_from(query.from.saturating_sub(pos)).unwrap_or(usize::MAX);
+        let Some(bytes) = bytes.get(skip..) else {
+            continue;
+        };
+        if before_gap && progress.omitted > 0 && pos >= gap_end {
+            out.omitted_at = Some(out.data.len());
+        }
+        before_gap = pos < progress.head;
+        starts.push((out.data.len(), pos + skip as u64));
+        out.data.extend_from_slice(bytes);
+    }
+
+    if let Some(tail) = query.tail {
+        let keep = usize::try_from(tail).unwrap_or(usize::MAX);
+        let cut = out.data.len().saturating_sub(keep);
+        if cut > 0 {
+            out.data.drain(..cut);
+            out.omitted_at = out.omitted_at.and_then(|at| at.checked_sub(cut));
+            // Chunks wholly before the cut go; the one the cut falls in starts later.
+            let first = starts
+                .iter()
+                .rposition(|(start, _)| *start <= cut)
+                .unwrap_or(0);
+            starts = starts
+                .split_off(first)
+                .into_iter()
+                .map(|(start, pos)| match start.checked_sub(cut) {
+                    Some(start) => (start, pos),
+                    None => (0, pos + (cut - start) as u64),
+                })
+                .collect();
+        }
+    }
+    out.next_from = progress.total;
+    if let Some(max) = query.max_bytes {
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        if out.data.len() > max {
+            // Position of the first byte not returned.
+            out.next_from = match starts.iter().rev().find(|(start, _)| *start <= max) {
+                Some((start, pos)) => pos + (max - start) as u64,
+                None => progress.total,
+            };
+            out.data.truncate(max);
+            out.omitted_at = out.omitted_at.filter(|at| *at <= max);
+        }
+    }
+    Ok(out)
+}
+
+/// The last `bytes` of each target's output (lossy UTF-8), for a notification.
+pub fn output_tails<D: Db>(
+    db: &mut D,
+    run: RunId,
+    bytes: u64,
+    max_targets: usize,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let op = Op::ReadOutput;
+    let id = to_db(op, "run id", run)?;
+    let machines: Vec<String> = db.read(op, |db| {
+        db.rows(
+            op,
+            "SELECT machine FROM targets WHERE run_id = ?1 ORDER BY machine",
+            params![id],
+        )?
+        .iter()
+        .map(|row| row.get(op, 0))
+        .collect()
+    })?;
+    let query = OutputQuery {
+        tail: Some(bytes),
+        ..Default::default()
+    };
+    let mut tails = Vec::new();
+    for machine in machines.into_iter().take(max_targets) {
+        let out = read_output(db, run, &machine, &query)?;
+        tails.push((machine, String::from_utf8_lossy(&out.data).into_owned()));
+    }
+    Ok(tails)
+}
+
 /// One target's output rows, inside an operation.
-impl Chunks for Target<'_, '_> {
+struct Target<'d, 'm, D> {
+    db: &'d mut D,
+    run_id: i64,
+    machine: &'m str,
+    /// Write chunks compressed when that pays.
+    compress: bool,
+}
+
+impl<D: Db> Chunks for Target<'_, '_, D> {
     fn insert_chunk(
         &mut self,
         pos: u64,
@@ -271,25 +287,22 @@ impl Chunks for Target<'_, '_> {
         let seq = to_db(op, "output seq", seq)?;
         let stored = encode_chunk(data, self.compress);
         let raw_len = raw_len_column(op, &stored, data.len())?;
-        self.conn
-            .prepare_cached(
-                "INSERT INTO output_chunks
-                 (run_id, machine, pos, seq, stream, data, encoding, raw_len)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    self.run_id,
-                    self.machine,
-                    pos,
-                    seq,
-                    stream as u8,
-                    stored.bytes.as_ref(),
-                    stored.encoding as i64,
-                    raw_len
-                ])
-            })
-            .map_err(sql_error(op))?;
+        self.db.exec(
+            op,
+            "INSERT INTO output_chunks
+             (run_id, machine, pos, seq, stream, data, encoding, raw_len)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                self.run_id,
+                self.machine,
+                pos,
+                seq,
+                stream as u8,
+                stored.bytes.as_ref(),
+                stored.encoding as i64,
+                raw_len
+            ],
+        )?;
         Ok(())
     }
 
@@ -297,23 +310,16 @@ impl Chunks for Target<'_, '_> {
     fn delete_tail(&mut self, head: u64) -> Result<u64, StoreError> {
         let op = Op::AppendOutput;
         let head = to_db(op, "head bytes", head)?;
-        let bytes: i64 = self
-            .conn
-            .prepare_cached(
-                "SELECT coalesce(sum(coalesce(raw_len, length(data))), 0) FROM output_chunks
-                 WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3",
-            )
-            .and_then(|mut stmt| {
-                stmt.query_row(params![self.run_id, self.machine, head], |r| r.get(0))
-            })
-            .map_err(sql_error(op))?;
-        self.conn
-            .prepare_cached(
-                "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3",
-            )
-            .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, head]))
-            .map_err(sql_error(op))?;
-        from_db(op, "output_chunks.data", bytes)
+        let mut bytes = 0;
+        for row in self.db.rows(
+            op,
+            "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos >= ?3
+             RETURNING CAST(coalesce(raw_len, length(data)) AS BIGINT)",
+            params![self.run_id, self.machine, head],
+        )? {
+            bytes += from_db(op, "output_chunks.data", row.get(op, 0)?)?;
+        }
+        Ok(bytes)
     }
 
     /// Removes up to `excess` bytes from the front of the tail window (the whole oldest
@@ -325,167 +331,132 @@ impl Chunks for Target<'_, '_> {
     fn shed_oldest_tail(&mut self, p: &Progress, excess: u64) -> Result<u64, StoreError> {
         let op = Op::AppendOutput;
         let pos = to_db(op, "output position", p.head + p.omitted)?;
-        let len = self
-            .conn
-            .prepare_cached(
-                "SELECT coalesce(raw_len, length(data)), encoding FROM output_chunks
-                 WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
-            )
-            .and_then(|mut stmt| {
-                stmt.query_row(params![self.run_id, self.machine, pos], |row| {
-                    Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?))
-                })
-                .optional()
-            })
-            .map_err(sql_error(op))?;
-        let Some((len, encoding)) = len else {
+        let excess_db = to_db(op, "trim", excess)?;
+        // The whole oldest chunk when it fits in the excess (one statement)...
+        if let Some(row) = self.db.row(
+            op,
+            "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos = ?3
+             AND coalesce(raw_len, length(data)) <= CAST(?4 AS BIGINT)
+             RETURNING CAST(coalesce(raw_len, length(data)) AS BIGINT)",
+            params![self.run_id, self.machine, pos, excess_db],
+        )? {
+            return from_db(op, "output_chunks.data", row.get(op, 0)?);
+        }
+        // ... else its front.
+        let Some(row) = self.db.row(
+            op,
+            "SELECT encoding FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
+            params![self.run_id, self.machine, pos],
+        )?
+        else {
             return Ok(0);
         };
-        let len = from_db(op, "output_chunks.data", len)?;
-        if len <= excess {
-            self.conn
-                .prepare_cached(
-                    "DELETE FROM output_chunks WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
-                )
-                .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, pos]))
-                .map_err(sql_error(op))?;
-            return Ok(len);
-        }
-        let cut = to_db(op, "trim", excess)?;
-        if encoding != Encoding::Plain as i64 {
+        if row.get::<i64>(op, 0)? != Encoding::Plain as i64 {
             return self.trim_encoded(pos, excess);
         }
-        self.conn
-            .prepare_cached(
-                "UPDATE output_chunks SET data = substr(data, ?4 + 1), pos = pos + ?4
-                 WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
-            )
-            .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, pos, cut]))
-            .map_err(sql_error(op))?;
+        self.db.exec(
+            op,
+            "UPDATE output_chunks SET data = substr(data, CAST(?4 AS INTEGER) + 1),
+             pos = pos + CAST(?4 AS INTEGER)
+             WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
+            params![self.run_id, self.machine, pos, excess_db],
+        )?;
         Ok(excess)
     }
 }
 
-impl Target<'_, '_> {
+impl<D: Db> Target<'_, '_, D> {
     /// Cuts the first `excess` bytes of an encoded chunk at `pos`: decoded, cut and
     /// stored again (encoded when the rest still pays).
     fn trim_encoded(&mut self, pos: i64, excess: u64) -> Result<u64, StoreError> {
         let op = Op::AppendOutput;
-        let (bytes, encoding, raw_len) = self
-            .conn
-            .query_row(
-                "SELECT data, encoding, raw_len FROM output_chunks
-                 WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
-                params![self.run_id, self.machine, pos],
-                |row| Ok((row.get::<_, Vec<u8>>(0)?, row.get(1)?, row.get(2)?)),
-            )
-            .map_err(sql_error(op))?;
-        let data = decoded(op, bytes, encoding, raw_len)?;
+        let Some(mut row) = self.db.row(
+            op,
+            "SELECT data, encoding, raw_len FROM output_chunks
+             WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
+            params![self.run_id, self.machine, pos],
+        )?
+        else {
+            return Ok(0);
+        };
+        let data = decoded(op, row.take_blob(op, 0)?, row.get(op, 1)?, row.get(op, 2)?)?;
         let t = trim_front(op, &data, excess, self.compress)?;
-        self.conn
-            .execute(
-                "UPDATE output_chunks SET data = ?4, encoding = ?5, raw_len = ?6, pos = pos + ?7
-                 WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
-                params![
-                    self.run_id,
-                    self.machine,
-                    pos,
-                    t.bytes,
-                    t.encoding as i64,
-                    t.raw_len,
-                    t.shift
-                ],
-            )
-            .map_err(sql_error(op))?;
+        self.db.exec(
+            op,
+            "UPDATE output_chunks SET data = ?4, encoding = ?5, raw_len = ?6, pos = pos + ?7
+             WHERE run_id = ?1 AND machine = ?2 AND pos = ?3",
+            params![
+                self.run_id,
+                self.machine,
+                pos,
+                &t.bytes,
+                t.encoding as i64,
+                t.raw_len,
+                t.shift
+            ],
+        )?;
         Ok(t.cut)
     }
-}
 
-struct Target<'c, 'm> {
-    conn: &'c Connection,
-    run_id: i64,
-    machine: &'m str,
-    /// Write chunks compressed when that pays.
-    compress: bool,
-}
-
-impl Target<'_, '_> {
-    fn progress(&self) -> Result<Option<Progress>, StoreError> {
-        self.progress_for(Op::AppendOutput)
-    }
-
-    fn progress_for(&self, op: Op) -> Result<Option<Progress>, StoreError> {
-        let row = self
-            .conn
-            .prepare_cached(
-                "SELECT seq_contiguous, seq_pending, output_bytes, omitted_bytes,
-                 head_bytes, tail_bytes FROM targets WHERE run_id = ?1 AND machine = ?2",
-            )
-            .and_then(|mut stmt| {
-                stmt.query_row(params![self.run_id, self.machine], |row| {
-                    let mut values = [0i64; 6];
-                    for (index, value) in values.iter_mut().enumerate() {
-                        *value = row.get(index)?;
-                    }
-                    Ok(values)
-                })
-                .optional()
-            })
-            .map_err(sql_error(op))?;
-        let Some([contiguous, pending, total, omitted, head, tail]) = row else {
+    fn progress(&mut self, op: Op) -> Result<Option<Progress>, StoreError> {
+        let Some(row) = self.db.row(
+            op,
+            "SELECT seq_contiguous, seq_pending, output_bytes, omitted_bytes,
+             head_bytes, tail_bytes FROM targets WHERE run_id = ?1 AND machine = ?2",
+            params![self.run_id, self.machine],
+        )?
+        else {
             return Ok(None);
         };
         Ok(Some(Progress {
-            contiguous: from_db(op, "targets.seq_contiguous", contiguous)?,
-            pending: from_db(op, "targets.seq_pending", pending)?,
-            total: from_db(op, "targets.output_bytes", total)?,
-            omitted: from_db(op, "targets.omitted_bytes", omitted)?,
-            head: from_db(op, "targets.head_bytes", head)?,
-            tail: from_db(op, "targets.tail_bytes", tail)?,
+            contiguous: from_db(op, "targets.seq_contiguous", row.get(op, 0)?)?,
+            pending: from_db(op, "targets.seq_pending", row.get(op, 1)?)?,
+            total: from_db(op, "targets.output_bytes", row.get(op, 2)?)?,
+            omitted: from_db(op, "targets.omitted_bytes", row.get(op, 3)?)?,
+            head: from_db(op, "targets.head_bytes", row.get(op, 4)?)?,
+            tail: from_db(op, "targets.tail_bytes", row.get(op, 5)?)?,
         }))
     }
 
-    fn save(&self, p: &Progress) -> Result<(), StoreError> {
+    fn save(&mut self, p: &Progress) -> Result<(), StoreError> {
         let op = Op::AppendOutput;
-        let values = [
-            to_db(op, "seq", p.contiguous)?,
-            to_db(op, "pending seqs", p.pending)?,
-            to_db(op, "output bytes", p.total)?,
-            to_db(op, "omitted bytes", p.omitted)?,
-            to_db(op, "head bytes", p.head)?,
-            to_db(op, "tail bytes", p.tail)?,
-        ];
-        self.conn
-            .prepare_cached(
-                "UPDATE targets SET seq_contiguous = ?3, seq_pending = ?4, output_bytes = ?5,
-                 omitted_bytes = ?6, head_bytes = ?7, tail_bytes = ?8
-                 WHERE run_id = ?1 AND machine = ?2",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    self.run_id,
-                    self.machine,
-                    values[0],
-                    values[1],
-                    values[2],
-                    values[3],
-                    values[4],
-                    values[5]
-                ])
-            })
-            .map_err(sql_error(op))?;
+        self.db.exec(
+            op,
+            "UPDATE targets SET seq_contiguous = ?3, seq_pending = ?4, output_bytes = ?5,
+             omitted_bytes = ?6, head_bytes = ?7, tail_bytes = ?8
+             WHERE run_id = ?1 AND machine = ?2",
+            params![
+                self.run_id,
+                self.machine,
+                to_db(op, "seq", p.contiguous)?,
+                to_db(op, "pending seqs", p.pending)?,
+                to_db(op, "output bytes", p.total)?,
+                to_db(op, "omitted bytes", p.omitted)?,
+                to_db(op, "head bytes", p.head)?,
+                to_db(op, "tail bytes", p.tail)?
+            ],
+        )?;
         Ok(())
     }
 
     /// Records `seq` as seen; false when it already was.
-    fn mark_seen(&self, p: &mut Progress, seq: u64) -> Result<bool, StoreError> {
+    fn mark_seen(&mut self, p: &mut Progress, seq: u64) -> Result<bool, StoreError> {
         let op = Op::AppendOutput;
         let seq_db = to_db(op, "output seq", seq)?;
         if seq <= p.contiguous {
             return Ok(false);
         }
         if seq > p.contiguous + 1 {
-            if p.pending > 0 && self.seen_above_gap(seq_db)? {
+            if p.pending > 0
+                && self
+                    .db
+                    .row(
+                        op,
+                        "SELECT 1 FROM output_seen WHERE run_id = ?1 AND machine = ?2 AND seq = ?3",
+                        params![self.run_id, self.machine, seq_db],
+                    )?
+                    .is_some()
+            {
                 return Ok(false);
             }
             if p.pending >= MAX_PENDING_SEQS {
@@ -499,12 +470,11 @@ impl Target<'_, '_> {
                     ),
                 });
             }
-            self.conn
-                .prepare_cached(
-                    "INSERT INTO output_seen (run_id, machine, seq) VALUES (?1, ?2, ?3)",
-                )
-                .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, seq_db]))
-                .map_err(sql_error(op))?;
+            self.db.exec(
+                op,
+                "INSERT INTO output_seen (run_id, machine, seq) VALUES (?1, ?2, ?3)",
+                params![self.run_id, self.machine, seq_db],
+            )?;
             p.pending += 1;
             return Ok(true);
         }
@@ -515,45 +485,27 @@ impl Target<'_, '_> {
         Ok(true)
     }
 
-    fn seen_above_gap(&self, seq: i64) -> Result<bool, StoreError> {
-        self.conn
-            .prepare_cached(
-                "SELECT 1 FROM output_seen WHERE run_id = ?1 AND machine = ?2 AND seq = ?3",
-            )
-            .and_then(|mut stmt| stmt.exists(params![self.run_id, self.machine, seq]))
-            .map_err(sql_error(Op::AppendOutput))
-    }
-
     /// Advances `contiguous` over seqs seen above it and forgets them.
-    fn close_gap(&self, p: &mut Progress) -> Result<(), StoreError> {
+    fn close_gap(&mut self, p: &mut Progress) -> Result<(), StoreError> {
         let op = Op::AppendOutput;
-        let seen = self
-            .conn
-            .prepare_cached(
-                "SELECT seq FROM output_seen WHERE run_id = ?1 AND machine = ?2 ORDER BY seq",
-            )
-            .and_then(|mut stmt| {
-                stmt.query_map(params![self.run_id, self.machine], |row| {
-                    row.get::<_, i64>(0)
-                })?
-                .collect::<rusqlite::Result<Vec<i64>>>()
-            })
-            .map_err(sql_error(op))?;
-        for seq in seen {
-            if from_db(op, "output_seen.seq", seq)? != p.contiguous + 1 {
+        let seen = self.db.rows(
+            op,
+            "SELECT seq FROM output_seen WHERE run_id = ?1 AND machine = ?2 ORDER BY seq",
+            params![self.run_id, self.machine],
+        )?;
+        for row in &seen {
+            if from_db(op, "output_seen.seq", row.get(op, 0)?)? != p.contiguous + 1 {
                 break;
             }
             p.contiguous += 1;
         }
         let contiguous = to_db(op, "seq", p.contiguous)?;
-        let removed = self
-            .conn
-            .prepare_cached(
-                "DELETE FROM output_seen WHERE run_id = ?1 AND machine = ?2 AND seq <= ?3",
-            )
-            .and_then(|mut stmt| stmt.execute(params![self.run_id, self.machine, contiguous]))
-            .map_err(sql_error(op))?;
-        p.pending = p.pending.saturating_sub(removed as u64);
+        let removed = self.db.exec(
+            op,
+            "DELETE FROM output_seen WHERE run_id = ?1 AND machine = ?2 AND seq <= ?3",
+            params![self.run_id, self.machine, contiguous],
+        )?;
+        p.pending = p.pending.saturating_sub(removed);
         Ok(())
     }
 }

@@ -2,7 +2,11 @@
 //! reads from a position; and a throughput measurement (ignored by default).
 
 use super::*;
+use crate::roles::db::storage::Storage;
+use crate::roles::db::store::Store;
+use crate::roles::db::store::tests::{Extra, Operations};
 use crate::roles::db::store::tests::{new_run, temp_store};
+use crate::wire::db::OutputLimit;
 use crate::wire::records::RunState;
 
 const NO_LIMIT: OutputLimit = OutputLimit {

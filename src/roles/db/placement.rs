@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::store::StoreError;
+use super::errors::StoreError;
 use crate::wire::db::{DbRequest, OutputLimit};
 use crate::wire::records::RunId;
 

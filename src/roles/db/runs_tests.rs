@@ -1,6 +1,8 @@
 //! Tests of runs and targets in the store, on real SQLite files.
 
 use super::*;
+use crate::roles::db::store::Store;
+use crate::roles::db::store::tests::{Extra, Operations};
 use crate::roles::db::store::tests::{new_run, temp_store};
 use crate::wire::db::OutputLimit;
 use crate::wire::db::{EventFilter, NewEvent};
@@ -223,7 +225,7 @@ fn five_runs(store: &mut Store) -> Vec<RunId> {
 fn list_runs_filters_pages_and_orders_newest_first() {
     let (_dir, mut store) = temp_store();
     let ids = five_runs(&mut store);
-    let list = |filter: RunFilter| -> Vec<RunId> {
+    let mut list = |filter: RunFilter| -> Vec<RunId> {
         store
             .list_runs(&filter)
             .unwrap()

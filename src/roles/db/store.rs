@@ -1,58 +1,35 @@
-//! The storage layer of the `db` role: one SQLite connection, owned by the single thread
-//! of the `db` process, and the operations the `db` loop applies to it.
+//! The SQLite backend of the `db` role: one connection, owned by the single thread of
+//! the `db` process, with its batches and its side of the shared SQL (`sql::Db`).
 //!
 //! Outline:
 //! 1. [`Store::open`] creates or migrates the file (see `schema`); [`Store::check`] is the
 //!    read-only check for `saltpeter-cleanup`.
-//! 2. The loop groups requests in a batch: [`Store::begin_batch`], any number of
-//!    operations, [`Store::commit_batch`]; only after the commit does it acknowledge
+//! 2. The loop groups requests in a batch: [`Storage::begin_batch`], any number of
+//!    operations, [`Storage::commit_batch`]; only after the commit does it acknowledge
 //!    output to wrappers. Every operation also works outside a batch (it then commits on
 //!    its own).
 //! 3. Each write operation runs inside a savepoint, so one that fails half-way leaves no
 //!    trace while the rest of the batch stays intact.
 //!
-//! Operations live next to their data: runs and targets in `runs`, output in `output`,
-//! events and meta here. Instants are `i64` unix milliseconds; states are stored as their
+//! The operations are the shared ones (`storage::Operations`): runs and targets in
+//! `runs`, output in `output`, events and meta in `events`, ... Instants are `i64` unix milliseconds; states are stored as their
 //! text names from `wire::records`.
 //!
 //! Errors: [`StoreError::DiskFull`] is distinct so the loop can report it and keep its
 //! queued requests. SQLite may roll a whole transaction back on such an error; the store
 //! then refuses further operations in that batch with [`StoreError::BatchLost`] until the
-//! loop calls [`Store::rollback_batch`] and applies the batch's requests again.
+//! loop calls [`Storage::rollback_batch`] and applies the batch's requests again.
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
+use rusqlite::types::{ToSqlOutput, ValueRef};
 
+pub(crate) use super::errors::sql_error;
 pub use super::errors::{Op, StoreError};
-pub(crate) use super::errors::{from_db, parse_name, sql_error, to_db};
 use super::schema;
-
-/// A SELECT whose WHERE clause grows with the filter's set fields, each value bound as a
-/// parameter (never spliced into the text).
-pub(super) struct Select {
-    pub sql: String,
-    pub args: Vec<rusqlite::types::Value>,
-}
-
-impl Select {
-    /// `head` is the statement up to its WHERE clause.
-    pub fn new(head: String) -> Select {
-        Select {
-            sql: format!("{head} WHERE 1 = 1"),
-            args: Vec::new(),
-        }
-    }
-
-    /// `AND clause ?N`, with `value` as parameter N.
-    pub fn and(&mut self, clause: &str, value: rusqlite::types::Value) {
-        self.args.push(value);
-        self.sql
-            .push_str(&format!(" AND {clause} ?{}", self.args.len()));
-    }
-}
-use crate::wire::db::{EventFilter, EventRecord, NewEvent};
-use crate::wire::records::Millis;
+use super::sql::{Db, Dialect, Row, Value};
+use super::storage::Storage;
 
 /// Prepared statements kept; above the number of distinct statements the store runs
 /// (filters of `list_runs`/`list_events` build a few variants each).
@@ -127,55 +104,7 @@ impl Store {
         self.batch && !self.conn.is_autocommit()
     }
 
-    /// Opens a batch: the following operations become durable together at
-    /// [`Store::commit_batch`]. Takes the write lock at once (`BEGIN IMMEDIATE`).
-    pub fn begin_batch(&mut self) -> Result<(), StoreError> {
-        if self.batch {
-            return Err(StoreError::Invalid {
-                op: Op::BeginBatch,
-                reason: "a batch is already open".into(),
-            });
-        }
-        self.exec(Op::BeginBatch, "BEGIN IMMEDIATE")?;
-        self.batch = true;
-        Ok(())
-    }
-
-    /// Commits the open batch. On any error nothing of the batch is durable and the
-    /// batch is closed; the caller keeps its requests and applies them again later.
-    pub fn commit_batch(&mut self) -> Result<(), StoreError> {
-        if !self.batch {
-            return Err(StoreError::Invalid {
-                op: Op::CommitBatch,
-                reason: "no batch is open".into(),
-            });
-        }
-        self.batch = false;
-        if self.conn.is_autocommit() {
-            return Err(StoreError::BatchLost {
-                op: Op::CommitBatch,
-            });
-        }
-        let committed = self.exec(Op::CommitBatch, "COMMIT");
-        if committed.is_err() && !self.conn.is_autocommit() {
-            // A failed COMMIT (disk full, busy) leaves the transaction open: end it so
-            // the next batch starts clean.
-            let _ = self.conn.execute_batch("ROLLBACK");
-        }
-        committed
-    }
-
-    /// Discards the open batch (also after [`StoreError::BatchLost`]); a no-op when none
-    /// is open.
-    pub fn rollback_batch(&mut self) -> Result<(), StoreError> {
-        self.batch = false;
-        if self.conn.is_autocommit() {
-            return Ok(());
-        }
-        self.exec(Op::RollbackBatch, "ROLLBACK")
-    }
-
-    fn exec(&self, op: Op, sql: &str) -> Result<(), StoreError> {
+    fn simple(&self, op: Op, sql: &str) -> Result<(), StoreError> {
         self.conn
             .prepare_cached(sql)
             .and_then(|mut stmt| stmt.execute([]))
@@ -183,166 +112,12 @@ impl Store {
             .map_err(sql_error(op))
     }
 
-    /// Runs `apply` inside a savepoint: all of its writes or none of them.
-    pub(crate) fn atomic<T>(
-        &mut self,
-        op: Op,
-        apply: impl FnOnce(&Connection) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        if self.batch && self.conn.is_autocommit() {
-            return Err(StoreError::BatchLost { op });
-        }
-        self.exec(op, "SAVEPOINT store_op")?;
-        let result = apply(&self.conn).and_then(|value| {
-            self.exec(op, "RELEASE store_op")?;
-            Ok(value)
-        });
-        if result.is_err() {
-            // Undo this operation only; if SQLite already rolled the whole transaction
-            // back these fail, and `atomic`/`commit_batch` report the lost batch.
-            let _ = self.exec(op, "ROLLBACK TO store_op");
-            let _ = self.exec(op, "RELEASE store_op");
-            if !self.batch && !self.conn.is_autocommit() {
-                let _ = self.conn.execute_batch("ROLLBACK");
-            }
-        }
-        result
-    }
-
-    /// Reads a persisted setting (e.g. maintenance state).
-    pub fn get_meta(&self, key: &str) -> Result<Option<String>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT value FROM meta WHERE key = ?1")
-            .map_err(sql_error(Op::ReadMeta))?;
-        stmt.query_row([key], |row| row.get(0))
-            .optional()
-            .map_err(sql_error(Op::ReadMeta))
-    }
-
-    /// Persists a setting, replacing any previous value.
-    pub fn set_meta(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
-        self.atomic(Op::WriteMeta, |conn| {
-            conn.prepare_cached(
-                "INSERT INTO meta (key, value) VALUES (?1, ?2)
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            )
-            .and_then(|mut stmt| stmt.execute([key, value]))
-            .map_err(sql_error(Op::WriteMeta))?;
-            Ok(())
-        })
-    }
-
-    /// Removes a setting; returns whether it existed.
-    pub fn delete_meta(&mut self, key: &str) -> Result<bool, StoreError> {
-        self.atomic(Op::WriteMeta, |conn| {
-            conn.prepare_cached("DELETE FROM meta WHERE key = ?1")
-                .and_then(|mut stmt| stmt.execute([key]))
-                .map(|n| n > 0)
-                .map_err(sql_error(Op::WriteMeta))
-        })
-    }
-
-    /// Appends an audit event; returns its id.
-    pub fn record_event(&mut self, event: &NewEvent) -> Result<u64, StoreError> {
-        let run = event
-            .run
-            .map(|run| to_db(Op::RecordEvent, "run id", run))
-            .transpose()?;
-        self.atomic(Op::RecordEvent, |conn| {
-            conn.prepare_cached(
-                "INSERT INTO events (at, kind, job, run_id, machine, message, uid)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    event.at,
-                    event.kind,
-                    event.job,
-                    run,
-                    event.machine,
-                    event.message,
-                    event.uid
-                ])
-            })
-            .map_err(sql_error(Op::RecordEvent))?;
-            from_db(Op::RecordEvent, "events.id", conn.last_insert_rowid())
-        })
-    }
-
-    /// Events matching `filter`, newest first.
-    pub fn list_events(&self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        let op = Op::ReadEvents;
-        let mut q = Select::new(
-            "SELECT id, at, kind, job, run_id, machine, message, uid FROM events".to_string(),
-        );
-        if let Some(job) = &filter.job {
-            q.and("job =", job.clone().into());
-        }
-        if let Some(run) = filter.run {
-            q.and("run_id =", to_db(op, "run id", run)?.into());
-        }
-        if let Some(kind) = &filter.kind {
-            q.and("kind =", kind.clone().into());
-        }
-        if let Some(since) = filter.since {
-            q.and("at >=", since.into());
-        }
-        if let Some(before) = filter.before_id {
-            q.and("id <", to_db(op, "event id", before)?.into());
-        }
-        q.sql.push_str(" ORDER BY id DESC");
-        if let Some(limit) = filter.limit {
-            q.sql
-                .push_str(&format!(" LIMIT {}", to_db(op, "limit", limit as u64)?));
-        }
-        let mut stmt = self.conn.prepare_cached(&q.sql).map_err(sql_error(op))?;
-        let rows = stmt
-            .query_map(rusqlite::params_from_iter(q.args), |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, Option<i64>>(4)?,
-                    NewEvent {
-                        at: row.get(1)?,
-                        kind: row.get(2)?,
-                        job: row.get(3)?,
-                        run: None,
-                        machine: row.get(5)?,
-                        message: row.get(6)?,
-                        uid: row.get(7)?,
-                    },
-                ))
-            })
-            .map_err(sql_error(op))?;
-        let mut events = Vec::new();
-        for row in rows {
-            let (id, run, mut event) = row.map_err(sql_error(op))?;
-            event.run = run
-                .map(|run| from_db(op, "events.run_id", run))
-                .transpose()?;
-            events.push(EventRecord {
-                id: from_db(op, "events.id", id)?,
-                event,
-            });
-        }
-        Ok(events)
-    }
-
-    /// Deletes events recorded before `older_than`; returns how many.
-    pub fn prune_events(&mut self, older_than: Millis) -> Result<u64, StoreError> {
-        self.atomic(Op::PruneEvents, |conn| {
-            conn.prepare_cached("DELETE FROM events WHERE at < ?1")
-                .and_then(|mut stmt| stmt.execute([older_than]))
-                .map(|n| n as u64)
-                .map_err(sql_error(Op::PruneEvents))
-        })
-    }
-
     /// Returns up to `max_pages` free pages to the file system (after a prune).
     pub fn reclaim_space(&mut self, max_pages: u32) -> Result<(), StoreError> {
-        self.atomic(Op::ReclaimSpace, |conn| {
+        self.atomic(Op::ReclaimSpace, |store| {
             // incremental_vacuum returns no rows, but must be stepped to do its work.
-            let mut stmt = conn
+            let mut stmt = store
+                .conn
                 .prepare(&format!("PRAGMA incremental_vacuum({max_pages})"))
                 .map_err(sql_error(Op::ReclaimSpace))?;
             let mut rows = stmt.query([]).map_err(sql_error(Op::ReclaimSpace))?;
@@ -376,6 +151,161 @@ impl Store {
         self.conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .map_err(sql_error(Op::ReclaimSpace))
+    }
+}
+
+impl Storage for Store {
+    fn engine(&self) -> &'static str {
+        "sqlite"
+    }
+
+    /// Opens a batch: the following operations become durable together at
+    /// [`Storage::commit_batch`]. Takes the write lock at once (`BEGIN IMMEDIATE`).
+    fn begin_batch(&mut self) -> Result<(), StoreError> {
+        if self.batch {
+            return Err(StoreError::Invalid {
+                op: Op::BeginBatch,
+                reason: "a batch is already open".into(),
+            });
+        }
+        self.simple(Op::BeginBatch, "BEGIN IMMEDIATE")?;
+        self.batch = true;
+        Ok(())
+    }
+
+    /// Commits the open batch. On any error nothing of the batch is durable and the
+    /// batch is closed; the caller keeps its requests and applies them again later.
+    fn commit_batch(&mut self) -> Result<(), StoreError> {
+        if !self.batch {
+            return Err(StoreError::Invalid {
+                op: Op::CommitBatch,
+                reason: "no batch is open".into(),
+            });
+        }
+        self.batch = false;
+        if self.conn.is_autocommit() {
+            return Err(StoreError::BatchLost {
+                op: Op::CommitBatch,
+            });
+        }
+        let committed = self.simple(Op::CommitBatch, "COMMIT");
+        if committed.is_err() && !self.conn.is_autocommit() {
+            // A failed COMMIT (disk full, busy) leaves the transaction open: end it so
+            // the next batch starts clean.
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        committed
+    }
+
+    /// Discards the open batch (also after [`StoreError::BatchLost`]); a no-op when none
+    /// is open.
+    fn rollback_batch(&mut self) -> Result<(), StoreError> {
+        self.batch = false;
+        if self.conn.is_autocommit() {
+            return Ok(());
+        }
+        self.simple(Op::RollbackBatch, "ROLLBACK")
+    }
+
+    fn reclaim_after_prune(&mut self) -> Result<(), StoreError> {
+        // Outside any transaction: give freed pages back, then shrink the log.
+        self.reclaim_space(10_000).and_then(|()| self.checkpoint())
+    }
+}
+
+impl rusqlite::ToSql for Value<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match self {
+            Value::Null => ValueRef::Null,
+            Value::Int(v) => ValueRef::Integer(*v),
+            // A flag is stored as 0/1, as rusqlite stores a `bool`.
+            Value::Bool(v) => ValueRef::Integer(i64::from(*v)),
+            Value::Text(v) => ValueRef::Text(v.as_bytes()),
+            Value::Blob(v) => ValueRef::Blob(v),
+        }))
+    }
+}
+
+/// The `n` columns of a SQLite row, owned.
+fn owned_row(row: &rusqlite::Row<'_>, n: usize) -> rusqlite::Result<Row> {
+    let mut values = Vec::with_capacity(n);
+    for idx in 0..n {
+        values.push(match row.get_ref(idx)? {
+            ValueRef::Null => Value::Null,
+            ValueRef::Integer(v) => Value::Int(v),
+            ValueRef::Text(_) => Value::Text(row.get::<_, String>(idx)?.into()),
+            ValueRef::Blob(v) => Value::Blob(v.to_vec().into()),
+            ValueRef::Real(_) => {
+                return Err(rusqlite::Error::InvalidColumnType(
+                    idx,
+                    String::new(),
+                    rusqlite::types::Type::Real,
+                ));
+            }
+        });
+    }
+    Ok(Row(values))
+}
+
+impl Db for Store {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    fn compress_output(&self) -> bool {
+        self.compress_output
+    }
+
+    fn exec(&mut self, op: Op, sql: &str, params: &[Value<'_>]) -> Result<u64, StoreError> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut stmt| stmt.execute(rusqlite::params_from_iter(params)))
+            .map(|n| n as u64)
+            .map_err(sql_error(op))
+    }
+
+    fn rows(&mut self, op: Op, sql: &str, params: &[Value<'_>]) -> Result<Vec<Row>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(sql).map_err(sql_error(op))?;
+        let n = stmt.column_count();
+        stmt.query_map(rusqlite::params_from_iter(params), |row| owned_row(row, n))
+            .and_then(|rows| rows.collect())
+            .map_err(sql_error(op))
+    }
+
+    /// A savepoint: the rest of an open batch stays intact when `apply` fails. SQLite
+    /// may roll a whole transaction back on some errors (disk full): the batch is then
+    /// lost, and `atomic`/`commit_batch` say so.
+    fn atomic<T>(
+        &mut self,
+        op: Op,
+        apply: impl FnOnce(&mut Self) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if self.batch && self.conn.is_autocommit() {
+            return Err(StoreError::BatchLost { op });
+        }
+        self.simple(op, "SAVEPOINT store_op")?;
+        let result = apply(self).and_then(|value| {
+            self.simple(op, "RELEASE store_op")?;
+            Ok(value)
+        });
+        if result.is_err() {
+            // Undo this operation only; if SQLite already rolled the whole transaction
+            // back these fail, and `atomic`/`commit_batch` report the lost batch.
+            let _ = self.simple(op, "ROLLBACK TO store_op");
+            let _ = self.simple(op, "RELEASE store_op");
+            if !self.batch && !self.conn.is_autocommit() {
+                let _ = self.conn.execute_batch("ROLLBACK");
+            }
+        }
+        result
+    }
+
+    fn read<T>(
+        &mut self,
+        _op: Op,
+        apply: impl FnOnce(&mut Self) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        apply(self)
     }
 }
 

@@ -12,6 +12,59 @@ use crate::wire::db::OutputLimit;
 use crate::wire::records::{RunState, TargetState, Trigger};
 use crate::wire::wrapper::Stream;
 
+pub(crate) use crate::roles::db::storage::Operations;
+use crate::roles::db::{events, output, runs};
+use crate::wire::db::{EventFilter, NewEvent, OutputBytes, TargetDetail};
+use crate::wire::records::{Millis, RunId, RunRecord};
+
+/// The shared operations the `db` loop does not use, as methods for the tests.
+pub(crate) trait Extra {
+    fn slot_recorded(&mut self, job: &str, slot: Millis) -> Result<bool, StoreError>;
+    fn max_contiguous_seq(&mut self, run: RunId, machine: &str) -> Result<u64, StoreError>;
+    fn output(&mut self, run: RunId, machine: &str) -> Result<OutputBytes, StoreError>;
+    fn get_target(&mut self, run: RunId, machine: &str)
+    -> Result<Option<TargetDetail>, StoreError>;
+    fn delete_meta(&mut self, key: &str) -> Result<bool, StoreError>;
+    fn add_targets(&mut self, run: RunId, t: &[(String, TargetState)]) -> Result<u64, StoreError>;
+    fn prune_events(&mut self, older_than: Millis) -> Result<u64, StoreError>;
+    fn known_jobs(&mut self) -> Result<Vec<String>, StoreError>;
+    fn in_flight_runs(&mut self) -> Result<Vec<RunRecord>, StoreError>;
+}
+
+impl<D: Db> Extra for D {
+    fn slot_recorded(&mut self, job: &str, slot: Millis) -> Result<bool, StoreError> {
+        runs::slot_recorded(self, job, slot)
+    }
+    fn max_contiguous_seq(&mut self, run: RunId, machine: &str) -> Result<u64, StoreError> {
+        output::max_contiguous_seq(self, run, machine)
+    }
+    fn output(&mut self, run: RunId, machine: &str) -> Result<OutputBytes, StoreError> {
+        output::output(self, run, machine)
+    }
+    fn get_target(
+        &mut self,
+        run: RunId,
+        machine: &str,
+    ) -> Result<Option<TargetDetail>, StoreError> {
+        runs::get_target(self, run, machine)
+    }
+    fn delete_meta(&mut self, key: &str) -> Result<bool, StoreError> {
+        events::delete_meta(self, key)
+    }
+    fn add_targets(&mut self, run: RunId, t: &[(String, TargetState)]) -> Result<u64, StoreError> {
+        runs::add_targets(self, run, t)
+    }
+    fn prune_events(&mut self, older_than: Millis) -> Result<u64, StoreError> {
+        events::prune_events(self, older_than)
+    }
+    fn known_jobs(&mut self) -> Result<Vec<String>, StoreError> {
+        runs::known_jobs(self)
+    }
+    fn in_flight_runs(&mut self) -> Result<Vec<RunRecord>, StoreError> {
+        runs::in_flight_runs(self)
+    }
+}
+
 /// A store in a fresh temp dir (the dir lives as long as the returned guard).
 pub(crate) fn temp_store() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
@@ -121,7 +174,7 @@ fn reopen_keeps_data() {
             .unwrap()
             .unwrap()
     };
-    let store = Store::open(&db_path(&dir)).unwrap();
+    let mut store = Store::open(&db_path(&dir)).unwrap();
     let run = store.get_run(id).unwrap().unwrap();
     assert_eq!(run.job, "backup");
     assert_eq!(run.targets.len(), 2);
@@ -216,7 +269,7 @@ fn check_reads_without_writing() {
 fn batch_commits_together_and_rolls_back_together() {
     let dir = tempfile::tempdir().unwrap();
     let mut store = Store::open(&db_path(&dir)).unwrap();
-    let reader = Store::open(&db_path(&dir)).unwrap();
+    let mut reader = Store::open(&db_path(&dir)).unwrap();
 
     store.begin_batch().unwrap();
     assert!(store.in_batch());

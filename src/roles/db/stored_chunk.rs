@@ -1,7 +1,7 @@
 //! A stored output chunk's encoding columns (`encoding`, `raw_len`, schema version 8),
 //! read and written the same way by both backends.
 
-use super::store::{Op, StoreError, to_db};
+use super::errors::{Op, StoreError, to_db};
 use crate::wire::compress::{Encoding, StoredChunk, decode_chunk};
 
 /// `output_chunks.raw_len` of a stored chunk: NULL for plain rows.

@@ -3,8 +3,7 @@
 //! shared by every server of the database, so a build deployed or seen by one server is
 //! known to the others.
 //!
-//! The rules, the same on both backends (this file holds them and SQLite's SQL;
-//! `pg/wrappers.rs` holds PostgreSQL's):
+//! The rules, the same on both backends (one SQL for both, `sql.rs`):
 //! 1. A row over [`MAX_MINION_BYTES`], [`MAX_PATH_BYTES`] or [`MAX_SHA256_BYTES`] fails
 //!    its whole request (`Invalid`, nothing written): main bounds these already, so one
 //!    over them is a bug to see, never a value to clip.
@@ -18,9 +17,8 @@
 
 use std::collections::BTreeSet;
 
-use rusqlite::params;
-
-use super::store::{Op, Store, StoreError, sql_error};
+use super::errors::{Op, StoreError};
+use super::sql::{Db, params};
 use crate::wire::db::WrapperSeen;
 
 /// Longest minion id stored (bytes); main's own bounds are well below.
@@ -82,78 +80,74 @@ pub(super) fn log_forgotten(minion: &str, forgotten: u64) {
 /// [`MAX_PATHS_PER_MINION`] as a bound parameter.
 pub(super) const KEEP_PATHS: i64 = MAX_PATHS_PER_MINION as i64;
 
-impl Store {
-    /// Upserts each row by (minion, path), newer `seen` winning (rules 1–3).
-    pub fn record_wrappers(&mut self, rows: &[WrapperSeen]) -> Result<(), StoreError> {
-        let op = Op::WriteWrappers;
-        check_bounds(op, rows)?;
-        let forgotten = self.atomic(op, |conn| {
-            let mut upsert = conn
-                .prepare_cached(
-                    "INSERT INTO minion_wrappers (minion, path, sha256, seen)
-                     VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (minion, path) DO UPDATE
-                     SET sha256 = excluded.sha256, seen = excluded.seen
-                     WHERE excluded.seen >= minion_wrappers.seen",
-                )
-                .map_err(sql_error(op))?;
-            for row in rows {
-                upsert
-                    .execute(params![row.minion, row.path, row.sha256, row.seen])
-                    .map_err(sql_error(op))?;
-            }
-            let mut forget_oldest = conn
-                .prepare_cached(
-                    "DELETE FROM minion_wrappers WHERE minion = ?1 AND path NOT IN (
-                         SELECT path FROM minion_wrappers WHERE minion = ?1
-                         ORDER BY seen DESC, path LIMIT ?2)",
-                )
-                .map_err(sql_error(op))?;
-            let mut forgotten = Vec::new();
-            for minion in minions_of(rows) {
-                let n = forget_oldest
-                    .execute(params![minion, KEEP_PATHS])
-                    .map_err(sql_error(op))?;
-                forgotten.push((minion, n as u64));
-            }
-            Ok(forgotten)
-        })?;
-        for (minion, n) in forgotten {
-            log_forgotten(minion, n);
+/// Upserts each row by (minion, path), newer `seen` winning (rules 1–3). Two servers
+/// recording the same (minion, path) at once serialise on the row (PostgreSQL): the
+/// second upsert waits for the first's transaction, then compares `seen`.
+pub fn record_wrappers<D: Db>(db: &mut D, rows: &[WrapperSeen]) -> Result<(), StoreError> {
+    let op = Op::WriteWrappers;
+    check_bounds(op, rows)?;
+    let forgotten = db.atomic(op, |db| {
+        for row in rows {
+            db.exec(
+                op,
+                "INSERT INTO minion_wrappers (minion, path, sha256, seen)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (minion, path) DO UPDATE
+                 SET sha256 = excluded.sha256, seen = excluded.seen
+                 WHERE excluded.seen >= minion_wrappers.seen",
+                params![&row.minion, &row.path, &row.sha256, row.seen],
+            )?;
         }
-        Ok(())
+        let mut forgotten = Vec::new();
+        for minion in minions_of(rows) {
+            let n = db.exec(
+                op,
+                "DELETE FROM minion_wrappers WHERE minion = ?1 AND path NOT IN (
+                     SELECT path FROM minion_wrappers WHERE minion = ?1
+                     ORDER BY seen DESC, path LIMIT ?2)",
+                params![minion, KEEP_PATHS],
+            )?;
+            forgotten.push((minion, n));
+        }
+        Ok(forgotten)
+    })?;
+    for (minion, n) in forgotten {
+        log_forgotten(minion, n);
     }
+    Ok(())
+}
 
-    /// Deletes the row of (minion, path); whether there was one.
-    pub fn forget_wrapper(&mut self, minion: &str, path: &str) -> Result<bool, StoreError> {
-        let op = Op::WriteWrappers;
-        self.atomic(op, |conn| {
-            conn.prepare_cached("DELETE FROM minion_wrappers WHERE minion = ?1 AND path = ?2")
-                .and_then(|mut stmt| stmt.execute([minion, path]))
-                .map(|n| n > 0)
-                .map_err(sql_error(op))
-        })
-    }
+/// Deletes the row of (minion, path); whether there was one.
+pub fn forget_wrapper<D: Db>(db: &mut D, minion: &str, path: &str) -> Result<bool, StoreError> {
+    let op = Op::WriteWrappers;
+    db.atomic(op, |db| {
+        db.exec(
+            op,
+            "DELETE FROM minion_wrappers WHERE minion = ?1 AND path = ?2",
+            params![minion, path],
+        )
+        .map(|n| n > 0)
+    })
+}
 
-    /// Every row, by minion then path.
-    pub fn wrappers(&self) -> Result<Vec<WrapperSeen>, StoreError> {
-        let op = Op::ReadWrappers;
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "SELECT minion, path, sha256, seen FROM minion_wrappers ORDER BY minion, path",
-            )
-            .map_err(sql_error(op))?;
-        let rows = stmt
-            .query_map([], |row| {
-                Ok(WrapperSeen {
-                    minion: row.get(0)?,
-                    path: row.get(1)?,
-                    sha256: row.get(2)?,
-                    seen: row.get(3)?,
-                })
+/// Every row, by minion then path.
+pub fn wrappers<D: Db>(db: &mut D) -> Result<Vec<WrapperSeen>, StoreError> {
+    let op = Op::ReadWrappers;
+    db.read(op, |db| {
+        db.rows(
+            op,
+            "SELECT minion, path, sha256, seen FROM minion_wrappers ORDER BY minion, path",
+            &[],
+        )?
+        .iter()
+        .map(|row| {
+            Ok(WrapperSeen {
+                minion: row.get(op, 0)?,
+                path: row.get(op, 1)?,
+                sha256: row.get(op, 2)?,
+                seen: row.get(op, 3)?,
             })
-            .map_err(sql_error(op))?;
-        rows.collect::<Result<_, _>>().map_err(sql_error(op))
-    }
+        })
+        .collect()
+    })
 }

@@ -1,4 +1,4 @@
-//! The fleet state of wrapper builds (`wrappers.rs`, `pg/wrappers.rs`), part of the
+//! The fleet state of wrapper builds (`wrappers.rs`), part of the
 //! suite run on both backends: upserts, newer wins, forgetting, the order of the listing,
 //! the bounds, batches; then a reopen and the migration of a version 5 database, each
 //! written once per backend.

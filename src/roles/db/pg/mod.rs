@@ -10,8 +10,9 @@
 //!    savepoint, so one failing half-way leaves no trace and the batch stays usable, as
 //!    on SQLite. A connection lost during a batch is [`StoreError::BatchLost`]: the loop
 //!    rolls back and applies the batch again, and `begin_batch` connects anew first.
-//! 3. Operations live beside their data as on SQLite: `runs`, `output`, `deliveries`,
-//!    `wrappers`.
+//! 3. The operations are the shared ones (`storage::Operations`, over `sql::Db`), with
+//!    `?N` placeholders written `$N` and values bound by the type PostgreSQL infers
+//!    (`db`).
 //! 4. The leader lease (`lease`) is a session advisory lock on a connection of its own:
 //!    a daemon that dies, or loses the database, loses its connection and so its lease.
 //!
@@ -21,16 +22,12 @@
 //!
 //! The URL may carry a password: it is only ever shown through [`redact`].
 
-mod deliveries;
-mod dispatch;
+mod db;
 mod lease;
 mod listener;
 mod live;
-mod output;
-mod runs;
 pub mod schema;
 pub mod tls;
-mod wrappers;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -38,12 +35,12 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use postgres::error::SqlState;
-use postgres::types::{FromSql, ToSql};
+use postgres::types::ToSql;
 use postgres::{Client, Row, Statement};
 
+use super::sql::numbered_dollars;
+use super::storage::{Heard, Storage};
 use super::store::{Op, StoreError};
-use crate::wire::db::{EventFilter, EventRecord, NewEvent};
-use crate::wire::records::Millis;
 
 pub use lease::LEADER_LOCK;
 pub use schema::SCHEMA_VERSION;
@@ -116,12 +113,6 @@ pub(crate) fn pg_error(op: Op) -> impl Fn(postgres::Error) -> StoreError {
     }
 }
 
-/// Column `idx` of `row`, or an error naming the operation (never a panic on a type the
-/// build does not expect).
-pub(crate) fn col<'r, T: FromSql<'r>>(op: Op, row: &'r Row, idx: usize) -> Result<T, StoreError> {
-    row.try_get(idx).map_err(pg_error(op))
-}
-
 /// Statements of one operation: a connection and its prepared-statement cache.
 pub(crate) struct Sql<'a> {
     client: &'a mut Client,
@@ -133,7 +124,10 @@ impl Sql<'_> {
         if let Some(stmt) = self.cache.get(sql) {
             return Ok(stmt.clone());
         }
-        let stmt = self.client.prepare(sql).map_err(pg_error(op))?;
+        let stmt = self
+            .client
+            .prepare(&numbered_dollars(sql))
+            .map_err(pg_error(op))?;
         self.cache.insert(sql.to_string(), stmt.clone());
         Ok(stmt)
     }
@@ -154,16 +148,6 @@ impl Sql<'_> {
         self.client.query(&stmt, params).map_err(pg_error(op))
     }
 
-    pub fn opt(
-        &mut self,
-        op: Op,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<Option<Row>, StoreError> {
-        let stmt = self.statement(op, sql)?;
-        self.client.query_opt(&stmt, params).map_err(pg_error(op))
-    }
-
     /// A statement built at run time (a filtered listing): not cached.
     pub fn rows_uncached(
         &mut self,
@@ -174,35 +158,8 @@ impl Sql<'_> {
         self.client.query(sql, params).map_err(pg_error(op))
     }
 
-    fn simple(&mut self, op: Op, sql: &str) -> Result<(), StoreError> {
+    pub(crate) fn simple(&mut self, op: Op, sql: &str) -> Result<(), StoreError> {
         self.client.batch_execute(sql).map_err(pg_error(op))
-    }
-}
-
-/// A SELECT whose WHERE clause grows with the filter's set fields, each value bound as a
-/// parameter (never spliced into the text); the PostgreSQL twin of `store::Select`.
-pub(crate) struct PgSelect {
-    pub sql: String,
-    pub args: Vec<Box<dyn ToSql + Sync>>,
-}
-
-impl PgSelect {
-    pub fn new(head: String) -> PgSelect {
-        PgSelect {
-            sql: format!("{head} WHERE 1 = 1"),
-            args: Vec::new(),
-        }
-    }
-
-    /// `AND clause $N`, with `value` as parameter N.
-    pub fn and(&mut self, clause: &str, value: impl ToSql + Sync + 'static) {
-        self.args.push(Box::new(value));
-        self.sql
-            .push_str(&format!(" AND {clause} ${}", self.args.len()));
-    }
-
-    pub fn params(&self) -> Vec<Param<'_>> {
-        self.args.iter().map(|a| a.as_ref() as Param<'_>).collect()
     }
 }
 
@@ -217,6 +174,9 @@ pub struct PgStore {
     cache: HashMap<String, Statement>,
     /// True between `begin_batch` and `commit_batch`/`rollback_batch`.
     batch: bool,
+    /// True inside an operation (`Db::atomic`): a connection lost there is not opened
+    /// anew, so the operation fails whole.
+    in_op: bool,
     /// Output chunks are written compressed when that pays (`output_compression`).
     pub(crate) compress_output: bool,
     lease: lease::Lease,
@@ -270,6 +230,7 @@ impl PgStore {
             client: None,
             cache: HashMap::new(),
             batch: false,
+            in_op: false,
             compress_output: true,
         };
         let mut client = store.open()?;
@@ -294,9 +255,9 @@ impl PgStore {
     }
 
     /// The connection, opened anew when it was lost (never inside a batch).
-    fn sql(&mut self, op: Op) -> Result<Sql<'_>, StoreError> {
+    pub(crate) fn sql(&mut self, op: Op) -> Result<Sql<'_>, StoreError> {
         let lost = self.client.as_ref().is_none_or(Client::is_closed);
-        if lost {
+        if lost && !self.in_op {
             if self.batch {
                 return Err(StoreError::BatchLost { op });
             }
@@ -315,11 +276,16 @@ impl PgStore {
         }
     }
 
-    fn connection_lost(&self) -> bool {
+    pub(crate) fn connection_lost(&self) -> bool {
         self.client.as_ref().is_none_or(Client::is_closed)
     }
+}
 
-    pub fn begin_batch(&mut self) -> Result<(), StoreError> {
+impl Storage for PgStore {
+    fn engine(&self) -> &'static str {
+        "postgresql"
+    }
+    fn begin_batch(&mut self) -> Result<(), StoreError> {
         if self.batch {
             return Err(StoreError::Invalid {
                 op: Op::BeginBatch,
@@ -331,7 +297,7 @@ impl PgStore {
         Ok(())
     }
 
-    pub fn commit_batch(&mut self) -> Result<(), StoreError> {
+    fn commit_batch(&mut self) -> Result<(), StoreError> {
         if !self.batch {
             return Err(StoreError::Invalid {
                 op: Op::CommitBatch,
@@ -353,7 +319,7 @@ impl PgStore {
         committed
     }
 
-    pub fn rollback_batch(&mut self) -> Result<(), StoreError> {
+    fn rollback_batch(&mut self) -> Result<(), StoreError> {
         let was = self.batch;
         self.batch = false;
         if !was || self.connection_lost() {
@@ -362,169 +328,23 @@ impl PgStore {
         self.sql(Op::RollbackBatch)?
             .simple(Op::RollbackBatch, "ROLLBACK")
     }
-
-    /// Runs `apply` inside a savepoint (in a batch) or a transaction of its own: all of
-    /// its writes or none of them.
-    pub(crate) fn atomic<T>(
-        &mut self,
-        op: Op,
-        apply: impl FnOnce(&mut Sql<'_>) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let batch = self.batch;
-        let mut sql = self.sql(op)?;
-        sql.simple(op, if batch { "SAVEPOINT store_op" } else { "BEGIN" })?;
-        let result = apply(&mut sql).and_then(|value| {
-            sql.simple(op, if batch { "RELEASE store_op" } else { "COMMIT" })?;
-            Ok(value)
-        });
-        if result.is_err() {
-            let undo = if batch {
-                "ROLLBACK TO store_op; RELEASE store_op"
-            } else {
-                "ROLLBACK"
-            };
-            let _ = sql.simple(op, undo);
-        }
-        match result {
-            Err(_) if batch && self.connection_lost() => Err(StoreError::BatchLost { op }),
-            other => other,
-        }
+    fn reclaim_after_prune(&mut self) -> Result<(), StoreError> {
+        Ok(())
     }
-
-    pub fn get_meta(&mut self, key: &str) -> Result<Option<String>, StoreError> {
-        let op = Op::ReadMeta;
-        self.atomic(op, |sql| {
-            let row = sql.opt(op, "SELECT value FROM meta WHERE key = $1", &[&key])?;
-            row.map(|row| col(op, &row, 0)).transpose()
-        })
+    fn hold_lease(&mut self) -> Result<bool, StoreError> {
+        self.lease.hold()
     }
-
-    pub fn set_meta(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
-        let op = Op::WriteMeta;
-        self.atomic(op, |sql| {
-            sql.exec(
-                op,
-                "INSERT INTO meta (key, value) VALUES ($1, $2)
-                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                &[&key, &value],
-            )
-            .map(|_| ())
-        })
+    fn release_lease(&mut self) {
+        self.lease.release();
     }
-
-    pub fn insert_meta_if_absent(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
-        let op = Op::WriteMeta;
-        self.atomic(op, |sql| {
-            sql.exec(
-                op,
-                "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
-                &[&key, &value],
-            )
-            .map(|_| ())
-        })
+    fn shared(&self) -> bool {
+        true
     }
-
-    pub fn record_event(&mut self, event: &NewEvent) -> Result<u64, StoreError> {
-        let op = Op::RecordEvent;
-        let run = event
-            .run
-            .map(|run| super::store::to_db(op, "run id", run))
-            .transpose()?;
-        let uid = event.uid.map(i64::from);
-        self.atomic(op, |sql| {
-            let row = sql.rows(
-                op,
-                "INSERT INTO events (at, kind, job, run_id, machine, message, uid)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
-                &[
-                    &event.at,
-                    &event.kind,
-                    &event.job,
-                    &run,
-                    &event.machine,
-                    &event.message,
-                    &uid,
-                ],
-            )?;
-            let id: i64 = match row.first() {
-                Some(row) => col(op, row, 0)?,
-                None => 0,
-            };
-            super::store::from_db(op, "events.id", id)
-        })
+    fn announce_live(&mut self, payloads: &[String]) -> Result<(), StoreError> {
+        PgStore::announce_live(self, payloads)
     }
-
-    pub fn list_events(&mut self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        use super::store::{from_db, to_db};
-        let op = Op::ReadEvents;
-        let mut q = PgSelect::new(
-            "SELECT id, at, kind, job, run_id, machine, message, uid FROM events".to_string(),
-        );
-        if let Some(job) = &filter.job {
-            q.and("job =", job.clone());
-        }
-        if let Some(run) = filter.run {
-            q.and("run_id =", to_db(op, "run id", run)?);
-        }
-        if let Some(kind) = &filter.kind {
-            q.and("kind =", kind.clone());
-        }
-        if let Some(since) = filter.since {
-            q.and("at >=", since);
-        }
-        if let Some(before) = filter.before_id {
-            q.and("id <", to_db(op, "event id", before)?);
-        }
-        q.sql.push_str(" ORDER BY id DESC");
-        if let Some(limit) = filter.limit {
-            q.sql
-                .push_str(&format!(" LIMIT {}", to_db(op, "limit", limit as u64)?));
-        }
-        self.atomic(op, |sql| {
-            let rows = sql.rows_uncached(op, &q.sql, &q.params())?;
-            let mut events = Vec::with_capacity(rows.len());
-            for row in &rows {
-                let run: Option<i64> = col(op, row, 4)?;
-                let uid: Option<i64> = col(op, row, 7)?;
-                events.push(EventRecord {
-                    id: from_db(op, "events.id", col(op, row, 0)?)?,
-                    event: NewEvent {
-                        at: col(op, row, 1)?,
-                        kind: col(op, row, 2)?,
-                        job: col(op, row, 3)?,
-                        run: run
-                            .map(|run| from_db(op, "events.run_id", run))
-                            .transpose()?,
-                        machine: col(op, row, 5)?,
-                        message: col(op, row, 6)?,
-                        uid: uid.and_then(|uid| u32::try_from(uid).ok()),
-                    },
-                });
-            }
-            Ok(events)
-        })
-    }
-
-    /// Deletes events recorded before `older_than`; returns how many.
-    pub fn prune_events(&mut self, older_than: Millis) -> Result<u64, StoreError> {
-        let op = Op::PruneEvents;
-        self.atomic(op, |sql| {
-            sql.exec(op, "DELETE FROM events WHERE at < $1", &[&older_than])
-        })
-    }
-
-    pub fn export_backlog(&mut self) -> Result<i64, StoreError> {
-        let op = Op::ReadDeliveries;
-        self.atomic(op, |sql| {
-            let row = sql.opt(
-                op,
-                "SELECT count(*) FROM deliveries WHERE state = 'pending' AND channel = 'export'",
-                &[],
-            )?;
-            row.map(|row| col(op, &row, 0))
-                .transpose()
-                .map(Option::unwrap_or_default)
-        })
+    fn hear_live(&mut self, listen: bool, max: usize) -> Result<Option<Heard>, StoreError> {
+        self.listener.hear(listen, max)
     }
 }
 
