@@ -181,9 +181,15 @@ pub fn read_output<D: Db>(
     let mut before_gap = query.from < gap_end;
     for mut row in rows {
         let pos = from_db(op, "output_chunks.pos", row.get(op, 0)?)?;
+        if pos >= progress.total {
+            // Written after the progress was read (PostgreSQL reads each statement at
+            // its own snapshot): the next read, from `total`, returns it once.
+            break;
+        }
         let bytes = decoded(op, row.take_blob(op, 1)?, row.get(op, 2)?, row.get(op, 3)?)?;
         let skip = usize::try_from(query.from.saturating_sub(pos)).unwrap_or(usize::MAX);
-        let Some(bytes) = bytes.get(skip..) else {
+        let upto = usize::try_from(progress.total - pos).unwrap_or(usize::MAX);
+        let Some(bytes) = bytes.get(skip..upto.min(bytes.len()).max(skip)) else {
             continue;
         };
         if before_gap && progress.omitted > 0 && pos >= gap_end {
