@@ -401,3 +401,24 @@ fn append_throughput() {
         );
     }
 }
+
+/// A chunk beyond the progress read with it (on PostgreSQL, committed between the two
+/// statements of a read) is left to the next read, from `next_from`: returned once.
+#[test]
+fn a_read_stops_at_the_progress_read_with_it() {
+    let (_dir, mut store, id) = store_with_target();
+    store
+        .append_output(id, "m", 1, Stream::Stdout, b"one ", NO_LIMIT)
+        .unwrap();
+    // As if written by another server after this read took the target's progress.
+    store
+        .conn
+        .execute(
+            "INSERT INTO output_chunks (run_id, machine, pos, seq, stream, data)
+             VALUES (?1, 'm', 4, 2, 0, CAST('late' AS BLOB))",
+            [id as i64],
+        )
+        .unwrap();
+    let out = store.output(id, "m").unwrap();
+    assert_eq!((out.data.as_slice(), out.next_from), (&b"one "[..], 4));
+}
