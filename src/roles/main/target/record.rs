@@ -1,0 +1,103 @@
+//! A target from and to its stored record: restored after a restart, its state and
+//! outcome as recorded and shown.
+
+use std::time::{Duration, Instant};
+
+use super::{Outcome, Phase, Target, Token};
+use crate::wire::records::{TargetRecord, TargetState};
+
+impl Target {
+    /// A target as db recorded it, after a restart at `now`: a picked-up one gets `grace`
+    /// before its silence counts.
+    pub fn restored(
+        record: &TargetRecord,
+        token_spent: bool,
+        resume_hash: Option<String>,
+        acked_seq: u64,
+        now: Instant,
+        grace: Duration,
+    ) -> Target {
+        let outcome = Outcome {
+            reason: record.reason,
+            code: record.exit_code,
+        };
+        let phase = match record.state {
+            TargetState::Finished => Phase::Finished(outcome),
+            TargetState::SkippedMaintenance => Phase::SkippedMaintenance,
+            // The window starts over after a restart (recovery sets the job's).
+            TargetState::WaitingUnreachable => Phase::WaitingUnreachable { until: now + grace },
+            TargetState::Pending | TargetState::Queued if !token_spent => Phase::Pending,
+            // Launched, no welcome recorded: its wrapper may still come with its token.
+            TargetState::Pending | TargetState::Launching | TargetState::PickedUp
+                if !token_spent =>
+            {
+                Phase::Launching
+            }
+            state => Phase::PickedUp {
+                running: state == TargetState::Running,
+                last_seen: now,
+                grace_until: Some(now + grace),
+                exit: None,
+            },
+        };
+        Target {
+            batch: 0,
+            phase,
+            conn: None,
+            token: if token_spent {
+                Token::Spent
+            } else {
+                Token::Unused
+            },
+            resume_hash,
+            acked_seq,
+            kill_wanted: false,
+            // Only a wrapper that can suspend was ever suspended.
+            suspended: record.suspended,
+            can_suspend: record.suspended,
+            started: record.started,
+            ended: record.ended,
+            attempt: 1,
+            throttled: None,
+            limits: record.limits.clone(),
+        }
+    }
+
+    /// The state as recorded and shown.
+    pub fn state(&self) -> TargetState {
+        match &self.phase {
+            Phase::Pending if self.batch > 0 || self.throttled.is_some() => TargetState::Queued,
+            Phase::Pending => TargetState::Pending,
+            Phase::Launching => TargetState::Launching,
+            Phase::PickedUp { running: true, .. } => TargetState::Running,
+            Phase::PickedUp { running: false, .. } => TargetState::PickedUp,
+            Phase::Finishing { was, .. } => *was,
+            Phase::Finished(_) => TargetState::Finished,
+            Phase::SkippedMaintenance => TargetState::SkippedMaintenance,
+            Phase::WaitingUnreachable { .. } => TargetState::WaitingUnreachable,
+        }
+    }
+
+    /// The outcome, once one is decided (recorded or being recorded).
+    pub fn outcome(&self) -> Option<Outcome> {
+        match &self.phase {
+            Phase::Finishing { outcome, .. } | Phase::Finished(outcome) => Some(*outcome),
+            _ => None,
+        }
+    }
+
+    pub fn record(&self, machine: &str) -> TargetRecord {
+        let outcome = self.outcome();
+        TargetRecord {
+            machine: machine.to_string(),
+            state: self.state(),
+            reason: outcome.and_then(|o| o.reason),
+            exit_code: outcome.and_then(|o| o.code),
+            started: self.started,
+            ended: self.ended,
+            suspended: self.suspended,
+            waiting: self.throttled.clone().filter(|_| self.is_throttled()),
+            limits: self.limits.clone(),
+        }
+    }
+}
