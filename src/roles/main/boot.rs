@@ -82,7 +82,7 @@ fn ask(core: &mut Main, load: Load) {
         Load::LastSlots => DbRequest::LastSlots,
         Load::JobCtl => DbRequest::GetMeta(jobctl::META_KEY.to_string()),
     };
-    core.db_call(req, DbWait::Boot(load));
+    core.db_call(req, DbWait::with(load, answer));
 }
 
 /// db's answer to one load.
@@ -232,6 +232,6 @@ pub fn record_skip(
             targets: Vec::new(),
             now: Utc::now().timestamp_millis(),
         }),
-        DbWait::Write("a skipped slot"),
+        DbWait::write("a skipped slot"),
     );
 }

@@ -135,7 +135,10 @@ impl Fleet {
 /// Start-up (and adoption as leader): load the fleet from db; learn this build's hash.
 pub fn start(core: &mut Main) {
     if core.fleet.load_call.is_none() && !core.fleet.loaded {
-        let id = core.db_call(DbRequest::Wrappers, DbWait::Fleet);
+        let id = core.db_call(
+            DbRequest::Wrappers,
+            DbWait::then(|core, _, result| loaded(core, result)),
+        );
         core.fleet.load_call = Some(id);
     }
     if super::deploy::applies(core) && !operator_installs(core) {
@@ -224,7 +227,7 @@ fn record(core: &mut Main, key: &Key, seen: &Seen) {
             sha256: seen.sha256.clone(),
             seen: seen.seen,
         }]),
-        DbWait::Write("a minion's wrapper build"),
+        DbWait::write("a minion's wrapper build"),
     );
 }
 
@@ -237,7 +240,7 @@ pub fn missing(core: &mut Main, minion: &str, path: &str) {
                 minion: key.0,
                 path: key.1,
             },
-            DbWait::Write("a missing wrapper"),
+            DbWait::write("a missing wrapper"),
         );
     }
 }

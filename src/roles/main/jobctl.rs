@@ -414,7 +414,7 @@ fn save(core: &mut Main, call: Option<CallId>, note: Option<String>) {
             key: META_KEY.to_string(),
             value,
         },
-        DbWait::JobCtl(call, note),
+        DbWait::then(move |core, _, result| saved(core, call, note, result)),
     );
 }
 

@@ -42,7 +42,7 @@ fn send(core: &mut Main, job: &Job, run: Option<RunId>, entries: Vec<JobLogEntry
         keep: logs.log_keep,
         exports,
     };
-    core.db_call(DbRequest::JobLog(log), DbWait::Write("a job log"));
+    core.db_call(DbRequest::JobLog(log), DbWait::write("a job log"));
 }
 
 fn entry(msg_type: &str, machine: Option<&str>, code: Option<i32>, at: Millis) -> JobLogEntry {

@@ -5,13 +5,19 @@
 //! Outgoing: `db_call`, `blocking_call` (typed replies taken back with `take_db_reply` /
 //! `take_blocking_reply`), `to_hub`, `to_wrapper`, `reply_hub`. Incoming: `on_link` reads
 //! every frame a peer has and dispatches it; expired calls fail with `Timeout`.
+//!
+//! A db call carries what to do with its reply (`DbWait`), made by the part that calls:
+//! a Workflow step's reply is kept for the step (`DbWait::step`), anything else runs the
+//! part's own continuation. Here the reply is only looked up and handed over.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{BlockingLink, DB_TIMEOUT, DbLink, DbWait, HubLink, LAUNCH_TIMEOUT, Main};
+use super::{
+    BlockingLink, DB_TIMEOUT, DB_TROUBLE_CLEARS_AFTER, DbLink, HubLink, LAUNCH_TIMEOUT, Main,
+};
 use crate::ipc::Role;
-use crate::ipc::rpc::{Call, CallError, CallId, Packet, PendingCalls};
+use crate::ipc::rpc::{Call, CallError, CallId, Packet, PendingCalls, RemoteError};
 use crate::roles::common::ControlLink;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{BlockingReply, BlockingRequest, ConnId, HubReply, MainToHub};
@@ -33,6 +39,48 @@ pub struct Links {
     pub wakes: Vec<WakeKey>,
     /// Acks and output credits for the hub, gathered over one turn of the loop.
     pub hub_outbox: HubOutbox,
+}
+
+/// What to do with a db reply (or its failure): a continuation of the part that made the
+/// call. Timeouts and a lost link call it with the error.
+pub struct DbWait(Box<OnDbReply>);
+
+/// A part's continuation for a db reply.
+pub type OnDbReply = dyn FnOnce(&mut Main, CallId, DbResult);
+
+/// A db reply or why there is none.
+pub type DbResult = Result<DbReply, CallError>;
+
+impl DbWait {
+    /// The reply goes to `then`.
+    pub fn then(
+        then: impl FnOnce(&mut Main, CallId, Result<DbReply, CallError>) + 'static,
+    ) -> Self {
+        DbWait(Box::new(then))
+    }
+
+    /// The reply goes to `answer` with `wait`, what the part keeps about the call.
+    pub fn with<W: 'static>(wait: W, answer: fn(&mut Main, W, Result<DbReply, CallError>)) -> Self {
+        Self::then(move |core, _, result| answer(core, wait, result))
+    }
+
+    /// A Workflow step waits on this call id: the reply is kept for it (`take_db_reply`)
+    /// and the step woken.
+    pub fn step() -> Self {
+        Self::then(|core, id, result| {
+            core.links.db_replies.insert(id, result);
+            core.wake(WakeKey::Call(id));
+        })
+    }
+
+    /// A write nobody waits for; a failure is logged.
+    pub fn write(what: &'static str) -> Self {
+        Self::then(move |_, _, result| {
+            if let Err(e) = result {
+                log::error!("could not record {what}: {e}");
+            }
+        })
+    }
 }
 
 /// What main tells the hub about wrapper output once per turn of its loop instead of
@@ -62,7 +110,34 @@ impl Main {
         id
     }
 
-    /// The typed reply to a Workflow step's db call (`DbWait::Step`), once it arrived.
+    /// Hand a db reply (or its failure) to whoever waits for it, noting on the way
+    /// whether the database stores.
+    pub fn db_answer(&mut self, id: CallId, wait: DbWait, result: Result<DbReply, CallError>) {
+        match &result {
+            Err(CallError::Remote(RemoteError::DiskFull(why))) => {
+                if self.storage.db_trouble.is_none() {
+                    log::error!(
+                        "the database cannot store more ({why}); no new run starts until it can"
+                    );
+                }
+                self.storage.db_trouble = Some(why.clone());
+                self.storage.db_trouble_since = Instant::now();
+            }
+            // Output, the bulk of what is written, stored again well after the last
+            // failure: the trouble is over.
+            Ok(DbReply::OutputStored { .. })
+                if self.storage.db_trouble.is_some()
+                    && self.storage.db_trouble_since.elapsed() > DB_TROUBLE_CLEARS_AFTER =>
+            {
+                self.storage.db_trouble = None;
+                log::info!("the database stores again; runs start again");
+            }
+            _ => {}
+        }
+        (wait.0)(self, id, result);
+    }
+
+    /// The typed reply to a Workflow step's db call (`DbWait::step`), once it arrived.
     pub fn take_db_reply<C: Call<DbReply>>(
         &mut self,
         id: CallId,

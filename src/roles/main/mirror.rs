@@ -135,7 +135,10 @@ pub fn poll(core: &mut Main) {
         m.resync = false;
         m.resyncing = true;
         m.resynced_at = Some(Instant::now());
-        core.db_call(DbRequest::InFlightDetails, DbWait::Mirror(Wait::InFlight));
+        core.db_call(
+            DbRequest::InFlightDetails,
+            DbWait::with(Wait::InFlight, answer),
+        );
     }
     let m = &mut core.views.mirror;
     let output = std::mem::take(&mut m.output);
@@ -147,7 +150,10 @@ pub fn poll(core: &mut Main) {
         let m = &mut core.views.mirror;
         m.stale.remove(&run);
         m.reading.insert(run);
-        core.db_call(DbRequest::GetRun(run), DbWait::Mirror(Wait::Record(run)));
+        core.db_call(
+            DbRequest::GetRun(run),
+            DbWait::with(Wait::Record(run), answer),
+        );
     }
 }
 
@@ -194,7 +200,7 @@ fn read_feed(core: &mut Main, run: RunId, machine: String) {
         max_bytes: Some(FEED_READ),
         ..OutputQuery::default()
     };
-    let wait = DbWait::Mirror(Wait::Feed(run, machine.clone()));
+    let wait = DbWait::with(Wait::Feed(run, machine.clone()), answer);
     let read = DbRequest::Output {
         run,
         machine,
@@ -400,7 +406,10 @@ pub fn base_wait(core: &mut Main, call: CallId, run: RunId, machine: &str) -> Op
             base: false,
         });
     feed.base = true;
-    Some(DbWait::Mirror(Wait::Base(call, run, machine.to_string())))
+    Some(DbWait::with(
+        Wait::Base(call, run, machine.to_string()),
+        answer,
+    ))
 }
 
 fn base_read(

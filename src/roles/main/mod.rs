@@ -76,6 +76,7 @@ use runs::ActiveRun;
 use scheduler::Scheduler;
 use tokens::Secret;
 
+pub use links::DbWait;
 pub use main_loop::run;
 use main_loop::{arm_schedule, pump, stop_when_settled};
 
@@ -94,48 +95,6 @@ const DB_TROUBLE_CLEARS_AFTER: Duration = Duration::from_secs(10);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// A Workflow waiting this long on nothing live is reported.
 const STALL_THRESHOLD: Duration = Duration::from_secs(60);
-
-/// What to do with a db reply.
-#[derive(Debug, Clone)]
-pub enum DbWait {
-    /// A Workflow step waits on this call id.
-    Step,
-    /// A request (admin socket, HTTP API, `/ws`) or a follower of `requests::live`.
-    Request(requests::Wait),
-    /// Output stored: ack it to the wrapper; credit its cost to the hub either way.
-    Output {
-        run: RunId,
-        machine: String,
-        conn: crate::wire::link::ConnId,
-        cost: u64,
-    },
-    /// A target's final state is recorded.
-    TargetFinished { run: RunId, machine: String },
-    /// A write nobody waits for; failures are logged.
-    Write(&'static str),
-    /// The runs in flight, loaded at start-up.
-    Recovery,
-    /// Retention applied to a job.
-    Retention(String),
-    /// A finished run looked up for a wrapper that comes back after being lost.
-    Reconcile(CallId, Box<crate::wire::link::WrapperHello>),
-    /// A new wrapper session is being recorded; its welcome waits (`sessions`).
-    SessionStored(Box<welcome::StoredWelcome>),
-    /// The dashboard's live view (`ui`).
-    Ui(ui::UiWait),
-    /// One of the loads start-up waits for.
-    Boot(boot::Load),
-    /// The job control state is saved; with the admin call to answer (`jobctl`).
-    JobCtl(Option<CallId>, Option<String>),
-    /// Notifications (`notify`).
-    Notify(notify::Wait),
-    /// The minions' wrapper builds, loaded at start (`fleet`).
-    Fleet,
-    /// The runs in flight, read by the orphan sweep (`run::orphans`).
-    Orphans,
-    /// A standby's mirror of the leader's runs (`mirror`).
-    Mirror(mirror::Wait),
-}
 
 #[derive(Debug, Clone, Copy)]
 enum Peer {
@@ -303,70 +262,6 @@ impl Main {
         self.wake_capacity();
         live::run_changed(self, run);
         ui::run_changed(self, run);
-    }
-
-    /// Route a db reply (or its failure) to whoever waits for it.
-    fn db_answer(&mut self, id: CallId, wait: DbWait, result: Result<DbReply, CallError>) {
-        match &result {
-            Err(CallError::Remote(crate::ipc::rpc::RemoteError::DiskFull(why))) => {
-                if self.storage.db_trouble.is_none() {
-                    log::error!(
-                        "the database cannot store more ({why}); no new run starts until it can"
-                    );
-                }
-                self.storage.db_trouble = Some(why.clone());
-                self.storage.db_trouble_since = Instant::now();
-            }
-            // Output, the bulk of what is written, stored again well after the last
-            // failure: the trouble is over.
-            Ok(DbReply::OutputStored { .. })
-                if self.storage.db_trouble.is_some()
-                    && self.storage.db_trouble_since.elapsed() > DB_TROUBLE_CLEARS_AFTER =>
-            {
-                self.storage.db_trouble = None;
-                log::info!("the database stores again; runs start again");
-            }
-            _ => {}
-        }
-        match wait {
-            DbWait::Step => {
-                self.links.db_replies.insert(id, result);
-                self.wake(WakeKey::Call(id));
-            }
-            DbWait::Request(wait) => requests::answer(self, wait, result),
-            DbWait::Output {
-                run,
-                machine,
-                conn,
-                cost,
-            } => {
-                self.credit_output(conn, cost);
-                let stored = result.is_ok();
-                sessions::output_stored(self, run, &machine, result);
-                if stored {
-                    live::output_arrived(self, run, &machine);
-                }
-            }
-            DbWait::TargetFinished { run, machine } => {
-                sessions::target_recorded(self, run, &machine, result)
-            }
-            DbWait::Write(what) => {
-                if let Err(e) = result {
-                    log::error!("could not record {what}: {e}");
-                }
-            }
-            DbWait::Recovery => self.flight.recovery_reply = Some(result),
-            DbWait::Retention(job) => self.pruned(&job, result),
-            DbWait::Reconcile(call, hello) => sessions::reconcile(self, call, *hello, result),
-            DbWait::SessionStored(stored) => welcome::session_stored(self, *stored, result),
-            DbWait::Ui(wait) => ui::db_answer(self, wait, result),
-            DbWait::Boot(load) => boot::answer(self, load, result),
-            DbWait::Notify(wait) => notify::db_answer(self, wait, result),
-            DbWait::JobCtl(call, note) => jobctl::saved(self, call, note, result),
-            DbWait::Fleet => fleet::loaded(self, result),
-            DbWait::Orphans => run::orphans::loaded(self, result),
-            DbWait::Mirror(wait) => mirror::answer(self, wait, result),
-        }
     }
 }
 

@@ -99,9 +99,9 @@ pub struct Notifier {
 pub fn start(core: &mut Main) {
     core.db_call(
         DbRequest::ReleaseDeliveryLeases { now: now_ms() },
-        DbWait::Write("released notification leases"),
+        DbWait::write("released notification leases"),
     );
-    core.db_call(DbRequest::LastRuns, DbWait::Notify(Wait::LastRuns));
+    core.db_call(DbRequest::LastRuns, DbWait::with(Wait::LastRuns, db_answer));
     core.notify.due_at = Some(0);
 }
 
@@ -180,7 +180,7 @@ pub fn run_ended(core: &mut Main, active: &ActiveRun, state: RunState, reason: O
             bytes: notify::TAIL_BYTES,
             max_targets: notify::TAIL_TARGETS,
         },
-        DbWait::Notify(Wait::Tails(Box::new(decided))),
+        DbWait::with(Wait::Tails(Box::new(decided)), db_answer),
     );
 }
 
@@ -287,7 +287,7 @@ fn queue(core: &mut Main, decided: Decided) {
     if !new.is_empty() {
         core.db_call(
             DbRequest::QueueDeliveries(new),
-            DbWait::Notify(Wait::Queued),
+            DbWait::with(Wait::Queued, db_answer),
         );
     }
 }
@@ -306,7 +306,7 @@ fn take_due(core: &mut Main) {
             limit: room,
             lease_ms: LEASE_MS,
         },
-        DbWait::Notify(Wait::Due),
+        DbWait::with(Wait::Due, db_answer),
     );
 }
 
@@ -315,10 +315,10 @@ pub fn list(core: &mut Main, call: CallId, mut filter: DeliveryFilter) {
     filter.limit = Some(filter.limit.unwrap_or(50).clamp(1, 10_000));
     core.db_call(
         DbRequest::ListDeliveries(filter),
-        DbWait::Notify(Wait::List(
-            call,
-            super::delivery_view::reader_is_admin(core),
-        )),
+        DbWait::with(
+            Wait::List(call, super::delivery_view::reader_is_admin(core)),
+            db_answer,
+        ),
     );
 }
 
@@ -529,7 +529,7 @@ pub fn poll(core: &mut Main) {
                 result,
                 retry_at,
             }),
-            DbWait::Write("a notification attempt"),
+            DbWait::write("a notification attempt"),
         );
         if let Some(at) = retry_at {
             let n = &mut core.notify;

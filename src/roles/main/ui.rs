@@ -87,7 +87,10 @@ pub struct UiState {
 /// Start-up: the configuration goes out at once, the status once db said what ran last.
 pub fn start(core: &mut Main) {
     core.views.ui.config_dirty = true;
-    core.db_call(DbRequest::LastRuns, DbWait::Ui(UiWait::LastRuns));
+    core.db_call(
+        DbRequest::LastRuns,
+        DbWait::with(UiWait::LastRuns, db_answer),
+    );
 }
 
 pub fn db_answer(core: &mut Main, wait: UiWait, result: Result<DbReply, CallError>) {

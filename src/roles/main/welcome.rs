@@ -103,14 +103,17 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         },
         match verdict {
             // The spent token and the session's key are durable before the welcome.
-            Some(verdict) => DbWait::SessionStored(Box::new(StoredWelcome {
-                call: id,
-                conn,
-                run,
-                machine,
-                verdict,
-            })),
-            None => DbWait::Write("a wrapper version"),
+            Some(verdict) => DbWait::with(
+                StoredWelcome {
+                    call: id,
+                    conn,
+                    run,
+                    machine,
+                    verdict,
+                },
+                session_stored,
+            ),
+            None => DbWait::write("a wrapper version"),
         },
     );
 }

@@ -1,7 +1,7 @@
 //! Requests about the daemon itself: status, metrics, configuration reload, wrapper
 //! deployment, and the audit trail (what was asked, by whom).
 
-use super::{DbWait, Main, MainRole, Wait, failure, respond};
+use super::{Main, MainRole, Wait, failure, respond};
 use crate::ipc::CallId;
 use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, EventInfo, StatusInfo};
 use crate::wire::db::DbRequest;
@@ -78,7 +78,7 @@ pub fn events(
     };
     core.db_call(
         DbRequest::ListEvents(filter),
-        DbWait::Request(Wait::Events(call)),
+        super::request_wait(Wait::Events(call)),
     );
 }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{DbWait, Main, Wait, failure, no_job, respond};
+use super::{Main, Wait, failure, no_job, respond};
 use crate::config::{Executor, Job, JobEntry, Overlap, TargetType};
 use crate::ipc::CallId;
 use crate::roles::main::run::RunRequest;
@@ -21,7 +21,7 @@ const LAST_RUNS: usize = 5;
 pub fn list(core: &mut Main, call: CallId, group: Option<String>, state: Option<JobState>) {
     core.db_call(
         DbRequest::LastRuns,
-        DbWait::Request(Wait::Jobs { call, group, state }),
+        super::request_wait(Wait::Jobs { call, group, state }),
     );
 }
 
@@ -49,7 +49,7 @@ pub fn detail(core: &mut Main, call: CallId, job: String, upcoming: u32) {
             limit: Some(LAST_RUNS),
             ..Default::default()
         }),
-        DbWait::Request(Wait::Job {
+        super::request_wait(Wait::Job {
             call,
             job,
             upcoming: upcoming.min(MAX_UPCOMING),

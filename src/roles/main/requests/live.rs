@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{DbWait, MAX_SLICE, Main, Wait, failure, respond};
+use super::{MAX_SLICE, Main, Wait, failure, respond};
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::{CallError, RemoteError};
@@ -96,7 +96,7 @@ fn stream(core: &mut Main, call: CallId, resp: AdminResponse) {
 }
 
 fn db(core: &mut Main, req: DbRequest, wait: FollowWait) {
-    core.db_call(req, DbWait::Request(Wait::Follow(wait)));
+    core.db_call(req, super::request_wait(Wait::Follow(wait)));
 }
 
 pub fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {

@@ -179,7 +179,7 @@ pub fn change(core: &mut Main, call: CallId, change: MaintenanceChange) {
             key: META_KEY.to_string(),
             value,
         },
-        DbWait::Request(Wait::Maintenance { call, note }),
+        super::request_wait(Wait::Maintenance { call, note }),
     );
 }
 
@@ -243,7 +243,7 @@ fn record_changes(core: &mut Main, before: &Maintenance, after: &Maintenance, by
                 // The operator, when an admin request caused it.
                 uid: core.actor.uid,
             }),
-            DbWait::Write("a maintenance event"),
+            DbWait::write("a maintenance event"),
         );
     }
 }

@@ -224,10 +224,15 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
 
 /// Answer `call` with the stored record of `run` (db's is the truth: ended time, state).
 pub fn send_run(core: &mut Main, call: CallId, run: RunId) {
-    core.db_call(DbRequest::GetRun(run), DbWait::Request(Wait::Run(call)));
+    core.db_call(DbRequest::GetRun(run), request_wait(Wait::Run(call)));
 }
 
 /// A db reply for a request: the topic's function shapes the answer.
+/// A request's db call: the reply is answered by `answer`.
+pub fn request_wait(wait: Wait) -> DbWait {
+    DbWait::with(wait, answer)
+}
+
 pub fn answer(core: &mut Main, wait: Wait, result: Result<DbReply, CallError>) {
     let (call, shaped) = match wait {
         Wait::Follow(f) => return live::answer(core, f, result),

@@ -3,7 +3,7 @@
 //! views (later frames reach the hub as the wrapper frames it relays, or, for a run the
 //! leader drives on a standby, as `MainToHub::UiStoredOutput`, `mirror.rs`).
 
-use super::{DbWait, MAX_SLICE, Main, Wait};
+use super::{MAX_SLICE, Main, Wait};
 use crate::ipc::CallId;
 use crate::wire::admin::{AdminResponse, OutputRange, OutputSlice};
 use crate::wire::db::DbRequest;
@@ -27,7 +27,7 @@ pub fn read(core: &mut Main, call: CallId, run: RunId, machine: String, range: O
             machine,
             query,
         },
-        DbWait::Request(Wait::Output(call)),
+        super::request_wait(Wait::Output(call)),
     );
 }
 
@@ -54,7 +54,7 @@ pub fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
             // Everything passed on so far is in what db reads now: the link to db keeps
             // the order, and frames go to db as they arrive.
             let upto_seq = crate::roles::main::ui::seen_seq(core, run, &machine);
-            DbWait::Request(Wait::LiveOutput { call, upto_seq })
+            super::request_wait(Wait::LiveOutput { call, upto_seq })
         }
     };
     core.db_call(

@@ -1,7 +1,7 @@
 //! Requests about runs: lists by job, state and time (with paging), one run, and killing,
 //! suspending or resuming a run in flight or one of its targets.
 
-use super::{DbWait, Main, Wait, failure, respond};
+use super::{Main, Wait, failure, respond};
 use crate::ipc::CallId;
 use crate::wire::admin::{AdminFailure, AdminResponse, RunQuery};
 use crate::wire::db::DbRequest;
@@ -23,7 +23,7 @@ pub fn find(core: &mut Main, call: CallId, q: RunQuery) {
     };
     core.db_call(
         DbRequest::ListRuns(filter),
-        DbWait::Request(Wait::Runs(call)),
+        super::request_wait(Wait::Runs(call)),
     );
 }
 

@@ -80,7 +80,7 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                     ..Default::default()
                 },
             },
-            DbWait::Write("a running run"),
+            DbWait::write("a running run"),
         );
     }
     if launch.is_empty() {
@@ -88,7 +88,10 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     }
     // db answers a call only after committing the batch it is in, and it receives the
     // `launching` writes above before this read: its answer means they are durable.
-    let barrier = core.db_call(DbRequest::GetMeta(LAUNCH_BARRIER.to_string()), DbWait::Step);
+    let barrier = core.db_call(
+        DbRequest::GetMeta(LAUNCH_BARRIER.to_string()),
+        DbWait::step(),
+    );
     env.launch_held = Some((barrier, launch));
     Step::Wait(Wake::Call(barrier))
 }

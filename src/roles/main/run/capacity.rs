@@ -106,6 +106,6 @@ fn record(core: &mut Main, run: u64, state: RunState, reason: String) {
                 ..Default::default()
             },
         },
-        DbWait::Write("a run waiting for a place"),
+        DbWait::write("a run waiting for a place"),
     );
 }

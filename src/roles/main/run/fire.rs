@@ -116,7 +116,7 @@ pub fn fire_as(
                     targets: Vec::new(),
                     now: now_ms(),
                 }),
-                DbWait::Write("a skipped slot"),
+                DbWait::write("a skipped slot"),
             );
         }
         None => core.queue_run(RunRequest {

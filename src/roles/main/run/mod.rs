@@ -284,7 +284,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 targets,
                 now: now_ms(),
             }),
-            DbWait::Step,
+            DbWait::step(),
         );
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));
@@ -426,7 +426,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                     ..Default::default()
                 },
             },
-            DbWait::Step,
+            DbWait::step(),
         );
         env.call = Some(id);
         return Step::Wait(Wake::Call(id));

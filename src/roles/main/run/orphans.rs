@@ -45,7 +45,10 @@ pub fn sweep(role: &mut MainRole, _: &mut Ctx<MainRole>) {
         return;
     }
     core.flight.orphans.reading = true;
-    core.db_call(DbRequest::InFlightDetails, DbWait::Orphans);
+    core.db_call(
+        DbRequest::InFlightDetails,
+        DbWait::then(|core, _, result| loaded(core, result)),
+    );
 }
 
 /// db's answer: adopt the suspects of the last sweep that are still not driven here.

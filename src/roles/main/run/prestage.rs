@@ -83,7 +83,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                             ..Default::default()
                         },
                     },
-                    DbWait::Write("a pre-staged run at its slot"),
+                    DbWait::write("a pre-staged run at its slot"),
                 );
             }
         }

@@ -28,7 +28,10 @@ use crate::wire::records::{RunRecord, RunState, TargetReason, TargetState};
 /// Ask db for the runs in flight; the answer arrives in `recovered`.
 pub fn start(core: &mut Main) {
     core.flight.recovering = true;
-    core.db_call(DbRequest::InFlightDetails, DbWait::Recovery);
+    core.db_call(
+        DbRequest::InFlightDetails,
+        DbWait::then(|core, _, result| core.flight.recovery_reply = Some(result)),
+    );
 }
 
 /// db's answer: rebuild the runs and resume their Workflows.
@@ -171,7 +174,7 @@ fn give_up(core: &mut Main, run: &RunRecord, why: &str) {
                     ..Default::default()
                 },
             },
-            DbWait::Write("a target of a closed run"),
+            DbWait::write("a target of a closed run"),
         );
     }
     core.db_call(
@@ -184,7 +187,7 @@ fn give_up(core: &mut Main, run: &RunRecord, why: &str) {
                 ..Default::default()
             },
         },
-        DbWait::Write("a closed run"),
+        DbWait::write("a closed run"),
     );
 }
 
