@@ -1,16 +1,18 @@
 //! Requests about the daemon itself: status, metrics, configuration reload, wrapper
 //! deployment, and the audit trail (what was asked, by whom).
 
-use super::{Main, MainRole, Wait, failure, respond};
+use super::answer::{answer_with, bounded_errors, failure, respond};
 use crate::ipc::CallId;
+use crate::roles::main::{Main, MainRole};
 use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, EventInfo, StatusInfo};
 use crate::wire::db::DbRequest;
+use crate::wire::db::calls;
 use crate::wire::db::{EventFilter, EventRecord};
 use crate::wire::records::{Millis, RunId};
 
 pub fn status(core: &mut Main, call: CallId) {
     let now = chrono::Utc::now().timestamp_millis();
-    let config_errors = super::bounded_errors(
+    let config_errors = bounded_errors(
         core.config
             .diagnostics
             .iter()
@@ -78,7 +80,7 @@ pub fn events(
     };
     core.db_call(
         DbRequest::ListEvents(filter),
-        super::request_wait(Wait::Events(call)),
+        answer_with::<calls::ListEvents>(call, |_, events| events_read(events)),
     );
 }
 

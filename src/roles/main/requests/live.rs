@@ -21,10 +21,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{MAX_SLICE, Main, Wait, failure, respond};
+use super::answer::{MAX_SLICE, failure, respond};
+use super::runs::send_run;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::{CallError, RemoteError};
+use crate::roles::main::{DbWait, Main};
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::OutputQuery;
 use crate::wire::db::RunFilter;
@@ -96,7 +98,7 @@ fn stream(core: &mut Main, call: CallId, resp: AdminResponse) {
 }
 
 fn db(core: &mut Main, req: DbRequest, wait: FollowWait) {
-    core.db_call(req, super::request_wait(Wait::Follow(wait)));
+    core.db_call(req, DbWait::with(wait, answer));
 }
 
 pub fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
@@ -411,7 +413,7 @@ pub fn run_ended(core: &mut Main, run: RunId) {
 pub fn watch(core: &mut Main, call: CallId, run: RunId) {
     let Some(active) = core.flight.runs.get_mut(&run) else {
         // Not in flight (it may have ended already): the stored record answers.
-        return super::send_run(core, call, run);
+        return send_run(core, call, run);
     };
     active.waiters.push(call);
     let targets: Vec<_> = active.targets.iter().map(|(m, t)| t.record(m)).collect();

@@ -18,10 +18,11 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::{DbWait, Main, Wait, failure, respond};
+use super::answer::{failure, respond};
 use crate::config::Maintenance;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
+use crate::roles::main::{DbWait, Main};
 use crate::wire::admin::{
     AdminFailure, AdminResponse, MaintenanceChange, MaintenanceInfo, MaintenanceSource,
 };
@@ -179,7 +180,7 @@ pub fn change(core: &mut Main, call: CallId, change: MaintenanceChange) {
             key: META_KEY.to_string(),
             value,
         },
-        super::request_wait(Wait::Maintenance { call, note }),
+        DbWait::then(move |core, _, result| saved(core, call, note, result)),
     );
 }
 

@@ -3,10 +3,12 @@
 //! views (later frames reach the hub as the wrapper frames it relays, or, for a run the
 //! leader drives on a standby, as `MainToHub::UiStoredOutput`, `mirror.rs`).
 
-use super::{MAX_SLICE, Main, Wait};
+use super::answer::{MAX_SLICE, answer_with};
 use crate::ipc::CallId;
+use crate::roles::main::Main;
 use crate::wire::admin::{AdminResponse, OutputRange, OutputSlice};
 use crate::wire::db::DbRequest;
+use crate::wire::db::calls;
 use crate::wire::db::{OutputBytes, OutputQuery};
 use crate::wire::records::RunId;
 use crate::wire::ui::LiveBase;
@@ -27,7 +29,7 @@ pub fn read(core: &mut Main, call: CallId, run: RunId, machine: String, range: O
             machine,
             query,
         },
-        super::request_wait(Wait::Output(call)),
+        answer_with::<calls::Output>(call, |_, out| slice(out)),
     );
 }
 
@@ -54,7 +56,7 @@ pub fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
             // Everything passed on so far is in what db reads now: the link to db keeps
             // the order, and frames go to db as they arrive.
             let upto_seq = crate::roles::main::ui::seen_seq(core, run, &machine);
-            super::request_wait(Wait::LiveOutput { call, upto_seq })
+            answer_with::<calls::Output>(call, move |_, out| live_read(out, upto_seq))
         }
     };
     core.db_call(

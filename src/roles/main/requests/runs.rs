@@ -1,11 +1,13 @@
 //! Requests about runs: lists by job, state and time (with paging), one run, and killing,
 //! suspending or resuming a run in flight or one of its targets.
 
-use super::{Main, Wait, failure, respond};
+use super::answer::{answer_with, failure, respond};
 use crate::ipc::CallId;
+use crate::roles::main::Main;
 use crate::wire::admin::{AdminFailure, AdminResponse, RunQuery};
 use crate::wire::db::DbRequest;
 use crate::wire::db::RunFilter;
+use crate::wire::db::calls;
 use crate::wire::records::{RunId, RunRecord};
 
 /// Most runs one answer lists.
@@ -23,7 +25,7 @@ pub fn find(core: &mut Main, call: CallId, q: RunQuery) {
     };
     core.db_call(
         DbRequest::ListRuns(filter),
-        super::request_wait(Wait::Runs(call)),
+        answer_with::<calls::ListRuns>(call, |_, runs| AdminResponse::Runs(runs)),
     );
 }
 
@@ -59,4 +61,12 @@ pub fn suspend(core: &mut Main, call: CallId, run: RunId, machine: Option<String
         Ok(msg) => respond(core, call, AdminResponse::Done(msg)),
         Err(e) => failure(core, call, e),
     }
+}
+
+/// Answer `call` with the stored record of `run` (db's is the truth: ended time, state).
+pub fn send_run(core: &mut Main, call: CallId, run: RunId) {
+    core.db_call(
+        DbRequest::GetRun(run),
+        answer_with::<calls::GetRun>(call, |core, record| found(core, record)),
+    );
 }
