@@ -5,8 +5,10 @@
 use std::time::{Duration, Instant};
 
 use super::rounds;
-use super::{RunEnv, Sc, now_ms, run_rules};
+use super::state::{RunEnv, Sc};
+use crate::roles::main::effects::now_ms;
 use crate::roles::main::effects::{finish_target, transition};
+use crate::roles::main::run_rules;
 use crate::roles::main::{DbWait, Main, throttle};
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, RunUpdate, calls};
@@ -210,7 +212,7 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                     log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
                     // Maybe the wrapper went missing: deploy again next time.
                     crate::roles::main::fleet::missing(core, &o.machine, &path);
-                    super::launch_failed(core, &env.req.job.name, run, &o.machine, e);
+                    super::failed::launch_failed(core, &env.req.job.name, run, &o.machine, e);
                 }
             }
         }
@@ -218,7 +220,7 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             log::error!("run {run}: launching batch {} failed: {e}", env.batch);
             for m in &batch {
                 let why = format!("the launch failed: {e}");
-                super::launch_failed(core, &env.req.job.name, run, m, why);
+                super::failed::launch_failed(core, &env.req.job.name, run, m, why);
             }
         }
     }

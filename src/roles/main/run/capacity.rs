@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{RunEnv, Sc};
+use super::state::{RunEnv, Sc};
 use crate::roles::main::effects::finish_target;
 use crate::roles::main::target::Phase;
 use crate::roles::main::{DbWait, Main, throttle};

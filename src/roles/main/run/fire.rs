@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use chrono::Utc;
 
-use super::{RunRequest, now_ms};
+use super::state::RunRequest;
 use crate::config::Overlap;
+use crate::roles::main::effects::now_ms;
 use crate::roles::main::run_rules::{self, Hold};
 use crate::roles::main::scheduler::Due;
 use crate::roles::main::{DbWait, JobRef, Main};

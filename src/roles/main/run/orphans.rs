@@ -18,9 +18,9 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::Main;
 use crate::evloop::Ctx;
 use crate::ipc::rpc::{Call, CallError};
+use crate::roles::main::Main;
 use crate::roles::main::{DbWait, MainRole};
 use crate::wire::db::{DbReply, DbRequest, calls};
 use crate::wire::records::RunId;

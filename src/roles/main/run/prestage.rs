@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::Main;
-use super::RunEnv;
+use super::state::RunEnv;
 use crate::config::Overlap;
 use crate::roles::main::DbWait;
+use crate::roles::main::Main;
 use crate::roles::main::effects::finish_target;
 use crate::roles::main::run_rules::{self, AtSlot};
 use crate::wire::db::{DbRequest, RunUpdate};

@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{self as run_flow, RunRequest};
+use super::flow as run_flow;
+use super::state::RunRequest;
 use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;

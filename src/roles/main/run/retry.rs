@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::RunEnv;
+use super::state::RunEnv;
 use crate::roles::main::Main;
 use crate::roles::main::effects::transition;
 

@@ -9,9 +9,9 @@
 //!   "no minions matched" skips it with that reason. A minion without this build's
 //!   wrapper gets it first (`fleet.rs`).
 
-use super::Main;
-use super::RunEnv;
+use super::state::RunEnv;
 use crate::config::Executor;
+use crate::roles::main::Main;
 use crate::roles::main::fleet::{self, Need};
 use crate::wire::link::{BlockingRequest, blocking_calls};
 use crate::wire::records::RunState;
@@ -116,7 +116,7 @@ pub fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                     env.silent.insert(machine, failure.why);
                 } else {
                     let why = format!("wrapper deployment failed: {}", failure.why);
-                    super::launch_failed(core, &job.name, run, &machine, why);
+                    super::failed::launch_failed(core, &job.name, run, &machine, why);
                 }
             }
         }
