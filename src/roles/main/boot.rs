@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use super::requests::maintenance;
 use super::scheduler::Due;
-use super::{DbWait, Main, MainRole, jobctl, maintenance, missed};
+use super::state::{DbWait, Main, MainRole};
+use super::{jobctl, missed};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
@@ -135,7 +137,7 @@ pub fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     core.flight.recovering = false;
     let last = core.boot.last_slots.take().unwrap_or_default();
     catch_up(core, &last, Utc::now());
-    super::arm_schedule(role, ctx);
+    super::main_loop::arm_schedule(role, ctx);
     for (call, req) in std::mem::take(&mut role.core.boot.parked) {
         super::requests::handle(role, ctx, call, req);
     }

@@ -4,7 +4,7 @@
 //! deploy to the live ones, answer the admin call with one line per minion. Minions that
 //! got it are recorded in the fleet state (`fleet.rs`), so no run deploys again.
 
-use super::Main;
+use super::state::Main;
 use crate::config::Executor;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;

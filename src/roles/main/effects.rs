@@ -2,8 +2,8 @@
 //! transition returns — messages to the wrapper through the hub, writes to db, events —
 //! and offers the transitions that every part of main uses by name.
 
+use super::state::{DbWait, Main};
 use super::target::{Effect, Outcome, Target};
-use super::{DbWait, Main};
 use crate::ipc::rpc::CallError;
 use crate::wire::db::TargetUpdate;
 use crate::wire::db::{DbReply, DbRequest};

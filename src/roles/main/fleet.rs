@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use super::{DbWait, Main};
+use super::state::{DbWait, Main};
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
 use crate::wire::db::{DbReply, DbRequest, WrapperSeen, calls};

@@ -23,7 +23,8 @@
 //!    meanwhile, this one stops (its daemon exits; restarted, it is a standby): the runs
 //!    are the other's now, and their wrappers move to it.
 
-use super::{Main, MainRole, boot, run};
+use super::state::{Main, MainRole};
+use super::{boot, run};
 use crate::evloop::Ctx;
 use crate::wire::db::LeaseReport;
 
@@ -151,7 +152,7 @@ pub fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         (false, true) => {
             log::info!("the leader lease is confirmed again: slots fire again");
             core.ha.leader = true;
-            super::arm_schedule(role, ctx);
+            super::main_loop::arm_schedule(role, ctx);
         }
         // Led before, and another server holds the lease now (possibly after this one
         // lost the database for a while): the runs are that server's. (A lock still
@@ -178,7 +179,7 @@ pub fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                  fires and no run starts until it is"
             );
             core.ha.leader = false;
-            super::arm_schedule(role, ctx);
+            super::main_loop::arm_schedule(role, ctx);
         }
         _ => {}
     }

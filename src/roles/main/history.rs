@@ -8,7 +8,7 @@
 
 use chrono::Utc;
 
-use super::{DbWait, Main};
+use super::state::{DbWait, Main};
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::logsafe::cut;

@@ -22,9 +22,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::run;
 use super::scheduler::Due;
+use super::state::{DbWait, Main};
 use super::windows::{self, SlotRule};
-use super::{DbWait, Main, run};
 use crate::config::Job;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};

@@ -6,7 +6,7 @@
 //! ends, `overlap` and `maintenance` for slots not run for those reasons.
 
 use super::runs::ActiveRun;
-use super::{DbWait, Main};
+use super::state::{DbWait, Main};
 use crate::config::Job;
 use crate::wire::db::DbRequest;
 use crate::wire::notify::{ExportDest, JobLog, JobLogEntry};

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use std::path::PathBuf;
 
-use super::{Main, scheduler};
+use super::scheduler;
+use super::state::Main;
 use crate::config;
 
 /// What main knows about launching wrappers.
@@ -21,7 +22,7 @@ pub struct Launcher {
     /// the lead, since a run is resolved before it joins its launch round.
     pub resolve_latency: Option<Duration>,
     /// Resolutions out: when each call went.
-    pub resolving: std::collections::HashMap<super::CallId, std::time::Instant>,
+    pub resolving: std::collections::HashMap<crate::ipc::CallId, std::time::Instant>,
     /// `#sha256=HEX` of the hub's certificate, for wrappers to pin (`None`: `tls: false`).
     pub wrapper_pin: Option<String>,
     /// The master's pki directory, resolved once per `salt_config_dir` (the key).
@@ -117,7 +118,7 @@ impl Main {
     }
 
     /// A resolution call went out (`resolve_targets`).
-    pub fn resolution_sent(&mut self, id: super::CallId) {
+    pub fn resolution_sent(&mut self, id: crate::ipc::CallId) {
         self.launcher
             .resolving
             .insert(id, std::time::Instant::now());
@@ -125,7 +126,7 @@ impl Main {
 
     /// A resolution call answered: fold its time into the estimate (up at once, down
     /// slowly, as the launch latency).
-    pub fn resolution_answered(&mut self, id: super::CallId) {
+    pub fn resolution_answered(&mut self, id: crate::ipc::CallId) {
         let Some(sent) = self.launcher.resolving.remove(&id) else {
             return;
         };

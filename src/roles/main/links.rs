@@ -10,95 +10,17 @@
 //! a Workflow step's reply is kept for the step (`DbWait::step`), anything else runs the
 //! part's own continuation. Here the reply is only looked up and handed over.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{
-    BlockingLink, DB_TIMEOUT, DB_TROUBLE_CLEARS_AFTER, DbLink, HubLink, LAUNCH_TIMEOUT, Main,
-};
+use super::state::{DB_TIMEOUT, DB_TROUBLE_CLEARS_AFTER, DbWait, LAUNCH_TIMEOUT, Main};
 use crate::ipc::Role;
-use crate::ipc::rpc::{Call, CallError, CallId, Packet, PendingCalls, RemoteError};
-use crate::roles::common::ControlLink;
+use crate::ipc::rpc::{Call, CallError, CallId, Packet, RemoteError};
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{BlockingReply, BlockingRequest, ConnId, HubReply, MainToHub};
 use crate::wire::wrapper::ServerMsg;
 use crate::workflow::WakeKey;
 
-/// The links and what is in flight on them.
-pub struct Links {
-    pub control: ControlLink,
-    pub hub: HubLink,
-    pub db: DbLink,
-    pub blocking: BlockingLink,
-    pub db_calls: PendingCalls<DbWait>,
-    pub blocking_calls: PendingCalls<()>,
-    /// Replies for Workflow steps, taken by the step that waits on the call id.
-    pub db_replies: HashMap<CallId, Result<DbReply, CallError>>,
-    pub blocking_replies: HashMap<CallId, Result<BlockingReply, CallError>>,
-    /// Wake keys emitted since the registry last saw them.
-    pub wakes: Vec<WakeKey>,
-    /// Acks and output credits for the hub, gathered over one turn of the loop.
-    pub hub_outbox: HubOutbox,
-}
-
-/// What to do with a db reply (or its failure): a continuation of the part that made the
-/// call. Timeouts and a lost link call it with the error.
-pub struct DbWait(Box<OnDbReply>);
-
-/// A part's continuation for a db reply.
-pub type OnDbReply = dyn FnOnce(&mut Main, CallId, DbResult);
-
-/// A db reply or why there is none.
-pub type DbResult = Result<DbReply, CallError>;
-
-impl DbWait {
-    /// The reply goes to `then`.
-    pub fn then(
-        then: impl FnOnce(&mut Main, CallId, Result<DbReply, CallError>) + 'static,
-    ) -> Self {
-        DbWait(Box::new(then))
-    }
-
-    /// The reply goes to `answer` with `wait`, what the part keeps about the call.
-    pub fn with<W: 'static>(wait: W, answer: fn(&mut Main, W, Result<DbReply, CallError>)) -> Self {
-        Self::then(move |core, _, result| answer(core, wait, result))
-    }
-
-    /// A Workflow step waits on this call id: the reply is kept for it (`take_db_reply`)
-    /// and the step woken.
-    pub fn step() -> Self {
-        Self::then(|core, id, result| {
-            core.links.db_replies.insert(id, result);
-            core.wake(WakeKey::Call(id));
-        })
-    }
-
-    /// A write nobody waits for; a failure is logged.
-    pub fn write(what: &'static str) -> Self {
-        Self::then(move |_, _, result| {
-            if let Err(e) = result {
-                log::error!("could not record {what}: {e}");
-            }
-        })
-    }
-}
-
-/// What main tells the hub about wrapper output once per turn of its loop instead of
-/// once per frame: db answers many frames of many targets at once (one commit), and
-/// only the highest ack of each wrapper and the sum of the credits matter.
-#[derive(Debug, Default)]
-pub struct HubOutbox {
-    /// The highest seq to ack per connection.
-    acks: HashMap<ConnId, u64>,
-    /// Output cost main no longer holds, per connection (`MainToHub::OutputCredit`).
-    credits: HashMap<ConnId, u64>,
-}
-
 impl Main {
-    pub fn wake(&mut self, key: WakeKey) {
-        self.links.wakes.push(key);
-    }
-
     pub fn db_call(&mut self, req: DbRequest, wait: DbWait) -> CallId {
         let id = self.links.db_calls.start(Instant::now(), DB_TIMEOUT, wait);
         if let Err(e) = self.links.db.post(&Packet::Call { id, req }) {

@@ -9,14 +9,13 @@ use chrono::Utc;
 
 use mio::event::Event;
 
-use super::links;
+use super::requests::live;
+use super::requests::maintenance;
 use super::run as run_flow;
 use super::scheduler::Scheduler;
+use super::state::{BLOCKING_CALL_BASE, Main, MainRole, Peer, STALL_THRESHOLD};
 use super::tokens::Secret;
-use super::{
-    BLOCKING_CALL_BASE, Main, MainRole, Peer, STALL_THRESHOLD, boot, jobctl, launcher, live,
-    maintenance, missed, reload, requests, sessions, ui,
-};
+use super::{boot, jobctl, launcher, missed, reload, requests, sessions, ui};
 use crate::config;
 use crate::evloop::Flow;
 use crate::evloop::{Ctx, EventLoop};
@@ -233,7 +232,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut role = MainRole {
         core: Main {
-            links: links::Links {
+            links: super::state::Links {
                 control,
                 hub,
                 db,
@@ -243,13 +242,13 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
                 db_replies: HashMap::new(),
                 blocking_replies: HashMap::new(),
                 wakes: Vec::new(),
-                hub_outbox: links::HubOutbox::default(),
+                hub_outbox: super::state::HubOutbox::default(),
             },
             config,
             secret,
-            flight: super::Flight::default(),
+            flight: super::state::Flight::default(),
             scheduler,
-            daemon: super::DaemonInfo {
+            daemon: super::state::DaemonInfo {
                 started_at: now.timestamp_millis(),
                 ..Default::default()
             },
@@ -259,12 +258,12 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             },
             fleet: Default::default(),
             rounds: Default::default(),
-            storage: super::Storage {
+            storage: super::state::Storage {
                 db_trouble: None,
                 db_trouble_since: Instant::now(),
             },
-            actor: super::Actor::default(),
-            views: super::Views::default(),
+            actor: super::state::Actor::default(),
+            views: super::state::Views::default(),
             runtime_maintenance: maintenance::RuntimeMaintenance::default(),
             boot: boot::Boot::default(),
             reloads: reload::Reloads::default(),

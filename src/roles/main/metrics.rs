@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::Main;
 use super::job_metrics::{EndedRun, PerJob, TARGET_RESULTS, target_result};
+use super::state::Main;
 use crate::metrics::{DURATION_BUCKETS, Histogram, LATENCY_BUCKETS, header, label_value};
 use crate::wire::records::{Millis, RunState};
 

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::requests::live;
-use super::{DbWait, Main};
+use super::state::{DbWait, Main};
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
 use crate::wire::admin::AdminFailure;

@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 
 use super::runs::ActiveRun;
-use super::{DbWait, Main, MainRole};
+use super::state::{DbWait, Main, MainRole};
 use crate::config::notify::{Channel, NotifyOn, NotifyRule};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
@@ -109,7 +109,7 @@ pub fn start(core: &mut Main) {
 pub fn tick(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if role.core.notify.due_at.is_some_and(|at| at <= now_ms()) {
         take_due(&mut role.core);
-        super::pump(role, ctx);
+        super::main_loop::pump(role, ctx);
     }
 }
 

@@ -26,7 +26,9 @@ use std::time::Instant;
 
 use chrono::Utc;
 
-use super::{Main, MainRole, maintenance, ui};
+use super::requests::maintenance;
+use super::state::{Main, MainRole};
+use super::ui;
 use crate::config::{self, LoadedConfig};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
@@ -170,7 +172,7 @@ fn apply(
     }
     ui::config_changed(core);
     core.scheduler.plan(core.config.valid_jobs(), now);
-    super::arm_schedule(role, ctx);
+    super::main_loop::arm_schedule(role, ctx);
     // Connected `/ws` clients see the change now, not at the next event.
     ui::flush(&mut role.core);
     super::heap::trim_soon(ctx);
@@ -186,7 +188,7 @@ pub fn watch_config(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         Ok(true) => {
             log::info!("configuration changed on disk; reloading");
             request(&mut role.core, None);
-            super::pump(role, ctx);
+            super::main_loop::pump(role, ctx);
         }
         Ok(false) => {}
         Err(e) => log::warn!("cannot scan the configuration directory: {e}"),

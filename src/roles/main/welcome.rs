@@ -8,10 +8,10 @@
 use std::time::Instant;
 
 use super::effects::apply;
+use super::state::{DbWait, Main};
 use super::target::suspend::SuspendReport;
 use super::target::{Credential, Effect, Token};
 use super::tokens;
-use super::{DbWait, Main};
 use crate::ipc::CallId;
 use crate::ipc::rpc::CallError;
 use crate::logsafe::{Admit, NAME_MAX, PerKey, clip};

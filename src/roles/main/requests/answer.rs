@@ -4,8 +4,8 @@
 
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError, RemoteError};
-use crate::roles::main::Main;
-use crate::roles::main::links::DbWait;
+use crate::roles::main::state::DbWait;
+use crate::roles::main::state::Main;
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::DbReply;
 use crate::wire::link::HubReply;

@@ -3,7 +3,7 @@
 
 use super::answer::{answer_with, bounded_errors, failure, respond};
 use crate::ipc::CallId;
-use crate::roles::main::{Main, MainRole};
+use crate::roles::main::state::{Main, MainRole};
 use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, EventInfo, StatusInfo};
 use crate::wire::db::DbRequest;
 use crate::wire::db::calls;

@@ -26,7 +26,7 @@ use super::runs::send_run;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::{CallError, RemoteError};
-use crate::roles::main::{DbWait, Main};
+use crate::roles::main::state::{DbWait, Main};
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::OutputQuery;
 use crate::wire::db::RunFilter;

@@ -22,7 +22,7 @@ use super::answer::{failure, respond};
 use crate::config::Maintenance;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
-use crate::roles::main::{DbWait, Main};
+use crate::roles::main::state::{DbWait, Main};
 use crate::wire::admin::{
     AdminFailure, AdminResponse, MaintenanceChange, MaintenanceInfo, MaintenanceSource,
 };

@@ -26,7 +26,7 @@ pub mod runs;
 pub use answer::{bounded_errors, failure, respond};
 pub use runs::send_run;
 
-use super::MainRole;
+use super::state::MainRole;
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::wire::admin::{AdminFailure, AdminPeer, AdminRequest, AdminResponse};

@@ -5,7 +5,7 @@
 
 use super::answer::{MAX_SLICE, answer_with};
 use crate::ipc::CallId;
-use crate::roles::main::Main;
+use crate::roles::main::state::Main;
 use crate::wire::admin::{AdminResponse, OutputRange, OutputSlice};
 use crate::wire::db::DbRequest;
 use crate::wire::db::calls;

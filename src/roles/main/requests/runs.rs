@@ -3,7 +3,7 @@
 
 use super::answer::{answer_with, failure, respond};
 use crate::ipc::CallId;
-use crate::roles::main::Main;
+use crate::roles::main::state::Main;
 use crate::wire::admin::{AdminFailure, AdminResponse, RunQuery};
 use crate::wire::db::DbRequest;
 use crate::wire::db::RunFilter;

@@ -9,7 +9,8 @@ use super::state::{RunEnv, Sc};
 use crate::roles::main::effects::now_ms;
 use crate::roles::main::effects::{finish_target, transition};
 use crate::roles::main::run_rules;
-use crate::roles::main::{DbWait, Main, throttle};
+use crate::roles::main::state::{DbWait, Main};
+use crate::roles::main::throttle;
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, RunUpdate, calls};
 use crate::wire::link::{

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use super::state::{RunEnv, Sc};
 use crate::roles::main::effects::finish_target;
+use crate::roles::main::state::{DbWait, Main};
 use crate::roles::main::target::Phase;
-use crate::roles::main::{DbWait, Main, throttle};
+use crate::roles::main::throttle;
 use crate::wire::db::{DbRequest, RunUpdate};
 use crate::wire::records::{RunState, TargetReason};
 use crate::workflow::{Step, Wake, WakeEvent};

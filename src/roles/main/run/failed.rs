@@ -1,8 +1,8 @@
 //! A target that never ran: its launch failed, or its minion is unreachable. Both leave
 //! a target its wrapper picked up meanwhile alone.
 
-use crate::roles::main::Main;
 use crate::roles::main::effects::finish_target;
+use crate::roles::main::state::Main;
 use crate::wire::records::{RunId, TargetReason};
 
 /// A target's wrapper could not be deployed or launched: recorded as an event with its

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use crate::evloop::Ctx;
 use crate::ipc::rpc::{Call, CallError};
-use crate::roles::main::Main;
-use crate::roles::main::{DbWait, MainRole};
+use crate::roles::main::state::Main;
+use crate::roles::main::state::{DbWait, MainRole};
 use crate::wire::db::{DbReply, DbRequest, calls};
 use crate::wire::records::RunId;
 

@@ -9,7 +9,7 @@
 use super::failed::{launch_failed, unreachable};
 use super::state::RunEnv;
 use crate::config::Executor;
-use crate::roles::main::Main;
+use crate::roles::main::state::Main;
 use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
 use crate::workflow::Wake;
 

@@ -13,10 +13,10 @@ use chrono::Utc;
 
 use super::state::RunEnv;
 use crate::config::Overlap;
-use crate::roles::main::DbWait;
-use crate::roles::main::Main;
 use crate::roles::main::effects::finish_target;
 use crate::roles::main::run_rules::{self, AtSlot};
+use crate::roles::main::state::DbWait;
+use crate::roles::main::state::Main;
 use crate::wire::db::{DbRequest, RunUpdate};
 use crate::wire::records::{RunState, TargetReason};
 use crate::wire::wrapper::ServerMsg;

@@ -19,8 +19,8 @@ use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::roles::main::runs::ActiveRun;
+use crate::roles::main::state::{DbWait, Main, MainRole};
 use crate::roles::main::target::Target;
-use crate::roles::main::{DbWait, Main, MainRole};
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::db::{RunUpdate, TargetDetail, TargetUpdate};
@@ -65,7 +65,7 @@ pub fn recovered(role: &mut MainRole, ctx: &mut Ctx<MainRole>, result: Result<Db
     role.core.apply_retention_to_all();
     // The start-up hold is lifted, and the schedule armed, once every start-up load is in
     // (`boot::finish_when_ready`, from the pump).
-    crate::roles::main::pump(role, ctx);
+    crate::roles::main::main_loop::pump(role, ctx);
 }
 
 pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {

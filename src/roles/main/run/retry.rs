@@ -14,8 +14,8 @@
 use std::time::{Duration, Instant};
 
 use super::state::RunEnv;
-use crate::roles::main::Main;
 use crate::roles::main::effects::transition;
+use crate::roles::main::state::Main;
 
 /// What the run Workflow does about retries now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use crate::ipc::CallId;
-use crate::roles::main::Main;
+use crate::roles::main::state::Main;
 use crate::wire::link::{
     BlockingRequest, ExecutorKind, LaunchTarget, MinionOutcome, SaltSettings, blocking_calls,
 };

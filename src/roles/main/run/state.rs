@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use crate::ipc::CallId;
-use crate::roles::main::{JobRef, Main};
+use crate::roles::main::state::{JobRef, Main};
 use crate::wire::records::{Millis, RunId, RunState, Trigger};
 use crate::workflow::StepCtx;
 

@@ -11,8 +11,8 @@
 
 use super::state::RunEnv;
 use crate::config::Executor;
-use crate::roles::main::Main;
 use crate::roles::main::fleet::{self, Need};
+use crate::roles::main::state::Main;
 use crate::wire::link::{BlockingRequest, blocking_calls};
 use crate::wire::records::RunState;
 use crate::workflow::{Step, StepCtx, Wake, WakeEvent};

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use super::state::RunEnv;
 use crate::config::Job;
-use crate::roles::main::Main;
 use crate::roles::main::effects::{finish_target, transition};
+use crate::roles::main::state::Main;
 use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
 use crate::wire::records::{RunId, TargetReason};
 
