@@ -10,6 +10,7 @@
 //!    slots missed while the daemon was down (`missed.rs`), arms the schedule and answers
 //!    the parked requests.
 
+use crate::roles::main::state::lifecycle::{Boot, Load};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,29 +33,6 @@ use crate::wire::records::{Millis, RunState, Trigger};
 
 /// Why a slot found missed at start-up was missed.
 const DOWN: &str = "the daemon was not running at this slot";
-
-/// One of the loads start-up waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Load {
-    Maintenance,
-    LastSlots,
-    JobCtl,
-}
-
-/// What start-up has received so far.
-#[derive(Debug, Default)]
-pub struct Boot {
-    maintenance_loaded: bool,
-    jobctl_loaded: bool,
-    last_slots: Option<BTreeMap<String, Millis>>,
-    in_flight_loaded: bool,
-    /// Loads that failed, to ask again once `retry_at` has come.
-    failed: Vec<Load>,
-    retry_at: Option<Instant>,
-    done: bool,
-    /// Admin requests waiting for start-up to finish.
-    parked: Vec<(CallId, AdminRequest)>,
-}
 
 impl Boot {
     /// Keep an admin request that depends on what start-up loads (run now, maintenance)

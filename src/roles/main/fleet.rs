@@ -8,7 +8,8 @@
 //! waits for (`need`); once this build's hash is known, every recorded minion with an
 //! older build is upgraded at once, ahead of the slots that need it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use crate::roles::main::state::wrappers::{Failure, Fleet, Key, Seen};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::state::{DbWait, Main};
@@ -16,55 +17,11 @@ use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
 use crate::wire::db::{DbReply, DbRequest, WrapperSeen, calls};
 use crate::wire::link::{BlockingRequest, WrapperBuild, blocking_calls};
-use crate::wire::records::Millis;
 use crate::wire::records::now_ms;
 use crate::workflow::{WakeEvent, WakeKey};
 
 /// A build seen again is written to db at most this often (its `seen` time).
 const REFRESH_EVERY: Duration = Duration::from_secs(3600);
-
-type Key = (String, String);
-
-/// A deployment that did not put the build on a minion.
-#[derive(Debug, Clone)]
-pub struct Failure {
-    pub why: String,
-    /// The minion did not return (Salt's word): its launch may still reach it.
-    pub silent: bool,
-    at: Instant,
-}
-
-#[derive(Debug, Clone)]
-struct Seen {
-    sha256: String,
-    seen: Millis,
-    /// When this row was last written to db.
-    stored: Option<Instant>,
-}
-
-/// Which build each minion has, and the deployments in flight.
-#[derive(Default)]
-pub struct Fleet {
-    builds: HashMap<Key, Seen>,
-    /// The rows are loaded from db (`load_call` is the load in flight).
-    loaded: bool,
-    load_call: Option<CallId>,
-    /// SHA-256 of this build's wrapper, as published for the minions (`None`: not yet
-    /// known; `hash_call` asks for it).
-    this_build: Option<String>,
-    hash_call: Option<CallId>,
-    /// Why publishing this build's wrapper failed, and when (it is tried again for a run
-    /// that starts waiting after that).
-    hash_failed: Option<(String, Instant)>,
-    /// Deployments in flight: the call, the path and its minions.
-    deploying: HashMap<CallId, (String, Vec<String>)>,
-    in_flight: HashSet<Key>,
-    failed: HashMap<Key, Failure>,
-    /// The stale minions of the fleet were sent their upgrade.
-    upgraded: bool,
-    /// Deployments started since this daemon started, per minion (for `wrapper status`).
-    deployments: BTreeMap<String, u32>,
-}
 
 /// What the minions of a batch need before their launch.
 #[derive(Debug)]

@@ -26,28 +26,8 @@
 use super::state::{Main, MainRole};
 use super::{boot, run};
 use crate::evloop::Ctx;
+use crate::roles::main::state::lifecycle::Ha;
 use crate::wire::db::LeaseReport;
-
-/// Where this daemon stands.
-#[derive(Debug, Default)]
-pub struct Ha {
-    /// The database is shared (PostgreSQL): leading comes from the lease.
-    pub shared: bool,
-    /// This server's name (`server_name`, or the host name).
-    pub server: String,
-    /// This daemon holds the lease (always true when not shared).
-    pub leader: bool,
-    /// The database answered db's last try.
-    pub reachable: bool,
-    /// Who leads, as far as known.
-    pub holder: Option<String>,
-    /// This daemon has adopted the schedule and the runs (it led once).
-    adopted: bool,
-    /// Times this daemon took the lease.
-    pub takeovers: u64,
-    /// The newest report, for the loop to apply (it needs the registry and timers).
-    pending: Option<LeaseReport>,
-}
 
 impl Ha {
     /// The role shown by `saltpeterctl status` and `/metrics`.

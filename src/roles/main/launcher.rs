@@ -10,27 +10,6 @@ use super::scheduler;
 use super::state::Main;
 use crate::config;
 
-/// What main knows about launching wrappers.
-#[derive(Default)]
-pub struct Launcher {
-    /// Measured salt launch latency, from a round's publish to its answer (one estimate
-    /// for every salt job: their launches share publishes, so the jobs of a slot share
-    /// one lead and one round). Until measured the lead is the cap.
-    pub launch_latency: Option<Duration>,
-    /// Measured target resolution before a launch (a ping round through a top master of
-    /// syndics costs its `syndic_wait`; the master's own match, milliseconds): part of
-    /// the lead, since a run is resolved before it joins its launch round.
-    pub resolve_latency: Option<Duration>,
-    /// Resolutions out: when each call went.
-    pub resolving: std::collections::HashMap<crate::ipc::CallId, std::time::Instant>,
-    /// `#sha256=HEX` of the hub's certificate, for wrappers to pin (`None`: `tls: false`).
-    pub wrapper_pin: Option<String>,
-    /// The master's pki directory, resolved once per `salt_config_dir` (the key).
-    pub master_pki: Option<(PathBuf, PathBuf)>,
-    /// The accepted minion keys, parsed once per file version.
-    pub keys: crate::minion_key::KeyCache,
-}
-
 /// Whether `url` (from `servers`) names this server's own wrapper port.
 fn is_own(url: &str, port: u16, authority: &str) -> bool {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);

@@ -10,12 +10,11 @@ use chrono::Utc;
 use mio::event::Event;
 
 use super::requests::live;
-use super::requests::maintenance;
 use super::run as run_flow;
 use super::scheduler::Scheduler;
 use super::state::{BLOCKING_CALL_BASE, Main, MainRole, Peer, STALL_THRESHOLD};
 use super::tokens::Secret;
-use super::{boot, jobctl, launcher, missed, reload, requests, sessions, ui};
+use super::{boot, jobctl, missed, reload, requests, sessions, ui};
 use crate::config;
 use crate::evloop::Flow;
 use crate::evloop::{Ctx, EventLoop};
@@ -252,7 +251,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
                 started_at: now.timestamp_millis(),
                 ..Default::default()
             },
-            launcher: launcher::Launcher {
+            launcher: super::state::wrappers::Launcher {
                 wrapper_pin,
                 ..Default::default()
             },
@@ -264,12 +263,12 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             },
             actor: super::state::Actor::default(),
             views: super::state::Views::default(),
-            runtime_maintenance: maintenance::RuntimeMaintenance::default(),
-            boot: boot::Boot::default(),
-            reloads: reload::Reloads::default(),
+            runtime_maintenance: super::state::schedule::RuntimeMaintenance::default(),
+            boot: super::state::lifecycle::Boot::default(),
+            reloads: super::state::lifecycle::Reloads::default(),
             notify: Default::default(),
-            jobctl: jobctl::JobCtl::default(),
-            ha: super::ha::Ha::default(),
+            jobctl: super::state::schedule::JobCtl::default(),
+            ha: super::state::lifecycle::Ha::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,

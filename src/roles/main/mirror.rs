@@ -26,7 +26,8 @@
 //! Work per notice is bounded by the runs it names (db caps a notice, `NOTICE_MAX`),
 //! and at most one read per run and per target is in flight.
 
-use std::collections::{BTreeMap, BTreeSet};
+use crate::roles::main::state::views::{Feed, Mirrored};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::requests::live;
@@ -45,39 +46,6 @@ const FEED_READ: u64 = 256 << 10;
 const STALE_MAX: usize = 4096;
 /// A safety net for a notification lost without a reconnect.
 const RESYNC_EVERY: Duration = Duration::from_secs(30);
-
-#[derive(Default)]
-pub struct Mirror {
-    runs: BTreeMap<RunId, Mirrored>,
-    /// Runs whose record is to be read.
-    stale: BTreeSet<RunId>,
-    /// Runs whose record read is out.
-    reading: BTreeSet<RunId>,
-    /// Runs with output committed since the last poll.
-    output: BTreeSet<RunId>,
-    feeds: BTreeMap<(RunId, String), Feed>,
-    resync: bool,
-    resyncing: bool,
-    resynced_at: Option<Instant>,
-}
-
-struct Mirrored {
-    /// As the views show it.
-    shown: RunRecord,
-    /// Read, shown once the run's feeds have caught up with it.
-    next: Option<RunRecord>,
-}
-
-/// The stored output of one target, as the hub's `/ws` view of it was given so far.
-struct Feed {
-    job: String,
-    next_from: u64,
-    reading: bool,
-    /// More was committed while a read was out.
-    dirty: bool,
-    /// The hub's read of the stored output is out.
-    base: bool,
-}
 
 impl Feed {
     fn busy(&self) -> bool {

@@ -63,7 +63,7 @@ use crate::wire::records::{RunId, RunState};
 use crate::workflow::WakeKey;
 use main_loop::{pump, stop_when_settled};
 use requests::live;
-use runs::ActiveRun;
+use state::run::ActiveRun;
 use state::{MainRole, SHUTDOWN_GRACE};
 
 pub use main_loop::run;

@@ -19,15 +19,16 @@
 //! the daemon stopped is released (sent again: at-least-once, and receivers can drop a
 //! repeat by `X-Saltpeter-Delivery`).
 
+use crate::roles::main::state::notify::InFlight;
 use std::collections::HashMap;
 
-use super::runs::ActiveRun;
+use super::state::run::ActiveRun;
 use super::state::{DbWait, Main, MainRole};
 use crate::config::notify::{Channel, NotifyOn, NotifyRule};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
-use crate::notify::{self, Facts, Notice, RateLimiter, TargetNote};
+use crate::notify::{self, Facts, Notice, TargetNote};
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::{DbReply, DbRequest, calls};
 use crate::wire::link::{BlockingRequest, HubReply, blocking_calls};
@@ -70,29 +71,6 @@ pub struct Decided {
     notice: Notice,
     firing: Vec<(NotifyRule, NotifyOn)>,
     key: String,
-}
-
-/// A message being sent.
-#[derive(Debug, Clone)]
-struct InFlight {
-    id: u64,
-    attempts: u32,
-    job: Option<String>,
-    run: Option<u64>,
-    event: String,
-    destination: String,
-}
-
-#[derive(Debug, Default)]
-pub struct Notifier {
-    limiter: RateLimiter,
-    /// Each job's last final state (skips not counted), for `recovery`.
-    last: HashMap<String, RunState>,
-    in_flight: HashMap<CallId, InFlight>,
-    /// A take is on its way to db.
-    taking: bool,
-    /// When the outbox may next have something due; `None`: nothing pending.
-    due_at: Option<Millis>,
 }
 
 /// At start: release the leases of the last life, learn the last states, look for work.

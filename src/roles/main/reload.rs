@@ -20,8 +20,8 @@
 //!
 //! Start-up loads synchronously (`config::load_dir`): nothing is running yet.
 
-use std::collections::{BTreeSet, HashSet};
-use std::path::PathBuf;
+use crate::roles::main::state::lifecycle::Reloads;
+use std::collections::HashSet;
 use std::time::Instant;
 
 use chrono::Utc;
@@ -34,21 +34,6 @@ use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::wire::admin::AdminResponse;
 use crate::wire::link::{BlockingReply, BlockingRequest, HubReply};
-
-/// Reloads in flight and asked for.
-#[derive(Debug, Default)]
-pub struct Reloads {
-    /// The blocking call of the load in flight, and when it started.
-    in_flight: Option<(CallId, Instant)>,
-    /// Another load is due when the one in flight is done.
-    again: bool,
-    /// Admin calls answered when the load in flight is applied.
-    waiting: Vec<CallId>,
-    /// Admin calls that came during it: answered by the next one.
-    waiting_next: Vec<CallId>,
-    /// Unchanged files the load in flight reads again all the same.
-    reread: BTreeSet<PathBuf>,
-}
 
 impl Reloads {
     pub fn in_flight(&self) -> bool {

@@ -14,9 +14,10 @@
 //! read of the stored output (`LiveOutput`) ends. Main keeps the last finished run of each
 //! job in memory (loaded from db at start), so nothing here waits for db.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use crate::roles::main::state::views::LastRun;
+use std::collections::BTreeMap;
 
-use super::runs::ActiveRun;
+use super::state::run::ActiveRun;
 use super::state::{DbWait, Main};
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
@@ -24,7 +25,7 @@ use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
 use crate::wire::records::now_ms;
-use crate::wire::records::{Millis, RunId, RunRecord, RunState, TargetRecord};
+use crate::wire::records::{RunId, RunRecord, RunState};
 use crate::wire::ui::{
     ConfigView, CronEntryView, CronView, DetailsView, LastStateView, RunningView, SettingsView,
     StatusView, TargetView,
@@ -35,16 +36,6 @@ use crate::wire::ui::{
 pub enum UiWait {
     /// The newest run of every job, at start.
     LastRuns,
-}
-
-/// The last finished run of a job, as the dashboard shows it.
-#[derive(Debug, Clone)]
-struct LastRun {
-    id: RunId,
-    state: RunState,
-    started: Option<Millis>,
-    targets: Vec<TargetRecord>,
-    versions: BTreeMap<String, String>,
 }
 
 impl LastRun {
@@ -63,25 +54,6 @@ impl LastRun {
     fn ok(&self) -> bool {
         self.state == RunState::Succeeded
     }
-}
-
-#[derive(Default)]
-pub struct UiState {
-    /// Jobs some `/ws` client is subscribed to.
-    watched: BTreeSet<String>,
-    dirty_jobs: BTreeSet<String>,
-    config_dirty: bool,
-    config_serial: i64,
-    last_status: Option<StatusView>,
-    last: BTreeMap<String, LastRun>,
-    /// Highest output seq passed to db per target of runs in flight.
-    sent: HashMap<RunId, HashMap<String, u64>>,
-    versions: HashMap<(RunId, String), String>,
-    /// When main first saw each run in flight.
-    run_started: HashMap<RunId, Millis>,
-    /// Jobs whose last firing was skipped because the previous run was still going.
-    overlapped: BTreeSet<String>,
-    pub metrics: super::metrics::MainMetrics,
 }
 
 /// Start-up: the configuration goes out at once, the status once db said what ran last.

@@ -5,6 +5,7 @@
 //! the spent token and the session's resume-key hash to be committed (`StoredWelcome`);
 //! refusals are recorded as `wrapper_refused` events.
 
+use crate::roles::main::state::wrappers::Refusals;
 use std::time::Instant;
 
 use super::effects::apply;
@@ -172,10 +173,6 @@ pub const REFUSALS_PER_MINUTE: u32 = 10;
 const REFUSAL_PEERS: usize = 4096;
 /// How much of a refusal's message a log line or event carries.
 const MESSAGE_MAX: usize = 1024;
-
-/// The refusal rate limit, per peer address.
-#[derive(Debug)]
-pub struct Refusals(PerKey<String>);
 
 impl Default for Refusals {
     fn default() -> Refusals {

@@ -19,7 +19,8 @@
 //! casts `AdminGone` when the operator's connection closes, which drops its followers and
 //! watchers.
 
-use std::collections::{BTreeMap, HashMap};
+use crate::roles::main::state::views::{Cursor, FollowSpec, Follower, Watcher};
+use std::collections::BTreeMap;
 
 use super::answer::{MAX_SLICE, failure, respond};
 use super::runs::send_run;
@@ -33,28 +34,10 @@ use crate::wire::db::RunFilter;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
-use crate::wire::records::{RunId, RunRecord, RunState, TargetReason, TargetState};
-use crate::wire::wrapper::Stream;
+use crate::wire::records::{RunId, RunRecord, RunState};
 
 /// Bytes one follower read takes at most; a larger backlog takes several reads.
 const FOLLOW_READ: u64 = 256 << 10;
-
-#[derive(Default)]
-pub struct Live {
-    followers: HashMap<CallId, Follower>,
-    watchers: HashMap<RunId, Vec<Watcher>>,
-}
-
-/// What `Follow` asked for.
-#[derive(Debug, Clone)]
-pub struct FollowSpec {
-    pub run: Option<RunId>,
-    pub job: Option<String>,
-    pub machine: Option<String>,
-    pub stream: Option<Stream>,
-    pub tail: Option<u64>,
-    pub live: bool,
-}
 
 /// What a follower waits for from db.
 #[derive(Debug, Clone)]
@@ -67,29 +50,6 @@ pub enum FollowWait {
     Read(CallId, String),
     /// The run record for the final answer.
     End(CallId),
-}
-
-struct Follower {
-    spec: FollowSpec,
-    run: RunId,
-    in_flight: bool,
-    cursors: BTreeMap<String, Cursor>,
-    ending: bool,
-}
-
-#[derive(Default)]
-struct Cursor {
-    next_from: u64,
-    read_once: bool,
-    reading: bool,
-    /// More may be there: read again once the read in flight is answered.
-    dirty: bool,
-}
-
-struct Watcher {
-    call: CallId,
-    /// What each watcher last heard of each target: state, reason, suspended.
-    seen: BTreeMap<String, (TargetState, Option<TargetReason>, bool)>,
 }
 
 fn stream(core: &mut Main, call: CallId, resp: AdminResponse) {

@@ -14,9 +14,8 @@
 //! The settings live here next to the `Maintenance` request that changes them; the rest
 //! of main asks `Main::global_maintenance` and `Main::in_maintenance`.
 
+use crate::roles::main::state::schedule::RuntimeMaintenance;
 use std::collections::BTreeSet;
-
-use serde::{Deserialize, Serialize};
 
 use super::answer::{failure, respond};
 use crate::config::Maintenance;
@@ -30,13 +29,6 @@ use crate::wire::db::{DbReply, DbRequest, NewEvent, calls};
 
 /// The `meta` key the run-time settings are stored under.
 pub const META_KEY: &str = "maintenance";
-
-/// Maintenance set at run time (`saltpeterctl maintenance`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RuntimeMaintenance {
-    pub global: bool,
-    pub machines: BTreeSet<String>,
-}
 
 impl Main {
     /// Global maintenance is on (from the files or at run time): no new runs start.

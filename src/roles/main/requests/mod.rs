@@ -127,7 +127,7 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
         } => live::follow(
             core,
             call,
-            live::FollowSpec {
+            crate::roles::main::state::views::FollowSpec {
                 run,
                 job,
                 machine,

@@ -4,11 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::rounds;
-use super::state::{RunEnv, Sc};
 use crate::roles::main::effects::now_ms;
 use crate::roles::main::effects::{finish_target, transition};
 use crate::roles::main::run_rules;
+use crate::roles::main::state::run::{RunEnv, Sc};
 use crate::roles::main::state::{DbWait, Main};
 use crate::roles::main::throttle;
 use crate::wire::Redacted;
@@ -123,7 +122,7 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
     }
     env.launch_started = Some(now);
     if job.executor == crate::config::Executor::Salt {
-        let queued = rounds::Queued {
+        let queued = crate::roles::main::state::run::Queued {
             run,
             url,
             wrapper_path: core.wrapper_path(&job),

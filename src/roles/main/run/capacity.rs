@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::state::{RunEnv, Sc};
 use crate::roles::main::effects::finish_target;
+use crate::roles::main::state::run::{RunEnv, Sc};
 use crate::roles::main::state::{DbWait, Main};
 use crate::roles::main::target::Phase;
 use crate::roles::main::throttle;

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use chrono::Utc;
 
-use super::state::RunRequest;
 use crate::config::Overlap;
 use crate::roles::main::effects::now_ms;
 use crate::roles::main::run_rules::{self, Hold};
 use crate::roles::main::scheduler::Due;
+use crate::roles::main::state::run::RunRequest;
 use crate::roles::main::state::{DbWait, JobRef, Main};
 use crate::wire::db::{DbRequest, NewRun};
 use crate::wire::records::{RunId, RunState, Trigger};

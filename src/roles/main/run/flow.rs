@@ -6,14 +6,14 @@ use std::time::Instant;
 use chrono::Utc;
 
 use super::batches::{self, await_launch, collect_all, collect_batch, launch_batch, next_batch};
-use super::state::{RunEnv, RunRequest, Sc};
 use super::{capacity, prestage, targets, unreachable};
 use crate::config::Job;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::roles::main::effects::now_ms;
 use crate::roles::main::run_rules;
-use crate::roles::main::runs::ActiveRun;
+use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::run::{RunEnv, RunRequest, Sc};
 use crate::roles::main::state::{DbWait, Main};
 use crate::roles::main::target::Target;
 use crate::roles::main::windows;

@@ -21,10 +21,8 @@ pub mod prestage;
 pub mod recovery;
 pub mod retry;
 pub mod rounds;
-pub mod state;
 pub mod targets;
 pub mod unreachable;
 
 pub use fire::fire_as;
 pub use flow::workflow;
-pub use state::{RunEnv, RunRequest};

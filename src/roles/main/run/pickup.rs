@@ -7,9 +7,9 @@
 //! that calls back while the ping is out keeps its target.
 
 use super::failed::{launch_failed, unreachable};
-use super::state::RunEnv;
 use crate::config::Executor;
 use crate::roles::main::state::Main;
+use crate::roles::main::state::run::RunEnv;
 use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
 use crate::workflow::Wake;
 

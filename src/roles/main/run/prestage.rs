@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::state::RunEnv;
 use crate::config::Overlap;
 use crate::roles::main::effects::finish_target;
 use crate::roles::main::run_rules::{self, AtSlot};
 use crate::roles::main::state::DbWait;
 use crate::roles::main::state::Main;
+use crate::roles::main::state::run::RunEnv;
 use crate::wire::db::{DbRequest, RunUpdate};
 use crate::wire::records::{RunState, TargetReason};
 use crate::wire::wrapper::ServerMsg;

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::flow as run_flow;
-use super::state::RunRequest;
 use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
-use crate::roles::main::runs::ActiveRun;
+use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::run::RunRequest;
 use crate::roles::main::state::{DbWait, Main, MainRole};
 use crate::roles::main::target::Target;
 use crate::wire::db::calls;

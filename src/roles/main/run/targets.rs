@@ -9,10 +9,10 @@
 //!   "no minions matched" skips it with that reason. A minion without this build's
 //!   wrapper gets it first (`fleet.rs`).
 
-use super::state::RunEnv;
 use crate::config::Executor;
 use crate::roles::main::fleet::{self, Need};
 use crate::roles::main::state::Main;
+use crate::roles::main::state::run::RunEnv;
 use crate::wire::link::{BlockingRequest, blocking_calls};
 use crate::wire::records::RunState;
 use crate::workflow::{Step, StepCtx, Wake, WakeEvent};

@@ -22,10 +22,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::state::RunEnv;
 use crate::config::Job;
 use crate::roles::main::effects::{finish_target, transition};
 use crate::roles::main::state::Main;
+use crate::roles::main::state::run::RunEnv;
 use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
 use crate::wire::records::{RunId, TargetReason};
 

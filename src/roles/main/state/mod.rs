@@ -2,31 +2,21 @@
 //! part's share, the loop's state (`MainRole`), the links' (`links`). It names none of
 //! main's behaviour.
 
+pub mod lifecycle;
 pub mod links;
+pub mod notify;
+pub mod run;
+pub mod schedule;
+pub mod views;
+pub mod wrappers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::boot::Boot;
-use super::fleet::Fleet;
-use super::ha::Ha;
-use super::jobctl::JobCtl;
-use super::launcher::Launcher;
-use super::mirror::Mirror;
-use super::notify::Notifier;
-use super::reload::Reloads;
-use super::requests::live::Live;
-use super::requests::maintenance::RuntimeMaintenance;
-use super::run::orphans::Orphans;
-use super::run::rounds::Rounds;
-use super::run::{RunEnv, RunRequest};
-use super::runs::ActiveRun;
 use super::scheduler::Scheduler;
 use super::target::Target;
 use super::tokens::Secret;
-use super::ui::UiState;
-use super::welcome::Refusals;
 use crate::config::{self, LoadedConfig};
 use crate::evloop::timers::TimerId;
 use crate::ipc::rpc::{CallError, Packet};
@@ -37,6 +27,12 @@ use crate::wire::link::{
 };
 use crate::wire::records::RunId;
 use crate::workflow::{Registry, WakeEvent, WakeKey};
+use lifecycle::{Boot, Ha, Reloads};
+use notify::Notifier;
+use run::{ActiveRun, Orphans, Rounds, RunEnv, RunRequest};
+use schedule::{JobCtl, RuntimeMaintenance};
+use views::{Live, Mirror, UiState};
+use wrappers::{Fleet, Launcher, Refusals};
 
 pub use links::{DbWait, HubOutbox, Links};
 
