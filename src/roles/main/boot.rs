@@ -115,7 +115,7 @@ pub fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     core.flight.recovering = false;
     let last = core.boot.last_slots.take().unwrap_or_default();
     catch_up(core, &last, Utc::now());
-    super::main_loop::arm_schedule(role, ctx);
+    role.arm_schedule(ctx);
     for (call, req) in std::mem::take(&mut role.core.boot.parked) {
         super::requests::handle(role, ctx, call, req);
     }

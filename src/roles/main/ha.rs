@@ -132,7 +132,7 @@ pub fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         (false, true) => {
             log::info!("the leader lease is confirmed again: slots fire again");
             core.ha.leader = true;
-            super::main_loop::arm_schedule(role, ctx);
+            role.arm_schedule(ctx);
         }
         // Led before, and another server holds the lease now (possibly after this one
         // lost the database for a while): the runs are that server's. (A lock still
@@ -159,7 +159,7 @@ pub fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                  fires and no run starts until it is"
             );
             core.ha.leader = false;
-            super::main_loop::arm_schedule(role, ctx);
+            role.arm_schedule(ctx);
         }
         _ => {}
     }

@@ -12,7 +12,7 @@ use mio::event::Event;
 use super::requests::live;
 use super::run as run_flow;
 use super::scheduler::Scheduler;
-use super::state::{BLOCKING_CALL_BASE, Main, MainRole, Peer, STALL_THRESHOLD};
+use super::state::{BLOCKING_CALL_BASE, LoopHooks, Main, MainRole, Peer, STALL_THRESHOLD};
 use super::tokens::Secret;
 use super::{boot, jobctl, missed, reload, requests, sessions, ui};
 use crate::config;
@@ -274,6 +274,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         schedule_timer: None,
         workflow_timer: None,
         call_timer: None,
+        hooks: LoopHooks { pump, arm_schedule },
     };
     super::ha::start(&mut role.core);
     ui::start(&mut role.core);

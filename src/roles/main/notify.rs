@@ -87,7 +87,7 @@ pub fn start(core: &mut Main) {
 pub fn tick(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if role.core.notify.due_at.is_some_and(|at| at <= now_ms()) {
         take_due(&mut role.core);
-        super::main_loop::pump(role, ctx);
+        role.pump(ctx);
     }
 }
 

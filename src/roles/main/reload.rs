@@ -157,7 +157,7 @@ fn apply(
     }
     ui::config_changed(core);
     core.scheduler.plan(core.config.valid_jobs(), now);
-    super::main_loop::arm_schedule(role, ctx);
+    role.arm_schedule(ctx);
     // Connected `/ws` clients see the change now, not at the next event.
     ui::flush(&mut role.core);
     super::heap::trim_soon(ctx);
@@ -173,7 +173,7 @@ pub fn watch_config(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         Ok(true) => {
             log::info!("configuration changed on disk; reloading");
             request(&mut role.core, None);
-            super::main_loop::pump(role, ctx);
+            role.pump(ctx);
         }
         Ok(false) => {}
         Err(e) => log::warn!("cannot scan the configuration directory: {e}"),

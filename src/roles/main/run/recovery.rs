@@ -65,7 +65,7 @@ pub fn recovered(role: &mut MainRole, ctx: &mut Ctx<MainRole>, result: Result<Db
     role.core.apply_retention_to_all();
     // The start-up hold is lifted, and the schedule armed, once every start-up load is in
     // (`boot::finish_when_ready`, from the pump).
-    crate::roles::main::main_loop::pump(role, ctx);
+    role.pump(ctx);
 }
 
 pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {

@@ -18,6 +18,7 @@ use super::scheduler::Scheduler;
 use super::target::Target;
 use super::tokens::Secret;
 use crate::config::{self, LoadedConfig};
+use crate::evloop::Ctx;
 use crate::evloop::timers::TimerId;
 use crate::ipc::rpc::{CallError, Packet};
 use crate::roles::common::Link;
@@ -169,6 +170,31 @@ pub struct MainRole {
     pub(super) workflow_timer: Option<(TimerId, Instant)>,
     /// Fires at the earliest call deadline.
     pub(super) call_timer: Option<(TimerId, Instant)>,
+    /// What the loop does for the parts (installed by `main_loop`, above them).
+    pub(super) hooks: LoopHooks,
+}
+
+/// A role handler of the loop.
+pub type RoleFn = fn(&mut MainRole, &mut Ctx<MainRole>);
+
+/// What the loop does for the parts: a part that changed state outside a turn's event
+/// pumps (wakes Workflows, starts queued runs), and one that changed what is due
+/// re-arms the schedule timer.
+pub struct LoopHooks {
+    pub pump: RoleFn,
+    pub arm_schedule: RoleFn,
+}
+
+impl MainRole {
+    /// Hand what changed to the Workflows and start what is queued (`main_loop::pump`).
+    pub fn pump(&mut self, ctx: &mut Ctx<MainRole>) {
+        (self.hooks.pump)(self, ctx)
+    }
+
+    /// Arm the schedule timer at the earliest slot (`main_loop::arm_schedule`).
+    pub fn arm_schedule(&mut self, ctx: &mut Ctx<MainRole>) {
+        (self.hooks.arm_schedule)(self, ctx)
+    }
 }
 
 impl Main {
