@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::state::{DbWait, Main};
+use crate::config::Executor;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
 use crate::wire::db::{DbReply, DbRequest, WrapperSeen, calls};
@@ -36,6 +37,15 @@ pub enum Need {
 /// The operator serves the wrapper (`wrapper_source`): its hash is not this build's.
 fn operator_source(core: &Main) -> bool {
     core.config.saltpeter.wrapper_source.is_some()
+}
+
+/// Whether deployment makes sense in this configuration.
+pub fn applies(core: &Main) -> bool {
+    core.config.saltpeter.executor == Executor::Salt
+        || core
+            .config
+            .valid_jobs()
+            .any(|j| j.executor == Executor::Salt)
 }
 
 /// The operator installs the wrapper (`wrapper_deploy: false`): the daemon neither
@@ -98,7 +108,7 @@ pub fn start(core: &mut Main) {
         );
         core.fleet.load_call = Some(id);
     }
-    if super::deploy::applies(core) && !operator_installs(core) {
+    if applies(core) && !operator_installs(core) {
         ask_hash(core);
     }
 }

@@ -15,7 +15,7 @@ use super::runs::exit_outcome;
 use super::state::{DbWait, Main};
 use super::target::{KillAction, PendingExit};
 use super::tokens;
-use super::welcome::{answer_hello, reject};
+use super::welcome::{answer_hello, reject, staged_heartbeat_s};
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
@@ -315,15 +315,6 @@ pub fn output_stored(
             transition(core, run, machine, |t| t.output_refused());
         }
     }
-}
-
-/// How many heartbeat periods a pre-staged wrapper waits between its heartbeats.
-const STAGED_HEARTBEATS: u64 = 6;
-
-/// The heartbeat period a pre-staged wrapper is told to keep while it waits for `go`
-/// (`JobSpec::staged_heartbeat_s`): it only waits, so a slower beat is enough.
-pub fn staged_heartbeat_s(heartbeat_s: u64) -> u64 {
-    heartbeat_s.max(1) * STAGED_HEARTBEATS
 }
 
 /// Targets whose wrapper went silent for 3 heartbeats are lost (253); the targets of a

@@ -420,7 +420,7 @@ fn vet_hello(
             timeout_counts_suspended: job.timeout_counts_suspended,
             limits: Box::new(job.limits.clone()),
             staged_heartbeat_s: if wait_for_go {
-                super::sessions::staged_heartbeat_s(heartbeat_s)
+                staged_heartbeat_s(heartbeat_s)
             } else {
                 0
             },
@@ -434,4 +434,13 @@ fn vet_hello(
         Some(hash) => Vetted::AfterStore { verdict, hash },
         None => Vetted::Now(verdict),
     }
+}
+
+/// How many heartbeat periods a pre-staged wrapper waits between its heartbeats.
+const STAGED_HEARTBEATS: u64 = 6;
+
+/// The heartbeat period a pre-staged wrapper is told to keep while it waits for `go`
+/// (`JobSpec::staged_heartbeat_s`): it only waits, so a slower beat is enough.
+pub fn staged_heartbeat_s(heartbeat_s: u64) -> u64 {
+    heartbeat_s.max(1) * STAGED_HEARTBEATS
 }

@@ -52,7 +52,7 @@ pub fn reload(core: &mut Main, call: CallId) {
 
 pub fn deploy_wrapper(role: &mut MainRole, call: CallId, target: Option<String>) {
     use crate::roles::main::deploy;
-    if !deploy::applies(&role.core) {
+    if !crate::roles::main::fleet::applies(&role.core) {
         let why = AdminFailure::Invalid("no job uses the salt executor".into());
         return failure(&mut role.core, call, why);
     }
