@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::requests::maintenance;
+use super::maintenance;
 use super::scheduler::Due;
 use super::state::{DbWait, Main, MainRole};
 use super::{jobctl, missed};

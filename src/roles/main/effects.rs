@@ -42,7 +42,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                 );
                 // The dashboard and `run --wait` show the flag at once.
                 super::ui::run_changed(core, run);
-                super::requests::live::run_changed(core, run);
+                super::live::run_changed(core, run);
             }
             Effect::Ack(conn, seq) => core.to_wrapper(conn, ServerMsg::Ack { seq }),
             Effect::Done(conn) => core.to_wrapper(conn, ServerMsg::Done {}),

@@ -9,7 +9,7 @@ use chrono::Utc;
 
 use mio::event::Event;
 
-use super::requests::live;
+use super::live;
 use super::run as run_flow;
 use super::scheduler::Scheduler;
 use super::state::{BLOCKING_CALL_BASE, LoopHooks, Main, MainRole, Peer, STALL_THRESHOLD};

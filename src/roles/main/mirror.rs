@@ -7,7 +7,7 @@
 //!    flight is kept in [`Mirror::runs`]; `status`, the dashboard's status and a watched
 //!    job's details show it as they show the leader's own runs (`ui.rs`).
 //! 2. `output` changes: output followers (`saltpeterctl output -f`, `logs -f`,
-//!    `requests::live`) read from their own positions, as on the leader; and each target
+//!    `live`) read from their own positions, as on the leader; and each target
 //!    a `/ws` view shows ([`Feed`]) is read from its position and handed to the hub as
 //!    stored output (`MainToHub::UiStoredOutput`), positions in bytes standing for the
 //!    frame seqs the hub counts on the leader. A feed's start is the hub's read of the
@@ -30,15 +30,15 @@ use crate::roles::main::state::views::{Feed, Mirrored};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use super::requests::live;
+use super::live;
+use super::mirror_view::standby;
 use super::state::{DbWait, Main};
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
 use crate::wire::admin::AdminFailure;
 use crate::wire::db::{DbReply, DbRequest, LiveKind, LiveNotice, OutputBytes, OutputQuery, calls};
 use crate::wire::link::MainToHub;
-use crate::wire::records::{Millis, RunId, RunRecord, TargetRecord, TargetState};
-use crate::wire::ui::{RunningView, TargetView};
+use crate::wire::records::RunId;
 
 /// Bytes one feed read takes at most (the hub's largest chunk).
 const FEED_READ: u64 = 256 << 10;
@@ -60,10 +60,6 @@ pub enum Wait {
     Record(RunId),
     Feed(RunId, String),
     Base(CallId, RunId, String),
-}
-
-fn standby(core: &Main) -> bool {
-    core.ha.shared && !core.ha.leader
 }
 
 /// db heard the leader's commits.
@@ -395,12 +391,12 @@ fn base_read(
             if let Some(feed) = core.views.mirror.feeds.get_mut(&key) {
                 feed.next_from = feed.next_from.max(upto);
             }
-            let resp = super::requests::output::live_read(out, upto);
-            super::requests::respond(core, call, resp);
+            let resp = super::answer::live_read(out, upto);
+            super::answer::respond(core, call, resp);
         }
         Err(e) => {
             let why = AdminFailure::Internal(e.to_string());
-            super::requests::failure(core, call, why);
+            super::answer::failure(core, call, why);
         }
     }
     let Some(feed) = core.views.mirror.feeds.get_mut(&key) else {
@@ -413,96 +409,6 @@ fn base_read(
     } else {
         settle(core, run);
     }
-}
-
-/// `output -f` or `logs -f` of `record`: whether it is in flight on the leader (the
-/// follower then reads as its output is committed), mirrored from now on if it was not.
-pub fn follows(core: &mut Main, record: &RunRecord) -> bool {
-    if !standby(core) || record.state.is_final() {
-        return false;
-    }
-    let m = &mut core.views.mirror;
-    match m.runs.get(&record.id) {
-        Some(entry) => entry.next.as_ref().is_none_or(|n| !n.state.is_final()),
-        None => {
-            m.runs.insert(
-                record.id,
-                Mirrored {
-                    shown: record.clone(),
-                    next: None,
-                },
-            );
-            super::ui::job_changed(core, &record.job);
-            true
-        }
-    }
-}
-
-/// The newest run of `job` in flight on the leader, as mirrored.
-pub fn newest_of(core: &Main, job: &str) -> Option<RunId> {
-    core.views
-        .mirror
-        .runs
-        .iter()
-        .filter(|(_, e)| e.shown.job == job && e.next.as_ref().is_none_or(|n| !n.state.is_final()))
-        .map(|(id, _)| *id)
-        .max()
-}
-
-/// Runs mirrored (`status`'s runs in flight on a standby).
-pub fn count(core: &Main) -> usize {
-    core.views.mirror.runs.len()
-}
-
-fn settled(t: &TargetRecord) -> bool {
-    matches!(
-        t.state,
-        TargetState::Finished | TargetState::SkippedMaintenance
-    )
-}
-
-/// The dashboard's `status`: the mirrored runs in flight.
-pub fn running(core: &Main) -> Vec<RunningView> {
-    core.views
-        .mirror
-        .runs
-        .iter()
-        .map(|(id, e)| RunningView {
-            job: e.shown.job.clone(),
-            run: *id,
-            started: e.shown.started.or(e.shown.slot),
-            machines: e
-                .shown
-                .targets
-                .iter()
-                .filter(|t| !settled(t))
-                .map(|t| t.machine.clone())
-                .collect(),
-        })
-        .collect()
-}
-
-/// A watched job's details: its newest mirrored run, its start, and its targets.
-pub fn newest_details(core: &Main, job: &str) -> Option<(RunId, Option<Millis>, Vec<TargetView>)> {
-    let (id, entry) = core
-        .views
-        .mirror
-        .runs
-        .iter()
-        .filter(|(_, e)| e.shown.job == job)
-        .max_by_key(|(id, _)| **id)?;
-    let targets = entry
-        .shown
-        .targets
-        .iter()
-        .map(|t| TargetView {
-            record: t.clone(),
-            finished: settled(t),
-            last_heartbeat: None,
-            wrapper_version: None,
-        })
-        .collect();
-    Some((*id, entry.shown.started.or(entry.shown.slot), targets))
 }
 
 /// This server took over and the recovery loaded the runs in flight: those it adopted

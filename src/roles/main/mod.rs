@@ -14,6 +14,7 @@
 //! keys to the Workflow registry, which resumes the steps waiting on them. The registry
 //! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
 
+mod answer;
 mod api_audit;
 mod boot;
 mod chains;
@@ -30,9 +31,12 @@ mod jobctl;
 mod joblog;
 mod launcher;
 mod links;
+mod live;
 mod main_loop;
+mod maintenance;
 mod metrics;
 mod mirror;
+mod mirror_view;
 mod missed;
 mod notify;
 mod reload;
@@ -62,7 +66,6 @@ use crate::wire::link::ControlDown;
 use crate::wire::records::{RunId, RunState};
 use crate::workflow::WakeKey;
 use main_loop::{pump, stop_when_settled};
-use requests::live;
 use state::run::ActiveRun;
 use state::{MainRole, SHUTDOWN_GRACE};
 
@@ -76,7 +79,7 @@ impl Main {
     pub fn run_ended(&mut self, active: &ActiveRun, state: RunState) {
         for call in &active.waiters {
             // The stored record is the truth (ended time, state): read it back.
-            requests::send_run(self, *call, active.id);
+            answer::send_run(self, *call, active.id);
         }
         live::run_ended(self, active.id);
         chains::run_ended(self, &active.job.name, active.id, state);

@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use chrono::Utc;
 
-use super::requests::maintenance;
+use super::maintenance;
 use super::state::{Main, MainRole};
 use super::ui;
 use crate::config::{self, LoadedConfig};

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use super::effects::{apply, finish_target, now_ms, transition};
-use super::requests::live;
+use super::live;
 use super::runs::exit_outcome;
 use super::state::{DbWait, Main};
 use super::target::{KillAction, PendingExit};

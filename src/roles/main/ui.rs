@@ -274,7 +274,7 @@ pub fn cron_view(entry: &crate::config::JobEntry) -> CronEntryView {
             name: bad.name.clone(),
             group: bad.group.clone(),
             file: bad.file.display().to_string(),
-            error: super::requests::bounded_errors(bad.errors.iter().map(|d| d.to_string()))
+            error: super::answer::bounded_errors(bad.errors.iter().map(|d| d.to_string()))
                 .join("; "),
         },
     }
@@ -301,7 +301,7 @@ fn config_view(core: &Main) -> ConfigView {
             api_token_set: sp.api_token.is_some(),
         },
         serial: core.views.ui.config_serial,
-        errors: super::requests::bounded_errors(
+        errors: super::answer::bounded_errors(
             core.config
                 .diagnostics
                 .iter()
@@ -336,7 +336,7 @@ fn status_view(core: &Main) -> StatusView {
                 .collect(),
         });
     }
-    view.running.extend(super::mirror::running(core));
+    view.running.extend(super::mirror_view::running(core));
     view
 }
 
@@ -371,7 +371,7 @@ fn details(core: &Main, job: &str) -> DetailsView {
             let ok = core.views.ui.last.get(job).map(LastRun::ok);
             (Some(active.id), started.or(active.slot), ok)
         }
-        None => match super::mirror::newest_details(core, job) {
+        None => match super::mirror_view::newest_details(core, job) {
             Some((run, started, shown)) => {
                 targets = shown;
                 let ok = core.views.ui.last.get(job).map(LastRun::ok);

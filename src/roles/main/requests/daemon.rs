@@ -1,8 +1,8 @@
 //! Requests about the daemon itself: status, metrics, configuration reload, wrapper
 //! deployment, and the audit trail (what was asked, by whom).
 
-use super::answer::{answer_with, bounded_errors, failure, respond};
 use crate::ipc::CallId;
+use crate::roles::main::answer::{answer_with, bounded_errors, failure, respond};
 use crate::roles::main::state::{Main, MainRole};
 use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, EventInfo, StatusInfo};
 use crate::wire::db::DbRequest;
@@ -26,7 +26,7 @@ pub fn status(core: &mut Main, call: CallId) {
         processes: core.daemon.processes.clone(),
         jobs: core.config.jobs.len(),
         // On a standby, the leader's (`mirror`).
-        running_runs: core.flight.runs.len() + crate::roles::main::mirror::count(core),
+        running_runs: core.flight.runs.len() + crate::roles::main::mirror_view::count(core),
         config_errors,
         wrapper_port: core.daemon.wrapper_port,
         db_error: core.storage.db_trouble.clone(),

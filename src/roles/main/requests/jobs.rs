@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::answer::{answer_with, bounded_errors, failure, no_job, respond};
 use crate::config::{Executor, Job, JobEntry, Overlap, TargetType};
 use crate::ipc::CallId;
+use crate::roles::main::answer::{answer_with, bounded_errors, failure, no_job, respond};
 use crate::roles::main::state::Main;
 use crate::roles::main::state::run::RunRequest;
 use crate::wire::admin::{AdminFailure, AdminResponse, JobDetail, JobInfo, JobState, JobSummary};

@@ -15,16 +15,13 @@
 //! Every answer goes out through `answer` (`respond`, `failure`), as one `AdminResponse`
 //! shape per question that the caller renders.
 
-mod answer;
 pub mod daemon;
 mod jobs;
-pub mod live;
-pub mod maintenance;
 pub mod output;
 pub mod runs;
 
-pub use answer::{bounded_errors, failure, respond};
-pub use runs::send_run;
+use super::answer::{failure, respond};
+use super::{live, maintenance};
 
 use super::state::MainRole;
 use crate::evloop::Ctx;
@@ -104,7 +101,7 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
             jobs::kill_job(core, call, &job, machine.as_deref(), run)
         }
         AdminRequest::Runs(query) => runs::find(core, call, query),
-        AdminRequest::GetRun { run } => runs::send_run(core, call, run),
+        AdminRequest::GetRun { run } => crate::roles::main::answer::send_run(core, call, run),
         AdminRequest::Kill { run, machine } => runs::kill(core, call, run, machine),
         AdminRequest::Suspend {
             run,

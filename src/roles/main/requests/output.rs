@@ -3,18 +3,14 @@
 //! views (later frames reach the hub as the wrapper frames it relays, or, for a run the
 //! leader drives on a standby, as `MainToHub::UiStoredOutput`, `mirror.rs`).
 
-use super::answer::{MAX_SLICE, answer_with};
 use crate::ipc::CallId;
+use crate::roles::main::answer::{LIVE_BASE_BYTES, MAX_SLICE, answer_with, live_read};
 use crate::roles::main::state::Main;
 use crate::wire::admin::{AdminResponse, OutputRange, OutputSlice};
 use crate::wire::db::DbRequest;
 use crate::wire::db::calls;
 use crate::wire::db::{OutputBytes, OutputQuery};
 use crate::wire::records::RunId;
-use crate::wire::ui::LiveBase;
-
-/// Bytes of stored output a live view starts with (the newest ones).
-const LIVE_BASE_BYTES: u64 = 1 << 20;
 
 pub fn read(core: &mut Main, call: CallId, run: RunId, machine: String, range: OutputRange) {
     let query = OutputQuery {
@@ -67,20 +63,4 @@ pub fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
         },
         wait,
     );
-}
-
-/// db's answer to `live_base`.
-pub fn live_read(out: OutputBytes, upto_seq: u64) -> AdminResponse {
-    AdminResponse::LiveOutput(LiveBase {
-        // Only a read cut at its size left bytes before it.
-        skipped_bytes: match out.data.len() as u64 >= LIVE_BASE_BYTES {
-            true => (out.total_bytes.saturating_sub(out.omitted_bytes))
-                .saturating_sub(out.data.len() as u64),
-            false => 0,
-        },
-        data: out.data,
-        omitted_bytes: out.omitted_bytes,
-        omitted_at: out.omitted_at,
-        upto_seq,
-    })
 }

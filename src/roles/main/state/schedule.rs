@@ -1,5 +1,5 @@
 //! The schedule's state: paused and skipping jobs, run-time maintenance (`jobctl`,
-//! `requests::maintenance`).
+//! `maintenance`).
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,4 +1,4 @@
-//! What operators watch: streaming admin calls (`requests::live`), the dashboard's view
+//! What operators watch: streaming admin calls (`live`), the dashboard's view
 //! and `/metrics` (`ui`, `metrics`), a standby's mirror of the leader's runs (`mirror`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

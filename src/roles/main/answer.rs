@@ -1,14 +1,17 @@
 //! How a request's answer leaves main: `respond` (or `failure`), as one `AdminResponse`
 //! shape per question that the caller renders; `answer_with`, the db call of a request
-//! whose reply the topic shapes into that answer; the bounds every answer keeps.
+//! whose reply the topic shapes into that answer; the bounds every answer keeps; the
+//! answers other parts give too (a run record, the start of a live view).
 
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError, RemoteError};
 use crate::roles::main::state::DbWait;
 use crate::roles::main::state::Main;
 use crate::wire::admin::{AdminFailure, AdminResponse};
-use crate::wire::db::DbReply;
+use crate::wire::db::{DbReply, DbRequest, OutputBytes, calls};
 use crate::wire::link::HubReply;
+use crate::wire::records::{RunId, RunRecord};
+use crate::wire::ui::LiveBase;
 
 /// Largest output slice one answer carries (the admin frame limit is 16 MiB).
 pub const MAX_SLICE: u64 = 8 << 20;
@@ -73,6 +76,50 @@ fn db_failure(err: CallError) -> AdminFailure {
         CallError::Remote(RemoteError::NotFound(what)) => AdminFailure::NotFound(what),
         e => AdminFailure::Internal(e.to_string()),
     }
+}
+
+/// Bytes of stored output a live view starts with (the newest ones).
+pub const LIVE_BASE_BYTES: u64 = 1 << 20;
+
+/// db's answer to `live_base`.
+pub fn live_read(out: OutputBytes, upto_seq: u64) -> AdminResponse {
+    AdminResponse::LiveOutput(LiveBase {
+        // Only a read cut at its size left bytes before it.
+        skipped_bytes: match out.data.len() as u64 >= LIVE_BASE_BYTES {
+            true => (out.total_bytes.saturating_sub(out.omitted_bytes))
+                .saturating_sub(out.data.len() as u64),
+            false => 0,
+        },
+        data: out.data,
+        omitted_bytes: out.omitted_bytes,
+        omitted_at: out.omitted_at,
+        upto_seq,
+    })
+}
+
+/// db's answer to `GetRun` (and to a finished run's waiters), with what only main knows
+/// of a run in flight: why its queued targets wait (`max_running_per_machine`).
+pub fn found(core: &Main, record: Option<RunRecord>) -> AdminResponse {
+    match record {
+        Some(mut run) => {
+            let waiting = crate::roles::main::throttle::reasons(core, run.id);
+            for t in &mut run.targets {
+                if t.state == crate::wire::records::TargetState::Queued {
+                    t.waiting = waiting.get(&t.machine).cloned();
+                }
+            }
+            AdminResponse::Run(run)
+        }
+        None => AdminResponse::Failure(AdminFailure::NotFound("no such run".into())),
+    }
+}
+
+/// Answer `call` with the stored record of `run` (db's is the truth: ended time, state).
+pub fn send_run(core: &mut Main, call: CallId, run: RunId) {
+    core.db_call(
+        DbRequest::GetRun(run),
+        answer_with::<calls::GetRun>(call, |core, record| found(core, record)),
+    );
 }
 
 #[cfg(test)]
