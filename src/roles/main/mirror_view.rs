@@ -27,7 +27,7 @@ pub fn follows(core: &mut Main, record: &RunRecord) -> bool {
                     next: None,
                 },
             );
-            super::ui::job_changed(core, &record.job);
+            core.views.ui.job_changed(&record.job);
             true
         }
     }

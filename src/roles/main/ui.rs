@@ -90,7 +90,7 @@ pub fn run_changed(core: &mut Main, run: RunId) {
 
 /// Something of `job` changed that the views show (a run of the leader's, on a standby).
 pub fn job_changed(core: &mut Main, job: &str) {
-    core.views.ui.dirty_jobs.insert(job.to_string());
+    core.views.ui.job_changed(job);
 }
 
 /// A run the leader drove ended (on a standby): it becomes its job's last run.

@@ -82,6 +82,13 @@ pub struct UiState {
     pub metrics: MainMetrics,
 }
 
+impl UiState {
+    /// `job`'s view is sent again at the end of the turn.
+    pub fn job_changed(&mut self, job: &str) {
+        self.dirty_jobs.insert(job.to_string());
+    }
+}
+
 pub struct MainMetrics {
     pub(crate) runs_by_state: BTreeMap<&'static str, u64>,
     pub(crate) run_duration: Histogram,
