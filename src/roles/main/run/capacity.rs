@@ -8,7 +8,8 @@
 use std::time::{Duration, Instant};
 
 use crate::roles::main::effects::finish_target;
-use crate::roles::main::state::run::{RunEnv, Sc};
+use crate::roles::main::state::Sc;
+use crate::roles::main::state::run::RunEnv;
 use crate::roles::main::state::{DbWait, Main};
 use crate::roles::main::target::Phase;
 use crate::roles::main::throttle;

@@ -1,21 +1,29 @@
-//! Main's links and the calls in flight on them (`links.rs` sends and receives).
+//! Main's links and the calls in flight on them (`links.rs` sends and receives). A call's
+//! continuation is handed the state it belongs to (`M`, main's `Main`: see `state/mod.rs`),
+//! so this file names none of it.
 
 use std::collections::HashMap;
 
-use super::{BlockingLink, DbLink, HubLink, Main};
-use crate::ipc::rpc::{CallError, CallId, PendingCalls};
-use crate::roles::common::ControlLink;
-use crate::wire::db::DbReply;
-use crate::wire::link::{BlockingReply, ConnId};
+use crate::ipc::rpc::{CallError, CallId, Packet, PendingCalls};
+use crate::roles::common::{ControlLink, Link};
+use crate::wire::db::{DbReply, DbToMain, MainToDb};
+use crate::wire::link::{
+    BlockingReply, BlockingToMain, ConnId, HubAnswer, HubReply, HubRequest, MainToBlocking,
+    MainToHub,
+};
 use crate::workflow::WakeKey;
 
+pub type HubLink = Link<Packet<MainToHub, HubReply>, Packet<HubRequest, HubAnswer>>;
+pub type DbLink = Link<MainToDb, DbToMain>;
+pub type BlockingLink = Link<MainToBlocking, BlockingToMain>;
+
 /// The links and what is in flight on them.
-pub struct Links {
+pub struct Links<M> {
     pub control: ControlLink,
     pub hub: HubLink,
     pub db: DbLink,
     pub blocking: BlockingLink,
-    pub db_calls: PendingCalls<DbWait>,
+    pub db_calls: PendingCalls<OnReply<M>>,
     pub blocking_calls: PendingCalls<()>,
     /// Replies for Workflow steps, taken by the step that waits on the call id.
     pub db_replies: HashMap<CallId, Result<DbReply, CallError>>,
@@ -28,45 +36,13 @@ pub struct Links {
 
 /// What to do with a db reply (or its failure): a continuation of the part that made the
 /// call. Timeouts and a lost link call it with the error.
-pub struct DbWait(pub Box<OnDbReply>);
+pub struct OnReply<M>(pub Box<OnDbReply<M>>);
 
 /// A part's continuation for a db reply.
-pub type OnDbReply = dyn FnOnce(&mut Main, CallId, DbResult);
+pub type OnDbReply<M> = dyn FnOnce(&mut M, CallId, DbResult);
 
 /// A db reply or why there is none.
 pub type DbResult = Result<DbReply, CallError>;
-
-impl DbWait {
-    /// The reply goes to `then`.
-    pub fn then(
-        then: impl FnOnce(&mut Main, CallId, Result<DbReply, CallError>) + 'static,
-    ) -> Self {
-        DbWait(Box::new(then))
-    }
-
-    /// The reply goes to `answer` with `wait`, what the part keeps about the call.
-    pub fn with<W: 'static>(wait: W, answer: fn(&mut Main, W, Result<DbReply, CallError>)) -> Self {
-        Self::then(move |core, _, result| answer(core, wait, result))
-    }
-
-    /// A Workflow step waits on this call id: the reply is kept for it (`take_db_reply`)
-    /// and the step woken.
-    pub fn step() -> Self {
-        Self::then(|core, id, result| {
-            core.links.db_replies.insert(id, result);
-            core.wake(WakeKey::Call(id));
-        })
-    }
-
-    /// A write nobody waits for; a failure is logged.
-    pub fn write(what: &'static str) -> Self {
-        Self::then(move |_, _, result| {
-            if let Err(e) = result {
-                log::error!("could not record {what}: {e}");
-            }
-        })
-    }
-}
 
 /// What main tells the hub about wrapper output once per turn of its loop instead of
 /// once per frame: db answers many frames of many targets at once (one commit), and

@@ -11,23 +11,19 @@ pub mod views;
 pub mod wrappers;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::scheduler::Scheduler;
 use super::target::Target;
 use super::tokens::Secret;
-use crate::config::{self, LoadedConfig};
+use crate::config::LoadedConfig;
 use crate::evloop::Ctx;
 use crate::evloop::timers::TimerId;
-use crate::ipc::rpc::{CallError, Packet};
-use crate::roles::common::Link;
-use crate::wire::db::{DbReply, DbToMain, MainToDb};
-use crate::wire::link::{
-    BlockingToMain, ConnId, HubAnswer, HubReply, HubRequest, MainToBlocking, MainToHub, ProcessInfo,
-};
+use crate::ipc::rpc::{CallError, CallId};
+use crate::wire::db::DbReply;
+use crate::wire::link::{ConnId, ProcessInfo};
 use crate::wire::records::RunId;
-use crate::workflow::{Registry, WakeEvent, WakeKey};
+use crate::workflow::{Registry, StepCtx, WakeEvent, WakeKey};
 use lifecycle::{Boot, Ha, Reloads};
 use notify::Notifier;
 use run::{ActiveRun, Orphans, Rounds, RunEnv, RunRequest};
@@ -35,11 +31,18 @@ use schedule::{JobCtl, RuntimeMaintenance};
 use views::{Live, Mirror, UiState};
 use wrappers::{Fleet, Launcher, Refusals};
 
-pub use links::{DbWait, HubOutbox, Links};
+pub use links::HubOutbox;
+pub use run::JobRef;
 
-pub type HubLink = Link<Packet<MainToHub, HubReply>, Packet<HubRequest, HubAnswer>>;
-pub type DbLink = Link<MainToDb, DbToMain>;
-pub type BlockingLink = Link<MainToBlocking, BlockingToMain>;
+/// The links as main keeps them.
+pub type Links = links::Links<Main>;
+
+/// What to do with a db reply (or its failure): a continuation of the part that made the
+/// call. Timeouts and a lost link call it with the error.
+pub type DbWait = links::OnReply<Main>;
+
+/// A step of a run's Workflow is handed this.
+pub type Sc<'a> = StepCtx<'a, RunEnv, Main>;
 
 /// Blocking call ids live in their own range so they never collide with db call ids in
 /// the Workflow registry's wake keys.
@@ -63,7 +66,7 @@ pub enum Peer {
 /// Process state handed to handlers and to Workflow steps.
 pub struct Main {
     /// The links to supervisor, hub, db and blocking, and the calls in flight on them.
-    pub links: links::Links,
+    pub links: Links,
     pub config: LoadedConfig,
     pub secret: Secret,
     /// Runs in flight and wrapper sessions.
@@ -231,5 +234,34 @@ impl Main {
     }
 }
 
-/// Shared handle to a job definition inside runs.
-pub type JobRef = Arc<config::Job>;
+impl DbWait {
+    /// The reply goes to `then`.
+    pub fn then(
+        then: impl FnOnce(&mut Main, CallId, Result<DbReply, CallError>) + 'static,
+    ) -> Self {
+        links::OnReply(Box::new(then))
+    }
+
+    /// The reply goes to `answer` with `wait`, what the part keeps about the call.
+    pub fn with<W: 'static>(wait: W, answer: fn(&mut Main, W, Result<DbReply, CallError>)) -> Self {
+        Self::then(move |core, _, result| answer(core, wait, result))
+    }
+
+    /// A Workflow step waits on this call id: the reply is kept for it (`take_db_reply`)
+    /// and the step woken.
+    pub fn step() -> Self {
+        Self::then(|core, id, result| {
+            core.links.db_replies.insert(id, result);
+            core.wake(WakeKey::Call(id));
+        })
+    }
+
+    /// A write nobody waits for; a failure is logged.
+    pub fn write(what: &'static str) -> Self {
+        Self::then(move |_, _, result| {
+            if let Err(e) = result {
+                log::error!("could not record {what}: {e}");
+            }
+        })
+    }
+}

@@ -7,12 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::super::target::Target;
-use super::{JobRef, Main};
 use crate::config::Job;
 use crate::ipc::CallId;
 use crate::wire::link::{MinionOutcome, SaltSettings};
 use crate::wire::records::{Millis, RunId, RunState, Trigger};
-use crate::workflow::{StepCtx, WorkflowId};
+use crate::workflow::WorkflowId;
 
 /// A run to start.
 pub struct RunRequest {
@@ -75,7 +74,8 @@ pub struct RunEnv {
     pub(crate) capacity_since: Option<Instant>,
 }
 
-pub type Sc<'a> = StepCtx<'a, RunEnv, Main>;
+/// Shared handle to a job definition inside runs.
+pub type JobRef = Arc<Job>;
 
 impl RunEnv {
     /// The pick-up deadline moves to `at`, never earlier than it stands (after a restart
