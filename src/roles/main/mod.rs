@@ -13,6 +13,9 @@
 //! Everything that changes a run emits a wake key; after each event the loop hands the
 //! keys to the Workflow registry, which resumes the steps waiting on them. The registry
 //! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
+//!
+//! The state is in `state/`, below every part; each part makes its own db calls with its
+//! own continuation (`DbWait`), and no part names this file.
 
 mod answer;
 mod api_audit;

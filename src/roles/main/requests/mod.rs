@@ -7,13 +7,13 @@
 //!    operator, and state-changing requests record what was asked before anything
 //!    happens.
 //! 2. `handle`: dispatch by topic, one file each — `daemon` (status, metrics, reload,
-//!    wrapper deployment, audit trail), `jobs`, `runs`, `output`, `maintenance`, `live`
-//!    (streams: output followers, run watchers).
+//!    wrapper deployment, audit trail), `jobs`, `runs`, `output`; and beside this folder,
+//!    below it, `maintenance` and `live` (streams: output followers, run watchers).
 //! 3. Requests that need db make their call with the topic's own continuation
 //!    (`answer::answer_with`): the topic's small function shapes the one answer.
 //!
-//! Every answer goes out through `answer` (`respond`, `failure`), as one `AdminResponse`
-//! shape per question that the caller renders.
+//! Every answer goes out through main's `answer` (`respond`, `failure`), as one
+//! `AdminResponse` shape per question that the caller renders.
 
 pub mod daemon;
 mod jobs;

@@ -8,7 +8,7 @@
 //! place a target becomes `finished`.
 
 //!
-//! `state` holds the run's state below every step; `flow` the Workflow's shape.
+//! The run's state is in `state/run.rs`, below every step; `flow` is the Workflow's shape.
 
 pub mod batches;
 mod capacity;
