@@ -5,7 +5,7 @@
 //! causes (runs requested, kills, maintenance changes) says who, as the admin socket's
 //! requests carry their peer's uid.
 
-use super::MainRole;
+use super::state::MainRole;
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::wire::admin::AdminRequest;

@@ -10,14 +10,17 @@
 //!    slots missed while the daemon was down (`missed.rs`), arms the schedule and answers
 //!    the parked requests.
 
+use crate::roles::main::state::lifecycle::{Boot, Load};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use super::maintenance;
 use super::scheduler::Due;
-use super::{DbWait, Main, MainRole, jobctl, maintenance, missed};
+use super::state::{DbWait, Main, MainRole};
+use super::{jobctl, missed};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
@@ -30,29 +33,6 @@ use crate::wire::records::{Millis, RunState, Trigger};
 
 /// Why a slot found missed at start-up was missed.
 const DOWN: &str = "the daemon was not running at this slot";
-
-/// One of the loads start-up waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Load {
-    Maintenance,
-    LastSlots,
-    JobCtl,
-}
-
-/// What start-up has received so far.
-#[derive(Debug, Default)]
-pub struct Boot {
-    maintenance_loaded: bool,
-    jobctl_loaded: bool,
-    last_slots: Option<BTreeMap<String, Millis>>,
-    in_flight_loaded: bool,
-    /// Loads that failed, to ask again once `retry_at` has come.
-    failed: Vec<Load>,
-    retry_at: Option<Instant>,
-    done: bool,
-    /// Admin requests waiting for start-up to finish.
-    parked: Vec<(CallId, AdminRequest)>,
-}
 
 impl Boot {
     /// Keep an admin request that depends on what start-up loads (run now, maintenance)
@@ -82,7 +62,7 @@ fn ask(core: &mut Main, load: Load) {
         Load::LastSlots => DbRequest::LastSlots,
         Load::JobCtl => DbRequest::GetMeta(jobctl::META_KEY.to_string()),
     };
-    core.db_call(req, DbWait::Boot(load));
+    core.db_call(req, DbWait::with(load, answer));
 }
 
 /// db's answer to one load.
@@ -135,7 +115,7 @@ pub fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     core.flight.recovering = false;
     let last = core.boot.last_slots.take().unwrap_or_default();
     catch_up(core, &last, Utc::now());
-    super::arm_schedule(role, ctx);
+    role.arm_schedule(ctx);
     for (call, req) in std::mem::take(&mut role.core.boot.parked) {
         super::requests::handle(role, ctx, call, req);
     }
@@ -232,6 +212,6 @@ pub fn record_skip(
             targets: Vec::new(),
             now: Utc::now().timestamp_millis(),
         }),
-        DbWait::Write("a skipped slot"),
+        DbWait::write("a skipped slot"),
     );
 }

@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use chrono::Utc;
 
+use super::jobctl;
 use super::scheduler::Due;
-use super::{Main, jobctl};
+use super::state::Main;
 use crate::config::ChainOn;
 use crate::wire::records::{RunId, RunState, Trigger};
 

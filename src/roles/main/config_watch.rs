@@ -25,8 +25,8 @@ use mio::unix::SourceFd;
 use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
-use super::MainRole;
 use super::reload;
+use super::state::MainRole;
 use crate::evloop::{Ctx, Flow, Listener};
 
 /// From the first event of a burst to the check.

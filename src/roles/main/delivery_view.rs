@@ -5,7 +5,7 @@
 //! sees the scheme and host only, in the destination and wherever the URL is repeated
 //! (the de-duplication key, the last error).
 
-use super::Main;
+use super::state::Main;
 use crate::config::{ApiAuth, ApiRole};
 use crate::wire::notify::DeliveryRecord;
 

@@ -4,8 +4,7 @@
 //! deploy to the live ones, answer the admin call with one line per minion. Minions that
 //! got it are recorded in the fleet state (`fleet.rs`), so no run deploys again.
 
-use super::Main;
-use crate::config::Executor;
+use super::state::Main;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::wire::admin::{AdminFailure, AdminResponse};
@@ -130,13 +129,4 @@ fn answer(env: &mut DeployEnv, core: &mut Main, s: &mut Sc) -> Step {
     };
     core.reply_hub(env.admin_call, HubReply::Admin(resp));
     Step::Next
-}
-
-/// Whether deployment makes sense in this configuration.
-pub fn applies(core: &Main) -> bool {
-    core.config.saltpeter.executor == Executor::Salt
-        || core
-            .config
-            .valid_jobs()
-            .any(|j| j.executor == Executor::Salt)
 }

@@ -2,10 +2,11 @@
 //! transition returns — messages to the wrapper through the hub, writes to db, events —
 //! and offers the transitions that every part of main uses by name.
 
+use super::state::{DbWait, Main};
 use super::target::{Effect, Outcome, Target};
-use super::{DbWait, Main};
-use crate::wire::db::DbRequest;
+use crate::ipc::rpc::CallError;
 use crate::wire::db::TargetUpdate;
+use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
 pub use crate::wire::records::now_ms;
 use crate::wire::records::{RunId, TargetReason, TargetState};
@@ -37,11 +38,11 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                             ..Default::default()
                         },
                     },
-                    DbWait::Write("a target's suspension"),
+                    DbWait::write("a target's suspension"),
                 );
                 // The dashboard and `run --wait` show the flag at once.
                 super::ui::run_changed(core, run);
-                super::requests::live::run_changed(core, run);
+                super::live::run_changed(core, run);
             }
             Effect::Ack(conn, seq) => core.to_wrapper(conn, ServerMsg::Ack { seq }),
             Effect::Done(conn) => core.to_wrapper(conn, ServerMsg::Done {}),
@@ -60,7 +61,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                             ..Default::default()
                         },
                     },
-                    DbWait::Write("a target's state"),
+                    DbWait::write("a target's state"),
                 );
             }
             Effect::StoreLimits(text) => {
@@ -73,7 +74,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                             ..Default::default()
                         },
                     },
-                    DbWait::Write("how a target's limits applied"),
+                    DbWait::write("how a target's limits applied"),
                 );
             }
             Effect::StoreTokenSpent => {
@@ -86,7 +87,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                             ..Default::default()
                         },
                     },
-                    DbWait::Write("a spent launch token"),
+                    DbWait::write("a spent launch token"),
                 );
             }
             Effect::RecordOutcome { outcome, ended } => {
@@ -103,9 +104,11 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                             ..Default::default()
                         },
                     },
-                    DbWait::TargetFinished {
-                        run,
-                        machine: machine.to_string(),
+                    {
+                        let machine = machine.to_string();
+                        DbWait::then(move |core, _, result| {
+                            target_recorded(core, run, &machine, result)
+                        })
                     },
                 );
             }
@@ -140,7 +143,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                             ..Default::default()
                         },
                     },
-                    DbWait::Write("a target waiting for its minion"),
+                    DbWait::write("a target waiting for its minion"),
                 );
             }
         }
@@ -187,7 +190,7 @@ fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, previou
                     ..Default::default()
                 },
             },
-            DbWait::Write("an attempt's outcome"),
+            DbWait::write("an attempt's outcome"),
         );
     }
     core.db_call(
@@ -196,7 +199,7 @@ fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, previou
             machine: machine.to_string(),
             attempt,
         },
-        DbWait::Write("a new attempt"),
+        DbWait::write("a new attempt"),
     );
     let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
     let how = match (previous.reason, previous.code) {
@@ -214,4 +217,33 @@ fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, previou
             attempt - 1
         ),
     );
+}
+
+/// db recorded a target's outcome: it is final now; tell its wrapper it may exit.
+pub fn target_recorded(
+    core: &mut Main,
+    run: RunId,
+    machine: &str,
+    result: Result<DbReply, CallError>,
+) {
+    if let Err(e) = result {
+        log::error!("run {run}: could not record the outcome of {machine}: {e}");
+    }
+    let Some(t) = core.target_mut(run, machine) else {
+        return;
+    };
+    let effects = t.recorded();
+    let outcome = t.outcome();
+    log::info!(
+        "run {run}: {machine} finished ({}, exit {})",
+        outcome
+            .and_then(|o| o.reason)
+            .map(|r| r.as_str())
+            .unwrap_or("-"),
+        outcome
+            .and_then(|o| o.code)
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "-".into())
+    );
+    apply(core, run, machine, effects);
 }

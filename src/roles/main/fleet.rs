@@ -8,63 +8,21 @@
 //! waits for (`need`); once this build's hash is known, every recorded minion with an
 //! older build is upgraded at once, ahead of the slots that need it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use crate::roles::main::state::wrappers::{Failure, Fleet, Key, Seen};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::{DbWait, Main};
+use super::state::{DbWait, Main};
+use crate::config::Executor;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
 use crate::wire::db::{DbReply, DbRequest, WrapperSeen, calls};
 use crate::wire::link::{BlockingRequest, WrapperBuild, blocking_calls};
-use crate::wire::records::Millis;
 use crate::wire::records::now_ms;
 use crate::workflow::{WakeEvent, WakeKey};
 
 /// A build seen again is written to db at most this often (its `seen` time).
 const REFRESH_EVERY: Duration = Duration::from_secs(3600);
-
-type Key = (String, String);
-
-/// A deployment that did not put the build on a minion.
-#[derive(Debug, Clone)]
-pub struct Failure {
-    pub why: String,
-    /// The minion did not return (Salt's word): its launch may still reach it.
-    pub silent: bool,
-    at: Instant,
-}
-
-#[derive(Debug, Clone)]
-struct Seen {
-    sha256: String,
-    seen: Millis,
-    /// When this row was last written to db.
-    stored: Option<Instant>,
-}
-
-/// Which build each minion has, and the deployments in flight.
-#[derive(Default)]
-pub struct Fleet {
-    builds: HashMap<Key, Seen>,
-    /// The rows are loaded from db (`load_call` is the load in flight).
-    loaded: bool,
-    load_call: Option<CallId>,
-    /// SHA-256 of this build's wrapper, as published for the minions (`None`: not yet
-    /// known; `hash_call` asks for it).
-    this_build: Option<String>,
-    hash_call: Option<CallId>,
-    /// Why publishing this build's wrapper failed, and when (it is tried again for a run
-    /// that starts waiting after that).
-    hash_failed: Option<(String, Instant)>,
-    /// Deployments in flight: the call, the path and its minions.
-    deploying: HashMap<CallId, (String, Vec<String>)>,
-    in_flight: HashSet<Key>,
-    failed: HashMap<Key, Failure>,
-    /// The stale minions of the fleet were sent their upgrade.
-    upgraded: bool,
-    /// Deployments started since this daemon started, per minion (for `wrapper status`).
-    deployments: BTreeMap<String, u32>,
-}
 
 /// What the minions of a batch need before their launch.
 #[derive(Debug)]
@@ -79,6 +37,15 @@ pub enum Need {
 /// The operator serves the wrapper (`wrapper_source`): its hash is not this build's.
 fn operator_source(core: &Main) -> bool {
     core.config.saltpeter.wrapper_source.is_some()
+}
+
+/// Whether deployment makes sense in this configuration.
+pub fn applies(core: &Main) -> bool {
+    core.config.saltpeter.executor == Executor::Salt
+        || core
+            .config
+            .valid_jobs()
+            .any(|j| j.executor == Executor::Salt)
 }
 
 /// The operator installs the wrapper (`wrapper_deploy: false`): the daemon neither
@@ -135,10 +102,13 @@ impl Fleet {
 /// Start-up (and adoption as leader): load the fleet from db; learn this build's hash.
 pub fn start(core: &mut Main) {
     if core.fleet.load_call.is_none() && !core.fleet.loaded {
-        let id = core.db_call(DbRequest::Wrappers, DbWait::Fleet);
+        let id = core.db_call(
+            DbRequest::Wrappers,
+            DbWait::then(|core, _, result| loaded(core, result)),
+        );
         core.fleet.load_call = Some(id);
     }
-    if super::deploy::applies(core) && !operator_installs(core) {
+    if applies(core) && !operator_installs(core) {
         ask_hash(core);
     }
 }
@@ -224,7 +194,7 @@ fn record(core: &mut Main, key: &Key, seen: &Seen) {
             sha256: seen.sha256.clone(),
             seen: seen.seen,
         }]),
-        DbWait::Write("a minion's wrapper build"),
+        DbWait::write("a minion's wrapper build"),
     );
 }
 
@@ -237,7 +207,7 @@ pub fn missing(core: &mut Main, minion: &str, path: &str) {
                 minion: key.0,
                 path: key.1,
             },
-            DbWait::Write("a missing wrapper"),
+            DbWait::write("a missing wrapper"),
         );
     }
 }

@@ -23,30 +23,11 @@
 //!    meanwhile, this one stops (its daemon exits; restarted, it is a standby): the runs
 //!    are the other's now, and their wrappers move to it.
 
-use super::{Main, MainRole, boot, run};
+use super::state::{Main, MainRole};
+use super::{boot, run};
 use crate::evloop::Ctx;
+use crate::roles::main::state::lifecycle::Ha;
 use crate::wire::db::LeaseReport;
-
-/// Where this daemon stands.
-#[derive(Debug, Default)]
-pub struct Ha {
-    /// The database is shared (PostgreSQL): leading comes from the lease.
-    pub shared: bool,
-    /// This server's name (`server_name`, or the host name).
-    pub server: String,
-    /// This daemon holds the lease (always true when not shared).
-    pub leader: bool,
-    /// The database answered db's last try.
-    pub reachable: bool,
-    /// Who leads, as far as known.
-    pub holder: Option<String>,
-    /// This daemon has adopted the schedule and the runs (it led once).
-    adopted: bool,
-    /// Times this daemon took the lease.
-    pub takeovers: u64,
-    /// The newest report, for the loop to apply (it needs the registry and timers).
-    pending: Option<LeaseReport>,
-}
 
 impl Ha {
     /// The role shown by `saltpeterctl status` and `/metrics`.
@@ -151,7 +132,7 @@ pub fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         (false, true) => {
             log::info!("the leader lease is confirmed again: slots fire again");
             core.ha.leader = true;
-            super::arm_schedule(role, ctx);
+            role.arm_schedule(ctx);
         }
         // Led before, and another server holds the lease now (possibly after this one
         // lost the database for a while): the runs are that server's. (A lock still
@@ -178,7 +159,7 @@ pub fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                  fires and no run starts until it is"
             );
             core.ha.leader = false;
-            super::arm_schedule(role, ctx);
+            role.arm_schedule(ctx);
         }
         _ => {}
     }

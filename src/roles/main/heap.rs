@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::MainRole;
+use super::state::MainRole;
 use crate::evloop::Ctx;
 
 /// Long enough for the views and replies that follow a load to be sent and freed.

@@ -8,7 +8,7 @@
 
 use chrono::Utc;
 
-use super::{DbWait, Main};
+use super::state::{DbWait, Main};
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::logsafe::cut;
@@ -51,7 +51,7 @@ impl Main {
                 ),
                 uid: self.actor.uid,
             }),
-            DbWait::Write("an event"),
+            DbWait::write("an event"),
         );
     }
 
@@ -70,7 +70,9 @@ impl Main {
                 job: job.to_string(),
                 retention,
             },
-            DbWait::Retention(job.to_string()),
+            DbWait::with(job.to_string(), |core, job, result| {
+                core.pruned(&job, result)
+            }),
         );
     }
 
@@ -91,7 +93,7 @@ impl Main {
                     outcome.runs,
                     outcome.output_bytes
                 );
-                self.db_call(DbRequest::Reclaim, DbWait::Write("reclaimed space"));
+                self.db_call(DbRequest::Reclaim, DbWait::write("reclaimed space"));
             }
             Ok(_) => {}
             Err(e) => log::warn!("retention of {job} failed: {e}"),

@@ -17,14 +17,14 @@
 //!    slots are not persisted: a restart inside the window loses them (the slot is then
 //!    neither recorded nor run, and the next slot fires as usual).
 
-use std::collections::{BTreeMap, BTreeSet};
+use crate::roles::main::state::schedule::{Control, JobCtl, JobCtlState, Pause};
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 
+use super::run;
 use super::scheduler::Due;
+use super::state::{DbWait, Main};
 use super::windows::{self, SlotRule};
-use super::{DbWait, Main, run};
 use crate::config::Job;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
@@ -40,41 +40,6 @@ pub const META_KEY: &str = "jobctl";
 
 /// Most slots one `skip --next` may skip.
 pub const MAX_SKIP: u32 = 10_000;
-
-/// A pause of one job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pause {
-    /// The operator's uid (`None`: over the HTTP API).
-    pub by: Option<u32>,
-    pub at: Millis,
-    pub until: Option<Millis>,
-}
-
-/// One job's control.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Control {
-    pub paused: Option<Pause>,
-    pub skip_next: u32,
-    /// Who asked for the skips.
-    pub skip_by: Option<u32>,
-}
-
-/// What is persisted: per job, its control (jobs with nothing set are absent).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobCtlState {
-    pub jobs: BTreeMap<String, Control>,
-}
-
-/// Job control and deferred slots, kept by main.
-#[derive(Debug, Default)]
-pub struct JobCtl {
-    pub state: JobCtlState,
-    /// `(run at, job, slot, window)`: slots deferred to a window's end.
-    deferred: BTreeSet<(DateTime<Utc>, String, DateTime<Utc>, String)>,
-    /// The deferred slot being fired now (it passed `hold` once; its skips are not taken
-    /// again).
-    refiring: Option<(String, DateTime<Utc>)>,
-}
 
 pub use super::run_rules::Hold;
 
@@ -414,7 +379,7 @@ fn save(core: &mut Main, call: Option<CallId>, note: Option<String>) {
             key: META_KEY.to_string(),
             value,
         },
-        DbWait::JobCtl(call, note),
+        DbWait::then(move |core, _, result| saved(core, call, note, result)),
     );
 }
 

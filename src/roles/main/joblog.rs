@@ -5,8 +5,8 @@
 //! Events: `start` when a run is recorded, `machine_result` per target and `end` when it
 //! ends, `overlap` and `maintenance` for slots not run for those reasons.
 
-use super::runs::ActiveRun;
-use super::{DbWait, Main};
+use super::state::run::ActiveRun;
+use super::state::{DbWait, Main};
 use crate::config::Job;
 use crate::wire::db::DbRequest;
 use crate::wire::notify::{ExportDest, JobLog, JobLogEntry};
@@ -42,7 +42,7 @@ fn send(core: &mut Main, job: &Job, run: Option<RunId>, entries: Vec<JobLogEntry
         keep: logs.log_keep,
         exports,
     };
-    core.db_call(DbRequest::JobLog(log), DbWait::Write("a job log"));
+    core.db_call(DbRequest::JobLog(log), DbWait::write("a job log"));
 }
 
 fn entry(msg_type: &str, machine: Option<&str>, code: Option<i32>, at: Millis) -> JobLogEntry {

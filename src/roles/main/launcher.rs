@@ -6,29 +6,9 @@ use std::time::Duration;
 
 use std::path::PathBuf;
 
-use super::{Main, scheduler};
+use super::scheduler;
+use super::state::Main;
 use crate::config;
-
-/// What main knows about launching wrappers.
-#[derive(Default)]
-pub struct Launcher {
-    /// Measured salt launch latency, from a round's publish to its answer (one estimate
-    /// for every salt job: their launches share publishes, so the jobs of a slot share
-    /// one lead and one round). Until measured the lead is the cap.
-    pub launch_latency: Option<Duration>,
-    /// Measured target resolution before a launch (a ping round through a top master of
-    /// syndics costs its `syndic_wait`; the master's own match, milliseconds): part of
-    /// the lead, since a run is resolved before it joins its launch round.
-    pub resolve_latency: Option<Duration>,
-    /// Resolutions out: when each call went.
-    pub resolving: std::collections::HashMap<super::CallId, std::time::Instant>,
-    /// `#sha256=HEX` of the hub's certificate, for wrappers to pin (`None`: `tls: false`).
-    pub wrapper_pin: Option<String>,
-    /// The master's pki directory, resolved once per `salt_config_dir` (the key).
-    pub master_pki: Option<(PathBuf, PathBuf)>,
-    /// The accepted minion keys, parsed once per file version.
-    pub keys: crate::minion_key::KeyCache,
-}
 
 /// Whether `url` (from `servers`) names this server's own wrapper port.
 fn is_own(url: &str, port: u16, authority: &str) -> bool {
@@ -117,7 +97,7 @@ impl Main {
     }
 
     /// A resolution call went out (`resolve_targets`).
-    pub fn resolution_sent(&mut self, id: super::CallId) {
+    pub fn resolution_sent(&mut self, id: crate::ipc::CallId) {
         self.launcher
             .resolving
             .insert(id, std::time::Instant::now());
@@ -125,7 +105,7 @@ impl Main {
 
     /// A resolution call answered: fold its time into the estimate (up at once, down
     /// slowly, as the launch latency).
-    pub fn resolution_answered(&mut self, id: super::CallId) {
+    pub fn resolution_answered(&mut self, id: crate::ipc::CallId) {
         let Some(sent) = self.launcher.resolving.remove(&id) else {
             return;
         };

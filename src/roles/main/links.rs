@@ -5,52 +5,22 @@
 //! Outgoing: `db_call`, `blocking_call` (typed replies taken back with `take_db_reply` /
 //! `take_blocking_reply`), `to_hub`, `to_wrapper`, `reply_hub`. Incoming: `on_link` reads
 //! every frame a peer has and dispatches it; expired calls fail with `Timeout`.
+//!
+//! A db call carries what to do with its reply (`DbWait`), made by the part that calls:
+//! a Workflow step's reply is kept for the step (`DbWait::step`), anything else runs the
+//! part's own continuation. Here the reply is only looked up and handed over.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{BlockingLink, DB_TIMEOUT, DbLink, DbWait, HubLink, LAUNCH_TIMEOUT, Main};
+use super::state::{DB_TIMEOUT, DB_TROUBLE_CLEARS_AFTER, DbWait, LAUNCH_TIMEOUT, Main};
 use crate::ipc::Role;
-use crate::ipc::rpc::{Call, CallError, CallId, Packet, PendingCalls};
-use crate::roles::common::ControlLink;
+use crate::ipc::rpc::{Call, CallError, CallId, Packet, RemoteError};
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{BlockingReply, BlockingRequest, ConnId, HubReply, MainToHub};
 use crate::wire::wrapper::ServerMsg;
 use crate::workflow::WakeKey;
 
-/// The links and what is in flight on them.
-pub struct Links {
-    pub control: ControlLink,
-    pub hub: HubLink,
-    pub db: DbLink,
-    pub blocking: BlockingLink,
-    pub db_calls: PendingCalls<DbWait>,
-    pub blocking_calls: PendingCalls<()>,
-    /// Replies for Workflow steps, taken by the step that waits on the call id.
-    pub db_replies: HashMap<CallId, Result<DbReply, CallError>>,
-    pub blocking_replies: HashMap<CallId, Result<BlockingReply, CallError>>,
-    /// Wake keys emitted since the registry last saw them.
-    pub wakes: Vec<WakeKey>,
-    /// Acks and output credits for the hub, gathered over one turn of the loop.
-    pub hub_outbox: HubOutbox,
-}
-
-/// What main tells the hub about wrapper output once per turn of its loop instead of
-/// once per frame: db answers many frames of many targets at once (one commit), and
-/// only the highest ack of each wrapper and the sum of the credits matter.
-#[derive(Debug, Default)]
-pub struct HubOutbox {
-    /// The highest seq to ack per connection.
-    acks: HashMap<ConnId, u64>,
-    /// Output cost main no longer holds, per connection (`MainToHub::OutputCredit`).
-    credits: HashMap<ConnId, u64>,
-}
-
 impl Main {
-    pub fn wake(&mut self, key: WakeKey) {
-        self.links.wakes.push(key);
-    }
-
     pub fn db_call(&mut self, req: DbRequest, wait: DbWait) -> CallId {
         let id = self.links.db_calls.start(Instant::now(), DB_TIMEOUT, wait);
         if let Err(e) = self.links.db.post(&Packet::Call { id, req }) {
@@ -62,7 +32,34 @@ impl Main {
         id
     }
 
-    /// The typed reply to a Workflow step's db call (`DbWait::Step`), once it arrived.
+    /// Hand a db reply (or its failure) to whoever waits for it, noting on the way
+    /// whether the database stores.
+    pub fn db_answer(&mut self, id: CallId, wait: DbWait, result: Result<DbReply, CallError>) {
+        match &result {
+            Err(CallError::Remote(RemoteError::DiskFull(why))) => {
+                if self.storage.db_trouble.is_none() {
+                    log::error!(
+                        "the database cannot store more ({why}); no new run starts until it can"
+                    );
+                }
+                self.storage.db_trouble = Some(why.clone());
+                self.storage.db_trouble_since = Instant::now();
+            }
+            // Output, the bulk of what is written, stored again well after the last
+            // failure: the trouble is over.
+            Ok(DbReply::OutputStored { .. })
+                if self.storage.db_trouble.is_some()
+                    && self.storage.db_trouble_since.elapsed() > DB_TROUBLE_CLEARS_AFTER =>
+            {
+                self.storage.db_trouble = None;
+                log::info!("the database stores again; runs start again");
+            }
+            _ => {}
+        }
+        (wait.0)(self, id, result);
+    }
+
+    /// The typed reply to a Workflow step's db call (`DbWait::step`), once it arrived.
     pub fn take_db_reply<C: Call<DbReply>>(
         &mut self,
         id: CallId,

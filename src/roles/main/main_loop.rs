@@ -9,14 +9,12 @@ use chrono::Utc;
 
 use mio::event::Event;
 
-use super::links;
+use super::live;
 use super::run as run_flow;
 use super::scheduler::Scheduler;
+use super::state::{BLOCKING_CALL_BASE, LoopHooks, Main, MainRole, Peer, STALL_THRESHOLD};
 use super::tokens::Secret;
-use super::{
-    BLOCKING_CALL_BASE, Main, MainRole, Peer, STALL_THRESHOLD, boot, jobctl, launcher, live,
-    maintenance, missed, reload, requests, sessions, ui,
-};
+use super::{boot, jobctl, missed, reload, requests, sessions, ui};
 use crate::config;
 use crate::evloop::Flow;
 use crate::evloop::{Ctx, EventLoop};
@@ -233,7 +231,7 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut role = MainRole {
         core: Main {
-            links: links::Links {
+            links: super::state::Links {
                 control,
                 hub,
                 db,
@@ -243,39 +241,40 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
                 db_replies: HashMap::new(),
                 blocking_replies: HashMap::new(),
                 wakes: Vec::new(),
-                hub_outbox: links::HubOutbox::default(),
+                hub_outbox: super::state::HubOutbox::default(),
             },
             config,
             secret,
-            flight: super::Flight::default(),
+            flight: super::state::Flight::default(),
             scheduler,
-            daemon: super::DaemonInfo {
+            daemon: super::state::DaemonInfo {
                 started_at: now.timestamp_millis(),
                 ..Default::default()
             },
-            launcher: launcher::Launcher {
+            launcher: super::state::wrappers::Launcher {
                 wrapper_pin,
                 ..Default::default()
             },
             fleet: Default::default(),
             rounds: Default::default(),
-            storage: super::Storage {
+            storage: super::state::Storage {
                 db_trouble: None,
                 db_trouble_since: Instant::now(),
             },
-            actor: super::Actor::default(),
-            views: super::Views::default(),
-            runtime_maintenance: maintenance::RuntimeMaintenance::default(),
-            boot: boot::Boot::default(),
-            reloads: reload::Reloads::default(),
+            actor: super::state::Actor::default(),
+            views: super::state::Views::default(),
+            runtime_maintenance: super::state::schedule::RuntimeMaintenance::default(),
+            boot: super::state::lifecycle::Boot::default(),
+            reloads: super::state::lifecycle::Reloads::default(),
             notify: Default::default(),
-            jobctl: jobctl::JobCtl::default(),
-            ha: super::ha::Ha::default(),
+            jobctl: super::state::schedule::JobCtl::default(),
+            ha: super::state::lifecycle::Ha::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,
         workflow_timer: None,
         call_timer: None,
+        hooks: LoopHooks { pump, arm_schedule },
     };
     super::ha::start(&mut role.core);
     ui::start(&mut role.core);

@@ -1,43 +1,14 @@
 //! What main measures for `/metrics`, and the rendering of all of the daemon's metrics
 //! (db reports its commit latency to main; the hub adds its own connection counts).
 
+use crate::roles::main::state::views::{MainMetrics, Outbox};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::Main;
 use super::job_metrics::{EndedRun, PerJob, TARGET_RESULTS, target_result};
+use super::state::Main;
 use crate::metrics::{DURATION_BUCKETS, Histogram, LATENCY_BUCKETS, header, label_value};
 use crate::wire::records::{Millis, RunState};
-
-pub struct MainMetrics {
-    runs_by_state: BTreeMap<&'static str, u64>,
-    run_duration: Histogram,
-    lateness: Histogram,
-    /// Salt batch launches: the salt call to its answer.
-    launch: Histogram,
-    output_bytes: u64,
-    output_frames: u64,
-    /// The latest histogram db reported.
-    pub db_commit: Option<Histogram>,
-    /// Per job (rendered for the jobs configured now: jobs × states series at most).
-    pub per_job: PerJob,
-    /// Targets of ended runs by how they ended (`job_metrics::TARGET_RESULTS`).
-    targets_by_result: BTreeMap<&'static str, u64>,
-    /// Slots not acted on in time (the daemon down, the loop late).
-    slots_missed: u64,
-    /// The notification outbox as db last counted it, and attempts by result.
-    outbox: Outbox,
-    deliveries: BTreeMap<&'static str, u64>,
-}
-
-/// The notification outbox (db's `deliveries` in state `pending`, leased or not), as of
-/// db's last count (each take of due messages), less what was settled since.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-struct Outbox {
-    pending: u64,
-    /// When the oldest pending message was queued (unix milliseconds).
-    oldest: Option<Millis>,
-}
 
 /// The `result` of a delivery attempt: `delivered`, `failed` (tried again later) or
 /// `given_up` (its last attempt).

@@ -7,7 +7,7 @@
 //!    flight is kept in [`Mirror::runs`]; `status`, the dashboard's status and a watched
 //!    job's details show it as they show the leader's own runs (`ui.rs`).
 //! 2. `output` changes: output followers (`saltpeterctl output -f`, `logs -f`,
-//!    `requests::live`) read from their own positions, as on the leader; and each target
+//!    `live`) read from their own positions, as on the leader; and each target
 //!    a `/ws` view shows ([`Feed`]) is read from its position and handed to the hub as
 //!    stored output (`MainToHub::UiStoredOutput`), positions in bytes standing for the
 //!    frame seqs the hub counts on the leader. A feed's start is the hub's read of the
@@ -26,18 +26,19 @@
 //! Work per notice is bounded by the runs it names (db caps a notice, `NOTICE_MAX`),
 //! and at most one read per run and per target is in flight.
 
-use std::collections::{BTreeMap, BTreeSet};
+use crate::roles::main::state::views::{Feed, Mirrored};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use super::requests::live;
-use super::{DbWait, Main};
+use super::live;
+use super::mirror_view::standby;
+use super::state::{DbWait, Main};
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
 use crate::wire::admin::AdminFailure;
 use crate::wire::db::{DbReply, DbRequest, LiveKind, LiveNotice, OutputBytes, OutputQuery, calls};
 use crate::wire::link::MainToHub;
-use crate::wire::records::{Millis, RunId, RunRecord, TargetRecord, TargetState};
-use crate::wire::ui::{RunningView, TargetView};
+use crate::wire::records::RunId;
 
 /// Bytes one feed read takes at most (the hub's largest chunk).
 const FEED_READ: u64 = 256 << 10;
@@ -45,39 +46,6 @@ const FEED_READ: u64 = 256 << 10;
 const STALE_MAX: usize = 4096;
 /// A safety net for a notification lost without a reconnect.
 const RESYNC_EVERY: Duration = Duration::from_secs(30);
-
-#[derive(Default)]
-pub struct Mirror {
-    runs: BTreeMap<RunId, Mirrored>,
-    /// Runs whose record is to be read.
-    stale: BTreeSet<RunId>,
-    /// Runs whose record read is out.
-    reading: BTreeSet<RunId>,
-    /// Runs with output committed since the last poll.
-    output: BTreeSet<RunId>,
-    feeds: BTreeMap<(RunId, String), Feed>,
-    resync: bool,
-    resyncing: bool,
-    resynced_at: Option<Instant>,
-}
-
-struct Mirrored {
-    /// As the views show it.
-    shown: RunRecord,
-    /// Read, shown once the run's feeds have caught up with it.
-    next: Option<RunRecord>,
-}
-
-/// The stored output of one target, as the hub's `/ws` view of it was given so far.
-struct Feed {
-    job: String,
-    next_from: u64,
-    reading: bool,
-    /// More was committed while a read was out.
-    dirty: bool,
-    /// The hub's read of the stored output is out.
-    base: bool,
-}
 
 impl Feed {
     fn busy(&self) -> bool {
@@ -92,10 +60,6 @@ pub enum Wait {
     Record(RunId),
     Feed(RunId, String),
     Base(CallId, RunId, String),
-}
-
-fn standby(core: &Main) -> bool {
-    core.ha.shared && !core.ha.leader
 }
 
 /// db heard the leader's commits.
@@ -135,7 +99,10 @@ pub fn poll(core: &mut Main) {
         m.resync = false;
         m.resyncing = true;
         m.resynced_at = Some(Instant::now());
-        core.db_call(DbRequest::InFlightDetails, DbWait::Mirror(Wait::InFlight));
+        core.db_call(
+            DbRequest::InFlightDetails,
+            DbWait::with(Wait::InFlight, answer),
+        );
     }
     let m = &mut core.views.mirror;
     let output = std::mem::take(&mut m.output);
@@ -147,7 +114,10 @@ pub fn poll(core: &mut Main) {
         let m = &mut core.views.mirror;
         m.stale.remove(&run);
         m.reading.insert(run);
-        core.db_call(DbRequest::GetRun(run), DbWait::Mirror(Wait::Record(run)));
+        core.db_call(
+            DbRequest::GetRun(run),
+            DbWait::with(Wait::Record(run), answer),
+        );
     }
 }
 
@@ -194,7 +164,7 @@ fn read_feed(core: &mut Main, run: RunId, machine: String) {
         max_bytes: Some(FEED_READ),
         ..OutputQuery::default()
     };
-    let wait = DbWait::Mirror(Wait::Feed(run, machine.clone()));
+    let wait = DbWait::with(Wait::Feed(run, machine.clone()), answer);
     let read = DbRequest::Output {
         run,
         machine,
@@ -400,7 +370,10 @@ pub fn base_wait(core: &mut Main, call: CallId, run: RunId, machine: &str) -> Op
             base: false,
         });
     feed.base = true;
-    Some(DbWait::Mirror(Wait::Base(call, run, machine.to_string())))
+    Some(DbWait::with(
+        Wait::Base(call, run, machine.to_string()),
+        answer,
+    ))
 }
 
 fn base_read(
@@ -418,12 +391,12 @@ fn base_read(
             if let Some(feed) = core.views.mirror.feeds.get_mut(&key) {
                 feed.next_from = feed.next_from.max(upto);
             }
-            let resp = super::requests::output::live_read(out, upto);
-            super::requests::respond(core, call, resp);
+            let resp = super::answer::live_read(out, upto);
+            super::answer::respond(core, call, resp);
         }
         Err(e) => {
             let why = AdminFailure::Internal(e.to_string());
-            super::requests::failure(core, call, why);
+            super::answer::failure(core, call, why);
         }
     }
     let Some(feed) = core.views.mirror.feeds.get_mut(&key) else {
@@ -436,96 +409,6 @@ fn base_read(
     } else {
         settle(core, run);
     }
-}
-
-/// `output -f` or `logs -f` of `record`: whether it is in flight on the leader (the
-/// follower then reads as its output is committed), mirrored from now on if it was not.
-pub fn follows(core: &mut Main, record: &RunRecord) -> bool {
-    if !standby(core) || record.state.is_final() {
-        return false;
-    }
-    let m = &mut core.views.mirror;
-    match m.runs.get(&record.id) {
-        Some(entry) => entry.next.as_ref().is_none_or(|n| !n.state.is_final()),
-        None => {
-            m.runs.insert(
-                record.id,
-                Mirrored {
-                    shown: record.clone(),
-                    next: None,
-                },
-            );
-            super::ui::job_changed(core, &record.job);
-            true
-        }
-    }
-}
-
-/// The newest run of `job` in flight on the leader, as mirrored.
-pub fn newest_of(core: &Main, job: &str) -> Option<RunId> {
-    core.views
-        .mirror
-        .runs
-        .iter()
-        .filter(|(_, e)| e.shown.job == job && e.next.as_ref().is_none_or(|n| !n.state.is_final()))
-        .map(|(id, _)| *id)
-        .max()
-}
-
-/// Runs mirrored (`status`'s runs in flight on a standby).
-pub fn count(core: &Main) -> usize {
-    core.views.mirror.runs.len()
-}
-
-fn settled(t: &TargetRecord) -> bool {
-    matches!(
-        t.state,
-        TargetState::Finished | TargetState::SkippedMaintenance
-    )
-}
-
-/// The dashboard's `status`: the mirrored runs in flight.
-pub fn running(core: &Main) -> Vec<RunningView> {
-    core.views
-        .mirror
-        .runs
-        .iter()
-        .map(|(id, e)| RunningView {
-            job: e.shown.job.clone(),
-            run: *id,
-            started: e.shown.started.or(e.shown.slot),
-            machines: e
-                .shown
-                .targets
-                .iter()
-                .filter(|t| !settled(t))
-                .map(|t| t.machine.clone())
-                .collect(),
-        })
-        .collect()
-}
-
-/// A watched job's details: its newest mirrored run, its start, and its targets.
-pub fn newest_details(core: &Main, job: &str) -> Option<(RunId, Option<Millis>, Vec<TargetView>)> {
-    let (id, entry) = core
-        .views
-        .mirror
-        .runs
-        .iter()
-        .filter(|(_, e)| e.shown.job == job)
-        .max_by_key(|(id, _)| **id)?;
-    let targets = entry
-        .shown
-        .targets
-        .iter()
-        .map(|t| TargetView {
-            record: t.clone(),
-            finished: settled(t),
-            last_heartbeat: None,
-            wrapper_version: None,
-        })
-        .collect();
-    Some((*id, entry.shown.started.or(entry.shown.slot), targets))
 }
 
 /// This server took over and the recovery loaded the runs in flight: those it adopted

@@ -18,8 +18,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use chrono::{DateTime, Duration, Utc};
 
+use super::jobctl;
 use super::scheduler::Due;
-use super::{Main, jobctl};
+use super::state::Main;
 use crate::config::{Job, JobEntry, Missed};
 use crate::schedule::Schedule;
 use crate::wire::records::Trigger;

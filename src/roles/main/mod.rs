@@ -13,7 +13,11 @@
 //! Everything that changes a run emits a wake key; after each event the loop hands the
 //! keys to the Workflow registry, which resumes the steps waiting on them. The registry
 //! lives beside the state (`MainRole`), so steps get `&mut Main` without shared cells.
+//!
+//! The state is in `state/`, below every part; each part makes its own db calls with its
+//! own continuation (`DbWait`), and no part names this file.
 
+mod answer;
 mod api_audit;
 mod boot;
 mod chains;
@@ -30,9 +34,12 @@ mod jobctl;
 mod joblog;
 mod launcher;
 mod links;
+mod live;
 mod main_loop;
+mod maintenance;
 mod metrics;
 mod mirror;
+mod mirror_view;
 mod missed;
 mod notify;
 mod reload;
@@ -45,6 +52,7 @@ mod run_rules_tests;
 mod runs;
 mod scheduler;
 mod sessions;
+mod state;
 mod suspend;
 mod target;
 mod throttle;
@@ -53,208 +61,19 @@ mod ui;
 mod welcome;
 mod windows;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::common::{ControlLink, Controlled, Link};
-use crate::config::{self, LoadedConfig};
+use super::common::{ControlLink, Controlled};
 use crate::evloop::Ctx;
-use crate::evloop::timers::TimerId;
-use crate::ipc::rpc::{CallError, CallId, Packet};
-use crate::wire::db::{DbReply, DbToMain, MainToDb};
-use crate::wire::link::{
-    BlockingToMain, ConnId, ControlDown, HubAnswer, HubReply, HubRequest, MainToBlocking,
-    MainToHub, ProcessInfo,
-};
+use crate::wire::link::ControlDown;
 use crate::wire::records::{RunId, RunState};
-use crate::workflow::{Registry, WakeEvent, WakeKey};
-// Short paths for the rest of main: the live streams and the maintenance settings are
-// kept with the requests that use them.
-use requests::{live, maintenance};
-use runs::ActiveRun;
-use scheduler::Scheduler;
-use tokens::Secret;
+use crate::workflow::WakeKey;
+use main_loop::{pump, stop_when_settled};
+use state::run::ActiveRun;
+use state::{MainRole, SHUTDOWN_GRACE};
 
 pub use main_loop::run;
-use main_loop::{arm_schedule, pump, stop_when_settled};
-
-type HubLink = Link<Packet<MainToHub, HubReply>, Packet<HubRequest, HubAnswer>>;
-type DbLink = Link<MainToDb, DbToMain>;
-type BlockingLink = Link<MainToBlocking, BlockingToMain>;
-
-/// Blocking call ids live in their own range so they never collide with db call ids in
-/// the Workflow registry's wake keys.
-const BLOCKING_CALL_BASE: u64 = 1 << 40;
-const DB_TIMEOUT: Duration = Duration::from_secs(60);
-const LAUNCH_TIMEOUT: Duration = Duration::from_secs(120);
-/// The database counts as storing again after this long without a refused write.
-const DB_TROUBLE_CLEARS_AFTER: Duration = Duration::from_secs(10);
-/// How long shutdown waits for running Workflows.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-/// A Workflow waiting this long on nothing live is reported.
-const STALL_THRESHOLD: Duration = Duration::from_secs(60);
-
-/// What to do with a db reply.
-#[derive(Debug, Clone)]
-pub enum DbWait {
-    /// A Workflow step waits on this call id.
-    Step,
-    /// A request (admin socket, HTTP API, `/ws`) or a follower of `requests::live`.
-    Request(requests::Wait),
-    /// Output stored: ack it to the wrapper; credit its cost to the hub either way.
-    Output {
-        run: RunId,
-        machine: String,
-        conn: crate::wire::link::ConnId,
-        cost: u64,
-    },
-    /// A target's final state is recorded.
-    TargetFinished { run: RunId, machine: String },
-    /// A write nobody waits for; failures are logged.
-    Write(&'static str),
-    /// The runs in flight, loaded at start-up.
-    Recovery,
-    /// Retention applied to a job.
-    Retention(String),
-    /// A finished run looked up for a wrapper that comes back after being lost.
-    Reconcile(CallId, Box<crate::wire::link::WrapperHello>),
-    /// A new wrapper session is being recorded; its welcome waits (`sessions`).
-    SessionStored(Box<welcome::StoredWelcome>),
-    /// The dashboard's live view (`ui`).
-    Ui(ui::UiWait),
-    /// One of the loads start-up waits for.
-    Boot(boot::Load),
-    /// The job control state is saved; with the admin call to answer (`jobctl`).
-    JobCtl(Option<CallId>, Option<String>),
-    /// Notifications (`notify`).
-    Notify(notify::Wait),
-    /// The minions' wrapper builds, loaded at start (`fleet`).
-    Fleet,
-    /// The runs in flight, read by the orphan sweep (`run::orphans`).
-    Orphans,
-    /// A standby's mirror of the leader's runs (`mirror`).
-    Mirror(mirror::Wait),
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Peer {
-    Hub,
-    Db,
-    Blocking,
-}
-
-/// Process state handed to handlers and to Workflow steps.
-pub struct Main {
-    /// The links to supervisor, hub, db and blocking, and the calls in flight on them.
-    pub links: links::Links,
-    pub config: LoadedConfig,
-    pub secret: Secret,
-    /// Runs in flight and wrapper sessions.
-    pub flight: Flight,
-    scheduler: Scheduler,
-    /// This daemon: its processes, start time and ports.
-    pub daemon: DaemonInfo,
-    /// The wrapper URL and the pre-staging lead.
-    pub launcher: launcher::Launcher,
-    /// Which wrapper build each minion has; deployments in flight.
-    pub fleet: fleet::Fleet,
-    /// Salt launches coalesced per round.
-    pub rounds: run::rounds::Rounds,
-    /// Whether the database stores.
-    pub storage: Storage,
-    /// Who is behind the request being handled, for audit events.
-    pub actor: Actor,
-    /// What operators watch: streaming admin calls, the dashboard's views and `/metrics`.
-    pub views: Views,
-    /// Maintenance set with `saltpeterctl maintenance` (persisted in db).
-    pub runtime_maintenance: maintenance::RuntimeMaintenance,
-    /// What start-up has loaded from db so far.
-    boot: boot::Boot,
-    /// Configuration reloads in flight and asked for.
-    reloads: reload::Reloads,
-    /// Notifications decided, queued and in flight.
-    notify: notify::Notifier,
-    /// Paused and skipping jobs, slots deferred by maintenance windows.
-    pub jobctl: jobctl::JobCtl,
-    /// Leader or standby among the servers sharing the database.
-    pub ha: ha::Ha,
-}
-
-/// Runs in flight, as main keeps them, and the wrapper sessions bound to them.
-#[derive(Default)]
-pub struct Flight {
-    pub runs: BTreeMap<RunId, ActiveRun>,
-    /// Wrapper connections and the target each serves.
-    pub sessions: HashMap<ConnId, (RunId, String)>,
-    /// Refused hellos logged and recorded per peer address (a rate limit).
-    pub refusals: welcome::Refusals,
-    /// Runs queued or being recorded, per job (the overlap rule; recorded runs are in
-    /// `runs`).
-    busy_jobs: HashMap<String, usize>,
-    /// Runs to start, queued by handlers that cannot reach the registry.
-    to_start: Vec<run::RunRequest>,
-    /// Workflows of recovered runs, to start.
-    to_recover: Vec<crate::workflow::Workflow<run::RunEnv, Main>>,
-    /// Runs in flight are being loaded: no hello is vetted, no run started.
-    pub recovering: bool,
-    /// The recovery answer, handed to the loop (it needs the registry).
-    recovery_reply: Option<Result<DbReply, CallError>>,
-    /// New runs are not started once shutdown began.
-    pub stopping: bool,
-    /// The liveness check is armed (only while targets are picked up).
-    liveness_armed: bool,
-    /// Runs in flight in the database that nobody here drives (`run::orphans`).
-    pub orphans: run::orphans::Orphans,
-}
-
-/// This daemon as operators see it.
-#[derive(Default)]
-pub struct DaemonInfo {
-    processes: Vec<ProcessInfo>,
-    started_at: i64,
-    pub wrapper_port: u16,
-    /// The HTTP API's port (0: not served).
-    pub api_port: u16,
-}
-
-/// Whether the database stores.
-pub struct Storage {
-    /// Why the database cannot store (a full disk or its cap); new runs are refused
-    /// until output is stored again (wrappers keep resending it).
-    pub db_trouble: Option<String>,
-    /// When the database last refused a write.
-    db_trouble_since: Instant,
-}
-
-/// Who is behind the request being handled: an admin socket peer's uid, or an API
-/// identity (`api:NAME`).
-#[derive(Default)]
-pub struct Actor {
-    pub uid: Option<u32>,
-    pub name: Option<String>,
-}
-
-/// What operators watch.
-#[derive(Default)]
-pub struct Views {
-    /// Admin calls that stream: output followers and run watchers.
-    pub live: live::Live,
-    /// The dashboard's live view and `/metrics`.
-    pub ui: ui::UiState,
-    /// On a standby: the leader's runs in flight, for the same views.
-    pub mirror: mirror::Mirror,
-}
-
-/// The loop state: the process state and the Workflow registry side by side.
-pub struct MainRole {
-    core: Main,
-    workflows: Registry<Main>,
-    schedule_timer: Option<TimerId>,
-    workflow_timer: Option<(TimerId, Instant)>,
-    /// Fires at the earliest call deadline.
-    call_timer: Option<(TimerId, Instant)>,
-}
+pub use state::{DbWait, JobRef, Main};
 
 impl Main {
     /// A run ended and its end is recorded: whoever waits for it or follows it is told,
@@ -263,38 +82,10 @@ impl Main {
     pub fn run_ended(&mut self, active: &ActiveRun, state: RunState) {
         for call in &active.waiters {
             // The stored record is the truth (ended time, state): read it back.
-            requests::send_run(self, *call, active.id);
+            answer::send_run(self, *call, active.id);
         }
         live::run_ended(self, active.id);
         chains::run_ended(self, &active.job.name, active.id, state);
-    }
-
-    /// A target of a run in flight.
-    pub fn target(&self, run: RunId, machine: &str) -> Option<&target::Target> {
-        self.flight
-            .runs
-            .get(&run)
-            .and_then(|r| r.targets.get(machine))
-    }
-
-    pub fn target_mut(&mut self, run: RunId, machine: &str) -> Option<&mut target::Target> {
-        self.flight
-            .runs
-            .get_mut(&run)
-            .and_then(|r| r.targets.get_mut(machine))
-    }
-
-    /// Wake the Workflows waiting for a place (`throttle.rs`), when a cap is set.
-    pub fn wake_capacity(&mut self) {
-        let s = &self.config.saltpeter;
-        if s.max_running_per_machine.is_set() || s.max_runs_in_flight.is_some() {
-            self.wake(WakeKey::Event(WakeEvent::Capacity));
-        }
-    }
-
-    /// The wake event of everything that changes a run.
-    pub fn run_event(run: RunId) -> WakeEvent {
-        WakeEvent::RunChanged(run)
     }
 
     pub fn wake_run(&mut self, run: RunId) {
@@ -303,70 +94,6 @@ impl Main {
         self.wake_capacity();
         live::run_changed(self, run);
         ui::run_changed(self, run);
-    }
-
-    /// Route a db reply (or its failure) to whoever waits for it.
-    fn db_answer(&mut self, id: CallId, wait: DbWait, result: Result<DbReply, CallError>) {
-        match &result {
-            Err(CallError::Remote(crate::ipc::rpc::RemoteError::DiskFull(why))) => {
-                if self.storage.db_trouble.is_none() {
-                    log::error!(
-                        "the database cannot store more ({why}); no new run starts until it can"
-                    );
-                }
-                self.storage.db_trouble = Some(why.clone());
-                self.storage.db_trouble_since = Instant::now();
-            }
-            // Output, the bulk of what is written, stored again well after the last
-            // failure: the trouble is over.
-            Ok(DbReply::OutputStored { .. })
-                if self.storage.db_trouble.is_some()
-                    && self.storage.db_trouble_since.elapsed() > DB_TROUBLE_CLEARS_AFTER =>
-            {
-                self.storage.db_trouble = None;
-                log::info!("the database stores again; runs start again");
-            }
-            _ => {}
-        }
-        match wait {
-            DbWait::Step => {
-                self.links.db_replies.insert(id, result);
-                self.wake(WakeKey::Call(id));
-            }
-            DbWait::Request(wait) => requests::answer(self, wait, result),
-            DbWait::Output {
-                run,
-                machine,
-                conn,
-                cost,
-            } => {
-                self.credit_output(conn, cost);
-                let stored = result.is_ok();
-                sessions::output_stored(self, run, &machine, result);
-                if stored {
-                    live::output_arrived(self, run, &machine);
-                }
-            }
-            DbWait::TargetFinished { run, machine } => {
-                sessions::target_recorded(self, run, &machine, result)
-            }
-            DbWait::Write(what) => {
-                if let Err(e) = result {
-                    log::error!("could not record {what}: {e}");
-                }
-            }
-            DbWait::Recovery => self.flight.recovery_reply = Some(result),
-            DbWait::Retention(job) => self.pruned(&job, result),
-            DbWait::Reconcile(call, hello) => sessions::reconcile(self, call, *hello, result),
-            DbWait::SessionStored(stored) => welcome::session_stored(self, *stored, result),
-            DbWait::Ui(wait) => ui::db_answer(self, wait, result),
-            DbWait::Boot(load) => boot::answer(self, load, result),
-            DbWait::Notify(wait) => notify::db_answer(self, wait, result),
-            DbWait::JobCtl(call, note) => jobctl::saved(self, call, note, result),
-            DbWait::Fleet => fleet::loaded(self, result),
-            DbWait::Orphans => run::orphans::loaded(self, result),
-            DbWait::Mirror(wait) => mirror::answer(self, wait, result),
-        }
     }
 }
 
@@ -409,6 +136,3 @@ impl Controlled for MainRole {
         }
     }
 }
-
-/// Shared handle to a job definition inside runs.
-pub type JobRef = Arc<config::Job>;

@@ -19,15 +19,16 @@
 //! the daemon stopped is released (sent again: at-least-once, and receivers can drop a
 //! repeat by `X-Saltpeter-Delivery`).
 
+use crate::roles::main::state::notify::InFlight;
 use std::collections::HashMap;
 
-use super::runs::ActiveRun;
-use super::{DbWait, Main, MainRole};
+use super::state::run::ActiveRun;
+use super::state::{DbWait, Main, MainRole};
 use crate::config::notify::{Channel, NotifyOn, NotifyRule};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
-use crate::notify::{self, Facts, Notice, RateLimiter, TargetNote};
+use crate::notify::{self, Facts, Notice, TargetNote};
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::{DbReply, DbRequest, calls};
 use crate::wire::link::{BlockingRequest, HubReply, blocking_calls};
@@ -72,36 +73,13 @@ pub struct Decided {
     key: String,
 }
 
-/// A message being sent.
-#[derive(Debug, Clone)]
-struct InFlight {
-    id: u64,
-    attempts: u32,
-    job: Option<String>,
-    run: Option<u64>,
-    event: String,
-    destination: String,
-}
-
-#[derive(Debug, Default)]
-pub struct Notifier {
-    limiter: RateLimiter,
-    /// Each job's last final state (skips not counted), for `recovery`.
-    last: HashMap<String, RunState>,
-    in_flight: HashMap<CallId, InFlight>,
-    /// A take is on its way to db.
-    taking: bool,
-    /// When the outbox may next have something due; `None`: nothing pending.
-    due_at: Option<Millis>,
-}
-
 /// At start: release the leases of the last life, learn the last states, look for work.
 pub fn start(core: &mut Main) {
     core.db_call(
         DbRequest::ReleaseDeliveryLeases { now: now_ms() },
-        DbWait::Write("released notification leases"),
+        DbWait::write("released notification leases"),
     );
-    core.db_call(DbRequest::LastRuns, DbWait::Notify(Wait::LastRuns));
+    core.db_call(DbRequest::LastRuns, DbWait::with(Wait::LastRuns, db_answer));
     core.notify.due_at = Some(0);
 }
 
@@ -109,7 +87,7 @@ pub fn start(core: &mut Main) {
 pub fn tick(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if role.core.notify.due_at.is_some_and(|at| at <= now_ms()) {
         take_due(&mut role.core);
-        super::pump(role, ctx);
+        role.pump(ctx);
     }
 }
 
@@ -180,7 +158,7 @@ pub fn run_ended(core: &mut Main, active: &ActiveRun, state: RunState, reason: O
             bytes: notify::TAIL_BYTES,
             max_targets: notify::TAIL_TARGETS,
         },
-        DbWait::Notify(Wait::Tails(Box::new(decided))),
+        DbWait::with(Wait::Tails(Box::new(decided)), db_answer),
     );
 }
 
@@ -287,7 +265,7 @@ fn queue(core: &mut Main, decided: Decided) {
     if !new.is_empty() {
         core.db_call(
             DbRequest::QueueDeliveries(new),
-            DbWait::Notify(Wait::Queued),
+            DbWait::with(Wait::Queued, db_answer),
         );
     }
 }
@@ -306,7 +284,7 @@ fn take_due(core: &mut Main) {
             limit: room,
             lease_ms: LEASE_MS,
         },
-        DbWait::Notify(Wait::Due),
+        DbWait::with(Wait::Due, db_answer),
     );
 }
 
@@ -315,10 +293,10 @@ pub fn list(core: &mut Main, call: CallId, mut filter: DeliveryFilter) {
     filter.limit = Some(filter.limit.unwrap_or(50).clamp(1, 10_000));
     core.db_call(
         DbRequest::ListDeliveries(filter),
-        DbWait::Notify(Wait::List(
-            call,
-            super::delivery_view::reader_is_admin(core),
-        )),
+        DbWait::with(
+            Wait::List(call, super::delivery_view::reader_is_admin(core)),
+            db_answer,
+        ),
     );
 }
 
@@ -529,7 +507,7 @@ pub fn poll(core: &mut Main) {
                 result,
                 retry_at,
             }),
-            DbWait::Write("a notification attempt"),
+            DbWait::write("a notification attempt"),
         );
         if let Some(at) = retry_at {
             let n = &mut core.notify;

@@ -20,33 +20,20 @@
 //!
 //! Start-up loads synchronously (`config::load_dir`): nothing is running yet.
 
-use std::collections::{BTreeSet, HashSet};
-use std::path::PathBuf;
+use crate::roles::main::state::lifecycle::Reloads;
+use std::collections::HashSet;
 use std::time::Instant;
 
 use chrono::Utc;
 
-use super::{Main, MainRole, maintenance, ui};
+use super::maintenance;
+use super::state::{Main, MainRole};
+use super::ui;
 use crate::config::{self, LoadedConfig};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::wire::admin::AdminResponse;
 use crate::wire::link::{BlockingReply, BlockingRequest, HubReply};
-
-/// Reloads in flight and asked for.
-#[derive(Debug, Default)]
-pub struct Reloads {
-    /// The blocking call of the load in flight, and when it started.
-    in_flight: Option<(CallId, Instant)>,
-    /// Another load is due when the one in flight is done.
-    again: bool,
-    /// Admin calls answered when the load in flight is applied.
-    waiting: Vec<CallId>,
-    /// Admin calls that came during it: answered by the next one.
-    waiting_next: Vec<CallId>,
-    /// Unchanged files the load in flight reads again all the same.
-    reread: BTreeSet<PathBuf>,
-}
 
 impl Reloads {
     pub fn in_flight(&self) -> bool {
@@ -170,7 +157,7 @@ fn apply(
     }
     ui::config_changed(core);
     core.scheduler.plan(core.config.valid_jobs(), now);
-    super::arm_schedule(role, ctx);
+    role.arm_schedule(ctx);
     // Connected `/ws` clients see the change now, not at the next event.
     ui::flush(&mut role.core);
     super::heap::trim_soon(ctx);
@@ -186,7 +173,7 @@ pub fn watch_config(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         Ok(true) => {
             log::info!("configuration changed on disk; reloading");
             request(&mut role.core, None);
-            super::pump(role, ctx);
+            role.pump(ctx);
         }
         Ok(false) => {}
         Err(e) => log::warn!("cannot scan the configuration directory: {e}"),

@@ -1,41 +1,9 @@
 //! Runs in flight, as main keeps them in memory, and the pure rules of their outcomes.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use crate::roles::main::state::run::ActiveRun;
 
-use super::target::Target;
-
-use crate::config::Job;
-use crate::ipc::CallId;
-use crate::wire::records::{
-    Millis, RunId, RunState, TargetReason, TargetRecord, TargetState, Trigger, settle_run_state,
-};
+use crate::wire::records::{RunState, TargetReason, TargetRecord, TargetState, settle_run_state};
 use crate::wire::wrapper::ExitReason;
-use crate::workflow::WorkflowId;
-
-/// A run in flight.
-pub struct ActiveRun {
-    pub id: RunId,
-    pub job: Arc<Job>,
-    pub slot: Option<Millis>,
-    pub trigger: Trigger,
-    pub targets: BTreeMap<String, Target>,
-    pub kill_requested: bool,
-    /// Launched ahead of its slot; wrappers wait for `go` until it is sent (`go_sent`).
-    pub prestaged: bool,
-    /// When `go` went out (server clock, unix ms): no command of the run starts before.
-    pub go_at: Option<Millis>,
-    /// A batch launch is out and not answered yet: since when.
-    pub launching: Option<std::time::Instant>,
-    pub workflow: Option<WorkflowId>,
-    /// Admin calls (`run --wait`) to answer when the run ends.
-    pub waiters: Vec<CallId>,
-    /// When the run was recorded: its place in the throttling queues when it has no slot
-    /// (a manual run).
-    pub recorded_at: Millis,
-    /// Recorded, waiting for a place under `max_runs_in_flight` (`throttle.rs`).
-    pub awaiting_capacity: bool,
-}
 
 impl ActiveRun {
     /// `go` went out: waiting wrappers were released.

@@ -10,11 +10,12 @@
 use std::time::{Duration, Instant};
 
 use super::effects::{apply, finish_target, now_ms, transition};
+use super::live;
 use super::runs::exit_outcome;
+use super::state::{DbWait, Main};
 use super::target::{KillAction, PendingExit};
 use super::tokens;
-use super::welcome::{answer_hello, reject};
-use super::{DbWait, Main};
+use super::welcome::{answer_hello, reject, staged_heartbeat_s};
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
@@ -36,7 +37,7 @@ pub fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
                 // Maybe a wrapper that was declared lost, coming back after its run ended.
                 core.db_call(
                     DbRequest::RunDetails(run),
-                    DbWait::Reconcile(id, Box::new(hello)),
+                    DbWait::then(move |core, _, result| reconcile(core, id, hello, result)),
                 );
                 return;
             }
@@ -136,7 +137,7 @@ pub fn reconcile(
                 ..Default::default()
             },
         },
-        DbWait::Write("a reopened run"),
+        DbWait::write("a reopened run"),
     );
     reopen_target(core, run, &hello.machine);
     super::run::recovery::restore(core, record, details);
@@ -154,7 +155,7 @@ fn reopen_target(core: &mut Main, run: RunId, machine: &str) {
                 ..Default::default()
             },
         },
-        DbWait::Write("a reopened target"),
+        DbWait::write("a reopened target"),
     );
 }
 
@@ -255,12 +256,15 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
                         tail: limit.tail_bytes,
                     },
                 },
-                DbWait::Output {
-                    run,
-                    machine,
-                    conn,
-                    cost,
-                },
+                DbWait::then(move |core, _, result| {
+                    // Stored or not, main no longer holds it: the hub gets the credit.
+                    core.credit_output(conn, cost);
+                    let stored = result.is_ok();
+                    output_stored(core, run, &machine, result);
+                    if stored {
+                        live::output_arrived(core, run, &machine);
+                    }
+                }),
             );
         }
         HubRequest::WrapperExited {
@@ -311,44 +315,6 @@ pub fn output_stored(
             transition(core, run, machine, |t| t.output_refused());
         }
     }
-}
-
-/// db recorded a target's outcome: it is final now; tell its wrapper it may exit.
-pub fn target_recorded(
-    core: &mut Main,
-    run: RunId,
-    machine: &str,
-    result: Result<DbReply, CallError>,
-) {
-    if let Err(e) = result {
-        log::error!("run {run}: could not record the outcome of {machine}: {e}");
-    }
-    let Some(t) = core.target_mut(run, machine) else {
-        return;
-    };
-    let effects = t.recorded();
-    let outcome = t.outcome();
-    log::info!(
-        "run {run}: {machine} finished ({}, exit {})",
-        outcome
-            .and_then(|o| o.reason)
-            .map(|r| r.as_str())
-            .unwrap_or("-"),
-        outcome
-            .and_then(|o| o.code)
-            .map(|c| c.to_string())
-            .unwrap_or_else(|| "-".into())
-    );
-    apply(core, run, machine, effects);
-}
-
-/// How many heartbeat periods a pre-staged wrapper waits between its heartbeats.
-const STAGED_HEARTBEATS: u64 = 6;
-
-/// The heartbeat period a pre-staged wrapper is told to keep while it waits for `go`
-/// (`JobSpec::staged_heartbeat_s`): it only waits, so a slower beat is enough.
-pub fn staged_heartbeat_s(heartbeat_s: u64) -> u64 {
-    heartbeat_s.max(1) * STAGED_HEARTBEATS
 }
 
 /// Targets whose wrapper went silent for 3 heartbeats are lost (253); the targets of a

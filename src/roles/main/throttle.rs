@@ -26,8 +26,8 @@
 
 use std::collections::BTreeMap;
 
-use super::Main;
-use super::runs::ActiveRun;
+use super::state::Main;
+use super::state::run::ActiveRun;
 use super::target::Target;
 use crate::wire::records::{Millis, RunId};
 

@@ -14,17 +14,18 @@
 //! read of the stored output (`LiveOutput`) ends. Main keeps the last finished run of each
 //! job in memory (loaded from db at start), so nothing here waits for db.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use crate::roles::main::state::views::LastRun;
+use std::collections::BTreeMap;
 
-use super::runs::ActiveRun;
-use super::{DbWait, Main};
+use super::state::run::ActiveRun;
+use super::state::{DbWait, Main};
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
 use crate::wire::records::now_ms;
-use crate::wire::records::{Millis, RunId, RunRecord, RunState, TargetRecord};
+use crate::wire::records::{RunId, RunRecord, RunState};
 use crate::wire::ui::{
     ConfigView, CronEntryView, CronView, DetailsView, LastStateView, RunningView, SettingsView,
     StatusView, TargetView,
@@ -35,16 +36,6 @@ use crate::wire::ui::{
 pub enum UiWait {
     /// The newest run of every job, at start.
     LastRuns,
-}
-
-/// The last finished run of a job, as the dashboard shows it.
-#[derive(Debug, Clone)]
-struct LastRun {
-    id: RunId,
-    state: RunState,
-    started: Option<Millis>,
-    targets: Vec<TargetRecord>,
-    versions: BTreeMap<String, String>,
 }
 
 impl LastRun {
@@ -65,29 +56,13 @@ impl LastRun {
     }
 }
 
-#[derive(Default)]
-pub struct UiState {
-    /// Jobs some `/ws` client is subscribed to.
-    watched: BTreeSet<String>,
-    dirty_jobs: BTreeSet<String>,
-    config_dirty: bool,
-    config_serial: i64,
-    last_status: Option<StatusView>,
-    last: BTreeMap<String, LastRun>,
-    /// Highest output seq passed to db per target of runs in flight.
-    sent: HashMap<RunId, HashMap<String, u64>>,
-    versions: HashMap<(RunId, String), String>,
-    /// When main first saw each run in flight.
-    run_started: HashMap<RunId, Millis>,
-    /// Jobs whose last firing was skipped because the previous run was still going.
-    overlapped: BTreeSet<String>,
-    pub metrics: super::metrics::MainMetrics,
-}
-
 /// Start-up: the configuration goes out at once, the status once db said what ran last.
 pub fn start(core: &mut Main) {
     core.views.ui.config_dirty = true;
-    core.db_call(DbRequest::LastRuns, DbWait::Ui(UiWait::LastRuns));
+    core.db_call(
+        DbRequest::LastRuns,
+        DbWait::with(UiWait::LastRuns, db_answer),
+    );
 }
 
 pub fn db_answer(core: &mut Main, wait: UiWait, result: Result<DbReply, CallError>) {
@@ -115,7 +90,7 @@ pub fn run_changed(core: &mut Main, run: RunId) {
 
 /// Something of `job` changed that the views show (a run of the leader's, on a standby).
 pub fn job_changed(core: &mut Main, job: &str) {
-    core.views.ui.dirty_jobs.insert(job.to_string());
+    core.views.ui.job_changed(job);
 }
 
 /// A run the leader drove ended (on a standby): it becomes its job's last run.
@@ -299,7 +274,7 @@ pub fn cron_view(entry: &crate::config::JobEntry) -> CronEntryView {
             name: bad.name.clone(),
             group: bad.group.clone(),
             file: bad.file.display().to_string(),
-            error: super::requests::bounded_errors(bad.errors.iter().map(|d| d.to_string()))
+            error: super::answer::bounded_errors(bad.errors.iter().map(|d| d.to_string()))
                 .join("; "),
         },
     }
@@ -326,7 +301,7 @@ fn config_view(core: &Main) -> ConfigView {
             api_token_set: sp.api_token.is_some(),
         },
         serial: core.views.ui.config_serial,
-        errors: super::requests::bounded_errors(
+        errors: super::answer::bounded_errors(
             core.config
                 .diagnostics
                 .iter()
@@ -361,7 +336,7 @@ fn status_view(core: &Main) -> StatusView {
                 .collect(),
         });
     }
-    view.running.extend(super::mirror::running(core));
+    view.running.extend(super::mirror_view::running(core));
     view
 }
 
@@ -396,7 +371,7 @@ fn details(core: &Main, job: &str) -> DetailsView {
             let ok = core.views.ui.last.get(job).map(LastRun::ok);
             (Some(active.id), started.or(active.slot), ok)
         }
-        None => match super::mirror::newest_details(core, job) {
+        None => match super::mirror_view::newest_details(core, job) {
             Some((run, started, shown)) => {
                 targets = shown;
                 let ok = core.views.ui.last.get(job).map(LastRun::ok);

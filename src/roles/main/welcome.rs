@@ -5,13 +5,14 @@
 //! the spent token and the session's resume-key hash to be committed (`StoredWelcome`);
 //! refusals are recorded as `wrapper_refused` events.
 
+use crate::roles::main::state::wrappers::Refusals;
 use std::time::Instant;
 
 use super::effects::apply;
+use super::state::{DbWait, Main};
 use super::target::suspend::SuspendReport;
 use super::target::{Credential, Effect, Token};
 use super::tokens;
-use super::{DbWait, Main};
 use crate::ipc::CallId;
 use crate::ipc::rpc::CallError;
 use crate::logsafe::{Admit, NAME_MAX, PerKey, clip};
@@ -103,14 +104,17 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         },
         match verdict {
             // The spent token and the session's key are durable before the welcome.
-            Some(verdict) => DbWait::SessionStored(Box::new(StoredWelcome {
-                call: id,
-                conn,
-                run,
-                machine,
-                verdict,
-            })),
-            None => DbWait::Write("a wrapper version"),
+            Some(verdict) => DbWait::with(
+                StoredWelcome {
+                    call: id,
+                    conn,
+                    run,
+                    machine,
+                    verdict,
+                },
+                session_stored,
+            ),
+            None => DbWait::write("a wrapper version"),
         },
     );
 }
@@ -169,10 +173,6 @@ pub const REFUSALS_PER_MINUTE: u32 = 10;
 const REFUSAL_PEERS: usize = 4096;
 /// How much of a refusal's message a log line or event carries.
 const MESSAGE_MAX: usize = 1024;
-
-/// The refusal rate limit, per peer address.
-#[derive(Debug)]
-pub struct Refusals(PerKey<String>);
 
 impl Default for Refusals {
     fn default() -> Refusals {
@@ -420,7 +420,7 @@ fn vet_hello(
             timeout_counts_suspended: job.timeout_counts_suspended,
             limits: Box::new(job.limits.clone()),
             staged_heartbeat_s: if wait_for_go {
-                super::sessions::staged_heartbeat_s(heartbeat_s)
+                staged_heartbeat_s(heartbeat_s)
             } else {
                 0
             },
@@ -434,4 +434,13 @@ fn vet_hello(
         Some(hash) => Vetted::AfterStore { verdict, hash },
         None => Vetted::Now(verdict),
     }
+}
+
+/// How many heartbeat periods a pre-staged wrapper waits between its heartbeats.
+const STAGED_HEARTBEATS: u64 = 6;
+
+/// The heartbeat period a pre-staged wrapper is told to keep while it waits for `go`
+/// (`JobSpec::staged_heartbeat_s`): it only waits, so a slower beat is enough.
+pub fn staged_heartbeat_s(heartbeat_s: u64) -> u64 {
+    heartbeat_s.max(1) * STAGED_HEARTBEATS
 }

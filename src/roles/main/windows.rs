@@ -17,7 +17,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::Main;
+use super::state::Main;
 use crate::config::windows::{Window, WindowPolicy, WindowTime};
 use crate::ipc::CallId;
 use crate::wire::admin::{AdminResponse, WindowOccurrence};

@@ -1,16 +1,18 @@
 //! Requests about the daemon itself: status, metrics, configuration reload, wrapper
 //! deployment, and the audit trail (what was asked, by whom).
 
-use super::{DbWait, Main, MainRole, Wait, failure, respond};
 use crate::ipc::CallId;
+use crate::roles::main::answer::{answer_with, bounded_errors, failure, respond};
+use crate::roles::main::state::{Main, MainRole};
 use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, EventInfo, StatusInfo};
 use crate::wire::db::DbRequest;
+use crate::wire::db::calls;
 use crate::wire::db::{EventFilter, EventRecord};
 use crate::wire::records::{Millis, RunId};
 
 pub fn status(core: &mut Main, call: CallId) {
     let now = chrono::Utc::now().timestamp_millis();
-    let config_errors = super::bounded_errors(
+    let config_errors = bounded_errors(
         core.config
             .diagnostics
             .iter()
@@ -24,7 +26,7 @@ pub fn status(core: &mut Main, call: CallId) {
         processes: core.daemon.processes.clone(),
         jobs: core.config.jobs.len(),
         // On a standby, the leader's (`mirror`).
-        running_runs: core.flight.runs.len() + crate::roles::main::mirror::count(core),
+        running_runs: core.flight.runs.len() + crate::roles::main::mirror_view::count(core),
         config_errors,
         wrapper_port: core.daemon.wrapper_port,
         db_error: core.storage.db_trouble.clone(),
@@ -50,7 +52,7 @@ pub fn reload(core: &mut Main, call: CallId) {
 
 pub fn deploy_wrapper(role: &mut MainRole, call: CallId, target: Option<String>) {
     use crate::roles::main::deploy;
-    if !deploy::applies(&role.core) {
+    if !crate::roles::main::fleet::applies(&role.core) {
         let why = AdminFailure::Invalid("no job uses the salt executor".into());
         return failure(&mut role.core, call, why);
     }
@@ -78,7 +80,7 @@ pub fn events(
     };
     core.db_call(
         DbRequest::ListEvents(filter),
-        DbWait::Request(Wait::Events(call)),
+        answer_with::<calls::ListEvents>(call, |_, events| events_read(events)),
     );
 }
 

@@ -4,13 +4,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{DbWait, Main, Wait, failure, no_job, respond};
 use crate::config::{Executor, Job, JobEntry, Overlap, TargetType};
 use crate::ipc::CallId;
-use crate::roles::main::run::RunRequest;
+use crate::roles::main::answer::{answer_with, bounded_errors, failure, no_job, respond};
+use crate::roles::main::state::Main;
+use crate::roles::main::state::run::RunRequest;
 use crate::wire::admin::{AdminFailure, AdminResponse, JobDetail, JobInfo, JobState, JobSummary};
 use crate::wire::db::DbRequest;
 use crate::wire::db::RunFilter;
+use crate::wire::db::calls;
 use crate::wire::records::{Millis, RunId, RunRecord, RunState, Trigger};
 
 /// Most fire times one request may ask for.
@@ -21,7 +23,7 @@ const LAST_RUNS: usize = 5;
 pub fn list(core: &mut Main, call: CallId, group: Option<String>, state: Option<JobState>) {
     core.db_call(
         DbRequest::LastRuns,
-        DbWait::Request(Wait::Jobs { call, group, state }),
+        answer_with::<calls::LastRuns>(call, move |core, last| listed(core, &last, group, state)),
     );
 }
 
@@ -49,10 +51,8 @@ pub fn detail(core: &mut Main, call: CallId, job: String, upcoming: u32) {
             limit: Some(LAST_RUNS),
             ..Default::default()
         }),
-        DbWait::Request(Wait::Job {
-            call,
-            job,
-            upcoming: upcoming.min(MAX_UPCOMING),
+        answer_with::<calls::ListRuns>(call, move |core, runs| {
+            detailed(core, &job, upcoming.min(MAX_UPCOMING), runs)
         }),
     );
 }
@@ -88,7 +88,7 @@ fn described(
         JobEntry::Valid(job) => (Some(job.redacted_json().to_string()), Vec::new()),
         JobEntry::Invalid(bad) => (
             None,
-            super::bounded_errors(bad.errors.iter().map(|d| d.to_string())),
+            bounded_errors(bad.errors.iter().map(|d| d.to_string())),
         ),
     };
     JobDetail {
@@ -318,9 +318,7 @@ fn job_infos(core: &Main, last: &BTreeMap<String, RunRecord>) -> Vec<JobInfo> {
                 JobEntry::Valid(j) => (j.enabled, None),
                 JobEntry::Invalid(bad) => (
                     false,
-                    Some(
-                        super::bounded_errors(bad.errors.iter().map(|d| d.to_string())).join("; "),
-                    ),
+                    Some(bounded_errors(bad.errors.iter().map(|d| d.to_string())).join("; ")),
                 ),
             };
             JobInfo {

@@ -3,16 +3,14 @@
 //! views (later frames reach the hub as the wrapper frames it relays, or, for a run the
 //! leader drives on a standby, as `MainToHub::UiStoredOutput`, `mirror.rs`).
 
-use super::{DbWait, MAX_SLICE, Main, Wait};
 use crate::ipc::CallId;
+use crate::roles::main::answer::{LIVE_BASE_BYTES, MAX_SLICE, answer_with, live_read};
+use crate::roles::main::state::Main;
 use crate::wire::admin::{AdminResponse, OutputRange, OutputSlice};
 use crate::wire::db::DbRequest;
+use crate::wire::db::calls;
 use crate::wire::db::{OutputBytes, OutputQuery};
 use crate::wire::records::RunId;
-use crate::wire::ui::LiveBase;
-
-/// Bytes of stored output a live view starts with (the newest ones).
-const LIVE_BASE_BYTES: u64 = 1 << 20;
 
 pub fn read(core: &mut Main, call: CallId, run: RunId, machine: String, range: OutputRange) {
     let query = OutputQuery {
@@ -27,7 +25,7 @@ pub fn read(core: &mut Main, call: CallId, run: RunId, machine: String, range: O
             machine,
             query,
         },
-        DbWait::Request(Wait::Output(call)),
+        answer_with::<calls::Output>(call, |_, out| slice(out)),
     );
 }
 
@@ -54,7 +52,7 @@ pub fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
             // Everything passed on so far is in what db reads now: the link to db keeps
             // the order, and frames go to db as they arrive.
             let upto_seq = crate::roles::main::ui::seen_seq(core, run, &machine);
-            DbWait::Request(Wait::LiveOutput { call, upto_seq })
+            answer_with::<calls::Output>(call, move |_, out| live_read(out, upto_seq))
         }
     };
     core.db_call(
@@ -65,20 +63,4 @@ pub fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
         },
         wait,
     );
-}
-
-/// db's answer to `live_base`.
-pub fn live_read(out: OutputBytes, upto_seq: u64) -> AdminResponse {
-    AdminResponse::LiveOutput(LiveBase {
-        // Only a read cut at its size left bytes before it.
-        skipped_bytes: match out.data.len() as u64 >= LIVE_BASE_BYTES {
-            true => (out.total_bytes.saturating_sub(out.omitted_bytes))
-                .saturating_sub(out.data.len() as u64),
-            false => 0,
-        },
-        data: out.data,
-        omitted_bytes: out.omitted_bytes,
-        omitted_at: out.omitted_at,
-        upto_seq,
-    })
 }

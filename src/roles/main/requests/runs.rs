@@ -1,12 +1,14 @@
 //! Requests about runs: lists by job, state and time (with paging), one run, and killing,
 //! suspending or resuming a run in flight or one of its targets.
 
-use super::{DbWait, Main, Wait, failure, respond};
 use crate::ipc::CallId;
+use crate::roles::main::answer::{answer_with, failure, respond};
+use crate::roles::main::state::Main;
 use crate::wire::admin::{AdminFailure, AdminResponse, RunQuery};
 use crate::wire::db::DbRequest;
 use crate::wire::db::RunFilter;
-use crate::wire::records::{RunId, RunRecord};
+use crate::wire::db::calls;
+use crate::wire::records::RunId;
 
 /// Most runs one answer lists.
 const MAX_RUNS: u32 = 10_000;
@@ -23,25 +25,8 @@ pub fn find(core: &mut Main, call: CallId, q: RunQuery) {
     };
     core.db_call(
         DbRequest::ListRuns(filter),
-        DbWait::Request(Wait::Runs(call)),
+        answer_with::<calls::ListRuns>(call, |_, runs| AdminResponse::Runs(runs)),
     );
-}
-
-/// db's answer to `GetRun` (and to a finished run's waiters), with what only main knows
-/// of a run in flight: why its queued targets wait (`max_running_per_machine`).
-pub fn found(core: &Main, record: Option<RunRecord>) -> AdminResponse {
-    match record {
-        Some(mut run) => {
-            let waiting = crate::roles::main::throttle::reasons(core, run.id);
-            for t in &mut run.targets {
-                if t.state == crate::wire::records::TargetState::Queued {
-                    t.waiting = waiting.get(&t.machine).cloned();
-                }
-            }
-            AdminResponse::Run(run)
-        }
-        None => AdminResponse::Failure(AdminFailure::NotFound("no such run".into())),
-    }
 }
 
 pub fn kill(core: &mut Main, call: CallId, run: RunId, machine: Option<String>) {

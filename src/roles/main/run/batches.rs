@@ -4,10 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::rounds;
-use super::{RunEnv, Sc, now_ms, run_rules};
+use crate::roles::main::effects::now_ms;
 use crate::roles::main::effects::{finish_target, transition};
-use crate::roles::main::{DbWait, Main, throttle};
+use crate::roles::main::run_rules;
+use crate::roles::main::state::Sc;
+use crate::roles::main::state::run::RunEnv;
+use crate::roles::main::state::{DbWait, Main};
+use crate::roles::main::throttle;
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, RunUpdate, calls};
 use crate::wire::link::{
@@ -80,7 +83,7 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                     ..Default::default()
                 },
             },
-            DbWait::Write("a running run"),
+            DbWait::write("a running run"),
         );
     }
     if launch.is_empty() {
@@ -88,7 +91,10 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     }
     // db answers a call only after committing the batch it is in, and it receives the
     // `launching` writes above before this read: its answer means they are durable.
-    let barrier = core.db_call(DbRequest::GetMeta(LAUNCH_BARRIER.to_string()), DbWait::Step);
+    let barrier = core.db_call(
+        DbRequest::GetMeta(LAUNCH_BARRIER.to_string()),
+        DbWait::step(),
+    );
     env.launch_held = Some((barrier, launch));
     Step::Wait(Wake::Call(barrier))
 }
@@ -117,7 +123,7 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
     }
     env.launch_started = Some(now);
     if job.executor == crate::config::Executor::Salt {
-        let queued = rounds::Queued {
+        let queued = crate::roles::main::state::run::Queued {
             run,
             url,
             wrapper_path: core.wrapper_path(&job),
@@ -207,7 +213,7 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                     log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
                     // Maybe the wrapper went missing: deploy again next time.
                     crate::roles::main::fleet::missing(core, &o.machine, &path);
-                    super::launch_failed(core, &env.req.job.name, run, &o.machine, e);
+                    super::failed::launch_failed(core, &env.req.job.name, run, &o.machine, e);
                 }
             }
         }
@@ -215,7 +221,7 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
             log::error!("run {run}: launching batch {} failed: {e}", env.batch);
             for m in &batch {
                 let why = format!("the launch failed: {e}");
-                super::launch_failed(core, &env.req.job.name, run, m, why);
+                super::failed::launch_failed(core, &env.req.job.name, run, m, why);
             }
         }
     }

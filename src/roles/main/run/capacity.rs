@@ -7,10 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::{RunEnv, Sc};
 use crate::roles::main::effects::finish_target;
+use crate::roles::main::state::Sc;
+use crate::roles::main::state::run::RunEnv;
+use crate::roles::main::state::{DbWait, Main};
 use crate::roles::main::target::Phase;
-use crate::roles::main::{DbWait, Main, throttle};
+use crate::roles::main::throttle;
 use crate::wire::db::{DbRequest, RunUpdate};
 use crate::wire::records::{RunState, TargetReason};
 use crate::workflow::{Step, Wake, WakeEvent};
@@ -106,6 +108,6 @@ fn record(core: &mut Main, run: u64, state: RunState, reason: String) {
                 ..Default::default()
             },
         },
-        DbWait::Write("a run waiting for a place"),
+        DbWait::write("a run waiting for a place"),
     );
 }

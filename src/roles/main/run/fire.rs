@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use chrono::Utc;
 
-use super::{RunRequest, now_ms};
 use crate::config::Overlap;
+use crate::roles::main::effects::now_ms;
 use crate::roles::main::run_rules::{self, Hold};
 use crate::roles::main::scheduler::Due;
-use crate::roles::main::{DbWait, JobRef, Main};
+use crate::roles::main::state::run::RunRequest;
+use crate::roles::main::state::{DbWait, JobRef, Main};
 use crate::wire::db::{DbRequest, NewRun};
 use crate::wire::records::{RunId, RunState, Trigger};
 
@@ -116,7 +117,7 @@ pub fn fire_as(
                     targets: Vec::new(),
                     now: now_ms(),
                 }),
-                DbWait::Write("a skipped slot"),
+                DbWait::write("a skipped slot"),
             );
         }
         None => core.queue_run(RunRequest {

@@ -18,23 +18,14 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::Main;
 use crate::evloop::Ctx;
 use crate::ipc::rpc::{Call, CallError};
-use crate::roles::main::{DbWait, MainRole};
+use crate::roles::main::state::Main;
+use crate::roles::main::state::{DbWait, MainRole};
 use crate::wire::db::{DbReply, DbRequest, calls};
-use crate::wire::records::RunId;
 
 /// How often the leader looks for runs it does not drive.
 pub const SWEEP: Duration = Duration::from_secs(30);
-
-#[derive(Default)]
-pub struct Orphans {
-    /// Runs in flight in the database, not driven here, at the last sweep.
-    suspects: BTreeSet<RunId>,
-    /// A sweep's read is out.
-    reading: bool,
-}
 
 /// The timer's turn: read the runs in flight, when this server leads a shared database
 /// and is neither starting nor stopping.
@@ -45,7 +36,10 @@ pub fn sweep(role: &mut MainRole, _: &mut Ctx<MainRole>) {
         return;
     }
     core.flight.orphans.reading = true;
-    core.db_call(DbRequest::InFlightDetails, DbWait::Orphans);
+    core.db_call(
+        DbRequest::InFlightDetails,
+        DbWait::then(|core, _, result| loaded(core, result)),
+    );
 }
 
 /// db's answer: adopt the suspects of the last sweep that are still not driven here.

@@ -6,9 +6,10 @@
 //! (255, with Salt's word); one that answers had a wrapper that failed (254). A wrapper
 //! that calls back while the ping is out keeps its target.
 
-use super::{RunEnv, launch_failed, unreachable};
+use super::failed::{launch_failed, unreachable};
 use crate::config::Executor;
-use crate::roles::main::Main;
+use crate::roles::main::state::Main;
+use crate::roles::main::state::run::RunEnv;
 use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
 use crate::workflow::Wake;
 

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 
-use super::Main;
-use super::RunEnv;
 use crate::config::Overlap;
-use crate::roles::main::DbWait;
 use crate::roles::main::effects::finish_target;
 use crate::roles::main::run_rules::{self, AtSlot};
+use crate::roles::main::state::DbWait;
+use crate::roles::main::state::Main;
+use crate::roles::main::state::run::RunEnv;
 use crate::wire::db::{DbRequest, RunUpdate};
 use crate::wire::records::{RunState, TargetReason};
 use crate::wire::wrapper::ServerMsg;
@@ -83,7 +83,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                             ..Default::default()
                         },
                     },
-                    DbWait::Write("a pre-staged run at its slot"),
+                    DbWait::write("a pre-staged run at its slot"),
                 );
             }
         }

@@ -13,13 +13,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{self as run_flow, RunRequest};
+use super::flow as run_flow;
 use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
-use crate::roles::main::runs::ActiveRun;
+use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::run::RunRequest;
+use crate::roles::main::state::{DbWait, Main, MainRole};
 use crate::roles::main::target::Target;
-use crate::roles::main::{DbWait, Main, MainRole};
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::db::{RunUpdate, TargetDetail, TargetUpdate};
@@ -28,7 +29,10 @@ use crate::wire::records::{RunRecord, RunState, TargetReason, TargetState};
 /// Ask db for the runs in flight; the answer arrives in `recovered`.
 pub fn start(core: &mut Main) {
     core.flight.recovering = true;
-    core.db_call(DbRequest::InFlightDetails, DbWait::Recovery);
+    core.db_call(
+        DbRequest::InFlightDetails,
+        DbWait::then(|core, _, result| core.flight.recovery_reply = Some(result)),
+    );
 }
 
 /// db's answer: rebuild the runs and resume their Workflows.
@@ -61,7 +65,7 @@ pub fn recovered(role: &mut MainRole, ctx: &mut Ctx<MainRole>, result: Result<Db
     role.core.apply_retention_to_all();
     // The start-up hold is lifted, and the schedule armed, once every start-up load is in
     // (`boot::finish_when_ready`, from the pump).
-    crate::roles::main::pump(role, ctx);
+    role.pump(ctx);
 }
 
 pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
@@ -171,7 +175,7 @@ fn give_up(core: &mut Main, run: &RunRecord, why: &str) {
                     ..Default::default()
                 },
             },
-            DbWait::Write("a target of a closed run"),
+            DbWait::write("a target of a closed run"),
         );
     }
     core.db_call(
@@ -184,7 +188,7 @@ fn give_up(core: &mut Main, run: &RunRecord, why: &str) {
                 ..Default::default()
             },
         },
-        DbWait::Write("a closed run"),
+        DbWait::write("a closed run"),
     );
 }
 

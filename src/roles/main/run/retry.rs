@@ -13,9 +13,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::RunEnv;
-use crate::roles::main::Main;
 use crate::roles::main::effects::transition;
+use crate::roles::main::state::Main;
+use crate::roles::main::state::run::RunEnv;
 
 /// What the run Workflow does about retries now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,11 +10,12 @@
 //! the set of runs each minion needs, and sends one `Launch` per group. A manual run's
 //! launch goes at once. `poll` hands each run its part of the answer.
 
+use crate::roles::main::state::run::{Answer, Arrivals, Queued, Rounds};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use crate::ipc::CallId;
-use crate::roles::main::Main;
+use crate::roles::main::state::Main;
 use crate::wire::link::{
     BlockingRequest, ExecutorKind, LaunchTarget, MinionOutcome, SaltSettings, blocking_calls,
 };
@@ -23,49 +24,6 @@ use crate::workflow::WakeKey;
 
 /// Longest a queued launch waits for the other runs of its round.
 pub const ROUND_WAIT: Duration = Duration::from_secs(2);
-
-/// One run's launch, queued for its round.
-pub struct Queued {
-    pub run: RunId,
-    pub url: String,
-    pub wrapper_path: String,
-    pub minions: Vec<String>,
-    pub settings: SaltSettings,
-    /// Not pre-staged (a manual run): its round goes at once.
-    pub urgent: bool,
-}
-
-/// A run's part of a round's answer.
-pub struct Answer {
-    pub outcomes: Result<Vec<MinionOutcome>, String>,
-    /// From the publish to its answer.
-    pub took: Duration,
-}
-
-#[derive(Default)]
-pub struct Rounds {
-    /// Pre-staged salt runs per slot still on their way to their launch.
-    staging: HashMap<Millis, usize>,
-    queued: Vec<Queued>,
-    first_queued: Option<Instant>,
-    /// Launches out: the runs each serves and when it went.
-    out: HashMap<CallId, (Vec<RunId>, Instant)>,
-    answers: HashMap<RunId, Answer>,
-    /// Publishes sent, for the log and `/metrics`.
-    pub publishes: u64,
-    /// Each (run, minion) launched, by its publish: what the launch latency is measured
-    /// on (`arrived`).
-    awaited: HashMap<(RunId, String), CallId>,
-    arrivals: HashMap<CallId, Arrivals>,
-}
-
-/// The wrappers of one publish calling back.
-struct Arrivals {
-    sent: Instant,
-    expected: usize,
-    arrived: usize,
-    latest: Option<Instant>,
-}
 
 /// A publish whose wrappers have not all called back by then counts with those that did.
 const ARRIVALS_FOR: Duration = Duration::from_secs(300);

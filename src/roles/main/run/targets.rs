@@ -9,10 +9,10 @@
 //!   "no minions matched" skips it with that reason. A minion without this build's
 //!   wrapper gets it first (`fleet.rs`).
 
-use super::Main;
-use super::RunEnv;
 use crate::config::Executor;
 use crate::roles::main::fleet::{self, Need};
+use crate::roles::main::state::Main;
+use crate::roles::main::state::run::RunEnv;
 use crate::wire::link::{BlockingRequest, blocking_calls};
 use crate::wire::records::RunState;
 use crate::workflow::{Step, StepCtx, Wake, WakeEvent};
@@ -116,7 +116,7 @@ pub fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                     env.silent.insert(machine, failure.why);
                 } else {
                     let why = format!("wrapper deployment failed: {}", failure.why);
-                    super::launch_failed(core, &job.name, run, &machine, why);
+                    super::failed::launch_failed(core, &job.name, run, &machine, why);
                 }
             }
         }

@@ -14,14 +14,14 @@
 //! The settings live here next to the `Maintenance` request that changes them; the rest
 //! of main asks `Main::global_maintenance` and `Main::in_maintenance`.
 
+use crate::roles::main::state::schedule::RuntimeMaintenance;
 use std::collections::BTreeSet;
 
-use serde::{Deserialize, Serialize};
-
-use super::{DbWait, Main, Wait, failure, respond};
+use super::answer::{failure, respond};
 use crate::config::Maintenance;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
+use crate::roles::main::state::{DbWait, Main};
 use crate::wire::admin::{
     AdminFailure, AdminResponse, MaintenanceChange, MaintenanceInfo, MaintenanceSource,
 };
@@ -29,13 +29,6 @@ use crate::wire::db::{DbReply, DbRequest, NewEvent, calls};
 
 /// The `meta` key the run-time settings are stored under.
 pub const META_KEY: &str = "maintenance";
-
-/// Maintenance set at run time (`saltpeterctl maintenance`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RuntimeMaintenance {
-    pub global: bool,
-    pub machines: BTreeSet<String>,
-}
 
 impl Main {
     /// Global maintenance is on (from the files or at run time): no new runs start.
@@ -179,7 +172,7 @@ pub fn change(core: &mut Main, call: CallId, change: MaintenanceChange) {
             key: META_KEY.to_string(),
             value,
         },
-        DbWait::Request(Wait::Maintenance { call, note }),
+        DbWait::then(move |core, _, result| saved(core, call, note, result)),
     );
 }
 
@@ -243,7 +236,7 @@ fn record_changes(core: &mut Main, before: &Maintenance, after: &Maintenance, by
                 // The operator, when an admin request caused it.
                 uid: core.actor.uid,
             }),
-            DbWait::Write("a maintenance event"),
+            DbWait::write("a maintenance event"),
         );
     }
 }

@@ -19,40 +19,25 @@
 //! casts `AdminGone` when the operator's connection closes, which drops its followers and
 //! watchers.
 
-use std::collections::{BTreeMap, HashMap};
+use crate::roles::main::state::views::{Cursor, FollowSpec, Follower, Watcher};
+use std::collections::BTreeMap;
 
-use super::{DbWait, MAX_SLICE, Main, Wait, failure, respond};
+use super::answer::send_run;
+use super::answer::{MAX_SLICE, failure, respond};
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::{CallError, RemoteError};
+use crate::roles::main::state::{DbWait, Main};
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::OutputQuery;
 use crate::wire::db::RunFilter;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
-use crate::wire::records::{RunId, RunRecord, RunState, TargetReason, TargetState};
-use crate::wire::wrapper::Stream;
+use crate::wire::records::{RunId, RunRecord, RunState};
 
 /// Bytes one follower read takes at most; a larger backlog takes several reads.
 const FOLLOW_READ: u64 = 256 << 10;
-
-#[derive(Default)]
-pub struct Live {
-    followers: HashMap<CallId, Follower>,
-    watchers: HashMap<RunId, Vec<Watcher>>,
-}
-
-/// What `Follow` asked for.
-#[derive(Debug, Clone)]
-pub struct FollowSpec {
-    pub run: Option<RunId>,
-    pub job: Option<String>,
-    pub machine: Option<String>,
-    pub stream: Option<Stream>,
-    pub tail: Option<u64>,
-    pub live: bool,
-}
 
 /// What a follower waits for from db.
 #[derive(Debug, Clone)]
@@ -67,36 +52,13 @@ pub enum FollowWait {
     End(CallId),
 }
 
-struct Follower {
-    spec: FollowSpec,
-    run: RunId,
-    in_flight: bool,
-    cursors: BTreeMap<String, Cursor>,
-    ending: bool,
-}
-
-#[derive(Default)]
-struct Cursor {
-    next_from: u64,
-    read_once: bool,
-    reading: bool,
-    /// More may be there: read again once the read in flight is answered.
-    dirty: bool,
-}
-
-struct Watcher {
-    call: CallId,
-    /// What each watcher last heard of each target: state, reason, suspended.
-    seen: BTreeMap<String, (TargetState, Option<TargetReason>, bool)>,
-}
-
 fn stream(core: &mut Main, call: CallId, resp: AdminResponse) {
     debug_assert!(resp.is_stream(), "only stream responses precede the answer");
     core.to_hub(MainToHub::AdminStream { call, resp });
 }
 
 fn db(core: &mut Main, req: DbRequest, wait: FollowWait) {
-    core.db_call(req, DbWait::Request(Wait::Follow(wait)));
+    core.db_call(req, DbWait::with(wait, answer));
 }
 
 pub fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
@@ -117,7 +79,7 @@ pub fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
         .filter(|r| r.job.name == job)
         .map(|r| r.id)
         .max()
-        .or_else(|| crate::roles::main::mirror::newest_of(core, &job));
+        .or_else(|| crate::roles::main::mirror_view::newest_of(core, &job));
     match in_flight {
         Some(run) if spec.live => start(core, call, spec, run),
         _ => {
@@ -233,7 +195,7 @@ fn begin(core: &mut Main, call: CallId, record: RunRecord) {
     // On a standby, a run the leader drives is followed as its output is committed there.
     let in_flight = core.flight.runs.contains_key(&record.id)
         || (core.views.live.followers.contains_key(&call)
-            && crate::roles::main::mirror::follows(core, &record));
+            && crate::roles::main::mirror_view::follows(core, &record));
     let Some(f) = core.views.live.followers.get_mut(&call) else {
         return;
     };
@@ -411,7 +373,7 @@ pub fn run_ended(core: &mut Main, run: RunId) {
 pub fn watch(core: &mut Main, call: CallId, run: RunId) {
     let Some(active) = core.flight.runs.get_mut(&run) else {
         // Not in flight (it may have ended already): the stored record answers.
-        return super::send_run(core, call, run);
+        return send_run(core, call, run);
     };
     active.waiters.push(call);
     let targets: Vec<_> = active.targets.iter().map(|(m, t)| t.record(m)).collect();

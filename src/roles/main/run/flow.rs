@@ -1,0 +1,420 @@
+//! The run Workflow's shape (`workflow`, `recovered_workflow`) and the steps that plan,
+//! record and finalize a run; the other steps are in the files beside this one.
+
+use std::time::Instant;
+
+use chrono::Utc;
+
+use super::batches::{self, await_launch, collect_all, collect_batch, launch_batch, next_batch};
+use super::{capacity, prestage, targets, unreachable};
+use crate::config::Job;
+use crate::ipc::CallId;
+use crate::ipc::rpc::Call;
+use crate::roles::main::effects::now_ms;
+use crate::roles::main::run_rules;
+use crate::roles::main::state::Sc;
+use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::run::{RunEnv, RunRequest};
+use crate::roles::main::state::{DbWait, Main};
+use crate::roles::main::target::Target;
+use crate::roles::main::windows;
+use crate::wire::admin::{AdminFailure, AdminResponse};
+use crate::wire::db::{DbReply, DbRequest, calls};
+use crate::wire::db::{NewRun, RunUpdate};
+use crate::wire::link::HubReply;
+use crate::wire::records::{RunId, RunState, TargetState};
+use crate::workflow::{Step, Wake, Workflow};
+
+pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
+    let name = format!("run of {}", req.job.name);
+    let prestaged = req.prestaged;
+    Workflow::new(
+        name,
+        RunEnv {
+            req,
+            run: None,
+            live: Vec::new(),
+            unreachable: Vec::new(),
+            unresolved: None,
+            batches: Vec::new(),
+            maintenance: Vec::new(),
+            batch: 0,
+            call: None,
+            pickup_deadline: None,
+            launch_started: None,
+            launch_held: None,
+            retry_at: Default::default(),
+            silent: Default::default(),
+            resolved_from_cache: false,
+            probe: None,
+            next_probe: None,
+            start_recorded: false,
+            round: None,
+            launch_queued: false,
+            deploy_since: None,
+            pickup_probe: None,
+            counted: !prestaged,
+            capacity_since: None,
+        },
+    )
+    .step("resolve_targets", targets::resolve_targets)
+    .step("plan_batches", plan_batches)
+    .step("record_run", record_run)
+    .step("await_capacity", capacity::await_capacity)
+    .step("deploy_wrappers", targets::deploy_wrappers)
+    .step("launch_batch", launch_batch)
+    .step("await_launch", await_launch)
+    .step("await_slot", prestage::await_slot)
+    .step("collect_batch", collect_batch)
+    .step("next_batch", next_batch)
+    .step("collect_all", collect_all)
+    .always("finalize", finalize)
+}
+
+/// The Workflow of a run recovered after a restart: its open targets form one batch
+/// (those never launched are launched now), then the usual collection and finalization.
+/// `reconnect_until`: the wrappers launched before the restart have until then to
+/// reconnect (their backoff) before the pick-up deadline can judge them.
+pub fn recovered_workflow(
+    req: RunRequest,
+    run: RunId,
+    open: Vec<String>,
+    reconnect_until: Instant,
+) -> Workflow<RunEnv, Main> {
+    let name = format!("recovered run of {}", req.job.name);
+    Workflow::new(
+        name,
+        RunEnv {
+            req,
+            run: Some(run),
+            live: Vec::new(),
+            unreachable: Vec::new(),
+            unresolved: None,
+            batches: vec![open],
+            maintenance: Vec::new(),
+            batch: 0,
+            call: None,
+            pickup_deadline: Some(reconnect_until),
+            launch_started: None,
+            launch_held: None,
+            retry_at: Default::default(),
+            silent: Default::default(),
+            resolved_from_cache: false,
+            probe: None,
+            next_probe: None,
+            start_recorded: true,
+            round: None,
+            launch_queued: false,
+            deploy_since: None,
+            pickup_probe: None,
+            counted: false,
+            capacity_since: None,
+        },
+    )
+    .step("await_capacity", capacity::await_capacity)
+    .step("deploy_wrappers", targets::deploy_wrappers)
+    .step("launch_batch", launch_batch)
+    .step("await_launch", await_launch)
+    .step("await_slot", prestage::await_slot)
+    .step("collect_batch", collect_batch)
+    .step("collect_all", collect_all)
+    .always("finalize", finalize)
+}
+
+/// Maintenance machines out, `number_of_targets` picked, batches cut.
+fn plan_batches(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+    // Machines in a maintenance window: a `defer` one makes the run wait for its end.
+    if let Some(wake) = machine_defer(core, &env.req.job, &env.live) {
+        return Step::Wait(wake);
+    }
+    let job = &env.req.job;
+    let machines = std::mem::take(&mut env.live);
+    let (skipped, runnable): (Vec<String>, Vec<String>) = machines
+        .into_iter()
+        .partition(|m| core.in_maintenance(m) || machine_skipped(core, job, m));
+    env.batches = run_rules::cut_batches(runnable, job.number_of_targets, job.batch_size, |m| {
+        use rand::seq::SliceRandom;
+        m.shuffle(&mut rand::rng());
+    });
+    env.maintenance = skipped;
+    Step::Next
+}
+
+fn take_db_reply<C: Call<DbReply>>(
+    core: &mut Main,
+    call: Option<CallId>,
+) -> Option<Result<C::Reply, String>> {
+    let id = call?;
+    core.take_db_reply::<C>(id)
+        .map(|r| r.map_err(|e| e.to_string()))
+}
+
+fn answer_admin(core: &mut Main, env: &mut RunEnv, resp: AdminResponse) {
+    if let Some(call) = env.req.admin_call.take() {
+        core.reply_hub(call, HubReply::Admin(resp));
+    }
+}
+
+fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+    if env.call.is_none() {
+        let runnable: Vec<String> = env.batches.iter().flatten().cloned().collect();
+        let mut targets = batches::planned_targets(&env.batches);
+        targets.extend(
+            env.maintenance
+                .iter()
+                .map(|m| (m.clone(), TargetState::SkippedMaintenance)),
+        );
+        targets.extend(
+            env.unreachable
+                .iter()
+                .map(|(m, _)| (m.clone(), TargetState::Pending)),
+        );
+        let (state, reason) = if let Some((state, why)) = &env.unresolved {
+            (*state, Some(why.clone()))
+        } else if runnable.is_empty() && env.unreachable.is_empty() {
+            let why = if env.maintenance.is_empty() {
+                "no targets"
+            } else {
+                "no target left: all are in maintenance"
+            };
+            (RunState::Skipped, Some(why.to_string()))
+        } else {
+            // A pre-staged run waits for its slot: `queued` until `go` (`prestage.rs`).
+            let state = if env.req.prestaged {
+                RunState::Queued
+            } else {
+                RunState::Dispatching
+            };
+            (state, env.req.reason.clone())
+        };
+        let id = core.db_call(
+            DbRequest::CreateRun(NewRun {
+                job: env.req.job.name.clone(),
+                slot: env.req.slot,
+                trigger: env.req.trigger,
+                state,
+                reason,
+                targets,
+                now: now_ms(),
+            }),
+            DbWait::step(),
+        );
+        env.call = Some(id);
+        return Step::Wait(Wake::Call(id));
+    }
+    let Some(reply) = take_db_reply::<calls::CreateRun>(core, env.call) else {
+        return Step::Wait(Wake::Call(env.call.unwrap_or_default()));
+    };
+    env.call = None;
+    // Recorded (or not): from now on the run itself, if any, shows the job busy.
+    release_job(core, env);
+    match reply {
+        Ok(Some(id)) => {
+            env.run = Some(id);
+            let mut targets = std::collections::BTreeMap::new();
+            for (i, batch) in env.batches.iter().enumerate() {
+                for m in batch {
+                    targets.insert(m.clone(), Target::new(i));
+                }
+            }
+            for m in &env.maintenance {
+                targets.insert(m.clone(), Target::in_maintenance());
+            }
+            for (m, _) in &env.unreachable {
+                targets.insert(m.clone(), Target::new(0));
+            }
+            core.flight.runs.insert(
+                id,
+                ActiveRun {
+                    id,
+                    job: env.req.job.clone(),
+                    slot: env.req.slot,
+                    trigger: env.req.trigger,
+                    targets,
+                    kill_requested: false,
+                    prestaged: env.req.prestaged,
+                    go_at: None,
+                    launching: None,
+                    workflow: Some(s.id()),
+                    waiters: Vec::new(),
+                    recorded_at: now_ms(),
+                    awaiting_capacity: false,
+                },
+            );
+            crate::roles::main::ui::run_changed(core, id);
+            log::info!(
+                "run {id} of {} ({}) recorded with {} targets",
+                env.req.job.name,
+                env.req.trigger,
+                env.batches.iter().map(Vec::len).sum::<usize>()
+            );
+            answer_admin(core, env, AdminResponse::Started { run: id });
+            crate::roles::main::joblog::run_started(core, &env.req.job, id);
+            core.event(
+                "run_started",
+                Some(&env.req.job.name),
+                Some(id),
+                None,
+                format!("{} run", env.req.trigger),
+            );
+            let unreachable = std::mem::take(&mut env.unreachable);
+            unreachable::record_unreachable(core, id, &env.req.job, unreachable);
+            let unreachable_only = core
+                .flight
+                .runs
+                .get(&id)
+                .is_some_and(|r| r.targets.values().any(|t| t.is_decided() || t.is_waiting()));
+            if env.batches.is_empty() && !unreachable_only {
+                return Step::Done;
+            }
+            // With only unreachable targets the empty batch passes through and
+            // `collect_all` waits for their records.
+            Step::Next
+        }
+        Ok(None) => {
+            log::warn!(
+                "{}: slot {:?} was already recorded; it does not run twice",
+                env.req.job.name,
+                env.req.slot
+            );
+            answer_admin(
+                core,
+                env,
+                AdminResponse::Failure(AdminFailure::Invalid("slot already recorded".into())),
+            );
+            Step::Done
+        }
+        Err(e) => {
+            answer_admin(
+                core,
+                env,
+                AdminResponse::Failure(AdminFailure::Internal(format!(
+                    "could not record the run: {e}"
+                ))),
+            );
+            Step::fail(format!("could not record the run: {e}"))
+        }
+    }
+}
+
+fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+    if let Some(slot) = env.round.take() {
+        core.rounds.leave(slot);
+    }
+    let Some(run) = env.run else {
+        release_job(core, env);
+        let why = match s.outcome() {
+            crate::workflow::Outcome::Done => "the run was not started".to_string(),
+            other => format!("{other:?}"),
+        };
+        answer_admin(
+            core,
+            env,
+            AdminResponse::Failure(AdminFailure::Internal(why)),
+        );
+        return Step::Next;
+    };
+    if env.call.is_none() {
+        let Some(active) = core.flight.runs.get(&run) else {
+            release_job(core, env);
+            return Step::Next;
+        };
+        let state = match &env.unresolved {
+            Some((state, _)) => *state,
+            None => active.final_state(),
+        };
+        // Why a run that did not run ended so (refused at its slot: overlap,
+        // maintenance, a kill before it) is recorded with it.
+        let reason = match s.outcome() {
+            crate::workflow::Outcome::Done => env.unresolved.as_ref().map(|(_, why)| why.clone()),
+            other => Some(format!("{other:?}")),
+        };
+        let id = core.db_call(
+            DbRequest::UpdateRun {
+                run,
+                update: RunUpdate {
+                    state: Some(state),
+                    reason,
+                    ended: Some(now_ms()),
+                    ..Default::default()
+                },
+            },
+            DbWait::step(),
+        );
+        env.call = Some(id);
+        return Step::Wait(Wake::Call(id));
+    }
+    let Some(reply) = take_db_reply::<calls::UpdateRun>(core, env.call) else {
+        return Step::Wait(Wake::Call(env.call.unwrap_or_default()));
+    };
+    env.call = None;
+    if let Err(e) = reply {
+        log::error!("run {run}: could not record its end: {e}");
+    }
+    release_job(core, env);
+    core.wake_capacity();
+    if let Some(active) = core.flight.runs.remove(&run) {
+        let state = match &env.unresolved {
+            Some((state, _)) => *state,
+            None => active.final_state(),
+        };
+        crate::roles::main::ui::run_finished(core, &active, state);
+        let why = env.unresolved.as_ref().map(|(_, why)| why.clone());
+        crate::roles::main::notify::run_ended(core, &active, state, why);
+        crate::roles::main::joblog::run_ended(core, &active);
+        core.flight.sessions.retain(|_, (r, _)| *r != run);
+        log::info!("run {run} of {} ended", active.job.name);
+        core.apply_retention(&active.job.name);
+        core.run_ended(&active, state);
+    }
+    Step::Next
+}
+
+/// The run no longer counts as queued for the overlap rule (once per run).
+fn release_job(core: &mut Main, env: &mut RunEnv) {
+    if !std::mem::take(&mut env.counted) {
+        return;
+    }
+    let job = env.req.job.name.as_str();
+    if let Some(n) = core.flight.busy_jobs.get_mut(job) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            core.flight.busy_jobs.remove(job);
+        }
+    }
+}
+
+/// A machine of a run about to be planned is in an open `defer` machine window: the run
+/// waits for the latest such window's end (its plan step runs again then).
+fn machine_defer(core: &Main, job: &Job, machines: &[String]) -> Option<crate::workflow::Wake> {
+    let now = Utc::now();
+    let windows = &core.config.maintenance.windows;
+    let end = machines
+        .iter()
+        .filter_map(|m| windows::machine_window(windows, &job.group, m, now))
+        .filter(|(w, _)| w.policy == crate::config::windows::WindowPolicy::Defer)
+        .map(|(_, end)| end)
+        .max()?;
+    log::info!(
+        "{}: a target is in a maintenance window until {end}; the run waits for its end",
+        job.name
+    );
+    let wait = (end - now).to_std().unwrap_or_default();
+    Some(crate::workflow::Wake::At(std::time::Instant::now() + wait))
+}
+
+/// `machine` is in an open `skip` machine window for `job`: it is left out of the run.
+fn machine_skipped(core: &Main, job: &Job, machine: &str) -> bool {
+    let windows = &core.config.maintenance.windows;
+    match windows::machine_window(windows, &job.group, machine, Utc::now()) {
+        Some((w, _)) if w.policy == crate::config::windows::WindowPolicy::Skip => {
+            log::info!(
+                "{}: {machine} is in maintenance window {}",
+                job.name,
+                w.name
+            );
+            true
+        }
+        _ => false,
+    }
+}

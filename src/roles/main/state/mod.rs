@@ -1,0 +1,267 @@
+//! Main's state, below every part that changes it: the process state (`Main`) with each
+//! part's share, the loop's state (`MainRole`), the links' (`links`). It names none of
+//! main's behaviour.
+
+pub mod lifecycle;
+pub mod links;
+pub mod notify;
+pub mod run;
+pub mod schedule;
+pub mod views;
+pub mod wrappers;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use super::scheduler::Scheduler;
+use super::target::Target;
+use super::tokens::Secret;
+use crate::config::LoadedConfig;
+use crate::evloop::Ctx;
+use crate::evloop::timers::TimerId;
+use crate::ipc::rpc::{CallError, CallId};
+use crate::wire::db::DbReply;
+use crate::wire::link::{ConnId, ProcessInfo};
+use crate::wire::records::RunId;
+use crate::workflow::{Registry, StepCtx, WakeEvent, WakeKey};
+use lifecycle::{Boot, Ha, Reloads};
+use notify::Notifier;
+use run::{ActiveRun, Orphans, Rounds, RunEnv, RunRequest};
+use schedule::{JobCtl, RuntimeMaintenance};
+use views::{Live, Mirror, UiState};
+use wrappers::{Fleet, Launcher, Refusals};
+
+pub use links::HubOutbox;
+pub use run::JobRef;
+
+/// The links as main keeps them.
+pub type Links = links::Links<Main>;
+
+/// What to do with a db reply (or its failure): a continuation of the part that made the
+/// call. Timeouts and a lost link call it with the error.
+pub type DbWait = links::OnReply<Main>;
+
+/// A step of a run's Workflow is handed this.
+pub type Sc<'a> = StepCtx<'a, RunEnv, Main>;
+
+/// Blocking call ids live in their own range so they never collide with db call ids in
+/// the Workflow registry's wake keys.
+pub const BLOCKING_CALL_BASE: u64 = 1 << 40;
+pub const DB_TIMEOUT: Duration = Duration::from_secs(60);
+pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(120);
+/// The database counts as storing again after this long without a refused write.
+pub const DB_TROUBLE_CLEARS_AFTER: Duration = Duration::from_secs(10);
+/// How long shutdown waits for running Workflows.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// A Workflow waiting this long on nothing live is reported.
+pub const STALL_THRESHOLD: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, Copy)]
+pub enum Peer {
+    Hub,
+    Db,
+    Blocking,
+}
+
+/// Process state handed to handlers and to Workflow steps.
+pub struct Main {
+    /// The links to supervisor, hub, db and blocking, and the calls in flight on them.
+    pub links: Links,
+    pub config: LoadedConfig,
+    pub secret: Secret,
+    /// Runs in flight and wrapper sessions.
+    pub flight: Flight,
+    pub(super) scheduler: Scheduler,
+    /// This daemon: its processes, start time and ports.
+    pub daemon: DaemonInfo,
+    /// The wrapper URL and the pre-staging lead.
+    pub launcher: Launcher,
+    /// Which wrapper build each minion has; deployments in flight.
+    pub fleet: Fleet,
+    /// Salt launches coalesced per round.
+    pub rounds: Rounds,
+    /// Whether the database stores.
+    pub storage: Storage,
+    /// Who is behind the request being handled, for audit events.
+    pub actor: Actor,
+    /// What operators watch: streaming admin calls, the dashboard's views and `/metrics`.
+    pub views: Views,
+    /// Maintenance set with `saltpeterctl maintenance` (persisted in db).
+    pub runtime_maintenance: RuntimeMaintenance,
+    /// What start-up has loaded from db so far.
+    pub(super) boot: Boot,
+    /// Configuration reloads in flight and asked for.
+    pub(super) reloads: Reloads,
+    /// Notifications decided, queued and in flight.
+    pub(super) notify: Notifier,
+    /// Paused and skipping jobs, slots deferred by maintenance windows.
+    pub jobctl: JobCtl,
+    /// Leader or standby among the servers sharing the database.
+    pub ha: Ha,
+}
+
+/// Runs in flight, as main keeps them, and the wrapper sessions bound to them.
+#[derive(Default)]
+pub struct Flight {
+    pub runs: BTreeMap<RunId, ActiveRun>,
+    /// Wrapper connections and the target each serves.
+    pub sessions: HashMap<ConnId, (RunId, String)>,
+    /// Refused hellos logged and recorded per peer address (a rate limit).
+    pub refusals: Refusals,
+    /// Runs queued or being recorded, per job (the overlap rule; recorded runs are in
+    /// `runs`).
+    pub(super) busy_jobs: HashMap<String, usize>,
+    /// Runs to start, queued by handlers that cannot reach the registry.
+    pub(super) to_start: Vec<RunRequest>,
+    /// Workflows of recovered runs, to start.
+    pub(super) to_recover: Vec<crate::workflow::Workflow<RunEnv, Main>>,
+    /// Runs in flight are being loaded: no hello is vetted, no run started.
+    pub recovering: bool,
+    /// The recovery answer, handed to the loop (it needs the registry).
+    pub(super) recovery_reply: Option<Result<DbReply, CallError>>,
+    /// New runs are not started once shutdown began.
+    pub stopping: bool,
+    /// The liveness check is armed (only while targets are picked up).
+    pub(super) liveness_armed: bool,
+    /// Runs in flight in the database that nobody here drives (`run::orphans`).
+    pub orphans: Orphans,
+}
+
+/// This daemon as operators see it.
+#[derive(Default)]
+pub struct DaemonInfo {
+    pub(super) processes: Vec<ProcessInfo>,
+    pub(super) started_at: i64,
+    pub wrapper_port: u16,
+    /// The HTTP API's port (0: not served).
+    pub api_port: u16,
+}
+
+/// Whether the database stores.
+pub struct Storage {
+    /// Why the database cannot store (a full disk or its cap); new runs are refused
+    /// until output is stored again (wrappers keep resending it).
+    pub db_trouble: Option<String>,
+    /// When the database last refused a write.
+    pub(super) db_trouble_since: Instant,
+}
+
+/// Who is behind the request being handled: an admin socket peer's uid, or an API
+/// identity (`api:NAME`).
+#[derive(Default)]
+pub struct Actor {
+    pub uid: Option<u32>,
+    pub name: Option<String>,
+}
+
+/// What operators watch.
+#[derive(Default)]
+pub struct Views {
+    /// Admin calls that stream: output followers and run watchers.
+    pub live: Live,
+    /// The dashboard's live view and `/metrics`.
+    pub ui: UiState,
+    /// On a standby: the leader's runs in flight, for the same views.
+    pub mirror: Mirror,
+}
+
+/// The loop state: the process state and the Workflow registry side by side.
+pub struct MainRole {
+    pub(super) core: Main,
+    pub(super) workflows: Registry<Main>,
+    pub(super) schedule_timer: Option<TimerId>,
+    pub(super) workflow_timer: Option<(TimerId, Instant)>,
+    /// Fires at the earliest call deadline.
+    pub(super) call_timer: Option<(TimerId, Instant)>,
+    /// What the loop does for the parts (installed by `main_loop`, above them).
+    pub(super) hooks: LoopHooks,
+}
+
+/// A role handler of the loop.
+pub type RoleFn = fn(&mut MainRole, &mut Ctx<MainRole>);
+
+/// What the loop does for the parts: a part that changed state outside a turn's event
+/// pumps (wakes Workflows, starts queued runs), and one that changed what is due
+/// re-arms the schedule timer.
+pub struct LoopHooks {
+    pub pump: RoleFn,
+    pub arm_schedule: RoleFn,
+}
+
+impl MainRole {
+    /// Hand what changed to the Workflows and start what is queued (`main_loop::pump`).
+    pub fn pump(&mut self, ctx: &mut Ctx<MainRole>) {
+        (self.hooks.pump)(self, ctx)
+    }
+
+    /// Arm the schedule timer at the earliest slot (`main_loop::arm_schedule`).
+    pub fn arm_schedule(&mut self, ctx: &mut Ctx<MainRole>) {
+        (self.hooks.arm_schedule)(self, ctx)
+    }
+}
+
+impl Main {
+    pub fn wake(&mut self, key: WakeKey) {
+        self.links.wakes.push(key);
+    }
+
+    /// A target of a run in flight.
+    pub fn target(&self, run: RunId, machine: &str) -> Option<&Target> {
+        self.flight
+            .runs
+            .get(&run)
+            .and_then(|r| r.targets.get(machine))
+    }
+
+    pub fn target_mut(&mut self, run: RunId, machine: &str) -> Option<&mut Target> {
+        self.flight
+            .runs
+            .get_mut(&run)
+            .and_then(|r| r.targets.get_mut(machine))
+    }
+
+    /// Wake the Workflows waiting for a place (`throttle.rs`), when a cap is set.
+    pub fn wake_capacity(&mut self) {
+        let s = &self.config.saltpeter;
+        if s.max_running_per_machine.is_set() || s.max_runs_in_flight.is_some() {
+            self.wake(WakeKey::Event(WakeEvent::Capacity));
+        }
+    }
+
+    /// The wake event of everything that changes a run.
+    pub fn run_event(run: RunId) -> WakeEvent {
+        WakeEvent::RunChanged(run)
+    }
+}
+
+impl DbWait {
+    /// The reply goes to `then`.
+    pub fn then(
+        then: impl FnOnce(&mut Main, CallId, Result<DbReply, CallError>) + 'static,
+    ) -> Self {
+        links::OnReply(Box::new(then))
+    }
+
+    /// The reply goes to `answer` with `wait`, what the part keeps about the call.
+    pub fn with<W: 'static>(wait: W, answer: fn(&mut Main, W, Result<DbReply, CallError>)) -> Self {
+        Self::then(move |core, _, result| answer(core, wait, result))
+    }
+
+    /// A Workflow step waits on this call id: the reply is kept for it (`take_db_reply`)
+    /// and the step woken.
+    pub fn step() -> Self {
+        Self::then(|core, id, result| {
+            core.links.db_replies.insert(id, result);
+            core.wake(WakeKey::Call(id));
+        })
+    }
+
+    /// A write nobody waits for; a failure is logged.
+    pub fn write(what: &'static str) -> Self {
+        Self::then(move |_, _, result| {
+            if let Err(e) = result {
+                log::error!("could not record {what}: {e}");
+            }
+        })
+    }
+}
