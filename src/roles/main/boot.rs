@@ -37,8 +37,8 @@ const DOWN: &str = "the daemon was not running at this slot";
 impl Boot {
     /// Keep an admin request that depends on what start-up loads (run now, maintenance)
     /// until start-up is done.
-    pub fn park(&mut self, call: CallId, req: AdminRequest) {
-        self.parked.push((call, req));
+    pub fn park(&mut self, call: CallId, req: AdminRequest, uid: Option<u32>) {
+        self.parked.push((call, req, uid));
     }
 
     /// The runs in flight are restored (`recovery.rs`).
@@ -116,8 +116,11 @@ pub fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let last = core.boot.last_slots.take().unwrap_or_default();
     catch_up(core, &last, Utc::now());
     role.arm_schedule(ctx);
-    for (call, req) in std::mem::take(&mut role.core.boot.parked) {
+    for (call, req, uid) in std::mem::take(&mut role.core.boot.parked) {
+        // Handled as the peer that asked, as it would have been without the wait.
+        role.core.actor.uid = uid;
         super::requests::handle(role, ctx, call, req);
+        role.core.actor.uid = None;
     }
 }
 

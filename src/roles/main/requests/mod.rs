@@ -68,7 +68,7 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
     {
         // They depend on the maintenance and job control settings, still being loaded:
         // answered once start-up is done (`boot::finish_when_ready`).
-        core.boot.park(call, req);
+        core.boot.park(call, req, core.actor.uid);
         return;
     }
     match req {

@@ -29,8 +29,9 @@ pub struct Boot {
     pub(crate) failed: Vec<Load>,
     pub(crate) retry_at: Option<Instant>,
     pub(crate) done: bool,
-    /// Admin requests waiting for start-up to finish.
-    pub(crate) parked: Vec<(CallId, AdminRequest)>,
+    /// Admin requests waiting for start-up to finish, with the uid of the admin socket's
+    /// peer that made each (their audit names it once they are handled).
+    pub(crate) parked: Vec<(CallId, AdminRequest, Option<u32>)>,
 }
 
 /// Reloads in flight and asked for.
