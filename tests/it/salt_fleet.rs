@@ -166,6 +166,10 @@ fn a_glob_with_a_class_is_matched_by_the_master_through_the_bridge() {
         .filter(|l| l.starts_with("match "))
         .collect();
     assert_eq!(matches, ["match tgt_type=glob minions=2"], "{bridge_log}");
+    // The run ends before the daemon does: its wrappers report and exit instead of
+    // reconnecting to a daemon that is gone (as a started wrapper must, for a day).
+    let done = d.wait_run_final(run);
+    assert_eq!(done["state"], "succeeded", "{done}");
 }
 
 #[test]
