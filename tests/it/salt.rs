@@ -87,7 +87,8 @@ pub(crate) fn lock_minion(
         .unwrap_or_else(|(_, e)| panic!("lock {}: {e}", path.display()))
 }
 
-fn machines(run: &serde_json::Value) -> Vec<String> {
+/// The machines of a run's record, sorted.
+pub(crate) fn machines(run: &serde_json::Value) -> Vec<String> {
     let mut m: Vec<String> = run["targets"]
         .as_array()
         .expect("targets")

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::salt::machines;
 use crate::util::*;
 
 const SALT_HANG: Duration = Duration::from_secs(180);
@@ -114,17 +115,6 @@ impl Drop for Topology {
                 .output();
         }
     }
-}
-
-fn machines(run: &serde_json::Value) -> Vec<String> {
-    let mut m: Vec<String> = run["targets"]
-        .as_array()
-        .expect("targets")
-        .iter()
-        .map(|t| t["machine"].as_str().expect("machine").to_string())
-        .collect();
-    m.sort();
-    m
 }
 
 fn refusals(d: &Daemon) -> String {
