@@ -8,7 +8,6 @@ use chrono::Utc;
 use super::batches::{self, await_launch, collect_all, collect_batch, launch_batch, next_batch};
 use super::{capacity, prestage, targets, unreachable};
 use crate::config::Job;
-use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::roles::main::effects::now_ms;
 use crate::roles::main::run_rules;
@@ -140,13 +139,26 @@ fn plan_batches(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     Step::Next
 }
 
-fn take_db_reply<C: Call<DbReply>>(
+/// A step's one db call, sent: the step waits for its answer (`db_answer`).
+fn ask_db(core: &mut Main, env: &mut RunEnv, req: DbRequest) -> Step {
+    let id = core.db_call(req, DbWait::step());
+    env.call = Some(id);
+    Step::Wait(Wake::Call(id))
+}
+
+/// The answer to the step's db call (`ask_db`), or the wait for it while it is on its way.
+fn db_answer<C: Call<DbReply>>(
     core: &mut Main,
-    call: Option<CallId>,
-) -> Option<Result<C::Reply, String>> {
-    let id = call?;
-    core.take_db_reply::<C>(id)
-        .map(|r| r.map_err(|e| e.to_string()))
+    env: &mut RunEnv,
+) -> Result<Result<C::Reply, String>, Step> {
+    let id = env.call.unwrap_or_default();
+    match core.take_db_reply::<C>(id) {
+        Some(reply) => {
+            env.call = None;
+            Ok(reply.map_err(|e| e.to_string()))
+        }
+        None => Err(Step::Wait(Wake::Call(id))),
+    }
 }
 
 fn answer_admin(core: &mut Main, env: &mut RunEnv, resp: AdminResponse) {
@@ -187,25 +199,21 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             };
             (state, env.req.reason.clone())
         };
-        let id = core.db_call(
-            DbRequest::CreateRun(NewRun {
-                job: env.req.job.name.clone(),
-                slot: env.req.slot,
-                trigger: env.req.trigger,
-                state,
-                reason,
-                targets,
-                now: now_ms(),
-            }),
-            DbWait::step(),
-        );
-        env.call = Some(id);
-        return Step::Wait(Wake::Call(id));
+        let req = DbRequest::CreateRun(NewRun {
+            job: env.req.job.name.clone(),
+            slot: env.req.slot,
+            trigger: env.req.trigger,
+            state,
+            reason,
+            targets,
+            now: now_ms(),
+        });
+        return ask_db(core, env, req);
     }
-    let Some(reply) = take_db_reply::<calls::CreateRun>(core, env.call) else {
-        return Step::Wait(Wake::Call(env.call.unwrap_or_default()));
+    let reply = match db_answer::<calls::CreateRun>(core, env) {
+        Ok(reply) => reply,
+        Err(wait) => return wait,
     };
-    env.call = None;
     // Recorded (or not): from now on the run itself, if any, shows the job busy.
     release_job(core, env);
     match reply {
@@ -329,25 +337,21 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             crate::workflow::Outcome::Done => env.unresolved.as_ref().map(|(_, why)| why.clone()),
             other => Some(format!("{other:?}")),
         };
-        let id = core.db_call(
-            DbRequest::UpdateRun {
-                run,
-                update: RunUpdate {
-                    state: Some(state),
-                    reason,
-                    ended: Some(now_ms()),
-                    ..Default::default()
-                },
+        let req = DbRequest::UpdateRun {
+            run,
+            update: RunUpdate {
+                state: Some(state),
+                reason,
+                ended: Some(now_ms()),
+                ..Default::default()
             },
-            DbWait::step(),
-        );
-        env.call = Some(id);
-        return Step::Wait(Wake::Call(id));
+        };
+        return ask_db(core, env, req);
     }
-    let Some(reply) = take_db_reply::<calls::UpdateRun>(core, env.call) else {
-        return Step::Wait(Wake::Call(env.call.unwrap_or_default()));
+    let reply = match db_answer::<calls::UpdateRun>(core, env) {
+        Ok(reply) => reply,
+        Err(wait) => return wait,
     };
-    env.call = None;
     if let Err(e) = reply {
         log::error!("run {run}: could not record its end: {e}");
     }
