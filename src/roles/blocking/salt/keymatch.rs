@@ -28,9 +28,8 @@ pub fn from_accepted_keys(
     let config_dir = Path::new(config_dir.unwrap_or(crate::salt_master::DEFAULT_CONFIG_DIR));
     if !matches!(target_type, SaltTargetType::Glob | SaltTargetType::List)
         || (target_type == SaltTargetType::Glob && target.contains('['))
-        || has_includes(config_dir)
-        || orders_masters(config_dir)
-        || keys_elsewhere(config_dir)
+        || !crate::salt_master::read::<MatchSettings>(config_dir)?.keys_are_here()
+        || has_dropins(config_dir)
     {
         return None;
     }
@@ -85,45 +84,37 @@ fn accepted(dir: &Path) -> Option<Vec<String>> {
     Some(keys)
 }
 
-/// The master keeps its keys elsewhere than `pki_dir` (`keys.cache_driver` other than
-/// Salt's default `localfs_key`).
-fn keys_elsewhere(config_dir: &Path) -> bool {
-    #[derive(serde::Deserialize)]
-    struct KeyCache {
-        #[serde(rename = "keys.cache_driver")]
-        driver: Option<String>,
-    }
-    crate::salt_master::read::<KeyCache>(config_dir)
-        .and_then(|c| c.driver)
-        .is_some_and(|d| d != "localfs_key")
+/// The master's settings that say whether its accepted keys can be matched here; a
+/// file that does not read as these leaves the match to the bridge.
+#[derive(serde::Deserialize)]
+struct MatchSettings {
+    include: Option<serde_json::Value>,
+    default_include: Option<serde_json::Value>,
+    order_masters: Option<bool>,
+    #[serde(rename = "keys.cache_driver")]
+    key_cache: Option<String>,
 }
 
-/// The master reads more than its main file (`default_include`, `master.d/*.conf`, or an
-/// `include` setting): its settings are not all in the file read here.
-fn has_includes(config_dir: &Path) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Includes {
-        include: Option<serde_json::Value>,
-        default_include: Option<serde_json::Value>,
+impl MatchSettings {
+    /// Its keys are the files of `pki_dir/minions` and all of its settings are in its main
+    /// file: no includes (`include`, `default_include`), not a top master of syndics
+    /// (`order_masters`), no other key store (`keys.cache_driver` other than Salt's
+    /// default `localfs_key`).
+    fn keys_are_here(&self) -> bool {
+        self.include.is_none()
+            && self.default_include.is_none()
+            && self.order_masters != Some(true)
+            && self.key_cache.as_deref().is_none_or(|d| d == "localfs_key")
     }
-    let set = crate::salt_master::read::<Includes>(config_dir)
-        .is_some_and(|c| c.include.is_some() || c.default_include.is_some());
-    let dropins = std::fs::read_dir(config_dir.join("master.d")).is_ok_and(|d| {
+}
+
+/// The master reads drop-ins (`master.d/*.conf`, Salt's default include): its settings
+/// are not all in the file read here.
+fn has_dropins(config_dir: &Path) -> bool {
+    std::fs::read_dir(config_dir.join("master.d")).is_ok_and(|d| {
         d.flatten()
             .any(|e| e.file_name().to_string_lossy().ends_with(".conf"))
-    });
-    set || dropins
-}
-
-/// A top master of syndics (`order_masters: True`).
-fn orders_masters(config_dir: &Path) -> bool {
-    #[derive(serde::Deserialize)]
-    struct OrderMasters {
-        order_masters: Option<bool>,
-    }
-    crate::salt_master::read::<OrderMasters>(config_dir)
-        .and_then(|c| c.order_masters)
-        .unwrap_or(false)
+    })
 }
 
 #[cfg(test)]
@@ -188,6 +179,13 @@ mod tests {
         std::fs::write(
             &master,
             format!("pki_dir: {}\nkeys.cache_driver: redis\n", pki.display()),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(from_accepted_keys(cfg, SaltTargetType::Glob, "*").is_none());
+        // A setting of a shape Salt would not take: not certain either.
+        std::fs::write(
+            &master,
+            format!("pki_dir: {}\norder_masters: [1]\n", pki.display()),
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(from_accepted_keys(cfg, SaltTargetType::Glob, "*").is_none());
