@@ -188,8 +188,8 @@ pub fn read_output<D: Db>(
         }
         let bytes = decoded(op, row.take_blob(op, 1)?, row.get(op, 2)?, row.get(op, 3)?)?;
         let skip = usize::try_from(query.from.saturating_sub(pos)).unwrap_or(usize::MAX);
-        let upto = usize::try_from(progress.total - pos).unwrap_or(usize::MAX);
-        let Some(bytes) = bytes.get(skip..upto.min(bytes.len()).max(skip)) else {
+        let end = usize::try_from(progress.total - pos).map_or(bytes.len(), |n| n.min(bytes.len()));
+        let Some(bytes) = bytes.get(skip..end) else {
             continue;
         };
         if before_gap && progress.omitted > 0 && pos >= gap_end {
