@@ -176,7 +176,7 @@ fn overlap_forbid_skips_and_records() {
     let ran: Vec<&serde_json::Value> = runs.iter().filter(|r| r["state"] != "skipped").collect();
     for pair in ran.windows(2) {
         assert!(
-            pair[0]["ended"].as_str() <= pair[1]["started"].as_str(),
+            time_at(pair[0], "ended") <= time_at(pair[1], "started"),
             "runs overlap: {} {}",
             pair[0],
             pair[1]
@@ -192,16 +192,11 @@ fn batches_run_one_after_another() {
     );
     let (run, code) = d.run_wait("batched");
     assert_eq!(code, 0, "{run}");
-    let mut spans: Vec<(String, String)> = run["targets"]
+    let mut spans: Vec<_> = run["targets"]
         .as_array()
         .expect("targets")
         .iter()
-        .map(|t| {
-            (
-                t["started"].as_str().expect("started").to_string(),
-                t["ended"].as_str().expect("ended").to_string(),
-            )
-        })
+        .map(|t| (time_at(t, "started"), time_at(t, "ended")))
         .collect();
     spans.sort();
     for pair in spans.windows(2) {

@@ -260,11 +260,11 @@ fn two_jobs_in_the_same_second_do_not_wait_for_each_other() {
     assert_eq!(r["exit_code"], 0, "{right}");
     // Each command ran 6 s; had one launch waited for the other run, they would not overlap.
     assert!(
-        l["started"].as_str() < r["ended"].as_str(),
+        time_at(l, "started") < time_at(r, "ended"),
         "{left} {right}"
     );
     assert!(
-        r["started"].as_str() < l["ended"].as_str(),
+        time_at(r, "started") < time_at(l, "ended"),
         "{left} {right}"
     );
 }

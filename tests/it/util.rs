@@ -28,6 +28,13 @@ pub struct Daemon {
     pub log: PathBuf,
 }
 
+/// The time `v[key]` holds (RFC 3339), to compare as a time, not as text: a time on a
+/// whole second is written without its `.000`.
+pub fn time_at(v: &Value, key: &str) -> chrono::DateTime<chrono::FixedOffset> {
+    let text = v[key].as_str().unwrap_or_else(|| panic!("{key}: {v}"));
+    chrono::DateTime::parse_from_rfc3339(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
 pub fn wait_until<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
     loop {
