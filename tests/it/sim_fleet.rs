@@ -188,8 +188,8 @@ fn a_daemon_refuses_a_simulated_bridge_unless_told_otherwise() {
         "{log}"
     );
     assert!(!log.contains("SIMULATED fleet"), "{log}");
-    // The first request may have been written before the ready line, but its answer is
-    // not taken: the command line took the calls, and nothing was ever launched.
+    // No request is written before the ready line is accepted: the command line took the
+    // calls, and nothing was ever launched.
     let bridge = std::fs::read_to_string(&bridge_log).unwrap_or_default();
     assert!(!bridge.contains("simfleet: publish"), "{bridge}");
     let runs: Vec<Value> = d.runs("everyone");

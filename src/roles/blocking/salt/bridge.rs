@@ -257,6 +257,12 @@ fn flush(state: &mut Blocking, ctx: &mut Ctx<Blocking>) {
     let State::Running(b) = &mut state.salt.bridge else {
         return;
     };
+    // Nothing goes to a bridge before its ready line is accepted: one refused (a
+    // simulated fleet) or dead before it then has nothing of the requests, which go to
+    // the command line instead, once.
+    if !b.saw_ready {
+        return;
+    }
     while !b.to_write.is_empty() {
         match b.stdin.write(&b.to_write) {
             Ok(0) => break,
@@ -339,6 +345,7 @@ fn answer(state: &mut Blocking, ctx: &mut Ctx<Blocking>, line: &[u8]) {
             "salt bridge ready (salt {})",
             msg["salt"].as_str().unwrap_or("?")
         );
+        flush(state, ctx);
         return;
     }
     let State::Running(b) = &mut state.salt.bridge else {
