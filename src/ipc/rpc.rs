@@ -22,12 +22,25 @@ pub enum Packet<Req, Rep> {
     Call {
         id: CallId,
         req: Req,
+        due: Due,
     },
     Cast(Req),
     Reply {
         id: CallId,
         result: Result<Rep, RemoteError>,
     },
+}
+
+/// How soon a caller needs the answer to a call. A callee that serves calls in batches
+/// (db commits one transaction per batch) may hold a call until its answer is due, so
+/// that one batch covers more: a caller that needs the answer only later says so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Due {
+    /// As soon as the callee serves calls.
+    #[default]
+    Soon,
+    /// Nothing waits for the answer before this wall-clock time (ms since the epoch).
+    By(i64),
 }
 
 /// An error the remote side returned for a call.
@@ -283,7 +296,12 @@ mod tests {
         let now = Instant::now();
         for n in 0..3 {
             let id = calls.start(now, Duration::from_secs(60), n);
-            main.send(&Packet::Call { id, req: n }).unwrap();
+            main.send(&Packet::Call {
+                id,
+                req: n,
+                due: Due::Soon,
+            })
+            .unwrap();
         }
         drop(db);
         match main.recv_blocking() {

@@ -58,7 +58,7 @@ fn on_main(state: &mut Blocking, ctx: &mut Ctx<Blocking>, _: (), event: &Event) 
     };
     for msg in msgs {
         match msg {
-            Packet::Call { id, req } => handle(state, ctx, id, req),
+            Packet::Call { id, req, .. } => handle(state, ctx, id, req),
             Packet::Cast(req) => log::warn!("unexpected one-way request from main: {req:?}"),
             Packet::Reply { id, .. } => log::warn!("reply {id} from main to a call never made"),
         }

@@ -14,6 +14,7 @@ pub mod attempts;
 pub mod deliveries;
 mod errors;
 pub mod events;
+mod gather;
 pub mod joblog;
 mod lease;
 pub mod live;
@@ -61,29 +62,15 @@ pub struct Db {
     /// Requests held back for a moment to be committed with the next ones (`gather`),
     /// and whether the timer that serves them is armed.
     gathered: Vec<(CallId, DbRequest)>,
-    gather_armed: bool,
-    /// How long the next held batch waits: [`GATHER_FOR`] after a quiet spell, doubled
-    /// by every held commit while requests keep flowing, up to [`GATHER_MAX`].
+    /// When the held batch is served, and the timer armed for it.
+    serve_at: Option<std::time::Instant>,
+    gather_timer: Option<crate::evloop::timers::TimerId>,
+    /// How long the next held batch waits: [`GATHER_FOR`](gather::GATHER_FOR) after a quiet spell, doubled
+    /// by every held commit while requests keep flowing, up to `gather::GATHER_MAX`.
     window: std::time::Duration,
     /// When requests last arrived: only a flowing stream is held back.
     arrived: Option<std::time::Instant>,
 }
-
-/// How long a batch may wait for more while requests flow, and how much output makes it
-/// go at once. A commit per few frames or per target costs db more than the writes (a
-/// firing of 1,000 targets was 1,200 commits); a few milliseconds more before an answer
-/// or an ack (sent at least every 250 ms) cost nothing. The first held batch of a stream
-/// waits `GATHER_FOR`; each next one twice as long as the one before, up to
-/// `GATHER_MAX`: a stream of requests of T seconds costs about log2(T / 10 ms) commits
-/// up to a second and one a second after that, whatever the number of targets it comes
-/// from (a fixed window made commits follow the firing's length, so its targets: 989
-/// for 10,000). The answer a held request waits for is late by at most the window.
-const GATHER_FOR: std::time::Duration = std::time::Duration::from_millis(10);
-const GATHER_MAX: std::time::Duration = std::time::Duration::from_millis(1280);
-const GATHER_BYTES: usize = 4 * 1024 * 1024;
-/// Requests that arrived this recently make a stream worth waiting for; one after a
-/// quiet spell (a lone API read, a heartbeat's worth of output) is served at once.
-const FLOWING: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl Controlled for Db {
     fn control(&mut self) -> &mut ControlLink {
@@ -94,8 +81,7 @@ impl Controlled for Db {
         if let ControlDown::Shutdown = msg {
             log::info!("shutting down");
             // Output held back for the next commit is committed (and answered) first.
-            let gathered = std::mem::take(&mut self.gathered);
-            serve(self, gathered);
+            gather::serve_held(self, ctx);
             self.store.release_lease();
             ctx.stop();
         }
@@ -263,7 +249,7 @@ pub(crate) fn apply_batch(
     Ok(results)
 }
 
-fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
+pub(super) fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
     if calls.is_empty() {
         return;
     }
@@ -371,11 +357,11 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
             let mut calls = Vec::new();
             for msg in msgs {
                 match msg {
-                    Packet::Call { id, req } => calls.push((id, req)),
+                    Packet::Call { id, req, due } => calls.push((id, req, due)),
                     other => log::warn!("unexpected message from main: {other:?}"),
                 }
             }
-            gather(db, ctx, calls);
+            gather::gather(db, ctx, calls);
             arm_commit_report(db, ctx);
             Flow::Continue
         }
@@ -383,49 +369,8 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
     }
 }
 
-/// Serve `calls` now, or hold them back for the current window (from [`GATHER_FOR`] up
-/// to [`GATHER_MAX`]) while requests have been flowing and the held output is under [`GATHER_BYTES`]: more arrive meanwhile, and one
-/// commit then covers them all (and the tail bytes output writes shed are never
-/// written, `placement.rs`). A request after a quiet spell goes at once.
-fn gather(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest)>) {
-    let now = std::time::Instant::now();
-    let flowing = db
-        .arrived
-        .is_some_and(|at| now.saturating_duration_since(at) < FLOWING);
-    if !calls.is_empty() {
-        db.arrived = Some(now);
-    }
-    if !flowing {
-        db.window = GATHER_FOR;
-    }
-    db.gathered.extend(calls);
-    let bytes: usize = db
-        .gathered
-        .iter()
-        .map(|(_, r)| match r {
-            DbRequest::AppendOutput { data, .. } => data.len(),
-            _ => 0,
-        })
-        .sum();
-    if bytes >= GATHER_BYTES || !flowing {
-        let calls = std::mem::take(&mut db.gathered);
-        serve(db, calls);
-        return;
-    }
-    if !db.gather_armed && !db.gathered.is_empty() {
-        db.gather_armed = true;
-        ctx.after(db.window, |db: &mut Db, ctx| {
-            db.gather_armed = false;
-            db.window = (db.window * 2).min(GATHER_MAX);
-            let calls = std::mem::take(&mut db.gathered);
-            serve(db, calls);
-            arm_commit_report(db, ctx);
-        });
-    }
-}
-
 /// Report commits to main within 2 s of the first unreported one.
-fn arm_commit_report(db: &mut Db, ctx: &mut Ctx<Db>) {
+pub(super) fn arm_commit_report(db: &mut Db, ctx: &mut Ctx<Db>) {
     if db.report_armed || db.commit_latency.count == db.reported_commits {
         return;
     }
@@ -531,8 +476,9 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         live: live::LiveWatch::default(),
         report_armed: false,
         gathered: Vec::new(),
-        gather_armed: false,
-        window: GATHER_FOR,
+        serve_at: None,
+        gather_timer: None,
+        window: gather::GATHER_FOR,
         arrived: None,
     };
     if db.lease.is_some() {

@@ -4,7 +4,7 @@
 
 use super::state::{DbWait, Main};
 use super::target::{Effect, Outcome, Target};
-use crate::ipc::rpc::CallError;
+use crate::ipc::rpc::{CallError, Due};
 use crate::wire::db::TargetUpdate;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
@@ -51,7 +51,8 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                 core.to_hub(MainToHub::CloseWrapper { conn });
             }
             Effect::StoreState(state, started) => {
-                core.db_call(
+                let due = core.write_due(run);
+                core.db_call_due(
                     DbRequest::UpdateTarget {
                         run,
                         machine: machine.to_string(),
@@ -62,6 +63,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                         },
                     },
                     DbWait::write("a target's state"),
+                    due,
                 );
             }
             Effect::StoreLimits(text) => {
@@ -147,6 +149,17 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                 );
             }
         }
+    }
+}
+
+impl Main {
+    /// How soon db must store a write of `run` that nothing waits for
+    /// ([`ActiveRun::write_due`](super::state::run::ActiveRun::write_due)).
+    pub fn write_due(&self, run: RunId) -> Due {
+        self.flight
+            .runs
+            .get(&run)
+            .map_or(Due::Soon, |r| r.write_due())
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::state::{DbWait, Main};
 use crate::config::Executor;
 use crate::ipc::CallId;
-use crate::ipc::rpc::{Call, CallError};
+use crate::ipc::rpc::{Call, CallError, Due};
 use crate::wire::db::{DbReply, DbRequest, WrapperSeen, calls};
 use crate::wire::link::{BlockingRequest, WrapperBuild, blocking_calls};
 use crate::wire::records::now_ms;
@@ -23,6 +23,8 @@ use crate::workflow::{WakeEvent, WakeKey};
 
 /// A build seen again is written to db at most this often (its `seen` time).
 const REFRESH_EVERY: Duration = Duration::from_secs(3600);
+/// How long db may hold a build's record to commit it with others.
+const RECORD_WITHIN_MS: i64 = 60_000;
 
 /// What the minions of a batch need before their launch.
 #[derive(Debug)]
@@ -187,7 +189,9 @@ fn store(core: &mut Main, key: Key, sha256: String) {
 }
 
 fn record(core: &mut Main, key: &Key, seen: &Seen) {
-    core.db_call(
+    // Fleet state that every hello refreshes: a build lost in a crash costs one
+    // deployment check, so it rides along with the next commit within a minute.
+    core.db_call_due(
         DbRequest::RecordWrappers(vec![WrapperSeen {
             minion: key.0.clone(),
             path: key.1.clone(),
@@ -195,6 +199,7 @@ fn record(core: &mut Main, key: &Key, seen: &Seen) {
             seen: seen.seen,
         }]),
         DbWait::write("a minion's wrapper build"),
+        Due::By(now_ms() + RECORD_WITHIN_MS),
     );
 }
 

@@ -14,16 +14,32 @@ use std::time::Instant;
 
 use super::state::{DB_TIMEOUT, DB_TROUBLE_CLEARS_AFTER, DbWait, LAUNCH_TIMEOUT, Main};
 use crate::ipc::Role;
-use crate::ipc::rpc::{Call, CallError, CallId, Packet, RemoteError};
+use crate::ipc::rpc::{Call, CallError, CallId, Due, Packet, RemoteError};
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{BlockingReply, BlockingRequest, ConnId, HubReply, MainToHub};
+use crate::wire::records::now_ms;
 use crate::wire::wrapper::ServerMsg;
 use crate::workflow::WakeKey;
 
 impl Main {
     pub fn db_call(&mut self, req: DbRequest, wait: DbWait) -> CallId {
-        let id = self.links.db_calls.start(Instant::now(), DB_TIMEOUT, wait);
-        if let Err(e) = self.links.db.post(&Packet::Call { id, req }) {
+        self.db_call_due(req, wait, Due::Soon)
+    }
+
+    /// A db call whose answer nothing needs before `due`: db may hold it until then to
+    /// commit it with others (its deadline here is later by as much).
+    pub fn db_call_due(&mut self, req: DbRequest, wait: DbWait, due: Due) -> CallId {
+        let held = match due {
+            Due::Soon => std::time::Duration::ZERO,
+            Due::By(at) => {
+                std::time::Duration::from_millis(u64::try_from(at - now_ms()).unwrap_or(0))
+            }
+        };
+        let id = self
+            .links
+            .db_calls
+            .start(Instant::now(), DB_TIMEOUT + held, wait);
+        if let Err(e) = self.links.db.post(&Packet::Call { id, req, due }) {
             log::error!("could not reach db: {e}");
             if let Some(wait) = self.links.db_calls.finish(id) {
                 self.db_answer(id, wait, Err(CallError::PeerGone(Role::Db)));
@@ -80,7 +96,11 @@ impl Main {
             .links
             .blocking_calls
             .start(Instant::now(), LAUNCH_TIMEOUT, ());
-        if let Err(e) = self.links.blocking.post(&Packet::Call { id, req }) {
+        if let Err(e) = self.links.blocking.post(&Packet::Call {
+            id,
+            req,
+            due: Due::Soon,
+        }) {
             log::error!("could not reach blocking: {e}");
             self.links.blocking_calls.finish(id);
             self.links

@@ -392,17 +392,20 @@ pub fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubReque
         Packet::Call {
             id,
             req: HubRequest::Admin(req),
+            ..
         } => requests::handle(role, ctx, id, req),
         Packet::Call {
             id,
             req: HubRequest::AdminFrom { peer, req },
+            ..
         } => requests::handle_from(role, ctx, id, peer, req),
         Packet::Call {
             id,
             req: HubRequest::AdminBy { who, req },
+            ..
         } => super::api_audit::handle_by(role, ctx, id, who, req),
         Packet::Cast(HubRequest::AdminGone { calls }) => live::calls_gone(&mut role.core, &calls),
-        Packet::Call { id, req } => sessions::handle_call(&mut role.core, id, req),
+        Packet::Call { id, req, .. } => sessions::handle_call(&mut role.core, id, req),
         Packet::Cast(HubRequest::UiWatch { job, watch }) => ui::watch(&mut role.core, job, watch),
         Packet::Cast(req) => sessions::handle_cast(&mut role.core, req),
         Packet::Reply { id, .. } => log::warn!("hub answered call {id} that main never made"),

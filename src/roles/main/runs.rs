@@ -1,6 +1,10 @@
 //! Runs in flight, as main keeps them in memory, and the pure rules of their outcomes.
 
+use crate::ipc::rpc::Due;
 use crate::roles::main::state::run::ActiveRun;
+
+/// How long before its slot a pre-staged run's held writes are committed.
+const STAGED_WRITES_LEAD_MS: i64 = 1_000;
 
 use crate::wire::records::{RunState, TargetReason, TargetRecord, TargetState, settle_run_state};
 use crate::wire::wrapper::ExitReason;
@@ -9,6 +13,21 @@ impl ActiveRun {
     /// `go` went out: waiting wrappers were released.
     pub fn go_sent(&self) -> bool {
         self.go_at.is_some()
+    }
+
+    /// How soon db must store a write of this run that nothing waits for. A pre-staged
+    /// run's writes before `go` (its wrappers connecting, proven and waiting) are needed
+    /// only by its slot: db holds them until shortly before it and commits them
+    /// together, instead of as the stream of connections goes (a commit per window: the
+    /// commits of a firing grew with its targets). Lost in a crash, they cost nothing:
+    /// the wrappers reconnect and prove themselves again.
+    pub fn write_due(&self) -> Due {
+        match self.slot {
+            Some(slot) if self.prestaged && !self.go_sent() => {
+                Due::By(slot - STAGED_WRITES_LEAD_MS)
+            }
+            _ => Due::Soon,
+        }
     }
 
     /// Its place in the throttling queues: slot order (a manual run: when recorded), then

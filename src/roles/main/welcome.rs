@@ -14,7 +14,7 @@ use super::target::suspend::SuspendReport;
 use super::target::{Credential, Effect, Token};
 use super::tokens;
 use crate::ipc::CallId;
-use crate::ipc::rpc::CallError;
+use crate::ipc::rpc::{CallError, Due};
 use crate::logsafe::{Admit, NAME_MAX, PerKey, clip};
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, TargetUpdate};
@@ -90,7 +90,11 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
             None
         }
     };
-    core.db_call(
+    let due = match verdict {
+        Some(_) => Due::Soon,
+        None => core.write_due(run),
+    };
+    core.db_call_due(
         DbRequest::UpdateTarget {
             run,
             machine: machine.clone(),
@@ -116,6 +120,7 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
             ),
             None => DbWait::write("a wrapper version"),
         },
+        due,
     );
 }
 

@@ -65,7 +65,11 @@ impl Hub {
     ) -> crate::ipc::CallId {
         let id = self.calls.start(Instant::now(), timeout, waiting);
         self.expiry_due = true;
-        if let Err(e) = self.main.post(&Packet::Call { id, req }) {
+        if let Err(e) = self.main.post(&Packet::Call {
+            id,
+            req,
+            due: crate::ipc::rpc::Due::Soon,
+        }) {
             log::error!("could not reach main: {e}");
             if let Some(waiting) = self.calls.finish(id) {
                 (self.on_call_failed)(self, waiting, CallError::PeerGone(Role::Main));
