@@ -34,68 +34,88 @@ use crate::wire::wrapper::Stream;
 /// A run with the session details of its targets.
 pub type RunWithDetails = (RunRecord, Vec<TargetDetail>);
 
-/// What the `db` loop does to the data, the same on both backends (`sql::Db`).
-pub trait Operations {
-    fn get_meta(&mut self, key: &str) -> Result<Option<String>, StoreError>;
-    fn set_meta(&mut self, key: &str, value: &str) -> Result<(), StoreError>;
+/// Declares [`Operations`] and its one implementation over `sql::Db` from one list: an
+/// operation's signature is written once, beside the module whose function does it.
+macro_rules! operations {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident(&mut self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty => $module:ident;
+    )*) => {
+        /// What the `db` loop does to the data, the same on both backends (`sql::Db`).
+        pub trait Operations {
+            $( $(#[$doc])* fn $name(&mut self $(, $arg: $ty)*) -> $ret; )*
+            /// One output frame on its own: [`Storage::append_output_placed`] with no later frame
+            /// of the same batch to consider.
+            fn append_output(
+                &mut self,
+                run: RunId,
+                machine: &str,
+                seq: u64,
+                stream: Stream,
+                data: &[u8],
+                limit: OutputLimit,
+            ) -> Result<AppendOutcome, StoreError> {
+                self.append_output_placed(run, machine, seq, stream, data, limit.into())
+            }
+        }
+
+        impl<D: Db> Operations for D {
+            $(
+                fn $name(&mut self $(, $arg: $ty)*) -> $ret {
+                    $module::$name(self $(, $arg)*)
+                }
+            )*
+        }
+    };
+}
+
+operations! {
+    fn get_meta(&mut self, key: &str) -> Result<Option<String>, StoreError> => events;
+    fn set_meta(&mut self, key: &str, value: &str) -> Result<(), StoreError> => events;
     /// Writes a setting unless one is there already (shared state two servers may
     /// create at the same time).
-    fn insert_meta_if_absent(&mut self, key: &str, value: &str) -> Result<(), StoreError>;
-    fn record_event(&mut self, event: &NewEvent) -> Result<u64, StoreError>;
-    fn list_events(&mut self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError>;
+    fn insert_meta_if_absent(&mut self, key: &str, value: &str)
+        -> Result<(), StoreError> => events;
+    fn record_event(&mut self, event: &NewEvent) -> Result<u64, StoreError> => events;
+    fn list_events(&mut self, filter: &EventFilter)
+        -> Result<Vec<EventRecord>, StoreError> => events;
     /// Pending export requests in the outbox (the job log's backlog bound).
-    fn export_backlog(&mut self) -> Result<i64, StoreError>;
+    fn export_backlog(&mut self) -> Result<i64, StoreError> => events;
     /// Fleet state (`wrappers.rs`): upserts by (minion, path), a stored row seen later
     /// than the incoming one kept.
-    fn record_wrappers(&mut self, rows: &[WrapperSeen]) -> Result<(), StoreError>;
+    fn record_wrappers(&mut self, rows: &[WrapperSeen]) -> Result<(), StoreError> => wrappers;
     /// Deletes the row of (minion, path); whether there was one.
-    fn forget_wrapper(&mut self, minion: &str, path: &str) -> Result<bool, StoreError>;
+    fn forget_wrapper(&mut self, minion: &str, path: &str)
+        -> Result<bool, StoreError> => wrappers;
     /// Every row, by minion then path.
-    fn wrappers(&mut self) -> Result<Vec<WrapperSeen>, StoreError>;
-    fn create_run(&mut self, run: &NewRun) -> Result<Option<RunId>, StoreError>;
-    fn update_run(&mut self, run: RunId, update: &RunUpdate) -> Result<(), StoreError>;
-    fn update_target(
-        &mut self,
-        run: RunId,
-        machine: &str,
-        update: &TargetUpdate,
-    ) -> Result<(), StoreError>;
-    fn get_run(&mut self, run: RunId) -> Result<Option<RunRecord>, StoreError>;
-    fn run_details(&mut self, run: RunId) -> Result<Option<RunWithDetails>, StoreError>;
-    fn in_flight_details(&mut self) -> Result<Vec<RunWithDetails>, StoreError>;
-    fn list_runs(&mut self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError>;
-    fn last_run_per_job(&mut self) -> Result<BTreeMap<String, RunRecord>, StoreError>;
-    fn last_slot_per_job(&mut self) -> Result<BTreeMap<String, Millis>, StoreError>;
-    fn prune(&mut self, job: &str, retention: &Retention) -> Result<PruneOutcome, StoreError>;
-    fn prune_deliveries(&mut self, job: &str, retention: &Retention) -> Result<u64, StoreError>;
-    fn queue_deliveries(&mut self, new: &[NewDelivery]) -> Result<u64, StoreError>;
-    fn take_due_deliveries(
-        &mut self,
-        now: Millis,
-        limit: usize,
-        lease_ms: i64,
-    ) -> Result<DueDeliveries, StoreError>;
-    fn record_delivery_attempt(&mut self, attempt: &DeliveryAttempt) -> Result<(), StoreError>;
-    fn release_delivery_leases(&mut self, now: Millis) -> Result<u64, StoreError>;
-    fn list_deliveries(
-        &mut self,
-        filter: &DeliveryFilter,
-    ) -> Result<Vec<DeliveryRecord>, StoreError>;
-    fn retry_target(&mut self, run: RunId, machine: &str, attempt: u32) -> Result<(), StoreError>;
-    fn target_attempts(&mut self, run: RunId) -> Result<Vec<AttemptRecord>, StoreError>;
-    /// One output frame on its own: [`Storage::append_output_placed`] with no later frame
-    /// of the same batch to consider.
-    fn append_output(
-        &mut self,
-        run: RunId,
-        machine: &str,
-        seq: u64,
-        stream: Stream,
-        data: &[u8],
-        limit: OutputLimit,
-    ) -> Result<AppendOutcome, StoreError> {
-        self.append_output_placed(run, machine, seq, stream, data, limit.into())
-    }
+    fn wrappers(&mut self) -> Result<Vec<WrapperSeen>, StoreError> => wrappers;
+    fn create_run(&mut self, run: &NewRun) -> Result<Option<RunId>, StoreError> => runs;
+    fn update_run(&mut self, run: RunId, update: &RunUpdate) -> Result<(), StoreError> => runs;
+    fn update_target(&mut self, run: RunId, machine: &str, update: &TargetUpdate)
+        -> Result<(), StoreError> => runs;
+    fn get_run(&mut self, run: RunId) -> Result<Option<RunRecord>, StoreError> => runs;
+    fn run_details(&mut self, run: RunId) -> Result<Option<RunWithDetails>, StoreError> => runs;
+    fn in_flight_details(&mut self) -> Result<Vec<RunWithDetails>, StoreError> => runs;
+    fn list_runs(&mut self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> => runs;
+    fn last_run_per_job(&mut self) -> Result<BTreeMap<String, RunRecord>, StoreError> => runs;
+    fn last_slot_per_job(&mut self) -> Result<BTreeMap<String, Millis>, StoreError> => runs;
+    fn prune(&mut self, job: &str, retention: &Retention)
+        -> Result<PruneOutcome, StoreError> => runs;
+    fn prune_deliveries(&mut self, job: &str, retention: &Retention)
+        -> Result<u64, StoreError> => deliveries;
+    fn queue_deliveries(&mut self, new: &[NewDelivery])
+        -> Result<u64, StoreError> => deliveries;
+    fn take_due_deliveries(&mut self, now: Millis, limit: usize, lease_ms: i64)
+        -> Result<DueDeliveries, StoreError> => deliveries;
+    fn record_delivery_attempt(&mut self, attempt: &DeliveryAttempt)
+        -> Result<(), StoreError> => deliveries;
+    fn release_delivery_leases(&mut self, now: Millis) -> Result<u64, StoreError> => deliveries;
+    fn list_deliveries(&mut self, filter: &DeliveryFilter)
+        -> Result<Vec<DeliveryRecord>, StoreError> => deliveries;
+    fn retry_target(&mut self, run: RunId, machine: &str, attempt: u32)
+        -> Result<(), StoreError> => attempts;
+    fn target_attempts(&mut self, run: RunId)
+        -> Result<Vec<AttemptRecord>, StoreError> => attempts;
     /// `append_output` knowing what follows the frame in its batch (`Placement`).
     fn append_output_placed(
         &mut self,
@@ -105,143 +125,11 @@ pub trait Operations {
         stream: Stream,
         data: &[u8],
         placement: Placement,
-    ) -> Result<AppendOutcome, StoreError>;
-    fn read_output(
-        &mut self,
-        run: RunId,
-        machine: &str,
-        query: &OutputQuery,
-    ) -> Result<OutputBytes, StoreError>;
-    fn output_tails(
-        &mut self,
-        run: RunId,
-        bytes: u64,
-        max_targets: usize,
-    ) -> Result<Vec<(String, String)>, StoreError>;
-}
-
-impl<D: Db> Operations for D {
-    fn get_meta(&mut self, key: &str) -> Result<Option<String>, StoreError> {
-        events::get_meta(self, key)
-    }
-    fn set_meta(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
-        events::set_meta(self, key, value)
-    }
-    fn insert_meta_if_absent(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
-        events::insert_meta_if_absent(self, key, value)
-    }
-    fn record_event(&mut self, event: &NewEvent) -> Result<u64, StoreError> {
-        events::record_event(self, event)
-    }
-    fn list_events(&mut self, filter: &EventFilter) -> Result<Vec<EventRecord>, StoreError> {
-        events::list_events(self, filter)
-    }
-    fn export_backlog(&mut self) -> Result<i64, StoreError> {
-        events::export_backlog(self)
-    }
-    fn record_wrappers(&mut self, rows: &[WrapperSeen]) -> Result<(), StoreError> {
-        wrappers::record_wrappers(self, rows)
-    }
-    fn forget_wrapper(&mut self, minion: &str, path: &str) -> Result<bool, StoreError> {
-        wrappers::forget_wrapper(self, minion, path)
-    }
-    fn wrappers(&mut self) -> Result<Vec<WrapperSeen>, StoreError> {
-        wrappers::wrappers(self)
-    }
-    fn create_run(&mut self, run: &NewRun) -> Result<Option<RunId>, StoreError> {
-        runs::create_run(self, run)
-    }
-    fn update_run(&mut self, run: RunId, update: &RunUpdate) -> Result<(), StoreError> {
-        runs::update_run(self, run, update)
-    }
-    fn update_target(
-        &mut self,
-        run: RunId,
-        machine: &str,
-        update: &TargetUpdate,
-    ) -> Result<(), StoreError> {
-        runs::update_target(self, run, machine, update)
-    }
-    fn get_run(&mut self, run: RunId) -> Result<Option<RunRecord>, StoreError> {
-        runs::get_run(self, run)
-    }
-    fn run_details(&mut self, run: RunId) -> Result<Option<RunWithDetails>, StoreError> {
-        runs::run_details(self, run)
-    }
-    fn in_flight_details(&mut self) -> Result<Vec<RunWithDetails>, StoreError> {
-        runs::in_flight_details(self)
-    }
-    fn list_runs(&mut self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        runs::list_runs(self, filter)
-    }
-    fn last_run_per_job(&mut self) -> Result<BTreeMap<String, RunRecord>, StoreError> {
-        runs::last_run_per_job(self)
-    }
-    fn last_slot_per_job(&mut self) -> Result<BTreeMap<String, Millis>, StoreError> {
-        runs::last_slot_per_job(self)
-    }
-    fn prune(&mut self, job: &str, retention: &Retention) -> Result<PruneOutcome, StoreError> {
-        runs::prune(self, job, retention)
-    }
-    fn prune_deliveries(&mut self, job: &str, retention: &Retention) -> Result<u64, StoreError> {
-        deliveries::prune_deliveries(self, job, retention)
-    }
-    fn queue_deliveries(&mut self, new: &[NewDelivery]) -> Result<u64, StoreError> {
-        deliveries::queue_deliveries(self, new)
-    }
-    fn take_due_deliveries(
-        &mut self,
-        now: Millis,
-        limit: usize,
-        lease_ms: i64,
-    ) -> Result<DueDeliveries, StoreError> {
-        deliveries::take_due_deliveries(self, now, limit, lease_ms)
-    }
-    fn record_delivery_attempt(&mut self, attempt: &DeliveryAttempt) -> Result<(), StoreError> {
-        deliveries::record_delivery_attempt(self, attempt)
-    }
-    fn release_delivery_leases(&mut self, now: Millis) -> Result<u64, StoreError> {
-        deliveries::release_delivery_leases(self, now)
-    }
-    fn list_deliveries(
-        &mut self,
-        filter: &DeliveryFilter,
-    ) -> Result<Vec<DeliveryRecord>, StoreError> {
-        deliveries::list_deliveries(self, filter)
-    }
-    fn retry_target(&mut self, run: RunId, machine: &str, attempt: u32) -> Result<(), StoreError> {
-        attempts::retry_target(self, run, machine, attempt)
-    }
-    fn target_attempts(&mut self, run: RunId) -> Result<Vec<AttemptRecord>, StoreError> {
-        attempts::target_attempts(self, run)
-    }
-    fn append_output_placed(
-        &mut self,
-        run: RunId,
-        machine: &str,
-        seq: u64,
-        stream: Stream,
-        data: &[u8],
-        placement: Placement,
-    ) -> Result<AppendOutcome, StoreError> {
-        output::append_output_placed(self, run, machine, seq, stream, data, placement)
-    }
-    fn read_output(
-        &mut self,
-        run: RunId,
-        machine: &str,
-        query: &OutputQuery,
-    ) -> Result<OutputBytes, StoreError> {
-        output::read_output(self, run, machine, query)
-    }
-    fn output_tails(
-        &mut self,
-        run: RunId,
-        bytes: u64,
-        max_targets: usize,
-    ) -> Result<Vec<(String, String)>, StoreError> {
-        output::output_tails(self, run, bytes, max_targets)
-    }
+    ) -> Result<AppendOutcome, StoreError> => output;
+    fn read_output(&mut self, run: RunId, machine: &str, query: &OutputQuery)
+        -> Result<OutputBytes, StoreError> => output;
+    fn output_tails(&mut self, run: RunId, bytes: u64, max_targets: usize)
+        -> Result<Vec<(String, String)>, StoreError> => output;
 }
 
 /// What the `db` loop does to its database: the shared [`Operations`] and what each
