@@ -86,8 +86,9 @@ word_enum!(
     } default Skip
 );
 
-/// How much of a target's output is kept: the first `head_bytes` and the last `tail_bytes`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How much of a target's output is kept: the first `head_bytes` and the last `tail_bytes`
+/// (a job's `output_limit`, and what main hands db with every output frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutputLimit {
     pub head_bytes: u64,
     pub tail_bytes: u64,

@@ -353,26 +353,8 @@ pub struct PruneOutcome {
 
 // ---- payloads: output
 
-/// Bytes of output kept per target: the first `head` and the last `tail`. The twin of
-/// the configuration's `config::OutputLimit` (`head_bytes`, `tail_bytes`, the same
-/// defaults), which main converts at each append (`roles/main/sessions.rs`): they become
-/// one when this re-exports the configuration's type, as `wire::limits` does, and main
-/// and db read its fields by one name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct OutputLimit {
-    pub head: u64,
-    pub tail: u64,
-}
-
-impl Default for OutputLimit {
-    /// 1 MiB head + 1 MiB tail (docs/configuration.md, `output_limit`).
-    fn default() -> Self {
-        OutputLimit {
-            head: 1 << 20,
-            tail: 1 << 20,
-        }
-    }
-}
+/// Bytes of output kept per target (a job's `output_limit`).
+pub use crate::config::OutputLimit;
 
 /// Which part of a target's output db's `read_output` returns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -34,8 +34,8 @@ fn compressed_chunks_read_back_exactly_within_uncompressed_limits(s: &mut dyn St
         .unwrap()
         .unwrap();
     let limit = OutputLimit {
-        head: 30_000,
-        tail: 50_000,
+        head_bytes: 30_000,
+        tail_bytes: 50_000,
     };
     let mut all = Vec::new();
     for seq in 1..=12u64 {
@@ -104,8 +104,8 @@ fn plain_and_compressed_chunks_mix(s: &mut dyn Storage) {
         .unwrap()
         .unwrap();
     let limit = OutputLimit {
-        head: 1 << 20,
-        tail: 1 << 20,
+        head_bytes: 1 << 20,
+        tail_bytes: 1 << 20,
     };
     let frames = [
         b"a short interactive line\n".to_vec(),
@@ -139,8 +139,8 @@ fn plain_and_compressed_chunks_mix(s: &mut dyn Storage) {
     assert_eq!(stderr.data, frames[2]);
     // A frame filling the whole tail window replaces compressed tail chunks.
     let small = OutputLimit {
-        head: 10,
-        tail: 5000,
+        head_bytes: 10,
+        tail_bytes: 5000,
     };
     let run2 = s
         .create_run(&new_run("k", None, RunState::Running, &["m"]))
@@ -164,8 +164,8 @@ fn plain_and_compressed_chunks_mix(s: &mut dyn Storage) {
 /// the migration to version 7, on top of which new frames are stored compressed.
 fn plain_rows_of_version_6_stay_readable(s: &mut dyn Storage, run: u64, before: &[u8]) {
     let limit = OutputLimit {
-        head: 1 << 20,
-        tail: 1 << 20,
+        head_bytes: 1 << 20,
+        tail_bytes: 1 << 20,
     };
     let newer = lines(0, 300);
     s.append_output(run, "m", 2, Stream::Stdout, &newer, limit)

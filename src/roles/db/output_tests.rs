@@ -10,8 +10,8 @@ use crate::wire::db::OutputLimit;
 use crate::wire::records::RunState;
 
 const NO_LIMIT: OutputLimit = OutputLimit {
-    head: u64::MAX,
-    tail: 0,
+    head_bytes: u64::MAX,
+    tail_bytes: 0,
 };
 
 fn store_with_target() -> (tempfile::TempDir, Store, RunId) {
@@ -93,7 +93,10 @@ fn stdout_and_stderr_keep_their_arrival_order() {
 #[test]
 fn the_limit_keeps_head_and_tail_and_counts_the_rest() {
     let (_dir, mut store, id) = store_with_target();
-    let limit = OutputLimit { head: 10, tail: 10 };
+    let limit = OutputLimit {
+        head_bytes: 10,
+        tail_bytes: 10,
+    };
     // Ten frames of four bytes: aaaa bbbb ... jjjj.
     for (seq, letter) in (1..=10).zip(b'a'..) {
         store
@@ -163,8 +166,8 @@ fn the_limit_matches_a_model_for_many_shapes() {
             .unwrap()
             .unwrap();
         let limit = OutputLimit {
-            head: rng.below(40),
-            tail: rng.below(40),
+            head_bytes: rng.below(40),
+            tail_bytes: rng.below(40),
         };
         let mut full = Vec::new();
         let mut omitted = 0;
@@ -185,7 +188,7 @@ fn the_limit_matches_a_model_for_many_shapes() {
                     .duplicate
             );
         }
-        let (head, tail) = (limit.head as usize, limit.tail as usize);
+        let (head, tail) = (limit.head_bytes as usize, limit.tail_bytes as usize);
         let expected = if full.len() <= head + tail {
             full.clone()
         } else {
@@ -279,7 +282,10 @@ fn bad_seqs_and_unknown_targets_are_errors() {
 #[test]
 fn a_live_reader_follows_from_its_position_across_trims() {
     let (_dir, mut store, id) = store_with_target();
-    let limit = OutputLimit { head: 8, tail: 8 };
+    let limit = OutputLimit {
+        head_bytes: 8,
+        tail_bytes: 8,
+    };
     let mut seen = Vec::new();
     let mut from = 0;
     let mut full = Vec::new();
@@ -364,15 +370,15 @@ fn append_throughput() {
         (
             "within head",
             OutputLimit {
-                head: u64::MAX,
-                tail: 0,
+                head_bytes: u64::MAX,
+                tail_bytes: 0,
             },
         ),
         (
             "rolling tail",
             OutputLimit {
-                head: 0,
-                tail: 64 * 1024,
+                head_bytes: 0,
+                tail_bytes: 64 * 1024,
             },
         ),
     ] {

@@ -67,7 +67,7 @@ impl Placement {
     /// it (this frame is the next seq and nothing was seen above it).
     pub(crate) fn sheds_tail(&self, p: &Progress, seq: u64) -> bool {
         self.superseded > 0
-            && self.superseded >= self.limit.tail
+            && self.superseded >= self.limit.tail_bytes
             && p.pending == 0
             && seq == p.contiguous + 1
     }
@@ -82,7 +82,7 @@ pub(crate) struct Frame<'d> {
 }
 
 /// Stores the bytes of a new frame within `limit`: the head fills first, then a tail
-/// window of at most `limit.tail` bytes keeps the newest, and what falls between is
+/// window of at most `limit.tail_bytes` bytes keeps the newest, and what falls between is
 /// counted as omitted. With `sheds_tail` ([`Placement::sheds_tail`]) the frame's tail
 /// part and the tail before it are counted as omitted at once (later frames of the batch
 /// refill the window). Returns (kept, omitted) bytes.
@@ -101,8 +101,8 @@ pub(crate) fn place_within_limit<C: Chunks + ?Sized>(
     p.total += data.len() as u64;
 
     // The head stays open until the first byte goes elsewhere.
-    if p.tail == 0 && p.omitted == 0 && p.head < limit.head {
-        let room = usize::try_from(limit.head - p.head).unwrap_or(usize::MAX);
+    if p.tail == 0 && p.omitted == 0 && p.head < limit.head_bytes {
+        let room = usize::try_from(limit.head_bytes - p.head).unwrap_or(usize::MAX);
         let (head, after) = rest.split_at(room.min(rest.len()));
         chunks.insert_chunk(pos, seq, stream, head)?;
         p.head += head.len() as u64;
@@ -123,7 +123,7 @@ pub(crate) fn place_within_limit<C: Chunks + ?Sized>(
         p.omitted += rest.len() as u64;
         return Ok((kept, p.omitted - omitted_before));
     }
-    let tail_room = usize::try_from(limit.tail).unwrap_or(usize::MAX);
+    let tail_room = usize::try_from(limit.tail_bytes).unwrap_or(usize::MAX);
     if rest.len() >= tail_room {
         // The frame alone fills the tail window: it replaces the window.
         let removed = chunks.delete_tail(p.head)?;
@@ -138,7 +138,7 @@ pub(crate) fn place_within_limit<C: Chunks + ?Sized>(
         chunks.insert_chunk(pos, seq, stream, rest)?;
         p.tail += rest.len() as u64;
         kept += rest.len() as u64;
-        let mut excess = p.tail.saturating_sub(limit.tail);
+        let mut excess = p.tail.saturating_sub(limit.tail_bytes);
         while excess > 0 {
             let shed = chunks.shed_oldest_tail(p, excess)?;
             debug_assert!(
@@ -208,7 +208,10 @@ mod tests {
     use super::*;
     use crate::wire::db::{OutputQuery, TargetUpdate};
 
-    const LIMIT: OutputLimit = OutputLimit { head: 1, tail: 1 };
+    const LIMIT: OutputLimit = OutputLimit {
+        head_bytes: 1,
+        tail_bytes: 1,
+    };
 
     fn frame(run: RunId, machine: &str, seq: u64, len: usize) -> DbRequest {
         DbRequest::AppendOutput {
@@ -243,7 +246,7 @@ mod tests {
     fn a_gap_a_repeat_or_another_limit_ends_the_chain() {
         let mut other_limit = frame(1, "a", 4, 8);
         if let DbRequest::AppendOutput { limit, .. } = &mut other_limit {
-            limit.tail = 2;
+            limit.tail_bytes = 2;
         }
         let reqs = [
             frame(1, "a", 1, 10),

@@ -32,8 +32,8 @@ fn bench_storage_ingest() {
         (frames * frame.len()) as f64 / 1e6 / secs
     }
     let all = OutputLimit {
-        head: 1 << 40,
-        tail: 1 << 40,
+        head_bytes: 1 << 40,
+        tail_bytes: 1 << 40,
     };
     let limits = [
         ("1 MiB head + tail", OutputLimit::default()),

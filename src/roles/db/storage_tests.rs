@@ -171,8 +171,8 @@ fn runs_and_targets_update_and_list(s: &mut dyn Storage) {
 }
 
 const ROOMY: OutputLimit = OutputLimit {
-    head: 1 << 20,
-    tail: 1 << 20,
+    head_bytes: 1 << 20,
+    tail_bytes: 1 << 20,
 };
 
 fn output_is_idempotent_by_seq_across_gaps(s: &mut dyn Storage) {
@@ -248,7 +248,10 @@ fn output_keeps_head_and_tail(s: &mut dyn Storage) {
         .create_run(&new_run("j", None, RunState::Running, &["m"]))
         .unwrap()
         .unwrap();
-    let limit = OutputLimit { head: 4, tail: 6 };
+    let limit = OutputLimit {
+        head_bytes: 4,
+        tail_bytes: 6,
+    };
     let frames: [&[u8]; 5] = [b"abc", b"defgh", b"ijk", b"lmnop", b"qr"];
     for (i, data) in frames.iter().enumerate() {
         s.append_output(run, "m", i as u64 + 1, Stream::Stdout, data, limit)
@@ -298,7 +301,10 @@ fn batched_frames_store_what_single_frames_store(s: &mut dyn Storage) {
         ))
         .unwrap()
         .unwrap();
-    let limit = OutputLimit { head: 5, tail: 7 };
+    let limit = OutputLimit {
+        head_bytes: 5,
+        tail_bytes: 7,
+    };
     let sizes = [3usize, 1, 4, 9, 2, 6, 1, 1, 8, 3, 12, 2, 5, 7, 1];
     let frames: Vec<Vec<u8>> = sizes
         .iter()

@@ -251,10 +251,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
                     seq,
                     stream,
                     data,
-                    limit: crate::wire::db::OutputLimit {
-                        head: limit.head_bytes,
-                        tail: limit.tail_bytes,
-                    },
+                    limit,
                 },
                 DbWait::then(move |core, _, result| {
                     // Stored or not, main no longer holds it: the hub gets the credit.

@@ -10,8 +10,8 @@ use crate::wire::records::RunState;
 use crate::wire::wrapper::Stream;
 
 const ROOMY: OutputLimit = OutputLimit {
-    head: 1 << 20,
-    tail: 1 << 20,
+    head_bytes: 1 << 20,
+    tail_bytes: 1 << 20,
 };
 
 #[test]
