@@ -2,8 +2,8 @@
 //! for a window that grows while it lasts, a call whose answer is due later waits until
 //! then (`Due::By`: a pre-staged run's writes until shortly before its slot).
 
-use super::{Db, arm_commit_report, serve};
-use crate::evloop::Ctx;
+use std::time::{Duration, Instant};
+
 use crate::ipc::CallId;
 use crate::ipc::rpc::Due;
 use crate::wire::db::DbRequest;
@@ -17,103 +17,129 @@ use crate::wire::db::DbRequest;
 /// up to a second and one a second after that, whatever the number of targets it comes
 /// from (a fixed window made commits follow the firing's length, so its targets: 989
 /// for 10,000). The answer a held request waits for is late by at most the window.
-pub(super) const GATHER_FOR: std::time::Duration = std::time::Duration::from_millis(10);
-pub(super) const GATHER_MAX: std::time::Duration = std::time::Duration::from_millis(1280);
+const GATHER_FOR: Duration = Duration::from_millis(10);
+const GATHER_MAX: Duration = Duration::from_millis(1280);
 const GATHER_BYTES: usize = 4 * 1024 * 1024;
 /// Requests that arrived this recently make a stream worth waiting for; one after a
 /// quiet spell (a lone API read, a heartbeat's worth of output) is served at once.
-const FLOWING: std::time::Duration = std::time::Duration::from_millis(50);
+const FLOWING: Duration = Duration::from_millis(50);
 /// The longest a call due later ([`Due::By`]) is held, and how many calls a held batch
 /// may reach before it is served anyway (memory).
-const HOLD_MAX: std::time::Duration = std::time::Duration::from_secs(120);
+const HOLD_MAX: Duration = Duration::from_secs(120);
 const GATHER_CALLS: usize = 65_536;
 
-/// Serve the held calls and `calls` now, or hold them back until the first of them is
-/// due. A call due [`Due::Soon`] while requests have been flowing waits for the current
-/// window (from [`GATHER_FOR`] up to [`GATHER_MAX`]), one after a quiet spell goes at
-/// once; a call [`Due::By`] a later time waits until then (at most [`HOLD_MAX`]).
-/// Meanwhile more arrive, and one commit covers them all (and the tail bytes output
-/// writes shed are never written, `placement.rs`). Held output over [`GATHER_BYTES`], or
-/// [`GATHER_CALLS`] held calls, go at once. Calls are served in the order they came, so
-/// a read sees every write before it, held or not.
-pub(super) fn gather(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest, Due)>) {
-    let now = std::time::Instant::now();
-    let flowing = db
-        .arrived
-        .is_some_and(|at| now.saturating_duration_since(at) < FLOWING);
-    let now_ms = chrono::Utc::now().timestamp_millis();
-    let due_now = |due: &Due| !matches!(due, Due::By(ms) if *ms > now_ms);
-    if calls.iter().any(|(_, _, due)| due_now(due)) {
-        db.arrived = Some(now);
-        if !flowing {
-            db.window = GATHER_FOR;
+/// The calls db holds back, and when they are to be served.
+pub(super) struct Held {
+    calls: Vec<(CallId, DbRequest)>,
+    serve_at: Option<Instant>,
+    /// How long the next held stream batch waits: [`GATHER_FOR`] after a quiet spell,
+    /// doubled by every held commit while requests keep flowing, up to [`GATHER_MAX`].
+    window: Duration,
+    /// When requests due now last arrived: only a flowing stream is held back.
+    arrived: Option<Instant>,
+}
+
+/// What to do after calls arrived.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Next {
+    /// Serve every held call now.
+    Serve,
+    /// Serve them at this time (the first of them due then), unless more change it.
+    At(Instant),
+}
+
+impl Held {
+    pub(super) fn new() -> Self {
+        Held {
+            calls: Vec::new(),
+            serve_at: None,
+            window: GATHER_FOR,
+            arrived: None,
         }
     }
-    for (id, req, due) in calls {
-        let at = hold_until(due, now, now_ms, flowing.then_some(db.window));
-        db.serve_at = Some(db.serve_at.map_or(at, |t| t.min(at)));
-        db.gathered.push((id, req));
-    }
-    let bytes: usize = db
-        .gathered
-        .iter()
-        .map(|(_, r)| match r {
-            DbRequest::AppendOutput { data, .. } => data.len(),
-            _ => 0,
-        })
-        .sum();
-    let Some(serve_at) = db.serve_at else {
-        return;
-    };
-    if serve_at <= now || bytes >= GATHER_BYTES || db.gathered.len() >= GATHER_CALLS {
-        serve_held(db, ctx);
-        return;
-    }
-    if let Some(timer) = db.gather_timer.take() {
-        ctx.cancel(timer);
-    }
-    db.gather_timer = Some(ctx.at(serve_at, |db: &mut Db, ctx| {
-        db.gather_timer = None;
-        // A stream that lasts gets a longer window for its next batch.
-        if db.arrived.is_some_and(|at| at.elapsed() < FLOWING) {
-            db.window = (db.window * 2).min(GATHER_MAX);
+
+    /// Take `calls` that arrived `now` (wall clock `now_ms`). A call due [`Due::Soon`]
+    /// while requests have been flowing waits for the current window (from
+    /// [`GATHER_FOR`] up to [`GATHER_MAX`]), one after a quiet spell goes at once; a call
+    /// [`Due::By`] a later time waits until then (at most [`HOLD_MAX`]). Meanwhile more
+    /// arrive, and one commit covers them all (and the tail bytes output writes shed are
+    /// never written, `placement.rs`). Held output over [`GATHER_BYTES`], or
+    /// [`GATHER_CALLS`] held calls, go at once. Calls are served in the order they came,
+    /// so a read sees every write before it, held or not.
+    pub(super) fn add(
+        &mut self,
+        calls: Vec<(CallId, DbRequest, Due)>,
+        now: Instant,
+        now_ms: i64,
+    ) -> Option<Next> {
+        let flowing = self
+            .arrived
+            .is_some_and(|at| now.saturating_duration_since(at) < FLOWING);
+        let due_now = |due: &Due| !matches!(due, Due::By(ms) if *ms > now_ms);
+        if calls.iter().any(|(_, _, due)| due_now(due)) {
+            self.arrived = Some(now);
+            if !flowing {
+                self.window = GATHER_FOR;
+            }
         }
-        serve_held(db, ctx);
-        arm_commit_report(db, ctx);
-    }));
+        for (id, req, due) in calls {
+            let at = hold_until(due, now, now_ms, flowing.then_some(self.window));
+            self.serve_at = Some(self.serve_at.map_or(at, |t| t.min(at)));
+            self.calls.push((id, req));
+        }
+        let serve_at = self.serve_at?;
+        let bytes: usize = self
+            .calls
+            .iter()
+            .map(|(_, r)| match r {
+                DbRequest::AppendOutput { data, .. } => data.len(),
+                _ => 0,
+            })
+            .sum();
+        Some(
+            if serve_at <= now || bytes >= GATHER_BYTES || self.calls.len() >= GATHER_CALLS {
+                Next::Serve
+            } else {
+                Next::At(serve_at)
+            },
+        )
+    }
+
+    /// The time to serve came (`now`): a stream that lasts gets a longer window for its
+    /// next batch.
+    pub(super) fn due(&mut self, now: Instant) {
+        if self
+            .arrived
+            .is_some_and(|at| now.saturating_duration_since(at) < FLOWING)
+        {
+            self.window = (self.window * 2).min(GATHER_MAX);
+        }
+    }
+
+    /// Every held call, to be served now.
+    pub(super) fn take(&mut self) -> Vec<(CallId, DbRequest)> {
+        self.serve_at = None;
+        std::mem::take(&mut self.calls)
+    }
 }
 
 /// When a call that arrived `now` (wall clock `now_ms`) is to be served: a call due later
 /// at that time, at most [`HOLD_MAX`] from now; any other after `window` while a stream
 /// flows, else at once.
-fn hold_until(
-    due: Due,
-    now: std::time::Instant,
-    now_ms: i64,
-    window: Option<std::time::Duration>,
-) -> std::time::Instant {
+fn hold_until(due: Due, now: Instant, now_ms: i64, window: Option<Duration>) -> Instant {
     match due {
         Due::By(ms) if ms > now_ms => {
-            let wait = std::time::Duration::from_millis(u64::try_from(ms - now_ms).unwrap_or(0));
+            let wait = Duration::from_millis(u64::try_from(ms - now_ms).unwrap_or(0));
             now + wait.min(HOLD_MAX)
         }
         _ => now + window.unwrap_or_default(),
     }
 }
 
-/// Serve every held call now.
-pub(super) fn serve_held(db: &mut Db, ctx: &mut Ctx<Db>) {
-    if let Some(timer) = db.gather_timer.take() {
-        ctx.cancel(timer);
-    }
-    db.serve_at = None;
-    let calls = std::mem::take(&mut db.gathered);
-    serve(db, calls);
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{Due, HOLD_MAX, hold_until};
+    use super::{Due, GATHER_CALLS, GATHER_FOR, HOLD_MAX, Held, Next, hold_until};
+    use crate::wire::db::DbRequest;
     use std::time::{Duration, Instant};
 
     #[test]
@@ -133,6 +159,62 @@ mod tests {
             hold_until(Due::By(ms + 10_000_000), now, ms, None),
             now + HOLD_MAX
         );
+    }
+
+    fn write(n: u64) -> (crate::ipc::CallId, DbRequest, Due) {
+        (n, DbRequest::GetMeta(format!("k{n}")), Due::Soon)
+    }
+
+    #[test]
+    fn writes_due_later_are_held_together_and_a_call_due_now_takes_them_along() {
+        let mut held = Held::new();
+        let t0 = Instant::now();
+        let ms = 1_000_000;
+        let by = |n: u64, at: i64| (n, DbRequest::GetMeta(format!("k{n}")), Due::By(at));
+        // Two writes due in 10 s and 5 s: served at the first of them.
+        assert_eq!(
+            held.add(vec![by(1, ms + 10_000)], t0, ms),
+            Some(Next::At(t0 + Duration::from_secs(10)))
+        );
+        assert_eq!(
+            held.add(vec![by(2, ms + 5_000)], t0, ms),
+            Some(Next::At(t0 + Duration::from_secs(5)))
+        );
+        // A read after a quiet spell goes at once, and the held writes with it, in order.
+        assert_eq!(held.add(vec![write(3)], t0, ms), Some(Next::Serve));
+        let ids: Vec<_> = held.take().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, [1, 2, 3]);
+        assert_eq!(held.add(Vec::new(), t0, ms), None, "nothing held");
+    }
+
+    #[test]
+    fn a_stream_waits_for_a_window_that_grows_while_it_lasts() {
+        let mut held = Held::new();
+        let t0 = Instant::now();
+        assert_eq!(held.add(vec![write(1)], t0, 0), Some(Next::Serve));
+        held.take();
+        let t1 = t0 + Duration::from_millis(5);
+        assert_eq!(
+            held.add(vec![write(2)], t1, 0),
+            Some(Next::At(t1 + GATHER_FOR))
+        );
+        held.due(t1 + GATHER_FOR);
+        held.take();
+        let t2 = t1 + GATHER_FOR;
+        assert_eq!(
+            held.add(vec![write(3)], t2, 0),
+            Some(Next::At(t2 + GATHER_FOR * 2))
+        );
+    }
+
+    #[test]
+    fn too_many_held_calls_go_at_once() {
+        let mut held = Held::new();
+        let t0 = Instant::now();
+        let calls = (0..GATHER_CALLS as u64)
+            .map(|n| (n, DbRequest::GetMeta(String::new()), Due::By(60_000)))
+            .collect();
+        assert_eq!(held.add(calls, t0, 0), Some(Next::Serve));
     }
 
     #[test]

@@ -38,7 +38,7 @@ use super::common::{
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::CallId;
 use crate::ipc::Role;
-use crate::ipc::rpc::{Packet, RemoteError};
+use crate::ipc::rpc::{Due, Packet, RemoteError};
 use crate::wire::db::{DbNotice, DbReply, DbRequest, DbToMain, MainToDb};
 use crate::wire::link::ControlDown;
 use storage::Storage;
@@ -59,17 +59,10 @@ pub struct Db {
     live: live::LiveWatch,
     /// A report is due in a moment (armed by a commit; nothing wakes an idle db).
     report_armed: bool,
-    /// Requests held back for a moment to be committed with the next ones (`gather`),
-    /// and whether the timer that serves them is armed.
-    gathered: Vec<(CallId, DbRequest)>,
-    /// When the held batch is served, and the timer armed for it.
-    serve_at: Option<std::time::Instant>,
-    gather_timer: Option<crate::evloop::timers::TimerId>,
-    /// How long the next held batch waits: [`GATHER_FOR`](gather::GATHER_FOR) after a quiet spell, doubled
-    /// by every held commit while requests keep flowing, up to `gather::GATHER_MAX`.
-    window: std::time::Duration,
-    /// When requests last arrived: only a flowing stream is held back.
-    arrived: Option<std::time::Instant>,
+    /// Requests held back to be committed with the next ones (`gather.rs`), and the
+    /// timer that serves them.
+    held: gather::Held,
+    held_timer: Option<crate::evloop::timers::TimerId>,
 }
 
 impl Controlled for Db {
@@ -81,7 +74,7 @@ impl Controlled for Db {
         if let ControlDown::Shutdown = msg {
             log::info!("shutting down");
             // Output held back for the next commit is committed (and answered) first.
-            gather::serve_held(self, ctx);
+            serve_held(self, ctx);
             self.store.release_lease();
             ctx.stop();
         }
@@ -249,7 +242,7 @@ pub(crate) fn apply_batch(
     Ok(results)
 }
 
-pub(super) fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
+fn serve(db: &mut Db, calls: Vec<(CallId, DbRequest)>) {
     if calls.is_empty() {
         return;
     }
@@ -361,7 +354,7 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
                     other => log::warn!("unexpected message from main: {other:?}"),
                 }
             }
-            gather::gather(db, ctx, calls);
+            gather(db, ctx, calls);
             arm_commit_report(db, ctx);
             Flow::Continue
         }
@@ -369,8 +362,41 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
     }
 }
 
+/// Serve `calls` with the held ones now, or hold them back until the first is due
+/// (`gather::Held::add`).
+fn gather(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest, Due)>) {
+    let now = std::time::Instant::now();
+    match db
+        .held
+        .add(calls, now, chrono::Utc::now().timestamp_millis())
+    {
+        None => {}
+        Some(gather::Next::Serve) => serve_held(db, ctx),
+        Some(gather::Next::At(at)) => {
+            if let Some(timer) = db.held_timer.take() {
+                ctx.cancel(timer);
+            }
+            db.held_timer = Some(ctx.at(at, |db: &mut Db, ctx| {
+                db.held_timer = None;
+                db.held.due(std::time::Instant::now());
+                serve_held(db, ctx);
+                arm_commit_report(db, ctx);
+            }));
+        }
+    }
+}
+
+/// Serve every held call now.
+fn serve_held(db: &mut Db, ctx: &mut Ctx<Db>) {
+    if let Some(timer) = db.held_timer.take() {
+        ctx.cancel(timer);
+    }
+    let calls = db.held.take();
+    serve(db, calls);
+}
+
 /// Report commits to main within 2 s of the first unreported one.
-pub(super) fn arm_commit_report(db: &mut Db, ctx: &mut Ctx<Db>) {
+fn arm_commit_report(db: &mut Db, ctx: &mut Ctx<Db>) {
     if db.report_armed || db.commit_latency.count == db.reported_commits {
         return;
     }
@@ -475,11 +501,8 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         lease,
         live: live::LiveWatch::default(),
         report_armed: false,
-        gathered: Vec::new(),
-        serve_at: None,
-        gather_timer: None,
-        window: gather::GATHER_FOR,
-        arrived: None,
+        held: gather::Held::new(),
+        held_timer: None,
     };
     if db.lease.is_some() {
         poll_lease(&mut db, ev.ctx());
