@@ -9,12 +9,8 @@ use chrono::Utc;
 
 use mio::event::Event;
 
-use super::live;
 use super::run as run_flow;
-use super::scheduler::Scheduler;
 use super::state::{BLOCKING_CALL_BASE, LoopHooks, Main, MainRole, Peer, STALL_THRESHOLD};
-use super::tokens::Secret;
-use super::{boot, jobctl, missed, reload, requests, sessions, ui};
 use crate::config;
 use crate::evloop::Flow;
 use crate::evloop::{Ctx, EventLoop};
@@ -22,6 +18,16 @@ use crate::ipc::Role;
 use crate::ipc::rpc::PendingCalls;
 use crate::ipc::rpc::{CallError, Packet};
 use crate::roles::common::{RoleArgs, RoleError, attach_control, open_link};
+use crate::roles::main::firing::jobctl;
+use crate::roles::main::firing::missed;
+use crate::roles::main::lifecycle::boot;
+use crate::roles::main::reload;
+use crate::roles::main::requests;
+use crate::roles::main::rules::scheduler::Scheduler;
+use crate::roles::main::rules::tokens::Secret;
+use crate::roles::main::views::live;
+use crate::roles::main::views::ui;
+use crate::roles::main::wrappers::sessions;
 use crate::wire::db::DbNotice;
 use crate::wire::link::{HubAnswer, HubRequest};
 use crate::workflow::Registry;
@@ -98,14 +104,14 @@ pub fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 /// Start the runs handlers queued, and resume Workflows on the wake keys emitted.
 pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     reload::poll(role, ctx);
-    super::notify::poll(&mut role.core);
+    crate::roles::main::shell::notify::poll(&mut role.core);
     if let Some(reply) = role.core.flight.recovery_reply.take() {
         run_flow::recovery::recovered(role, ctx, reply);
     }
-    super::ha::apply(role, ctx);
+    crate::roles::main::lifecycle::ha::apply(role, ctx);
     boot::finish_when_ready(role, ctx);
     start_queued(role, ctx);
-    super::fleet::poll(&mut role.core);
+    crate::roles::main::shell::fleet::poll(&mut role.core);
     run_flow::rounds::poll(&mut role.core);
     let now = Instant::now();
     let mut rounds = 0;
@@ -128,7 +134,7 @@ pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     arm_workflow_timer(role, ctx);
     arm_liveness(role, ctx);
     arm_call_expiry(role, ctx);
-    super::mirror::poll(&mut role.core);
+    crate::roles::main::views::mirror::poll(&mut role.core);
     ui::flush(&mut role.core);
     role.core.flush_hub_outbox();
 }
@@ -223,9 +229,12 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     )?;
     let mut scheduler = Scheduler::default();
     scheduler.plan(config.valid_jobs(), now);
-    super::config_watch::start(ev.ctx(), &args.dirs.config);
+    crate::roles::main::reload::watch::start(ev.ctx(), &args.dirs.config);
     ev.ctx().every(Duration::from_secs(30), report_stalls);
-    ev.ctx().every(Duration::from_secs(1), super::notify::tick);
+    ev.ctx().every(
+        Duration::from_secs(1),
+        crate::roles::main::shell::notify::tick,
+    );
     ev.ctx()
         .every(run_flow::orphans::SWEEP, run_flow::orphans::sweep);
     let control = attach_control(ev.ctx(), &mut args)?;
@@ -276,9 +285,9 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         call_timer: None,
         hooks: LoopHooks { pump, arm_schedule },
     };
-    super::ha::start(&mut role.core);
+    crate::roles::main::lifecycle::ha::start(&mut role.core);
     ui::start(&mut role.core);
-    super::heap::trim_soon(ev.ctx());
+    crate::roles::main::reload::heap::trim_soon(ev.ctx());
     ev.run_with(&mut role, |role, _| role.core.flush_links())
         .map_err(RoleError::setup("event loop"))?;
     Ok(0)
@@ -314,8 +323,12 @@ pub fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: 
                         Packet::Cast(DbNotice::CommitLatency(h)) => {
                             core.views.ui.metrics.db_commit = Some(h)
                         }
-                        Packet::Cast(DbNotice::Lease(report)) => super::ha::report(core, report),
-                        Packet::Cast(DbNotice::Live(notice)) => super::mirror::notice(core, notice),
+                        Packet::Cast(DbNotice::Lease(report)) => {
+                            crate::roles::main::lifecycle::ha::report(core, report)
+                        }
+                        Packet::Cast(DbNotice::Live(notice)) => {
+                            crate::roles::main::views::mirror::notice(core, notice)
+                        }
                         other => log::warn!("unexpected message from db: {other:?}"),
                     }
                 }
@@ -403,7 +416,7 @@ pub fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubReque
             id,
             req: HubRequest::AdminBy { who, req },
             ..
-        } => super::api_audit::handle_by(role, ctx, id, who, req),
+        } => crate::roles::main::requests::audit::handle_by(role, ctx, id, who, req),
         Packet::Cast(HubRequest::AdminGone { calls }) => live::calls_gone(&mut role.core, &calls),
         Packet::Call { id, req, .. } => sessions::handle_call(&mut role.core, id, req),
         Packet::Cast(HubRequest::UiWatch { job, watch }) => ui::watch(&mut role.core, job, watch),

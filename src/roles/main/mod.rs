@@ -17,49 +17,19 @@
 //! The state is in `state/`, below every part; each part makes its own db calls with its
 //! own continuation (`DbWait`), and no part names this file.
 
-mod answer;
-mod api_audit;
-mod boot;
-mod chains;
-mod config_watch;
-mod delivery_view;
-mod deploy;
-mod effects;
-mod fleet;
-mod ha;
-mod heap;
-mod history;
-mod job_metrics;
-mod jobctl;
-mod joblog;
-mod launcher;
-mod links;
-mod live;
+mod firing;
+mod lifecycle;
 mod main_loop;
-mod maintenance;
-mod metrics;
-mod mirror;
-mod mirror_view;
-mod missed;
-mod notify;
 mod reload;
 mod requests;
-
+mod rules;
 mod run;
-mod run_rules;
-#[cfg(test)]
-mod run_rules_tests;
-mod runs;
-mod scheduler;
-mod sessions;
+mod shell;
 mod state;
-mod suspend;
-mod target;
-mod throttle;
-pub mod tokens;
-mod ui;
-mod welcome;
-mod windows;
+mod views;
+mod wrappers;
+
+pub use rules::tokens;
 
 use std::time::Instant;
 
@@ -68,9 +38,11 @@ use crate::evloop::Ctx;
 use crate::wire::link::ControlDown;
 use crate::wire::records::{RunId, RunState};
 use crate::workflow::WakeKey;
+use firing::chains;
 use main_loop::{pump, stop_when_settled};
 use state::run::ActiveRun;
 use state::{MainRole, SHUTDOWN_GRACE};
+use views::{answer, live, ui};
 
 pub use main_loop::run;
 pub use state::{DbWait, JobRef, Main};

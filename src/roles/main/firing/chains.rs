@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use chrono::Utc;
 
-use super::jobctl;
-use super::scheduler::Due;
-use super::state::Main;
 use crate::config::ChainOn;
+use crate::roles::main::firing::jobctl;
+use crate::roles::main::rules::scheduler::Due;
+use crate::roles::main::state::Main;
 use crate::wire::records::{RunId, RunState, Trigger};
 
 /// Whether an upstream run that ended in `state` starts a chain waiting `on` it.

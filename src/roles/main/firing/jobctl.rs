@@ -21,13 +21,13 @@ use crate::roles::main::state::schedule::{Control, JobCtl, JobCtlState, Pause};
 
 use chrono::{DateTime, Utc};
 
-use super::run;
-use super::scheduler::Due;
-use super::state::{DbWait, Main};
-use super::windows::{self, SlotRule};
 use crate::config::Job;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
+use crate::roles::main::rules::scheduler::Due;
+use crate::roles::main::run;
+use crate::roles::main::shell::windows::{self, SlotRule};
+use crate::roles::main::state::{DbWait, Main};
 use crate::wire::admin::{
     AdminFailure, AdminResponse, JobControl, JobControlEntry, JobControlInfo,
 };
@@ -41,7 +41,7 @@ pub const META_KEY: &str = "jobctl";
 /// Most slots one `skip --next` may skip.
 pub const MAX_SKIP: u32 = 10_000;
 
-pub use super::run_rules::Hold;
+pub use crate::roles::main::rules::run_rules::Hold;
 
 fn who(uid: Option<u32>) -> String {
     match uid {

@@ -18,10 +18,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::jobctl;
-use super::scheduler::Due;
-use super::state::Main;
 use crate::config::{Job, JobEntry, Missed};
+use crate::roles::main::firing::jobctl;
+use crate::roles::main::rules::scheduler::Due;
+use crate::roles::main::state::Main;
 use crate::schedule::Schedule;
 use crate::wire::records::Trigger;
 

@@ -17,14 +17,15 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::maintenance;
-use super::scheduler::Due;
-use super::state::{DbWait, Main, MainRole};
-use super::{jobctl, missed};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
+use crate::roles::main::firing::jobctl;
+use crate::roles::main::firing::missed;
+use crate::roles::main::rules::scheduler::Due;
+use crate::roles::main::state::{DbWait, Main, MainRole};
+use crate::roles::main::views::maintenance;
 use crate::wire::admin::AdminRequest;
 use crate::wire::db::NewRun;
 use crate::wire::db::calls;
@@ -50,7 +51,7 @@ impl Boot {
 /// Ask db for the maintenance settings and the newest slot of every job.
 pub fn start(core: &mut Main) {
     core.flight.recovering = true;
-    super::fleet::start(core);
+    crate::roles::main::shell::fleet::start(core);
     ask(core, Load::Maintenance);
     ask(core, Load::LastSlots);
     ask(core, Load::JobCtl);
@@ -119,7 +120,7 @@ pub fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     for (call, req, uid) in std::mem::take(&mut role.core.boot.parked) {
         // Handled as the peer that asked, as it would have been without the wait.
         role.core.actor.uid = uid;
-        super::requests::handle(role, ctx, call, req);
+        crate::roles::main::requests::handle(role, ctx, call, req);
         role.core.actor.uid = None;
     }
 }

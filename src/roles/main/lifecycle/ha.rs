@@ -23,10 +23,11 @@
 //!    meanwhile, this one stops (its daemon exits; restarted, it is a standby): the runs
 //!    are the other's now, and their wrappers move to it.
 
-use super::state::{Main, MainRole};
-use super::{boot, run};
 use crate::evloop::Ctx;
+use crate::roles::main::lifecycle::boot;
+use crate::roles::main::run;
 use crate::roles::main::state::lifecycle::Ha;
+use crate::roles::main::state::{Main, MainRole};
 use crate::wire::db::LeaseReport;
 
 impl Ha {
@@ -91,14 +92,14 @@ fn adopt(core: &mut Main) {
     boot::start(core);
     run::recovery::start(core);
     // Only the leader sends notifications: a standby would release the leader's leases.
-    super::notify::start(core);
+    crate::roles::main::shell::notify::start(core);
 }
 
 /// db's report, kept for the loop (`apply`).
 pub fn report(core: &mut Main, report: LeaseReport) {
     let secret = report.shared_secret.clone();
     if let Some(secret) = secret {
-        match crate::roles::main::tokens::Secret::from_hex(&secret.0) {
+        match crate::roles::main::rules::tokens::Secret::from_hex(&secret.0) {
             Some(shared) => core.secret = shared,
             None => log::error!("the shared server secret in the database is malformed"),
         }

@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use super::state::MainRole;
 use crate::evloop::Ctx;
+use crate::roles::main::state::MainRole;
 
 /// Long enough for the views and replies that follow a load to be sent and freed.
 const AFTER: Duration = Duration::from_secs(2);

@@ -20,18 +20,21 @@
 //!
 //! Start-up loads synchronously (`config::load_dir`): nothing is running yet.
 
+pub mod heap;
+pub mod watch;
+
 use crate::roles::main::state::lifecycle::Reloads;
 use std::collections::HashSet;
 use std::time::Instant;
 
 use chrono::Utc;
 
-use super::maintenance;
-use super::state::{Main, MainRole};
-use super::ui;
 use crate::config::{self, LoadedConfig};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
+use crate::roles::main::state::{Main, MainRole};
+use crate::roles::main::views::maintenance;
+use crate::roles::main::views::ui;
 use crate::wire::admin::AdminResponse;
 use crate::wire::link::{BlockingReply, BlockingRequest, HubReply};
 
@@ -160,7 +163,7 @@ fn apply(
     role.arm_schedule(ctx);
     // Connected `/ws` clients see the change now, not at the next event.
     ui::flush(&mut role.core);
-    super::heap::trim_soon(ctx);
+    crate::roles::main::reload::heap::trim_soon(ctx);
 }
 
 /// Reload when a file of the configuration directory changed (a cheap metadata scan; none

@@ -25,9 +25,9 @@ use mio::unix::SourceFd;
 use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
-use super::reload;
-use super::state::MainRole;
 use crate::evloop::{Ctx, Flow, Listener};
+use crate::roles::main::reload;
+use crate::roles::main::state::MainRole;
 
 /// From the first event of a burst to the check.
 const SETTLE: Duration = Duration::from_millis(100);

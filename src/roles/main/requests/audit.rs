@@ -5,9 +5,9 @@
 //! causes (runs requested, kills, maintenance changes) says who, as the admin socket's
 //! requests carry their peer's uid.
 
-use super::state::MainRole;
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
+use crate::roles::main::state::MainRole;
 use crate::wire::admin::AdminRequest;
 
 pub fn handle_by(
@@ -18,7 +18,7 @@ pub fn handle_by(
     req: AdminRequest,
 ) {
     role.core.actor.name = Some(who);
-    super::requests::daemon::record_request(&mut role.core, "", &req);
-    super::requests::handle(role, ctx, call, req);
+    crate::roles::main::requests::daemon::record_request(&mut role.core, "", &req);
+    crate::roles::main::requests::handle(role, ctx, call, req);
     role.core.actor.name = None;
 }

@@ -2,8 +2,8 @@
 //! deployment, and the audit trail (what was asked, by whom).
 
 use crate::ipc::CallId;
-use crate::roles::main::answer::{answer_with, bounded_errors, failure, respond};
 use crate::roles::main::state::{Main, MainRole};
+use crate::roles::main::views::answer::{answer_with, bounded_errors, failure, respond};
 use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, EventInfo, StatusInfo};
 use crate::wire::db::DbRequest;
 use crate::wire::db::calls;
@@ -26,7 +26,7 @@ pub fn status(core: &mut Main, call: CallId) {
         processes: core.daemon.processes.clone(),
         jobs: core.config.jobs.len(),
         // On a standby, the leader's (`mirror`).
-        running_runs: core.flight.runs.len() + crate::roles::main::mirror_view::count(core),
+        running_runs: core.flight.runs.len() + crate::roles::main::views::mirror_view::count(core),
         config_errors,
         wrapper_port: core.daemon.wrapper_port,
         db_error: core.storage.db_trouble.clone(),
@@ -41,7 +41,7 @@ pub fn status(core: &mut Main, call: CallId) {
 }
 
 pub fn metrics(core: &mut Main, call: CallId) {
-    let text = crate::roles::main::metrics::render(core);
+    let text = crate::roles::main::views::metrics::render(core);
     respond(core, call, AdminResponse::Metrics(text));
 }
 
@@ -51,8 +51,8 @@ pub fn reload(core: &mut Main, call: CallId) {
 }
 
 pub fn deploy_wrapper(role: &mut MainRole, call: CallId, target: Option<String>) {
-    use crate::roles::main::deploy;
-    if !crate::roles::main::fleet::applies(&role.core) {
+    use crate::roles::main::shell::deploy;
+    if !crate::roles::main::shell::fleet::applies(&role.core) {
         let why = AdminFailure::Invalid("no job uses the salt executor".into());
         return failure(&mut role.core, call, why);
     }

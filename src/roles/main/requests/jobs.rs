@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use crate::config::{Executor, Job, JobEntry, Overlap, TargetType};
 use crate::ipc::CallId;
-use crate::roles::main::answer::{answer_with, bounded_errors, failure, no_job, respond};
 use crate::roles::main::state::Main;
 use crate::roles::main::state::run::RunRequest;
+use crate::roles::main::views::answer::{answer_with, bounded_errors, failure, no_job, respond};
 use crate::wire::admin::{AdminFailure, AdminResponse, JobDetail, JobInfo, JobState, JobSummary};
 use crate::wire::db::DbRequest;
 use crate::wire::db::RunFilter;
@@ -93,7 +93,7 @@ fn described(
     };
     JobDetail {
         summary,
-        config: crate::roles::main::ui::cron_view(entry),
+        config: crate::roles::main::views::ui::cron_view(entry),
         config_json,
         errors,
         next_runs,
@@ -155,7 +155,7 @@ pub fn next_firings(core: &Main, job: &str, from: Option<Millis>, count: u32) ->
         )));
     }
     AdminResponse::NextFirings(
-        crate::roles::main::jobctl::account(core, j, upcoming)
+        crate::roles::main::firing::jobctl::account(core, j, upcoming)
             .iter()
             .map(|t| t.timestamp_millis())
             .collect(),
@@ -292,7 +292,7 @@ pub fn kill_job(
     }
     let mut reached = 0;
     for run in &runs {
-        match crate::roles::main::sessions::kill(core, *run, machine) {
+        match crate::roles::main::wrappers::sessions::kill(core, *run, machine) {
             Ok(n) => reached += n,
             Err(e) => log::warn!("kill of run {run} of {job}: {e}"),
         }

@@ -15,13 +15,15 @@
 //! Every answer goes out through main's `answer` (`respond`, `failure`), as one
 //! `AdminResponse` shape per question that the caller renders.
 
+pub mod audit;
 pub mod daemon;
 mod jobs;
 pub mod output;
 pub mod runs;
 
-use super::answer::{failure, respond};
-use super::{live, maintenance};
+use crate::roles::main::views::answer::{failure, respond};
+use crate::roles::main::views::live;
+use crate::roles::main::views::maintenance;
 
 use super::state::MainRole;
 use crate::evloop::Ctx;
@@ -101,7 +103,9 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
             jobs::kill_job(core, call, &job, machine.as_deref(), run)
         }
         AdminRequest::Runs(query) => runs::find(core, call, query),
-        AdminRequest::GetRun { run } => crate::roles::main::answer::send_run(core, call, run),
+        AdminRequest::GetRun { run } => {
+            crate::roles::main::views::answer::send_run(core, call, run)
+        }
         AdminRequest::Kill { run, machine } => runs::kill(core, call, run, machine),
         AdminRequest::Suspend {
             run,
@@ -136,9 +140,13 @@ pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: 
         AdminRequest::WatchRun { run } => live::watch(core, call, run),
         AdminRequest::Maintenance(change) => maintenance::change(core, call, change),
         AdminRequest::MaintenanceWindows { count } => {
-            crate::roles::main::windows::request(core, call, count)
+            crate::roles::main::shell::windows::request(core, call, count)
         }
-        AdminRequest::JobControl(change) => crate::roles::main::jobctl::request(core, call, change),
-        AdminRequest::Deliveries(filter) => crate::roles::main::notify::list(core, call, filter),
+        AdminRequest::JobControl(change) => {
+            crate::roles::main::firing::jobctl::request(core, call, change)
+        }
+        AdminRequest::Deliveries(filter) => {
+            crate::roles::main::shell::notify::list(core, call, filter)
+        }
     }
 }

@@ -4,8 +4,8 @@
 //! leader drives on a standby, as `MainToHub::UiStoredOutput`, `mirror.rs`).
 
 use crate::ipc::CallId;
-use crate::roles::main::answer::{LIVE_BASE_BYTES, MAX_SLICE, answer_with, live_read};
 use crate::roles::main::state::Main;
+use crate::roles::main::views::answer::{LIVE_BASE_BYTES, MAX_SLICE, answer_with, live_read};
 use crate::wire::admin::{AdminResponse, OutputRange, OutputSlice};
 use crate::wire::db::DbRequest;
 use crate::wire::db::calls;
@@ -45,13 +45,13 @@ pub fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
         tail: Some(LIVE_BASE_BYTES),
         ..OutputQuery::default()
     };
-    let wait = match crate::roles::main::mirror::base_wait(core, call, run, &machine) {
+    let wait = match crate::roles::main::views::mirror::base_wait(core, call, run, &machine) {
         // A run the leader drives, on a standby: fed from the database.
         Some(wait) => wait,
         None => {
             // Everything passed on so far is in what db reads now: the link to db keeps
             // the order, and frames go to db as they arrive.
-            let upto_seq = crate::roles::main::ui::seen_seq(core, run, &machine);
+            let upto_seq = crate::roles::main::views::ui::seen_seq(core, run, &machine);
             answer_with::<calls::Output>(call, move |_, out| live_read(out, upto_seq))
         }
     };

@@ -2,8 +2,8 @@
 //! suspending or resuming a run in flight or one of its targets.
 
 use crate::ipc::CallId;
-use crate::roles::main::answer::{answer_with, failure, respond};
 use crate::roles::main::state::Main;
+use crate::roles::main::views::answer::{answer_with, failure, respond};
 use crate::wire::admin::{AdminFailure, AdminResponse, RunQuery};
 use crate::wire::db::DbRequest;
 use crate::wire::db::RunFilter;
@@ -30,7 +30,7 @@ pub fn find(core: &mut Main, call: CallId, q: RunQuery) {
 }
 
 pub fn kill(core: &mut Main, call: CallId, run: RunId, machine: Option<String>) {
-    match crate::roles::main::sessions::kill(core, run, machine.as_deref()) {
+    match crate::roles::main::wrappers::sessions::kill(core, run, machine.as_deref()) {
         Ok(n) => {
             let msg = format!("kill sent to {n} target(s) of run {run}");
             respond(core, call, AdminResponse::Done(msg));
@@ -40,7 +40,7 @@ pub fn kill(core: &mut Main, call: CallId, run: RunId, machine: Option<String>) 
 }
 
 pub fn suspend(core: &mut Main, call: CallId, run: RunId, machine: Option<String>, want: bool) {
-    match crate::roles::main::suspend::suspend(core, run, machine.as_deref(), want) {
+    match crate::roles::main::run::suspend::suspend(core, run, machine.as_deref(), want) {
         Ok(msg) => respond(core, call, AdminResponse::Done(msg)),
         Err(e) => failure(core, call, e),
     }

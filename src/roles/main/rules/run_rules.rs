@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::target::Target;
+use crate::roles::main::rules::target::Target;
 use crate::wire::records::{Millis, RunId, RunState};
 
 /// The runnable machines cut into batches: at most `number_of_targets` of them (chosen by

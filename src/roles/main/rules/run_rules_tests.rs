@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::run_rules::{
+use crate::roles::main::rules::run_rules::{
     AtSlot, LaunchView, Pickup, RunView, at_slot, check_pickup, cut_batches, job_busy,
     launches_behind,
 };
-use super::target::Target;
+use crate::roles::main::rules::target::Target;
 use crate::wire::records::{RunState, TargetReason};
 
 fn names(n: usize) -> Vec<String> {
@@ -93,7 +93,7 @@ fn targets_not_picked_up_by_the_deadline_are_overdue() {
         .hello(
             t0,
             1,
-            super::target::Credential::LaunchToken { valid: true },
+            crate::roles::main::rules::target::Credential::LaunchToken { valid: true },
         )
         .expect("welcome");
     targets.insert("picked".to_string(), picked);

@@ -4,13 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::roles::main::effects::now_ms;
-use crate::roles::main::effects::{finish_target, transition};
-use crate::roles::main::run_rules;
+use crate::roles::main::rules::run_rules;
+use crate::roles::main::run::effects::now_ms;
+use crate::roles::main::run::effects::{finish_target, transition};
+use crate::roles::main::shell::throttle;
 use crate::roles::main::state::Sc;
 use crate::roles::main::state::run::RunEnv;
 use crate::roles::main::state::{DbWait, Main};
-use crate::roles::main::throttle;
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, RunUpdate, calls};
 use crate::wire::link::{
@@ -212,7 +212,7 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                 if let Err(e) = o.result {
                     log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
                     // Maybe the wrapper went missing: deploy again next time.
-                    crate::roles::main::fleet::missing(core, &o.machine, &path);
+                    crate::roles::main::shell::fleet::missing(core, &o.machine, &path);
                     super::failed::launch_failed(core, &env.req.job.name, run, &o.machine, e);
                 }
             }

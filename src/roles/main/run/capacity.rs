@@ -7,12 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::roles::main::effects::finish_target;
+use crate::roles::main::rules::target::Phase;
+use crate::roles::main::run::effects::finish_target;
+use crate::roles::main::shell::throttle;
 use crate::roles::main::state::Sc;
 use crate::roles::main::state::run::RunEnv;
 use crate::roles::main::state::{DbWait, Main};
-use crate::roles::main::target::Phase;
-use crate::roles::main::throttle;
 use crate::wire::db::{DbRequest, RunUpdate};
 use crate::wire::records::{RunState, TargetReason};
 use crate::workflow::{Step, Wake, WakeEvent};
@@ -95,7 +95,7 @@ fn set_waiting(core: &mut Main, run: u64, waiting: bool) {
     if let Some(active) = core.flight.runs.get_mut(&run) {
         active.awaiting_capacity = waiting;
     }
-    crate::roles::main::ui::run_changed(core, run);
+    crate::roles::main::views::ui::run_changed(core, run);
 }
 
 fn record(core: &mut Main, run: u64, state: RunState, reason: String) {

@@ -2,9 +2,9 @@
 //! transition returns — messages to the wrapper through the hub, writes to db, events —
 //! and offers the transitions that every part of main uses by name.
 
-use super::state::{DbWait, Main};
-use super::target::{Effect, Outcome, Target};
 use crate::ipc::rpc::{CallError, Due};
+use crate::roles::main::rules::target::{Effect, Outcome, Target};
+use crate::roles::main::state::{DbWait, Main};
 use crate::wire::db::TargetUpdate;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
@@ -41,8 +41,8 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                     DbWait::write("a target's suspension"),
                 );
                 // The dashboard and `run --wait` show the flag at once.
-                super::ui::run_changed(core, run);
-                super::live::run_changed(core, run);
+                crate::roles::main::views::ui::run_changed(core, run);
+                crate::roles::main::views::live::run_changed(core, run);
             }
             Effect::Ack(conn, seq) => core.to_wrapper(conn, ServerMsg::Ack { seq }),
             Effect::Done(conn) => core.to_wrapper(conn, ServerMsg::Done {}),
@@ -154,7 +154,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
 
 impl Main {
     /// How soon db must store a write of `run` that nothing waits for
-    /// ([`ActiveRun::write_due`](super::state::run::ActiveRun::write_due)).
+    /// ([`ActiveRun::write_due`](crate::roles::main::state::run::ActiveRun::write_due)).
     pub fn write_due(&self, run: RunId) -> Due {
         self.flight
             .runs

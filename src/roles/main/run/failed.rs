@@ -1,7 +1,7 @@
 //! A target that never ran: its launch failed, or its minion is unreachable. Both leave
 //! a target its wrapper picked up meanwhile alone.
 
-use crate::roles::main::effects::finish_target;
+use crate::roles::main::run::effects::finish_target;
 use crate::roles::main::state::Main;
 use crate::wire::records::{RunId, TargetReason};
 

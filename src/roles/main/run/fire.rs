@@ -7,9 +7,9 @@ use std::sync::Arc;
 use chrono::Utc;
 
 use crate::config::Overlap;
-use crate::roles::main::effects::now_ms;
-use crate::roles::main::run_rules::{self, Hold};
-use crate::roles::main::scheduler::Due;
+use crate::roles::main::rules::run_rules::{self, Hold};
+use crate::roles::main::rules::scheduler::Due;
+use crate::roles::main::run::effects::now_ms;
 use crate::roles::main::state::run::RunRequest;
 use crate::roles::main::state::{DbWait, JobRef, Main};
 use crate::wire::db::{DbRequest, NewRun};
@@ -89,7 +89,7 @@ pub fn fire_as(
     } else {
         None
     };
-    crate::roles::main::ui::slot_fired(
+    crate::roles::main::views::ui::slot_fired(
         core,
         &job.name,
         lateness.num_milliseconds(),
@@ -98,8 +98,8 @@ pub fn fire_as(
     match skip {
         Some(reason) => {
             log::info!("{}: slot {} skipped ({reason})", job.name, due.slot);
-            crate::roles::main::notify::slot_skipped(core, &job, slot, &reason, due.missed);
-            crate::roles::main::joblog::slot_skipped(core, &job, &reason);
+            crate::roles::main::shell::notify::slot_skipped(core, &job, slot, &reason, due.missed);
+            crate::roles::main::shell::joblog::slot_skipped(core, &job, &reason);
             core.event(
                 "run_skipped",
                 Some(&job.name),
@@ -150,7 +150,7 @@ fn launches_behind(core: &Main, job: &str, slot: crate::wire::records::Millis) -
                 && r.launching.is_none()
                 && r.targets
                     .values()
-                    .any(super::super::target::Target::is_pending),
+                    .any(crate::roles::main::rules::target::Target::is_pending),
         })
         .collect();
     let queued = core

@@ -9,14 +9,14 @@ use super::batches::{self, await_launch, collect_all, collect_batch, launch_batc
 use super::{capacity, prestage, targets, unreachable};
 use crate::config::Job;
 use crate::ipc::rpc::Call;
-use crate::roles::main::effects::now_ms;
-use crate::roles::main::run_rules;
+use crate::roles::main::rules::run_rules;
+use crate::roles::main::rules::target::Target;
+use crate::roles::main::run::effects::now_ms;
+use crate::roles::main::shell::windows;
 use crate::roles::main::state::Sc;
 use crate::roles::main::state::run::ActiveRun;
 use crate::roles::main::state::run::{RunEnv, RunRequest};
 use crate::roles::main::state::{DbWait, Main};
-use crate::roles::main::target::Target;
-use crate::roles::main::windows;
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::{DbReply, DbRequest, calls};
 use crate::wire::db::{NewRun, RunUpdate};
@@ -249,7 +249,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                     awaiting_capacity: false,
                 },
             );
-            crate::roles::main::ui::run_changed(core, id);
+            crate::roles::main::views::ui::run_changed(core, id);
             log::info!(
                 "run {id} of {} ({}) recorded with {} targets",
                 env.req.job.name,
@@ -257,7 +257,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 env.batches.iter().map(Vec::len).sum::<usize>()
             );
             answer_admin(core, env, AdminResponse::Started { run: id });
-            crate::roles::main::joblog::run_started(core, &env.req.job, id);
+            crate::roles::main::shell::joblog::run_started(core, &env.req.job, id);
             core.event(
                 "run_started",
                 Some(&env.req.job.name),
@@ -362,10 +362,10 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             Some((state, _)) => *state,
             None => active.final_state(),
         };
-        crate::roles::main::ui::run_finished(core, &active, state);
+        crate::roles::main::views::ui::run_finished(core, &active, state);
         let why = env.unresolved.as_ref().map(|(_, why)| why.clone());
-        crate::roles::main::notify::run_ended(core, &active, state, why);
-        crate::roles::main::joblog::run_ended(core, &active);
+        crate::roles::main::shell::notify::run_ended(core, &active, state, why);
+        crate::roles::main::shell::joblog::run_ended(core, &active);
         core.flight.sessions.retain(|_, (r, _)| *r != run);
         log::info!("run {run} of {} ended", active.job.name);
         core.apply_retention(&active.job.name);

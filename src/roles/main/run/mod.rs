@@ -12,6 +12,7 @@
 
 pub mod batches;
 mod capacity;
+pub mod effects;
 mod failed;
 mod fire;
 mod flow;
@@ -21,6 +22,8 @@ pub mod prestage;
 pub mod recovery;
 pub mod retry;
 pub mod rounds;
+pub mod runs;
+pub mod suspend;
 pub mod targets;
 pub mod unreachable;
 

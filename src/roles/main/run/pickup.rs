@@ -37,7 +37,7 @@ pub fn overdue(env: &mut RunEnv, core: &mut Main, overdue: Vec<String>) -> Optio
                     // Its wrapper may be gone from the minion (a launch published without
                     // waiting for returns does not see that): deploy again next time.
                     let path = core.wrapper_path(&env.req.job);
-                    crate::roles::main::fleet::missing(core, &machine, &path);
+                    crate::roles::main::shell::fleet::missing(core, &machine, &path);
                     let why = format!(
                         "its wrapper never called back before the pick-up deadline, though \
                          the minion answers test.ping ({launch})"

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 
 use crate::config::Overlap;
-use crate::roles::main::effects::finish_target;
-use crate::roles::main::run_rules::{self, AtSlot};
+use crate::roles::main::rules::run_rules::{self, AtSlot};
+use crate::roles::main::run::effects::finish_target;
 use crate::roles::main::state::DbWait;
 use crate::roles::main::state::Main;
 use crate::roles::main::state::run::RunEnv;
@@ -60,7 +60,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
     match refusal {
         None => {
-            active.go_at = Some(crate::roles::main::effects::now_ms());
+            active.go_at = Some(crate::roles::main::run::effects::now_ms());
             let conns: Vec<_> = active.targets.values().filter_map(|t| t.conn).collect();
             core.views
                 .ui
@@ -79,7 +79,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                         run,
                         update: RunUpdate {
                             state: Some(RunState::Running),
-                            started: Some(crate::roles::main::effects::now_ms()),
+                            started: Some(crate::roles::main::run::effects::now_ms()),
                             ..Default::default()
                         },
                     },

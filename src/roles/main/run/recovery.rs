@@ -17,10 +17,10 @@ use super::flow as run_flow;
 use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
+use crate::roles::main::rules::target::Target;
 use crate::roles::main::state::run::ActiveRun;
 use crate::roles::main::state::run::RunRequest;
 use crate::roles::main::state::{DbWait, Main, MainRole};
-use crate::roles::main::target::Target;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::db::{RunUpdate, TargetDetail, TargetUpdate};
@@ -57,7 +57,7 @@ pub fn recovered(role: &mut MainRole, ctx: &mut Ctx<MainRole>, result: Result<Db
         restore(&mut role.core, run, details);
     }
     // A standby that took over: the runs it mirrored are its own now, or ended.
-    crate::roles::main::mirror::adopted(&mut role.core);
+    crate::roles::main::views::mirror::adopted(&mut role.core);
     role.core.boot.in_flight_loaded();
     if count > 0 {
         log::info!("recovered {count} run(s) in flight");

@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::roles::main::effects::transition;
+use crate::roles::main::run::effects::transition;
 use crate::roles::main::state::Main;
 use crate::roles::main::state::run::RunEnv;
 

@@ -32,7 +32,7 @@ impl ActiveRun {
 
     /// Its place in the throttling queues: slot order (a manual run: when recorded), then
     /// run id.
-    pub fn queue_key(&self) -> super::throttle::QueueKey {
+    pub fn queue_key(&self) -> crate::roles::main::shell::throttle::QueueKey {
         (self.slot.unwrap_or(self.recorded_at), self.id)
     }
 

@@ -3,8 +3,8 @@
 //! recorded in the audit trail (`suspend_requested` / `resume_requested`, with who asked)
 //! whatever it reached.
 
-use super::effects::apply;
-use super::state::Main;
+use crate::roles::main::run::effects::apply;
+use crate::roles::main::state::Main;
 use crate::wire::admin::AdminFailure;
 use crate::wire::records::RunId;
 

@@ -10,7 +10,7 @@
 //!   wrapper gets it first (`fleet.rs`).
 
 use crate::config::Executor;
-use crate::roles::main::fleet::{self, Need};
+use crate::roles::main::shell::fleet::{self, Need};
 use crate::roles::main::state::Main;
 use crate::roles::main::state::run::RunEnv;
 use crate::wire::link::{BlockingRequest, blocking_calls};

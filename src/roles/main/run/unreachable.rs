@@ -23,7 +23,7 @@
 use std::time::{Duration, Instant};
 
 use crate::config::Job;
-use crate::roles::main::effects::{finish_target, transition};
+use crate::roles::main::run::effects::{finish_target, transition};
 use crate::roles::main::state::Main;
 use crate::roles::main::state::run::RunEnv;
 use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
@@ -71,7 +71,7 @@ pub fn record_unreachable(
             Some(&m),
             message,
         );
-        let (now, at) = (Instant::now(), crate::roles::main::effects::now_ms());
+        let (now, at) = (Instant::now(), crate::roles::main::run::effects::now_ms());
         transition(core, run, &m, |t| t.await_return(now, window, at));
     }
 }
@@ -119,7 +119,7 @@ pub fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> Plan {
     if waiting.is_empty() {
         return Plan::Nothing;
     }
-    let now_ms = crate::roles::main::effects::now_ms();
+    let now_ms = crate::roles::main::run::effects::now_ms();
     for (machine, until) in &waiting {
         if *until <= now {
             log::warn!(

@@ -4,9 +4,9 @@
 //! deploy to the live ones, answer the admin call with one line per minion. Minions that
 //! got it are recorded in the fleet state (`fleet.rs`), so no run deploys again.
 
-use super::state::Main;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
+use crate::roles::main::state::Main;
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::link::{BlockingReply, BlockingRequest, HubReply, SaltTargetType, blocking_calls};
 use crate::workflow::{Step, StepCtx, Wake, Workflow};
@@ -106,7 +106,7 @@ fn deploy(env: &mut DeployEnv, core: &mut Main, _: &mut Sc) -> Step {
                     Ok(()) => {
                         env.lines
                             .push(format!("{}: ok ({})", o.machine, env.wrapper_path));
-                        super::fleet::deployed_on_demand(
+                        crate::roles::main::shell::fleet::deployed_on_demand(
                             core,
                             &o.machine,
                             &env.wrapper_path,

@@ -12,10 +12,10 @@ use crate::roles::main::state::wrappers::{Failure, Fleet, Key, Seen};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::state::{DbWait, Main};
 use crate::config::Executor;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError, Due};
+use crate::roles::main::state::{DbWait, Main};
 use crate::wire::db::{DbReply, DbRequest, WrapperSeen, calls};
 use crate::wire::link::{BlockingRequest, WrapperBuild, blocking_calls};
 use crate::wire::records::now_ms;

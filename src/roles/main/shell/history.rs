@@ -8,10 +8,10 @@
 
 use chrono::Utc;
 
-use super::state::{DbWait, Main};
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::logsafe::cut;
+use crate::roles::main::state::{DbWait, Main};
 use crate::wire::db::NewEvent;
 use crate::wire::db::Retention;
 use crate::wire::db::calls;

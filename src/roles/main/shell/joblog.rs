@@ -5,9 +5,9 @@
 //! Events: `start` when a run is recorded, `machine_result` per target and `end` when it
 //! ends, `overlap` and `maintenance` for slots not run for those reasons.
 
-use super::state::run::ActiveRun;
-use super::state::{DbWait, Main};
 use crate::config::Job;
+use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::{DbWait, Main};
 use crate::wire::db::DbRequest;
 use crate::wire::notify::{ExportDest, JobLog, JobLogEntry};
 use crate::wire::records::now_ms;

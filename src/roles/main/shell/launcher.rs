@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use std::path::PathBuf;
 
-use super::scheduler;
-use super::state::Main;
 use crate::config;
+use crate::roles::main::rules::scheduler;
+use crate::roles::main::state::Main;
 
 /// Whether `url` (from `servers`) names this server's own wrapper port.
 fn is_own(url: &str, port: u16, authority: &str) -> bool {

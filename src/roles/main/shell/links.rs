@@ -12,9 +12,11 @@
 
 use std::time::Instant;
 
-use super::state::{DB_TIMEOUT, DB_TROUBLE_CLEARS_AFTER, DbWait, LAUNCH_TIMEOUT, Main};
 use crate::ipc::Role;
 use crate::ipc::rpc::{Call, CallError, CallId, Due, Packet, RemoteError};
+use crate::roles::main::state::{
+    DB_TIMEOUT, DB_TROUBLE_CLEARS_AFTER, DbWait, LAUNCH_TIMEOUT, Main,
+};
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{BlockingReply, BlockingRequest, ConnId, HubReply, MainToHub};
 use crate::wire::records::now_ms;

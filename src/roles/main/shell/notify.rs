@@ -22,13 +22,13 @@
 use crate::roles::main::state::notify::InFlight;
 use std::collections::HashMap;
 
-use super::state::run::ActiveRun;
-use super::state::{DbWait, Main, MainRole};
 use crate::config::notify::{Channel, NotifyOn, NotifyRule};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
 use crate::notify::{self, Facts, Notice, TargetNote};
+use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::{DbWait, Main, MainRole};
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::{DbReply, DbRequest, calls};
 use crate::wire::link::{BlockingRequest, HubReply, blocking_calls};
@@ -294,7 +294,10 @@ pub fn list(core: &mut Main, call: CallId, mut filter: DeliveryFilter) {
     core.db_call(
         DbRequest::ListDeliveries(filter),
         DbWait::with(
-            Wait::List(call, super::delivery_view::reader_is_admin(core)),
+            Wait::List(
+                call,
+                crate::roles::main::views::delivery_view::reader_is_admin(core),
+            ),
             db_answer,
         ),
     );
@@ -307,7 +310,7 @@ pub fn db_answer(core: &mut Main, wait: Wait, result: Result<DbReply, CallError>
                 Ok(list) if admin => AdminResponse::Deliveries(list),
                 Ok(list) => AdminResponse::Deliveries(
                     list.into_iter()
-                        .map(super::delivery_view::redacted)
+                        .map(crate::roles::main::views::delivery_view::redacted)
                         .collect(),
                 ),
                 Err(e) => AdminResponse::Failure(AdminFailure::Internal(e.to_string())),

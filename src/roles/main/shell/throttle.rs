@@ -26,9 +26,9 @@
 
 use std::collections::BTreeMap;
 
-use super::state::Main;
-use super::state::run::ActiveRun;
-use super::target::Target;
+use crate::roles::main::rules::target::Target;
+use crate::roles::main::state::Main;
+use crate::roles::main::state::run::ActiveRun;
 use crate::wire::records::{Millis, RunId};
 
 /// A place in a throttling queue: slot (or when a manual run was recorded), then run id.

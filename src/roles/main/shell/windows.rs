@@ -17,9 +17,9 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::state::Main;
 use crate::config::windows::{Window, WindowPolicy, WindowTime};
 use crate::ipc::CallId;
+use crate::roles::main::state::Main;
 use crate::wire::admin::{AdminResponse, WindowOccurrence};
 use crate::wire::link::HubReply;
 

@@ -13,13 +13,13 @@ pub mod wrappers;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use super::scheduler::Scheduler;
-use super::target::Target;
-use super::tokens::Secret;
 use crate::config::LoadedConfig;
 use crate::evloop::Ctx;
 use crate::evloop::timers::TimerId;
 use crate::ipc::rpc::{CallError, CallId};
+use crate::roles::main::rules::scheduler::Scheduler;
+use crate::roles::main::rules::target::Target;
+use crate::roles::main::rules::tokens::Secret;
 use crate::wire::db::DbReply;
 use crate::wire::link::{ConnId, ProcessInfo};
 use crate::wire::records::RunId;

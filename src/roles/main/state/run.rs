@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::super::target::Target;
 use crate::config::Job;
 use crate::ipc::CallId;
+use crate::roles::main::rules::target::Target;
 use crate::wire::link::{MinionOutcome, SaltSettings};
 use crate::wire::records::{Millis, RunId, RunState, Trigger};
 use crate::workflow::WorkflowId;

@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
-use super::super::job_metrics::PerJob;
 use crate::ipc::CallId;
 use crate::metrics::Histogram;
+use crate::roles::main::rules::job_metrics::PerJob;
 use crate::wire::records::{
     Millis, RunId, RunRecord, RunState, TargetReason, TargetRecord, TargetState,
 };

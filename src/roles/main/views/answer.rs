@@ -102,7 +102,7 @@ pub fn live_read(out: OutputBytes, upto_seq: u64) -> AdminResponse {
 pub fn found(core: &Main, record: Option<RunRecord>) -> AdminResponse {
     match record {
         Some(mut run) => {
-            let waiting = crate::roles::main::throttle::reasons(core, run.id);
+            let waiting = crate::roles::main::shell::throttle::reasons(core, run.id);
             for t in &mut run.targets {
                 if t.state == crate::wire::records::TargetState::Queued {
                     t.waiting = waiting.get(&t.machine).cloned();

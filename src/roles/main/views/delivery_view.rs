@@ -5,8 +5,8 @@
 //! sees the scheme and host only, in the destination and wherever the URL is repeated
 //! (the de-duplication key, the last error).
 
-use super::state::Main;
 use crate::config::{ApiAuth, ApiRole};
+use crate::roles::main::state::Main;
 use crate::wire::notify::DeliveryRecord;
 
 /// Whether the request being handled comes from an admin: the admin socket (root, the

@@ -22,12 +22,12 @@
 use crate::roles::main::state::views::{Cursor, FollowSpec, Follower, Watcher};
 use std::collections::BTreeMap;
 
-use super::answer::send_run;
-use super::answer::{MAX_SLICE, failure, respond};
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::{CallError, RemoteError};
 use crate::roles::main::state::{DbWait, Main};
+use crate::roles::main::views::answer::send_run;
+use crate::roles::main::views::answer::{MAX_SLICE, failure, respond};
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::OutputQuery;
 use crate::wire::db::RunFilter;
@@ -79,7 +79,7 @@ pub fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
         .filter(|r| r.job.name == job)
         .map(|r| r.id)
         .max()
-        .or_else(|| crate::roles::main::mirror_view::newest_of(core, &job));
+        .or_else(|| crate::roles::main::views::mirror_view::newest_of(core, &job));
     match in_flight {
         Some(run) if spec.live => start(core, call, spec, run),
         _ => {
@@ -195,7 +195,7 @@ fn begin(core: &mut Main, call: CallId, record: RunRecord) {
     // On a standby, a run the leader drives is followed as its output is committed there.
     let in_flight = core.flight.runs.contains_key(&record.id)
         || (core.views.live.followers.contains_key(&call)
-            && crate::roles::main::mirror_view::follows(core, &record));
+            && crate::roles::main::views::mirror_view::follows(core, &record));
     let Some(f) = core.views.live.followers.get_mut(&call) else {
         return;
     };

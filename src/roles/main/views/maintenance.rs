@@ -17,11 +17,11 @@
 use crate::roles::main::state::schedule::RuntimeMaintenance;
 use std::collections::BTreeSet;
 
-use super::answer::{failure, respond};
 use crate::config::Maintenance;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
 use crate::roles::main::state::{DbWait, Main};
+use crate::roles::main::views::answer::{failure, respond};
 use crate::wire::admin::{
     AdminFailure, AdminResponse, MaintenanceChange, MaintenanceInfo, MaintenanceSource,
 };

@@ -5,9 +5,9 @@ use crate::roles::main::state::views::{MainMetrics, Outbox};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use super::job_metrics::{EndedRun, PerJob, TARGET_RESULTS, target_result};
-use super::state::Main;
 use crate::metrics::{DURATION_BUCKETS, Histogram, LATENCY_BUCKETS, header, label_value};
+use crate::roles::main::rules::job_metrics::{EndedRun, PerJob, TARGET_RESULTS, target_result};
+use crate::roles::main::state::Main;
 use crate::wire::records::{Millis, RunState};
 
 /// The `result` of a delivery attempt: `delivered`, `failed` (tried again later) or

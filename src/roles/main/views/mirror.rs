@@ -30,11 +30,11 @@ use crate::roles::main::state::views::{Feed, Mirrored};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use super::live;
-use super::mirror_view::standby;
-use super::state::{DbWait, Main};
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
+use crate::roles::main::state::{DbWait, Main};
+use crate::roles::main::views::live;
+use crate::roles::main::views::mirror_view::standby;
 use crate::wire::admin::AdminFailure;
 use crate::wire::db::{DbReply, DbRequest, LiveKind, LiveNotice, OutputBytes, OutputQuery, calls};
 use crate::wire::link::MainToHub;
@@ -218,7 +218,7 @@ fn in_flight_read(core: &mut Main, result: Result<DbReply, CallError>) {
                 );
             }
         }
-        super::ui::job_changed(core, &job);
+        crate::roles::main::views::ui::job_changed(core, &job);
         // Whatever a lost notification hid is read from each one's position, before
         // the record read now is shown (`settle`).
         output_committed(core, run);
@@ -246,7 +246,7 @@ fn record_read(core: &mut Main, run: RunId, result: Result<DbReply, CallError>) 
     if record.state.is_final() {
         if !known {
             // Never seen in flight: only its result counts.
-            return super::ui::mirrored_run_ended(core, &record);
+            return crate::roles::main::views::ui::mirrored_run_ended(core, &record);
         }
         // Followers make their last reads; the views wait for the feeds (`settle`).
         live::run_ended(core, run);
@@ -267,7 +267,7 @@ fn record_read(core: &mut Main, run: RunId, result: Result<DbReply, CallError>) 
                     next: None,
                 },
             );
-            super::ui::job_changed(core, &job);
+            crate::roles::main::views::ui::job_changed(core, &job);
         }
     }
     for machine in feeds_of(core, run) {
@@ -297,13 +297,13 @@ fn settle(core: &mut Main, run: RunId) {
     if !next.state.is_final() {
         let job = next.job.clone();
         entry.shown = next;
-        return super::ui::job_changed(core, &job);
+        return crate::roles::main::views::ui::job_changed(core, &job);
     }
     core.views.mirror.runs.remove(&run);
     for machine in feeds_of(core, run) {
         core.views.mirror.feeds.remove(&(run, machine));
     }
-    super::ui::mirrored_run_ended(core, &next);
+    crate::roles::main::views::ui::mirrored_run_ended(core, &next);
 }
 
 fn feed_read(core: &mut Main, run: RunId, machine: String, result: Result<DbReply, CallError>) {
@@ -391,12 +391,12 @@ fn base_read(
             if let Some(feed) = core.views.mirror.feeds.get_mut(&key) {
                 feed.next_from = feed.next_from.max(upto);
             }
-            let resp = super::answer::live_read(out, upto);
-            super::answer::respond(core, call, resp);
+            let resp = crate::roles::main::views::answer::live_read(out, upto);
+            crate::roles::main::views::answer::respond(core, call, resp);
         }
         Err(e) => {
             let why = AdminFailure::Internal(e.to_string());
-            super::answer::failure(core, call, why);
+            crate::roles::main::views::answer::failure(core, call, why);
         }
     }
     let Some(feed) = core.views.mirror.feeds.get_mut(&key) else {

@@ -17,10 +17,10 @@
 use crate::roles::main::state::views::LastRun;
 use std::collections::BTreeMap;
 
-use super::state::run::ActiveRun;
-use super::state::{DbWait, Main};
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
+use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::{DbWait, Main};
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
@@ -116,11 +116,15 @@ pub fn run_finished(core: &mut Main, active: &ActiveRun, state: RunState) {
     let started = core.views.ui.run_started.remove(&run);
     let now = now_ms();
     let targets: Vec<_> = active.targets.iter().map(|(m, t)| t.record(m)).collect();
-    let ended = super::job_metrics::EndedRun {
+    let ended = crate::roles::main::rules::job_metrics::EndedRun {
         state,
         duration_s: started.map(|s| (now - s) as f64 / 1000.0),
         now_ms: now,
-        lateness_s: super::job_metrics::run_lateness(active.slot, active.trigger, &targets),
+        lateness_s: crate::roles::main::rules::job_metrics::run_lateness(
+            active.slot,
+            active.trigger,
+            &targets,
+        ),
         targets: &targets,
     };
     core.views.ui.metrics.run_ended(&active.job.name, &ended);
@@ -274,8 +278,10 @@ pub fn cron_view(entry: &crate::config::JobEntry) -> CronEntryView {
             name: bad.name.clone(),
             group: bad.group.clone(),
             file: bad.file.display().to_string(),
-            error: super::answer::bounded_errors(bad.errors.iter().map(|d| d.to_string()))
-                .join("; "),
+            error: crate::roles::main::views::answer::bounded_errors(
+                bad.errors.iter().map(|d| d.to_string()),
+            )
+            .join("; "),
         },
     }
 }
@@ -301,7 +307,7 @@ fn config_view(core: &Main) -> ConfigView {
             api_token_set: sp.api_token.is_some(),
         },
         serial: core.views.ui.config_serial,
-        errors: super::answer::bounded_errors(
+        errors: crate::roles::main::views::answer::bounded_errors(
             core.config
                 .diagnostics
                 .iter()
@@ -336,7 +342,8 @@ fn status_view(core: &Main) -> StatusView {
                 .collect(),
         });
     }
-    view.running.extend(super::mirror_view::running(core));
+    view.running
+        .extend(crate::roles::main::views::mirror_view::running(core));
     view
 }
 
@@ -371,7 +378,7 @@ fn details(core: &Main, job: &str) -> DetailsView {
             let ok = core.views.ui.last.get(job).map(LastRun::ok);
             (Some(active.id), started.or(active.slot), ok)
         }
-        None => match super::mirror_view::newest_details(core, job) {
+        None => match crate::roles::main::views::mirror_view::newest_details(core, job) {
             Some((run, started, shown)) => {
                 targets = shown;
                 let ok = core.views.ui.last.get(job).map(LastRun::ok);

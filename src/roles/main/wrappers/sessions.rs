@@ -9,16 +9,16 @@
 
 use std::time::{Duration, Instant};
 
-use super::effects::{apply, finish_target, now_ms, transition};
-use super::live;
-use super::runs::exit_outcome;
-use super::state::{DbWait, Main};
-use super::target::{KillAction, PendingExit};
-use super::tokens;
-use super::welcome::{answer_hello, reject, staged_heartbeat_s};
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
+use crate::roles::main::rules::target::{KillAction, PendingExit};
+use crate::roles::main::rules::tokens;
+use crate::roles::main::run::effects::{apply, finish_target, now_ms, transition};
+use crate::roles::main::run::runs::exit_outcome;
+use crate::roles::main::state::{DbWait, Main};
+use crate::roles::main::views::live;
+use crate::roles::main::wrappers::welcome::{answer_hello, reject, staged_heartbeat_s};
 use crate::wire::db::TargetUpdate;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
@@ -106,7 +106,7 @@ pub fn reconcile(
                 ),
             )
         } else {
-            super::welcome::not_in_flight(hello.run)
+            crate::roles::main::wrappers::welcome::not_in_flight(hello.run)
         };
         core.reply_hub(id, HubReply::Verdict(verdict));
         return;
@@ -140,7 +140,7 @@ pub fn reconcile(
         DbWait::write("a reopened run"),
     );
     reopen_target(core, run, &hello.machine);
-    super::run::recovery::restore(core, record, details);
+    crate::roles::main::run::recovery::restore(core, record, details);
     answer_hello(core, id, hello);
 }
 
@@ -237,7 +237,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
                 core.credit_output(conn, cost);
                 return;
             };
-            super::ui::output_arrived(core, run, &machine, seq, &data);
+            crate::roles::main::views::ui::output_arrived(core, run, &machine, seq, &data);
             let limit = core
                 .flight
                 .runs

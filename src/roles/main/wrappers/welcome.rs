@@ -8,14 +8,14 @@
 use crate::roles::main::state::wrappers::Refusals;
 use std::time::Instant;
 
-use super::effects::apply;
-use super::state::{DbWait, Main};
-use super::target::suspend::SuspendReport;
-use super::target::{Credential, Effect, Token};
-use super::tokens;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{CallError, Due};
 use crate::logsafe::{Admit, NAME_MAX, PerKey, clip};
+use crate::roles::main::rules::target::suspend::SuspendReport;
+use crate::roles::main::rules::target::{Credential, Effect, Token};
+use crate::roles::main::rules::tokens;
+use crate::roles::main::run::effects::apply;
+use crate::roles::main::state::{DbWait, Main};
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, TargetUpdate};
 use crate::wire::link::{ConnId, HubReply, MinionProof, WrapperHello, WrapperVerdict};
@@ -74,13 +74,13 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         core.reply_hub(id, HubReply::Verdict(verdict));
         return;
     }
-    super::ui::wrapper_welcomed(core, run, &machine, &wrapper_version);
+    crate::roles::main::views::ui::wrapper_welcomed(core, run, &machine, &wrapper_version);
     if let Some(latency) = core.rounds.arrived(run, &machine, Instant::now()) {
         core.record_launch_latency(latency);
     }
     // A minion proven by its key says which wrapper build it has: fleet state, for free.
     if by_key && let Some(build) = build {
-        super::fleet::hello(core, &machine, build);
+        crate::roles::main::shell::fleet::hello(core, &machine, build);
     }
     let hash = store.clone();
     let verdict = match store {

@@ -114,7 +114,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::SuspendReport;
-    use crate::roles::main::target::{Credential, Effect, Target};
+    use crate::roles::main::rules::target::{Credential, Effect, Target};
     use crate::wire::records::{TargetReason, TargetRecord, TargetState};
 
     const CAPABLE: SuspendReport = SuspendReport {

@@ -110,7 +110,7 @@ mod tests {
         let mut k = Target::new(0);
         k.await_return(now, Duration::from_secs(60), 0);
         match k.kill(5) {
-            crate::roles::main::target::KillAction::Canceled(fx) => assert!(matches!(
+            crate::roles::main::rules::target::KillAction::Canceled(fx) => assert!(matches!(
                 fx[0],
                 Effect::RecordOutcome {
                     outcome: Outcome {

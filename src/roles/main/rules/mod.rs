@@ -1,0 +1,12 @@
+//! The pure rules of main: no state, no sockets, no clock. One target's life
+//! (`target/`), the run-level rules (`run_rules`), when jobs fire (`scheduler`), launch
+//! tokens and session keys (`tokens`), the per-job series of `/metrics` (`job_metrics`).
+//! Everything else in main stands on these.
+
+pub mod job_metrics;
+pub mod run_rules;
+#[cfg(test)]
+mod run_rules_tests;
+pub mod scheduler;
+pub mod target;
+pub mod tokens;
