@@ -10,10 +10,10 @@
 use nix::unistd::{Gid, Group};
 
 /// The group allowed when `admin_group` is not configured (if it exists).
-pub const DEFAULT_ADMIN_GROUP: &str = "saltpeter";
+pub(crate) const DEFAULT_ADMIN_GROUP: &str = "saltpeter";
 
 #[derive(Debug, thiserror::Error)]
-pub enum AccessError {
+pub(crate) enum AccessError {
     #[error("admin_group {0} does not exist on this host")]
     NoSuchGroup(String),
     #[error("could not look up group {name}: {source}")]
@@ -22,7 +22,7 @@ pub enum AccessError {
 
 /// The admin group by name and id: the configured one (which must exist), else
 /// `saltpeter` if it exists, else none.
-pub fn admin_group(configured: Option<&str>) -> Result<Option<(String, Gid)>, AccessError> {
+pub(crate) fn admin_group(configured: Option<&str>) -> Result<Option<(String, Gid)>, AccessError> {
     let lookup = |name: &str| {
         Group::from_name(name).map_err(|source| AccessError::Lookup {
             name: name.to_string(),
@@ -40,7 +40,7 @@ pub fn admin_group(configured: Option<&str>) -> Result<Option<(String, Gid)>, Ac
 
 /// A connecting process as the kernel describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Peer {
+pub(crate) struct Peer {
     pub uid: u32,
     pub gid: u32,
     pub pid: i32,
@@ -49,7 +49,11 @@ pub struct Peer {
 }
 
 /// Whether `peer` may use the socket of a daemon running as `daemon_uid`.
-pub fn decide(peer: &Peer, daemon_uid: u32, group: Option<(&str, u32)>) -> Result<(), String> {
+pub(crate) fn decide(
+    peer: &Peer,
+    daemon_uid: u32,
+    group: Option<(&str, u32)>,
+) -> Result<(), String> {
     if peer.uid == 0 || peer.uid == daemon_uid {
         return Ok(());
     }
@@ -67,7 +71,7 @@ pub fn decide(peer: &Peer, daemon_uid: u32, group: Option<(&str, u32)>) -> Resul
 }
 
 /// The supplementary groups of `pid`, from the `Groups:` line of `/proc/PID/status`.
-pub fn supplementary_groups(pid: i32) -> Vec<u32> {
+pub(crate) fn supplementary_groups(pid: i32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .map(|status| parse_groups(&status))
         .unwrap_or_default()

@@ -30,26 +30,27 @@
 //! - `wire`: messages crossing process and network boundaries
 //! - `workflow`: the step engine behind every job run in `main`
 //! - `wrapper`: `saltpeter-wrapper`, which runs a job on a target and reports to the hub
+#![warn(unreachable_pub)]
 
-pub mod access;
+mod access;
 pub mod cleanup;
 pub mod config;
 pub mod ctl;
 pub mod daemon;
-pub mod evloop;
-pub mod ipc;
-pub mod json;
-pub mod logging;
-pub mod logsafe;
-pub mod metrics;
+mod evloop;
+mod ipc;
+mod json;
+mod logging;
+mod logsafe;
+mod metrics;
 pub mod minion_key;
-pub mod minion_trust;
+mod minion_trust;
 pub mod notify;
-pub mod paths;
+mod paths;
 pub mod roles;
-pub mod salt_master;
-pub mod schedule;
-pub mod supervisor;
+mod salt_master;
+mod schedule;
+mod supervisor;
 pub mod tls;
 pub mod wire;
 pub mod workflow;

@@ -21,7 +21,7 @@ fn priority(level: Level) -> u8 {
 }
 
 /// Install the logger for a process named `role` (e.g. "hub", "saltpeterctl").
-pub fn init(role: &str, debug: bool) {
+pub(crate) fn init(role: &str, debug: bool) {
     let journald = std::env::var_os("JOURNAL_STREAM").is_some();
     let role = role.to_string();
     let default = if debug { "debug" } else { "info" };

@@ -16,7 +16,7 @@ use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 /// How many characters of a peer's machine id or name main writes in a log line or event.
-pub const NAME_MAX: usize = 256;
+pub(crate) const NAME_MAX: usize = 256;
 
 /// Format characters that reorder or hide text on a terminal: LRM/RLM, the embeddings
 /// and overrides (U+202A–U+202E) and the isolates (U+2066–U+2069).
@@ -26,7 +26,7 @@ fn is_bidi(c: char) -> bool {
 
 /// Whether `c` is written as an escape (`\n`, `\u{1b}`, `\u{202e}`): control characters
 /// (C0, DEL, C1 — ESC and CSI start every ANSI and OSC sequence) and bidi controls.
-pub fn needs_escape(c: char) -> bool {
+pub(crate) fn needs_escape(c: char) -> bool {
     c.is_control() || is_bidi(c)
 }
 
@@ -40,7 +40,7 @@ fn push_escaped(out: &mut String, c: char) {
 
 /// `text` with control, escape and bidi characters escaped, at most `max` characters of
 /// it, and `…` when cut.
-pub fn clip(text: &str, max: usize) -> String {
+pub(crate) fn clip(text: &str, max: usize) -> String {
     let mut out = String::with_capacity(text.len().min(max) + 8);
     for (n, c) in text.chars().enumerate() {
         if n >= max {
@@ -53,7 +53,7 @@ pub fn clip(text: &str, max: usize) -> String {
 }
 
 /// `text` with control, escape and bidi characters escaped, whole (for a terminal).
-pub fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     if !text.chars().any(needs_escape) {
         return text.to_string();
     }
@@ -66,7 +66,7 @@ pub fn escape(text: &str) -> String {
 
 /// At most `max` characters of `text`, and `…` when cut; nothing escaped (for stored
 /// rows, which their readers escape where they print them).
-pub fn cut(text: &str, max: usize) -> String {
+pub(crate) fn cut(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),
@@ -75,14 +75,14 @@ pub fn cut(text: &str, max: usize) -> String {
 
 /// A warning that is logged at most once per `period`.
 #[derive(Debug)]
-pub struct Repeated {
+pub(crate) struct Repeated {
     period: Duration,
     last: Option<Instant>,
     held: u64,
 }
 
 impl Repeated {
-    pub const fn new(period: Duration) -> Repeated {
+    pub(crate) const fn new(period: Duration) -> Repeated {
         Repeated {
             period,
             last: None,
@@ -92,7 +92,7 @@ impl Repeated {
 
     /// `Some(n)` when the warning may be logged now (`n` = how many were held back
     /// since the last one); `None` to stay quiet.
-    pub fn due(&mut self, now: Instant) -> Option<u64> {
+    pub(crate) fn due(&mut self, now: Instant) -> Option<u64> {
         match self.last {
             Some(at) if now.duration_since(at) < self.period => {
                 self.held += 1;
@@ -108,7 +108,7 @@ impl Repeated {
 
 /// What [`PerKey::admit`] decided for one occurrence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admit {
+pub(crate) enum Admit {
     /// Record it in full; `held` occurrences of an earlier window were held back (say
     /// so once).
     Record { held: u64 },
@@ -121,7 +121,7 @@ pub enum Admit {
 /// most `max_keys` keys (the oldest window is dropped first), so a flood from many
 /// addresses cannot grow it without bound.
 #[derive(Debug)]
-pub struct PerKey<K> {
+pub(crate) struct PerKey<K> {
     window: Duration,
     allowance: u32,
     max_keys: usize,
@@ -136,7 +136,7 @@ struct Window {
 }
 
 impl<K: Hash + Eq + Clone> PerKey<K> {
-    pub fn new(window: Duration, allowance: u32, max_keys: usize) -> PerKey<K> {
+    pub(crate) fn new(window: Duration, allowance: u32, max_keys: usize) -> PerKey<K> {
         PerKey {
             window,
             allowance,
@@ -145,7 +145,7 @@ impl<K: Hash + Eq + Clone> PerKey<K> {
         }
     }
 
-    pub fn admit(&mut self, key: &K, now: Instant) -> Admit {
+    pub(crate) fn admit(&mut self, key: &K, now: Instant) -> Admit {
         let window = self.window;
         if !self.keys.contains_key(key) && self.keys.len() >= self.max_keys {
             self.keys

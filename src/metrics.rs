@@ -9,12 +9,12 @@ use std::fmt::Write;
 use serde::{Deserialize, Serialize};
 
 /// Buckets (seconds) for short latencies: commits, scheduling lateness.
-pub const LATENCY_BUCKETS: &[f64] = &[
+pub(crate) const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// Buckets (seconds) for run durations.
-pub const DURATION_BUCKETS: &[f64] = &[
+pub(crate) const DURATION_BUCKETS: &[f64] = &[
     0.1,
     0.5,
     1.0,
@@ -102,13 +102,13 @@ impl Histogram {
 }
 
 /// HELP and TYPE lines of one metric family.
-pub fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+pub(crate) fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
 /// Escape a label value (backslash, quote, newline).
-pub fn label_value(value: &str) -> String {
+pub(crate) fn label_value(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

@@ -23,7 +23,7 @@ use crate::minion_key::{KeyCache, KeyError, accepted_key_path, verify_with_key};
 
 /// Why a proof is refused; the message goes into the `wrapper_refused` event.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     #[error("the master has no accepted key for {minion} (looked in {tried})")]
     NotAccepted { minion: String, tried: String },
     #[error(
@@ -47,7 +47,7 @@ pub enum Refusal {
 
 /// A proof to check: the hub's challenge, the run and the minion it claims, and the
 /// hex signature.
-pub struct Proof<'a> {
+pub(crate) struct Proof<'a> {
     pub challenge: &'a str,
     pub run: u64,
     pub minion: &'a str,
@@ -56,7 +56,7 @@ pub struct Proof<'a> {
 
 /// Check `proof` against the key the trusted `pki_dirs` accepted for its minion (see the
 /// module note); `Ok` is the key file that proved it (the first of those holding it).
-pub fn check_proof(
+pub(crate) fn check_proof(
     cache: &mut KeyCache,
     pki_dirs: &[&Path],
     proof: &Proof<'_>,

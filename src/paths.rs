@@ -5,15 +5,15 @@
 
 use std::path::{Path, PathBuf};
 
-pub const DEFAULT_CONFIG_DIR: &str = "/etc/saltpeter";
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/saltpeter";
-pub const DEFAULT_RUNTIME_DIR: &str = "/run/saltpeter";
-pub const ADMIN_SOCKET: &str = "admin.sock";
-pub const PID_FILE: &str = "saltpeter.pid";
-pub const DATABASE: &str = "saltpeter.db";
-pub const SECRET_FILE: &str = "server.secret";
+pub(crate) const DEFAULT_CONFIG_DIR: &str = "/etc/saltpeter";
+pub(crate) const DEFAULT_STATE_DIR: &str = "/var/lib/saltpeter";
+pub(crate) const DEFAULT_RUNTIME_DIR: &str = "/run/saltpeter";
+pub(crate) const ADMIN_SOCKET: &str = "admin.sock";
+pub(crate) const PID_FILE: &str = "saltpeter.pid";
+pub(crate) const DATABASE: &str = "saltpeter.db";
+pub(crate) const SECRET_FILE: &str = "server.secret";
 /// The local executor's launch token files, under the state directory.
-pub const LAUNCH_TOKENS: &str = "launch-tokens";
+pub(crate) const LAUNCH_TOKENS: &str = "launch-tokens";
 
 /// The three directories of a daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +84,7 @@ impl DirArgs {
 }
 
 /// First of: command line, configuration, systemd's variable, default.
-pub fn pick_dir(
+pub(crate) fn pick_dir(
     cli: Option<&Path>,
     config: Option<&Path>,
     env_var: &str,
@@ -105,7 +105,7 @@ pub fn pick_dir(
 
 /// The admin socket `saltpeterctl` talks to: `--socket`, then `$SALTPETER_SOCKET`, then
 /// `$RUNTIME_DIRECTORY` or the default runtime dir.
-pub fn admin_socket_for_ctl(cli: Option<&Path>) -> PathBuf {
+pub(crate) fn admin_socket_for_ctl(cli: Option<&Path>) -> PathBuf {
     if let Some(p) = cli {
         return p.to_path_buf();
     }

@@ -11,16 +11,16 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// Salt's configuration directory when none is given.
-pub const DEFAULT_CONFIG_DIR: &str = "/etc/salt";
+pub(crate) const DEFAULT_CONFIG_DIR: &str = "/etc/salt";
 
 /// The master's configuration file in `config_dir` (`None`: Salt's default directory).
-pub fn file(config_dir: Option<&str>) -> PathBuf {
+pub(crate) fn file(config_dir: Option<&str>) -> PathBuf {
     Path::new(config_dir.unwrap_or(DEFAULT_CONFIG_DIR)).join("master")
 }
 
 /// The settings `T` names of the master's configuration in `config_dir`; `None` when the
 /// file is missing, unreadable or not what `T` expects.
-pub fn read<T: serde::de::DeserializeOwned>(config_dir: &Path) -> Option<T> {
+pub(crate) fn read<T: serde::de::DeserializeOwned>(config_dir: &Path) -> Option<T> {
     let text = std::fs::read_to_string(config_dir.join("master")).ok()?;
     serde_saphyr::from_str::<T>(&text).ok()
 }
@@ -38,7 +38,7 @@ pub fn sock_dir(config_dir: &Path) -> PathBuf {
 }
 
 /// The first `base` directory of the master's `file_roots` (default `/srv/salt`).
-pub fn file_root(config_dir: Option<&str>) -> PathBuf {
+pub(crate) fn file_root(config_dir: Option<&str>) -> PathBuf {
     #[derive(serde::Deserialize)]
     struct FileRoots {
         file_roots: Option<BTreeMap<String, Vec<String>>>,

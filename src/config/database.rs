@@ -23,7 +23,7 @@ use std::str::FromStr;
 
 /// `sslmode`, as libpq reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SslMode {
+pub(crate) enum SslMode {
     Disable,
     Prefer,
     Require,
@@ -48,7 +48,7 @@ impl SslMode {
         })
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             SslMode::Disable => "disable",
             SslMode::Prefer => "prefer",
@@ -59,14 +59,14 @@ impl SslMode {
     }
 
     /// Whether the connection may end up in plain text.
-    pub fn may_be_plain(self) -> bool {
+    pub(crate) fn may_be_plain(self) -> bool {
         matches!(self, SslMode::Disable | SslMode::Prefer)
     }
 }
 
 /// Which certificates the server's must chain to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CaSource {
+pub(crate) enum CaSource {
     /// A PEM bundle (`database_ca_file` or `sslrootcert=PATH`).
     File(PathBuf),
     /// The system's CA bundle (`sslrootcert=system`).
@@ -75,7 +75,7 @@ pub enum CaSource {
 
 impl CaSource {
     /// For messages: the file, or "the system's CA bundle".
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             CaSource::File(path) => path.display().to_string(),
             CaSource::System => "the system's CA bundle".to_string(),
@@ -85,7 +85,7 @@ impl CaSource {
 
 /// What the server's certificate is checked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verify {
+pub(crate) enum Verify {
     /// Nothing: encrypted, but anyone in the path can pose as the server.
     Nothing,
     /// The chain to a CA, not the name (`verify-ca`, or `require` with a CA).
@@ -96,7 +96,7 @@ pub enum Verify {
 
 /// The database connection's TLS, resolved from the URL and the keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DatabaseTls {
+pub(crate) struct DatabaseTls {
     pub mode: SslMode,
     pub verify: Verify,
     /// The URL for the `postgres` crate: `sslmode`/`sslrootcert` replaced by what it
@@ -106,7 +106,7 @@ pub struct DatabaseTls {
 
 /// Resolves `url` with `database_ca_file` (`ca_file`); checks the URL's syntax, not the
 /// CA file's content ([`check`] does).
-pub fn resolve(url: &str, ca_file: Option<&Path>) -> Result<DatabaseTls, String> {
+pub(crate) fn resolve(url: &str, ca_file: Option<&Path>) -> Result<DatabaseTls, String> {
     let (base, query) = match url.split_once('?') {
         Some((base, query)) => (base, query),
         None => (url, ""),
@@ -183,7 +183,7 @@ pub fn resolve(url: &str, ca_file: Option<&Path>) -> Result<DatabaseTls, String>
 
 /// The hosts the driver would connect to: each `hostaddr` when given, else each `host`
 /// (a Unix socket directory as its path). Parses the URL in full.
-pub fn connect_targets(driver_url: &str) -> Result<Vec<String>, String> {
+pub(crate) fn connect_targets(driver_url: &str) -> Result<Vec<String>, String> {
     let config = postgres::Config::from_str(driver_url)
         .map_err(|e| format!("is not a valid PostgreSQL URL: {}", with_causes(&e)))?;
     if !config.get_hostaddrs().is_empty() {
@@ -205,7 +205,7 @@ pub fn connect_targets(driver_url: &str) -> Result<Vec<String>, String> {
 
 /// Whether a connection to `host` stays on this machine: a Unix socket directory,
 /// `localhost`, 127.0.0.0/8 or ::1.
-pub fn is_local_host(host: &str) -> bool {
+pub(crate) fn is_local_host(host: &str) -> bool {
     if host.starts_with('/') {
         return true;
     }
@@ -219,7 +219,7 @@ pub fn is_local_host(host: &str) -> bool {
 /// The whole check of the database settings at load: the URL resolves, a plain-text
 /// mode goes only to local hosts unless `plaintext_ok`, and the CA file is a readable
 /// PEM bundle. `Err` is the message, without the URL.
-pub fn check(url: &str, ca_file: Option<&Path>, plaintext_ok: bool) -> Result<(), String> {
+pub(crate) fn check(url: &str, ca_file: Option<&Path>, plaintext_ok: bool) -> Result<(), String> {
     let tls = resolve(url, ca_file)?;
     let targets = connect_targets(&tls.driver_url)?;
     if tls.mode.may_be_plain()
@@ -248,7 +248,7 @@ pub fn check(url: &str, ca_file: Option<&Path>, plaintext_ok: bool) -> Result<()
 
 /// `error: cause: cause…` (the driver's parse errors name the option in their cause;
 /// none of them repeats a value).
-pub fn with_causes(error: &dyn std::error::Error) -> String {
+pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut cause = error.source();
     while let Some(e) = cause {

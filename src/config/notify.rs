@@ -255,7 +255,7 @@ fn read_rule(node: &Node, errors: &mut Vec<(Pos, String)>) -> Option<NotifyRule>
 
 /// An `http://` or `https://` URL with a host, an optional port and no credentials (they
 /// would be shown with the deliveries).
-pub fn check_url(url: &str) -> Result<String, String> {
+pub(crate) fn check_url(url: &str) -> Result<String, String> {
     if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(format!("`{url}` contains a space or a control character"));
     }
@@ -276,7 +276,7 @@ pub fn check_url(url: &str) -> Result<String, String> {
 }
 
 /// `host[:port]` of a URL or a server address (`default_port` when absent).
-pub fn split_authority(authority: &str, default_port: u16) -> Result<(String, u16), String> {
+pub(crate) fn split_authority(authority: &str, default_port: u16) -> Result<(String, u16), String> {
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
         let (host, rest) = v6
             .split_once(']')
@@ -304,7 +304,7 @@ pub fn split_authority(authority: &str, default_port: u16) -> Result<(String, u1
 
 /// A plain `local@domain` address: no display name, spaces, brackets or line breaks (it
 /// goes into an SMTP command and a header).
-pub fn check_address(address: &str) -> Result<(), String> {
+pub(crate) fn check_address(address: &str) -> Result<(), String> {
     let bad = |why: &str| Err(format!("`{address}` is not a mail address ({why})"));
     if address
         .chars()
@@ -346,7 +346,7 @@ pub(crate) fn read_smtp(node: &Node) -> Result<Option<(String, Option<u16>)>, St
 }
 
 /// The SMTP port: the one given, else 465 for implicit TLS, else 25.
-pub fn smtp_port(given: Option<u16>, tls: SmtpTls) -> u16 {
+pub(crate) fn smtp_port(given: Option<u16>, tls: SmtpTls) -> u16 {
     given.unwrap_or(if tls == SmtpTls::Implicit { 465 } else { 25 })
 }
 

@@ -111,7 +111,7 @@ impl Limits {
 
 /// `512M` style sizes: a byte count with an optional K, M, G or T suffix (powers of 1024,
 /// as systemd reads `MemoryMax=`).
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
     let text = text.trim();
     let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => text.split_at(i),
@@ -133,7 +133,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 }
 
 /// A byte count as the largest whole unit that divides it (`512 MiB`, `1536 KiB`).
-pub fn show_bytes(n: u64) -> String {
+pub(crate) fn show_bytes(n: u64) -> String {
     for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
         if n >= 1 << shift && n.is_multiple_of(1 << shift) {
             return format!("{} {unit}", n >> shift);

@@ -90,7 +90,7 @@ impl Window {
 }
 
 /// `*` matches any run of characters, `?` one character; everything else itself.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
     let t: Vec<char> = text.chars().collect();
     // Iterative matching with one backtrack point: linear in practice, never exponential.

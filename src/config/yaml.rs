@@ -31,7 +31,7 @@ pub struct Node {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum NodeKind {
+pub(crate) enum NodeKind {
     /// `quoted` is true for quoted and block scalars and for `!!str` tags: never a bool/null.
     Scalar {
         text: String,

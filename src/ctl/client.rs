@@ -18,16 +18,16 @@ use crate::ipc::{Channel, ChannelError};
 use crate::paths;
 use crate::wire::admin::{AdminRequest, AdminResponse};
 
-pub type CtlError = (i32, String);
+pub(super) type CtlError = (i32, String);
 
-pub struct Client {
+pub(super) struct Client {
     path: PathBuf,
     link: Channel<UnixStream, AdminRequest, AdminResponse>,
     queue: VecDeque<AdminResponse>,
 }
 
 impl Client {
-    pub fn connect(socket: Option<PathBuf>) -> Result<Client, CtlError> {
+    pub(super) fn connect(socket: Option<PathBuf>) -> Result<Client, CtlError> {
         let path = socket_path(
             socket.as_deref(),
             std::env::var_os("SALTPETER_SOCKET"),
@@ -81,7 +81,7 @@ impl Client {
     }
 
     /// One request; progress lines go to stderr, the final answer is returned.
-    pub fn request(&mut self, req: &AdminRequest) -> Result<AdminResponse, CtlError> {
+    pub(super) fn request(&mut self, req: &AdminRequest) -> Result<AdminResponse, CtlError> {
         self.call(req, |resp| {
             if let AdminResponse::Progress(line) = resp {
                 eprintln!("{line}");
@@ -91,7 +91,7 @@ impl Client {
     }
 
     /// One request whose streamed answers go to `on_stream`; the final one is returned.
-    pub fn call(
+    pub(super) fn call(
         &mut self,
         req: &AdminRequest,
         mut on_stream: impl FnMut(AdminResponse) -> Result<(), CtlError>,

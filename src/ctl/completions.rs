@@ -12,7 +12,7 @@ use clap::CommandFactory;
 use super::args::Cli;
 use super::exit::{CtlResult, EXIT_FAILED, EXIT_OK};
 
-pub fn completions(shell: clap_complete::Shell) -> CtlResult {
+pub(super) fn completions(shell: clap_complete::Shell) -> CtlResult {
     let mut cmd = Cli::command();
     // Into memory first: clap_complete panics on a write error (`| head`).
     let mut script = Vec::new();
@@ -25,7 +25,7 @@ fn render(cmd: clap::Command, out: &mut impl std::io::Write) -> std::io::Result<
     clap_mangen::Man::new(cmd).render(out)
 }
 
-pub fn manpage(dir: Option<&Path>) -> CtlResult {
+pub(super) fn manpage(dir: Option<&Path>) -> CtlResult {
     let err = |e: std::io::Error| (EXIT_FAILED, format!("could not write the man page: {e}"));
     let cmd = Cli::command();
     let Some(dir) = dir else {

@@ -21,7 +21,7 @@ use super::exit::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 
 /// Settings of a conversion.
 #[derive(Debug, Clone, Default)]
-pub struct Options {
+pub(super) struct Options {
     /// `targets` of every job.
     pub targets: String,
     /// `executor` of every job, when given.
@@ -34,7 +34,7 @@ pub struct Options {
 
 /// The YAML and what could not be carried over.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Conversion {
+pub(super) struct Conversion {
     pub yaml: String,
     pub jobs: usize,
     pub warnings: Vec<String>,
@@ -166,7 +166,7 @@ const SHORTCUTS: &[(&str, &str)] = &[
 ];
 
 /// Convert a crontab's text.
-pub fn convert(text: &str, source: &str, opts: &Options) -> Conversion {
+pub(super) fn convert(text: &str, source: &str, opts: &Options) -> Conversion {
     let mut yaml = format!("# Converted from {source} by saltpeterctl crontab import.\n");
     let mut warnings = Vec::new();
     let mut env: Vec<(String, String)> = Vec::new();
@@ -339,7 +339,7 @@ enum Schedule<'a> {
 }
 
 /// The verb: read FILE (`-` for standard input), print the YAML, report what was lost.
-pub fn import(file: &Path, opts: &Options) -> CtlResult {
+pub(super) fn import(file: &Path, opts: &Options) -> CtlResult {
     let (text, source) = if file == Path::new("-") {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)

@@ -11,7 +11,7 @@ use super::{client, render};
 use crate::wire::admin::{AdminRequest, AdminResponse};
 use crate::wire::notify::{DeliveryFilter, DeliveryRecord, DeliveryState};
 
-pub fn run(
+pub(super) fn run(
     socket: Option<PathBuf>,
     job: Option<String>,
     run: Option<u64>,

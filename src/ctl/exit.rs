@@ -8,4 +8,4 @@ pub const EXIT_FAILED: i32 = 1;
 pub const EXIT_USAGE: i32 = 2;
 
 /// An exit code, or one with the message to print.
-pub type CtlResult = Result<i32, (i32, String)>;
+pub(super) type CtlResult = Result<i32, (i32, String)>;

@@ -93,7 +93,7 @@ impl Printer {
 }
 
 /// Run a `Follow` request to its end, printing as it goes.
-pub fn follow(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
+pub(super) fn follow(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
     let mut printer = Printer {
         json,
         prefix: false,

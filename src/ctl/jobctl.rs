@@ -16,7 +16,7 @@ use crate::wire::records::Millis;
 
 /// `--until`: an RFC 3339 instant, `YYYY-MM-DD HH:MM[:SS]` or `YYYY-MM-DD` in UTC, or a
 /// delay from now (`90s`, `30m`, `2h`, `1d`, `1w`).
-pub fn parse_until(text: &str, now: DateTime<Utc>) -> Result<Millis, String> {
+pub(super) fn parse_until(text: &str, now: DateTime<Utc>) -> Result<Millis, String> {
     let t = text.trim();
     if let Ok(at) = DateTime::parse_from_rfc3339(t) {
         return Ok(at.timestamp_millis());
@@ -62,7 +62,7 @@ pub fn parse_until(text: &str, now: DateTime<Utc>) -> Result<Millis, String> {
 }
 
 /// Send a job control request and print the answer.
-pub fn run(socket: Option<PathBuf>, change: JobControl, json: bool) -> CtlResult {
+pub(super) fn run(socket: Option<PathBuf>, change: JobControl, json: bool) -> CtlResult {
     let mut client = client::Client::connect(socket)?;
     match client.request(&AdminRequest::JobControl(change))? {
         AdminResponse::JobControl(info) => {
@@ -74,7 +74,12 @@ pub fn run(socket: Option<PathBuf>, change: JobControl, json: bool) -> CtlResult
 }
 
 /// `pause JOB [--until TIME]`.
-pub fn pause(socket: Option<PathBuf>, job: String, until: Option<String>, json: bool) -> CtlResult {
+pub(super) fn pause(
+    socket: Option<PathBuf>,
+    job: String,
+    until: Option<String>,
+    json: bool,
+) -> CtlResult {
     let until = until
         .map(|u| parse_until(&u, Utc::now()))
         .transpose()
@@ -119,7 +124,7 @@ fn print(info: &JobControlInfo, json: bool) {
 }
 
 /// `maintenance windows [--count N]`.
-pub fn windows(socket: Option<PathBuf>, count: u32, json: bool) -> CtlResult {
+pub(super) fn windows(socket: Option<PathBuf>, count: u32, json: bool) -> CtlResult {
     let mut client = client::Client::connect(socket)?;
     match client.request(&AdminRequest::MaintenanceWindows { count })? {
         AdminResponse::Windows(list) => {

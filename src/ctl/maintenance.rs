@@ -34,7 +34,7 @@ pub enum MaintenanceAction {
     },
 }
 
-pub fn run(socket: Option<PathBuf>, action: MaintenanceAction, json: bool) -> CtlResult {
+pub(super) fn run(socket: Option<PathBuf>, action: MaintenanceAction, json: bool) -> CtlResult {
     let change = match action {
         MaintenanceAction::On => MaintenanceChange::GlobalOn,
         MaintenanceAction::Off => MaintenanceChange::GlobalOff,
@@ -57,7 +57,7 @@ fn sources(list: &[MaintenanceSource]) -> Vec<&'static str> {
 }
 
 /// The JSON shape of the effective maintenance (shared with the HTTP API).
-pub fn info_json(info: &MaintenanceInfo) -> Value {
+pub(super) fn info_json(info: &MaintenanceInfo) -> Value {
     info.to_json()
 }
 

@@ -24,7 +24,7 @@ mod follow;
 mod jobctl;
 mod maintenance;
 mod progress;
-pub mod render;
+pub(crate) mod render;
 mod schedule;
 mod table;
 mod verbs;

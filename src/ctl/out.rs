@@ -33,12 +33,12 @@ macro_rules! out {
 }
 
 /// The reader of standard output is gone.
-pub fn closed_pipe(e: &io::Error) -> bool {
+pub(super) fn closed_pipe(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::BrokenPipe
 }
 
 /// Ends the program on a write error: quietly (0) for a closed pipe, else with a message.
-pub fn written(result: io::Result<()>) {
+pub(super) fn written(result: io::Result<()>) {
     if let Err(e) = result {
         let (code, message) = write_failed(e);
         eprintln!("saltpeterctl: {message}");
@@ -47,7 +47,7 @@ pub fn written(result: io::Result<()>) {
 }
 
 /// The error for a failed write of `saltpeterctl`'s output; a closed pipe exits here.
-pub fn write_failed(e: io::Error) -> CtlError {
+pub(super) fn write_failed(e: io::Error) -> CtlError {
     if closed_pipe(&e) {
         std::process::exit(EXIT_OK);
     }
@@ -58,7 +58,7 @@ pub fn write_failed(e: io::Error) -> CtlError {
 }
 
 /// Writes bytes to standard output (and flushes), ending quietly on a closed pipe.
-pub fn bytes(data: &[u8]) {
+pub(super) fn bytes(data: &[u8]) {
     use std::io::Write as _;
     let mut stdout = io::stdout().lock();
     written(stdout.write_all(data).and_then(|()| stdout.flush()));

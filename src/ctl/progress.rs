@@ -136,7 +136,7 @@ impl Progress {
     }
 }
 
-pub fn run_job(
+pub(super) fn run_job(
     socket: Option<PathBuf>,
     job: String,
     wait: bool,

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::exit::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 pub(crate) use super::out::print_json;
-pub use crate::json::{elision_marker, job_json, run_json, status_json, target_json, time};
+pub(crate) use crate::json::{elision_marker, run_json, status_json, time};
 use crate::logsafe::escape;
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::records::RunRecord;
@@ -20,7 +20,7 @@ fn text(v: &Value) -> String {
     }
 }
 
-pub fn run(r: &RunRecord, json: bool) {
+pub(crate) fn run(r: &RunRecord, json: bool) {
     use super::table::{Color, Style, Table, cell, duration, run_color, target_outcome};
     if json {
         print_json(&run_json(r));
@@ -95,7 +95,7 @@ pub fn run(r: &RunRecord, json: bool) {
     }
 }
 
-pub fn started(run: u64, json: bool) -> CtlResult {
+pub(crate) fn started(run: u64, json: bool) -> CtlResult {
     if json {
         print_json(&json!({ "run": run }));
     } else {
@@ -104,7 +104,7 @@ pub fn started(run: u64, json: bool) -> CtlResult {
     Ok(EXIT_OK)
 }
 
-pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
+pub(crate) fn response(resp: AdminResponse, json: bool) -> CtlResult {
     match resp {
         AdminResponse::Status(s) => {
             if json {
@@ -186,7 +186,7 @@ pub fn response(resp: AdminResponse, json: bool) -> CtlResult {
 }
 
 /// `config check DIR`: validate without a daemon; exit 1 when any error is found.
-pub fn config_check(dir: &Path, json: bool) -> CtlResult {
+pub(crate) fn config_check(dir: &Path, json: bool) -> CtlResult {
     use crate::config::Severity;
     let loaded = crate::config::check_dir(dir, chrono::Utc::now())
         .map_err(|e| (EXIT_USAGE, e.to_string()))?;

@@ -98,7 +98,7 @@ impl NextArgs {
     }
 }
 
-pub fn next(socket: Option<PathBuf>, args: NextArgs, json: bool) -> CtlResult {
+pub(super) fn next(socket: Option<PathBuf>, args: NextArgs, json: bool) -> CtlResult {
     let args = args.validate().map_err(|e| (EXIT_USAGE, e))?;
     let after = args.from.unwrap_or_else(Utc::now);
     let times: Vec<DateTime<Utc>> = match args.source {

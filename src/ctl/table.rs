@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use crate::wire::records::{Millis, RunState, TargetRecord, TargetState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Color {
+pub(super) enum Color {
     Red,
     Green,
     Yellow,
@@ -30,7 +30,7 @@ impl Color {
 
 /// Whether to colour, decided once per stream.
 #[derive(Debug, Clone, Copy)]
-pub struct Style {
+pub(super) struct Style {
     pub color: bool,
 }
 
@@ -42,19 +42,19 @@ fn color_allowed() -> bool {
 }
 
 impl Style {
-    pub fn stdout() -> Style {
+    pub(super) fn stdout() -> Style {
         Style {
             color: color_allowed() && std::io::stdout().is_terminal(),
         }
     }
 
-    pub fn stderr() -> Style {
+    pub(super) fn stderr() -> Style {
         Style {
             color: color_allowed() && std::io::stderr().is_terminal(),
         }
     }
 
-    pub fn paint(&self, text: &str, color: Option<Color>) -> String {
+    pub(super) fn paint(&self, text: &str, color: Option<Color>) -> String {
         match color {
             Some(c) if self.color => format!("\x1b[{}m{text}\x1b[0m", c.code()),
             _ => text.to_string(),
@@ -63,7 +63,7 @@ impl Style {
 }
 
 /// The colour of a run state.
-pub fn run_color(state: RunState) -> Option<Color> {
+pub(super) fn run_color(state: RunState) -> Option<Color> {
     match state {
         RunState::Succeeded => Some(Color::Green),
         RunState::Failed => Some(Color::Red),
@@ -74,7 +74,7 @@ pub fn run_color(state: RunState) -> Option<Color> {
 }
 
 /// The outcome of a target in words, and its colour.
-pub fn target_outcome(t: &TargetRecord) -> (String, Option<Color>) {
+pub(super) fn target_outcome(t: &TargetRecord) -> (String, Option<Color>) {
     match (t.state, t.exit_code) {
         (TargetState::Finished, Some(0)) => ("ok".into(), Some(Color::Green)),
         (TargetState::Finished, _) => (
@@ -91,7 +91,7 @@ pub fn target_outcome(t: &TargetRecord) -> (String, Option<Color>) {
 }
 
 /// A time for a table: RFC 3339 in UTC to the second, or `-`.
-pub fn when(ms: Option<Millis>) -> String {
+pub(super) fn when(ms: Option<Millis>) -> String {
     match ms.and_then(chrono::DateTime::from_timestamp_millis) {
         Some(t) => t.format("%Y-%m-%d %H:%M:%SZ").to_string(),
         None => "-".into(),
@@ -99,7 +99,7 @@ pub fn when(ms: Option<Millis>) -> String {
 }
 
 /// A duration for a table: `850ms`, `12.3s`, `5m02s`, `3h04m`.
-pub fn duration(from: Option<Millis>, to: Option<Millis>) -> String {
+pub(super) fn duration(from: Option<Millis>, to: Option<Millis>) -> String {
     let (Some(a), Some(b)) = (from, to) else {
         return "-".into();
     };
@@ -113,13 +113,13 @@ pub fn duration(from: Option<Millis>, to: Option<Millis>) -> String {
 }
 
 /// Rows of cells printed with aligned columns (the last column is not padded).
-pub struct Table {
+pub(super) struct Table {
     headers: Vec<&'static str>,
     rows: Vec<Vec<(String, Option<Color>)>>,
 }
 
 impl Table {
-    pub fn new(headers: &[&'static str]) -> Table {
+    pub(super) fn new(headers: &[&'static str]) -> Table {
         Table {
             headers: headers.to_vec(),
             rows: Vec::new(),
@@ -129,7 +129,7 @@ impl Table {
     /// A row; its text is escaped here (control characters, ANSI/OSC escapes, newlines,
     /// bidi overrides): a machine id, job name or message can come from a peer, and a
     /// table goes to a terminal. What is stored, and `--json`, stay exact.
-    pub fn row(&mut self, cells: Vec<(String, Option<Color>)>) {
+    pub(super) fn row(&mut self, cells: Vec<(String, Option<Color>)>) {
         self.rows.push(
             cells
                 .into_iter()
@@ -138,7 +138,7 @@ impl Table {
         );
     }
 
-    pub fn render(&self, style: Style, indent: &str) -> String {
+    pub(super) fn render(&self, style: Style, indent: &str) -> String {
         let cols = self.headers.len();
         let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
         for row in &self.rows {
@@ -177,7 +177,7 @@ impl Table {
 }
 
 /// A plain cell.
-pub fn cell(text: impl Into<String>) -> (String, Option<Color>) {
+pub(super) fn cell(text: impl Into<String>) -> (String, Option<Color>) {
     (text.into(), None)
 }
 

@@ -28,14 +28,14 @@ fn print_json(v: &Value) {
 }
 
 /// An answer that is not the one expected: a failure's message and exit code.
-pub fn unexpected(resp: AdminResponse, json: bool) -> CtlResult {
+pub(super) fn unexpected(resp: AdminResponse, json: bool) -> CtlResult {
     super::render::response(resp, json)?;
     Err((EXIT_FAILED, "unexpected answer from the daemon".into()))
 }
 
 /// `--since`: RFC 3339, a date (`2026-11-25`, midnight UTC), or an age (`90s`, `15m`,
 /// `2h`, `7d`, optionally written `now-2h`).
-pub fn parse_since(text: &str, now: Millis) -> Result<Millis, String> {
+pub(super) fn parse_since(text: &str, now: Millis) -> Result<Millis, String> {
     let t = text.trim();
     if let Ok(at) = chrono::DateTime::parse_from_rfc3339(t) {
         return Ok(at.timestamp_millis());
@@ -90,7 +90,7 @@ fn state_color(s: JobState) -> Option<Color> {
     }
 }
 
-pub fn jobs(
+pub(super) fn jobs(
     client: &mut Client,
     group: Option<String>,
     state: Option<JobState>,
@@ -146,7 +146,7 @@ pub fn jobs(
     Ok(EXIT_OK)
 }
 
-pub fn show(client: &mut Client, job: String, json: bool) -> CtlResult {
+pub(super) fn show(client: &mut Client, job: String, json: bool) -> CtlResult {
     let req = AdminRequest::Job {
         job,
         upcoming: SHOW_UPCOMING,
@@ -251,7 +251,7 @@ fn runs_table(runs: &[RunRecord], style: Style, indent: &str) -> String {
     t.render(style, indent)
 }
 
-pub fn runs(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
+pub(super) fn runs(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
     let runs = match client.request(&req)? {
         AdminResponse::Runs(runs) => runs,
         other => return unexpected(other, json),
@@ -286,7 +286,7 @@ fn event_json(e: &EventInfo) -> Value {
     })
 }
 
-pub fn events(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
+pub(super) fn events(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
     let events = match client.request(&req)? {
         AdminResponse::Events(events) => events,
         other => return unexpected(other, json),
@@ -317,7 +317,7 @@ pub fn events(client: &mut Client, req: AdminRequest, json: bool) -> CtlResult {
 }
 
 /// Write output bytes with the elision marker where the output limit left bytes out.
-pub fn write_output(
+pub(super) fn write_output(
     out: &mut impl Write,
     data: &[u8],
     omitted_bytes: u64,
@@ -332,7 +332,7 @@ pub fn write_output(
 }
 
 /// `output RUN MACHINE [--tail N] [--stream S]`: the stored output, page by page.
-pub fn output(
+pub(super) fn output(
     client: &mut Client,
     run: RunId,
     machine: String,
@@ -396,7 +396,7 @@ pub fn output(
     Ok(EXIT_OK)
 }
 
-pub fn kill_job(client: &mut Client, job: String, json: bool) -> CtlResult {
+pub(super) fn kill_job(client: &mut Client, job: String, json: bool) -> CtlResult {
     let resp = client.request(&AdminRequest::KillJob {
         job,
         machine: None,

@@ -15,7 +15,7 @@ fn short(sha256: &str) -> &str {
     }
 }
 
-pub fn status(fleet: &WrapperFleet, json: bool) -> CtlResult {
+pub(super) fn status(fleet: &WrapperFleet, json: bool) -> CtlResult {
     let style = Style::stdout();
     if json {
         let minions: Vec<Value> = fleet

@@ -23,15 +23,15 @@ use mio::event::Event;
 use mio::unix::SourceFd;
 use mio::unix::pipe::Receiver;
 
-pub use super::children::{ChildId, ChildOutput, Start};
+pub(crate) use super::children::{ChildId, ChildOutput, Start};
 use super::children::{Pipe, Proc, Report, Running};
 use super::ctx::{Ctx, Flow, Listener};
 use super::fork_exec::{self, Exec};
 
 /// Captured per stream at most; the rest is counted, not kept.
-pub const CAPTURE_LIMIT: usize = 8 * 1024 * 1024;
+pub(crate) const CAPTURE_LIMIT: usize = 8 * 1024 * 1024;
 /// How long pipes may stay open after the process exited.
-pub const LINGER: Duration = Duration::from_secs(2);
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
 
 struct PipeListener {
     id: ChildId,
@@ -45,7 +45,7 @@ struct ExitListener {
 }
 
 /// Start `cmd` with drained pipes; `on_exit` runs in the loop when it is done.
-pub fn spawn<S: 'static>(
+pub(crate) fn spawn<S: 'static>(
     ctx: &mut Ctx<S>,
     cmd: Command,
     on_exit: impl FnOnce(&mut S, &mut Ctx<S>, ChildOutput) + 'static,
@@ -55,7 +55,7 @@ pub fn spawn<S: 'static>(
 
 /// [`spawn`] with `stdin` as the child's input (a file already written, e.g. a memfd:
 /// nothing is written to the child from the loop).
-pub fn spawn_with_stdin<S: 'static>(
+pub(crate) fn spawn_with_stdin<S: 'static>(
     ctx: &mut Ctx<S>,
     cmd: Command,
     stdin: Stdio,
@@ -67,7 +67,7 @@ pub fn spawn_with_stdin<S: 'static>(
 /// Start `exec`, a child that goes on alone once started (see the module note), with
 /// stdin on `/dev/null`, without waiting for its exec (`fork_exec`: an exec error is
 /// its stderr and exit 127); `on_start` runs in the loop when it started or exited.
-pub fn spawn_detached<S: 'static>(
+pub(crate) fn spawn_detached<S: 'static>(
     ctx: &mut Ctx<S>,
     exec: &Exec,
     on_start: impl FnOnce(&mut S, &mut Ctx<S>, Start) + 'static,
@@ -146,7 +146,7 @@ fn watch<S: 'static>(
 }
 
 /// Send `signal` to a running child.
-pub fn signal<S>(ctx: &mut Ctx<S>, id: ChildId, signal: nix::sys::signal::Signal) -> bool {
+pub(crate) fn signal<S>(ctx: &mut Ctx<S>, id: ChildId, signal: nix::sys::signal::Signal) -> bool {
     match ctx.children.running.get(&id) {
         Some(r) if r.status.is_none() && !matches!(r.report, Report::Reaped) => {
             let pid = nix::unistd::Pid::from_raw(r.child.id() as i32);
@@ -156,7 +156,7 @@ pub fn signal<S>(ctx: &mut Ctx<S>, id: ChildId, signal: nix::sys::signal::Signal
     }
 }
 
-pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is shared.
     let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid as nix::libc::pid_t, 0) };
     if fd < 0 {

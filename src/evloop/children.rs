@@ -10,11 +10,11 @@ use std::process::{Child, ExitStatus};
 
 use mio::Token;
 
-pub type ChildId = u64;
+pub(crate) type ChildId = u64;
 
 /// What a finished child left behind.
 #[derive(Debug)]
-pub struct ChildOutput {
+pub(crate) struct ChildOutput {
     pub pid: u32,
     pub status: ExitStatus,
     pub stdout: Vec<u8>,
@@ -25,7 +25,7 @@ pub struct ChildOutput {
 
 /// How a detached child's start went.
 #[derive(Debug)]
-pub enum Start {
+pub(crate) enum Start {
     /// It wrote to stdout and closed its pipes: it runs on its own (it may even have
     /// exited since).
     Running {
@@ -102,7 +102,7 @@ pub(super) struct Running<S, C> {
 }
 
 /// The children of one loop.
-pub struct Children<S, C> {
+pub(crate) struct Children<S, C> {
     pub(super) running: HashMap<ChildId, Running<S, C>>,
     pub(super) next_id: ChildId,
 }
@@ -118,19 +118,15 @@ impl<S, C> Default for Children<S, C> {
 
 impl<S, C> Children<S, C> {
     /// Children still owned by the loop (detached ones that started are not).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.running
             .values()
             .filter(|r| !matches!(r.report, Report::Reaped))
             .count()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    pub fn pid(&self, id: ChildId) -> Option<u32> {
-        self.running.get(&id).map(|r| r.child.id())
     }
 }
 

@@ -18,14 +18,14 @@ use super::timers::{self, TimerId, Timers};
 
 /// What a listener wants after handling an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
+pub(crate) enum Flow {
     Continue,
     /// Remove the listener; its `close` runs and it is dropped (closing its fd).
     Close,
 }
 
 /// Something with a mio source that the loop dispatches events to.
-pub trait Listener<S> {
+pub(crate) trait Listener<S> {
     fn handle_event(&mut self, state: &mut S, ctx: &mut Ctx<S>, event: &Event) -> Flow;
 
     /// Called once when the listener is removed (by `Flow::Close` or `Ctx::remove`).
@@ -34,13 +34,13 @@ pub trait Listener<S> {
 
 /// A listener for a source that the state owns (a link the state must also write to):
 /// events are forwarded to `handler` with the key that names the source.
-pub struct Forward<S, K> {
+pub(crate) struct Forward<S, K> {
     key: K,
     handler: fn(&mut S, &mut Ctx<S>, K, &Event) -> Flow,
 }
 
 impl<S, K: Copy> Forward<S, K> {
-    pub fn new(key: K, handler: fn(&mut S, &mut Ctx<S>, K, &Event) -> Flow) -> Self {
+    pub(crate) fn new(key: K, handler: fn(&mut S, &mut Ctx<S>, K, &Event) -> Flow) -> Self {
         Forward { key, handler }
     }
 }
@@ -52,7 +52,7 @@ impl<S, K: Copy> Listener<S> for Forward<S, K> {
 }
 
 /// Everything a handler may change besides the state: listeners, timers, stopping.
-pub struct Ctx<S> {
+pub(crate) struct Ctx<S> {
     pub(super) registry: Registry,
     pub(super) listeners: HashMap<Token, Box<dyn Listener<S>>>,
     /// Listeners removed by a handler while another was running; closed by the loop.
@@ -66,7 +66,7 @@ pub struct Ctx<S> {
 impl<S: 'static> Ctx<S> {
     /// Register `source` and the listener that handles its events. The listener usually
     /// owns the source; moving it after registration is fine (registration is by fd).
-    pub fn register<L: Listener<S> + 'static>(
+    pub(crate) fn register<L: Listener<S> + 'static>(
         &mut self,
         source: &mut (impl Source + ?Sized),
         interest: Interest,
@@ -80,7 +80,7 @@ impl<S: 'static> Ctx<S> {
     }
 
     /// Register a listener that owns its source; `source` picks the source out of it.
-    pub fn add<L: Listener<S> + 'static>(
+    pub(crate) fn add<L: Listener<S> + 'static>(
         &mut self,
         mut listener: L,
         interest: Interest,
@@ -95,23 +95,23 @@ impl<S: 'static> Ctx<S> {
     }
 
     /// Remove a listener; its `close` runs after the current handler returns.
-    pub fn remove(&mut self, token: Token) {
+    pub(crate) fn remove(&mut self, token: Token) {
         if let Some(listener) = self.listeners.remove(&token) {
             self.removed.push(listener);
         }
     }
 
-    pub fn registry(&self) -> &Registry {
-        &self.registry
-    }
-
     /// Run `f` once at `at`.
-    pub fn at(&mut self, at: Instant, f: impl FnOnce(&mut S, &mut Ctx<S>) + 'static) -> TimerId {
+    pub(crate) fn at(
+        &mut self,
+        at: Instant,
+        f: impl FnOnce(&mut S, &mut Ctx<S>) + 'static,
+    ) -> TimerId {
         self.timers.once(at, Box::new(f))
     }
 
     /// Run `f` once after `delay`.
-    pub fn after(
+    pub(crate) fn after(
         &mut self,
         delay: Duration,
         f: impl FnOnce(&mut S, &mut Ctx<S>) + 'static,
@@ -120,7 +120,7 @@ impl<S: 'static> Ctx<S> {
     }
 
     /// Run `f` every `period`; when the loop is late the next run is one period from now.
-    pub fn every(
+    pub(crate) fn every(
         &mut self,
         period: Duration,
         f: impl FnMut(&mut S, &mut Ctx<S>) + 'static,
@@ -129,16 +129,17 @@ impl<S: 'static> Ctx<S> {
             .repeating(Instant::now() + period, period, Box::new(f))
     }
 
-    pub fn cancel(&mut self, timer: TimerId) {
+    pub(crate) fn cancel(&mut self, timer: TimerId) {
         self.timers.cancel(timer);
     }
 
     /// Leave `run` after the current iteration.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         self.stopping = true;
     }
 
-    pub fn is_stopping(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_stopping(&self) -> bool {
         self.stopping
     }
 
@@ -148,7 +149,7 @@ impl<S: 'static> Ctx<S> {
         }
     }
 
-    pub fn children(&mut self) -> &mut Children<S, Ctx<S>> {
+    pub(crate) fn children(&mut self) -> &mut Children<S, Ctx<S>> {
         &mut self.children
     }
 }

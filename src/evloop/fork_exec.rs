@@ -24,7 +24,7 @@ use nix::libc;
 use nix::unistd::{ForkResult, Pid};
 
 /// A program to start: what `execve` gets, prepared in the parent.
-pub struct Exec {
+pub(crate) struct Exec {
     program: CString,
     argv: Vec<CString>,
     envp: Vec<CString>,
@@ -33,7 +33,7 @@ pub struct Exec {
 }
 
 /// A started child: its pid and the read ends of its stdout and stderr.
-pub struct Forked {
+pub(crate) struct Forked {
     pub pid: Pid,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
@@ -68,7 +68,11 @@ fn resolve(program: &Path) -> io::Result<PathBuf> {
 
 impl Exec {
     /// `program` with `args`, in this process's environment plus `env` (which wins).
-    pub fn new(program: &Path, args: &[OsString], env: &[(String, String)]) -> io::Result<Exec> {
+    pub(crate) fn new(
+        program: &Path,
+        args: &[OsString],
+        env: &[(String, String)],
+    ) -> io::Result<Exec> {
         let path = resolve(program)?;
         let mut argv = vec![c_string(program.as_os_str())?];
         for a in args {
@@ -99,7 +103,7 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Fork and exec `exec` with stdin on `/dev/null` and stdout and stderr on new pipes.
-pub fn spawn(exec: &Exec) -> io::Result<Forked> {
+pub(crate) fn spawn(exec: &Exec) -> io::Result<Forked> {
     let null = std::fs::File::open("/dev/null")?;
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;

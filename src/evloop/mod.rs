@@ -14,12 +14,12 @@
 //! returns errors with `?`. Spurious readiness is tolerated: every handler drains until
 //! `WouldBlock`.
 
-pub mod child;
-pub mod children;
+pub(crate) mod child;
+pub(crate) mod children;
 mod ctx;
-pub mod fork_exec;
-pub mod signals;
-pub mod timers;
+pub(crate) mod fork_exec;
+pub(crate) mod signals;
+pub(crate) mod timers;
 
 use std::collections::HashMap;
 use std::io;
@@ -28,17 +28,22 @@ use std::time::{Duration, Instant};
 use mio::Events;
 use mio::Poll;
 
-pub use ctx::{Ctx, Flow, Forward, Listener};
+pub(crate) use ctx::{Ctx, Flow, Forward, Listener};
 
 /// A `mio::Poll` with its listeners and timers.
-pub struct EventLoop<S> {
+pub(crate) struct EventLoop<S> {
     poll: Poll,
     events: Events,
     ctx: Ctx<S>,
 }
 
 impl<S: 'static> EventLoop<S> {
-    pub fn new() -> io::Result<EventLoop<S>> {
+    #[cfg(test)]
+    pub(crate) fn listener_count(&self) -> usize {
+        self.ctx.listeners.len()
+    }
+
+    pub(crate) fn new() -> io::Result<EventLoop<S>> {
         let poll = Poll::new()?;
         let registry = poll.registry().try_clone()?;
         Ok(EventLoop {
@@ -56,18 +61,22 @@ impl<S: 'static> EventLoop<S> {
         })
     }
 
-    pub fn ctx(&mut self) -> &mut Ctx<S> {
+    pub(crate) fn ctx(&mut self) -> &mut Ctx<S> {
         &mut self.ctx
     }
 
     /// Run until a handler calls `Ctx::stop`.
-    pub fn run(&mut self, state: &mut S) -> io::Result<()> {
+    pub(crate) fn run(&mut self, state: &mut S) -> io::Result<()> {
         self.run_with(state, |_, _| {})
     }
 
     /// [`EventLoop::run`], calling `turn_end` after every turn (also the last): where a
     /// role writes out what its turn posted to its links.
-    pub fn run_with(&mut self, state: &mut S, turn_end: fn(&mut S, &mut Ctx<S>)) -> io::Result<()> {
+    pub(crate) fn run_with(
+        &mut self,
+        state: &mut S,
+        turn_end: fn(&mut S, &mut Ctx<S>),
+    ) -> io::Result<()> {
         while !self.ctx.stopping {
             self.run_once(state, None)?;
             turn_end(state, &mut self.ctx);
@@ -77,7 +86,7 @@ impl<S: 'static> EventLoop<S> {
 
     /// One iteration: wait (at most `max_wait`, and never past the next timer), dispatch
     /// events, run due timers.
-    pub fn run_once(&mut self, state: &mut S, max_wait: Option<Duration>) -> io::Result<()> {
+    pub(crate) fn run_once(&mut self, state: &mut S, max_wait: Option<Duration>) -> io::Result<()> {
         let now = Instant::now();
         let until_timer = self
             .ctx
@@ -112,10 +121,6 @@ impl<S: 'static> EventLoop<S> {
             ctx.close_removed(state);
         }
         Ok(())
-    }
-
-    pub fn listener_count(&self) -> usize {
-        self.ctx.listeners.len()
     }
 }
 

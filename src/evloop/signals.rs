@@ -27,7 +27,7 @@ impl<S> Listener<S> for SignalListener<S> {
 }
 
 /// Call `on_signal` in the loop for each of `signals` received.
-pub fn watch<S: 'static>(
+pub(crate) fn watch<S: 'static>(
     ctx: &mut Ctx<S>,
     signals: &[i32],
     on_signal: impl FnMut(&mut S, &mut Ctx<S>, i32) + 'static,

@@ -8,11 +8,11 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::{Duration, Instant};
 
-pub type TimerId = u64;
+pub(crate) type TimerId = u64;
 
 /// What keeps the timers and is handed to their callbacks (the loop's `Ctx`): the timers
 /// are generic over it so that they name nothing of the loop.
-pub trait Host<S>: Sized {
+pub(crate) trait Host<S>: Sized {
     fn timers(&mut self) -> &mut Timers<S, Self>;
 }
 
@@ -25,14 +25,14 @@ enum Callback<S, C> {
 }
 
 /// A timer that is due, taken out of the heap; `run` calls it (and re-arms a repeating one).
-pub struct Fire<S, C> {
+pub(crate) struct Fire<S, C> {
     id: TimerId,
     due: Instant,
     callback: Callback<S, C>,
 }
 
 impl<S, C: Host<S>> Fire<S, C> {
-    pub fn run(self, state: &mut S, ctx: &mut C) {
+    pub(crate) fn run(self, state: &mut S, ctx: &mut C) {
         match self.callback {
             Callback::Once(f) => f(state, ctx),
             Callback::Every(period, mut f) => {
@@ -52,7 +52,7 @@ impl<S, C: Host<S>> Fire<S, C> {
     }
 }
 
-pub struct Timers<S, C> {
+pub(crate) struct Timers<S, C> {
     heap: BinaryHeap<Reverse<(Instant, TimerId)>>,
     callbacks: HashMap<TimerId, Callback<S, C>>,
     next_id: TimerId,
@@ -74,14 +74,19 @@ impl<S, C> Default for Timers<S, C> {
 }
 
 impl<S, C> Timers<S, C> {
-    pub fn once(&mut self, at: Instant, f: OnceFn<S, C>) -> TimerId {
+    pub(crate) fn once(&mut self, at: Instant, f: OnceFn<S, C>) -> TimerId {
         let id = self.alloc();
         self.heap.push(Reverse((at, id)));
         self.callbacks.insert(id, Callback::Once(f));
         id
     }
 
-    pub fn repeating(&mut self, first: Instant, period: Duration, f: EveryFn<S, C>) -> TimerId {
+    pub(crate) fn repeating(
+        &mut self,
+        first: Instant,
+        period: Duration,
+        f: EveryFn<S, C>,
+    ) -> TimerId {
         let id = self.alloc();
         self.heap.push(Reverse((first, id)));
         self.callbacks.insert(id, Callback::Every(period, f));
@@ -98,7 +103,7 @@ impl<S, C> Timers<S, C> {
         self.callbacks.insert(id, Callback::Every(period, f));
     }
 
-    pub fn cancel(&mut self, id: TimerId) {
+    pub(crate) fn cancel(&mut self, id: TimerId) {
         if self.callbacks.remove(&id).is_none() && self.running == Some(id) {
             self.running_cancelled = true;
         }
@@ -111,7 +116,7 @@ impl<S, C> Timers<S, C> {
     }
 
     /// When the earliest live timer is due.
-    pub fn next_due(&mut self) -> Option<Instant> {
+    pub(crate) fn next_due(&mut self) -> Option<Instant> {
         while let Some(Reverse((at, id))) = self.heap.peek().copied() {
             if self.callbacks.contains_key(&id) {
                 return Some(at);
@@ -121,7 +126,7 @@ impl<S, C> Timers<S, C> {
         None
     }
 
-    pub fn pop_due(&mut self, now: Instant) -> Option<Fire<S, C>> {
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<Fire<S, C>> {
         loop {
             let Reverse((due, id)) = *self.heap.peek()?;
             if due > now {
@@ -132,13 +137,5 @@ impl<S, C> Timers<S, C> {
                 return Some(Fire { id, due, callback });
             }
         }
-    }
-
-    pub fn len(&self) -> usize {
-        self.callbacks.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.callbacks.is_empty()
     }
 }

@@ -39,7 +39,7 @@ pub enum ChannelError {
 }
 
 /// Bytes posted in one turn after which they are written without waiting for its end.
-pub const POST_FLUSH_BYTES: usize = 1 << 20;
+pub(crate) const POST_FLUSH_BYTES: usize = 1 << 20;
 
 /// One end of a link.
 pub struct Channel<S, Tx, Rx> {

@@ -21,13 +21,13 @@ fn options(limit: usize) -> impl Options {
         .reject_trailing_bytes()
 }
 
-pub fn encode<T: Serialize>(msg: &T, limit: usize) -> Result<Vec<u8>, CodecError> {
+pub(crate) fn encode<T: Serialize>(msg: &T, limit: usize) -> Result<Vec<u8>, CodecError> {
     options(limit).serialize(msg).map_err(CodecError::Encode)
 }
 
 /// `msg` encoded after `reserve` zero bytes (room for a frame header), in one buffer
 /// sized up front: output payloads are not copied once more to be framed.
-pub fn encode_after<T: Serialize>(
+pub(crate) fn encode_after<T: Serialize>(
     msg: &T,
     limit: usize,
     reserve: usize,
@@ -44,7 +44,7 @@ pub fn encode_after<T: Serialize>(
     Ok(out)
 }
 
-pub fn decode<T: DeserializeOwned>(bytes: &[u8], limit: usize) -> Result<T, CodecError> {
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8], limit: usize) -> Result<T, CodecError> {
     options(limit)
         .deserialize(bytes)
         .map_err(CodecError::Decode)

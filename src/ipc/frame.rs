@@ -7,7 +7,7 @@
 
 /// Largest frame accepted on any internal link (16 MiB): output chunks are at most a few
 /// hundred KiB, so anything larger is a bug or an attack.
-pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_FRAME: usize = 16 * 1024 * 1024;
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -20,8 +20,9 @@ pub enum FrameError {
     TooLarge { len: usize, max: usize },
 }
 
+#[cfg(test)]
 /// Prefix `payload` with its length.
-pub fn encode_frame(payload: &[u8]) -> Vec<u8> {
+pub(crate) fn encode_frame(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(LEN_BYTES + payload.len());
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     out.extend_from_slice(payload);
@@ -30,7 +31,7 @@ pub fn encode_frame(payload: &[u8]) -> Vec<u8> {
 
 /// Turn a buffer that starts with [`HEADER_ROOM`] reserved bytes into a frame, writing
 /// the length of what follows them in place.
-pub fn seal_frame(mut buf: Vec<u8>) -> Vec<u8> {
+pub(crate) fn seal_frame(mut buf: Vec<u8>) -> Vec<u8> {
     debug_assert!(buf.len() >= LEN_BYTES, "the header room is reserved");
     let len = buf.len().saturating_sub(LEN_BYTES) as u32;
     if let Some(header) = buf.get_mut(..LEN_BYTES) {
@@ -40,7 +41,7 @@ pub fn seal_frame(mut buf: Vec<u8>) -> Vec<u8> {
 }
 
 /// Bytes to reserve in front of a payload for [`seal_frame`].
-pub const HEADER_ROOM: usize = LEN_BYTES;
+pub(crate) const HEADER_ROOM: usize = LEN_BYTES;
 
 /// Reassembles frames from a byte stream.
 ///
@@ -49,7 +50,7 @@ pub const HEADER_ROOM: usize = LEN_BYTES;
 /// offset advances instead, and the consumed prefix is dropped when it is at least half
 /// the buffer, so each byte is moved a bounded number of times (amortised O(1) per frame).
 #[derive(Debug)]
-pub struct FrameReader {
+pub(crate) struct FrameReader {
     buf: Vec<u8>,
     /// Start of the bytes not yet handed out.
     start: usize,
@@ -60,7 +61,7 @@ pub struct FrameReader {
 }
 
 impl FrameReader {
-    pub fn new(max: usize) -> FrameReader {
+    pub(crate) fn new(max: usize) -> FrameReader {
         FrameReader {
             buf: Vec::new(),
             start: 0,
@@ -71,7 +72,7 @@ impl FrameReader {
     }
 
     /// Append bytes that arrived from the peer.
-    pub fn push(&mut self, bytes: &[u8]) {
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
         self.compact();
         self.buf.extend_from_slice(bytes);
     }
@@ -94,13 +95,14 @@ impl FrameReader {
         }
     }
 
+    #[cfg(test)]
     /// The next complete payload, `Ok(None)` while one is incomplete.
-    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+    pub(crate) fn next_frame(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
         self.next_frame_with(<[u8]>::to_vec)
     }
 
     /// The next complete payload, read in place by `read` (no copy of it is made).
-    pub fn next_frame_with<T>(
+    pub(crate) fn next_frame_with<T>(
         &mut self,
         read: impl FnOnce(&[u8]) -> T,
     ) -> Result<Option<T>, FrameError> {
@@ -127,7 +129,7 @@ impl FrameReader {
     }
 
     /// Read from `src` until it would block. Returns `Ok(false)` when the peer closed.
-    pub fn fill_from(&mut self, src: &mut impl Read) -> io::Result<bool> {
+    pub(crate) fn fill_from(&mut self, src: &mut impl Read) -> io::Result<bool> {
         let mut chunk = [0u8; 64 * 1024];
         loop {
             match src.read(&mut chunk) {
@@ -143,7 +145,7 @@ impl FrameReader {
 
 /// Bytes waiting to be written, flushed as far as the socket allows.
 #[derive(Debug, Default)]
-pub struct WriteQueue {
+pub(crate) struct WriteQueue {
     chunks: VecDeque<Vec<u8>>,
     /// Bytes of the front chunk already written.
     offset: usize,
@@ -151,22 +153,22 @@ pub struct WriteQueue {
 }
 
 impl WriteQueue {
-    pub fn push(&mut self, bytes: Vec<u8>) {
+    pub(crate) fn push(&mut self, bytes: Vec<u8>) {
         self.queued += bytes.len();
         self.chunks.push_back(bytes);
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.chunks.is_empty()
     }
 
     /// Bytes not yet written.
-    pub fn queued_bytes(&self) -> usize {
+    pub(crate) fn queued_bytes(&self) -> usize {
         self.queued - self.offset
     }
 
     /// Write until empty or the sink would block; partial writes keep their place.
-    pub fn flush_to(&mut self, sink: &mut impl Write) -> io::Result<()> {
+    pub(crate) fn flush_to(&mut self, sink: &mut impl Write) -> io::Result<()> {
         while let Some(front) = self.chunks.front() {
             match sink.write(&front[self.offset..]) {
                 Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the internal link protocol; every binary of one build shares it.
-pub const PROTO_VERSION: u32 = 1;
+pub(crate) const PROTO_VERSION: u32 = 1;
 
 /// Who is at the other end of a link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

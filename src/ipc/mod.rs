@@ -9,13 +9,12 @@
 //! - `channel`: a typed `Channel<Tx, Rx>` over a non-blocking socket, checking that hello;
 //! - `rpc`: call ids, deadlines and the `PeerGone` / `Timeout` failures of pending calls.
 
-pub mod channel;
-pub mod codec;
-pub mod frame;
-pub mod hello;
-pub mod rpc;
+pub(crate) mod channel;
+pub(crate) mod codec;
+pub(crate) mod frame;
+pub(crate) mod hello;
+pub(crate) mod rpc;
 
-pub use channel::{Channel, ChannelError};
-pub use frame::MAX_FRAME;
-pub use hello::{Hello, PROTO_VERSION, Role};
-pub use rpc::{CallError, CallId, PendingCalls};
+pub(crate) use channel::{Channel, ChannelError};
+pub(crate) use hello::Role;
+pub(crate) use rpc::{CallError, CallId};

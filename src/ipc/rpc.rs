@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::hello::Role;
 
-pub type CallId = u64;
+pub(crate) type CallId = u64;
 
 /// What travels on a link in one direction: our calls and casts, and replies to the
 /// peer's calls.

@@ -7,7 +7,7 @@
 //! - `ui`: the original Saltpeter UI protocol of `/ws`, rendered from the typed views
 //!   main sends the hub (`crate::wire::ui`).
 
-pub mod ui;
+pub(crate) mod ui;
 
 use serde_json::{Value, json};
 
@@ -15,19 +15,19 @@ use crate::wire::admin::{JobInfo, StatusInfo};
 use crate::wire::records::{Millis, RunRecord, TargetRecord};
 
 /// The line shown where the output limit left bytes out.
-pub fn elision_marker(omitted: u64) -> String {
+pub(crate) fn elision_marker(omitted: u64) -> String {
     format!("\n[saltpeter: {omitted} bytes of output left out here (output_limit)]\n")
 }
 
 /// RFC 3339 in UTC, or null.
-pub fn time(ms: Option<Millis>) -> Value {
+pub(crate) fn time(ms: Option<Millis>) -> Value {
     match ms.and_then(chrono::DateTime::from_timestamp_millis) {
         Some(t) => Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
         None => Value::Null,
     }
 }
 
-pub fn target_json(t: &TargetRecord) -> Value {
+pub(crate) fn target_json(t: &TargetRecord) -> Value {
     json!({
         "machine": t.machine,
         "state": t.state.as_str(),
@@ -41,7 +41,7 @@ pub fn target_json(t: &TargetRecord) -> Value {
     })
 }
 
-pub fn run_json(r: &RunRecord) -> Value {
+pub(crate) fn run_json(r: &RunRecord) -> Value {
     json!({
         "id": r.id,
         "job": r.job,
@@ -68,7 +68,7 @@ pub fn run_json(r: &RunRecord) -> Value {
 }
 
 /// One attempt of a target that was tried more than once (in its target's `attempts`).
-pub fn attempt_json(a: &crate::wire::db::AttemptRecord) -> Value {
+pub(crate) fn attempt_json(a: &crate::wire::db::AttemptRecord) -> Value {
     json!({
         "attempt": a.attempt,
         "reason": a.reason.map(|r| r.as_str()),
@@ -78,7 +78,7 @@ pub fn attempt_json(a: &crate::wire::db::AttemptRecord) -> Value {
     })
 }
 
-pub fn job_json(j: &JobInfo) -> Value {
+pub(crate) fn job_json(j: &JobInfo) -> Value {
     json!({
         "name": j.name,
         "group": j.group,
@@ -92,7 +92,7 @@ pub fn job_json(j: &JobInfo) -> Value {
     })
 }
 
-pub fn status_json(s: &StatusInfo) -> Value {
+pub(crate) fn status_json(s: &StatusInfo) -> Value {
     json!({
         "version": s.version,
         "started_at": time(Some(s.started_at)),

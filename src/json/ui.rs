@@ -16,7 +16,7 @@ use crate::wire::ui::{
 const SP_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Remove every `null` member of objects, at any depth (arrays keep their items).
-pub fn strip_nulls(v: &mut Value) {
+pub(crate) fn strip_nulls(v: &mut Value) {
     match v {
         Value::Object(map) => {
             map.retain(|_, item| !item.is_null());
@@ -29,7 +29,7 @@ pub fn strip_nulls(v: &mut Value) {
 
 /// A job as a `config.crons` entry: its keys, the seven cron fields, `env` values `***`
 /// (also the `config` of `/api/v1/jobs/NAME`).
-pub fn cron_json(entry: &CronEntryView) -> Value {
+pub(crate) fn cron_json(entry: &CronEntryView) -> Value {
     match entry {
         CronEntryView::Valid(c) => valid_cron_json(c),
         CronEntryView::Invalid {
@@ -100,7 +100,7 @@ fn valid_cron_json(c: &CronView) -> Value {
 }
 
 /// `{"type": "config", ...}`.
-pub fn config_message(c: &ConfigView) -> Value {
+pub(crate) fn config_message(c: &ConfigView) -> Value {
     let crons: Map<String, Value> = c
         .crons
         .iter()
@@ -145,12 +145,12 @@ pub fn config_message(c: &ConfigView) -> Value {
 }
 
 /// `config.maintenance` of a configuration (what `/api/v1/maintenance` falls back on).
-pub fn maintenance_json(c: &ConfigView) -> Value {
+pub(crate) fn maintenance_json(c: &ConfigView) -> Value {
     json!({"global": c.maintenance_global, "machines": c.maintenance_machines})
 }
 
 /// `{"type": "status", ...}`: a running job's `result_ok` is true, as in the original.
-pub fn status_message(s: &StatusView) -> Value {
+pub(crate) fn status_message(s: &StatusView) -> Value {
     let mut running = Map::new();
     let mut last_state = Map::new();
     for last in &s.last_state {
@@ -182,7 +182,7 @@ pub fn status_message(s: &StatusView) -> Value {
 
 /// What the hub adds to a target of `details` from what it sees itself.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TargetSeen {
+pub(crate) struct TargetSeen {
     /// The last message from its wrapper the hub saw (UTC milliseconds).
     pub heartbeat: Option<Millis>,
     /// Characters of its output text.
@@ -216,7 +216,7 @@ fn result_json(job: &str, run: Option<u64>, t: &TargetView, seen: TargetSeen) ->
 }
 
 /// `{"type": "details", ...}`; `seen` gives what the hub knows of each target.
-pub fn details_message(d: &DetailsView, seen: impl Fn(&str) -> TargetSeen) -> Value {
+pub(crate) fn details_message(d: &DetailsView, seen: impl Fn(&str) -> TargetSeen) -> Value {
     let mut results = Map::new();
     let mut targets = Vec::new();
     for t in &d.targets {
@@ -249,7 +249,7 @@ pub fn details_message(d: &DetailsView, seen: impl Fn(&str) -> TargetSeen) -> Va
 }
 
 /// `{"type": "timeline", ...}`: a start and a result per target of `runs`.
-pub fn timeline_message(id: Value, runs: &[RunRecord], serial: Millis) -> Value {
+pub(crate) fn timeline_message(id: Value, runs: &[RunRecord], serial: Millis) -> Value {
     let mut content = Vec::new();
     for run in runs {
         let instance = instance(&run.job, run.id);

@@ -35,7 +35,7 @@ pub(super) fn io_error(what: &str, timeout: Duration) -> impl Fn(std::io::Error)
 }
 
 /// A connection to a receiver: plain TCP or TLS over it.
-pub enum Conn {
+pub(super) enum Conn {
     Plain(TcpStream),
     Tls(Box<super::tls::TlsStream>),
 }

@@ -8,8 +8,8 @@
 
 mod conn;
 pub mod send;
-pub mod smtp;
-pub mod tls;
+pub(crate) mod smtp;
+pub(crate) mod tls;
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;

@@ -14,7 +14,7 @@ use super::conn::{Conn, base64, connect, io_error};
 use crate::wire::notify::SmtpTls;
 
 /// Where and how to send.
-pub struct Server<'a> {
+pub(crate) struct Server<'a> {
     pub host: &'a str,
     pub port: u16,
     pub tls: SmtpTls,
@@ -132,7 +132,7 @@ impl Session<'_> {
 }
 
 /// Send one mail; `Ok(the server's acceptance)` or `Err(cause)`.
-pub fn send(
+pub(crate) fn send(
     server: &Server<'_>,
     from: &str,
     to: &[String],

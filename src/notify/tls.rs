@@ -15,12 +15,12 @@ use std::sync::Arc;
 use rustls::pki_types::ServerName;
 
 /// A client-side TLS connection over a TCP stream (the stream's timeouts apply).
-pub type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+pub(crate) type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
 use crate::tls::verify::read_ca_file;
 
 /// Client configuration: the system's CA roots plus those of `ca_file`.
-pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+pub(crate) fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
     let mut roots = crate::tls::verify::system_roots().unwrap_or_else(|_| {
         // No system bundle: only a configured CA file can make TLS work.
         rustls::RootCertStore::empty()
@@ -48,7 +48,7 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>
 }
 
 /// TLS over `tcp` to `host`, the handshake done here (so its failure has its own words).
-pub fn connect(
+pub(crate) fn connect(
     tcp: TcpStream,
     host: &str,
     config: Arc<rustls::ClientConfig>,

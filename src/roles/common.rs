@@ -71,11 +71,11 @@ impl RoleArgs {
 }
 
 /// A typed link over a socketpair end.
-pub type Link<Tx, Rx> = Channel<mio::net::UnixStream, Tx, Rx>;
+pub(crate) type Link<Tx, Rx> = Channel<mio::net::UnixStream, Tx, Rx>;
 
 /// Open a link: wrap the stream, register it for both readiness kinds (edge-triggered:
 /// writes are attempted at once and resumed on WRITABLE), send our hello.
-pub fn open_link<S: 'static, K: Copy + 'static, Tx, Rx>(
+pub(crate) fn open_link<S: 'static, K: Copy + 'static, Tx, Rx>(
     ctx: &mut Ctx<S>,
     mut stream: mio::net::UnixStream,
     me: Role,
@@ -98,17 +98,17 @@ where
 }
 
 /// The child's end of its control link.
-pub type ControlLink = Link<ControlUp, ControlDown>;
+pub(crate) type ControlLink = Link<ControlUp, ControlDown>;
 
 /// A role state that obeys the supervisor.
-pub trait Controlled: Sized + 'static {
+pub(crate) trait Controlled: Sized + 'static {
     fn control(&mut self) -> &mut ControlLink;
     fn on_control(&mut self, ctx: &mut Ctx<Self>, msg: ControlDown);
 }
 
 /// Event handler of the control link: messages go to `on_control`; when the supervisor
 /// is gone the process stops (children die with their supervisor).
-pub fn control_event<S: Controlled>(
+pub(crate) fn control_event<S: Controlled>(
     state: &mut S,
     ctx: &mut Ctx<S>,
     _key: (),
@@ -138,7 +138,7 @@ pub fn control_event<S: Controlled>(
 /// What a data link's error means. The peer closing is the supervisor's business (it
 /// stops every process in order, and this one waits for its own `Shutdown`); anything
 /// else is a protocol violation and fatal.
-pub fn link_failed<S: 'static>(ctx: &mut Ctx<S>, e: &ChannelError) -> Flow {
+pub(crate) fn link_failed<S: 'static>(ctx: &mut Ctx<S>, e: &ChannelError) -> Flow {
     match e {
         ChannelError::PeerGone(role) => {
             log::info!("the {role} process closed its link; waiting for the supervisor");
@@ -152,7 +152,7 @@ pub fn link_failed<S: 'static>(ctx: &mut Ctx<S>, e: &ChannelError) -> Flow {
 }
 
 /// Attach the control link and say `Ready`.
-pub fn attach_control<S: Controlled>(
+pub(crate) fn attach_control<S: Controlled>(
     ctx: &mut Ctx<S>,
     args: &mut RoleArgs,
 ) -> Result<ControlLink, RoleError> {
@@ -171,7 +171,7 @@ pub fn attach_control<S: Controlled>(
 
 /// Only the supervisor handles SIGINT and SIGHUP; a Ctrl-C in a terminal reaches the
 /// whole process group, and the children must wait for their orderly stop.
-pub fn ignore_terminal_signals() {
+pub(crate) fn ignore_terminal_signals() {
     use nix::sys::signal::{SigHandler, Signal, signal};
     for sig in [Signal::SIGINT, Signal::SIGHUP] {
         // SAFETY: installing SIG_IGN involves no handler code.

@@ -10,10 +10,10 @@
 //! control link to the supervisor, a typed link helper) is `common`, which names no role:
 //! roles share messages and that glue, never each other's code.
 
-pub mod blocking;
-pub mod common;
-pub mod db;
-pub mod hub;
+pub(crate) mod blocking;
+pub(crate) mod common;
+pub(crate) mod db;
+pub(crate) mod hub;
 pub mod main;
 
 use crate::ipc::Role;

@@ -48,13 +48,13 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 
-pub use error::ScheduleError;
+pub(crate) use error::ScheduleError;
 use fields::FieldKind;
-pub use range::{ActiveRange, RangePhase};
+pub(crate) use range::{ActiveRange, RangePhase};
 use walk::Matcher;
 
 /// Most firings `saltpeterctl schedule next` lists at once.
-pub const MAX_UPCOMING: u32 = 10_000;
+pub(crate) const MAX_UPCOMING: u32 = 10_000;
 
 /// The seven cron fields as written in a job (`sec` defaults to `0`, `year` to `*`).
 #[derive(Debug, Clone, PartialEq, Eq)]

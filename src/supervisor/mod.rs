@@ -12,9 +12,9 @@
 //!    then SIGKILL. Exit 0 after a requested stop, 1 after a child failure, 2 when a child
 //!    reported a configuration error at start.
 
-pub mod preflight;
-pub mod spawn;
-pub mod startup;
+pub(crate) mod preflight;
+pub(crate) mod spawn;
+pub(crate) mod startup;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, ExitStatus};
@@ -34,14 +34,15 @@ use preflight::{Prepared, StartError};
 use spawn::NamedFd;
 
 /// Stop order: each level is stopped only after the previous one has exited.
-pub const STOP_LEVELS: [&[Role]; 3] = [&[Role::Hub, Role::Blocking], &[Role::Main], &[Role::Db]];
+pub(crate) const STOP_LEVELS: [&[Role]; 3] =
+    [&[Role::Hub, Role::Blocking], &[Role::Main], &[Role::Db]];
 
 /// Exit status of a child that found the configuration unusable at start.
-pub const EXIT_BAD_CONFIG: i32 = 2;
+pub(crate) const EXIT_BAD_CONFIG: i32 = 2;
 
 /// Timing of supervision.
 #[derive(Debug, Clone, Copy)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// From `Shutdown` to SIGTERM, and from SIGTERM to SIGKILL.
     pub stop_grace: Duration,
     /// All children must be ready within this.
@@ -106,7 +107,7 @@ impl Supervisor {
 }
 
 /// Run the daemon's supervisor until it stops; returns the exit code.
-pub fn run(prepared: Prepared, exe: &std::path::Path, debug: bool, policy: Policy) -> i32 {
+pub(crate) fn run(prepared: Prepared, exe: &std::path::Path, debug: bool, policy: Policy) -> i32 {
     let dirs = prepared.dirs.clone();
     let code = match supervise(prepared, exe, debug, policy) {
         Ok(code) => code,

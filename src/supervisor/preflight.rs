@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::paths::Dirs;
 
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub(crate) enum StartError {
     #[error("cannot read configuration directory {path}: {source}")]
     ConfigDir { path: PathBuf, source: io::Error },
     #[error("configuration directory {path}: {message}")]
@@ -46,7 +46,7 @@ pub enum StartError {
 }
 
 /// What the supervisor holds once the checks passed.
-pub struct Prepared {
+pub(crate) struct Prepared {
     pub dirs: Dirs,
     pub admin: UnixListener,
     pub wrappers: TcpListener,
@@ -55,7 +55,7 @@ pub struct Prepared {
 
 /// Listening addresses from `saltpeter_config` (start-only keys).
 #[derive(Debug, Clone)]
-pub struct Listen {
+pub(crate) struct Listen {
     pub machines: String,
     pub api: Option<String>,
     /// `saltpeter_config.admin_group`: the admin socket's group (see `crate::access`).
@@ -65,7 +65,7 @@ pub struct Listen {
     pub tls: crate::tls::material::Settings,
 }
 
-pub fn check_config_dir(path: &Path) -> Result<(), StartError> {
+pub(crate) fn check_config_dir(path: &Path) -> Result<(), StartError> {
     fs::read_dir(path)
         .map(|_| ())
         .map_err(|source| StartError::ConfigDir {
@@ -74,7 +74,7 @@ pub fn check_config_dir(path: &Path) -> Result<(), StartError> {
         })
 }
 
-pub fn check_state_dir(path: &Path) -> Result<(), StartError> {
+pub(crate) fn check_state_dir(path: &Path) -> Result<(), StartError> {
     let err = |source| StartError::StateDir {
         path: path.to_path_buf(),
         source,
@@ -87,7 +87,7 @@ pub fn check_state_dir(path: &Path) -> Result<(), StartError> {
 }
 
 /// Create the runtime directory; refuse a live daemon's socket, remove a stale one.
-pub fn claim_runtime_dir(dirs: &Dirs) -> Result<(), StartError> {
+pub(crate) fn claim_runtime_dir(dirs: &Dirs) -> Result<(), StartError> {
     let path = &dirs.runtime;
     fs::create_dir_all(path).map_err(|source| StartError::RuntimeDir {
         path: path.clone(),
@@ -109,7 +109,7 @@ pub fn claim_runtime_dir(dirs: &Dirs) -> Result<(), StartError> {
     Ok(())
 }
 
-pub fn bind_admin(dirs: &Dirs) -> Result<UnixListener, StartError> {
+pub(crate) fn bind_admin(dirs: &Dirs) -> Result<UnixListener, StartError> {
     let path = dirs.admin_socket();
     let err = |source| StartError::BindAdmin {
         path: path.clone(),
@@ -123,7 +123,7 @@ pub fn bind_admin(dirs: &Dirs) -> Result<UnixListener, StartError> {
 
 /// Give the admin socket the admin group (`crate::access`), so its members can connect;
 /// without one the socket stays the daemon's (root and the daemon's user only).
-pub fn set_admin_group(dirs: &Dirs, configured: Option<&str>) -> Result<(), StartError> {
+pub(crate) fn set_admin_group(dirs: &Dirs, configured: Option<&str>) -> Result<(), StartError> {
     let path = dirs.admin_socket();
     let group = match crate::access::admin_group(configured) {
         Ok(group) => group,
@@ -142,7 +142,7 @@ pub fn set_admin_group(dirs: &Dirs, configured: Option<&str>) -> Result<(), Star
     Ok(())
 }
 
-pub fn bind_tcp(what: &'static str, addr: &str) -> Result<TcpListener, StartError> {
+pub(crate) fn bind_tcp(what: &'static str, addr: &str) -> Result<TcpListener, StartError> {
     let err = |source| StartError::BindTcp {
         what,
         addr: addr.to_string(),
@@ -153,14 +153,14 @@ pub fn bind_tcp(what: &'static str, addr: &str) -> Result<TcpListener, StartErro
     Ok(listener)
 }
 
-pub fn write_pid_file(dirs: &Dirs) -> Result<(), StartError> {
+pub(crate) fn write_pid_file(dirs: &Dirs) -> Result<(), StartError> {
     let path = dirs.pid_file();
     fs::write(&path, format!("{}\n", std::process::id()))
         .map_err(|source| StartError::PidFile { path, source })
 }
 
 /// Every check in order; on success the listening sockets are bound.
-pub fn prepare(dirs: Dirs, listen: &Listen) -> Result<Prepared, StartError> {
+pub(crate) fn prepare(dirs: Dirs, listen: &Listen) -> Result<Prepared, StartError> {
     check_config_dir(&dirs.config)?;
     check_state_dir(&dirs.state)?;
     claim_runtime_dir(&dirs)?;
@@ -188,7 +188,7 @@ pub fn prepare(dirs: Dirs, listen: &Listen) -> Result<Prepared, StartError> {
 }
 
 /// Remove what a stopped daemon leaves in the runtime directory.
-pub fn remove_runtime_files(dirs: &Dirs) {
+pub(crate) fn remove_runtime_files(dirs: &Dirs) {
     for path in [dirs.admin_socket(), dirs.pid_file()] {
         match fs::remove_file(&path) {
             Ok(()) => {}

@@ -21,13 +21,13 @@ const FIRST_CHILD_FD: RawFd = 3;
 const PARK_FD: RawFd = 100;
 
 /// A descriptor a child inherits, by name.
-pub struct NamedFd {
+pub(crate) struct NamedFd {
     pub name: &'static str,
     pub fd: OwnedFd,
 }
 
 /// Start `exe --role ROLE` with `fds` at 3, 4, ...
-pub fn spawn_role(
+pub(crate) fn spawn_role(
     exe: &Path,
     role: Role,
     dirs: &Dirs,
@@ -87,7 +87,7 @@ pub fn spawn_role(
 }
 
 /// Turn the `--fd NAME=N` arguments of a child back into owned descriptors.
-pub fn parse_fd_args(args: &[String]) -> Result<Vec<(String, OwnedFd)>, String> {
+pub(crate) fn parse_fd_args(args: &[String]) -> Result<Vec<(String, OwnedFd)>, String> {
     let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for arg in args {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::supervisor::preflight::{Listen, StartError};
 
-pub struct Startup {
+pub(crate) struct Startup {
     pub state_dir: Option<PathBuf>,
     pub runtime_dir: Option<PathBuf>,
     pub listen: Listen,
@@ -13,7 +13,7 @@ pub struct Startup {
 
 /// Read the start-only keys of the configuration in `config_dir`. Job errors do not stop
 /// the daemon (those jobs are disabled alone); an unreadable directory does.
-pub fn settings(config_dir: &Path) -> Result<Startup, StartError> {
+pub(crate) fn settings(config_dir: &Path) -> Result<Startup, StartError> {
     crate::supervisor::preflight::check_config_dir(config_dir)?;
     // Settings only: the jobs are main's to load and report on.
     let sp = &crate::config::load_settings(config_dir).map_err(|e| StartError::Config {
@@ -72,7 +72,7 @@ pub fn settings(config_dir: &Path) -> Result<Startup, StartError> {
 }
 
 /// Whether `host` (an `api_ws_bind_addr`) only accepts connections from this machine.
-pub fn is_loopback(host: &str) -> bool {
+pub(crate) fn is_loopback(host: &str) -> bool {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     match bare.parse::<std::net::IpAddr>() {
         Ok(ip) => ip.is_loopback(),

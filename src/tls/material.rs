@@ -16,8 +16,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// File names of the self-signed certificate in the state directory.
-pub const SELF_CERT: &str = "tls-cert.pem";
-pub const SELF_KEY: &str = "tls-key.pem";
+pub(crate) const SELF_CERT: &str = "tls-cert.pem";
+pub(crate) const SELF_KEY: &str = "tls-key.pem";
 /// A certificate or key file larger than this is not a certificate or key.
 const MAX_PEM: u64 = 1024 * 1024;
 
@@ -55,7 +55,7 @@ pub struct Material {
 }
 
 /// The certificate and key files the daemon serves, or `None` with `tls: false`.
-pub fn paths(sp: &Settings, state: &Path) -> Result<Option<(PathBuf, PathBuf)>, TlsError> {
+pub(crate) fn paths(sp: &Settings, state: &Path) -> Result<Option<(PathBuf, PathBuf)>, TlsError> {
     if !sp.enabled {
         return Ok(None);
     }
@@ -77,7 +77,7 @@ pub fn paths(sp: &Settings, state: &Path) -> Result<Option<(PathBuf, PathBuf)>, 
 
 /// Supervisor start-up: create the self-signed certificate if it is the one in use and
 /// does not exist yet, then load (so every problem is found before a child starts).
-pub fn prepare(sp: &Settings, state: &Path) -> Result<Option<Material>, TlsError> {
+pub(crate) fn prepare(sp: &Settings, state: &Path) -> Result<Option<Material>, TlsError> {
     let Some((cert, key)) = paths(sp, state)? else {
         return Ok(None);
     };
@@ -89,7 +89,7 @@ pub fn prepare(sp: &Settings, state: &Path) -> Result<Option<Material>, TlsError
 }
 
 /// Hub and main start-up: the files [`prepare`] checked.
-pub fn load(sp: &Settings, state: &Path) -> Result<Option<Material>, TlsError> {
+pub(crate) fn load(sp: &Settings, state: &Path) -> Result<Option<Material>, TlsError> {
     match paths(sp, state)? {
         Some((cert, key)) => load_files(&cert, &key, sp.cert.is_none()).map(Some),
         None => Ok(None),

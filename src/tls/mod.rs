@@ -15,7 +15,7 @@
 //! accepts only for ports bound to loopback addresses.
 
 mod crypto;
-pub mod material;
+pub(crate) mod material;
 pub mod stream;
 pub mod verify;
 

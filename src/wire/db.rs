@@ -23,9 +23,9 @@ use crate::wire::records::{
 use crate::wire::wrapper::Stream;
 
 /// What main sends db (it answers no calls: db makes none); db receives exactly this type.
-pub type MainToDb = Packet<DbRequest, NoReply>;
+pub(crate) type MainToDb = Packet<DbRequest, NoReply>;
 /// What db sends main; main receives exactly this type.
-pub type DbToMain = Packet<DbNotice, DbReply>;
+pub(crate) type DbToMain = Packet<DbNotice, DbReply>;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum DbRequest {
@@ -148,14 +148,13 @@ pub enum DbReply {
 
 /// Each request's reply, in one place: `core.take_db_reply::<calls::GetRun>(id)` gives
 /// the `Option<RunRecord>`, and any other reply is a `CallError::WrongReply`.
-pub mod calls {
+pub(crate) mod calls {
     use super::*;
     use crate::ipc::Role;
 
     calls! { DbReply, Role::Db;
         CreateRun -> Option<RunId> { DbReply::RunCreated(id) => id }
         UpdateRun -> () { DbReply::Done => () }
-        UpdateTarget -> () { DbReply::Done => () }
         /// Every seq up to the value is committed.
         AppendOutput -> u64 { DbReply::OutputStored { contiguous_seq } => contiguous_seq }
         GetRun -> Option<RunRecord> { DbReply::Run(run) => run }
@@ -167,9 +166,7 @@ pub mod calls {
         Output -> OutputBytes { DbReply::Output(out) => out }
         GetMeta -> Option<String> { DbReply::Meta(value) => value }
         SetMeta -> () { DbReply::Done => () }
-        RecordEvent -> () { DbReply::Done => () }
         Prune -> PruneOutcome { DbReply::Pruned(outcome) => outcome }
-        Reclaim -> () { DbReply::Done => () }
         RunDetails -> Option<(RunRecord, Vec<TargetDetail>)> {
             DbReply::RunDetails(details) => details
         }
@@ -177,15 +174,8 @@ pub mod calls {
         LastSlots -> BTreeMap<String, Millis> { DbReply::LastSlots(slots) => slots }
         QueueDeliveries -> u64 { DbReply::DeliveriesQueued(n) => n }
         TakeDueDeliveries -> DueDeliveries { DbReply::DueDeliveries(due) => due }
-        RecordDeliveryAttempt -> () { DbReply::Done => () }
-        ReleaseDeliveryLeases -> () { DbReply::Done => () }
         ListDeliveries -> Vec<DeliveryRecord> { DbReply::Deliveries(list) => list }
         OutputTails -> Vec<(String, String)> { DbReply::OutputTails(tails) => tails }
-        RetryTarget -> () { DbReply::Done => () }
-        TargetAttempts -> Vec<AttemptRecord> { DbReply::Attempts(list) => list }
-        JobLog -> () { DbReply::Done => () }
-        RecordWrappers -> () { DbReply::Done => () }
-        ForgetWrapper -> () { DbReply::Done => () }
         Wrappers -> Vec<WrapperSeen> { DbReply::Wrappers(list) => list }
     }
 }
@@ -354,7 +344,7 @@ pub struct PruneOutcome {
 // ---- payloads: output
 
 /// Bytes of output kept per target (a job's `output_limit`).
-pub use crate::config::OutputLimit;
+pub(crate) use crate::config::OutputLimit;
 
 /// Which part of a target's output db's `read_output` returns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -421,7 +411,7 @@ pub struct EventFilter {
 
 // ---- payloads: attempts
 
-pub use super::records::AttemptRecord;
+pub(crate) use super::records::AttemptRecord;
 
 // ---- payloads: fleet state
 

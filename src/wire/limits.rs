@@ -1,7 +1,7 @@
 //! A job's resource limits on the wrapper link: the types are the configuration's
 //! (`crate::config::resources`), carried in `welcome.job.limits`.
 
-pub use crate::config::resources::{IoClass, IoNice, Limits, parse_bytes, show_bytes};
+pub(crate) use crate::config::resources::{Limits, show_bytes};
 
 /// Capability a wrapper advertises in `hello.capabilities` when it applies `job.limits`.
-pub const CAP_LIMITS: &str = "limits";
+pub(crate) const CAP_LIMITS: &str = "limits";

@@ -20,7 +20,7 @@ use super::{NoReply, Redacted};
 use crate::config::TargetType;
 use crate::ipc::rpc::Packet;
 
-pub use super::admin::ProcessInfo;
+pub(crate) use super::admin::ProcessInfo;
 
 /// Supervisor -> child.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -50,7 +50,7 @@ pub enum ControlUp {
 }
 
 /// A wrapper connection inside the hub.
-pub type ConnId = u64;
+pub(crate) type ConnId = u64;
 
 /// Hub -> main requests (calls and casts).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -244,7 +244,7 @@ pub enum MainToHub {
 /// bytes plus a fixed share for the message around them (so a flood of tiny frames is
 /// bounded too). Both ends compute it from the same length, so the credits main returns
 /// match what the hub charged.
-pub fn output_cost(data_len: usize) -> u64 {
+pub(crate) fn output_cost(data_len: usize) -> u64 {
     data_len as u64 + 256
 }
 
@@ -370,7 +370,7 @@ pub enum BlockingReply {
 }
 
 /// Each blocking request's reply, in one place (see `wire::db::calls`).
-pub mod blocking_calls {
+pub(crate) mod blocking_calls {
     use super::*;
     use crate::ipc::Role;
 
@@ -391,9 +391,9 @@ pub enum BlockingNotice {}
 
 /// What main sends blocking (it answers no calls: blocking makes none); blocking receives
 /// exactly this type.
-pub type MainToBlocking = Packet<BlockingRequest, NoReply>;
+pub(crate) type MainToBlocking = Packet<BlockingRequest, NoReply>;
 /// What blocking sends main; main receives exactly this type.
-pub type BlockingToMain = Packet<BlockingNotice, BlockingReply>;
+pub(crate) type BlockingToMain = Packet<BlockingNotice, BlockingReply>;
 
 /// How salt reads a target expression (a job's `target_type`): a closed set on the link,
 /// so blocking never meets a word it does not know.

@@ -18,7 +18,7 @@ macro_rules! calls {
         $(
             $(#[$doc])*
             #[derive(Debug, Clone, Copy)]
-            pub struct $name;
+            pub(crate) struct $name;
 
             impl $crate::ipc::rpc::Call<$reply> for $name {
                 type Reply = $ty;
@@ -36,15 +36,15 @@ macro_rules! calls {
     };
 }
 
-pub mod admin;
-pub mod bytes;
+pub(crate) mod admin;
+pub(crate) mod bytes;
 pub mod compress;
-pub mod db;
-pub mod limits;
-pub mod link;
-pub mod notify;
-pub mod records;
-pub mod ui;
+pub(crate) mod db;
+pub(crate) mod limits;
+pub(crate) mod link;
+pub(crate) mod notify;
+pub(crate) mod records;
+pub(crate) mod ui;
 pub mod wrapper;
 
 /// The reply type of a side that is never called (db and blocking never call main): a

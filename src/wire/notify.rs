@@ -172,7 +172,7 @@ pub struct DeliveryAttempt {
     pub retry_at: Option<Millis>,
 }
 
-pub use crate::config::notify::SmtpTls;
+pub(crate) use crate::config::notify::SmtpTls;
 
 /// How mail leaves this host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

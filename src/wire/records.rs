@@ -9,13 +9,13 @@
 use serde::{Deserialize, Serialize};
 
 /// Database id of a run; also the `SP_RUN` of its wrappers.
-pub type RunId = u64;
+pub(crate) type RunId = u64;
 
 /// Unix time in milliseconds (UTC). Instants are stored and sent as this everywhere.
-pub type Millis = i64;
+pub(crate) type Millis = i64;
 
 /// Now, as unix milliseconds (the daemon's clock for everything it records).
-pub fn now_ms() -> Millis {
+pub(crate) fn now_ms() -> Millis {
     chrono::Utc::now().timestamp_millis()
 }
 
@@ -188,7 +188,7 @@ pub struct AttemptRecord {
 /// Overall state of a run whose targets are all settled: `succeeded` if every target
 /// finished with exit 0, `failed` if none did, `partial` otherwise; `skipped` when no
 /// target was left to run.
-pub fn settle_run_state(targets: &[TargetRecord]) -> RunState {
+pub(crate) fn settle_run_state(targets: &[TargetRecord]) -> RunState {
     let ran: Vec<&TargetRecord> = targets
         .iter()
         .filter(|t| t.state != TargetState::SkippedMaintenance)

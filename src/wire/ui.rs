@@ -180,12 +180,12 @@ impl DetailsView {
 }
 
 /// The instance name of a run in the original UI protocol (`job_12`).
-pub fn instance(job: &str, run: RunId) -> String {
+pub(crate) fn instance(job: &str, run: RunId) -> String {
     format!("{job}_{run}")
 }
 
 /// The run id of an instance name (`job_12`, or `12`).
-pub fn run_of_instance(instance: &str) -> Option<RunId> {
+pub(crate) fn run_of_instance(instance: &str) -> Option<RunId> {
     instance.rsplit('_').next().and_then(|n| n.parse().ok())
 }
 

@@ -57,7 +57,7 @@ pub fn sha256_hex(mut reader: impl Read) -> std::io::Result<String> {
 
 /// The path the wrapper was started as: `argv[0]` when it is absolute (Salt starts the
 /// wrapper by its full `wrapper_path`), else the executable's path as the system says.
-pub fn started_as(
+pub(super) fn started_as(
     argv0: Option<OsString>,
     current_exe: impl FnOnce() -> std::io::Result<PathBuf>,
 ) -> Option<String> {

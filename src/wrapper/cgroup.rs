@@ -25,7 +25,7 @@ fn quota_us(pct: u32) -> u64 {
 
 /// A group made for one command.
 #[derive(Debug)]
-pub struct Group {
+pub(super) struct Group {
     /// `v2` or `v1`.
     pub version: &'static str,
     /// Every directory made (one for v2, one per controller for v1), removed at the end.
@@ -38,7 +38,7 @@ pub struct Group {
 
 impl Group {
     /// How many processes of the group the kernel killed for its memory limit.
-    pub fn oom_kills(&self) -> u64 {
+    pub(super) fn oom_kills(&self) -> u64 {
         let Some(file) = &self.oom_file else {
             return 0;
         };
@@ -84,7 +84,7 @@ impl Drop for Group {
 
 /// The group's directory name: the run, the machine and the wrapper's pid (unique on the
 /// host), in characters a cgroup name may hold.
-pub fn leaf_name(run: u64, machine: &str) -> String {
+pub(super) fn leaf_name(run: u64, machine: &str) -> String {
     let machine: String = machine
         .chars()
         .take(64)
@@ -100,7 +100,7 @@ pub fn leaf_name(run: u64, machine: &str) -> String {
 }
 
 /// Makes the group under cgroup v2 (unified hierarchy at `root`), or says why not.
-pub fn make_v2(root: &Path, limits: &Limits, leaf: &str) -> Result<Group, String> {
+pub(super) fn make_v2(root: &Path, limits: &Limits, leaf: &str) -> Result<Group, String> {
     let wanted = controllers(limits);
     let own = own_path(None)?;
     let parent = root.join(own.trim_start_matches('/'));
@@ -155,7 +155,7 @@ pub fn make_v2(root: &Path, limits: &Limits, leaf: &str) -> Result<Group, String
 
 /// Makes the group under cgroup v1 (one hierarchy per controller, found in
 /// `mountinfo`), or says why not.
-pub fn make_v1(mountinfo: &str, limits: &Limits, leaf: &str) -> Result<Group, String> {
+pub(super) fn make_v1(mountinfo: &str, limits: &Limits, leaf: &str) -> Result<Group, String> {
     let mut group = Group {
         version: "v1",
         dirs: Vec::new(),
@@ -207,7 +207,7 @@ pub fn make_v1(mountinfo: &str, limits: &Limits, leaf: &str) -> Result<Group, St
 }
 
 /// What the group limits, for the target's record.
-pub fn describe(limits: &Limits) -> Vec<String> {
+pub(super) fn describe(limits: &Limits) -> Vec<String> {
     let mut parts = Vec::new();
     if let Some(bytes) = limits.memory_max {
         parts.push(format!("memory_max={}", show_bytes(bytes)));
@@ -237,7 +237,7 @@ fn controllers(limits: &Limits) -> Vec<&'static str> {
 }
 
 /// The mount point of the v1 hierarchy that has `controller` among its options.
-pub fn v1_mount(mountinfo: &str, controller: &str) -> Option<PathBuf> {
+pub(super) fn v1_mount(mountinfo: &str, controller: &str) -> Option<PathBuf> {
     mountinfo.lines().find_map(|line| {
         let (left, right) = line.split_once(" - ")?;
         let mut right = right.split_whitespace();
@@ -260,7 +260,7 @@ fn own_path(controller: Option<&str>) -> Result<String, String> {
     })
 }
 
-pub fn own_path_in(text: &str, controller: Option<&str>) -> Option<String> {
+pub(super) fn own_path_in(text: &str, controller: Option<&str>) -> Option<String> {
     text.lines().find_map(|line| {
         let mut parts = line.splitn(3, ':');
         let (_id, list, path) = (parts.next()?, parts.next()?, parts.next()?);

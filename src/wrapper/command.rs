@@ -20,7 +20,7 @@ use super::limits::Plan;
 use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL, JobSpec};
 
 /// A started command: the child, its process group and its two output pipes.
-pub struct Spawned {
+pub(super) struct Spawned {
     pub child: Child,
     pub pgid: Pid,
     pub stdout: Receiver,
@@ -29,7 +29,7 @@ pub struct Spawned {
 
 /// Who to run as, resolved before the fork.
 #[derive(Debug, Clone)]
-pub struct RunAs {
+pub(super) struct RunAs {
     pub name: String,
     pub uid: Uid,
     pub gid: Gid,
@@ -40,7 +40,7 @@ pub struct RunAs {
 
 /// Resolves `user` against the current identity. Errors are the text sent to the hub
 /// as the command's stderr with reason `spawn_failed`.
-pub fn resolve_user(name: &str) -> Result<RunAs, String> {
+pub(super) fn resolve_user(name: &str) -> Result<RunAs, String> {
     let user = match User::from_name(name) {
         Ok(Some(u)) => u,
         Ok(None) => return Err(format!("unknown user {name:?} on this host")),
@@ -69,7 +69,7 @@ pub fn resolve_user(name: &str) -> Result<RunAs, String> {
 }
 
 /// The command's environment (pure; `base` is the wrapper's environment).
-pub fn command_env(
+pub(super) fn command_env(
     base: impl IntoIterator<Item = (OsString, OsString)>,
     job: &JobSpec,
     run: u64,
@@ -103,7 +103,7 @@ pub fn command_env(
 /// Starts the command. The error text goes to the hub as stderr (`spawn_failed`).
 /// `limits` is prepared by the caller (`limits::Plan::prepare`): its scope prefix goes
 /// before `/bin/sh`, its child steps run in the child before the user switch.
-pub fn spawn(
+pub(super) fn spawn(
     job: &JobSpec,
     env: Vec<(OsString, OsString)>,
     run_as: Option<&RunAs>,
@@ -193,7 +193,7 @@ pub fn spawn(
 }
 
 /// Signals the whole process group; a group that is already gone is not an error.
-pub fn kill_group(pgid: Pid, signal: Signal) {
+pub(super) fn kill_group(pgid: Pid, signal: Signal) {
     match killpg(pgid, signal) {
         Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
         Err(e) => log::warn!("could not send {signal} to process group {pgid}: {e}"),
@@ -201,13 +201,13 @@ pub fn kill_group(pgid: Pid, signal: Signal) {
 }
 
 /// Whether any process of the group is still alive.
-pub fn group_alive(pgid: Pid) -> bool {
+pub(super) fn group_alive(pgid: Pid) -> bool {
     !matches!(killpg(pgid, None), Err(nix::errno::Errno::ESRCH))
 }
 
 /// `(code, signal)` of `exited`: a death by signal reports the signal, never a negative
 /// code.
-pub fn exit_fields(status: ExitStatus) -> (Option<i32>, Option<i32>) {
+pub(super) fn exit_fields(status: ExitStatus) -> (Option<i32>, Option<i32>) {
     match (status.code(), status.signal()) {
         (_, Some(sig)) => (None, Some(sig)),
         (Some(code), None) => (Some(code), None),

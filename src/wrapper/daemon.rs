@@ -91,7 +91,7 @@ fn announce(run: u64, pid: u32) {
 /// run (stdout when it started, stderr when it could not) and exits 0 when every run
 /// started, 1 otherwise. An error before anything forked (the log file) is returned to
 /// the launcher: nothing was started.
-pub fn launch_in_background(log: Option<&Path>, runs: &[u64]) -> Result<u64, WrapperError> {
+pub(super) fn launch_in_background(log: Option<&Path>, runs: &[u64]) -> Result<u64, WrapperError> {
     // Open everything first so errors still reach Salt through our stderr.
     let outputs = Detached::open(log)?;
     let mut failed = false;
@@ -195,7 +195,7 @@ fn report_and_exit(report: &mut std::io::PipeWriter, text: String) -> ! {
 /// Leave the launcher's session and process group (a kill of the daemon's group, or a
 /// hang-up of its terminal, must not reach the wrapper). A process that already leads a
 /// session stays in it; one that leads a process group cannot start a session, and says so.
-pub fn leave_session() -> Result<(), WrapperError> {
+pub(super) fn leave_session() -> Result<(), WrapperError> {
     let me = Pid::this();
     if getsid(None).is_ok_and(|sid| sid == me) {
         return Ok(());
@@ -208,14 +208,14 @@ pub fn leave_session() -> Result<(), WrapperError> {
 
 /// Run on alone in this process: announce it on stdout, then fds 0-2 to `/dev/null`
 /// and the log, which closes the launcher's pipes.
-pub fn detach(log: Option<&Path>, run: u64) -> Result<(), WrapperError> {
+pub(super) fn detach(log: Option<&Path>, run: u64) -> Result<(), WrapperError> {
     let outputs = Detached::open(log)?;
     announce(run, std::process::id());
     outputs.redirect()
 }
 /// Timestamped log lines to `log` (appended) or stderr; level from `SP_WRAPPER_LOG`
 /// (env_logger syntax), `info` by default.
-pub fn init_logging(log: Option<&Path>) -> Result<(), WrapperError> {
+pub(super) fn init_logging(log: Option<&Path>) -> Result<(), WrapperError> {
     let mut builder = env_logger::Builder::new();
     builder
         .filter_level(log::LevelFilter::Info)

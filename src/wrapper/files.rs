@@ -42,7 +42,7 @@ pub fn spool_dir() -> PathBuf {
 
 /// Creates `dir` with mode 0700, or checks that an existing one is a real directory
 /// owned by us and closed to others (a planted directory or symlink is refused).
-pub fn ensure_private_dir(dir: &Path) -> Result<(), WrapperError> {
+pub(super) fn ensure_private_dir(dir: &Path) -> Result<(), WrapperError> {
     let fail = |reason: String| WrapperError::PrivateDir {
         path: dir.to_path_buf(),
         reason,
@@ -88,14 +88,14 @@ pub fn lock_file_name(job_name: &str) -> String {
 }
 
 /// Outcome of trying the overlap lock.
-pub enum OverlapLock {
+pub(super) enum OverlapLock {
     /// Held until dropped.
     Held(Flock<File>),
     /// Another wrapper runs this job on this host.
     Busy(PathBuf),
 }
 
-pub fn try_overlap_lock(dir: &Path, job_name: &str) -> Result<OverlapLock, WrapperError> {
+pub(super) fn try_overlap_lock(dir: &Path, job_name: &str) -> Result<OverlapLock, WrapperError> {
     ensure_private_dir(dir)?;
     let path = dir.join(lock_file_name(job_name));
     let file = OpenOptions::new()

@@ -50,7 +50,11 @@ pub fn parse_runs(text: &str) -> Result<Vec<u64>, WrapperError> {
 /// Whether this launch may start `runs` the way it was asked: several runs only in the
 /// background (`--daemonize`, one process per run) and proven with the minion key (a
 /// launch token proves a single run).
-pub fn check_runs(runs: &[u64], daemonize: bool, by_token: bool) -> Result<(), WrapperError> {
+pub(super) fn check_runs(
+    runs: &[u64],
+    daemonize: bool,
+    by_token: bool,
+) -> Result<(), WrapperError> {
     if runs.len() <= 1 {
         return Ok(());
     }

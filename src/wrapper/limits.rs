@@ -28,14 +28,14 @@ use crate::wire::limits::{Limits, show_bytes};
 /// Which way the group limits take: the best the target has (`Auto`), or setrlimit
 /// only (tests of the last resort).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Way {
+pub(super) enum Way {
     Auto,
     Rlimit,
 }
 
 /// The limits as they will be applied to one command, prepared before the fork.
 #[derive(Debug, Default)]
-pub struct Plan {
+pub(super) struct Plan {
     /// What applied, for the target's record; `None` when the job has no limits.
     pub applied: Option<String>,
     /// Put before `/bin/sh -c COMMAND` (the systemd scope), else empty.
@@ -53,7 +53,7 @@ pub struct Plan {
 }
 
 /// Who the command runs as, for the scope's `--uid`/`--gid`.
-pub struct Identity {
+pub(super) struct Identity {
     pub uid: u32,
     pub gid: u32,
 }
@@ -61,7 +61,7 @@ pub struct Identity {
 impl Plan {
     /// Prepares `limits` for the command of `run` on `machine`; never fails: what cannot
     /// be applied is said in `applied`.
-    pub fn prepare(
+    pub(super) fn prepare(
         limits: &Limits,
         run: u64,
         machine: &str,
@@ -170,7 +170,7 @@ impl Plan {
     /// What the forked child does before exec (and before switching user): join the
     /// group, set the rlimits, nice and ionice. Only syscalls on data prepared before
     /// the fork: no allocation, no locks.
-    pub fn child_steps(&self) -> ChildSteps {
+    pub(super) fn child_steps(&self) -> ChildSteps {
         ChildSteps {
             join: self
                 .group
@@ -185,7 +185,7 @@ impl Plan {
 
     /// Whether the kernel killed the command for its memory limit (asked once the
     /// command ended: the group's OOM kill count, or the scope's result).
-    pub fn memory_killed(&self) -> bool {
+    pub(super) fn memory_killed(&self) -> bool {
         if let Some(group) = &self.group {
             return group.oom_kills() > 0;
         }
@@ -206,7 +206,7 @@ impl Plan {
 }
 
 /// The child's part of a plan (moved into `pre_exec`).
-pub struct ChildSteps {
+pub(super) struct ChildSteps {
     join: Vec<CString>,
     rlimits: Vec<(libc::__rlimit_resource_t, u64)>,
     nice: Option<i32>,
@@ -215,7 +215,7 @@ pub struct ChildSteps {
 
 impl ChildSteps {
     /// Runs in the forked child before exec. Async-signal-safe syscalls only.
-    pub fn apply(&self) -> std::io::Result<()> {
+    pub(super) fn apply(&self) -> std::io::Result<()> {
         for file in &self.join {
             // SAFETY: open/write/close on a NUL-terminated path made before the fork.
             unsafe {

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::Path;
 
 use super::*;
-use crate::wire::limits::{IoClass, IoNice};
+use crate::config::resources::{IoClass, IoNice};
 use crate::wire::wrapper::JobSpec;
 use crate::wrapper::command::{exit_fields, spawn};
 

@@ -27,13 +27,13 @@ use crate::tls::Stream;
 use crate::wire::wrapper::{ServerMsg, WrapperMsg};
 
 /// Bound on the time from `connect()` to an open WebSocket.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest message accepted from the hub (control messages are small).
 const MAX_INBOUND: usize = 1024 * 1024;
 /// Outbound buffer beyond which `write` refuses messages (backpressure).
 const MAX_WRITE_BUFFER: usize = 2 * 1024 * 1024;
 
-pub enum LinkEvent {
+pub(super) enum LinkEvent {
     /// The WebSocket is open; the caller sends `hello`.
     Open,
     Message(ServerMsg),
@@ -56,7 +56,7 @@ enum State {
     },
 }
 
-pub struct Link {
+pub(super) struct Link {
     state: State,
     token: Token,
     /// The TLS client configuration, built on the first `wss://` connect and kept.
@@ -69,7 +69,7 @@ pub struct Link {
 }
 
 impl Link {
-    pub fn new(token: Token, now: Instant) -> Link {
+    pub(super) fn new(token: Token, now: Instant) -> Link {
         Link {
             state: State::Down,
             token,
@@ -79,16 +79,16 @@ impl Link {
         }
     }
 
-    pub fn is_down(&self) -> bool {
+    pub(super) fn is_down(&self) -> bool {
         matches!(self.state, State::Down)
     }
 
-    pub fn is_open(&self) -> bool {
+    pub(super) fn is_open(&self) -> bool {
         matches!(self.state, State::Open { .. })
     }
 
     /// Deadline of the connect + handshake phase, if in it.
-    pub fn setup_deadline(&self) -> Option<Instant> {
+    pub(super) fn setup_deadline(&self) -> Option<Instant> {
         match &self.state {
             State::Connecting { since, .. } | State::Handshaking { since, .. } => {
                 Some(*since + CONNECT_TIMEOUT)
@@ -97,7 +97,7 @@ impl Link {
         }
     }
 
-    pub fn connect(
+    pub(super) fn connect(
         &mut self,
         registry: &Registry,
         addr: SocketAddr,
@@ -119,7 +119,7 @@ impl Link {
 
     /// Tests: an open link over `stream` (already connected), without a handshake.
     #[cfg(test)]
-    pub fn open_for_test(&mut self, stream: TcpStream, now: Instant) {
+    pub(super) fn open_for_test(&mut self, stream: TcpStream, now: Instant) {
         let ws = WebSocket::from_raw_socket(
             Stream::Plain(stream),
             tungstenite::protocol::Role::Client,
@@ -130,7 +130,7 @@ impl Link {
         self.last_msg = now;
     }
 
-    pub fn close(&mut self) {
+    pub(super) fn close(&mut self) {
         if let State::Open { ws } = &mut self.state {
             // Best effort: tell the hub, without waiting for its answer.
             let _ = ws.close(None);
@@ -145,7 +145,7 @@ impl Link {
     }
 
     /// Progresses the connection after a readiness event (spurious ones are harmless).
-    pub fn on_ready(&mut self, url: &str, now: Instant, events: &mut Vec<LinkEvent>) {
+    pub(super) fn on_ready(&mut self, url: &str, now: Instant, events: &mut Vec<LinkEvent>) {
         if let State::Connecting { stream, .. } = &self.state {
             if let Ok(Some(err)) | Err(err) = stream.take_error() {
                 return self.fail(events, format!("could not connect to the hub: {err}"));
@@ -280,7 +280,7 @@ impl Link {
     }
 
     /// Pushes buffered bytes to the socket; `WouldBlock` waits for the next event.
-    pub fn flush(&mut self, events: &mut Vec<LinkEvent>) {
+    pub(super) fn flush(&mut self, events: &mut Vec<LinkEvent>) {
         let State::Open { ws } = &mut self.state else {
             return;
         };
@@ -292,7 +292,7 @@ impl Link {
     }
 
     /// Queues a control message; `false` when the write buffer is full (retry later).
-    pub fn send_msg(&mut self, msg: &WrapperMsg, events: &mut Vec<LinkEvent>) -> bool {
+    pub(super) fn send_msg(&mut self, msg: &WrapperMsg, events: &mut Vec<LinkEvent>) -> bool {
         match serde_json::to_string(msg) {
             Ok(text) => self.send(Message::text(text), events),
             Err(e) => {
@@ -303,11 +303,11 @@ impl Link {
     }
 
     /// Queues a binary frame; `false` when the write buffer is full (retry later).
-    pub fn send_binary(&mut self, bytes: Vec<u8>, events: &mut Vec<LinkEvent>) -> bool {
+    pub(super) fn send_binary(&mut self, bytes: Vec<u8>, events: &mut Vec<LinkEvent>) -> bool {
         self.send(Message::binary(bytes), events)
     }
 
-    pub fn send_ping(&mut self, events: &mut Vec<LinkEvent>) {
+    pub(super) fn send_ping(&mut self, events: &mut Vec<LinkEvent>) {
         self.send(Message::Ping(Vec::new().into()), events);
     }
 

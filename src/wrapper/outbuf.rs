@@ -41,9 +41,9 @@ impl Default for Limits {
 }
 
 /// Where the spool file may be created, if at all (created lazily on first overflow).
-pub type SpoolFactory = Box<dyn FnMut() -> Option<Spool>>;
+pub(super) type SpoolFactory = Box<dyn FnMut() -> Option<Spool>>;
 
-pub struct OutputBuffer {
+pub(super) struct OutputBuffer {
     limits: Limits,
     /// The frame being filled: stream, bytes, when it was opened.
     open: Option<(Stream, Vec<u8>, Instant)>,
@@ -60,7 +60,7 @@ pub struct OutputBuffer {
 }
 
 impl OutputBuffer {
-    pub fn new(limits: Limits, spool_factory: Option<SpoolFactory>) -> OutputBuffer {
+    pub(super) fn new(limits: Limits, spool_factory: Option<SpoolFactory>) -> OutputBuffer {
         OutputBuffer {
             limits,
             open: None,
@@ -77,7 +77,7 @@ impl OutputBuffer {
     }
 
     /// Appends bytes read from `stream`.
-    pub fn push(&mut self, stream: Stream, mut bytes: &[u8], now: Instant) {
+    pub(super) fn push(&mut self, stream: Stream, mut bytes: &[u8], now: Instant) {
         while !bytes.is_empty() {
             if matches!(&self.open, Some((s, _, _)) if *s != stream) {
                 self.close_open();
@@ -94,21 +94,21 @@ impl OutputBuffer {
     }
 
     /// When the open frame must be closed so output reaches the hub promptly.
-    pub fn flush_deadline(&self) -> Option<Instant> {
+    pub(super) fn flush_deadline(&self) -> Option<Instant> {
         self.open
             .as_ref()
             .map(|(_, _, at)| *at + self.limits.coalesce)
     }
 
     /// Closes the open frame if its coalescing time is over (or `force`).
-    pub fn flush_due(&mut self, now: Instant, force: bool) {
+    pub(super) fn flush_due(&mut self, now: Instant, force: bool) {
         if force || self.flush_deadline().is_some_and(|d| d <= now) {
             self.close_open();
         }
     }
 
     /// Closes everything: the open frame and a pending loss note. Called at the end.
-    pub fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         self.close_open();
         if self.lost_pending > 0 {
             self.emit_loss_note_unbounded();
@@ -206,7 +206,7 @@ impl OutputBuffer {
     }
 
     /// The hub holds every frame up to `seq`.
-    pub fn ack(&mut self, seq: u64) {
+    pub(super) fn ack(&mut self, seq: u64) {
         let seq = seq.min(self.end_seq());
         if seq <= self.acked {
             return;
@@ -222,7 +222,7 @@ impl OutputBuffer {
     }
 
     /// After a (re)connect: the hub holds up to `acked`; send again from there.
-    pub fn rewind(&mut self, acked: u64) {
+    pub(super) fn rewind(&mut self, acked: u64) {
         self.ack(acked);
         self.sent = self.acked;
     }
@@ -261,41 +261,41 @@ impl OutputBuffer {
     }
 
     /// The next frame to send, if it is in memory (frames still in the spool wait for acks).
-    pub fn next_unsent(&self) -> Option<&OutputFrame> {
+    pub(super) fn next_unsent(&self) -> Option<&OutputFrame> {
         let idx = (self.sent - self.acked) as usize;
         self.mem.get(idx)
     }
 
-    pub fn mark_sent(&mut self, seq: u64) {
+    pub(super) fn mark_sent(&mut self, seq: u64) {
         debug_assert_eq!(seq, self.sent + 1, "frames are sent in seq order");
         self.sent = seq;
     }
 
     /// Seq of the last frame closed so far (0 before any output).
-    pub fn end_seq(&self) -> u64 {
+    pub(super) fn end_seq(&self) -> u64 {
         self.next_seq - 1
     }
 
-    pub fn acked(&self) -> u64 {
+    pub(super) fn acked(&self) -> u64 {
         self.acked
     }
 
-    pub fn all_sent(&self) -> bool {
+    pub(super) fn all_sent(&self) -> bool {
         self.open.is_none() && self.sent == self.end_seq()
     }
 
     #[cfg(test)]
-    pub fn all_acked(&self) -> bool {
+    pub(super) fn all_acked(&self) -> bool {
         self.open.is_none() && self.acked == self.end_seq()
     }
 
-    pub fn lost_total(&self) -> u64 {
+    pub(super) fn lost_total(&self) -> u64 {
         self.lost_total
     }
 
     /// Write every unacknowledged byte (memory, then spool, in seq order) to `out`, for
     /// a wrapper that gives up: the output the hub never stored is left on the host.
-    pub fn save_unacked(&mut self, out: &mut impl std::io::Write) -> std::io::Result<u64> {
+    pub(super) fn save_unacked(&mut self, out: &mut impl std::io::Write) -> std::io::Result<u64> {
         let mut written = 0u64;
         for frame in &self.mem {
             out.write_all(&frame.data)?;
@@ -316,7 +316,7 @@ impl OutputBuffer {
         Ok(written)
     }
 
-    pub fn buffered_bytes(&self) -> (usize, u64) {
+    pub(super) fn buffered_bytes(&self) -> (usize, u64) {
         (self.mem_bytes, self.spool.as_ref().map_or(0, Spool::bytes))
     }
 }

@@ -29,10 +29,10 @@ use std::time::{Duration, Instant};
 pub const MAX_STAGE_GRACE: Duration = Duration::from_secs(120);
 /// How far ahead of its slot a pre-staging server that does not send `slot_in_ms` is
 /// assumed to have launched the wrapper (the default `prestage_cap`).
-pub const FALLBACK_LEAD: Duration = Duration::from_secs(60);
+pub(super) const FALLBACK_LEAD: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone)]
-pub struct Patience {
+pub(super) struct Patience {
     grace: Duration,
     /// The run's slot as far as the wrapper knows it (its own start until welcomed).
     slot: Instant,
@@ -43,7 +43,7 @@ pub struct Patience {
 }
 
 impl Patience {
-    pub fn new(now: Instant, grace: Duration) -> Patience {
+    pub(super) fn new(now: Instant, grace: Duration) -> Patience {
         Patience {
             grace: grace.min(MAX_STAGE_GRACE),
             slot: now,
@@ -53,7 +53,7 @@ impl Patience {
     }
 
     /// A welcome: the server knows the run; a pre-staged one says when the slot is.
-    pub fn welcomed(&mut self, now: Instant, wait_for_go: bool, slot_in: Option<Duration>) {
+    pub(super) fn welcomed(&mut self, now: Instant, wait_for_go: bool, slot_in: Option<Duration>) {
         self.known_at = now;
         if wait_for_go {
             self.slot = now + slot_in.unwrap_or(FALLBACK_LEAD);
@@ -61,38 +61,38 @@ impl Patience {
     }
 
     /// The link to a server that knew the run is gone; it was last heard at `last_heard`.
-    pub fn lost(&mut self, last_heard: Instant, why: &str) {
+    pub(super) fn lost(&mut self, last_heard: Instant, why: &str) {
         self.known_at = self.known_at.max(last_heard);
         self.trouble = why.to_string();
     }
 
     /// No server knows the run, for this reason (connect failure, rejection...).
-    pub fn trouble(&mut self, why: &str) {
+    pub(super) fn trouble(&mut self, why: &str) {
         self.trouble = why.to_string();
     }
 
-    pub fn why(&self) -> &str {
+    pub(super) fn why(&self) -> &str {
         &self.trouble
     }
 
     /// When a server that knows the run was last heard, as of `served` (the link's last
     /// receive time while welcomed on it).
-    pub fn last_known(&self, served: Option<Instant>) -> Instant {
+    pub(super) fn last_known(&self, served: Option<Instant>) -> Instant {
         served.map_or(self.known_at, |t| t.max(self.known_at))
     }
 
     /// When a wrapper that has not started its command gives up with no server.
-    pub fn start_deadline(&self) -> Instant {
+    pub(super) fn start_deadline(&self) -> Instant {
         self.slot.max(self.known_at) + self.grace
     }
 
     /// Whether a wrapper that has not started its command should give up now.
-    pub fn start_abandoned(&self, now: Instant, served: bool) -> bool {
+    pub(super) fn start_abandoned(&self, now: Instant, served: bool) -> bool {
         !served && now >= self.start_deadline()
     }
 
     /// How long no server has known the run, as of `now`.
-    pub fn unknown_for(&self, now: Instant) -> Duration {
+    pub(super) fn unknown_for(&self, now: Instant) -> Duration {
         now.saturating_duration_since(self.known_at)
     }
 }

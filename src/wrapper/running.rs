@@ -36,13 +36,13 @@ use crate::wire::wrapper::{ExitReason, JobSpec, Stream};
 const READS_PER_TURN: usize = 16;
 
 /// Why the command did not start; the text goes to the hub as stderr.
-pub enum StartFailure {
+pub(super) enum StartFailure {
     LockBusy(String),
     SpawnFailed(String),
 }
 
 /// How the command ended: the fields of `exited`.
-pub struct Ended {
+pub(super) struct Ended {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub reason: ExitReason,
@@ -60,7 +60,7 @@ struct Kill {
     killed: bool,
 }
 
-pub struct Running {
+pub(super) struct Running {
     child: Child,
     pgid: Pid,
     pipes: Vec<Pipe>,
@@ -79,7 +79,7 @@ pub struct Running {
 }
 
 /// Identity of the run, for the command's environment and the lock name.
-pub struct RunFacts<'a> {
+pub(super) struct RunFacts<'a> {
     pub run: u64,
     pub machine: &'a str,
     pub lock_dir: &'a Path,
@@ -88,7 +88,7 @@ pub struct RunFacts<'a> {
 impl Running {
     /// Takes the overlap lock if asked, resolves the user, spawns the command and
     /// registers its pipes under `tokens` (stdout, stderr).
-    pub fn start(
+    pub(super) fn start(
         job: &JobSpec,
         facts: &RunFacts<'_>,
         registry: &Registry,
@@ -175,23 +175,23 @@ impl Running {
         })
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// How the job's limits were applied (`None` without limits), for `started`.
-    pub fn limits_applied(&self) -> Option<String> {
+    pub(super) fn limits_applied(&self) -> Option<String> {
         self.limits.applied.clone()
     }
 
-    pub fn mark_ready(&mut self, stream: Stream) {
+    pub(super) fn mark_ready(&mut self, stream: Stream) {
         for p in self.pipes.iter_mut().filter(|p| p.stream == stream) {
             p.ready = true;
         }
     }
 
     /// Reads what the pipes hold (bounded), appending to `out`; EOF drops a pipe.
-    pub fn read_pipes(&mut self, out: &mut OutputBuffer, buf: &mut [u8], now: Instant) {
+    pub(super) fn read_pipes(&mut self, out: &mut OutputBuffer, buf: &mut [u8], now: Instant) {
         self.pipes.retain_mut(|pipe| {
             for _ in 0..READS_PER_TURN {
                 if !pipe.ready {
@@ -213,17 +213,17 @@ impl Running {
     }
 
     /// Whether a pipe still has unread data (the loop must not sleep).
-    pub fn has_ready_pipe(&self) -> bool {
+    pub(super) fn has_ready_pipe(&self) -> bool {
         self.pipes.iter().any(|p| p.ready)
     }
 
-    pub fn is_killing(&self) -> bool {
+    pub(super) fn is_killing(&self) -> bool {
         self.kill.is_some()
     }
 
     /// TERM to the group now, KILL after `grace_s`. A second request can only shorten
     /// the grace. The note goes to the command's stderr stream.
-    pub fn begin_kill(
+    pub(super) fn begin_kill(
         &mut self,
         now: Instant,
         reason: ExitReason,
@@ -259,18 +259,18 @@ impl Running {
     }
 
     /// KILL to the group at once (the wrapper itself is going away).
-    pub fn kill_now(&mut self) {
+    pub(super) fn kill_now(&mut self) {
         kill_group(self.pgid, Signal::SIGKILL);
     }
 
     /// Whether the group is stopped by a `suspend`.
-    pub fn is_suspended(&self) -> bool {
+    pub(super) fn is_suspended(&self) -> bool {
         self.suspended_since.is_some()
     }
 
     /// `suspend`: STOP to the group. Nothing while it is being killed or already
     /// stopped; returns whether the state changed.
-    pub fn suspend(&mut self, now: Instant, out: &mut OutputBuffer) -> bool {
+    pub(super) fn suspend(&mut self, now: Instant, out: &mut OutputBuffer) -> bool {
         if self.suspended_since.is_some() || self.kill.is_some() || self.status.is_some() {
             return false;
         }
@@ -284,7 +284,7 @@ impl Running {
 
     /// `resume`: CONT to the group; the timeout moves by the time suspended unless the
     /// job counts it. Returns whether the state changed.
-    pub fn resume(&mut self, now: Instant, out: &mut OutputBuffer) -> bool {
+    pub(super) fn resume(&mut self, now: Instant, out: &mut OutputBuffer) -> bool {
         let Some(since) = self.suspended_since.take() else {
             return false;
         };
@@ -315,7 +315,7 @@ impl Running {
 
     /// Fires due timers; returns true when the job's timeout has just been reached
     /// (the caller then starts the kill with reason `timeout`).
-    pub fn on_timers(&mut self, now: Instant) -> bool {
+    pub(super) fn on_timers(&mut self, now: Instant) -> bool {
         if let Some(k) = &mut self.kill
             && !k.killed
             && k.kill_at <= now
@@ -332,7 +332,7 @@ impl Running {
     }
 
     /// The nearest instant this value needs the loop to wake up for.
-    pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
+    pub(super) fn next_deadline(&self, now: Instant) -> Option<Instant> {
         let mut next = [self.live_timeout(), self.drain_until, None, None];
         if let Some(k) = &self.kill {
             next[2] = (!k.killed).then_some(k.kill_at);
@@ -346,7 +346,7 @@ impl Running {
 
     /// Reaps the child if it exited; returns how the run ended once everything is
     /// settled (pipes drained or given up, and after a kill the group gone or KILLed).
-    pub fn check_end(&mut self, now: Instant, drain_grace: Duration) -> Option<Ended> {
+    pub(super) fn check_end(&mut self, now: Instant, drain_grace: Duration) -> Option<Ended> {
         if self.status.is_none() {
             match self.child.try_wait() {
                 Ok(Some(status)) => {

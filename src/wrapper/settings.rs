@@ -282,14 +282,14 @@ fn strip_prefix_ci<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
 /// Reconnect delays: exponential from `base` to `max`, each scaled by a random factor in
 /// [0.5, 1.5) so a fleet of wrappers does not reconnect in step after a hub restart.
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(super) struct Backoff {
     base: Duration,
     max: Duration,
     current: Duration,
 }
 
 impl Backoff {
-    pub fn new(base: Duration, max: Duration) -> Backoff {
+    pub(super) fn new(base: Duration, max: Duration) -> Backoff {
         Backoff {
             base,
             max,
@@ -298,7 +298,7 @@ impl Backoff {
     }
 
     /// The next delay; `unit` is a random number in [0, 1).
-    pub fn next_delay(&mut self, unit: f64) -> Duration {
+    pub(super) fn next_delay(&mut self, unit: f64) -> Duration {
         let factor = 0.5 + unit.clamp(0.0, 1.0);
         let delay = self.current.mul_f64(factor);
         self.current = (self.current * 2).min(self.max);
@@ -306,7 +306,7 @@ impl Backoff {
     }
 
     /// After a successful `welcome` the next loss starts from the base delay again.
-    pub fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         self.current = self.base;
     }
 }

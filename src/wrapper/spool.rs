@@ -18,7 +18,7 @@ use super::error::WrapperError;
 
 const RECORD_HEADER: u64 = 13;
 
-pub struct Spool {
+pub(super) struct Spool {
     file: File,
     path: PathBuf,
     read_pos: u64,
@@ -30,7 +30,7 @@ pub struct Spool {
 
 impl Spool {
     /// Creates an anonymous spool file in `dir` (which the caller made private).
-    pub fn create_in(dir: &Path, tag: &str) -> Result<Spool, WrapperError> {
+    pub(super) fn create_in(dir: &Path, tag: &str) -> Result<Spool, WrapperError> {
         let path = dir.join(format!(
             "spool-{tag}-{}-{:08x}",
             std::process::id(),
@@ -65,21 +65,21 @@ impl Spool {
         })
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.index.is_empty()
     }
 
     /// Output bytes held (headers not counted).
-    pub fn bytes(&self) -> u64 {
+    pub(super) fn bytes(&self) -> u64 {
         self.data_bytes
     }
 
     /// Length of the oldest record's data (0 when empty).
-    pub fn peek_len(&self) -> usize {
+    pub(super) fn peek_len(&self) -> usize {
         self.index.front().map_or(0, |(_, len)| *len as usize)
     }
 
-    pub fn append(&mut self, frame: &OutputFrame) -> Result<(), WrapperError> {
+    pub(super) fn append(&mut self, frame: &OutputFrame) -> Result<(), WrapperError> {
         let len = u32::try_from(frame.data.len()).map_err(|_| WrapperError::Spool {
             path: self.path.clone(),
             err: std::io::Error::other("frame larger than 4 GiB"),
@@ -99,7 +99,7 @@ impl Spool {
     }
 
     /// Takes the oldest record out of the spool.
-    pub fn pop(&mut self) -> Result<OutputFrame, WrapperError> {
+    pub(super) fn pop(&mut self) -> Result<OutputFrame, WrapperError> {
         let Some(&(seq, len)) = self.index.front() else {
             return Err(self.io_error(std::io::Error::other("spool is empty")));
         };
@@ -133,7 +133,7 @@ impl Spool {
     }
 
     /// Forgets everything and gives the disk space back.
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.index.clear();
         self.data_bytes = 0;
         self.read_pos = 0;

@@ -19,10 +19,10 @@ use crate::wire::link::BlockingReply;
 use crate::wire::notify::DeliverOrder;
 
 /// One attempt at most this long (each network step has its own shorter timeout).
-pub const DELIVER_DEADLINE: Duration = Duration::from_secs(30);
+pub(crate) const DELIVER_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Main's `Deliver`: the attempt's result (a failed attempt is an answer, not an error).
-pub fn deliver_call(
+pub(crate) fn deliver_call(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
     id: CallId,
@@ -57,7 +57,7 @@ pub fn deliver_call(
 }
 
 /// The helper process (`saltpeter-daemon --deliver`): read the order, send, answer.
-pub fn run_helper() -> i32 {
+pub(crate) fn run_helper() -> i32 {
     let mut input = Vec::new();
     if let Err(e) = std::io::stdin()
         .take(child::CAPTURE_LIMIT as u64)

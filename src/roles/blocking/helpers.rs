@@ -30,17 +30,17 @@ use crate::wire::link::BlockingReply;
 
 /// How long a configuration load may take before it is killed (the admin socket's call
 /// deadline is 30 s: `saltpeterctl reload` gets an answer before it).
-pub const LOAD_DEADLINE: Duration = Duration::from_secs(20);
+pub(crate) const LOAD_DEADLINE: Duration = Duration::from_secs(20);
 /// Hashing and copying a binary of a few MiB.
-pub const PUBLISH_DEADLINE: Duration = Duration::from_secs(60);
+pub(crate) const PUBLISH_DEADLINE: Duration = Duration::from_secs(60);
 /// Encoded trees one load hands over at most; the answer then fits the capture limit.
 const HANDOVER_BYTES: usize = 6 * config::MIB as usize;
 /// Path of the wrapper inside the master's file roots.
-pub const PUBLISHED_WRAPPER: &str = "saltpeter/saltpeter-wrapper";
+pub(crate) const PUBLISHED_WRAPPER: &str = "saltpeter/saltpeter-wrapper";
 
 /// A helper mode of the daemon binary.
 #[derive(Debug, Clone)]
-pub enum Helper {
+pub(crate) enum Helper {
     LoadConfig(PathBuf),
     /// `salt_config_dir`, if not the default.
     PublishWrapper(Option<String>),
@@ -48,7 +48,7 @@ pub enum Helper {
 }
 
 /// Runs a helper in this process (the daemon binary's `main`); returns the exit code.
-pub fn run(helper: Helper) -> i32 {
+pub(crate) fn run(helper: Helper) -> i32 {
     let result = match helper {
         Helper::LoadConfig(dir) => load_config(&dir),
         Helper::PublishWrapper(salt_config_dir) => {
@@ -87,7 +87,7 @@ fn load_config(dir: &Path) -> Result<(), String> {
 
 /// Start the daemon binary as `args` with `input` on stdin; `on_done` gets its stdout, or
 /// why there is none (could not start, killed at `deadline`, failed, answer too large).
-pub fn run_helper(
+pub(crate) fn run_helper(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
     args: &[&std::ffi::OsStr],
@@ -120,8 +120,9 @@ pub fn run_helper(
                 Ok(out.stdout)
             } else if out.status.code().is_none() {
                 Err(format!(
-                    "the {name} helper was killed ({}) after {deadline:?} without finishing",
-                    out.status
+                    "the {name} helper (pid {}) was killed ({}) after {deadline:?} without \
+                     finishing",
+                    out.pid, out.status
                 ))
             } else {
                 let stderr = String::from_utf8_lossy(&out.stderr);
@@ -170,7 +171,7 @@ fn stdin_of(bytes: &[u8]) -> Result<Stdio, String> {
 }
 
 /// Main's `LoadConfig`: the changed files read and parsed by a helper.
-pub fn load_config_call(
+pub(crate) fn load_config_call(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
     id: CallId,
@@ -211,7 +212,7 @@ fn sha256_file(path: &Path) -> std::io::Result<String> {
 }
 
 /// This build's wrapper binary (beside the daemon's own executable).
-pub fn own_wrapper() -> Result<PathBuf, String> {
+pub(crate) fn own_wrapper() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
     let path = exe
         .parent()

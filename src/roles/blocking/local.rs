@@ -218,7 +218,7 @@ fn exit_outcome(out: &child::ChildOutput, token_file: &Path) -> Result<(), Strin
     ))
 }
 
-pub fn launch(
+pub(super) fn launch(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
     id: CallId,
@@ -312,7 +312,23 @@ fn start_one(
         Starter::Detached(exec) => {
             child::spawn_detached(ctx, &exec, move |state: &mut Blocking, ctx, start| {
                 let result = match start {
-                    Start::Running { .. } => Ok(()),
+                    Start::Running {
+                        pid,
+                        stdout,
+                        stderr,
+                    } => {
+                        log::debug!(
+                            "the wrapper for {done_machine} runs on its own (pid {pid}): {}",
+                            String::from_utf8_lossy(&stdout).trim()
+                        );
+                        if !stderr.is_empty() {
+                            log::warn!(
+                                "the wrapper for {done_machine} wrote before it detached: {}",
+                                crate::logsafe::clip(&String::from_utf8_lossy(&stderr), 400)
+                            );
+                        }
+                        Ok(())
+                    }
                     Start::Exited(out) => exit_outcome(&out, &token_file),
                 };
                 finished(state, ctx, id, done_machine, result);
@@ -337,7 +353,12 @@ fn start_one(
     }
 }
 
-pub fn record(state: &mut Blocking, id: CallId, machine: String, result: Result<(), String>) {
+pub(super) fn record(
+    state: &mut Blocking,
+    id: CallId,
+    machine: String,
+    result: Result<(), String>,
+) {
     if let Err(e) = &result {
         log::warn!("launching the wrapper for {machine} failed: {e}");
     }

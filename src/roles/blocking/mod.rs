@@ -8,10 +8,10 @@
 //! main's reloads, hashing and copying the wrapper binary) runs in helper processes, the
 //! daemon binary in a hidden mode (`helpers.rs`). Nothing here decides anything about runs.
 
-pub mod deliver;
-pub mod helpers;
+pub(crate) mod deliver;
+pub(crate) mod helpers;
 mod local;
-pub mod salt;
+pub(crate) mod salt;
 mod state;
 
 use mio::event::Event;
@@ -129,7 +129,7 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
     }
 }
 
-pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
+pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let mut ev: EventLoop<Blocking> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let stream = args.take_stream("main")?;
     let (main, _) = open_link(ev.ctx(), stream, Role::Blocking, Role::Main, (), on_main)?;

@@ -22,10 +22,10 @@ use crate::wire::link::{
 };
 use crate::wire::records::RunId;
 
-pub type MainLink = Link<BlockingToMain, MainToBlocking>;
+pub(super) type MainLink = Link<BlockingToMain, MainToBlocking>;
 
 /// The role's state: the links, and the state of each executor and of the bridge.
-pub struct Blocking {
+pub(crate) struct Blocking {
     pub control: ControlLink,
     pub main: MainLink,
     pub stopping: bool,
@@ -42,7 +42,7 @@ pub struct Blocking {
 
 impl Blocking {
     /// Answer a call of main's.
-    pub fn reply(&mut self, id: CallId, result: Result<BlockingReply, RemoteError>) {
+    pub(crate) fn reply(&mut self, id: CallId, result: Result<BlockingReply, RemoteError>) {
         if let Err(e) = self.main.send(&Packet::Reply { id, result }) {
             log::error!("could not answer main: {e}");
         }
@@ -51,36 +51,36 @@ impl Blocking {
 
 /// Outcomes of one `Launch` call, collected until every target has one.
 #[derive(Default)]
-pub struct Batch {
+pub(crate) struct Batch {
     pub remaining: usize,
     pub run: RunId,
     pub outcomes: Vec<(RunId, MinionOutcome)>,
 }
 
-pub type Batches = HashMap<CallId, Batch>;
+pub(super) type Batches = HashMap<CallId, Batch>;
 
 /// Targets waiting for a free launch slot, and how many launches are running.
 #[derive(Default)]
-pub struct LaunchQueue {
+pub(crate) struct LaunchQueue {
     pub waiting: VecDeque<(CallId, Rc<Launch>, LaunchTarget)>,
     pub in_flight: usize,
 }
 
 impl LaunchQueue {
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.waiting.is_empty() && self.in_flight == 0
     }
 }
 
 /// What every wrapper of one launch shares.
-pub struct Launch {
+pub(crate) struct Launch {
     pub wrapper: String,
     pub run: RunId,
     pub url: String,
 }
 
 /// What an invocation produced.
-pub enum Outcome {
+pub(crate) enum Outcome {
     Finished {
         code: Option<i32>,
         stdout: String,
@@ -92,7 +92,7 @@ pub enum Outcome {
 }
 
 /// One `salt` process to run (also what a bridge request falls back to).
-pub struct Invocation {
+pub(crate) struct Invocation {
     pub settings: SaltSettings,
     pub argv: Vec<String>,
     pub on_done: OnDone,
@@ -100,7 +100,7 @@ pub struct Invocation {
 
 /// Salt calls waiting for a free slot on the command line, how many run, and the bridge.
 #[derive(Default)]
-pub struct SaltQueue {
+pub(crate) struct SaltQueue {
     pub waiting: VecDeque<Invocation>,
     pub running: usize,
     /// The long-lived salt bridge (`salt/bridge.rs`).
@@ -108,18 +108,18 @@ pub struct SaltQueue {
 }
 
 impl SaltQueue {
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.waiting.is_empty() && self.running == 0 && self.bridge.is_idle()
     }
 }
 
 /// What a salt call's caller is told, once, by whichever path ran it.
-pub type OnDone = Box<dyn FnOnce(&mut Blocking, &mut Ctx<Blocking>, Outcome)>;
+pub(super) type OnDone = Box<dyn FnOnce(&mut Blocking, &mut Ctx<Blocking>, Outcome)>;
 
 /// Which salt a bridge serves: `salt_bin` and the master configuration directory.
-pub type BridgeKey = (String, Option<String>);
+pub(super) type BridgeKey = (String, Option<String>);
 
-pub struct Pending {
+pub(crate) struct Pending {
     pub lines: String,
     /// The same call as a `salt` process, and the callback: run on the command line if
     /// the bridge dies before it was ready (nothing was published then).
@@ -127,7 +127,7 @@ pub struct Pending {
     pub deadline: TimerId,
 }
 
-pub struct Bridge {
+pub(crate) struct Bridge {
     pub key: BridgeKey,
     pub child: Child,
     /// The bridge said it imported Salt and is ready.
@@ -144,7 +144,7 @@ pub struct Bridge {
 
 /// The bridge's state in blocking.
 #[derive(Default)]
-pub enum BridgeState {
+pub(crate) enum BridgeState {
     #[default]
     NotStarted,
     Running(Box<Bridge>),
@@ -156,7 +156,7 @@ pub enum BridgeState {
 }
 
 impl BridgeState {
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         match self {
             BridgeState::Running(b) => b.pending.is_empty(),
             _ => true,

@@ -13,7 +13,7 @@ use crate::wire::records::{RunId, TargetReason};
 
 /// Start attempt `attempt` of a target: its current outcome goes to the history, the
 /// row is pending again with a fresh session (token unused, no resume key, seqs anew).
-pub fn retry_target<D: Db>(
+pub(crate) fn retry_target<D: Db>(
     db: &mut D,
     run: RunId,
     machine: &str,
@@ -59,7 +59,10 @@ pub fn retry_target<D: Db>(
 
 /// Every attempt of a run's targets: the earlier ones from the history, the current one
 /// from `targets`, by machine and attempt.
-pub fn target_attempts<D: Db>(db: &mut D, run: RunId) -> Result<Vec<AttemptRecord>, StoreError> {
+pub(crate) fn target_attempts<D: Db>(
+    db: &mut D,
+    run: RunId,
+) -> Result<Vec<AttemptRecord>, StoreError> {
     let op = Op::ReadRuns;
     let run_id = to_db(op, "run id", run)?;
     db.read(op, |db| target_attempts_of(db, run_id))

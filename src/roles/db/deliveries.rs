@@ -25,7 +25,7 @@ const COLUMNS: &str = "id, key, job, run_id, event, channel, destination, state,
                        created, next_attempt, last_error, delivered";
 
 /// Queue messages; a key already queued is left alone. Returns how many were new.
-pub fn queue_deliveries<D: Db>(db: &mut D, new: &[NewDelivery]) -> Result<u64, StoreError> {
+pub(crate) fn queue_deliveries<D: Db>(db: &mut D, new: &[NewDelivery]) -> Result<u64, StoreError> {
     let op = Op::QueueDelivery;
     let mut rows = Vec::with_capacity(new.len());
     for d in new {
@@ -65,7 +65,7 @@ pub fn queue_deliveries<D: Db>(db: &mut D, new: &[NewDelivery]) -> Result<u64, S
 /// Up to `limit` due messages, leased for `lease_ms`; and when the next other one is due.
 /// With several daemons only the leader pumps the outbox; on PostgreSQL the rows taken
 /// are locked (`Dialect::lock_taken`), so two takers never hand one message out twice.
-pub fn take_due_deliveries<D: Db>(
+pub(crate) fn take_due_deliveries<D: Db>(
     db: &mut D,
     now: Millis,
     limit: usize,
@@ -136,7 +136,10 @@ pub fn take_due_deliveries<D: Db>(
 }
 
 /// Record one attempt's result.
-pub fn record_delivery_attempt<D: Db>(db: &mut D, a: &DeliveryAttempt) -> Result<(), StoreError> {
+pub(crate) fn record_delivery_attempt<D: Db>(
+    db: &mut D,
+    a: &DeliveryAttempt,
+) -> Result<(), StoreError> {
     let op = Op::RecordDelivery;
     let id = to_db(op, "delivery id", a.id)?;
     db.atomic(op, |db| {
@@ -173,7 +176,7 @@ pub fn record_delivery_attempt<D: Db>(db: &mut D, a: &DeliveryAttempt) -> Result
 /// Retention of a job's outbox, with its runs: settled messages (delivered or given up)
 /// of runs that are gone, older than the history kept, or beyond the newest 1000 go.
 /// Pending ones always stay.
-pub fn prune_deliveries<D: Db>(
+pub(crate) fn prune_deliveries<D: Db>(
     db: &mut D,
     job: &str,
     retention: &Retention,
@@ -194,7 +197,7 @@ pub fn prune_deliveries<D: Db>(
 }
 
 /// What was leased when the daemon stopped is due again now; returns how many.
-pub fn release_delivery_leases<D: Db>(db: &mut D, now: Millis) -> Result<u64, StoreError> {
+pub(crate) fn release_delivery_leases<D: Db>(db: &mut D, now: Millis) -> Result<u64, StoreError> {
     let op = Op::RecordDelivery;
     let release = format!(
         "UPDATE deliveries SET leased = 0, next_attempt = {}(next_attempt, ?1)
@@ -205,7 +208,7 @@ pub fn release_delivery_leases<D: Db>(db: &mut D, now: Millis) -> Result<u64, St
 }
 
 /// Deliveries matching `filter`, newest first.
-pub fn list_deliveries<D: Db>(
+pub(crate) fn list_deliveries<D: Db>(
     db: &mut D,
     filter: &DeliveryFilter,
 ) -> Result<Vec<DeliveryRecord>, StoreError> {

@@ -9,12 +9,13 @@ use rusqlite::ErrorCode;
 
 /// The operation that failed, as named in error messages ("could not {op}: ...").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Check,
     BeginBatch,
     CommitBatch,
     RollbackBatch,
     CreateRun,
+    #[cfg(test)]
     AddTargets,
     UpdateRun,
     UpdateTarget,
@@ -23,6 +24,7 @@ pub enum Op {
     ReadOutput,
     RecordEvent,
     ReadEvents,
+    #[cfg(test)]
     PruneEvents,
     ReadMeta,
     WriteMeta,
@@ -46,6 +48,7 @@ impl fmt::Display for Op {
             Op::CommitBatch => "commit batch",
             Op::RollbackBatch => "roll back batch",
             Op::CreateRun => "create run",
+            #[cfg(test)]
             Op::AddTargets => "add targets",
             Op::UpdateRun => "update run",
             Op::UpdateTarget => "update target",
@@ -54,6 +57,7 @@ impl fmt::Display for Op {
             Op::ReadOutput => "read output",
             Op::RecordEvent => "record event",
             Op::ReadEvents => "read events",
+            #[cfg(test)]
             Op::PruneEvents => "prune events",
             Op::ReadMeta => "read meta",
             Op::WriteMeta => "write meta",
@@ -72,7 +76,7 @@ impl fmt::Display for Op {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub(crate) enum StoreError {
     #[error("could not open database {path}: {source}")]
     Open {
         path: PathBuf,

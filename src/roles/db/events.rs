@@ -4,10 +4,9 @@
 use super::errors::{Op, StoreError, from_db, to_db};
 use super::sql::{Db, Select, params};
 use crate::wire::db::{EventFilter, EventRecord, NewEvent};
-use crate::wire::records::Millis;
 
 /// Reads a persisted setting (e.g. maintenance state).
-pub fn get_meta<D: Db>(db: &mut D, key: &str) -> Result<Option<String>, StoreError> {
+pub(crate) fn get_meta<D: Db>(db: &mut D, key: &str) -> Result<Option<String>, StoreError> {
     let op = Op::ReadMeta;
     db.read(op, |db| {
         let row = db.row(op, "SELECT value FROM meta WHERE key = ?1", params![key])?;
@@ -16,7 +15,7 @@ pub fn get_meta<D: Db>(db: &mut D, key: &str) -> Result<Option<String>, StoreErr
 }
 
 /// Persists a setting, replacing any previous value.
-pub fn set_meta<D: Db>(db: &mut D, key: &str, value: &str) -> Result<(), StoreError> {
+pub(crate) fn set_meta<D: Db>(db: &mut D, key: &str, value: &str) -> Result<(), StoreError> {
     let op = Op::WriteMeta;
     db.atomic(op, |db| {
         db.exec(
@@ -30,7 +29,11 @@ pub fn set_meta<D: Db>(db: &mut D, key: &str, value: &str) -> Result<(), StoreEr
 }
 
 /// Writes a setting unless one is there already.
-pub fn insert_meta_if_absent<D: Db>(db: &mut D, key: &str, value: &str) -> Result<(), StoreError> {
+pub(crate) fn insert_meta_if_absent<D: Db>(
+    db: &mut D,
+    key: &str,
+    value: &str,
+) -> Result<(), StoreError> {
     let op = Op::WriteMeta;
     db.atomic(op, |db| {
         db.exec(
@@ -42,8 +45,9 @@ pub fn insert_meta_if_absent<D: Db>(db: &mut D, key: &str, value: &str) -> Resul
     })
 }
 
+#[cfg(test)]
 /// Removes a setting; returns whether it existed.
-pub fn delete_meta<D: Db>(db: &mut D, key: &str) -> Result<bool, StoreError> {
+pub(crate) fn delete_meta<D: Db>(db: &mut D, key: &str) -> Result<bool, StoreError> {
     let op = Op::WriteMeta;
     db.atomic(op, |db| {
         db.exec(op, "DELETE FROM meta WHERE key = ?1", params![key])
@@ -52,7 +56,7 @@ pub fn delete_meta<D: Db>(db: &mut D, key: &str) -> Result<bool, StoreError> {
 }
 
 /// Appends an audit event; returns its id.
-pub fn record_event<D: Db>(db: &mut D, event: &NewEvent) -> Result<u64, StoreError> {
+pub(crate) fn record_event<D: Db>(db: &mut D, event: &NewEvent) -> Result<u64, StoreError> {
     let op = Op::RecordEvent;
     let run = event.run.map(|run| to_db(op, "run id", run)).transpose()?;
     db.atomic(op, |db| {
@@ -79,7 +83,7 @@ pub fn record_event<D: Db>(db: &mut D, event: &NewEvent) -> Result<u64, StoreErr
 }
 
 /// Events matching `filter`, newest first.
-pub fn list_events<D: Db>(
+pub(crate) fn list_events<D: Db>(
     db: &mut D,
     filter: &EventFilter,
 ) -> Result<Vec<EventRecord>, StoreError> {
@@ -130,8 +134,12 @@ pub fn list_events<D: Db>(
     Ok(events)
 }
 
+#[cfg(test)]
 /// Deletes events recorded before `older_than`; returns how many.
-pub fn prune_events<D: Db>(db: &mut D, older_than: Millis) -> Result<u64, StoreError> {
+pub(crate) fn prune_events<D: Db>(
+    db: &mut D,
+    older_than: crate::wire::records::Millis,
+) -> Result<u64, StoreError> {
     let op = Op::PruneEvents;
     db.atomic(op, |db| {
         db.exec(op, "DELETE FROM events WHERE at < ?1", params![older_than])
@@ -139,7 +147,7 @@ pub fn prune_events<D: Db>(db: &mut D, older_than: Millis) -> Result<u64, StoreE
 }
 
 /// Pending export requests in the outbox.
-pub fn export_backlog<D: Db>(db: &mut D) -> Result<i64, StoreError> {
+pub(crate) fn export_backlog<D: Db>(db: &mut D) -> Result<i64, StoreError> {
     let op = Op::ReadDeliveries;
     db.read(op, |db| {
         let row = db.row(

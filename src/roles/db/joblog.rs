@@ -92,19 +92,7 @@ fn file_name(job: &str) -> String {
     format!("{clean}.log")
 }
 
-impl Store {
-    /// Pending export requests in the outbox.
-    pub fn export_backlog(&self) -> Result<i64, StoreError> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT count(*) FROM deliveries WHERE state = 'pending' AND channel = 'export'",
-                [],
-                |row| row.get(0),
-            )
-            .unwrap_or(0))
-    }
-}
+impl Store {}
 
 /// Write `log`'s events to the job's file and queue them for the exports (either backend).
 pub(super) fn write_job_log<S: Storage + ?Sized>(

@@ -22,16 +22,16 @@ use crate::wire::db::{LeaseReport, SharedSecret};
 
 /// How often the lease is kept or tried: a dead leader's lease is taken over within
 /// about this much after PostgreSQL ended its session.
-pub const POLL: Duration = Duration::from_secs(1);
+pub(super) const POLL: Duration = Duration::from_secs(1);
 
 /// A report unchanged is sent again after this long (main's view stays fresh).
 const RESEND: Duration = Duration::from_secs(5);
 
 /// Meta keys of the shared state.
-pub const LEADER_KEY: &str = "leader";
-pub const SECRET_KEY: &str = "server_secret";
+pub(super) const LEADER_KEY: &str = "leader";
+pub(super) const SECRET_KEY: &str = "server_secret";
 
-pub struct LeaseWatch {
+pub(super) struct LeaseWatch {
     server: String,
     secret: Option<SharedSecret>,
     last: Option<LeaseReport>,
@@ -41,7 +41,7 @@ pub struct LeaseWatch {
 }
 
 /// The host name, the default server name.
-pub fn host_name() -> String {
+pub(super) fn host_name() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
@@ -50,7 +50,7 @@ pub fn host_name() -> String {
 
 impl LeaseWatch {
     /// Reads (or, first of all servers, writes) the shared secret.
-    pub fn new(
+    pub(super) fn new(
         store: &mut dyn Storage,
         server: String,
         master: Option<super::master_probe::MasterProbe>,
@@ -83,7 +83,7 @@ impl LeaseWatch {
     /// One turn: keep or try the lease. Returns the report for main when it changed or
     /// is due again (with the shared secret until main has had it); the caller posts it
     /// and says whether it went out ([`LeaseWatch::posted`]).
-    pub fn poll(&mut self, store: &mut dyn Storage) -> Option<LeaseReport> {
+    pub(super) fn poll(&mut self, store: &mut dyn Storage) -> Option<LeaseReport> {
         let was_leader = self.last.as_ref().is_some_and(|r| r.leader);
         let master_down = self.master.as_mut().is_some_and(|m| m.down(Instant::now()));
         if master_down {
@@ -150,13 +150,13 @@ impl LeaseWatch {
 
     /// The database answers and another server leads, as main was last told: this
     /// server listens for the leader's changes (`live.rs`).
-    pub fn standby(&self) -> bool {
+    pub(super) fn standby(&self) -> bool {
         self.last.as_ref().is_some_and(|r| r.reachable && !r.leader)
     }
 
     /// `notice` (from [`LeaseWatch::poll`]) reached main, or did not: then its secret
     /// goes with the next try.
-    pub fn posted(&mut self, mut notice: LeaseReport, sent: bool) {
+    pub(super) fn posted(&mut self, mut notice: LeaseReport, sent: bool) {
         let secret = notice.shared_secret.take();
         if sent {
             self.last = Some(notice);

@@ -26,21 +26,21 @@ use crate::wire::db::{DbReply, DbRequest, LiveChange, LiveKind, LiveNotice};
 use crate::wire::records::RunId;
 
 /// The PostgreSQL channel of the announcements.
-pub const CHANNEL: &str = "saltpeter_live";
+pub(crate) const CHANNEL: &str = "saltpeter_live";
 
 /// How often a standby's db takes what it heard: the delay a standby's live views add.
-pub const POLL: Duration = Duration::from_millis(25);
+pub(crate) const POLL: Duration = Duration::from_millis(25);
 
 /// Notifications taken in one poll at most (the rest wait for the next one).
-pub const TAKE_MAX: usize = 10_000;
+pub(crate) const TAKE_MAX: usize = 10_000;
 
 /// Runs one notice names at most; past it the notice says `resync` instead, and main
 /// reads the runs in flight once rather than each run.
-pub const NOTICE_MAX: usize = 4096;
+pub(crate) const NOTICE_MAX: usize = 4096;
 
 /// The announcements of a batch: one per run and kind that a request of the batch
 /// changed (and that succeeded), in run order.
-pub fn announcements<E>(
+pub(crate) fn announcements<E>(
     calls: &[(CallId, DbRequest)],
     results: &[Result<DbReply, E>],
 ) -> Vec<String> {
@@ -67,7 +67,7 @@ pub fn announcements<E>(
 }
 
 /// `<kind> <run> <seq>`.
-pub fn format(change: &LiveChange) -> String {
+pub(crate) fn format(change: &LiveChange) -> String {
     let kind = match change.kind {
         LiveKind::Run => "run",
         LiveKind::Output => "output",
@@ -77,7 +77,7 @@ pub fn format(change: &LiveChange) -> String {
 
 /// An announcement read back; `None` for anything else (a payload of a newer build, or
 /// someone else's `NOTIFY` on the channel).
-pub fn parse(payload: &str) -> Option<LiveChange> {
+pub(crate) fn parse(payload: &str) -> Option<LiveChange> {
     let mut words = payload.split(' ');
     let kind = match words.next()? {
         "run" => LiveKind::Run,
@@ -93,7 +93,7 @@ pub fn parse(payload: &str) -> Option<LiveChange> {
 }
 
 /// What a standby heard, coalesced per run and kind into one notice for main.
-pub fn coalesce(fresh: bool, payloads: &[String]) -> LiveNotice {
+pub(crate) fn coalesce(fresh: bool, payloads: &[String]) -> LiveNotice {
     let mut changed: BTreeMap<(RunId, LiveKind), u64> = BTreeMap::new();
     for payload in payloads {
         match parse(payload) {
@@ -121,7 +121,7 @@ pub fn coalesce(fresh: bool, payloads: &[String]) -> LiveNotice {
 
 /// A standby's listening, as the db loop polls it.
 #[derive(Default)]
-pub struct LiveWatch {
+pub(crate) struct LiveWatch {
     /// The last poll failed (logged once until one succeeds).
     failing: bool,
 }
@@ -129,7 +129,7 @@ pub struct LiveWatch {
 impl LiveWatch {
     /// Takes what was heard while `standby`; stops listening otherwise. Returns the
     /// notice for main, if there is anything to say.
-    pub fn poll(&mut self, store: &mut dyn Storage, standby: bool) -> Option<LiveNotice> {
+    pub(crate) fn poll(&mut self, store: &mut dyn Storage, standby: bool) -> Option<LiveNotice> {
         match store.hear_live(standby, TAKE_MAX) {
             Ok(Some(heard)) => {
                 if self.failing {
@@ -153,7 +153,7 @@ impl LiveWatch {
 
 /// Sends the batch's announcements inside its transaction. A lost connection fails the
 /// batch (it is applied again); any other failure only costs the standbys a hint.
-pub fn announce(
+pub(crate) fn announce(
     store: &mut dyn Storage,
     calls: &[(CallId, DbRequest)],
     results: &[Result<DbReply, StoreError>],

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 /// How long the master must have been down before this server gives up or refuses
 /// the lead.
-pub const DOWN_AFTER: Duration = Duration::from_secs(3);
+pub(super) const DOWN_AFTER: Duration = Duration::from_secs(3);
 
-pub struct MasterProbe {
+pub(super) struct MasterProbe {
     sock_dir: PathBuf,
     socket: PathBuf,
     down_since: Option<Instant>,
@@ -32,7 +32,7 @@ pub struct MasterProbe {
 
 impl MasterProbe {
     /// The probe of the master configured in `salt_config_dir`.
-    pub fn new(salt_config_dir: &Path) -> MasterProbe {
+    pub(super) fn new(salt_config_dir: &Path) -> MasterProbe {
         let sock_dir = crate::minion_key::master_sock_dir(salt_config_dir);
         MasterProbe {
             socket: sock_dir.join("master_event_pub.ipc"),
@@ -57,7 +57,7 @@ impl MasterProbe {
     }
 
     /// Probe once; whether the master has been down for [`DOWN_AFTER`] by `now`.
-    pub fn down(&mut self, now: Instant) -> bool {
+    pub(super) fn down(&mut self, now: Instant) -> bool {
         if self.answers() {
             if self.down_since.take().is_some() {
                 log::info!("the salt master answers again ({})", self.socket.display());
@@ -75,7 +75,7 @@ impl MasterProbe {
     }
 
     #[cfg(test)]
-    pub fn socket(&self) -> &Path {
+    pub(super) fn socket(&self) -> &Path {
         &self.socket
     }
 }

@@ -10,23 +10,23 @@
 //! in-memory state and the wrappers keep their unacknowledged output, so nothing is lost.
 //! db may block on SQLite: that is why it is a process of its own.
 
-pub mod attempts;
-pub mod deliveries;
+pub(crate) mod attempts;
+pub(crate) mod deliveries;
 mod errors;
-pub mod events;
+pub(crate) mod events;
 mod gather;
-pub mod joblog;
+pub(crate) mod joblog;
 mod lease;
-pub mod live;
+pub(crate) mod live;
 mod master_probe;
-pub mod output;
-pub mod pg;
+pub(crate) mod output;
+pub(crate) mod pg;
 mod placement;
-pub mod runs;
-pub mod schema;
-pub mod sql;
-pub mod storage;
-pub mod store;
+pub(crate) mod runs;
+pub(crate) mod schema;
+pub(crate) mod sql;
+pub(crate) mod storage;
+pub(crate) mod store;
 mod stored_chunk;
 mod wrappers;
 
@@ -46,7 +46,7 @@ use store::{Store, StoreError};
 
 type MainLink = Link<DbToMain, MainToDb>;
 
-pub struct Db {
+pub(crate) struct Db {
     control: ControlLink,
     main: MainLink,
     store: Box<dyn Storage>,
@@ -89,8 +89,9 @@ fn remote(e: StoreError) -> RemoteError {
     }
 }
 
+#[cfg(test)]
 /// Apply one request to the store.
-pub fn apply(store: &mut dyn Storage, req: &DbRequest) -> Result<DbReply, StoreError> {
+pub(crate) fn apply(store: &mut dyn Storage, req: &DbRequest) -> Result<DbReply, StoreError> {
     apply_in_batch(store, req, 0)
 }
 
@@ -420,7 +421,7 @@ fn report_commit_latency(db: &mut Db, _ctx: &mut Ctx<Db>) {
 }
 
 /// Read-only check of the database for `saltpeter-cleanup`.
-pub fn check_database(path: &std::path::Path) -> Result<(), String> {
+pub(crate) fn check_database(path: &std::path::Path) -> Result<(), String> {
     if !path.exists() {
         return Ok(());
     }
@@ -435,8 +436,10 @@ pub fn check_database(path: &std::path::Path) -> Result<(), String> {
 #[path = "calls_tests.rs"]
 mod calls_tests;
 
-/// The throwaway PostgreSQL cluster of the tests (shared with `tests/it`).
+/// The throwaway PostgreSQL cluster of the tests (shared with `tests/it`, where its
+/// items must be `pub`).
 #[cfg(test)]
+#[allow(unreachable_pub)]
 #[path = "../../../tests/support/pg_cluster.rs"]
 pub(crate) mod pg_cluster;
 
@@ -474,7 +477,7 @@ fn poll_live(db: &mut Db, ctx: &mut Ctx<Db>) {
     ctx.after(next, poll_live);
 }
 
-pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
+pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let (mut store, server) = open_storage(&args)?;
     log::info!("storing in {}", store.engine());
     let lease = match server {

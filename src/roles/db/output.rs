@@ -33,11 +33,11 @@ use crate::wire::records::RunId;
 use crate::wire::wrapper::Stream;
 
 /// Seqs that may wait above a gap per target; more means the wrapper is not resending.
-pub const MAX_PENDING_SEQS: u64 = 100_000;
+pub(crate) const MAX_PENDING_SEQS: u64 = 100_000;
 
 /// What [`append_output_placed`] did with a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AppendOutcome {
+pub(crate) struct AppendOutcome {
     /// The seq was already seen; nothing changed.
     pub duplicate: bool,
     /// Bytes of this frame stored.
@@ -50,7 +50,7 @@ pub struct AppendOutcome {
 
 /// Stores one output frame of a target, idempotently by `seq`, knowing what follows the
 /// frame in its batch (`placement`).
-pub fn append_output_placed<D: Db>(
+pub(crate) fn append_output_placed<D: Db>(
     db: &mut D,
     run: RunId,
     machine: &str,
@@ -107,8 +107,13 @@ pub fn append_output_placed<D: Db>(
     })
 }
 
+#[cfg(test)]
 /// Highest seq such that every seq in `1..=seq` is stored or accounted for.
-pub fn max_contiguous_seq<D: Db>(db: &mut D, run: RunId, machine: &str) -> Result<u64, StoreError> {
+pub(crate) fn max_contiguous_seq<D: Db>(
+    db: &mut D,
+    run: RunId,
+    machine: &str,
+) -> Result<u64, StoreError> {
     let op = Op::ReadOutput;
     let run_id = to_db(op, "run id", run)?;
     let progress = db.read(op, |db| {
@@ -129,13 +134,18 @@ pub fn max_contiguous_seq<D: Db>(db: &mut D, run: RunId, machine: &str) -> Resul
     }
 }
 
+#[cfg(test)]
 /// All kept output of a target, in arrival order.
-pub fn output<D: Db>(db: &mut D, run: RunId, machine: &str) -> Result<OutputBytes, StoreError> {
+pub(crate) fn output<D: Db>(
+    db: &mut D,
+    run: RunId,
+    machine: &str,
+) -> Result<OutputBytes, StoreError> {
     read_output(db, run, machine, &OutputQuery::default())
 }
 
 /// Part of a target's kept output (a stream, a position onwards, a tail).
-pub fn read_output<D: Db>(
+pub(crate) fn read_output<D: Db>(
     db: &mut D,
     run: RunId,
     machine: &str,
@@ -238,7 +248,7 @@ pub fn read_output<D: Db>(
 }
 
 /// The last `bytes` of each target's output (lossy UTF-8), for a notification.
-pub fn output_tails<D: Db>(
+pub(crate) fn output_tails<D: Db>(
     db: &mut D,
     run: RunId,
     bytes: u64,

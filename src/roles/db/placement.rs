@@ -47,7 +47,7 @@ use crate::wire::wrapper::Stream;
 /// window of each batch instead of every byte. db leaves it at 0 when the batch also
 /// reads output, so no read can see the state between the frames.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Placement {
+pub(crate) struct Placement {
     pub limit: OutputLimit,
     pub superseded: u64,
 }
@@ -164,7 +164,7 @@ pub(crate) fn place_within_limit<C: Chunks + ?Sized>(
 /// the batch with consecutive seqs and the same limit ([`Placement::superseded`]); 0 for
 /// every other request, and for all of them when the batch reads output (a read must not
 /// see the state between two frames).
-pub fn superseded_hints<'r>(
+pub(super) fn superseded_hints<'r>(
     reqs: impl DoubleEndedIterator<Item = &'r DbRequest> + Clone,
 ) -> Vec<u64> {
     let reads_output = reqs

@@ -27,7 +27,7 @@ pub(crate) const IN_FLIGHT_SQL: &str = "('queued', 'dispatching', 'running')";
 /// Records a run and its targets; `None` when the job's slot is already recorded (also
 /// by another daemon sharing the database: the insert waits for its transaction, then
 /// does nothing).
-pub fn create_run<D: Db>(db: &mut D, run: &NewRun) -> Result<Option<RunId>, StoreError> {
+pub(crate) fn create_run<D: Db>(db: &mut D, run: &NewRun) -> Result<Option<RunId>, StoreError> {
     let op = Op::CreateRun;
     db.atomic(op, |db| {
         let Some(row) = db.row(
@@ -53,9 +53,10 @@ pub fn create_run<D: Db>(db: &mut D, run: &NewRun) -> Result<Option<RunId>, Stor
     })
 }
 
+#[cfg(test)]
 /// Adds targets to an existing run; machines it already has are left as they are.
 /// Returns how many were added.
-pub fn add_targets<D: Db>(
+pub(crate) fn add_targets<D: Db>(
     db: &mut D,
     run: RunId,
     targets: &[(String, TargetState)],
@@ -77,7 +78,11 @@ pub fn add_targets<D: Db>(
 }
 
 /// Changes the given fields of a run.
-pub fn update_run<D: Db>(db: &mut D, run: RunId, update: &RunUpdate) -> Result<(), StoreError> {
+pub(crate) fn update_run<D: Db>(
+    db: &mut D,
+    run: RunId,
+    update: &RunUpdate,
+) -> Result<(), StoreError> {
     let op = Op::UpdateRun;
     let id = to_db(op, "run id", run)?;
     db.atomic(op, |db| {
@@ -105,7 +110,7 @@ pub fn update_run<D: Db>(db: &mut D, run: RunId, update: &RunUpdate) -> Result<(
 }
 
 /// Changes the given fields of one target of a run.
-pub fn update_target<D: Db>(
+pub(crate) fn update_target<D: Db>(
     db: &mut D,
     run: RunId,
     machine: &str,
@@ -153,14 +158,15 @@ pub fn update_target<D: Db>(
 }
 
 /// One run with its targets, and its targets' earlier attempts.
-pub fn get_run<D: Db>(db: &mut D, run: RunId) -> Result<Option<RunRecord>, StoreError> {
+pub(crate) fn get_run<D: Db>(db: &mut D, run: RunId) -> Result<Option<RunRecord>, StoreError> {
     let op = Op::ReadRuns;
     let id = to_db(op, "run id", run)?;
     db.read(op, |db| run_with_attempts(db, id))
 }
 
+#[cfg(test)]
 /// One target of a run with its bookkeeping columns.
-pub fn get_target<D: Db>(
+pub(crate) fn get_target<D: Db>(
     db: &mut D,
     run: RunId,
     machine: &str,
@@ -171,7 +177,7 @@ pub fn get_target<D: Db>(
 }
 
 /// One run with the session details of its targets.
-pub fn run_details<D: Db>(
+pub(crate) fn run_details<D: Db>(
     db: &mut D,
     run: RunId,
 ) -> Result<Option<(RunRecord, Vec<TargetDetail>)>, StoreError> {
@@ -184,7 +190,7 @@ pub fn run_details<D: Db>(
 }
 
 /// Runs in flight with the session details of their targets (restart recovery).
-pub fn in_flight_details<D: Db>(
+pub(crate) fn in_flight_details<D: Db>(
     db: &mut D,
 ) -> Result<Vec<(RunRecord, Vec<TargetDetail>)>, StoreError> {
     let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE state IN {IN_FLIGHT_SQL} ORDER BY id");
@@ -196,14 +202,18 @@ pub fn in_flight_details<D: Db>(
     })
 }
 
+#[cfg(test)]
 /// Runs in a non-final state, oldest first: what `main` recovers after a restart.
-pub fn in_flight_runs<D: Db>(db: &mut D) -> Result<Vec<RunRecord>, StoreError> {
+pub(crate) fn in_flight_runs<D: Db>(db: &mut D) -> Result<Vec<RunRecord>, StoreError> {
     let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE state IN {IN_FLIGHT_SQL} ORDER BY id");
     db.read(Op::ReadRuns, |db| query_runs(db, &sql, &[], false))
 }
 
 /// Runs matching `filter`, newest first, with their targets.
-pub fn list_runs<D: Db>(db: &mut D, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+pub(crate) fn list_runs<D: Db>(
+    db: &mut D,
+    filter: &RunFilter,
+) -> Result<Vec<RunRecord>, StoreError> {
     let op = Op::ReadRuns;
     let mut q = Select::new(format!("SELECT {RUN_COLUMNS} FROM runs"));
     if let Some(job) = &filter.job {
@@ -230,7 +240,9 @@ pub fn list_runs<D: Db>(db: &mut D, filter: &RunFilter) -> Result<Vec<RunRecord>
 }
 
 /// The newest run of every job that has one.
-pub fn last_run_per_job<D: Db>(db: &mut D) -> Result<BTreeMap<String, RunRecord>, StoreError> {
+pub(crate) fn last_run_per_job<D: Db>(
+    db: &mut D,
+) -> Result<BTreeMap<String, RunRecord>, StoreError> {
     let sql = format!(
         "SELECT {RUN_COLUMNS} FROM runs WHERE id IN (SELECT max(id) FROM runs GROUP BY job)"
     );
@@ -240,7 +252,7 @@ pub fn last_run_per_job<D: Db>(db: &mut D) -> Result<BTreeMap<String, RunRecord>
 
 /// The newest recorded slot of every job that has one (manual runs have none). Served
 /// by the `UNIQUE (job, slot)` index.
-pub fn last_slot_per_job<D: Db>(db: &mut D) -> Result<BTreeMap<String, Millis>, StoreError> {
+pub(crate) fn last_slot_per_job<D: Db>(db: &mut D) -> Result<BTreeMap<String, Millis>, StoreError> {
     let op = Op::ReadRuns;
     db.read(op, |db| {
         db.rows(
@@ -254,8 +266,13 @@ pub fn last_slot_per_job<D: Db>(db: &mut D) -> Result<BTreeMap<String, Millis>, 
     })
 }
 
+#[cfg(test)]
 /// Whether a run of `job` for the scheduled `slot` is already recorded.
-pub fn slot_recorded<D: Db>(db: &mut D, job: &str, slot: Millis) -> Result<bool, StoreError> {
+pub(crate) fn slot_recorded<D: Db>(
+    db: &mut D,
+    job: &str,
+    slot: Millis,
+) -> Result<bool, StoreError> {
     let op = Op::ReadRuns;
     db.read(op, |db| {
         db.row(
@@ -267,8 +284,9 @@ pub fn slot_recorded<D: Db>(db: &mut D, job: &str, slot: Millis) -> Result<bool,
     })
 }
 
+#[cfg(test)]
 /// Every job name that has runs (retention also covers jobs gone from the config).
-pub fn known_jobs<D: Db>(db: &mut D) -> Result<Vec<String>, StoreError> {
+pub(crate) fn known_jobs<D: Db>(db: &mut D) -> Result<Vec<String>, StoreError> {
     let op = Op::ReadRuns;
     db.read(op, |db| {
         db.rows(op, "SELECT DISTINCT job FROM runs ORDER BY job", &[])?
@@ -279,7 +297,7 @@ pub fn known_jobs<D: Db>(db: &mut D) -> Result<Vec<String>, StoreError> {
 }
 
 /// Removes final runs of `job` (with their targets and output) as `retention` says.
-pub fn prune<D: Db>(
+pub(crate) fn prune<D: Db>(
     db: &mut D,
     job: &str,
     retention: &Retention,

@@ -21,11 +21,11 @@ use rusqlite::{Connection, OpenFlags};
 use super::errors::{Op, StoreError, sql_error};
 
 /// `PRAGMA application_id` of a Saltpeter database ("SPDB").
-pub const APPLICATION_ID: i32 = 0x5350_4442;
+pub(crate) const APPLICATION_ID: i32 = 0x5350_4442;
 
 /// How long a statement waits for a lock held by another connection (e.g. a `sqlite3`
 /// shell or `saltpeter-cleanup`) before failing with "database is locked".
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Version 9: how the job's resource limits were applied on a target, as its wrapper
 /// said (`targets.limits`; NULL for a job without limits).
@@ -34,7 +34,7 @@ ALTER TABLE targets ADD COLUMN limits TEXT;
 ";
 
 /// Ordered schema migrations; entry `i` takes the database from version `i` to `i + 1`.
-pub const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     MIGRATION_1,
     MIGRATION_2,
     MIGRATION_3,
@@ -47,7 +47,7 @@ pub const MIGRATIONS: &[&str] = &[
 ];
 
 /// Schema version written by this build.
-pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+pub(crate) const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 /// Version 7: a target suspended by an operator (its command stopped until resumed);
 /// kept across restarts so a suspended run stays suspended.
@@ -328,7 +328,7 @@ fn migrate(conn: &mut Connection, path: &Path, from: u32) -> Result<(), StoreErr
 
 /// Result of [`check`]: what `saltpeter-cleanup` reports before the daemon starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckReport {
+pub(crate) struct CheckReport {
     /// False when there is no database file yet (a first start); the rest is then empty.
     pub exists: bool,
     /// `user_version` of the file (0 for a file the daemon never migrated).
@@ -343,7 +343,7 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
-    pub fn is_ok(&self) -> bool {
+    pub(crate) fn is_ok(&self) -> bool {
         self.problems.is_empty()
     }
 }
@@ -355,7 +355,7 @@ const MAX_CHECK_PROBLEMS: u32 = 20;
 ///
 /// Opens the file with `SQLITE_OPEN_READ_ONLY`, never migrates and never writes, so it
 /// is safe to run from `saltpeter-cleanup` even next to a running daemon.
-pub fn check(path: &Path) -> Result<CheckReport, StoreError> {
+pub(crate) fn check(path: &Path) -> Result<CheckReport, StoreError> {
     if !path.exists() {
         return Ok(CheckReport {
             exists: false,

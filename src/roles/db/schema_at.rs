@@ -4,7 +4,7 @@
 use std::path::Path;
 
 /// A SQLite file at `path` at schema `version`, holding `rows`.
-pub fn sqlite(path: &Path, version: usize, rows: &str) {
+pub(crate) fn sqlite(path: &Path, version: usize, rows: &str) {
     use crate::roles::db::schema::{APPLICATION_ID, MIGRATIONS};
     let conn = rusqlite::Connection::open(path).unwrap();
     for sql in &MIGRATIONS[..version] {
@@ -19,7 +19,7 @@ pub fn sqlite(path: &Path, version: usize, rows: &str) {
 
 /// A fresh PostgreSQL database at schema `version`, holding `rows`: its URL and a client
 /// on it. `None` where the tests run without PostgreSQL (see `pg_cluster`).
-pub fn postgres(version: usize, rows: &str) -> Option<(String, ::postgres::Client)> {
+pub(crate) fn postgres(version: usize, rows: &str) -> Option<(String, ::postgres::Client)> {
     use crate::roles::db::pg::schema::MIGRATIONS;
     let url = crate::roles::db::pg_cluster::fresh_database()?;
     let mut admin = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();

@@ -25,14 +25,14 @@ use super::errors::{Op, StoreError};
 
 /// Which SQL a backend speaks where the two differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
+pub(crate) enum Dialect {
     Sqlite,
     Postgres,
 }
 
 impl Dialect {
     /// Appended to a SELECT of queue rows about to be leased: other takers skip them.
-    pub fn lock_taken(self) -> &'static str {
+    pub(crate) fn lock_taken(self) -> &'static str {
         match self {
             Dialect::Sqlite => "",
             Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
@@ -40,7 +40,7 @@ impl Dialect {
     }
 
     /// The lesser of two values (SQLite's two-argument `min`).
-    pub fn least(self) -> &'static str {
+    pub(crate) fn least(self) -> &'static str {
         match self {
             Dialect::Sqlite => "min",
             Dialect::Postgres => "LEAST",
@@ -50,7 +50,7 @@ impl Dialect {
 
 /// A parameter of a statement, or a column value read back.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Value<'a> {
+pub(crate) enum Value<'a> {
     Null,
     Int(i64),
     Bool(bool),
@@ -139,7 +139,7 @@ macro_rules! params {
 pub(crate) use params;
 
 /// A Rust type a column is read as.
-pub trait FromValue: Sized {
+pub(crate) trait FromValue: Sized {
     fn from_value(value: &Value<'_>) -> Option<Self>;
 }
 
@@ -197,12 +197,12 @@ impl<T: FromValue> FromValue for Option<T> {
 
 /// One row of a result, owned.
 #[derive(Debug)]
-pub struct Row(pub Vec<Value<'static>>);
+pub(crate) struct Row(pub Vec<Value<'static>>);
 
 impl Row {
     /// Column `idx` as a `T`, or an error naming the operation (never a panic on a type
     /// the build does not expect).
-    pub fn get<T: FromValue>(&self, op: Op, idx: usize) -> Result<T, StoreError> {
+    pub(crate) fn get<T: FromValue>(&self, op: Op, idx: usize) -> Result<T, StoreError> {
         let value = self.0.get(idx).unwrap_or(&Value::Null);
         T::from_value(value).ok_or_else(|| StoreError::Invalid {
             op,
@@ -214,7 +214,7 @@ impl Row {
     }
 
     /// Takes the bytes of column `idx` out of the row, without copying them.
-    pub fn take_blob(&mut self, op: Op, idx: usize) -> Result<Vec<u8>, StoreError> {
+    pub(crate) fn take_blob(&mut self, op: Op, idx: usize) -> Result<Vec<u8>, StoreError> {
         match self.0.get_mut(idx) {
             Some(Value::Blob(bytes)) => Ok(std::mem::take(bytes).into_owned()),
             _ => self.get(op, idx),
@@ -223,7 +223,7 @@ impl Row {
 }
 
 /// What the shared operations need of a backend's connection.
-pub trait Db {
+pub(crate) trait Db {
     fn dialect(&self) -> Dialect;
 
     /// Whether output chunks are written compressed when that pays.
@@ -272,14 +272,14 @@ pub trait Db {
 
 /// A SELECT whose WHERE clause grows with the filter's set fields, each value bound as a
 /// parameter (never spliced into the text).
-pub struct Select {
+pub(crate) struct Select {
     pub sql: String,
     pub args: Vec<Value<'static>>,
 }
 
 impl Select {
     /// `head` is the statement up to its WHERE clause.
-    pub fn new(head: String) -> Select {
+    pub(crate) fn new(head: String) -> Select {
         Select {
             sql: format!("{head} WHERE 1 = 1"),
             args: Vec::new(),
@@ -287,7 +287,7 @@ impl Select {
     }
 
     /// `AND clause ?N`, with `value` as parameter N.
-    pub fn and(&mut self, clause: &str, value: impl Into<Value<'static>>) {
+    pub(crate) fn and(&mut self, clause: &str, value: impl Into<Value<'static>>) {
         self.args.push(value.into());
         self.sql
             .push_str(&format!(" AND {clause} ?{}", self.args.len()));
@@ -296,7 +296,7 @@ impl Select {
 
 /// `sql` with its `?N` placeholders written `$N` (PostgreSQL). The statements of the
 /// store hold no `?` in their string literals.
-pub fn numbered_dollars(sql: &str) -> String {
+pub(crate) fn numbered_dollars(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len());
     let mut chars = sql.chars().peekable();
     while let Some(c) = chars.next() {

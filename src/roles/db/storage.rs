@@ -20,10 +20,11 @@ use super::errors::StoreError;
 use super::output::{AppendOutcome, Placement};
 use super::sql::Db;
 use super::{attempts, deliveries, events, output, runs, wrappers};
+#[cfg(test)]
+use crate::wire::db::OutputLimit;
 use crate::wire::db::{
-    AttemptRecord, EventFilter, EventRecord, NewEvent, NewRun, OutputBytes, OutputLimit,
-    OutputQuery, PruneOutcome, Retention, RunFilter, RunUpdate, TargetDetail, TargetUpdate,
-    WrapperSeen,
+    AttemptRecord, EventFilter, EventRecord, NewEvent, NewRun, OutputBytes, OutputQuery,
+    PruneOutcome, Retention, RunFilter, RunUpdate, TargetDetail, TargetUpdate, WrapperSeen,
 };
 use crate::wire::notify::{
     DeliveryAttempt, DeliveryFilter, DeliveryRecord, DueDeliveries, NewDelivery,
@@ -32,7 +33,7 @@ use crate::wire::records::{Millis, RunId, RunRecord};
 use crate::wire::wrapper::Stream;
 
 /// A run with the session details of its targets.
-pub type RunWithDetails = (RunRecord, Vec<TargetDetail>);
+pub(crate) type RunWithDetails = (RunRecord, Vec<TargetDetail>);
 
 /// Declares [`Operations`] and its one implementation over `sql::Db` from one list: an
 /// operation's signature is written once, beside the module whose function does it.
@@ -42,10 +43,11 @@ macro_rules! operations {
         fn $name:ident(&mut self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty => $module:ident;
     )*) => {
         /// What the `db` loop does to the data, the same on both backends (`sql::Db`).
-        pub trait Operations {
+        pub(crate) trait Operations {
             $( $(#[$doc])* fn $name(&mut self $(, $arg: $ty)*) -> $ret; )*
             /// One output frame on its own: [`Storage::append_output_placed`] with no later frame
             /// of the same batch to consider.
+            #[cfg(test)]
             fn append_output(
                 &mut self,
                 run: RunId,
@@ -134,7 +136,7 @@ operations! {
 
 /// What the `db` loop does to its database: the shared [`Operations`] and what each
 /// backend does its own way.
-pub trait Storage: Operations {
+pub(crate) trait Storage: Operations {
     /// Which engine, for logs and `/metrics` (`sqlite`, `postgresql`).
     fn engine(&self) -> &'static str;
 
@@ -175,7 +177,7 @@ pub trait Storage: Operations {
 
 /// What a standby's listening connection heard since the last take.
 #[derive(Debug, Default)]
-pub struct Heard {
+pub(crate) struct Heard {
     /// The connection is new: whatever was announced before it listened is not here.
     pub fresh: bool,
     pub payloads: Vec<String>,

@@ -20,13 +20,13 @@
 //! then refuses further operations in that batch with [`StoreError::BatchLost`] until the
 //! loop calls [`Storage::rollback_batch`] and applies the batch's requests again.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rusqlite::Connection;
 use rusqlite::types::{ToSqlOutput, ValueRef};
 
 pub(crate) use super::errors::sql_error;
-pub use super::errors::{Op, StoreError};
+pub(crate) use super::errors::{Op, StoreError};
 use super::schema;
 use super::sql::{Db, Dialect, Row, Value};
 use super::storage::Storage;
@@ -59,9 +59,8 @@ fn private_file(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-pub struct Store {
+pub(crate) struct Store {
     pub(crate) conn: Connection,
-    path: PathBuf,
     /// True between `begin_batch` and `commit_batch`/`rollback_batch`.
     batch: bool,
     /// Output chunks are written compressed when that pays (`output_compression`).
@@ -70,7 +69,7 @@ pub struct Store {
 
 impl Store {
     /// Opens (creating if missing) and migrates the database at `path`.
-    pub fn open(path: &Path) -> Result<Store, StoreError> {
+    pub(crate) fn open(path: &Path) -> Result<Store, StoreError> {
         private_file(path).map_err(|source| StoreError::Private {
             path: path.to_path_buf(),
             source,
@@ -84,23 +83,19 @@ impl Store {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(Store {
             conn,
-            path: path.to_path_buf(),
             batch: false,
             compress_output: true,
         })
     }
 
     /// Read-only integrity and version check (for `saltpeter-cleanup`); never writes.
-    pub fn check(path: &Path) -> Result<schema::CheckReport, StoreError> {
+    pub(crate) fn check(path: &Path) -> Result<schema::CheckReport, StoreError> {
         schema::check(path)
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
+    #[cfg(test)]
     /// True while a batch is open and still intact.
-    pub fn in_batch(&self) -> bool {
+    pub(crate) fn in_batch(&self) -> bool {
         self.batch && !self.conn.is_autocommit()
     }
 
@@ -113,7 +108,7 @@ impl Store {
     }
 
     /// Returns up to `max_pages` free pages to the file system (after a prune).
-    pub fn reclaim_space(&mut self, max_pages: u32) -> Result<(), StoreError> {
+    pub(crate) fn reclaim_space(&mut self, max_pages: u32) -> Result<(), StoreError> {
         self.atomic(Op::ReclaimSpace, |store| {
             // incremental_vacuum returns no rows, but must be stepped to do its work.
             let mut stmt = store
@@ -130,7 +125,7 @@ impl Store {
 impl Store {
     /// Cap the database file at about `bytes` (0: no cap). Writes beyond it fail with
     /// `DiskFull`, exactly as on a full file system.
-    pub fn set_max_size(&mut self, bytes: u64) -> Result<(), StoreError> {
+    pub(crate) fn set_max_size(&mut self, bytes: u64) -> Result<(), StoreError> {
         let page: i64 = self
             .conn
             .query_row("PRAGMA page_size", [], |r| r.get(0))
@@ -147,7 +142,7 @@ impl Store {
 
     /// Fold the write-ahead log into the database file and truncate it, so pages freed by
     /// pruning and `reclaim_space` leave the disk. Only outside a batch.
-    pub fn checkpoint(&mut self) -> Result<(), StoreError> {
+    pub(crate) fn checkpoint(&mut self) -> Result<(), StoreError> {
         self.conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .map_err(sql_error(Op::ReclaimSpace))

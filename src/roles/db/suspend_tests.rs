@@ -7,7 +7,7 @@ use crate::roles::db::store::tests::new_run;
 use crate::wire::db::TargetUpdate;
 use crate::wire::records::{RunState, TargetState};
 
-pub fn a_suspended_target_is_stored_and_read_back(s: &mut dyn Storage) {
+pub(super) fn a_suspended_target_is_stored_and_read_back(s: &mut dyn Storage) {
     let run = s
         .create_run(&new_run("j", Some(1_000), RunState::Running, &["m1", "m2"]))
         .unwrap()

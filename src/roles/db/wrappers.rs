@@ -22,13 +22,13 @@ use super::sql::{Db, params};
 use crate::wire::db::WrapperSeen;
 
 /// Longest minion id stored (bytes); main's own bounds are well below.
-pub const MAX_MINION_BYTES: usize = 1024;
+pub(super) const MAX_MINION_BYTES: usize = 1024;
 /// Longest wrapper path stored (bytes): Linux's `PATH_MAX`.
-pub const MAX_PATH_BYTES: usize = 4096;
+pub(super) const MAX_PATH_BYTES: usize = 4096;
 /// Longest digest stored (bytes): a SHA-256 is 64 hex digits; room for a prefix.
-pub const MAX_SHA256_BYTES: usize = 128;
+pub(super) const MAX_SHA256_BYTES: usize = 128;
 /// Paths remembered per minion, the most recently seen first.
-pub const MAX_PATHS_PER_MINION: usize = 16;
+pub(super) const MAX_PATHS_PER_MINION: usize = 16;
 
 /// Rule 1: every row within the bounds, or the request fails naming the first one over.
 pub(super) fn check_bounds(op: Op, rows: &[WrapperSeen]) -> Result<(), StoreError> {
@@ -83,7 +83,7 @@ pub(super) const KEEP_PATHS: i64 = MAX_PATHS_PER_MINION as i64;
 /// Upserts each row by (minion, path), newer `seen` winning (rules 1–3). Two servers
 /// recording the same (minion, path) at once serialise on the row (PostgreSQL): the
 /// second upsert waits for the first's transaction, then compares `seen`.
-pub fn record_wrappers<D: Db>(db: &mut D, rows: &[WrapperSeen]) -> Result<(), StoreError> {
+pub(super) fn record_wrappers<D: Db>(db: &mut D, rows: &[WrapperSeen]) -> Result<(), StoreError> {
     let op = Op::WriteWrappers;
     check_bounds(op, rows)?;
     let forgotten = db.atomic(op, |db| {
@@ -118,7 +118,11 @@ pub fn record_wrappers<D: Db>(db: &mut D, rows: &[WrapperSeen]) -> Result<(), St
 }
 
 /// Deletes the row of (minion, path); whether there was one.
-pub fn forget_wrapper<D: Db>(db: &mut D, minion: &str, path: &str) -> Result<bool, StoreError> {
+pub(super) fn forget_wrapper<D: Db>(
+    db: &mut D,
+    minion: &str,
+    path: &str,
+) -> Result<bool, StoreError> {
     let op = Op::WriteWrappers;
     db.atomic(op, |db| {
         db.exec(
@@ -131,7 +135,7 @@ pub fn forget_wrapper<D: Db>(db: &mut D, minion: &str, path: &str) -> Result<boo
 }
 
 /// Every row, by minion then path.
-pub fn wrappers<D: Db>(db: &mut D) -> Result<Vec<WrapperSeen>, StoreError> {
+pub(super) fn wrappers<D: Db>(db: &mut D) -> Result<Vec<WrapperSeen>, StoreError> {
     let op = Op::ReadWrappers;
     db.read(op, |db| {
         db.rows(

@@ -45,7 +45,7 @@ struct AdminListener {
 }
 
 impl Admin {
-    pub fn listen(ctx: &mut Ctx<Hub>, fd: OwnedFd) -> Result<Admin, RoleError> {
+    pub(super) fn listen(ctx: &mut Ctx<Hub>, fd: OwnedFd) -> Result<Admin, RoleError> {
         let std = std::os::unix::net::UnixListener::from(fd);
         std.set_nonblocking(true)
             .map_err(RoleError::setup("admin socket"))?;
@@ -64,7 +64,7 @@ impl Admin {
     }
 
     /// Set the admin group (from `saltpeter_config.admin_group`, at start).
-    pub fn set_group(&mut self, configured: Option<&str>) {
+    pub(super) fn set_group(&mut self, configured: Option<&str>) {
         self.group = match crate::access::admin_group(configured) {
             Ok(group) => group.map(|(name, gid)| (name, gid.as_raw())),
             Err(e) => {
@@ -278,7 +278,7 @@ fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, event: &Event) -> Flow
     }
 }
 
-pub fn respond(hub: &mut Hub, _ctx: &mut Ctx<Hub>, id: ConnId, resp: AdminResponse) {
+pub(super) fn respond(hub: &mut Hub, _ctx: &mut Ctx<Hub>, id: ConnId, resp: AdminResponse) {
     if let Some(conn) = hub.admin.conns.get_mut(&id)
         && let Err(e) = conn.link.send(&resp)
     {
@@ -286,7 +286,7 @@ pub fn respond(hub: &mut Hub, _ctx: &mut Ctx<Hub>, id: ConnId, resp: AdminRespon
     }
 }
 
-pub fn progress(hub: &mut Hub, call: crate::ipc::CallId, line: String) {
+pub(super) fn progress(hub: &mut Hub, call: crate::ipc::CallId, line: String) {
     if let Some(Waiting::Admin(id)) = hub.calls.get(call).copied()
         && let Some(conn) = hub.admin.conns.get_mut(&id)
     {
@@ -295,7 +295,7 @@ pub fn progress(hub: &mut Hub, call: crate::ipc::CallId, line: String) {
 }
 
 /// A streamed answer of a long call; a client too slow to read them is dropped.
-pub fn stream(hub: &mut Hub, ctx: &mut Ctx<Hub>, call: CallId, resp: AdminResponse) {
+pub(super) fn stream(hub: &mut Hub, ctx: &mut Ctx<Hub>, call: CallId, resp: AdminResponse) {
     let Some(Waiting::Admin(id)) = hub.calls.get(call).copied() else {
         return;
     };
@@ -314,7 +314,7 @@ pub fn stream(hub: &mut Hub, ctx: &mut Ctx<Hub>, call: CallId, resp: AdminRespon
     }
 }
 
-pub fn fail(hub: &mut Hub, id: ConnId, err: &CallError) {
+pub(super) fn fail(hub: &mut Hub, id: ConnId, err: &CallError) {
     if let Some(conn) = hub.admin.conns.get_mut(&id) {
         let _ = conn
             .link

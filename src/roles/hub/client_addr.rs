@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 
 /// The key an address is counted under.
-pub fn client_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn client_key(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

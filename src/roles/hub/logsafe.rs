@@ -2,4 +2,4 @@
 //! hub uses the shared rules (`crate::logsafe`: control characters, ANSI/OSC escapes and
 //! bidi controls escaped, the text cut to a bound; a flood's warning held back).
 
-pub use crate::logsafe::{Repeated, clip};
+pub(crate) use crate::logsafe::{Repeated, clip};

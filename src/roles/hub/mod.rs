@@ -6,9 +6,9 @@
 //! a log line and never holds up anyone else.
 
 mod admin;
-pub mod client_addr;
+pub(crate) mod client_addr;
 mod http;
-pub mod logsafe;
+pub(crate) mod logsafe;
 mod state;
 mod wrappers;
 
@@ -149,7 +149,7 @@ fn arm_timers(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     http::arm_sweep(hub, ctx);
 }
 
-pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
+pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let mut ev: EventLoop<Hub> = EventLoop::new().map_err(RoleError::setup("event loop"))?;
     let stream = args.take_stream("main")?;
     let (main, _) = open_link(ev.ctx(), stream, Role::Hub, Role::Main, (), on_main)?;

@@ -36,7 +36,7 @@ use crate::workflow::{WakeEvent, WakeKey};
 /// Leave the loop once no Workflow is running, or when the grace period is over (runs in
 /// flight then stay recorded as running; their wrappers carry on and are reattached on
 /// the next start).
-pub fn stop_when_settled(role: &mut MainRole, ctx: &mut Ctx<MainRole>, deadline: Instant) {
+pub(super) fn stop_when_settled(role: &mut MainRole, ctx: &mut Ctx<MainRole>, deadline: Instant) {
     if role.workflows.shutdown_complete(Instant::now(), deadline) {
         ctx.stop();
     } else {
@@ -48,7 +48,7 @@ pub fn stop_when_settled(role: &mut MainRole, ctx: &mut Ctx<MainRole>, deadline:
 }
 
 /// Report Workflows that wait on something nothing will deliver.
-pub fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
+pub(super) fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
     let core = &role.core;
     let pending = |key: &WakeKey| match key {
         WakeKey::Call(id) => {
@@ -72,7 +72,7 @@ pub fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
 }
 
 /// Set the timer for the earliest slot (no polling: the loop sleeps until then).
-pub fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+pub(super) fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if let Some(timer) = role.schedule_timer.take() {
         ctx.cancel(timer);
     }
@@ -89,7 +89,7 @@ pub fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     role.schedule_timer = Some(ctx.at(Instant::now() + wait, on_schedule));
 }
 
-pub fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+pub(super) fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     role.schedule_timer = None;
     let now = Utc::now();
     let core = &mut role.core;
@@ -102,7 +102,7 @@ pub fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 }
 
 /// Start the runs handlers queued, and resume Workflows on the wake keys emitted.
-pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     reload::poll(role, ctx);
     crate::roles::main::shell::notify::poll(&mut role.core);
     if let Some(reply) = role.core.flight.recovery_reply.take() {
@@ -139,12 +139,12 @@ pub fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     role.core.flush_hub_outbox();
 }
 
-pub fn start_queued(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+pub(super) fn start_queued(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     start_queued_inner(role);
     let _ = ctx;
 }
 
-pub fn start_queued_inner(role: &mut MainRole) {
+pub(super) fn start_queued_inner(role: &mut MainRole) {
     if role.core.flight.recovering || role.core.ha.holding() {
         return;
     }
@@ -167,7 +167,7 @@ pub fn start_queued_inner(role: &mut MainRole) {
 }
 
 /// Keep one timer at the registry's earliest deadline.
-pub fn arm_workflow_timer(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+pub(super) fn arm_workflow_timer(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let next = role.workflows.next_deadline();
     match (role.workflow_timer, next) {
         (Some((_, at)), Some(next)) if at == next => {}
@@ -188,7 +188,7 @@ pub fn arm_workflow_timer(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 }
 
 /// While runs are in flight, check wrapper liveness every second.
-pub fn arm_liveness(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+pub(super) fn arm_liveness(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if role.core.flight.runs.is_empty() || role.core.flight.liveness_armed {
         return;
     }
@@ -293,7 +293,12 @@ pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     Ok(0)
 }
 
-pub fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: &Event) -> Flow {
+pub(super) fn on_link(
+    role: &mut MainRole,
+    ctx: &mut Ctx<MainRole>,
+    peer: Peer,
+    event: &Event,
+) -> Flow {
     let core = &mut role.core;
     let writable = event.is_writable();
     let result = match peer {
@@ -400,7 +405,11 @@ pub fn on_link(role: &mut MainRole, ctx: &mut Ctx<MainRole>, peer: Peer, event: 
     }
 }
 
-pub fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubRequest, HubAnswer>) {
+pub(super) fn on_hub(
+    role: &mut MainRole,
+    ctx: &mut Ctx<MainRole>,
+    msg: Packet<HubRequest, HubAnswer>,
+) {
     match msg {
         Packet::Call {
             id,
@@ -426,7 +435,7 @@ pub fn on_hub(role: &mut MainRole, ctx: &mut Ctx<MainRole>, msg: Packet<HubReque
 }
 
 /// Expire calls whose deadline passed (their waiters get `Timeout`).
-pub fn expire_calls(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+pub(super) fn expire_calls(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let now = Instant::now();
     let core = &mut role.core;
     for (id, wait, err) in core.links.db_calls.expire(now) {
@@ -442,7 +451,7 @@ pub fn expire_calls(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 }
 
 /// Keep one timer at the earliest deadline of the calls in flight (none when idle).
-pub fn arm_call_expiry(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+pub(super) fn arm_call_expiry(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let next = [
         role.core.links.db_calls.next_deadline(),
         role.core.links.blocking_calls.next_deadline(),

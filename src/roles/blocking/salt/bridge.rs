@@ -43,7 +43,7 @@ const MAX_LINE: usize = 16 * 1024 * 1024;
 
 /// The Python interpreter of a `salt` script: its `#!` line (`/path/python3`, or
 /// `/usr/bin/env python3`). `None`: not a Python script (the command line is used).
-pub fn interpreter_of(salt_bin: &Path) -> Option<Vec<String>> {
+pub(crate) fn interpreter_of(salt_bin: &Path) -> Option<Vec<String>> {
     let path = if salt_bin.components().count() > 1 {
         salt_bin.to_path_buf()
     } else {
@@ -78,7 +78,7 @@ pub fn interpreter_of(salt_bin: &Path) -> Option<Vec<String>> {
 
 /// Send `request` (its `id` is set here) through the bridge for `key`, starting it if
 /// needed. `Err` hands the invocation back: run it on the command line.
-pub fn submit(
+pub(crate) fn submit(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
     key: &BridgeKey,
@@ -394,7 +394,7 @@ fn answer(state: &mut Blocking, ctx: &mut Ctx<Blocking>, line: &[u8]) {
 
 /// The environment variable that lets the daemon use a simulated fleet's stand-in bridge
 /// (the benchmarks' and tests' `simfleet`): `1`, and nothing else.
-pub const SIMULATED_FLEET_ENV: &str = "SALTPETER_SIMULATED_FLEET";
+pub(crate) const SIMULATED_FLEET_ENV: &str = "SALTPETER_SIMULATED_FLEET";
 
 /// The bridge's ready line. A bridge that says it is simulated reaches no real minion:
 /// it is refused (as a bridge that failed to start: the command line takes over) unless

@@ -11,12 +11,12 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-pub use crate::wire::link::SaltSettings;
+pub(crate) use crate::wire::link::SaltSettings;
 use crate::wire::link::{MinionOutcome, SaltTargetType};
 use crate::wire::wrapper::{ENV_RUN, ENV_URL};
 
 /// Salt's targeting flag for a Saltpeter `target_type` (none for a glob).
-pub fn target_flag(target_type: SaltTargetType) -> Option<&'static str> {
+pub(crate) fn target_flag(target_type: SaltTargetType) -> Option<&'static str> {
     match target_type {
         SaltTargetType::Glob => None,
         SaltTargetType::Pcre => Some("-E"),
@@ -31,7 +31,7 @@ pub fn target_flag(target_type: SaltTargetType) -> Option<&'static str> {
 }
 
 /// `salt [-c DIR] --out=json --out-indent=-1 -t T [FLAG] TARGET FUNCTION ARGS...`
-pub fn argv(
+pub(crate) fn argv(
     settings: &SaltSettings,
     flag: Option<&str>,
     target: &str,
@@ -58,7 +58,7 @@ pub fn argv(
 
 /// One salt call, rendered either as a `salt` command line or as a salt bridge request.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SaltCall {
+pub(crate) struct SaltCall {
     pub target_type: SaltTargetType,
     pub target: String,
     pub function: String,
@@ -74,10 +74,10 @@ pub struct SaltCall {
 }
 
 /// What the salt bridge answers for a minion a publish without returns went to.
-pub const PUBLISHED: &str = "published";
+pub(crate) const PUBLISHED: &str = "published";
 
 impl SaltCall {
-    pub fn new(target_type: SaltTargetType, target: &str, function: &str) -> SaltCall {
+    pub(crate) fn new(target_type: SaltTargetType, target: &str, function: &str) -> SaltCall {
         SaltCall {
             target_type,
             target: target.to_string(),
@@ -89,14 +89,14 @@ impl SaltCall {
         }
     }
 
-    pub fn kwarg(mut self, key: &str, value: Value) -> SaltCall {
+    pub(crate) fn kwarg(mut self, key: &str, value: Value) -> SaltCall {
         self.kwarg.push((key.to_string(), value));
         self
     }
 
     /// `salt` argv. `cmd` is never YAML-parsed (`--no-parse=cmd`); booleans are `True` and
     /// `False`, strings as they are, anything else as JSON (which Salt's YAML reads).
-    pub fn argv(&self, settings: &SaltSettings, extra_timeout_s: u64) -> Vec<String> {
+    pub(crate) fn argv(&self, settings: &SaltSettings, extra_timeout_s: u64) -> Vec<String> {
         let mut args = self.arg.clone();
         for (k, v) in &self.kwarg {
             let text = match v {
@@ -122,7 +122,7 @@ impl SaltCall {
     }
 
     /// The salt bridge's request (its `id` is set by the bridge).
-    pub fn bridge_request(&self, timeout_s: u64) -> Value {
+    pub(crate) fn bridge_request(&self, timeout_s: u64) -> Value {
         serde_json::json!({
             "op": if self.match_only { "match" } else { "publish" },
             "tgt": self.target,
@@ -137,7 +137,7 @@ impl SaltCall {
 }
 
 /// LocalClient's `tgt_type` for a Saltpeter `target_type`.
-pub fn tgt_type_name(target_type: SaltTargetType) -> &'static str {
+pub(crate) fn tgt_type_name(target_type: SaltTargetType) -> &'static str {
     match target_type {
         SaltTargetType::Glob => "glob",
         SaltTargetType::Pcre => "pcre",
@@ -155,7 +155,7 @@ pub fn tgt_type_name(target_type: SaltTargetType) -> &'static str {
 /// opts['id'] }}`, `{{ opts['pki_dir'] }}`), without a shell, with only the server URL and
 /// the run ids in its environment (`SP_RUN=41,42,43`: the wrapper starts one daemonized
 /// wrapper per run). Nothing here is secret.
-pub fn launch_call(minions: &[String], wrapper: &str, runs: &[u64], url: &str) -> SaltCall {
+pub(crate) fn launch_call(minions: &[String], wrapper: &str, runs: &[u64], url: &str) -> SaltCall {
     let runs: Vec<String> = runs.iter().map(u64::to_string).collect();
     let env = serde_json::json!({ ENV_URL: url, ENV_RUN: runs.join(",") });
     SaltCall::new(SaltTargetType::List, &minions.join(","), "cmd.run_all")
@@ -178,7 +178,12 @@ pub fn launch_call(minions: &[String], wrapper: &str, runs: &[u64], url: &str) -
 /// checks its hash, writes it next to `path` and renames it into place (a running
 /// wrapper keeps its old inode), mode 0755; an unchanged file is not copied again.
 /// `hash: None`: the operator's `wrapper_source`, whose hash is not known here.
-pub fn deploy_call(minions: &[String], path: &str, source: &str, hash: Option<&str>) -> SaltCall {
+pub(crate) fn deploy_call(
+    minions: &[String],
+    path: &str,
+    source: &str,
+    hash: Option<&str>,
+) -> SaltCall {
     let (source_sum, skip_verify) = match hash {
         Some(hash) => (
             serde_json::json!({"hash_type": "sha256", "hsum": hash}),
@@ -218,7 +223,7 @@ fn shell_quote(word: &str) -> String {
 /// launch command failed may still have started some runs: each started run printed
 /// `saltpeter-wrapper: run N continues in the background`, each failed one `saltpeter-wrapper:
 /// run N: why` on stderr.
-pub fn launch_outcomes(
+pub(crate) fn launch_outcomes(
     runs: &[u64],
     minions: &[String],
     returns: &Returns,
@@ -285,13 +290,13 @@ fn run_line(value: &Value, run: u64) -> RunLine {
 
 /// Per-minion values from salt's output.
 #[derive(Debug, Default, PartialEq)]
-pub struct Returns {
+pub(crate) struct Returns {
     pub by_minion: BTreeMap<String, Value>,
     /// Salt said no minion matched the target.
     pub no_match: bool,
 }
 
-pub fn parse_returns(stdout: &str) -> Returns {
+pub(crate) fn parse_returns(stdout: &str) -> Returns {
     let mut out = Returns::default();
     for line in stdout.lines() {
         let line = line.trim();
@@ -311,7 +316,7 @@ pub fn parse_returns(stdout: &str) -> Returns {
 
 /// What a minion's value says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MinionResult {
+pub(crate) enum MinionResult {
     Ok,
     /// Did not answer (down, not connected, too slow).
     NoReturn(String),
@@ -331,7 +336,7 @@ fn no_return(text: &str) -> Option<String> {
 }
 
 /// A `test.ping` value.
-pub fn ping_result(value: &Value) -> MinionResult {
+pub(crate) fn ping_result(value: &Value) -> MinionResult {
     match value {
         Value::Bool(true) => MinionResult::Ok,
         Value::String(s) => match no_return(s) {
@@ -343,7 +348,7 @@ pub fn ping_result(value: &Value) -> MinionResult {
 }
 
 /// A `cmd.run_all` value: retcode 0 is success; otherwise stderr (or stdout) says why.
-pub fn run_all_result(value: &Value) -> MinionResult {
+pub(crate) fn run_all_result(value: &Value) -> MinionResult {
     match value {
         Value::Object(map) => {
             let retcode = map.get("retcode").and_then(Value::as_i64);
@@ -378,7 +383,7 @@ pub fn run_all_result(value: &Value) -> MinionResult {
 }
 
 /// A `file.manage_file` value: a state return of its own, whose `result` must be true.
-pub fn managed_result(value: &Value) -> MinionResult {
+pub(crate) fn managed_result(value: &Value) -> MinionResult {
     match value {
         Value::Object(ret) if ret.contains_key("result") => {
             match ret.get("result").and_then(Value::as_bool) {
@@ -395,7 +400,7 @@ pub fn managed_result(value: &Value) -> MinionResult {
 }
 
 /// A `state.single` value: every state's `result` must be true.
-pub fn state_result(value: &Value) -> MinionResult {
+pub(crate) fn state_result(value: &Value) -> MinionResult {
     match value {
         Value::Object(states) if !states.is_empty() => {
             for state in states.values() {

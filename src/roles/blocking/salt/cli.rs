@@ -11,17 +11,21 @@ use super::super::state::{Blocking, Invocation, Outcome};
 use crate::evloop::{Ctx, child};
 
 /// Beyond salt's own `-t`, how long an invocation may take before it is killed.
-pub const DEADLINE_SLACK: Duration = Duration::from_secs(15);
+pub(crate) const DEADLINE_SLACK: Duration = Duration::from_secs(15);
 
 /// Run invocations the salt bridge could not (it never became ready): nothing of theirs
 /// was published, so the command line does them now.
-pub fn run_on_cli(state: &mut Blocking, ctx: &mut Ctx<Blocking>, invocations: Vec<Invocation>) {
+pub(crate) fn run_on_cli(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    invocations: Vec<Invocation>,
+) {
     state.salt.waiting.extend(invocations);
     start_waiting(state, ctx);
 }
 
 /// Queue one invocation behind the others.
-pub fn run(state: &mut Blocking, ctx: &mut Ctx<Blocking>, invocation: Invocation) {
+pub(crate) fn run(state: &mut Blocking, ctx: &mut Ctx<Blocking>, invocation: Invocation) {
     state.salt.waiting.push_back(invocation);
     start_waiting(state, ctx);
 }

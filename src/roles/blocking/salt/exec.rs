@@ -22,7 +22,7 @@ use crate::wire::records::RunId;
 const DEPLOY_TRANSFER_ALLOWANCE: Duration = Duration::from_secs(60);
 
 /// One round's salt launch (`BlockingRequest::Launch`).
-pub struct SaltLaunch {
+pub(crate) struct SaltLaunch {
     pub wrapper: String,
     pub runs: Vec<RunId>,
     pub url: String,
@@ -81,7 +81,7 @@ fn tail(text: &str) -> String {
     lines[start..].join(" | ")
 }
 
-pub fn resolve(
+pub(crate) fn resolve(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
     id: CallId,
@@ -160,7 +160,7 @@ pub fn resolve(
 /// `cmd.run_all` failed fails at once with Salt's words, one that did not return keeps
 /// Salt's words in `silent` for the pick-up deadline. Without `await_returns` the salt
 /// bridge only publishes: every minion the master published to counts as launched.
-pub fn launch(
+pub(crate) fn launch(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
     id: CallId,
@@ -218,7 +218,7 @@ pub fn launch(
     );
 }
 
-pub fn deploy(
+pub(crate) fn deploy(
     state: &mut Blocking,
     ctx: &mut Ctx<Blocking>,
     id: CallId,

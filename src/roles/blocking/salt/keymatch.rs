@@ -20,7 +20,7 @@ const NO_KEY: &str = "Minion did not return. [No response]";
 
 /// The minions of `target` among the keys accepted by the master configured in
 /// `config_dir`, as the bridge's match would answer; `None` when the bridge must decide.
-pub fn from_accepted_keys(
+pub(crate) fn from_accepted_keys(
     config_dir: Option<&str>,
     target_type: SaltTargetType,
     target: &str,

@@ -5,8 +5,8 @@
 //! made of them (`exec`). `exec` names the others; `bridge` falls back to `cli`; `calls`,
 //! `cli` and `keymatch` name none of them.
 
-pub mod bridge;
-pub mod calls;
-pub mod cli;
-pub mod exec;
-pub mod keymatch;
+pub(crate) mod bridge;
+pub(crate) mod calls;
+pub(crate) mod cli;
+pub(crate) mod exec;
+pub(crate) mod keymatch;

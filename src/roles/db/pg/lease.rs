@@ -18,7 +18,7 @@ const SERVER_SIDE_TIMEOUTS: &str = "SET tcp_keepalives_idle = 5; \
      SET tcp_user_timeout = 10000";
 
 /// Key of the leader lock ("SPLD").
-pub const LEADER_LOCK: i64 = 0x5350_4c44;
+pub(crate) const LEADER_LOCK: i64 = 0x5350_4c44;
 
 pub(super) struct Lease {
     config: postgres::Config,
@@ -28,7 +28,7 @@ pub(super) struct Lease {
 }
 
 impl Lease {
-    pub fn new(config: postgres::Config, tls: PgTls) -> Lease {
+    pub(super) fn new(config: postgres::Config, tls: PgTls) -> Lease {
         Lease {
             config,
             tls,
@@ -39,7 +39,7 @@ impl Lease {
 
     /// Keeps or takes the lease; true while this daemon holds it. An unreachable
     /// database is an error (and the lease is not held).
-    pub fn hold(&mut self) -> Result<bool, StoreError> {
+    pub(super) fn hold(&mut self) -> Result<bool, StoreError> {
         let op = Op::Lease;
         if self.conn.as_ref().is_none_or(Client::is_closed) {
             self.held = false;
@@ -81,7 +81,7 @@ impl Lease {
 
     /// Gives the lease up at once (an ordered stop), so another daemon takes over
     /// without waiting for the connection to time out.
-    pub fn release(&mut self) {
+    pub(super) fn release(&mut self) {
         if let Some(conn) = self.conn.as_mut()
             && self.held
         {

@@ -31,7 +31,7 @@ pub(super) struct Listener {
 }
 
 impl Listener {
-    pub fn new(config: postgres::Config, tls: PgTls) -> Listener {
+    pub(super) fn new(config: postgres::Config, tls: PgTls) -> Listener {
         Listener {
             config,
             tls,
@@ -41,7 +41,7 @@ impl Listener {
     }
 
     /// See `Storage::hear_live`.
-    pub fn hear(&mut self, listen: bool, max: usize) -> Result<Option<Heard>, StoreError> {
+    pub(super) fn hear(&mut self, listen: bool, max: usize) -> Result<Option<Heard>, StoreError> {
         let op = Op::Listen;
         if !listen {
             // Closing the session ends its LISTEN.

@@ -8,7 +8,7 @@ use super::PgStore;
 
 impl PgStore {
     /// `NOTIFY` each payload on [`CHANNEL`], in the open batch (one statement).
-    pub fn announce_live(&mut self, payloads: &[String]) -> Result<(), StoreError> {
+    pub(crate) fn announce_live(&mut self, payloads: &[String]) -> Result<(), StoreError> {
         let op = Op::Announce;
         self.atomic(op, |pg| {
             pg.sql(op)?

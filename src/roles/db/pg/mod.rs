@@ -26,8 +26,8 @@ mod db;
 mod lease;
 mod listener;
 mod live;
-pub mod schema;
-pub mod tls;
+pub(crate) mod schema;
+pub(crate) mod tls;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -42,9 +42,6 @@ use super::sql::numbered_dollars;
 use super::storage::{Heard, Storage};
 use super::store::{Op, StoreError};
 
-pub use lease::LEADER_LOCK;
-pub use schema::SCHEMA_VERSION;
-
 /// How long a connection attempt may take before the database counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -57,7 +54,7 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
 pub(crate) type Param<'a> = &'a (dyn ToSql + Sync);
 
 /// The URL with any password replaced by `***`, for messages and logs.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         // Key-value form: hide a `password=` value.
         return url
@@ -97,8 +94,9 @@ pub fn redact(url: &str) -> String {
     format!("{scheme}://{authority}{tail}")
 }
 
+#[cfg(test)]
 /// Whether `url` names a PostgreSQL database (rather than nothing, i.e. SQLite).
-pub fn is_postgres_url(url: &str) -> bool {
+pub(crate) fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
@@ -133,12 +131,17 @@ impl Sql<'_> {
     }
 
     /// Runs a statement; returns the rows it changed.
-    pub fn exec(&mut self, op: Op, sql: &str, params: &[Param<'_>]) -> Result<u64, StoreError> {
+    pub(crate) fn exec(
+        &mut self,
+        op: Op,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> Result<u64, StoreError> {
         let stmt = self.statement(op, sql)?;
         self.client.execute(&stmt, params).map_err(pg_error(op))
     }
 
-    pub fn rows(
+    pub(crate) fn rows(
         &mut self,
         op: Op,
         sql: &str,
@@ -149,7 +152,7 @@ impl Sql<'_> {
     }
 
     /// A statement built at run time (a filtered listing): not cached.
-    pub fn rows_uncached(
+    pub(crate) fn rows_uncached(
         &mut self,
         op: Op,
         sql: &str,
@@ -164,7 +167,7 @@ impl Sql<'_> {
 }
 
 /// The PostgreSQL database of the `db` role.
-pub struct PgStore {
+pub(crate) struct PgStore {
     config: postgres::Config,
     tls: tls::PgTls,
     /// The URL without its password.
@@ -185,14 +188,15 @@ pub struct PgStore {
 }
 
 impl PgStore {
+    #[cfg(test)]
     /// Connects to `url` and brings the schema to the version of this build.
-    pub fn connect(url: &str) -> Result<PgStore, StoreError> {
+    pub(crate) fn connect(url: &str) -> Result<PgStore, StoreError> {
         PgStore::connect_as(url, None, None)
     }
 
     /// As [`PgStore::connect`], with the CA of `database_ca_file`, the connections named
     /// after `server` in `pg_stat_activity` (`saltpeter-db SERVER`).
-    pub fn connect_as(
+    pub(crate) fn connect_as(
         url: &str,
         ca_file: Option<&Path>,
         server: Option<&str>,
@@ -240,7 +244,7 @@ impl PgStore {
     }
 
     /// The URL without its password.
-    pub fn shown_url(&self) -> &str {
+    pub(crate) fn shown_url(&self) -> &str {
         &self.shown
     }
 

@@ -18,7 +18,7 @@ use postgres::Client;
 use super::super::store::StoreError;
 
 /// Key of the advisory lock held while migrating ("SPDB" as on SQLite's application id).
-pub const MIGRATION_LOCK: i64 = 0x5350_4442;
+pub(crate) const MIGRATION_LOCK: i64 = 0x5350_4442;
 
 /// The application name in `saltpeter_schema`.
 const APPLICATION: &str = "saltpeter";
@@ -178,7 +178,7 @@ ALTER TABLE targets ADD COLUMN limits TEXT;
 ";
 
 /// Ordered schema migrations; entry `i` takes the database from version `i` to `i + 1`.
-pub const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     MIGRATION_1,
     MIGRATION_2,
     MIGRATION_3,
@@ -191,7 +191,7 @@ pub const MIGRATIONS: &[&str] = &[
 ];
 
 /// Schema version written by this build (the same as SQLite's).
-pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+pub(crate) const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 /// Identifies the database and brings its schema to [`SCHEMA_VERSION`].
 pub(super) fn prepare(client: &mut Client, shown: &str) -> Result<(), StoreError> {

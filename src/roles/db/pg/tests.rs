@@ -152,7 +152,10 @@ fn postgres_refuses_a_foreign_database() {
 
 #[test]
 fn postgres_has_every_migration_of_sqlite() {
-    assert_eq!(SCHEMA_VERSION, crate::roles::db::schema::SCHEMA_VERSION);
+    assert_eq!(
+        super::schema::SCHEMA_VERSION,
+        crate::roles::db::schema::SCHEMA_VERSION
+    );
 }
 
 /// Polls `store` for what it heard until `want` payloads came (or 10 s passed).

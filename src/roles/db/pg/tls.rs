@@ -35,7 +35,7 @@ use crate::config::database::{CaSource, DatabaseTls, Verify};
 
 /// The connector factory handed to `postgres::Config::connect`.
 #[derive(Clone)]
-pub struct PgTls {
+pub(crate) struct PgTls {
     config: Arc<rustls::ClientConfig>,
     /// What the certificate is checked against, for messages.
     ca: String,
@@ -43,7 +43,7 @@ pub struct PgTls {
 
 impl PgTls {
     /// The rustls configuration for `tls`; reads the CA file (an error names it).
-    pub fn new(tls: &DatabaseTls) -> Result<PgTls, String> {
+    pub(crate) fn new(tls: &DatabaseTls) -> Result<PgTls, String> {
         let provider = crate::tls::provider();
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -119,7 +119,7 @@ where
 }
 
 /// One connection's handshake.
-pub struct PgTlsConnect {
+pub(crate) struct PgTlsConnect {
     connector: tokio_rustls::TlsConnector,
     name: Option<ServerName<'static>>,
     host: String,
@@ -159,7 +159,7 @@ where
 }
 
 /// Why the handshake with `host` failed, in words an operator can act on.
-pub fn handshake_failure(host: &str, ca: &str, e: &io::Error) -> String {
+pub(crate) fn handshake_failure(host: &str, ca: &str, e: &io::Error) -> String {
     let rustls_error = e
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>());
@@ -259,7 +259,7 @@ impl ServerCertVerifier for AnyCertificate {
 }
 
 /// A TLS connection to the database.
-pub struct PgTlsStream<S>(tokio_rustls::client::TlsStream<S>);
+pub(crate) struct PgTlsStream<S>(tokio_rustls::client::TlsStream<S>);
 
 impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream for PgTlsStream<S> {
     fn channel_binding(&self) -> ChannelBinding {

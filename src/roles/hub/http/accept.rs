@@ -41,7 +41,7 @@ fn raise_fd_limit() {
 }
 
 impl Http {
-    pub fn listen(
+    pub(crate) fn listen(
         ctx: &mut Ctx<Hub>,
         fd: OwnedFd,
         sp: &crate::config::SaltpeterConfig,

@@ -8,16 +8,16 @@ use crate::roles::hub::state::http::Expect;
 use crate::wire::admin::AdminRequest;
 
 /// Ordinary calls to main.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default and largest page of `/api/v1/runs`.
-pub const DEFAULT_RUNS: u32 = 50;
-pub const MAX_RUNS: u32 = 1000;
+pub(super) const DEFAULT_RUNS: u32 = 50;
+pub(super) const MAX_RUNS: u32 = 1000;
 /// Default and largest read of `/api/v1/runs/N/targets/M/output`.
-pub const DEFAULT_OUTPUT_BYTES: u64 = 1 << 20;
-pub const MAX_OUTPUT_BYTES: u64 = 8 << 20;
+pub(super) const DEFAULT_OUTPUT_BYTES: u64 = 1 << 20;
+pub(super) const MAX_OUTPUT_BYTES: u64 = 8 << 20;
 
-pub enum Action {
+pub(crate) enum Action {
     Respond(Response),
     Call {
         req: AdminRequest,
@@ -27,7 +27,7 @@ pub enum Action {
     Upgrade,
 }
 
-pub fn call(req: AdminRequest, expect: Expect) -> Action {
+pub(super) fn call(req: AdminRequest, expect: Expect) -> Action {
     Action::Call {
         req,
         expect,
@@ -35,10 +35,10 @@ pub fn call(req: AdminRequest, expect: Expect) -> Action {
     }
 }
 
-pub fn error(status: u16, code: &str, message: &str) -> Action {
+pub(super) fn error(status: u16, code: &str, message: &str) -> Action {
     Action::Respond(Response::error(status, code, message))
 }
 
-pub fn bad_request(message: &str) -> Action {
+pub(super) fn bad_request(message: &str) -> Action {
     error(400, "bad_request", message)
 }

@@ -50,7 +50,7 @@ fn output_response(s: OutputSlice, raw: bool, from: u64) -> Response {
 }
 
 /// main's answer to a request, as the HTTP response.
-pub fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Response {
+pub(super) fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Response {
     let ok = |v: Value| Response::json(200, &v);
     match (expect, resp) {
         (_, AdminResponse::Failure(f)) => match f {

@@ -27,24 +27,24 @@ use sha2::{Digest, Sha256};
 
 use super::parse::Request;
 use crate::config::{ApiAuth, ApiIdentity, ApiRole, SaltpeterConfig};
-pub use crate::roles::hub::state::http::Auth;
+pub(crate) use crate::roles::hub::state::http::Auth;
 use crate::roles::hub::state::identity::{Identity, OPEN_NAME, Principal};
 use crate::roles::hub::state::sessions::{SESSION_TTL, Sessions, Throttle};
 
-pub const COOKIE: &str = "sp_session";
-pub const CSRF_HEADER: &str = "x-saltpeter-csrf";
+pub(crate) const COOKIE: &str = "sp_session";
+pub(crate) const CSRF_HEADER: &str = "x-saltpeter-csrf";
 
 /// Why a request is refused: 401 (no or wrong credentials), 403 (cross-site or a role
 /// short of the request), 429 (too many failed logins).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Denied {
+pub(crate) enum Denied {
     Unauthorized(String),
     Forbidden(String),
     TooMany(String),
 }
 
 impl Denied {
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         match self {
             Denied::Unauthorized(_) => 401,
             Denied::Forbidden(_) => 403,
@@ -52,7 +52,7 @@ impl Denied {
         }
     }
 
-    pub fn message(&self) -> &str {
+    pub(crate) fn message(&self) -> &str {
         match self {
             Denied::Unauthorized(m) | Denied::Forbidden(m) | Denied::TooMany(m) => m,
         }
@@ -73,7 +73,7 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
 
 impl Auth {
     /// `sessions`: [`Sessions::open`] on the state directory in the hub.
-    pub fn from_config(sp: &SaltpeterConfig, secure: bool, sessions: Sessions) -> Auth {
+    pub(crate) fn from_config(sp: &SaltpeterConfig, secure: bool, sessions: Sessions) -> Auth {
         let mut identities = sp.api_tokens.clone();
         if let Some(token) = &sp.api_token {
             identities.push(ApiIdentity {
@@ -92,15 +92,15 @@ impl Auth {
         }
     }
 
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.mode == ApiAuth::None
     }
 
-    pub fn has_identities(&self) -> bool {
+    pub(crate) fn has_identities(&self) -> bool {
         !self.identities.is_empty()
     }
 
-    pub fn metrics_open(&self) -> bool {
+    pub(crate) fn metrics_open(&self) -> bool {
         self.is_open() || !self.metrics_auth
     }
 
@@ -120,7 +120,12 @@ impl Auth {
     /// signed counts against the address's throttle; while it is spent, every credential
     /// from there is refused with 429 before it is looked at. A request without any, or
     /// with a session that merely expired or was logged out, is not a guess.
-    pub fn check(&mut self, req: &Request, peer: IpAddr, now: Instant) -> Result<Identity, Denied> {
+    pub(crate) fn check(
+        &mut self,
+        req: &Request,
+        peer: IpAddr,
+        now: Instant,
+    ) -> Result<Identity, Denied> {
         if self.is_open() {
             return Ok(Identity {
                 name: OPEN_NAME.into(),
@@ -198,7 +203,7 @@ impl Auth {
     /// A `/ws` opened with session `cookie` asks main for something: the session must
     /// still be live (not logged out or expired) and its identity's role is today's.
     /// Bearer and open connections keep what their handshake proved.
-    pub fn recheck(&self, who: &Identity, cookie: Option<&str>) -> Result<Identity, Denied> {
+    pub(crate) fn recheck(&self, who: &Identity, cookie: Option<&str>) -> Result<Identity, Denied> {
         match who.via {
             Principal::Cookie => cookie
                 .and_then(|value| self.session_identity(value))
@@ -210,7 +215,7 @@ impl Auth {
     /// With `api_auth: none`, every request (reads, the dashboard's files and `/metrics`
     /// too) must name a loopback host: a page that rebinds its own DNS name to 127.0.0.1
     /// would otherwise read configurations and output through the operator's browser.
-    pub fn check_host(&self, req: &Request) -> Result<(), Denied> {
+    pub(crate) fn check_host(&self, req: &Request) -> Result<(), Denied> {
         match self.is_open() {
             true => loopback_host(req),
             false => Ok(()),
@@ -219,7 +224,7 @@ impl Auth {
 
     /// A state change (POST, PUT, DELETE) by a browser session must be same-origin; with
     /// `api_auth: none` it must also name a loopback host.
-    pub fn check_state_change(&self, req: &Request, who: &Identity) -> Result<(), Denied> {
+    pub(crate) fn check_state_change(&self, req: &Request, who: &Identity) -> Result<(), Denied> {
         match who.via {
             Principal::Bearer => Ok(()),
             Principal::Cookie => {
@@ -239,7 +244,7 @@ impl Auth {
 
     /// A `/ws` handshake with the session cookie (or unauthenticated) must come from
     /// this origin.
-    pub fn check_ws(&self, req: &Request, who: &Identity) -> Result<(), Denied> {
+    pub(crate) fn check_ws(&self, req: &Request, who: &Identity) -> Result<(), Denied> {
         match who.via {
             Principal::Cookie => same_origin(req),
             Principal::Open => {
@@ -251,7 +256,12 @@ impl Auth {
     }
 
     /// `POST /api/v1/login` from `peer`: the `Set-Cookie` value for a good token.
-    pub fn login(&mut self, presented: &str, peer: IpAddr, now: Instant) -> Result<String, Denied> {
+    pub(crate) fn login(
+        &mut self,
+        presented: &str,
+        peer: IpAddr,
+        now: Instant,
+    ) -> Result<String, Denied> {
         if self.is_open() {
             return Ok(format!("{COOKIE}=open; Path=/; HttpOnly; SameSite=Strict"));
         }
@@ -271,7 +281,7 @@ impl Auth {
     }
 
     /// `POST /api/v1/logout`: forget the session (if any) and clear the cookie.
-    pub fn logout(&mut self, req: &Request) -> String {
+    pub(crate) fn logout(&mut self, req: &Request) -> String {
         if let Some(value) = cookie(req, COOKIE) {
             self.sessions.revoke(value);
         }
@@ -300,7 +310,7 @@ fn too_many() -> Denied {
 }
 
 /// The session cookie a request carries.
-pub fn session_cookie(req: &Request) -> Option<&str> {
+pub(crate) fn session_cookie(req: &Request) -> Option<&str> {
     cookie(req, COOKIE)
 }
 

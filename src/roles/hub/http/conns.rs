@@ -8,7 +8,7 @@ use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::http::{ConnId, HttpConn, Kind};
 
 /// Drop a connection now; a `/ws` client's subscriptions go with it.
-pub fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
+pub(super) fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
@@ -25,7 +25,7 @@ pub fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
 }
 
 /// Drop the connections marked dead by a write that failed.
-pub fn reap(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+pub(super) fn reap(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     let Some(http) = hub.http.as_ref() else {
         return;
     };
@@ -40,7 +40,7 @@ pub fn reap(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
 }
 
 /// Count connection `id`'s buffers into the budget as they are now.
-pub fn settle(hub: &mut Hub, id: ConnId) {
+pub(super) fn settle(hub: &mut Hub, id: ConnId) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
@@ -54,7 +54,7 @@ pub fn settle(hub: &mut Hub, id: ConnId) {
     http.budget.settle(&mut conn.charge, request, answers);
 }
 
-pub fn http_conn(hub: &mut Hub, id: ConnId) -> Option<&mut HttpConn> {
+pub(super) fn http_conn(hub: &mut Hub, id: ConnId) -> Option<&mut HttpConn> {
     match &mut hub.http.as_mut()?.conns.get_mut(&id)?.kind {
         Kind::Http(c) => Some(c),
         Kind::Ws(_) => None,

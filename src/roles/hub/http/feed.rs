@@ -80,7 +80,7 @@ pub(super) fn start_fetch(hub: &mut Hub, job: &str, machine: &str, run: RunId) {
 
 /// An output frame of `run` on `machine` (a target of `job`) passed through the hub: if
 /// the job is watched, its subscribers get it.
-pub fn wrapper_output(
+pub(crate) fn wrapper_output(
     hub: &mut Hub,
     ctx: &mut Ctx<Hub>,
     job: &str,
@@ -124,7 +124,7 @@ pub fn wrapper_output(
 /// now to come from their wrappers' frames, counted in another seq: it is dropped, and
 /// made again, from a new read of the stored output, by the next details or frame.
 /// Subscribers keep their positions (the same run's text).
-pub fn forget_runs(hub: &mut Hub, runs: &[RunId]) {
+pub(crate) fn forget_runs(hub: &mut Hub, runs: &[RunId]) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
@@ -136,7 +136,7 @@ pub fn forget_runs(hub: &mut Hub, runs: &[RunId]) {
 }
 
 /// main answered (or failed) a read of stored output.
-pub fn live_base(
+pub(crate) fn live_base(
     hub: &mut Hub,
     ctx: Option<&mut Ctx<Hub>>,
     fid: u64,

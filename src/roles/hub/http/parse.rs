@@ -7,14 +7,14 @@
 
 use std::fmt::Write;
 
-pub use crate::roles::hub::state::http::ParseLimits;
+pub(crate) use crate::roles::hub::state::http::ParseLimits;
 
 /// Most header lines a request may have.
 const MAX_HEADERS: usize = 64;
 
 /// A parsed request. Header names are lower case; the path is still percent-encoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
+pub(crate) struct Request {
     pub method: String,
     pub path: String,
     pub query: Vec<(String, String)>,
@@ -25,14 +25,14 @@ pub struct Request {
 }
 
 impl Request {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
     }
 
-    pub fn query(&self, name: &str) -> Option<&str> {
+    pub(crate) fn query(&self, name: &str) -> Option<&str> {
         self.query
             .iter()
             .find(|(n, _)| n == name)
@@ -40,7 +40,7 @@ impl Request {
     }
 
     /// Whether the connection stays open after the answer.
-    pub fn keep_alive(&self) -> bool {
+    pub(crate) fn keep_alive(&self) -> bool {
         let connection = self
             .header("connection")
             .map(|v| v.to_ascii_lowercase())
@@ -53,7 +53,7 @@ impl Request {
     }
 
     /// Path segments, percent-decoded (`None` if a segment is not valid UTF-8).
-    pub fn segments(&self) -> Option<Vec<String>> {
+    pub(crate) fn segments(&self) -> Option<Vec<String>> {
         self.path
             .split('/')
             .filter(|s| !s.is_empty())
@@ -64,14 +64,14 @@ impl Request {
 
 /// A request that cannot be served, with the status to answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
+pub(crate) struct Rejection {
     pub status: u16,
     pub code: &'static str,
     pub message: String,
 }
 
 impl Rejection {
-    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Rejection {
+    pub(crate) fn new(status: u16, code: &'static str, message: impl Into<String>) -> Rejection {
         Rejection {
             status,
             code,
@@ -82,14 +82,14 @@ impl Rejection {
 
 /// What the bytes so far hold.
 #[derive(Debug)]
-pub enum Parsed {
+pub(crate) enum Parsed {
     /// More bytes are needed.
     Incomplete,
     /// A request and the number of bytes it used.
     Complete(Request, usize),
 }
 
-pub fn parse(buf: &[u8], limits: &ParseLimits) -> Result<Parsed, Rejection> {
+pub(crate) fn parse(buf: &[u8], limits: &ParseLimits) -> Result<Parsed, Rejection> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let head_len = match req.parse(buf) {
@@ -231,7 +231,7 @@ fn header_too_large(limits: &ParseLimits) -> Rejection {
 }
 
 /// `a=1&b=x%20y` into pairs (`+` is a space); undecodable pairs are dropped.
-pub fn parse_query(query: &str) -> Vec<(String, String)> {
+pub(crate) fn parse_query(query: &str) -> Vec<(String, String)> {
     query
         .split('&')
         .filter(|p| !p.is_empty())
@@ -244,7 +244,7 @@ pub fn parse_query(query: &str) -> Vec<(String, String)> {
 
 /// Percent-decoding (and `+` as space in query strings); `None` for invalid UTF-8 or a
 /// broken escape.
-pub fn percent_decode(text: &str, plus_is_space: bool) -> Option<String> {
+pub(crate) fn percent_decode(text: &str, plus_is_space: bool) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -270,14 +270,14 @@ pub fn percent_decode(text: &str, plus_is_space: bool) -> Option<String> {
 
 /// A response to serialise.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Response {
+pub(crate) struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
 impl Response {
-    pub fn new(status: u16, content_type: &str, body: Vec<u8>) -> Response {
+    pub(crate) fn new(status: u16, content_type: &str, body: Vec<u8>) -> Response {
         Response {
             status,
             headers: vec![("Content-Type".into(), content_type.into())],
@@ -285,31 +285,31 @@ impl Response {
         }
     }
 
-    pub fn json(status: u16, value: &serde_json::Value) -> Response {
+    pub(crate) fn json(status: u16, value: &serde_json::Value) -> Response {
         let mut body = serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec());
         body.push(b'\n');
         Response::new(status, "application/json", body)
     }
 
     /// The API's error shape: `{"error": {"code", "message"}}`.
-    pub fn error(status: u16, code: &str, message: &str) -> Response {
+    pub(crate) fn error(status: u16, code: &str, message: &str) -> Response {
         Response::json(
             status,
             &serde_json::json!({"error": {"code": code, "message": message}}),
         )
     }
 
-    pub fn rejection(r: &Rejection) -> Response {
+    pub(crate) fn rejection(r: &Rejection) -> Response {
         Response::error(r.status, r.code, &r.message)
     }
 
-    pub fn with_header(mut self, name: &str, value: &str) -> Response {
+    pub(crate) fn with_header(mut self, name: &str, value: &str) -> Response {
         self.headers.push((name.into(), value.into()));
         self
     }
 
     /// The bytes on the wire; `head_only` for HEAD (the length stays that of the body).
-    pub fn to_bytes(&self, keep_alive: bool, head_only: bool) -> Vec<u8> {
+    pub(crate) fn to_bytes(&self, keep_alive: bool, head_only: bool) -> Vec<u8> {
         let mut head = String::with_capacity(256);
         let _ = write!(head, "HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
         for (name, value) in &self.headers {
@@ -330,7 +330,7 @@ impl Response {
     }
 }
 
-pub fn reason(status: u16) -> &'static str {
+pub(crate) fn reason(status: u16) -> &'static str {
     match status {
         101 => "Switching Protocols",
         200 => "OK",

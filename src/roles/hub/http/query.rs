@@ -9,12 +9,12 @@ use crate::roles::hub::state::http::Expect;
 use crate::wire::admin::{AdminRequest, OutputRange, RunQuery};
 use crate::wire::records::{Millis, RunId, RunState};
 
-pub fn run_id(text: &str) -> Result<RunId, Action> {
+pub(super) fn run_id(text: &str) -> Result<RunId, Action> {
     text.parse()
         .map_err(|_| bad_request(&format!("`{text}` is not a run id")))
 }
 
-pub fn number(req: &Request, name: &str, default: u64) -> Result<u64, Action> {
+pub(super) fn number(req: &Request, name: &str, default: u64) -> Result<u64, Action> {
     match req.query(name) {
         None | Some("") => Ok(default),
         Some(v) => v
@@ -23,7 +23,7 @@ pub fn number(req: &Request, name: &str, default: u64) -> Result<u64, Action> {
     }
 }
 
-pub fn optional_number(req: &Request, name: &str) -> Result<Option<u64>, Action> {
+pub(super) fn optional_number(req: &Request, name: &str) -> Result<Option<u64>, Action> {
     match req.query(name) {
         None | Some("") => Ok(None),
         Some(_) => number(req, name, 0).map(Some),
@@ -31,7 +31,7 @@ pub fn optional_number(req: &Request, name: &str) -> Result<Option<u64>, Action>
 }
 
 /// An instant: unix milliseconds, RFC 3339, or the `now-5m` forms.
-pub fn instant(req: &Request, name: &str) -> Result<Option<i64>, Action> {
+pub(super) fn instant(req: &Request, name: &str) -> Result<Option<i64>, Action> {
     match req.query(name) {
         None | Some("") => Ok(None),
         Some(v) => parse_date(v, chrono::Utc::now())
@@ -40,7 +40,7 @@ pub fn instant(req: &Request, name: &str) -> Result<Option<i64>, Action> {
     }
 }
 
-pub fn runs_query(req: &Request) -> Action {
+pub(super) fn runs_query(req: &Request) -> Action {
     let state = match req.query("state") {
         None | Some("") => None,
         Some(s) => match RunState::parse(s) {
@@ -83,7 +83,7 @@ fn offset(value: u64, name: &str) -> Result<u64, Action> {
     Ok(value)
 }
 
-pub fn output_query(req: &Request, id: &str, machine: &str) -> Action {
+pub(super) fn output_query(req: &Request, id: &str, machine: &str) -> Action {
     let run = match run_id(id) {
         Ok(run) => run,
         Err(a) => return a,
@@ -123,7 +123,7 @@ pub fn output_query(req: &Request, id: &str, machine: &str) -> Action {
 
 /// An instant for `getTimeline` and the API: `now`, `now-5m` (s, m, h, d, w), RFC 3339,
 /// `YYYY-MM-DD[ T]HH:MM:SS` in UTC, or unix milliseconds.
-pub fn parse_date(text: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Millis> {
+pub(super) fn parse_date(text: &str, now: chrono::DateTime<chrono::Utc>) -> Option<Millis> {
     let t = text.trim();
     if let Some(rest) = t.strip_prefix("now") {
         if rest.is_empty() {

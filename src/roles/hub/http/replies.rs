@@ -12,7 +12,13 @@ use crate::roles::hub::state::http::{ConnId, ConnState, Expect};
 use crate::wire::admin::AdminResponse;
 
 /// main answered a request of connection `id`.
-pub fn answer(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, expect: Expect, resp: AdminResponse) {
+pub(crate) fn answer(
+    hub: &mut Hub,
+    ctx: &mut Ctx<Hub>,
+    id: ConnId,
+    expect: Expect,
+    resp: AdminResponse,
+) {
     let Some(http) = hub.http.as_ref() else {
         return;
     };
@@ -25,7 +31,7 @@ pub fn answer(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, expect: Expect, res
 }
 
 /// main did not answer a request of connection `id`.
-pub fn call_failed(hub: &mut Hub, id: ConnId, err: &CallError) {
+pub(crate) fn call_failed(hub: &mut Hub, id: ConnId, err: &CallError) {
     let response = match err {
         CallError::Timeout(..) => Response::error(504, "timeout", &err.to_string()),
         CallError::PeerGone(_) => Response::error(503, "unavailable", &err.to_string()),

@@ -52,7 +52,12 @@ fn static_file(content_type: &str, body: &str) -> Action {
 
 /// Decide what a request from `peer` gets; `who` is set to the identity of an
 /// authenticated request, whose role has been checked against what it asks.
-pub fn route(http: &mut Http, req: &Request, peer: IpAddr, who: &mut Option<Identity>) -> Action {
+pub(crate) fn route(
+    http: &mut Http,
+    req: &Request,
+    peer: IpAddr,
+    who: &mut Option<Identity>,
+) -> Action {
     if let Err(denied) = http.auth.check_host(req) {
         return error(denied.status(), "forbidden", denied.message());
     }

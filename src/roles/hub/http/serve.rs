@@ -16,7 +16,7 @@ use crate::roles::hub::state::{budget, identity};
 use crate::wire::link::HubRequest;
 
 /// Serve the complete requests in the buffer, in order, until one waits for main.
-pub fn process(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
+pub(super) fn process(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
     loop {
         let Some(http) = hub.http.as_mut() else {
             return;

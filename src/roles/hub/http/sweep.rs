@@ -16,7 +16,7 @@ use crate::roles::hub::state::http::{ConnId, ConnState, Kind, LINGER};
 /// writers, `/ws` handshakes that never finish.
 /// Idle and slow clients are timed out by a sweep every second while there are
 /// connections; with none, nothing wakes the hub up for it.
-pub fn arm_sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+pub(crate) fn arm_sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
@@ -33,7 +33,7 @@ pub fn arm_sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     });
 }
 
-pub fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+pub(super) fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };

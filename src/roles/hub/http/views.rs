@@ -28,7 +28,7 @@ use crate::wire::records::RunId;
 use crate::wire::ui::{ConfigView, DetailsView, StatusView};
 
 /// How often `status` and `details` are sent again (the original's broadcast period).
-pub const REFRESH: Duration = Duration::from_secs(2);
+pub(crate) const REFRESH: Duration = Duration::from_secs(2);
 
 fn broadcast(http: &mut Http, text: &Utf8Bytes) {
     for id in http.ws_ids() {
@@ -36,7 +36,7 @@ fn broadcast(http: &mut Http, text: &Utf8Bytes) {
     }
 }
 
-pub fn on_config(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: ConfigView) {
+pub(crate) fn on_config(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: ConfigView) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
@@ -47,7 +47,7 @@ pub fn on_config(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: ConfigView) {
     reap(hub, ctx);
 }
 
-pub fn on_status(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: StatusView) {
+pub(crate) fn on_status(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: StatusView) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
@@ -57,7 +57,7 @@ pub fn on_status(hub: &mut Hub, ctx: &mut Ctx<Hub>, view: StatusView) {
     reap(hub, ctx);
 }
 
-pub fn on_details(hub: &mut Hub, ctx: &mut Ctx<Hub>, details: DetailsView) {
+pub(crate) fn on_details(hub: &mut Hub, ctx: &mut Ctx<Hub>, details: DetailsView) {
     let job = details.job.clone();
     let Some(http) = hub.http.as_mut() else {
         return;
@@ -78,7 +78,7 @@ pub fn on_details(hub: &mut Hub, ctx: &mut Ctx<Hub>, details: DetailsView) {
 }
 
 /// Some `/ws` client watches `job`.
-pub fn is_watched(hub: &Hub, job: &str) -> bool {
+pub(crate) fn is_watched(hub: &Hub, job: &str) -> bool {
     hub.http
         .as_ref()
         .is_some_and(|h| h.ui.jobs.contains_key(job))
@@ -86,7 +86,7 @@ pub fn is_watched(hub: &Hub, job: &str) -> bool {
 
 /// A wrapper of `run` on `machine` (a target of `job`) spoke: if the job is watched, its
 /// details show it as the last heartbeat.
-pub fn wrapper_alive(hub: &mut Hub, job: &str, run: RunId, machine: &str) {
+pub(crate) fn wrapper_alive(hub: &mut Hub, job: &str, run: RunId, machine: &str) {
     let Some(view) = hub.http.as_mut().and_then(|h| h.ui.jobs.get_mut(job)) else {
         return;
     };
@@ -100,7 +100,7 @@ pub fn wrapper_alive(hub: &mut Hub, job: &str, run: RunId, machine: &str) {
 }
 
 /// Keep the refresh timer going while any `/ws` client is connected.
-pub fn arm_refresh(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+pub(crate) fn arm_refresh(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
@@ -141,7 +141,7 @@ fn refresh(hub: &mut Hub) {
 }
 
 /// The hub's own lines of `/metrics`.
-pub fn hub_metrics(http: &Http, out: &mut String) {
+pub(crate) fn hub_metrics(http: &Http, out: &mut String) {
     use crate::metrics::header;
     use std::fmt::Write;
     let (plain, ws) = http.connection_counts();

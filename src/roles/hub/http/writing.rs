@@ -10,7 +10,7 @@ use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::http::{ConnId, ConnState, HttpConn};
 
 /// Queue an answer; the connection reads the next request (or closes after it).
-pub fn queue(conn: &mut HttpConn, resp: &Response, keep_alive: bool, head: bool) {
+pub(super) fn queue(conn: &mut HttpConn, resp: &Response, keep_alive: bool, head: bool) {
     conn.wbuf
         .extend_from_slice(&resp.to_bytes(keep_alive, head));
     conn.state = ConnState::Reading;
@@ -21,14 +21,14 @@ pub fn queue(conn: &mut HttpConn, resp: &Response, keep_alive: bool, head: bool)
 }
 
 /// Write what is queued; close once the last answer is out.
-pub fn flush(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
+pub(super) fn flush(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
     if let Err(why) = write_out(hub, id) {
         drop_conn(hub, ctx, id, &why);
     }
 }
 
 /// `flush` without the loop context: a failure marks the connection for `reap`.
-pub fn write_out(hub: &mut Hub, id: ConnId) -> Result<(), String> {
+pub(super) fn write_out(hub: &mut Hub, id: ConnId) -> Result<(), String> {
     let Some(conn) = http_conn(hub, id) else {
         return Ok(());
     };

@@ -15,13 +15,13 @@ use crate::roles::hub::state::http::{Session, WsConn};
 use crate::roles::hub::state::live::{LiveText, Position};
 use crate::wire::link::HubRequest;
 
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Send one text message to client `id` (a failure marks it for `reap`).
 /// A client that does not read keeps its floor of the hub's budget (`budget.rs`); past
 /// it, while the budget is spent, it is dropped rather than let its backlog grow (and
 /// never past `ws_max_write`, tungstenite's own cap).
-pub fn send(http: &mut Http, id: ConnId, text: &Utf8Bytes) {
+pub(crate) fn send(http: &mut Http, id: ConnId, text: &Utf8Bytes) {
     let Some(conn) = http.conns.get_mut(&id) else {
         return;
     };
@@ -53,7 +53,7 @@ pub fn send(http: &mut Http, id: ConnId, text: &Utf8Bytes) {
     http.stats.ws_messages_sent += 1;
 }
 
-pub fn leave_view(hub: &mut Hub, id: ConnId, job: &str) {
+pub(crate) fn leave_view(hub: &mut Hub, id: ConnId, job: &str) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
@@ -71,14 +71,14 @@ pub fn leave_view(hub: &mut Hub, id: ConnId, job: &str) {
 }
 
 /// A client went away: its subscriptions end.
-pub fn forget_client(hub: &mut Hub, id: ConnId, ws: &WsConn) {
+pub(crate) fn forget_client(hub: &mut Hub, id: ConnId, ws: &WsConn) {
     for job in &ws.subs {
         leave_view(hub, id, job);
     }
 }
 
 /// `details` of `job` to its subscribers (or only to `only`).
-pub fn push_details(hub: &mut Hub, job: &str, only: Option<ConnId>) {
+pub(crate) fn push_details(hub: &mut Hub, job: &str, only: Option<ConnId>) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
@@ -101,7 +101,7 @@ pub fn push_details(hub: &mut Hub, job: &str, only: Option<ConnId>) {
 const MAX_CHUNK: usize = 256 * 1024;
 
 /// What each subscriber of `job` (or only `only`) has not seen of its targets' output.
-pub fn push_output(hub: &mut Hub, job: &str, only: Option<ConnId>) {
+pub(crate) fn push_output(hub: &mut Hub, job: &str, only: Option<ConnId>) {
     let Some(http) = hub.http.as_mut() else {
         return;
     };
@@ -182,7 +182,7 @@ pub fn push_output(hub: &mut Hub, job: &str, only: Option<ConnId>) {
 }
 
 /// The `output_chunk` messages that bring a subscriber at `pos` up to date.
-pub fn chunks(
+pub(crate) fn chunks(
     job: &str,
     machine: &str,
     text: &LiveText,

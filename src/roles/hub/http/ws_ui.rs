@@ -47,7 +47,7 @@ fn ws_config(http: &Http) -> WebSocketConfig {
 }
 
 /// Turn HTTP connection `id`, whose last request (`raw`) asks for `/ws`, into a client.
-pub fn upgrade(
+pub(crate) fn upgrade(
     hub: &mut Hub,
     ctx: &mut Ctx<Hub>,
     id: ConnId,
@@ -131,7 +131,7 @@ fn greet(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
     arm_refresh(hub, ctx);
 }
 
-pub fn on_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
+pub(crate) fn on_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
     let Some(ws) = ws_of(hub, id) else {
         return;
     };
@@ -365,7 +365,7 @@ fn unsubscribe(hub: &mut Hub, id: ConnId, job: &str) {
 }
 
 /// main answered a client's command or timeline request.
-pub fn answer(
+pub(crate) fn answer(
     hub: &mut Hub,
     ctx: &mut Ctx<Hub>,
     id: ConnId,
@@ -391,7 +391,7 @@ pub fn answer(
     reap(hub, ctx);
 }
 
-pub fn call_failed(hub: &mut Hub, id: ConnId, expect: WsExpect, err: &CallError) {
+pub(crate) fn call_failed(hub: &mut Hub, id: ConnId, expect: WsExpect, err: &CallError) {
     log::info!("/ws client {id}: request to main failed: {err}");
     if let WsExpect::Timeline(req) = expect {
         send_timeline(hub, id, req, &[]);

@@ -10,9 +10,9 @@ use crate::ipc::CallId;
 use crate::ipc::channel::Channel;
 use crate::wire::admin::{AdminPeer, AdminRequest, AdminResponse};
 
-pub type ConnId = u64;
+pub(crate) type ConnId = u64;
 
-pub struct Conn {
+pub(crate) struct Conn {
     pub link: Channel<UnixStream, AdminResponse, AdminRequest>,
     pub token: Token,
     /// Who it is, or why it is refused.
@@ -24,13 +24,13 @@ pub struct Conn {
 /// A refused peer: its refusal is written, and what it sends is drained unread until it
 /// hangs up (closing a Unix socket with unread data would reset the peer before it could
 /// read its refusal).
-pub struct Refused {
+pub(crate) struct Refused {
     pub link: Channel<UnixStream, AdminResponse, AdminRequest>,
     pub token: Token,
     pub discarded: usize,
 }
 
-pub struct Admin {
+pub(crate) struct Admin {
     pub conns: HashMap<ConnId, Conn>,
     pub refused: HashMap<ConnId, Refused>,
     pub next_id: ConnId,

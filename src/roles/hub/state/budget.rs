@@ -21,16 +21,16 @@
 //! after each event on it, so the total needs no scan.
 
 /// Bytes the API may hold for all its clients together, beyond their floors.
-pub const BUDGET: usize = 48 << 20;
+pub(crate) const BUDGET: usize = 48 << 20;
 /// Bytes read per `read` call.
-pub const READ_CHUNK: usize = 16 * 1024;
+pub(crate) const READ_CHUNK: usize = 16 * 1024;
 /// Bytes every connection may hold regardless (request plus unsent answers).
-pub const FLOOR: usize = 32 * 1024;
+pub(crate) const FLOOR: usize = 32 * 1024;
 /// Room set aside for an ordinary answer from main.
-pub const CALL_RESERVE: usize = 64 * 1024;
+pub(crate) const CALL_RESERVE: usize = 64 * 1024;
 
 #[derive(Debug, Default)]
-pub struct Budget {
+pub(crate) struct Budget {
     /// Request buffers and unsent answers of every connection, as last settled.
     buffered: usize,
     /// Request buffers alone (part of `buffered`).
@@ -43,7 +43,7 @@ pub struct Budget {
 
 /// What one connection holds, as last counted into the [`Budget`].
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Charge {
+pub(crate) struct Charge {
     request: usize,
     answers: usize,
     reserved: usize,
@@ -51,17 +51,17 @@ pub struct Charge {
 
 impl Budget {
     /// Whether a connection holding `own` bytes may read more.
-    pub fn may_read(&self, own: usize) -> bool {
+    pub(crate) fn may_read(&self, own: usize) -> bool {
         own < FLOOR || self.requests < BUDGET / 2
     }
 
     /// Whether a connection holding `own` bytes may serve its next request.
-    pub fn may_serve(&self, own: usize) -> bool {
+    pub(crate) fn may_serve(&self, own: usize) -> bool {
         own < FLOOR || self.buffered + self.reserved < BUDGET
     }
 
     /// Set aside `bytes` for an answer; `false` when it does not fit.
-    pub fn reserve(&mut self, charge: &mut Charge, bytes: usize, own: usize) -> bool {
+    pub(crate) fn reserve(&mut self, charge: &mut Charge, bytes: usize, own: usize) -> bool {
         let fits = self.buffered + self.reserved + bytes <= BUDGET;
         let on_its_floor = bytes <= CALL_RESERVE && own == 0;
         if !(fits || on_its_floor) {
@@ -73,13 +73,13 @@ impl Budget {
     }
 
     /// The answer arrived (or never will): its room is free again.
-    pub fn unreserve(&mut self, charge: &mut Charge) {
+    pub(crate) fn unreserve(&mut self, charge: &mut Charge) {
         self.reserved = self.reserved.saturating_sub(charge.reserved);
         charge.reserved = 0;
     }
 
     /// Count a connection's buffers as they are now.
-    pub fn settle(&mut self, charge: &mut Charge, request: usize, answers: usize) {
+    pub(crate) fn settle(&mut self, charge: &mut Charge, request: usize, answers: usize) {
         self.buffered =
             (self.buffered + request + answers).saturating_sub(charge.request + charge.answers);
         self.requests = (self.requests + request).saturating_sub(charge.request);
@@ -91,7 +91,7 @@ impl Budget {
     /// Once most of what was buffered is gone (clients that flooded the hub left), hand
     /// the freed memory back to the system: the allocator keeps freed heap pages
     /// otherwise, and the hub would stay at its peak. Called by the one-second sweep.
-    pub fn give_back(&mut self) {
+    pub(crate) fn give_back(&mut self) {
         if self.high_water < self.buffered + (8 << 20) || self.buffered > self.high_water / 2 {
             return;
         }
@@ -105,18 +105,18 @@ impl Budget {
     }
 
     /// The connection is gone (or no longer HTTP).
-    pub fn release(&mut self, charge: &mut Charge) {
+    pub(crate) fn release(&mut self, charge: &mut Charge) {
         self.settle(charge, 0, 0);
         self.unreserve(charge);
     }
 
-    pub fn buffered(&self) -> usize {
+    pub(crate) fn buffered(&self) -> usize {
         self.buffered
     }
 }
 
 /// Give a drained buffer's memory back when it holds far less than it grew to.
-pub fn shrink(buf: &mut Vec<u8>) {
+pub(crate) fn shrink(buf: &mut Vec<u8>) {
     if buf.capacity() > FLOOR && buf.len() < buf.capacity() / 4 {
         buf.shrink_to(buf.len().max(READ_CHUNK));
     }

@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 /// The read budget.
 #[derive(Debug, Clone, Copy)]
-pub struct FlowLimits {
+pub(crate) struct FlowLimits {
     /// Output in flight from all wrappers together.
     pub total: u64,
     /// Output in flight from one wrapper.
@@ -48,7 +48,7 @@ impl Default for FlowLimits {
 
 /// The hub's accounting of output in flight and of the connections waiting for room.
 #[derive(Debug)]
-pub struct OutputFlow {
+pub(crate) struct OutputFlow {
     limits: FlowLimits,
     in_flight: u64,
     per_conn: HashMap<ConnId, u64>,
@@ -59,7 +59,7 @@ pub struct OutputFlow {
 }
 
 impl OutputFlow {
-    pub fn new(limits: FlowLimits) -> OutputFlow {
+    pub(crate) fn new(limits: FlowLimits) -> OutputFlow {
         OutputFlow {
             limits,
             in_flight: 0,
@@ -71,7 +71,7 @@ impl OutputFlow {
 
     /// Whether `conn` may be read now, counting `reading` bytes already read this turn
     /// and not yet charged.
-    pub fn may_read(&self, conn: ConnId, reading: u64) -> bool {
+    pub(crate) fn may_read(&self, conn: ConnId, reading: u64) -> bool {
         let own = self.per_conn.get(&conn).copied().unwrap_or(0);
         if own + reading == 0 {
             return self.in_flight < self.limits.total + self.limits.reserve;
@@ -80,13 +80,13 @@ impl OutputFlow {
     }
 
     /// A frame of `conn` costing `cost` went to main.
-    pub fn forwarded(&mut self, conn: ConnId, cost: u64) {
+    pub(crate) fn forwarded(&mut self, conn: ConnId, cost: u64) {
         self.in_flight += cost;
         *self.per_conn.entry(conn).or_insert(0) += cost;
     }
 
     /// main gave back `cost` of `conn`'s output (the connection may be gone by now).
-    pub fn credited(&mut self, conn: ConnId, cost: u64) {
+    pub(crate) fn credited(&mut self, conn: ConnId, cost: u64) {
         debug_assert!(
             cost <= self.in_flight,
             "main never credits more than the hub charged"
@@ -101,20 +101,20 @@ impl OutputFlow {
     }
 
     /// `conn` stopped being read for want of budget (once in the queue however often).
-    pub fn pause(&mut self, conn: ConnId) {
+    pub(crate) fn pause(&mut self, conn: ConnId) {
         if self.paused_set.insert(conn) {
             self.paused.push_back(conn);
         }
     }
 
     #[cfg(test)]
-    pub fn is_paused(&self, conn: ConnId) -> bool {
+    pub(crate) fn is_paused(&self, conn: ConnId) -> bool {
         self.paused_set.contains(&conn)
     }
 
     /// `conn` closed: it waits for nothing. Its output still in flight stays counted
     /// until main's credits for it arrive (main credits every frame it was sent).
-    pub fn forget(&mut self, conn: ConnId) {
+    pub(crate) fn forget(&mut self, conn: ConnId) {
         if self.paused_set.remove(&conn) {
             self.paused.retain(|c| *c != conn);
         }
@@ -122,7 +122,7 @@ impl OutputFlow {
 
     /// The paused connections that may be read again, oldest first; they leave the
     /// queue (a read that runs out of budget again pauses them anew, at the back).
-    pub fn resumable(&mut self) -> Vec<ConnId> {
+    pub(crate) fn resumable(&mut self) -> Vec<ConnId> {
         if self.paused.is_empty() || self.in_flight >= self.limits.total + self.limits.reserve {
             return Vec::new();
         }
@@ -142,17 +142,17 @@ impl OutputFlow {
 
     /// The paused connections: their wrappers are alive (their unread output waits in
     /// the socket) though nothing is read from them.
-    pub fn paused(&self) -> impl Iterator<Item = ConnId> + '_ {
+    pub(crate) fn paused(&self) -> impl Iterator<Item = ConnId> + '_ {
         self.paused.iter().copied()
     }
 
-    pub fn any_paused(&self) -> bool {
+    pub(crate) fn any_paused(&self) -> bool {
         !self.paused.is_empty()
     }
 
     /// Output in flight, all connections.
     #[cfg(test)]
-    pub fn in_flight(&self) -> u64 {
+    pub(crate) fn in_flight(&self) -> u64 {
         self.in_flight
     }
 }

@@ -25,23 +25,23 @@ use crate::tls::Stream;
 use crate::wire::records::{Millis, RunId};
 use crate::wire::ui::DetailsView;
 
-pub type ConnId = u64;
+pub(crate) type ConnId = u64;
 
 /// Answers queued but not yet sent beyond which a connection stops reading requests.
-pub const MAX_UNSENT: usize = 256 * 1024;
+pub(crate) const MAX_UNSENT: usize = 256 * 1024;
 /// How long a closing connection may keep sending before it is dropped.
-pub const LINGER: Duration = Duration::from_secs(2);
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
 
 /// Size limits of one request.
 #[derive(Debug, Clone, Copy)]
-pub struct ParseLimits {
+pub(crate) struct ParseLimits {
     pub max_header: usize,
     pub max_body: usize,
 }
 
 /// Limits of the endpoint (`saltpeter_config` keys in docs/configuration.md).
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub parse: ParseLimits,
     pub request_timeout: Duration,
     pub idle_timeout: Duration,
@@ -57,7 +57,7 @@ pub struct Limits {
 }
 
 impl Limits {
-    pub fn from_config(c: &crate::config::SaltpeterConfig) -> Limits {
+    pub(crate) fn from_config(c: &crate::config::SaltpeterConfig) -> Limits {
         Limits {
             parse: ParseLimits {
                 max_header: 16 * 1024,
@@ -76,14 +76,14 @@ impl Limits {
 
 /// Counters for `/metrics`.
 #[derive(Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub requests: u64,
     pub rejected: u64,
     pub ws_messages_sent: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnState {
+pub(crate) enum ConnState {
     /// Reading the next request.
     Reading,
     /// main is working on a request; later ones wait in the buffer.
@@ -92,7 +92,7 @@ pub enum ConnState {
     Closing { since: Instant },
 }
 
-pub struct HttpConn {
+pub(crate) struct HttpConn {
     pub stream: Stream,
     pub rbuf: Vec<u8>,
     pub wbuf: Vec<u8>,
@@ -109,12 +109,12 @@ pub struct HttpConn {
     pub starved: bool,
 }
 
-pub enum Kind {
+pub(crate) enum Kind {
     Http(Box<HttpConn>),
     Ws(Box<WsConn>),
 }
 
-pub struct Conn {
+pub(crate) struct Conn {
     pub token: Token,
     pub peer: SocketAddr,
     pub kind: Kind,
@@ -124,7 +124,7 @@ pub struct Conn {
     pub charge: Charge,
 }
 
-pub struct Http {
+pub(crate) struct Http {
     pub conns: HashMap<ConnId, Conn>,
     /// The one-second sweep is pending (armed only while there are connections).
     pub sweep_armed: bool,
@@ -141,7 +141,7 @@ pub struct Http {
 }
 
 impl Http {
-    pub fn connection_counts(&self) -> (usize, usize) {
+    pub(crate) fn connection_counts(&self) -> (usize, usize) {
         let ws = self
             .conns
             .values()
@@ -150,11 +150,11 @@ impl Http {
         (self.conns.len() - ws, ws)
     }
 
-    pub fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
+    pub(crate) fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
         self.conns.get_mut(&id)
     }
 
-    pub fn ws_ids(&self) -> Vec<ConnId> {
+    pub(crate) fn ws_ids(&self) -> Vec<ConnId> {
         self.conns
             .iter()
             .filter(|(_, c)| matches!(c.kind, Kind::Ws(_)) && c.dead.is_none())
@@ -164,14 +164,14 @@ impl Http {
 }
 
 impl Conn {
-    pub fn mark_dead(&mut self, why: String) {
+    pub(crate) fn mark_dead(&mut self, why: String) {
         self.dead.get_or_insert(why);
     }
 }
 
 /// How to render main's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expect {
+pub(crate) enum Expect {
     Healthz,
     Status,
     ConfigErrors,
@@ -189,7 +189,7 @@ pub enum Expect {
     Deliveries,
 }
 
-pub struct Auth {
+pub(crate) struct Auth {
     pub mode: ApiAuth,
     pub identities: Vec<ApiIdentity>,
     pub metrics_auth: bool,
@@ -202,7 +202,7 @@ pub struct Auth {
 // ---- the `/ws` clients
 
 #[derive(Default)]
-pub struct JobView {
+pub(crate) struct JobView {
     pub subscribers: BTreeSet<ConnId>,
     pub details: Option<DetailsView>,
     pub targets: BTreeMap<String, Target>,
@@ -214,7 +214,7 @@ impl JobView {
     /// The `details` message as it stands; `None` before main sent any, or while the
     /// stored output of a target is still being read (its `output_length` would be
     /// wrong: the message goes out when the read is done).
-    pub fn render_details(&self) -> Option<Utf8Bytes> {
+    pub(crate) fn render_details(&self) -> Option<Utf8Bytes> {
         let d = self.details.as_ref()?;
         if self.targets.values().any(|t| t.fetching.is_some()) {
             return None;
@@ -235,7 +235,7 @@ impl JobView {
     }
 }
 
-pub struct UiHub {
+pub(crate) struct UiHub {
     pub config: Option<Utf8Bytes>,
     pub status: Option<Utf8Bytes>,
     /// `config.maintenance` of the last configuration (for `/api/v1/maintenance`).
@@ -248,7 +248,7 @@ pub struct UiHub {
 }
 
 impl UiHub {
-    pub fn new(live_cap: usize) -> UiHub {
+    pub(crate) fn new(live_cap: usize) -> UiHub {
         UiHub {
             config: None,
             status: None,
@@ -262,7 +262,7 @@ impl UiHub {
     }
 }
 
-pub struct Target {
+pub(crate) struct Target {
     pub text: LiveText,
     pub upto_seq: u64,
     /// The stored output is being read; frames that arrive meanwhile wait here.
@@ -270,7 +270,12 @@ pub struct Target {
     pub finished: bool,
 }
 
-pub fn new_target(run: RunId, cap: usize, finished: bool, first: Option<(u64, Vec<u8>)>) -> Target {
+pub(crate) fn new_target(
+    run: RunId,
+    cap: usize,
+    finished: bool,
+    first: Option<(u64, Vec<u8>)>,
+) -> Target {
     Target {
         text: LiveText::new(run, cap),
         upto_seq: 0,
@@ -280,7 +285,7 @@ pub fn new_target(run: RunId, cap: usize, finished: bool, first: Option<(u64, Ve
 }
 
 /// The bytes of the upgrade request (already read by the HTTP layer), then the socket.
-pub struct Replay {
+pub(crate) struct Replay {
     pub pending: Vec<u8>,
     pub pos: usize,
     pub stream: crate::tls::Stream,
@@ -315,21 +320,21 @@ impl Write for Replay {
     }
 }
 
-pub type Mid = MidHandshake<ServerHandshake<Replay, NoCallback>>;
+pub(crate) type Mid = MidHandshake<ServerHandshake<Replay, NoCallback>>;
 
-pub enum Session {
+pub(crate) enum Session {
     Handshaking(Box<Mid>),
     Open(Box<WebSocket<Replay>>),
 }
 
 /// What a client's call to main was for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WsExpect {
+pub(crate) enum WsExpect {
     Command,
     Timeline(u64),
 }
 
-pub struct WsConn {
+pub(crate) struct WsConn {
     pub session: Option<Session>,
     pub since: Instant,
     pub subs: BTreeSet<String>,
@@ -349,7 +354,7 @@ pub struct WsConn {
 
 impl WsConn {
     /// Message bytes waiting to be sent (frame headers and pings aside).
-    pub fn backlog(&self) -> usize {
+    pub(crate) fn backlog(&self) -> usize {
         match &self.session {
             Some(Session::Open(socket)) => {
                 usize::try_from(self.queued.saturating_sub(socket.get_ref().written))
@@ -359,10 +364,10 @@ impl WsConn {
         }
     }
 
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         matches!(self.session, Some(Session::Open(_)))
     }
-    pub fn since(&self) -> Instant {
+    pub(crate) fn since(&self) -> Instant {
         self.since
     }
 }

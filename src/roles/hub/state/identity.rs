@@ -11,7 +11,7 @@ use crate::wire::admin::{AdminRequest, JobControl, MaintenanceChange};
 
 /// How a request presented its identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Principal {
+pub(crate) enum Principal {
     Bearer,
     Cookie,
     /// `api_auth: none`.
@@ -20,10 +20,10 @@ pub enum Principal {
 use crate::wire::link::HubRequest;
 
 /// The name `api_auth: none` requests are recorded under.
-pub const OPEN_NAME: &str = "anonymous";
+pub(crate) const OPEN_NAME: &str = "anonymous";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     pub name: String,
     pub role: ApiRole,
     pub via: Principal,
@@ -31,12 +31,12 @@ pub struct Identity {
 
 impl Identity {
     /// How the audit trail names it: `api:alice`.
-    pub fn audit_name(&self) -> String {
+    pub(crate) fn audit_name(&self) -> String {
         format!("api:{}", self.name)
     }
 
     /// The request to main, carrying the name.
-    pub fn request(&self, req: AdminRequest) -> HubRequest {
+    pub(crate) fn request(&self, req: AdminRequest) -> HubRequest {
         HubRequest::AdminBy {
             who: self.audit_name(),
             req,
@@ -47,7 +47,7 @@ impl Identity {
 /// The least role a request needs: reading is `viewer`, running, killing, maintenance
 /// and job control changes are `operator`, reloads and deployments are `admin`. The match
 /// is exhaustive on purpose: a new request must be given its role here to compile.
-pub fn required_role(req: &AdminRequest) -> ApiRole {
+pub(crate) fn required_role(req: &AdminRequest) -> ApiRole {
     use AdminRequest as R;
     match req {
         R::Reload | R::DeployWrapper { .. } => ApiRole::Admin,
@@ -77,7 +77,7 @@ pub fn required_role(req: &AdminRequest) -> ApiRole {
 }
 
 /// `Err` with the 403 message when `who` may not make `req`.
-pub fn authorize(who: &Identity, req: &AdminRequest) -> Result<(), String> {
+pub(crate) fn authorize(who: &Identity, req: &AdminRequest) -> Result<(), String> {
     let needed = required_role(req);
     if who.role >= needed {
         Ok(())

@@ -12,7 +12,7 @@ use crate::wire::records::RunId;
 
 /// Where a subscriber is in a target's text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Position {
+pub(crate) struct Position {
     pub run: RunId,
     /// Characters sent (the protocol's `position`).
     pub chars: u64,
@@ -24,7 +24,7 @@ pub struct Position {
 
 /// A chunk for one subscriber.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chunk<'a> {
+pub(crate) struct Chunk<'a> {
     pub text: &'a str,
     pub position: u64,
     pub total_length: u64,
@@ -32,7 +32,7 @@ pub struct Chunk<'a> {
 }
 
 #[derive(Debug)]
-pub struct LiveText {
+pub(crate) struct LiveText {
     pub run: RunId,
     /// The newest part of the text.
     text: String,
@@ -48,7 +48,7 @@ pub struct LiveText {
 }
 
 impl LiveText {
-    pub fn new(run: RunId, cap: usize) -> LiveText {
+    pub(crate) fn new(run: RunId, cap: usize) -> LiveText {
         LiveText {
             run,
             text: String::new(),
@@ -62,7 +62,7 @@ impl LiveText {
     }
 
     /// Append output bytes.
-    pub fn push_bytes(&mut self, bytes: &[u8]) {
+    pub(crate) fn push_bytes(&mut self, bytes: &[u8]) {
         if self.complete {
             return;
         }
@@ -94,13 +94,13 @@ impl LiveText {
     }
 
     /// Append text that is already decoded (e.g. a marker for omitted bytes).
-    pub fn push_str(&mut self, s: &str) {
+    pub(crate) fn push_str(&mut self, s: &str) {
         self.text.push_str(s);
         self.total_chars += s.chars().count() as u64;
     }
 
     /// No more output will come: an incomplete sequence at the end becomes U+FFFD.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if !self.carry.is_empty() {
             self.carry.clear();
             self.push_str("\u{FFFD}");
@@ -111,7 +111,7 @@ impl LiveText {
 
     /// The text starts `bytes` into the output (a part that was not read): counted as
     /// that many characters, as for output that is plain ASCII.
-    pub fn skip(&mut self, bytes: u64) {
+    pub(crate) fn skip(&mut self, bytes: u64) {
         if self.text.is_empty() && self.carry.is_empty() {
             self.base_bytes += bytes;
             self.base_chars += bytes;
@@ -119,7 +119,7 @@ impl LiveText {
         }
     }
 
-    pub fn total_chars(&self) -> u64 {
+    pub(crate) fn total_chars(&self) -> u64 {
         self.total_chars
     }
 
@@ -138,7 +138,7 @@ impl LiveText {
 
     /// What a subscriber at `pos` has not received, at most `max` bytes of it, and the
     /// position after it; `None` when there is nothing to send.
-    pub fn next_chunk(&self, pos: &Position, max: usize) -> Option<(Chunk<'_>, Position)> {
+    pub(crate) fn next_chunk(&self, pos: &Position, max: usize) -> Option<(Chunk<'_>, Position)> {
         let from = if pos.run != self.run {
             Position {
                 run: self.run,

@@ -3,14 +3,14 @@
 //! `http` with its `budget`, `identity`, `live` text and login `sessions`; `wrappers`,
 //! with its output `flow`). The endpoints' modules change it; nothing here names them.
 
-pub mod admin;
-pub mod budget;
-pub mod flow;
-pub mod http;
-pub mod identity;
-pub mod live;
-pub mod sessions;
-pub mod wrappers;
+pub(crate) mod admin;
+pub(crate) mod budget;
+pub(crate) mod flow;
+pub(crate) mod http;
+pub(crate) mod identity;
+pub(crate) mod live;
+pub(crate) mod sessions;
+pub(crate) mod wrappers;
 
 use std::time::{Duration, Instant};
 
@@ -23,11 +23,11 @@ use admin::Admin;
 use http::Http;
 use wrappers::Wrappers;
 
-pub type MainLink = Link<Packet<HubRequest, HubAnswer>, Packet<MainToHub, HubReply>>;
+pub(super) type MainLink = Link<Packet<HubRequest, HubAnswer>, Packet<MainToHub, HubReply>>;
 
 /// What to do with main's answer to a call.
 #[derive(Debug, Clone, Copy)]
-pub enum Waiting {
+pub(super) enum Waiting {
     Admin(admin::ConnId),
     Hello(crate::wire::link::ConnId),
     /// An HTTP request of an API connection.
@@ -38,7 +38,7 @@ pub enum Waiting {
     LiveFetch(u64),
 }
 
-pub struct Hub {
+pub(super) struct Hub {
     pub control: ControlLink,
     pub main: MainLink,
     pub calls: PendingCalls<Waiting>,
@@ -57,7 +57,7 @@ pub struct Hub {
 
 impl Hub {
     /// Call main; the answer is dispatched by `Waiting`.
-    pub fn call_main(
+    pub(super) fn call_main(
         &mut self,
         req: HubRequest,
         timeout: Duration,
@@ -79,7 +79,7 @@ impl Hub {
     }
 
     /// Tell main something that needs no answer.
-    pub fn cast_main(&mut self, req: HubRequest) {
+    pub(super) fn cast_main(&mut self, req: HubRequest) {
         if let Err(e) = self.main.post(&Packet::Cast(req)) {
             log::error!("could not reach main: {e}");
         }

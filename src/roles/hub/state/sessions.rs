@@ -30,23 +30,23 @@ use sha2::Sha256;
 
 type HmacSha256 = hmac::Hmac<Sha256>;
 
-pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
-pub const MAX_REVOKED: usize = 10_000;
-pub const MAX_FAILURES: u32 = 5;
-pub const WINDOW: Duration = Duration::from_secs(60);
-pub const MAX_TRACKED: usize = 10_000;
+pub(crate) const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+pub(crate) const MAX_REVOKED: usize = 10_000;
+pub(crate) const MAX_FAILURES: u32 = 5;
+pub(crate) const WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const MAX_TRACKED: usize = 10_000;
 const KEY_FILE: &str = "session.key";
 const REVOKED_FILE: &str = "revoked-sessions";
 
 /// A valid session: who, and its id (for logout).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Session {
+pub(crate) struct Session {
     pub name: String,
     pub id: String,
     pub expires: u64,
 }
 
-pub struct Sessions {
+pub(crate) struct Sessions {
     key: [u8; 32],
     /// Revoked ids and their expiry (unix seconds).
     revoked: HashMap<String, u64>,
@@ -62,7 +62,7 @@ fn unix_now() -> u64 {
 
 impl Sessions {
     /// In memory only, with a random key (unit tests; a hub without a state directory).
-    pub fn ephemeral() -> Sessions {
+    pub(crate) fn ephemeral() -> Sessions {
         Sessions {
             key: rand::random(),
             revoked: HashMap::new(),
@@ -72,7 +72,7 @@ impl Sessions {
 
     /// The key and revocations of `state`, created when missing. Errors are logged and
     /// fall back to [`Sessions::ephemeral`] (sessions then end with a restart).
-    pub fn open(state: &Path) -> Sessions {
+    pub(crate) fn open(state: &Path) -> Sessions {
         match Self::try_open(state) {
             Ok(s) => s,
             Err(e) => {
@@ -135,7 +135,7 @@ impl Sessions {
     }
 
     /// A new session for `name`; returns the cookie value.
-    pub fn create(&self, name: &str) -> String {
+    pub(crate) fn create(&self, name: &str) -> String {
         let id: [u8; 16] = rand::random();
         let body = format!(
             "v1:{}:{}:{name}",
@@ -148,7 +148,7 @@ impl Sessions {
 
     /// Whether a cookie value was signed by us (perhaps expired or revoked since): one
     /// that was not is a guess and counts against the address.
-    pub fn is_signed(&self, value: &str) -> bool {
+    pub(crate) fn is_signed(&self, value: &str) -> bool {
         let Some((body, mac)) = value.rsplit_once(':') else {
             return false;
         };
@@ -162,7 +162,7 @@ impl Sessions {
     }
 
     /// The session a cookie value holds, if signed by us, not expired, not revoked.
-    pub fn find(&self, value: &str) -> Option<Session> {
+    pub(crate) fn find(&self, value: &str) -> Option<Session> {
         if !self.is_signed(value) {
             return None;
         }
@@ -185,7 +185,7 @@ impl Sessions {
     }
 
     /// Logout: the session stops working, across restarts too.
-    pub fn revoke(&mut self, value: &str) -> bool {
+    pub(crate) fn revoke(&mut self, value: &str) -> bool {
         let Some(session) = self.find(value) else {
             return false;
         };
@@ -218,20 +218,20 @@ impl Sessions {
 /// cookie not signed by us, a `/ws` handshake's credentials. One counter for all of them,
 /// so a guesser cannot pick the door that is not counted.
 #[derive(Default)]
-pub struct Throttle {
+pub(crate) struct Throttle {
     failures: HashMap<IpAddr, (Instant, u32)>,
 }
 
 impl Throttle {
     /// Whether `ip` may try a login now.
-    pub fn allows(&self, ip: IpAddr, now: Instant) -> bool {
+    pub(crate) fn allows(&self, ip: IpAddr, now: Instant) -> bool {
         match self.failures.get(&key(ip)) {
             Some((since, n)) => now.duration_since(*since) >= WINDOW || *n < MAX_FAILURES,
             None => true,
         }
     }
 
-    pub fn failed(&mut self, ip: IpAddr, now: Instant) {
+    pub(crate) fn failed(&mut self, ip: IpAddr, now: Instant) {
         if self.failures.len() >= MAX_TRACKED {
             self.failures
                 .retain(|_, (since, _)| now.duration_since(*since) < WINDOW);

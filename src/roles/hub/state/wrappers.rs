@@ -18,7 +18,7 @@ use crate::wire::wrapper::WRAPPER_PATH;
 
 /// Limits of the endpoint (`saltpeter_config` keys in docs/configuration.md).
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub hello_timeout: Duration,
     pub max_message: usize,
     pub max_per_addr: usize,
@@ -40,7 +40,7 @@ impl Default for Limits {
 }
 
 impl Limits {
-    pub fn from_config(c: &crate::config::SaltpeterConfig) -> Limits {
+    pub(crate) fn from_config(c: &crate::config::SaltpeterConfig) -> Limits {
         Limits {
             hello_timeout: Duration::from_secs(c.hello_timeout_s.max(1)),
             max_message: usize::try_from(c.max_message_bytes).unwrap_or(usize::MAX),
@@ -52,7 +52,7 @@ impl Limits {
 }
 
 /// Only `/wrapper/v1` is served.
-pub struct PathCheck;
+pub(crate) struct PathCheck;
 
 impl Callback for PathCheck {
     fn on_request(self, request: &Request, response: Response) -> Result<Response, ErrorResponse> {
@@ -65,15 +65,15 @@ impl Callback for PathCheck {
     }
 }
 
-pub type Mid = MidHandshake<ServerHandshake<Stream, PathCheck>>;
+pub(crate) type Mid = MidHandshake<ServerHandshake<Stream, PathCheck>>;
 
-pub enum Session {
+pub(crate) enum Session {
     Handshaking(Box<Mid>),
     Open(Box<WebSocket<Stream>>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Waiting for the handshake or `hello`.
     New,
     /// `challenge` sent for a minion-key `hello`, waiting for its `proof`.
@@ -86,7 +86,7 @@ pub enum Phase {
     Closing,
 }
 
-pub struct Conn {
+pub(crate) struct Conn {
     pub session: Option<Session>,
     pub token: Token,
     pub peer: SocketAddr,
@@ -105,7 +105,7 @@ pub struct Conn {
     pub compressed: bool,
 }
 
-pub struct Wrappers {
+pub(crate) struct Wrappers {
     pub conns: HashMap<ConnId, Conn>,
     pub sweep_armed: bool,
     /// A connection may be waiting for its hello or closing: set when one enters those

@@ -37,7 +37,7 @@ struct Acceptor {
 }
 
 impl Wrappers {
-    pub fn listen(
+    pub(crate) fn listen(
         ctx: &mut Ctx<Hub>,
         fd: OwnedFd,
         limits: Limits,

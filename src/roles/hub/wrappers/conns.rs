@@ -16,7 +16,7 @@ use crate::roles::hub::state::wrappers::{Conn, Limits, Phase, Session, Wrappers}
 use crate::wire::link::{ConnId, HubRequest};
 use crate::wire::wrapper::{RejectCode, ServerMsg};
 
-pub fn ws_config(limits: &Limits) -> WebSocketConfig {
+pub(super) fn ws_config(limits: &Limits) -> WebSocketConfig {
     WebSocketConfig::default()
         .max_message_size(Some(limits.max_message))
         .max_frame_size(Some(limits.max_message))
@@ -28,9 +28,9 @@ pub fn ws_config(limits: &Limits) -> WebSocketConfig {
 }
 
 /// The read buffer of a wrapper connection (see `ws_config`).
-pub const READ_BUFFER: usize = 4 * 1024;
+pub(super) const READ_BUFFER: usize = 4 * 1024;
 
-pub fn release_addr(w: &mut Wrappers, ip: IpAddr) {
+pub(super) fn release_addr(w: &mut Wrappers, ip: IpAddr) {
     let key = client_key(ip);
     if let Some(n) = w.per_addr.get_mut(&key) {
         *n = n.saturating_sub(1);
@@ -43,7 +43,7 @@ pub fn release_addr(w: &mut Wrappers, ip: IpAddr) {
 /// main welcomed connection `id`: it leaves its address's hello quota, so a client that
 /// holds the quota with idle connections cannot keep real wrappers from that address
 /// (every local wrapper comes from 127.0.0.1; a NAT puts many machines behind one).
-pub fn vetted(w: &mut Wrappers, id: ConnId) {
+pub(super) fn vetted(w: &mut Wrappers, id: ConnId) {
     let Some(conn) = w.conns.get_mut(&id) else {
         return;
     };
@@ -54,7 +54,7 @@ pub fn vetted(w: &mut Wrappers, id: ConnId) {
 }
 
 /// Drop a connection; main hears of it if it had a session.
-pub fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
+pub(super) fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
     let Some(conn) = hub.wrappers.conns.remove(&id) else {
         return;
     };
@@ -70,7 +70,13 @@ pub fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str) {
 }
 
 /// Send a `reject` and close the connection once it is flushed.
-pub fn reject(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, code: RejectCode, message: &str) {
+pub(super) fn reject(
+    hub: &mut Hub,
+    ctx: &mut Ctx<Hub>,
+    id: ConnId,
+    code: RejectCode,
+    message: &str,
+) {
     if let Some(conn) = hub.wrappers.conns.get(&id) {
         log::warn!(
             "wrapper connection from {}: rejected ({code:?}): {}",
@@ -99,12 +105,12 @@ pub fn reject(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, code: RejectCode, m
 }
 
 /// Send a control message to a wrapper.
-pub fn send(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: &ServerMsg) {
+pub(crate) fn send(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: &ServerMsg) {
     broadcast(hub, ctx, &[id], msg);
 }
 
 /// Send `msg` to each of `ids` (those gone are skipped), encoded once.
-pub fn broadcast(hub: &mut Hub, ctx: &mut Ctx<Hub>, ids: &[ConnId], msg: &ServerMsg) {
+pub(crate) fn broadcast(hub: &mut Hub, ctx: &mut Ctx<Hub>, ids: &[ConnId], msg: &ServerMsg) {
     let text = match serde_json::to_string(msg) {
         Ok(text) => tungstenite::Utf8Bytes::from(text),
         Err(e) => {
@@ -117,7 +123,12 @@ pub fn broadcast(hub: &mut Hub, ctx: &mut Ctx<Hub>, ids: &[ConnId], msg: &Server
     }
 }
 
-pub fn send_text(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, text: tungstenite::Utf8Bytes) {
+pub(super) fn send_text(
+    hub: &mut Hub,
+    ctx: &mut Ctx<Hub>,
+    id: ConnId,
+    text: tungstenite::Utf8Bytes,
+) {
     let Some(Conn {
         session: Some(Session::Open(ws)),
         ..
@@ -136,7 +147,7 @@ pub fn send_text(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, text: tungstenit
 }
 
 /// Close a connection politely (close frame), then forget it.
-pub fn close(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
+pub(crate) fn close(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
     let Some(conn) = hub.wrappers.conns.get_mut(&id) else {
         return;
     };
@@ -150,14 +161,14 @@ pub fn close(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
 }
 
 /// A connection entered `New` or `Closing`: check it within a second.
-pub fn arm_sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+pub(super) fn arm_sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     hub.wrappers.maybe_waiting = true;
     arm_sweep_if_waiting(hub, ctx);
 }
 
 /// While connections wait for their hello (or to close), check them every second. Cheap
 /// when nothing changed: called after every event of the hub.
-pub fn arm_sweep_if_waiting(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+pub(crate) fn arm_sweep_if_waiting(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     if hub.wrappers.sweep_armed || !hub.wrappers.maybe_waiting {
         return;
     }
@@ -178,7 +189,7 @@ pub fn arm_sweep_if_waiting(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
 }
 
 /// Drop connections that never said hello in time, and closing ones that linger.
-pub fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
+pub(super) fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     let now = Instant::now();
     let hello_timeout = hub.wrappers.limits.hello_timeout;
     let late: Vec<(ConnId, &'static str)> = hub

@@ -21,7 +21,7 @@ use crate::wire::wrapper::{RejectCode, ServerMsg};
 const VET_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Hand a hello to main for its verdict.
-pub fn forward(hub: &mut Hub, id: ConnId, hello: WrapperHello) {
+pub(super) fn forward(hub: &mut Hub, id: ConnId, hello: WrapperHello) {
     if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
         conn.phase = Phase::Vetting;
         conn.target = Some((hello.run, hello.machine.clone()));
@@ -35,7 +35,7 @@ pub fn forward(hub: &mut Hub, id: ConnId, hello: WrapperHello) {
 
 /// A minion-key hello: answer with a fresh challenge (one per connection, so a proof
 /// seen on one connection is worth nothing on another).
-pub fn challenge(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, hello: WrapperHello) {
+pub(super) fn challenge(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, hello: WrapperHello) {
     let nonce = crate::minion_key::new_challenge();
     if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
         conn.phase = Phase::Challenged;
@@ -45,7 +45,7 @@ pub fn challenge(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, hello: WrapperHe
 }
 
 /// The wrapper's signature of its challenge: the hello goes to main with it.
-pub fn proven(hub: &mut Hub, id: ConnId, signature: String) {
+pub(super) fn proven(hub: &mut Hub, id: ConnId, signature: String) {
     let Some((challenge, mut hello)) = hub
         .wrappers
         .conns
@@ -68,7 +68,7 @@ pub fn proven(hub: &mut Hub, id: ConnId, signature: String) {
 }
 
 /// Main's verdict on a hello.
-pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVerdict) {
+pub(crate) fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVerdict) {
     match verdict {
         WrapperVerdict::Welcome {
             job,
@@ -114,7 +114,7 @@ pub fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: WrapperVe
     }
 }
 
-pub fn hello_failed(hub: &mut Hub, id: ConnId, err: &CallError) {
+pub(crate) fn hello_failed(hub: &mut Hub, id: ConnId, err: &CallError) {
     log::warn!("wrapper connection {id}: main did not vet its hello: {err}");
     hub.wrappers.maybe_waiting = true;
     if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
@@ -144,7 +144,7 @@ pub fn hello_failed(hub: &mut Hub, id: ConnId, err: &CallError) {
 /// The build a hello reports, when it has the shape of one: a SHA-256 in hex and an
 /// absolute path of printable characters (at most 1 KiB). Anything else is dropped here,
 /// so nothing a peer invents reaches main's records or logs.
-pub fn build_of(
+pub(super) fn build_of(
     sha256: Option<String>,
     path: Option<String>,
 ) -> Option<crate::wire::link::WrapperBuild> {

@@ -21,7 +21,7 @@ use crate::wire::wrapper::{
 /// Longest `started.limits` kept (characters; it names a group path and a few values).
 const LIMITS_TEXT_MAX: usize = 512;
 
-pub fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
+pub(super) fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: Message) {
     let Some(conn) = hub.wrappers.conns.get_mut(&id) else {
         return;
     };

@@ -16,7 +16,7 @@ mod hello;
 mod message;
 mod read;
 
-pub use super::state::wrappers::{Limits, Wrappers};
-pub use conns::{arm_sweep_if_waiting, broadcast, close, send};
-pub use hello::{hello_failed, verdict};
-pub use read::on_credit;
+pub(super) use super::state::wrappers::{Limits, Wrappers};
+pub(super) use conns::{arm_sweep_if_waiting, broadcast, close, send};
+pub(super) use hello::{hello_failed, verdict};
+pub(super) use read::on_credit;

@@ -30,7 +30,7 @@ use crate::wire::link::{ConnId, HubRequest, output_cost};
 /// 3 heartbeats of silence, and a heartbeat is at least a second).
 const PAUSE_VOUCH: Duration = Duration::from_secs(1);
 
-pub fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, _event: &Event) -> Flow {
+pub(super) fn on_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, _event: &Event) -> Flow {
     if !hub.wrappers.conns.contains_key(&id) {
         return Flow::Close;
     }
@@ -117,7 +117,7 @@ fn read_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
 
 /// main's credits for output it no longer holds: the budget they free goes to the
 /// paused connections, oldest first.
-pub fn on_credit(hub: &mut Hub, ctx: &mut Ctx<Hub>, credits: Vec<(ConnId, u64)>) {
+pub(crate) fn on_credit(hub: &mut Hub, ctx: &mut Ctx<Hub>, credits: Vec<(ConnId, u64)>) {
     for (conn, cost) in credits {
         hub.wrappers.flow.credited(conn, cost);
     }

@@ -20,7 +20,7 @@ use crate::roles::main::state::Main;
 use crate::wire::records::{RunId, RunState, Trigger};
 
 /// Whether an upstream run that ended in `state` starts a chain waiting `on` it.
-pub fn fires_on(on: ChainOn, state: RunState) -> bool {
+pub(crate) fn fires_on(on: ChainOn, state: RunState) -> bool {
     match on {
         ChainOn::Success => state == RunState::Succeeded,
         ChainOn::Failure => matches!(state, RunState::Failed | RunState::Partial),
@@ -32,7 +32,7 @@ pub fn fires_on(on: ChainOn, state: RunState) -> bool {
 }
 
 /// A run of `job` ended in `state`: start the jobs chained to it.
-pub fn run_ended(core: &mut Main, job: &str, run: RunId, state: RunState) {
+pub(crate) fn run_ended(core: &mut Main, job: &str, run: RunId, state: RunState) {
     if core.flight.stopping {
         return;
     }

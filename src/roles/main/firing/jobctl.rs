@@ -36,12 +36,12 @@ use crate::wire::link::HubReply;
 use crate::wire::records::{Millis, Trigger};
 
 /// The `meta` key the state is stored under.
-pub const META_KEY: &str = "jobctl";
+pub(crate) const META_KEY: &str = "jobctl";
 
 /// Most slots one `skip --next` may skip.
-pub const MAX_SKIP: u32 = 10_000;
+pub(crate) const MAX_SKIP: u32 = 10_000;
 
-pub use crate::roles::main::rules::run_rules::Hold;
+pub(crate) use crate::roles::main::rules::run_rules::Hold;
 
 fn who(uid: Option<u32>) -> String {
     match uid {
@@ -108,7 +108,7 @@ impl JobCtl {
 }
 
 /// Restore the persisted state (the value of the `jobctl` meta key).
-pub fn restore(core: &mut Main, stored: Option<String>) {
+pub(crate) fn restore(core: &mut Main, stored: Option<String>) {
     let Some(text) = stored else {
         return;
     };
@@ -142,7 +142,7 @@ pub fn restore(core: &mut Main, stored: Option<String>) {
 /// Act on a due slot: the job's controls decide (`hold`), then the run Workflow runs it,
 /// records it as skipped, or leaves it to a window's end. `reason` says why a run that is
 /// not scheduled was started (a chain).
-pub fn fire(
+pub(crate) fn fire(
     core: &mut Main,
     due: &Due,
     now: DateTime<Utc>,
@@ -162,7 +162,7 @@ pub fn fire(
     run::fire_as(core, due, now, trigger, hold, reason);
 }
 
-pub fn hold(core: &mut Main, job: &Job, due: &Due, now: DateTime<Utc>) -> Hold {
+pub(crate) fn hold(core: &mut Main, job: &Job, due: &Due, now: DateTime<Utc>) -> Hold {
     let refire = core.jobctl.refiring.as_ref() == Some(&(job.name.clone(), due.slot));
     if let Some(note) = core.jobctl.paused_note(&job.name, now) {
         return Hold::Skip(format!("paused: {note}"));
@@ -227,7 +227,7 @@ pub fn hold(core: &mut Main, job: &Job, due: &Due, now: DateTime<Utc>) -> Hold {
 
 /// The loop's schedule tick: fire the deferred slots whose window has ended and end the
 /// pauses whose time has come.
-pub fn tick(core: &mut Main, now: DateTime<Utc>) {
+pub(crate) fn tick(core: &mut Main, now: DateTime<Utc>) {
     while let Some(first) = core.jobctl.deferred.first().cloned() {
         if first.0 > now {
             break;
@@ -282,7 +282,7 @@ pub fn tick(core: &mut Main, now: DateTime<Utc>) {
 }
 
 /// Apply a `pause`, `resume`, `skip` or show request.
-pub fn request(core: &mut Main, call: CallId, change: JobControl) {
+pub(crate) fn request(core: &mut Main, call: CallId, change: JobControl) {
     let fail =
         |core: &mut Main, f| core.reply_hub(call, HubReply::Admin(AdminResponse::Failure(f)));
     let now = Utc::now();
@@ -384,7 +384,7 @@ fn save(core: &mut Main, call: Option<CallId>, note: Option<String>) {
 }
 
 /// db stored the state (or could not).
-pub fn saved(
+pub(crate) fn saved(
     core: &mut Main,
     call: Option<CallId>,
     note: Option<String>,
@@ -410,7 +410,7 @@ pub fn saved(
 /// `schedule next --job`: the job's next firings as they will happen, accounting for its
 /// pause, its skips and the fleet-wide maintenance windows (skipped slots left out, a
 /// deferred one moved to its window's end).
-pub fn account(core: &Main, job: &Job, slots: Vec<DateTime<Utc>>) -> Vec<DateTime<Utc>> {
+pub(crate) fn account(core: &Main, job: &Job, slots: Vec<DateTime<Utc>>) -> Vec<DateTime<Utc>> {
     let now = Utc::now();
     let pause = core.jobctl.paused(&job.name, now).cloned();
     let mut skips = core

@@ -30,7 +30,7 @@ const WALK_BUDGET: usize = 20_000;
 
 /// Older missed slots that are not recorded one by one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeftOut {
+pub(crate) enum LeftOut {
     None,
     /// Exactly this many.
     Count(u64),
@@ -40,7 +40,7 @@ pub enum LeftOut {
 
 /// The missed slots of one job, oldest first, at most the limit of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MissedSlots {
+pub(crate) struct MissedSlots {
     pub slots: Vec<DateTime<Utc>>,
     pub left_out: LeftOut,
     /// The slot after which the walk started (the newest recorded one).
@@ -50,7 +50,7 @@ pub struct MissedSlots {
 impl MissedSlots {
     /// How many slots were missed: those kept, and those left out when they were counted
     /// (`LeftOut::Many`: at least the kept ones).
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         let left = match self.left_out {
             LeftOut::Count(n) => n,
             LeftOut::None | LeftOut::Many => 0,
@@ -61,7 +61,7 @@ impl MissedSlots {
 
 /// What to do with one missed slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Record a run in state `skipped` with this reason.
     Skip { slot: DateTime<Utc>, reason: String },
     /// Run it now, trigger `catchup`.
@@ -69,7 +69,7 @@ pub enum Action {
 }
 
 /// The newest `limit` slots of `schedule` strictly between `after` and `before`.
-pub fn missed_slots(
+pub(crate) fn missed_slots(
     schedule: &Schedule,
     after: DateTime<Utc>,
     before: DateTime<Utc>,
@@ -136,7 +136,12 @@ fn walk(
 
 /// What becomes of each missed slot of `job`, oldest first. `why` says why they were
 /// missed (e.g. "the daemon was not running at this slot").
-pub fn decide(job: &Job, missed: &MissedSlots, now: DateTime<Utc>, why: &str) -> Vec<Action> {
+pub(crate) fn decide(
+    job: &Job,
+    missed: &MissedSlots,
+    now: DateTime<Utc>,
+    why: &str,
+) -> Vec<Action> {
     let base = format!("missed: {why}");
     let mut actions: Vec<Action> = missed
         .slots
@@ -195,7 +200,7 @@ fn deadline(job: &Job) -> Duration {
 /// Among slots the loop reached too late (`Due::missed`), the ones to run as catch-ups: per
 /// `missed: latest` job the newest, if younger than its deadline and no slot of the job in
 /// the same batch runs anyway.
-pub fn live_catch_ups(
+pub(crate) fn live_catch_ups(
     due: &[Due],
     jobs: &BTreeMap<String, JobEntry>,
     now: DateTime<Utc>,
@@ -218,7 +223,7 @@ pub fn live_catch_ups(
 
 /// Act on the loop's due slots: each runs or is recorded as skipped (`jobctl::fire`),
 /// except the catch-ups of `missed: latest` jobs, which run with trigger `catchup`.
-pub fn fire_due(core: &mut Main, due: Vec<Due>, now: DateTime<Utc>) {
+pub(crate) fn fire_due(core: &mut Main, due: Vec<Due>, now: DateTime<Utc>) {
     let catch_ups = live_catch_ups(&due, &core.config.jobs, now);
     for d in due {
         core.views

@@ -38,18 +38,18 @@ const DOWN: &str = "the daemon was not running at this slot";
 impl Boot {
     /// Keep an admin request that depends on what start-up loads (run now, maintenance)
     /// until start-up is done.
-    pub fn park(&mut self, call: CallId, req: AdminRequest, uid: Option<u32>) {
+    pub(crate) fn park(&mut self, call: CallId, req: AdminRequest, uid: Option<u32>) {
         self.parked.push((call, req, uid));
     }
 
     /// The runs in flight are restored (`recovery.rs`).
-    pub fn in_flight_loaded(&mut self) {
+    pub(crate) fn in_flight_loaded(&mut self) {
         self.in_flight_loaded = true;
     }
 }
 
 /// Ask db for the maintenance settings and the newest slot of every job.
-pub fn start(core: &mut Main) {
+pub(crate) fn start(core: &mut Main) {
     core.flight.recovering = true;
     crate::roles::main::shell::fleet::start(core);
     ask(core, Load::Maintenance);
@@ -67,7 +67,7 @@ fn ask(core: &mut Main, load: Load) {
 }
 
 /// db's answer to one load.
-pub fn answer(core: &mut Main, load: Load, result: Result<DbReply, CallError>) {
+pub(crate) fn answer(core: &mut Main, load: Load, result: Result<DbReply, CallError>) {
     let loaded = match load {
         Load::Maintenance => calls::GetMeta::take(result).map(|value| {
             maintenance::restore(core, value);
@@ -96,7 +96,7 @@ pub fn answer(core: &mut Main, load: Load, result: Result<DbReply, CallError>) {
 
 /// Once everything is loaded: settle the missed slots, lift the start-up hold, arm the
 /// schedule.
-pub fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+pub(crate) fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let core = &mut role.core;
     if core.boot.done {
         return;
@@ -199,7 +199,7 @@ fn catch_up_run(
 }
 
 /// Record a slot as a run in state `skipped`.
-pub fn record_skip(
+pub(crate) fn record_skip(
     core: &mut Main,
     job: &str,
     slot: DateTime<Utc>,

@@ -65,7 +65,7 @@ impl Ha {
 }
 
 /// At start: a lone daemon leads at once; one sharing the database waits for the lease.
-pub fn start(core: &mut Main) {
+pub(crate) fn start(core: &mut Main) {
     let sp = &core.config.saltpeter;
     core.ha.shared = sp.database_url.is_some();
     core.ha.server = sp.server_name.clone().unwrap_or_else(|| {
@@ -96,7 +96,7 @@ fn adopt(core: &mut Main) {
 }
 
 /// db's report, kept for the loop (`apply`).
-pub fn report(core: &mut Main, report: LeaseReport) {
+pub(crate) fn report(core: &mut Main, report: LeaseReport) {
     let secret = report.shared_secret.clone();
     if let Some(secret) = secret {
         match crate::roles::main::rules::tokens::Secret::from_hex(&secret.0) {
@@ -108,7 +108,7 @@ pub fn report(core: &mut Main, report: LeaseReport) {
 }
 
 /// Acts on the newest report: adopt, hold, carry on, or stop.
-pub fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+pub(crate) fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let core = &mut role.core;
     let Some(report) = core.ha.pending.take() else {
         return;

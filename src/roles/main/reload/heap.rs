@@ -16,7 +16,7 @@ use crate::roles::main::state::MainRole;
 const AFTER: Duration = Duration::from_secs(2);
 
 /// Release free heap pages in a moment.
-pub fn trim_soon(ctx: &mut Ctx<MainRole>) {
+pub(crate) fn trim_soon(ctx: &mut Ctx<MainRole>) {
     ctx.after(AFTER, |_, _| trim());
 }
 

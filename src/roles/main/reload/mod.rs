@@ -20,8 +20,8 @@
 //!
 //! Start-up loads synchronously (`config::load_dir`): nothing is running yet.
 
-pub mod heap;
-pub mod watch;
+pub(crate) mod heap;
+pub(crate) mod watch;
 
 use crate::roles::main::state::lifecycle::Reloads;
 use std::collections::HashSet;
@@ -39,13 +39,13 @@ use crate::wire::admin::AdminResponse;
 use crate::wire::link::{BlockingReply, BlockingRequest, HubReply};
 
 impl Reloads {
-    pub fn in_flight(&self) -> bool {
+    pub(super) fn in_flight(&self) -> bool {
         self.in_flight.is_some()
     }
 }
 
 /// Ask for a reload; `admin` is the hub call to answer with its summary.
-pub fn request(core: &mut Main, admin: Option<CallId>) {
+pub(super) fn request(core: &mut Main, admin: Option<CallId>) {
     if core.reloads.in_flight.is_some() {
         core.reloads.again = true;
         core.reloads.waiting_next.extend(admin);
@@ -71,7 +71,7 @@ fn start(core: &mut Main, started: Instant) {
 }
 
 /// Apply the load in flight once blocking answered (after every event, from `pump`).
-pub fn poll(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+pub(super) fn poll(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let Some((id, started)) = role.core.reloads.in_flight else {
         return;
     };
@@ -168,7 +168,7 @@ fn apply(
 
 /// Reload when a file of the configuration directory changed (a cheap metadata scan; none
 /// while a load is in flight: the next scan after it sees what changed meanwhile).
-pub fn watch_config(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+pub(super) fn watch_config(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if role.core.reloads.in_flight() {
         return;
     }

@@ -46,7 +46,7 @@ struct ConfigWatch {
 }
 
 /// Watch `dir`; falls back to scanning it every second when inotify is unavailable.
-pub fn start(ctx: &mut Ctx<MainRole>, dir: &Path) {
+pub(crate) fn start(ctx: &mut Ctx<MainRole>, dir: &Path) {
     match watch(ctx, dir) {
         Ok(()) => {
             ctx.every(SAFETY_SCAN, reload::watch_config);

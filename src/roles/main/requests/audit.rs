@@ -10,7 +10,7 @@ use crate::ipc::CallId;
 use crate::roles::main::state::MainRole;
 use crate::wire::admin::AdminRequest;
 
-pub fn handle_by(
+pub(crate) fn handle_by(
     role: &mut MainRole,
     ctx: &mut Ctx<MainRole>,
     call: CallId,

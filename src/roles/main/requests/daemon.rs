@@ -10,7 +10,7 @@ use crate::wire::db::calls;
 use crate::wire::db::{EventFilter, EventRecord};
 use crate::wire::records::{Millis, RunId};
 
-pub fn status(core: &mut Main, call: CallId) {
+pub(crate) fn status(core: &mut Main, call: CallId) {
     let now = chrono::Utc::now().timestamp_millis();
     let config_errors = bounded_errors(
         core.config
@@ -40,17 +40,17 @@ pub fn status(core: &mut Main, call: CallId) {
     respond(core, call, AdminResponse::Status(status));
 }
 
-pub fn metrics(core: &mut Main, call: CallId) {
+pub(crate) fn metrics(core: &mut Main, call: CallId) {
     let text = crate::roles::main::views::metrics::render(core);
     respond(core, call, AdminResponse::Metrics(text));
 }
 
 /// Answered with the summary once the reload is applied (`reload::poll`).
-pub fn reload(core: &mut Main, call: CallId) {
+pub(crate) fn reload(core: &mut Main, call: CallId) {
     crate::roles::main::reload::request(core, Some(call));
 }
 
-pub fn deploy_wrapper(role: &mut MainRole, call: CallId, target: Option<String>) {
+pub(crate) fn deploy_wrapper(role: &mut MainRole, call: CallId, target: Option<String>) {
     use crate::roles::main::shell::deploy;
     if !crate::roles::main::shell::fleet::applies(&role.core) {
         let why = AdminFailure::Invalid("no job uses the salt executor".into());
@@ -61,7 +61,7 @@ pub fn deploy_wrapper(role: &mut MainRole, call: CallId, target: Option<String>)
         .start(workflow, &mut role.core, std::time::Instant::now());
 }
 
-pub fn events(
+pub(crate) fn events(
     core: &mut Main,
     call: CallId,
     job: Option<String>,
@@ -85,7 +85,7 @@ pub fn events(
 }
 
 /// db's answer to `events`.
-pub fn events_read(events: Vec<EventRecord>) -> AdminResponse {
+pub(crate) fn events_read(events: Vec<EventRecord>) -> AdminResponse {
     AdminResponse::Events(
         events
             .into_iter()
@@ -105,7 +105,7 @@ pub fn events_read(events: Vec<EventRecord>) -> AdminResponse {
 
 /// The audit entry of a state-changing request (kills record their own, per run); `by`
 /// names who asked (" by uid N"), or is empty when `Main::event` adds an API name.
-pub fn record_request(core: &mut Main, by: &str, req: &AdminRequest) {
+pub(crate) fn record_request(core: &mut Main, by: &str, req: &AdminRequest) {
     let (kind, job, message) = match req {
         AdminRequest::RunNow { job, targets: None } => (
             "run_requested",

@@ -20,7 +20,7 @@ const MAX_UPCOMING: u32 = 100;
 /// Runs a job's detail lists.
 const LAST_RUNS: usize = 5;
 
-pub fn list(core: &mut Main, call: CallId, group: Option<String>, state: Option<JobState>) {
+pub(super) fn list(core: &mut Main, call: CallId, group: Option<String>, state: Option<JobState>) {
     core.db_call(
         DbRequest::LastRuns,
         answer_with::<calls::LastRuns>(call, move |core, last| listed(core, &last, group, state)),
@@ -28,7 +28,7 @@ pub fn list(core: &mut Main, call: CallId, group: Option<String>, state: Option<
 }
 
 /// db's newest run of every job: the list, filtered.
-pub fn listed(
+pub(super) fn listed(
     core: &Main,
     last: &BTreeMap<String, RunRecord>,
     group: Option<String>,
@@ -41,7 +41,7 @@ pub fn listed(
     AdminResponse::Jobs(jobs)
 }
 
-pub fn detail(core: &mut Main, call: CallId, job: String, upcoming: u32) {
+pub(super) fn detail(core: &mut Main, call: CallId, job: String, upcoming: u32) {
     if !core.config.jobs.contains_key(&job) {
         return failure(core, call, no_job(&job));
     }
@@ -58,7 +58,12 @@ pub fn detail(core: &mut Main, call: CallId, job: String, upcoming: u32) {
 }
 
 /// db's last runs of the job: its detail.
-pub fn detailed(core: &Main, name: &str, upcoming: u32, runs: Vec<RunRecord>) -> AdminResponse {
+pub(super) fn detailed(
+    core: &Main,
+    name: &str,
+    upcoming: u32,
+    runs: Vec<RunRecord>,
+) -> AdminResponse {
     // The job may have left the configuration while db was reading.
     let Some(entry) = core.config.jobs.get(name) else {
         return AdminResponse::Failure(no_job(name));
@@ -122,7 +127,12 @@ fn next_runs(core: &Main, entry: &JobEntry, upcoming: u32) -> Vec<Millis> {
 }
 
 /// The next `count` firings of a configured job after `from` (default now).
-pub fn next_firings(core: &Main, job: &str, from: Option<Millis>, count: u32) -> AdminResponse {
+pub(super) fn next_firings(
+    core: &Main,
+    job: &str,
+    from: Option<Millis>,
+    count: u32,
+) -> AdminResponse {
     let j = match valid_job(core, job) {
         Ok(j) => j,
         Err(f) => return AdminResponse::Failure(f),
@@ -183,7 +193,7 @@ fn valid_job<'a>(core: &'a Main, name: &str) -> Result<&'a Arc<Job>, AdminFailur
 /// Start `name` now; with `targets`, on those only: for `local` a subset of the job's
 /// targets, for `salt` an explicit list of minions (run as a `list` target). Answered
 /// with `Started` once the run is recorded (the run Workflow, `run/`).
-pub fn run_now(core: &mut Main, call: CallId, name: &str, targets: Option<Vec<String>>) {
+pub(super) fn run_now(core: &mut Main, call: CallId, name: &str, targets: Option<Vec<String>>) {
     let job = match valid_job(core, name) {
         Ok(job) => Arc::clone(job),
         Err(f) => return failure(core, call, f),
@@ -265,7 +275,7 @@ fn narrowed(job: &Job, targets: Vec<String>) -> Result<Job, String> {
 }
 
 /// Kill every run of `job` in flight (or only `only`), or only `machine` in them.
-pub fn kill_job(
+pub(super) fn kill_job(
     core: &mut Main,
     call: CallId,
     job: &str,

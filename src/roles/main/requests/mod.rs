@@ -15,11 +15,11 @@
 //! Every answer goes out through main's `answer` (`respond`, `failure`), as one
 //! `AdminResponse` shape per question that the caller renders.
 
-pub mod audit;
-pub mod daemon;
+pub(crate) mod audit;
+pub(crate) mod daemon;
 mod jobs;
-pub mod output;
-pub mod runs;
+pub(crate) mod output;
+pub(crate) mod runs;
 
 use crate::roles::main::views::answer::{failure, respond};
 use crate::roles::main::views::live;
@@ -31,7 +31,7 @@ use crate::ipc::CallId;
 use crate::wire::admin::{AdminFailure, AdminPeer, AdminRequest, AdminResponse};
 
 /// A request from the admin socket: handled as the peer (audit events carry its uid).
-pub fn handle_from(
+pub(super) fn handle_from(
     role: &mut MainRole,
     ctx: &mut Ctx<MainRole>,
     call: CallId,
@@ -44,7 +44,12 @@ pub fn handle_from(
     role.core.actor.uid = None;
 }
 
-pub fn handle(role: &mut MainRole, _ctx: &mut Ctx<MainRole>, call: CallId, req: AdminRequest) {
+pub(super) fn handle(
+    role: &mut MainRole,
+    _ctx: &mut Ctx<MainRole>,
+    call: CallId,
+    req: AdminRequest,
+) {
     let core = &mut role.core;
     if let Some(why) = core.ha.refusal()
         && matches!(

@@ -12,7 +12,7 @@ use crate::wire::db::calls;
 use crate::wire::db::{OutputBytes, OutputQuery};
 use crate::wire::records::RunId;
 
-pub fn read(core: &mut Main, call: CallId, run: RunId, machine: String, range: OutputRange) {
+pub(crate) fn read(core: &mut Main, call: CallId, run: RunId, machine: String, range: OutputRange) {
     let query = OutputQuery {
         stream: range.stream,
         from: range.from,
@@ -30,7 +30,7 @@ pub fn read(core: &mut Main, call: CallId, run: RunId, machine: String, range: O
 }
 
 /// db's answer to `read`.
-pub fn slice(out: OutputBytes) -> AdminResponse {
+pub(crate) fn slice(out: OutputBytes) -> AdminResponse {
     AdminResponse::OutputSlice(OutputSlice {
         data: out.data,
         omitted_bytes: out.omitted_bytes,
@@ -40,7 +40,7 @@ pub fn slice(out: OutputBytes) -> AdminResponse {
     })
 }
 
-pub fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
+pub(crate) fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
     let query = OutputQuery {
         tail: Some(LIVE_BASE_BYTES),
         ..OutputQuery::default()

@@ -13,7 +13,7 @@ use crate::wire::records::RunId;
 /// Most runs one answer lists.
 const MAX_RUNS: u32 = 10_000;
 
-pub fn find(core: &mut Main, call: CallId, q: RunQuery) {
+pub(crate) fn find(core: &mut Main, call: CallId, q: RunQuery) {
     // History of a job that left the configuration is still shown.
     let filter = RunFilter {
         job: q.job,
@@ -29,7 +29,7 @@ pub fn find(core: &mut Main, call: CallId, q: RunQuery) {
     );
 }
 
-pub fn kill(core: &mut Main, call: CallId, run: RunId, machine: Option<String>) {
+pub(crate) fn kill(core: &mut Main, call: CallId, run: RunId, machine: Option<String>) {
     match crate::roles::main::wrappers::sessions::kill(core, run, machine.as_deref()) {
         Ok(n) => {
             let msg = format!("kill sent to {n} target(s) of run {run}");
@@ -39,7 +39,13 @@ pub fn kill(core: &mut Main, call: CallId, run: RunId, machine: Option<String>) 
     }
 }
 
-pub fn suspend(core: &mut Main, call: CallId, run: RunId, machine: Option<String>, want: bool) {
+pub(crate) fn suspend(
+    core: &mut Main,
+    call: CallId,
+    run: RunId,
+    machine: Option<String>,
+    want: bool,
+) {
     match crate::roles::main::run::suspend::suspend(core, run, machine.as_deref(), want) {
         Ok(msg) => respond(core, call, AdminResponse::Done(msg)),
         Err(e) => failure(core, call, e),

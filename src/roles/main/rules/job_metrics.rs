@@ -16,7 +16,7 @@ use crate::wire::records::{Millis, RunState, TargetReason, TargetRecord, TargetS
 /// How a target of a run ended, as `/metrics` counts it (`result` label): a bounded set,
 /// the target reasons plus `succeeded`/`failed` for a command that exited and `skipped`
 /// for a target left out by maintenance.
-pub const TARGET_RESULTS: &[&str] = &[
+pub(crate) const TARGET_RESULTS: &[&str] = &[
     "succeeded",
     "failed",
     "timeout",
@@ -32,7 +32,7 @@ pub const TARGET_RESULTS: &[&str] = &[
 
 /// The `result` of a target at its run's end; `None` for one that never settled (a run
 /// refused at its slot, for one).
-pub fn target_result(t: &TargetRecord) -> Option<&'static str> {
+pub(crate) fn target_result(t: &TargetRecord) -> Option<&'static str> {
     match t.state {
         TargetState::SkippedMaintenance => Some("skipped"),
         TargetState::Finished => Some(match t.reason {
@@ -47,7 +47,7 @@ pub fn target_result(t: &TargetRecord) -> Option<&'static str> {
 /// How late a scheduled run really started: its first target's start after the slot
 /// (seconds, early is 0). `None` for runs not started by the schedule (manual, chained,
 /// caught up: those count as missed) or whose targets never started.
-pub fn run_lateness(
+pub(crate) fn run_lateness(
     slot: Option<Millis>,
     trigger: Trigger,
     targets: &[TargetRecord],
@@ -59,7 +59,7 @@ pub fn run_lateness(
 
 /// One job's series.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct JobSeries {
+pub(crate) struct JobSeries {
     runs_by_state: BTreeMap<&'static str, u64>,
     /// Unix milliseconds of the last run that ended succeeded, and of the last that
     /// ended failed, partial or canceled.

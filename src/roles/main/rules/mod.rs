@@ -3,10 +3,10 @@
 //! tokens and session keys (`tokens`), the per-job series of `/metrics` (`job_metrics`).
 //! Everything else in main stands on these.
 
-pub mod job_metrics;
-pub mod run_rules;
+pub(crate) mod job_metrics;
+pub(crate) mod run_rules;
 #[cfg(test)]
 mod run_rules_tests;
-pub mod scheduler;
-pub mod target;
+pub(crate) mod scheduler;
+pub(crate) mod target;
 pub mod tokens;

@@ -12,7 +12,7 @@ use crate::wire::records::{Millis, RunId, RunState};
 
 /// The runnable machines cut into batches: at most `number_of_targets` of them (chosen by
 /// `pick`, which shuffles), in batches of `batch_size` (all at once when absent or 0).
-pub fn cut_batches(
+pub(crate) fn cut_batches(
     mut runnable: Vec<String>,
     number_of_targets: Option<usize>,
     batch_size: Option<usize>,
@@ -33,7 +33,7 @@ pub fn cut_batches(
 
 /// A run of a job, as the overlap rule sees it.
 #[derive(Debug, Clone, Copy)]
-pub struct RunView {
+pub(crate) struct RunView {
     pub id: RunId,
     /// Launched ahead of its slot.
     pub prestaged: bool,
@@ -43,7 +43,7 @@ pub struct RunView {
 
 /// Whether a job is busy besides run `except`: a run queued or being recorded, or one in
 /// flight that is not a pre-staged run still waiting for its slot.
-pub fn job_busy(
+pub(crate) fn job_busy(
     queued: usize,
     runs: impl IntoIterator<Item = RunView>,
     except: Option<RunId>,
@@ -57,7 +57,7 @@ pub fn job_busy(
 /// What becomes of a due slot, as the job's controls decide (pause, skips, maintenance
 /// windows: `jobctl`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Hold {
+pub(crate) enum Hold {
     Run,
     /// Record it as skipped with this reason.
     Skip(String),
@@ -67,7 +67,7 @@ pub enum Hold {
 
 /// What a pre-staged run does when its slot comes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AtSlot {
+pub(crate) enum AtSlot {
     /// Tell the waiting wrappers to go.
     Go,
     /// Cancel it, recorded in this state for this reason.
@@ -76,7 +76,7 @@ pub enum AtSlot {
 
 /// A run of a job as the launch backlog rule sees it.
 #[derive(Debug, Clone, Copy)]
-pub struct LaunchView {
+pub(crate) struct LaunchView {
     pub slot: Option<Millis>,
     /// Its launch is out, for this long.
     pub out_for: Option<std::time::Duration>,
@@ -89,7 +89,7 @@ pub struct LaunchView {
 /// growing — at least three of the job's launches out or staged (`queued` runs not
 /// started yet count too). Launches slower than the period but running side by side keep
 /// two in flight and make their slots late, not skipped; one slow launch never skips.
-pub fn launches_behind(runs: &[LaunchView], due: Millis, queued: usize) -> bool {
+pub(crate) fn launches_behind(runs: &[LaunchView], due: Millis, queued: usize) -> bool {
     let Some(previous) = runs
         .iter()
         .filter_map(|r| r.slot)
@@ -112,7 +112,7 @@ pub fn launches_behind(runs: &[LaunchView], due: Millis, queued: usize) -> bool 
 
 /// The decision at the slot, in order of precedence: killed before its slot, global
 /// maintenance, the overlap rule.
-pub fn at_slot(
+pub(crate) fn at_slot(
     job: &str,
     kill_requested: bool,
     global_maintenance: bool,
@@ -137,7 +137,7 @@ pub fn at_slot(
 
 /// A batch's state against its pick-up deadline.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Pickup {
+pub(crate) struct Pickup {
     /// Some target of the batch is not settled.
     pub open: bool,
     /// Targets that never picked the run up and whose deadline passed (254).
@@ -146,7 +146,7 @@ pub struct Pickup {
     pub waiting: bool,
 }
 
-pub fn check_pickup(
+pub(crate) fn check_pickup(
     targets: &BTreeMap<String, Target>,
     batch: &[String],
     deadline: Option<Instant>,
@@ -158,7 +158,7 @@ pub fn check_pickup(
 
 /// [`check_pickup`] over the targets of the batch given directly (a run of one batch:
 /// all its targets, without a lookup each).
-pub fn check_pickup_of<'a>(
+pub(crate) fn check_pickup_of<'a>(
     batch: impl Iterator<Item = (&'a String, &'a Target)>,
     deadline: Option<Instant>,
     now: Instant,

@@ -19,11 +19,11 @@ use crate::config::{Executor, Job, JobEntry};
 use crate::schedule::Schedule;
 
 /// How late a slot may fire and still run; later ones are recorded as missed.
-pub const MISSED_GRACE_S: i64 = 60;
+pub(crate) const MISSED_GRACE_S: i64 = 60;
 
 /// A slot to act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Due {
+pub(crate) struct Due {
     pub job: String,
     pub slot: DateTime<Utc>,
     /// Later than the grace: record as missed, do not run.
@@ -93,7 +93,7 @@ struct Planned {
 }
 
 #[derive(Debug, Default)]
-pub struct Scheduler {
+pub(crate) struct Scheduler {
     next: HashMap<String, Planned>,
     /// The same slots, ordered: `(slot, job)`.
     queue: BTreeSet<(DateTime<Utc>, String)>,
@@ -107,7 +107,7 @@ impl Scheduler {
     /// Recompute the plan for `jobs` (after start or a reload). A job that keeps its
     /// schedule keeps its pending slot, so a reload at the firing instant loses nothing,
     /// and unchanged jobs cost no schedule computation.
-    pub fn plan<'a>(&mut self, jobs: impl Iterator<Item = &'a Job>, now: DateTime<Utc>) {
+    pub(crate) fn plan<'a>(&mut self, jobs: impl Iterator<Item = &'a Job>, now: DateTime<Utc>) {
         let mut previous = std::mem::take(&mut self.next);
         self.queue.clear();
         let recent = now - Duration::seconds(1);
@@ -142,12 +142,12 @@ impl Scheduler {
         }
     }
 
-    pub fn next_of(&self, job: &str) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_of(&self, job: &str) -> Option<DateTime<Utc>> {
         self.next.get(job).map(|p| p.slot)
     }
 
     /// When the loop must next wake: the earliest slot minus its job's lead.
-    pub fn earliest(
+    pub(crate) fn earliest(
         &self,
         jobs: &BTreeMap<String, JobEntry>,
         leads: &Leads,
@@ -169,7 +169,7 @@ impl Scheduler {
     /// Every slot whose time minus its job's lead has come, oldest first; each job's
     /// plan moves past them. At most `cap` slots per job are returned (a long stall is
     /// summarised by its newest slots).
-    pub fn take_due(
+    pub(crate) fn take_due(
         &mut self,
         now: DateTime<Utc>,
         jobs: &BTreeMap<String, JobEntry>,

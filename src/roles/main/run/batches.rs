@@ -19,7 +19,7 @@ use crate::wire::link::{
 use crate::wire::records::{RunId, RunState, TargetReason, TargetState};
 use crate::workflow::{Step, Wake, WakeEvent};
 
-pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+pub(crate) fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let Some(run) = env.run else {
         return Step::fail("launch before the run was recorded");
     };
@@ -185,7 +185,7 @@ fn launched(env: &mut RunEnv, core: &mut Main, run: RunId) -> Launched {
     }
 }
 
-pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+pub(crate) fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
     let reply = match launched(env, core, run) {
         Launched::Waiting(wake) => return Step::Wait(wake),
@@ -230,7 +230,7 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     Step::Next
 }
 
-pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
     let now = s.now();
     let retry_wait = match super::retry::check(env, core, now) {
@@ -332,7 +332,7 @@ fn join_current_batch(env: &mut RunEnv, machines: Vec<String>) {
     }
 }
 
-pub fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+pub(crate) fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
     if env.batch + 1 >= env.batches.len() {
         return Step::Next;
@@ -360,7 +360,7 @@ pub fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
 
 /// The targets of the batches as first recorded: those after the first batch are queued
 /// (they wait for their turn).
-pub fn planned_targets(batches: &[Vec<String>]) -> Vec<(String, TargetState)> {
+pub(crate) fn planned_targets(batches: &[Vec<String>]) -> Vec<(String, TargetState)> {
     batches
         .iter()
         .enumerate()
@@ -375,11 +375,11 @@ pub fn planned_targets(batches: &[Vec<String>]) -> Vec<(String, TargetState)> {
         .collect()
 }
 
-pub type StepFnOf = fn(&mut RunEnv, &mut Main, &mut Sc) -> Step;
+pub(crate) type StepFnOf = fn(&mut RunEnv, &mut Main, &mut Sc) -> Step;
 
 /// Wait until every target of the run is settled; minions waited for
 /// (`retry_unreachable`) that come back meanwhile are launched as a batch of their own.
-pub fn collect_all(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+pub(crate) fn collect_all(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let run = env.run.unwrap_or_default();
     let mut wakes = vec![Wake::event(Main::run_event(run))];
     match super::unreachable::check(env, core, s.now()) {

@@ -20,7 +20,7 @@ use crate::workflow::{Step, Wake, WakeEvent};
 /// How often a waiting run looks again without being woken.
 const RECHECK: Duration = Duration::from_secs(5);
 
-pub fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let Some(run) = env.run else {
         return Step::Next;
     };

@@ -8,12 +8,12 @@ use crate::roles::main::state::{DbWait, Main};
 use crate::wire::db::TargetUpdate;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
-pub use crate::wire::records::now_ms;
+pub(crate) use crate::wire::records::now_ms;
 use crate::wire::records::{RunId, TargetReason, TargetState};
 use crate::wire::wrapper::{KillReason, ServerMsg};
 
 /// Perform the effects of a transition of `machine`'s target in `run`.
-pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
+pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
     for effect in effects {
         match effect {
             Effect::Kill(conn) => {
@@ -165,7 +165,7 @@ impl Main {
 
 /// Run a transition on a target of a run in flight and perform its effects; nothing when
 /// the target is not (or no longer) in flight.
-pub fn transition(
+pub(crate) fn transition(
     core: &mut Main,
     run: RunId,
     machine: &str,
@@ -179,7 +179,7 @@ pub fn transition(
 
 /// Decide a target's outcome: the one place a target starts to become `finished`. The
 /// in-memory phase becomes `Finished` when db confirms (`sessions::target_recorded`).
-pub fn finish_target(
+pub(crate) fn finish_target(
     core: &mut Main,
     run: RunId,
     machine: &str,
@@ -233,7 +233,7 @@ fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, previou
 }
 
 /// db recorded a target's outcome: it is final now; tell its wrapper it may exit.
-pub fn target_recorded(
+pub(crate) fn target_recorded(
     core: &mut Main,
     run: RunId,
     machine: &str,

@@ -8,7 +8,7 @@ use crate::wire::records::{RunId, TargetReason};
 /// A target's wrapper could not be deployed or launched: recorded as an event with its
 /// cause, and the target ends 254 — unless a wrapper picked it up meanwhile (a target is
 /// never failed while its wrapper is connected).
-pub fn launch_failed(core: &mut Main, job: &str, run: RunId, machine: &str, why: String) {
+pub(super) fn launch_failed(core: &mut Main, job: &str, run: RunId, machine: &str, why: String) {
     if core
         .target(run, machine)
         .is_none_or(|t| !t.awaiting_pickup())
@@ -21,7 +21,7 @@ pub fn launch_failed(core: &mut Main, job: &str, run: RunId, machine: &str, why:
 
 /// A target whose minion did not return and did not answer a ping either: unreachable
 /// (255) with Salt's word — unless its wrapper picked it up meanwhile.
-pub fn unreachable(core: &mut Main, job: &str, run: RunId, machine: &str, why: String) {
+pub(super) fn unreachable(core: &mut Main, job: &str, run: RunId, machine: &str, why: String) {
     if core
         .target(run, machine)
         .is_none_or(|t| !t.awaiting_pickup())

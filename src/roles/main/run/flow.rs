@@ -24,7 +24,7 @@ use crate::wire::link::HubReply;
 use crate::wire::records::{RunId, RunState, TargetState};
 use crate::workflow::{Step, Wake, Workflow};
 
-pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
+pub(crate) fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
     let name = format!("run of {}", req.job.name);
     let prestaged = req.prestaged;
     Workflow::new(
@@ -74,7 +74,7 @@ pub fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
 /// (those never launched are launched now), then the usual collection and finalization.
 /// `reconnect_until`: the wrappers launched before the restart have until then to
 /// reconnect (their backoff) before the pick-up deadline can judge them.
-pub fn recovered_workflow(
+pub(super) fn recovered_workflow(
     req: RunRequest,
     run: RunId,
     open: Vec<String>,

@@ -10,22 +10,22 @@
 //!
 //! The run's state is in `state/run.rs`, below every step; `flow` is the Workflow's shape.
 
-pub mod batches;
+pub(crate) mod batches;
 mod capacity;
-pub mod effects;
+pub(crate) mod effects;
 mod failed;
 mod fire;
 mod flow;
-pub mod orphans;
+pub(crate) mod orphans;
 mod pickup;
-pub mod prestage;
-pub mod recovery;
-pub mod retry;
-pub mod rounds;
-pub mod runs;
-pub mod suspend;
-pub mod targets;
-pub mod unreachable;
+pub(crate) mod prestage;
+pub(crate) mod recovery;
+pub(crate) mod retry;
+pub(crate) mod rounds;
+pub(crate) mod runs;
+pub(crate) mod suspend;
+pub(crate) mod targets;
+pub(crate) mod unreachable;
 
-pub use fire::fire_as;
-pub use flow::workflow;
+pub(super) use fire::fire_as;
+pub(super) use flow::workflow;

@@ -25,11 +25,11 @@ use crate::roles::main::state::{DbWait, MainRole};
 use crate::wire::db::{DbReply, DbRequest, calls};
 
 /// How often the leader looks for runs it does not drive.
-pub const SWEEP: Duration = Duration::from_secs(30);
+pub(crate) const SWEEP: Duration = Duration::from_secs(30);
 
 /// The timer's turn: read the runs in flight, when this server leads a shared database
 /// and is neither starting nor stopping.
-pub fn sweep(role: &mut MainRole, _: &mut Ctx<MainRole>) {
+pub(crate) fn sweep(role: &mut MainRole, _: &mut Ctx<MainRole>) {
     let core = &mut role.core;
     let idle = core.flight.recovering || core.flight.stopping || core.ha.holding();
     if !core.ha.shared || !core.ha.leader || idle || core.flight.orphans.reading {
@@ -43,7 +43,7 @@ pub fn sweep(role: &mut MainRole, _: &mut Ctx<MainRole>) {
 }
 
 /// db's answer: adopt the suspects of the last sweep that are still not driven here.
-pub fn loaded(core: &mut Main, result: Result<DbReply, CallError>) {
+pub(crate) fn loaded(core: &mut Main, result: Result<DbReply, CallError>) {
     core.flight.orphans.reading = false;
     let runs = match calls::InFlightDetails::take(result) {
         Ok(runs) => runs,

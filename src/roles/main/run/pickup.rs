@@ -14,7 +14,7 @@ use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
 use crate::workflow::Wake;
 
 /// Act on the `overdue` targets of the current batch; `Some(wake)` while a ping is out.
-pub fn overdue(env: &mut RunEnv, core: &mut Main, overdue: Vec<String>) -> Option<Wake> {
+pub(super) fn overdue(env: &mut RunEnv, core: &mut Main, overdue: Vec<String>) -> Option<Wake> {
     let run = env.run.unwrap_or_default();
     let job = env.req.job.name.clone();
     if let Some((id, _)) = &env.pickup_probe {

@@ -25,7 +25,7 @@ use crate::workflow::{Step, StepCtx, Wake};
 type Sc<'a> = StepCtx<'a, RunEnv, Main>;
 
 /// Wait for the slot, then decide: `go` or `cancel`.
-pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let Some(run) = env.run else {
         return Step::Next;
     };

@@ -27,7 +27,7 @@ use crate::wire::db::{RunUpdate, TargetDetail, TargetUpdate};
 use crate::wire::records::{RunRecord, RunState, TargetReason, TargetState};
 
 /// Ask db for the runs in flight; the answer arrives in `recovered`.
-pub fn start(core: &mut Main) {
+pub(crate) fn start(core: &mut Main) {
     core.flight.recovering = true;
     core.db_call(
         DbRequest::InFlightDetails,
@@ -36,7 +36,11 @@ pub fn start(core: &mut Main) {
 }
 
 /// db's answer: rebuild the runs and resume their Workflows.
-pub fn recovered(role: &mut MainRole, ctx: &mut Ctx<MainRole>, result: Result<DbReply, CallError>) {
+pub(crate) fn recovered(
+    role: &mut MainRole,
+    ctx: &mut Ctx<MainRole>,
+    result: Result<DbReply, CallError>,
+) {
     let runs = match calls::InFlightDetails::take(result) {
         Ok(runs) => runs,
         // Asking again would get the same answer, at once and forever.
@@ -68,7 +72,7 @@ pub fn recovered(role: &mut MainRole, ctx: &mut Ctx<MainRole>, result: Result<Db
     role.pump(ctx);
 }
 
-pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
+pub(crate) fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
     let now = Instant::now();
     let grace = std::time::Duration::from_secs(core.config.saltpeter.recovery_grace_s);
     let Some(job) = core

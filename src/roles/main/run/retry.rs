@@ -19,7 +19,7 @@ use crate::roles::main::state::run::RunEnv;
 
 /// What the run Workflow does about retries now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryPlan {
+pub(crate) enum RetryPlan {
     Nothing,
     /// Targets went back to pending: launch the batch again.
     Relaunch,
@@ -27,7 +27,7 @@ pub enum RetryPlan {
     WaitUntil(Instant),
 }
 
-pub fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> RetryPlan {
+pub(crate) fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> RetryPlan {
     let Some(run) = env.run else {
         return RetryPlan::Nothing;
     };

@@ -23,7 +23,7 @@ use crate::wire::records::{Millis, RunId};
 use crate::workflow::WakeKey;
 
 /// Longest a queued launch waits for the other runs of its round.
-pub const ROUND_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const ROUND_WAIT: Duration = Duration::from_secs(2);
 
 /// A publish whose wrappers have not all called back by then counts with those that did.
 const ARRIVALS_FOR: Duration = Duration::from_secs(300);
@@ -131,7 +131,7 @@ impl Rounds {
 
 /// One publish: these runs on these minions.
 #[derive(Debug, PartialEq)]
-pub struct Group {
+pub(crate) struct Group {
     pub url: String,
     pub wrapper_path: String,
     pub settings: SaltSettings,
@@ -140,7 +140,7 @@ pub struct Group {
 }
 
 /// Pure: the publishes for a set of queued launches.
-pub fn group(queued: Vec<Queued>) -> Vec<Group> {
+pub(crate) fn group(queued: Vec<Queued>) -> Vec<Group> {
     type Head = (String, String, SaltSettings);
     let mut by_head: BTreeMap<Head, BTreeMap<String, Vec<RunId>>> = BTreeMap::new();
     for q in queued {
@@ -175,7 +175,7 @@ pub fn group(queued: Vec<Queued>) -> Vec<Group> {
 }
 
 /// The loop's pump, after the Workflows ran: send the rounds that are complete.
-pub fn flush(core: &mut Main, now: Instant) {
+pub(crate) fn flush(core: &mut Main, now: Instant) {
     if !core.rounds.due(now, core.flight.stopping) {
         return;
     }
@@ -226,7 +226,7 @@ pub fn flush(core: &mut Main, now: Instant) {
 
 /// The loop's pump, before the Workflows run: hand each run its part of the launches
 /// that answered, and wake it.
-pub fn poll(core: &mut Main) {
+pub(crate) fn poll(core: &mut Main) {
     let out: Vec<CallId> = core.rounds.out.keys().copied().collect();
     for id in out {
         let Some(reply) = core.take_blocking_reply::<blocking_calls::Launch>(id) else {

@@ -56,7 +56,7 @@ impl ActiveRun {
 }
 
 /// What a wrapper's `exited` means for the target: reason and recorded exit code.
-pub fn exit_outcome(
+pub(crate) fn exit_outcome(
     reason: ExitReason,
     code: Option<i32>,
     signal: Option<i32>,

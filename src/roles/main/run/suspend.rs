@@ -11,7 +11,7 @@ use crate::wire::records::RunId;
 /// Suspend (`want`) or resume targets of `run`; `Ok` says how many were reached. A target
 /// that cannot (not running, an older wrapper) is named in the answer; when no target
 /// could, the request fails with those reasons.
-pub fn suspend(
+pub(crate) fn suspend(
     core: &mut Main,
     run: RunId,
     machine: Option<&str>,

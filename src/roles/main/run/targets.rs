@@ -19,7 +19,7 @@ use crate::workflow::{Step, StepCtx, Wake, WakeEvent};
 
 type Sc<'a> = StepCtx<'a, RunEnv, Main>;
 
-pub fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
+pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let job = env.req.job.clone();
     // A pre-staged salt run is part of its slot's launch round until its launch is queued.
     if job.executor == Executor::Salt
@@ -86,7 +86,7 @@ pub fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
 /// run that needs it, and this run waits for it. A minion whose deployment failed fails
 /// its target (254); one that did not return is launched all the same (its silence is
 /// judged at the pick-up deadline).
-pub fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+pub(crate) fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let job = env.req.job.clone();
     let run = env.run.unwrap_or_default();
     if job.executor != Executor::Salt {

@@ -30,13 +30,13 @@ use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
 use crate::wire::records::{RunId, TargetReason};
 
 /// How often the waiting minions are pinged: a tenth of the window, 2 s to 30 s.
-pub fn probe_period(window: Duration) -> Duration {
+pub(crate) fn probe_period(window: Duration) -> Duration {
     (window / 10).clamp(Duration::from_secs(2), Duration::from_secs(30))
 }
 
 /// The targets resolution found unreachable (minion, why), once the run is recorded:
 /// 255 at once, or, with `retry_unreachable`, waiting for their minion.
-pub fn record_unreachable(
+pub(crate) fn record_unreachable(
     core: &mut Main,
     run: RunId,
     job: &Job,
@@ -78,7 +78,7 @@ pub fn record_unreachable(
 
 /// What the run's collect step does about waiting targets now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Plan {
+pub(crate) enum Plan {
     /// None is waiting.
     Nothing,
     /// These came back and are pending: launch them.
@@ -90,7 +90,7 @@ pub enum Plan {
     },
 }
 
-pub fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> Plan {
+pub(crate) fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> Plan {
     let Some(run) = env.run else {
         return Plan::Nothing;
     };

@@ -11,7 +11,7 @@ use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::link::{BlockingReply, BlockingRequest, HubReply, SaltTargetType, blocking_calls};
 use crate::workflow::{Step, StepCtx, Wake, Workflow};
 
-pub struct DeployEnv {
+pub(crate) struct DeployEnv {
     admin_call: CallId,
     target: String,
     target_type: SaltTargetType,
@@ -23,7 +23,7 @@ pub struct DeployEnv {
 
 type Sc<'a> = StepCtx<'a, DeployEnv, Main>;
 
-pub fn workflow(
+pub(crate) fn workflow(
     core: &Main,
     admin_call: CallId,
     target: Option<String>,

@@ -28,7 +28,7 @@ const RECORD_WITHIN_MS: i64 = 60_000;
 
 /// What the minions of a batch need before their launch.
 #[derive(Debug)]
-pub enum Need {
+pub(crate) enum Need {
     Ready,
     /// A deployment (or what it waits for) is in flight: wait for `WakeEvent::Fleet`.
     Wait,
@@ -42,7 +42,7 @@ fn operator_source(core: &Main) -> bool {
 }
 
 /// Whether deployment makes sense in this configuration.
-pub fn applies(core: &Main) -> bool {
+pub(crate) fn applies(core: &Main) -> bool {
     core.config.saltpeter.executor == Executor::Salt
         || core
             .config
@@ -102,7 +102,7 @@ impl Fleet {
 }
 
 /// Start-up (and adoption as leader): load the fleet from db; learn this build's hash.
-pub fn start(core: &mut Main) {
+pub(crate) fn start(core: &mut Main) {
     if core.fleet.load_call.is_none() && !core.fleet.loaded {
         let id = core.db_call(
             DbRequest::Wrappers,
@@ -132,7 +132,7 @@ fn ask_hash(core: &mut Main) {
 }
 
 /// db's answer to the load.
-pub fn loaded(core: &mut Main, result: Result<DbReply, CallError>) {
+pub(crate) fn loaded(core: &mut Main, result: Result<DbReply, CallError>) {
     core.fleet.load_call = None;
     match calls::Wrappers::take(result) {
         Ok(rows) => {
@@ -163,7 +163,7 @@ pub fn loaded(core: &mut Main, result: Result<DbReply, CallError>) {
 }
 
 /// A vetted hello from a minion-key wrapper reported its build.
-pub fn hello(core: &mut Main, minion: &str, build: WrapperBuild) {
+pub(crate) fn hello(core: &mut Main, minion: &str, build: WrapperBuild) {
     let key = (minion.to_string(), build.path);
     let now = Instant::now();
     // The same build seen again is written back at most every `REFRESH_EVERY`.
@@ -204,7 +204,7 @@ fn record(core: &mut Main, key: &Key, seen: &Seen) {
 }
 
 /// A launch found no wrapper at `path` on `minion`: deploy again next time.
-pub fn missing(core: &mut Main, minion: &str, path: &str) {
+pub(crate) fn missing(core: &mut Main, minion: &str, path: &str) {
     let key = (minion.to_string(), path.to_string());
     if core.fleet.builds.remove(&key).is_some() {
         core.db_call(
@@ -220,7 +220,7 @@ pub fn missing(core: &mut Main, minion: &str, path: &str) {
 /// What `minions` need before a launch of the wrapper at `path`; starts the one
 /// deployment they lack. `since`: when the caller began waiting (older failures are
 /// tried again).
-pub fn need(core: &mut Main, minions: &[String], path: &str, since: Instant) -> Need {
+pub(crate) fn need(core: &mut Main, minions: &[String], path: &str, since: Instant) -> Need {
     if !core.fleet.loaded {
         start(core);
         return Need::Wait;
@@ -294,7 +294,7 @@ fn some_names(minions: &[String]) -> String {
 }
 
 /// One deployment to `minions` (none of them already in flight).
-pub fn deploy_to(core: &mut Main, path: &str, minions: Vec<String>) {
+pub(crate) fn deploy_to(core: &mut Main, path: &str, minions: Vec<String>) {
     log::info!(
         "fleet: deploying the wrapper to {} at {path}",
         some_names(&minions)
@@ -314,7 +314,7 @@ pub fn deploy_to(core: &mut Main, path: &str, minions: Vec<String>) {
 
 /// The loop's pump: take the answers of the hash and the deployments; upgrade the stale
 /// minions once the hash and the rows are known.
-pub fn poll(core: &mut Main) {
+pub(crate) fn poll(core: &mut Main) {
     if let Some(id) = core.fleet.hash_call
         && let Some(reply) = core.take_blocking_reply::<blocking_calls::Deploy>(id)
     {
@@ -436,7 +436,7 @@ fn upgrade_stale(core: &mut Main) {
 }
 
 /// `saltpeterctl wrapper deploy`: what a deployment on demand put where.
-pub fn deployed_on_demand(core: &mut Main, minion: &str, path: &str, hash: &str) {
+pub(crate) fn deployed_on_demand(core: &mut Main, minion: &str, path: &str, hash: &str) {
     store(
         core,
         (minion.to_string(), path.to_string()),

@@ -19,9 +19,9 @@ use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::records::RunId;
 
 /// How many characters of a job name or machine id an event row holds.
-pub const EVENT_NAME_MAX: usize = crate::logsafe::NAME_MAX;
+pub(crate) const EVENT_NAME_MAX: usize = crate::logsafe::NAME_MAX;
 /// How many characters of a message an event row holds.
-pub const EVENT_MESSAGE_MAX: usize = 4096;
+pub(crate) const EVENT_MESSAGE_MAX: usize = 4096;
 
 impl Main {
     /// Record an event in the audit trail. Its strings are bounded ([`EVENT_NAME_MAX`],

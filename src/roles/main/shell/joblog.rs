@@ -56,7 +56,7 @@ fn entry(msg_type: &str, machine: Option<&str>, code: Option<i32>, at: Millis) -
 }
 
 /// A run was recorded.
-pub fn run_started(core: &mut Main, job: &Job, run: RunId) {
+pub(crate) fn run_started(core: &mut Main, job: &Job, run: RunId) {
     send(
         core,
         job,
@@ -66,7 +66,7 @@ pub fn run_started(core: &mut Main, job: &Job, run: RunId) {
 }
 
 /// A run ended: each target's result, then `end`.
-pub fn run_ended(core: &mut Main, active: &ActiveRun) {
+pub(crate) fn run_ended(core: &mut Main, active: &ActiveRun) {
     let now = now_ms();
     let mut entries: Vec<JobLogEntry> = active
         .targets
@@ -90,7 +90,7 @@ pub fn run_ended(core: &mut Main, active: &ActiveRun) {
 }
 
 /// A slot was not run: logged for overlap and maintenance, as the original did.
-pub fn slot_skipped(core: &mut Main, job: &Job, reason: &str) {
+pub(crate) fn slot_skipped(core: &mut Main, job: &Job, reason: &str) {
     let msg_type = if reason.starts_with("overlap") {
         "overlap"
     } else if reason.starts_with("maintenance") {

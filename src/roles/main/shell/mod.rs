@@ -3,12 +3,12 @@
 //! (`fleet`, `deploy`), maintenance windows (`windows`), capacity (`throttle`), the
 //! notification outbox (`notify`), the job log (`joblog`) and retention (`history`).
 
-pub mod deploy;
-pub mod fleet;
-pub mod history;
-pub mod joblog;
-pub mod launcher;
-pub mod links;
-pub mod notify;
-pub mod throttle;
-pub mod windows;
+pub(crate) mod deploy;
+pub(crate) mod fleet;
+pub(crate) mod history;
+pub(crate) mod joblog;
+pub(crate) mod launcher;
+pub(crate) mod links;
+pub(crate) mod notify;
+pub(crate) mod throttle;
+pub(crate) mod windows;

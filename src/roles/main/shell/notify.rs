@@ -51,7 +51,7 @@ const IO_TIMEOUT_S: u64 = 10;
 
 /// What a db reply for notifications is.
 #[derive(Debug, Clone)]
-pub enum Wait {
+pub(crate) enum Wait {
     /// The newest run of every job, at start (the `recovery` rule's memory).
     LastRuns,
     /// Output tails for a run's messages.
@@ -67,14 +67,14 @@ pub enum Wait {
 
 /// A run's end and the rules that fire for it, waiting for the output tails.
 #[derive(Debug, Clone)]
-pub struct Decided {
+pub(crate) struct Decided {
     notice: Notice,
     firing: Vec<(NotifyRule, NotifyOn)>,
     key: String,
 }
 
 /// At start: release the leases of the last life, learn the last states, look for work.
-pub fn start(core: &mut Main) {
+pub(crate) fn start(core: &mut Main) {
     core.db_call(
         DbRequest::ReleaseDeliveryLeases { now: now_ms() },
         DbWait::write("released notification leases"),
@@ -84,7 +84,7 @@ pub fn start(core: &mut Main) {
 }
 
 /// Every second: send what is due.
-pub fn tick(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
+pub(crate) fn tick(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if role.core.notify.due_at.is_some_and(|at| at <= now_ms()) {
         take_due(&mut role.core);
         role.pump(ctx);
@@ -105,7 +105,12 @@ fn firing(rules: &[NotifyRule], facts: &Facts) -> Vec<(NotifyRule, NotifyOn)> {
 }
 
 /// A run ended with `state`: queue what its rules ask for.
-pub fn run_ended(core: &mut Main, active: &ActiveRun, state: RunState, reason: Option<String>) {
+pub(crate) fn run_ended(
+    core: &mut Main,
+    active: &ActiveRun,
+    state: RunState,
+    reason: Option<String>,
+) {
     let job = &active.job;
     let previous = if state == RunState::Skipped {
         core.notify.last.get(&job.name).copied()
@@ -167,7 +172,7 @@ fn targets_started(active: &ActiveRun) -> Option<Millis> {
 }
 
 /// A slot of `job` was not run (`reason` says why; `missed` when it came too late).
-pub fn slot_skipped(
+pub(crate) fn slot_skipped(
     core: &mut Main,
     job: &crate::config::Job,
     slot: Millis,
@@ -289,7 +294,7 @@ fn take_due(core: &mut Main) {
 }
 
 /// `saltpeterctl deliveries`.
-pub fn list(core: &mut Main, call: CallId, mut filter: DeliveryFilter) {
+pub(crate) fn list(core: &mut Main, call: CallId, mut filter: DeliveryFilter) {
     filter.limit = Some(filter.limit.unwrap_or(50).clamp(1, 10_000));
     core.db_call(
         DbRequest::ListDeliveries(filter),
@@ -303,7 +308,7 @@ pub fn list(core: &mut Main, call: CallId, mut filter: DeliveryFilter) {
     );
 }
 
-pub fn db_answer(core: &mut Main, wait: Wait, result: Result<DbReply, CallError>) {
+pub(crate) fn db_answer(core: &mut Main, wait: Wait, result: Result<DbReply, CallError>) {
     match wait {
         Wait::List(call, admin) => {
             let resp = match calls::ListDeliveries::take(result) {
@@ -430,7 +435,7 @@ fn send(core: &mut Main, d: DueDelivery) {
 }
 
 /// Record the answers of the attempts that came back (after every event).
-pub fn poll(core: &mut Main) {
+pub(crate) fn poll(core: &mut Main) {
     if core.notify.in_flight.is_empty() {
         return;
     }

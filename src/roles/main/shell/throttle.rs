@@ -32,17 +32,17 @@ use crate::roles::main::state::run::ActiveRun;
 use crate::wire::records::{Millis, RunId};
 
 /// A place in a throttling queue: slot (or when a manual run was recorded), then run id.
-pub type QueueKey = (Millis, RunId);
+pub(crate) type QueueKey = (Millis, RunId);
 
 /// What one machine has: places taken, and the keys of the targets waiting for it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MachineLoad {
+pub(crate) struct MachineLoad {
     pub running: usize,
     pub waiting: Vec<QueueKey>,
 }
 
 /// May a target with key `me` start on `machine` now? `Err` holds the reason it waits.
-pub fn target_admission(
+pub(crate) fn target_admission(
     max: u32,
     machine: &str,
     load: &MachineLoad,
@@ -66,7 +66,7 @@ pub fn target_admission(
 
 /// May a run with key `me` start now, with `in_flight` runs admitted and the keys of those
 /// waiting in `waiting`? `Err` holds the reason it waits.
-pub fn run_admission(
+pub(crate) fn run_admission(
     max: u32,
     in_flight: usize,
     waiting: &[QueueKey],
@@ -87,7 +87,10 @@ pub fn run_admission(
 }
 
 /// What `machine` has across the runs in flight.
-pub fn machine_load<'a>(runs: impl Iterator<Item = &'a ActiveRun>, machine: &str) -> MachineLoad {
+pub(crate) fn machine_load<'a>(
+    runs: impl Iterator<Item = &'a ActiveRun>,
+    machine: &str,
+) -> MachineLoad {
     let mut load = MachineLoad::default();
     for run in runs {
         let Some(t) = run.targets.get(machine) else {
@@ -103,7 +106,7 @@ pub fn machine_load<'a>(runs: impl Iterator<Item = &'a ActiveRun>, machine: &str
 }
 
 /// May the pending target of `run` on `machine` start now (`max_running_per_machine`)?
-pub fn may_start(core: &Main, run: RunId, machine: &str) -> Result<(), String> {
+pub(crate) fn may_start(core: &Main, run: RunId, machine: &str) -> Result<(), String> {
     let Some(max) = core
         .config
         .saltpeter
@@ -120,7 +123,7 @@ pub fn may_start(core: &Main, run: RunId, machine: &str) -> Result<(), String> {
 }
 
 /// Whether a throttled target among `batch` of `run` may start now.
-pub fn any_admitted(core: &Main, run: RunId, batch: &[String]) -> bool {
+pub(crate) fn any_admitted(core: &Main, run: RunId, batch: &[String]) -> bool {
     let Some(active) = core.flight.runs.get(&run) else {
         return false;
     };
@@ -128,7 +131,7 @@ pub fn any_admitted(core: &Main, run: RunId, batch: &[String]) -> bool {
 }
 
 /// Whether `batch` of `run` has throttled targets (the batch waits for places).
-pub fn has_throttled(core: &Main, run: RunId, batch: &[String]) -> bool {
+pub(crate) fn has_throttled(core: &Main, run: RunId, batch: &[String]) -> bool {
     core.flight
         .runs
         .get(&run)
@@ -151,7 +154,7 @@ fn batch_targets<'a>(
 }
 
 /// May `run` start now (`max_runs_in_flight`)?
-pub fn run_may_start(core: &Main, run: RunId) -> Result<(), String> {
+pub(crate) fn run_may_start(core: &Main, run: RunId) -> Result<(), String> {
     let Some(max) = core.config.saltpeter.max_runs_in_flight else {
         return Ok(());
     };
@@ -168,7 +171,7 @@ pub fn run_may_start(core: &Main, run: RunId) -> Result<(), String> {
 }
 
 /// The reasons of the throttled targets of `run`, by machine (for the run's view).
-pub fn reasons(core: &Main, run: RunId) -> BTreeMap<String, String> {
+pub(crate) fn reasons(core: &Main, run: RunId) -> BTreeMap<String, String> {
     core.flight
         .runs
         .get(&run)

@@ -27,17 +27,17 @@ use crate::wire::link::HubReply;
 const WALK_BUDGET: usize = 10_000;
 
 /// Most occurrences `maintenance windows` lists.
-pub const MAX_LISTED: u32 = 1000;
+pub(crate) const MAX_LISTED: u32 = 1000;
 
 /// One opening of a window: `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Opening {
+pub(crate) struct Opening {
     pub start: DateTime<Utc>,
     pub end: DateTime<Utc>,
 }
 
 /// The opening of `w` that contains `t`, if the window is open at `t`.
-pub fn open_at(w: &Window, t: DateTime<Utc>) -> Option<Opening> {
+pub(crate) fn open_at(w: &Window, t: DateTime<Utc>) -> Option<Opening> {
     match &w.when {
         WindowTime::Once { start, end } => (*start <= t && t < *end).then_some(Opening {
             start: *start,
@@ -69,7 +69,7 @@ pub fn open_at(w: &Window, t: DateTime<Utc>) -> Option<Opening> {
 }
 
 /// Up to `n` openings of `w` that end after `after` (the one open at `after` first), in order.
-pub fn upcoming(w: &Window, after: DateTime<Utc>, n: usize) -> Vec<Opening> {
+pub(crate) fn upcoming(w: &Window, after: DateTime<Utc>, n: usize) -> Vec<Opening> {
     let mut out = Vec::new();
     if n == 0 {
         return out;
@@ -111,7 +111,7 @@ pub fn upcoming(w: &Window, after: DateTime<Utc>, n: usize) -> Vec<Opening> {
 
 /// What a slot of a job becomes because of the fleet-wide windows open at `at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SlotRule<'w> {
+pub(crate) enum SlotRule<'w> {
     /// No fleet-wide window covers it.
     Free,
     /// A `skip` window covers it.
@@ -122,7 +122,7 @@ pub enum SlotRule<'w> {
 
 /// The fleet-wide windows covering a slot of a job of `group` at `at`: a `skip` window wins
 /// over `defer` ones (a skip is the operator's stronger word).
-pub fn slot_rule<'w>(windows: &'w [Window], group: &str, at: DateTime<Utc>) -> SlotRule<'w> {
+pub(crate) fn slot_rule<'w>(windows: &'w [Window], group: &str, at: DateTime<Utc>) -> SlotRule<'w> {
     let mut rule = SlotRule::Free;
     for w in windows
         .iter()
@@ -142,7 +142,7 @@ pub fn slot_rule<'w>(windows: &'w [Window], group: &str, at: DateTime<Utc>) -> S
 
 /// The machine window open at `at` that covers `machine` for a job of `group`, and when
 /// it closes.
-pub fn machine_window<'w>(
+pub(crate) fn machine_window<'w>(
     windows: &'w [Window],
     group: &str,
     machine: &str,
@@ -156,7 +156,7 @@ pub fn machine_window<'w>(
 
 /// `saltpeterctl maintenance windows`: the next `count` openings of every window, in order
 /// of start.
-pub fn request(core: &mut Main, call: CallId, count: u32) {
+pub(crate) fn request(core: &mut Main, call: CallId, count: u32) {
     let now = Utc::now();
     let per_window = count.clamp(1, MAX_LISTED) as usize;
     let mut list: Vec<WindowOccurrence> = core

@@ -12,7 +12,7 @@ use crate::wire::records::Millis;
 
 /// One of the loads start-up waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Load {
+pub(crate) enum Load {
     Maintenance,
     LastSlots,
     JobCtl,
@@ -20,7 +20,7 @@ pub enum Load {
 
 /// What start-up has received so far.
 #[derive(Debug, Default)]
-pub struct Boot {
+pub(crate) struct Boot {
     pub(crate) maintenance_loaded: bool,
     pub(crate) jobctl_loaded: bool,
     pub(crate) last_slots: Option<BTreeMap<String, Millis>>,
@@ -36,7 +36,7 @@ pub struct Boot {
 
 /// Reloads in flight and asked for.
 #[derive(Debug, Default)]
-pub struct Reloads {
+pub(crate) struct Reloads {
     /// The blocking call of the load in flight, and when it started.
     pub(crate) in_flight: Option<(CallId, Instant)>,
     /// Another load is due when the one in flight is done.

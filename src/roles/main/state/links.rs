@@ -13,9 +13,9 @@ use crate::wire::link::{
 };
 use crate::workflow::WakeKey;
 
-pub type HubLink = Link<Packet<MainToHub, HubReply>, Packet<HubRequest, HubAnswer>>;
-pub type DbLink = Link<MainToDb, DbToMain>;
-pub type BlockingLink = Link<MainToBlocking, BlockingToMain>;
+pub(crate) type HubLink = Link<Packet<MainToHub, HubReply>, Packet<HubRequest, HubAnswer>>;
+pub(crate) type DbLink = Link<MainToDb, DbToMain>;
+pub(crate) type BlockingLink = Link<MainToBlocking, BlockingToMain>;
 
 /// The links and what is in flight on them.
 pub struct Links<M> {
@@ -39,10 +39,10 @@ pub struct Links<M> {
 pub struct OnReply<M>(pub Box<OnDbReply<M>>);
 
 /// A part's continuation for a db reply.
-pub type OnDbReply<M> = dyn FnOnce(&mut M, CallId, DbResult);
+pub(crate) type OnDbReply<M> = dyn FnOnce(&mut M, CallId, DbResult);
 
 /// A db reply or why there is none.
-pub type DbResult = Result<DbReply, CallError>;
+pub(crate) type DbResult = Result<DbReply, CallError>;
 
 /// What main tells the hub about wrapper output once per turn of its loop instead of
 /// once per frame: db answers many frames of many targets at once (one commit), and

@@ -2,13 +2,13 @@
 //! part's share, the loop's state (`MainRole`), the links' (`links`). It names none of
 //! main's behaviour.
 
-pub mod lifecycle;
-pub mod links;
-pub mod notify;
-pub mod run;
-pub mod schedule;
-pub mod views;
-pub mod wrappers;
+pub(crate) mod lifecycle;
+pub(crate) mod links;
+pub(crate) mod notify;
+pub(crate) mod run;
+pub(crate) mod schedule;
+pub(crate) mod views;
+pub(crate) mod wrappers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -31,33 +31,33 @@ use schedule::{JobCtl, RuntimeMaintenance};
 use views::{Live, Mirror, UiState};
 use wrappers::{Fleet, Launcher, Refusals};
 
-pub use links::HubOutbox;
+pub(super) use links::HubOutbox;
 pub use run::JobRef;
 
 /// The links as main keeps them.
-pub type Links = links::Links<Main>;
+pub(super) type Links = links::Links<Main>;
 
 /// What to do with a db reply (or its failure): a continuation of the part that made the
 /// call. Timeouts and a lost link call it with the error.
 pub type DbWait = links::OnReply<Main>;
 
 /// A step of a run's Workflow is handed this.
-pub type Sc<'a> = StepCtx<'a, RunEnv, Main>;
+pub(super) type Sc<'a> = StepCtx<'a, RunEnv, Main>;
 
 /// Blocking call ids live in their own range so they never collide with db call ids in
 /// the Workflow registry's wake keys.
-pub const BLOCKING_CALL_BASE: u64 = 1 << 40;
-pub const DB_TIMEOUT: Duration = Duration::from_secs(60);
-pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(120);
+pub(super) const BLOCKING_CALL_BASE: u64 = 1 << 40;
+pub(super) const DB_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const LAUNCH_TIMEOUT: Duration = Duration::from_secs(120);
 /// The database counts as storing again after this long without a refused write.
-pub const DB_TROUBLE_CLEARS_AFTER: Duration = Duration::from_secs(10);
+pub(super) const DB_TROUBLE_CLEARS_AFTER: Duration = Duration::from_secs(10);
 /// How long shutdown waits for running Workflows.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// A Workflow waiting this long on nothing live is reported.
-pub const STALL_THRESHOLD: Duration = Duration::from_secs(60);
+pub(super) const STALL_THRESHOLD: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Copy)]
-pub enum Peer {
+pub(super) enum Peer {
     Hub,
     Db,
     Blocking,
@@ -166,7 +166,7 @@ pub struct Views {
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
-pub struct MainRole {
+pub(super) struct MainRole {
     pub(super) core: Main,
     pub(super) workflows: Registry<Main>,
     pub(super) schedule_timer: Option<TimerId>,
@@ -178,24 +178,24 @@ pub struct MainRole {
 }
 
 /// A role handler of the loop.
-pub type RoleFn = fn(&mut MainRole, &mut Ctx<MainRole>);
+pub(super) type RoleFn = fn(&mut MainRole, &mut Ctx<MainRole>);
 
 /// What the loop does for the parts: a part that changed state outside a turn's event
 /// pumps (wakes Workflows, starts queued runs), and one that changed what is due
 /// re-arms the schedule timer.
-pub struct LoopHooks {
+pub(super) struct LoopHooks {
     pub pump: RoleFn,
     pub arm_schedule: RoleFn,
 }
 
 impl MainRole {
     /// Hand what changed to the Workflows and start what is queued (`main_loop::pump`).
-    pub fn pump(&mut self, ctx: &mut Ctx<MainRole>) {
+    pub(super) fn pump(&mut self, ctx: &mut Ctx<MainRole>) {
         (self.hooks.pump)(self, ctx)
     }
 
     /// Arm the schedule timer at the earliest slot (`main_loop::arm_schedule`).
-    pub fn arm_schedule(&mut self, ctx: &mut Ctx<MainRole>) {
+    pub(super) fn arm_schedule(&mut self, ctx: &mut Ctx<MainRole>) {
         (self.hooks.arm_schedule)(self, ctx)
     }
 }

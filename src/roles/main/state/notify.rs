@@ -8,7 +8,7 @@ use crate::wire::records::{Millis, RunState};
 
 /// A message being sent.
 #[derive(Debug, Clone)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     pub(crate) id: u64,
     pub(crate) attempts: u32,
     pub(crate) job: Option<String>,
@@ -18,7 +18,7 @@ pub struct InFlight {
 }
 
 #[derive(Debug, Default)]
-pub struct Notifier {
+pub(crate) struct Notifier {
     pub(crate) limiter: RateLimiter,
     /// Each job's last final state (skips not counted), for `recovery`.
     pub(crate) last: HashMap<String, RunState>,

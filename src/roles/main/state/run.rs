@@ -26,7 +26,7 @@ pub struct RunRequest {
     pub reason: Option<String>,
 }
 
-pub struct RunEnv {
+pub(crate) struct RunEnv {
     pub(crate) req: RunRequest,
     pub(crate) run: Option<RunId>,
     /// Live targets found by resolution (before maintenance and `number_of_targets`).
@@ -145,7 +145,7 @@ pub struct Rounds {
 }
 
 /// The wrappers of one publish calling back.
-pub struct Arrivals {
+pub(crate) struct Arrivals {
     pub(crate) sent: Instant,
     pub(crate) expected: usize,
     pub(crate) arrived: usize,

@@ -21,7 +21,7 @@ pub struct Live {
 
 /// What `Follow` asked for.
 #[derive(Debug, Clone)]
-pub struct FollowSpec {
+pub(crate) struct FollowSpec {
     pub run: Option<RunId>,
     pub job: Option<String>,
     pub machine: Option<String>,
@@ -30,7 +30,7 @@ pub struct FollowSpec {
     pub live: bool,
 }
 
-pub struct Follower {
+pub(crate) struct Follower {
     pub(crate) spec: FollowSpec,
     pub(crate) run: RunId,
     pub(crate) in_flight: bool,
@@ -39,7 +39,7 @@ pub struct Follower {
 }
 
 #[derive(Default)]
-pub struct Cursor {
+pub(crate) struct Cursor {
     pub(crate) next_from: u64,
     pub(crate) read_once: bool,
     pub(crate) reading: bool,
@@ -47,7 +47,7 @@ pub struct Cursor {
     pub(crate) dirty: bool,
 }
 
-pub struct Watcher {
+pub(crate) struct Watcher {
     pub(crate) call: CallId,
     /// What each watcher last heard of each target: state, reason, suspended.
     pub(crate) seen: BTreeMap<String, (TargetState, Option<TargetReason>, bool)>,
@@ -55,7 +55,7 @@ pub struct Watcher {
 
 /// The last finished run of a job, as the dashboard shows it.
 #[derive(Debug, Clone)]
-pub struct LastRun {
+pub(crate) struct LastRun {
     pub(crate) id: RunId,
     pub(crate) state: RunState,
     pub(crate) started: Option<Millis>,
@@ -113,7 +113,7 @@ pub struct MainMetrics {
 /// The notification outbox (db's `deliveries` in state `pending`, leased or not), as of
 /// db's last count (each take of due messages), less what was settled since.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Outbox {
+pub(crate) struct Outbox {
     pub(crate) pending: u64,
     /// When the oldest pending message was queued (unix milliseconds).
     pub(crate) oldest: Option<Millis>,
@@ -134,7 +134,7 @@ pub struct Mirror {
     pub(crate) resynced_at: Option<Instant>,
 }
 
-pub struct Mirrored {
+pub(crate) struct Mirrored {
     /// As the views show it.
     pub(crate) shown: RunRecord,
     /// Read, shown once the run's feeds have caught up with it.
@@ -142,7 +142,7 @@ pub struct Mirrored {
 }
 
 /// The stored output of one target, as the hub's `/ws` view of it was given so far.
-pub struct Feed {
+pub(crate) struct Feed {
     pub(crate) job: String,
     pub(crate) next_from: u64,
     pub(crate) reading: bool,

@@ -30,11 +30,11 @@ pub struct Launcher {
     pub keys: crate::minion_key::KeyCache,
 }
 
-pub type Key = (String, String);
+pub(crate) type Key = (String, String);
 
 /// A deployment that did not put the build on a minion.
 #[derive(Debug, Clone)]
-pub struct Failure {
+pub(crate) struct Failure {
     pub why: String,
     /// The minion did not return (Salt's word): its launch may still reach it.
     pub silent: bool,
@@ -42,7 +42,7 @@ pub struct Failure {
 }
 
 #[derive(Debug, Clone)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub(crate) sha256: String,
     pub(crate) seen: Millis,
     /// When this row was last written to db.

@@ -14,26 +14,26 @@ use crate::wire::records::{RunId, RunRecord};
 use crate::wire::ui::LiveBase;
 
 /// Largest output slice one answer carries (the admin frame limit is 16 MiB).
-pub const MAX_SLICE: u64 = 8 << 20;
+pub(crate) const MAX_SLICE: u64 = 8 << 20;
 
 /// The one way an answer leaves main.
-pub fn respond(core: &mut Main, call: CallId, resp: AdminResponse) {
+pub(crate) fn respond(core: &mut Main, call: CallId, resp: AdminResponse) {
     core.reply_hub(call, HubReply::Admin(resp));
 }
 
-pub fn failure(core: &mut Main, call: CallId, f: AdminFailure) {
+pub(crate) fn failure(core: &mut Main, call: CallId, f: AdminFailure) {
     respond(core, call, AdminResponse::Failure(f));
 }
 
 /// Configuration errors an answer carries (status: in all; a job: its own).
-pub const ANSWER_ERRORS_MAX: usize = 100;
+pub(crate) const ANSWER_ERRORS_MAX: usize = 100;
 /// Characters of one configuration error an answer carries.
 const ANSWER_ERROR_CHARS: usize = 1024;
 
 /// The first [`ANSWER_ERRORS_MAX`] of `errors`, each cut to a bound, then one line that
 /// counts the rest: a directory with 200,000 errors must not make an answer outgrow the
 /// link's frame (`saltpeterctl config check` lists them all).
-pub fn bounded_errors(errors: impl Iterator<Item = String>) -> Vec<String> {
+pub(crate) fn bounded_errors(errors: impl Iterator<Item = String>) -> Vec<String> {
     let mut out = Vec::new();
     let mut more = 0usize;
     for e in errors {
@@ -51,13 +51,13 @@ pub fn bounded_errors(errors: impl Iterator<Item = String>) -> Vec<String> {
     out
 }
 
-pub fn no_job(job: &str) -> AdminFailure {
+pub(crate) fn no_job(job: &str) -> AdminFailure {
     AdminFailure::NotFound(format!("no job named {job}"))
 }
 
 /// A request's db call: the reply, taken as `C`'s, is shaped by `shape` into the answer to
 /// `call`; a failed call answers with the failure.
-pub fn answer_with<C: Call<DbReply>>(
+pub(crate) fn answer_with<C: Call<DbReply>>(
     call: CallId,
     shape: impl FnOnce(&mut Main, C::Reply) -> AdminResponse + 'static,
 ) -> DbWait {
@@ -79,10 +79,10 @@ fn db_failure(err: CallError) -> AdminFailure {
 }
 
 /// Bytes of stored output a live view starts with (the newest ones).
-pub const LIVE_BASE_BYTES: u64 = 1 << 20;
+pub(crate) const LIVE_BASE_BYTES: u64 = 1 << 20;
 
 /// db's answer to `live_base`.
-pub fn live_read(out: OutputBytes, upto_seq: u64) -> AdminResponse {
+pub(crate) fn live_read(out: OutputBytes, upto_seq: u64) -> AdminResponse {
     AdminResponse::LiveOutput(LiveBase {
         // Only a read cut at its size left bytes before it.
         skipped_bytes: match out.data.len() as u64 >= LIVE_BASE_BYTES {
@@ -99,7 +99,7 @@ pub fn live_read(out: OutputBytes, upto_seq: u64) -> AdminResponse {
 
 /// db's answer to `GetRun` (and to a finished run's waiters), with what only main knows
 /// of a run in flight: why its queued targets wait (`max_running_per_machine`).
-pub fn found(core: &Main, record: Option<RunRecord>) -> AdminResponse {
+pub(crate) fn found(core: &Main, record: Option<RunRecord>) -> AdminResponse {
     match record {
         Some(mut run) => {
             let waiting = crate::roles::main::shell::throttle::reasons(core, run.id);
@@ -115,7 +115,7 @@ pub fn found(core: &Main, record: Option<RunRecord>) -> AdminResponse {
 }
 
 /// Answer `call` with the stored record of `run` (db's is the truth: ended time, state).
-pub fn send_run(core: &mut Main, call: CallId, run: RunId) {
+pub(crate) fn send_run(core: &mut Main, call: CallId, run: RunId) {
     core.db_call(
         DbRequest::GetRun(run),
         answer_with::<calls::GetRun>(call, |core, record| found(core, record)),

@@ -12,7 +12,7 @@ use crate::wire::notify::DeliveryRecord;
 /// Whether the request being handled comes from an admin: the admin socket (root, the
 /// daemon's user, `admin_group`), an `admin` API identity, or `api_auth: none` (loopback
 /// only, everyone is admin there).
-pub fn reader_is_admin(core: &Main) -> bool {
+pub(crate) fn reader_is_admin(core: &Main) -> bool {
     let Some(who) = core.actor.name.as_deref() else {
         return true;
     };
@@ -32,7 +32,7 @@ pub fn reader_is_admin(core: &Main) -> bool {
 }
 
 /// `url` cut to its scheme and host (with port): `https://hooks.example.org/…`.
-pub fn url_origin(url: &str) -> String {
+pub(crate) fn url_origin(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return "…".to_string();
     };
@@ -48,7 +48,7 @@ pub fn url_origin(url: &str) -> String {
 }
 
 /// The record as a non-admin sees it.
-pub fn redacted(mut d: DeliveryRecord) -> DeliveryRecord {
+pub(crate) fn redacted(mut d: DeliveryRecord) -> DeliveryRecord {
     if !d.destination.contains("://") {
         return d;
     }

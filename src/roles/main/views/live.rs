@@ -41,7 +41,7 @@ const FOLLOW_READ: u64 = 256 << 10;
 
 /// What a follower waits for from db.
 #[derive(Debug, Clone)]
-pub enum FollowWait {
+pub(crate) enum FollowWait {
     /// The job's newest run in history.
     Latest(CallId),
     /// The run's targets.
@@ -61,7 +61,7 @@ fn db(core: &mut Main, req: DbRequest, wait: FollowWait) {
     core.db_call(req, DbWait::with(wait, answer));
 }
 
-pub fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
+pub(crate) fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
     if let Some(run) = spec.run {
         return start(core, call, spec, run);
     }
@@ -126,7 +126,7 @@ fn start(core: &mut Main, call: CallId, spec: FollowSpec, run: RunId) {
 }
 
 /// A db reply for a follower.
-pub fn answer(core: &mut Main, wait: FollowWait, result: Result<DbReply, CallError>) {
+pub(crate) fn answer(core: &mut Main, wait: FollowWait, result: Result<DbReply, CallError>) {
     match wait {
         FollowWait::Latest(call) => match calls::ListRuns::take(result) {
             Ok(runs) => match runs.first() {
@@ -320,7 +320,7 @@ fn maybe_end(core: &mut Main, call: CallId) {
 }
 
 /// Output of `machine` in `run` was committed: followers read it.
-pub fn output_arrived(core: &mut Main, run: RunId, machine: &str) {
+pub(crate) fn output_arrived(core: &mut Main, run: RunId, machine: &str) {
     if core.views.live.followers.is_empty() {
         return;
     }
@@ -344,7 +344,7 @@ pub fn output_arrived(core: &mut Main, run: RunId, machine: &str) {
 
 /// `run` ended: followers make a last read of every target; watchers are done (their
 /// final answer goes through the run's waiters).
-pub fn run_ended(core: &mut Main, run: RunId) {
+pub(crate) fn run_ended(core: &mut Main, run: RunId) {
     core.views.live.watchers.remove(&run);
     let mut to_read = Vec::new();
     for (call, f) in core.views.live.followers.iter_mut() {
@@ -370,7 +370,7 @@ pub fn run_ended(core: &mut Main, run: RunId) {
 }
 
 /// `WatchRun`: stream the run's progress, answer when it ends.
-pub fn watch(core: &mut Main, call: CallId, run: RunId) {
+pub(crate) fn watch(core: &mut Main, call: CallId, run: RunId) {
     let Some(active) = core.flight.runs.get_mut(&run) else {
         // Not in flight (it may have ended already): the stored record answers.
         return send_run(core, call, run);
@@ -403,7 +403,7 @@ pub fn watch(core: &mut Main, call: CallId, run: RunId) {
 }
 
 /// Something about `run` changed: tell its watchers which targets moved.
-pub fn run_changed(core: &mut Main, run: RunId) {
+pub(crate) fn run_changed(core: &mut Main, run: RunId) {
     let Some(mut watchers) = core.views.live.watchers.remove(&run) else {
         return;
     };
@@ -427,7 +427,7 @@ pub fn run_changed(core: &mut Main, run: RunId) {
 }
 
 /// The operator's connection closed: forget its followers and watchers.
-pub fn calls_gone(core: &mut Main, calls: &[CallId]) {
+pub(crate) fn calls_gone(core: &mut Main, calls: &[CallId]) {
     for call in calls {
         core.views.live.followers.remove(call);
     }

@@ -28,7 +28,7 @@ use crate::wire::admin::{
 use crate::wire::db::{DbReply, DbRequest, NewEvent, calls};
 
 /// The `meta` key the run-time settings are stored under.
-pub const META_KEY: &str = "maintenance";
+pub(crate) const META_KEY: &str = "maintenance";
 
 impl Main {
     /// Global maintenance is on (from the files or at run time): no new runs start.
@@ -49,7 +49,7 @@ impl Main {
 }
 
 /// The effective maintenance of `file` and `runtime`, entry by entry.
-pub fn info(
+pub(crate) fn info(
     file: &Maintenance,
     runtime: &RuntimeMaintenance,
     note: Option<String>,
@@ -81,7 +81,7 @@ pub fn info(
 }
 
 /// Restore the persisted run-time settings (the value of the `maintenance` meta key).
-pub fn restore(core: &mut Main, stored: Option<String>) {
+pub(crate) fn restore(core: &mut Main, stored: Option<String>) {
     let Some(text) = stored else {
         return;
     };
@@ -112,7 +112,7 @@ pub fn restore(core: &mut Main, stored: Option<String>) {
 
 /// Apply a `saltpeterctl maintenance` request: change the run-time settings, persist them
 /// (the answer goes out once db has committed) and record the change as an event.
-pub fn change(core: &mut Main, call: CallId, change: MaintenanceChange) {
+pub(crate) fn change(core: &mut Main, call: CallId, change: MaintenanceChange) {
     let before = core.runtime_maintenance.clone();
     let file = &core.config.maintenance;
     let mut runtime = before.clone();
@@ -177,7 +177,7 @@ pub fn change(core: &mut Main, call: CallId, change: MaintenanceChange) {
 }
 
 /// db saved the run-time settings (or could not): the answer to `change`.
-pub fn saved(
+pub(crate) fn saved(
     core: &mut Main,
     call: CallId,
     note: Option<String>,
@@ -194,7 +194,7 @@ pub fn saved(
 }
 
 /// The union of the file and run-time settings.
-pub fn effective(file: &Maintenance, runtime: &RuntimeMaintenance) -> Maintenance {
+pub(crate) fn effective(file: &Maintenance, runtime: &RuntimeMaintenance) -> Maintenance {
     Maintenance {
         global: file.global || runtime.global,
         machines: file.machines.union(&runtime.machines).cloned().collect(),
@@ -203,7 +203,7 @@ pub fn effective(file: &Maintenance, runtime: &RuntimeMaintenance) -> Maintenanc
 }
 
 /// A reload changed `saltpeter_maintenance`: record what changed in effect.
-pub fn file_changed(core: &mut Main, old_file: &Maintenance) {
+pub(crate) fn file_changed(core: &mut Main, old_file: &Maintenance) {
     let before = effective(old_file, &core.runtime_maintenance);
     let after = effective(&core.config.maintenance, &core.runtime_maintenance);
     record_changes(core, &before, &after, "the configuration files");

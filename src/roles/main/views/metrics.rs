@@ -12,7 +12,7 @@ use crate::wire::records::{Millis, RunState};
 
 /// The `result` of a delivery attempt: `delivered`, `failed` (tried again later) or
 /// `given_up` (its last attempt).
-pub const DELIVERY_RESULTS: &[&str] = &["delivered", "failed", "given_up"];
+pub(crate) const DELIVERY_RESULTS: &[&str] = &["delivered", "failed", "given_up"];
 
 impl Default for MainMetrics {
     fn default() -> Self {
@@ -92,7 +92,7 @@ impl MainMetrics {
 }
 
 /// main's metrics in the Prometheus text format.
-pub fn render(core: &Main) -> String {
+pub(crate) fn render(core: &Main) -> String {
     let m = &core.views.ui.metrics;
     let mut out = String::new();
     header(

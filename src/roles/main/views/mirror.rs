@@ -55,7 +55,7 @@ impl Feed {
 
 /// What a db reply for the mirror is.
 #[derive(Debug, Clone)]
-pub enum Wait {
+pub(crate) enum Wait {
     InFlight,
     Record(RunId),
     Feed(RunId, String),
@@ -63,7 +63,7 @@ pub enum Wait {
 }
 
 /// db heard the leader's commits.
-pub fn notice(core: &mut Main, notice: LiveNotice) {
+pub(crate) fn notice(core: &mut Main, notice: LiveNotice) {
     if !standby(core) {
         return;
     }
@@ -87,7 +87,7 @@ pub fn notice(core: &mut Main, notice: LiveNotice) {
 }
 
 /// Once per turn: read what the notices since the last turn said changed.
-pub fn poll(core: &mut Main) {
+pub(crate) fn poll(core: &mut Main) {
     let due = core
         .views
         .mirror
@@ -174,7 +174,7 @@ fn read_feed(core: &mut Main, run: RunId, machine: String) {
 }
 
 /// A db reply for the mirror.
-pub fn answer(core: &mut Main, wait: Wait, result: Result<DbReply, CallError>) {
+pub(crate) fn answer(core: &mut Main, wait: Wait, result: Result<DbReply, CallError>) {
     match wait {
         Wait::InFlight => in_flight_read(core, result),
         Wait::Record(run) => record_read(core, run, result),
@@ -355,7 +355,12 @@ fn with_elision(out: OutputBytes) -> Vec<u8> {
 
 /// The hub reads where a target's `/ws` view starts: for a mirrored run, the read that
 /// also starts the target's feed (see the module outline).
-pub fn base_wait(core: &mut Main, call: CallId, run: RunId, machine: &str) -> Option<DbWait> {
+pub(crate) fn base_wait(
+    core: &mut Main,
+    call: CallId,
+    run: RunId,
+    machine: &str,
+) -> Option<DbWait> {
     let job = core.views.mirror.runs.get(&run)?.shown.job.clone();
     let feed = core
         .views
@@ -414,7 +419,7 @@ fn base_read(
 /// This server took over and the recovery loaded the runs in flight: those it adopted
 /// leave the mirror (their output now comes from their wrappers' frames, so the hub
 /// reads it again); the others are read once more and end as their record says.
-pub fn adopted(core: &mut Main) {
+pub(crate) fn adopted(core: &mut Main) {
     let m = &mut core.views.mirror;
     m.resync = false;
     let (adopted, other): (Vec<RunId>, Vec<RunId>) = m

@@ -6,13 +6,13 @@ use crate::roles::main::state::views::Mirrored;
 use crate::wire::records::{Millis, RunId, RunRecord, TargetRecord, TargetState};
 use crate::wire::ui::{RunningView, TargetView};
 
-pub fn standby(core: &Main) -> bool {
+pub(crate) fn standby(core: &Main) -> bool {
     core.ha.shared && !core.ha.leader
 }
 
 /// `output -f` or `logs -f` of `record`: whether it is in flight on the leader (the
 /// follower then reads as its output is committed), mirrored from now on if it was not.
-pub fn follows(core: &mut Main, record: &RunRecord) -> bool {
+pub(crate) fn follows(core: &mut Main, record: &RunRecord) -> bool {
     if !standby(core) || record.state.is_final() {
         return false;
     }
@@ -34,7 +34,7 @@ pub fn follows(core: &mut Main, record: &RunRecord) -> bool {
 }
 
 /// The newest run of `job` in flight on the leader, as mirrored.
-pub fn newest_of(core: &Main, job: &str) -> Option<RunId> {
+pub(crate) fn newest_of(core: &Main, job: &str) -> Option<RunId> {
     core.views
         .mirror
         .runs
@@ -45,7 +45,7 @@ pub fn newest_of(core: &Main, job: &str) -> Option<RunId> {
 }
 
 /// Runs mirrored (`status`'s runs in flight on a standby).
-pub fn count(core: &Main) -> usize {
+pub(crate) fn count(core: &Main) -> usize {
     core.views.mirror.runs.len()
 }
 
@@ -57,7 +57,7 @@ fn settled(t: &TargetRecord) -> bool {
 }
 
 /// The dashboard's `status`: the mirrored runs in flight.
-pub fn running(core: &Main) -> Vec<RunningView> {
+pub(crate) fn running(core: &Main) -> Vec<RunningView> {
     core.views
         .mirror
         .runs
@@ -78,7 +78,10 @@ pub fn running(core: &Main) -> Vec<RunningView> {
 }
 
 /// A watched job's details: its newest mirrored run, its start, and its targets.
-pub fn newest_details(core: &Main, job: &str) -> Option<(RunId, Option<Millis>, Vec<TargetView>)> {
+pub(crate) fn newest_details(
+    core: &Main,
+    job: &str,
+) -> Option<(RunId, Option<Millis>, Vec<TargetView>)> {
     let (id, entry) = core
         .views
         .mirror

@@ -3,11 +3,11 @@
 //! maintenance settings (`maintenance`), a standby's mirror of the leader's runs
 //! (`mirror`, `mirror_view`) and the notification deliveries (`delivery_view`).
 
-pub mod answer;
-pub mod delivery_view;
-pub mod live;
-pub mod maintenance;
-pub mod metrics;
-pub mod mirror;
-pub mod mirror_view;
-pub mod ui;
+pub(crate) mod answer;
+pub(crate) mod delivery_view;
+pub(crate) mod live;
+pub(crate) mod maintenance;
+pub(crate) mod metrics;
+pub(crate) mod mirror;
+pub(crate) mod mirror_view;
+pub(crate) mod ui;

@@ -33,7 +33,7 @@ use crate::wire::ui::{
 
 /// What a db reply for the live view is.
 #[derive(Debug, Clone)]
-pub enum UiWait {
+pub(crate) enum UiWait {
     /// The newest run of every job, at start.
     LastRuns,
 }
@@ -57,7 +57,7 @@ impl LastRun {
 }
 
 /// Start-up: the configuration goes out at once, the status once db said what ran last.
-pub fn start(core: &mut Main) {
+pub(crate) fn start(core: &mut Main) {
     core.views.ui.config_dirty = true;
     core.db_call(
         DbRequest::LastRuns,
@@ -65,7 +65,7 @@ pub fn start(core: &mut Main) {
     );
 }
 
-pub fn db_answer(core: &mut Main, wait: UiWait, result: Result<DbReply, CallError>) {
+pub(crate) fn db_answer(core: &mut Main, wait: UiWait, result: Result<DbReply, CallError>) {
     match (wait, calls::LastRuns::take(result)) {
         (UiWait::LastRuns, Ok(runs)) => {
             for (job, run) in runs {
@@ -81,7 +81,7 @@ pub fn db_answer(core: &mut Main, wait: UiWait, result: Result<DbReply, CallErro
 }
 
 /// A run changed (created, a target started or settled, ...).
-pub fn run_changed(core: &mut Main, run: RunId) {
+pub(crate) fn run_changed(core: &mut Main, run: RunId) {
     if let Some(active) = core.flight.runs.get(&run) {
         core.views.ui.run_started.entry(run).or_insert_with(now_ms);
         core.views.ui.dirty_jobs.insert(active.job.name.clone());
@@ -89,12 +89,12 @@ pub fn run_changed(core: &mut Main, run: RunId) {
 }
 
 /// Something of `job` changed that the views show (a run of the leader's, on a standby).
-pub fn job_changed(core: &mut Main, job: &str) {
+pub(crate) fn job_changed(core: &mut Main, job: &str) {
     core.views.ui.job_changed(job);
 }
 
 /// A run the leader drove ended (on a standby): it becomes its job's last run.
-pub fn mirrored_run_ended(core: &mut Main, record: &RunRecord) {
+pub(crate) fn mirrored_run_ended(core: &mut Main, record: &RunRecord) {
     if record.state.is_final() && record.state != RunState::Skipped {
         let newer = core
             .views
@@ -111,7 +111,7 @@ pub fn mirrored_run_ended(core: &mut Main, record: &RunRecord) {
 }
 
 /// A run ended with `state`: it becomes its job's last run.
-pub fn run_finished(core: &mut Main, active: &ActiveRun, state: RunState) {
+pub(crate) fn run_finished(core: &mut Main, active: &ActiveRun, state: RunState) {
     let run = active.id;
     let started = core.views.ui.run_started.remove(&run);
     let now = now_ms();
@@ -150,7 +150,7 @@ pub fn run_finished(core: &mut Main, active: &ActiveRun, state: RunState) {
 }
 
 /// A slot of `job` came: it ran or was skipped (`skip` says why).
-pub fn slot_fired(core: &mut Main, job: &str, lateness_ms: i64, skip: Option<&str>) {
+pub(crate) fn slot_fired(core: &mut Main, job: &str, lateness_ms: i64, skip: Option<&str>) {
     core.views.ui.metrics.observe_lateness(lateness_ms);
     if skip.is_some_and(|why| why.starts_with("overlap")) {
         core.views.ui.overlapped.insert(job.to_string());
@@ -159,7 +159,7 @@ pub fn slot_fired(core: &mut Main, job: &str, lateness_ms: i64, skip: Option<&st
     core.views.ui.dirty_jobs.insert(job.to_string());
 }
 
-pub fn wrapper_welcomed(core: &mut Main, run: RunId, machine: &str, version: &str) {
+pub(crate) fn wrapper_welcomed(core: &mut Main, run: RunId, machine: &str, version: &str) {
     core.views
         .ui
         .versions
@@ -168,7 +168,7 @@ pub fn wrapper_welcomed(core: &mut Main, run: RunId, machine: &str, version: &st
 
 /// An output frame arrived from a wrapper and goes to db: counted, and its seq kept
 /// (the hub shows it live from the frame it relayed).
-pub fn output_arrived(core: &mut Main, run: RunId, machine: &str, seq: u64, data: &[u8]) {
+pub(crate) fn output_arrived(core: &mut Main, run: RunId, machine: &str, seq: u64, data: &[u8]) {
     core.views.ui.metrics.output(data.len());
     if !core.flight.runs.contains_key(&run) {
         return;
@@ -184,7 +184,7 @@ pub fn output_arrived(core: &mut Main, run: RunId, machine: &str, seq: u64, data
 
 /// The last output seq passed to db for a target: a read of its output sent now
 /// contains every frame up to it (the link to db keeps the order).
-pub fn seen_seq(core: &Main, run: RunId, machine: &str) -> u64 {
+pub(crate) fn seen_seq(core: &Main, run: RunId, machine: &str) -> u64 {
     let Some(active) = core.flight.runs.get(&run) else {
         return u64::MAX; // finished: everything is stored
     };
@@ -200,14 +200,14 @@ pub fn seen_seq(core: &Main, run: RunId, machine: &str) -> u64 {
 }
 
 /// The configuration was (re)loaded.
-pub fn config_changed(core: &mut Main) {
+pub(crate) fn config_changed(core: &mut Main) {
     core.views.ui.config_dirty = true;
     let jobs: Vec<String> = core.config.jobs.keys().cloned().collect();
     core.views.ui.dirty_jobs.extend(jobs);
 }
 
 /// The hub's `/ws` clients started or stopped watching `job`.
-pub fn watch(core: &mut Main, job: String, watch: bool) {
+pub(crate) fn watch(core: &mut Main, job: String, watch: bool) {
     if watch {
         core.views.ui.dirty_jobs.insert(job.clone());
         core.views.ui.watched.insert(job);
@@ -217,7 +217,7 @@ pub fn watch(core: &mut Main, job: String, watch: bool) {
 }
 
 /// Send the hub what changed since the last call (see the module outline).
-pub fn flush(core: &mut Main) {
+pub(crate) fn flush(core: &mut Main) {
     if core.views.ui.config_dirty {
         core.views.ui.config_dirty = false;
         core.views.ui.config_serial = now_ms();
@@ -243,7 +243,7 @@ pub fn flush(core: &mut Main) {
 }
 
 /// A job's configuration as the UI is shown it (`env` names only).
-pub fn cron_view(entry: &crate::config::JobEntry) -> CronEntryView {
+pub(crate) fn cron_view(entry: &crate::config::JobEntry) -> CronEntryView {
     match entry {
         crate::config::JobEntry::Valid(job) => CronEntryView::Valid(Box::new(CronView {
             name: job.name.clone(),

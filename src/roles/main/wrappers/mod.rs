@@ -1,5 +1,5 @@
 //! Wrapper traffic from the hub: hellos vetted (`welcome`), then the sessions' output,
 //! acks, exits and liveness (`sessions`).
 
-pub mod sessions;
-pub mod welcome;
+pub(crate) mod sessions;
+pub(crate) mod welcome;

@@ -26,7 +26,7 @@ use crate::wire::link::{ConnId, HubReply, HubRequest, WrapperHello};
 use crate::wire::records::{Millis, RunId, TargetReason, TargetState};
 use crate::wire::wrapper::RejectCode;
 
-pub fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
+pub(crate) fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
     match req {
         HubRequest::WrapperHello(hello) => {
             let run = hello.run;
@@ -50,7 +50,7 @@ pub fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
 /// db's answer about the run of a wrapper whose run is not in flight: a target recorded
 /// as lost whose wrapper proves its session (resume key) is reopened, with its run, and
 /// the wrapper re-attached; anything else is rejected.
-pub fn reconcile(
+pub(crate) fn reconcile(
     core: &mut Main,
     id: CallId,
     hello: WrapperHello,
@@ -174,7 +174,7 @@ fn earliest_start(core: &Main, conn: ConnId) -> Option<Millis> {
 /// inside what the server knows — not before `since` (what let it start) and not after
 /// `now` (when the news arrived). A wrapper whose clock is off lands on an edge of that
 /// window, never outside it; without a window, the arrival.
-pub fn start_time(at: Millis, since: Option<Millis>, now: Millis) -> Millis {
+pub(crate) fn start_time(at: Millis, since: Option<Millis>, now: Millis) -> Millis {
     match since {
         Some(since) if since <= now => at.clamp(since, now),
         _ => now,
@@ -197,7 +197,7 @@ fn touch(core: &mut Main, conn: ConnId) -> Option<(RunId, String)> {
     Some((run, machine))
 }
 
-pub fn handle_cast(core: &mut Main, req: HubRequest) {
+pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
     match req {
         HubRequest::WrapperStarted {
             conn,
@@ -295,7 +295,7 @@ pub fn handle_cast(core: &mut Main, req: HubRequest) {
 }
 
 /// db committed output up to `contiguous_seq`: ack it to the wrapper.
-pub fn output_stored(
+pub(crate) fn output_stored(
     core: &mut Main,
     run: RunId,
     machine: &str,
@@ -318,7 +318,7 @@ pub fn output_stored(
 /// pre-staged run whose command has not started yet, for 3 staged heartbeats (their
 /// wrappers may be waiting for `go` with the slower beat; after `go` their `started`
 /// comes at once).
-pub fn check_liveness(core: &mut Main, now: Instant) {
+pub(crate) fn check_liveness(core: &mut Main, now: Instant) {
     if core.flight.stopping || core.storage.db_trouble.is_some() {
         // Wrappers cannot reach a stopping daemon, and are refused while the database
         // cannot store: their silence says nothing. The next start gives them the
@@ -353,7 +353,7 @@ pub fn check_liveness(core: &mut Main, now: Instant) {
 }
 
 /// Deliver a user kill to targets of a run; returns how many were reached or settled.
-pub fn kill(core: &mut Main, run: RunId, machine: Option<&str>) -> Result<usize, String> {
+pub(crate) fn kill(core: &mut Main, run: RunId, machine: Option<&str>) -> Result<usize, String> {
     let Some(active) = core.flight.runs.get_mut(&run) else {
         return Err(format!("run {run} is not in flight"));
     };

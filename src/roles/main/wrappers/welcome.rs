@@ -173,7 +173,7 @@ fn peer_address(peer: &str) -> String {
 }
 
 /// Refusals logged and recorded per peer address a minute.
-pub const REFUSALS_PER_MINUTE: u32 = 10;
+pub(crate) const REFUSALS_PER_MINUTE: u32 = 10;
 /// Peer addresses whose refusals are counted at once.
 const REFUSAL_PEERS: usize = 4096;
 /// How much of a refusal's message a log line or event carries.
@@ -197,7 +197,7 @@ impl Refusals {
 
 /// A welcome waiting for its session (spent token, resume key hash) to be committed.
 #[derive(Debug, Clone)]
-pub struct StoredWelcome {
+pub(crate) struct StoredWelcome {
     call: CallId,
     conn: ConnId,
     run: RunId,
@@ -207,7 +207,7 @@ pub struct StoredWelcome {
 
 /// db answered the write of a new session: welcome the wrapper, or, if the session could
 /// not be recorded, undo it and have the wrapper retry (its token was not spent).
-pub fn session_stored(
+pub(crate) fn session_stored(
     core: &mut Main,
     w: StoredWelcome,
     result: Result<crate::wire::db::DbReply, CallError>,
@@ -446,6 +446,6 @@ const STAGED_HEARTBEATS: u64 = 6;
 
 /// The heartbeat period a pre-staged wrapper is told to keep while it waits for `go`
 /// (`JobSpec::staged_heartbeat_s`): it only waits, so a slower beat is enough.
-pub fn staged_heartbeat_s(heartbeat_s: u64) -> u64 {
+pub(crate) fn staged_heartbeat_s(heartbeat_s: u64) -> u64 {
     heartbeat_s.max(1) * STAGED_HEARTBEATS
 }

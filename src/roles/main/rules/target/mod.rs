@@ -27,7 +27,7 @@
 
 mod record;
 mod retry;
-pub mod suspend;
+pub(crate) mod suspend;
 #[cfg(test)]
 mod tests;
 mod throttle;
