@@ -95,12 +95,7 @@ fn run_child(args: &Args, role: &str) -> i32 {
         state: args.dirs.state_dir.clone().unwrap_or_default(),
         runtime: args.dirs.runtime_dir.clone().unwrap_or_default(),
     };
-    crate::roles::run(crate::roles::common::RoleArgs {
-        role,
-        dirs,
-        debug: args.debug,
-        fds,
-    })
+    crate::roles::run(crate::roles::common::RoleArgs { role, dirs, fds })
 }
 
 fn run_supervisor(args: &Args) -> i32 {

@@ -33,7 +33,7 @@ pub(crate) const DURATION_BUCKETS: &[f64] = &[
 
 /// A cumulative histogram of observations in seconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     /// Upper bounds, ascending; `+Inf` is implied.
     pub bounds: Vec<f64>,
     /// Observations per bucket (not cumulative); one more than `bounds` for `+Inf`.
@@ -43,7 +43,7 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    pub fn new(bounds: &[f64]) -> Histogram {
+    pub(crate) fn new(bounds: &[f64]) -> Histogram {
         debug_assert!(
             bounds.windows(2).all(|w| w[0] < w[1]),
             "histogram bounds must ascend"
@@ -56,7 +56,7 @@ impl Histogram {
         }
     }
 
-    pub fn observe(&mut self, seconds: f64) {
+    pub(crate) fn observe(&mut self, seconds: f64) {
         let seconds = if seconds.is_finite() {
             seconds.max(0.0)
         } else {
@@ -76,7 +76,7 @@ impl Histogram {
 
     /// Append the `_bucket`, `_sum` and `_count` lines of `name` (with `labels`, e.g.
     /// `job="x"`, or empty) to `out`. HELP and TYPE lines are the caller's.
-    pub fn render(&self, name: &str, labels: &str, out: &mut String) {
+    pub(crate) fn render(&self, name: &str, labels: &str, out: &mut String) {
         let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0;
         for (bound, count) in self.bounds.iter().zip(&self.counts) {

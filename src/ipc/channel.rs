@@ -20,7 +20,7 @@ use super::frame::{FrameError, FrameReader, HEADER_ROOM, MAX_FRAME, WriteQueue, 
 use super::hello::{Hello, PROTO_VERSION, Role};
 
 #[derive(Debug, thiserror::Error)]
-pub enum ChannelError {
+pub(crate) enum ChannelError {
     #[error("the {0} process closed the link")]
     PeerGone(Role),
     #[error("i/o error on the link to {role}: {source}")]
@@ -42,7 +42,7 @@ pub enum ChannelError {
 pub(crate) const POST_FLUSH_BYTES: usize = 1 << 20;
 
 /// One end of a link.
-pub struct Channel<S, Tx, Rx> {
+pub(crate) struct Channel<S, Tx, Rx> {
     stream: S,
     peer_role: Role,
     peer: Option<Hello>,
@@ -53,7 +53,7 @@ pub struct Channel<S, Tx, Rx> {
 
 impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
     /// Wrap a connected stream; our hello is queued at once.
-    pub fn new(stream: S, me: Role, peer_role: Role) -> Result<Self, ChannelError> {
+    pub(crate) fn new(stream: S, me: Role, peer_role: Role) -> Result<Self, ChannelError> {
         let mut channel = Channel {
             stream,
             peer_role,
@@ -72,21 +72,18 @@ impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
         Ok(channel)
     }
 
-    pub fn peer_role(&self) -> Role {
+    pub(crate) fn peer_role(&self) -> Role {
         self.peer_role
     }
 
+    #[cfg(test)]
     /// The peer's hello, once it has arrived.
-    pub fn peer(&self) -> Option<&Hello> {
+    pub(crate) fn peer(&self) -> Option<&Hello> {
         self.peer.as_ref()
     }
 
-    pub fn stream_mut(&mut self) -> &mut S {
+    pub(crate) fn stream_mut(&mut self) -> &mut S {
         &mut self.stream
-    }
-
-    pub fn stream(&self) -> &S {
-        &self.stream
     }
 
     fn queue<T: Serialize>(&mut self, msg: &T) -> Result<(), ChannelError> {
@@ -101,7 +98,7 @@ impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
     }
 
     /// Queue a message and write what the socket takes now.
-    pub fn send(&mut self, msg: &Tx) -> Result<(), ChannelError> {
+    pub(crate) fn send(&mut self, msg: &Tx) -> Result<(), ChannelError> {
         self.queue(msg)?;
         self.on_writable()
     }
@@ -109,7 +106,7 @@ impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
     /// Queue a message for the end of the loop turn ([`Channel::on_writable`] then writes
     /// every message of the turn in one go: one write and one wake-up of the peer instead
     /// of one per message). Past [`POST_FLUSH_BYTES`] queued it writes at once.
-    pub fn post(&mut self, msg: &Tx) -> Result<(), ChannelError> {
+    pub(crate) fn post(&mut self, msg: &Tx) -> Result<(), ChannelError> {
         self.queue(msg)?;
         if self.writes.queued_bytes() >= POST_FLUSH_BYTES {
             self.on_writable()?;
@@ -118,7 +115,7 @@ impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
     }
 
     /// Flush queued frames; call on every writable event and at the end of a turn.
-    pub fn on_writable(&mut self) -> Result<(), ChannelError> {
+    pub(crate) fn on_writable(&mut self) -> Result<(), ChannelError> {
         let role = self.peer_role;
         self.writes
             .flush_to(&mut self.stream)
@@ -131,13 +128,13 @@ impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
     }
 
     /// Bytes still waiting for the socket.
-    pub fn pending_write_bytes(&self) -> usize {
+    pub(crate) fn pending_write_bytes(&self) -> usize {
         self.writes.queued_bytes()
     }
 
     /// Read everything available and decode it. Messages received before the peer closed
     /// are returned first; the next call then reports `PeerGone`.
-    pub fn receive(&mut self) -> Result<Vec<Rx>, ChannelError> {
+    pub(crate) fn receive(&mut self) -> Result<Vec<Rx>, ChannelError> {
         let role = self.peer_role;
         let open = match self.reader.fill_from(&mut self.stream) {
             Ok(open) => open,
@@ -182,17 +179,9 @@ impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
         Ok(msgs)
     }
 
-    /// For blocking streams (`saltpeterctl`, tests): flush, then wait for one message.
-    pub fn call_blocking(&mut self, msg: &Tx) -> Result<Rx, ChannelError> {
-        self.send(msg)?;
-        while !self.writes.is_empty() {
-            self.on_writable()?;
-        }
-        self.recv_blocking()
-    }
-
+    #[cfg(test)]
     /// For blocking streams: wait for the next message.
-    pub fn recv_blocking(&mut self) -> Result<Rx, ChannelError> {
+    pub(crate) fn recv_blocking(&mut self) -> Result<Rx, ChannelError> {
         let role = self.peer_role;
         let mut msgs = self.recv_all_blocking()?;
         // Callers of this form are strictly request/response, so more than one message at
@@ -210,7 +199,7 @@ impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
 impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
     /// For blocking streams that receive a stream of messages (`saltpeterctl` following
     /// output): wait until at least one message is there and return all decoded ones.
-    pub fn recv_all_blocking(&mut self) -> Result<Vec<Rx>, ChannelError> {
+    pub(crate) fn recv_all_blocking(&mut self) -> Result<Vec<Rx>, ChannelError> {
         let role = self.peer_role;
         loop {
             let msgs = self.decode_buffered()?;
@@ -232,7 +221,7 @@ impl<S: Read + Write, Tx: Serialize, Rx: DeserializeOwned> Channel<S, Tx, Rx> {
     }
 
     /// For blocking streams: send one message and wait until it is written.
-    pub fn send_blocking(&mut self, msg: &Tx) -> Result<(), ChannelError> {
+    pub(crate) fn send_blocking(&mut self, msg: &Tx) -> Result<(), ChannelError> {
         self.send(msg)?;
         while !self.writes.is_empty() {
             self.on_writable()?;

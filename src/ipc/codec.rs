@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 #[derive(Debug, thiserror::Error)]
-pub enum CodecError {
+pub(crate) enum CodecError {
     #[error("could not encode message: {0}")]
     Encode(bincode::Error),
     #[error("could not decode message: {0}")]

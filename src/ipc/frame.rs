@@ -15,7 +15,7 @@ use std::io::{self, Read, Write};
 const LEN_BYTES: usize = 4;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]
     TooLarge { len: usize, max: usize },
 }

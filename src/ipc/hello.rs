@@ -10,7 +10,7 @@ pub(crate) const PROTO_VERSION: u32 = 1;
 
 /// Who is at the other end of a link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Role {
+pub(crate) enum Role {
     Supervisor,
     Hub,
     Main,
@@ -20,9 +20,9 @@ pub enum Role {
 }
 
 impl Role {
-    pub const CHILDREN: [Role; 4] = [Role::Hub, Role::Main, Role::Db, Role::Blocking];
+    pub(crate) const CHILDREN: [Role; 4] = [Role::Hub, Role::Main, Role::Db, Role::Blocking];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Role::Supervisor => "supervisor",
             Role::Hub => "hub",
@@ -33,7 +33,7 @@ impl Role {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<Role> {
+    pub(crate) fn from_name(name: &str) -> Option<Role> {
         Role::CHILDREN.into_iter().find(|r| r.name() == name)
     }
 }
@@ -46,7 +46,7 @@ impl std::fmt::Display for Role {
 
 /// First frame on every link.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Hello {
+pub(crate) struct Hello {
     pub role: Role,
     pub proto_version: u32,
     pub pid: u32,

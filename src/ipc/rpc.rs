@@ -18,7 +18,7 @@ pub(crate) type CallId = u64;
 /// What travels on a link in one direction: our calls and casts, and replies to the
 /// peer's calls.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum Packet<Req, Rep> {
+pub(crate) enum Packet<Req, Rep> {
     Call {
         id: CallId,
         req: Req,
@@ -35,7 +35,7 @@ pub enum Packet<Req, Rep> {
 /// (db commits one transaction per batch) may hold a call until its answer is due, so
 /// that one batch covers more: a caller that needs the answer only later says so.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum Due {
+pub(crate) enum Due {
     /// As soon as the callee serves calls.
     #[default]
     Soon,
@@ -45,7 +45,7 @@ pub enum Due {
 
 /// An error the remote side returned for a call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-pub enum RemoteError {
+pub(crate) enum RemoteError {
     #[error("{0}")]
     Failed(String),
     #[error("the disk is full: {0}")]
@@ -56,7 +56,7 @@ pub enum RemoteError {
 
 /// Why a call produced no reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CallError {
+pub(crate) enum CallError {
     #[error("the {0} process went away before answering")]
     PeerGone(Role),
     #[error("the {0} process did not answer within {1:?}")]
@@ -77,7 +77,7 @@ pub enum CallError {
 /// reply enum `R` is unpacked here and nowhere else, so "peer answered X with an
 /// impossible Y" is one `CallError::WrongReply` instead of an arm at every caller. The
 /// links declare their kinds with `wire::calls!`.
-pub trait Call<R: std::fmt::Debug> {
+pub(crate) trait Call<R: std::fmt::Debug> {
     /// What the caller gets from a reply of the right shape.
     type Reply;
     /// Who answers (for the error).
@@ -113,7 +113,7 @@ struct Pending<T> {
 const SHRINK_ABOVE: usize = 256;
 
 /// Calls awaiting a reply on one link.
-pub struct PendingCalls<T> {
+pub(crate) struct PendingCalls<T> {
     peer: Role,
     next_id: CallId,
     calls: HashMap<CallId, Pending<T>>,
@@ -123,12 +123,12 @@ pub struct PendingCalls<T> {
 }
 
 impl<T> PendingCalls<T> {
-    pub fn new(peer: Role) -> PendingCalls<T> {
+    pub(crate) fn new(peer: Role) -> PendingCalls<T> {
         Self::with_first_id(peer, 1)
     }
 
     /// Ids start at `first` (to keep the ids of two links apart).
-    pub fn with_first_id(peer: Role, first: CallId) -> PendingCalls<T> {
+    pub(crate) fn with_first_id(peer: Role, first: CallId) -> PendingCalls<T> {
         PendingCalls {
             peer,
             next_id: first,
@@ -138,7 +138,7 @@ impl<T> PendingCalls<T> {
     }
 
     /// Register a call that must be answered within `timeout`; returns its id.
-    pub fn start(&mut self, now: Instant, timeout: Duration, tag: T) -> CallId {
+    pub(crate) fn start(&mut self, now: Instant, timeout: Duration, tag: T) -> CallId {
         let id = self.next_id;
         self.next_id += 1;
         self.deadlines.insert((now + timeout, id));
@@ -155,7 +155,7 @@ impl<T> PendingCalls<T> {
 
     /// The reply for `id` arrived: hand back the tag (`None` for an unknown or expired id,
     /// which the caller logs and drops).
-    pub fn finish(&mut self, id: CallId) -> Option<T> {
+    pub(crate) fn finish(&mut self, id: CallId) -> Option<T> {
         let p = self.calls.remove(&id)?;
         self.deadlines.remove(&(p.deadline, id));
         self.shrink();
@@ -171,12 +171,12 @@ impl<T> PendingCalls<T> {
     }
 
     /// The tag of a call still pending.
-    pub fn get(&self, id: CallId) -> Option<&T> {
+    pub(crate) fn get(&self, id: CallId) -> Option<&T> {
         self.calls.get(&id).map(|p| &p.tag)
     }
 
     /// Remove and return every call whose deadline has passed.
-    pub fn expire(&mut self, now: Instant) -> Vec<(CallId, T, CallError)> {
+    pub(crate) fn expire(&mut self, now: Instant) -> Vec<(CallId, T, CallError)> {
         let mut out = Vec::new();
         while let Some(&(deadline, id)) = self.deadlines.first() {
             if deadline > now {
@@ -193,7 +193,7 @@ impl<T> PendingCalls<T> {
     }
 
     /// The peer is gone: every pending call fails.
-    pub fn fail_all(&mut self) -> Vec<(CallId, T, CallError)> {
+    pub(crate) fn fail_all(&mut self) -> Vec<(CallId, T, CallError)> {
         self.deadlines.clear();
         let mut out: Vec<_> = self
             .calls
@@ -204,15 +204,19 @@ impl<T> PendingCalls<T> {
         out
     }
 
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.deadlines.first().map(|(deadline, _)| *deadline)
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+
+    pub(crate) fn len(&self) -> usize {
         self.calls.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+
+    pub(crate) fn is_empty(&self) -> bool {
         self.calls.is_empty()
     }
 }

@@ -7,7 +7,7 @@
 //! tested without sockets.
 
 mod conn;
-pub mod send;
+pub(crate) mod send;
 pub(crate) mod smtp;
 pub(crate) mod tls;
 
@@ -21,15 +21,15 @@ use crate::config::notify::NotifyOn;
 use crate::wire::records::{Millis, RunId, RunState, TargetReason};
 
 /// Bytes of each target's output shown in a notification.
-pub const TAIL_BYTES: u64 = 2048;
+pub(crate) const TAIL_BYTES: u64 = 2048;
 /// Targets whose output is shown (the rest are counted).
-pub const TAIL_TARGETS: usize = 20;
+pub(crate) const TAIL_TARGETS: usize = 20;
 /// Attempts before a message is given up (about 4 hours with [`retry_delay`]).
-pub const MAX_ATTEMPTS: u32 = 30;
+pub(crate) const MAX_ATTEMPTS: u32 = 30;
 
 /// One target's outcome, as told.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TargetNote {
+pub(crate) struct TargetNote {
     pub machine: String,
     pub state: String,
     pub reason: Option<TargetReason>,
@@ -39,7 +39,7 @@ pub struct TargetNote {
 
 /// What happened, as told to people.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Notice {
+pub(crate) struct Notice {
     pub job: String,
     pub run: Option<RunId>,
     pub slot: Option<Millis>,
@@ -54,7 +54,7 @@ pub struct Notice {
 
 /// The facts about a run's end (or a skipped slot) that rules are matched against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Facts {
+pub(crate) struct Facts {
     pub state: RunState,
     /// The job's previous final state (skips not counted).
     pub previous: Option<RunState>,
@@ -70,7 +70,7 @@ fn failed(state: RunState) -> bool {
 
 /// The event a rule fires on for these facts, if any: the most specific one the rule
 /// names, so a rule with `[failure, always]` sends one message per run, not two.
-pub fn fires(on: &[NotifyOn], facts: &Facts) -> Option<NotifyOn> {
+pub(crate) fn fires(on: &[NotifyOn], facts: &Facts) -> Option<NotifyOn> {
     let happened = |o: NotifyOn| match o {
         NotifyOn::Failure => failed(facts.state),
         NotifyOn::Recovery => {
@@ -100,7 +100,7 @@ fn iso(ms: Option<Millis>) -> Option<String> {
 }
 
 /// One line for chat and mail subjects.
-pub fn headline(n: &Notice, event: NotifyOn) -> String {
+pub(crate) fn headline(n: &Notice, event: NotifyOn) -> String {
     let what = match n.run {
         Some(run) => format!("run {run}"),
         None => format!("slot {}", iso(n.slot).unwrap_or_default()),
@@ -120,7 +120,7 @@ pub fn headline(n: &Notice, event: NotifyOn) -> String {
 }
 
 /// The webhook body: the full JSON (with a Slack-compatible `text`), or only `text`.
-pub fn webhook_body(n: &Notice, event: NotifyOn, slack: bool) -> String {
+pub(crate) fn webhook_body(n: &Notice, event: NotifyOn, slack: bool) -> String {
     let text = slack_text(n, event);
     if slack {
         return json!({ "text": text }).to_string();
@@ -165,7 +165,7 @@ fn slack_text(n: &Notice, event: NotifyOn) -> String {
 }
 
 /// `sha256=<hex HMAC-SHA256 of body under secret>`, the `X-Saltpeter-Signature` value.
-pub fn signature(secret: &str, body: &str) -> String {
+pub(crate) fn signature(secret: &str, body: &str) -> String {
     let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()) else {
         // HMAC takes keys of any length; this branch cannot be reached.
         return String::new();
@@ -181,7 +181,7 @@ pub fn signature(secret: &str, body: &str) -> String {
 }
 
 /// Subject and plain-text body of a notification mail.
-pub fn mail(n: &Notice, event: NotifyOn) -> (String, String) {
+pub(crate) fn mail(n: &Notice, event: NotifyOn) -> (String, String) {
     let subject = headline(n, event);
     let mut body = format!(
         "Job:     {}\nRun:     {}\nSlot:    {}\nState:   {}\nEvent:   {}\nTrigger: {}\n",
@@ -214,7 +214,7 @@ pub fn mail(n: &Notice, event: NotifyOn) -> (String, String) {
 }
 
 /// How long to wait after the `attempts`-th failed attempt; `None`: give up.
-pub fn retry_delay(attempts: u32) -> Option<Duration> {
+pub(crate) fn retry_delay(attempts: u32) -> Option<Duration> {
     if attempts >= MAX_ATTEMPTS {
         return None;
     }
@@ -224,13 +224,13 @@ pub fn retry_delay(attempts: u32) -> Option<Duration> {
 
 /// At most `limit` notifications per job in any hour (`0`: no limit).
 #[derive(Debug, Default)]
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     sent: HashMap<String, VecDeque<Millis>>,
 }
 
 impl RateLimiter {
     /// Whether one more for `job` may go at `now` (and count it if so).
-    pub fn allow(&mut self, job: &str, limit: u32, now: Millis) -> bool {
+    pub(crate) fn allow(&mut self, job: &str, limit: u32, now: Millis) -> bool {
         if limit == 0 {
             return true;
         }

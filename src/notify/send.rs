@@ -21,7 +21,7 @@ use crate::wire::notify::{DeliverOrder, MailTransport, Outgoing};
 const ANSWER_LIMIT: u64 = 1 << 20;
 
 /// Send `order`'s message; `Ok(what the receiver said)` or `Err(cause)`.
-pub fn deliver(order: &DeliverOrder) -> Result<String, String> {
+pub(crate) fn deliver(order: &DeliverOrder) -> Result<String, String> {
     let timeout = Duration::from_secs(order.io_timeout_s.max(1));
     match &order.message {
         Outgoing::Webhook {
@@ -76,7 +76,7 @@ pub fn deliver(order: &DeliverOrder) -> Result<String, String> {
 
 /// POST `body` to an `http://` or `https://` URL (the certificate checked against the
 /// system's CAs and `ca_file`); `Ok((status line, answer))` for a 2xx answer.
-pub fn post(
+pub(crate) fn post(
     url: &str,
     headers: &[(&str, String)],
     body: &str,
@@ -156,7 +156,7 @@ pub fn post(
 }
 
 /// The mail as sent: headers and the body with CRLF line ends.
-pub fn mail_text(from: &str, to: &[String], subject: &str, body: &str) -> String {
+pub(crate) fn mail_text(from: &str, to: &[String], subject: &str, body: &str) -> String {
     let host = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
@@ -183,7 +183,7 @@ pub fn mail_text(from: &str, to: &[String], subject: &str, body: &str) -> String
 }
 
 /// `sendmail -t -i` with the message on its stdin.
-pub fn sendmail(path: &str, message: &str) -> Result<String, String> {
+pub(crate) fn sendmail(path: &str, message: &str) -> Result<String, String> {
     let mut child = Command::new(path)
         .args(["-t", "-i"])
         .stdin(Stdio::piped())

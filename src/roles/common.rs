@@ -14,7 +14,7 @@ use crate::paths::Dirs;
 use crate::wire::link::{ControlDown, ControlUp};
 
 #[derive(Debug, thiserror::Error)]
-pub enum RoleError {
+pub(crate) enum RoleError {
     #[error("missing inherited descriptor `{0}` (the supervisor starts roles, not people)")]
     MissingFd(String),
     #[error("could not set up the {what}: {source}")]
@@ -33,22 +33,21 @@ pub enum RoleError {
 }
 
 impl RoleError {
-    pub fn setup(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RoleError {
+    pub(crate) fn setup(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RoleError {
         let what = what.into();
         move |source| RoleError::Setup { what, source }
     }
 }
 
 /// What a child process gets from the supervisor.
-pub struct RoleArgs {
+pub(crate) struct RoleArgs {
     pub role: Role,
     pub dirs: Dirs,
-    pub debug: bool,
     pub fds: Vec<(String, OwnedFd)>,
 }
 
 impl RoleArgs {
-    pub fn take_fd(&mut self, name: &str) -> Result<OwnedFd, RoleError> {
+    pub(crate) fn take_fd(&mut self, name: &str) -> Result<OwnedFd, RoleError> {
         let i = self
             .fds
             .iter()
@@ -57,12 +56,12 @@ impl RoleArgs {
         Ok(self.fds.remove(i).1)
     }
 
-    pub fn has_fd(&self, name: &str) -> bool {
+    pub(crate) fn has_fd(&self, name: &str) -> bool {
         self.fds.iter().any(|(n, _)| n == name)
     }
 
     /// An inherited socketpair end as a non-blocking mio stream.
-    pub fn take_stream(&mut self, name: &str) -> Result<mio::net::UnixStream, RoleError> {
+    pub(crate) fn take_stream(&mut self, name: &str) -> Result<mio::net::UnixStream, RoleError> {
         let std = std::os::unix::net::UnixStream::from(self.take_fd(name)?);
         std.set_nonblocking(true)
             .map_err(RoleError::setup(format!("{name} link")))?;

@@ -14,13 +14,13 @@ pub(crate) mod blocking;
 pub(crate) mod common;
 pub(crate) mod db;
 pub(crate) mod hub;
-pub mod main;
+pub(crate) mod main;
 
 use crate::ipc::Role;
 use common::{RoleArgs, RoleError, ignore_terminal_signals};
 
 /// Run one role to completion; returns the process exit code.
-pub fn run(args: RoleArgs) -> i32 {
+pub(crate) fn run(args: RoleArgs) -> i32 {
     ignore_terminal_signals();
     let role = args.role;
     let result = match role {

@@ -8,7 +8,7 @@ use super::wrapper::Stream;
 
 /// A process of the daemon, as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcessInfo {
+pub(crate) struct ProcessInfo {
     pub role: String,
     pub pid: u32,
 }
@@ -18,7 +18,7 @@ pub struct ProcessInfo {
 /// and main answers each with one `AdminResponse` shape that the caller renders (tables,
 /// `--json`, API JSON). Grouped as main handles them (`roles/main/requests/`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum AdminRequest {
+pub(crate) enum AdminRequest {
     // The daemon (`requests/daemon.rs`).
     /// Versions, processes, counts (answered with `Status`).
     Status,
@@ -133,7 +133,7 @@ pub enum AdminRequest {
 
 impl AdminRequest {
     /// Requests whose answer may take as long as a run.
-    pub fn is_long(&self) -> bool {
+    pub(crate) fn is_long(&self) -> bool {
         matches!(
             self,
             AdminRequest::DeployWrapper { .. }
@@ -145,7 +145,7 @@ impl AdminRequest {
 
 /// Which runs to list, newest first; `before_id` pages backwards.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunQuery {
+pub(crate) struct RunQuery {
     pub job: Option<String>,
     pub state: Option<RunState>,
     /// Runs created at or after this instant.
@@ -158,7 +158,7 @@ pub struct RunQuery {
 
 /// Which bytes of a target's output to read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputRange {
+pub(crate) struct OutputRange {
     /// Only this stream (default: both, interleaved as they came).
     pub stream: Option<Stream>,
     /// Absolute byte position to start at (a previous slice's `next_from`).
@@ -171,7 +171,7 @@ pub struct OutputRange {
 
 /// Who sent an admin request on the socket (from SO_PEERCRED).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AdminPeer {
+pub(crate) struct AdminPeer {
     pub uid: u32,
     pub gid: u32,
     pub pid: i32,
@@ -179,7 +179,7 @@ pub struct AdminPeer {
 
 /// What `jobs --state` selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum JobState {
+pub(crate) enum JobState {
     /// A run is in flight.
     Running,
     /// Enabled, nothing in flight.
@@ -195,7 +195,7 @@ pub enum JobState {
 }
 
 impl JobState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             JobState::Running => "running",
             JobState::Idle => "idle",
@@ -209,7 +209,7 @@ impl JobState {
 
 /// `saltpeterctl maintenance ...`: what to change in the run-time maintenance settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum MaintenanceChange {
+pub(crate) enum MaintenanceChange {
     Show,
     GlobalOn,
     GlobalOff,
@@ -220,7 +220,7 @@ pub enum MaintenanceChange {
 /// Where a maintenance entry comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum MaintenanceSource {
+pub(crate) enum MaintenanceSource {
     /// `saltpeter_maintenance` in a configuration file.
     File,
     /// Set with `saltpeterctl maintenance` (persisted in the database).
@@ -228,7 +228,7 @@ pub enum MaintenanceSource {
 }
 
 impl MaintenanceSource {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             MaintenanceSource::File => "file",
             MaintenanceSource::Runtime => "runtime",
@@ -238,7 +238,7 @@ impl MaintenanceSource {
 
 /// A job as `jobs` lists it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JobSummary {
+pub(crate) struct JobSummary {
     pub info: JobInfo,
     /// `running`, `idle`, `disabled` or `invalid`.
     pub state: JobState,
@@ -248,7 +248,7 @@ pub struct JobSummary {
 
 /// One job in detail, as `saltpeterctl show` and `/api/v1/jobs/NAME` show it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JobDetail {
+pub(crate) struct JobDetail {
     pub summary: JobSummary,
     /// The configuration as the UI and the API show it (`env` names only: values never
     /// leave main), or where a job disabled by errors is defined.
@@ -267,7 +267,7 @@ pub struct JobDetail {
 
 /// A slice of one target's stored output.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputSlice {
+pub(crate) struct OutputSlice {
     #[serde(with = "crate::wire::bytes")]
     pub data: Vec<u8>,
     /// Bytes of the target dropped by its output limit.
@@ -282,7 +282,7 @@ pub struct OutputSlice {
 
 /// One entry of the audit trail.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct EventInfo {
+pub(crate) struct EventInfo {
     pub id: u64,
     pub at: Millis,
     pub kind: String,
@@ -296,7 +296,7 @@ pub struct EventInfo {
 
 impl MaintenanceInfo {
     /// The JSON shape `saltpeterctl maintenance show --json` and the HTTP API print.
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         let sources =
             |list: &[MaintenanceSource]| list.iter().map(|s| s.as_str()).collect::<Vec<_>>();
         serde_json::json!({
@@ -313,7 +313,7 @@ impl MaintenanceInfo {
 
 /// The effective maintenance (union of the file and the run-time settings), entry by entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MaintenanceInfo {
+pub(crate) struct MaintenanceInfo {
     /// Global maintenance is on, from these sources (empty: off).
     pub global: Vec<MaintenanceSource>,
     /// Machines in maintenance, each with its sources, sorted by name.
@@ -323,7 +323,7 @@ pub struct MaintenanceInfo {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StatusInfo {
+pub(crate) struct StatusInfo {
     pub version: String,
     pub started_at: Millis,
     pub uptime_s: u64,
@@ -343,7 +343,7 @@ pub struct StatusInfo {
 
 /// This server's role among the servers sharing the database.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HaInfo {
+pub(crate) struct HaInfo {
     pub server: String,
     /// `leader`, `standby`, or `unconfirmed` (the database unreachable).
     pub role: String,
@@ -352,7 +352,7 @@ pub struct HaInfo {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JobInfo {
+pub(crate) struct JobInfo {
     pub name: String,
     pub group: String,
     pub next_run: Option<Millis>,
@@ -370,7 +370,7 @@ pub struct JobInfo {
 
 /// One answer shape per question; the caller renders it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum AdminResponse {
+pub(crate) enum AdminResponse {
     Status(StatusInfo),
     /// Answer to `WrapperStatus`.
     WrapperFleet(WrapperFleet),
@@ -431,7 +431,7 @@ pub enum AdminResponse {
 
 impl AdminResponse {
     /// Streamed ahead of the final answer of a long request.
-    pub fn is_stream(&self) -> bool {
+    pub(crate) fn is_stream(&self) -> bool {
         matches!(
             self,
             AdminResponse::Progress(_)
@@ -444,7 +444,7 @@ impl AdminResponse {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum AdminFailure {
+pub(crate) enum AdminFailure {
     NotFound(String),
     Invalid(String),
     Internal(String),
@@ -462,7 +462,7 @@ impl std::fmt::Display for AdminFailure {
 
 /// `saltpeterctl pause|resume|skip`: what to change in a job's run-time control.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum JobControl {
+pub(crate) enum JobControl {
     /// The paused and skipping jobs.
     Show,
     /// No slot of `job` runs (each is recorded as skipped) until `resume`, or until
@@ -483,7 +483,7 @@ pub enum JobControl {
 
 /// One job's run-time control.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobControlEntry {
+pub(crate) struct JobControlEntry {
     pub job: String,
     pub paused: bool,
     /// Who paused it (admin socket uid; `None`: over the HTTP API).
@@ -497,7 +497,7 @@ pub struct JobControlEntry {
 
 /// The answer to `JobControl`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobControlInfo {
+pub(crate) struct JobControlInfo {
     pub jobs: Vec<JobControlEntry>,
     /// What the change did.
     pub note: Option<String>,
@@ -505,7 +505,7 @@ pub struct JobControlInfo {
 
 impl JobControlInfo {
     /// The JSON shape `saltpeterctl --json` and the HTTP API print.
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         let ms = |t: Option<Millis>| {
             t.and_then(chrono::DateTime::from_timestamp_millis)
                 .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
@@ -526,7 +526,7 @@ impl JobControlInfo {
 
 /// One opening of a maintenance window.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WindowOccurrence {
+pub(crate) struct WindowOccurrence {
     pub name: String,
     pub start: Millis,
     pub end: Millis,
@@ -543,7 +543,7 @@ pub struct WindowOccurrence {
 
 impl WindowOccurrence {
     /// The JSON shape `saltpeterctl --json` and the HTTP API print.
-    pub fn to_json(list: &[WindowOccurrence]) -> serde_json::Value {
+    pub(crate) fn to_json(list: &[WindowOccurrence]) -> serde_json::Value {
         let t = |ms: Millis| {
             chrono::DateTime::from_timestamp_millis(ms)
                 .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
@@ -569,7 +569,7 @@ impl WindowOccurrence {
 
 /// The minions' wrapper builds, as main knows them (`saltpeterctl wrapper status`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WrapperFleet {
+pub(crate) struct WrapperFleet {
     /// SHA-256 of this build's wrapper, once known.
     pub this_build: Option<String>,
     pub minions: Vec<MinionWrapper>,
@@ -577,7 +577,7 @@ pub struct WrapperFleet {
 
 /// One minion's wrapper at one path.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MinionWrapper {
+pub(crate) struct MinionWrapper {
     pub minion: String,
     pub path: String,
     /// Empty when the operator's `wrapper_source` was deployed and no hello said yet.

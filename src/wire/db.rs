@@ -28,7 +28,7 @@ pub(crate) type MainToDb = Packet<DbRequest, NoReply>;
 pub(crate) type DbToMain = Packet<DbNotice, DbReply>;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum DbRequest {
+pub(crate) enum DbRequest {
     CreateRun(NewRun),
     UpdateRun {
         run: RunId,
@@ -119,7 +119,7 @@ pub enum DbRequest {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum DbReply {
+pub(crate) enum DbReply {
     /// `None`: the (job, slot) was already recorded; nothing was created.
     RunCreated(Option<RunId>),
     Done,
@@ -182,7 +182,7 @@ pub(crate) mod calls {
 
 /// db never calls main; it only tells it its commit latency now and then (casts).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum DbNotice {
+pub(crate) enum DbNotice {
     /// Seconds from the start of each batch transaction to its commit, since start.
     CommitLatency(crate::metrics::Histogram),
     /// The leader lease of the daemons sharing a PostgreSQL database (docs/ha.md): sent
@@ -196,7 +196,7 @@ pub enum DbNotice {
 /// What the leader's commits changed, as a standby's db heard it (`NOTIFY
 /// saltpeter_live`), coalesced per run and kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LiveNotice {
+pub(crate) struct LiveNotice {
     /// Changes may have been missed (the listener connected, again or for the first
     /// time, or too many came at once): read every run in flight again.
     pub resync: bool,
@@ -205,7 +205,7 @@ pub struct LiveNotice {
 
 /// One run changed by a committed batch of the leader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LiveChange {
+pub(crate) struct LiveChange {
     pub run: RunId,
     pub kind: LiveKind,
     /// For output, the highest frame seq the batch committed; 0 for a run's record.
@@ -214,7 +214,7 @@ pub struct LiveChange {
 
 /// What of a run a committed batch changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum LiveKind {
+pub(crate) enum LiveKind {
     /// Its record or a target's (created, started, settled, retried).
     Run,
     /// Output of one of its targets.
@@ -223,7 +223,7 @@ pub enum LiveKind {
 
 /// Where this daemon stands among the daemons sharing the database.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LeaseReport {
+pub(crate) struct LeaseReport {
     /// This daemon holds the lease: it fires the schedule and runs the runs.
     pub leader: bool,
     /// The database answered the last try; false while it is unreachable (and then
@@ -238,7 +238,7 @@ pub struct LeaseReport {
 
 /// A secret in transit on the main <-> db link; `Debug` never shows it.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SharedSecret(pub String);
+pub(crate) struct SharedSecret(pub String);
 
 impl std::fmt::Debug for SharedSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -250,7 +250,7 @@ impl std::fmt::Debug for SharedSecret {
 
 /// A run to record.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct NewRun {
+pub(crate) struct NewRun {
     pub job: String,
     /// Scheduled instant; `None` for a manual run.
     pub slot: Option<Millis>,
@@ -264,7 +264,7 @@ pub struct NewRun {
 
 /// Changes to a run; only the fields that are `Some` change.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RunUpdate {
+pub(crate) struct RunUpdate {
     pub state: Option<RunState>,
     pub reason: Option<String>,
     pub started: Option<Millis>,
@@ -273,7 +273,7 @@ pub struct RunUpdate {
 
 /// Changes to a target; only the fields that are `Some` change.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct TargetUpdate {
+pub(crate) struct TargetUpdate {
     pub state: Option<TargetState>,
     pub reason: Option<TargetReason>,
     pub exit_code: Option<i32>,
@@ -292,7 +292,7 @@ pub struct TargetUpdate {
 
 /// A target with the columns that `TargetRecord` does not show.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct TargetDetail {
+pub(crate) struct TargetDetail {
     pub record: TargetRecord,
     pub last_seen: Option<Millis>,
     pub wrapper_version: Option<String>,
@@ -310,7 +310,7 @@ pub struct TargetDetail {
 
 /// Which runs db's `list_runs` returns, newest first; `before_id` pages backwards.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RunFilter {
+pub(crate) struct RunFilter {
     pub job: Option<String>,
     pub state: Option<RunState>,
     /// Runs created at or after this instant.
@@ -324,7 +324,7 @@ pub struct RunFilter {
 /// What db's `prune` removes from one job; only runs in final states go. A run is
 /// removed when any given rule says so.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Retention {
+pub(crate) struct Retention {
     /// Keep this many newest final runs.
     pub keep_runs: Option<usize>,
     /// Remove runs created before this instant.
@@ -336,7 +336,7 @@ pub struct Retention {
 
 /// What db's `prune` removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PruneOutcome {
+pub(crate) struct PruneOutcome {
     pub runs: u64,
     pub output_bytes: u64,
 }
@@ -348,7 +348,7 @@ pub(crate) use crate::config::OutputLimit;
 
 /// Which part of a target's output db's `read_output` returns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct OutputQuery {
+pub(crate) struct OutputQuery {
     /// Only this stream.
     pub stream: Option<Stream>,
     /// Absolute position in the output to start at (a previous `next_from`).
@@ -361,7 +361,7 @@ pub struct OutputQuery {
 
 /// Output read back.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct OutputBytes {
+pub(crate) struct OutputBytes {
     /// Kept bytes in arrival order (stdout and stderr interleaved as they came).
     #[serde(with = "crate::wire::bytes")]
     pub data: Vec<u8>,
@@ -380,7 +380,7 @@ pub struct OutputBytes {
 /// An audit event to record (`kind` is a short snake_case name such as `run_created`,
 /// `target_lost`, `maintenance_set`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct NewEvent {
+pub(crate) struct NewEvent {
     pub at: Millis,
     pub kind: String,
     pub job: Option<String>,
@@ -393,14 +393,14 @@ pub struct NewEvent {
 
 /// A recorded event.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct EventRecord {
+pub(crate) struct EventRecord {
     pub id: u64,
     pub event: NewEvent,
 }
 
 /// Which events db's `list_events` returns; `before_id` pages backwards.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct EventFilter {
+pub(crate) struct EventFilter {
     pub job: Option<String>,
     pub run: Option<RunId>,
     pub kind: Option<String>,
@@ -418,7 +418,7 @@ pub(crate) use super::records::AttemptRecord;
 /// Which wrapper build a minion was last seen with, at one path (fleet state: it
 /// survives restarts and is shared by the servers of one PostgreSQL database).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WrapperSeen {
+pub(crate) struct WrapperSeen {
     pub minion: String,
     pub path: String,
     pub sha256: String,

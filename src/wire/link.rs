@@ -24,7 +24,7 @@ pub(crate) use super::admin::ProcessInfo;
 
 /// Supervisor -> child.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum ControlDown {
+pub(crate) enum ControlDown {
     /// Finish what is in flight (up to the grace) and exit 0.
     Shutdown,
     /// An ordered stop began (main only, before the first level stops): start nothing
@@ -45,7 +45,7 @@ pub enum ControlDown {
 
 /// Child -> supervisor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum ControlUp {
+pub(crate) enum ControlUp {
     Ready,
 }
 
@@ -54,7 +54,7 @@ pub(crate) type ConnId = u64;
 
 /// Hub -> main requests (calls and casts).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum HubRequest {
+pub(crate) enum HubRequest {
     /// An operator's request from the admin socket (call).
     Admin(AdminRequest),
     /// A wrapper said hello (call; the reply decides welcome or reject).
@@ -108,7 +108,7 @@ pub enum HubRequest {
 
 /// A wrapper's `hello`, as the hub passes it to main (with the connection it came on).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WrapperHello {
+pub(crate) struct WrapperHello {
     pub conn: ConnId,
     pub peer: String,
     pub run: RunId,
@@ -134,21 +134,21 @@ pub struct WrapperHello {
 
 /// Which wrapper binary a minion has: where, and its SHA-256 (hex).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WrapperBuild {
+pub(crate) struct WrapperBuild {
     pub path: String,
     pub sha256: String,
 }
 
 /// A challenge the hub sent on a connection, and the wrapper's signature of it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MinionProof {
+pub(crate) struct MinionProof {
     pub challenge: String,
     pub signature: String,
 }
 
 /// Main's answer to a `WrapperHello`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum WrapperVerdict {
+pub(crate) enum WrapperVerdict {
     Welcome {
         job: JobSpec,
         resume_key: Redacted,
@@ -165,7 +165,7 @@ pub enum WrapperVerdict {
 
 /// Main -> hub replies.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum HubReply {
+pub(crate) enum HubReply {
     Admin(AdminResponse),
     Verdict(WrapperVerdict),
 }
@@ -173,7 +173,7 @@ pub enum HubReply {
 /// A value that crosses a link as its JSON text: for the wrapper protocol's internally
 /// tagged messages, which bincode cannot decode directly.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AsJson<T>(pub T);
+pub(crate) struct AsJson<T>(pub T);
 
 impl<T: Serialize> Serialize for AsJson<T> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -193,7 +193,7 @@ impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for AsJson<T> {
 
 /// Main -> hub requests (casts).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum MainToHub {
+pub(crate) enum MainToHub {
     /// Send a control message to a wrapper.
     ToWrapper {
         conn: ConnId,
@@ -250,11 +250,11 @@ pub(crate) fn output_cost(data_len: usize) -> u64 {
 
 /// Hub -> main replies (hub answers no calls of main's today).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum HubAnswer {}
+pub(crate) enum HubAnswer {}
 
 /// Which executor launches wrappers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ExecutorKind {
+pub(crate) enum ExecutorKind {
     Salt,
     Local,
 }
@@ -263,7 +263,7 @@ pub enum ExecutorKind {
 /// machine with its minion key); the local executor's single-use launch token goes to the
 /// wrapper in a 0600 file, never on a command line or in an environment.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LaunchTarget {
+pub(crate) struct LaunchTarget {
     pub machine: String,
     pub token: Option<Redacted>,
 }
@@ -271,7 +271,7 @@ pub struct LaunchTarget {
 /// How the blocking process calls salt (from `saltpeter_config`, sent with each request
 /// so a reload applies at once). Ordered, so launches can be grouped by it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct SaltSettings {
+pub(crate) struct SaltSettings {
     pub salt_bin: String,
     pub config_dir: Option<String>,
     /// `-t`: how long the CLI waits for returns.
@@ -285,7 +285,7 @@ pub struct SaltSettings {
 
 /// Main -> blocking calls.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum BlockingRequest {
+pub(crate) enum BlockingRequest {
     /// Start one wrapper per target and run: through Salt one publish for every run of
     /// `runs` on every target (`SP_RUN` lists them; docs/salt.md, "Coalesced launches");
     /// the local executor launches exactly one run.
@@ -332,7 +332,7 @@ pub enum BlockingRequest {
 
 /// Minions of a target expression, by liveness.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Resolution {
+pub(crate) struct Resolution {
     pub live: Vec<String>,
     /// Matched but silent or failing: (minion, why).
     pub unreachable: Vec<(String, String)>,
@@ -344,7 +344,7 @@ pub struct Resolution {
 
 /// What one minion (or local target) made of a launch or a deployment.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MinionOutcome {
+pub(crate) struct MinionOutcome {
     pub machine: String,
     pub result: Result<(), String>,
     /// Salt published the launch but the minion did not return: its wrapper may still
@@ -354,7 +354,7 @@ pub struct MinionOutcome {
 
 /// Blocking -> main replies.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum BlockingReply {
+pub(crate) enum BlockingReply {
     /// Per run and target.
     Launched(Vec<(RunId, MinionOutcome)>),
     Resolved(Resolution),
@@ -387,7 +387,7 @@ pub(crate) mod blocking_calls {
 
 /// Blocking -> main requests (none today).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum BlockingNotice {}
+pub(crate) enum BlockingNotice {}
 
 /// What main sends blocking (it answers no calls: blocking makes none); blocking receives
 /// exactly this type.
@@ -398,7 +398,7 @@ pub(crate) type BlockingToMain = Packet<BlockingNotice, BlockingReply>;
 /// How salt reads a target expression (a job's `target_type`): a closed set on the link,
 /// so blocking never meets a word it does not know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum SaltTargetType {
+pub(crate) enum SaltTargetType {
     Glob,
     Pcre,
     List,

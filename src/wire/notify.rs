@@ -12,7 +12,7 @@ use crate::wire::records::{Millis, RunId};
 
 /// One message, ready to send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Outgoing {
+pub(crate) enum Outgoing {
     /// An HTTP POST of `body` (JSON) to `url`.
     Webhook {
         url: String,
@@ -34,7 +34,7 @@ pub enum Outgoing {
 }
 
 impl Outgoing {
-    pub fn channel(&self) -> &'static str {
+    pub(crate) fn channel(&self) -> &'static str {
         match self {
             Outgoing::Webhook { .. } => "webhook",
             Outgoing::Email { .. } => "email",
@@ -44,7 +44,7 @@ impl Outgoing {
 
     /// Where it goes, as shown to operators (no secrets: URLs carrying credentials are
     /// refused by the configuration).
-    pub fn destination(&self) -> String {
+    pub(crate) fn destination(&self) -> String {
         match self {
             Outgoing::Webhook { url, .. } | Outgoing::Bulk { url, .. } => url.clone(),
             Outgoing::Email { to, .. } => to.join(", "),
@@ -54,7 +54,7 @@ impl Outgoing {
 
 /// A message to queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NewDelivery {
+pub(crate) struct NewDelivery {
     /// Unique: a second delivery with the same key is not queued (de-duplication).
     pub key: String,
     pub job: Option<String>,
@@ -68,7 +68,7 @@ pub struct NewDelivery {
 /// State of a queued message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum DeliveryState {
+pub(crate) enum DeliveryState {
     Pending,
     Delivered,
     /// Given up after the last attempt; the cause is in `last_error`.
@@ -76,7 +76,7 @@ pub enum DeliveryState {
 }
 
 impl DeliveryState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DeliveryState::Pending => "pending",
             DeliveryState::Delivered => "delivered",
@@ -84,7 +84,7 @@ impl DeliveryState {
         }
     }
 
-    pub fn parse(text: &str) -> Option<DeliveryState> {
+    pub(crate) fn parse(text: &str) -> Option<DeliveryState> {
         match text {
             "pending" => Some(DeliveryState::Pending),
             "delivered" => Some(DeliveryState::Delivered),
@@ -96,7 +96,7 @@ impl DeliveryState {
 
 /// A queued message as stored and shown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeliveryRecord {
+pub(crate) struct DeliveryRecord {
     pub id: u64,
     pub key: String,
     pub job: Option<String>,
@@ -114,7 +114,7 @@ pub struct DeliveryRecord {
 
 impl DeliveryRecord {
     /// The JSON shape shared by `saltpeterctl deliveries --json` and the HTTP API.
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         let iso = |ms: Option<Millis>| {
             ms.and_then(chrono::DateTime::from_timestamp_millis)
                 .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
@@ -138,7 +138,7 @@ impl DeliveryRecord {
 
 /// A due message handed to main to send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DueDelivery {
+pub(crate) struct DueDelivery {
     pub id: u64,
     pub attempts: u32,
     pub job: Option<String>,
@@ -150,7 +150,7 @@ pub struct DueDelivery {
 /// What db's `take_due_deliveries` answers: the messages leased to main, and when the
 /// next one of the rest is due.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DueDeliveries {
+pub(crate) struct DueDeliveries {
     pub due: Vec<DueDelivery>,
     pub next_due: Option<Millis>,
     /// Messages pending (leased or not, those leased now included), and when the oldest
@@ -163,7 +163,7 @@ pub struct DueDeliveries {
 
 /// The result of one attempt, to record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeliveryAttempt {
+pub(crate) struct DeliveryAttempt {
     pub id: u64,
     pub now: Millis,
     /// `Ok(what the receiver said)` or `Err(cause)`.
@@ -176,7 +176,7 @@ pub(crate) use crate::config::notify::SmtpTls;
 
 /// How mail leaves this host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum MailTransport {
+pub(crate) enum MailTransport {
     /// An SMTP server (`saltpeter_config.smtp`).
     Smtp {
         host: String,
@@ -189,7 +189,7 @@ pub enum MailTransport {
 
 /// What blocking's `--deliver` helper gets on stdin. `Debug` never shows the password.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeliverOrder {
+pub(crate) struct DeliverOrder {
     pub message: Outgoing,
     /// For `Email`: the sender address and the transport.
     pub mail_from: String,
@@ -226,7 +226,7 @@ impl std::fmt::Debug for DeliverOrder {
 
 /// Which deliveries `list_deliveries` returns, newest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct DeliveryFilter {
+pub(crate) struct DeliveryFilter {
     pub job: Option<String>,
     pub run: Option<RunId>,
     pub state: Option<DeliveryState>,
@@ -238,7 +238,7 @@ pub struct DeliveryFilter {
 /// One event of a job's log, in the original's `msg_type` terms (`start`,
 /// `machine_result`, `end`, `overlap`, `maintenance`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobLogEntry {
+pub(crate) struct JobLogEntry {
     pub msg_type: String,
     pub machine: Option<String>,
     pub return_code: Option<i32>,
@@ -249,7 +249,7 @@ pub struct JobLogEntry {
 
 /// Where a job's log goes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExportDest {
+pub(crate) struct ExportDest {
     /// `elasticsearch` or `opensearch`.
     pub name: String,
     pub url: String,
@@ -259,7 +259,7 @@ pub struct ExportDest {
 /// Events of one job for its log file and the exports (db writes the file, reads the
 /// output, and queues one bulk request per export in the outbox).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobLog {
+pub(crate) struct JobLog {
     pub job: String,
     pub group: String,
     /// The original's `job_instance`: `{job}_{run}`.

@@ -24,16 +24,17 @@ macro_rules! str_enum {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
         #[serde(rename_all = "snake_case")]
-        pub enum $name { $($variant),+ }
+        pub(crate) enum $name { $($variant),+ }
 
         impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            #[allow(dead_code, reason = "not every list of states is walked whole")]
+            pub(crate) const ALL: &'static [$name] = &[$($name::$variant),+];
 
-            pub fn as_str(self) -> &'static str {
+            pub(crate) fn as_str(self) -> &'static str {
                 match self { $($name::$variant => $text),+ }
             }
 
-            pub fn parse(text: &str) -> Option<$name> {
+            pub(crate) fn parse(text: &str) -> Option<$name> {
                 match text { $($text => Some($name::$variant),)+ _ => None }
             }
         }
@@ -61,7 +62,7 @@ str_enum!(
 );
 
 impl RunState {
-    pub fn is_final(self) -> bool {
+    pub(crate) fn is_final(self) -> bool {
         matches!(
             self,
             RunState::Succeeded
@@ -106,22 +107,6 @@ str_enum!(
     }
 );
 
-impl TargetReason {
-    /// Exit code recorded for outcomes that have no command exit code of their own
-    /// (compatible with the original Saltpeter).
-    pub fn synthetic_code(self) -> Option<i32> {
-        match self {
-            TargetReason::Exit | TargetReason::Canceled => None,
-            TargetReason::Timeout => Some(124),
-            TargetReason::Killed => Some(143),
-            TargetReason::Lost => Some(253),
-            TargetReason::WrapperFailed => Some(254),
-            TargetReason::Unreachable | TargetReason::GaveUp => Some(255),
-            TargetReason::MemoryLimit => Some(137),
-        }
-    }
-}
-
 str_enum!(
     /// What started a run.
     Trigger {
@@ -134,7 +119,7 @@ str_enum!(
 
 /// One target of a run as stored and shown.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TargetRecord {
+pub(crate) struct TargetRecord {
     pub machine: String,
     pub state: TargetState,
     pub reason: Option<TargetReason>,
@@ -156,7 +141,7 @@ pub struct TargetRecord {
 
 /// One run as stored and shown.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunRecord {
+pub(crate) struct RunRecord {
     pub id: RunId,
     pub job: String,
     /// Scheduled instant, `None` for a manual run.
@@ -175,7 +160,7 @@ pub struct RunRecord {
 
 /// One attempt of a target that was retried.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AttemptRecord {
+pub(crate) struct AttemptRecord {
     pub machine: String,
     /// 1 for the first.
     pub attempt: u32,

@@ -14,7 +14,7 @@ use super::records::{Millis, RunId, TargetRecord};
 /// Where the live output of one target starts for the hub: the stored output, and the
 /// last frame it contains (the hub relays later frames itself).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LiveBase {
+pub(crate) struct LiveBase {
     #[serde(with = "crate::wire::bytes")]
     pub data: Vec<u8>,
     pub omitted_bytes: u64,
@@ -31,7 +31,7 @@ pub struct LiveBase {
 /// A target whose output a `details` message covers: the hub keeps its text for
 /// subscribers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LiveTarget {
+pub(crate) struct LiveTarget {
     pub machine: String,
     pub run: RunId,
     /// The target's outcome is recorded: no more output will come.
@@ -41,7 +41,7 @@ pub struct LiveTarget {
 /// A job's configuration as the original UI's `config.crons` entry shows it (`env` is
 /// only its names: values never leave main).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CronView {
+pub(crate) struct CronView {
     pub name: String,
     pub group: String,
     pub file: String,
@@ -74,7 +74,7 @@ pub struct CronView {
 
 /// A `config.crons` entry: a valid job, or one disabled by an error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum CronEntryView {
+pub(crate) enum CronEntryView {
     Valid(Box<CronView>),
     Invalid {
         name: String,
@@ -86,7 +86,7 @@ pub enum CronEntryView {
 
 /// The `saltpeter_config` settings the UI is shown.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SettingsView {
+pub(crate) struct SettingsView {
     pub api_ws: bool,
     pub api_ws_port: u16,
     pub api_ws_bind_addr: String,
@@ -103,7 +103,7 @@ pub struct SettingsView {
 
 /// What the `config` message shows: sent on start and on every (re)load.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConfigView {
+pub(crate) struct ConfigView {
     pub crons: Vec<CronEntryView>,
     pub maintenance_global: bool,
     pub maintenance_machines: Vec<String>,
@@ -115,7 +115,7 @@ pub struct ConfigView {
 
 /// A run in flight in the `status` message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunningView {
+pub(crate) struct RunningView {
     pub job: String,
     pub run: RunId,
     pub started: Option<Millis>,
@@ -125,7 +125,7 @@ pub struct RunningView {
 
 /// A job's last result in the `status` message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LastStateView {
+pub(crate) struct LastStateView {
     pub job: String,
     pub last_run: Option<Millis>,
     pub result_ok: bool,
@@ -133,14 +133,14 @@ pub struct LastStateView {
 
 /// What the `status` message shows: runs in flight and the last result of every job.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StatusView {
+pub(crate) struct StatusView {
     pub running: Vec<RunningView>,
     pub last_state: Vec<LastStateView>,
 }
 
 /// A target of the run a `details` message shows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TargetView {
+pub(crate) struct TargetView {
     pub record: TargetRecord,
     /// The outcome is recorded: no more output will come.
     pub finished: bool,
@@ -151,7 +151,7 @@ pub struct TargetView {
 
 /// What a `details` message of a watched job shows: its current run, else its last one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DetailsView {
+pub(crate) struct DetailsView {
     pub job: String,
     pub group: String,
     pub next_run: Option<Millis>,
@@ -164,7 +164,7 @@ pub struct DetailsView {
 
 impl DetailsView {
     /// The targets whose output the view shows (those that started or finished).
-    pub fn live_targets(&self) -> impl Iterator<Item = LiveTarget> + '_ {
+    pub(crate) fn live_targets(&self) -> impl Iterator<Item = LiveTarget> + '_ {
         let run = self.run;
         self.targets
             .iter()

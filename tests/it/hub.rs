@@ -54,10 +54,8 @@ fn forged_replayed_and_wrong_run_tokens_are_rejected() {
 
     // The genuine token, computed from the server secret: already used by the real
     // wrapper, so it is refused (single use).
-    let secret = saltpeter::roles::main::tokens::Secret::load_or_create(
-        &d.state_dir().join("server.secret"),
-    )
-    .expect("secret");
+    let secret = saltpeter::tokens::Secret::load_or_create(&d.state_dir().join("server.secret"))
+        .expect("secret");
     let mut ws = wrapper_ws(port);
     ws.send(hello(id, "w1", &secret.launch_token(id, "w1", 1)))
         .expect("send");

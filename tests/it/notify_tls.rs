@@ -358,7 +358,7 @@ fn mail_goes_through_starttls_with_a_login() {
     let (commands, data) = mails
         .recv_timeout(HANG)
         .unwrap_or_else(|_| panic!("no mail arrived\n{}", d.log_text()));
-    let plain = saltpeter::notify::send::base64(b"\0sp-user\0mail-password-never-logged");
+    let plain = saltpeter::base64(b"\0sp-user\0mail-password-never-logged");
     let expected = [
         "STARTTLS".to_string(),
         format!("[tls] AUTH PLAIN {plain}"),
@@ -398,8 +398,8 @@ fn mail_goes_through_implicit_tls_with_auth_login() {
     let (commands, data) = mails
         .recv_timeout(HANG)
         .unwrap_or_else(|_| panic!("no mail arrived\n{}", d.log_text()));
-    let user = saltpeter::notify::send::base64(b"sp-user");
-    let password = saltpeter::notify::send::base64(b"mail-password-never-logged");
+    let user = saltpeter::base64(b"sp-user");
+    let password = saltpeter::base64(b"mail-password-never-logged");
     let at = commands.iter().position(|c| c == "[tls] AUTH LOGIN");
     assert!(at.is_some(), "{commands:?}");
     let at = at.unwrap();

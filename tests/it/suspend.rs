@@ -405,10 +405,8 @@ fn a_target_whose_wrapper_cannot_suspend_is_refused_with_a_clear_message() {
                 wrapper_path: /bin/true\n  command: 'sleep 60'\n";
     let d = Daemon::start(&[("01-fast.yaml", FAST), ("jobs.yaml", jobs)]);
     let run = d.run_now("old_wrapper");
-    let secret = saltpeter::roles::main::tokens::Secret::load_or_create(
-        &d.state_dir().join("server.secret"),
-    )
-    .expect("secret");
+    let secret = saltpeter::tokens::Secret::load_or_create(&d.state_dir().join("server.secret"))
+        .expect("secret");
     let send = |ws: &mut tungstenite::WebSocket<std::net::TcpStream>, v: Value| {
         ws.send(tungstenite::Message::text(v.to_string()))
             .expect("send");

@@ -200,7 +200,7 @@ pub(super) fn arm_liveness(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     });
 }
 
-pub fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
+pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let now = Utc::now();
     let config = config::load_dir(&args.dirs.config, None, now)
         .map_err(|e| RoleError::BadStart(e.to_string()))?;

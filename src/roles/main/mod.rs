@@ -44,14 +44,14 @@ use state::run::ActiveRun;
 use state::{MainRole, SHUTDOWN_GRACE};
 use views::{answer, live, ui};
 
-pub use main_loop::run;
-pub use state::{DbWait, JobRef, Main};
+pub(crate) use main_loop::run;
+pub(crate) use state::Main;
 
 impl Main {
     /// A run ended and its end is recorded: whoever waits for it or follows it is told,
     /// and the jobs chained to it start. (The run Workflow calls this; the parts it
     /// notifies sit above it.)
-    pub fn run_ended(&mut self, active: &ActiveRun, state: RunState) {
+    pub(crate) fn run_ended(&mut self, active: &ActiveRun, state: RunState) {
         for call in &active.waiters {
             // The stored record is the truth (ended time, state): read it back.
             answer::send_run(self, *call, active.id);
@@ -60,7 +60,7 @@ impl Main {
         chains::run_ended(self, &active.job.name, active.id, state);
     }
 
-    pub fn wake_run(&mut self, run: RunId) {
+    pub(crate) fn wake_run(&mut self, run: RunId) {
         self.wake(WakeKey::Event(Main::run_event(run)));
         // A target of it may have ended: runs waiting for a place look again.
         self.wake_capacity();

@@ -107,10 +107,8 @@ fn bench_api_latency() {
 
 /// A wrapper of our own for `run` on `machine`, with the genuine launch token.
 fn fake_wrapper(d: &Daemon, run: u64, machine: &str) -> Ws {
-    let secret = saltpeter::roles::main::tokens::Secret::load_or_create(
-        &d.state_dir().join("server.secret"),
-    )
-    .expect("secret");
+    let secret = saltpeter::tokens::Secret::load_or_create(&d.state_dir().join("server.secret"))
+        .expect("secret");
     let port = d.wrapper_port();
     let stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream

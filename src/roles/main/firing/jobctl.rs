@@ -58,7 +58,7 @@ fn rfc3339(ms: Millis) -> String {
 
 impl JobCtl {
     /// `job` is paused (a pause whose end has passed no longer counts).
-    pub fn paused(&self, job: &str, now: DateTime<Utc>) -> Option<&Pause> {
+    pub(crate) fn paused(&self, job: &str, now: DateTime<Utc>) -> Option<&Pause> {
         self.state
             .jobs
             .get(job)
@@ -67,7 +67,7 @@ impl JobCtl {
     }
 
     /// Why `job` shows as paused, while it is.
-    pub fn paused_note(&self, job: &str, now: DateTime<Utc>) -> Option<String> {
+    pub(crate) fn paused_note(&self, job: &str, now: DateTime<Utc>) -> Option<String> {
         self.paused(job, now).map(|p| match p.until {
             Some(u) => format!("paused by {} until {}", who(p.by), rfc3339(u)),
             None => format!("paused by {}", who(p.by)),
@@ -75,7 +75,7 @@ impl JobCtl {
     }
 
     /// The earliest instant the loop must wake for: a deferred slot or a pause's end.
-    pub fn next_wake(&self) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_wake(&self) -> Option<DateTime<Utc>> {
         let deferral = self.deferred.first().map(|d| d.0);
         let pause_end = self
             .state

@@ -32,7 +32,7 @@ use crate::wire::db::LeaseReport;
 
 impl Ha {
     /// The role shown by `saltpeterctl status` and `/metrics`.
-    pub fn role(&self) -> &'static str {
+    pub(crate) fn role(&self) -> &'static str {
         match (self.shared, self.leader, self.reachable) {
             (false, _, _) | (true, true, _) => "leader",
             (true, false, true) => "standby",
@@ -42,12 +42,12 @@ impl Ha {
 
     /// A leader that cannot confirm its lease: no slot fires and no run starts, but its
     /// wrappers are still served (their output waits, unacknowledged, in the wrappers).
-    pub fn holding(&self) -> bool {
+    pub(crate) fn holding(&self) -> bool {
         self.shared && self.adopted && !self.leader
     }
 
     /// A standby refuses what only the leader may do.
-    pub fn refusal(&self) -> Option<String> {
+    pub(crate) fn refusal(&self) -> Option<String> {
         if !self.shared || self.leader {
             return None;
         }

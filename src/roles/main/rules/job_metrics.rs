@@ -74,7 +74,7 @@ pub(crate) struct JobSeries {
 }
 
 /// One ended run, as the per-job series take it.
-pub struct EndedRun<'a> {
+pub(crate) struct EndedRun<'a> {
     pub state: RunState,
     pub duration_s: Option<f64>,
     pub now_ms: Millis,
@@ -85,13 +85,13 @@ pub struct EndedRun<'a> {
 /// Every job's series since start (also of jobs no longer configured: see the module
 /// note).
 #[derive(Debug, Default)]
-pub struct PerJob {
+pub(crate) struct PerJob {
     jobs: HashMap<String, JobSeries>,
 }
 
 impl PerJob {
     /// Count a run of `job` that ended.
-    pub fn run_ended(&mut self, job: &str, run: &EndedRun) {
+    pub(crate) fn run_ended(&mut self, job: &str, run: &EndedRun) {
         let series = self.jobs.entry(job.to_string()).or_default();
         *series.runs_by_state.entry(run.state.as_str()).or_insert(0) += 1;
         match run.state {
@@ -111,7 +111,7 @@ impl PerJob {
     }
 
     /// `n` slots of `job` were not acted on in time.
-    pub fn slots_missed(&mut self, job: &str, n: u64) {
+    pub(crate) fn slots_missed(&mut self, job: &str, n: u64) {
         if n > 0 {
             self.jobs.entry(job.to_string()).or_default().slots_missed += n;
         }
@@ -120,7 +120,7 @@ impl PerJob {
     /// The series of the jobs named by `configured`, in the text format. The label is
     /// `job_name`: `job` is the label Prometheus gives every scraped series (a `job`
     /// here would arrive renamed). A series with nothing to say yet is absent.
-    pub fn render<'a>(
+    pub(crate) fn render<'a>(
         &self,
         configured: impl Iterator<Item = &'a String> + Clone,
         out: &mut String,

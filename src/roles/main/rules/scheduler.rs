@@ -35,7 +35,7 @@ pub(crate) struct Due {
 /// How far ahead of its slot each job is taken: salt jobs by the pre-staging lead, the
 /// others at their slot.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Leads {
+pub(crate) struct Leads {
     /// The lead of a salt job whose launches have not been measured yet (the cap: a
     /// lead is never learned at the cost of a late slot).
     pub salt: Duration,
@@ -44,11 +44,12 @@ pub struct Leads {
 }
 
 impl Leads {
-    pub fn none() -> Leads {
+    #[cfg(test)]
+    pub(crate) fn none() -> Leads {
         Leads::default()
     }
 
-    pub fn of(&self, job: &Job) -> Duration {
+    pub(crate) fn of(&self, job: &Job) -> Duration {
         match job.executor {
             Executor::Salt => self
                 .per_job
@@ -61,7 +62,7 @@ impl Leads {
     }
 
     /// The longest lead of any job.
-    pub fn max(&self) -> Duration {
+    pub(crate) fn max(&self) -> Duration {
         self.per_job
             .values()
             .copied()

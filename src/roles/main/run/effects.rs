@@ -155,7 +155,7 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
 impl Main {
     /// How soon db must store a write of `run` that nothing waits for
     /// ([`ActiveRun::write_due`](crate::roles::main::state::run::ActiveRun::write_due)).
-    pub fn write_due(&self, run: RunId) -> Due {
+    pub(crate) fn write_due(&self, run: RunId) -> Due {
         self.flight
             .runs
             .get(&run)

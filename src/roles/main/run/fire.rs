@@ -164,14 +164,14 @@ fn launches_behind(core: &Main, job: &str, slot: crate::wire::records::Millis) -
 
 impl Main {
     /// Whether a run of `job` is in flight or about to start.
-    pub fn job_busy(&self, job: &str) -> bool {
+    pub(crate) fn job_busy(&self, job: &str) -> bool {
         self.job_busy_besides(job, None)
     }
 
     /// Whether a run of `job` other than `except` is going (the overlap rule): one in
     /// flight that is not a pre-staged run still waiting for its slot, or one queued or
     /// being recorded.
-    pub fn job_busy_besides(&self, job: &str, except: Option<RunId>) -> bool {
+    pub(crate) fn job_busy_besides(&self, job: &str, except: Option<RunId>) -> bool {
         let runs = self
             .flight
             .runs
@@ -191,7 +191,7 @@ impl Main {
 
     /// Queue a run; until it is recorded it counts as busy for the overlap rule (a
     /// pre-staged run counts only once it has gone, see `job_busy_besides`).
-    pub fn queue_run(&mut self, req: RunRequest) {
+    pub(crate) fn queue_run(&mut self, req: RunRequest) {
         if !req.prestaged {
             *self
                 .flight

@@ -29,11 +29,11 @@ pub(crate) const ROUND_WAIT: Duration = Duration::from_secs(2);
 const ARRIVALS_FOR: Duration = Duration::from_secs(300);
 
 impl Rounds {
-    pub fn join(&mut self, slot: Millis) {
+    pub(crate) fn join(&mut self, slot: Millis) {
         *self.staging.entry(slot).or_insert(0) += 1;
     }
 
-    pub fn leave(&mut self, slot: Millis) {
+    pub(crate) fn leave(&mut self, slot: Millis) {
         if let Some(n) = self.staging.get_mut(&slot) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -42,13 +42,13 @@ impl Rounds {
         }
     }
 
-    pub fn queue(&mut self, launch: Queued, now: Instant) {
+    pub(crate) fn queue(&mut self, launch: Queued, now: Instant) {
         self.first_queued.get_or_insert(now);
         self.queued.push(launch);
     }
 
     /// When the queued launches go even if their round is not complete.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         self.first_queued.map(|t| t + ROUND_WAIT)
     }
 
@@ -75,7 +75,7 @@ impl Rounds {
     /// wrappers arrives, the launch latency (publish to last wrapper) to fold into the
     /// pre-staging lead. A launch without returns answers at once, so its answer says
     /// nothing of how long the wrappers take to start.
-    pub fn arrived(&mut self, run: RunId, machine: &str, now: Instant) -> Option<Duration> {
+    pub(crate) fn arrived(&mut self, run: RunId, machine: &str, now: Instant) -> Option<Duration> {
         let id = self.awaited.remove(&(run, machine.to_string()))?;
         let a = self.arrivals.get_mut(&id)?;
         a.arrived += 1;
@@ -107,7 +107,7 @@ impl Rounds {
     }
 
     /// The answer for `run`, once its round's launch answered.
-    pub fn take_answer(&mut self, run: RunId) -> Option<Answer> {
+    pub(crate) fn take_answer(&mut self, run: RunId) -> Option<Answer> {
         self.answers.remove(&run)
     }
 

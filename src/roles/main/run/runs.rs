@@ -11,7 +11,7 @@ use crate::wire::wrapper::ExitReason;
 
 impl ActiveRun {
     /// `go` went out: waiting wrappers were released.
-    pub fn go_sent(&self) -> bool {
+    pub(crate) fn go_sent(&self) -> bool {
         self.go_at.is_some()
     }
 
@@ -21,7 +21,7 @@ impl ActiveRun {
     /// together, instead of as the stream of connections goes (a commit per window: the
     /// commits of a firing grew with its targets). Lost in a crash, they cost nothing:
     /// the wrappers reconnect and prove themselves again.
-    pub fn write_due(&self) -> Due {
+    pub(crate) fn write_due(&self) -> Due {
         match self.slot {
             Some(slot) if self.prestaged && !self.go_sent() => {
                 Due::By(slot - STAGED_WRITES_LEAD_MS)
@@ -32,12 +32,12 @@ impl ActiveRun {
 
     /// Its place in the throttling queues: slot order (a manual run: when recorded), then
     /// run id.
-    pub fn queue_key(&self) -> crate::roles::main::shell::throttle::QueueKey {
+    pub(crate) fn queue_key(&self) -> crate::roles::main::shell::throttle::QueueKey {
         (self.slot.unwrap_or(self.recorded_at), self.id)
     }
 
     /// Final state once every target is settled.
-    pub fn final_state(&self) -> RunState {
+    pub(crate) fn final_state(&self) -> RunState {
         let records: Vec<TargetRecord> = self.targets.iter().map(|(m, t)| t.record(m)).collect();
         let state = settle_run_state(&records);
         let all_stopped_by_user = !records.is_empty()

@@ -62,27 +62,27 @@ fn wake(core: &mut Main) {
 
 impl Fleet {
     /// The build recorded for `minion` at `path`.
-    pub fn build_of(&self, minion: &str, path: &str) -> Option<&str> {
+    pub(crate) fn build_of(&self, minion: &str, path: &str) -> Option<&str> {
         self.builds
             .get(&(minion.to_string(), path.to_string()))
             .map(|s| s.sha256.as_str())
     }
 
     /// Something is in flight that will wake `WakeEvent::Fleet` waiters.
-    pub fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         self.load_call.is_some() || self.hash_call.is_some() || !self.deploying.is_empty()
     }
 
-    pub fn deployments_total(&self) -> u64 {
+    pub(crate) fn deployments_total(&self) -> u64 {
         self.deployments.values().map(|n| u64::from(*n)).sum()
     }
 
-    pub fn this_build(&self) -> Option<&str> {
+    pub(crate) fn this_build(&self) -> Option<&str> {
         self.this_build.as_deref()
     }
 
     /// Every minion with its build, for `saltpeterctl wrapper status`.
-    pub fn status(&self) -> Vec<crate::wire::admin::MinionWrapper> {
+    pub(crate) fn status(&self) -> Vec<crate::wire::admin::MinionWrapper> {
         let mut rows: Vec<_> = self
             .builds
             .iter()

@@ -27,7 +27,7 @@ impl Main {
     /// Record an event in the audit trail. Its strings are bounded ([`EVENT_NAME_MAX`],
     /// [`EVENT_MESSAGE_MAX`]): a machine id or message can come from a peer, and a row
     /// stays until it ages out.
-    pub fn event(
+    pub(crate) fn event(
         &mut self,
         kind: &str,
         job: Option<&str>,
@@ -56,7 +56,7 @@ impl Main {
     }
 
     /// Prune `job`'s history to the configured retention.
-    pub fn apply_retention(&mut self, job: &str) {
+    pub(crate) fn apply_retention(&mut self, job: &str) {
         let r = &self.config.saltpeter.retention;
         let nonzero = |v: u64| (v > 0).then_some(v);
         let retention = Retention {
@@ -77,7 +77,7 @@ impl Main {
     }
 
     /// Retention for every configured job (at start-up: history older than this run).
-    pub fn apply_retention_to_all(&mut self) {
+    pub(crate) fn apply_retention_to_all(&mut self) {
         let jobs: Vec<String> = self.config.jobs.keys().cloned().collect();
         for job in jobs {
             self.apply_retention(&job);
@@ -85,7 +85,7 @@ impl Main {
     }
 
     /// db pruned a job: reclaim the space if anything went.
-    pub fn pruned(&mut self, job: &str, result: Result<DbReply, CallError>) {
+    pub(crate) fn pruned(&mut self, job: &str, result: Result<DbReply, CallError>) {
         match calls::Prune::take(result) {
             Ok(outcome) if outcome.runs > 0 => {
                 log::info!(

@@ -20,7 +20,7 @@ fn is_own(url: &str, port: u16, authority: &str) -> bool {
 impl Main {
     /// URL the wrappers of `job` connect to (several, comma-separated, when `servers`
     /// lists other servers).
-    pub fn wrapper_url(&self, job: &config::Job) -> String {
+    pub(crate) fn wrapper_url(&self, job: &config::Job) -> String {
         let host = job
             .server_host
             .clone()
@@ -65,12 +65,12 @@ impl Main {
     /// measured launch latency plus a second, within `prestage_cap`; a salt job not
     /// measured yet (the first slots after a start) by the cap itself, so even its first
     /// slot is on time. Local jobs start at their slot.
-    pub fn prestage_lead(&self, job: &config::Job) -> chrono::Duration {
+    pub(crate) fn prestage_lead(&self, job: &config::Job) -> chrono::Duration {
         self.leads().of(job)
     }
 
     /// The leads of every job, for the scheduler.
-    pub fn leads(&self) -> scheduler::Leads {
+    pub(crate) fn leads(&self) -> scheduler::Leads {
         let cap = Duration::from_secs(self.config.saltpeter.prestage_cap_s);
         let to_chrono = |d: Duration| chrono::Duration::from_std(d).unwrap_or_default();
         let resolve = self.launcher.resolve_latency.unwrap_or_default();
@@ -86,7 +86,7 @@ impl Main {
 
     /// Fold one measured launch (a round's publish to the hello of its last wrapper,
     /// `rounds::Rounds::arrived`) into the estimate.
-    pub fn record_launch_latency(&mut self, sample: Duration) {
+    pub(crate) fn record_launch_latency(&mut self, sample: Duration) {
         let estimate = self.launcher.launch_latency.get_or_insert(sample);
         // Up at once (a late start is what pre-staging is there to prevent), down slowly.
         *estimate = if sample > *estimate {
@@ -97,7 +97,7 @@ impl Main {
     }
 
     /// A resolution call went out (`resolve_targets`).
-    pub fn resolution_sent(&mut self, id: crate::ipc::CallId) {
+    pub(crate) fn resolution_sent(&mut self, id: crate::ipc::CallId) {
         self.launcher
             .resolving
             .insert(id, std::time::Instant::now());
@@ -105,7 +105,7 @@ impl Main {
 
     /// A resolution call answered: fold its time into the estimate (up at once, down
     /// slowly, as the launch latency).
-    pub fn resolution_answered(&mut self, id: crate::ipc::CallId) {
+    pub(crate) fn resolution_answered(&mut self, id: crate::ipc::CallId) {
         let Some(sent) = self.launcher.resolving.remove(&id) else {
             return;
         };
@@ -119,7 +119,7 @@ impl Main {
     }
 
     /// How blocking calls salt, from the current `saltpeter_config`.
-    pub fn salt_settings(&self) -> crate::wire::link::SaltSettings {
+    pub(crate) fn salt_settings(&self) -> crate::wire::link::SaltSettings {
         let sp = &self.config.saltpeter;
         crate::wire::link::SaltSettings {
             salt_bin: sp
@@ -158,7 +158,7 @@ impl Main {
     /// Check a wrapper's minion-key proof against the key the trusted masters accepted
     /// for `machine` (the own master's pki directory, then `salt_pki_dirs`: module
     /// `minion_trust`); `Err` says why it is refused (for the event and the rejection).
-    pub fn check_minion_proof(
+    pub(crate) fn check_minion_proof(
         &mut self,
         run: crate::wire::records::RunId,
         machine: &str,
@@ -185,7 +185,7 @@ impl Main {
     }
 
     /// The wrapper path of salt jobs that do not name their own.
-    pub fn default_wrapper_path(&self) -> String {
+    pub(crate) fn default_wrapper_path(&self) -> String {
         self.config
             .saltpeter
             .default_wrapper_path
@@ -194,7 +194,7 @@ impl Main {
     }
 
     /// The wrapper binary for `job` on its targets.
-    pub fn wrapper_path(&self, job: &config::Job) -> String {
+    pub(crate) fn wrapper_path(&self, job: &config::Job) -> String {
         if let Some(path) = &job.wrapper_path {
             return path.clone();
         }

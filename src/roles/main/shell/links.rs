@@ -24,13 +24,13 @@ use crate::wire::wrapper::ServerMsg;
 use crate::workflow::WakeKey;
 
 impl Main {
-    pub fn db_call(&mut self, req: DbRequest, wait: DbWait) -> CallId {
+    pub(crate) fn db_call(&mut self, req: DbRequest, wait: DbWait) -> CallId {
         self.db_call_due(req, wait, Due::Soon)
     }
 
     /// A db call whose answer nothing needs before `due`: db may hold it until then to
     /// commit it with others (its deadline here is later by as much).
-    pub fn db_call_due(&mut self, req: DbRequest, wait: DbWait, due: Due) -> CallId {
+    pub(crate) fn db_call_due(&mut self, req: DbRequest, wait: DbWait, due: Due) -> CallId {
         let held = match due {
             Due::Soon => std::time::Duration::ZERO,
             Due::By(at) => {
@@ -52,7 +52,12 @@ impl Main {
 
     /// Hand a db reply (or its failure) to whoever waits for it, noting on the way
     /// whether the database stores.
-    pub fn db_answer(&mut self, id: CallId, wait: DbWait, result: Result<DbReply, CallError>) {
+    pub(crate) fn db_answer(
+        &mut self,
+        id: CallId,
+        wait: DbWait,
+        result: Result<DbReply, CallError>,
+    ) {
         match &result {
             Err(CallError::Remote(RemoteError::DiskFull(why))) => {
                 if self.storage.db_trouble.is_none() {
@@ -78,7 +83,7 @@ impl Main {
     }
 
     /// The typed reply to a Workflow step's db call (`DbWait::step`), once it arrived.
-    pub fn take_db_reply<C: Call<DbReply>>(
+    pub(crate) fn take_db_reply<C: Call<DbReply>>(
         &mut self,
         id: CallId,
     ) -> Option<Result<C::Reply, CallError>> {
@@ -86,14 +91,14 @@ impl Main {
     }
 
     /// The typed reply to a blocking call, once it arrived.
-    pub fn take_blocking_reply<C: Call<BlockingReply>>(
+    pub(crate) fn take_blocking_reply<C: Call<BlockingReply>>(
         &mut self,
         id: CallId,
     ) -> Option<Result<C::Reply, CallError>> {
         self.links.blocking_replies.remove(&id).map(C::take)
     }
 
-    pub fn blocking_call(&mut self, req: BlockingRequest) -> CallId {
+    pub(crate) fn blocking_call(&mut self, req: BlockingRequest) -> CallId {
         let id = self
             .links
             .blocking_calls
@@ -113,7 +118,7 @@ impl Main {
         id
     }
 
-    pub fn to_hub(&mut self, msg: MainToHub) {
+    pub(crate) fn to_hub(&mut self, msg: MainToHub) {
         if let MainToHub::CloseWrapper { conn } = &msg {
             self.flush_ack(*conn);
         }
@@ -130,7 +135,7 @@ impl Main {
     /// where several for one wrapper become the highest; any other message to that
     /// wrapper sends its waiting ack first, so the order the wrapper sees is kept (an ack
     /// before the `done` it led to).
-    pub fn to_wrapper(&mut self, conn: ConnId, msg: ServerMsg) {
+    pub(crate) fn to_wrapper(&mut self, conn: ConnId, msg: ServerMsg) {
         if let ServerMsg::Ack { seq } = msg {
             let acked = self.links.hub_outbox.acks.entry(conn).or_insert(seq);
             *acked = (*acked).max(seq);
@@ -142,7 +147,7 @@ impl Main {
 
     /// The same message to many wrappers: one link message per few thousand (the hub
     /// encodes it once), not one per wrapper.
-    pub fn to_wrappers(&mut self, conns: Vec<ConnId>, msg: ServerMsg) {
+    pub(crate) fn to_wrappers(&mut self, conns: Vec<ConnId>, msg: ServerMsg) {
         const PER_MESSAGE: usize = 4096;
         for &conn in &conns {
             self.flush_ack(conn);
@@ -170,12 +175,12 @@ impl Main {
 
     /// Output of `conn` costing `cost` (`wire::link::output_cost`) left main: committed,
     /// refused or dropped. The hub gets the credit at the end of the turn.
-    pub fn credit_output(&mut self, conn: ConnId, cost: u64) {
+    pub(crate) fn credit_output(&mut self, conn: ConnId, cost: u64) {
         *self.links.hub_outbox.credits.entry(conn).or_insert(0) += cost;
     }
 
     /// Send the turn's acks (the highest per wrapper) and output credits (one message).
-    pub fn flush_hub_outbox(&mut self) {
+    pub(crate) fn flush_hub_outbox(&mut self) {
         let acks = std::mem::take(&mut self.links.hub_outbox.acks);
         for (conn, seq) in acks {
             self.send_wrapper(conn, ServerMsg::Ack { seq });
@@ -187,7 +192,7 @@ impl Main {
     }
 
     /// End of a loop turn: write what the turn posted to hub, db and blocking.
-    pub fn flush_links(&mut self) {
+    pub(crate) fn flush_links(&mut self) {
         for (peer, result) in [
             ("hub", self.links.hub.on_writable()),
             ("db", self.links.db.on_writable()),
@@ -199,7 +204,7 @@ impl Main {
         }
     }
 
-    pub fn reply_hub(&mut self, id: CallId, reply: HubReply) {
+    pub(crate) fn reply_hub(&mut self, id: CallId, reply: HubReply) {
         if let Err(e) = self.links.hub.post(&Packet::Reply {
             id,
             result: Ok(reply),

@@ -51,7 +51,7 @@ pub(crate) struct Reloads {
 
 /// Where this daemon stands.
 #[derive(Debug, Default)]
-pub struct Ha {
+pub(crate) struct Ha {
     /// The database is shared (PostgreSQL): leading comes from the lease.
     pub shared: bool,
     /// This server's name (`server_name`, or the host name).

@@ -18,7 +18,7 @@ pub(crate) type DbLink = Link<MainToDb, DbToMain>;
 pub(crate) type BlockingLink = Link<MainToBlocking, BlockingToMain>;
 
 /// The links and what is in flight on them.
-pub struct Links<M> {
+pub(crate) struct Links<M> {
     pub control: ControlLink,
     pub hub: HubLink,
     pub db: DbLink,
@@ -36,7 +36,7 @@ pub struct Links<M> {
 
 /// What to do with a db reply (or its failure): a continuation of the part that made the
 /// call. Timeouts and a lost link call it with the error.
-pub struct OnReply<M>(pub Box<OnDbReply<M>>);
+pub(crate) struct OnReply<M>(pub Box<OnDbReply<M>>);
 
 /// A part's continuation for a db reply.
 pub(crate) type OnDbReply<M> = dyn FnOnce(&mut M, CallId, DbResult);
@@ -48,7 +48,7 @@ pub(crate) type DbResult = Result<DbReply, CallError>;
 /// once per frame: db answers many frames of many targets at once (one commit), and
 /// only the highest ack of each wrapper and the sum of the credits matter.
 #[derive(Debug, Default)]
-pub struct HubOutbox {
+pub(crate) struct HubOutbox {
     /// The highest seq to ack per connection.
     pub acks: HashMap<ConnId, u64>,
     /// Output cost main no longer holds, per connection (`MainToHub::OutputCredit`).

@@ -32,14 +32,14 @@ use views::{Live, Mirror, UiState};
 use wrappers::{Fleet, Launcher, Refusals};
 
 pub(super) use links::HubOutbox;
-pub use run::JobRef;
+pub(crate) use run::JobRef;
 
 /// The links as main keeps them.
 pub(super) type Links = links::Links<Main>;
 
 /// What to do with a db reply (or its failure): a continuation of the part that made the
 /// call. Timeouts and a lost link call it with the error.
-pub type DbWait = links::OnReply<Main>;
+pub(crate) type DbWait = links::OnReply<Main>;
 
 /// A step of a run's Workflow is handed this.
 pub(super) type Sc<'a> = StepCtx<'a, RunEnv, Main>;
@@ -64,7 +64,7 @@ pub(super) enum Peer {
 }
 
 /// Process state handed to handlers and to Workflow steps.
-pub struct Main {
+pub(crate) struct Main {
     /// The links to supervisor, hub, db and blocking, and the calls in flight on them.
     pub links: Links,
     pub config: LoadedConfig,
@@ -102,7 +102,7 @@ pub struct Main {
 
 /// Runs in flight, as main keeps them, and the wrapper sessions bound to them.
 #[derive(Default)]
-pub struct Flight {
+pub(crate) struct Flight {
     pub runs: BTreeMap<RunId, ActiveRun>,
     /// Wrapper connections and the target each serves.
     pub sessions: HashMap<ConnId, (RunId, String)>,
@@ -129,7 +129,7 @@ pub struct Flight {
 
 /// This daemon as operators see it.
 #[derive(Default)]
-pub struct DaemonInfo {
+pub(crate) struct DaemonInfo {
     pub(super) processes: Vec<ProcessInfo>,
     pub(super) started_at: i64,
     pub wrapper_port: u16,
@@ -138,7 +138,7 @@ pub struct DaemonInfo {
 }
 
 /// Whether the database stores.
-pub struct Storage {
+pub(crate) struct Storage {
     /// Why the database cannot store (a full disk or its cap); new runs are refused
     /// until output is stored again (wrappers keep resending it).
     pub db_trouble: Option<String>,
@@ -149,14 +149,14 @@ pub struct Storage {
 /// Who is behind the request being handled: an admin socket peer's uid, or an API
 /// identity (`api:NAME`).
 #[derive(Default)]
-pub struct Actor {
+pub(crate) struct Actor {
     pub uid: Option<u32>,
     pub name: Option<String>,
 }
 
 /// What operators watch.
 #[derive(Default)]
-pub struct Views {
+pub(crate) struct Views {
     /// Admin calls that stream: output followers and run watchers.
     pub live: Live,
     /// The dashboard's live view and `/metrics`.
@@ -201,19 +201,19 @@ impl MainRole {
 }
 
 impl Main {
-    pub fn wake(&mut self, key: WakeKey) {
+    pub(crate) fn wake(&mut self, key: WakeKey) {
         self.links.wakes.push(key);
     }
 
     /// A target of a run in flight.
-    pub fn target(&self, run: RunId, machine: &str) -> Option<&Target> {
+    pub(crate) fn target(&self, run: RunId, machine: &str) -> Option<&Target> {
         self.flight
             .runs
             .get(&run)
             .and_then(|r| r.targets.get(machine))
     }
 
-    pub fn target_mut(&mut self, run: RunId, machine: &str) -> Option<&mut Target> {
+    pub(crate) fn target_mut(&mut self, run: RunId, machine: &str) -> Option<&mut Target> {
         self.flight
             .runs
             .get_mut(&run)
@@ -221,7 +221,7 @@ impl Main {
     }
 
     /// Wake the Workflows waiting for a place (`throttle.rs`), when a cap is set.
-    pub fn wake_capacity(&mut self) {
+    pub(crate) fn wake_capacity(&mut self) {
         let s = &self.config.saltpeter;
         if s.max_running_per_machine.is_set() || s.max_runs_in_flight.is_some() {
             self.wake(WakeKey::Event(WakeEvent::Capacity));
@@ -229,27 +229,30 @@ impl Main {
     }
 
     /// The wake event of everything that changes a run.
-    pub fn run_event(run: RunId) -> WakeEvent {
+    pub(crate) fn run_event(run: RunId) -> WakeEvent {
         WakeEvent::RunChanged(run)
     }
 }
 
 impl DbWait {
     /// The reply goes to `then`.
-    pub fn then(
+    pub(crate) fn then(
         then: impl FnOnce(&mut Main, CallId, Result<DbReply, CallError>) + 'static,
     ) -> Self {
         links::OnReply(Box::new(then))
     }
 
     /// The reply goes to `answer` with `wait`, what the part keeps about the call.
-    pub fn with<W: 'static>(wait: W, answer: fn(&mut Main, W, Result<DbReply, CallError>)) -> Self {
+    pub(crate) fn with<W: 'static>(
+        wait: W,
+        answer: fn(&mut Main, W, Result<DbReply, CallError>),
+    ) -> Self {
         Self::then(move |core, _, result| answer(core, wait, result))
     }
 
     /// A Workflow step waits on this call id: the reply is kept for it (`take_db_reply`)
     /// and the step woken.
-    pub fn step() -> Self {
+    pub(crate) fn step() -> Self {
         Self::then(|core, id, result| {
             core.links.db_replies.insert(id, result);
             core.wake(WakeKey::Call(id));
@@ -257,7 +260,7 @@ impl DbWait {
     }
 
     /// A write nobody waits for; a failure is logged.
-    pub fn write(what: &'static str) -> Self {
+    pub(crate) fn write(what: &'static str) -> Self {
         Self::then(move |_, _, result| {
             if let Err(e) = result {
                 log::error!("could not record {what}: {e}");

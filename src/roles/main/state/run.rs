@@ -14,7 +14,7 @@ use crate::wire::records::{Millis, RunId, RunState, Trigger};
 use crate::workflow::WorkflowId;
 
 /// A run to start.
-pub struct RunRequest {
+pub(crate) struct RunRequest {
     pub job: JobRef,
     pub slot: Option<Millis>,
     pub trigger: Trigger,
@@ -75,7 +75,7 @@ pub(crate) struct RunEnv {
 }
 
 /// Shared handle to a job definition inside runs.
-pub type JobRef = Arc<Job>;
+pub(crate) type JobRef = Arc<Job>;
 
 impl RunEnv {
     /// The pick-up deadline moves to `at`, never earlier than it stands (after a restart
@@ -86,7 +86,7 @@ impl RunEnv {
 }
 
 /// A run in flight.
-pub struct ActiveRun {
+pub(crate) struct ActiveRun {
     pub id: RunId,
     pub job: Arc<Job>,
     pub slot: Option<Millis>,
@@ -110,7 +110,7 @@ pub struct ActiveRun {
 }
 
 /// One run's launch, queued for its round.
-pub struct Queued {
+pub(crate) struct Queued {
     pub run: RunId,
     pub url: String,
     pub wrapper_path: String,
@@ -121,14 +121,14 @@ pub struct Queued {
 }
 
 /// A run's part of a round's answer.
-pub struct Answer {
+pub(crate) struct Answer {
     pub outcomes: Result<Vec<MinionOutcome>, String>,
     /// From the publish to its answer.
     pub took: Duration,
 }
 
 #[derive(Default)]
-pub struct Rounds {
+pub(crate) struct Rounds {
     /// Pre-staged salt runs per slot still on their way to their launch.
     pub(crate) staging: HashMap<Millis, usize>,
     pub(crate) queued: Vec<Queued>,
@@ -153,7 +153,7 @@ pub(crate) struct Arrivals {
 }
 
 #[derive(Default)]
-pub struct Orphans {
+pub(crate) struct Orphans {
     /// Runs in flight in the database, not driven here, at the last sweep.
     pub(crate) suspects: BTreeSet<RunId>,
     /// A sweep's read is out.

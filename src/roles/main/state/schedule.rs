@@ -10,7 +10,7 @@ use crate::wire::records::Millis;
 
 /// A pause of one job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pause {
+pub(crate) struct Pause {
     /// The operator's uid (`None`: over the HTTP API).
     pub by: Option<u32>,
     pub at: Millis,
@@ -19,7 +19,7 @@ pub struct Pause {
 
 /// One job's control.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Control {
+pub(crate) struct Control {
     pub paused: Option<Pause>,
     pub skip_next: u32,
     /// Who asked for the skips.
@@ -28,7 +28,7 @@ pub struct Control {
 
 /// Job control and deferred slots, kept by main.
 #[derive(Debug, Default)]
-pub struct JobCtl {
+pub(crate) struct JobCtl {
     pub state: JobCtlState,
     /// `(run at, job, slot, window)`: slots deferred to a window's end.
     pub(crate) deferred: BTreeSet<(DateTime<Utc>, String, DateTime<Utc>, String)>,
@@ -39,13 +39,13 @@ pub struct JobCtl {
 
 /// Maintenance set at run time (`saltpeterctl maintenance`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RuntimeMaintenance {
+pub(crate) struct RuntimeMaintenance {
     pub global: bool,
     pub machines: BTreeSet<String>,
 }
 
 /// What is persisted: per job, its control (jobs with nothing set are absent).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobCtlState {
+pub(crate) struct JobCtlState {
     pub jobs: BTreeMap<String, Control>,
 }

@@ -14,7 +14,7 @@ use crate::wire::ui::StatusView;
 use crate::wire::wrapper::Stream;
 
 #[derive(Default)]
-pub struct Live {
+pub(crate) struct Live {
     pub(crate) followers: HashMap<CallId, Follower>,
     pub(crate) watchers: HashMap<RunId, Vec<Watcher>>,
 }
@@ -64,7 +64,7 @@ pub(crate) struct LastRun {
 }
 
 #[derive(Default)]
-pub struct UiState {
+pub(crate) struct UiState {
     /// Jobs some `/ws` client is subscribed to.
     pub(crate) watched: BTreeSet<String>,
     pub(crate) dirty_jobs: BTreeSet<String>,
@@ -84,12 +84,12 @@ pub struct UiState {
 
 impl UiState {
     /// `job`'s view is sent again at the end of the turn.
-    pub fn job_changed(&mut self, job: &str) {
+    pub(crate) fn job_changed(&mut self, job: &str) {
         self.dirty_jobs.insert(job.to_string());
     }
 }
 
-pub struct MainMetrics {
+pub(crate) struct MainMetrics {
     pub(crate) runs_by_state: BTreeMap<&'static str, u64>,
     pub(crate) run_duration: Histogram,
     pub(crate) lateness: Histogram,
@@ -120,7 +120,7 @@ pub(crate) struct Outbox {
 }
 
 #[derive(Default)]
-pub struct Mirror {
+pub(crate) struct Mirror {
     pub(crate) runs: BTreeMap<RunId, Mirrored>,
     /// Runs whose record is to be read.
     pub(crate) stale: BTreeSet<RunId>,

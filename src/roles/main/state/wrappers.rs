@@ -11,7 +11,7 @@ use crate::wire::records::Millis;
 
 /// What main knows about launching wrappers.
 #[derive(Default)]
-pub struct Launcher {
+pub(crate) struct Launcher {
     /// Measured salt launch latency, from a round's publish to its answer (one estimate
     /// for every salt job: their launches share publishes, so the jobs of a slot share
     /// one lead and one round). Until measured the lead is the cap.
@@ -51,7 +51,7 @@ pub(crate) struct Seen {
 
 /// Which build each minion has, and the deployments in flight.
 #[derive(Default)]
-pub struct Fleet {
+pub(crate) struct Fleet {
     pub(crate) builds: HashMap<Key, Seen>,
     /// The rows are loaded from db (`load_call` is the load in flight).
     pub(crate) loaded: bool,
@@ -75,4 +75,4 @@ pub struct Fleet {
 
 /// The refusal rate limit, per peer address.
 #[derive(Debug)]
-pub struct Refusals(pub(crate) PerKey<String>);
+pub(crate) struct Refusals(pub(crate) PerKey<String>);

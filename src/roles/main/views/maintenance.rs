@@ -32,18 +32,18 @@ pub(crate) const META_KEY: &str = "maintenance";
 
 impl Main {
     /// Global maintenance is on (from the files or at run time): no new runs start.
-    pub fn global_maintenance(&self) -> bool {
+    pub(crate) fn global_maintenance(&self) -> bool {
         self.config.maintenance.global || self.runtime_maintenance.global
     }
 
     /// `machine` is in maintenance (from the files or at run time).
-    pub fn in_maintenance(&self, machine: &str) -> bool {
+    pub(crate) fn in_maintenance(&self, machine: &str) -> bool {
         self.config.maintenance.machines.contains(machine)
             || self.runtime_maintenance.machines.contains(machine)
     }
 
     /// The effective maintenance, each entry with where it comes from.
-    pub fn maintenance_info(&self, note: Option<String>) -> MaintenanceInfo {
+    pub(crate) fn maintenance_info(&self, note: Option<String>) -> MaintenanceInfo {
         info(&self.config.maintenance, &self.runtime_maintenance, note)
     }
 }

@@ -34,7 +34,7 @@ impl Default for MainMetrics {
 }
 
 impl MainMetrics {
-    pub fn run_ended(&mut self, job: &str, run: &EndedRun) {
+    pub(crate) fn run_ended(&mut self, job: &str, run: &EndedRun) {
         *self.runs_by_state.entry(run.state.as_str()).or_insert(0) += 1;
         if let Some(d) = run.duration_s
             && run.state != RunState::Skipped
@@ -48,19 +48,19 @@ impl MainMetrics {
     }
 
     /// `n` slots of `job` were not acted on in time (skipped or caught up).
-    pub fn slots_missed(&mut self, job: &str, n: u64) {
+    pub(crate) fn slots_missed(&mut self, job: &str, n: u64) {
         self.slots_missed += n;
         self.per_job.slots_missed(job, n);
     }
 
     /// db counted the outbox: `pending` messages, the oldest queued at `oldest`.
-    pub fn outbox_counted(&mut self, pending: u64, oldest: Option<Millis>) {
+    pub(crate) fn outbox_counted(&mut self, pending: u64, oldest: Option<Millis>) {
         self.outbox = Outbox { pending, oldest };
     }
 
     /// A delivery attempt came back: `ok`, or failed and `retried` later or not. A
     /// message delivered or given up leaves the outbox (until db counts it again).
-    pub fn delivery_attempted(&mut self, ok: bool, retried: bool) {
+    pub(crate) fn delivery_attempted(&mut self, ok: bool, retried: bool) {
         let result = match (ok, retried) {
             (true, _) => "delivered",
             (false, true) => "failed",
@@ -76,16 +76,16 @@ impl MainMetrics {
     }
 
     /// How late a slot was acted on (milliseconds; early is 0).
-    pub fn observe_lateness(&mut self, ms: i64) {
+    pub(crate) fn observe_lateness(&mut self, ms: i64) {
         self.lateness.observe(ms.max(0) as f64 / 1000.0);
     }
 
     /// One salt batch launch took this long.
-    pub fn observe_launch(&mut self, took: std::time::Duration) {
+    pub(crate) fn observe_launch(&mut self, took: std::time::Duration) {
         self.launch.observe(took.as_secs_f64());
     }
 
-    pub fn output(&mut self, bytes: usize) {
+    pub(crate) fn output(&mut self, bytes: usize) {
         self.output_bytes += bytes as u64;
         self.output_frames += 1;
     }

@@ -41,7 +41,7 @@ use crate::wire::wrapper::RejectCode;
 
 /// An `exited` whose output is not all committed yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PendingExit {
+pub(crate) struct PendingExit {
     pub end_seq: u64,
     pub reason: TargetReason,
     pub code: Option<i32>,
@@ -49,14 +49,14 @@ pub struct PendingExit {
 
 /// How a target ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub reason: Option<TargetReason>,
     pub code: Option<i32>,
 }
 
 /// Where a target is in its life.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Waiting for its batch.
     Pending,
     /// Its wrapper is being started; no wrapper has said hello yet.
@@ -85,7 +85,7 @@ pub enum Phase {
 
 /// Whether the single-use launch token has been presented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Token {
+pub(crate) enum Token {
     Unused,
     /// Spent for good: the shell records it durably, with the session's resume key,
     /// before the welcome goes out; it is never accepted again.
@@ -94,7 +94,7 @@ pub enum Token {
 
 /// What a wrapper proved in its hello (the shell checks the HMACs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Credential {
+pub(crate) enum Credential {
     LaunchToken {
         valid: bool,
     },
@@ -110,7 +110,7 @@ pub enum Credential {
 
 /// What the shell must do after a transition.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// Tell the wrapper on this connection to kill its command.
     Kill(ConnId),
     /// Tell the wrapper on this connection to stop (suspend) its command.
@@ -148,21 +148,21 @@ pub enum Effect {
 
 /// Why a hello is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     pub code: RejectCode,
     pub message: String,
 }
 
 /// What a welcome carries besides the job.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Welcomed {
+pub(crate) struct Welcomed {
     pub acked_seq: u64,
     pub effects: Vec<Effect>,
 }
 
 /// What a kill request does to one target.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KillAction {
+pub(crate) enum KillAction {
     /// Already settled or being recorded: nothing.
     None,
     /// Sent to its wrapper now.
@@ -175,7 +175,7 @@ pub enum KillAction {
 
 /// One target of a run in flight.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     pub batch: usize,
     phase: Phase,
     /// The connection of its wrapper, while one is open.
@@ -211,18 +211,18 @@ fn refuse(code: RejectCode, message: impl Into<String>) -> Refusal {
 
 impl Target {
     /// Where it is in its life (changed only by this module's transitions).
-    pub fn phase(&self) -> &Phase {
+    pub(crate) fn phase(&self) -> &Phase {
         &self.phase
     }
 
     /// Not launched yet (and not decided).
-    pub fn is_pending(&self) -> bool {
+    pub(crate) fn is_pending(&self) -> bool {
         self.phase == Phase::Pending
     }
 
     /// A target of batch 0 left out of its run because its machine was in maintenance
     /// when the run was resolved.
-    pub fn in_maintenance() -> Target {
+    pub(crate) fn in_maintenance() -> Target {
         Target {
             phase: Phase::SkippedMaintenance,
             ..Target::new(0)
@@ -231,7 +231,7 @@ impl Target {
 
     /// Restored while waiting for its minion (`retry_unreachable`): the window starts
     /// over at `now` (its deadline is not stored).
-    pub fn restart_waiting(&mut self, now: Instant, window: Duration) {
+    pub(crate) fn restart_waiting(&mut self, now: Instant, window: Duration) {
         if self.is_waiting() {
             self.phase = Phase::WaitingUnreachable {
                 until: now + window,
@@ -239,7 +239,7 @@ impl Target {
         }
     }
 
-    pub fn new(batch: usize) -> Target {
+    pub(crate) fn new(batch: usize) -> Target {
         Target {
             batch,
             phase: Phase::Pending,
@@ -259,17 +259,17 @@ impl Target {
     }
 
     /// Settled: finished or never to run.
-    pub fn is_settled(&self) -> bool {
+    pub(crate) fn is_settled(&self) -> bool {
         matches!(self.phase, Phase::Finished(_) | Phase::SkippedMaintenance)
     }
 
     /// Settled or being recorded: no new outcome can be decided.
-    pub fn is_decided(&self) -> bool {
+    pub(crate) fn is_decided(&self) -> bool {
         self.is_settled() || matches!(self.phase, Phase::Finishing { .. })
     }
 
     /// Server clock of the last frame from its wrapper.
-    pub fn last_seen(&self) -> Option<Instant> {
+    pub(crate) fn last_seen(&self) -> Option<Instant> {
         match &self.phase {
             Phase::PickedUp { last_seen, .. } => Some(*last_seen),
             _ => None,
@@ -277,14 +277,14 @@ impl Target {
     }
 
     /// No wrapper has picked it up yet (the pick-up deadline applies to it).
-    pub fn awaiting_pickup(&self) -> bool {
+    pub(crate) fn awaiting_pickup(&self) -> bool {
         matches!(self.phase, Phase::Pending | Phase::Launching)
             && self.conn.is_none()
             && self.throttled.is_none()
     }
 
     /// Its batch starts: the wrapper is being launched.
-    pub fn launch(&mut self) -> Vec<Effect> {
+    pub(crate) fn launch(&mut self) -> Vec<Effect> {
         if self.phase != Phase::Pending {
             return Vec::new(); // killed before its batch came, or launched before a restart
         }
@@ -294,7 +294,7 @@ impl Target {
     }
 
     /// Its machine is in maintenance when its batch starts.
-    pub fn skip_for_maintenance(&mut self) -> Vec<Effect> {
+    pub(crate) fn skip_for_maintenance(&mut self) -> Vec<Effect> {
         if self.phase != Phase::Pending {
             return Vec::new();
         }
@@ -305,7 +305,7 @@ impl Target {
     /// A wrapper says hello on `conn` at `now`. A launch token works while it is unused
     /// (or presented on a connection that went away before confirming it); a resume key
     /// always. A wrapper of a target declared lost that proves its session reopens it.
-    pub fn hello(
+    pub(crate) fn hello(
         &mut self,
         now: Instant,
         conn: ConnId,
@@ -381,7 +381,7 @@ impl Target {
     }
 
     /// Any frame from the wrapper: its liveness clock.
-    pub fn heard(&mut self, now: Instant) -> Vec<Effect> {
+    pub(crate) fn heard(&mut self, now: Instant) -> Vec<Effect> {
         if let Phase::PickedUp { last_seen, .. } = &mut self.phase {
             *last_seen = now;
         }
@@ -390,7 +390,7 @@ impl Target {
 
     /// The spent token and its session could not be recorded, so no welcome went out:
     /// the token may be presented again.
-    pub fn session_not_stored(&mut self, conn: ConnId) {
+    pub(crate) fn session_not_stored(&mut self, conn: ConnId) {
         self.token = Token::Unused;
         self.resume_hash = None;
         if self.conn == Some(conn) {
@@ -403,7 +403,11 @@ impl Target {
 
     /// The wrapper started the command at `now_ms`.
     /// The command started at `now_ms`, its limits applied as `limits` says.
-    pub fn command_started(&mut self, now_ms: Millis, limits: Option<String>) -> Vec<Effect> {
+    pub(crate) fn command_started(
+        &mut self,
+        now_ms: Millis,
+        limits: Option<String>,
+    ) -> Vec<Effect> {
         let Phase::PickedUp { running, .. } = &mut self.phase else {
             return Vec::new();
         };
@@ -422,7 +426,12 @@ impl Target {
 
     /// The wrapper on `conn` says its command ended; the target settles once the output up
     /// to `exit.end_seq` is stored.
-    pub fn exited(&mut self, conn: ConnId, exit: PendingExit, now_ms: Millis) -> Vec<Effect> {
+    pub(crate) fn exited(
+        &mut self,
+        conn: ConnId,
+        exit: PendingExit,
+        now_ms: Millis,
+    ) -> Vec<Effect> {
         if self.is_settled() {
             // Already recorded (a resent `exited`): confirm again.
             return vec![Effect::Done(conn)];
@@ -434,7 +443,7 @@ impl Target {
     }
 
     /// db committed the output up to `contiguous`.
-    pub fn output_stored(&mut self, contiguous: u64, now_ms: Millis) -> Vec<Effect> {
+    pub(crate) fn output_stored(&mut self, contiguous: u64, now_ms: Millis) -> Vec<Effect> {
         let mut effects = Vec::new();
         if contiguous > self.acked_seq {
             self.acked_seq = contiguous;
@@ -448,7 +457,7 @@ impl Target {
 
     /// db could not store output: nothing is acked, and closing the connection makes the
     /// wrapper reconnect and resend everything after the last acknowledged seq.
-    pub fn output_refused(&mut self) -> Vec<Effect> {
+    pub(crate) fn output_refused(&mut self) -> Vec<Effect> {
         self.conn.take().map(Effect::Close).into_iter().collect()
     }
 
@@ -465,14 +474,14 @@ impl Target {
     }
 
     /// The connection `conn` closed.
-    pub fn gone(&mut self, conn: ConnId) {
+    pub(crate) fn gone(&mut self, conn: ConnId) {
         if self.conn == Some(conn) {
             self.conn = None;
         }
     }
 
     /// Decide the outcome: the one way into `Finishing`. Nothing once decided.
-    pub fn finish(
+    pub(crate) fn finish(
         &mut self,
         reason: TargetReason,
         code: Option<i32>,
@@ -498,7 +507,7 @@ impl Target {
     }
 
     /// db recorded the outcome: final now; the wrapper may exit.
-    pub fn recorded(&mut self) -> Vec<Effect> {
+    pub(crate) fn recorded(&mut self) -> Vec<Effect> {
         let outcome = match &self.phase {
             Phase::Finishing { outcome, .. } => *outcome,
             _ => return Vec::new(),
@@ -511,7 +520,12 @@ impl Target {
 
     /// Picked up, and no word from its wrapper for longer than `silence` at `now`
     /// (`before_start` while its command has not started: a staged wrapper's slower beat).
-    pub fn silent_too_long(&self, now: Instant, silence: Duration, before_start: Duration) -> bool {
+    pub(crate) fn silent_too_long(
+        &self,
+        now: Instant,
+        silence: Duration,
+        before_start: Duration,
+    ) -> bool {
         match &self.phase {
             Phase::PickedUp {
                 running,
@@ -528,7 +542,7 @@ impl Target {
     }
 
     /// An operator kills this target.
-    pub fn kill(&mut self, now_ms: Millis) -> KillAction {
+    pub(crate) fn kill(&mut self, now_ms: Millis) -> KillAction {
         if self.is_decided() {
             return KillAction::None;
         }

@@ -9,7 +9,7 @@ use crate::wire::records::{TargetRecord, TargetState};
 impl Target {
     /// A target as db recorded it, after a restart at `now`: a picked-up one gets `grace`
     /// before its silence counts.
-    pub fn restored(
+    pub(crate) fn restored(
         record: &TargetRecord,
         token_spent: bool,
         resume_hash: Option<String>,
@@ -64,7 +64,7 @@ impl Target {
     }
 
     /// The state as recorded and shown.
-    pub fn state(&self) -> TargetState {
+    pub(crate) fn state(&self) -> TargetState {
         match &self.phase {
             Phase::Pending if self.batch > 0 || self.throttled.is_some() => TargetState::Queued,
             Phase::Pending => TargetState::Pending,
@@ -79,14 +79,14 @@ impl Target {
     }
 
     /// The outcome, once one is decided (recorded or being recorded).
-    pub fn outcome(&self) -> Option<Outcome> {
+    pub(crate) fn outcome(&self) -> Option<Outcome> {
         match &self.phase {
             Phase::Finishing { outcome, .. } | Phase::Finished(outcome) => Some(*outcome),
             _ => None,
         }
     }
 
-    pub fn record(&self, machine: &str) -> TargetRecord {
+    pub(crate) fn record(&self, machine: &str) -> TargetRecord {
         let outcome = self.outcome();
         TargetRecord {
             machine: machine.to_string(),

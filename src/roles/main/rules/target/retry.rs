@@ -8,7 +8,7 @@ impl Target {
     /// first): a non-zero exit, a timeout, a wrapper that failed. Not a kill or a cancel
     /// (an operator's decision), not a lost target (its command may still be running) and
     /// not an unreachable machine (`retry_unreachable`).
-    pub fn wants_retry(&self, retries: u32) -> bool {
+    pub(crate) fn wants_retry(&self, retries: u32) -> bool {
         let Phase::Finished(outcome) = &self.phase else {
             return false;
         };
@@ -24,7 +24,7 @@ impl Target {
 
     /// A new attempt of a failed target: pending again, with a fresh session (the launch
     /// token works again, output is acknowledged from seq 1 again).
-    pub fn retry(&mut self) -> Vec<Effect> {
+    pub(crate) fn retry(&mut self) -> Vec<Effect> {
         let Phase::Finished(previous) = self.phase else {
             return Vec::new();
         };
@@ -34,7 +34,7 @@ impl Target {
     /// The next attempt after `previous`: pending again with a fresh session (the launch
     /// token works again, no resume key, output acknowledged from seq 1 again); shared by
     /// `retry` and an unreachable minion that came back (`run/unreachable.rs`).
-    pub fn new_attempt(&mut self, previous: Outcome) -> Vec<Effect> {
+    pub(crate) fn new_attempt(&mut self, previous: Outcome) -> Vec<Effect> {
         self.attempt += 1;
         self.phase = Phase::Pending;
         self.conn = None;

@@ -23,7 +23,7 @@ use crate::wire::link::ConnId;
 
 /// What a wrapper said of suspension in its hello.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SuspendReport {
+pub(crate) struct SuspendReport {
     /// It advertised the `suspend` capability.
     pub capable: bool,
     /// Its command is stopped now.
@@ -33,7 +33,7 @@ pub struct SuspendReport {
 impl Target {
     /// An operator suspends (`want` true) or resumes this target. `Ok` with no effects:
     /// it already is as asked.
-    pub fn set_suspended(&mut self, want: bool) -> Result<Vec<Effect>, String> {
+    pub(crate) fn set_suspended(&mut self, want: bool) -> Result<Vec<Effect>, String> {
         let verb = if want { "suspend" } else { "resume" };
         if self.is_decided() {
             return Err(format!("cannot {verb}: its outcome is already decided"));
@@ -71,7 +71,7 @@ impl Target {
 
     /// The wrapper on `conn` said hello (after `hello` accepted it): learn whether it can
     /// suspend, and bring its command to the stored wish.
-    pub fn wrapper_hello(&mut self, conn: ConnId, report: SuspendReport) -> Vec<Effect> {
+    pub(crate) fn wrapper_hello(&mut self, conn: ConnId, report: SuspendReport) -> Vec<Effect> {
         self.can_suspend = report.capable;
         if !report.capable && self.suspended {
             // Cannot happen with the wrapper that was suspended; a stored flag that no
@@ -85,7 +85,7 @@ impl Target {
 
     /// The wrapper on `conn` reports its command `suspended` or not (a heartbeat):
     /// when that is not the stored wish, the wish is sent again.
-    pub fn wrapper_reports(&mut self, conn: ConnId, suspended: bool) -> Vec<Effect> {
+    pub(crate) fn wrapper_reports(&mut self, conn: ConnId, suspended: bool) -> Vec<Effect> {
         let running = matches!(
             self.phase,
             Phase::PickedUp {

@@ -6,18 +6,18 @@ use crate::wire::records::TargetState;
 impl Target {
     /// Its wrapper was launched and its command has not ended: it holds a place on its
     /// machine.
-    pub fn occupies_machine(&self) -> bool {
+    pub(crate) fn occupies_machine(&self) -> bool {
         matches!(self.phase, Phase::Launching | Phase::PickedUp { .. })
     }
 
     /// Pending, held back by `max_running_per_machine`.
-    pub fn is_throttled(&self) -> bool {
+    pub(crate) fn is_throttled(&self) -> bool {
         self.phase == Phase::Pending && self.throttled.is_some()
     }
 
     /// Its batch came but its machine is full: it stays pending, shown as `queued` with
     /// `reason`, until a place frees up.
-    pub fn hold_for_capacity(&mut self, reason: String) -> Vec<Effect> {
+    pub(crate) fn hold_for_capacity(&mut self, reason: String) -> Vec<Effect> {
         if self.phase != Phase::Pending {
             return Vec::new();
         }

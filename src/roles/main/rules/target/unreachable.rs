@@ -9,7 +9,12 @@ use crate::wire::records::{Millis, TargetReason};
 impl Target {
     /// Its minion did not answer at `now`: wait until `now + window` for it (state
     /// `waiting_unreachable`, reason unreachable, no exit code until it is decided).
-    pub fn await_return(&mut self, now: Instant, window: Duration, now_ms: Millis) -> Vec<Effect> {
+    pub(crate) fn await_return(
+        &mut self,
+        now: Instant,
+        window: Duration,
+        now_ms: Millis,
+    ) -> Vec<Effect> {
         if self.phase != Phase::Pending {
             return Vec::new();
         }
@@ -21,12 +26,12 @@ impl Target {
     }
 
     /// Waiting for its minion.
-    pub fn is_waiting(&self) -> bool {
+    pub(crate) fn is_waiting(&self) -> bool {
         matches!(self.phase, Phase::WaitingUnreachable { .. })
     }
 
     /// Its window closes at this instant (while waiting).
-    pub fn waiting_until(&self) -> Option<Instant> {
+    pub(crate) fn waiting_until(&self) -> Option<Instant> {
         match self.phase {
             Phase::WaitingUnreachable { until } => Some(until),
             _ => None,
@@ -34,7 +39,7 @@ impl Target {
     }
 
     /// Its minion answered: a new attempt, pending to be launched.
-    pub fn came_back(&mut self) -> Vec<Effect> {
+    pub(crate) fn came_back(&mut self) -> Vec<Effect> {
         if !self.is_waiting() || self.kill_wanted {
             return Vec::new();
         }
@@ -45,7 +50,7 @@ impl Target {
     }
 
     /// The window closed at `now` without its minion: final, `gave_up` (255).
-    pub fn give_up_waiting(&mut self, now: Instant, now_ms: Millis) -> Vec<Effect> {
+    pub(crate) fn give_up_waiting(&mut self, now: Instant, now_ms: Millis) -> Vec<Effect> {
         match self.phase {
             Phase::WaitingUnreachable { until } if until <= now => {
                 self.finish(TargetReason::GaveUp, Some(255), now_ms)
