@@ -413,7 +413,7 @@ pub fn run_changed(core: &mut Main, run: RunId) {
     let mut updates = Vec::new();
     for w in watchers.iter_mut() {
         for (m, t) in &active.targets {
-            let now = (t.state(), t.outcome().and_then(|o| o.reason), t.suspended);
+            let now = (t.state(), t.outcome().and_then(|o| o.reason), t.suspended());
             if w.seen.get(m) != Some(&now) {
                 w.seen.insert(m.clone(), now);
                 updates.push((w.call, t.record(m)));

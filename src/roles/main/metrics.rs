@@ -208,7 +208,7 @@ pub fn render(core: &Main) -> String {
         .flat_map(|r| r.targets.values())
         .fold((0, 0), |(s, q), t| {
             (
-                s + usize::from(t.suspended),
+                s + usize::from(t.suspended()),
                 q + usize::from(t.is_throttled()),
             )
         });

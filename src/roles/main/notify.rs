@@ -163,7 +163,7 @@ pub fn run_ended(core: &mut Main, active: &ActiveRun, state: RunState, reason: O
 }
 
 fn targets_started(active: &ActiveRun) -> Option<Millis> {
-    active.targets.values().filter_map(|t| t.started).min()
+    active.targets.values().filter_map(|t| t.started()).min()
 }
 
 /// A slot of `job` was not run (`reason` says why; `missed` when it came too late).

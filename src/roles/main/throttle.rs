@@ -176,7 +176,7 @@ pub fn reasons(core: &Main, run: RunId) -> BTreeMap<String, String> {
             a.targets
                 .iter()
                 .filter(|(_, t)| t.is_throttled())
-                .filter_map(|(m, t)| Some((m.clone(), t.throttled.clone()?)))
+                .filter_map(|(m, t)| Some((m.clone(), t.throttled()?.to_owned())))
                 .collect()
         })
         .unwrap_or_default()

@@ -184,7 +184,7 @@ pub fn seen_seq(core: &Main, run: RunId, machine: &str) -> u64 {
     let Some(active) = core.flight.runs.get(&run) else {
         return u64::MAX; // finished: everything is stored
     };
-    let acked = active.targets.get(machine).map_or(0, |t| t.acked_seq);
+    let acked = active.targets.get(machine).map_or(0, |t| t.acked_seq());
     core.views
         .ui
         .sent

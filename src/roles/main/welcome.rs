@@ -297,7 +297,11 @@ fn vet_hello(
     // A resume key proves an earlier welcome; the launch token works until its session
     // has been confirmed by a first message (so a welcome lost in a crash can be retried).
     let (attempt, stored_hash, token_spent) = match core.target(run, machine) {
-        Some(t) => (t.attempt, t.resume_hash.clone(), t.token == Token::Spent),
+        Some(t) => (
+            t.attempt(),
+            t.resume_hash().map(str::to_owned),
+            t.token() == Token::Spent,
+        ),
         None => return reject(RejectCode::UnknownRun, "run ended").into(),
     };
     // A credential proves a target only for the executor that hands it out: a Salt
@@ -402,7 +406,7 @@ fn vet_hello(
         (_, true) => {
             let (key, hash) = tokens::new_resume_key();
             if let Some(t) = core.target_mut(run, machine) {
-                t.resume_hash = Some(hash.clone());
+                effects.extend(t.session_opened(hash.clone()));
             }
             (key, Some(hash))
         }

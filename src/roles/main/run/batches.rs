@@ -62,7 +62,7 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         transition(core, run, machine, |t| t.launch());
         // Salt wrappers prove the machine with its minion key; only local ones get a
         // launch token (in a private file, never on a command line).
-        let attempt = core.target(run, machine).map_or(1, |t| t.attempt);
+        let attempt = core.target(run, machine).map_or(1, |t| t.attempt());
         let token = (job.executor == crate::config::Executor::Local)
             .then(|| Redacted(core.secret.launch_token(run, machine, attempt)));
         launch.push(LaunchTarget {

@@ -61,7 +61,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     match refusal {
         None => {
             active.go_at = Some(crate::roles::main::effects::now_ms());
-            let conns: Vec<_> = active.targets.values().filter_map(|t| t.conn).collect();
+            let conns: Vec<_> = active.targets.values().filter_map(|t| t.conn()).collect();
             core.views
                 .ui
                 .metrics
@@ -95,7 +95,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
                 if t.is_decided() {
                     continue;
                 }
-                match t.conn {
+                match t.conn() {
                     Some(conn) => conns.push(conn),
                     None => unconnected.push(m.clone()),
                 }

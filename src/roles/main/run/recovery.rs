@@ -94,7 +94,7 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
             grace,
         );
         // Retries already made count against `retries` after a restart too.
-        t.attempt = d.attempt.max(1);
+        t.restore_attempt(d.attempt);
         // `retry_unreachable`: the window starts over (its deadline is not stored).
         t.restart_waiting(now, std::time::Duration::from_secs(job.retry_unreachable_s));
         if !t.is_settled() {
@@ -105,7 +105,7 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
     let job = Arc::new(job);
     // Staged wrappers were welcomed (their token is spent) but nothing ran: the run is
     // still pre-staged, and waits for its slot again.
-    let started_any = targets.values().any(|t| t.started.is_some());
+    let started_any = targets.values().any(|t| t.started().is_some());
     let prestaged =
         run.slot.is_some() && !started_any && core.prestage_lead(&job) > chrono::Duration::zero();
     log::info!(

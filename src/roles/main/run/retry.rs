@@ -45,7 +45,7 @@ pub fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> RetryPlan {
         .iter()
         .filter_map(|m| {
             let t = active.targets.get(m)?;
-            t.wants_retry(retries).then(|| (m.clone(), t.attempt))
+            t.wants_retry(retries).then(|| (m.clone(), t.attempt()))
         })
         .collect();
     env.retry_at
