@@ -17,7 +17,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
     for effect in effects {
         match effect {
             Effect::Kill(conn) => {
-                let grace_s = core.flight.runs.get(&run).map_or(0, |r| r.job.kill_grace_s);
+                let grace_s = core.run(run).map_or(0, |r| r.job.kill_grace_s);
                 core.to_wrapper(
                     conn,
                     ServerMsg::Kill {
@@ -118,7 +118,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
                 log::info!(
                     "run {run}: the wrapper on {machine} came back after being declared lost"
                 );
-                let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
+                let job = core.run(run).map(|r| r.job.name.clone());
                 core.event(
                     "target_reconciled",
                     job.as_deref(),
@@ -156,10 +156,7 @@ impl Main {
     /// How soon db must store a write of `run` that nothing waits for
     /// ([`ActiveRun::write_due`](super::state::run::ActiveRun::write_due)).
     pub fn write_due(&self, run: RunId) -> Due {
-        self.flight
-            .runs
-            .get(&run)
-            .map_or(Due::Soon, |r| r.write_due())
+        self.run(run).map_or(Due::Soon, |r| r.write_due())
     }
 }
 
@@ -214,7 +211,7 @@ fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, previou
         },
         DbWait::write("a new attempt"),
     );
-    let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
+    let job = core.run(run).map(|r| r.job.name.clone());
     let how = match (previous.reason, previous.code) {
         (Some(reason), Some(code)) => format!("{reason} {code}"),
         (Some(reason), None) => reason.to_string(),

@@ -232,7 +232,7 @@ fn record_read(core: &mut Main, run: RunId, result: Result<DbReply, CallError>) 
         Ok(record) => record,
         Err(e) => return log::warn!("run {run} of the leader could not be read: {e}"),
     };
-    if core.flight.runs.contains_key(&run) {
+    if core.in_flight(run) {
         return forget_adopted(core, vec![run]);
     }
     let Some(record) = record else {
@@ -415,13 +415,14 @@ fn base_read(
 /// leave the mirror (their output now comes from their wrappers' frames, so the hub
 /// reads it again); the others are read once more and end as their record says.
 pub fn adopted(core: &mut Main) {
-    let m = &mut core.views.mirror;
-    m.resync = false;
-    let (adopted, other): (Vec<RunId>, Vec<RunId>) = m
+    core.views.mirror.resync = false;
+    let (adopted, other): (Vec<RunId>, Vec<RunId>) = core
+        .views
+        .mirror
         .runs
         .keys()
-        .partition(|run| core.flight.runs.contains_key(run));
-    m.stale.extend(other);
+        .partition(|run| core.in_flight(**run));
+    core.views.mirror.stale.extend(other);
     forget_adopted(core, adopted);
 }
 

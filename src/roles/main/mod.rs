@@ -107,7 +107,7 @@ impl Controlled for MainRole {
             ControlDown::Shutdown => {
                 log::info!(
                     "shutting down; {} runs in flight continue on their targets",
-                    self.core.flight.runs.len()
+                    self.core.runs_in_flight()
                 );
                 self.core.flight.stopping = true;
                 let deadline = Instant::now() + SHUTDOWN_GRACE;

@@ -112,16 +112,16 @@ pub fn may_start(core: &Main, run: RunId, machine: &str) -> Result<(), String> {
     else {
         return Ok(());
     };
-    let Some(me) = core.flight.runs.get(&run).map(ActiveRun::queue_key) else {
+    let Some(me) = core.run(run).map(ActiveRun::queue_key) else {
         return Ok(());
     };
-    let load = machine_load(core.flight.runs.values().filter(|r| r.id != run), machine);
+    let load = machine_load(core.runs().filter(|r| r.id != run), machine);
     target_admission(max, machine, &load, me)
 }
 
 /// Whether a throttled target among `batch` of `run` may start now.
 pub fn any_admitted(core: &Main, run: RunId, batch: &[String]) -> bool {
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return false;
     };
     batch_targets(active, batch).any(|(m, t)| t.is_throttled() && may_start(core, run, m).is_ok())
@@ -129,9 +129,7 @@ pub fn any_admitted(core: &Main, run: RunId, batch: &[String]) -> bool {
 
 /// Whether `batch` of `run` has throttled targets (the batch waits for places).
 pub fn has_throttled(core: &Main, run: RunId, batch: &[String]) -> bool {
-    core.flight
-        .runs
-        .get(&run)
+    core.run(run)
         .is_some_and(|a| batch_targets(a, batch).any(|(_, t)| t.is_throttled()))
 }
 
@@ -155,10 +153,10 @@ pub fn run_may_start(core: &Main, run: RunId) -> Result<(), String> {
     let Some(max) = core.config.saltpeter.max_runs_in_flight else {
         return Ok(());
     };
-    let Some(me) = core.flight.runs.get(&run).map(ActiveRun::queue_key) else {
+    let Some(me) = core.run(run).map(ActiveRun::queue_key) else {
         return Ok(());
     };
-    let others = || core.flight.runs.values().filter(|r| r.id != run);
+    let others = || core.runs().filter(|r| r.id != run);
     let in_flight = others().filter(|r| !r.awaiting_capacity).count();
     let waiting: Vec<QueueKey> = others()
         .filter(|r| r.awaiting_capacity)
@@ -169,9 +167,7 @@ pub fn run_may_start(core: &Main, run: RunId) -> Result<(), String> {
 
 /// The reasons of the throttled targets of `run`, by machine (for the run's view).
 pub fn reasons(core: &Main, run: RunId) -> BTreeMap<String, String> {
-    core.flight
-        .runs
-        .get(&run)
+    core.run(run)
         .map(|a| {
             a.targets
                 .iter()

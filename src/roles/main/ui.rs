@@ -82,9 +82,9 @@ pub fn db_answer(core: &mut Main, wait: UiWait, result: Result<DbReply, CallErro
 
 /// A run changed (created, a target started or settled, ...).
 pub fn run_changed(core: &mut Main, run: RunId) {
-    if let Some(active) = core.flight.runs.get(&run) {
+    if let Some(job) = core.run(run).map(|r| r.job.name.clone()) {
         core.views.ui.run_started.entry(run).or_insert_with(now_ms);
-        core.views.ui.dirty_jobs.insert(active.job.name.clone());
+        core.views.ui.dirty_jobs.insert(job);
     }
 }
 
@@ -166,7 +166,7 @@ pub fn wrapper_welcomed(core: &mut Main, run: RunId, machine: &str, version: &st
 /// (the hub shows it live from the frame it relayed).
 pub fn output_arrived(core: &mut Main, run: RunId, machine: &str, seq: u64, data: &[u8]) {
     core.views.ui.metrics.output(data.len());
-    if !core.flight.runs.contains_key(&run) {
+    if !core.in_flight(run) {
         return;
     }
     let per_run = core.views.ui.sent.entry(run).or_default();
@@ -181,7 +181,7 @@ pub fn output_arrived(core: &mut Main, run: RunId, machine: &str, seq: u64, data
 /// The last output seq passed to db for a target: a read of its output sent now
 /// contains every frame up to it (the link to db keeps the order).
 pub fn seen_seq(core: &Main, run: RunId, machine: &str) -> u64 {
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return u64::MAX; // finished: everything is stored
     };
     let acked = active.targets.get(machine).map_or(0, |t| t.acked_seq());
@@ -320,7 +320,8 @@ fn status_view(core: &Main) -> StatusView {
             result_ok: last.ok(),
         });
     }
-    for (id, active) in &core.flight.runs {
+    for active in core.runs() {
+        let id = &active.id;
         if active.prestaged && !active.go_sent() {
             continue; // waiting for its slot: not running yet
         }
@@ -344,9 +345,7 @@ fn status_view(core: &Main) -> StatusView {
 fn details(core: &Main, job: &str) -> DetailsView {
     let now = now_ms();
     let newest_active = core
-        .flight
-        .runs
-        .values()
+        .runs()
         .filter(|r| r.job.name == job)
         .max_by_key(|r| r.id);
     let mut targets = Vec::new();

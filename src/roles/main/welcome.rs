@@ -152,7 +152,7 @@ fn refused(
         "run {run}: wrapper on {machine} from {peer} rejected ({code:?}): {message}{earlier}"
     );
     if !code.is_transient() {
-        let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
+        let job = core.run(run).map(|r| r.job.name.clone());
         core.event(
             "wrapper_refused",
             job.as_deref(),
@@ -281,7 +281,7 @@ fn vet_hello(
         )
         .into();
     }
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return not_in_flight(run).into();
     };
     let job = active.job.clone();

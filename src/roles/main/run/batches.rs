@@ -71,7 +71,7 @@ pub fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         });
     }
     // A pre-staged run starts at its slot (`prestage::await_slot` records it then).
-    let before_slot = env.req.prestaged && core.flight.runs.get(&run).is_some_and(|r| !r.go_sent());
+    let before_slot = env.req.prestaged && core.run(run).is_some_and(|r| !r.go_sent());
     if !env.start_recorded && !launch.is_empty() && !before_slot {
         env.start_recorded = true;
         core.db_call(
@@ -118,7 +118,7 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
     if launch.is_empty() {
         return Step::Next;
     }
-    if let Some(active) = core.flight.runs.get_mut(&run) {
+    if let Some(active) = core.run_mut(run) {
         active.launching = Some(now);
     }
     env.launch_started = Some(now);
@@ -130,7 +130,7 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
             minions: launch.into_iter().map(|t| t.machine).collect(),
             settings: core.salt_settings(),
             // After its slot (targets held back by a cap, retries) nothing is to coalesce.
-            urgent: !env.req.prestaged || core.flight.runs.get(&run).is_some_and(|r| r.go_sent()),
+            urgent: !env.req.prestaged || core.run(run).is_some_and(|r| r.go_sent()),
         };
         core.rounds.queue(queued, now);
         env.launch_queued = true;
@@ -194,7 +194,7 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         Launched::Nothing => Ok(Vec::new()),
         Launched::Answer(reply) => reply,
     };
-    if let Some(active) = core.flight.runs.get_mut(&run) {
+    if let Some(active) = core.run_mut(run) {
         active.launching = None;
     }
     env.launch_started = None;
@@ -283,7 +283,7 @@ pub fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         waiting.push(Wake::event(WakeEvent::Capacity));
         waiting.push(Wake::At(now + CAPACITY_RECHECK));
     }
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return Step::Next;
     };
     let pickup = if env.batches.len() == 1 && batch.len() == active.targets.len() {
@@ -337,7 +337,7 @@ pub fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     if env.batch + 1 >= env.batches.len() {
         return Step::Next;
     }
-    if core.flight.runs.get(&run).is_some_and(|r| r.kill_requested) {
+    if core.run(run).is_some_and(|r| r.kill_requested) {
         let rest: Vec<String> = env.batches[env.batch + 1..].concat();
         for m in rest {
             finish_target(core, run, &m, TargetReason::Canceled, None);
@@ -404,9 +404,7 @@ pub fn collect_all(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         super::unreachable::Plan::Nothing => {}
     }
     let open = core
-        .flight
-        .runs
-        .get(&run)
+        .run(run)
         .is_some_and(|r| r.targets.values().any(|t| !t.is_settled()));
     if open {
         Step::Wait(Wake::Any(wakes))

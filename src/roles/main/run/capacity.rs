@@ -24,7 +24,7 @@ pub fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     let Some(run) = env.run else {
         return Step::Next;
     };
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return Step::Next;
     };
     let stopping = core.flight.stopping;
@@ -61,7 +61,7 @@ pub fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             };
             set_waiting(core, run, false);
             if stopping {
-                let open: Vec<String> = core.flight.runs.get(&run).map_or(Vec::new(), |a| {
+                let open: Vec<String> = core.run(run).map_or(Vec::new(), |a| {
                     a.targets
                         .iter()
                         .filter(|(_, t)| !t.is_decided())
@@ -92,7 +92,7 @@ pub fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
 }
 
 fn set_waiting(core: &mut Main, run: u64, waiting: bool) {
-    if let Some(active) = core.flight.runs.get_mut(&run) {
+    if let Some(active) = core.run_mut(run) {
         active.awaiting_capacity = waiting;
     }
     crate::roles::main::ui::run_changed(core, run);

@@ -135,9 +135,7 @@ pub fn fire_as(
 fn launches_behind(core: &Main, job: &str, slot: crate::wire::records::Millis) -> bool {
     let now = std::time::Instant::now();
     let views: Vec<run_rules::LaunchView> = core
-        .flight
-        .runs
-        .values()
+        .runs()
         .filter(|r| r.job.name == job)
         .map(|r| run_rules::LaunchView {
             slot: r.slot,
@@ -173,9 +171,7 @@ impl Main {
     /// being recorded.
     pub fn job_busy_besides(&self, job: &str, except: Option<RunId>) -> bool {
         let runs = self
-            .flight
-            .runs
-            .values()
+            .runs()
             .filter(|r| r.job.name == job)
             .map(|r| run_rules::RunView {
                 id: r.id,

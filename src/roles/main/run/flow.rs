@@ -231,24 +231,21 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             for (m, _) in &env.unreachable {
                 targets.insert(m.clone(), Target::new(0));
             }
-            core.flight.runs.insert(
+            core.insert_run(ActiveRun {
                 id,
-                ActiveRun {
-                    id,
-                    job: env.req.job.clone(),
-                    slot: env.req.slot,
-                    trigger: env.req.trigger,
-                    targets,
-                    kill_requested: false,
-                    prestaged: env.req.prestaged,
-                    go_at: None,
-                    launching: None,
-                    workflow: Some(s.id()),
-                    waiters: Vec::new(),
-                    recorded_at: now_ms(),
-                    awaiting_capacity: false,
-                },
-            );
+                job: env.req.job.clone(),
+                slot: env.req.slot,
+                trigger: env.req.trigger,
+                targets,
+                kill_requested: false,
+                prestaged: env.req.prestaged,
+                go_at: None,
+                launching: None,
+                workflow: Some(s.id()),
+                waiters: Vec::new(),
+                recorded_at: now_ms(),
+                awaiting_capacity: false,
+            });
             crate::roles::main::ui::run_changed(core, id);
             log::info!(
                 "run {id} of {} ({}) recorded with {} targets",
@@ -268,9 +265,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             let unreachable = std::mem::take(&mut env.unreachable);
             unreachable::record_unreachable(core, id, &env.req.job, unreachable);
             let unreachable_only = core
-                .flight
-                .runs
-                .get(&id)
+                .run(id)
                 .is_some_and(|r| r.targets.values().any(|t| t.is_decided() || t.is_waiting()));
             if env.batches.is_empty() && !unreachable_only {
                 return Step::Done;
@@ -323,7 +318,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         return Step::Next;
     };
     if env.call.is_none() {
-        let Some(active) = core.flight.runs.get(&run) else {
+        let Some(active) = core.run(run) else {
             release_job(core, env);
             return Step::Next;
         };
@@ -357,7 +352,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     }
     release_job(core, env);
     core.wake_capacity();
-    if let Some(active) = core.flight.runs.remove(&run) {
+    if let Some(active) = core.remove_run(run) {
         let state = match &env.unresolved {
             Some((state, _)) => *state,
             None => active.final_state(),

@@ -29,7 +29,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let Some(run) = env.run else {
         return Step::Next;
     };
-    if !env.req.prestaged || core.flight.runs.get(&run).is_none_or(|r| r.go_sent()) {
+    if !env.req.prestaged || core.run(run).is_none_or(|r| r.go_sent()) {
         return Step::Next;
     }
     let Some(slot) = env
@@ -47,17 +47,17 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let job = env.req.job.clone();
     let refusal = match run_rules::at_slot(
         &job.name,
-        core.flight.runs.get(&run).is_some_and(|r| r.kill_requested),
+        core.run(run).is_some_and(|r| r.kill_requested),
         core.global_maintenance(),
         job.overlap == Overlap::Forbid && core.job_busy_besides(&job.name, Some(run)),
     ) {
         AtSlot::Go => None,
         AtSlot::Refuse(state, reason) => Some((state, reason)),
     };
-    let Some(active) = core.flight.runs.get_mut(&run) else {
+    let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
+    let Some(active) = core.run_mut(run) else {
         return Step::Next;
     };
-    let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
     match refusal {
         None => {
             active.go_at = Some(crate::roles::main::effects::now_ms());

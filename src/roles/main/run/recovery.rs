@@ -114,24 +114,21 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
         job.name,
         unsettled.len()
     );
-    core.flight.runs.insert(
-        run.id,
-        ActiveRun {
-            id: run.id,
-            job: job.clone(),
-            slot: run.slot,
-            trigger: run.trigger,
-            targets,
-            kill_requested: false,
-            prestaged,
-            go_at: None,
-            launching: None,
-            workflow: None,
-            waiters: Vec::new(),
-            recorded_at: run.started.unwrap_or(0),
-            awaiting_capacity: false,
-        },
-    );
+    core.insert_run(ActiveRun {
+        id: run.id,
+        job: job.clone(),
+        slot: run.slot,
+        trigger: run.trigger,
+        targets,
+        kill_requested: false,
+        prestaged,
+        go_at: None,
+        launching: None,
+        workflow: None,
+        waiters: Vec::new(),
+        recorded_at: run.started.unwrap_or(0),
+        awaiting_capacity: false,
+    });
     core.recover_run(
         RunRequest {
             job,

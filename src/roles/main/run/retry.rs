@@ -31,7 +31,7 @@ pub fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> RetryPlan {
     let Some(run) = env.run else {
         return RetryPlan::Nothing;
     };
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return RetryPlan::Nothing;
     };
     if active.kill_requested || core.flight.stopping || active.job.retries == 0 {

@@ -103,7 +103,7 @@ pub struct Main {
 /// Runs in flight, as main keeps them, and the wrapper sessions bound to them.
 #[derive(Default)]
 pub struct Flight {
-    pub runs: BTreeMap<RunId, ActiveRun>,
+    runs: BTreeMap<RunId, ActiveRun>,
     /// Wrapper connections and the target each serves.
     pub sessions: HashMap<ConnId, (RunId, String)>,
     /// Refused hellos logged and recorded per peer address (a rate limit).
@@ -203,6 +203,40 @@ impl MainRole {
 impl Main {
     pub fn wake(&mut self, key: WakeKey) {
         self.links.wakes.push(key);
+    }
+
+    /// A run in flight.
+    pub fn run(&self, run: RunId) -> Option<&ActiveRun> {
+        self.flight.runs.get(&run)
+    }
+
+    pub fn run_mut(&mut self, run: RunId) -> Option<&mut ActiveRun> {
+        self.flight.runs.get_mut(&run)
+    }
+
+    /// The runs in flight, in run id order.
+    pub fn runs(&self) -> impl Iterator<Item = &ActiveRun> {
+        self.flight.runs.values()
+    }
+
+    /// Whether `run` is in flight here.
+    pub fn in_flight(&self, run: RunId) -> bool {
+        self.flight.runs.contains_key(&run)
+    }
+
+    /// How many runs are in flight here.
+    pub fn runs_in_flight(&self) -> usize {
+        self.flight.runs.len()
+    }
+
+    /// A recorded run is in flight from now on.
+    pub fn insert_run(&mut self, active: ActiveRun) {
+        self.flight.runs.insert(active.id, active);
+    }
+
+    /// A run ends: it is no longer in flight.
+    pub fn remove_run(&mut self, run: RunId) -> Option<ActiveRun> {
+        self.flight.runs.remove(&run)
     }
 
     /// A target of a run in flight.
