@@ -154,7 +154,7 @@ pub fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Effect>) {
 
 impl Main {
     /// How soon db must store a write of `run` that nothing waits for
-    /// ([`ActiveRun::write_due`](super::state::run::ActiveRun::write_due)).
+    /// ([`ActiveRun::write_due`](super::state::active::ActiveRun::write_due)).
     pub fn write_due(&self, run: RunId) -> Due {
         self.run(run).map_or(Due::Soon, |r| r.write_due())
     }

@@ -5,7 +5,7 @@
 //! Events: `start` when a run is recorded, `machine_result` per target and `end` when it
 //! ends, `overlap` and `maintenance` for slots not run for those reasons.
 
-use super::state::run::ActiveRun;
+use super::state::active::ActiveRun;
 use super::state::{DbWait, Main};
 use crate::config::Job;
 use crate::wire::db::DbRequest;

@@ -49,7 +49,6 @@ mod run;
 mod run_rules;
 #[cfg(test)]
 mod run_rules_tests;
-mod runs;
 mod scheduler;
 mod sessions;
 mod state;
@@ -69,7 +68,7 @@ use crate::wire::link::ControlDown;
 use crate::wire::records::{RunId, RunState};
 use crate::workflow::WakeKey;
 use main_loop::{pump, stop_when_settled};
-use state::run::ActiveRun;
+use state::active::ActiveRun;
 use state::{MainRole, SHUTDOWN_GRACE};
 
 pub use main_loop::run;

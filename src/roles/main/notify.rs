@@ -22,7 +22,7 @@
 use crate::roles::main::state::notify::InFlight;
 use std::collections::HashMap;
 
-use super::state::run::ActiveRun;
+use super::state::active::ActiveRun;
 use super::state::{DbWait, Main, MainRole};
 use crate::config::notify::{Channel, NotifyOn, NotifyRule};
 use crate::evloop::Ctx;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use super::effects::{apply, finish_target, now_ms, transition};
 use super::live;
-use super::runs::exit_outcome;
 use super::state::{DbWait, Main};
+use super::target::exit_outcome;
 use super::target::{KillAction, PendingExit};
 use super::tokens;
 use super::welcome::{answer_hello, reject, staged_heartbeat_s};
@@ -164,7 +164,7 @@ fn earliest_start(core: &Main, conn: ConnId) -> Option<Millis> {
     let active = core.run(*run)?;
     let heard = active.targets.get(machine)?.last_seen()?;
     let heard_ms = now_ms() - i64::try_from(heard.elapsed().as_millis()).unwrap_or(i64::MAX);
-    Some(active.go_at.map_or(heard_ms, |go| go.max(heard_ms)))
+    Some(active.go_at().map_or(heard_ms, |go| go.max(heard_ms)))
 }
 
 /// When a command started: the wrapper's word (`at`, its clock at the spawn), kept
@@ -329,7 +329,11 @@ pub fn check_liveness(core: &mut Main, now: Instant) {
     let mut lost = Vec::new();
     for active in core.runs() {
         let run = &active.id;
-        let before_start = if active.prestaged { staged } else { silence };
+        let before_start = if active.is_prestaged() {
+            staged
+        } else {
+            silence
+        };
         for (machine, t) in &active.targets {
             // Not picked up yet: the pickup deadline applies instead.
             if t.silent_too_long(now, silence, before_start) {
@@ -357,7 +361,7 @@ pub fn kill(core: &mut Main, run: RunId, machine: Option<&str>) -> Result<usize,
         return Err(format!("run {run} is not in flight"));
     };
     if machine.is_none() {
-        active.kill_requested = true;
+        active.request_kill();
     }
     if let Some(m) = machine
         && !active.targets.contains_key(m)

@@ -4,7 +4,7 @@
 //! Nothing new is queued beside the runs: the queues are read off the runs in flight.
 //! - A run over `max_runs_in_flight` is recorded as usual and then waits in its Workflow's
 //!   `await_capacity` step (before any wrapper is deployed or launched), shown as a
-//!   `queued` run with the reason; `ActiveRun::awaiting_capacity` marks it.
+//!   `queued` run with the reason; `RunPhase::AwaitingCapacity` marks it.
 //! - A target over `max_running_per_machine` stays `Phase::Pending` when its batch is
 //!   launched (`launch_batch` asks [`target_admission`]): it is not launched at all, so no
 //!   wrapper waits on the minion and its timeout clock, which starts with the command, does
@@ -27,12 +27,11 @@
 use std::collections::BTreeMap;
 
 use super::state::Main;
-use super::state::run::ActiveRun;
+use super::state::active::ActiveRun;
 use super::target::Target;
-use crate::wire::records::{Millis, RunId};
+use crate::wire::records::RunId;
 
-/// A place in a throttling queue: slot (or when a manual run was recorded), then run id.
-pub type QueueKey = (Millis, RunId);
+pub use super::state::active::QueueKey;
 
 /// What one machine has: places taken, and the keys of the targets waiting for it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -157,9 +156,9 @@ pub fn run_may_start(core: &Main, run: RunId) -> Result<(), String> {
         return Ok(());
     };
     let others = || core.runs().filter(|r| r.id != run);
-    let in_flight = others().filter(|r| !r.awaiting_capacity).count();
+    let in_flight = others().filter(|r| !r.awaiting_capacity()).count();
     let waiting: Vec<QueueKey> = others()
-        .filter(|r| r.awaiting_capacity)
+        .filter(|r| r.awaiting_capacity())
         .map(ActiveRun::queue_key)
         .collect();
     run_admission(max, in_flight, &waiting, me)

@@ -17,7 +17,7 @@
 use crate::roles::main::state::views::LastRun;
 use std::collections::BTreeMap;
 
-use super::state::run::ActiveRun;
+use super::state::active::ActiveRun;
 use super::state::{DbWait, Main};
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
@@ -322,7 +322,7 @@ fn status_view(core: &Main) -> StatusView {
     }
     for active in core.runs() {
         let id = &active.id;
-        if active.prestaged && !active.go_sent() {
+        if active.awaiting_go() {
             continue; // waiting for its slot: not running yet
         }
         view.running.push(RunningView {

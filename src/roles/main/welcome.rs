@@ -285,7 +285,7 @@ fn vet_hello(
         return not_in_flight(run).into();
     };
     let job = active.job.clone();
-    let wait_for_go = active.prestaged && !active.go_sent();
+    let wait_for_go = active.awaiting_go();
     let slot_in_ms = active
         .slot
         .filter(|_| wait_for_go)

@@ -119,7 +119,7 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
         return Step::Next;
     }
     if let Some(active) = core.run_mut(run) {
-        active.launching = Some(now);
+        active.launch_out(now);
     }
     env.launch_started = Some(now);
     if job.executor == crate::config::Executor::Salt {
@@ -195,7 +195,7 @@ pub fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
         Launched::Answer(reply) => reply,
     };
     if let Some(active) = core.run_mut(run) {
-        active.launching = None;
+        active.launch_answered();
     }
     env.launch_started = None;
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
@@ -337,7 +337,7 @@ pub fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     if env.batch + 1 >= env.batches.len() {
         return Step::Next;
     }
-    if core.run(run).is_some_and(|r| r.kill_requested) {
+    if core.run(run).is_some_and(|r| r.kill_requested()) {
         let rest: Vec<String> = env.batches[env.batch + 1..].concat();
         for m in rest {
             finish_target(core, run, &m, TargetReason::Canceled, None);

@@ -36,7 +36,7 @@ pub fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             .values()
             .any(|t| !matches!(t.phase(), Phase::Pending | Phase::SkippedMaintenance));
     // A kill (its targets are canceled already) or a stop: nothing is to start.
-    let admitted = if active.kill_requested || stopping || launched {
+    let admitted = if active.kill_requested() || stopping || launched {
         Ok(())
     } else {
         throttle::run_may_start(core, run)
@@ -93,7 +93,11 @@ pub fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
 
 fn set_waiting(core: &mut Main, run: u64, waiting: bool) {
     if let Some(active) = core.run_mut(run) {
-        active.awaiting_capacity = waiting;
+        if waiting {
+            active.wait_for_capacity();
+        } else {
+            active.admitted();
+        }
     }
     crate::roles::main::ui::run_changed(core, run);
 }

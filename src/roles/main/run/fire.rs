@@ -140,12 +140,11 @@ fn launches_behind(core: &Main, job: &str, slot: crate::wire::records::Millis) -
         .map(|r| run_rules::LaunchView {
             slot: r.slot,
             out_for: r
-                .launching
+                .launching()
                 .map(|since| now.saturating_duration_since(since)),
             // Staged and not launched yet (resolving, deploying, waiting in its round).
-            waiting: r.prestaged
-                && !r.go_sent()
-                && r.launching.is_none()
+            waiting: r.awaiting_go()
+                && r.launching().is_none()
                 && r.targets
                     .values()
                     .any(super::super::target::Target::is_pending),
@@ -175,7 +174,7 @@ impl Main {
             .filter(|r| r.job.name == job)
             .map(|r| run_rules::RunView {
                 id: r.id,
-                prestaged: r.prestaged,
+                prestaged: r.is_prestaged(),
                 go_sent: r.go_sent(),
             });
         run_rules::job_busy(

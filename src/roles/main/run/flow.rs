@@ -12,7 +12,7 @@ use crate::ipc::rpc::Call;
 use crate::roles::main::effects::now_ms;
 use crate::roles::main::run_rules;
 use crate::roles::main::state::Sc;
-use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::active::ActiveRun;
 use crate::roles::main::state::run::{RunEnv, RunRequest};
 use crate::roles::main::state::{DbWait, Main};
 use crate::roles::main::target::Target;
@@ -231,21 +231,17 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             for (m, _) in &env.unreachable {
                 targets.insert(m.clone(), Target::new(0));
             }
-            core.insert_run(ActiveRun {
+            let mut active = ActiveRun::new(
                 id,
-                job: env.req.job.clone(),
-                slot: env.req.slot,
-                trigger: env.req.trigger,
-                targets,
-                kill_requested: false,
-                prestaged: env.req.prestaged,
-                go_at: None,
-                launching: None,
-                workflow: Some(s.id()),
-                waiters: Vec::new(),
-                recorded_at: now_ms(),
-                awaiting_capacity: false,
-            });
+                env.req.job.clone(),
+                env.req.slot,
+                env.req.trigger,
+                env.req.prestaged,
+                now_ms(),
+            );
+            active.targets = targets;
+            active.workflow = Some(s.id());
+            core.insert_run(active);
             crate::roles::main::ui::run_changed(core, id);
             log::info!(
                 "run {id} of {} ({}) recorded with {} targets",

@@ -47,7 +47,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     let job = env.req.job.clone();
     let refusal = match run_rules::at_slot(
         &job.name,
-        core.run(run).is_some_and(|r| r.kill_requested),
+        core.run(run).is_some_and(|r| r.kill_requested()),
         core.global_maintenance(),
         job.overlap == Overlap::Forbid && core.job_busy_besides(&job.name, Some(run)),
     ) {
@@ -60,7 +60,7 @@ pub fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
     };
     match refusal {
         None => {
-            active.go_at = Some(crate::roles::main::effects::now_ms());
+            active.go(crate::roles::main::effects::now_ms());
             let conns: Vec<_> = active.targets.values().filter_map(|t| t.conn()).collect();
             core.views
                 .ui

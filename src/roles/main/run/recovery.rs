@@ -17,7 +17,7 @@ use super::flow as run_flow;
 use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
-use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::active::ActiveRun;
 use crate::roles::main::state::run::RunRequest;
 use crate::roles::main::state::{DbWait, Main, MainRole};
 use crate::roles::main::target::Target;
@@ -114,21 +114,16 @@ pub fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail>) {
         job.name,
         unsettled.len()
     );
-    core.insert_run(ActiveRun {
-        id: run.id,
-        job: job.clone(),
-        slot: run.slot,
-        trigger: run.trigger,
-        targets,
-        kill_requested: false,
+    let mut active = ActiveRun::new(
+        run.id,
+        job.clone(),
+        run.slot,
+        run.trigger,
         prestaged,
-        go_at: None,
-        launching: None,
-        workflow: None,
-        waiters: Vec::new(),
-        recorded_at: run.started.unwrap_or(0),
-        awaiting_capacity: false,
-    });
+        run.started.unwrap_or(0),
+    );
+    active.targets = targets;
+    core.insert_run(active);
     core.recover_run(
         RunRequest {
             job,

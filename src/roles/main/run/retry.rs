@@ -34,7 +34,7 @@ pub fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> RetryPlan {
     let Some(active) = core.run(run) else {
         return RetryPlan::Nothing;
     };
-    if active.kill_requested || core.flight.stopping || active.job.retries == 0 {
+    if active.kill_requested() || core.flight.stopping || active.job.retries == 0 {
         env.retry_at.clear();
         return RetryPlan::Nothing;
     }

@@ -2,6 +2,7 @@
 //! part's share, the loop's state (`MainRole`), the links' (`links`). It names none of
 //! main's behaviour.
 
+pub mod active;
 pub mod lifecycle;
 pub mod links;
 pub mod notify;
@@ -24,9 +25,10 @@ use crate::wire::db::DbReply;
 use crate::wire::link::{ConnId, ProcessInfo};
 use crate::wire::records::RunId;
 use crate::workflow::{Registry, StepCtx, WakeEvent, WakeKey};
+use active::ActiveRun;
 use lifecycle::{Boot, Ha, Reloads};
 use notify::Notifier;
-use run::{ActiveRun, Orphans, Rounds, RunEnv, RunRequest};
+use run::{Orphans, Rounds, RunEnv, RunRequest};
 use schedule::{JobCtl, RuntimeMaintenance};
 use views::{Live, Mirror, UiState};
 use wrappers::{Fleet, Launcher, Refusals};
