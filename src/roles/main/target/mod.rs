@@ -13,17 +13,19 @@
 //! ```
 //!
 //! Every transition takes the time it happens at and returns the [`Effect`]s the shell
-//! (`sessions`, `run_flow`) must perform: messages to the wrapper, writes to db, events.
+//! (`effects.rs`) must perform: messages to the wrapper, writes to db, events.
 //! Nothing here touches a socket or a clock, so the rules — a launch token works once,
 //! output is acked only once committed, an exit settles only when all its output is
 //! stored, silence for three heartbeats is a loss, a kill before pick-up cancels — are unit
 //! tested in `tests.rs`.
 //!
-//! The phase is private to this module: every change of it is one of the transitions
-//! here and in the files beside it (`record.rs` restores a target from db, `retry.rs`
-//! starts a new attempt, `suspend.rs` stops and continues its command, `throttle.rs`
-//! holds it for `max_running_per_machine`, `unreachable.rs` waits for its minion); the
-//! rest of main reads it through [`Target::phase`] and the predicates.
+//! The phase and every other field are private to this module: every change of them is
+//! one of the transitions here and in the files beside it (`record.rs` restores a target
+//! from db, `retry.rs` starts a new attempt, `suspend.rs` stops and continues its
+//! command, `throttle.rs` holds it for `max_running_per_machine`, `unreachable.rs` waits
+//! for its minion); the rest of main reads them through [`Target::phase`], the
+//! predicates and the readers of `read.rs`. `exit.rs` says what a wrapper's `exited`
+//! means for the outcome.
 
 mod exit;
 mod read;
