@@ -209,13 +209,11 @@ impl<T> PendingCalls<T> {
     }
 
     #[cfg(test)]
-
     pub(crate) fn len(&self) -> usize {
         self.calls.len()
     }
 
     #[cfg(test)]
-
     pub(crate) fn is_empty(&self) -> bool {
         self.calls.is_empty()
     }

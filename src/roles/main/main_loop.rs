@@ -57,10 +57,10 @@ pub(super) fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
                 || core.links.db_replies.contains_key(id)
                 || core.links.blocking_replies.contains_key(id)
         }
-        WakeKey::Event(WakeEvent::RunChanged(run)) => core.flight.runs.contains_key(run),
+        WakeKey::Event(WakeEvent::RunChanged(run)) => core.in_flight(*run),
         WakeKey::Event(WakeEvent::Fleet) => core.fleet.busy(),
         // Runs in flight end, and with them the wait for a place.
-        WakeKey::Event(WakeEvent::Capacity) => !core.flight.runs.is_empty(),
+        WakeKey::Event(WakeEvent::Capacity) => !core.runs_in_flight() == 0,
         WakeKey::Timer(_) => true,
     };
     for stall in role
@@ -189,7 +189,7 @@ pub(super) fn arm_workflow_timer(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 
 /// While runs are in flight, check wrapper liveness every second.
 pub(super) fn arm_liveness(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
-    if role.core.flight.runs.is_empty() || role.core.flight.liveness_armed {
+    if role.core.runs_in_flight() == 0 || role.core.flight.liveness_armed {
         return;
     }
     role.core.flight.liveness_armed = true;

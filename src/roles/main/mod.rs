@@ -40,7 +40,7 @@ use crate::wire::records::{RunId, RunState};
 use crate::workflow::WakeKey;
 use firing::chains;
 use main_loop::{pump, stop_when_settled};
-use state::run::ActiveRun;
+use state::active::ActiveRun;
 use state::{MainRole, SHUTDOWN_GRACE};
 use views::{answer, live, ui};
 
@@ -79,7 +79,7 @@ impl Controlled for MainRole {
             ControlDown::Shutdown => {
                 log::info!(
                     "shutting down; {} runs in flight continue on their targets",
-                    self.core.flight.runs.len()
+                    self.core.runs_in_flight()
                 );
                 self.core.flight.stopping = true;
                 let deadline = Instant::now() + SHUTDOWN_GRACE;

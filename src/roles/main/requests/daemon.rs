@@ -26,7 +26,7 @@ pub(crate) fn status(core: &mut Main, call: CallId) {
         processes: core.daemon.processes.clone(),
         jobs: core.config.jobs.len(),
         // On a standby, the leader's (`mirror`).
-        running_runs: core.flight.runs.len() + crate::roles::main::views::mirror_view::count(core),
+        running_runs: core.runs_in_flight() + crate::roles::main::views::mirror_view::count(core),
         config_errors,
         wrapper_port: core.daemon.wrapper_port,
         db_error: core.storage.db_trouble.clone(),

@@ -283,9 +283,7 @@ pub(super) fn kill_job(
     only: Option<RunId>,
 ) {
     let runs: Vec<RunId> = core
-        .flight
-        .runs
-        .values()
+        .runs()
         .filter(|r| r.job.name == job && only.is_none_or(|id| id == r.id))
         .filter(|r| machine.is_none_or(|m| r.targets.contains_key(m)))
         .map(|r| r.id)
@@ -351,9 +349,7 @@ fn job_infos(core: &Main, last: &BTreeMap<String, RunRecord>) -> Vec<JobInfo> {
 /// The state `jobs` shows for a job, and its runs in flight.
 fn job_state(core: &Main, entry: &JobEntry, last: Option<RunState>) -> (JobState, Vec<RunId>) {
     let running: Vec<RunId> = core
-        .flight
-        .runs
-        .values()
+        .runs()
         .filter(|r| r.job.name == entry.name())
         .map(|r| r.id)
         .collect();

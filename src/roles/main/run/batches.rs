@@ -62,7 +62,7 @@ pub(crate) fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Ste
         transition(core, run, machine, |t| t.launch());
         // Salt wrappers prove the machine with its minion key; only local ones get a
         // launch token (in a private file, never on a command line).
-        let attempt = core.target(run, machine).map_or(1, |t| t.attempt);
+        let attempt = core.target(run, machine).map_or(1, |t| t.attempt());
         let token = (job.executor == crate::config::Executor::Local)
             .then(|| Redacted(core.secret.launch_token(run, machine, attempt)));
         launch.push(LaunchTarget {
@@ -71,7 +71,7 @@ pub(crate) fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Ste
         });
     }
     // A pre-staged run starts at its slot (`prestage::await_slot` records it then).
-    let before_slot = env.req.prestaged && core.flight.runs.get(&run).is_some_and(|r| !r.go_sent());
+    let before_slot = env.req.prestaged && core.run(run).is_some_and(|r| !r.go_sent());
     if !env.start_recorded && !launch.is_empty() && !before_slot {
         env.start_recorded = true;
         core.db_call(
@@ -118,8 +118,8 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
     if launch.is_empty() {
         return Step::Next;
     }
-    if let Some(active) = core.flight.runs.get_mut(&run) {
-        active.launching = Some(now);
+    if let Some(active) = core.run_mut(run) {
+        active.launch_out(now);
     }
     env.launch_started = Some(now);
     if job.executor == crate::config::Executor::Salt {
@@ -130,7 +130,7 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
             minions: launch.into_iter().map(|t| t.machine).collect(),
             settings: core.salt_settings(),
             // After its slot (targets held back by a cap, retries) nothing is to coalesce.
-            urgent: !env.req.prestaged || core.flight.runs.get(&run).is_some_and(|r| r.go_sent()),
+            urgent: !env.req.prestaged || core.run(run).is_some_and(|r| r.go_sent()),
         };
         core.rounds.queue(queued, now);
         env.launch_queued = true;
@@ -194,8 +194,8 @@ pub(crate) fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Ste
         Launched::Nothing => Ok(Vec::new()),
         Launched::Answer(reply) => reply,
     };
-    if let Some(active) = core.flight.runs.get_mut(&run) {
-        active.launching = None;
+    if let Some(active) = core.run_mut(run) {
+        active.launch_answered();
     }
     env.launch_started = None;
     let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
@@ -283,7 +283,7 @@ pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> St
         waiting.push(Wake::event(WakeEvent::Capacity));
         waiting.push(Wake::At(now + CAPACITY_RECHECK));
     }
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return Step::Next;
     };
     let pickup = if env.batches.len() == 1 && batch.len() == active.targets.len() {
@@ -337,7 +337,7 @@ pub(crate) fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step 
     if env.batch + 1 >= env.batches.len() {
         return Step::Next;
     }
-    if core.flight.runs.get(&run).is_some_and(|r| r.kill_requested) {
+    if core.run(run).is_some_and(|r| r.kill_requested()) {
         let rest: Vec<String> = env.batches[env.batch + 1..].concat();
         for m in rest {
             finish_target(core, run, &m, TargetReason::Canceled, None);
@@ -404,9 +404,7 @@ pub(crate) fn collect_all(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step
         super::unreachable::Plan::Nothing => {}
     }
     let open = core
-        .flight
-        .runs
-        .get(&run)
+        .run(run)
         .is_some_and(|r| r.targets.values().any(|t| !t.is_settled()));
     if open {
         Step::Wait(Wake::Any(wakes))

@@ -24,7 +24,7 @@ pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> S
     let Some(run) = env.run else {
         return Step::Next;
     };
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return Step::Next;
     };
     let stopping = core.flight.stopping;
@@ -36,7 +36,7 @@ pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> S
             .values()
             .any(|t| !matches!(t.phase(), Phase::Pending | Phase::SkippedMaintenance));
     // A kill (its targets are canceled already) or a stop: nothing is to start.
-    let admitted = if active.kill_requested || stopping || launched {
+    let admitted = if active.kill_requested() || stopping || launched {
         Ok(())
     } else {
         throttle::run_may_start(core, run)
@@ -61,7 +61,7 @@ pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> S
             };
             set_waiting(core, run, false);
             if stopping {
-                let open: Vec<String> = core.flight.runs.get(&run).map_or(Vec::new(), |a| {
+                let open: Vec<String> = core.run(run).map_or(Vec::new(), |a| {
                     a.targets
                         .iter()
                         .filter(|(_, t)| !t.is_decided())
@@ -92,8 +92,12 @@ pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> S
 }
 
 fn set_waiting(core: &mut Main, run: u64, waiting: bool) {
-    if let Some(active) = core.flight.runs.get_mut(&run) {
-        active.awaiting_capacity = waiting;
+    if let Some(active) = core.run_mut(run) {
+        if waiting {
+            active.wait_for_capacity();
+        } else {
+            active.admitted();
+        }
     }
     crate::roles::main::views::ui::run_changed(core, run);
 }

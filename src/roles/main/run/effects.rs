@@ -17,8 +17,8 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
     for effect in effects {
         match effect {
             Effect::Kill(conn) => {
-                let grace_s = core.flight.runs.get(&run).map_or(0, |r| r.job.kill_grace_s);
-                core.to_wrapper(
+                let grace_s = core.run(run).map_or(0, |r| r.job.kill_grace_s);
+                core.tell_wrapper(
                     conn,
                     ServerMsg::Kill {
                         reason: KillReason::User,
@@ -26,8 +26,8 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                     },
                 );
             }
-            Effect::Suspend(conn) => core.to_wrapper(conn, ServerMsg::Suspend {}),
-            Effect::Resume(conn) => core.to_wrapper(conn, ServerMsg::Resume {}),
+            Effect::Suspend(conn) => core.tell_wrapper(conn, ServerMsg::Suspend {}),
+            Effect::Resume(conn) => core.tell_wrapper(conn, ServerMsg::Resume {}),
             Effect::StoreSuspended(suspended) => {
                 core.db_call(
                     DbRequest::UpdateTarget {
@@ -44,11 +44,11 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                 crate::roles::main::views::ui::run_changed(core, run);
                 crate::roles::main::views::live::run_changed(core, run);
             }
-            Effect::Ack(conn, seq) => core.to_wrapper(conn, ServerMsg::Ack { seq }),
-            Effect::Done(conn) => core.to_wrapper(conn, ServerMsg::Done {}),
+            Effect::Ack(conn, seq) => core.tell_wrapper(conn, ServerMsg::Ack { seq }),
+            Effect::Done(conn) => core.tell_wrapper(conn, ServerMsg::Done {}),
             Effect::Close(conn) => {
                 core.flight.sessions.remove(&conn);
-                core.to_hub(MainToHub::CloseWrapper { conn });
+                core.tell_hub(MainToHub::CloseWrapper { conn });
             }
             Effect::StoreState(state, started) => {
                 let due = core.write_due(run);
@@ -118,7 +118,7 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                 log::info!(
                     "run {run}: the wrapper on {machine} came back after being declared lost"
                 );
-                let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
+                let job = core.run(run).map(|r| r.job.name.clone());
                 core.event(
                     "target_reconciled",
                     job.as_deref(),
@@ -154,12 +154,9 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
 
 impl Main {
     /// How soon db must store a write of `run` that nothing waits for
-    /// ([`ActiveRun::write_due`](crate::roles::main::state::run::ActiveRun::write_due)).
+    /// ([`ActiveRun::write_due`](crate::roles::main::state::active::ActiveRun::write_due)).
     pub(crate) fn write_due(&self, run: RunId) -> Due {
-        self.flight
-            .runs
-            .get(&run)
-            .map_or(Due::Soon, |r| r.write_due())
+        self.run(run).map_or(Due::Soon, |r| r.write_due())
     }
 }
 
@@ -214,7 +211,7 @@ fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, previou
         },
         DbWait::write("a new attempt"),
     );
-    let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
+    let job = core.run(run).map(|r| r.job.name.clone());
     let how = match (previous.reason, previous.code) {
         (Some(reason), Some(code)) => format!("{reason} {code}"),
         (Some(reason), None) => reason.to_string(),

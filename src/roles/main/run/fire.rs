@@ -135,19 +135,16 @@ pub(crate) fn fire_as(
 fn launches_behind(core: &Main, job: &str, slot: crate::wire::records::Millis) -> bool {
     let now = std::time::Instant::now();
     let views: Vec<run_rules::LaunchView> = core
-        .flight
-        .runs
-        .values()
+        .runs()
         .filter(|r| r.job.name == job)
         .map(|r| run_rules::LaunchView {
             slot: r.slot,
             out_for: r
-                .launching
+                .launching()
                 .map(|since| now.saturating_duration_since(since)),
             // Staged and not launched yet (resolving, deploying, waiting in its round).
-            waiting: r.prestaged
-                && !r.go_sent()
-                && r.launching.is_none()
+            waiting: r.awaiting_go()
+                && r.launching().is_none()
                 && r.targets
                     .values()
                     .any(crate::roles::main::rules::target::Target::is_pending),
@@ -173,13 +170,11 @@ impl Main {
     /// being recorded.
     pub(crate) fn job_busy_besides(&self, job: &str, except: Option<RunId>) -> bool {
         let runs = self
-            .flight
-            .runs
-            .values()
+            .runs()
             .filter(|r| r.job.name == job)
             .map(|r| run_rules::RunView {
                 id: r.id,
-                prestaged: r.prestaged,
+                prestaged: r.is_prestaged(),
                 go_sent: r.go_sent(),
             });
         run_rules::job_busy(

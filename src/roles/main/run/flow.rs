@@ -14,7 +14,7 @@ use crate::roles::main::rules::target::Target;
 use crate::roles::main::run::effects::now_ms;
 use crate::roles::main::shell::windows;
 use crate::roles::main::state::Sc;
-use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::active::ActiveRun;
 use crate::roles::main::state::run::{RunEnv, RunRequest};
 use crate::roles::main::state::{DbWait, Main};
 use crate::wire::admin::{AdminFailure, AdminResponse};
@@ -231,24 +231,17 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             for (m, _) in &env.unreachable {
                 targets.insert(m.clone(), Target::new(0));
             }
-            core.flight.runs.insert(
+            let mut active = ActiveRun::new(
                 id,
-                ActiveRun {
-                    id,
-                    job: env.req.job.clone(),
-                    slot: env.req.slot,
-                    trigger: env.req.trigger,
-                    targets,
-                    kill_requested: false,
-                    prestaged: env.req.prestaged,
-                    go_at: None,
-                    launching: None,
-                    workflow: Some(s.id()),
-                    waiters: Vec::new(),
-                    recorded_at: now_ms(),
-                    awaiting_capacity: false,
-                },
+                env.req.job.clone(),
+                env.req.slot,
+                env.req.trigger,
+                env.req.prestaged,
+                now_ms(),
             );
+            active.targets = targets;
+            active.workflow = Some(s.id());
+            core.insert_run(active);
             crate::roles::main::views::ui::run_changed(core, id);
             log::info!(
                 "run {id} of {} ({}) recorded with {} targets",
@@ -268,9 +261,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             let unreachable = std::mem::take(&mut env.unreachable);
             unreachable::record_unreachable(core, id, &env.req.job, unreachable);
             let unreachable_only = core
-                .flight
-                .runs
-                .get(&id)
+                .run(id)
                 .is_some_and(|r| r.targets.values().any(|t| t.is_decided() || t.is_waiting()));
             if env.batches.is_empty() && !unreachable_only {
                 return Step::Done;
@@ -323,7 +314,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         return Step::Next;
     };
     if env.call.is_none() {
-        let Some(active) = core.flight.runs.get(&run) else {
+        let Some(active) = core.run(run) else {
             release_job(core, env);
             return Step::Next;
         };
@@ -357,7 +348,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
     }
     release_job(core, env);
     core.wake_capacity();
-    if let Some(active) = core.flight.runs.remove(&run) {
+    if let Some(active) = core.remove_run(run) {
         let state = match &env.unresolved {
             Some((state, _)) => *state,
             None => active.final_state(),

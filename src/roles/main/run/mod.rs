@@ -22,7 +22,6 @@ pub(crate) mod prestage;
 pub(crate) mod recovery;
 pub(crate) mod retry;
 pub(crate) mod rounds;
-pub(crate) mod runs;
 pub(crate) mod suspend;
 pub(crate) mod targets;
 pub(crate) mod unreachable;

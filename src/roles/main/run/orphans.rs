@@ -54,7 +54,7 @@ pub(crate) fn loaded(core: &mut Main, result: Result<DbReply, CallError>) {
     };
     let mut suspects = BTreeSet::new();
     for (run, details) in runs {
-        if core.flight.runs.contains_key(&run.id) {
+        if core.in_flight(run.id) {
             continue;
         }
         if !core.flight.orphans.suspects.contains(&run.id) {

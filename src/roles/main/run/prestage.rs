@@ -29,7 +29,7 @@ pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step 
     let Some(run) = env.run else {
         return Step::Next;
     };
-    if !env.req.prestaged || core.flight.runs.get(&run).is_none_or(|r| r.go_sent()) {
+    if !env.req.prestaged || core.run(run).is_none_or(|r| r.go_sent()) {
         return Step::Next;
     }
     let Some(slot) = env
@@ -47,21 +47,21 @@ pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step 
     let job = env.req.job.clone();
     let refusal = match run_rules::at_slot(
         &job.name,
-        core.flight.runs.get(&run).is_some_and(|r| r.kill_requested),
+        core.run(run).is_some_and(|r| r.kill_requested()),
         core.global_maintenance(),
         job.overlap == Overlap::Forbid && core.job_busy_besides(&job.name, Some(run)),
     ) {
         AtSlot::Go => None,
         AtSlot::Refuse(state, reason) => Some((state, reason)),
     };
-    let Some(active) = core.flight.runs.get_mut(&run) else {
+    let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
+    let Some(active) = core.run_mut(run) else {
         return Step::Next;
     };
-    let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
     match refusal {
         None => {
-            active.go_at = Some(crate::roles::main::run::effects::now_ms());
-            let conns: Vec<_> = active.targets.values().filter_map(|t| t.conn).collect();
+            active.go(crate::roles::main::run::effects::now_ms());
+            let conns: Vec<_> = active.targets.values().filter_map(|t| t.conn()).collect();
             core.views
                 .ui
                 .metrics
@@ -71,7 +71,7 @@ pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step 
                 conns.len(),
                 (Utc::now() - slot).num_milliseconds()
             );
-            core.to_wrappers(conns, ServerMsg::Go {});
+            core.tell_wrappers(conns, ServerMsg::Go {});
             env.extend_pickup(Instant::now() + pickup);
             if !std::mem::replace(&mut env.start_recorded, true) {
                 core.db_call(
@@ -95,12 +95,12 @@ pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step 
                 if t.is_decided() {
                     continue;
                 }
-                match t.conn {
+                match t.conn() {
                     Some(conn) => conns.push(conn),
                     None => unconnected.push(m.clone()),
                 }
             }
-            core.to_wrappers(
+            core.tell_wrappers(
                 conns,
                 ServerMsg::Cancel {
                     reason: reason.clone(),

@@ -18,7 +18,7 @@ use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::roles::main::rules::target::Target;
-use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::active::ActiveRun;
 use crate::roles::main::state::run::RunRequest;
 use crate::roles::main::state::{DbWait, Main, MainRole};
 use crate::wire::db::calls;
@@ -98,7 +98,7 @@ pub(crate) fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail
             grace,
         );
         // Retries already made count against `retries` after a restart too.
-        t.attempt = d.attempt.max(1);
+        t.restore_attempt(d.attempt);
         // `retry_unreachable`: the window starts over (its deadline is not stored).
         t.restart_waiting(now, std::time::Duration::from_secs(job.retry_unreachable_s));
         if !t.is_settled() {
@@ -109,7 +109,7 @@ pub(crate) fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail
     let job = Arc::new(job);
     // Staged wrappers were welcomed (their token is spent) but nothing ran: the run is
     // still pre-staged, and waits for its slot again.
-    let started_any = targets.values().any(|t| t.started.is_some());
+    let started_any = targets.values().any(|t| t.started().is_some());
     let prestaged =
         run.slot.is_some() && !started_any && core.prestage_lead(&job) > chrono::Duration::zero();
     log::info!(
@@ -118,24 +118,16 @@ pub(crate) fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail
         job.name,
         unsettled.len()
     );
-    core.flight.runs.insert(
+    let mut active = ActiveRun::new(
         run.id,
-        ActiveRun {
-            id: run.id,
-            job: job.clone(),
-            slot: run.slot,
-            trigger: run.trigger,
-            targets,
-            kill_requested: false,
-            prestaged,
-            go_at: None,
-            launching: None,
-            workflow: None,
-            waiters: Vec::new(),
-            recorded_at: run.started.unwrap_or(0),
-            awaiting_capacity: false,
-        },
+        job.clone(),
+        run.slot,
+        run.trigger,
+        prestaged,
+        run.started.unwrap_or(0),
     );
+    active.targets = targets;
+    core.insert_run(active);
     core.recover_run(
         RunRequest {
             job,

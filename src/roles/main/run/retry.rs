@@ -31,10 +31,10 @@ pub(crate) fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> RetryPla
     let Some(run) = env.run else {
         return RetryPlan::Nothing;
     };
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return RetryPlan::Nothing;
     };
-    if active.kill_requested || core.flight.stopping || active.job.retries == 0 {
+    if active.kill_requested() || core.flight.stopping || active.job.retries == 0 {
         env.retry_at.clear();
         return RetryPlan::Nothing;
     }
@@ -45,7 +45,7 @@ pub(crate) fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> RetryPla
         .iter()
         .filter_map(|m| {
             let t = active.targets.get(m)?;
-            t.wants_retry(retries).then(|| (m.clone(), t.attempt))
+            t.wants_retry(retries).then(|| (m.clone(), t.attempt()))
         })
         .collect();
     env.retry_at

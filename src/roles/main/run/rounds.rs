@@ -258,7 +258,7 @@ pub(crate) fn poll(core: &mut Main) {
                 Some(why) => Err(why.clone()),
                 None => Ok(per_run.remove(&run).unwrap_or_default()),
             };
-            core.rounds.answers.insert(run, Answer { outcomes, took });
+            core.rounds.answers.insert(run, Answer { outcomes });
             core.wake(WakeKey::event(Main::run_event(run)));
         }
     }

@@ -18,7 +18,7 @@ pub(crate) fn suspend(
     want: bool,
 ) -> Result<String, AdminFailure> {
     let verb = if want { "suspend" } else { "resume" };
-    let Some(active) = core.flight.runs.get_mut(&run) else {
+    let Some(active) = core.run_mut(run) else {
         return Err(AdminFailure::NotFound(format!(
             "run {run} is not in flight"
         )));

@@ -94,7 +94,7 @@ pub(crate) fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> Plan {
     let Some(run) = env.run else {
         return Plan::Nothing;
     };
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return Plan::Nothing;
     };
     let window = Duration::from_secs(active.job.retry_unreachable_s);

@@ -6,7 +6,7 @@
 //! ends, `overlap` and `maintenance` for slots not run for those reasons.
 
 use crate::config::Job;
-use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::active::ActiveRun;
 use crate::roles::main::state::{DbWait, Main};
 use crate::wire::db::DbRequest;
 use crate::wire::notify::{ExportDest, JobLog, JobLogEntry};

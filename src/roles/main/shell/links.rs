@@ -3,7 +3,7 @@
 //! Workflow steps have not taken yet; the wake keys handlers emit for the registry.
 //!
 //! Outgoing: `db_call`, `blocking_call` (typed replies taken back with `take_db_reply` /
-//! `take_blocking_reply`), `to_hub`, `to_wrapper`, `reply_hub`. Incoming: `on_link` reads
+//! `take_blocking_reply`), `tell_hub`, `tell_wrapper`, `reply_hub`. Incoming: `on_link` reads
 //! every frame a peer has and dispatches it; expired calls fail with `Timeout`.
 //!
 //! A db call carries what to do with its reply (`DbWait`), made by the part that calls:
@@ -118,7 +118,7 @@ impl Main {
         id
     }
 
-    pub(crate) fn to_hub(&mut self, msg: MainToHub) {
+    pub(crate) fn tell_hub(&mut self, msg: MainToHub) {
         if let MainToHub::CloseWrapper { conn } = &msg {
             self.flush_ack(*conn);
         }
@@ -135,7 +135,7 @@ impl Main {
     /// where several for one wrapper become the highest; any other message to that
     /// wrapper sends its waiting ack first, so the order the wrapper sees is kept (an ack
     /// before the `done` it led to).
-    pub(crate) fn to_wrapper(&mut self, conn: ConnId, msg: ServerMsg) {
+    pub(crate) fn tell_wrapper(&mut self, conn: ConnId, msg: ServerMsg) {
         if let ServerMsg::Ack { seq } = msg {
             let acked = self.links.hub_outbox.acks.entry(conn).or_insert(seq);
             *acked = (*acked).max(seq);
@@ -147,7 +147,7 @@ impl Main {
 
     /// The same message to many wrappers: one link message per few thousand (the hub
     /// encodes it once), not one per wrapper.
-    pub(crate) fn to_wrappers(&mut self, conns: Vec<ConnId>, msg: ServerMsg) {
+    pub(crate) fn tell_wrappers(&mut self, conns: Vec<ConnId>, msg: ServerMsg) {
         const PER_MESSAGE: usize = 4096;
         for &conn in &conns {
             self.flush_ack(conn);

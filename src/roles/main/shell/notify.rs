@@ -27,7 +27,7 @@ use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
 use crate::notify::{self, Facts, Notice, TargetNote};
-use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::active::ActiveRun;
 use crate::roles::main::state::{DbWait, Main, MainRole};
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::{DbReply, DbRequest, calls};
@@ -168,7 +168,7 @@ pub(crate) fn run_ended(
 }
 
 fn targets_started(active: &ActiveRun) -> Option<Millis> {
-    active.targets.values().filter_map(|t| t.started).min()
+    active.targets.values().filter_map(|t| t.started()).min()
 }
 
 /// A slot of `job` was not run (`reason` says why; `missed` when it came too late).

@@ -4,7 +4,7 @@
 //! Nothing new is queued beside the runs: the queues are read off the runs in flight.
 //! - A run over `max_runs_in_flight` is recorded as usual and then waits in its Workflow's
 //!   `await_capacity` step (before any wrapper is deployed or launched), shown as a
-//!   `queued` run with the reason; `ActiveRun::awaiting_capacity` marks it.
+//!   `queued` run with the reason; `RunPhase::AwaitingCapacity` marks it.
 //! - A target over `max_running_per_machine` stays `Phase::Pending` when its batch is
 //!   launched (`launch_batch` asks [`target_admission`]): it is not launched at all, so no
 //!   wrapper waits on the minion and its timeout clock, which starts with the command, does
@@ -28,11 +28,10 @@ use std::collections::BTreeMap;
 
 use crate::roles::main::rules::target::Target;
 use crate::roles::main::state::Main;
-use crate::roles::main::state::run::ActiveRun;
-use crate::wire::records::{Millis, RunId};
+use crate::roles::main::state::active::ActiveRun;
+use crate::wire::records::RunId;
 
-/// A place in a throttling queue: slot (or when a manual run was recorded), then run id.
-pub(crate) type QueueKey = (Millis, RunId);
+pub(crate) use crate::roles::main::state::active::QueueKey;
 
 /// What one machine has: places taken, and the keys of the targets waiting for it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -115,16 +114,16 @@ pub(crate) fn may_start(core: &Main, run: RunId, machine: &str) -> Result<(), St
     else {
         return Ok(());
     };
-    let Some(me) = core.flight.runs.get(&run).map(ActiveRun::queue_key) else {
+    let Some(me) = core.run(run).map(ActiveRun::queue_key) else {
         return Ok(());
     };
-    let load = machine_load(core.flight.runs.values().filter(|r| r.id != run), machine);
+    let load = machine_load(core.runs().filter(|r| r.id != run), machine);
     target_admission(max, machine, &load, me)
 }
 
 /// Whether a throttled target among `batch` of `run` may start now.
 pub(crate) fn any_admitted(core: &Main, run: RunId, batch: &[String]) -> bool {
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return false;
     };
     batch_targets(active, batch).any(|(m, t)| t.is_throttled() && may_start(core, run, m).is_ok())
@@ -132,9 +131,7 @@ pub(crate) fn any_admitted(core: &Main, run: RunId, batch: &[String]) -> bool {
 
 /// Whether `batch` of `run` has throttled targets (the batch waits for places).
 pub(crate) fn has_throttled(core: &Main, run: RunId, batch: &[String]) -> bool {
-    core.flight
-        .runs
-        .get(&run)
+    core.run(run)
         .is_some_and(|a| batch_targets(a, batch).any(|(_, t)| t.is_throttled()))
 }
 
@@ -158,13 +155,13 @@ pub(crate) fn run_may_start(core: &Main, run: RunId) -> Result<(), String> {
     let Some(max) = core.config.saltpeter.max_runs_in_flight else {
         return Ok(());
     };
-    let Some(me) = core.flight.runs.get(&run).map(ActiveRun::queue_key) else {
+    let Some(me) = core.run(run).map(ActiveRun::queue_key) else {
         return Ok(());
     };
-    let others = || core.flight.runs.values().filter(|r| r.id != run);
-    let in_flight = others().filter(|r| !r.awaiting_capacity).count();
+    let others = || core.runs().filter(|r| r.id != run);
+    let in_flight = others().filter(|r| !r.awaiting_capacity()).count();
     let waiting: Vec<QueueKey> = others()
-        .filter(|r| r.awaiting_capacity)
+        .filter(|r| r.awaiting_capacity())
         .map(ActiveRun::queue_key)
         .collect();
     run_admission(max, in_flight, &waiting, me)
@@ -172,14 +169,12 @@ pub(crate) fn run_may_start(core: &Main, run: RunId) -> Result<(), String> {
 
 /// The reasons of the throttled targets of `run`, by machine (for the run's view).
 pub(crate) fn reasons(core: &Main, run: RunId) -> BTreeMap<String, String> {
-    core.flight
-        .runs
-        .get(&run)
+    core.run(run)
         .map(|a| {
             a.targets
                 .iter()
                 .filter(|(_, t)| t.is_throttled())
-                .filter_map(|(m, t)| Some((m.clone(), t.throttled.clone()?)))
+                .filter_map(|(m, t)| Some((m.clone(), t.throttled()?.to_owned())))
                 .collect()
         })
         .unwrap_or_default()

@@ -2,13 +2,14 @@
 //! part's share, the loop's state (`MainRole`), the links' (`links`). It names none of
 //! main's behaviour.
 
-pub(crate) mod lifecycle;
-pub(crate) mod links;
-pub(crate) mod notify;
-pub(crate) mod run;
-pub(crate) mod schedule;
-pub(crate) mod views;
-pub(crate) mod wrappers;
+pub(super) mod active;
+pub(super) mod lifecycle;
+pub(super) mod links;
+pub(super) mod notify;
+pub(super) mod run;
+pub(super) mod schedule;
+pub(super) mod views;
+pub(super) mod wrappers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -24,14 +25,15 @@ use crate::wire::db::DbReply;
 use crate::wire::link::{ConnId, ProcessInfo};
 use crate::wire::records::RunId;
 use crate::workflow::{Registry, StepCtx, WakeEvent, WakeKey};
+use active::ActiveRun;
 use lifecycle::{Boot, Ha, Reloads};
 use notify::Notifier;
-use run::{ActiveRun, Orphans, Rounds, RunEnv, RunRequest};
+use run::{Orphans, Rounds, RunEnv, RunRequest};
 use schedule::{JobCtl, RuntimeMaintenance};
 use views::{Live, Mirror, UiState};
 use wrappers::{Fleet, Launcher, Refusals};
 
-pub(super) use links::HubOutbox;
+pub(crate) use links::HubOutbox;
 pub(crate) use run::JobRef;
 
 /// The links as main keeps them.
@@ -39,7 +41,7 @@ pub(super) type Links = links::Links<Main>;
 
 /// What to do with a db reply (or its failure): a continuation of the part that made the
 /// call. Timeouts and a lost link call it with the error.
-pub(crate) type DbWait = links::OnReply<Main>;
+pub(super) type DbWait = links::OnReply<Main>;
 
 /// A step of a run's Workflow is handed this.
 pub(super) type Sc<'a> = StepCtx<'a, RunEnv, Main>;
@@ -103,7 +105,7 @@ pub(crate) struct Main {
 /// Runs in flight, as main keeps them, and the wrapper sessions bound to them.
 #[derive(Default)]
 pub(crate) struct Flight {
-    pub runs: BTreeMap<RunId, ActiveRun>,
+    runs: BTreeMap<RunId, ActiveRun>,
     /// Wrapper connections and the target each serves.
     pub sessions: HashMap<ConnId, (RunId, String)>,
     /// Refused hellos logged and recorded per peer address (a rate limit).
@@ -203,6 +205,40 @@ impl MainRole {
 impl Main {
     pub(crate) fn wake(&mut self, key: WakeKey) {
         self.links.wakes.push(key);
+    }
+
+    /// A run in flight.
+    pub(crate) fn run(&self, run: RunId) -> Option<&ActiveRun> {
+        self.flight.runs.get(&run)
+    }
+
+    pub(crate) fn run_mut(&mut self, run: RunId) -> Option<&mut ActiveRun> {
+        self.flight.runs.get_mut(&run)
+    }
+
+    /// The runs in flight, in run id order.
+    pub(crate) fn runs(&self) -> impl Iterator<Item = &ActiveRun> {
+        self.flight.runs.values()
+    }
+
+    /// Whether `run` is in flight here.
+    pub(crate) fn in_flight(&self, run: RunId) -> bool {
+        self.flight.runs.contains_key(&run)
+    }
+
+    /// How many runs are in flight here.
+    pub(crate) fn runs_in_flight(&self) -> usize {
+        self.flight.runs.len()
+    }
+
+    /// A recorded run is in flight from now on.
+    pub(crate) fn insert_run(&mut self, active: ActiveRun) {
+        self.flight.runs.insert(active.id, active);
+    }
+
+    /// A run ends: it is no longer in flight.
+    pub(crate) fn remove_run(&mut self, run: RunId) -> Option<ActiveRun> {
+        self.flight.runs.remove(&run)
     }
 
     /// A target of a run in flight.

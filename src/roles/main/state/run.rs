@@ -1,17 +1,15 @@
 //! A run's state: what was asked (`RunRequest`), how far its Workflow got (`RunEnv`), the
-//! run in flight as main keeps it (`ActiveRun`); launches coalesced per round (`Rounds`),
+//! run in flight as main keeps it (`ActiveRun`, in `active.rs`); launches coalesced per round (`Rounds`),
 //! runs in flight that nobody here drives (`Orphans`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::config::Job;
 use crate::ipc::CallId;
-use crate::roles::main::rules::target::Target;
 use crate::wire::link::{MinionOutcome, SaltSettings};
 use crate::wire::records::{Millis, RunId, RunState, Trigger};
-use crate::workflow::WorkflowId;
 
 /// A run to start.
 pub(crate) struct RunRequest {
@@ -85,30 +83,6 @@ impl RunEnv {
     }
 }
 
-/// A run in flight.
-pub(crate) struct ActiveRun {
-    pub id: RunId,
-    pub job: Arc<Job>,
-    pub slot: Option<Millis>,
-    pub trigger: Trigger,
-    pub targets: BTreeMap<String, Target>,
-    pub kill_requested: bool,
-    /// Launched ahead of its slot; wrappers wait for `go` until it is sent (`go_sent`).
-    pub prestaged: bool,
-    /// When `go` went out (server clock, unix ms): no command of the run starts before.
-    pub go_at: Option<Millis>,
-    /// A batch launch is out and not answered yet: since when.
-    pub launching: Option<std::time::Instant>,
-    pub workflow: Option<WorkflowId>,
-    /// Admin calls (`run --wait`) to answer when the run ends.
-    pub waiters: Vec<CallId>,
-    /// When the run was recorded: its place in the throttling queues when it has no slot
-    /// (a manual run).
-    pub recorded_at: Millis,
-    /// Recorded, waiting for a place under `max_runs_in_flight` (`throttle.rs`).
-    pub awaiting_capacity: bool,
-}
-
 /// One run's launch, queued for its round.
 pub(crate) struct Queued {
     pub run: RunId,
@@ -123,8 +97,6 @@ pub(crate) struct Queued {
 /// A run's part of a round's answer.
 pub(crate) struct Answer {
     pub outcomes: Result<Vec<MinionOutcome>, String>,
-    /// From the publish to its answer.
-    pub took: Duration,
 }
 
 #[derive(Default)]

@@ -54,7 +54,7 @@ pub(crate) enum FollowWait {
 
 fn stream(core: &mut Main, call: CallId, resp: AdminResponse) {
     debug_assert!(resp.is_stream(), "only stream responses precede the answer");
-    core.to_hub(MainToHub::AdminStream { call, resp });
+    core.tell_hub(MainToHub::AdminStream { call, resp });
 }
 
 fn db(core: &mut Main, req: DbRequest, wait: FollowWait) {
@@ -73,9 +73,7 @@ pub(crate) fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
         );
     };
     let in_flight = core
-        .flight
-        .runs
-        .values()
+        .runs()
         .filter(|r| r.job.name == job)
         .map(|r| r.id)
         .max()
@@ -193,7 +191,7 @@ fn give_up(core: &mut Main, call: CallId, err: CallError) {
 /// The run's targets are known: announce them and read what is stored.
 fn begin(core: &mut Main, call: CallId, record: RunRecord) {
     // On a standby, a run the leader drives is followed as its output is committed there.
-    let in_flight = core.flight.runs.contains_key(&record.id)
+    let in_flight = core.in_flight(record.id)
         || (core.views.live.followers.contains_key(&call)
             && crate::roles::main::views::mirror_view::follows(core, &record));
     let Some(f) = core.views.live.followers.get_mut(&call) else {
@@ -371,7 +369,7 @@ pub(crate) fn run_ended(core: &mut Main, run: RunId) {
 
 /// `WatchRun`: stream the run's progress, answer when it ends.
 pub(crate) fn watch(core: &mut Main, call: CallId, run: RunId) {
-    let Some(active) = core.flight.runs.get_mut(&run) else {
+    let Some(active) = core.run_mut(run) else {
         // Not in flight (it may have ended already): the stored record answers.
         return send_run(core, call, run);
     };
@@ -407,13 +405,13 @@ pub(crate) fn run_changed(core: &mut Main, run: RunId) {
     let Some(mut watchers) = core.views.live.watchers.remove(&run) else {
         return;
     };
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return; // ended: nothing more to watch
     };
     let mut updates = Vec::new();
     for w in watchers.iter_mut() {
         for (m, t) in &active.targets {
-            let now = (t.state(), t.outcome().and_then(|o| o.reason), t.suspended);
+            let now = (t.state(), t.outcome().and_then(|o| o.reason), t.suspended());
             if w.seen.get(m) != Some(&now) {
                 w.seen.insert(m.clone(), now);
                 updates.push((w.call, t.record(m)));

@@ -193,7 +193,7 @@ pub(crate) fn render(core: &Main) -> String {
         "gauge",
         "Runs recorded and not finished.",
     );
-    let _ = writeln!(out, "saltpeter_runs_in_flight {}", core.flight.runs.len());
+    let _ = writeln!(out, "saltpeter_runs_in_flight {}", core.runs_in_flight());
     header(
         &mut out,
         "saltpeter_targets_suspended",
@@ -201,17 +201,15 @@ pub(crate) fn render(core: &Main) -> String {
         "Targets of runs in flight suspended by an operator.",
     );
     // The targets in flight, counted once for both gauges.
-    let (suspended, throttled) = core
-        .flight
-        .runs
-        .values()
-        .flat_map(|r| r.targets.values())
-        .fold((0, 0), |(s, q), t| {
-            (
-                s + usize::from(t.suspended),
-                q + usize::from(t.is_throttled()),
-            )
-        });
+    let (suspended, throttled) =
+        core.runs()
+            .flat_map(|r| r.targets.values())
+            .fold((0, 0), |(s, q), t| {
+                (
+                    s + usize::from(t.suspended()),
+                    q + usize::from(t.is_throttled()),
+                )
+            });
     let _ = writeln!(out, "saltpeter_targets_suspended {suspended}");
     header(
         &mut out,

@@ -232,7 +232,7 @@ fn record_read(core: &mut Main, run: RunId, result: Result<DbReply, CallError>) 
         Ok(record) => record,
         Err(e) => return log::warn!("run {run} of the leader could not be read: {e}"),
     };
-    if core.flight.runs.contains_key(&run) {
+    if core.in_flight(run) {
         return forget_adopted(core, vec![run]);
     }
     let Some(record) = record else {
@@ -326,7 +326,7 @@ fn feed_read(core: &mut Main, run: RunId, machine: String, result: Result<DbRepl
                     seq: out.next_from,
                     data: with_elision(out),
                 };
-                core.to_hub(msg);
+                core.tell_hub(msg);
             }
         }
         Err(e) => log::debug!("output of {} in run {run} unreadable: {e}", key.1),
@@ -420,13 +420,14 @@ fn base_read(
 /// leave the mirror (their output now comes from their wrappers' frames, so the hub
 /// reads it again); the others are read once more and end as their record says.
 pub(crate) fn adopted(core: &mut Main) {
-    let m = &mut core.views.mirror;
-    m.resync = false;
-    let (adopted, other): (Vec<RunId>, Vec<RunId>) = m
+    core.views.mirror.resync = false;
+    let (adopted, other): (Vec<RunId>, Vec<RunId>) = core
+        .views
+        .mirror
         .runs
         .keys()
-        .partition(|run| core.flight.runs.contains_key(run));
-    m.stale.extend(other);
+        .partition(|run| core.in_flight(**run));
+    core.views.mirror.stale.extend(other);
     forget_adopted(core, adopted);
 }
 
@@ -442,5 +443,5 @@ fn forget_adopted(core: &mut Main, runs: Vec<RunId>) {
         .mirror
         .feeds
         .retain(|(run, _), _| !runs.contains(run));
-    core.to_hub(MainToHub::UiForget(runs));
+    core.tell_hub(MainToHub::UiForget(runs));
 }

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
-use crate::roles::main::state::run::ActiveRun;
+use crate::roles::main::state::active::ActiveRun;
 use crate::roles::main::state::{DbWait, Main};
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
@@ -82,9 +82,9 @@ pub(crate) fn db_answer(core: &mut Main, wait: UiWait, result: Result<DbReply, C
 
 /// A run changed (created, a target started or settled, ...).
 pub(crate) fn run_changed(core: &mut Main, run: RunId) {
-    if let Some(active) = core.flight.runs.get(&run) {
+    if let Some(job) = core.run(run).map(|r| r.job.name.clone()) {
         core.views.ui.run_started.entry(run).or_insert_with(now_ms);
-        core.views.ui.dirty_jobs.insert(active.job.name.clone());
+        core.views.ui.dirty_jobs.insert(job);
     }
 }
 
@@ -170,7 +170,7 @@ pub(crate) fn wrapper_welcomed(core: &mut Main, run: RunId, machine: &str, versi
 /// (the hub shows it live from the frame it relayed).
 pub(crate) fn output_arrived(core: &mut Main, run: RunId, machine: &str, seq: u64, data: &[u8]) {
     core.views.ui.metrics.output(data.len());
-    if !core.flight.runs.contains_key(&run) {
+    if !core.in_flight(run) {
         return;
     }
     let per_run = core.views.ui.sent.entry(run).or_default();
@@ -185,10 +185,10 @@ pub(crate) fn output_arrived(core: &mut Main, run: RunId, machine: &str, seq: u6
 /// The last output seq passed to db for a target: a read of its output sent now
 /// contains every frame up to it (the link to db keeps the order).
 pub(crate) fn seen_seq(core: &Main, run: RunId, machine: &str) -> u64 {
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return u64::MAX; // finished: everything is stored
     };
-    let acked = active.targets.get(machine).map_or(0, |t| t.acked_seq);
+    let acked = active.targets.get(machine).map_or(0, |t| t.acked_seq());
     core.views
         .ui
         .sent
@@ -222,14 +222,14 @@ pub(crate) fn flush(core: &mut Main) {
         core.views.ui.config_dirty = false;
         core.views.ui.config_serial = now_ms();
         let view = config_view(core);
-        core.to_hub(MainToHub::UiConfig(view));
+        core.tell_hub(MainToHub::UiConfig(view));
     }
     let dirty = std::mem::take(&mut core.views.ui.dirty_jobs);
     if !dirty.is_empty() {
         let status = status_view(core);
         if core.views.ui.last_status.as_ref() != Some(&status) {
             core.views.ui.last_status = Some(status.clone());
-            core.to_hub(MainToHub::UiStatus(status));
+            core.tell_hub(MainToHub::UiStatus(status));
         }
     }
     let watched: Vec<String> = dirty
@@ -238,7 +238,7 @@ pub(crate) fn flush(core: &mut Main) {
         .collect();
     for job in &watched {
         let view = details(core, job);
-        core.to_hub(MainToHub::UiDetails(view));
+        core.tell_hub(MainToHub::UiDetails(view));
     }
 }
 
@@ -326,8 +326,9 @@ fn status_view(core: &Main) -> StatusView {
             result_ok: last.ok(),
         });
     }
-    for (id, active) in &core.flight.runs {
-        if active.prestaged && !active.go_sent() {
+    for active in core.runs() {
+        let id = &active.id;
+        if active.awaiting_go() {
             continue; // waiting for its slot: not running yet
         }
         view.running.push(RunningView {
@@ -351,9 +352,7 @@ fn status_view(core: &Main) -> StatusView {
 fn details(core: &Main, job: &str) -> DetailsView {
     let now = now_ms();
     let newest_active = core
-        .flight
-        .runs
-        .values()
+        .runs()
         .filter(|r| r.job.name == job)
         .max_by_key(|r| r.id);
     let mut targets = Vec::new();

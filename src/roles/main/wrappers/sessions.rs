@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
+use crate::roles::main::rules::target::exit_outcome;
 use crate::roles::main::rules::target::{KillAction, PendingExit};
 use crate::roles::main::rules::tokens;
 use crate::roles::main::run::effects::{apply, finish_target, now_ms, transition};
-use crate::roles::main::run::runs::exit_outcome;
 use crate::roles::main::state::{DbWait, Main};
 use crate::roles::main::views::live;
 use crate::roles::main::wrappers::welcome::{answer_hello, reject, staged_heartbeat_s};
@@ -31,7 +31,7 @@ pub(crate) fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
         HubRequest::WrapperHello(hello) => {
             let run = hello.run;
             if !core.flight.recovering
-                && !core.flight.runs.contains_key(&run)
+                && !core.in_flight(run)
                 && (hello.resume_key.is_some() || hello.proof.is_some())
             {
                 // Maybe a wrapper that was declared lost, coming back after its run ended.
@@ -92,10 +92,7 @@ pub(crate) fn reconcile(
         (None, Some(k)) => tokens::verify_resume_key(target.resume_key_sha256.as_deref(), &k.0),
         (None, None) => false,
     };
-    if target.record.reason != Some(TargetReason::Lost)
-        || !proven
-        || core.flight.runs.contains_key(&record.id)
-    {
+    if target.record.reason != Some(TargetReason::Lost) || !proven || core.in_flight(record.id) {
         // Only a peer that proved the target learns that its outcome is recorded.
         let verdict = if proven && target.record.state == TargetState::Finished {
             reject(
@@ -164,10 +161,10 @@ fn reopen_target(core: &mut Main, run: RunId, machine: &str) {
 /// which the welcome answered, or a heartbeat while it waited for `go`).
 fn earliest_start(core: &Main, conn: ConnId) -> Option<Millis> {
     let (run, machine) = core.flight.sessions.get(&conn)?;
-    let active = core.flight.runs.get(run)?;
+    let active = core.run(*run)?;
     let heard = active.targets.get(machine)?.last_seen()?;
     let heard_ms = now_ms() - i64::try_from(heard.elapsed().as_millis()).unwrap_or(i64::MAX);
-    Some(active.go_at.map_or(heard_ms, |go| go.max(heard_ms)))
+    Some(active.go_at().map_or(heard_ms, |go| go.max(heard_ms)))
 }
 
 /// When a command started: the wrapper's word (`at`, its clock at the spawn), kept
@@ -190,7 +187,7 @@ pub(crate) fn start_time(at: Millis, since: Option<Millis>, now: Millis) -> Mill
 fn touch(core: &mut Main, conn: ConnId) -> Option<(RunId, String)> {
     let Some((run, machine)) = core.flight.sessions.get(&conn).cloned() else {
         log::debug!("a wrapper on connection {conn} has no session any more; closing it");
-        core.to_hub(crate::wire::link::MainToHub::CloseWrapper { conn });
+        core.tell_hub(crate::wire::link::MainToHub::CloseWrapper { conn });
         return None;
     };
     transition(core, run, &machine, |t| t.heard(Instant::now()));
@@ -239,9 +236,7 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
             };
             crate::roles::main::views::ui::output_arrived(core, run, &machine, seq, &data);
             let limit = core
-                .flight
-                .runs
-                .get(&run)
+                .run(run)
                 .map(|r| r.job.output_limit)
                 .unwrap_or_default();
             core.db_call(
@@ -329,8 +324,13 @@ pub(crate) fn check_liveness(core: &mut Main, now: Instant) {
     let silence = Duration::from_secs(heartbeat_s * 3);
     let staged = Duration::from_secs(staged_heartbeat_s(heartbeat_s) * 3);
     let mut lost = Vec::new();
-    for (run, active) in &core.flight.runs {
-        let before_start = if active.prestaged { staged } else { silence };
+    for active in core.runs() {
+        let run = &active.id;
+        let before_start = if active.is_prestaged() {
+            staged
+        } else {
+            silence
+        };
         for (machine, t) in &active.targets {
             // Not picked up yet: the pickup deadline applies instead.
             if t.silent_too_long(now, silence, before_start) {
@@ -340,7 +340,7 @@ pub(crate) fn check_liveness(core: &mut Main, now: Instant) {
     }
     for (run, machine) in lost {
         log::warn!("run {run}: no word from the wrapper on {machine} for 3 heartbeats; lost");
-        let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
+        let job = core.run(run).map(|r| r.job.name.clone());
         core.event(
             "target_lost",
             job.as_deref(),
@@ -354,11 +354,11 @@ pub(crate) fn check_liveness(core: &mut Main, now: Instant) {
 
 /// Deliver a user kill to targets of a run; returns how many were reached or settled.
 pub(crate) fn kill(core: &mut Main, run: RunId, machine: Option<&str>) -> Result<usize, String> {
-    let Some(active) = core.flight.runs.get_mut(&run) else {
+    let Some(active) = core.run_mut(run) else {
         return Err(format!("run {run} is not in flight"));
     };
     if machine.is_none() {
-        active.kill_requested = true;
+        active.request_kill();
     }
     if let Some(m) = machine
         && !active.targets.contains_key(m)

@@ -152,7 +152,7 @@ fn refused(
         "run {run}: wrapper on {machine} from {peer} rejected ({code:?}): {message}{earlier}"
     );
     if !code.is_transient() {
-        let job = core.flight.runs.get(&run).map(|r| r.job.name.clone());
+        let job = core.run(run).map(|r| r.job.name.clone());
         core.event(
             "wrapper_refused",
             job.as_deref(),
@@ -281,11 +281,11 @@ fn vet_hello(
         )
         .into();
     }
-    let Some(active) = core.flight.runs.get(&run) else {
+    let Some(active) = core.run(run) else {
         return not_in_flight(run).into();
     };
     let job = active.job.clone();
-    let wait_for_go = active.prestaged && !active.go_sent();
+    let wait_for_go = active.awaiting_go();
     let slot_in_ms = active
         .slot
         .filter(|_| wait_for_go)
@@ -297,7 +297,11 @@ fn vet_hello(
     // A resume key proves an earlier welcome; the launch token works until its session
     // has been confirmed by a first message (so a welcome lost in a crash can be retried).
     let (attempt, stored_hash, token_spent) = match core.target(run, machine) {
-        Some(t) => (t.attempt, t.resume_hash.clone(), t.token == Token::Spent),
+        Some(t) => (
+            t.attempt(),
+            t.resume_hash().map(str::to_owned),
+            t.token() == Token::Spent,
+        ),
         None => return reject(RejectCode::UnknownRun, "run ended").into(),
     };
     // A credential proves a target only for the executor that hands it out: a Salt
@@ -402,7 +406,7 @@ fn vet_hello(
         (_, true) => {
             let (key, hash) = tokens::new_resume_key();
             if let Some(t) = core.target_mut(run, machine) {
-                t.resume_hash = Some(hash.clone());
+                effects.extend(t.session_opened(hash.clone()));
             }
             (key, Some(hash))
         }

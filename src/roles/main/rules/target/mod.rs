@@ -13,18 +13,22 @@
 //! ```
 //!
 //! Every transition takes the time it happens at and returns the [`Effect`]s the shell
-//! (`sessions`, `run_flow`) must perform: messages to the wrapper, writes to db, events.
+//! (`effects.rs`) must perform: messages to the wrapper, writes to db, events.
 //! Nothing here touches a socket or a clock, so the rules — a launch token works once,
 //! output is acked only once committed, an exit settles only when all its output is
 //! stored, silence for three heartbeats is a loss, a kill before pick-up cancels — are unit
 //! tested in `tests.rs`.
 //!
-//! The phase is private to this module: every change of it is one of the transitions
-//! here and in the files beside it (`record.rs` restores a target from db, `retry.rs`
-//! starts a new attempt, `suspend.rs` stops and continues its command, `throttle.rs`
-//! holds it for `max_running_per_machine`, `unreachable.rs` waits for its minion); the
-//! rest of main reads it through [`Target::phase`] and the predicates.
+//! The phase and every other field are private to this module: every change of them is
+//! one of the transitions here and in the files beside it (`record.rs` restores a target
+//! from db, `retry.rs` starts a new attempt, `suspend.rs` stops and continues its
+//! command, `throttle.rs` holds it for `max_running_per_machine`, `unreachable.rs` waits
+//! for its minion); the rest of main reads them through [`Target::phase`], the
+//! predicates and the readers of `read.rs`. `exit.rs` says what a wrapper's `exited`
+//! means for the outcome.
 
+mod exit;
+mod read;
 mod record;
 mod retry;
 pub(crate) mod suspend;
@@ -34,6 +38,8 @@ mod throttle;
 mod unreachable;
 
 use std::time::{Duration, Instant};
+
+pub(crate) use exit::exit_outcome;
 
 use crate::wire::link::ConnId;
 use crate::wire::records::{Millis, TargetReason, TargetState};
@@ -176,30 +182,30 @@ pub(crate) enum KillAction {
 /// One target of a run in flight.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
-    pub batch: usize,
+    batch: usize,
     phase: Phase,
     /// The connection of its wrapper, while one is open.
-    pub conn: Option<ConnId>,
-    pub token: Token,
+    conn: Option<ConnId>,
+    token: Token,
     /// SHA-256 (hex) of the resume key created at the token's welcome: a reconnect proves
     /// the session with that key (Salt wrappers sign a new challenge instead).
-    pub resume_hash: Option<String>,
+    resume_hash: Option<String>,
     /// Output up to this seq is committed (and acknowledged).
-    pub acked_seq: u64,
+    acked_seq: u64,
     /// A user kill is to be delivered (now or when the wrapper reconnects).
-    pub kill_wanted: bool,
+    kill_wanted: bool,
     /// Suspended by an operator (`target/suspend.rs`): persisted and shown.
-    pub suspended: bool,
+    suspended: bool,
     /// Its wrapper said it can suspend (`hello.capabilities`).
-    pub can_suspend: bool,
-    pub started: Option<Millis>,
-    pub ended: Option<Millis>,
+    can_suspend: bool,
+    started: Option<Millis>,
+    ended: Option<Millis>,
     /// 1 for the first attempt; a retry (`retries`) adds one.
-    pub attempt: u32,
+    attempt: u32,
     /// Pending, held back by `max_running_per_machine`: why (`throttle.rs`).
-    pub throttled: Option<String>,
+    throttled: Option<String>,
     /// How the job's resource limits were applied, as its wrapper said at `started`.
-    pub limits: Option<String>,
+    limits: Option<String>,
 }
 
 fn refuse(code: RejectCode, message: impl Into<String>) -> Refusal {
@@ -385,6 +391,13 @@ impl Target {
         if let Phase::PickedUp { last_seen, .. } = &mut self.phase {
             *last_seen = now;
         }
+        Vec::new()
+    }
+
+    /// The token welcome created a session: the hash of its resume key, proven by a
+    /// reconnect (`welcome.rs`).
+    pub(crate) fn session_opened(&mut self, resume_hash: String) -> Vec<Effect> {
+        self.resume_hash = Some(resume_hash);
         Vec::new()
     }
 

@@ -7,6 +7,12 @@ use super::{Outcome, Phase, Target, Token};
 use crate::wire::records::{TargetRecord, TargetState};
 
 impl Target {
+    /// Restored with its attempt as stored (retries already made count against
+    /// `retries` after a restart too).
+    pub(crate) fn restore_attempt(&mut self, attempt: u32) {
+        self.attempt = attempt.max(1);
+    }
+
     /// A target as db recorded it, after a restart at `now`: a picked-up one gets `grace`
     /// before its silence counts.
     pub(crate) fn restored(
