@@ -6,7 +6,7 @@
 //! `machines` (globs with `*` and `?`), and every job or only the jobs of `groups`. Its
 //! `policy` says what becomes of a slot inside it: `skip` (recorded as skipped with the
 //! window's name) or `defer` (run once when the window ends). When a window is open is
-//! computed in `roles/main/windows.rs`; this module only reads and checks the keys, each
+//! computed in `roles/main/shell/windows.rs`; this module only reads and checks the keys, each
 //! problem a diagnostic at the key's line.
 
 use std::path::{Path, PathBuf};
