@@ -37,6 +37,8 @@ pub(super) struct Held {
     window: Duration,
     /// When requests due now last arrived: only a flowing stream is held back.
     arrived: Option<Instant>,
+    /// The held calls waited for a window (not served as they came).
+    waited: bool,
 }
 
 /// What to do after calls arrived.
@@ -55,6 +57,7 @@ impl Held {
             serve_at: None,
             window: GATHER_FOR,
             arrived: None,
+            waited: false,
         }
     }
 
@@ -96,28 +99,24 @@ impl Held {
                 _ => 0,
             })
             .sum();
-        Some(
-            if serve_at <= now || bytes >= GATHER_BYTES || self.calls.len() >= GATHER_CALLS {
-                Next::Serve
-            } else {
-                Next::At(serve_at)
-            },
-        )
+        if serve_at <= now || bytes >= GATHER_BYTES || self.calls.len() >= GATHER_CALLS {
+            return Some(Next::Serve);
+        }
+        self.waited = true;
+        Some(Next::At(serve_at))
     }
 
-    /// The time to serve came (`now`): a stream that lasts gets a longer window for its
-    /// next batch.
-    pub(super) fn due(&mut self, now: Instant) {
-        if self
-            .arrived
-            .is_some_and(|at| now.saturating_duration_since(at) < FLOWING)
+    /// Every held call, to be served at `now`. A stream that lasts gets a longer window
+    /// for its next batch, whether its window ran out on the timer or while db was busy
+    /// with the commit before (then the next calls find it ran out).
+    pub(super) fn take(&mut self, now: Instant) -> Vec<(CallId, DbRequest)> {
+        if std::mem::take(&mut self.waited)
+            && self
+                .arrived
+                .is_some_and(|at| now.saturating_duration_since(at) < FLOWING)
         {
             self.window = (self.window * 2).min(GATHER_MAX);
         }
-    }
-
-    /// Every held call, to be served now.
-    pub(super) fn take(&mut self) -> Vec<(CallId, DbRequest)> {
         self.serve_at = None;
         std::mem::take(&mut self.calls)
     }
@@ -182,7 +181,7 @@ mod tests {
         );
         // A read after a quiet spell goes at once, and the held writes with it, in order.
         assert_eq!(held.add(vec![write(3)], t0, ms), Some(Next::Serve));
-        let ids: Vec<_> = held.take().into_iter().map(|(id, _)| id).collect();
+        let ids: Vec<_> = held.take(t0).into_iter().map(|(id, _)| id).collect();
         assert_eq!(ids, [1, 2, 3]);
         assert_eq!(held.add(Vec::new(), t0, ms), None, "nothing held");
     }
@@ -192,18 +191,39 @@ mod tests {
         let mut held = Held::new();
         let t0 = Instant::now();
         assert_eq!(held.add(vec![write(1)], t0, 0), Some(Next::Serve));
-        held.take();
+        held.take(t0);
         let t1 = t0 + Duration::from_millis(5);
         assert_eq!(
             held.add(vec![write(2)], t1, 0),
             Some(Next::At(t1 + GATHER_FOR))
         );
-        held.due(t1 + GATHER_FOR);
-        held.take();
+        held.take(t1 + GATHER_FOR);
         let t2 = t1 + GATHER_FOR;
         assert_eq!(
             held.add(vec![write(3)], t2, 0),
             Some(Next::At(t2 + GATHER_FOR * 2))
+        );
+    }
+
+    #[test]
+    fn a_window_that_ran_out_while_db_was_busy_grows_too() {
+        let mut held = Held::new();
+        let t0 = Instant::now();
+        assert_eq!(held.add(vec![write(1)], t0, 0), Some(Next::Serve));
+        held.take(t0);
+        let t1 = t0 + Duration::from_millis(5);
+        assert_eq!(
+            held.add(vec![write(2)], t1, 0),
+            Some(Next::At(t1 + GATHER_FOR))
+        );
+        // db was committing meanwhile: the next calls come after the window ran out.
+        let t2 = t1 + GATHER_FOR * 3;
+        assert_eq!(held.add(vec![write(3)], t2, 0), Some(Next::Serve));
+        held.take(t2);
+        let t3 = t2 + Duration::from_millis(1);
+        assert_eq!(
+            held.add(vec![write(4)], t3, 0),
+            Some(Next::At(t3 + GATHER_FOR * 2))
         );
     }
 

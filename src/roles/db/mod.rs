@@ -379,7 +379,6 @@ fn gather(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest, Due)>) 
             }
             db.held_timer = Some(ctx.at(at, |db: &mut Db, ctx| {
                 db.held_timer = None;
-                db.held.due(std::time::Instant::now());
                 serve_held(db, ctx);
                 arm_commit_report(db, ctx);
             }));
@@ -392,7 +391,7 @@ fn serve_held(db: &mut Db, ctx: &mut Ctx<Db>) {
     if let Some(timer) = db.held_timer.take() {
         ctx.cancel(timer);
     }
-    let calls = db.held.take();
+    let calls = db.held.take(std::time::Instant::now());
     serve(db, calls);
 }
 

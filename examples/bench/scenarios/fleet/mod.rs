@@ -184,14 +184,17 @@ fn measure_size(
                 eprintln!("    a target that did not exit 0: {t}");
             }
             eprintln!("    the daemon's log ends with:\n{}", d.log_tail());
-            let keep = crate::repo().join(format!("target/bench/fleet-{n}-daemon.log"));
-            let _ = std::fs::copy(&d.log, &keep);
-            eprintln!("    (whole log: {})", keep.display());
         }
         measured.push(firing);
         before = after;
     }
     d.stop();
+    // The daemon's log is kept for a look at what a firing did (with
+    // SP_BENCH_RUST_LOG=info,saltpeter::roles::db=debug, every commit and what it held).
+    let keep = crate::repo().join(format!("target/bench/fleet-{n}-daemon.log"));
+    if std::fs::copy(&d.log, &keep).is_ok() {
+        eprintln!("    the daemon's log: {}", keep.display());
+    }
     figures(result, n, &measured);
     Ok(())
 }
