@@ -197,4 +197,24 @@ publish is 4 ms more. Reaching 15 ms would take a quarter of each: no TLS or no 
 per wrapper (both are the security model), or fewer processes per message (the design's \
 four). What the testbed adds on top (hub 23–33 here against 10.6 simulated) is the \
 oversubscribed machine: 30 Python minions and the builds of others on two cores.
+- **Fleet, commits** (issue 27). What a firing commits, from db's debug log (`commit of N \
+requests: ...`; the fleet scenario keeps the daemon's log in `target/bench/`): at 1,000 a \
+steady firing was 16–26 commits, at 10,000 47–52. Two streams made them grow with the \
+targets: the connections of the pre-staged wrappers before the slot (a commit per window \
+while they came in, for writes nobody waits for) and the exits after it, where a window \
+that ran out while db was busy committing did not grow (only the timer's path doubled \
+it): 18 commits of 1,000–2,000 requests in 0.65 s at 10,000. Changed: a call says when \
+its answer is due (`ipc::rpc::Due`); a pre-staged run's writes before `go` are due a \
+second before its slot and are committed together then (19,064 target updates in one \
+commit at 10,000), fleet state within a minute; any call due now takes what is held \
+along, in order; and a window grows whichever way it ran out. After, back to back with \
+the build before (119d05d) at 1,000: 10–11 commits per steady firing against 16–23, \
+daemon CPU per target 0.46–0.50 ms against 0.42–0.47 (the same within this machine's \
+noise today; it measured 0.35 last week); at 10,000 (one firing, its first, which \
+deploys to every minion): 27 commits against 47–52, 0.49–0.62 ms per target, slot → \
+started p99 302–402 ms, peak RSS hub 144 MiB, main 37–41, db 25–27. Commits are not \
+strictly independent of N: the exits of 10,000 wrappers still stream over about a \
+second, a commit per doubling window (10 ms up to 1.28 s), about log2 of the stream's \
+length; holding exits longer would delay every result (a run ends when its last exit \
+is stored).
 ";
