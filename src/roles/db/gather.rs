@@ -31,6 +31,9 @@ const GATHER_CALLS: usize = 65_536;
 /// The calls db holds back, and when they are to be served.
 pub(super) struct Held {
     calls: Vec<(CallId, DbRequest)>,
+    /// Output bytes among the held calls (kept as they come: a batch held until a slot
+    /// may hold tens of thousands of calls, too many to count again at every turn).
+    bytes: usize,
     serve_at: Option<Instant>,
     /// How long the next held stream batch waits: [`GATHER_FOR`] after a quiet spell,
     /// doubled by every held commit while requests keep flowing, up to [`GATHER_MAX`].
@@ -54,6 +57,7 @@ impl Held {
     pub(super) fn new() -> Self {
         Held {
             calls: Vec::new(),
+            bytes: 0,
             serve_at: None,
             window: GATHER_FOR,
             arrived: None,
@@ -78,8 +82,10 @@ impl Held {
         let flowing = self
             .arrived
             .is_some_and(|at| now.saturating_duration_since(at) < FLOWING);
-        let due_now = |due: &Due| !matches!(due, Due::By(ms) if *ms > now_ms);
-        if calls.iter().any(|(_, _, due)| due_now(due)) {
+        if calls
+            .iter()
+            .any(|(_, _, due)| due_later(*due, now_ms).is_none())
+        {
             self.arrived = Some(now);
             if !flowing {
                 self.window = GATHER_FOR;
@@ -88,18 +94,13 @@ impl Held {
         for (id, req, due) in calls {
             let at = hold_until(due, now, now_ms, flowing.then_some(self.window));
             self.serve_at = Some(self.serve_at.map_or(at, |t| t.min(at)));
+            if let DbRequest::AppendOutput { data, .. } = &req {
+                self.bytes += data.len();
+            }
             self.calls.push((id, req));
         }
         let serve_at = self.serve_at?;
-        let bytes: usize = self
-            .calls
-            .iter()
-            .map(|(_, r)| match r {
-                DbRequest::AppendOutput { data, .. } => data.len(),
-                _ => 0,
-            })
-            .sum();
-        if serve_at <= now || bytes >= GATHER_BYTES || self.calls.len() >= GATHER_CALLS {
+        if serve_at <= now || self.bytes >= GATHER_BYTES || self.calls.len() >= GATHER_CALLS {
             return Some(Next::Serve);
         }
         self.waited = true;
@@ -118,6 +119,7 @@ impl Held {
             self.window = (self.window * 2).min(GATHER_MAX);
         }
         self.serve_at = None;
+        self.bytes = 0;
         std::mem::take(&mut self.calls)
     }
 }
@@ -126,12 +128,18 @@ impl Held {
 /// at that time, at most [`HOLD_MAX`] from now; any other after `window` while a stream
 /// flows, else at once.
 fn hold_until(due: Due, now: Instant, now_ms: i64, window: Option<Duration>) -> Instant {
+    match due_later(due, now_ms) {
+        Some(wait) => now + wait.min(HOLD_MAX),
+        None => now + window.unwrap_or_default(),
+    }
+}
+
+/// How long from `now_ms` until a call is due, when that is later; `None` for a call due
+/// now (`Soon`, or a time already reached).
+fn due_later(due: Due, now_ms: i64) -> Option<Duration> {
     match due {
-        Due::By(ms) if ms > now_ms => {
-            let wait = Duration::from_millis(u64::try_from(ms - now_ms).unwrap_or(0));
-            now + wait.min(HOLD_MAX)
-        }
-        _ => now + window.unwrap_or_default(),
+        Due::By(ms) if ms > now_ms => u64::try_from(ms - now_ms).ok().map(Duration::from_millis),
+        _ => None,
     }
 }
 

@@ -62,7 +62,7 @@ pub(crate) struct Db {
     /// Requests held back to be committed with the next ones (`gather.rs`), and the
     /// timer that serves them.
     held: gather::Held,
-    held_timer: Option<crate::evloop::timers::TimerId>,
+    held_timer: Option<(crate::evloop::timers::TimerId, std::time::Instant)>,
 }
 
 impl Controlled for Db {
@@ -373,22 +373,25 @@ fn gather(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest, Due)>) 
     {
         None => {}
         Some(gather::Next::Serve) => serve_held(db, ctx),
+        // The timer moves only when the first call due comes earlier.
+        Some(gather::Next::At(at)) if db.held_timer.is_some_and(|(_, armed)| armed == at) => {}
         Some(gather::Next::At(at)) => {
-            if let Some(timer) = db.held_timer.take() {
+            if let Some((timer, _)) = db.held_timer.take() {
                 ctx.cancel(timer);
             }
-            db.held_timer = Some(ctx.at(at, |db: &mut Db, ctx| {
+            let timer = ctx.at(at, |db: &mut Db, ctx| {
                 db.held_timer = None;
                 serve_held(db, ctx);
                 arm_commit_report(db, ctx);
-            }));
+            });
+            db.held_timer = Some((timer, at));
         }
     }
 }
 
 /// Serve every held call now.
 fn serve_held(db: &mut Db, ctx: &mut Ctx<Db>) {
-    if let Some(timer) = db.held_timer.take() {
+    if let Some((timer, _)) = db.held_timer.take() {
         ctx.cancel(timer);
     }
     let calls = db.held.take(std::time::Instant::now());
