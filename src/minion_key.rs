@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 use ring::rand::SystemRandom;
 use ring::signature::{self, RsaKeyPair};
 
+use crate::tls::{from_hex, hex};
+
 /// Domain tag of the signed message (a signature for anything else never matches).
 const PROOF_DOMAIN: &[u8] = b"saltpeter-minion-proof-v1";
 /// Bytes of a challenge.
@@ -57,21 +59,7 @@ pub fn proof_message(challenge: &str, run: u64, minion: &str) -> Vec<u8> {
 /// A fresh random challenge, as hex.
 pub fn new_challenge() -> String {
     let bytes: [u8; CHALLENGE_BYTES] = rand::random();
-    to_hex(&bytes)
-}
-
-pub fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-pub fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
+    hex(&bytes)
 }
 
 fn read_small(path: &Path) -> Result<Vec<u8>, KeyError> {
@@ -123,7 +111,7 @@ pub fn sign_proof(
         &mut sig,
     )
     .map_err(|e| KeyError::Sign(e.to_string()))?;
-    Ok(to_hex(&sig))
+    Ok(hex(&sig))
 }
 
 /// The accepted public key of `minion` under the master's pki dir: `DIR/minions/ID`.

@@ -133,7 +133,7 @@ fn base64_and_hex_round_trip_edges() {
     assert_eq!(base64_decode("a"), None);
     assert_eq!(base64_decode("a*=="), None);
     assert_eq!(
-        from_hex(&to_hex(&[0, 1, 254, 255])),
+        from_hex(&hex(&[0, 1, 254, 255])),
         Some(vec![0, 1, 254, 255])
     );
     assert_eq!(from_hex("abc"), None);

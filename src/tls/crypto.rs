@@ -22,6 +22,17 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The bytes of lower- or upper-case hex; `None` for an odd length or a non-hex digit.
+pub fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// SHA-256 of a DER certificate, as wrappers pin it.
 pub fn fingerprint(der: &[u8]) -> [u8; 32] {
     use sha2::Digest;
@@ -38,12 +49,5 @@ pub fn parse_pin(text: &str) -> Option<[u8; 32]> {
         .or_else(|| t.strip_prefix("SHA256="))
         .unwrap_or(t);
     let digits: String = t.chars().filter(|c| *c != ':').collect();
-    if digits.len() != 64 || !digits.is_ascii() {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&digits[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
+    from_hex(&digits)?.try_into().ok()
 }

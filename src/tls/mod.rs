@@ -21,7 +21,7 @@ pub mod verify;
 
 use std::sync::Arc;
 
-pub use crypto::{fingerprint, hex, parse_pin, provider};
+pub use crypto::{fingerprint, from_hex, hex, parse_pin, provider};
 pub use material::{Material, TlsError};
 pub use stream::Stream;
 

@@ -45,19 +45,9 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
+/// Hex as the secret file and the database keep it (surrounding white space allowed).
 fn from_hex(text: &str) -> Option<Vec<u8>> {
-    let text = text.trim();
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
+    crate::tls::from_hex(text.trim())
 }
 
 impl Secret {
@@ -97,7 +87,8 @@ impl Secret {
                     .mode(0o600)
                     .open(path)
                     .map_err(create)?;
-                file.write_all(to_hex(&secret).as_bytes()).map_err(create)?;
+                file.write_all(crate::tls::hex(&secret).as_bytes())
+                    .map_err(create)?;
                 file.sync_all().map_err(create)?;
                 log::info!("created server secret {}", path.display());
                 Secret::from_bytes(&secret).ok_or_else(|| SecretError::Malformed {
@@ -137,7 +128,7 @@ impl Secret {
     /// The launch token of (run, machine, attempt): each attempt of a retried target has
     /// its own, so a token seen once is worth nothing later.
     pub fn launch_token(&self, run: u64, machine: &str, attempt: u32) -> String {
-        to_hex(&self.mac(run, machine, attempt).finalize().into_bytes())
+        crate::tls::hex(&self.mac(run, machine, attempt).finalize().into_bytes())
     }
 
     /// Constant-time check of a presented launch token.
@@ -153,7 +144,7 @@ impl Secret {
 /// is all the server keeps: a copy of the database does not let anyone resume a session.
 pub fn new_resume_key() -> (String, String) {
     let bytes: [u8; SECRET_BYTES] = rand::random();
-    let key = to_hex(&bytes);
+    let key = crate::tls::hex(&bytes);
     let hash = resume_key_hash(&key);
     (key, hash)
 }
@@ -161,7 +152,7 @@ pub fn new_resume_key() -> (String, String) {
 /// SHA-256 (hex) of a resume key.
 pub fn resume_key_hash(key: &str) -> String {
     use sha2::Digest;
-    to_hex(&Sha256::digest(key.as_bytes()))
+    crate::tls::hex(&Sha256::digest(key.as_bytes()))
 }
 
 /// Does a presented resume key match the stored hash (constant time)?
