@@ -158,6 +158,23 @@ pub fn check_dir(dir: &Path, now: DateTime<Utc>) -> Result<LoadedConfig, ConfigD
     load_dir(dir, None, now)
 }
 
+/// [`check_dir`] of a directory holding one file with `yaml` (for the crate's tests of
+/// what uses jobs); a directory that cannot be made or read fails the test.
+#[cfg(test)]
+pub(crate) fn check_yaml(yaml: &str, now: DateTime<Utc>) -> LoadedConfig {
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => panic!("{e}"),
+    };
+    if let Err(e) = std::fs::write(dir.path().join("jobs.yaml"), yaml) {
+        panic!("{e}");
+    }
+    match check_dir(dir.path(), now) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// Loads a configuration directory. `previous` supplies the last good version of files that
 /// no longer parse and of `saltpeter_config` values that became invalid. `now` is the instant
 /// schedules must still fire after.

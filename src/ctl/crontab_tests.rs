@@ -2,7 +2,7 @@
 //! when cron would and run the same commands with the same environment.
 
 use super::*;
-use crate::config::{JobEntry, check_dir};
+use crate::config::JobEntry;
 use crate::schedule::Schedule;
 
 const SAMPLE: &str = r#"# m h dom mon dow command
@@ -33,9 +33,7 @@ fn opts() -> Options {
 }
 
 fn load(yaml: &str) -> crate::config::LoadedConfig {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("cron.yaml"), yaml).unwrap();
-    check_dir(dir.path(), chrono::Utc::now()).unwrap()
+    crate::config::check_yaml(yaml, chrono::Utc::now())
 }
 
 fn job<'a>(loaded: &'a crate::config::LoadedConfig, name: &str) -> &'a crate::config::Job {

@@ -261,22 +261,12 @@ mod tests {
     }
 
     fn job(expr: &str, missed: Missed, deadline_s: u64) -> Job {
-        let dir = match tempfile::tempdir() {
-            Ok(d) => d,
-            Err(e) => panic!("{e}"),
-        };
         let yaml = format!(
             "j:\n  schedule: '{expr}'\n  command: 'true'\n  targets: a\n  missed: {}\n  \
              missed_deadline: {deadline_s}\n",
             missed.as_str()
         );
-        if let Err(e) = std::fs::write(dir.path().join("j.yaml"), yaml) {
-            panic!("{e}");
-        }
-        let loaded = match crate::config::check_dir(dir.path(), t(0, 0, 0)) {
-            Ok(l) => l,
-            Err(e) => panic!("{e}"),
-        };
+        let loaded = crate::config::check_yaml(&yaml, t(0, 0, 0));
         match loaded.valid_jobs().next() {
             Some(j) => j.clone(),
             None => panic!("no job: {:?}", loaded.diagnostics),

@@ -389,9 +389,7 @@ mod tests {
     use crate::wire::ui::CronEntryView;
 
     fn config(yaml: &str) -> crate::config::LoadedConfig {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("jobs.yaml"), yaml).expect("write");
-        crate::config::check_dir(dir.path(), chrono::Utc::now()).expect("config")
+        crate::config::check_yaml(yaml, chrono::Utc::now())
     }
 
     const JOBS: &str = "\

@@ -238,10 +238,6 @@ mod tests {
 
     /// Jobs from `(name, schedule, executor)`.
     fn jobs(specs: &[(&str, &str, &str)]) -> BTreeMap<String, JobEntry> {
-        let dir = match tempfile::tempdir() {
-            Ok(d) => d,
-            Err(e) => panic!("{e}"),
-        };
         let mut yaml = String::new();
         for (name, schedule, executor) in specs {
             yaml.push_str(&format!(
@@ -249,13 +245,7 @@ mod tests {
                  command: 'true'\n"
             ));
         }
-        if let Err(e) = std::fs::write(dir.path().join("j.yaml"), yaml) {
-            panic!("{e}");
-        }
-        match crate::config::check_dir(dir.path(), t(0, 0, 0)) {
-            Ok(c) => c.jobs,
-            Err(e) => panic!("{e}"),
-        }
+        crate::config::check_yaml(&yaml, t(0, 0, 0)).jobs
     }
 
     fn valid(jobs: &BTreeMap<String, JobEntry>) -> impl Iterator<Item = &Job> {
@@ -370,21 +360,11 @@ mod tests {
 
     #[test]
     fn a_job_outside_its_range_is_planned_inside_it_or_not_at_all() {
-        let dir = match tempfile::tempdir() {
-            Ok(d) => d,
-            Err(e) => panic!("{e}"),
-        };
         let yaml = "soon:\n  schedule: '0 * * * *'\n  active_from: '2026-11-25 12:30'\n  \
                     targets: a\n  command: 'true'\n\
                     ended:\n  schedule: '0 * * * *'\n  active_until: 2026-11-24\n  \
                     targets: a\n  command: 'true'\n";
-        if let Err(e) = std::fs::write(dir.path().join("j.yaml"), yaml) {
-            panic!("{e}");
-        }
-        let jobs = match crate::config::check_dir(dir.path(), t(0, 0, 0)) {
-            Ok(c) => c.jobs,
-            Err(e) => panic!("{e}"),
-        };
+        let jobs = crate::config::check_yaml(yaml, t(0, 0, 0)).jobs;
         let mut s = Scheduler::default();
         s.plan(valid(&jobs), t(10, 0, 5));
         assert_eq!(s.next_of("soon"), Some(t(13, 0, 0)));

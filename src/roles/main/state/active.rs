@@ -239,18 +239,8 @@ mod tests {
     use super::*;
 
     fn job() -> Arc<Job> {
-        let dir = match tempfile::tempdir() {
-            Ok(d) => d,
-            Err(e) => panic!("{e}"),
-        };
         let yaml = "j:\n  schedule: '* * * * *'\n  command: 'true'\n  targets: a\n";
-        if let Err(e) = std::fs::write(dir.path().join("j.yaml"), yaml) {
-            panic!("{e}");
-        }
-        let loaded = match crate::config::check_dir(dir.path(), chrono::Utc::now()) {
-            Ok(l) => l,
-            Err(e) => panic!("{e}"),
-        };
+        let loaded = crate::config::check_yaml(yaml, chrono::Utc::now());
         match loaded.valid_jobs().next() {
             Some(j) => Arc::new(j.clone()),
             None => panic!("no job: {:?}", loaded.diagnostics),
