@@ -47,20 +47,28 @@ pub(crate) fn target_admission(
     load: &MachineLoad,
     me: QueueKey,
 ) -> Result<(), String> {
-    let ahead = load.waiting.iter().filter(|k| **k < me).count();
-    if load.running + ahead < max as usize {
+    let Some(queued) = no_place(max, load.running, &load.waiting, me) else {
         return Ok(());
-    }
-    let queued = if ahead > 0 {
-        format!(", {ahead} queued ahead")
-    } else {
-        String::new()
     };
     Err(format!(
         "waiting: {} command(s) already running on {machine}{queued} \
          (max_running_per_machine {max})",
         load.running
     ))
+}
+
+/// `None` when `taken` places and those waiting ahead of `me` leave one of `max` for
+/// it; otherwise how many wait ahead, as the reason says it (", 2 queued ahead").
+fn no_place(max: u32, taken: usize, waiting: &[QueueKey], me: QueueKey) -> Option<String> {
+    let ahead = waiting.iter().filter(|k| **k < me).count();
+    if taken + ahead < max as usize {
+        return None;
+    }
+    Some(if ahead > 0 {
+        format!(", {ahead} queued ahead")
+    } else {
+        String::new()
+    })
 }
 
 /// May a run with key `me` start now, with `in_flight` runs admitted and the keys of those
@@ -71,14 +79,8 @@ pub(crate) fn run_admission(
     waiting: &[QueueKey],
     me: QueueKey,
 ) -> Result<(), String> {
-    let ahead = waiting.iter().filter(|k| **k < me).count();
-    if in_flight + ahead < max as usize {
+    let Some(queued) = no_place(max, in_flight, waiting, me) else {
         return Ok(());
-    }
-    let queued = if ahead > 0 {
-        format!(", {ahead} queued ahead")
-    } else {
-        String::new()
     };
     Err(format!(
         "waiting: {in_flight} run(s) in flight{queued} (max_runs_in_flight {max})"
