@@ -29,16 +29,17 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
             Effect::Suspend(conn) => core.tell_wrapper(conn, ServerMsg::Suspend {}),
             Effect::Resume(conn) => core.tell_wrapper(conn, ServerMsg::Resume {}),
             Effect::StoreSuspended(suspended) => {
-                core.db_call(
-                    DbRequest::UpdateTarget {
-                        run,
-                        machine: machine.to_string(),
-                        update: TargetUpdate {
-                            suspended: Some(suspended),
-                            ..Default::default()
-                        },
-                    },
-                    DbWait::write("a target's suspension"),
+                let update = TargetUpdate {
+                    suspended: Some(suspended),
+                    ..Default::default()
+                };
+                write_target(
+                    core,
+                    run,
+                    machine,
+                    update,
+                    "a target's suspension",
+                    Due::Soon,
                 );
                 // The dashboard and `run --wait` show the flag at once.
                 crate::roles::main::views::ui::run_changed(core, run);
@@ -51,45 +52,34 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                 core.tell_hub(MainToHub::CloseWrapper { conn });
             }
             Effect::StoreState(state, started) => {
+                let update = TargetUpdate {
+                    state: Some(state),
+                    started,
+                    ..Default::default()
+                };
                 let due = core.write_due(run);
-                core.db_call_due(
-                    DbRequest::UpdateTarget {
-                        run,
-                        machine: machine.to_string(),
-                        update: TargetUpdate {
-                            state: Some(state),
-                            started,
-                            ..Default::default()
-                        },
-                    },
-                    DbWait::write("a target's state"),
-                    due,
-                );
+                write_target(core, run, machine, update, "a target's state", due);
             }
             Effect::StoreLimits(text) => {
-                core.db_call(
-                    DbRequest::UpdateTarget {
-                        run,
-                        machine: machine.to_string(),
-                        update: TargetUpdate {
-                            limits: Some(text),
-                            ..Default::default()
-                        },
-                    },
-                    DbWait::write("how a target's limits applied"),
-                );
+                let update = TargetUpdate {
+                    limits: Some(text),
+                    ..Default::default()
+                };
+                let what = "how a target's limits applied";
+                write_target(core, run, machine, update, what, Due::Soon);
             }
             Effect::StoreTokenSpent => {
-                core.db_call(
-                    DbRequest::UpdateTarget {
-                        run,
-                        machine: machine.to_string(),
-                        update: TargetUpdate {
-                            token_used: Some(true),
-                            ..Default::default()
-                        },
-                    },
-                    DbWait::write("a spent launch token"),
+                let update = TargetUpdate {
+                    token_used: Some(true),
+                    ..Default::default()
+                };
+                write_target(
+                    core,
+                    run,
+                    machine,
+                    update,
+                    "a spent launch token",
+                    Due::Soon,
                 );
             }
             Effect::RecordOutcome { outcome, ended } => {
@@ -132,21 +122,16 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                 store_retry(core, run, machine, attempt, previous)
             }
             Effect::StoreWaiting { ended } => {
-                core.db_call(
-                    DbRequest::UpdateTarget {
-                        run,
-                        machine: machine.to_string(),
-                        update: TargetUpdate {
-                            state: Some(TargetState::WaitingUnreachable),
-                            // No exit code yet: a cancel (none) or the window's end
-                            // (255) decides it; a return copies it to the history.
-                            reason: Some(TargetReason::Unreachable),
-                            ended: Some(ended),
-                            ..Default::default()
-                        },
-                    },
-                    DbWait::write("a target waiting for its minion"),
-                );
+                let update = TargetUpdate {
+                    state: Some(TargetState::WaitingUnreachable),
+                    // No exit code yet: a cancel (none) or the window's end (255) decides
+                    // it; a return copies it to the history.
+                    reason: Some(TargetReason::Unreachable),
+                    ended: Some(ended),
+                    ..Default::default()
+                };
+                let what = "a target waiting for its minion";
+                write_target(core, run, machine, update, what, Due::Soon);
             }
         }
     }
@@ -158,6 +143,25 @@ impl Main {
     pub(crate) fn write_due(&self, run: RunId) -> Due {
         self.run(run).map_or(Due::Soon, |r| r.write_due())
     }
+}
+
+/// Store `update` of `machine`'s target in `run`, a write nothing waits for (a failure is
+/// logged as one of `what`), due at `due`.
+pub(crate) fn write_target(
+    core: &mut Main,
+    run: RunId,
+    machine: &str,
+    update: TargetUpdate,
+    what: &'static str,
+    due: Due,
+) {
+    let machine = machine.to_string();
+    let req = DbRequest::UpdateTarget {
+        run,
+        machine,
+        update,
+    };
+    core.db_call_due(req, DbWait::write(what), due);
 }
 
 /// Run a transition on a target of a run in flight and perform its effects; nothing when
@@ -190,17 +194,18 @@ pub(crate) fn finish_target(
 fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, previous: Outcome) {
     // The history keeps exactly the outcome the core decided for the attempt that ended.
     if previous.reason.is_some() || previous.code.is_some() {
-        core.db_call(
-            DbRequest::UpdateTarget {
-                run,
-                machine: machine.to_string(),
-                update: TargetUpdate {
-                    reason: previous.reason,
-                    exit_code: previous.code,
-                    ..Default::default()
-                },
-            },
-            DbWait::write("an attempt's outcome"),
+        let update = TargetUpdate {
+            reason: previous.reason,
+            exit_code: previous.code,
+            ..Default::default()
+        };
+        write_target(
+            core,
+            run,
+            machine,
+            update,
+            "an attempt's outcome",
+            Due::Soon,
         );
     }
     core.db_call(

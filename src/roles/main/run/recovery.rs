@@ -17,7 +17,9 @@ use super::flow as run_flow;
 use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
+use crate::ipc::rpc::Due;
 use crate::roles::main::rules::target::Target;
+use crate::roles::main::run::effects::write_target;
 use crate::roles::main::state::active::ActiveRun;
 use crate::roles::main::state::run::RunRequest;
 use crate::roles::main::state::{DbWait, Main, MainRole};
@@ -159,20 +161,15 @@ fn give_up(core: &mut Main, run: &RunRecord, why: &str) {
             Some(&t.machine),
             format!("closed after a restart: {why}"),
         );
-        core.db_call(
-            DbRequest::UpdateTarget {
-                run: run.id,
-                machine: t.machine.clone(),
-                update: TargetUpdate {
-                    state: Some(TargetState::Finished),
-                    reason: Some(TargetReason::Lost),
-                    exit_code: Some(253),
-                    ended: Some(now),
-                    ..Default::default()
-                },
-            },
-            DbWait::write("a target of a closed run"),
-        );
+        let update = TargetUpdate {
+            state: Some(TargetState::Finished),
+            reason: Some(TargetReason::Lost),
+            exit_code: Some(253),
+            ended: Some(now),
+            ..Default::default()
+        };
+        let what = "a target of a closed run";
+        write_target(core, run.id, &t.machine, update, what, Due::Soon);
     }
     core.db_call(
         DbRequest::UpdateRun {

@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
+use crate::ipc::rpc::Due;
 use crate::roles::main::rules::target::exit_outcome;
 use crate::roles::main::rules::target::{KillAction, PendingExit};
 use crate::roles::main::rules::tokens;
-use crate::roles::main::run::effects::{apply, finish_target, now_ms, transition};
+use crate::roles::main::run::effects::{apply, finish_target, now_ms, transition, write_target};
 use crate::roles::main::state::{DbWait, Main};
 use crate::roles::main::views::live;
 use crate::roles::main::wrappers::welcome::{answer_hello, reject, staged_heartbeat_s};
@@ -143,17 +144,11 @@ pub(crate) fn reconcile(
 
 /// Record that a target declared lost is running again (its final outcome follows).
 fn reopen_target(core: &mut Main, run: RunId, machine: &str) {
-    core.db_call(
-        DbRequest::UpdateTarget {
-            run,
-            machine: machine.to_string(),
-            update: TargetUpdate {
-                state: Some(TargetState::Running),
-                ..Default::default()
-            },
-        },
-        DbWait::write("a reopened target"),
-    );
+    let update = TargetUpdate {
+        state: Some(TargetState::Running),
+        ..Default::default()
+    };
+    write_target(core, run, machine, update, "a reopened target", Due::Soon);
 }
 
 /// The earliest a command on `conn` can have started, on the server clock: not before the
