@@ -122,7 +122,9 @@ fn sim_daemon(minions: &[String], simulated_allowed: bool) -> (Daemon, PathBuf) 
 
 #[test]
 fn a_simulated_fleet_runs_every_target_once_with_proven_minion_keys() {
-    let minions = keys::minion_names(20);
+    // Over 100 targets: the run lets db hold its stream of states, output and exits
+    // (`ActiveRun::write_due`), and every one of them must still be recorded.
+    let minions = keys::minion_names(120);
     let (d, bridge_log) = sim_daemon(&minions, true);
     // The first run (newest first: the last one) once it ended.
     let run = wait_until("the first run of the simulated fleet", SIM_HANG, || {

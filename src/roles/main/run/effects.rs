@@ -82,8 +82,15 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                     Due::Soon,
                 );
             }
-            Effect::RecordOutcome { outcome, ended } => {
-                core.db_call(
+            Effect::RecordOutcome {
+                outcome,
+                ended,
+                waited,
+            } => {
+                let due = core
+                    .run(run)
+                    .map_or(Due::Soon, |r| r.exit_due(now_ms(), waited));
+                core.db_call_due(
                     DbRequest::UpdateTarget {
                         run,
                         machine: machine.to_string(),
@@ -102,6 +109,7 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                             target_recorded(core, run, &machine, result)
                         })
                     },
+                    due,
                 );
             }
             Effect::Reconciled => {
@@ -141,7 +149,7 @@ impl Main {
     /// How soon db must store a write of `run` that nothing waits for
     /// ([`ActiveRun::write_due`](crate::roles::main::state::active::ActiveRun::write_due)).
     pub(crate) fn write_due(&self, run: RunId) -> Due {
-        self.run(run).map_or(Due::Soon, |r| r.write_due())
+        self.run(run).map_or(Due::Soon, |r| r.write_due(now_ms()))
     }
 }
 

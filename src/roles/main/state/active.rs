@@ -17,6 +17,14 @@ use crate::workflow::WorkflowId;
 
 /// How long before its slot a pre-staged run's held writes are committed.
 const STAGED_WRITES_LEAD_MS: i64 = 1_000;
+/// A run of this many targets or more lets db hold the writes of its stream (commands
+/// started, output, exits) for up to [`STREAM_HOLD_MS`], so that one commit covers
+/// them all (see [`ActiveRun::write_due`]).
+const STREAM_TARGETS: usize = 100;
+const STREAM_HOLD_MS: i64 = 1_000;
+/// How long such a run's exit that waited for its output to be stored may wait more:
+/// the exits its output's commit released come in a burst, and one commit covers it.
+const RELEASED_EXIT_HOLD_MS: i64 = 100;
 
 /// A place in a throttling queue: slot (or when a manual run was recorded), then run id.
 pub(crate) type QueueKey = (Millis, RunId);
@@ -196,16 +204,42 @@ impl ActiveRun {
         }
     }
 
-    /// How soon db must store a write of this run that nothing waits for. A pre-staged
-    /// run's writes before `go` (its wrappers connecting, proven and waiting) are needed
-    /// only by its slot: db holds them until shortly before it and commits them
-    /// together, instead of as the stream of connections goes (a commit per window: the
-    /// commits of a firing grew with its targets). Lost in a crash, they cost nothing:
-    /// the wrappers reconnect and prove themselves again.
-    pub(crate) fn write_due(&self) -> Due {
+    /// How soon db must store a write of this run (its targets' states, output and
+    /// exits) at `now` (unix ms). A pre-staged run's writes before `go` (its wrappers
+    /// connecting, proven and waiting) are needed only by its slot: db holds them until
+    /// shortly before it and commits them together, instead of as the stream of
+    /// connections goes (a commit per window: the commits of a firing grew with its
+    /// targets). Lost in a crash, they cost nothing: the wrappers reconnect and prove
+    /// themselves again. A run of [`STREAM_TARGETS`] or more then lets its stream wait
+    /// up to [`STREAM_HOLD_MS`]: the commands of 10,000 targets start, print and exit
+    /// over a second or more, and db's growing window alone made that one commit per
+    /// doubling (the commits of a firing grew with its targets' spread). A wrapper's
+    /// exit is then acknowledged (and the run ends) up to a second later, and a held
+    /// write is answered as soon as any write due now comes: nothing is lost in a crash
+    /// either (a wrapper resends what was not acknowledged). Smaller runs keep every
+    /// write due at once, for the live views' latency.
+    pub(crate) fn write_due(&self, now: Millis) -> Due {
         match self.slot {
-            Some(slot) if self.awaiting_go() => Due::By(slot - STAGED_WRITES_LEAD_MS),
+            // Those of wrappers that come in the last second wait for the slot itself
+            // (`go`'s own write takes them along).
+            Some(slot) if self.awaiting_go() => Due::By(if now < slot - STAGED_WRITES_LEAD_MS {
+                slot - STAGED_WRITES_LEAD_MS
+            } else {
+                slot
+            }),
+            _ if self.targets.len() >= STREAM_TARGETS => Due::By(now + STREAM_HOLD_MS),
             _ => Due::Soon,
+        }
+    }
+
+    /// How soon db must store the outcome of a target of this run at `now`; `waited`:
+    /// its exit waited for its output's write, already held as long as
+    /// [`write_due`](Self::write_due) allows, so it may wait only for the burst of
+    /// exits that commit released.
+    pub(crate) fn exit_due(&self, now: Millis, waited: bool) -> Due {
+        match self.write_due(now) {
+            Due::By(_) if waited => Due::By(now + RELEASED_EXIT_HOLD_MS),
+            due => due,
         }
     }
 
@@ -255,7 +289,7 @@ mod tests {
     fn a_staged_run_waits_for_go_and_its_writes_wait_for_the_slot() {
         let mut r = run(true);
         assert!(r.is_prestaged() && r.awaiting_go() && !r.go_sent());
-        assert_eq!(r.write_due(), Due::By(59_000));
+        assert_eq!(r.write_due(0), Due::By(59_000));
         let now = Instant::now();
         r.launch_out(now);
         assert_eq!(r.launching(), Some(now));
@@ -263,9 +297,33 @@ mod tests {
         assert_eq!(r.go_at(), Some(60_010));
         assert!(r.is_prestaged() && !r.awaiting_go());
         assert_eq!(r.launching(), Some(now), "a launch out stays out across go");
-        assert_eq!(r.write_due(), Due::Soon);
+        assert_eq!(r.write_due(0), Due::Soon);
         r.launch_answered();
         assert_eq!(r.launching(), None);
+    }
+
+    #[test]
+    fn a_large_run_lets_its_stream_wait_a_second_a_small_one_does_not() {
+        for prestaged in [true, false] {
+            let mut r = run(prestaged);
+            for i in 0..STREAM_TARGETS - 1 {
+                r.targets.insert(format!("m{i}"), Target::new(0));
+            }
+            r.go(60_000);
+            assert_eq!(r.write_due(60_100), Due::Soon, "99 targets");
+            assert_eq!(r.exit_due(60_100, true), Due::Soon);
+            r.targets.insert("last".into(), Target::new(0));
+            assert_eq!(r.write_due(60_100), Due::By(61_100), "100 targets");
+            assert_eq!(r.exit_due(60_100, false), Due::By(61_100));
+            assert_eq!(r.exit_due(60_100, true), Due::By(60_200));
+        }
+        // Before go, a staged run's writes wait for its slot whatever its size.
+        let mut r = run(true);
+        for i in 0..STREAM_TARGETS {
+            r.targets.insert(format!("m{i}"), Target::new(0));
+        }
+        assert_eq!(r.write_due(10_000), Due::By(59_000));
+        assert_eq!(r.write_due(59_500), Due::By(60_000), "in the last second");
     }
 
     #[test]
@@ -287,7 +345,7 @@ mod tests {
         let mut r = run(false);
         r.go(1);
         assert!(!r.go_sent() && !r.awaiting_go());
-        assert_eq!(r.write_due(), Due::Soon);
+        assert_eq!(r.write_due(0), Due::Soon);
         assert!(!r.kill_requested());
         r.request_kill();
         assert!(r.kill_requested());

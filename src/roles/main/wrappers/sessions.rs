@@ -234,7 +234,8 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
                 .run(run)
                 .map(|r| r.job.output_limit)
                 .unwrap_or_default();
-            core.db_call(
+            let due = core.write_due(run);
+            core.db_call_due(
                 DbRequest::AppendOutput {
                     run,
                     machine: machine.clone(),
@@ -252,6 +253,7 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
                         live::output_arrived(core, run, &machine);
                     }
                 }),
+                due,
             );
         }
         HubRequest::WrapperExited {

@@ -139,7 +139,13 @@ pub(crate) enum Effect {
     /// (the welcome waits for this write).
     StoreTokenSpent,
     /// Record the outcome (the shell writes it and calls [`Target::recorded`]).
-    RecordOutcome { outcome: Outcome, ended: Millis },
+    /// `waited`: the exit waited for its output to be stored (so its write is due at
+    /// once: it already waited as long as the output's write could be held).
+    RecordOutcome {
+        outcome: Outcome,
+        ended: Millis,
+        waited: bool,
+    },
     /// The wrapper of a target declared lost came back: reopen it.
     Reconciled,
     /// The run's Workflow should look at its targets again.
@@ -464,7 +470,18 @@ impl Target {
                 effects.push(Effect::Ack(conn, contiguous));
             }
         }
-        effects.extend(self.settle_if_complete(now_ms));
+        effects.extend(
+            self.settle_if_complete(now_ms)
+                .into_iter()
+                .map(|e| match e {
+                    Effect::RecordOutcome { outcome, ended, .. } => Effect::RecordOutcome {
+                        outcome,
+                        ended,
+                        waited: true,
+                    },
+                    other => other,
+                }),
+        );
         effects
     }
 
@@ -516,6 +533,7 @@ impl Target {
         vec![Effect::RecordOutcome {
             outcome,
             ended: now_ms,
+            waited: false,
         }]
     }
 

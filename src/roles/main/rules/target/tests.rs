@@ -186,7 +186,8 @@ fn an_exit_settles_only_once_its_output_is_stored() {
             Effect::Ack(C1, 4),
             Effect::RecordOutcome {
                 outcome,
-                ended: 3_000
+                ended: 3_000,
+                waited: true,
             }
         ]
     );
@@ -207,7 +208,11 @@ fn an_exit_whose_output_is_already_stored_settles_at_once() {
     let effects = t.exited(C1, exit(2, 0), 5_000);
     assert!(matches!(
         effects[..],
-        [Effect::RecordOutcome { ended: 5_000, .. }]
+        [Effect::RecordOutcome {
+            ended: 5_000,
+            waited: false,
+            ..
+        }]
     ));
 }
 
@@ -327,7 +332,8 @@ fn kill_before_pickup_cancels_after_pickup_sends_and_while_away_waits() {
                     reason: Some(TargetReason::Canceled),
                     code: None
                 },
-                ended: 50
+                ended: 50,
+                waited: false,
             }]
         )),
         other => panic!("{other:?}"),
