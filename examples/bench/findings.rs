@@ -233,5 +233,10 @@ commits 9 times at 1,000 and 10 at 10,000 (create the run, the launch barrier, t
 staged wrappers, `go`, the stream, the exits, the run's end, retention, the \
 benchmark's own read; 10,000 splits the launch barrier in two), against 9–10 and 19; \
 daemon CPU per target 0.33–0.35 ms at 1,000 and 0.35 at 10,000 (steady firings) \
-against 0.38–0.39 and 0.42.
+against 0.38–0.39 and 0.42. Smaller fleets the same day (`SP_BENCH_FLEET_SIZES=30,300`, \
+steady firings): 30 targets 0.53–0.56 ms per target, so 16–17 ms of daemon CPU per \
+firing without Salt (25 ms in the third pass; hub 7.0–7.4, main 4.8–5.5, db 3.0–3.5, \
+blocking 0.5), 9 commits; 300 targets 0.36–0.42 ms. What a real 30-minion firing adds \
+is Salt's publish through the bridge (about 4 ms of CPU) and, on the one-host testbed, \
+the 30 Python minions on the same two cores.
 ";
