@@ -10,18 +10,21 @@ use chrono::Utc;
 
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
+use crate::ipc::rpc::Due;
 use crate::logsafe::cut;
 use crate::roles::main::state::{DbWait, Main};
 use crate::wire::db::NewEvent;
 use crate::wire::db::Retention;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
-use crate::wire::records::RunId;
+use crate::wire::records::{RunId, now_ms};
 
 /// How many characters of a job name or machine id an event row holds.
 pub(crate) const EVENT_NAME_MAX: usize = crate::logsafe::NAME_MAX;
 /// How many characters of a message an event row holds.
 pub(crate) const EVENT_MESSAGE_MAX: usize = 4096;
+/// How soon a run's retention is due (`apply_retention`).
+const RETENTION_WITHIN_MS: i64 = 60_000;
 
 impl Main {
     /// Record an event in the audit trail. Its strings are bounded ([`EVENT_NAME_MAX`],
@@ -55,7 +58,9 @@ impl Main {
         );
     }
 
-    /// Prune `job`'s history to the configured retention.
+    /// Prune `job`'s history to the configured retention. Nothing waits for it: db may
+    /// hold it for [`RETENTION_WITHIN_MS`] and commit it with whatever comes next (after
+    /// each run, it was a commit of its own).
     pub(crate) fn apply_retention(&mut self, job: &str) {
         let r = &self.config.saltpeter.retention;
         let nonzero = |v: u64| (v > 0).then_some(v);
@@ -65,7 +70,7 @@ impl Main {
                 .map(|d| Utc::now().timestamp_millis() - (d as i64) * 86_400_000),
             max_output_bytes: nonzero(r.bytes),
         };
-        self.db_call(
+        self.db_call_due(
             DbRequest::Prune {
                 job: job.to_string(),
                 retention,
@@ -73,6 +78,7 @@ impl Main {
             DbWait::with(job.to_string(), |core, job, result| {
                 core.pruned(&job, result)
             }),
+            Due::By(now_ms() + RETENTION_WITHIN_MS),
         );
     }
 
