@@ -238,5 +238,13 @@ steady firings): 30 targets 0.53–0.56 ms per target, so 16–17 ms of daemon C
 firing without Salt (25 ms in the third pass; hub 7.0–7.4, main 4.8–5.5, db 3.0–3.5, \
 blocking 0.5), 9 commits; 300 targets 0.36–0.42 ms. What a real 30-minion firing adds \
 is Salt's publish through the bridge (about 4 ms of CPU) and, on the one-host testbed, \
-the 30 Python minions on the same two cores.
+the 30 Python minions on the same two cores. Measured so the same day (the herd \
+command of the third pass, load 5.6 when it ended): per slot after the first, the \
+daemon 40 CPU-ms, fresh and after a restart (hub 16.7–20, main 6.7–10, db 10–13.3, \
+blocking 0–3.3 with the salt bridge; 10 ms ticks over 3 slots), against 60–70 in the \
+third pass and 670 when issue 27 was filed; the salt-master 220–223, the 30 minions \
+4,620–4,807; command lateness p99 31 ms. The goal of 15 ms per firing is still not met: \
+the daemon alone (simulated) spends 16–20 ms on a 30-target firing, and the testbed \
+doubles its hub's share (17–20 against 7–7.4 simulated) with 30 Python minions using \
+2.3 cores' worth of CPU per slot beside it.
 ";
