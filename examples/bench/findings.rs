@@ -245,6 +245,6 @@ blocking 0–3.3 with the salt bridge; 10 ms ticks over 3 slots), against 60–7
 third pass and 670 when issue 27 was filed; the salt-master 220–223, the 30 minions \
 4,620–4,807; command lateness p99 31 ms. The goal of 15 ms per firing is still not met: \
 the daemon alone (simulated) spends 16–20 ms on a 30-target firing, and the testbed \
-doubles its hub's share (17–20 against 7–7.4 simulated) with 30 Python minions using \
-2.3 cores' worth of CPU per slot beside it.
+doubles its hub's share (17–20 against 7–7.4 simulated) with 30 Python minions \
+spending 4.6–4.8 CPU-s per slot beside it, most of it around the firing.
 ";
