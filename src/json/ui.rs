@@ -292,6 +292,7 @@ mod tests {
                 suspended: false,
                 waiting: None,
                 limits: None,
+                server: None,
             },
             finished: false,
             last_heartbeat: Some(1_000),
