@@ -195,7 +195,6 @@ pub(crate) mod calls {
         ListDeliveries -> Vec<DeliveryRecord> { DbReply::Deliveries(list) => list }
         OutputTails -> Vec<(String, String)> { DbReply::OutputTails(tails) => tails }
         Wrappers -> Vec<WrapperSeen> { DbReply::Wrappers(list) => list }
-        SendSaltCall -> i64 { DbReply::SaltCallSent(id) => id }
     }
 }
 

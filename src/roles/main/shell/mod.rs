@@ -1,8 +1,10 @@
 //! What the parts above use to act on the world, on top of the state: the links to the
 //! other processes (`links`), launch settings (`launcher`), the fleet's wrapper builds
 //! (`fleet`, `deploy`), maintenance windows (`windows`), capacity (`throttle`), the
-//! notification outbox (`notify`), the job log (`joblog`) and retention (`history`).
+//! notification outbox (`notify`), the job log (`joblog`), retention (`history`) and
+//! the Salt calls other servers' masters make (`delegate`).
 
+pub(crate) mod delegate;
 pub(crate) mod deploy;
 pub(crate) mod fleet;
 pub(crate) mod history;

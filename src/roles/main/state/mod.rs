@@ -100,6 +100,8 @@ pub(crate) struct Main {
     pub jobctl: JobCtl,
     /// Leader or standby among the servers sharing the database.
     pub ha: Ha,
+    /// Salt calls spread over the servers' masters (several masters, one database).
+    pub delegation: crate::roles::main::shell::delegate::Delegation,
 }
 
 /// Runs in flight, as main keeps them, and the wrapper sessions bound to them.
