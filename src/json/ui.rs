@@ -211,6 +211,7 @@ fn result_json(job: &str, run: Option<u64>, t: &TargetView, seen: TargetSeen) ->
         "reason": r.reason.map(|x| x.as_str()),
         "waiting": r.waiting,
         "limits": r.limits,
+        "server": r.server,
         "job_instance": run.map(|run| instance(job, run)),
     })
 }

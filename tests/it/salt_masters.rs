@@ -1,0 +1,145 @@
+//! Several masters, one database (docs/ha.md): two servers on one PostgreSQL database,
+//! each driving its own salt-master of a `--masters 2` testbed (each master has half
+//! the minions, and only its own). The leader drives the runs; the Salt calls for the
+//! other master's minions go through the other server (`roles/main/shell/delegate.rs`).
+//!
+//! The testbed is this test's own (`scripts/salt-testbed up /tmp/sp-masters 4 --masters
+//! 2`, ports BASE + 100: 14705/14706 and 14715/14716 by default, apart from the other
+//! topologies and the suite's shared testbed), brought down at the end.
+
+use std::time::{Duration, Instant};
+
+use crate::salt::machines;
+use crate::salt_topology::Topology;
+use crate::util::*;
+
+const SALT_HANG: Duration = Duration::from_secs(180);
+
+fn split_list(list: &str) -> Vec<String> {
+    list.split(',')
+        .filter(|m| !m.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn two_masters_one_database_one_run_through_both() {
+    let Some(url) = crate::pg_cluster::fresh_database() else {
+        return;
+    };
+    let Some(tb) = Topology::up("/tmp/sp-masters", 4, "--masters", 2, 100) else {
+        return;
+    };
+    let (pa, pb) = (free_port(), free_port());
+    let wrapper_dir = tempfile::Builder::new()
+        .prefix("wrapper-")
+        .tempdir_in(tb.root.join("var"))
+        .expect("wrapper dir")
+        .keep();
+    let salt = |master: &str| {
+        format!(
+            "  executor: salt\n  salt_bin: {}\n  salt_config_dir: {}\n  ping_timeout: 10\n  \
+             heartbeat: 1\n  pickup_timeout: 20\n  default_wrapper_path: {}/saltpeter-wrapper\n",
+            tb.var("SALT_BIN"),
+            tb.var(master),
+            wrapper_dir.display()
+        )
+    };
+    let jobs = "everywhere:\n  schedule: '@yearly'\n  targets: '*'\n  \
+                command: 'echo via-$SP_MACHINE'\n\
+                longer:\n  schedule: '@yearly'\n  targets: '*'\n  \
+                command: 'sleep 8; echo long-$SP_MACHINE'\n";
+    let a = crate::ha::server_with(
+        &url,
+        "alpha",
+        pa,
+        &[pa, pb],
+        jobs,
+        &salt("SALT_CONFIG_DIR_1"),
+    );
+    crate::ha::wait_role(&a, "leader");
+    let b = crate::ha::server_with(
+        &url,
+        "beta",
+        pb,
+        &[pa, pb],
+        jobs,
+        &salt("SALT_CONFIG_DIR_2"),
+    );
+    crate::ha::wait_role(&b, "standby");
+    let of_1 = split_list(tb.var("SALT_MINIONS_1"));
+    let of_2 = split_list(tb.var("SALT_MINIONS_2"));
+    assert!(!of_1.is_empty() && !of_2.is_empty(), "{:?}", tb.vars);
+    let mut all: Vec<String> = of_1.iter().chain(&of_2).cloned().collect();
+    all.sort();
+    // The leader knows beta is alive and what beta's master accepted.
+    wait_until("alpha to know beta's master and keys", SALT_HANG, || {
+        let log = a.log_text();
+        (log.contains("servers driving a salt-master besides alpha: beta")
+            && log.contains(&format!(
+                "minion keys: {} accepted by this server's master, {} published by other servers",
+                of_1.len(),
+                of_2.len()
+            )))
+        .then_some(())
+    });
+
+    // One job on '*': ONE run with every minion of both masters, each launched through
+    // the server whose master has it, each wrapper proven by its minion key (beta's
+    // minions by the key beta published).
+    let started = Instant::now();
+    let (run, code) = a.run_wait("everywhere");
+    eprintln!(
+        "a run on '*' through two masters took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(code, 0, "{run}\n{}", a.log_text());
+    assert_eq!(machines(&run), all, "{run}");
+    let id = run["id"].as_u64().expect("id");
+    for (minions, server) in [(&of_1, "alpha"), (&of_2, "beta")] {
+        for m in minions {
+            let t = target(&run, m);
+            assert_eq!(t["state"], "finished", "{run}");
+            assert_eq!(t["exit_code"], 0, "{run}");
+            assert_eq!(t["server"], server, "{m}: {run}");
+            assert_eq!(a.output(id, m), format!("via-{m}\n"), "{run}");
+        }
+    }
+    // One run in the database, seen alike from the standby.
+    let runs = b.runs("everywhere");
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(machines(&runs[0]), all);
+    let text = a.ctl(&["show-run", &id.to_string()]);
+    let shown = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        shown.contains("SERVER") && shown.contains("beta"),
+        "{shown}"
+    );
+
+    // The standby's master dies mid-run of a longer job: alpha's minions' results are all
+    // recorded (beta's minions' wrappers, already running, report to the leader too).
+    let long = a.run_now("longer");
+    wait_until("every target of the longer run running", SALT_HANG, || {
+        let r = a.run_record(long);
+        all.iter()
+            .all(|m| target(&r, m)["state"] == "running")
+            .then_some(())
+    });
+    tb.run(&["stop-master", path_str(&tb.root), "master-2"]);
+    let done = wait_until("the longer run to finish", SALT_HANG, || {
+        let r = a.run_record(long);
+        is_final(&r).then_some(r)
+    });
+    for m in &of_1 {
+        let t = target(&done, m);
+        assert_eq!(t["exit_code"], 0, "{done}\n{}", a.log_text());
+        assert_eq!(t["server"], "alpha", "{done}");
+        assert_eq!(a.output(long, m), format!("long-{m}\n"), "{done}");
+    }
+    for m in &of_2 {
+        assert_eq!(target(&done, m)["state"], "finished", "{done}");
+    }
+    eprintln!("after master-2 died: {done}");
+    drop(b);
+    drop(a);
+}
