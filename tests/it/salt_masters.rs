@@ -143,3 +143,121 @@ fn two_masters_one_database_one_run_through_both() {
     drop(b);
     drop(a);
 }
+
+/// Slot → command through two masters (two servers on one database, the job on '*')
+/// and through one (the leader alone, its own master's minions): the same daemon
+/// set-up, pre-staged slots every 10 s. Printed, and bounded loosely (a loaded 2-core
+/// machine).
+#[test]
+#[ignore = "a measurement: cargo test --release --test it slot_to_command_through_two -- --ignored"]
+fn slot_to_command_through_two_masters_and_one() {
+    let Some(url) = crate::pg_cluster::fresh_database() else {
+        return;
+    };
+    let Some(one_url) = crate::pg_cluster::fresh_database() else {
+        return;
+    };
+    let Some(tb) = Topology::up("/tmp/sp-masters", 4, "--masters", 2, 100) else {
+        return;
+    };
+    let wrapper_dir = tempfile::Builder::new()
+        .prefix("wrapper-")
+        .tempdir_in(tb.root.join("var"))
+        .expect("wrapper dir")
+        .keep();
+    let salt = |master: &str| {
+        format!(
+            "  executor: salt\n  salt_bin: {}\n  salt_config_dir: {}\n  ping_timeout: 10\n  \
+             heartbeat: 1\n  prestage_cap: 20\n  default_wrapper_path: {}/saltpeter-wrapper\n",
+            tb.var("SALT_BIN"),
+            tb.var(master),
+            wrapper_dir.display()
+        )
+    };
+    let job = |targets: &str| {
+        format!(
+            "tick:\n  schedule: '*/10 * * * * *'\n  targets: '{targets}'\n  overlap: allow\n  \
+             command: 'date +%s%3N'\n"
+        )
+    };
+    let of_1 = split_list(tb.var("SALT_MINIONS_1"));
+    let ms = |v: &serde_json::Value| {
+        chrono::DateTime::parse_from_rfc3339(v.as_str()?)
+            .ok()
+            .map(|t| t.timestamp_millis())
+    };
+    let measure = |name: &str, d: &Daemon| {
+        let runs = wait_until("8 finished slots", Duration::from_secs(300), || {
+            let done: Vec<serde_json::Value> =
+                d.runs("tick").into_iter().filter(is_final).collect();
+            (done.len() >= 8).then_some(done)
+        });
+        let mut lags = Vec::new();
+        // The first slots go out with the cap as lead; count from the third.
+        for run in runs.iter().rev().skip(2) {
+            let (Some(slot), Some(id)) = (ms(&run["slot"]), run["id"].as_u64()) else {
+                continue;
+            };
+            for t in run["targets"].as_array().cloned().unwrap_or_default() {
+                let m = t["machine"].as_str().unwrap_or_default();
+                if let Ok(at) = d.output(id, m).trim().parse::<i64>() {
+                    lags.push(at - slot);
+                }
+            }
+        }
+        lags.sort();
+        let at = |q: f64| {
+            lags.get(((lags.len().max(1) - 1) as f64 * q) as usize)
+                .copied()
+        };
+        eprintln!(
+            "slot -> command, {name}: n={} p50={:?} ms max={:?} ms all={lags:?}",
+            lags.len(),
+            at(0.5),
+            lags.last()
+        );
+        assert!(
+            lags.len() >= 4,
+            "{name}: too few measured slots\n{}",
+            d.log_text()
+        );
+    };
+    {
+        let (pa, pb) = (free_port(), free_port());
+        let a = crate::ha::server_with(
+            &url,
+            "alpha",
+            pa,
+            &[pa, pb],
+            &job("*"),
+            &salt("SALT_CONFIG_DIR_1"),
+        );
+        crate::ha::wait_role(&a, "leader");
+        let b = crate::ha::server_with(
+            &url,
+            "beta",
+            pb,
+            &[pa, pb],
+            &job("*"),
+            &salt("SALT_CONFIG_DIR_2"),
+        );
+        crate::ha::wait_role(&b, "standby");
+        measure("2 masters, 2 servers, '*' (4 minions)", &a);
+    }
+    let pa = free_port();
+    let list = of_1.join(",");
+    let one = format!(
+        "tick:\n  schedule: '*/10 * * * * *'\n  targets: '{list}'\n  target_type: list\n  \
+         overlap: allow\n  command: 'date +%s%3N'\n"
+    );
+    let a = crate::ha::server_with(
+        &one_url,
+        "alpha",
+        pa,
+        &[pa],
+        &one,
+        &salt("SALT_CONFIG_DIR_1"),
+    );
+    crate::ha::wait_role(&a, "leader");
+    measure("1 master, 1 server, its 2 minions", &a);
+}

@@ -341,7 +341,9 @@ pub(super) fn on_link(
                         Packet::Cast(DbNotice::Live(notice)) => {
                             crate::roles::main::views::mirror::notice(core, notice)
                         }
-                        Packet::Cast(DbNotice::SaltCalls(rows)) => delegate::serve(core, rows),
+                        Packet::Cast(DbNotice::SaltCalls(rows)) => {
+                            crate::roles::main::shell::serve_salt::serve(core, rows)
+                        }
                         Packet::Cast(DbNotice::SaltReplies(rows)) => delegate::replies(core, rows),
                         Packet::Cast(DbNotice::SaltPeers(peers)) => delegate::peers(core, peers),
                         Packet::Cast(DbNotice::MinionKeys(keys)) => delegate::keys(core, keys),

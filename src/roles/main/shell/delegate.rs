@@ -12,8 +12,8 @@
 //! 2. Another server's part travels through the database: `SendSaltCall` writes a
 //!    `salt_calls` row (the request in bincode; nothing secret: a launch carries the
 //!    wrapper URL and run ids, never a token), its db takes it, its main makes the call
-//!    through its own master ([`serve`]: with its own `SaltSettings`) and writes the
-//!    reply; this server's db collects it ([`replies`]).
+//!    through its own master (`serve_salt.rs`: with its own `SaltSettings`) and writes
+//!    the reply; this server's db collects it ([`replies`]).
 //! 3. Each part's answer goes to its composite ([`answered`] for this server's
 //!    blocking); once every part answered (or missed its deadline, [`expire`]) the parts
 //!    merge into one reply for the caller's id, woken as for any blocking call.
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use crate::ipc::rpc::{CallError, CallId, RemoteError};
 use crate::roles::main::rules::masters::{self, Owners, Part};
 use crate::roles::main::state::{DbWait, Main};
-use crate::wire::db::{DbReply, DbRequest, MinionKeys, SaltCallRow};
+use crate::wire::db::{DbReply, DbRequest, MinionKeys};
 use crate::wire::link::{
     BlockingReply, BlockingRequest, ExecutorKind, LaunchTarget, SaltTargetType,
 };
@@ -58,7 +58,7 @@ pub(crate) struct Delegation {
     /// Another server's part, by its `salt_calls` row.
     remote_parts: HashMap<i64, RemotePart>,
     /// Calls this server makes for another: its blocking call id -> (row, asker).
-    serving: HashMap<CallId, (i64, String)>,
+    pub(super) serving: HashMap<CallId, (i64, String)>,
 }
 
 /// One call spread over servers.
@@ -240,7 +240,7 @@ fn part_wait(core: &Main, req: &BlockingRequest) -> Duration {
     Duration::from_secs(secs)
 }
 
-fn kind_name(req: &BlockingRequest) -> &'static str {
+pub(super) fn kind_name(req: &BlockingRequest) -> &'static str {
     match req {
         BlockingRequest::Launch { .. } => "a launch",
         BlockingRequest::Resolve { .. } => "a resolution",
@@ -319,7 +319,7 @@ pub(crate) fn answered(
         return None;
     }
     if let Some((row, from)) = core.delegation.serving.remove(&id) {
-        answer_served(core, row, &from, result.map_err(|e| e.to_string()));
+        super::serve_salt::answer_served(core, row, &from, result.map_err(|e| e.to_string()));
         return None;
     }
     // The composite itself expired or lost blocking: its parts are dropped as they come.
@@ -463,116 +463,6 @@ pub(crate) fn expire(core: &mut Main, now: Instant) {
         let why = format!("did not answer within {} s", part.wait.as_secs());
         part_answered(core, part.call, part.index, Err(why));
     }
-}
-
-/// Calls other servers ask of this one (step 2, serving): made through this server's
-/// own master, with its own settings. A request that cannot be read, or that is not a
-/// Salt call, is answered with why.
-pub(crate) fn serve(core: &mut Main, rows: Vec<SaltCallRow>) {
-    for row in rows {
-        let req = match bincode::deserialize::<BlockingRequest>(&row.request) {
-            Ok(req) => req,
-            Err(e) => {
-                log::error!(
-                    "salt call row {} from {}: the request could not be read ({e}); \
-                     answered with the error",
-                    row.id,
-                    row.from
-                );
-                let why = format!("{} could not read the request: {e}", core.ha.server);
-                answer_served(core, row.id, &row.from, Err(why));
-                continue;
-            }
-        };
-        let Some(req) = own_settings(core, req) else {
-            log::error!(
-                "salt call row {} from {}: not a salt call this server makes for another; \
-                 refused",
-                row.id,
-                row.from
-            );
-            let why = format!("{} refuses this kind of call", core.ha.server);
-            answer_served(core, row.id, &row.from, Err(why));
-            continue;
-        };
-        log::info!(
-            "making {} for {} (salt call row {})",
-            kind_name(&req),
-            row.from,
-            row.id
-        );
-        let id = core.local_blocking_call(req);
-        core.delegation.serving.insert(id, (row.id, row.from));
-    }
-}
-
-/// `req` with this server's own Salt settings; `None` for anything but a Salt
-/// resolution, launch or deployment (a local launch is never made for another server).
-fn own_settings(core: &Main, req: BlockingRequest) -> Option<BlockingRequest> {
-    let settings = core.salt_settings();
-    Some(match req {
-        BlockingRequest::Resolve {
-            target,
-            target_type,
-            from_cache,
-            ..
-        } => BlockingRequest::Resolve {
-            salt: settings,
-            target,
-            target_type,
-            from_cache,
-        },
-        BlockingRequest::Launch {
-            executor: ExecutorKind::Salt,
-            wrapper_path,
-            runs,
-            url,
-            targets,
-            await_returns,
-            ..
-        } => BlockingRequest::Launch {
-            executor: ExecutorKind::Salt,
-            wrapper_path,
-            runs,
-            url,
-            // Salt launches carry no token; one that came anyway is not used.
-            targets: targets
-                .into_iter()
-                .map(|t| LaunchTarget {
-                    machine: t.machine,
-                    token: None,
-                })
-                .collect(),
-            salt: Some(settings),
-            await_returns,
-        },
-        BlockingRequest::Deploy {
-            minions,
-            wrapper_path,
-            wrapper_source,
-            ..
-        } => BlockingRequest::Deploy {
-            salt: settings,
-            minions,
-            wrapper_path,
-            wrapper_source,
-        },
-        _ => return None,
-    })
-}
-
-fn answer_served(core: &mut Main, row: i64, from: &str, answer: Result<BlockingReply, String>) {
-    let reply = match bincode::serialize(&answer) {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            log::error!("salt call row {row} from {from}: could not encode the answer: {e}");
-            return;
-        }
-    };
-    core.db_call(
-        DbRequest::AnswerSaltCall { id: row, reply },
-        DbWait::write("the answer to another server's salt call"),
-    );
 }
 
 /// db's news of the other servers alive.

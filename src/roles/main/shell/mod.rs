@@ -2,7 +2,8 @@
 //! other processes (`links`), launch settings (`launcher`), the fleet's wrapper builds
 //! (`fleet`, `deploy`), maintenance windows (`windows`), capacity (`throttle`), the
 //! notification outbox (`notify`), the job log (`joblog`), retention (`history`) and
-//! the Salt calls other servers' masters make (`delegate`).
+//! the Salt calls other servers' masters make (`delegate`) or this one makes for them
+//! (`serve_salt`).
 
 pub(crate) mod delegate;
 pub(crate) mod deploy;
@@ -12,5 +13,6 @@ pub(crate) mod joblog;
 pub(crate) mod launcher;
 pub(crate) mod links;
 pub(crate) mod notify;
+pub(crate) mod serve_salt;
 pub(crate) mod throttle;
 pub(crate) mod windows;
