@@ -21,10 +21,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::Db;
 use super::master_probe::MasterProbe;
-use crate::evloop::Ctx;
-use crate::ipc::rpc::Packet;
+use super::storage::Storage;
 use crate::wire::db::{DbNotice, MinionKeys, SaltCallRow};
 
 /// How often the Salt calls asked of this server, and the answers to its own, are taken.
@@ -83,42 +81,38 @@ impl Masters {
     }
 }
 
-/// Step 1: take the calls asked of this server and the answers to its own.
-pub(super) fn poll_calls(db: &mut Db, _ctx: &mut Ctx<Db>) {
-    let Some(me) = db.masters.as_ref().map(|m| m.me.clone()) else {
-        return;
-    };
-    match db.store.take_salt_calls(&me) {
+/// Step 1: the calls asked of this server and the answers to its own, for main.
+pub(super) fn poll_calls(masters: &Masters, store: &mut dyn Storage) -> Vec<DbNotice> {
+    let me = &masters.me;
+    let mut notices = Vec::new();
+    match store.take_salt_calls(me) {
         Ok(rows) if rows.is_empty() => {}
-        Ok(rows) => {
-            let rows = rows
-                .into_iter()
+        Ok(rows) => notices.push(DbNotice::SaltCalls(
+            rows.into_iter()
                 .map(|(id, from, request)| SaltCallRow { id, from, request })
-                .collect();
-            tell_main(db, DbNotice::SaltCalls(rows), "salt calls to serve");
-        }
+                .collect(),
+        )),
         Err(e) => log::warn!("could not take the salt calls asked of {me}: {e}"),
     }
-    match db.store.take_salt_replies(&me) {
+    match store.take_salt_replies(me) {
         Ok(rows) if rows.is_empty() => {}
-        Ok(rows) => tell_main(db, DbNotice::SaltReplies(rows), "salt call replies"),
+        Ok(rows) => notices.push(DbNotice::SaltReplies(rows)),
         Err(e) => log::warn!("could not take the answers to {me}'s salt calls: {e}"),
     }
+    notices
 }
 
-/// Steps 2 to 4.
-pub(super) fn poll_registry(db: &mut Db, _ctx: &mut Ctx<Db>) {
-    let Some(masters) = db.masters.as_mut() else {
-        return;
-    };
+/// Steps 2 to 4; what main is to be told.
+pub(super) fn poll_registry(masters: &mut Masters, store: &mut dyn Storage) -> Vec<DbNotice> {
     let now = Instant::now();
     let now_ms = chrono::Utc::now().timestamp_millis();
     let me = masters.me.clone();
+    let mut notices = Vec::new();
     // A server whose master is down is asked nothing: it does not say it is alive.
     let peers = if masters.probe.down(now) {
         None
     } else {
-        match db.store.salt_heartbeat(&me, now_ms) {
+        match store.salt_heartbeat(&me, now_ms) {
             Ok(peers) => Some(peers),
             Err(e) => {
                 log::warn!("could not register {me}'s salt-master: {e}");
@@ -138,11 +132,8 @@ pub(super) fn poll_registry(db: &mut Db, _ctx: &mut Ctx<Db>) {
             }
         );
         masters.peers_sent = Some(peers.clone());
-        tell_main(db, DbNotice::SaltPeers(peers), "the other salt servers");
+        notices.push(DbNotice::SaltPeers(peers));
     }
-    let Some(masters) = db.masters.as_mut() else {
-        return;
-    };
     let mut own_changed = false;
     if masters
         .last_scan
@@ -151,10 +142,7 @@ pub(super) fn poll_registry(db: &mut Db, _ctx: &mut Ctx<Db>) {
         masters.last_scan = Some(now);
         let keys = scan_accepted(&masters.pki_dir, &mut masters.files);
         if masters.published.as_ref() != Some(&keys) {
-            match db
-                .store
-                .publish_minion_keys(&me, masters.published.as_ref(), &keys, now_ms)
-            {
+            match store.publish_minion_keys(&me, masters.published.as_ref(), &keys, now_ms) {
                 Ok((written, deleted)) => {
                     log::info!(
                         "published the accepted keys of {me}'s master: {} in all, \
@@ -167,39 +155,39 @@ pub(super) fn poll_registry(db: &mut Db, _ctx: &mut Ctx<Db>) {
                 Err(e) => log::warn!("could not publish the keys of {me}'s master: {e}"),
             }
         }
-        match db.store.expire_salt_calls(now_ms) {
+        match store.expire_salt_calls(now_ms) {
             Ok(0) => {}
             Ok(n) => log::info!("deleted {n} salt call(s) nobody finished within an hour"),
             Err(e) => log::warn!("could not delete stale salt calls: {e}"),
         }
     }
-    read_others_keys(db, &me, own_changed);
+    notices.extend(read_others_keys(masters, store, own_changed));
+    notices
 }
 
-/// The other servers' keys, when they changed (or this server's did): to main.
-fn read_others_keys(db: &mut Db, me: &str, own_changed: bool) {
-    let stamp = match db.store.minion_keys_stamp(me) {
+/// The other servers' keys, when they changed (or this server's did), for main.
+fn read_others_keys(
+    masters: &mut Masters,
+    store: &mut dyn Storage,
+    own_changed: bool,
+) -> Option<DbNotice> {
+    let me = masters.me.clone();
+    let stamp = match store.minion_keys_stamp(&me) {
         Ok(stamp) => stamp,
         Err(e) => {
             log::warn!("could not read the other servers' minion keys: {e}");
-            return;
+            return None;
         }
     };
-    let Some(masters) = db.masters.as_mut() else {
-        return;
-    };
     if !own_changed && masters.others_stamp == Some(stamp) {
-        return;
+        return None;
     }
-    let rows = match db.store.minion_keys_of_others(me) {
+    let rows = match store.minion_keys_of_others(&me) {
         Ok(rows) => rows,
         Err(e) => {
             log::warn!("could not read the other servers' minion keys: {e}");
-            return;
+            return None;
         }
-    };
-    let Some(masters) = db.masters.as_mut() else {
-        return;
     };
     masters.others_stamp = Some(stamp);
     let mut others = Vec::with_capacity(rows.len());
@@ -221,16 +209,10 @@ fn read_others_keys(db: &mut Db, me: &str, own_changed: bool) {
         others,
     };
     if masters.keys_sent.as_ref() == Some(&keys) {
-        return;
+        return None;
     }
     masters.keys_sent = Some(keys.clone());
-    tell_main(db, DbNotice::MinionKeys(keys), "minion keys");
-}
-
-fn tell_main(db: &mut Db, notice: DbNotice, what: &str) {
-    if let Err(e) = db.main.post(&Packet::Cast(notice)) {
-        log::error!("could not pass {what} to main: {e}");
-    }
+    Some(DbNotice::MinionKeys(keys))
 }
 
 /// The accepted keys under `pki_dir/minions` (minion -> PEM), each file read only when

@@ -499,6 +499,31 @@ fn poll_live(db: &mut Db, ctx: &mut Ctx<Db>) {
     ctx.after(next, poll_live);
 }
 
+/// Several masters: this server's master registered and its keys published, the other
+/// servers' news to main (`masters.rs`).
+fn poll_masters(db: &mut Db, _ctx: &mut Ctx<Db>) {
+    if let Some(m) = db.masters.as_mut() {
+        let notices = masters::poll_registry(m, db.store.as_mut());
+        tell_main(db, notices);
+    }
+}
+
+/// Several masters: the Salt calls asked of this server and the answers to its own.
+fn poll_salt_calls(db: &mut Db, _ctx: &mut Ctx<Db>) {
+    if let Some(m) = db.masters.as_ref() {
+        let notices = masters::poll_calls(m, db.store.as_mut());
+        tell_main(db, notices);
+    }
+}
+
+fn tell_main(db: &mut Db, notices: Vec<DbNotice>) {
+    for notice in notices {
+        if let Err(e) = db.main.post(&Packet::Cast(notice)) {
+            log::error!("could not pass news of the other servers to main: {e}");
+        }
+    }
+}
+
 pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let (mut store, server) = open_storage(&args)?;
     log::info!("storing in {}", store.engine());
@@ -538,10 +563,9 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         poll_live(&mut db, ev.ctx());
     }
     if db.masters.is_some() {
-        masters::poll_registry(&mut db, ev.ctx());
-        ev.ctx()
-            .every(masters::REGISTRY_POLL, masters::poll_registry);
-        ev.ctx().every(masters::CALLS_POLL, masters::poll_calls);
+        poll_masters(&mut db, ev.ctx());
+        ev.ctx().every(masters::REGISTRY_POLL, poll_masters);
+        ev.ctx().every(masters::CALLS_POLL, poll_salt_calls);
     }
     ev.run_with(&mut db, |db, _| {
         if let Err(e) = db.main.on_writable() {

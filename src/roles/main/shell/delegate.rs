@@ -22,78 +22,22 @@
 //! ping timeout and 15 s; twice the ping timeout for launches and deployments), named
 //! in the log and in the reasons of its minions. Rows nobody finishes expire in db.
 
-use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::ipc::rpc::{CallError, CallId, RemoteError};
 use crate::roles::main::rules::masters::{self, Owners, Part};
+use crate::roles::main::state::delegation::{Composite, Kind, PartState, RemotePart};
 use crate::roles::main::state::{DbWait, Main};
 use crate::wire::db::{DbReply, DbRequest, MinionKeys};
 use crate::wire::link::{
     BlockingReply, BlockingRequest, ExecutorKind, LaunchTarget, SaltTargetType,
 };
-use crate::wire::records::RunId;
+
+use super::serve_salt::kind_name;
 
 /// Minions remembered from resolutions at most (a fleet's worth); past it the memory
 /// starts again.
 const MAX_REACHED: usize = 200_000;
-
-/// What main keeps of the exchange with the other servers.
-#[derive(Default)]
-pub(crate) struct Delegation {
-    /// The other servers driving a master, alive, by name.
-    peers: Vec<String>,
-    /// Minions whose key this server's master accepted.
-    own: HashSet<String>,
-    /// Minion -> the other servers that published a key for it, by name.
-    published: HashMap<String, Vec<String>>,
-    /// Minion -> (server, key as PKCS#1 DER) of the other servers, for proofs.
-    keys: HashMap<String, Vec<(String, Vec<u8>)>>,
-    /// Where the last resolution found each minion live.
-    reached: HashMap<String, String>,
-    /// Composite calls in flight, by the caller's id.
-    calls: HashMap<CallId, Composite>,
-    /// This server's part of a composite: its blocking call id -> the composite.
-    local_parts: HashMap<CallId, (CallId, usize)>,
-    /// Another server's part, by its `salt_calls` row.
-    remote_parts: HashMap<i64, RemotePart>,
-    /// Calls this server makes for another: its blocking call id -> (row, asker).
-    pub(super) serving: HashMap<CallId, (i64, String)>,
-}
-
-/// One call spread over servers.
-struct Composite {
-    kind: Kind,
-    /// Asked of every server (a target expression), not split by owner.
-    broadcast: bool,
-    parts: Vec<PartState>,
-}
-
-enum Kind {
-    Resolve,
-    Launch(Vec<RunId>),
-    Deploy,
-}
-
-struct PartState {
-    server: String,
-    minions: Vec<String>,
-    answer: Option<Result<BlockingReply, String>>,
-}
-
-struct RemotePart {
-    call: CallId,
-    index: usize,
-    deadline: Instant,
-    wait: Duration,
-}
-
-impl Delegation {
-    /// The keys other servers published for `minion` (proofs, `minion_trust`).
-    pub(crate) fn published_keys(&self, minion: &str) -> &[(String, Vec<u8>)] {
-        self.keys.get(minion).map_or(&[], Vec::as_slice)
-    }
-}
 
 /// Step 1: `Some(req)` when the call goes to this server's blocking unchanged; `None`
 /// when it became a composite under `id`.
@@ -238,16 +182,6 @@ fn part_wait(core: &Main, req: &BlockingRequest) -> Duration {
         _ => (2 * ping + 15).min(110),
     };
     Duration::from_secs(secs)
-}
-
-pub(super) fn kind_name(req: &BlockingRequest) -> &'static str {
-    match req {
-        BlockingRequest::Launch { .. } => "a launch",
-        BlockingRequest::Resolve { .. } => "a resolution",
-        BlockingRequest::Deploy { .. } => "a deployment",
-        BlockingRequest::LoadConfig { .. } => "a configuration load",
-        BlockingRequest::Deliver(_) => "a notification",
-    }
 }
 
 /// Step 2, asking: write the part's row; its id is where the answer will come from.

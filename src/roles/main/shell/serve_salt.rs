@@ -9,8 +9,6 @@ use crate::roles::main::state::{DbWait, Main};
 use crate::wire::db::{DbRequest, SaltCallRow};
 use crate::wire::link::{BlockingReply, BlockingRequest, ExecutorKind, LaunchTarget};
 
-use super::delegate::kind_name;
-
 /// Calls other servers ask of this one (step 2, serving): made through this server's
 /// own master, with its own settings. A request that cannot be read, or that is not a
 /// Salt call, is answered with why.
@@ -124,4 +122,15 @@ pub(super) fn answer_served(
         DbRequest::AnswerSaltCall { id: row, reply },
         DbWait::write("the answer to another server's salt call"),
     );
+}
+
+/// The kind of a call, for the log.
+pub(super) fn kind_name(req: &BlockingRequest) -> &'static str {
+    match req {
+        BlockingRequest::Launch { .. } => "a launch",
+        BlockingRequest::Resolve { .. } => "a resolution",
+        BlockingRequest::Deploy { .. } => "a deployment",
+        BlockingRequest::LoadConfig { .. } => "a configuration load",
+        BlockingRequest::Deliver(_) => "a notification",
+    }
 }
