@@ -28,7 +28,7 @@ pub(crate) fn serve(core: &mut Main, rows: Vec<SaltCallRow>) {
                 continue;
             }
         };
-        let Some(req) = own_settings(core, req) else {
+        let Some(req) = with_settings(req, core.salt_settings()) else {
             log::error!(
                 "salt call row {} from {}: not a salt call this server makes for another; \
                  refused",
@@ -52,8 +52,10 @@ pub(crate) fn serve(core: &mut Main, rows: Vec<SaltCallRow>) {
 
 /// `req` with this server's own Salt settings; `None` for anything but a Salt
 /// resolution, launch or deployment (a local launch is never made for another server).
-fn own_settings(core: &Main, req: BlockingRequest) -> Option<BlockingRequest> {
-    let settings = core.salt_settings();
+pub(crate) fn with_settings(
+    req: BlockingRequest,
+    settings: crate::wire::link::SaltSettings,
+) -> Option<BlockingRequest> {
     Some(match req {
         BlockingRequest::Resolve {
             target,
@@ -132,5 +134,75 @@ pub(super) fn kind_name(req: &BlockingRequest) -> &'static str {
         BlockingRequest::Deploy { .. } => "a deployment",
         BlockingRequest::LoadConfig { .. } => "a configuration load",
         BlockingRequest::Deliver(_) => "a notification",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Redacted;
+    use crate::wire::link::{SaltSettings, SaltTargetType};
+
+    fn settings(dir: &str) -> SaltSettings {
+        SaltSettings {
+            salt_bin: "salt".into(),
+            config_dir: Some(dir.into()),
+            timeout_s: 10,
+            concurrency: 4,
+            bridge: true,
+        }
+    }
+
+    fn launch(executor: ExecutorKind) -> BlockingRequest {
+        BlockingRequest::Launch {
+            executor,
+            wrapper_path: "/w".into(),
+            runs: vec![7],
+            url: "wss://a/wrapper/v1".into(),
+            targets: vec![LaunchTarget {
+                machine: "m1".into(),
+                token: Some(Redacted("not for another server".into())),
+            }],
+            salt: Some(settings("/etc/salt-of-the-asker")),
+            await_returns: false,
+        }
+    }
+
+    #[test]
+    fn a_served_call_uses_this_servers_salt_and_carries_no_token() {
+        let mine = settings("/etc/salt-here");
+        let Some(BlockingRequest::Launch {
+            targets,
+            salt,
+            runs,
+            ..
+        }) = with_settings(launch(ExecutorKind::Salt), mine.clone())
+        else {
+            panic!("a salt launch is served");
+        };
+        assert_eq!(salt, Some(mine.clone()));
+        assert_eq!(runs, [7]);
+        assert!(targets.iter().all(|t| t.token.is_none()));
+        let resolve = BlockingRequest::Resolve {
+            salt: settings("/etc/salt-of-the-asker"),
+            target: "*".into(),
+            target_type: SaltTargetType::Glob,
+            from_cache: false,
+        };
+        assert!(matches!(
+            with_settings(resolve, mine.clone()),
+            Some(BlockingRequest::Resolve { salt, .. }) if salt == mine
+        ));
+    }
+
+    #[test]
+    fn only_salt_calls_are_served_for_another_server() {
+        let mine = settings("/etc/salt-here");
+        assert!(with_settings(launch(ExecutorKind::Local), mine.clone()).is_none());
+        let load = BlockingRequest::LoadConfig {
+            dir: "/etc/saltpeter".into(),
+            known: Vec::new(),
+        };
+        assert!(with_settings(load, mine).is_none());
     }
 }
