@@ -2,6 +2,7 @@
 //! each driving its own salt-master of a `--masters 2` testbed (each master has half
 //! the minions, and only its own). The leader drives the runs; the Salt calls for the
 //! other master's minions go through the other server (`roles/main/shell/delegate.rs`).
+//! Then the standby's master dies mid-run, and a server that never answers joins.
 //!
 //! The testbed is this test's own (`scripts/salt-testbed up /tmp/sp-masters 4 --masters
 //! 2`, ports BASE + 100: 14705/14706 and 14715/14716 by default, apart from the other
@@ -140,6 +141,57 @@ fn two_masters_one_database_one_run_through_both() {
         assert_eq!(target(&done, m)["state"], "finished", "{done}");
     }
     eprintln!("after master-2 died: {done}");
+
+    // A server that says it is alive but never answers (a "ghost" whose heartbeat this
+    // test writes): a resolution waits for it until its deadline (ping timeout + 15 s),
+    // then goes on with the others' answers; the miss is in the log and the events.
+    wait_until("beta, whose master is down, to drop out", SALT_HANG, || {
+        a.log_text()
+            .contains("servers driving a salt-master besides alpha: none")
+            .then_some(())
+    });
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ghost = {
+        let (url, stop) = (url.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut admin =
+                postgres::Client::connect(&url, postgres::NoTls).expect("admin connection");
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let now = chrono::Utc::now().timestamp_millis();
+                admin
+                    .execute(
+                        "INSERT INTO salt_servers (name, seen_at) VALUES ('ghost', $1)
+                         ON CONFLICT (name) DO UPDATE SET seen_at = excluded.seen_at",
+                        &[&now],
+                    )
+                    .expect("ghost heartbeat");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    wait_until("alpha to count the ghost in", SALT_HANG, || {
+        a.log_text()
+            .contains("servers driving a salt-master besides alpha: ghost")
+            .then_some(())
+    });
+    let started = Instant::now();
+    let (run, code) = a.run_wait("everywhere");
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = ghost.join();
+    eprintln!("a run on '*' with a silent server took {took:?}");
+    assert_eq!(code, 0, "{run}\n{}", a.log_text());
+    assert_eq!(machines(&run), of_1, "{run}");
+    assert!(took >= Duration::from_secs(20), "{took:?}");
+    let log = a.log_text();
+    assert!(log.contains("ghost did not answer within 25 s"), "{log}");
+    let events = a
+        .ctl_json(&["events", "--kind", "salt_server_silent", "--limit", "10"])
+        .to_string();
+    assert!(
+        events.contains("ghost did not answer within 25 s"),
+        "{events}"
+    );
     drop(b);
     drop(a);
 }

@@ -395,6 +395,31 @@ pub(crate) fn expire(core: &mut Main, now: Instant) {
             part.wait.as_secs()
         );
         let why = format!("did not answer within {} s", part.wait.as_secs());
+        let (kind, runs) = match core.delegation.calls.get(&part.call).map(|c| &c.kind) {
+            Some(Kind::Launch(runs)) => ("a launch", runs.clone()),
+            Some(Kind::Deploy) => ("a wrapper deployment", Vec::new()),
+            _ => ("a resolution", Vec::new()),
+        };
+        // In the audit trail too (`saltpeterctl events --kind salt_server_silent`): a
+        // resolution that missed a server leaves no other trace in the run.
+        let message = format!(
+            "{server} {why} to {kind}; the minions only its master reaches were not \
+             reached through it"
+        );
+        match runs.as_slice() {
+            [] => core.event("salt_server_silent", None, None, None, message),
+            runs => {
+                for run in runs {
+                    core.event(
+                        "salt_server_silent",
+                        None,
+                        Some(*run),
+                        None,
+                        message.clone(),
+                    );
+                }
+            }
+        }
         part_answered(core, part.call, part.index, Err(why));
     }
 }
