@@ -313,3 +313,101 @@ fn slot_to_command_through_two_masters_and_one() {
     crate::ha::wait_role(&a, "leader");
     measure("1 master, 1 server, its 2 minions", &a);
 }
+
+/// The leader's master dies mid-run: the leader gives up the lead (its master is down),
+/// the standby adopts the run, and no result of the standby's master's minions is lost;
+/// the wrappers of the dead master's minions, still running, prove themselves to the new
+/// leader with the keys the old one published.
+#[test]
+fn the_leaders_master_dies_mid_run_and_the_other_masters_results_are_kept() {
+    let Some(url) = crate::pg_cluster::fresh_database() else {
+        return;
+    };
+    let Some(tb) = Topology::up("/tmp/sp-masters-b", 4, "--masters", 2, 130) else {
+        return;
+    };
+    let (pa, pb) = (free_port(), free_port());
+    let wrapper_dir = tempfile::Builder::new()
+        .prefix("wrapper-")
+        .tempdir_in(tb.root.join("var"))
+        .expect("wrapper dir")
+        .keep();
+    let salt = |master: &str| {
+        format!(
+            "  executor: salt\n  salt_bin: {}\n  salt_config_dir: {}\n  ping_timeout: 10\n  \
+             heartbeat: 1\n  pickup_timeout: 20\n  default_wrapper_path: {}/saltpeter-wrapper\n",
+            tb.var("SALT_BIN"),
+            tb.var(master),
+            wrapper_dir.display()
+        )
+    };
+    let jobs = "longer:\n  schedule: '@yearly'\n  targets: '*'\n  \
+                command: 'sleep 20; echo long-$SP_MACHINE'\n";
+    let mut a = crate::ha::server_with(
+        &url,
+        "alpha",
+        pa,
+        &[pa, pb],
+        jobs,
+        &salt("SALT_CONFIG_DIR_1"),
+    );
+    crate::ha::wait_role(&a, "leader");
+    let b = crate::ha::server_with(
+        &url,
+        "beta",
+        pb,
+        &[pa, pb],
+        jobs,
+        &salt("SALT_CONFIG_DIR_2"),
+    );
+    crate::ha::wait_role(&b, "standby");
+    let of_1 = split_list(tb.var("SALT_MINIONS_1"));
+    let of_2 = split_list(tb.var("SALT_MINIONS_2"));
+    let mut all: Vec<String> = of_1.iter().chain(&of_2).cloned().collect();
+    all.sort();
+    wait_until("alpha to know beta's master and keys", SALT_HANG, || {
+        a.log_text()
+            .contains(&format!("{} published by other servers", of_2.len()))
+            .then_some(())
+    });
+    wait_until("beta to know alpha's keys", SALT_HANG, || {
+        b.log_text()
+            .contains(&format!("{} published by other servers", of_1.len()))
+            .then_some(())
+    });
+    let run = a.run_now("longer");
+    wait_until("every target running", SALT_HANG, || {
+        let r = a.run_record(run);
+        all.iter()
+            .all(|m| target(&r, m)["state"] == "running")
+            .then_some(())
+    });
+    tb.run(&["stop-master", path_str(&tb.root), "master-1"]);
+    crate::ha::wait_role(&b, "leader");
+    let led_at = chrono::Utc::now();
+    let _ = a.wait_exit();
+    let done = wait_until("the run to finish on beta", SALT_HANG, || {
+        let r = b.run_record(run);
+        is_final(&r).then_some(r)
+    });
+    eprintln!("after the leader's master died: {done}");
+    // beta led before the run ended: it was beta that recorded the end.
+    let ended = done["ended"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .expect("ended");
+    assert!(ended > led_at, "ended {ended}, beta led at {led_at}");
+    for m in &of_2 {
+        let t = target(&done, m);
+        assert_eq!(t["exit_code"], 0, "{done}\n{}", b.log_text());
+        assert_eq!(t["server"], "beta", "{done}");
+        assert_eq!(b.output(run, m), format!("long-{m}\n"), "{done}");
+    }
+    // The dead master's minions kept running: their wrappers moved to beta and proved
+    // themselves with the keys alpha published.
+    for m in &of_1 {
+        let t = target(&done, m);
+        assert_eq!(t["exit_code"], 0, "{done}\n{}", b.log_text());
+        assert_eq!(b.output(run, m), format!("long-{m}\n"), "{done}");
+    }
+}
