@@ -6,7 +6,9 @@
 //!
 //! The testbed is this test's own (`scripts/salt-testbed up /tmp/sp-masters 4 --masters
 //! 2`, ports BASE + 100: 14705/14706 and 14715/14716 by default, apart from the other
-//! topologies and the suite's shared testbed), brought down at the end.
+//! topologies and the suite's shared testbed), brought down at the end. Job names are
+//! this file's own: a wrapper's overlap lock is per job name on the host, and the other
+//! topology tests' minions run on the same host.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +23,24 @@ fn split_list(list: &str) -> Vec<String> {
         .filter(|m| !m.is_empty())
         .map(str::to_string)
         .collect()
+}
+
+/// Wait until the command of every target of `run` has started (a loaded machine may
+/// start some long after others); on a timeout, say where the run stands.
+fn started_everywhere(d: &Daemon, run: u64, all: &[String]) {
+    let start = Instant::now();
+    loop {
+        let r = d.run_record(run);
+        if all.iter().all(|m| !target(&r, m)["started"].is_null()) {
+            return;
+        }
+        assert!(
+            start.elapsed() < SALT_HANG && !is_final(&r),
+            "run {run} did not start everywhere: {r}\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]
@@ -46,10 +66,10 @@ fn two_masters_one_database_one_run_through_both() {
             wrapper_dir.display()
         )
     };
-    let jobs = "everywhere:\n  schedule: '@yearly'\n  targets: '*'\n  \
+    let jobs = "masters_everywhere:\n  schedule: '@yearly'\n  targets: '*'\n  \
                 command: 'echo via-$SP_MACHINE'\n\
-                longer:\n  schedule: '@yearly'\n  targets: '*'\n  \
-                command: 'sleep 8; echo long-$SP_MACHINE'\n";
+                masters_longer:\n  schedule: '@yearly'\n  targets: '*'\n  \
+                command: 'sleep 15; echo long-$SP_MACHINE'\n";
     let a = crate::ha::server_with(
         &url,
         "alpha",
@@ -89,7 +109,7 @@ fn two_masters_one_database_one_run_through_both() {
     // the server whose master has it, each wrapper proven by its minion key (beta's
     // minions by the key beta published).
     let started = Instant::now();
-    let (run, code) = a.run_wait("everywhere");
+    let (run, code) = a.run_wait("masters_everywhere");
     eprintln!(
         "a run on '*' through two masters took {:?}",
         started.elapsed()
@@ -107,7 +127,7 @@ fn two_masters_one_database_one_run_through_both() {
         }
     }
     // One run in the database, seen alike from the standby.
-    let runs = b.runs("everywhere");
+    let runs = b.runs("masters_everywhere");
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(machines(&runs[0]), all);
     let text = a.ctl(&["show-run", &id.to_string()]);
@@ -119,13 +139,8 @@ fn two_masters_one_database_one_run_through_both() {
 
     // The standby's master dies mid-run of a longer job: alpha's minions' results are all
     // recorded (beta's minions' wrappers, already running, report to the leader too).
-    let long = a.run_now("longer");
-    wait_until("every target of the longer run running", SALT_HANG, || {
-        let r = a.run_record(long);
-        all.iter()
-            .all(|m| target(&r, m)["state"] == "running")
-            .then_some(())
-    });
+    let long = a.run_now("masters_longer");
+    started_everywhere(&a, long, &all);
     tb.run(&["stop-master", path_str(&tb.root), "master-2"]);
     let done = wait_until("the longer run to finish", SALT_HANG, || {
         let r = a.run_record(long);
@@ -175,7 +190,7 @@ fn two_masters_one_database_one_run_through_both() {
             .then_some(())
     });
     let started = Instant::now();
-    let (run, code) = a.run_wait("everywhere");
+    let (run, code) = a.run_wait("masters_everywhere");
     let took = started.elapsed();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = ghost.join();
@@ -228,7 +243,7 @@ fn slot_to_command_through_two_masters_and_one() {
     };
     let job = |targets: &str| {
         format!(
-            "tick:\n  schedule: '*/10 * * * * *'\n  targets: '{targets}'\n  overlap: allow\n  \
+            "masters_tick:\n  schedule: '*/10 * * * * *'\n  targets: '{targets}'\n  overlap: allow\n  \
              command: 'date +%s%3N'\n"
         )
     };
@@ -240,8 +255,11 @@ fn slot_to_command_through_two_masters_and_one() {
     };
     let measure = |name: &str, d: &Daemon| {
         let runs = wait_until("8 finished slots", Duration::from_secs(300), || {
-            let done: Vec<serde_json::Value> =
-                d.runs("tick").into_iter().filter(is_final).collect();
+            let done: Vec<serde_json::Value> = d
+                .runs("masters_tick")
+                .into_iter()
+                .filter(is_final)
+                .collect();
             (done.len() >= 8).then_some(done)
         });
         let mut lags = Vec::new();
@@ -299,7 +317,7 @@ fn slot_to_command_through_two_masters_and_one() {
     let pa = free_port();
     let list = of_1.join(",");
     let one = format!(
-        "tick:\n  schedule: '*/10 * * * * *'\n  targets: '{list}'\n  target_type: list\n  \
+        "masters_tick:\n  schedule: '*/10 * * * * *'\n  targets: '{list}'\n  target_type: list\n  \
          overlap: allow\n  command: 'date +%s%3N'\n"
     );
     let a = crate::ha::server_with(
@@ -341,7 +359,7 @@ fn the_leaders_master_dies_mid_run_and_the_other_masters_results_are_kept() {
             wrapper_dir.display()
         )
     };
-    let jobs = "longer:\n  schedule: '@yearly'\n  targets: '*'\n  \
+    let jobs = "masters_failover:\n  schedule: '@yearly'\n  targets: '*'\n  \
                 command: 'sleep 20; echo long-$SP_MACHINE'\n";
     let mut a = crate::ha::server_with(
         &url,
@@ -375,13 +393,8 @@ fn the_leaders_master_dies_mid_run_and_the_other_masters_results_are_kept() {
             .contains(&format!("{} published by other servers", of_1.len()))
             .then_some(())
     });
-    let run = a.run_now("longer");
-    wait_until("every target running", SALT_HANG, || {
-        let r = a.run_record(run);
-        all.iter()
-            .all(|m| target(&r, m)["state"] == "running")
-            .then_some(())
-    });
+    let run = a.run_now("masters_failover");
+    started_everywhere(&a, run, &all);
     tb.run(&["stop-master", path_str(&tb.root), "master-1"]);
     crate::ha::wait_role(&b, "leader");
     let led_at = chrono::Utc::now();
