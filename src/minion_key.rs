@@ -153,7 +153,7 @@ pub fn verify_proof(
 }
 
 /// The PKCS#1 RSA public key (DER) in a PEM public key file.
-fn rsa_public_key(pem: &[u8]) -> Result<Vec<u8>, String> {
+pub(crate) fn rsa_public_key(pem: &[u8]) -> Result<Vec<u8>, String> {
     let (label, der) = pem_block(pem)?;
     match label.as_str() {
         "PUBLIC KEY" => spki_rsa_key(&der),

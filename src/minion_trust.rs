@@ -16,6 +16,11 @@
 //!    signature, until an operator removes one (picking either would let whoever got a
 //!    key accepted on the laxest master — `auto_accept` on one syndic — pass as X);
 //! 4. the one key (however many masters hold it) checks the signature.
+//!
+//! With several masters on one database (docs/ha.md), the keys the other servers'
+//! masters accepted and published (`minion_keys`, read by db) are one more source, under
+//! the same rules: each counts as a directory that holds the key, and a key that differs
+//! from any other source's is ambiguous.
 
 use std::path::{Path, PathBuf};
 
@@ -54,20 +59,30 @@ pub(crate) struct Proof<'a> {
     pub signature: &'a str,
 }
 
-/// Check `proof` against the key the trusted `pki_dirs` accepted for its minion (see the
-/// module note); `Ok` is the key file that proved it (the first of those holding it).
+/// Check `proof` against the key the trusted `pki_dirs` accepted for its minion, and
+/// the keys other servers `published` for it, (server, PKCS#1 DER) (see the module
+/// note); `Ok` is the key file that proved it (the first of those holding it; a
+/// published key is named `minion_keys:<server>/<minion>`).
 pub(crate) fn check_proof(
     cache: &mut KeyCache,
     pki_dirs: &[&Path],
+    published: &[(String, Vec<u8>)],
     proof: &Proof<'_>,
 ) -> Result<PathBuf, Refusal> {
     let minion = proof.minion;
     let mut found: Option<(PathBuf, Vec<u8>)> = None;
+    let mut sources = Vec::with_capacity(pki_dirs.len() + published.len());
     for dir in pki_dirs {
         let path = accepted_key_path(dir, minion)?;
         let Some(key) = cache.accepted(&path)? else {
             continue;
         };
+        sources.push((path, key));
+    }
+    for (server, key) in published {
+        sources.push((published_source(server, minion), key.clone()));
+    }
+    for (path, key) in sources {
         match &found {
             None => found = Some((path, key)),
             Some((first, seen)) if *seen != key => {
@@ -99,6 +114,11 @@ pub(crate) fn check_proof(
             path,
         })
     }
+}
+
+/// How a key another server published is named in messages.
+pub(crate) fn published_source(server: &str, minion: &str) -> PathBuf {
+    PathBuf::from(format!("minion_keys:{server}/{minion}"))
 }
 
 #[cfg(test)]

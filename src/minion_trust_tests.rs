@@ -59,18 +59,19 @@ fn a_key_accepted_by_any_trusted_master_proves_its_minion() {
     let s = signed(root.path(), "minion-01");
     let mut cache = KeyCache::default();
     assert_eq!(
-        check_proof(&mut cache, &dirs, &proof(&s, "minion-01", &s.by_a)),
+        check_proof(&mut cache, &dirs, &[], &proof(&s, "minion-01", &s.by_a)),
         Ok(syndic_1.join("minions/minion-01"))
     );
     // Another key does not prove it, wherever that key is accepted for another id.
     assert!(matches!(
-        check_proof(&mut cache, &dirs, &proof(&s, "minion-01", &s.by_b)),
+        check_proof(&mut cache, &dirs, &[], &proof(&s, "minion-01", &s.by_b)),
         Err(Refusal::BadSignature { .. })
     ));
     // Only the trusted directories count: without syndic-1 nobody accepted minion-01.
     let err = check_proof(
         &mut cache,
         &[top.as_path(), syndic_2.as_path()],
+        &[],
         &proof(&s, "minion-01", &s.by_a),
     )
     .unwrap_err();
@@ -93,6 +94,7 @@ fn the_same_key_in_two_masters_is_one_key_and_different_keys_refuse_both() {
         check_proof(
             &mut cache,
             &[m1.as_path(), m2.as_path()],
+            &[],
             &proof(&s, "minion-01", &s.by_a)
         ),
         Ok(m1.join("minions/minion-01"))
@@ -102,7 +104,8 @@ fn the_same_key_in_two_masters_is_one_key_and_different_keys_refuse_both() {
     let lax = pki_dir(root.path(), "lax", &[("minion-01", B_SPKI)]);
     for dirs in [[m1.as_path(), lax.as_path()], [lax.as_path(), m1.as_path()]] {
         for sig in [&s.by_a, &s.by_b] {
-            let err = check_proof(&mut cache, &dirs, &proof(&s, "minion-01", sig)).unwrap_err();
+            let err =
+                check_proof(&mut cache, &dirs, &[], &proof(&s, "minion-01", sig)).unwrap_err();
             assert!(matches!(err, Refusal::Ambiguous { .. }), "{err}");
         }
     }
@@ -118,15 +121,108 @@ fn an_unusable_key_file_or_id_refuses_rather_than_being_skipped() {
     let err = check_proof(
         &mut cache,
         &[good.as_path(), broken.as_path()],
+        &[],
         &proof(&s, "minion-01", &s.by_a),
     )
     .unwrap_err();
     assert!(matches!(err, Refusal::Key(_)), "{err}");
     for bad in ["../good/minions/minion-01", "", ".."] {
-        let err = check_proof(&mut cache, &[good.as_path()], &proof(&s, bad, &s.by_a)).unwrap_err();
+        let err =
+            check_proof(&mut cache, &[good.as_path()], &[], &proof(&s, bad, &s.by_a)).unwrap_err();
         assert!(
             matches!(err, Refusal::Key(KeyError::BadMinionId(_))),
             "{err}"
         );
     }
+}
+
+/// A key another server published (PKCS#1 DER, as db hands it to main).
+fn published(server: &str, spki_pem: &str) -> (String, Vec<u8>) {
+    (
+        server.to_string(),
+        crate::minion_key::rsa_public_key(spki_pem.as_bytes()).unwrap(),
+    )
+}
+
+#[test]
+fn a_key_only_another_server_published_proves_its_minion() {
+    let root = tempfile::tempdir().unwrap();
+    // This server's master does not know minion-01; server cron-b's master accepted it.
+    let own = pki_dir(root.path(), "own", &[("minion-02", B_SPKI)]);
+    let s = signed(root.path(), "minion-01");
+    let mut cache = KeyCache::default();
+    let from_b = [published("cron-b", A_SPKI)];
+    assert_eq!(
+        check_proof(
+            &mut cache,
+            &[own.as_path()],
+            &from_b,
+            &proof(&s, "minion-01", &s.by_a)
+        ),
+        Ok(published_source("cron-b", "minion-01"))
+    );
+    // The published key checks the signature like any other.
+    assert!(matches!(
+        check_proof(
+            &mut cache,
+            &[own.as_path()],
+            &from_b,
+            &proof(&s, "minion-01", &s.by_b)
+        ),
+        Err(Refusal::BadSignature { .. })
+    ));
+    // The same key here and published elsewhere (multi-master): one key, accepted.
+    let both = pki_dir(root.path(), "both", &[("minion-01", A_SPKI)]);
+    assert_eq!(
+        check_proof(
+            &mut cache,
+            &[both.as_path()],
+            &from_b,
+            &proof(&s, "minion-01", &s.by_a)
+        ),
+        Ok(both.join("minions/minion-01"))
+    );
+}
+
+#[test]
+fn published_keys_that_differ_are_refused_as_ambiguous() {
+    let root = tempfile::tempdir().unwrap();
+    let own = pki_dir(root.path(), "own", &[]);
+    let s = signed(root.path(), "minion-01");
+    let mut cache = KeyCache::default();
+    // Two other servers publish different keys: refused whoever signs.
+    let two = [published("cron-b", A_SPKI), published("cron-c", B_SPKI)];
+    for signature in [&s.by_a, &s.by_b] {
+        let err = check_proof(
+            &mut cache,
+            &[own.as_path()],
+            &two,
+            &proof(&s, "minion-01", signature),
+        )
+        .unwrap_err();
+        assert!(matches!(err, Refusal::Ambiguous { .. }), "{err}");
+        assert!(
+            err.to_string().contains("minion_keys:cron-c/minion-01"),
+            "{err}"
+        );
+    }
+    // This master's key against a different published one: ambiguous too.
+    let here = pki_dir(root.path(), "here", &[("minion-01", A_SPKI)]);
+    let err = check_proof(
+        &mut cache,
+        &[here.as_path()],
+        &[published("cron-b", B_SPKI)],
+        &proof(&s, "minion-01", &s.by_a),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Refusal::Ambiguous { .. }), "{err}");
+    // Nobody accepted it anywhere: refused.
+    let err = check_proof(
+        &mut cache,
+        &[own.as_path()],
+        &[],
+        &proof(&s, "minion-01", &s.by_a),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Refusal::NotAccepted { .. }), "{err}");
 }

@@ -44,10 +44,16 @@ pub(crate) fn run(r: &RunRecord, json: bool) {
         text(&time(r.started)),
         text(&time(r.ended))
     );
-    let mut t = Table::new(&["MACHINE", "STATE", "REASON", "EXIT", "DURATION", "OUTCOME"]);
+    // Several masters on one database: which server's master launched each target.
+    let servers = r.targets.iter().any(|t| t.server.is_some());
+    let mut headers = vec!["MACHINE", "STATE", "REASON", "EXIT", "DURATION", "OUTCOME"];
+    if servers {
+        headers.push("SERVER");
+    }
+    let mut t = Table::new(&headers);
     for target in &r.targets {
         let (outcome, color) = target_outcome(target);
-        t.row(vec![
+        let mut row = vec![
             cell(&target.machine),
             cell(if target.suspended {
                 format!("{} (suspended)", target.state.as_str())
@@ -63,7 +69,11 @@ pub(crate) fn run(r: &RunRecord, json: bool) {
             ),
             cell(duration(target.started, target.ended)),
             (outcome, color),
-        ]);
+        ];
+        if servers {
+            row.push(cell(target.server.as_deref().unwrap_or("-")));
+        }
+        t.row(row);
     }
     out!("{}", t.render(style, "  "));
     for target in &r.targets {

@@ -38,6 +38,7 @@ pub(crate) fn target_json(t: &TargetRecord) -> Value {
         "suspended": t.suspended,
         "waiting": t.waiting,
         "limits": t.limits,
+        "server": t.server,
     })
 }
 

@@ -211,6 +211,7 @@ fn result_json(job: &str, run: Option<u64>, t: &TargetView, seen: TargetSeen) ->
         "reason": r.reason.map(|x| x.as_str()),
         "waiting": r.waiting,
         "limits": r.limits,
+        "server": r.server,
         "job_instance": run.map(|run| instance(job, run)),
     })
 }
@@ -292,6 +293,7 @@ mod tests {
                 suspended: false,
                 waiting: None,
                 limits: None,
+                server: None,
             },
             finished: false,
             last_heartbeat: Some(1_000),

@@ -116,6 +116,22 @@ pub(crate) enum DbRequest {
     },
     /// Every wrapper build remembered, by minion then path.
     Wrappers,
+    /// Several masters: ask server `to` to make a Salt call through its master
+    /// (`request`: a bincode `BlockingRequest`, nothing secret in it). The reply is the
+    /// row's id; the answer comes as `DbNotice::SaltReplies`.
+    SendSaltCall {
+        from: String,
+        to: String,
+        #[serde(with = "crate::wire::bytes")]
+        request: Vec<u8>,
+    },
+    /// Several masters: the answer (a bincode `Result<BlockingReply, String>`) to a Salt
+    /// call another server asked of this one.
+    AnswerSaltCall {
+        id: i64,
+        #[serde(with = "crate::wire::bytes")]
+        reply: Vec<u8>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -144,6 +160,8 @@ pub(crate) enum DbReply {
     OutputTails(Vec<(String, String)>),
     Attempts(Vec<AttemptRecord>),
     Wrappers(Vec<WrapperSeen>),
+    /// The id of the `salt_calls` row written.
+    SaltCallSent(i64),
 }
 
 /// Each request's reply, in one place: `core.take_db_reply::<calls::GetRun>(id)` gives
@@ -191,6 +209,38 @@ pub(crate) enum DbNotice {
     /// On a standby: the leader committed changes to these runs (docs/ha.md, "A
     /// standby's live views"). Hints only: what changed is read from the database.
     Live(LiveNotice),
+    /// Several masters (docs/ha.md, "Several masters, one database"): Salt calls other
+    /// servers ask this one to make through its master, taken from `salt_calls`.
+    SaltCalls(Vec<SaltCallRow>),
+    /// Answers to Salt calls this server asked of others: (row id, bincode
+    /// `Result<BlockingReply, String>`), taken (and deleted) from `salt_calls`.
+    SaltReplies(Vec<(i64, Vec<u8>)>),
+    /// The other servers driving a salt-master, seen within `salt_servers`' window;
+    /// sent when the set changes.
+    SaltPeers(Vec<String>),
+    /// Minion keys: the minions this server's master accepted, and the keys the other
+    /// servers published (`minion_keys`); sent when either changes.
+    MinionKeys(MinionKeys),
+}
+
+/// A Salt call another server asked of this one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SaltCallRow {
+    pub id: i64,
+    pub from: String,
+    /// A bincode `BlockingRequest`.
+    #[serde(with = "crate::wire::bytes")]
+    pub request: Vec<u8>,
+}
+
+/// The minion keys db read: this server's master's and the other servers' published ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct MinionKeys {
+    /// Minion ids with an accepted key in this server's own pki directory.
+    pub own: Vec<String>,
+    /// (server, minion, public key as PKCS#1 DER) of the other servers, by server then
+    /// minion; rows that do not parse are left out (and logged by db).
+    pub others: Vec<(String, String, Vec<u8>)>,
 }
 
 /// What the leader's commits changed, as a standby's db heard it (`NOTIFY
@@ -288,6 +338,8 @@ pub(crate) struct TargetUpdate {
     pub suspended: Option<bool>,
     /// How the job's limits were applied (`targets.limits`).
     pub limits: Option<String>,
+    /// The server whose master launched it (`targets.server`; several masters).
+    pub server: Option<String>,
 }
 
 /// A target with the columns that `TargetRecord` does not show.

@@ -350,6 +350,10 @@ pub(crate) struct MinionOutcome {
     /// Salt published the launch but the minion did not return: its wrapper may still
     /// call back; if it never does, this is Salt's word for the record.
     pub silent: Option<String>,
+    /// The server whose master made the call, when another server made it for this one
+    /// or several masters share the database (`roles/main/shell/delegate.rs`); set by
+    /// main, never by blocking.
+    pub server: Option<String>,
 }
 
 /// Blocking -> main replies.

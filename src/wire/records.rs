@@ -137,6 +137,10 @@ pub(crate) struct TargetRecord {
     /// (`None` for a job without limits, and until the command started).
     #[serde(default)]
     pub limits: Option<String>,
+    /// The server whose salt-master launched the target, when several servers each
+    /// drive their own master on one database (docs/ha.md); `None` on a lone server.
+    #[serde(default)]
+    pub server: Option<String>,
 }
 
 /// One run as stored and shown.
@@ -209,6 +213,7 @@ mod tests {
             suspended: false,
             waiting: None,
             limits: None,
+            server: None,
         }
     }
 

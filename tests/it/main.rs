@@ -43,6 +43,7 @@ mod retries;
 mod salt;
 mod salt_fleet;
 mod salt_herd;
+mod salt_masters;
 mod salt_restart;
 mod salt_topology;
 mod salt_unreachable;

@@ -371,6 +371,7 @@ pub(super) fn record(
             machine,
             result,
             silent: None,
+            server: None,
         },
     ));
     batch.remaining -= 1;

@@ -38,6 +38,9 @@ pub(crate) enum Op {
     Listen,
     WriteWrappers,
     ReadWrappers,
+    SaltCalls,
+    SaltServers,
+    MinionKeys,
 }
 
 impl fmt::Display for Op {
@@ -71,6 +74,9 @@ impl fmt::Display for Op {
             Op::Listen => "listen for live changes",
             Op::WriteWrappers => "record wrapper builds",
             Op::ReadWrappers => "read wrapper builds",
+            Op::SaltCalls => "exchange salt calls with other servers",
+            Op::SaltServers => "register this server's salt-master",
+            Op::MinionKeys => "publish or read minion keys",
         })
     }
 }

@@ -19,10 +19,12 @@ pub(crate) mod joblog;
 mod lease;
 pub(crate) mod live;
 mod master_probe;
+mod masters;
 pub(crate) mod output;
 pub(crate) mod pg;
 mod placement;
 pub(crate) mod runs;
+pub(crate) mod salt_calls;
 pub(crate) mod schema;
 pub(crate) mod sql;
 pub(crate) mod storage;
@@ -63,6 +65,9 @@ pub(crate) struct Db {
     /// timer that serves them.
     held: gather::Held,
     held_timer: Option<(crate::evloop::timers::TimerId, std::time::Instant)>,
+    /// Several masters on the shared database (`masters.rs`); `None` on SQLite or
+    /// without the salt executor.
+    masters: Option<masters::Masters>,
 }
 
 impl Controlled for Db {
@@ -204,6 +209,19 @@ fn apply_in_batch(
             DbReply::Done
         }
         DbRequest::Wrappers => DbReply::Wrappers(store.wrappers()?),
+        DbRequest::SendSaltCall { from, to, request } => {
+            let now = chrono::Utc::now().timestamp_millis();
+            DbReply::SaltCallSent(store.send_salt_call(from, to, request, now)?)
+        }
+        DbRequest::AnswerSaltCall { id, reply } => {
+            if !store.answer_salt_call(*id, reply)? {
+                log::warn!(
+                    "salt call {id}: its row is gone (expired, or its asker gave up); \
+                     the reply is dropped"
+                );
+            }
+            DbReply::Done
+        }
     })
 }
 
@@ -337,6 +355,8 @@ fn kind(req: &DbRequest) -> &'static str {
         DbRequest::RecordWrappers(_) => "record wrapper builds",
         DbRequest::ForgetWrapper { .. } => "forget a wrapper build",
         DbRequest::Wrappers => "read wrapper builds",
+        DbRequest::SendSaltCall { .. } => "ask another server for a salt call",
+        DbRequest::AnswerSaltCall { .. } => "answer another server's salt call",
     }
 }
 
@@ -479,9 +499,36 @@ fn poll_live(db: &mut Db, ctx: &mut Ctx<Db>) {
     ctx.after(next, poll_live);
 }
 
+/// Several masters: this server's master registered and its keys published, the other
+/// servers' news to main (`masters.rs`).
+fn poll_masters(db: &mut Db, _ctx: &mut Ctx<Db>) {
+    if let Some(m) = db.masters.as_mut() {
+        let notices = masters::poll_registry(m, db.store.as_mut());
+        tell_main(db, notices);
+    }
+}
+
+/// Several masters: the Salt calls asked of this server and the answers to its own.
+fn poll_salt_calls(db: &mut Db, _ctx: &mut Ctx<Db>) {
+    if let Some(m) = db.masters.as_ref() {
+        let notices = masters::poll_calls(m, db.store.as_mut());
+        tell_main(db, notices);
+    }
+}
+
+fn tell_main(db: &mut Db, notices: Vec<DbNotice>) {
+    for notice in notices {
+        if let Err(e) = db.main.post(&Packet::Cast(notice)) {
+            log::error!("could not pass news of the other servers to main: {e}");
+        }
+    }
+}
+
 pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let (mut store, server) = open_storage(&args)?;
     log::info!("storing in {}", store.engine());
+    let settings = crate::config::load_settings(&args.dirs.config).ok();
+    let masters = masters::Masters::new(settings.as_ref(), server.as_deref());
     let lease = match server {
         Some(server) => {
             // A server launching through Salt leads only while its master is up.
@@ -508,11 +555,17 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         report_armed: false,
         held: gather::Held::new(),
         held_timer: None,
+        masters,
     };
     if db.lease.is_some() {
         poll_lease(&mut db, ev.ctx());
         ev.ctx().every(lease::POLL, poll_lease);
         poll_live(&mut db, ev.ctx());
+    }
+    if db.masters.is_some() {
+        poll_masters(&mut db, ev.ctx());
+        ev.ctx().every(masters::REGISTRY_POLL, poll_masters);
+        ev.ctx().every(masters::CALLS_POLL, poll_salt_calls);
     }
     ev.run_with(&mut db, |db, _| {
         if let Err(e) = db.main.on_writable() {

@@ -129,7 +129,8 @@ pub(crate) fn update_target<D: Db>(
              resume_key_sha256 = coalesce(?10, resume_key_sha256),
              token_used = coalesce(?11, token_used),
              suspended = coalesce(?12, suspended),
-             limits = coalesce(?13, limits)
+             limits = coalesce(?13, limits),
+             server = coalesce(?14, server)
              WHERE run_id = ?1 AND machine = ?2",
             params![
                 id,
@@ -144,7 +145,8 @@ pub(crate) fn update_target<D: Db>(
                 &update.resume_key_sha256,
                 update.token_used,
                 update.suspended,
-                &update.limits
+                &update.limits,
+                &update.server
             ],
         )?;
         if changed == 0 {
@@ -336,8 +338,8 @@ pub(crate) fn prune<D: Db>(
     })
 }
 
-/// A target row's first eight columns (machine, state, reason, exit_code, started, ended,
-/// suspended, limits).
+/// A target row's first nine columns (machine, state, reason, exit_code, started, ended,
+/// suspended, limits, server).
 fn target_record(op: Op, row: &Row) -> Result<TargetRecord, StoreError> {
     let state: String = row.get(op, 1)?;
     let reason: Option<String> = row.get(op, 2)?;
@@ -353,6 +355,7 @@ fn target_record(op: Op, row: &Row) -> Result<TargetRecord, StoreError> {
         suspended: row.get(op, 6)?,
         waiting: None,
         limits: row.get(op, 7)?,
+        server: row.get(op, 8)?,
     })
 }
 
@@ -365,8 +368,8 @@ fn complete_run<D: Db>(db: &mut D, row: &Row) -> Result<RunRecord, StoreError> {
     let targets = db
         .rows(
             op,
-            "SELECT machine, state, reason, exit_code, started, ended, suspended, limits
-             FROM targets WHERE run_id = ?1 ORDER BY machine",
+            "SELECT machine, state, reason, exit_code, started, ended, suspended, limits,
+             server FROM targets WHERE run_id = ?1 ORDER BY machine",
             params![id],
         )?
         .iter()
@@ -407,7 +410,7 @@ fn target_detail<D: Db>(
     let Some(row) = db.row(
         op,
         "SELECT machine, state, reason, exit_code, started, ended, suspended, limits,
-         last_seen, wrapper_version, output_bytes, omitted_bytes, seq_contiguous,
+         server, last_seen, wrapper_version, output_bytes, omitted_bytes, seq_contiguous,
          resume_key_sha256, token_used, attempt
          FROM targets WHERE run_id = ?1 AND machine = ?2",
         params![id, machine],
@@ -417,14 +420,14 @@ fn target_detail<D: Db>(
     };
     Ok(Some(TargetDetail {
         record: target_record(op, &row)?,
-        last_seen: row.get(op, 8)?,
-        wrapper_version: row.get(op, 9)?,
-        output_bytes: from_db(op, "targets.output_bytes", row.get(op, 10)?)?,
-        omitted_bytes: from_db(op, "targets.omitted_bytes", row.get(op, 11)?)?,
-        contiguous_seq: from_db(op, "targets.seq_contiguous", row.get(op, 12)?)?,
-        resume_key_sha256: row.get(op, 13)?,
-        token_used: row.get(op, 14)?,
-        attempt: u32::try_from(from_db(op, "targets.attempt", row.get(op, 15)?)?)
+        last_seen: row.get(op, 9)?,
+        wrapper_version: row.get(op, 10)?,
+        output_bytes: from_db(op, "targets.output_bytes", row.get(op, 11)?)?,
+        omitted_bytes: from_db(op, "targets.omitted_bytes", row.get(op, 12)?)?,
+        contiguous_seq: from_db(op, "targets.seq_contiguous", row.get(op, 13)?)?,
+        resume_key_sha256: row.get(op, 14)?,
+        token_used: row.get(op, 15)?,
+        attempt: u32::try_from(from_db(op, "targets.attempt", row.get(op, 16)?)?)
             .unwrap_or(u32::MAX),
     }))
 }

@@ -145,6 +145,7 @@ fn target_updates_change_only_given_fields() {
             suspended: false,
             waiting: None,
             limits: None,
+            server: None,
         }
     );
     assert_eq!(detail.last_seen, Some(11));

@@ -44,7 +44,40 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     MIGRATION_7,
     MIGRATION_8,
     MIGRATION_9,
+    MIGRATION_10,
 ];
+
+/// Version 10: several masters on one database (docs/ha.md, "Several masters, one
+/// database"): the server whose master launched each target (`targets.server`, NULL for
+/// a lone server), Salt calls one server asks another to make (`salt_calls`), the
+/// servers that drive a master (`salt_servers`) and the minion keys each one's master
+/// accepted (`minion_keys`). Only PostgreSQL fills the last three; SQLite has them so
+/// both schemas stay the same.
+const MIGRATION_10: &str = "
+ALTER TABLE targets ADD COLUMN server TEXT;
+CREATE TABLE salt_calls (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    from_server TEXT NOT NULL,
+    to_server   TEXT NOT NULL,
+    request     BLOB NOT NULL,
+    reply       BLOB,
+    state       TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+CREATE INDEX salt_calls_to ON salt_calls (to_server, state);
+CREATE INDEX salt_calls_from ON salt_calls (from_server, state);
+CREATE TABLE salt_servers (
+    name    TEXT PRIMARY KEY,
+    seen_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE minion_keys (
+    server  TEXT NOT NULL,
+    minion  TEXT NOT NULL,
+    key     TEXT NOT NULL,
+    seen_at INTEGER NOT NULL,
+    PRIMARY KEY (server, minion)
+) WITHOUT ROWID;
+";
 
 /// Schema version written by this build.
 pub(crate) const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use super::errors::StoreError;
 use super::output::{AppendOutcome, Placement};
 use super::sql::Db;
-use super::{attempts, deliveries, events, output, runs, wrappers};
+use super::{attempts, deliveries, events, output, runs, salt_calls, wrappers};
 #[cfg(test)]
 use crate::wire::db::OutputLimit;
 use crate::wire::db::{
@@ -91,6 +91,34 @@ operations! {
         -> Result<bool, StoreError> => wrappers;
     /// Every row, by minion then path.
     fn wrappers(&mut self) -> Result<Vec<WrapperSeen>, StoreError> => wrappers;
+    /// Several masters (`salt_calls.rs`): a Salt call asked of another server.
+    fn send_salt_call(&mut self, from: &str, to: &str, request: &[u8], now: i64)
+        -> Result<i64, StoreError> => salt_calls;
+    /// The pending calls asked of `me`, taken.
+    fn take_salt_calls(&mut self, me: &str)
+        -> Result<Vec<(i64, String, Vec<u8>)>, StoreError> => salt_calls;
+    /// The reply to a call served; false when its row is gone.
+    fn answer_salt_call(&mut self, id: i64, reply: &[u8]) -> Result<bool, StoreError> => salt_calls;
+    /// The answered calls `me` asked, taken and deleted.
+    fn take_salt_replies(&mut self, me: &str)
+        -> Result<Vec<(i64, Vec<u8>)>, StoreError> => salt_calls;
+    /// Deletes the stale calls.
+    fn expire_salt_calls(&mut self, now: i64) -> Result<u64, StoreError> => salt_calls;
+    /// Writes `me`'s heartbeat; the other servers alive.
+    fn salt_heartbeat(&mut self, me: &str, now: i64) -> Result<Vec<String>, StoreError> => salt_calls;
+    /// Brings `me`'s published minion keys from `before` to `now_keys`.
+    fn publish_minion_keys(
+        &mut self,
+        me: &str,
+        before: Option<&BTreeMap<String, String>>,
+        now_keys: &BTreeMap<String, String>,
+        now: i64,
+    ) -> Result<(usize, usize), StoreError> => salt_calls;
+    /// Count and latest write of the other servers' keys.
+    fn minion_keys_stamp(&mut self, me: &str) -> Result<(i64, i64), StoreError> => salt_calls;
+    /// The other servers' keys: (server, minion, PEM).
+    fn minion_keys_of_others(&mut self, me: &str)
+        -> Result<Vec<(String, String, String)>, StoreError> => salt_calls;
     fn create_run(&mut self, run: &NewRun) -> Result<Option<RunId>, StoreError> => runs;
     fn update_run(&mut self, run: RunId, update: &RunUpdate) -> Result<(), StoreError> => runs;
     fn update_target(&mut self, run: RunId, machine: &str, update: &TargetUpdate)

@@ -59,6 +59,10 @@ use suspend_checks::a_suspended_target_is_stored_and_read_back;
 #[path = "wrappers_tests.rs"]
 mod wrappers;
 
+/// Several masters: salt calls, the server registry, published minion keys.
+#[path = "salt_calls_tests.rs"]
+mod salt_calls;
+
 /// Compressed output chunks.
 #[path = "output_compress_tests.rs"]
 mod output_compress;

@@ -25,6 +25,7 @@ use crate::roles::main::reload;
 use crate::roles::main::requests;
 use crate::roles::main::rules::scheduler::Scheduler;
 use crate::roles::main::rules::tokens::Secret;
+use crate::roles::main::shell::delegate;
 use crate::roles::main::views::live;
 use crate::roles::main::views::ui;
 use crate::roles::main::wrappers::sessions;
@@ -237,6 +238,11 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     );
     ev.ctx()
         .every(run_flow::orphans::SWEEP, run_flow::orphans::sweep);
+    ev.ctx()
+        .every(Duration::from_secs(1), |role: &mut MainRole, ctx| {
+            delegate::expire(&mut role.core, Instant::now());
+            pump(role, ctx);
+        });
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut role = MainRole {
         core: Main {
@@ -278,6 +284,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             notify: Default::default(),
             jobctl: super::state::schedule::JobCtl::default(),
             ha: super::state::lifecycle::Ha::default(),
+            delegation: Default::default(),
         },
         workflows: Registry::new(),
         schedule_timer: None,
@@ -334,6 +341,12 @@ pub(super) fn on_link(
                         Packet::Cast(DbNotice::Live(notice)) => {
                             crate::roles::main::views::mirror::notice(core, notice)
                         }
+                        Packet::Cast(DbNotice::SaltCalls(rows)) => {
+                            crate::roles::main::shell::serve_salt::serve(core, rows)
+                        }
+                        Packet::Cast(DbNotice::SaltReplies(rows)) => delegate::replies(core, rows),
+                        Packet::Cast(DbNotice::SaltPeers(peers)) => delegate::peers(core, peers),
+                        Packet::Cast(DbNotice::MinionKeys(keys)) => delegate::keys(core, keys),
                         other => log::warn!("unexpected message from db: {other:?}"),
                     }
                 }
@@ -348,10 +361,7 @@ pub(super) fn on_link(
                     match msg {
                         Packet::Reply { id, result } => {
                             if core.links.blocking_calls.finish(id).is_some() {
-                                core.links
-                                    .blocking_replies
-                                    .insert(id, result.map_err(CallError::Remote));
-                                core.wake(WakeKey::Call(id));
+                                core.blocking_answered(id, result.map_err(CallError::Remote));
                             } else {
                                 log::warn!("blocking answered call {id} after its deadline");
                             }
@@ -392,8 +402,7 @@ pub(super) fn on_link(
                         }
                     } else {
                         for (id, (), err) in calls {
-                            core.links.blocking_replies.insert(id, Err(err));
-                            core.wake(WakeKey::Call(id));
+                            core.blocking_answered(id, Err(err));
                         }
                     }
                 }
@@ -444,8 +453,7 @@ pub(super) fn expire_calls(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     }
     for (id, (), err) in core.links.blocking_calls.expire(now) {
         log::error!("blocking call {id}: {err}");
-        core.links.blocking_replies.insert(id, Err(err));
-        core.wake(WakeKey::Call(id));
+        core.blocking_answered(id, Err(err));
     }
     pump(role, ctx);
 }

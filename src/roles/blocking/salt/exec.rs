@@ -193,6 +193,7 @@ pub(crate) fn launch(
                                 machine: machine.clone(),
                                 result: Err(why.clone()),
                                 silent: None,
+                                server: None,
                             };
                             (*run, failed)
                         })
@@ -381,6 +382,7 @@ fn deploy_to(
                     machine,
                     result,
                     silent,
+                    server: None,
                 });
             }
             if retry.is_empty() {

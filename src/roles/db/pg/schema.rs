@@ -188,7 +188,35 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     MIGRATION_7,
     MIGRATION_8,
     MIGRATION_9,
+    MIGRATION_10,
 ];
+
+/// Version 10: several masters on one database (see the SQLite version 10).
+const MIGRATION_10: &str = "
+ALTER TABLE targets ADD COLUMN server TEXT;
+CREATE TABLE salt_calls (
+    id          BIGSERIAL PRIMARY KEY,
+    from_server TEXT COLLATE \"C\" NOT NULL,
+    to_server   TEXT COLLATE \"C\" NOT NULL,
+    request     BYTEA NOT NULL,
+    reply       BYTEA,
+    state       TEXT NOT NULL,
+    created_at  BIGINT NOT NULL
+);
+CREATE INDEX salt_calls_to ON salt_calls (to_server, state);
+CREATE INDEX salt_calls_from ON salt_calls (from_server, state);
+CREATE TABLE salt_servers (
+    name    TEXT COLLATE \"C\" PRIMARY KEY,
+    seen_at BIGINT NOT NULL
+);
+CREATE TABLE minion_keys (
+    server  TEXT COLLATE \"C\" NOT NULL,
+    minion  TEXT COLLATE \"C\" NOT NULL,
+    key     TEXT NOT NULL,
+    seen_at BIGINT NOT NULL,
+    PRIMARY KEY (server, minion)
+);
+";
 
 /// Schema version written by this build (the same as SQLite's).
 pub(crate) const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

@@ -319,7 +319,7 @@ function renderTargets(d) {
     node.querySelector(".facts").textContent =
       `${word} · started ${fmtTime(r.starttime)} · ended ${fmtTime(r.endtime)} · ran ${ran} · ret ${r.retcode === "" || r.retcode === null ? "-" : r.retcode}` +
       ` · wrapper ${r.wrapper_version || "-"}` + (r.last_heartbeat && !r.endtime ? ` · heartbeat ${fmtSpan(Date.now() - new Date(r.last_heartbeat))} ago` : "") +
-      (r.waiting ? ` · ${r.waiting}` : "") + (r.limits ? ` · limits: ${r.limits}` : "");
+      (r.waiting ? ` · ${r.waiting}` : "") + (r.limits ? ` · limits: ${r.limits}` : "") + (r.server ? ` · through ${r.server}` : "");
     node.querySelector(".kill-machine").disabled = !(r.state === "running" || r.state === "launching" || r.state === "picked_up" || r.state === "pending" || r.state === "queued" || r.state === "waiting_unreachable");
     const sus = node.querySelector(".suspend-machine");
     sus.textContent = r.suspended ? "Resume" : "Suspend";
@@ -380,7 +380,7 @@ async function showRun(r) {
   if (r.reason) box.append(el("div", { class: "muted", text: r.reason }));
   for (const t of r.targets) {
     const pre = el("pre", { class: "output wrap", text: "loading…" });
-    box.append(el("div", { class: "muted", text: `${t.machine}: ${t.state}, exit ${t.exit_code ?? "-"}` + (t.waiting ? ` (${t.waiting})` : "") + (t.limits ? ` · limits: ${t.limits}` : "") + (t.reason === "memory_limit" ? " · killed by its memory limit" : "") }), pre);
+    box.append(el("div", { class: "muted", text: `${t.machine}: ${t.state}, exit ${t.exit_code ?? "-"}` + (t.waiting ? ` (${t.waiting})` : "") + (t.limits ? ` · limits: ${t.limits}` : "") + (t.server ? ` · through ${t.server}` : "") + (t.reason === "memory_limit" ? " · killed by its memory limit" : "") }), pre);
     try {
       const out = await api("GET", `/api/v1/runs/${r.id}/targets/${encodeURIComponent(t.machine)}/output?tail=1048576`);
       pre.textContent = crCollapse(out.data) || "(no output)";

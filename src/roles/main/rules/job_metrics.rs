@@ -223,6 +223,7 @@ mod tests {
             suspended: false,
             waiting: None,
             limits: None,
+            server: None,
         }
     }
 

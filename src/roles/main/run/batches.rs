@@ -12,7 +12,7 @@ use crate::roles::main::state::Sc;
 use crate::roles::main::state::run::RunEnv;
 use crate::roles::main::state::{DbWait, Main};
 use crate::wire::Redacted;
-use crate::wire::db::{DbRequest, RunUpdate, calls};
+use crate::wire::db::{DbRequest, RunUpdate, TargetUpdate, calls};
 use crate::wire::link::{
     BlockingRequest, ExecutorKind, LaunchTarget, MinionOutcome, blocking_calls,
 };
@@ -203,6 +203,9 @@ pub(crate) fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Ste
     match reply {
         Ok(outcomes) => {
             for o in outcomes {
+                if let Some(server) = o.server {
+                    record_server(core, run, &o.machine, server);
+                }
                 if let Some(word) = o.silent {
                     // Salt's silence is not unreachability: the wrapper may still call
                     // back; the pick-up deadline (and a ping then) decides.
@@ -228,6 +231,28 @@ pub(crate) fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Ste
     let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
     env.extend_pickup(Instant::now() + pickup);
     Step::Next
+}
+
+/// Several masters: which server's master launched the target, kept for `status` and
+/// the dashboard.
+fn record_server(core: &mut Main, run: RunId, machine: &str, server: String) {
+    let Some(target) = core.target_mut(run, machine) else {
+        return;
+    };
+    target.launched_through(server.clone());
+    let update = TargetUpdate {
+        server: Some(server),
+        ..Default::default()
+    };
+    let due = core.write_due(run);
+    crate::roles::main::run::effects::write_target(
+        core,
+        run,
+        machine,
+        update,
+        "a target's server",
+        due,
+    );
 }
 
 pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {

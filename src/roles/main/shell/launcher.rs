@@ -179,7 +179,8 @@ impl Main {
             minion: machine,
             signature: &proof.signature,
         };
-        crate::minion_trust::check_proof(&mut self.launcher.keys, &dirs, &proof)
+        let published = self.delegation.published_keys(machine);
+        crate::minion_trust::check_proof(&mut self.launcher.keys, &dirs, published, &proof)
             .map(drop)
             .map_err(|e| e.to_string())
     }

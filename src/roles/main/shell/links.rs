@@ -98,11 +98,31 @@ impl Main {
         self.links.blocking_replies.remove(&id).map(C::take)
     }
 
+    /// A call to blocking, or, with several masters on one database, to the blocking of
+    /// the servers whose masters reach its minions (`delegate`): one reply under `id`
+    /// either way.
     pub(crate) fn blocking_call(&mut self, req: BlockingRequest) -> CallId {
         let id = self
             .links
             .blocking_calls
             .start(Instant::now(), LAUNCH_TIMEOUT, ());
+        if let Some(req) = crate::roles::main::shell::delegate::route(self, id, req) {
+            self.post_blocking(id, req);
+        }
+        id
+    }
+
+    /// A call to this server's own blocking, never spread over other servers.
+    pub(crate) fn local_blocking_call(&mut self, req: BlockingRequest) -> CallId {
+        let id = self
+            .links
+            .blocking_calls
+            .start(Instant::now(), LAUNCH_TIMEOUT, ());
+        self.post_blocking(id, req);
+        id
+    }
+
+    fn post_blocking(&mut self, id: CallId, req: BlockingRequest) {
         if let Err(e) = self.links.blocking.post(&Packet::Call {
             id,
             req,
@@ -110,12 +130,21 @@ impl Main {
         }) {
             log::error!("could not reach blocking: {e}");
             self.links.blocking_calls.finish(id);
-            self.links
-                .blocking_replies
-                .insert(id, Err(CallError::PeerGone(Role::Blocking)));
+            self.blocking_answered(id, Err(CallError::PeerGone(Role::Blocking)));
+        }
+    }
+
+    /// A blocking reply (or why there is none) for call `id`: to the Salt calls of
+    /// several servers if it is one of theirs, else kept for its caller and woken.
+    pub(crate) fn blocking_answered(
+        &mut self,
+        id: CallId,
+        result: Result<BlockingReply, CallError>,
+    ) {
+        if let Some(result) = crate::roles::main::shell::delegate::answered(self, id, result) {
+            self.links.blocking_replies.insert(id, result);
             self.wake(WakeKey::Call(id));
         }
-        id
     }
 
     pub(crate) fn tell_hub(&mut self, msg: MainToHub) {

@@ -3,6 +3,7 @@
 //! main's behaviour.
 
 pub(super) mod active;
+pub(crate) mod delegation;
 pub(super) mod lifecycle;
 pub(super) mod links;
 pub(super) mod notify;
@@ -100,6 +101,8 @@ pub(crate) struct Main {
     pub jobctl: JobCtl,
     /// Leader or standby among the servers sharing the database.
     pub ha: Ha,
+    /// Salt calls spread over the servers' masters (several masters, one database).
+    pub delegation: delegation::Delegation,
 }
 
 /// Runs in flight, as main keeps them, and the wrapper sessions bound to them.

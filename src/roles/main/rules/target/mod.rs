@@ -212,6 +212,8 @@ pub(crate) struct Target {
     throttled: Option<String>,
     /// How the job's resource limits were applied, as its wrapper said at `started`.
     limits: Option<String>,
+    /// The server whose master launched it (several masters on one database).
+    server: Option<String>,
 }
 
 fn refuse(code: RejectCode, message: impl Into<String>) -> Refusal {
@@ -267,7 +269,14 @@ impl Target {
             attempt: 1,
             throttled: None,
             limits: None,
+            server: None,
         }
+    }
+
+    /// Launched through `server`'s master (several masters on one database): shown with
+    /// the target; the caller stores it.
+    pub(crate) fn launched_through(&mut self, server: String) {
+        self.server = Some(server);
     }
 
     /// Settled: finished or never to run.

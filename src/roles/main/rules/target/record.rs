@@ -66,6 +66,7 @@ impl Target {
             attempt: 1,
             throttled: None,
             limits: record.limits.clone(),
+            server: record.server.clone(),
         }
     }
 
@@ -104,6 +105,7 @@ impl Target {
             suspended: self.suspended,
             waiting: self.throttled.clone().filter(|_| self.is_throttled()),
             limits: self.limits.clone(),
+            server: self.server.clone(),
         }
     }
 }

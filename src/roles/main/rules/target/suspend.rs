@@ -213,6 +213,7 @@ mod tests {
             suspended: true,
             waiting: None,
             limits: None,
+            server: None,
         };
         let now = Instant::now();
         let mut t = Target::restored(

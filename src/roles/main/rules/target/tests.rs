@@ -262,6 +262,7 @@ fn silence_counts_only_after_pickup_and_after_the_recovery_grace() {
         suspended: false,
         waiting: None,
         limits: None,
+        server: None,
     };
     let grace = Duration::from_secs(30);
     let restored = Target::restored(&record, true, None, 9, t0, grace);
@@ -368,6 +369,7 @@ fn restored_targets_take_the_phase_their_record_and_token_say() {
         suspended: false,
         waiting: None,
         limits: None,
+        server: None,
     };
     let phase = |state, spent| Target::restored(&record(state), spent, None, 0, t0, grace).phase;
     assert_eq!(phase(TargetState::Pending, false), Phase::Pending);
