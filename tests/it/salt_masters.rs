@@ -43,29 +43,43 @@ fn started_everywhere(d: &Daemon, run: u64, all: &[String]) {
     }
 }
 
-#[test]
-fn two_masters_one_database_one_run_through_both() {
-    let Some(url) = crate::pg_cluster::fresh_database() else {
-        return;
-    };
-    let Some(tb) = Topology::up("/tmp/sp-masters", 4, "--masters", 2, 100) else {
-        return;
-    };
-    let (pa, pb) = (free_port(), free_port());
+/// PostgreSQL's fresh database, a `--masters 2` testbed of 4 minions in `dir` (ports from
+/// `base`), and the `saltpeter_config` lines of a server driving master `SALT_CONFIG_DIR_k`
+/// (the name given); `None` when the run was told to skip PostgreSQL or Salt.
+fn masters_bed(dir: &str, base: u16) -> Option<(String, Topology, impl Fn(&str) -> String)> {
+    let url = crate::pg_cluster::fresh_database()?;
+    let tb = Topology::up(dir, 4, "--masters", 2, base)?;
     let wrapper_dir = tempfile::Builder::new()
         .prefix("wrapper-")
         .tempdir_in(tb.root.join("var"))
         .expect("wrapper dir")
         .keep();
-    let salt = |master: &str| {
+    let salt_bin = tb.var("SALT_BIN").to_string();
+    let dirs: Vec<(String, String)> = ["SALT_CONFIG_DIR_1", "SALT_CONFIG_DIR_2"]
+        .iter()
+        .map(|name| (name.to_string(), tb.var(name).to_string()))
+        .collect();
+    let salt = move |master: &str| {
+        let config_dir = dirs
+            .iter()
+            .find(|(name, _)| name == master)
+            .map(|(_, dir)| dir.as_str())
+            .unwrap_or_else(|| panic!("no master {master} in the testbed"));
         format!(
-            "  executor: salt\n  salt_bin: {}\n  salt_config_dir: {}\n  ping_timeout: 10\n  \
+            "  executor: salt\n  salt_bin: {salt_bin}\n  salt_config_dir: {config_dir}\n  ping_timeout: 10\n  \
              heartbeat: 1\n  pickup_timeout: 20\n  default_wrapper_path: {}/saltpeter-wrapper\n",
-            tb.var("SALT_BIN"),
-            tb.var(master),
             wrapper_dir.display()
         )
     };
+    Some((url, tb, salt))
+}
+
+#[test]
+fn two_masters_one_database_one_run_through_both() {
+    let Some((url, tb, salt)) = masters_bed("/tmp/sp-masters", 100) else {
+        return;
+    };
+    let (pa, pb) = (free_port(), free_port());
     let jobs = "masters_everywhere:\n  schedule: '@yearly'\n  targets: '*'\n  \
                 command: 'echo via-$SP_MACHINE'\n\
                 masters_longer:\n  schedule: '@yearly'\n  targets: '*'\n  \
@@ -218,29 +232,13 @@ fn two_masters_one_database_one_run_through_both() {
 #[test]
 #[ignore = "a measurement: cargo test --release --test it slot_to_command_through_two -- --ignored"]
 fn slot_to_command_through_two_masters_and_one() {
-    let Some(url) = crate::pg_cluster::fresh_database() else {
+    let Some((url, tb, base_salt)) = masters_bed("/tmp/sp-masters", 100) else {
         return;
     };
     let Some(one_url) = crate::pg_cluster::fresh_database() else {
         return;
     };
-    let Some(tb) = Topology::up("/tmp/sp-masters", 4, "--masters", 2, 100) else {
-        return;
-    };
-    let wrapper_dir = tempfile::Builder::new()
-        .prefix("wrapper-")
-        .tempdir_in(tb.root.join("var"))
-        .expect("wrapper dir")
-        .keep();
-    let salt = |master: &str| {
-        format!(
-            "  executor: salt\n  salt_bin: {}\n  salt_config_dir: {}\n  ping_timeout: 10\n  \
-             heartbeat: 1\n  prestage_cap: 20\n  default_wrapper_path: {}/saltpeter-wrapper\n",
-            tb.var("SALT_BIN"),
-            tb.var(master),
-            wrapper_dir.display()
-        )
-    };
+    let salt = |master: &str| format!("{}  prestage_cap: 20\n", base_salt(master));
     let job = |targets: &str| {
         format!(
             "masters_tick:\n  schedule: '*/10 * * * * *'\n  targets: '{targets}'\n  overlap: allow\n  \
@@ -248,49 +246,8 @@ fn slot_to_command_through_two_masters_and_one() {
         )
     };
     let of_1 = split_list(tb.var("SALT_MINIONS_1"));
-    let ms = |v: &serde_json::Value| {
-        chrono::DateTime::parse_from_rfc3339(v.as_str()?)
-            .ok()
-            .map(|t| t.timestamp_millis())
-    };
     let measure = |name: &str, d: &Daemon| {
-        let runs = wait_until("8 finished slots", Duration::from_secs(300), || {
-            let done: Vec<serde_json::Value> = d
-                .runs("masters_tick")
-                .into_iter()
-                .filter(is_final)
-                .collect();
-            (done.len() >= 8).then_some(done)
-        });
-        let mut lags = Vec::new();
-        // The first slots go out with the cap as lead; count from the third.
-        for run in runs.iter().rev().skip(2) {
-            let (Some(slot), Some(id)) = (ms(&run["slot"]), run["id"].as_u64()) else {
-                continue;
-            };
-            for t in run["targets"].as_array().cloned().unwrap_or_default() {
-                let m = t["machine"].as_str().unwrap_or_default();
-                if let Ok(at) = d.output(id, m).trim().parse::<i64>() {
-                    lags.push(at - slot);
-                }
-            }
-        }
-        lags.sort();
-        let at = |q: f64| {
-            lags.get(((lags.len().max(1) - 1) as f64 * q) as usize)
-                .copied()
-        };
-        eprintln!(
-            "slot -> command, {name}: n={} p50={:?} ms max={:?} ms all={lags:?}",
-            lags.len(),
-            at(0.5),
-            lags.last()
-        );
-        assert!(
-            lags.len() >= 4,
-            "{name}: too few measured slots\n{}",
-            d.log_text()
-        );
+        crate::salt_topology::slot_lags(d, "masters_tick", name);
     };
     {
         let (pa, pb) = (free_port(), free_port());
@@ -338,27 +295,10 @@ fn slot_to_command_through_two_masters_and_one() {
 /// leader with the keys the old one published.
 #[test]
 fn the_leaders_master_dies_mid_run_and_the_other_masters_results_are_kept() {
-    let Some(url) = crate::pg_cluster::fresh_database() else {
-        return;
-    };
-    let Some(tb) = Topology::up("/tmp/sp-masters-b", 4, "--masters", 2, 130) else {
+    let Some((url, tb, salt)) = masters_bed("/tmp/sp-masters-b", 130) else {
         return;
     };
     let (pa, pb) = (free_port(), free_port());
-    let wrapper_dir = tempfile::Builder::new()
-        .prefix("wrapper-")
-        .tempdir_in(tb.root.join("var"))
-        .expect("wrapper dir")
-        .keep();
-    let salt = |master: &str| {
-        format!(
-            "  executor: salt\n  salt_bin: {}\n  salt_config_dir: {}\n  ping_timeout: 10\n  \
-             heartbeat: 1\n  pickup_timeout: 20\n  default_wrapper_path: {}/saltpeter-wrapper\n",
-            tb.var("SALT_BIN"),
-            tb.var(master),
-            wrapper_dir.display()
-        )
-    };
     let jobs = "masters_failover:\n  schedule: '@yearly'\n  targets: '*'\n  \
                 command: 'sleep 20; echo long-$SP_MACHINE'\n";
     let mut a = crate::ha::server_with(

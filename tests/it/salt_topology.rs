@@ -248,11 +248,6 @@ fn slot_to_command_through_syndics_and_one_master() {
              overlap: allow\n  command: 'date +%s%3N'\n"
         )
     };
-    let ms = |v: &serde_json::Value| {
-        chrono::DateTime::parse_from_rfc3339(v.as_str()?)
-            .ok()
-            .map(|t| t.timestamp_millis())
-    };
     let cases = [
         (
             "through 2 syndics (top master)",
@@ -267,41 +262,51 @@ fn slot_to_command_through_syndics_and_one_master() {
     ];
     for (name, config_dir, targets) in cases {
         let d = tb.daemon(&config_dir, &trusted, &job(targets));
-        // The first slots go out with the cap as lead; count from the third.
-        let runs = wait_until("8 finished slots", Duration::from_secs(300), || {
-            let done: Vec<serde_json::Value> =
-                d.runs("tick").into_iter().filter(is_final).collect();
-            (done.len() >= 8).then_some(done)
-        });
-        let mut lags = Vec::new();
-        for run in runs.iter().rev().skip(2) {
-            let (Some(slot), Some(id)) = (ms(&run["slot"]), run["id"].as_u64()) else {
-                continue;
-            };
-            for t in run["targets"].as_array().cloned().unwrap_or_default() {
-                let m = t["machine"].as_str().unwrap_or_default();
-                if let Ok(at) = d.output(id, m).trim().parse::<i64>() {
-                    lags.push(at - slot);
-                }
+        slot_lags(&d, "tick", name);
+    }
+}
+
+/// From the slot to the command's start (its output: `date +%s%3N`) on each target of
+/// `job`'s 8 first finished slots but the first two (they go out with the cap as lead),
+/// printed as `name`'s figures; fails with fewer than 4 samples.
+pub(crate) fn slot_lags(d: &Daemon, job: &str, name: &str) {
+    let ms = |v: &serde_json::Value| {
+        chrono::DateTime::parse_from_rfc3339(v.as_str()?)
+            .ok()
+            .map(|t| t.timestamp_millis())
+    };
+    let runs = wait_until("8 finished slots", Duration::from_secs(300), || {
+        let done: Vec<serde_json::Value> = d.runs(job).into_iter().filter(is_final).collect();
+        (done.len() >= 8).then_some(done)
+    });
+    let mut lags = Vec::new();
+    for run in runs.iter().rev().skip(2) {
+        let (Some(slot), Some(id)) = (ms(&run["slot"]), run["id"].as_u64()) else {
+            continue;
+        };
+        for t in run["targets"].as_array().cloned().unwrap_or_default() {
+            let m = t["machine"].as_str().unwrap_or_default();
+            if let Ok(at) = d.output(id, m).trim().parse::<i64>() {
+                lags.push(at - slot);
             }
         }
-        lags.sort();
-        let at = |q: f64| {
-            lags.get(((lags.len().max(1) - 1) as f64 * q) as usize)
-                .copied()
-        };
-        eprintln!(
-            "slot -> command, {name}: n={} p50={:?} ms max={:?} ms all={lags:?}",
-            lags.len(),
-            at(0.5),
-            lags.last()
-        );
-        assert!(
-            lags.len() >= 4,
-            "{name}: too few measured slots\n{}",
-            d.log_text()
-        );
     }
+    lags.sort();
+    let at = |q: f64| {
+        lags.get(((lags.len().max(1) - 1) as f64 * q) as usize)
+            .copied()
+    };
+    eprintln!(
+        "slot -> command, {name}: n={} p50={:?} ms max={:?} ms all={lags:?}",
+        lags.len(),
+        at(0.5),
+        lags.last()
+    );
+    assert!(
+        lags.len() >= 4,
+        "{name}: too few measured slots\n{}",
+        d.log_text()
+    );
 }
 
 /// Two servers on one PostgreSQL database, each driving its own master; every minion
