@@ -13,6 +13,7 @@ use crate::wire::link::{BlockingReply, BlockingRequest, ExecutorKind, LaunchTarg
 /// own master, with its own settings. A request that cannot be read, or that is not a
 /// Salt call, is answered with why.
 pub(crate) fn serve(core: &mut Main, rows: Vec<SaltCallRow>) {
+    let policy = policy(core);
     for row in rows {
         let req = match bincode::deserialize::<BlockingRequest>(&row.request) {
             Ok(req) => req,
@@ -28,16 +29,18 @@ pub(crate) fn serve(core: &mut Main, rows: Vec<SaltCallRow>) {
                 continue;
             }
         };
-        let Some(req) = with_settings(req, core.salt_settings()) else {
-            log::error!(
-                "salt call row {} from {}: not a salt call this server makes for another; \
-                 refused",
-                row.id,
-                row.from
-            );
-            let why = format!("{} refuses this kind of call", core.ha.server);
-            answer_served(core, row.id, &row.from, Err(why));
-            continue;
+        let req = match with_settings(req, &policy) {
+            Ok(req) => req,
+            Err(refusal) => {
+                log::error!(
+                    "salt call row {} from {}: refused: {refusal}",
+                    row.id,
+                    row.from
+                );
+                let why = format!("{} refuses the call: {refusal}", core.ha.server);
+                answer_served(core, row.id, &row.from, Err(why));
+                continue;
+            }
         };
         log::info!(
             "making {} for {} (salt call row {})",
@@ -50,13 +53,66 @@ pub(crate) fn serve(core: &mut Main, rows: Vec<SaltCallRow>) {
     }
 }
 
-/// `req` with this server's own Salt settings; `None` for anything but a Salt
-/// resolution, launch or deployment (a local launch is never made for another server).
+/// What a call made for another server may be: this server's own Salt settings, and
+/// only what this server's configuration would launch itself. The rows come from the
+/// database, and a launch names the executable each minion runs and the URL its wrapper
+/// trusts (the job's command comes from there): a row written behind the servers'
+/// backs must not make the minions run another program, or fetch their jobs elsewhere.
+pub(crate) struct Policy {
+    pub settings: crate::wire::link::SaltSettings,
+    /// Every wrapper path this configuration names (`default_wrapper_path`, each job's
+    /// `wrapper_path`, the built-in default).
+    pub wrapper_paths: Vec<String>,
+    /// `servers`: the wrapper URLs a served launch may give (host, port and pin).
+    pub servers: Vec<String>,
+    /// This configuration's `wrapper_source` (a deployment uses it, whatever it says).
+    pub wrapper_source: Option<String>,
+}
+
+fn policy(core: &Main) -> Policy {
+    let sp = &core.config.saltpeter;
+    let mut wrapper_paths: Vec<String> = core
+        .config
+        .jobs
+        .values()
+        .filter_map(|entry| entry.job())
+        .map(|job| job.wrapper_path_or_default().to_string())
+        .collect();
+    wrapper_paths.push(
+        sp.default_wrapper_path
+            .clone()
+            .unwrap_or_else(|| crate::config::DEFAULT_WRAPPER_PATH.to_string()),
+    );
+    wrapper_paths.sort();
+    wrapper_paths.dedup();
+    Policy {
+        settings: core.salt_settings(),
+        wrapper_paths,
+        servers: sp.servers.clone(),
+        wrapper_source: sp.wrapper_source.clone(),
+    }
+}
+
+/// `req` with this server's own Salt settings (see [`Policy`]); refused, with why, for
+/// anything but a Salt resolution, launch or deployment (a local launch is never made
+/// for another server), and for a launch or deployment whose wrapper path this
+/// configuration does not name; a launch's wrapper URLs are this configuration's
+/// `servers` ([`trusted_urls`]).
 pub(crate) fn with_settings(
     req: BlockingRequest,
-    settings: crate::wire::link::SaltSettings,
-) -> Option<BlockingRequest> {
-    Some(match req {
+    policy: &Policy,
+) -> Result<BlockingRequest, String> {
+    let settings = policy.settings.clone();
+    let path_known = |path: &str| {
+        if policy.wrapper_paths.iter().any(|p| p == path) {
+            Ok(())
+        } else {
+            Err(format!(
+                "the wrapper path {path:?} is not one this server's configuration names"
+            ))
+        }
+    };
+    Ok(match req {
         BlockingRequest::Resolve {
             target,
             target_type,
@@ -76,35 +132,95 @@ pub(crate) fn with_settings(
             targets,
             await_returns,
             ..
-        } => BlockingRequest::Launch {
-            executor: ExecutorKind::Salt,
-            wrapper_path,
-            runs,
-            url,
-            // Salt launches carry no token; one that came anyway is not used.
-            targets: targets
-                .into_iter()
-                .map(|t| LaunchTarget {
-                    machine: t.machine,
-                    token: None,
-                })
-                .collect(),
-            salt: Some(settings),
-            await_returns,
-        },
+        } => {
+            path_known(&wrapper_path)?;
+            let url = trusted_urls(&url, &policy.servers)?;
+            BlockingRequest::Launch {
+                executor: ExecutorKind::Salt,
+                wrapper_path,
+                runs,
+                url,
+                // Salt launches carry no token; one that came anyway is not used.
+                targets: targets
+                    .into_iter()
+                    .map(|t| LaunchTarget {
+                        machine: t.machine,
+                        token: None,
+                    })
+                    .collect(),
+                salt: Some(settings),
+                await_returns,
+            }
+        }
         BlockingRequest::Deploy {
             minions,
             wrapper_path,
-            wrapper_source,
             ..
-        } => BlockingRequest::Deploy {
-            salt: settings,
-            minions,
-            wrapper_path,
-            wrapper_source,
-        },
-        _ => return None,
+        } => {
+            path_known(&wrapper_path)?;
+            BlockingRequest::Deploy {
+                salt: settings,
+                minions,
+                wrapper_path,
+                wrapper_source: policy.wrapper_source.clone(),
+            }
+        }
+        other => {
+            return Err(format!(
+                "{} is not made for another server",
+                kind_name(&other)
+            ));
+        }
     })
+}
+
+/// Scheme, host and port, and certificate pin of a wrapper URL (lower case but the pin).
+fn url_key(url: &str) -> (String, String, Option<String>) {
+    let url = url.trim();
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (rest, pin) = match rest.split_once('#') {
+        Some((rest, pin)) => (rest, Some(pin.to_string())),
+        None => (rest, None),
+    };
+    let authority = rest.split('/').next().unwrap_or(rest);
+    (
+        scheme.to_ascii_lowercase(),
+        authority.to_ascii_lowercase(),
+        pin,
+    )
+}
+
+/// The wrapper URLs a served launch gives (`SP_URL`): this server's `servers`, never
+/// the request's own, those the request names first (in its order: the asking server
+/// first, when its URL is listed as it builds it) and then the others, so a wrapper
+/// trusts only servers this configuration lists and still reaches the leader first.
+fn trusted_urls(urls: &str, servers: &[String]) -> Result<String, String> {
+    if servers.is_empty() {
+        return Err(
+            "this server's `servers` is empty: list every server's wrapper URL there \
+             (docs/ha.md) to launch for the others"
+                .to_string(),
+        );
+    }
+    let mut ordered: Vec<&String> = Vec::with_capacity(servers.len());
+    for url in urls.split(',') {
+        let key = url_key(url);
+        for server in servers {
+            if url_key(server) == key && !ordered.contains(&server) {
+                ordered.push(server);
+            }
+        }
+    }
+    for server in servers {
+        if !ordered.contains(&server) {
+            ordered.push(server);
+        }
+    }
+    Ok(ordered
+        .iter()
+        .map(|s| s.as_str())
+        .collect::<Vec<_>>()
+        .join(","))
 }
 
 pub(super) fn answer_served(
@@ -158,7 +274,7 @@ mod tests {
             executor,
             wrapper_path: "/w".into(),
             runs: vec![7],
-            url: "wss://a/wrapper/v1".into(),
+            url: "wss://a:8889/wrapper/v1#sha256=aa".into(),
             targets: vec![LaunchTarget {
                 machine: "m1".into(),
                 token: Some(Redacted("not for another server".into())),
@@ -168,19 +284,31 @@ mod tests {
         }
     }
 
+    fn policy(dir: &str) -> Policy {
+        Policy {
+            settings: settings(dir),
+            wrapper_paths: vec!["/w".into()],
+            servers: vec![
+                "wss://a:8889#sha256=aa".into(),
+                "wss://b:8889/wrapper/v1#sha256=bb".into(),
+            ],
+            wrapper_source: None,
+        }
+    }
+
     #[test]
     fn a_served_call_uses_this_servers_salt_and_carries_no_token() {
-        let mine = settings("/etc/salt-here");
-        let Some(BlockingRequest::Launch {
+        let mine = policy("/etc/salt-here");
+        let Ok(BlockingRequest::Launch {
             targets,
             salt,
             runs,
             ..
-        }) = with_settings(launch(ExecutorKind::Salt), mine.clone())
+        }) = with_settings(launch(ExecutorKind::Salt), &mine)
         else {
             panic!("a salt launch is served");
         };
-        assert_eq!(salt, Some(mine.clone()));
+        assert_eq!(salt, Some(mine.settings.clone()));
         assert_eq!(runs, [7]);
         assert!(targets.iter().all(|t| t.token.is_none()));
         let resolve = BlockingRequest::Resolve {
@@ -190,19 +318,96 @@ mod tests {
             from_cache: false,
         };
         assert!(matches!(
-            with_settings(resolve, mine.clone()),
-            Some(BlockingRequest::Resolve { salt, .. }) if salt == mine
+            with_settings(resolve, &mine),
+            Ok(BlockingRequest::Resolve { salt, .. }) if salt == mine.settings
         ));
     }
 
     #[test]
     fn only_salt_calls_are_served_for_another_server() {
-        let mine = settings("/etc/salt-here");
-        assert!(with_settings(launch(ExecutorKind::Local), mine.clone()).is_none());
+        let mine = policy("/etc/salt-here");
+        assert!(with_settings(launch(ExecutorKind::Local), &mine).is_err());
         let load = BlockingRequest::LoadConfig {
             dir: "/etc/saltpeter".into(),
             known: Vec::new(),
         };
-        assert!(with_settings(load, mine).is_none());
+        assert!(with_settings(load, &mine).is_err());
+    }
+
+    /// A row written behind the servers' backs cannot make the minions run another
+    /// program, trust another server, or fetch another file.
+    #[test]
+    fn a_served_launch_runs_only_this_configurations_wrapper_from_its_servers() {
+        let mine = policy("/etc/salt-here");
+        let with = |path: &str, url: &str| match launch(ExecutorKind::Salt) {
+            BlockingRequest::Launch {
+                executor,
+                runs,
+                targets,
+                salt,
+                await_returns,
+                ..
+            } => BlockingRequest::Launch {
+                executor,
+                wrapper_path: path.into(),
+                runs,
+                url: url.into(),
+                targets,
+                salt,
+                await_returns,
+            },
+            _ => unreachable!(),
+        };
+        let url_of = |req: Result<BlockingRequest, String>| match req {
+            Ok(BlockingRequest::Launch { url, .. }) => url,
+            other => panic!("not served as a launch: {other:?}"),
+        };
+        // The asker's URLs as it builds them, the second first: the configured entries
+        // in that order.
+        assert_eq!(
+            url_of(with_settings(
+                with(
+                    "/w",
+                    "wss://B:8889#sha256=bb,wss://a:8889/wrapper/v1#sha256=aa"
+                ),
+                &mine
+            )),
+            "wss://b:8889/wrapper/v1#sha256=bb,wss://a:8889#sha256=aa"
+        );
+        // Another server, or a known one with another pin, is never given: the
+        // configured servers are.
+        for url in [
+            "wss://evil:8889#sha256=aa",
+            "wss://a:8889#sha256=ee",
+            "wss://evil:1,wss://a:8889#sha256=aa",
+        ] {
+            let given = url_of(with_settings(with("/w", url), &mine));
+            assert!(
+                !given.contains("evil") && !given.contains("=ee"),
+                "{url} -> {given}"
+            );
+            assert_eq!(given.split(',').count(), 2, "{given}");
+        }
+        let refused = with_settings(with("/bin/sh", "wss://a:8889#sha256=aa"), &mine);
+        assert!(refused.is_err_and(|why| why.contains("/bin/sh")));
+        let none = Policy {
+            servers: Vec::new(),
+            ..policy("/etc/salt-here")
+        };
+        let refused = with_settings(with("/w", "wss://a:8889#sha256=aa"), &none);
+        assert!(refused.is_err_and(|why| why.contains("`servers`")));
+        let deploy = BlockingRequest::Deploy {
+            salt: settings("/etc/salt-of-the-asker"),
+            minions: vec!["m1".into()],
+            wrapper_path: "/w".into(),
+            wrapper_source: Some("salt://elsewhere/tool".into()),
+        };
+        assert!(matches!(
+            with_settings(deploy, &mine),
+            Ok(BlockingRequest::Deploy {
+                wrapper_source: None,
+                ..
+            })
+        ));
     }
 }
