@@ -54,6 +54,17 @@ pub fn server_with(
     d
 }
 
+/// Two servers on `url` with `jobs`: "alpha" (with `extra_a` in its `saltpeter_config`)
+/// once it leads, then "beta" (with `extra_b`) once it is the standby.
+pub fn leader_and_standby(url: &str, jobs: &str, extra_a: &str, extra_b: &str) -> (Daemon, Daemon) {
+    let (pa, pb) = (free_port(), free_port());
+    let a = server_with(url, "alpha", pa, &[pa, pb], jobs, extra_a);
+    wait_role(&a, "leader");
+    let b = server_with(url, "beta", pb, &[pa, pb], jobs, extra_b);
+    wait_role(&b, "standby");
+    (a, b)
+}
+
 pub fn ha_role(d: &Daemon) -> Option<(String, Option<String>)> {
     let out = d.ctl(&["--json", "status"]);
     if !out.status.success() {

@@ -79,29 +79,16 @@ fn two_masters_one_database_one_run_through_both() {
     let Some((url, tb, salt)) = masters_bed("/tmp/sp-masters", 100) else {
         return;
     };
-    let (pa, pb) = (free_port(), free_port());
     let jobs = "masters_everywhere:\n  schedule: '@yearly'\n  targets: '*'\n  \
                 command: 'echo via-$SP_MACHINE'\n\
                 masters_longer:\n  schedule: '@yearly'\n  targets: '*'\n  \
                 command: 'sleep 15; echo long-$SP_MACHINE'\n";
-    let a = crate::ha::server_with(
+    let (a, b) = crate::ha::leader_and_standby(
         &url,
-        "alpha",
-        pa,
-        &[pa, pb],
         jobs,
         &salt("SALT_CONFIG_DIR_1"),
-    );
-    crate::ha::wait_role(&a, "leader");
-    let b = crate::ha::server_with(
-        &url,
-        "beta",
-        pb,
-        &[pa, pb],
-        jobs,
         &salt("SALT_CONFIG_DIR_2"),
     );
-    crate::ha::wait_role(&b, "standby");
     let of_1 = split_list(tb.var("SALT_MINIONS_1"));
     let of_2 = split_list(tb.var("SALT_MINIONS_2"));
     assert!(!of_1.is_empty() && !of_2.is_empty(), "{:?}", tb.vars);
@@ -250,25 +237,12 @@ fn slot_to_command_through_two_masters_and_one() {
         crate::salt_topology::slot_lags(d, "masters_tick", name);
     };
     {
-        let (pa, pb) = (free_port(), free_port());
-        let a = crate::ha::server_with(
+        let (a, _b) = crate::ha::leader_and_standby(
             &url,
-            "alpha",
-            pa,
-            &[pa, pb],
             &job("*"),
             &salt("SALT_CONFIG_DIR_1"),
-        );
-        crate::ha::wait_role(&a, "leader");
-        let b = crate::ha::server_with(
-            &url,
-            "beta",
-            pb,
-            &[pa, pb],
-            &job("*"),
             &salt("SALT_CONFIG_DIR_2"),
         );
-        crate::ha::wait_role(&b, "standby");
         measure("2 masters, 2 servers, '*' (4 minions)", &a);
     }
     let pa = free_port();
@@ -298,27 +272,14 @@ fn the_leaders_master_dies_mid_run_and_the_other_masters_results_are_kept() {
     let Some((url, tb, salt)) = masters_bed("/tmp/sp-masters-b", 130) else {
         return;
     };
-    let (pa, pb) = (free_port(), free_port());
     let jobs = "masters_failover:\n  schedule: '@yearly'\n  targets: '*'\n  \
                 command: 'sleep 20; echo long-$SP_MACHINE'\n";
-    let mut a = crate::ha::server_with(
+    let (mut a, b) = crate::ha::leader_and_standby(
         &url,
-        "alpha",
-        pa,
-        &[pa, pb],
         jobs,
         &salt("SALT_CONFIG_DIR_1"),
-    );
-    crate::ha::wait_role(&a, "leader");
-    let b = crate::ha::server_with(
-        &url,
-        "beta",
-        pb,
-        &[pa, pb],
-        jobs,
         &salt("SALT_CONFIG_DIR_2"),
     );
-    crate::ha::wait_role(&b, "standby");
     let of_1 = split_list(tb.var("SALT_MINIONS_1"));
     let of_2 = split_list(tb.var("SALT_MINIONS_2"));
     let mut all: Vec<String> = of_1.iter().chain(&of_2).cloned().collect();

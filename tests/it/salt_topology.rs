@@ -320,7 +320,6 @@ fn multi_master_minions_the_leaders_master_down_loses_no_slot() {
     let Some(tb) = Topology::up("/tmp/sp-multi", 2, "--multi-master", 2, 50) else {
         return;
     };
-    let (pa, pb) = (free_port(), free_port());
     let wrapper_dir = tempfile::Builder::new()
         .prefix("wrapper-")
         .tempdir_in(tb.root.join("var"))
@@ -337,24 +336,12 @@ fn multi_master_minions_the_leaders_master_down_loses_no_slot() {
     };
     let jobs = "tick:\n  schedule: '*/10 * * * * *'\n  targets: [minion-01, minion-02]\n  \
                 target_type: list\n  overlap: allow\n  command: 'echo tick-$SP_MACHINE'\n";
-    let mut a = crate::ha::server_with(
+    let (mut a, b) = crate::ha::leader_and_standby(
         &url,
-        "alpha",
-        pa,
-        &[pa, pb],
         jobs,
         &salt("SALT_CONFIG_DIR_1"),
-    );
-    crate::ha::wait_role(&a, "leader");
-    let b = crate::ha::server_with(
-        &url,
-        "beta",
-        pb,
-        &[pa, pb],
-        jobs,
         &salt("SALT_CONFIG_DIR_2"),
     );
-    crate::ha::wait_role(&b, "standby");
     let succeeded = |d: &Daemon| {
         d.runs("tick")
             .into_iter()
