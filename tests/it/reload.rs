@@ -68,11 +68,12 @@ fn added_changed_broken_and_removed_files_are_picked_up_without_a_signal() {
     assert_eq!(code, 0, "{run}");
     assert_eq!(d.output(run["id"].as_u64().expect("id"), "b1"), "beta-1\n");
 
-    // Changed: new command and schedule.
+    // Changed: new command and schedule. 12:30 every day is never @yearly's midnight of
+    // 1 January, whatever today's date, so `next_run` must change.
     let yearly_next = job_info(&d, "beta").expect("beta")["next_run"].clone();
     d.write_config(
         "b.yaml",
-        "beta:\n  schedule: '0 0 1 * *'\n  targets: [b1]\n  command: 'echo beta-2'\n",
+        "beta:\n  schedule: '30 12 * * *'\n  targets: [b1]\n  command: 'echo beta-2'\n",
     );
     picked_up("a changed file", || {
         let info = job_info(&d, "beta")?;
@@ -84,7 +85,7 @@ fn added_changed_broken_and_removed_files_are_picked_up_without_a_signal() {
     // Broken: the error shows with file:line, the last good version stays in effect.
     d.write_config(
         "b.yaml",
-        "beta:\n  schedule: '0 0 1 * *'\n  targets: [b1\n  command: 'echo beta-3'\n",
+        "beta:\n  schedule: '30 12 * * *'\n  targets: [b1\n  command: 'echo beta-3'\n",
     );
     let b_path = d.config_dir().join("b.yaml");
     let errors = picked_up("a broken file", || {
@@ -132,7 +133,7 @@ fn added_changed_broken_and_removed_files_are_picked_up_without_a_signal() {
     // Fixed: the error goes away.
     d.write_config(
         "b.yaml",
-        "beta:\n  schedule: '0 0 1 * *'\n  targets: [b1]\n  command: 'echo beta-4'\n",
+        "beta:\n  schedule: '30 12 * * *'\n  targets: [b1]\n  command: 'echo beta-4'\n",
     );
     picked_up("a fixed file", || {
         config_errors(&d).is_empty().then_some(())
