@@ -99,7 +99,16 @@ impl<S: 'static> EventLoop<S> {
         };
         match self.poll.poll(&mut self.events, timeout) {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // A signal, or SIGSTOP/SIGCONT: the process may have been stopped for a long
+            // time, and the timers now due (liveness among them) must see what arrived
+            // meanwhile, so what is ready is read first.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                match self.poll.poll(&mut self.events, Some(Duration::ZERO)) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => self.events.clear(),
+                    Err(e) => return Err(e),
+                }
+            }
             Err(e) => return Err(e),
         }
         let ctx = &mut self.ctx;

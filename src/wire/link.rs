@@ -52,9 +52,15 @@ pub(crate) enum ControlUp {
 /// A wrapper connection inside the hub.
 pub(crate) type ConnId = u64;
 
+/// How often the hub ticks main ([`HubRequest::HubTick`]).
+pub(crate) const HUB_TICK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Hub -> main requests (calls and casts).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum HubRequest {
+    /// Every second (cast): the hub runs and passes wrapper frames on; main judges no
+    /// silence while these stop (`roles/main/state/liveness.rs`).
+    HubTick,
     /// An operator's request from the admin socket (call).
     Admin(AdminRequest),
     /// A wrapper said hello (call; the reply decides welcome or reject).

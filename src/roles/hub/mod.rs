@@ -182,6 +182,10 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         )?),
         false => None,
     };
+    ev.ctx()
+        .every(crate::wire::link::HUB_TICK, |hub: &mut Hub, _| {
+            hub.cast_main(crate::wire::link::HubRequest::HubTick)
+        });
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut hub = Hub {
         control,

@@ -241,6 +241,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     ev.ctx()
         .every(Duration::from_secs(1), |role: &mut MainRole, ctx| {
             delegate::expire(&mut role.core, Instant::now());
+            crate::roles::main::run::record::tick(&mut role.core, Instant::now());
             pump(role, ctx);
         });
     let control = attach_control(ev.ctx(), &mut args)?;
@@ -272,10 +273,8 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             },
             fleet: Default::default(),
             rounds: Default::default(),
-            storage: super::state::Storage {
-                db_trouble: None,
-                db_trouble_since: Instant::now(),
-            },
+            storage: Default::default(),
+            liveness: Default::default(),
             actor: super::state::Actor::default(),
             views: super::state::Views::default(),
             runtime_maintenance: super::state::schedule::RuntimeMaintenance::default(),

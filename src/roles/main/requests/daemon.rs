@@ -29,7 +29,7 @@ pub(crate) fn status(core: &mut Main, call: CallId) {
         running_runs: core.runs_in_flight() + crate::roles::main::views::mirror_view::count(core),
         config_errors,
         wrapper_port: core.daemon.wrapper_port,
-        db_error: core.storage.db_trouble.clone(),
+        db_error: core.storage.trouble().map(str::to_owned),
         api_port: core.daemon.api_port,
         ha: core.ha.shared.then(|| crate::wire::admin::HaInfo {
             server: core.ha.server.clone(),

@@ -205,12 +205,6 @@ pub(super) fn run_now(core: &mut Main, call: CallId, name: &str, targets: Option
             Err(why) => return failure(core, call, AdminFailure::Invalid(why)),
         },
     };
-    if let Some(why) = core.storage.db_trouble.clone() {
-        let msg = format!(
-            "the database cannot record new runs ({why}); free space or raise database_max_size"
-        );
-        return failure(core, call, AdminFailure::Internal(msg));
-    }
     let refused = if core.flight.stopping {
         Some("the daemon is stopping".to_string())
     } else if !job.enabled {

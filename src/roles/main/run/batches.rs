@@ -308,6 +308,15 @@ pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> St
         waiting.push(Wake::event(WakeEvent::Capacity));
         waiting.push(Wake::At(now + CAPACITY_RECHECK));
     }
+    // A stall of the daemon while the window was open does not count against it.
+    if let Some(deadline) = env.pickup_deadline {
+        let window = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
+        env.pickup_deadline = Some(crate::roles::main::state::liveness::pickup_after_stall(
+            deadline,
+            window,
+            core.liveness.resumed_at(),
+        ));
+    }
     let Some(active) = core.run(run) else {
         return Step::Next;
     };

@@ -2,11 +2,11 @@
 //! transition returns — messages to the wrapper through the hub, writes to db, events —
 //! and offers the transitions that every part of main uses by name.
 
-use crate::ipc::rpc::{CallError, Due};
+use crate::ipc::rpc::Due;
 use crate::roles::main::rules::target::{Effect, Outcome, Target};
 use crate::roles::main::state::{DbWait, Main};
+use crate::wire::db::DbRequest;
 use crate::wire::db::TargetUpdate;
-use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
 pub(crate) use crate::wire::records::now_ms;
 use crate::wire::records::{RunId, TargetReason, TargetState};
@@ -106,7 +106,9 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                     {
                         let machine = machine.to_string();
                         DbWait::then(move |core, _, result| {
-                            target_recorded(core, run, &machine, result)
+                            crate::roles::main::run::record::outcome_recorded(
+                                core, run, &machine, result,
+                            )
                         })
                     },
                     due,
@@ -187,7 +189,7 @@ pub(crate) fn transition(
 }
 
 /// Decide a target's outcome: the one place a target starts to become `finished`. The
-/// in-memory phase becomes `Finished` when db confirms (`sessions::target_recorded`).
+/// in-memory phase becomes `Finished` when db confirms (`record::outcome_recorded`).
 pub(crate) fn finish_target(
     core: &mut Main,
     run: RunId,
@@ -240,33 +242,4 @@ fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, previou
             attempt - 1
         ),
     );
-}
-
-/// db recorded a target's outcome: it is final now; tell its wrapper it may exit.
-pub(crate) fn target_recorded(
-    core: &mut Main,
-    run: RunId,
-    machine: &str,
-    result: Result<DbReply, CallError>,
-) {
-    if let Err(e) = result {
-        log::error!("run {run}: could not record the outcome of {machine}: {e}");
-    }
-    let Some(t) = core.target_mut(run, machine) else {
-        return;
-    };
-    let effects = t.recorded();
-    let outcome = t.outcome();
-    log::info!(
-        "run {run}: {machine} finished ({}, exit {})",
-        outcome
-            .and_then(|o| o.reason)
-            .map(|r| r.as_str())
-            .unwrap_or("-"),
-        outcome
-            .and_then(|o| o.code)
-            .map(|c| c.to_string())
-            .unwrap_or_else(|| "-".into())
-    );
-    apply(core, run, machine, effects);
 }

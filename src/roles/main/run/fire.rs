@@ -11,6 +11,7 @@ use crate::roles::main::rules::run_rules::{self, Hold};
 use crate::roles::main::rules::scheduler::Due;
 use crate::roles::main::run::effects::now_ms;
 use crate::roles::main::state::run::RunRequest;
+use crate::roles::main::state::storage::UnrecordedSlot;
 use crate::roles::main::state::{DbWait, JobRef, Main};
 use crate::wire::db::{DbRequest, NewRun};
 use crate::wire::records::{RunId, RunState, Trigger};
@@ -64,13 +65,14 @@ pub(crate) fn fire_as(
         });
         return;
     }
-    if let Some(why) = &core.storage.db_trouble {
-        log::error!(
-            "{}: slot {} not run: the database cannot record it ({why})",
+    if let Some(why) = core.storage.trouble() {
+        // Tried all the same: recording the run is the probe, and a slot that cannot be
+        // recorded is kept and recorded as skipped once the database stores again.
+        log::warn!(
+            "{}: slot {} fires while the database does not store ({why})",
             job.name,
             due.slot
         );
-        return;
     }
     let skip = if due.missed {
         Some(format!(
@@ -107,6 +109,12 @@ pub(crate) fn fire_as(
                 None,
                 format!("slot {}: {reason}", due.slot),
             );
+            let unrecorded = UnrecordedSlot {
+                job: job.name.clone(),
+                slot,
+                trigger,
+                why: reason.clone(),
+            };
             core.db_call(
                 DbRequest::CreateRun(NewRun {
                     job: job.name.clone(),
@@ -117,7 +125,9 @@ pub(crate) fn fire_as(
                     targets: Vec::new(),
                     now: now_ms(),
                 }),
-                DbWait::write("a skipped slot"),
+                DbWait::then(move |core, _, result| {
+                    crate::roles::main::run::record::slot_recorded(core, unrecorded, result)
+                }),
             );
         }
         None => core.queue_run(RunRequest {

@@ -15,7 +15,7 @@ use crate::roles::main::run::effects::now_ms;
 use crate::roles::main::shell::windows;
 use crate::roles::main::state::Sc;
 use crate::roles::main::state::active::ActiveRun;
-use crate::roles::main::state::run::{RunEnv, RunRequest};
+use crate::roles::main::state::run::{RunEnd, RunEnv, RunRequest};
 use crate::roles::main::state::{DbWait, Main};
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::{DbReply, DbRequest, calls};
@@ -54,6 +54,7 @@ pub(crate) fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
             pickup_probe: None,
             counted: !prestaged,
             capacity_since: None,
+            end: None,
         },
     )
     .step("resolve_targets", targets::resolve_targets)
@@ -108,6 +109,7 @@ pub(super) fn recovered_workflow(
             pickup_probe: None,
             counted: false,
             capacity_since: None,
+            end: None,
         },
     )
     .step("await_capacity", capacity::await_capacity)
@@ -284,6 +286,13 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             Step::Done
         }
         Err(e) => {
+            super::record::run_not_recorded(
+                core,
+                &env.req.job.name,
+                env.req.slot,
+                env.req.trigger,
+                &e,
+            );
             answer_admin(
                 core,
                 env,
@@ -328,12 +337,17 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             crate::workflow::Outcome::Done => env.unresolved.as_ref().map(|(_, why)| why.clone()),
             other => Some(format!("{other:?}")),
         };
+        // The end as first decided, written again as it was while the write fails.
+        let ended = env.end.get_or_insert(RunEnd {
+            at: now_ms(),
+            failures: 0,
+        });
         let req = DbRequest::UpdateRun {
             run,
             update: RunUpdate {
                 state: Some(state),
                 reason,
-                ended: Some(now_ms()),
+                ended: Some(ended.at),
                 ..Default::default()
             },
         };
@@ -344,7 +358,19 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         Err(wait) => return wait,
     };
     if let Err(e) = reply {
-        log::error!("run {run}: could not record its end: {e}");
+        // Final only once stored: the run stays in flight (its waiters wait) and its end
+        // is written again, ever later up to 10 s apart, until it is.
+        let end = env.end.get_or_insert(RunEnd {
+            at: now_ms(),
+            failures: 0,
+        });
+        end.failures += 1;
+        if end.failures == 1 {
+            log::error!("run {run}: its end is not stored yet ({e}); trying again");
+        } else {
+            log::debug!("run {run}: its end is not stored yet ({e})");
+        }
+        return Step::Wait(Wake::At(Instant::now() + end.retry_in()));
     }
     release_job(core, env);
     core.wake_capacity();

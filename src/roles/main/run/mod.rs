@@ -19,6 +19,7 @@ mod flow;
 pub(crate) mod orphans;
 mod pickup;
 pub(crate) mod prestage;
+pub(crate) mod record;
 pub(crate) mod recovery;
 pub(crate) mod retry;
 pub(crate) mod rounds;

@@ -14,9 +14,7 @@ use std::time::Instant;
 
 use crate::ipc::Role;
 use crate::ipc::rpc::{Call, CallError, CallId, Due, Packet, RemoteError};
-use crate::roles::main::state::{
-    DB_TIMEOUT, DB_TROUBLE_CLEARS_AFTER, DbWait, LAUNCH_TIMEOUT, Main,
-};
+use crate::roles::main::state::{DB_TIMEOUT, DbWait, LAUNCH_TIMEOUT, Main};
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{BlockingReply, BlockingRequest, ConnId, HubReply, MainToHub};
 use crate::wire::records::now_ms;
@@ -59,23 +57,39 @@ impl Main {
         result: Result<DbReply, CallError>,
     ) {
         match &result {
-            Err(CallError::Remote(RemoteError::DiskFull(why))) => {
-                if self.storage.db_trouble.is_none() {
+            // Storage trouble: the database did not store (a full disk, a database out of
+            // reach, a call db did not answer in time). Not a missing row or a bad value.
+            Err(
+                e @ (CallError::Remote(RemoteError::DiskFull(_) | RemoteError::Failed(_))
+                | CallError::Timeout(..)),
+            ) => {
+                let why = e.to_string();
+                if self.storage.write_failed(&why, Instant::now()) {
                     log::error!(
-                        "the database cannot store more ({why}); no new run starts until it can"
+                        "the database does not store ({why}); outcomes wait with their                          wrappers and slots are recorded once it stores again"
+                    );
+                    self.event("storage_trouble", None, None, None, why);
+                }
+            }
+            Ok(DbReply::OutputStored { .. } | DbReply::Done | DbReply::RunCreated(_)) => {
+                if let Some(back) = self.storage.write_stored(Instant::now()) {
+                    log::info!(
+                        "the database stores again after {:.1} s ({})",
+                        back.lasted.as_secs_f64(),
+                        back.why
+                    );
+                    self.event(
+                        "storage_recovered",
+                        None,
+                        None,
+                        None,
+                        format!(
+                            "the database stores again after {:.1} s ({})",
+                            back.lasted.as_secs_f64(),
+                            back.why
+                        ),
                     );
                 }
-                self.storage.db_trouble = Some(why.clone());
-                self.storage.db_trouble_since = Instant::now();
-            }
-            // Output, the bulk of what is written, stored again well after the last
-            // failure: the trouble is over.
-            Ok(DbReply::OutputStored { .. })
-                if self.storage.db_trouble.is_some()
-                    && self.storage.db_trouble_since.elapsed() > DB_TROUBLE_CLEARS_AFTER =>
-            {
-                self.storage.db_trouble = None;
-                log::info!("the database stores again; runs start again");
             }
             _ => {}
         }

@@ -6,9 +6,11 @@ pub(super) mod active;
 pub(crate) mod delegation;
 pub(super) mod lifecycle;
 pub(super) mod links;
+pub(crate) mod liveness;
 pub(super) mod notify;
 pub(super) mod run;
 pub(super) mod schedule;
+pub(crate) mod storage;
 pub(super) mod views;
 pub(super) mod wrappers;
 
@@ -52,8 +54,6 @@ pub(super) type Sc<'a> = StepCtx<'a, RunEnv, Main>;
 pub(super) const BLOCKING_CALL_BASE: u64 = 1 << 40;
 pub(super) const DB_TIMEOUT: Duration = Duration::from_secs(60);
 pub(super) const LAUNCH_TIMEOUT: Duration = Duration::from_secs(120);
-/// The database counts as storing again after this long without a refused write.
-pub(super) const DB_TROUBLE_CLEARS_AFTER: Duration = Duration::from_secs(10);
 /// How long shutdown waits for running Workflows.
 pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// A Workflow waiting this long on nothing live is reported.
@@ -83,8 +83,10 @@ pub(crate) struct Main {
     pub fleet: Fleet,
     /// Salt launches coalesced per round.
     pub rounds: Rounds,
-    /// Whether the database stores.
-    pub storage: Storage,
+    /// Whether the database stores, and what waits for it to store again.
+    pub storage: storage::Storage,
+    /// When a wrapper's silence may be judged (stalls of main or the hub do not count).
+    pub liveness: liveness::Liveness,
     /// Who is behind the request being handled, for audit events.
     pub actor: Actor,
     /// What operators watch: streaming admin calls, the dashboard's views and `/metrics`.
@@ -140,15 +142,6 @@ pub(crate) struct DaemonInfo {
     pub wrapper_port: u16,
     /// The HTTP API's port (0: not served).
     pub api_port: u16,
-}
-
-/// Whether the database stores.
-pub(crate) struct Storage {
-    /// Why the database cannot store (a full disk or its cap); new runs are refused
-    /// until output is stored again (wrappers keep resending it).
-    pub db_trouble: Option<String>,
-    /// When the database last refused a write.
-    pub(super) db_trouble_since: Instant,
 }
 
 /// Who is behind the request being handled: an admin socket peer's uid, or an API
@@ -241,6 +234,7 @@ impl Main {
 
     /// A run ends: it is no longer in flight.
     pub(crate) fn remove_run(&mut self, run: RunId) -> Option<ActiveRun> {
+        self.storage.run_gone(run);
         self.flight.runs.remove(&run)
     }
 
@@ -299,10 +293,15 @@ impl DbWait {
     }
 
     /// A write nobody waits for; a failure is logged.
+    /// While the database does not store, the trouble was logged once when it began.
     pub(crate) fn write(what: &'static str) -> Self {
-        Self::then(move |_, _, result| {
+        Self::then(move |core, _, result| {
             if let Err(e) = result {
-                log::error!("could not record {what}: {e}");
+                if core.storage.trouble().is_some() {
+                    log::debug!("could not record {what}: {e}");
+                } else {
+                    log::error!("could not record {what}: {e}");
+                }
             }
         })
     }

@@ -70,6 +70,24 @@ pub(crate) struct RunEnv {
     pub(crate) counted: bool,
     /// Since when the run waits for a place under `max_runs_in_flight` (`capacity.rs`).
     pub(crate) capacity_since: Option<Instant>,
+    /// Its end as decided, and how often its write failed (`finalize`).
+    pub(crate) end: Option<RunEnd>,
+}
+
+/// A run's end, written until stored.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunEnd {
+    pub at: Millis,
+    pub failures: u32,
+}
+
+impl RunEnd {
+    /// The wait before the next write: 0.5 s, twice as long each time, up to 10 s.
+    pub(crate) fn retry_in(&self) -> std::time::Duration {
+        let first = crate::roles::main::state::storage::FIRST_RETRY;
+        let shift = self.failures.saturating_sub(1).min(5);
+        (first * (1 << shift)).min(crate::roles::main::state::storage::LAST_RETRY)
+    }
 }
 
 /// Shared handle to a job definition inside runs.

@@ -263,6 +263,7 @@ pub(crate) fn render(core: &Main) -> String {
         None => Histogram::new(LATENCY_BUCKETS).render("saltpeter_db_commit_seconds", "", &mut out),
     }
     render_ha(core, &mut out);
+    storage_metrics(core, &mut out);
     out
 }
 
@@ -362,6 +363,62 @@ fn render_ha(core: &Main, out: &mut String) {
         "Times this server took the leader lease.",
     );
     let _ = writeln!(out, "saltpeter_ha_takeovers_total {}", ha.takeovers);
+}
+
+/// Whether the database stores, what failed to be written, and the stalls liveness
+/// did not count (`state/storage.rs`, `state/liveness.rs`).
+fn storage_metrics(core: &Main, out: &mut String) {
+    header(
+        out,
+        "saltpeter_storage_trouble",
+        "gauge",
+        "1 while the database does not store (a full disk, a database out of reach, a \
+         call db did not answer in time); outcomes wait with their wrappers meanwhile.",
+    );
+    let trouble = u8::from(core.storage.trouble().is_some());
+    let _ = writeln!(out, "saltpeter_storage_trouble {trouble}");
+    header(
+        out,
+        "saltpeter_db_write_failures_total",
+        "counter",
+        "Database calls that failed to store since start (each retry counts).",
+    );
+    let _ = writeln!(
+        out,
+        "saltpeter_db_write_failures_total {}",
+        core.storage.write_failures()
+    );
+    header(
+        out,
+        "saltpeter_slots_refused_total",
+        "counter",
+        "Slots whose run could not be recorded since start (recorded as skipped once the \
+         database stores again).",
+    );
+    let _ = writeln!(
+        out,
+        "saltpeter_slots_refused_total {}",
+        core.storage.slots_refused()
+    );
+    header(
+        out,
+        "saltpeter_outcomes_unstored",
+        "gauge",
+        "Target outcomes decided and not stored yet (their wrappers keep them).",
+    );
+    let _ = writeln!(
+        out,
+        "saltpeter_outcomes_unstored {}",
+        core.storage.outcomes_waiting()
+    );
+    header(
+        out,
+        "saltpeter_stalls_total",
+        "counter",
+        "Stalls of main or the hub (no tick for seconds) since start; wrappers' silence \
+         across them is not counted.",
+    );
+    let _ = writeln!(out, "saltpeter_stalls_total {}", core.liveness.stalls());
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use crate::roles::main::rules::target::exit_outcome;
 use crate::roles::main::rules::target::{KillAction, PendingExit};
 use crate::roles::main::rules::tokens;
 use crate::roles::main::run::effects::{apply, finish_target, now_ms, transition, write_target};
+use crate::roles::main::state::liveness::Verdict;
 use crate::roles::main::state::{DbWait, Main};
 use crate::roles::main::views::live;
 use crate::roles::main::wrappers::welcome::{answer_hello, reject, staged_heartbeat_s};
@@ -70,6 +71,11 @@ pub(crate) fn reconcile(
             return;
         }
     };
+    if core.in_flight(record.id) {
+        // Reopened meanwhile (for a sibling target whose wrapper came back first): the
+        // run in flight decides, and reopens this target too if it was lost.
+        return answer_hello(core, id, hello);
+    }
     let Some(target) = details
         .iter_mut()
         .find(|d| d.record.machine == hello.machine)
@@ -93,7 +99,7 @@ pub(crate) fn reconcile(
         (None, Some(k)) => tokens::verify_resume_key(target.resume_key_sha256.as_deref(), &k.0),
         (None, None) => false,
     };
-    if target.record.reason != Some(TargetReason::Lost) || !proven || core.in_flight(record.id) {
+    if target.record.reason != Some(TargetReason::Lost) || !proven {
         // Only a peer that proved the target learns that its outcome is recorded.
         let verdict = if proven && target.record.state == TargetState::Finished {
             reject(
@@ -282,6 +288,7 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
                 }
             }
         }
+        HubRequest::HubTick => core.liveness.hub_ticked(Instant::now()),
         other => log::warn!("hub sent a request main does not take one-way: {other:?}"),
     }
 }
@@ -310,15 +317,40 @@ pub(crate) fn output_stored(
 /// pre-staged run whose command has not started yet, for 3 staged heartbeats (their
 /// wrappers may be waiting for `go` with the slower beat; after `go` their `started`
 /// comes at once).
+///
+/// Silence counts only over time the daemon ran (`state/liveness.rs`): after a stall of
+/// main or the hub, or a pause (a stop, storage trouble), every wrapper gets a fresh
+/// grace instead.
 pub(crate) fn check_liveness(core: &mut Main, now: Instant) {
-    if core.flight.stopping || core.storage.db_trouble.is_some() {
-        // Wrappers cannot reach a stopping daemon, and are refused while the database
-        // cannot store: their silence says nothing. The next start gives them the
-        // recovery grace.
+    if core.runs_in_flight() == 0 {
+        core.liveness.idle();
         return;
     }
+    // Wrappers cannot reach a stopping daemon, and may be refused while the database
+    // does not store: their silence says nothing then.
+    let held = core.flight.stopping || core.storage.trouble().is_some();
     let heartbeat_s = core.config.saltpeter.heartbeat_s.max(1);
     let silence = Duration::from_secs(heartbeat_s * 3);
+    match core.liveness.check(now, held) {
+        Verdict::Judge => {}
+        Verdict::Paused => return,
+        Verdict::Resumed => {
+            let grace = silence.max(Duration::from_secs(core.config.saltpeter.recovery_grace_s));
+            log::info!(
+                "the daemon was stalled or paused; every wrapper has {} s to be heard again",
+                grace.as_secs()
+            );
+            let runs: Vec<RunId> = core.runs().map(|r| r.id).collect();
+            for run in runs {
+                if let Some(active) = core.run_mut(run) {
+                    for t in active.targets.values_mut() {
+                        t.excuse_silence(now, grace);
+                    }
+                }
+            }
+            return;
+        }
+    }
     let staged = Duration::from_secs(staged_heartbeat_s(heartbeat_s) * 3);
     let mut lost = Vec::new();
     for active in core.runs() {

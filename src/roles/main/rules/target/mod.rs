@@ -30,7 +30,10 @@
 mod exit;
 mod read;
 mod record;
+#[cfg(test)]
+mod record_tests;
 mod retry;
+mod silence;
 pub(crate) mod suspend;
 #[cfg(test)]
 mod tests;
@@ -345,14 +348,18 @@ impl Target {
             ));
         }
         let mut effects = Vec::new();
+        // A target declared lost, recorded so or still being recorded, whose wrapper
+        // proves its session: reopened (the wrapper resends its exit if it has one).
+        let lost = Some(TargetReason::Lost);
         let lost_returning = !by_token
-            && matches!(
-                self.phase,
-                Phase::Finished(Outcome {
-                    reason: Some(TargetReason::Lost),
-                    ..
-                })
-            );
+            && match &self.phase {
+                Phase::Finished(outcome) => outcome.reason == lost,
+                Phase::Finishing { outcome, .. } => outcome.reason == lost,
+                _ => false,
+            };
+        // An outcome decided and not stored yet: its wrapper is welcomed (its resent
+        // exit changes nothing) and gets `done` once the outcome is stored.
+        let recording = !lost_returning && matches!(self.phase, Phase::Finishing { .. });
         if lost_returning {
             self.phase = Phase::PickedUp {
                 running: true,
@@ -363,7 +370,7 @@ impl Target {
             self.ended = None;
             effects.push(Effect::Reconciled);
             effects.push(Effect::StoreState(TargetState::Running, None));
-        } else if self.is_decided() {
+        } else if self.is_decided() && !recording {
             return Err(refuse(
                 RejectCode::Finished,
                 "the outcome is already recorded",
@@ -371,6 +378,7 @@ impl Target {
         }
         match &mut self.phase {
             Phase::PickedUp { last_seen, .. } => *last_seen = now,
+            Phase::Finishing { .. } => {}
             phase => {
                 *phase = Phase::PickedUp {
                     running: false,
@@ -544,41 +552,6 @@ impl Target {
             ended: now_ms,
             waited: false,
         }]
-    }
-
-    /// db recorded the outcome: final now; the wrapper may exit.
-    pub(crate) fn recorded(&mut self) -> Vec<Effect> {
-        let outcome = match &self.phase {
-            Phase::Finishing { outcome, .. } => *outcome,
-            _ => return Vec::new(),
-        };
-        self.phase = Phase::Finished(outcome);
-        let mut effects: Vec<Effect> = self.conn.map(Effect::Done).into_iter().collect();
-        effects.push(Effect::WakeRun);
-        effects
-    }
-
-    /// Picked up, and no word from its wrapper for longer than `silence` at `now`
-    /// (`before_start` while its command has not started: a staged wrapper's slower beat).
-    pub(crate) fn silent_too_long(
-        &self,
-        now: Instant,
-        silence: Duration,
-        before_start: Duration,
-    ) -> bool {
-        match &self.phase {
-            Phase::PickedUp {
-                running,
-                last_seen,
-                grace_until,
-                ..
-            } => {
-                let limit = if *running { silence } else { before_start };
-                !grace_until.is_some_and(|until| now < until)
-                    && now.saturating_duration_since(*last_seen) > limit
-            }
-            _ => false,
-        }
     }
 
     /// An operator kills this target.

@@ -3,10 +3,46 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Outcome, Phase, Target, Token};
+use super::{Effect, Outcome, Phase, Target, Token};
+use crate::wire::records::TargetReason;
 use crate::wire::records::{TargetRecord, TargetState};
 
 impl Target {
+    /// db recorded the outcome: final now; the wrapper may exit. A wrapper still
+    /// connected to a target recorded as lost is not told `done` (that would end a
+    /// command that may still run): its link is closed instead, and its next hello
+    /// reopens the target.
+    pub(crate) fn recorded(&mut self) -> Vec<Effect> {
+        let outcome = match &self.phase {
+            Phase::Finishing { outcome, .. } => *outcome,
+            _ => return Vec::new(),
+        };
+        self.phase = Phase::Finished(outcome);
+        let mut effects: Vec<Effect> = match self.conn {
+            Some(conn) if outcome.reason == Some(TargetReason::Lost) => {
+                self.conn = None;
+                vec![Effect::Close(conn)]
+            }
+            Some(conn) => vec![Effect::Done(conn)],
+            None => Vec::new(),
+        };
+        effects.push(Effect::WakeRun);
+        effects
+    }
+
+    /// Its outcome's write failed: written again, as decided (nothing while it is not
+    /// being recorded any more).
+    pub(crate) fn record_again(&self) -> Vec<Effect> {
+        match &self.phase {
+            Phase::Finishing { outcome, .. } => vec![Effect::RecordOutcome {
+                outcome: *outcome,
+                ended: self.ended.unwrap_or_default(),
+                waited: true,
+            }],
+            _ => Vec::new(),
+        }
+    }
+
     /// Restored with its attempt as stored (retries already made count against
     /// `retries` after a restart too).
     pub(crate) fn restore_attempt(&mut self, attempt: u32) {

@@ -1,0 +1,158 @@
+//! What is final only once stored: a target's outcome, a slot's record; and the way out
+//! of storage trouble (`state/storage.rs` keeps the state, this file acts on it).
+//!
+//! - A target's outcome is written when decided (`Effect::RecordOutcome`). When the write
+//!   fails the target stays `Finishing`, its wrapper keeps its exit (no `done` goes out),
+//!   and the write is tried again with a backoff until it succeeds; a wrapper that comes
+//!   back meanwhile is welcomed and its resent `exited` changes nothing.
+//! - A slot whose run (or skip) could not be recorded is counted at once and recorded as
+//!   skipped, with the true reason, when the database stores again.
+//! - While the database does not store, a probe write every few seconds ends the trouble
+//!   even when nothing else writes.
+
+use std::time::Instant;
+
+use crate::ipc::rpc::CallError;
+use crate::roles::main::run::effects::{apply, now_ms};
+use crate::roles::main::state::storage::UnrecordedSlot;
+use crate::roles::main::state::{DbWait, Main};
+use crate::wire::db::{DbReply, DbRequest, NewRun};
+use crate::wire::records::{RunId, RunState};
+
+/// db answered the write of a target's outcome: final now (its wrapper may exit), or to
+/// be written again.
+pub(crate) fn outcome_recorded(
+    core: &mut Main,
+    run: RunId,
+    machine: &str,
+    result: Result<DbReply, CallError>,
+) {
+    if let Err(e) = result {
+        let first = core.storage.outcomes_waiting() == 0;
+        core.storage
+            .outcome_not_stored(run, machine, Instant::now());
+        if first {
+            log::error!(
+                "run {run}: the outcome of {machine} is not stored yet ({e}); its wrapper keeps \
+                 it and the write is tried again until it succeeds"
+            );
+        } else {
+            log::debug!("run {run}: the outcome of {machine} is not stored yet: {e}");
+        }
+        return;
+    }
+    core.storage.outcome_settled(run, machine);
+    let Some(t) = core.target_mut(run, machine) else {
+        return;
+    };
+    let effects = t.recorded();
+    let outcome = t.outcome();
+    log::info!(
+        "run {run}: {machine} finished ({}, exit {})",
+        outcome
+            .and_then(|o| o.reason)
+            .map(|r| r.as_str())
+            .unwrap_or("-"),
+        outcome
+            .and_then(|o| o.code)
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "-".into())
+    );
+    apply(core, run, machine, effects);
+}
+
+/// Once a second: the outcomes whose next write is due, the probe while the database
+/// does not store, and the slots to record once it does.
+pub(crate) fn tick(core: &mut Main, now: Instant) {
+    for (run, machine) in core.storage.due_outcomes(now) {
+        let effects = match core.target_mut(run, &machine) {
+            Some(t) => t.record_again(),
+            None => Vec::new(),
+        };
+        if effects.is_empty() {
+            // Reconciled, retried or gone meanwhile: nothing to write any more.
+            core.storage.outcome_settled(run, &machine);
+        }
+        apply(core, run, &machine, effects);
+    }
+    if core.storage.probe_due(now) {
+        core.db_call(
+            DbRequest::SetMeta {
+                key: "storage_probe".into(),
+                value: now_ms().to_string(),
+            },
+            DbWait::then(|_, _, result| {
+                if let Err(e) = result {
+                    log::debug!("storage probe: {e}");
+                }
+            }),
+        );
+    }
+    for slot in core.storage.take_unrecorded() {
+        record_slot(core, slot);
+    }
+}
+
+/// A slot whose run could not be recorded at the time, recorded now as skipped.
+fn record_slot(core: &mut Main, slot: UnrecordedSlot) {
+    log::info!(
+        "{}: recording slot {} as skipped ({})",
+        slot.job,
+        slot.slot,
+        slot.why
+    );
+    let req = DbRequest::CreateRun(NewRun {
+        job: slot.job.clone(),
+        slot: Some(slot.slot),
+        trigger: slot.trigger,
+        state: RunState::Skipped,
+        reason: Some(slot.why.clone()),
+        targets: Vec::new(),
+        now: now_ms(),
+    });
+    core.db_call(
+        req,
+        DbWait::then(move |core, _, result| {
+            if result.is_err() {
+                core.storage.keep_unrecorded(slot);
+            }
+        }),
+    );
+}
+
+/// db answered the record of a skipped slot (or of a slot's run that does not run).
+pub(crate) fn slot_recorded(
+    core: &mut Main,
+    slot: UnrecordedSlot,
+    result: Result<DbReply, CallError>,
+) {
+    if let Err(e) = result {
+        log::warn!(
+            "{}: slot {} could not be recorded ({e}); it is recorded once the database \
+             stores again",
+            slot.job,
+            slot.slot
+        );
+        core.storage.slot_not_recorded(slot);
+    }
+}
+
+/// The run of a slot could not be recorded: it does not run, and is recorded as skipped
+/// with the reason once the database stores.
+pub(crate) fn run_not_recorded(
+    core: &mut Main,
+    job: &str,
+    slot: Option<crate::wire::records::Millis>,
+    trigger: crate::wire::records::Trigger,
+    why: &str,
+) {
+    let Some(slot) = slot else {
+        return; // a run asked for by an operator: the operator got the error
+    };
+    core.storage.slot_not_recorded(UnrecordedSlot {
+        job: job.to_string(),
+        slot,
+        trigger,
+        why: format!("storage: the database could not record the run at its slot ({why})"),
+    });
+}
