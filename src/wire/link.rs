@@ -53,12 +53,12 @@ pub(crate) enum ControlUp {
 pub(crate) type ConnId = u64;
 
 /// How often the hub ticks main ([`HubRequest::HubTick`]).
-pub(crate) const HUB_TICK: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const HUB_TICK: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Hub -> main requests (calls and casts).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum HubRequest {
-    /// Every second (cast): the hub runs and passes wrapper frames on; main judges no
+    /// Twice a second (cast): the hub runs and passes wrapper frames on; main judges no
     /// silence while these stop (`roles/main/state/liveness.rs`).
     HubTick,
     /// An operator's request from the admin socket (call).

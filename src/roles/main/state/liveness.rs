@@ -8,7 +8,7 @@
 //!   checks is far over a second, and the heartbeats of the whole gap are still waiting
 //!   in the hub's link;
 //! - the hub was stopped: main runs, but no frame reaches it. The hub ticks main every
-//!   second (`wire::link::HUB_TICK`); no tick for [`HUB_SILENT`] means the hub is not passing
+//!   half second (`wire::link::HUB_TICK`); no tick for [`HUB_SILENT`] means the hub is not passing
 //!   anything on.
 //!
 //! Either way no silence is judged while it lasts, and when it ends every wrapper gets a
@@ -18,8 +18,10 @@
 
 use std::time::{Duration, Instant};
 
-/// No tick from the hub for this long: the hub is stalled.
-pub(crate) const HUB_SILENT: Duration = Duration::from_secs(3);
+/// No tick from the hub for this long: the hub is stalled. Shorter than the shortest
+/// silence judged (3 heartbeats of 1 s) by more than a tick, so that a stalled hub is
+/// noticed before any wrapper looks silent.
+pub(crate) const HUB_SILENT: Duration = Duration::from_secs(2);
 /// Two checks this far apart (they are a second apart): main was stalled.
 pub(crate) const MAIN_GAP: Duration = Duration::from_millis(2500);
 
@@ -143,9 +145,8 @@ mod tests {
         l.hub_ticked(t0);
         assert_eq!(l.check(t0 + S, false), Verdict::Judge);
         assert_eq!(l.check(t0 + 2 * S, false), Verdict::Judge);
-        assert_eq!(l.check(t0 + 3 * S, false), Verdict::Judge);
-        assert_eq!(l.check(t0 + 4 * S, false), Verdict::Paused);
-        for i in 5..45 {
+        assert_eq!(l.check(t0 + 3 * S, false), Verdict::Paused);
+        for i in 4..45 {
             assert_eq!(l.check(t0 + i * S, false), Verdict::Paused);
         }
         l.hub_ticked(t0 + 45 * S);
