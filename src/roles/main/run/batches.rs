@@ -315,6 +315,8 @@ pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> St
             deadline,
             window,
             core.liveness.resumed_at(),
+            core.liveness.is_paused(),
+            now,
         ));
     }
     let Some(active) = core.run(run) else {

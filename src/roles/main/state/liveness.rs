@@ -84,6 +84,11 @@ impl Liveness {
         Verdict::Judge
     }
 
+    /// Judging is paused now (the hub is silent, or main holds it).
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused
+    }
+
     /// When the last stall or pause ended.
     pub(crate) fn resumed_at(&self) -> Option<Instant> {
         self.resumed_at
@@ -95,16 +100,24 @@ impl Liveness {
     }
 }
 
-/// A pick-up deadline `deadline` whose window (`window` long) was open when a stall
-/// ended at `resumed`: it moves to a whole window after the stall.
+/// A pick-up deadline `deadline` (of a window `window` long) at `now`: while judging is
+/// paused it is not reached; when a stall ended at `resumed` while its window was open,
+/// it moves to a whole window after the stall.
 pub(crate) fn pickup_after_stall(
     deadline: Instant,
     window: Duration,
     resumed: Option<Instant>,
+    paused: bool,
+    now: Instant,
 ) -> Instant {
-    match resumed {
+    let deadline = match resumed {
         Some(r) if r + window > deadline => r + window,
         _ => deadline,
+    };
+    if paused {
+        deadline.max(now + window)
+    } else {
+        deadline
     }
 }
 
@@ -146,6 +159,7 @@ mod tests {
         assert_eq!(l.check(t0 + S, false), Verdict::Judge);
         assert_eq!(l.check(t0 + 2 * S, false), Verdict::Judge);
         assert_eq!(l.check(t0 + 3 * S, false), Verdict::Paused);
+        assert!(l.is_paused());
         for i in 4..45 {
             assert_eq!(l.check(t0 + i * S, false), Verdict::Paused);
         }
@@ -179,15 +193,19 @@ mod tests {
         let t0 = Instant::now();
         let w = 30 * S;
         // Deadline at t0+30; the stall ended at t0+20: a whole window from then.
+        let now = t0 + 25 * S;
         assert_eq!(
-            pickup_after_stall(t0 + w, w, Some(t0 + 20 * S)),
+            pickup_after_stall(t0 + w, w, Some(t0 + 20 * S), false, now),
             t0 + 50 * S
         );
         // The stall ended long before the window opened: unchanged.
         assert_eq!(
-            pickup_after_stall(t0 + 200 * S, w, Some(t0 + 20 * S)),
+            pickup_after_stall(t0 + 200 * S, w, Some(t0 + 20 * S), false, now),
             t0 + 200 * S
         );
-        assert_eq!(pickup_after_stall(t0 + w, w, None), t0 + w);
+        assert_eq!(pickup_after_stall(t0 + w, w, None, false, now), t0 + w);
+        // Paused (the hub is silent): never reached while it lasts.
+        let late = t0 + 90 * S;
+        assert!(pickup_after_stall(t0 + w, w, None, true, late) > late);
     }
 }
