@@ -143,7 +143,8 @@ mod tests {
     #[test]
     fn a_welcome_ends_the_streak_and_resets_the_backoff() {
         let mut r = rotation(&["ws://a:1", "ws://b:2"]);
-        for _ in 0..10 {
+        // Ten rounds: the backoff has reached its cap.
+        for _ in 0..20 {
             r.failed(0.5);
         }
         assert!(r.failed(0.5) < Duration::from_secs(1), "mid-round: a hop");

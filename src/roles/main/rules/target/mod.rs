@@ -24,12 +24,14 @@
 //! from db, `retry.rs` starts a new attempt, `suspend.rs` stops and continues its
 //! command, `throttle.rs` holds it for `max_running_per_machine`, `unreachable.rs` waits
 //! for its minion); the rest of main reads them through [`Target::phase`], the
-//! predicates and the readers of `read.rs`. `exit.rs` says what a wrapper's `exited`
+//! predicates and the readers of `read.rs`; `refused.rs` holds a wrapper's output
+//! while db cannot store it. `exit.rs` says what a wrapper's `exited`
 //! means for the outcome.
 
 mod exit;
 mod read;
 mod record;
+mod refused;
 mod retry;
 pub(crate) mod suspend;
 #[cfg(test)]
@@ -129,8 +131,15 @@ pub(crate) enum Effect {
     Ack(ConnId, u64),
     /// Tell the wrapper its outcome is recorded.
     Done(ConnId),
-    /// Close a connection (replaced by a newer one, or its output could not be stored).
+    /// Close a connection (replaced by a newer one).
     Close(ConnId),
+    /// db could not store its output: the wrapper on this connection keeps it from
+    /// `from_seq` and sends it again after `retry_after` (`refused.rs`).
+    HoldOutput {
+        conn: ConnId,
+        from_seq: u64,
+        retry_after: Duration,
+    },
     /// Persist a new state (and start time) of the target.
     StoreState(TargetState, Option<Millis>),
     /// Persist how the job's limits were applied.
@@ -198,6 +207,8 @@ pub(crate) struct Target {
     resume_hash: Option<String>,
     /// Output up to this seq is committed (and acknowledged).
     acked_seq: u64,
+    /// db has refused output since it last stored some (`refused.rs`).
+    refusals: Option<refused::Refusals>,
     /// A user kill is to be delivered (now or when the wrapper reconnects).
     kill_wanted: bool,
     /// Suspended by an operator (`target/suspend.rs`): persisted and shown.
@@ -261,6 +272,7 @@ impl Target {
             token: Token::Unused,
             resume_hash: None,
             acked_seq: 0,
+            refusals: None,
             kill_wanted: false,
             suspended: false,
             can_suspend: false,
@@ -475,6 +487,7 @@ impl Target {
         let mut effects = Vec::new();
         if contiguous > self.acked_seq {
             self.acked_seq = contiguous;
+            self.output_stored_again();
             if let Some(conn) = self.conn {
                 effects.push(Effect::Ack(conn, contiguous));
             }
@@ -492,12 +505,6 @@ impl Target {
                 }),
         );
         effects
-    }
-
-    /// db could not store output: nothing is acked, and closing the connection makes the
-    /// wrapper reconnect and resend everything after the last acknowledged seq.
-    pub(crate) fn output_refused(&mut self) -> Vec<Effect> {
-        self.conn.take().map(Effect::Close).into_iter().collect()
     }
 
     fn settle_if_complete(&mut self, now_ms: Millis) -> Vec<Effect> {
