@@ -23,10 +23,9 @@
 //! one of the transitions here and in the files beside it (`record.rs` restores a target
 //! from db, `retry.rs` starts a new attempt, `suspend.rs` stops and continues its
 //! command, `throttle.rs` holds it for `max_running_per_machine`, `unreachable.rs` waits
-//! for its minion); the rest of main reads them through [`Target::phase`], the
-//! predicates and the readers of `read.rs`; `refused.rs` holds a wrapper's output
-//! while db cannot store it. `exit.rs` says what a wrapper's `exited`
-//! means for the outcome.
+//! for its minion, `refused.rs` holds its output while db cannot store it); the rest of
+//! main reads them through [`Target::phase`], the predicates and the readers of
+//! `read.rs`. `exit.rs` says what a wrapper's `exited` means for the outcome.
 
 mod exit;
 mod read;
@@ -133,8 +132,7 @@ pub(crate) enum Effect {
     Done(ConnId),
     /// Close a connection (replaced by a newer one).
     Close(ConnId),
-    /// db could not store its output: the wrapper on this connection keeps it from
-    /// `from_seq` and sends it again after `retry_after` (`refused.rs`).
+    /// db could not store output: its wrapper resends from `from_seq` later (`refused.rs`).
     HoldOutput {
         conn: ConnId,
         from_seq: u64,
