@@ -36,6 +36,10 @@ pub const ENV_TOKEN_FILE: &str = "SP_TOKEN_FILE";
 /// Capability a wrapper advertises in `hello.capabilities` when it understands `suspend`
 /// and `resume`. The server sends neither to a wrapper without it (older wrappers).
 pub const CAP_SUSPEND: &str = "suspend";
+/// Capability a wrapper advertises when it understands `output_held`: the server then
+/// answers output it could not store with that message instead of closing the link
+/// (which is all an older wrapper is told: it reconnects and resends).
+pub const CAP_OUTPUT_HELD: &str = "output_held";
 
 fn is_false(b: &bool) -> bool {
     !*b
@@ -196,6 +200,15 @@ pub enum ServerMsg {
     },
     Ack {
         seq: u64,
+    },
+    /// The server could not store output from `from_seq` on (its database is full or
+    /// failing): the wrapper keeps every frame from there (memory, then its spool),
+    /// sends none for `retry_after_ms`, then one, and the rest once an `ack` shows the
+    /// server stores again. Only to a wrapper that advertised `CAP_OUTPUT_HELD`. The
+    /// link stays open; heartbeats go on.
+    OutputHeld {
+        from_seq: u64,
+        retry_after_ms: u64,
     },
     Kill {
         reason: KillReason,

@@ -185,3 +185,18 @@ fn an_older_wrapper_takes_a_welcome_and_a_newer_one_an_old_welcome() {
         other => panic!("decoded as {other:?}"),
     }
 }
+
+#[test]
+fn output_held_has_its_documented_shape() {
+    let msg = ServerMsg::OutputHeld {
+        from_seq: 4,
+        retry_after_ms: 500,
+    };
+    let text = serde_json::to_string(&msg).unwrap();
+    assert_eq!(
+        text,
+        r#"{"type":"output_held","from_seq":4,"retry_after_ms":500}"#
+    );
+    assert_eq!(serde_json::from_str::<ServerMsg>(&text).unwrap(), msg);
+    assert_eq!(CAP_OUTPUT_HELD, "output_held");
+}

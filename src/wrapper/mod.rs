@@ -14,8 +14,9 @@
 //!    no fork; logging.
 //! 3. `session`: one thread, one mio loop: the hub link (`link`), the running command
 //!    (`running`, started by `command`), SIGCHLD/SIGTERM, and timers (heartbeat, kill grace, timeout,
-//!    reconnect backoff, give-up). Output goes through `outbuf` (seq numbers, ack
-//!    bookkeeping, memory cap, then `spool` file, then counted loss). `patience` decides
+//!    reconnect backoff and `rotation` over several servers, give-up). Output goes through `outbuf` (seq numbers, ack
+//!    bookkeeping, memory cap, then `spool` file, then counted loss); `hold` paces its
+//!    resending while the server cannot store it (`output_held`). `patience` decides
 //!    how long to wait for a lost server: a wrapper that has not started its command
 //!    gives up at its slot plus a grace; one whose command runs spools and retries.
 //! 4. `files`: private directories and the per-host `flock` overlap lock.
@@ -29,11 +30,13 @@ mod command;
 mod daemon;
 mod error;
 mod files;
+mod hold;
 mod launch;
 mod limits;
 mod link;
 mod outbuf;
 mod patience;
+mod rotation;
 mod running;
 mod session;
 mod settings;

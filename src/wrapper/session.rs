@@ -5,6 +5,8 @@
 //! `done`). Independently the hub link goes down and up: after each loss a reconnect is
 //! scheduled with backoff, `hello` presents the `resume_key`, and the `welcome`'s
 //! `acked_seq` rewinds the output buffer so exactly the missing frames are resent.
+//! Output the server could not store is held on the open link (`output_held`, `hold`)
+//! and resent from the seq it names, without a reconnect.
 //! Without a server that knows the run, `patience` bounds the wait: a wrapper that has
 //! not started its command gives up at its slot plus the stage grace; one whose command
 //! runs keeps retrying up to `give_up`. Server messages are handled in `server_msgs`,
@@ -42,9 +44,11 @@ mod timers;
 
 use super::error::WrapperError;
 use super::files;
+use super::hold::OutputHold;
 use super::link::{Link, LinkEvent};
 use super::outbuf::{OutputBuffer, SpoolFactory};
 use super::patience::Patience;
+use super::rotation::Rotation;
 use super::running::{Ended, RunFacts, Running, StartFailure};
 use super::settings::{Backoff, Credential, Options, Settings};
 use super::spool::Spool;
@@ -85,11 +89,14 @@ struct Session {
     /// recorded): acted on right after the welcome.
     early_stop: Option<ServerMsg>,
     hello_deadline: Option<Instant>,
+    /// The server dialled (or the link is on) and the delays between attempts.
+    rotation: Rotation,
     addrs: Vec<SocketAddr>,
     next_addr: usize,
-    backoff: Backoff,
     reconnect_at: Option<Instant>,
     out: OutputBuffer,
+    /// The server could not store output: frames wait (`hold`).
+    output_hold: Option<OutputHold>,
     job: Option<JobSpec>,
     resume_key: Option<String>,
     phase: Phase,
@@ -141,11 +148,16 @@ impl Session {
             compress_output: false,
             early_stop: None,
             hello_deadline: None,
+            rotation: Rotation::new(
+                settings.hub.clone(),
+                settings.other_hubs.clone(),
+                Backoff::new(opts.backoff_base, opts.backoff_max),
+            ),
             addrs: Vec::new(),
             next_addr: 0,
-            backoff: Backoff::new(opts.backoff_base, opts.backoff_max),
             reconnect_at: Some(now),
             out: OutputBuffer::new(opts.limits, spool_factory),
+            output_hold: None,
             job: None,
             resume_key: None,
             phase: Phase::AwaitWelcome,
@@ -206,7 +218,7 @@ impl Session {
             }
             if link_ready {
                 self.link
-                    .on_ready(&self.settings.hub.url, now, &mut self.link_events);
+                    .on_ready(&self.rotation.current().url, now, &mut self.link_events);
             }
             if let Phase::Running(r) = &mut self.phase {
                 r.read_pipes(&mut self.out, &mut self.read_buf, now);
@@ -411,6 +423,9 @@ impl Session {
             self.ctrl.pop_front();
         }
         while self.ctrl.is_empty() {
+            if self.output_hold.as_ref().is_some_and(|h| !h.may_send(now)) {
+                break;
+            }
             let Some(frame) = self.out.next_unsent() else {
                 break;
             };
@@ -422,6 +437,9 @@ impl Session {
                 break;
             }
             self.out.mark_sent(seq);
+            if let Some(hold) = &mut self.output_hold {
+                hold.sent(now);
+            }
         }
         if let Phase::Finished(exited) = &self.phase
             && self.exited_sent_at.is_none()

@@ -305,6 +305,11 @@ impl Backoff {
         delay
     }
 
+    /// The first delay (before jitter).
+    pub(super) fn base(&self) -> Duration {
+        self.base
+    }
+
     /// After a successful `welcome` the next loss starts from the base delay again.
     pub(super) fn reset(&mut self) {
         self.current = self.base;

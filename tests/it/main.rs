@@ -33,6 +33,7 @@ mod lost_daemon;
 mod maintenance;
 mod notify;
 mod notify_tls;
+mod output_backpressure;
 mod pg_tls;
 mod queued;
 mod quickstart;

@@ -441,11 +441,13 @@ impl Sessions {
                 }
             }
             ServerMsg::Go {} if s.phase == Phase::Staged => self.start_command(s, ws)?,
-            // Suspend and resume go only to wrappers that advertise them; this one does not.
+            // Suspend, resume and output_held go only to wrappers that advertise them;
+            // this one does not.
             ServerMsg::Go {}
             | ServerMsg::Ack { .. }
             | ServerMsg::Suspend {}
-            | ServerMsg::Resume {} => {}
+            | ServerMsg::Resume {}
+            | ServerMsg::OutputHeld { .. } => {}
             ServerMsg::Done {} => {
                 self.tally.entry(run).or_default().done += 1;
                 self.tally_changed = true;

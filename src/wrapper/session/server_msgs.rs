@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::{Phase, Session};
 use crate::wire::wrapper::{ExitReason, JobSpec, KillReason, RejectCode, ServerMsg, WrapperMsg};
 use crate::wrapper::error::WrapperError;
+use crate::wrapper::hold::OutputHold;
 
 impl Session {
     pub(super) fn on_message(&mut self, now: Instant, msg: ServerMsg) {
@@ -60,7 +61,11 @@ impl Session {
             ServerMsg::Suspend {} => self.set_suspended(now, true),
             ServerMsg::Resume {} => self.set_suspended(now, false),
             _ if !self.welcomed => log::warn!("ignoring {msg:?} before welcome"),
-            ServerMsg::Ack { seq } => self.out.ack(seq),
+            ServerMsg::Ack { seq } => self.on_ack(now, seq),
+            ServerMsg::OutputHeld {
+                from_seq,
+                retry_after_ms,
+            } => self.on_output_held(now, from_seq, Duration::from_millis(retry_after_ms)),
             ServerMsg::Go {} => {
                 if matches!(self.phase, Phase::AwaitGo) {
                     self.begin_start(now);
@@ -93,6 +98,43 @@ impl Session {
                 }
             }
             ServerMsg::Done {} => self.on_done(now),
+        }
+    }
+
+    /// `ack`: output up to `seq` is stored; one that moves on ends an output hold.
+    fn on_ack(&mut self, now: Instant, seq: u64) {
+        let before = self.out.acked();
+        self.out.ack(seq);
+        if self.out.acked() > before
+            && let Some(hold) = self.output_hold.take()
+        {
+            log::info!(
+                "the server stores output again (held for {:?})",
+                hold.held_for(now)
+            );
+        }
+    }
+
+    /// `output_held`: the server could not store output from `from_seq` on. Keep it,
+    /// send it again from there once the wait is over (`hold`); the link stays.
+    fn on_output_held(&mut self, now: Instant, from_seq: u64, retry_after: Duration) {
+        self.out.rewind(from_seq.saturating_sub(1));
+        match &mut self.output_hold {
+            Some(hold) => {
+                log::debug!(
+                    "output from seq {from_seq} still not stored; again in {retry_after:?}"
+                );
+                hold.renew(now, retry_after);
+            }
+            None => {
+                let (mem, spooled) = self.out.buffered_bytes();
+                log::warn!(
+                    "the server could not store output from seq {from_seq}; keeping it \
+                     ({mem} bytes in memory, {spooled} spooled) and sending it again in \
+                     {retry_after:?}"
+                );
+                self.output_hold = Some(OutputHold::new(now, retry_after));
+            }
         }
     }
 
@@ -193,8 +235,9 @@ impl Session {
         self.hello_deadline = None;
         self.resume_key = Some(resume_key);
         self.token = None;
-        self.backoff.reset();
+        self.rotation.welcomed();
         self.out.rewind(acked_seq);
+        self.output_hold = None;
         self.ctrl.clear();
         self.exited_sent_at = None;
         if let Some(started) = &self.started {

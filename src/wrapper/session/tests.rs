@@ -314,3 +314,87 @@ fn the_rule_names_each_way_to_be_left_asleep() {
     s.outcome = Some(Ok(()));
     assert_eq!(s.standing(), Ok(Standing::Ending));
 }
+
+/// A session like [`session`] whose `SP_URL` names a second server (also refusing).
+fn session_with_two_servers(dir: &tempfile::TempDir) -> Session {
+    let mut s = session(dir);
+    let gone = TcpListener::bind("127.0.0.1:0").unwrap();
+    let second = parse_hub_url(&format!("ws://{}", gone.local_addr().unwrap())).unwrap();
+    drop(gone);
+    let first = s.rotation.current().clone();
+    s.rotation = super::Rotation::new(
+        first,
+        vec![second],
+        crate::wrapper::settings::Backoff::new(S / 2, 30 * S),
+    );
+    s
+}
+
+#[test]
+fn a_retry_later_and_the_close_after_it_move_one_server_quickly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = session_with_two_servers(&dir);
+    let first = s.rotation.current().url.clone();
+    let t0 = Instant::now();
+    let _peer = connect(&mut s, t0);
+    // A standby's answer: the refusal, then the hub closes the link; one read has both.
+    let refusal = ServerMsg::Reject {
+        code: RejectCode::RetryLater,
+        message: "not the leader".into(),
+    };
+    s.link_events.push(LinkEvent::Message(refusal.clone()));
+    s.link_events
+        .push(LinkEvent::Closed("the hub closed the link".into()));
+    s.handle_link_events(t0);
+    assert_ne!(s.rotation.current().url, first, "on to the other server");
+    let hop = s.reconnect_at.unwrap() - t0;
+    assert!(hop <= crate::wrapper::rotation::HOP * 3 / 2, "{hop:?}");
+    // The other one refuses too: a full round, so back to the first after the backoff.
+    let t1 = t0 + S;
+    let _peer = connect(&mut s, t1);
+    s.link_events.push(LinkEvent::Message(refusal));
+    s.link_events
+        .push(LinkEvent::Closed("the hub closed the link".into()));
+    s.handle_link_events(t1);
+    assert_eq!(s.rotation.current().url, first);
+    let backoff = s.reconnect_at.unwrap() - t1;
+    assert!(backoff >= S / 4, "{backoff:?}");
+}
+
+#[test]
+fn output_held_sends_nothing_during_the_wait_then_one_frame_until_an_ack() {
+    use crate::wire::wrapper::Stream;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = session(&dir);
+    let t0 = Instant::now();
+    let _peer = connect(&mut s, t0);
+    s.on_message(t0, welcome("true", Some(60 * S)));
+    for (i, stream) in [Stream::Stdout, Stream::Stderr, Stream::Stdout]
+        .into_iter()
+        .enumerate()
+    {
+        s.out.push(stream, format!("line {i}\n").as_bytes(), t0);
+    }
+    s.out.flush_due(t0, true);
+    s.pump(t0);
+    assert!(s.out.all_sent());
+    s.on_message(
+        t0,
+        ServerMsg::OutputHeld {
+            from_seq: 1,
+            retry_after_ms: 1000,
+        },
+    );
+    s.pump(t0 + S / 2);
+    assert_eq!(s.out.next_unsent().map(|f| f.seq), Some(1), "held");
+    assert_eq!(turn(&mut s, t0 + S / 2), Standing::Served, "the link stays");
+    s.pump(t0 + S);
+    assert_eq!(s.out.next_unsent().map(|f| f.seq), Some(2), "one probe");
+    s.pump(t0 + 2 * S);
+    assert_eq!(s.out.next_unsent().map(|f| f.seq), Some(2), "one at a time");
+    s.on_message(t0 + 2 * S, ServerMsg::Ack { seq: 1 });
+    assert!(s.output_hold.is_none());
+    s.pump(t0 + 2 * S);
+    assert!(s.out.all_sent(), "stored again: the rest follows");
+    assert!(s.link.is_open() && s.welcomed);
+}

@@ -72,6 +72,12 @@ impl Session {
             self.link.setup_deadline(),
             Some(self.patience.last_known(self.served()) + self.settings.give_up),
             self.answer_due().map(|(at, _)| at),
+            // Past once the wait is over and nothing was there to probe with: new output
+            // wakes the loop then.
+            self.output_hold
+                .as_ref()
+                .map(|h| h.deadline())
+                .filter(|at| *at > now),
         ];
         if self.started.is_none() && self.served().is_none() {
             next.push(Some(self.patience.start_deadline()));
@@ -97,6 +103,10 @@ impl Session {
 
     pub(super) fn on_timers(&mut self, now: Instant) {
         self.out.flush_due(now, false);
+        if self.output_hold.as_ref().is_some_and(|h| h.lifted(now)) {
+            log::warn!("no answer from the server to the output it could not store; sending again");
+            self.output_hold = None;
+        }
         if let Phase::Splay(until) = self.phase
             && until <= now
         {

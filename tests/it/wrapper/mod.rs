@@ -8,6 +8,7 @@ mod in_process;
 mod launch;
 mod lost_server;
 mod peer;
+mod servers;
 mod staged;
 mod suspend;
 mod throughput;

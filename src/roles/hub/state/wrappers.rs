@@ -103,6 +103,8 @@ pub(crate) struct Conn {
     /// Its hello offered zstd output frames; `compressed` once welcomed with them.
     pub offers_zstd: bool,
     pub compressed: bool,
+    /// Its hello advertised `output_held`; without it, refused output closes the link.
+    pub holds_output: bool,
 }
 
 pub(crate) struct Wrappers {

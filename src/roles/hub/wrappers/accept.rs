@@ -151,6 +151,7 @@ impl Listener<Hub> for Acceptor {
                     in_hello: true,
                     offers_zstd: false,
                     compressed: false,
+                    holds_output: false,
                 },
             );
             arm_sweep(hub, ctx);

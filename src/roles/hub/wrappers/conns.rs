@@ -105,7 +105,21 @@ pub(super) fn reject(
 }
 
 /// Send a control message to a wrapper.
+///
+/// `output_held` to a wrapper that did not advertise it (an older build) closes its link
+/// instead, which is all such a wrapper was ever told when its output was refused: it
+/// reconnects and resends from its last ack. Main learns the connection is gone.
 pub(crate) fn send(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: &ServerMsg) {
+    if matches!(msg, ServerMsg::OutputHeld { .. })
+        && let Some(conn) = hub.wrappers.conns.get(&id)
+        && !conn.holds_output
+    {
+        log::debug!("wrapper connection {id}: output refused; an older wrapper, so closing");
+        if matches!(conn.phase, Phase::Bound | Phase::Vetting) {
+            hub.cast_main(HubRequest::WrapperGone { conn: id });
+        }
+        return close(hub, ctx, id);
+    }
     broadcast(hub, ctx, &[id], msg);
 }
 

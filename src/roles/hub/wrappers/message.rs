@@ -15,7 +15,8 @@ use crate::wire::limits::CAP_LIMITS;
 use crate::wire::link::{ConnId, HubRequest, WrapperHello};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::{
-    CAP_SUSPEND, OutputFrame, OutputFrameError, PROTOCOL_VERSION, RejectCode, WrapperMsg,
+    CAP_OUTPUT_HELD, CAP_SUSPEND, OutputFrame, OutputFrameError, PROTOCOL_VERSION, RejectCode,
+    WrapperMsg,
 };
 
 /// Longest `started.limits` kept (characters; it names a group path and a few values).
@@ -65,6 +66,7 @@ pub(super) fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg:
                 ) => {
                     if let Some(conn) = hub.wrappers.conns.get_mut(&id) {
                         conn.offers_zstd = compression.iter().any(|c| c == ZSTD);
+                        conn.holds_output = capabilities.iter().any(|c| c == CAP_OUTPUT_HELD);
                     }
                     let build = hello::build_of(wrapper_sha256, wrapper_path);
                     let hello = WrapperHello {

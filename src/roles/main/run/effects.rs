@@ -47,6 +47,18 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
             }
             Effect::Ack(conn, seq) => core.tell_wrapper(conn, ServerMsg::Ack { seq }),
             Effect::Done(conn) => core.tell_wrapper(conn, ServerMsg::Done {}),
+            Effect::HoldOutput {
+                conn,
+                from_seq,
+                retry_after,
+            } => {
+                let retry_after_ms = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
+                let msg = ServerMsg::OutputHeld {
+                    from_seq,
+                    retry_after_ms,
+                };
+                core.tell_wrapper(conn, msg);
+            }
             Effect::Close(conn) => {
                 core.flight.sessions.remove(&conn);
                 core.tell_hub(MainToHub::CloseWrapper { conn });

@@ -293,22 +293,44 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
     }
 }
 
-/// db committed output up to `contiguous_seq`: ack it to the wrapper.
+/// db committed output up to `contiguous_seq`: ack it to the wrapper. db could not store
+/// it: the wrapper holds its output and sends it again later, on the same link
+/// (`rules/target/refused.rs`). One line when output starts being refused for a target,
+/// one when it is stored again, whatever number of frames was refused meanwhile.
 pub(crate) fn output_stored(
     core: &mut Main,
     run: RunId,
     machine: &str,
     result: Result<DbReply, CallError>,
 ) {
+    let refused_before = core.target(run, machine).and_then(|t| t.output_refusals());
     match calls::AppendOutput::take(result) {
         Ok(contiguous_seq) => {
             transition(core, run, machine, |t| {
                 t.output_stored(contiguous_seq, now_ms())
             });
+            let over = core
+                .target(run, machine)
+                .is_some_and(|t| t.output_refusals().is_none());
+            if let Some(frames) = refused_before
+                && over
+            {
+                log::info!(
+                    "run {run}: output of {machine} is stored again ({frames} frames were \
+                     refused meanwhile and are being resent)"
+                );
+            }
         }
         Err(e) => {
-            log::error!("run {run}: output of {machine} not stored: {e}");
-            transition(core, run, machine, |t| t.output_refused());
+            if refused_before.is_none() {
+                log::error!(
+                    "run {run}: output of {machine} not stored: {e}; its wrapper keeps it \
+                     and sends it again (logged again once stored)"
+                );
+            } else {
+                log::debug!("run {run}: output of {machine} still not stored: {e}");
+            }
+            transition(core, run, machine, |t| t.output_refused(Instant::now()));
         }
     }
 }

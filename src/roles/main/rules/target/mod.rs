@@ -23,15 +23,16 @@
 //! one of the transitions here and in the files beside it (`record.rs` restores a target
 //! from db, `retry.rs` starts a new attempt, `suspend.rs` stops and continues its
 //! command, `throttle.rs` holds it for `max_running_per_machine`, `unreachable.rs` waits
-//! for its minion); the rest of main reads them through [`Target::phase`], the
-//! predicates and the readers of `read.rs`. `exit.rs` says what a wrapper's `exited`
-//! means for the outcome.
+//! for its minion, `refused.rs` holds its output while db cannot store it); the rest of
+//! main reads them through [`Target::phase`], the predicates and the readers of
+//! `read.rs`. `exit.rs` says what a wrapper's `exited` means for the outcome.
 
 mod exit;
 mod read;
 mod record;
 #[cfg(test)]
 mod record_tests;
+mod refused;
 mod retry;
 mod silence;
 pub(crate) mod suspend;
@@ -132,8 +133,14 @@ pub(crate) enum Effect {
     Ack(ConnId, u64),
     /// Tell the wrapper its outcome is recorded.
     Done(ConnId),
-    /// Close a connection (replaced by a newer one, or its output could not be stored).
+    /// Close a connection (replaced by a newer one).
     Close(ConnId),
+    /// db could not store output: its wrapper resends from `from_seq` later (`refused.rs`).
+    HoldOutput {
+        conn: ConnId,
+        from_seq: u64,
+        retry_after: Duration,
+    },
     /// Persist a new state (and start time) of the target.
     StoreState(TargetState, Option<Millis>),
     /// Persist how the job's limits were applied.
@@ -201,6 +208,8 @@ pub(crate) struct Target {
     resume_hash: Option<String>,
     /// Output up to this seq is committed (and acknowledged).
     acked_seq: u64,
+    /// db has refused output since it last stored some (`refused.rs`).
+    refusals: Option<refused::Refusals>,
     /// A user kill is to be delivered (now or when the wrapper reconnects).
     kill_wanted: bool,
     /// Suspended by an operator (`target/suspend.rs`): persisted and shown.
@@ -264,6 +273,7 @@ impl Target {
             token: Token::Unused,
             resume_hash: None,
             acked_seq: 0,
+            refusals: None,
             kill_wanted: false,
             suspended: false,
             can_suspend: false,
@@ -483,6 +493,7 @@ impl Target {
         let mut effects = Vec::new();
         if contiguous > self.acked_seq {
             self.acked_seq = contiguous;
+            self.output_stored_again();
             if let Some(conn) = self.conn {
                 effects.push(Effect::Ack(conn, contiguous));
             }
@@ -500,12 +511,6 @@ impl Target {
                 }),
         );
         effects
-    }
-
-    /// db could not store output: nothing is acked, and closing the connection makes the
-    /// wrapper reconnect and resend everything after the last acknowledged seq.
-    pub(crate) fn output_refused(&mut self) -> Vec<Effect> {
-        self.conn.take().map(Effect::Close).into_iter().collect()
     }
 
     fn settle_if_complete(&mut self, now_ms: Millis) -> Vec<Effect> {

@@ -93,6 +93,7 @@ impl Target {
             },
             resume_hash,
             acked_seq,
+            refusals: None,
             kill_wanted: false,
             // Only a wrapper that can suspend was ever suspended.
             suspended: record.suspended,

@@ -41,6 +41,7 @@ impl Target {
         self.token = Token::Unused;
         self.resume_hash = None;
         self.acked_seq = 0;
+        self.refusals = None;
         self.started = None;
         self.ended = None;
         self.limits = None;

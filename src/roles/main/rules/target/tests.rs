@@ -217,15 +217,6 @@ fn an_exit_whose_output_is_already_stored_settles_at_once() {
 }
 
 #[test]
-fn refused_output_closes_the_connection_so_the_wrapper_resends() {
-    let t0 = Instant::now();
-    let mut t = running(t0);
-    assert_eq!(t.output_refused(), [Effect::Close(C1)]);
-    assert_eq!(t.conn, None);
-    assert!(t.output_refused().is_empty());
-}
-
-#[test]
 fn an_outcome_is_decided_once() {
     let t0 = Instant::now();
     let mut t = running(t0);
