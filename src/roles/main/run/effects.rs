@@ -2,11 +2,14 @@
 //! transition returns — messages to the wrapper through the hub, writes to db, events —
 //! and offers the transitions that every part of main uses by name.
 
+use std::time::Instant;
+
+use crate::ipc::rpc::CallError;
 use crate::ipc::rpc::Due;
 use crate::roles::main::rules::target::{Effect, Outcome, Target};
 use crate::roles::main::state::{DbWait, Main};
-use crate::wire::db::DbRequest;
 use crate::wire::db::TargetUpdate;
+use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::MainToHub;
 pub(crate) use crate::wire::records::now_ms;
 use crate::wire::records::{RunId, TargetReason, TargetState};
@@ -118,9 +121,7 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                     {
                         let machine = machine.to_string();
                         DbWait::then(move |core, _, result| {
-                            crate::roles::main::run::record::outcome_recorded(
-                                core, run, &machine, result,
-                            )
+                            outcome_recorded(core, run, &machine, result)
                         })
                     },
                     due,
@@ -201,7 +202,7 @@ pub(crate) fn transition(
 }
 
 /// Decide a target's outcome: the one place a target starts to become `finished`. The
-/// in-memory phase becomes `Finished` when db confirms (`record::outcome_recorded`).
+/// in-memory phase becomes `Finished` when db confirms (`outcome_recorded`).
 pub(crate) fn finish_target(
     core: &mut Main,
     run: RunId,
@@ -254,4 +255,46 @@ fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, previou
             attempt - 1
         ),
     );
+}
+
+/// db answered the write of a target's outcome: final now (its wrapper may exit), or to
+/// be written again.
+pub(crate) fn outcome_recorded(
+    core: &mut Main,
+    run: RunId,
+    machine: &str,
+    result: Result<DbReply, CallError>,
+) {
+    if let Err(e) = result {
+        let first = core.storage.outcomes_waiting() == 0;
+        core.storage
+            .outcome_not_stored(run, machine, Instant::now());
+        if first {
+            log::error!(
+                "run {run}: the outcome of {machine} is not stored yet ({e}); its wrapper keeps \
+                 it and the write is tried again until it succeeds"
+            );
+        } else {
+            log::debug!("run {run}: the outcome of {machine} is not stored yet: {e}");
+        }
+        return;
+    }
+    core.storage.outcome_settled(run, machine);
+    let Some(t) = core.target_mut(run, machine) else {
+        return;
+    };
+    let effects = t.recorded();
+    let outcome = t.outcome();
+    log::info!(
+        "run {run}: {machine} finished ({}, exit {})",
+        outcome
+            .and_then(|o| o.reason)
+            .map(|r| r.as_str())
+            .unwrap_or("-"),
+        outcome
+            .and_then(|o| o.code)
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "-".into())
+    );
+    apply(core, run, machine, effects);
 }

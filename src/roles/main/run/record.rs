@@ -17,49 +17,7 @@ use crate::roles::main::run::effects::{apply, now_ms};
 use crate::roles::main::state::storage::UnrecordedSlot;
 use crate::roles::main::state::{DbWait, Main};
 use crate::wire::db::{DbReply, DbRequest, NewRun};
-use crate::wire::records::{RunId, RunState};
-
-/// db answered the write of a target's outcome: final now (its wrapper may exit), or to
-/// be written again.
-pub(crate) fn outcome_recorded(
-    core: &mut Main,
-    run: RunId,
-    machine: &str,
-    result: Result<DbReply, CallError>,
-) {
-    if let Err(e) = result {
-        let first = core.storage.outcomes_waiting() == 0;
-        core.storage
-            .outcome_not_stored(run, machine, Instant::now());
-        if first {
-            log::error!(
-                "run {run}: the outcome of {machine} is not stored yet ({e}); its wrapper keeps \
-                 it and the write is tried again until it succeeds"
-            );
-        } else {
-            log::debug!("run {run}: the outcome of {machine} is not stored yet: {e}");
-        }
-        return;
-    }
-    core.storage.outcome_settled(run, machine);
-    let Some(t) = core.target_mut(run, machine) else {
-        return;
-    };
-    let effects = t.recorded();
-    let outcome = t.outcome();
-    log::info!(
-        "run {run}: {machine} finished ({}, exit {})",
-        outcome
-            .and_then(|o| o.reason)
-            .map(|r| r.as_str())
-            .unwrap_or("-"),
-        outcome
-            .and_then(|o| o.code)
-            .map(|c| c.to_string())
-            .unwrap_or_else(|| "-".into())
-    );
-    apply(core, run, machine, effects);
-}
+use crate::wire::records::RunState;
 
 /// Once a second: the outcomes whose next write is due, the probe while the database
 /// does not store, and the slots to record once it does.

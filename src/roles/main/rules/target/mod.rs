@@ -32,6 +32,7 @@ mod read;
 mod record;
 #[cfg(test)]
 mod record_tests;
+mod refusals;
 mod refused;
 mod retry;
 mod silence;
@@ -209,7 +210,7 @@ pub(crate) struct Target {
     /// Output up to this seq is committed (and acknowledged).
     acked_seq: u64,
     /// db has refused output since it last stored some (`refused.rs`).
-    refusals: Option<refused::Refusals>,
+    refusals: Option<refusals::Refusals>,
     /// A user kill is to be delivered (now or when the wrapper reconnects).
     kill_wanted: bool,
     /// Suspended by an operator (`target/suspend.rs`): persisted and shown.

@@ -13,65 +13,33 @@
 //! Within it the wrapper is told again only once the wait it was given has passed: the
 //! frames it sent before hearing of the hold are refused too, and are covered by it (it
 //! resends everything from `from_seq`). Each message of an episode doubles the wait,
-//! from [`FIRST_WAIT`] to [`MAX_WAIT`], so a disk that stays full costs one refused
-//! frame per wait and storage back is noticed within [`MAX_WAIT`].
+//! from [`FIRST_WAIT`](super::refusals::FIRST_WAIT) to [`MAX_WAIT`](super::refusals::MAX_WAIT), so a disk that stays full costs one refused
+//! frame per wait and storage back is noticed within `MAX_WAIT`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use super::refusals::Refusals;
 use super::{Effect, Target};
-use crate::wire::link::ConnId;
-
-pub(crate) const FIRST_WAIT: Duration = Duration::from_millis(500);
-pub(crate) const MAX_WAIT: Duration = Duration::from_secs(5);
-
-/// An episode of refused output.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Refusals {
-    /// Frames refused in this episode.
-    frames: u64,
-    /// The last `output_held`: to which connection, when, and the wait it asked for.
-    told: Option<(ConnId, Instant, Duration)>,
-    /// `output_held` messages sent in this episode.
-    holds: u32,
-}
-
-fn wait_for(holds: u32) -> Duration {
-    FIRST_WAIT.saturating_mul(1 << holds.min(8)).min(MAX_WAIT)
-}
 
 impl Target {
     /// db could not store an output frame of this target: tell its wrapper to hold
     /// its output, unless it was told and the wait it got is not over.
     pub(crate) fn output_refused(&mut self, now: Instant) -> Vec<Effect> {
-        let episode = self.refusals.get_or_insert(Refusals {
-            frames: 0,
-            told: None,
-            holds: 0,
-        });
-        episode.frames += 1;
-        let Some(conn) = self.conn else {
-            // No wrapper connected: it resends from the last ack when it is back.
-            return Vec::new();
-        };
-        if let Some((told, at, wait)) = episode.told
-            && told == conn
-            && now < at + wait
-        {
-            return Vec::new();
+        let conn = self.conn;
+        let episode = self.refusals.get_or_insert_with(Refusals::default);
+        match (conn, episode.refused(conn, now)) {
+            (Some(conn), Some(retry_after)) => vec![Effect::HoldOutput {
+                conn,
+                from_seq: self.acked_seq + 1,
+                retry_after,
+            }],
+            _ => Vec::new(),
         }
-        let retry_after = wait_for(episode.holds);
-        episode.holds += 1;
-        episode.told = Some((conn, now, retry_after));
-        vec![Effect::HoldOutput {
-            conn,
-            from_seq: self.acked_seq + 1,
-            retry_after,
-        }]
     }
 
     /// Frames refused since output was last stored; `None` while db stores it.
     pub(crate) fn output_refusals(&self) -> Option<u64> {
-        self.refusals.as_ref().map(|r| r.frames)
+        self.refusals.as_ref().map(Refusals::frames)
     }
 
     /// The acknowledged seq moved on: the episode, if any, is over.
@@ -82,8 +50,12 @@ impl Target {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::roles::main::rules::target::Credential;
+    use crate::roles::main::rules::target::refusals::FIRST_WAIT;
+    use crate::wire::link::ConnId;
 
     const C1: ConnId = 1;
     const C2: ConnId = 2;
