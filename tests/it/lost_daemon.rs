@@ -345,3 +345,72 @@ fn staged_wrappers_reattach_to_a_daemon_restarted_on_the_same_state() {
         wait_until("the wrapper to exit", HANG, || (!alive(*pid)).then_some(()));
     }
 }
+
+#[test]
+fn a_run_recovered_after_a_crash_keeps_its_batch_size() {
+    let ledger_dir = tempfile::tempdir().expect("ledger dir");
+    let ledger = ledger_dir.path().join("ledger");
+    let l = ledger.display();
+    let port = fixed_port_config();
+    let mut d = Daemon::prepare(&[
+        ("01-fast.yaml", FAST),
+        ("02-port.yaml", &port),
+        (
+            "jobs.yaml",
+            &format!(
+                "batched:\n  schedule: '@yearly'\n  targets: [r1, r2, r3]\n  batch_size: 1\n  \
+                 command: 'echo \"start $SP_MACHINE $(date +%s%N)\" >> {l}; sleep 3; \
+                 echo \"end $SP_MACHINE $(date +%s%N)\" >> {l}'\n"
+            ),
+        ),
+    ]);
+    spawn_with_grace(&mut d, 1);
+    let id = d.run_now("batched");
+    wait_until("the first batch to start", HANG, || {
+        std::fs::read_to_string(&ledger)
+            .is_ok_and(|t| t.contains("start "))
+            .then_some(())
+    });
+    stop(&mut d, Stop::Crash);
+    restart(&mut d, 1);
+    let deadline = std::time::Instant::now() + 2 * HANG;
+    let run = loop {
+        let r = d.run_record(id);
+        if is_final(&r) {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "run {id} did not finish: {r}\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(run["state"], "succeeded", "{run}\n{}", d.log_text());
+    // Each machine ran once, and no two ran at the same time.
+    let text = std::fs::read_to_string(&ledger).expect("ledger");
+    let mut spans = Vec::new();
+    for m in ["r1", "r2", "r3"] {
+        let at = |what: &str| -> Vec<u128> {
+            text.lines()
+                .filter_map(|line| {
+                    let mut f = line.split(' ');
+                    (f.next() == Some(what) && f.next() == Some(m))
+                        .then(|| f.next().and_then(|t| t.parse().ok()))
+                        .flatten()
+                })
+                .collect()
+        };
+        let (starts, ends) = (at("start"), at("end"));
+        assert_eq!((starts.len(), ends.len()), (1, 1), "{m}:\n{text}");
+        spans.push((starts[0], ends[0]));
+    }
+    spans.sort();
+    for pair in spans.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].1,
+            "two targets of a batch_size 1 run overlapped:\n{text}\n{}",
+            d.log_text()
+        );
+    }
+}

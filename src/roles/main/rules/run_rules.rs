@@ -31,6 +31,29 @@ pub(crate) fn cut_batches(
     runnable.chunks(size).map(|c| c.to_vec()).collect()
 }
 
+/// The batches left of a recovered run, from its open targets (machine, not launched
+/// yet): those launched before the restart are one batch, awaited first; the rest are cut
+/// by `batch_size` again, so a `batch_size: 1` run still starts one target at a time.
+pub(crate) fn recovered_batches(
+    open: Vec<(String, bool)>,
+    batch_size: Option<usize>,
+) -> Vec<Vec<String>> {
+    let (pending, launched): (Vec<_>, Vec<_>) = open.into_iter().partition(|(_, p)| *p);
+    let launched: Vec<String> = launched.into_iter().map(|(m, _)| m).collect();
+    let pending: Vec<String> = pending.into_iter().map(|(m, _)| m).collect();
+    let mut batches = Vec::new();
+    if !launched.is_empty() {
+        batches.push(launched);
+    }
+    if !pending.is_empty() {
+        batches.extend(cut_batches(pending, None, batch_size, |_| {}));
+    }
+    if batches.is_empty() {
+        batches.push(Vec::new());
+    }
+    batches
+}
+
 /// A run of a job, as the overlap rule sees it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RunView {

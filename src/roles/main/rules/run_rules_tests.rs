@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::roles::main::rules::run_rules::{
     AtSlot, LaunchView, Pickup, RunView, at_slot, check_pickup, cut_batches, job_busy,
-    launches_behind,
+    launches_behind, recovered_batches,
 };
 use crate::roles::main::rules::target::Target;
 use crate::wire::records::{RunState, TargetReason};
@@ -33,6 +33,36 @@ fn number_of_targets_picks_that_many_sorted() {
     assert_eq!(
         cut_batches(names(5), Some(2), Some(1), reverse),
         [vec!["m4"], vec!["m5"]]
+    );
+}
+
+#[test]
+fn a_recovered_run_awaits_its_launched_targets_then_keeps_its_batch_size() {
+    let open = |v: &[(&str, bool)]| -> Vec<(String, bool)> {
+        v.iter().map(|(m, p)| (m.to_string(), *p)).collect()
+    };
+    // m1 was running at the restart; m2 and m3 had not been launched.
+    assert_eq!(
+        recovered_batches(open(&[("m1", false), ("m2", true), ("m3", true)]), Some(1)),
+        [vec!["m1"], vec!["m2"], vec!["m3"]]
+    );
+    assert_eq!(
+        recovered_batches(open(&[("m2", true), ("m1", false), ("m3", true)]), Some(2)),
+        [vec!["m1"], vec!["m2", "m3"]]
+    );
+    // Nothing launched yet: batches as at the start.
+    assert_eq!(
+        recovered_batches(open(&[("m1", true), ("m2", true)]), Some(1)),
+        [vec!["m1"], vec!["m2"]]
+    );
+    // No batch size: the launched ones first, then all the others together.
+    assert_eq!(
+        recovered_batches(open(&[("m1", false), ("m2", true), ("m3", true)]), None),
+        [vec!["m1"], vec!["m2", "m3"]]
+    );
+    assert_eq!(
+        recovered_batches(Vec::new(), Some(1)),
+        [Vec::<String>::new()]
     );
 }
 

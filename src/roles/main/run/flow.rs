@@ -71,14 +71,15 @@ pub(crate) fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
     .always("finalize", finalize)
 }
 
-/// The Workflow of a run recovered after a restart: its open targets form one batch
-/// (those never launched are launched now), then the usual collection and finalization.
+/// The Workflow of a run recovered after a restart: its open targets launched before it
+/// form the first batch, the others are cut by `batch_size` again
+/// (`run_rules::recovered_batches`), then the usual collection and finalization.
 /// `reconnect_until`: the wrappers launched before the restart have until then to
 /// reconnect (their backoff) before the pick-up deadline can judge them.
 pub(super) fn recovered_workflow(
     req: RunRequest,
     run: RunId,
-    open: Vec<String>,
+    batches: Vec<Vec<String>>,
     reconnect_until: Instant,
 ) -> Workflow<RunEnv, Main> {
     let name = format!("recovered run of {}", req.job.name);
@@ -90,7 +91,7 @@ pub(super) fn recovered_workflow(
             live: Vec::new(),
             unreachable: Vec::new(),
             unresolved: None,
-            batches: vec![open],
+            batches,
             maintenance: Vec::new(),
             batch: 0,
             call: None,
@@ -118,6 +119,7 @@ pub(super) fn recovered_workflow(
     .step("await_launch", await_launch)
     .step("await_slot", prestage::await_slot)
     .step("collect_batch", collect_batch)
+    .step("next_batch", next_batch)
     .step("collect_all", collect_all)
     .always("finalize", finalize)
 }

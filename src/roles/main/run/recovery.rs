@@ -18,6 +18,7 @@ use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::ipc::rpc::Due;
+use crate::roles::main::rules::run_rules;
 use crate::roles::main::rules::target::Target;
 use crate::roles::main::run::effects::write_target;
 use crate::roles::main::state::active::ActiveRun;
@@ -104,7 +105,7 @@ pub(crate) fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail
         // `retry_unreachable`: the window starts over (its deadline is not stored).
         t.restart_waiting(now, std::time::Duration::from_secs(job.retry_unreachable_s));
         if !t.is_settled() {
-            unsettled.push(r.machine.clone());
+            unsettled.push((r.machine.clone(), t.is_pending()));
         }
         targets.insert(r.machine.clone(), t);
     }
@@ -130,6 +131,7 @@ pub(crate) fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail
     );
     active.targets = targets;
     core.insert_run(active);
+    let batch_size = job.batch_size;
     core.recover_run(
         RunRequest {
             job,
@@ -140,7 +142,7 @@ pub(crate) fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail
             reason: None,
         },
         run.id,
-        unsettled,
+        run_rules::recovered_batches(unsettled, batch_size),
     );
 }
 
@@ -187,13 +189,13 @@ fn give_up(core: &mut Main, run: &RunRecord, why: &str) {
 
 impl Main {
     /// Resume the Workflow of a recovered run.
-    fn recover_run(&mut self, req: RunRequest, run: u64, unsettled: Vec<String>) {
+    fn recover_run(&mut self, req: RunRequest, run: u64, batches: Vec<Vec<String>>) {
         let grace = std::time::Duration::from_secs(self.config.saltpeter.recovery_grace_s);
         let reconnect_until = Instant::now() + grace;
         self.flight.to_recover.push(run_flow::recovered_workflow(
             req,
             run,
-            unsettled,
+            batches,
             reconnect_until,
         ));
     }
