@@ -274,3 +274,90 @@ fn a_full_database_records_no_new_run_and_loses_no_output() {
             .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
     );
 }
+
+/// db stalled past main's call timeout (`SP_DB_TIMEOUT_S` shortens it to 2 s): the runs
+/// db records once it runs again, after main gave up on their calls, are found and driven
+/// within seconds (`run::orphans`); every command that ran is recorded, once.
+#[test]
+fn runs_recorded_after_their_calls_timed_out_are_driven_and_nothing_is_lost() {
+    let ledger_dir = tempfile::tempdir().expect("ledger dir");
+    let ledger = ledger_dir.path().join("ledger");
+    let mut d = Daemon::prepare(&[
+        ("01-fast.yaml", FAST),
+        (
+            "jobs.yaml",
+            &format!(
+                "tick:\n  schedule: '* * * * * *'\n  targets: [stall]\n  \
+                 command: 'echo \"$SP_JOB_INSTANCE\" >> {}; echo ran'\n",
+                ledger.display()
+            ),
+        ),
+    ]);
+    d.spawn_with_env(&[("SP_DB_TIMEOUT_S", "2")]);
+    d.wait_ready();
+    d.wait_final_runs("tick", 2);
+    let db = d
+        .processes()
+        .into_iter()
+        .find(|(role, _)| role == "db")
+        .map(|(_, pid)| nix::unistd::Pid::from_raw(pid as i32))
+        .expect("db process");
+    nix::sys::signal::kill(db, Signal::SIGSTOP).expect("SIGSTOP db");
+    std::thread::sleep(Duration::from_secs(6));
+    nix::sys::signal::kill(db, Signal::SIGCONT).expect("SIGCONT db");
+    std::thread::sleep(Duration::from_secs(2));
+    let at_return: Vec<u64> = d
+        .runs("tick")
+        .iter()
+        .filter_map(|r| r["id"].as_u64())
+        .collect();
+    let runs = wait_until(
+        "the runs of the stall to be final",
+        Duration::from_secs(30),
+        || {
+            let runs = d.runs("tick");
+            runs.iter()
+                .filter(|r| r["id"].as_u64().is_some_and(|id| at_return.contains(&id)))
+                .all(is_final)
+                .then_some(runs)
+        },
+    );
+    let text = std::fs::read_to_string(&ledger).expect("ledger");
+    let mut ran = HashSet::new();
+    for line in text.lines() {
+        assert!(
+            ran.insert(line.to_string()),
+            "run {line} ran twice:\n{text}"
+        );
+    }
+    let mut slots = HashSet::new();
+    for r in runs.iter().filter(|r| is_final(r)) {
+        let id = r["id"].as_u64().expect("id").to_string();
+        let slot = r["slot"].as_str().expect("slot").to_string();
+        assert!(
+            slots.insert(slot.clone()),
+            "slot {slot} recorded twice: {runs:?}"
+        );
+        match r["state"].as_str() {
+            Some("succeeded") => assert!(ran.contains(&id), "run {id} recorded, not run: {r}"),
+            Some("skipped") => assert!(!ran.contains(&id), "run {id} ran, recorded skipped"),
+            _ => panic!("run {id}: {r}\n{}", d.log_text()),
+        }
+    }
+    // The stall outlasted the calls: some run was recorded only after main gave up on it.
+    let log = d.log_text();
+    assert!(
+        log.contains("recorded by db after main stopped waiting for it"),
+        "{log}"
+    );
+    // Every command that ran is recorded as run.
+    for id in &ran {
+        let r = runs
+            .iter()
+            .find(|r| r["id"].as_u64().map(|i| i.to_string()) == Some(id.clone()));
+        assert!(
+            r.is_some_and(|r| !is_final(r) || r["state"] == "succeeded"),
+            "run {id}: {r:?}"
+        );
+    }
+}

@@ -7,7 +7,6 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use chrono::{Datelike, Timelike};
@@ -51,21 +50,7 @@ fn stop(d: &mut Daemon, how: Stop) {
 
 /// Starts `d` with `SP_STAGE_GRACE_S` in its environment (local wrappers inherit it).
 fn spawn_with_grace(d: &mut Daemon, grace_s: u64) {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&d.log)
-        .expect("log file");
-    let err = log.try_clone().expect("log clone");
-    let child = d
-        .command()
-        .env("SP_STAGE_GRACE_S", grace_s.to_string())
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(err)
-        .spawn()
-        .expect("start daemon");
-    d.child = Some(child);
+    d.spawn_with_env(&[("SP_STAGE_GRACE_S", &grace_s.to_string())]);
     d.wait_ready();
 }
 

@@ -104,6 +104,12 @@ impl Daemon {
     }
 
     pub fn spawn(&mut self) {
+        self.spawn_with_env(&[]);
+    }
+
+    /// As [`Daemon::spawn`], with `env` added to the daemon's environment (its local
+    /// wrappers inherit it).
+    pub fn spawn_with_env(&mut self, env: &[(&str, &str)]) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -112,6 +118,7 @@ impl Daemon {
         let err = log.try_clone().expect("log clone");
         let child = self
             .command()
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)

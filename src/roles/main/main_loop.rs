@@ -242,6 +242,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         .every(Duration::from_secs(1), |role: &mut MainRole, ctx| {
             delegate::expire(&mut role.core, Instant::now());
             crate::roles::main::run::record::tick(&mut role.core, Instant::now());
+            run_flow::orphans::tick(&mut role.core, Instant::now());
             pump(role, ctx);
         });
     let control = attach_control(ev.ctx(), &mut args)?;
@@ -329,7 +330,7 @@ pub(super) fn on_link(
                             Some(wait) => {
                                 core.db_answer(id, wait, result.map_err(CallError::Remote))
                             }
-                            None => log::warn!("db answered call {id} after its deadline"),
+                            None => run_flow::orphans::answered_late(core, id, result),
                         },
                         Packet::Cast(DbNotice::CommitLatency(h)) => {
                             core.views.ui.metrics.db_commit = Some(h)

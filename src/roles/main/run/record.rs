@@ -20,7 +20,7 @@ use crate::wire::db::{DbReply, DbRequest, NewRun};
 use crate::wire::records::RunState;
 
 /// Once a second: the outcomes whose next write is due, the probe while the database
-/// does not store, and the slots to record once it does.
+/// does not store and the slots to record once it does.
 pub(crate) fn tick(core: &mut Main, now: Instant) {
     for (run, machine) in core.storage.due_outcomes(now) {
         let effects = match core.target_mut(run, &machine) {

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use crate::ipc::Role;
 use crate::ipc::rpc::{Call, CallError, CallId, Due, Packet, RemoteError};
-use crate::roles::main::state::{DB_TIMEOUT, DbWait, LAUNCH_TIMEOUT, Main};
+use crate::roles::main::state::{DbWait, LAUNCH_TIMEOUT, Main, db_timeout};
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{BlockingReply, BlockingRequest, ConnId, HubReply, MainToHub};
 use crate::wire::records::now_ms;
@@ -38,7 +38,7 @@ impl Main {
         let id = self
             .links
             .db_calls
-            .start(Instant::now(), DB_TIMEOUT + held, wait);
+            .start(Instant::now(), db_timeout() + held, wait);
         if let Err(e) = self.links.db.post(&Packet::Call { id, req, due }) {
             log::error!("could not reach db: {e}");
             if let Some(wait) = self.links.db_calls.finish(id) {
@@ -66,13 +66,15 @@ impl Main {
                 let why = e.to_string();
                 if self.storage.write_failed(&why, Instant::now()) {
                     log::error!(
-                        "the database does not store ({why}); outcomes wait with their                          wrappers and slots are recorded once it stores again"
+                        "the database does not store ({why}); outcomes wait with their \
+                         wrappers and slots are recorded once it stores again"
                     );
                     self.event("storage_trouble", None, None, None, why);
                 }
             }
             Ok(DbReply::OutputStored { .. } | DbReply::Done | DbReply::RunCreated(_)) => {
                 if let Some(back) = self.storage.write_stored(Instant::now()) {
+                    self.flight.orphans.storage_back(Instant::now());
                     log::info!(
                         "the database stores again after {:.1} s ({})",
                         back.lasted.as_secs_f64(),

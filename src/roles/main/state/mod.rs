@@ -53,6 +53,19 @@ pub(super) type Sc<'a> = StepCtx<'a, RunEnv, Main>;
 /// the Workflow registry's wake keys.
 pub(super) const BLOCKING_CALL_BASE: u64 = 1 << 40;
 pub(super) const DB_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long main waits for a db call: [`DB_TIMEOUT`], or `SP_DB_TIMEOUT_S` from the
+/// environment (for the tests that stall db past it; read once).
+pub(super) fn db_timeout() -> Duration {
+    static TIMEOUT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *TIMEOUT.get_or_init(|| {
+        std::env::var("SP_DB_TIMEOUT_S")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|s| *s > 0)
+            .map_or(DB_TIMEOUT, Duration::from_secs)
+    })
+}
 pub(super) const LAUNCH_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long shutdown waits for running Workflows.
 pub(super) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);

@@ -148,4 +148,16 @@ pub(crate) struct Orphans {
     pub(crate) suspects: BTreeSet<RunId>,
     /// A sweep's read is out.
     pub(crate) reading: bool,
+    /// An early sweep is due then (storage is back after a trouble, during which a call
+    /// may have timed out and been applied later).
+    pub(crate) soon: Option<std::time::Instant>,
+    /// The sweep out is an early one: suspects it finds are looked at again soon.
+    pub(crate) early: bool,
+}
+
+impl Orphans {
+    /// Storage is back after a trouble: sweep a second from `now` (`run::orphans`).
+    pub(crate) fn storage_back(&mut self, now: std::time::Instant) {
+        self.soon = Some(now + std::time::Duration::from_secs(1));
+    }
 }
