@@ -399,3 +399,71 @@ fn the_api_lists_deliveries() {
     assert!(!String::from_utf8_lossy(&all.body).contains("never-shown-secret"));
     assert!(!d.log_text().contains("never-shown-secret"));
 }
+
+/// A target declared lost in a network cut whose wrapper comes back with its exit: the
+/// run's end is corrected, and the correction is sent as well (it is news), once.
+#[test]
+fn a_corrected_end_is_notified_after_the_lost_one() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hook = listener.local_addr().unwrap().port();
+    let seen = http_server(listener, vec![200]);
+    let wrapper_port = free_port();
+    let proxy = Proxy::start(wrapper_port);
+    let config = format!(
+        "saltpeter_config:\n  machines_ws_port: {wrapper_port}\n  \
+         default_saltpeter_server_host: '127.0.0.1:{}'\n",
+        proxy.port
+    );
+    let job = format!(
+        "cut:\n  schedule: '@yearly'\n  targets: [cut-host]\n  \
+         command: 'for i in $(seq 1 300); do echo line-$i; sleep 0.1; done'\n  notify:\n    \
+         - on: [always]\n      webhook: http://127.0.0.1:{hook}/hook\n"
+    );
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        ("02-proxy.yaml", &config),
+        ("jobs.yaml", &job),
+    ]);
+    let id = d.run_now("cut");
+    wait_until("output flowing", HANG, || {
+        d.output(id, "cut-host").contains("line-10\n").then_some(())
+    });
+    proxy.cut();
+    wait_until(
+        "the target declared lost",
+        std::time::Duration::from_secs(60),
+        || (target(&d.run_record(id), "cut-host")["reason"] == "lost").then_some(()),
+    );
+    let lost = wait_posts(&seen, 1, &d);
+    assert_eq!(lost[0].json()["state"], "failed", "{:?}", lost[0].json());
+    proxy.restore();
+    let run = wait_until(
+        "the real exit recorded",
+        std::time::Duration::from_secs(120),
+        || {
+            let r = d.run_record(id);
+            (target(&r, "cut-host")["reason"] == "exit" && is_final(&r)).then_some(r)
+        },
+    );
+    assert_eq!(run["state"], "succeeded", "{run}");
+    let posts = wait_posts(&seen, 2, &d);
+    let states: Vec<(u64, String)> = posts
+        .iter()
+        .map(|p| {
+            let b = p.json();
+            (
+                b["run"].as_u64().unwrap_or(0),
+                b["state"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [(id, "failed".to_string()), (id, "succeeded".to_string())],
+        "{}",
+        d.log_text()
+    );
+    // Nothing more: each end once.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}

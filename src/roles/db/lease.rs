@@ -36,6 +36,10 @@ pub(super) struct LeaseWatch {
     secret: Option<SharedSecret>,
     last: Option<LeaseReport>,
     sent_at: Option<Instant>,
+    /// This server's name is recorded as the leader's since it took the lease (recording
+    /// it can fail right after the database came back: it is tried again each turn, or
+    /// the others would go on reading the old leader's name).
+    name_recorded: bool,
     /// This server's salt master (salt executor only).
     master: Option<super::master_probe::MasterProbe>,
 }
@@ -62,6 +66,7 @@ impl LeaseWatch {
             secret: Some(SharedSecret(secret)),
             last: None,
             sent_at: None,
+            name_recorded: false,
             master,
         })
     }
@@ -106,8 +111,15 @@ impl LeaseWatch {
             Ok(true) => {
                 if !was_leader {
                     log::info!("{} holds the leader lease", self.server);
-                    if let Err(e) = store.set_meta(LEADER_KEY, &self.server) {
-                        log::warn!("could not record {} as the leader: {e}", self.server);
+                    self.name_recorded = false;
+                }
+                if !self.name_recorded {
+                    match store.set_meta(LEADER_KEY, &self.server) {
+                        Ok(()) => self.name_recorded = true,
+                        Err(e) => log::warn!(
+                            "could not record {} as the leader (tried again in a second): {e}",
+                            self.server
+                        ),
                     }
                 }
                 LeaseReport {

@@ -46,12 +46,25 @@ impl Ha {
         self.shared && self.adopted && !self.leader
     }
 
+    /// The leader as far as known. Never this server while it does not lead: the name
+    /// recorded may be its own from before it lost the lease (a database restart, an old
+    /// session the database has not ended yet), and that is not a leader to ask.
+    pub(crate) fn known_holder(&self) -> Option<&str> {
+        let holder = self.holder.as_deref()?;
+        (self.leader || holder != self.server).then_some(holder)
+    }
+
     /// A standby refuses what only the leader may do.
     pub(crate) fn refusal(&self) -> Option<String> {
         if !self.shared || self.leader {
             return None;
         }
-        Some(match &self.holder {
+        Some(match self.known_holder() {
+            _ if !self.reachable => format!(
+                "this server ({}) cannot confirm the leader lease (the database is \
+                 unreachable); try again once it is, or ask another server",
+                self.server
+            ),
             Some(holder) => format!(
                 "this server ({}) is a standby; ask the leader, {holder}",
                 self.server
@@ -209,6 +222,26 @@ mod tests {
             cut_off.holding(),
             "led once, lease unconfirmed: no slot fires"
         );
-        assert!(cut_off.refusal().is_some());
+        let why = cut_off.refusal().expect("unconfirmed refuses");
+        assert!(
+            why.contains("cannot confirm") && !why.contains("cron-a"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_server_that_does_not_lead_never_names_itself_the_leader() {
+        // Its own name is still recorded (a database restart; the other server has not
+        // recorded its own yet): no leader is known.
+        let mut stale = ha(true, false, true, true);
+        stale.holder = Some("cron-b".into());
+        assert_eq!(stale.known_holder(), None);
+        let why = stale.refusal().expect("refused");
+        assert!(why.contains("does not hold the leader lease"), "{why}");
+        assert!(!why.contains("ask the leader, cron-b"), "{why}");
+        let mut leader = ha(true, true, true, true);
+        leader.holder = Some("cron-b".into());
+        assert_eq!(leader.known_holder(), Some("cron-b"));
+        assert_eq!(ha(true, false, true, false).known_holder(), Some("cron-a"));
     }
 }

@@ -34,7 +34,7 @@ pub(crate) fn status(core: &mut Main, call: CallId) {
         ha: core.ha.shared.then(|| crate::wire::admin::HaInfo {
             server: core.ha.server.clone(),
             role: core.ha.role().to_string(),
-            leader: core.ha.holder.clone(),
+            leader: core.ha.known_holder().map(str::to_owned),
         }),
     };
     respond(core, call, AdminResponse::Status(status));

@@ -6,7 +6,9 @@
 //!    match the rules (the job's `notify`, else `saltpeter_config.notify`) against what
 //!    happened (`notify::fires`); a run's message waits for its targets' output tails
 //!    (one db read), then each firing rule becomes one message, rendered and signed now,
-//!    keyed `run:<id>:<channel>:<destination>` so it is queued once (db ignores a repeat),
+//!    keyed `run:<id>:<end>:<channel>:<destination>` (`<end>`: its state, `+lost` when a
+//!    target was lost) so each end is queued once (db ignores a repeat; a corrected end
+//!    is a new message),
 //!    unless the job's hourly rate limit is spent (recorded as `notification_suppressed`).
 //! 2. `take_due` (every second, and at once after queuing or an answer) leases the due
 //!    messages from db, at most [`MAX_IN_FLIGHT`] at a time, and asks blocking to send each
@@ -155,7 +157,14 @@ pub(crate) fn run_ended(
     let decided = Decided {
         notice,
         firing: fire,
-        key: format!("run:{}", active.id),
+        // The end's state is in the key: a corrected end (a lost target that came back,
+        // a reopened run) is news, the same end seen twice is not.
+        key: format!(
+            "run:{}:{}{}",
+            active.id,
+            state.as_str(),
+            if facts.lost { "+lost" } else { "" }
+        ),
     };
     core.db_call(
         DbRequest::OutputTails {

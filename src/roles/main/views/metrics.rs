@@ -349,7 +349,7 @@ fn render_ha(core: &Main, out: &mut String) {
         "gauge",
         "The server holding the leader lease, as this server last read it.",
     );
-    if let Some(holder) = &ha.holder {
+    if let Some(holder) = ha.known_holder() {
         let _ = writeln!(
             out,
             "saltpeter_ha_lease_holder{{server=\"{}\"}} 1",
