@@ -55,6 +55,13 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                 from_seq,
                 retry_after,
             } => {
+                // A leader that cannot confirm its lease may have lost it to a server that
+                // stores: the wrapper is sent on to the next server instead of held here.
+                if core.ha.holding() {
+                    core.flight.sessions.remove(&conn);
+                    core.tell_hub(MainToHub::CloseWrapper { conn });
+                    continue;
+                }
                 let retry_after_ms = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
                 let msg = ServerMsg::OutputHeld {
                     from_seq,
