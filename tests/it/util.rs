@@ -585,3 +585,12 @@ pub fn next_json(ws: &mut tungstenite::WebSocket<std::net::TcpStream>) -> Option
         }
     }
 }
+
+/// When `@yearly` fires next, by the same calendar rule (1 January, 00:00 UTC), as the
+/// API prints it: after `before` (read before the daemon answered) or, if the year turned
+/// meanwhile, after now.
+pub fn next_yearly(before: chrono::DateTime<chrono::Utc>) -> [String; 2] {
+    use chrono::Datelike;
+    let after = |t: chrono::DateTime<chrono::Utc>| format!("{}-01-01T00:00:00Z", t.year() + 1);
+    [after(before), after(chrono::Utc::now())]
+}
