@@ -121,7 +121,7 @@ fn run_supervisor(args: &Args) -> i32 {
         Ok(exe) => exe,
         Err(e) => {
             log::error!("cannot find my own executable: {e}");
-            preflight::remove_runtime_files(&prepared.dirs);
+            preflight::remove_runtime_files(&prepared.dirs, prepared.socket_id);
             return EXIT_BAD_START;
         }
     };
@@ -132,5 +132,9 @@ fn run_supervisor(args: &Args) -> i32 {
         prepared.dirs.state.display(),
         prepared.dirs.runtime.display()
     );
-    supervisor::run(prepared, &exe, args.debug, Policy::default())
+    let policy = Policy {
+        watchdog: startup.watchdog,
+        ..Policy::default()
+    };
+    supervisor::run(prepared, &exe, args.debug, policy)
 }

@@ -82,6 +82,9 @@ pub struct SaltpeterConfig {
     pub prestage_cap_s: u64,
     /// After a restart, how long wrappers of runs in flight have to reconnect.
     pub recovery_grace_s: u64,
+    /// Seconds a role may leave the supervisor's ping unanswered before the daemon stops
+    /// and exits 1 for systemd to restart it (0: no liveness check; start-only).
+    pub watchdog_s: u64,
     /// Cap of the database file in bytes (0: none).
     pub database_max_size: u64,
     /// `postgres://…`: the database is PostgreSQL, shared by every server of a highly
@@ -187,6 +190,7 @@ impl Default for SaltpeterConfig {
             launch_concurrency: 64,
             prestage_cap_s: 60,
             recovery_grace_s: 60,
+            watchdog_s: 120,
             database_max_size: 0,
             database_url: None,
             database_ca_file: None,
@@ -295,6 +299,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "launch_concurrency",
     "prestage_cap",
     "recovery_grace",
+    "watchdog",
     "database_max_size",
     "database_url",
     "database_ca_file",
@@ -424,6 +429,7 @@ impl SaltpeterConfig {
             "launch_concurrency" => self.launch_concurrency = small(node)?,
             "prestage_cap" => self.prestage_cap_s = values::seconds(node)?,
             "recovery_grace" => self.recovery_grace_s = values::seconds(node)?,
+            "watchdog" => self.watchdog_s = values::seconds(node)?,
             "database_max_size" => self.database_max_size = values::unsigned(node)?,
             "database_url" => self.database_url = read_database_url(node)?,
             "database_ca_file" => self.database_ca_file = read_database_ca_file(node)?,

@@ -122,7 +122,15 @@ pub(crate) fn control_event<S: Controlled>(
     match state.control().receive() {
         Ok(msgs) => {
             for msg in msgs {
-                state.on_control(ctx, msg);
+                match msg {
+                    // Liveness is the loop's, not the role's: answered here for all four.
+                    ControlDown::Ping(n) => {
+                        if let Err(e) = state.control().send(&ControlUp::Pong(n)) {
+                            log::warn!("could not answer the supervisor's ping: {e}");
+                        }
+                    }
+                    other => state.on_control(ctx, other),
+                }
             }
             Flow::Continue
         }

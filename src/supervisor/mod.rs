@@ -7,18 +7,23 @@
 //!    child; exec the daemon binary once per role.
 //! 3. Loop: a child's `Ready` on its control link; when all four are ready, `READY=1` to
 //!    systemd and the process table to main. SIGHUP asks main to reload.
-//! 4. Stop (SIGTERM/SIGINT, or any child exiting unexpectedly): level by level — hub and
+//! 4. Once running, the watchdog (`watchdog`): every child is pinged on its control link;
+//!    one that stops answering for `saltpeter_config.watchdog` seconds is killed and the
+//!    daemon stops with exit 1; `WATCHDOG=1` goes to systemd while all of them answer.
+//! 5. Stop (SIGTERM/SIGINT, or any child exiting unexpectedly): level by level — hub and
 //!    blocking, then main, then db — each gets `Shutdown`, then SIGTERM after the grace,
 //!    then SIGKILL. Exit 0 after a requested stop, 1 after a child failure, 2 when a child
 //!    reported a configuration error at start.
 
+pub(crate) mod lock;
 pub(crate) mod preflight;
 pub(crate) mod spawn;
 pub(crate) mod startup;
+pub(crate) mod watchdog;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, ExitStatus};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::Interest;
 use mio::event::Event;
@@ -32,6 +37,7 @@ use crate::ipc::{Channel, ChannelError};
 use crate::wire::link::{ControlDown, ControlUp, ProcessInfo};
 use preflight::{Prepared, StartError};
 use spawn::NamedFd;
+use watchdog::Watchdog;
 
 /// Stop order: each level is stopped only after the previous one has exited.
 pub(crate) const STOP_LEVELS: [&[Role]; 3] =
@@ -47,6 +53,8 @@ pub(crate) struct Policy {
     pub stop_grace: Duration,
     /// All children must be ready within this.
     pub start_timeout: Duration,
+    /// A child silent this long on its control link is hung (zero: not checked).
+    pub watchdog: Duration,
 }
 
 impl Default for Policy {
@@ -54,6 +62,7 @@ impl Default for Policy {
         Policy {
             stop_grace: Duration::from_secs(10),
             start_timeout: Duration::from_secs(60),
+            watchdog: Duration::from_secs(120),
         }
     }
 }
@@ -83,6 +92,7 @@ struct Supervisor {
     started_at: i64,
     wrapper_port: u16,
     api_port: u16,
+    watchdog: Option<Watchdog>,
 }
 
 impl Supervisor {
@@ -107,8 +117,16 @@ impl Supervisor {
 }
 
 /// Run the daemon's supervisor until it stops; returns the exit code.
-pub(crate) fn run(prepared: Prepared, exe: &std::path::Path, debug: bool, policy: Policy) -> i32 {
+pub(crate) fn run(
+    mut prepared: Prepared,
+    exe: &std::path::Path,
+    debug: bool,
+    policy: Policy,
+) -> i32 {
     let dirs = prepared.dirs.clone();
+    let socket_id = prepared.socket_id;
+    // Held to the end: released only after the runtime files are gone.
+    let _lock = prepared.lock.take();
     let code = match supervise(prepared, exe, debug, policy) {
         Ok(code) => code,
         Err(e) => {
@@ -116,7 +134,7 @@ pub(crate) fn run(prepared: Prepared, exe: &std::path::Path, debug: bool, policy
             2
         }
     };
-    preflight::remove_runtime_files(&dirs);
+    preflight::remove_runtime_files(&dirs, socket_id);
     code
 }
 
@@ -144,6 +162,7 @@ fn supervise(
             .and_then(|l| l.local_addr().ok())
             .map(|a| a.port())
             .unwrap_or(0),
+        watchdog: None,
     };
     // Signals first, so a SIGTERM during start-up is not lost.
     signals::watch(
@@ -323,16 +342,21 @@ fn on_control(sup: &mut Supervisor, ctx: &mut Ctx<Supervisor>, role: Role, event
     }
     match control.receive() {
         Ok(msgs) => {
+            let mut answered = false;
             for msg in msgs {
                 match msg {
                     ControlUp::Ready => {
                         slot.ready = true;
                         log::debug!("{role} is ready");
                     }
+                    ControlUp::Pong(_) => answered = true,
                 }
             }
+            if answered && let Some(dog) = sup.watchdog.as_mut() {
+                dog.answered(role, Instant::now());
+            }
             if sup.phase == Phase::Starting && sup.slots.iter().all(|s| s.ready) {
-                all_ready(sup);
+                all_ready(sup, ctx);
             }
             Flow::Continue
         }
@@ -347,7 +371,7 @@ fn on_control(sup: &mut Supervisor, ctx: &mut Ctx<Supervisor>, role: Role, event
     }
 }
 
-fn all_ready(sup: &mut Supervisor) {
+fn all_ready(sup: &mut Supervisor, ctx: &mut Ctx<Supervisor>) {
     sup.phase = Phase::Running;
     let mut processes = vec![ProcessInfo {
         role: Role::Supervisor.name().to_string(),
@@ -371,6 +395,54 @@ fn all_ready(sup: &mut Supervisor) {
         log::warn!("could not notify systemd: {e}");
     }
     log::info!("ready: all processes are up");
+    let roles: Vec<Role> = sup.slots.iter().map(|s| s.role).collect();
+    sup.watchdog = Watchdog::new(sup.policy.watchdog, &roles, Instant::now());
+    if sup.watchdog.is_some() {
+        watch(sup, ctx);
+    }
+}
+
+/// One turn of the watchdog, then the next one `watchdog::TURN` later, while running.
+fn watch(sup: &mut Supervisor, ctx: &mut Ctx<Supervisor>) {
+    if sup.phase != Phase::Running {
+        return;
+    }
+    let Some(dog) = sup.watchdog.as_mut() else {
+        return;
+    };
+    let turn = dog.turn(Instant::now());
+    if let Some(n) = turn.ping {
+        for role in sup.slots.iter().map(|s| s.role).collect::<Vec<_>>() {
+            sup.send(role, ControlDown::Ping(n));
+        }
+    }
+    if turn.healthy
+        && let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Watchdog])
+    {
+        log::debug!("could not notify systemd's watchdog: {e}");
+    }
+    if let Some((role, silence)) = turn.hung {
+        hung(sup, ctx, role, silence);
+        return;
+    }
+    ctx.after(watchdog::TURN, watch);
+}
+
+/// A child stopped answering: it cannot stop in order, so it is killed at once; the rest
+/// stop in order and the daemon exits 1 (systemd restarts it; runs in flight are
+/// recovered at the next start like after any crash).
+fn hung(sup: &mut Supervisor, ctx: &mut Ctx<Supervisor>, role: Role, silence: Duration) {
+    let limit = sup.policy.watchdog.as_secs();
+    let pid = sup.slot(role).map(|s| s.child.id()).unwrap_or(0);
+    log::error!(
+        "the {role} process (pid {pid}) has not answered the supervisor for {}s          (saltpeter_config.watchdog: {limit}s): it is hung; killing it and stopping the daemon",
+        silence.as_secs()
+    );
+    if pid != 0 {
+        let _ = signal::kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+    sup.exit_code = 1;
+    begin_stop(sup, ctx);
 }
 
 fn on_signal(sup: &mut Supervisor, ctx: &mut Ctx<Supervisor>, signal: i32) {

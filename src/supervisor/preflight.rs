@@ -25,6 +25,15 @@ pub(crate) enum StartError {
     StateDir { path: PathBuf, source: io::Error },
     #[error("runtime directory {path} is not usable: {source}")]
     RuntimeDir { path: PathBuf, source: io::Error },
+    #[error(
+        "another Saltpeter daemon ({holder}) holds the state directory's lock {path}: it did \
+         not exit within {}s; stop it first", wait.as_secs()
+    )]
+    Locked {
+        path: PathBuf,
+        holder: String,
+        wait: std::time::Duration,
+    },
     #[error("another Saltpeter daemon is running: its admin socket {path} answers")]
     AlreadyRunning { path: PathBuf },
     #[error("could not bind admin socket {path}: {source}")]
@@ -48,6 +57,10 @@ pub(crate) enum StartError {
 /// What the supervisor holds once the checks passed.
 pub(crate) struct Prepared {
     pub dirs: Dirs,
+    /// The state directory's lock, held until the runtime files are removed at exit.
+    pub lock: Option<crate::supervisor::lock::StateLock>,
+    /// The admin socket this daemon bound (device, inode): only that one is removed.
+    pub socket_id: Option<(u64, u64)>,
     pub admin: UnixListener,
     pub wrappers: TcpListener,
     pub api: Option<TcpListener>,
@@ -163,6 +176,8 @@ pub(crate) fn write_pid_file(dirs: &Dirs) -> Result<(), StartError> {
 pub(crate) fn prepare(dirs: Dirs, listen: &Listen) -> Result<Prepared, StartError> {
     check_config_dir(&dirs.config)?;
     check_state_dir(&dirs.state)?;
+    // Before the runtime directory: a daemon still stopping keeps its socket and pid file.
+    let lock = crate::supervisor::lock::acquire(&dirs.state, crate::supervisor::lock::wait())?;
     claim_runtime_dir(&dirs)?;
     if let Some(material) = crate::tls::material::prepare(&listen.tls, &dirs.state)? {
         log::info!(
@@ -179,17 +194,37 @@ pub(crate) fn prepare(dirs: Dirs, listen: &Listen) -> Result<Prepared, StartErro
     let admin = bind_admin(&dirs)?;
     set_admin_group(&dirs, listen.admin_group.as_deref())?;
     write_pid_file(&dirs)?;
+    let socket_id = file_id(&dirs.admin_socket());
     Ok(Prepared {
         dirs,
+        lock: Some(lock),
+        socket_id,
         admin,
         wrappers,
         api,
     })
 }
 
-/// Remove what a stopped daemon leaves in the runtime directory.
-pub(crate) fn remove_runtime_files(dirs: &Dirs) {
-    for path in [dirs.admin_socket(), dirs.pid_file()] {
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Remove what this daemon left in the runtime directory: the admin socket it bound
+/// (`socket_id`) and the pid file if it still names this process. Another daemon's files
+/// (one that shares the runtime directory) are left alone.
+pub(crate) fn remove_runtime_files(dirs: &Dirs, socket_id: Option<(u64, u64)>) {
+    let socket = dirs.admin_socket();
+    let pid_file = dirs.pid_file();
+    let mut ours = Vec::new();
+    if socket_id.is_some() && file_id(&socket) == socket_id {
+        ours.push(socket);
+    }
+    let me = std::process::id().to_string();
+    if fs::read_to_string(&pid_file).is_ok_and(|pid| pid.trim() == me) {
+        ours.push(pid_file);
+    }
+    for path in ours {
         match fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}

@@ -9,6 +9,8 @@ pub(crate) struct Startup {
     pub state_dir: Option<PathBuf>,
     pub runtime_dir: Option<PathBuf>,
     pub listen: Listen,
+    /// `saltpeter_config.watchdog`.
+    pub watchdog: std::time::Duration,
 }
 
 /// Read the start-only keys of the configuration in `config_dir`. Job errors do not stop
@@ -58,6 +60,7 @@ pub(crate) fn settings(config_dir: &Path) -> Result<Startup, StartError> {
         }
     }
     Ok(Startup {
+        watchdog: std::time::Duration::from_secs(sp.watchdog_s),
         state_dir: sp.state_dir.clone(),
         runtime_dir: sp.runtime_dir.clone(),
         listen: Listen {

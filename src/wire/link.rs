@@ -41,12 +41,18 @@ pub(crate) enum ControlDown {
         /// The HTTP API's port (0: not served).
         api_port: u16,
     },
+    /// The supervisor's liveness check: answered with `ControlUp::Pong` of the same
+    /// number by the role's event loop (`roles::common::control_event`), so a loop that
+    /// stops turning stops answering.
+    Ping(u64),
 }
 
 /// Child -> supervisor.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum ControlUp {
     Ready,
+    /// The answer to `ControlDown::Ping`.
+    Pong(u64),
 }
 
 /// A wrapper connection inside the hub.

@@ -55,4 +55,5 @@ mod throttle;
 mod throttle_salt;
 mod tls;
 mod tls_bench;
+mod watchdog;
 mod wrapper;

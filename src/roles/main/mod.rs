@@ -105,6 +105,8 @@ impl Controlled for MainRole {
                 self.core.daemon.wrapper_port = wrapper_port;
                 self.core.daemon.api_port = api_port;
             }
+            // Answered by `roles::common::control_event` before it reaches a role.
+            ControlDown::Ping(_) => {}
         }
     }
 }
