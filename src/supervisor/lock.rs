@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::supervisor::preflight::StartError;
+use crate::supervisor::start_error::StartError;
 
 /// The lock's file name in the state directory.
 pub(crate) const LOCK_FILE: &str = "saltpeter.lock";

@@ -18,6 +18,7 @@
 pub(crate) mod lock;
 pub(crate) mod preflight;
 pub(crate) mod spawn;
+pub(crate) mod start_error;
 pub(crate) mod startup;
 pub(crate) mod watchdog;
 

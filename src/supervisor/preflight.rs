@@ -11,48 +11,10 @@ use std::io;
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::paths::Dirs;
-
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum StartError {
-    #[error("cannot read configuration directory {path}: {source}")]
-    ConfigDir { path: PathBuf, source: io::Error },
-    #[error("configuration directory {path}: {message}")]
-    Config { path: PathBuf, message: String },
-    #[error("state directory {path} is not usable: {source}")]
-    StateDir { path: PathBuf, source: io::Error },
-    #[error("runtime directory {path} is not usable: {source}")]
-    RuntimeDir { path: PathBuf, source: io::Error },
-    #[error(
-        "another Saltpeter daemon ({holder}) holds the state directory's lock {path}: it did \
-         not exit within {}s; stop it first", wait.as_secs()
-    )]
-    Locked {
-        path: PathBuf,
-        holder: String,
-        wait: std::time::Duration,
-    },
-    #[error("another Saltpeter daemon is running: its admin socket {path} answers")]
-    AlreadyRunning { path: PathBuf },
-    #[error("could not bind admin socket {path}: {source}")]
-    BindAdmin { path: PathBuf, source: io::Error },
-    #[error("could not listen for {what} on {addr}: {source}")]
-    BindTcp {
-        what: &'static str,
-        addr: String,
-        source: io::Error,
-    },
-    #[error("could not write pid file {path}: {source}")]
-    PidFile { path: PathBuf, source: io::Error },
-    #[error("could not start the {role} process: {source}")]
-    Spawn { role: String, source: io::Error },
-    #[error("{0}")]
-    Tls(#[from] crate::tls::TlsError),
-    #[error("could not set up the event loop: {0}")]
-    Loop(io::Error),
-}
+pub(crate) use crate::supervisor::start_error::StartError;
 
 /// What the supervisor holds once the checks passed.
 pub(crate) struct Prepared {
