@@ -473,11 +473,20 @@ fn begin_stop(sup: &mut Supervisor, ctx: &mut Ctx<Supervisor>) {
     advance_stop(sup, ctx);
 }
 
-/// Ask a level to stop; escalate to SIGTERM, then SIGKILL, if it does not.
+/// Ask a level to stop; escalate to SIGTERM, then SIGKILL, if it does not. A child that
+/// never said `Ready` (db still waiting for its database) has no loop to stop in order
+/// and nothing to finish: it gets SIGTERM at once.
 fn stop_level(sup: &mut Supervisor, ctx: &mut Ctx<Supervisor>, level: usize) {
     for role in STOP_LEVELS[level] {
-        if sup.alive(*role) {
-            sup.send(*role, ControlDown::Shutdown);
+        if !sup.alive(*role) {
+            continue;
+        }
+        match sup.slot(*role) {
+            Some(slot) if !slot.ready => {
+                log::info!("{role} was not ready yet; sending SIGTERM");
+                let _ = signal::kill(Pid::from_raw(slot.child.id() as i32), Signal::SIGTERM);
+            }
+            _ => sup.send(*role, ControlDown::Shutdown),
         }
     }
     let grace = sup.policy.stop_grace;

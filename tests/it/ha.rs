@@ -33,6 +33,21 @@ pub fn server_with(
     jobs: &str,
     extra: &str,
 ) -> Daemon {
+    let mut d = server_prepared(url, name, port, ports, jobs, extra);
+    d.spawn();
+    d.wait_ready();
+    d
+}
+
+/// As [`server_with`], prepared but not started (for a start without the database).
+pub fn server_prepared(
+    url: &str,
+    name: &str,
+    port: u16,
+    ports: &[u16],
+    jobs: &str,
+    extra: &str,
+) -> Daemon {
     let servers: Vec<String> = ports
         .iter()
         .map(|p| format!("ws://127.0.0.1:{p}"))
@@ -44,14 +59,11 @@ pub fn server_with(
         servers.join(", "),
         crate::api::TOKEN
     );
-    let mut d = Daemon::prepare(&[
+    Daemon::prepare(&[
         ("01-fast.yaml", FAST),
         ("02-ha.yaml", &ha),
         ("jobs.yaml", jobs),
-    ]);
-    d.spawn();
-    d.wait_ready();
-    d
+    ])
 }
 
 /// Two servers on `url` with `jobs`: "alpha" (with `extra_a` in its `saltpeter_config`)

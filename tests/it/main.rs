@@ -18,6 +18,7 @@ mod ctl_more;
 mod ctl_verbs;
 mod daemon;
 mod durability;
+mod faults;
 mod ha;
 mod ha_bench;
 mod ha_live;

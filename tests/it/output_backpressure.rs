@@ -18,10 +18,10 @@ const LINES: usize = 600;
 
 /// A tmpfs mounted on a directory, unmounted (lazily: the daemon may still hold files
 /// on it when a test fails) when dropped.
-struct Tmpfs(PathBuf);
+pub struct Tmpfs(PathBuf);
 
 impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
+    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
         std::fs::create_dir_all(dir).expect("mount point");
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o"])
@@ -40,7 +40,7 @@ impl Tmpfs {
     }
 
     /// Writes a file until the filesystem has no room left; returns its path.
-    fn fill(&self) -> PathBuf {
+    pub fn fill(&self) -> PathBuf {
         let path = self.0.join("filler");
         let mut file = std::fs::File::create(&path).expect("filler");
         let chunk = vec![0u8; 64 * 1024];

@@ -141,6 +141,10 @@ pub(crate) enum StoreError {
     /// names the database by its URL without any password.
     #[error("{0}")]
     Unusable(String),
+    /// The PostgreSQL server cannot be reached now (no answer, the connection refused or
+    /// cut, the server starting up or shutting down): waiting helps, unlike `Unusable`.
+    #[error("{0}")]
+    Unreachable(String),
 }
 
 /// Maps a SQLite error of `op`, keeping disk-full apart.

@@ -21,6 +21,7 @@ mod lease;
 pub(crate) mod live;
 mod master_probe;
 mod masters;
+mod opening;
 pub(crate) mod output;
 pub(crate) mod pg;
 mod placement;
@@ -314,7 +315,7 @@ fn tell_main(db: &mut Db, notices: Vec<DbNotice>) {
 }
 
 pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
-    let (mut store, server) = open_storage(&args)?;
+    let (mut store, server) = opening::open_storage(&args)?;
     log::info!("storing in {}", store.engine());
     let settings = crate::config::load_settings(&args.dirs.config).ok();
     let masters = masters::Masters::new(settings.as_ref(), server.as_deref());
@@ -363,44 +364,4 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     })
     .map_err(RoleError::setup("event loop"))?;
     Ok(0)
-}
-
-/// The database the configuration names: PostgreSQL for `database_url`, else the SQLite
-/// file in the state directory. A PostgreSQL database that cannot be used at start is a
-/// start-up error the operator must fix (exit 2), named by its URL without password.
-/// With PostgreSQL, also this server's name for the leader lease.
-fn open_storage(args: &RoleArgs) -> Result<(Box<dyn Storage>, Option<String>), RoleError> {
-    // Start-only settings; main owns the rest of the configuration (and reports it when
-    // it does not load).
-    // Only the files with `saltpeter_config` are read: the jobs would cost db memory it
-    // never uses.
-    let config = crate::config::load_settings(&args.dirs.config).ok();
-    let url = config.as_ref().and_then(|c| c.database_url.as_ref());
-    if let Some(url) = url {
-        let name = config
-            .as_ref()
-            .and_then(|c| c.server_name.clone())
-            .unwrap_or_else(lease::host_name);
-        return match pg::PgStore::connect_as(
-            url.expose(),
-            config.as_ref().and_then(|c| c.database_ca_file.as_deref()),
-            Some(&name),
-        ) {
-            Ok(mut store) => {
-                store.compress_output = config.as_ref().is_none_or(|c| c.output_compression);
-                log::info!("database {}", store.shown_url());
-                Ok((Box::new(store), Some(name)))
-            }
-            Err(e) => Err(RoleError::BadStart(format!("database_url: {e}"))),
-        };
-    }
-    let mut store =
-        Store::open(&args.dirs.database()).map_err(|e| RoleError::Start(e.to_string()))?;
-    if let Some(config) = &config {
-        store
-            .set_max_size(config.database_max_size)
-            .map_err(|e| RoleError::Start(e.to_string()))?;
-        store.compress_output = config.output_compression;
-    }
-    Ok((Box::new(store), None))
 }

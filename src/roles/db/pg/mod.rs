@@ -26,6 +26,7 @@ mod db;
 mod lease;
 mod listener;
 mod live;
+mod reach;
 pub(crate) mod schema;
 pub(crate) mod tls;
 
@@ -250,11 +251,14 @@ impl PgStore {
 
     fn open(&self) -> Result<Client, StoreError> {
         self.config.connect(self.tls.clone()).map_err(|e| {
-            StoreError::Unusable(format!(
-                "could not connect to the database {}: {}",
-                self.shown,
-                crate::config::database::with_causes(&e)
-            ))
+            reach::failure(
+                format!(
+                    "could not connect to the database {}: {}",
+                    self.shown,
+                    crate::config::database::with_causes(&e)
+                ),
+                &e,
+            )
         })
     }
 

@@ -224,10 +224,13 @@ pub(crate) const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 /// Identifies the database and brings its schema to [`SCHEMA_VERSION`].
 pub(super) fn prepare(client: &mut Client, shown: &str) -> Result<(), StoreError> {
     let failed = |what: &str, e: postgres::Error| {
-        StoreError::Unusable(format!(
-            "could not {what} of the database {shown}: {}",
-            crate::config::database::with_causes(&e)
-        ))
+        super::reach::failure(
+            format!(
+                "could not {what} of the database {shown}: {}",
+                crate::config::database::with_causes(&e)
+            ),
+            &e,
+        )
     };
     let mut tx = client
         .transaction()

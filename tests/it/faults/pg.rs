@@ -1,0 +1,123 @@
+//! The faults of PostgreSQL under load: stopped and restarted with one server, stopped
+//! with two, and down while two servers start.
+
+use std::time::Duration;
+
+use super::*;
+use crate::ha::{leader_and_standby, server, server_prepared, wait_role};
+use crate::pg_cluster::{self, PgCluster};
+
+fn stopped_for(cluster: &PgCluster, pause: Duration) -> FaultEnd {
+    cluster.stop_immediately();
+    std::thread::sleep(pause);
+    cluster.start_again();
+    FaultEnd::now()
+}
+
+#[test]
+fn postgresql_stopped_under_one_server_loses_nothing() {
+    let Some(cluster) = pg_cluster::private_cluster() else {
+        return;
+    };
+    let ledger = Ledger::new();
+    let port = free_port();
+    let d = server(
+        &cluster.fresh_database(),
+        "solo",
+        port,
+        &[port],
+        &jobs(&ledger.path),
+    );
+    wait_role(&d, "leader");
+    warm_up(&d);
+    let end = stopped_for(&cluster, lasting(12, 21));
+    let tally = check(&[&d], &ledger, &end);
+    assert_clean("PostgreSQL stopped, one server", &tally, &[&d]);
+}
+
+#[test]
+fn postgresql_restarted_under_one_server_loses_nothing() {
+    let Some(cluster) = pg_cluster::private_cluster() else {
+        return;
+    };
+    let ledger = Ledger::new();
+    let port = free_port();
+    let d = server(
+        &cluster.fresh_database(),
+        "solo",
+        port,
+        &[port],
+        &jobs(&ledger.path),
+    );
+    wait_role(&d, "leader");
+    warm_up(&d);
+    let end = stopped_for(&cluster, Duration::ZERO);
+    let tally = check(&[&d], &ledger, &end);
+    assert_clean("PostgreSQL restarted, one server", &tally, &[&d]);
+}
+
+#[test]
+fn postgresql_stopped_under_two_servers_loses_nothing() {
+    let Some(cluster) = pg_cluster::private_cluster() else {
+        return;
+    };
+    let ledger = Ledger::new();
+    let (a, b) = leader_and_standby(&cluster.fresh_database(), &jobs(&ledger.path), "", "");
+    warm_up(&a);
+    let end = stopped_for(&cluster, lasting(20, 75));
+    let tally = check(&[&a, &b], &ledger, &end);
+    assert_clean("PostgreSQL stopped, two servers", &tally, &[&a, &b]);
+}
+
+#[test]
+fn postgresql_down_while_two_servers_start_loses_nothing() {
+    let Some(cluster) = pg_cluster::private_cluster() else {
+        return;
+    };
+    let ledger = Ledger::new();
+    let url = cluster.fresh_database();
+    let jobs = jobs(&ledger.path);
+    let (pa, pb) = (free_port(), free_port());
+    cluster.stop_immediately();
+    let mut a = server_prepared(&url, "alpha", pa, &[pa, pb], &jobs, "");
+    let mut b = server_prepared(&url, "beta", pb, &[pa, pb], &jobs, "");
+    a.spawn();
+    b.spawn();
+    std::thread::sleep(lasting(10, 20));
+    cluster.start_again();
+    let end = FaultEnd::now();
+    a.wait_ready();
+    b.wait_ready();
+    let tally = check(&[&a, &b], &ledger, &end);
+    assert_clean("PostgreSQL down at start, two servers", &tally, &[&a, &b]);
+}
+
+#[test]
+fn a_server_waiting_for_its_database_at_start_stops_at_once_when_asked() {
+    let Some(cluster) = pg_cluster::private_cluster() else {
+        return;
+    };
+    let url = cluster.fresh_database();
+    cluster.stop_immediately();
+    let port = free_port();
+    let mut d = server_prepared(&url, "solo", port, &[port], "", "");
+    d.spawn();
+    wait_until("db to wait for its database", HANG, || {
+        d.log_text().contains("waiting for it").then_some(())
+    });
+    let asked = std::time::Instant::now();
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = d.wait_exit();
+    let took = asked.elapsed();
+    let log = d.log_text();
+    // Well under the 10 s of grace an orderly stop of a ready db may take.
+    assert!(
+        took < Duration::from_secs(5),
+        "took {took:?} to stop:\n{log}"
+    );
+    assert!(
+        log.contains("db was not ready yet; sending SIGTERM"),
+        "{log}"
+    );
+    assert!(status.code().is_some(), "{status}\n{log}");
+}
