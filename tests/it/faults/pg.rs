@@ -91,33 +91,3 @@ fn postgresql_down_while_two_servers_start_loses_nothing() {
     let tally = check(&[&a, &b], &ledger, &end);
     assert_clean("PostgreSQL down at start, two servers", &tally, &[&a, &b]);
 }
-
-#[test]
-fn a_server_waiting_for_its_database_at_start_stops_at_once_when_asked() {
-    let Some(cluster) = pg_cluster::private_cluster() else {
-        return;
-    };
-    let url = cluster.fresh_database();
-    cluster.stop_immediately();
-    let port = free_port();
-    let mut d = server_prepared(&url, "solo", port, &[port], "", "");
-    d.spawn();
-    wait_until("db to wait for its database", HANG, || {
-        d.log_text().contains("waiting for it").then_some(())
-    });
-    let asked = std::time::Instant::now();
-    d.signal(nix::sys::signal::Signal::SIGTERM);
-    let status = d.wait_exit();
-    let took = asked.elapsed();
-    let log = d.log_text();
-    // Well under the 10 s of grace an orderly stop of a ready db may take.
-    assert!(
-        took < Duration::from_secs(5),
-        "took {took:?} to stop:\n{log}"
-    );
-    assert!(
-        log.contains("db was not ready yet; sending SIGTERM"),
-        "{log}"
-    );
-    assert!(status.code().is_some(), "{status}\n{log}");
-}
