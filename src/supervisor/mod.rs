@@ -16,6 +16,7 @@
 //!    reported a configuration error at start.
 
 pub(crate) mod lock;
+pub(crate) mod notify;
 pub(crate) mod preflight;
 pub(crate) mod spawn;
 pub(crate) mod start_error;
@@ -94,6 +95,8 @@ struct Supervisor {
     wrapper_port: u16,
     api_port: u16,
     watchdog: Option<Watchdog>,
+    /// systemd asked for `WATCHDOG=1` (`WatchdogSec=`, `$WATCHDOG_USEC`).
+    systemd_watchdog: bool,
 }
 
 impl Supervisor {
@@ -164,6 +167,7 @@ fn supervise(
             .map(|a| a.port())
             .unwrap_or(0),
         watchdog: None,
+        systemd_watchdog: notify::watchdog_asked().is_some(),
     };
     // Signals first, so a SIGTERM during start-up is not lost.
     signals::watch(
@@ -392,7 +396,7 @@ fn all_ready(sup: &mut Supervisor, ctx: &mut Ctx<Supervisor>) {
             api_port,
         },
     );
-    if let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+    if let Err(e) = notify::send(notify::State::Ready) {
         log::warn!("could not notify systemd: {e}");
     }
     log::info!("ready: all processes are up");
@@ -418,7 +422,8 @@ fn watch(sup: &mut Supervisor, ctx: &mut Ctx<Supervisor>) {
         }
     }
     if turn.healthy
-        && let Err(e) = sd_notify::notify(&[sd_notify::NotifyState::Watchdog])
+        && sup.systemd_watchdog
+        && let Err(e) = notify::send(notify::State::Watchdog)
     {
         log::debug!("could not notify systemd's watchdog: {e}");
     }
@@ -436,7 +441,8 @@ fn hung(sup: &mut Supervisor, ctx: &mut Ctx<Supervisor>, role: Role, silence: Du
     let limit = sup.policy.watchdog.as_secs();
     let pid = sup.slot(role).map(|s| s.child.id()).unwrap_or(0);
     log::error!(
-        "the {role} process (pid {pid}) has not answered the supervisor for {}s          (saltpeter_config.watchdog: {limit}s): it is hung; killing it and stopping the daemon",
+        "the {role} process (pid {pid}) has not answered the supervisor for {}s \
+         (saltpeter_config.watchdog: {limit}s): it is hung; killing it and stopping the daemon",
         silence.as_secs()
     );
     if pid != 0 {
@@ -463,7 +469,9 @@ fn begin_stop(sup: &mut Supervisor, ctx: &mut Ctx<Supervisor>) {
     if matches!(sup.phase, Phase::Stopping { .. }) {
         return;
     }
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    if let Err(e) = notify::send(notify::State::Stopping) {
+        log::debug!("could not notify systemd: {e}");
+    }
     sup.phase = Phase::Stopping { level: 0 };
     // main first learns that blocking is going, so it launches nothing into it.
     if sup.alive(Role::Main) {

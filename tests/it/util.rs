@@ -149,6 +149,23 @@ impl Daemon {
         }
     }
 
+    /// The lines the daemon sent to its notify socket within `wait` (after READY=1).
+    pub fn notify_lines(&self, wait: Duration) -> Vec<String> {
+        let start = Instant::now();
+        let mut lines = Vec::new();
+        let mut buf = [0u8; 4096];
+        while start.elapsed() < wait {
+            if let Ok(n) = self.notify.recv(&mut buf) {
+                lines.extend(
+                    String::from_utf8_lossy(&buf[..n])
+                        .lines()
+                        .map(str::to_string),
+                );
+            }
+        }
+        lines
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -171,7 +188,18 @@ impl Daemon {
     }
 
     pub fn wait_exit(&mut self) -> ExitStatus {
-        let status = wait_until("daemon exit", HANG, || self.try_status());
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.try_status() {
+                break status;
+            }
+            assert!(
+                start.elapsed() < HANG,
+                "timed out waiting for daemon exit:\n{}",
+                self.log_tail(60)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
         self.child = None;
         status
     }

@@ -160,3 +160,26 @@ fn a_restart_inside_the_first_daemons_stop_waits_for_it_and_keeps_its_own_files(
         second.try_wait().ok().flatten()
     });
 }
+
+/// systemd's watchdog (`WatchdogSec=`, `$WATCHDOG_USEC`) gets `WATCHDOG=1` about once a
+/// second while every role answers; without `$WATCHDOG_USEC` nothing is sent, so a
+/// manager that reads only `READY=1` never sees its socket fill.
+#[test]
+fn watchdog_1_goes_to_systemd_only_when_it_asked_for_it() {
+    let mut asked = Daemon::prepare(&[]);
+    asked.spawn_with_env(&[("WATCHDOG_USEC", "30000000")]);
+    asked.wait_ready();
+    let lines = asked.notify_lines(Duration::from_secs(4));
+    let pings = lines.iter().filter(|l| *l == "WATCHDOG=1").count();
+    assert!(pings >= 2, "{lines:?}\n{}", asked.log_text());
+
+    let mut not_asked = Daemon::prepare(&[]);
+    not_asked.spawn();
+    not_asked.wait_ready();
+    let lines = not_asked.notify_lines(Duration::from_secs(3));
+    assert!(!lines.iter().any(|l| l == "WATCHDOG=1"), "{lines:?}");
+    not_asked.signal(Signal::SIGTERM);
+    assert!(not_asked.wait_exit().success());
+    let lines = not_asked.notify_lines(Duration::from_millis(200));
+    assert!(lines.iter().any(|l| l == "STOPPING=1"), "{lines:?}");
+}
