@@ -60,7 +60,8 @@ fn postgresql_restarted_under_one_server_loses_nothing() {
 /// standby in the instant the old leader stores again, the old leader may store the
 /// talker's outcome after the new leader read the run; the wrapper's `exited` to the new
 /// leader then gets no `done`, the target stays `running` with part of its output (1 in
-/// about 5 runs here). `cargo nextest run --test it faults --run-ignored all` runs it.
+/// about 5 runs here; docs/faults.md says why). `cargo nextest run --test it faults
+/// --run-ignored all` runs it.
 #[test]
 #[ignore = "known race at takeover: an outcome stored by the old leader after the new one read the run"]
 fn postgresql_stopped_under_two_servers_loses_nothing() {
