@@ -327,8 +327,14 @@ pub(crate) fn output_stored(
                     "run {run}: output of {machine} not stored: {e}; its wrapper keeps it \
                      and sends it again (logged again once stored)"
                 );
-            } else {
-                log::debug!("run {run}: output of {machine} still not stored: {e}");
+            } else if let Some(frames) = refused_before.map(|f| f.saturating_add(1))
+                && frames.is_power_of_two()
+            {
+                // Logarithmic: a talker refused for a minute writes a dozen lines, not
+                // one per frame.
+                log::debug!(
+                    "run {run}: output of {machine} still not stored ({frames} frames refused): {e}"
+                );
             }
             transition(core, run, machine, |t| t.output_refused(Instant::now()));
         }
