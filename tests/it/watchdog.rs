@@ -13,14 +13,6 @@ use crate::util::*;
 
 const WATCHDOG_3S: &str = "saltpeter_config:\n  watchdog: 3\n";
 
-fn pid_of(d: &Daemon, role: &str) -> u32 {
-    d.processes()
-        .into_iter()
-        .find(|(r, _)| r == role)
-        .map(|(_, pid)| pid)
-        .unwrap_or_else(|| panic!("no {role} process"))
-}
-
 fn signal_pid(pid: u32, sig: Signal) {
     kill(Pid::from_raw(pid as i32), sig).expect("signal");
 }
@@ -41,7 +33,7 @@ fn second_daemon(d: &Daemon, log: &std::path::Path, env: &[(&str, &str)]) -> Chi
 #[test]
 fn a_role_that_stops_answering_is_killed_and_the_daemon_exits_1() {
     let mut d = Daemon::start(&[("01-watchdog.yaml", WATCHDOG_3S)]);
-    let main = pid_of(&d, "main");
+    let main = d.pid_of("main");
     signal_pid(main, Signal::SIGSTOP);
     let stopped = Instant::now();
     let status = d.wait_exit();
@@ -120,7 +112,7 @@ fn a_second_daemon_on_the_same_state_directory_gives_up_and_leaves_the_first_alo
 #[test]
 fn a_restart_inside_the_first_daemons_stop_waits_for_it_and_keeps_its_own_files() {
     let mut d = Daemon::start(&[]);
-    let db = pid_of(&d, "db");
+    let db = d.pid_of("db");
     let first = d.pid();
     // A stop that takes a while: db cannot run until the supervisor kills it.
     d.signal(Signal::SIGTERM);
@@ -136,16 +128,18 @@ fn a_restart_inside_the_first_daemons_stop_waits_for_it_and_keeps_its_own_files(
     let first_status = d.wait_exit();
     assert!(!alive(first), "the first supervisor is still there");
     assert!(first_status.code().is_some(), "{first_status}");
-    let status = wait_until("the second daemon to answer", HANG, || {
+    let json = wait_until("the second daemon to answer", HANG, || {
         assert_eq!(
             second.try_wait().ok().flatten(),
             None,
             "the second daemon exited"
         );
+        // A status of a daemon whose roles are not all up yet lists no processes.
         let out = d.ctl(&["--json", "status"]);
-        out.status.success().then_some(out)
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        let listed = json["processes"].as_array().is_some_and(|p| !p.is_empty());
+        (out.status.success() && listed).then_some(json)
     });
-    let json: serde_json::Value = serde_json::from_slice(&status.stdout).expect("status");
     let supervisor = json["processes"]
         .as_array()
         .and_then(|p| p.iter().find(|p| p["role"] == "supervisor"))
