@@ -21,7 +21,7 @@ const LINES: usize = 600;
 pub struct Tmpfs(PathBuf);
 
 impl Tmpfs {
-    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
         std::fs::create_dir_all(dir).expect("mount point");
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o"])
@@ -56,6 +56,24 @@ impl Tmpfs {
         let _ = file.write(&[0u8; 512]);
         path
     }
+
+    /// The state directory of `d` (not started yet) on a tmpfs of `size`, the wrapper's
+    /// logs kept off it so they can be read; `None` when the component root is skipped.
+    pub fn state_of(d: &Daemon, size: &str) -> Option<Tmpfs> {
+        if !crate::components::present_or_skipped(
+            "root",
+            || nix::unistd::getuid().is_root(),
+            "this test mounts a tmpfs for the state directory, which needs root",
+        ) {
+            return None;
+        }
+        let disk = Tmpfs::mount(&d.state_dir(), size);
+        let wrapper_logs = d.root.path().join("wrapper-logs");
+        std::fs::create_dir_all(&wrapper_logs).expect("wrapper log dir");
+        std::os::unix::fs::symlink(&wrapper_logs, d.state_dir().join("wrapper-logs"))
+            .expect("wrapper log link");
+        Some(disk)
+    }
 }
 
 impl Drop for Tmpfs {
@@ -66,22 +84,12 @@ impl Drop for Tmpfs {
 
 #[test]
 fn output_refused_while_the_disk_is_full_is_held_and_stored_once_in_order() {
-    if !crate::components::present_or_skipped(
-        "root",
-        || nix::unistd::getuid().is_root(),
-        "this test mounts a tmpfs for the state directory, which needs root",
-    ) {
-        return;
-    }
     let command = format!("for i in $(seq 1 {LINES}); do echo line-$i; sleep 0.02; done");
     let jobs = format!("talker:\n  schedule: '@yearly'\n  targets: [t1]\n  command: '{command}'\n");
     let mut d = Daemon::prepare(&[("01-fast.yaml", FAST), ("jobs.yaml", &jobs)]);
-    let disk = Tmpfs::mount(&d.state_dir(), "24m");
-    // The wrapper's log stays off the disk that fills, so it can be read.
-    let wrapper_logs = d.root.path().join("wrapper-logs");
-    std::fs::create_dir_all(&wrapper_logs).expect("wrapper log dir");
-    std::os::unix::fs::symlink(&wrapper_logs, d.state_dir().join("wrapper-logs"))
-        .expect("wrapper log link");
+    let Some(disk) = Tmpfs::state_of(&d, "24m") else {
+        return;
+    };
     d.spawn();
     d.wait_ready();
 
@@ -111,7 +119,7 @@ fn output_refused_while_the_disk_is_full_is_held_and_stored_once_in_order() {
     assert_eq!(d.output(id, "t1"), expected, "{}", d.log_tail(80));
 
     // One connection all along: refused output did not close the link.
-    let wrapper_log: String = std::fs::read_dir(&wrapper_logs)
+    let wrapper_log: String = std::fs::read_dir(d.root.path().join("wrapper-logs"))
         .expect("wrapper logs")
         .flatten()
         .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())

@@ -238,6 +238,15 @@ impl Daemon {
     }
 
     /// `(role, pid)` of every process, from `status --json`.
+    /// The pid of the daemon's process of `role` (`supervisor`, `hub`, ...).
+    pub fn pid_of(&self, role: &str) -> u32 {
+        self.processes()
+            .into_iter()
+            .find(|(r, _)| r == role)
+            .map(|(_, pid)| pid)
+            .unwrap_or_else(|| panic!("no {role} process"))
+    }
+
     pub fn processes(&self) -> Vec<(String, u32)> {
         let status = self.ctl_json(&["status"]);
         status["processes"]

@@ -6,8 +6,8 @@
 //! (0.5 s doubling to 5 s) and says so once at WARN and every 30 s after. It is not
 //! ready meanwhile, so a stop ends it with SIGTERM at once (`supervisor::stop_level`);
 //! the supervisor's start timeout (60 s) bounds the wait, and systemd's restart takes
-//! over after it. A database that answers and refuses us (a wrong password, a foreign or newer
-//! schema, a bad URL) is a start-up error the operator must fix: exit 2.
+//! over after it. A database that answers and refuses us (a wrong password, a foreign or
+//! newer schema, a bad URL) is a start-up error the operator must fix: exit 2.
 
 use std::time::{Duration, Instant};
 

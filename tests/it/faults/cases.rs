@@ -35,10 +35,10 @@ fn role_stopped(role: &str, pause: Duration) {
     // db's calls time out within the pause (as they would after 10 s).
     let d = loaded(&ledger, &[("SP_DB_TIMEOUT_S", "4")]);
     warm_up(&d);
-    let pid = pid_of(&d, role);
+    let pid = d.pid_of(role);
     let end = stop_for(&d, &[role], pause);
     let tally = check(&[&d], &ledger, &end);
-    assert_eq!(pid_of(&d, role), pid, "the {role} process was restarted");
+    assert_eq!(d.pid_of(role), pid, "the {role} process was restarted");
     assert_clean(
         &format!("{role} stopped {}s", pause.as_secs()),
         &tally,
@@ -74,26 +74,17 @@ fn the_whole_daemon_paused_loses_nothing_and_kills_nothing() {
     let supervisor = d.pid();
     let end = stop_for(&d, &[], lasting(12, 31));
     let tally = check(&[&d], &ledger, &end);
-    assert_eq!(pid_of(&d, "supervisor"), supervisor, "the daemon restarted");
+    assert_eq!(d.pid_of("supervisor"), supervisor, "the daemon restarted");
     assert_clean("whole daemon paused", &tally, &[&d]);
 }
 
 #[test]
 fn a_full_disk_under_sqlite_loses_nothing_and_heals_itself() {
-    if !crate::components::present_or_skipped(
-        "root",
-        || nix::unistd::getuid().is_root(),
-        "this test mounts a tmpfs for the state directory, which needs root",
-    ) {
-        return;
-    }
     let ledger = Ledger::new();
     let mut d = Daemon::prepare(&[("01-fast.yaml", FAST), ("jobs.yaml", &jobs(&ledger.path))]);
-    let disk = Tmpfs::mount(&d.state_dir(), "24m");
-    let wrapper_logs = d.root.path().join("wrapper-logs");
-    std::fs::create_dir_all(&wrapper_logs).expect("wrapper log dir");
-    std::os::unix::fs::symlink(&wrapper_logs, d.state_dir().join("wrapper-logs"))
-        .expect("wrapper log link");
+    let Some(disk) = Tmpfs::state_of(&d, "24m") else {
+        return;
+    };
     d.spawn();
     d.wait_ready();
     warm_up(&d);

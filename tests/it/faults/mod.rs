@@ -332,15 +332,6 @@ pub fn assert_clean(fault: &str, tally: &Tally, servers: &[&Daemon]) {
     }
 }
 
-/// The pid of `role` in `d`.
-pub fn pid_of(d: &Daemon, role: &str) -> u32 {
-    d.processes()
-        .into_iter()
-        .find(|(r, _)| r == role)
-        .map(|(_, pid)| pid)
-        .unwrap_or_else(|| panic!("no {role} process"))
-}
-
 pub fn signal(pids: &[u32], sig: nix::sys::signal::Signal) {
     for pid in pids {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid as i32), sig);

@@ -14,8 +14,9 @@ fn stopped_for(cluster: &PgCluster, pause: Duration) -> FaultEnd {
     FaultEnd::now()
 }
 
-#[test]
-fn postgresql_stopped_under_one_server_loses_nothing() {
+/// One server on its own cluster with the load; PostgreSQL stopped for `pause` (zero: a
+/// restart).
+fn one_server(fault: &str, pause: Duration) {
     let Some(cluster) = pg_cluster::private_cluster() else {
         return;
     };
@@ -30,30 +31,19 @@ fn postgresql_stopped_under_one_server_loses_nothing() {
     );
     wait_role(&d, "leader");
     warm_up(&d);
-    let end = stopped_for(&cluster, lasting(12, 21));
+    let end = stopped_for(&cluster, pause);
     let tally = check(&[&d], &ledger, &end);
-    assert_clean("PostgreSQL stopped, one server", &tally, &[&d]);
+    assert_clean(fault, &tally, &[&d]);
+}
+
+#[test]
+fn postgresql_stopped_under_one_server_loses_nothing() {
+    one_server("PostgreSQL stopped, one server", lasting(12, 21));
 }
 
 #[test]
 fn postgresql_restarted_under_one_server_loses_nothing() {
-    let Some(cluster) = pg_cluster::private_cluster() else {
-        return;
-    };
-    let ledger = Ledger::new();
-    let port = free_port();
-    let d = server(
-        &cluster.fresh_database(),
-        "solo",
-        port,
-        &[port],
-        &jobs(&ledger.path),
-    );
-    wait_role(&d, "leader");
-    warm_up(&d);
-    let end = stopped_for(&cluster, Duration::ZERO);
-    let tally = check(&[&d], &ledger, &end);
-    assert_clean("PostgreSQL restarted, one server", &tally, &[&d]);
+    one_server("PostgreSQL restarted, one server", Duration::ZERO);
 }
 
 /// Ignored while a known race stands (issue 38 stays open): when the lease passes to the

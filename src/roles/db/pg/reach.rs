@@ -9,7 +9,7 @@ use crate::roles::db::store::StoreError;
 /// the connection refused, timed out or cut (an I/O error of those kinds, not a TLS
 /// handshake that failed), a connection exception (class 08), the server starting up,
 /// shutting down or out of connection slots.
-pub(crate) fn is_unreachable(e: &postgres::Error) -> bool {
+fn is_unreachable(e: &postgres::Error) -> bool {
     use std::io::ErrorKind::*;
     match e.code() {
         None => {
@@ -33,8 +33,9 @@ pub(crate) fn is_unreachable(e: &postgres::Error) -> bool {
                 }
                 cause = c.source();
             }
-            // No I/O cause: closed by the server, or no answer within connect_timeout.
-            e.is_closed() || e.to_string().starts_with("timeout")
+            // No I/O cause: closed by the server. (No answer within `connect_timeout` is
+            // an I/O error of kind `TimedOut`, above.)
+            e.is_closed()
         }
         Some(code) => {
             code.code().starts_with("08")
@@ -51,7 +52,7 @@ pub(crate) fn is_unreachable(e: &postgres::Error) -> bool {
 
 /// `message` as the error of a connection or schema check that failed with `e`:
 /// [`StoreError::Unreachable`] when waiting helps, else [`StoreError::Unusable`].
-pub(crate) fn failure(message: String, e: &postgres::Error) -> StoreError {
+pub(super) fn failure(message: String, e: &postgres::Error) -> StoreError {
     if is_unreachable(e) {
         StoreError::Unreachable(message)
     } else {
