@@ -48,6 +48,13 @@ pub(crate) enum DbRequest {
         data: Vec<u8>,
         limit: OutputLimit,
     },
+    /// How far a target's output is stored: asked when its wrapper's `exited` names an
+    /// end beyond what main saw acknowledged (another server stored the rest before it
+    /// took over).
+    StoredSeq {
+        run: RunId,
+        machine: String,
+    },
     GetRun(RunId),
     /// Runs in flight with their targets' session details (restart recovery).
     InFlightDetails,
@@ -175,6 +182,8 @@ pub(crate) mod calls {
         UpdateRun -> () { DbReply::Done => () }
         /// Every seq up to the value is committed.
         AppendOutput -> u64 { DbReply::OutputStored { contiguous_seq } => contiguous_seq }
+        /// Every seq up to the value is committed.
+        StoredSeq -> u64 { DbReply::OutputStored { contiguous_seq } => contiguous_seq }
         GetRun -> Option<RunRecord> { DbReply::Run(run) => run }
         InFlightDetails -> Vec<(RunRecord, Vec<TargetDetail>)> {
             DbReply::InFlightDetails(runs) => runs

@@ -54,6 +54,9 @@ fn apply_in_batch(
                 contiguous_seq: outcome.contiguous_seq,
             }
         }
+        DbRequest::StoredSeq { run, machine } => DbReply::OutputStored {
+            contiguous_seq: store.max_contiguous_seq(*run, machine)?,
+        },
         DbRequest::GetRun(run) => DbReply::Run(store.get_run(*run)?),
         DbRequest::InFlightDetails => DbReply::InFlightDetails(store.in_flight_details()?),
         DbRequest::ListRuns(filter) => DbReply::Runs(store.list_runs(filter)?),
@@ -196,6 +199,7 @@ pub(super) fn kind(req: &DbRequest) -> &'static str {
         DbRequest::UpdateRun { .. } => "update run",
         DbRequest::UpdateTarget { .. } => "update target",
         DbRequest::AppendOutput { .. } => "append output",
+        DbRequest::StoredSeq { .. } => "read stored output seq",
         DbRequest::GetRun(_) => "get run",
         DbRequest::InFlightDetails => "runs in flight",
         DbRequest::ListRuns(_) => "list runs",

@@ -107,7 +107,6 @@ pub(crate) fn append_output_placed<D: Db>(
     })
 }
 
-#[cfg(test)]
 /// Highest seq such that every seq in `1..=seq` is stored or accounted for.
 pub(crate) fn max_contiguous_seq<D: Db>(
     db: &mut D,

@@ -156,6 +156,8 @@ operations! {
         data: &[u8],
         placement: Placement,
     ) -> Result<AppendOutcome, StoreError> => output;
+    /// Every seq up to the value is stored for the target (or accounted for).
+    fn max_contiguous_seq(&mut self, run: RunId, machine: &str) -> Result<u64, StoreError> => output;
     fn read_output(&mut self, run: RunId, machine: &str, query: &OutputQuery)
         -> Result<OutputBytes, StoreError> => output;
     fn output_tails(&mut self, run: RunId, bytes: u64, max_targets: usize)

@@ -20,7 +20,6 @@ use crate::wire::records::{Millis, RunId, RunRecord};
 /// The shared operations the `db` loop does not use, as methods for the tests.
 pub(crate) trait Extra {
     fn slot_recorded(&mut self, job: &str, slot: Millis) -> Result<bool, StoreError>;
-    fn max_contiguous_seq(&mut self, run: RunId, machine: &str) -> Result<u64, StoreError>;
     fn output(&mut self, run: RunId, machine: &str) -> Result<OutputBytes, StoreError>;
     fn get_target(&mut self, run: RunId, machine: &str)
     -> Result<Option<TargetDetail>, StoreError>;
@@ -34,9 +33,6 @@ pub(crate) trait Extra {
 impl<D: Db> Extra for D {
     fn slot_recorded(&mut self, job: &str, slot: Millis) -> Result<bool, StoreError> {
         runs::slot_recorded(self, job, slot)
-    }
-    fn max_contiguous_seq(&mut self, run: RunId, machine: &str) -> Result<u64, StoreError> {
-        output::max_contiguous_seq(self, run, machine)
     }
     fn output(&mut self, run: RunId, machine: &str) -> Result<OutputBytes, StoreError> {
         output::output(self, run, machine)

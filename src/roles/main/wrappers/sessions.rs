@@ -279,6 +279,9 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
                 code,
             };
             transition(core, run, &machine, |t| t.exited(conn, exit, now_ms()));
+            if core.target(run, &machine).is_some_and(|t| t.awaits_output()) {
+                ask_stored_seq(core, run, machine);
+            }
         }
         HubRequest::WrapperGone { conn } => {
             if let Some((run, machine)) = core.flight.sessions.remove(&conn) {
@@ -339,6 +342,36 @@ pub(crate) fn output_stored(
             transition(core, run, machine, |t| t.output_refused(Instant::now()));
         }
     }
+}
+
+/// A wrapper's `exited` names output beyond what this server saw stored. db answers in
+/// order, after every frame main sent before, with how far the target's output is stored:
+/// more than main knew when another server stored it before this one took the run over
+/// (the wrapper, acknowledged then, has nothing to send again). Frames still missing come
+/// from the wrapper as usual.
+fn ask_stored_seq(core: &mut Main, run: RunId, machine: String) {
+    core.db_call(
+        DbRequest::StoredSeq {
+            run,
+            machine: machine.clone(),
+        },
+        DbWait::then(move |core, _, result| match calls::StoredSeq::take(result) {
+            Ok(contiguous) => {
+                let known = core.target(run, &machine).map(|t| t.acked_seq());
+                if known.is_some_and(|seq| contiguous > seq) {
+                    log::info!(
+                        "run {run}: output of {machine} up to seq {contiguous} was stored \
+                         before this server took the run over"
+                    );
+                }
+                transition(core, run, &machine, |t| t.output_stored(contiguous, now_ms()));
+            }
+            Err(e) => log::warn!(
+                "run {run}: could not read how much output of {machine} is stored: {e}; \
+                 asked again when its wrapper sends its exit again"
+            ),
+        }),
+    );
 }
 
 /// Targets whose wrapper went silent for 3 heartbeats are lost (253); the targets of a

@@ -1,7 +1,7 @@
 //! What the rest of main reads of a target: its fields, private to this module, change
 //! only by the transitions.
 
-use super::{Target, Token};
+use super::{Phase, Target, Token};
 use crate::wire::link::ConnId;
 use crate::wire::records::Millis;
 
@@ -24,6 +24,14 @@ impl Target {
     /// Output up to this seq is committed (and acknowledged).
     pub(crate) fn acked_seq(&self) -> u64 {
         self.acked_seq
+    }
+
+    /// Its wrapper said its command ended after output this server has not seen stored.
+    /// Either the frames are still on their way (they arrive as usual), or another
+    /// server stored and acknowledged them before this one took the run over, and no
+    /// frame will come again: db says how far it really is (`sessions.rs`).
+    pub(crate) fn awaits_output(&self) -> bool {
+        matches!(&self.phase, Phase::PickedUp { exit: Some(exit), .. } if exit.end_seq > self.acked_seq)
     }
 
     /// Suspended by an operator.

@@ -175,6 +175,7 @@ fn an_exit_settles_only_once_its_output_is_stored() {
         "output 4 not stored"
     );
     assert!(!t.is_decided());
+    assert!(t.awaits_output(), "db is asked how far output 4 is stored");
     let effects = t.output_stored(4, 3_000);
     let outcome = Outcome {
         reason: Some(TargetReason::Exit),
@@ -214,6 +215,36 @@ fn an_exit_whose_output_is_already_stored_settles_at_once() {
             ..
         }]
     ));
+}
+
+#[test]
+fn an_exit_after_output_another_server_stored_settles_on_db_s_answer() {
+    // Taken over from another server: restored with output 3 acknowledged, while the
+    // other server stored (and acknowledged) up to 9 before it stopped.
+    let t0 = Instant::now();
+    let record = TargetRecord {
+        machine: "m".into(),
+        state: TargetState::Running,
+        reason: None,
+        exit_code: None,
+        started: Some(500),
+        ended: None,
+        suspended: false,
+        waiting: None,
+        limits: None,
+        server: None,
+    };
+    let mut t = Target::restored(&record, true, None, 3, t0, Duration::from_secs(30));
+    t.hello(t0, C1, KEY).expect("welcome");
+    assert!(t.exited(C1, exit(9, 0), 1_000).is_empty());
+    assert!(t.awaits_output());
+    // db's answer (StoredSeq) goes through the same transition as a stored frame.
+    let effects = t.output_stored(9, 2_000);
+    assert!(matches!(
+        effects[..],
+        [Effect::Ack(C1, 9), Effect::RecordOutcome { waited: true, .. }]
+    ));
+    assert!(!t.awaits_output());
 }
 
 #[test]
