@@ -360,8 +360,8 @@ fn ask_stored_seq(core: &mut Main, run: RunId, machine: String) {
                 let known = core.target(run, &machine).map(|t| t.acked_seq());
                 if known.is_some_and(|seq| contiguous > seq) {
                     log::info!(
-                        "run {run}: output of {machine} up to seq {contiguous} was stored \
-                         before this server took the run over"
+                        "run {run}: output of {machine} up to seq {contiguous} was already \
+                         stored (by the server that drove the run before this one)"
                     );
                 }
                 transition(core, run, &machine, |t| t.output_stored(contiguous, now_ms()));
