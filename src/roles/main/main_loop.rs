@@ -114,6 +114,7 @@ pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     start_queued(role, ctx);
     crate::roles::main::shell::fleet::poll(&mut role.core);
     run_flow::rounds::poll(&mut role.core);
+    super::dispatch::drain(role);
     let now = Instant::now();
     let mut rounds = 0;
     while !role.core.links.wakes.is_empty() && rounds < 1000 {
@@ -278,7 +279,8 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             liveness: Default::default(),
             actor: super::state::Actor::default(),
             views: super::state::Views::default(),
-            runtime_maintenance: super::state::schedule::RuntimeMaintenance::default(),
+            maintenance: Default::default(),
+            inbox: Default::default(),
             boot: super::state::lifecycle::Boot::default(),
             reloads: super::state::lifecycle::Reloads::default(),
             notify: Default::default(),

@@ -17,9 +17,12 @@
 //! The state is in `state/`, below every part; each part makes its own db calls with its
 //! own continuation (`DbWait`), and no part names this file.
 
+mod dispatch;
 mod firing;
 mod lifecycle;
 mod main_loop;
+mod maintenance;
+mod messages;
 mod reload;
 mod requests;
 mod rules;

@@ -24,9 +24,9 @@ use chrono::{DateTime, Utc};
 use crate::config::Job;
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError};
+use crate::roles::main::maintenance::windows::{self, SlotRule};
 use crate::roles::main::rules::scheduler::Due;
 use crate::roles::main::run;
-use crate::roles::main::shell::windows::{self, SlotRule};
 use crate::roles::main::state::{DbWait, Main};
 use crate::wire::admin::{
     AdminFailure, AdminResponse, JobControl, JobControlEntry, JobControlInfo,

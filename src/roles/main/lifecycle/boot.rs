@@ -23,9 +23,9 @@ use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::roles::main::firing::jobctl;
 use crate::roles::main::firing::missed;
+use crate::roles::main::maintenance;
 use crate::roles::main::rules::scheduler::Due;
 use crate::roles::main::state::{DbWait, Main, MainRole};
-use crate::roles::main::views::maintenance;
 use crate::wire::admin::AdminRequest;
 use crate::wire::db::NewRun;
 use crate::wire::db::calls;
@@ -70,7 +70,7 @@ fn ask(core: &mut Main, load: Load) {
 pub(crate) fn answer(core: &mut Main, load: Load, result: Result<DbReply, CallError>) {
     let loaded = match load {
         Load::Maintenance => calls::GetMeta::take(result).map(|value| {
-            maintenance::restore(core, value);
+            core.maintenance.restore(value);
             core.boot.maintenance_loaded = true;
         }),
         Load::LastSlots => calls::LastSlots::take(result).map(|slots| {

@@ -33,7 +33,6 @@ use crate::config::{self, LoadedConfig};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::roles::main::state::{Main, MainRole};
-use crate::roles::main::views::maintenance;
 use crate::roles::main::views::ui;
 use crate::wire::admin::AdminResponse;
 use crate::wire::link::{BlockingReply, BlockingRequest, HubReply};
@@ -152,7 +151,12 @@ fn apply(
     let retention_changed = core.config.saltpeter.retention != loaded.saltpeter.retention;
     let old_maintenance = std::mem::replace(&mut core.config, loaded).maintenance;
     if old_maintenance != core.config.maintenance {
-        maintenance::file_changed(core, &old_maintenance);
+        let out = core.maintenance.file_changed(
+            &old_maintenance,
+            &core.config.maintenance,
+            crate::wire::records::now_ms(),
+        );
+        core.perform(out);
     }
     if retention_changed {
         // New retention applies to the existing history too.

@@ -21,9 +21,9 @@ mod jobs;
 pub(crate) mod output;
 pub(crate) mod runs;
 
+use crate::roles::main::maintenance;
 use crate::roles::main::views::answer::{failure, respond};
 use crate::roles::main::views::live;
-use crate::roles::main::views::maintenance;
 
 use super::state::MainRole;
 use crate::evloop::Ctx;
@@ -143,9 +143,27 @@ pub(super) fn handle(
             },
         ),
         AdminRequest::WatchRun { run } => live::watch(core, call, run),
-        AdminRequest::Maintenance(change) => maintenance::change(core, call, change),
+        AdminRequest::Maintenance(change) => {
+            let who = maintenance::Who {
+                name: core.actor.name.as_deref(),
+                uid: core.actor.uid,
+            };
+            let out = core.maintenance.change(
+                &core.config.maintenance,
+                call,
+                change,
+                who,
+                crate::wire::records::now_ms(),
+            );
+            core.perform(out);
+        }
         AdminRequest::MaintenanceWindows { count } => {
-            crate::roles::main::shell::windows::request(core, call, count)
+            let list = maintenance::windows::listed(
+                &core.config.maintenance.windows,
+                chrono::Utc::now(),
+                count,
+            );
+            respond(core, call, AdminResponse::Windows(list));
         }
         AdminRequest::JobControl(change) => {
             crate::roles::main::firing::jobctl::request(core, call, change)

@@ -9,10 +9,10 @@ use super::batches::{self, await_launch, collect_all, collect_batch, launch_batc
 use super::{capacity, prestage, targets, unreachable};
 use crate::config::Job;
 use crate::ipc::rpc::Call;
+use crate::roles::main::maintenance::windows;
 use crate::roles::main::rules::run_rules;
 use crate::roles::main::rules::target::Target;
 use crate::roles::main::run::effects::now_ms;
-use crate::roles::main::shell::windows;
 use crate::roles::main::state::Sc;
 use crate::roles::main::state::active::ActiveRun;
 use crate::roles::main::state::run::{RunEnd, RunEnv, RunRequest};

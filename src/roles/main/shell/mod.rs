@@ -13,6 +13,6 @@ pub(crate) mod joblog;
 pub(crate) mod launcher;
 pub(crate) mod links;
 pub(crate) mod notify;
+pub(crate) mod perform;
 pub(crate) mod serve_salt;
 pub(crate) mod throttle;
-pub(crate) mod windows;

@@ -21,6 +21,7 @@ use crate::config::LoadedConfig;
 use crate::evloop::Ctx;
 use crate::evloop::timers::TimerId;
 use crate::ipc::rpc::{CallError, CallId};
+use crate::roles::main::maintenance::Maintenance;
 use crate::roles::main::rules::scheduler::Scheduler;
 use crate::roles::main::rules::target::Target;
 use crate::roles::main::rules::tokens::Secret;
@@ -32,7 +33,7 @@ use active::ActiveRun;
 use lifecycle::{Boot, Ha, Reloads};
 use notify::Notifier;
 use run::{Orphans, Rounds, RunEnv, RunRequest};
-use schedule::{JobCtl, RuntimeMaintenance};
+use schedule::JobCtl;
 use views::{Live, Mirror, UiState};
 use wrappers::{Fleet, Launcher, Refusals};
 
@@ -105,7 +106,9 @@ pub(crate) struct Main {
     /// What operators watch: streaming admin calls, the dashboard's views and `/metrics`.
     pub views: Views,
     /// Maintenance set with `saltpeterctl maintenance` (persisted in db).
-    pub runtime_maintenance: RuntimeMaintenance,
+    pub(super) maintenance: Maintenance,
+    /// Messages for the loop (`messages.rs`), drained in one match (`dispatch.rs`).
+    pub(super) inbox: std::collections::VecDeque<crate::roles::main::messages::Message>,
     /// What start-up has loaded from db so far.
     pub(super) boot: Boot,
     /// Configuration reloads in flight and asked for.
@@ -212,6 +215,16 @@ impl MainRole {
 }
 
 impl Main {
+    /// Global maintenance is on (from the files or at run time): no new runs start.
+    pub(crate) fn global_maintenance(&self) -> bool {
+        self.maintenance.global(&self.config.maintenance)
+    }
+
+    /// `machine` is in maintenance (from the files or at run time).
+    pub(crate) fn in_maintenance(&self, machine: &str) -> bool {
+        self.maintenance.holds(&self.config.maintenance, machine)
+    }
+
     pub(crate) fn wake(&mut self, key: WakeKey) {
         self.links.wakes.push(key);
     }

@@ -1,5 +1,4 @@
-//! The schedule's state: paused and skipping jobs, run-time maintenance (`jobctl`,
-//! `maintenance`).
+//! The schedule's state: paused and skipping jobs (`jobctl`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,13 +34,6 @@ pub(crate) struct JobCtl {
     /// The deferred slot being fired now (it passed `hold` once; its skips are not taken
     /// again).
     pub(crate) refiring: Option<(String, DateTime<Utc>)>,
-}
-
-/// Maintenance set at run time (`saltpeterctl maintenance`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct RuntimeMaintenance {
-    pub global: bool,
-    pub machines: BTreeSet<String>,
 }
 
 /// What is persisted: per job, its control (jobs with nothing set are absent).

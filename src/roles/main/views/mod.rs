@@ -6,7 +6,6 @@
 pub(crate) mod answer;
 pub(crate) mod delivery_view;
 pub(crate) mod live;
-pub(crate) mod maintenance;
 pub(crate) mod metrics;
 pub(crate) mod mirror;
 pub(crate) mod mirror_view;

@@ -242,7 +242,10 @@ fn an_exit_after_output_another_server_stored_settles_on_db_s_answer() {
     let effects = t.output_stored(9, 2_000);
     assert!(matches!(
         effects[..],
-        [Effect::Ack(C1, 9), Effect::RecordOutcome { waited: true, .. }]
+        [
+            Effect::Ack(C1, 9),
+            Effect::RecordOutcome { waited: true, .. }
+        ]
     ));
     assert!(!t.awaits_output());
 }

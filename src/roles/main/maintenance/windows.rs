@@ -1,6 +1,5 @@
 //! Maintenance windows on a calendar: when each is open, and what a slot falling inside one
-//! becomes. Pure (every function takes `now` or the instant asked about), except
-//! `request`, which answers `saltpeterctl maintenance windows`.
+//! becomes. Pure: every function takes `now` or the instant asked about.
 //!
 //! A recurring window opens at each firing of its schedule (in its time zone, with the
 //! schedule's daylight-saving rules, `src/schedule`) and stays open for its duration of
@@ -18,10 +17,7 @@
 use chrono::{DateTime, Duration, Utc};
 
 use crate::config::windows::{Window, WindowPolicy, WindowTime};
-use crate::ipc::CallId;
-use crate::roles::main::state::Main;
-use crate::wire::admin::{AdminResponse, WindowOccurrence};
-use crate::wire::link::HubReply;
+use crate::wire::admin::WindowOccurrence;
 
 /// Most schedule firings looked at to find the occurrence containing an instant.
 const WALK_BUDGET: usize = 10_000;
@@ -154,15 +150,11 @@ pub(crate) fn machine_window<'w>(
         .find_map(|w| open_at(w, at).map(|o| (w, o.end)))
 }
 
-/// `saltpeterctl maintenance windows`: the next `count` openings of every window, in order
-/// of start.
-pub(crate) fn request(core: &mut Main, call: CallId, count: u32) {
-    let now = Utc::now();
+/// `saltpeterctl maintenance windows`: the next `count` openings of every window after
+/// `now`, in order of start.
+pub(crate) fn listed(windows: &[Window], now: DateTime<Utc>, count: u32) -> Vec<WindowOccurrence> {
     let per_window = count.clamp(1, MAX_LISTED) as usize;
-    let mut list: Vec<WindowOccurrence> = core
-        .config
-        .maintenance
-        .windows
+    let mut list: Vec<WindowOccurrence> = windows
         .iter()
         .flat_map(|w| {
             upcoming(w, now, per_window)
@@ -181,7 +173,7 @@ pub(crate) fn request(core: &mut Main, call: CallId, count: u32) {
         .collect();
     list.sort_by(|a, b| (a.start, &a.name).cmp(&(b.start, &b.name)));
     list.truncate(per_window);
-    core.reply_hub(call, HubReply::Admin(AdminResponse::Windows(list)));
+    list
 }
 
 #[cfg(test)]

@@ -1,0 +1,39 @@
+//! The one place a part's commands (`messages::Cmd`) are done: db calls with their
+//! replies turned into messages, answers to admin calls, events, messages for the loop.
+
+use crate::roles::main::messages::{Cmd, Message, Out, Then};
+use crate::roles::main::state::{DbWait, Main};
+use crate::wire::link::HubReply;
+
+impl Main {
+    /// Do what a part asked for, in order.
+    pub(crate) fn perform(&mut self, out: Out) {
+        for cmd in out.into_cmds() {
+            match cmd {
+                Cmd::Db { req, then, due } => {
+                    let wait = match then {
+                        Then::Write(what) => DbWait::write(what),
+                        Then::Tell(to) => DbWait::then(move |core, _, result| {
+                            core.post(to(result));
+                        }),
+                    };
+                    self.db_call_due(req, wait, due);
+                }
+                Cmd::Answer(call, resp) => self.reply_hub(call, HubReply::Admin(resp)),
+                Cmd::Event(e) => self.event(
+                    e.kind,
+                    e.job.as_deref(),
+                    e.run,
+                    e.machine.as_deref(),
+                    e.message,
+                ),
+                Cmd::Post(msg) => self.post(msg),
+            }
+        }
+    }
+
+    /// A message for the loop, drained after the event being handled (`dispatch.rs`).
+    pub(crate) fn post(&mut self, msg: Message) {
+        self.inbox.push_back(msg);
+    }
+}
