@@ -16,8 +16,10 @@ pub(super) fn drain(role: &mut MainRole) {
             return;
         };
         match msg {
-            Message::Maintenance(msg) => {
-                let out = core.maintenance.on(msg, &core.config.maintenance);
+            Message::MaintenanceSaved { call, note, result } => {
+                let out = core
+                    .maintenance
+                    .saved(&core.config.maintenance, call, note, result);
                 core.perform(out);
             }
         }

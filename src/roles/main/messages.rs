@@ -12,7 +12,6 @@
 
 use crate::ipc::CallId;
 use crate::ipc::rpc::{CallError, Due};
-use crate::roles::main::maintenance;
 use crate::wire::admin::AdminResponse;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::records::RunId;
@@ -20,10 +19,16 @@ use crate::wire::records::RunId;
 /// A db reply or why there is none.
 pub(crate) type DbResult = Result<DbReply, CallError>;
 
-/// What the loop hands from one part to the next (`dispatch.rs` has the one match).
+/// What the loop hands from one part to the next (`dispatch.rs` has the one match). This
+/// file names no part: the parts name it.
 pub(crate) enum Message {
-    /// For the maintenance settings (`maintenance/`).
-    Maintenance(maintenance::Msg),
+    /// db saved the run-time maintenance settings of a change asked by admin call `call`
+    /// (or could not): the answer to it (`maintenance/`).
+    MaintenanceSaved {
+        call: CallId,
+        note: Option<String>,
+        result: DbResult,
+    },
 }
 
 /// What a part asks the shell to do.

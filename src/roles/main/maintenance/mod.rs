@@ -48,17 +48,6 @@ pub(crate) struct Maintenance {
     runtime: Runtime,
 }
 
-/// What the loop hands this part.
-pub(crate) enum Msg {
-    /// db saved the run-time settings of a change asked by admin call `call` (or could
-    /// not): the answer to it.
-    Saved {
-        call: CallId,
-        note: Option<String>,
-        result: DbResult,
-    },
-}
-
 /// Who asks for a change, for its events.
 pub(crate) struct Who<'a> {
     /// The API identity, or `None` for `saltpeterctl`.
@@ -189,7 +178,7 @@ impl Maintenance {
                 key: META_KEY.to_string(),
                 value,
             },
-            Then::tell(move |result| Message::Maintenance(Msg::Saved { call, note, result })),
+            Then::tell(move |result| Message::MaintenanceSaved { call, note, result }),
         );
         out
     }
@@ -207,20 +196,24 @@ impl Maintenance {
         changes(&before, &after, "the configuration files", None, now)
     }
 
-    /// What the loop hands this part.
-    pub(crate) fn on(&mut self, msg: Msg, file: &FileMaintenance) -> Out {
-        match msg {
-            Msg::Saved { call, note, result } => {
-                let resp = match calls::SetMeta::take(result) {
-                    Ok(()) => AdminResponse::Maintenance(self.info(file, note)),
-                    Err(e) => AdminResponse::Failure(AdminFailure::Internal(format!(
-                        "the change is in effect, but could not be saved ({e}): it is lost at \
-                         the next restart"
-                    ))),
-                };
-                Out::from(crate::roles::main::messages::Cmd::Answer(call, resp))
-            }
-        }
+    /// db saved the settings of the change asked by `call` (or could not): its answer.
+    pub(crate) fn saved(
+        &self,
+        file: &FileMaintenance,
+        call: CallId,
+        note: Option<String>,
+        result: DbResult,
+    ) -> Out {
+        let resp = match calls::SetMeta::take(result) {
+            Ok(()) => AdminResponse::Maintenance(self.info(file, note)),
+            Err(e) => AdminResponse::Failure(AdminFailure::Internal(format!(
+                "the change is in effect, but could not be saved ({e}): it is lost at the \
+                 next restart"
+            ))),
+        };
+        let mut out = Out::new();
+        out.answer(call, resp);
+        out
     }
 }
 
