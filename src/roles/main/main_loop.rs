@@ -258,6 +258,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
                 blocking_calls: PendingCalls::with_first_id(Role::Blocking, BLOCKING_CALL_BASE),
                 db_replies: HashMap::new(),
                 blocking_replies: HashMap::new(),
+                blocking_tells: HashMap::new(),
                 wakes: Vec::new(),
                 hub_outbox: super::state::HubOutbox::default(),
             },

@@ -14,6 +14,7 @@ use crate::ipc::CallId;
 use crate::ipc::rpc::{CallError, Due};
 use crate::wire::admin::AdminResponse;
 use crate::wire::db::{DbReply, DbRequest};
+use crate::wire::link::{BlockingReply, BlockingRequest};
 use crate::wire::records::RunId;
 
 /// A db reply or why there is none.
@@ -46,7 +47,20 @@ pub(crate) enum Cmd {
     Event(Event),
     /// A message for the loop to hand on.
     Post(Message),
+    /// A call to blocking; its reply (or why there is none) becomes a message. `local`:
+    /// this server's own blocking, never spread over the masters of other servers.
+    Blocking {
+        req: BlockingRequest,
+        local: bool,
+        tell: BlockingTell,
+    },
 }
+
+/// A blocking reply or why there is none.
+pub(crate) type BlockingResult = Result<BlockingReply, CallError>;
+
+/// What a blocking reply becomes.
+pub(crate) type BlockingTell = Box<dyn FnOnce(BlockingResult) -> Message>;
 
 /// An event to record.
 pub(crate) struct Event {
@@ -88,6 +102,33 @@ impl Out {
             req,
             then,
             due: Due::Soon,
+        });
+    }
+
+    /// A call to blocking (spread over the servers' masters when several share the
+    /// database), its reply made into a message by `tell`.
+    pub(crate) fn blocking(
+        &mut self,
+        req: BlockingRequest,
+        tell: impl FnOnce(BlockingResult) -> Message + 'static,
+    ) {
+        self.0.push(Cmd::Blocking {
+            req,
+            local: false,
+            tell: Box::new(tell),
+        });
+    }
+
+    /// A call to this server's own blocking, its reply made into a message by `tell`.
+    pub(crate) fn local_blocking(
+        &mut self,
+        req: BlockingRequest,
+        tell: impl FnOnce(BlockingResult) -> Message + 'static,
+    ) {
+        self.0.push(Cmd::Blocking {
+            req,
+            local: true,
+            tell: Box::new(tell),
         });
     }
 

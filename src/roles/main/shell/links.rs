@@ -158,8 +158,13 @@ impl Main {
         result: Result<BlockingReply, CallError>,
     ) {
         if let Some(result) = crate::roles::main::shell::delegate::answered(self, id, result) {
-            self.links.blocking_replies.insert(id, result);
-            self.wake(WakeKey::Call(id));
+            match self.links.blocking_tells.remove(&id) {
+                Some(tell) => self.post(tell(result)),
+                None => {
+                    self.links.blocking_replies.insert(id, result);
+                    self.wake(WakeKey::Call(id));
+                }
+            }
         }
     }
 

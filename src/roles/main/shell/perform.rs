@@ -28,6 +28,21 @@ impl Main {
                     e.message,
                 ),
                 Cmd::Post(msg) => self.post(msg),
+                Cmd::Blocking { req, local, tell } => {
+                    let id = if local {
+                        self.local_blocking_call(req)
+                    } else {
+                        self.blocking_call(req)
+                    };
+                    // Answered at once when blocking could not be reached: the reply
+                    // waits in `blocking_replies` and goes to `tell` now.
+                    match self.links.blocking_replies.remove(&id) {
+                        Some(result) => self.post(tell(result)),
+                        None => {
+                            self.links.blocking_tells.insert(id, tell);
+                        }
+                    }
+                }
             }
         }
     }

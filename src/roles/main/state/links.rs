@@ -28,6 +28,8 @@ pub(crate) struct Links<M> {
     /// Replies for Workflow steps, taken by the step that waits on the call id.
     pub db_replies: HashMap<CallId, Result<DbReply, CallError>>,
     pub blocking_replies: HashMap<CallId, Result<BlockingReply, CallError>>,
+    /// Blocking calls made by a part's command: the reply becomes a message.
+    pub blocking_tells: HashMap<CallId, crate::roles::main::messages::BlockingTell>,
     /// Wake keys emitted since the registry last saw them.
     pub wakes: Vec<WakeKey>,
     /// Acks and output credits for the hub, gathered over one turn of the loop.
