@@ -5,7 +5,7 @@
 //! systemd ── saltpeter-daemon (supervisor)
 //!              ├── hub       wrapper WebSockets, HTTP API, admin socket
 //!              ├── main      configuration, schedules, runs, Workflows
-//!              ├── db        SQLite
+//!              ├── db        the database (SQLite, or PostgreSQL shared by several servers)
 //!              └── blocking  slow commands (salt, wrapper launches)
 //! ```
 //!

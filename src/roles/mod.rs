@@ -2,7 +2,8 @@
 //!
 //! - `hub` (level 3): wrapper WebSockets, HTTP API, admin socket; no business logic
 //! - `main` (level 2): configuration, schedules, run state, Workflows
-//! - `db` (level 1): SQLite, the only process that touches the database
+//! - `db` (level 1): the database (SQLite, or PostgreSQL shared by several servers), the
+//!   only process that touches it
 //! - `blocking` (level 3): slow commands (salt CLI, wrapper launches) as child processes
 //!
 //! Each role is a library function taking already-connected descriptors, so a role can

@@ -78,10 +78,6 @@ impl Stream {
         }
     }
 
-    pub fn is_tls(&self) -> bool {
-        matches!(self, Stream::Tls(_))
-    }
-
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
         self.tcp().set_nodelay(on)
     }

@@ -37,7 +37,6 @@ const SCRIPT: &str = include_str!("bridge.py");
 const READY_DEADLINE: Duration = Duration::from_secs(30);
 /// After the bridge failed, how long the command line is used instead.
 const FALLBACK_PERIOD: Duration = Duration::from_secs(300);
-/// A bridge that dies this soon after starting is not restarted at once.
 /// Longest answer line taken from the bridge (one minion's return).
 const MAX_LINE: usize = 16 * 1024 * 1024;
 
