@@ -57,7 +57,7 @@ pub fn main() -> i32 {
 }
 
 fn since(text: Option<String>) -> Result<Option<crate::wire::records::Millis>, (i32, String)> {
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = crate::wire::records::now_ms();
     text.map(|t| verbs::parse_since(&t, now))
         .transpose()
         .map_err(|e| (EXIT_USAGE, e))

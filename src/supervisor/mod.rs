@@ -154,7 +154,7 @@ fn supervise(
         phase: Phase::Starting,
         exit_code: 0,
         policy,
-        started_at: chrono::Utc::now().timestamp_millis(),
+        started_at: crate::wire::records::now_ms(),
         wrapper_port: prepared
             .wrappers
             .local_addr()

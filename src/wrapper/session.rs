@@ -29,7 +29,7 @@
 use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
 use signal_hook::consts::{SIGCHLD, SIGINT, SIGTERM};
@@ -52,6 +52,7 @@ use super::rotation::Rotation;
 use super::running::{Ended, RunFacts, Running, StartFailure};
 use super::settings::{Backoff, Credential, Options, Settings};
 use super::spool::Spool;
+use crate::wire::records::now_ms;
 use crate::wire::wrapper::{ExitReason, JobSpec, ServerMsg, Stream, WrapperMsg};
 
 const WS: Token = Token(0);
@@ -109,12 +110,6 @@ struct Session {
     abandon: Option<WrapperError>,
     outcome: Option<Result<(), WrapperError>>,
     read_buf: Vec<u8>,
-}
-
-fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl Session {
@@ -291,7 +286,7 @@ impl Session {
                 log::info!("started {:?} as pid {pid}", job.command);
                 let started = WrapperMsg::Started {
                     pid,
-                    at: unix_ms(),
+                    at: now_ms(),
                     limits: running.limits_applied(),
                 };
                 self.ctrl.push_back(started.clone());
@@ -403,7 +398,7 @@ impl Session {
             code,
             signal,
             reason,
-            at: unix_ms(),
+            at: now_ms(),
         }));
         self.exited_sent_at = None;
         if let Some(err) = self.abandon.take() {

@@ -115,7 +115,7 @@ fn apply_in_batch(
         }
         DbRequest::TargetAttempts(run) => DbReply::Attempts(store.target_attempts(*run)?),
         DbRequest::JobLog(log) => {
-            joblog::write_job_log(store, log, chrono::Utc::now().timestamp_millis())?;
+            joblog::write_job_log(store, log, crate::wire::records::now_ms())?;
             DbReply::Done
         }
         DbRequest::RecordWrappers(rows) => {
@@ -128,7 +128,7 @@ fn apply_in_batch(
         }
         DbRequest::Wrappers => DbReply::Wrappers(store.wrappers()?),
         DbRequest::SendSaltCall { from, to, request } => {
-            let now = chrono::Utc::now().timestamp_millis();
+            let now = crate::wire::records::now_ms();
             DbReply::SaltCallSent(store.send_salt_call(from, to, request, now)?)
         }
         DbRequest::AnswerSaltCall { id, reply } => {

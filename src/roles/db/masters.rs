@@ -105,7 +105,7 @@ pub(super) fn poll_calls(masters: &Masters, store: &mut dyn Storage) -> Vec<DbNo
 /// Steps 2 to 4; what main is to be told.
 pub(super) fn poll_registry(masters: &mut Masters, store: &mut dyn Storage) -> Vec<DbNotice> {
     let now = Instant::now();
-    let now_ms = chrono::Utc::now().timestamp_millis();
+    let now_ms = crate::wire::records::now_ms();
     let me = masters.me.clone();
     let mut notices = Vec::new();
     // A server whose master is down is asked nothing: it does not say it is alive.

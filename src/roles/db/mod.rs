@@ -177,10 +177,7 @@ fn on_main(db: &mut Db, ctx: &mut Ctx<Db>, _: (), event: &Event) -> Flow {
 /// (`gather::Held::add`).
 fn gather(db: &mut Db, ctx: &mut Ctx<Db>, calls: Vec<(CallId, DbRequest, Due)>) {
     let now = std::time::Instant::now();
-    match db
-        .held
-        .add(calls, now, chrono::Utc::now().timestamp_millis())
-    {
+    match db.held.add(calls, now, crate::wire::records::now_ms()) {
         None => {}
         Some(gather::Next::Serve) => serve_held(db, ctx),
         // The timer moves only when the first call due comes earlier.

@@ -152,7 +152,7 @@ impl Session {
         }
         let suspended = r.is_suspended();
         self.ctrl.push_back(WrapperMsg::Heartbeat {
-            at: super::unix_ms(),
+            at: crate::wire::records::now_ms(),
             suspended,
         });
     }

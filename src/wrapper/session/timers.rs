@@ -123,7 +123,7 @@ impl Session {
         if self.heartbeat_at.is_some_and(|t| t <= now) {
             if self.welcomed {
                 self.ctrl.push_back(WrapperMsg::Heartbeat {
-                    at: super::unix_ms(),
+                    at: crate::wire::records::now_ms(),
                     suspended: self.is_suspended(),
                 });
                 self.link.send_ping(&mut self.link_events);

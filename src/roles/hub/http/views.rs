@@ -90,7 +90,7 @@ pub(crate) fn wrapper_alive(hub: &mut Hub, job: &str, run: RunId, machine: &str)
     let Some(view) = hub.http.as_mut().and_then(|h| h.ui.jobs.get_mut(job)) else {
         return;
     };
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = crate::wire::records::now_ms();
     match view.heartbeats.get_mut(machine) {
         Some(entry) => *entry = (run, now),
         None => {

@@ -403,7 +403,7 @@ fn send_timeline(hub: &mut Hub, id: ConnId, req: u64, runs: &[RunRecord]) {
         return;
     };
     let req_id = ws.timelines.remove(&req).unwrap_or(Value::Null);
-    let serial = chrono::Utc::now().timestamp_millis();
+    let serial = crate::wire::records::now_ms();
     let msg = crate::json::ui::timeline_message(req_id, runs, serial);
     if let Some(http) = hub.http.as_mut() {
         send(http, id, &Utf8Bytes::from(msg.to_string()));

@@ -23,7 +23,7 @@ use std::net::IpAddr;
 use crate::roles::hub::client_addr::client_key as key;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use hmac::{KeyInit, Mac};
 use sha2::Sha256;
@@ -54,10 +54,9 @@ pub(crate) struct Sessions {
     revoked_file: Option<PathBuf>,
 }
 
+/// Now in unix seconds, from the daemon's one clock (`wire::records::now_ms`).
 fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    u64::try_from(crate::wire::records::now_ms() / 1000).unwrap_or(0)
 }
 
 impl Sessions {
