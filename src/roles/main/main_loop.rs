@@ -150,7 +150,8 @@ pub(super) fn start_queued_inner(role: &mut MainRole) {
     if role.core.flight.recovering || role.core.ha.holding() {
         return;
     }
-    for workflow in std::mem::take(&mut role.core.flight.to_recover) {
+    for run in std::mem::take(&mut role.core.flight.to_recover) {
+        let workflow = run_flow::recovered_workflow(run);
         let id = role
             .workflows
             .start(workflow, &mut role.core, Instant::now());

@@ -4,40 +4,51 @@
 
 use std::time::{Duration, Instant};
 
+use super::env::{RecordedRun, RunEnv, Sc, not_recorded};
 use crate::roles::main::rules::run_rules;
 use crate::roles::main::run::effects::now_ms;
 use crate::roles::main::run::effects::{finish_target, transition};
 use crate::roles::main::shell::throttle;
-use crate::roles::main::state::Sc;
-use crate::roles::main::state::run::RunEnv;
+use crate::roles::main::state::run::RunRequest;
 use crate::roles::main::state::{DbWait, Main};
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, RunUpdate, TargetUpdate, calls};
 use crate::wire::link::{
     BlockingRequest, ExecutorKind, LaunchTarget, MinionOutcome, blocking_calls,
 };
-use crate::wire::records::{RunId, RunState, TargetReason, TargetState};
+use crate::wire::records::{RunId, RunState, TargetReason};
 use crate::workflow::{Step, Wake, WakeEvent};
 
-pub(crate) fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
-    let Some(run) = env.run else {
-        return Step::fail("launch before the run was recorded");
+pub(crate) fn launch_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+    let committed = match env.db::<calls::GetMeta>(core, plan_launch) {
+        Ok(committed) => committed,
+        Err(step) => return step,
     };
-    if let Some((barrier, _)) = &env.launch_held {
-        let barrier = *barrier;
-        let Some(committed) = core.take_db_reply::<calls::GetMeta>(barrier) else {
-            return Step::Wait(Wake::Call(barrier));
-        };
-        if let Err(e) = committed {
-            // Launched all the same, as before the barrier existed: the targets are
-            // `launching` in this server's memory and their wrappers are awaited.
-            log::warn!("run {run}: launching without a confirmed record ({e})");
-        }
-        let launch = env.launch_held.take().map(|(_, l)| l).unwrap_or_default();
-        return send_launch(env, core, launch);
+    let Some((req, rec)) = env.recorded() else {
+        return not_recorded(s);
+    };
+    if let Err(e) = committed {
+        // Launched all the same, as before the barrier existed: the targets are
+        // `launching` in this server's memory and their wrappers are awaited.
+        log::warn!(
+            "run {}: launching without a confirmed record ({e})",
+            rec.id()
+        );
     }
-    let job = env.req.job.clone();
-    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
+    let launch = std::mem::take(&mut rec.held);
+    send_launch(req, rec, core, launch)
+}
+
+/// The batch's targets go `launching` (or stay out: in maintenance now, held back by a
+/// cap); what is to launch is held until db has committed that (the launch barrier's
+/// request), or handed on at once when there is nothing to hold (the step's return).
+fn plan_launch(env: &mut RunEnv, core: &mut Main) -> Result<DbRequest, Step> {
+    let Some((req, rec)) = env.recorded() else {
+        return Err(Step::fail("launch before the run was recorded"));
+    };
+    let run = rec.id();
+    let job = req.job.clone();
+    let batch = rec.current_batch().to_vec();
     // Machines put into maintenance since the run was planned (a later batch) stay out.
     let in_maintenance: Vec<bool> = batch.iter().map(|m| core.in_maintenance(m)).collect();
     let mut launch = Vec::new();
@@ -71,9 +82,9 @@ pub(crate) fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Ste
         });
     }
     // A pre-staged run starts at its slot (`prestage::await_slot` records it then).
-    let before_slot = env.req.prestaged && core.run(run).is_some_and(|r| !r.go_sent());
-    if !env.start_recorded && !launch.is_empty() && !before_slot {
-        env.start_recorded = true;
+    let before_slot = req.prestaged && core.run(run).is_some_and(|r| !r.go_sent());
+    if !rec.start_recorded && !launch.is_empty() && !before_slot {
+        rec.start_recorded = true;
         core.db_call(
             DbRequest::UpdateRun {
                 run,
@@ -87,16 +98,12 @@ pub(crate) fn launch_batch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Ste
         );
     }
     if launch.is_empty() {
-        return send_launch(env, core, launch);
+        return Err(send_launch(req, rec, core, launch));
     }
     // db answers a call only after committing the batch it is in, and it receives the
     // `launching` writes above before this read: its answer means they are durable.
-    let barrier = core.db_call(
-        DbRequest::GetMeta(LAUNCH_BARRIER.to_string()),
-        DbWait::step(),
-    );
-    env.launch_held = Some((barrier, launch));
-    Step::Wait(Wake::Call(barrier))
+    rec.held = launch;
+    Ok(DbRequest::GetMeta(LAUNCH_BARRIER.to_string()))
 }
 
 /// How often a batch with throttled targets looks again without being woken.
@@ -107,12 +114,17 @@ const LAUNCH_BARRIER: &str = "launch_barrier";
 
 /// Hands the batch's wrappers to blocking: a local batch at once, a salt batch to its
 /// launch round (`rounds.rs`), which publishes it with the other runs of the round.
-fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> Step {
-    let job = env.req.job.clone();
-    let run = env.run.unwrap_or_default();
+fn send_launch(
+    req: &RunRequest,
+    rec: &mut RecordedRun,
+    core: &mut Main,
+    launch: Vec<LaunchTarget>,
+) -> Step {
+    let job = req.job.clone();
+    let run = rec.id();
     let url = core.wrapper_url(&job);
     let now = Instant::now();
-    if let Some(slot) = env.round.take() {
+    if let Some(slot) = rec.round.take() {
         core.rounds.leave(slot);
     }
     if launch.is_empty() {
@@ -121,7 +133,7 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
     if let Some(active) = core.run_mut(run) {
         active.launch_out(now);
     }
-    env.launch_started = Some(now);
+    rec.launch_started = Some(now);
     if job.executor == crate::config::Executor::Salt {
         let queued = crate::roles::main::state::run::Queued {
             run,
@@ -130,10 +142,10 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
             minions: launch.into_iter().map(|t| t.machine).collect(),
             settings: core.salt_settings(),
             // After its slot (targets held back by a cap, retries) nothing is to coalesce.
-            urgent: !env.req.prestaged || core.run(run).is_some_and(|r| r.go_sent()),
+            urgent: !req.prestaged || core.run(run).is_some_and(|r| r.go_sent()),
         };
         core.rounds.queue(queued, now);
-        env.launch_queued = true;
+        rec.launch_queued = true;
         return Step::Next;
     }
     let id = core.blocking_call(BlockingRequest::Launch {
@@ -145,7 +157,7 @@ fn send_launch(env: &mut RunEnv, core: &mut Main, launch: Vec<LaunchTarget>) -> 
         salt: None,
         await_returns: true,
     });
-    env.call = Some(id);
+    rec.launch = Some(id);
     Step::Next
 }
 
@@ -156,11 +168,12 @@ enum Launched {
     Nothing,
 }
 
-fn launched(env: &mut RunEnv, core: &mut Main, run: RunId) -> Launched {
-    if env.launch_queued {
+fn launched(rec: &mut RecordedRun, core: &mut Main) -> Launched {
+    let run = rec.id();
+    if rec.launch_queued {
         return match core.rounds.take_answer(run) {
             Some(answer) => {
-                env.launch_queued = false;
+                rec.launch_queued = false;
                 Launched::Answer(answer.outcomes)
             }
             None => {
@@ -170,13 +183,13 @@ fn launched(env: &mut RunEnv, core: &mut Main, run: RunId) -> Launched {
             }
         };
     }
-    let Some(id) = env.call else {
+    let Some(id) = rec.launch else {
         return Launched::Nothing;
     };
     match core.take_blocking_reply::<blocking_calls::Launch>(id) {
         None => Launched::Waiting(Wake::Call(id)),
         Some(reply) => {
-            env.call = None;
+            rec.launch = None;
             let outcomes = reply
                 .map(|all| all.into_iter().map(|(_, o)| o).collect())
                 .map_err(|e| e.to_string());
@@ -185,9 +198,12 @@ fn launched(env: &mut RunEnv, core: &mut Main, run: RunId) -> Launched {
     }
 }
 
-pub(crate) fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
-    let run = env.run.unwrap_or_default();
-    let reply = match launched(env, core, run) {
+pub(crate) fn await_launch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+    let Some((req, rec)) = env.recorded() else {
+        return not_recorded(s);
+    };
+    let run = rec.id();
+    let reply = match launched(rec, core) {
         Launched::Waiting(wake) => return Step::Wait(wake),
         // Nothing was launched (every target launched before a restart, or gone): the
         // pick-up deadline still applies to those awaited.
@@ -197,9 +213,8 @@ pub(crate) fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Ste
     if let Some(active) = core.run_mut(run) {
         active.launch_answered();
     }
-    env.launch_started = None;
-    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
-    let path = core.wrapper_path(&env.req.job);
+    rec.launch_started = None;
+    let path = core.wrapper_path(&req.job);
     match reply {
         Ok(outcomes) => {
             for o in outcomes {
@@ -210,26 +225,26 @@ pub(crate) fn await_launch(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Ste
                     // Salt's silence is not unreachability: the wrapper may still call
                     // back; the pick-up deadline (and a ping then) decides.
                     log::info!("run {run}: {} did not return the launch: {word}", o.machine);
-                    env.silent.insert(o.machine.clone(), word);
+                    rec.silent.insert(o.machine.clone(), word);
                 }
                 if let Err(e) = o.result {
                     log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
                     // Maybe the wrapper went missing: deploy again next time.
                     crate::roles::main::shell::fleet::missing(core, &o.machine, &path);
-                    super::failed::launch_failed(core, &env.req.job.name, run, &o.machine, e);
+                    super::failed::launch_failed(core, &req.job.name, run, &o.machine, e);
                 }
             }
         }
         Err(e) => {
-            log::error!("run {run}: launching batch {} failed: {e}", env.batch);
-            for m in &batch {
+            log::error!("run {run}: launching batch {} failed: {e}", rec.batch);
+            for m in rec.current_batch() {
                 let why = format!("the launch failed: {e}");
-                super::failed::launch_failed(core, &env.req.job.name, run, m, why);
+                super::failed::launch_failed(core, &req.job.name, run, m, why);
             }
         }
     }
     let pickup = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
-    env.extend_pickup(Instant::now() + pickup);
+    rec.extend_pickup(Instant::now() + pickup);
     Step::Next
 }
 
@@ -256,9 +271,12 @@ fn record_server(core: &mut Main, run: RunId, machine: &str, server: String) {
 }
 
 pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
-    let run = env.run.unwrap_or_default();
+    let Some((req, rec)) = env.recorded() else {
+        return not_recorded(s);
+    };
+    let run = rec.id();
     let now = s.now();
-    let retry_wait = match super::retry::check(env, core, now) {
+    let retry_wait = match super::retry::check(rec, core, now) {
         super::retry::RetryPlan::Relaunch => {
             s.insert_steps([
                 ("launch_batch", launch_batch as StepFnOf),
@@ -271,9 +289,9 @@ pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> St
         super::retry::RetryPlan::Nothing => None,
     };
     // Minions waited for (`retry_unreachable`) that came back join this batch.
-    let waiting = match super::unreachable::check(env, core, now) {
+    let waiting = match super::unreachable::check(rec, core, now) {
         super::unreachable::Plan::Relaunch(back) => {
-            join_current_batch(env, back);
+            join_current_batch(rec, back);
             s.insert_steps([
                 (
                     "deploy_wrappers",
@@ -292,7 +310,7 @@ pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> St
         }
         super::unreachable::Plan::Nothing => Vec::new(),
     };
-    let batch = env.batches.get(env.batch).map(Vec::as_slice).unwrap_or(&[]);
+    let batch = rec.batches.get(rec.batch).map(Vec::as_slice).unwrap_or(&[]);
     // Targets held back by `max_running_per_machine` start once their place is free.
     if throttle::any_admitted(core, run, batch) {
         s.insert_steps([
@@ -309,9 +327,9 @@ pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> St
         waiting.push(Wake::At(now + CAPACITY_RECHECK));
     }
     // A stall of the daemon while the window was open does not count against it.
-    if let Some(deadline) = env.pickup_deadline {
+    if let Some(deadline) = rec.pickup_deadline {
         let window = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
-        env.pickup_deadline = Some(crate::roles::main::state::liveness::pickup_after_stall(
+        rec.pickup_deadline = Some(crate::roles::main::state::liveness::pickup_after_stall(
             deadline,
             window,
             core.liveness.resumed_at(),
@@ -322,14 +340,14 @@ pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> St
     let Some(active) = core.run(run) else {
         return Step::Next;
     };
-    let pickup = if env.batches.len() == 1 && batch.len() == active.targets.len() {
+    let pickup = if rec.batches.len() == 1 && batch.len() == active.targets.len() {
         // One batch holding every target of the run (none in maintenance or waiting for
         // its minion): no lookup per target.
-        run_rules::check_pickup_of(active.targets.iter(), env.pickup_deadline, now)
+        run_rules::check_pickup_of(active.targets.iter(), rec.pickup_deadline, now)
     } else {
-        run_rules::check_pickup(&active.targets, batch, env.pickup_deadline, now)
+        run_rules::check_pickup(&active.targets, batch, rec.pickup_deadline, now)
     };
-    let probe = super::pickup::overdue(env, core, pickup.overdue.clone());
+    let probe = super::pickup::overdue(req, rec, core, pickup.overdue.clone());
     let event = Wake::event(Main::run_event(run));
     if !pickup.open {
         // Targets still waiting for their minion do not hold the batches up.
@@ -346,7 +364,7 @@ pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> St
     wakes.extend(retry_wait);
     wakes.extend(waiting);
     wakes.extend(probe);
-    if let (true, Some(d)) = (pickup.waiting, env.pickup_deadline) {
+    if let (true, Some(d)) = (pickup.waiting, rec.pickup_deadline) {
         wakes.push(Wake::At(d));
     }
     Step::Wait(Wake::Any(wakes))
@@ -354,37 +372,40 @@ pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> St
 
 /// Targets that came back (`retry_unreachable`) join the batch going on, or form one
 /// when the run had none (all its targets were unreachable).
-fn join_current_batch(env: &mut RunEnv, machines: Vec<String>) {
-    if env.batches.is_empty() {
-        env.batches.push(Vec::new());
-        env.batch = 0;
+fn join_current_batch(rec: &mut RecordedRun, machines: Vec<String>) {
+    if rec.batches.is_empty() {
+        rec.batches.push(Vec::new());
+        rec.batch = 0;
     }
-    let i = env.batch.min(env.batches.len() - 1);
-    env.batch = i;
+    let i = rec.batch.min(rec.batches.len() - 1);
+    rec.batch = i;
     for m in machines {
-        if !env.batches[i].contains(&m) {
-            env.batches[i].push(m);
+        if !rec.batches[i].contains(&m) {
+            rec.batches[i].push(m);
         }
     }
 }
 
 pub(crate) fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
-    let run = env.run.unwrap_or_default();
-    if env.batch + 1 >= env.batches.len() {
+    let Some((_, rec)) = env.recorded() else {
+        return not_recorded(s);
+    };
+    let run = rec.id();
+    if rec.batch + 1 >= rec.batches.len() {
         return Step::Next;
     }
     if core.run(run).is_some_and(|r| r.kill_requested()) {
-        let rest: Vec<String> = env.batches[env.batch + 1..].concat();
+        let rest: Vec<String> = rec.batches[rec.batch + 1..].concat();
         for m in rest {
             finish_target(core, run, &m, TargetReason::Canceled, None);
         }
         // Wait for those records before finalizing.
-        env.batch = env.batches.len() - 1;
+        rec.batch = rec.batches.len() - 1;
         s.insert_next("collect_canceled", collect_all);
         return Step::Next;
     }
-    env.batch += 1;
-    log::info!("run {run}: starting batch {}", env.batch + 1);
+    rec.batch += 1;
+    log::info!("run {run}: starting batch {}", rec.batch + 1);
     s.insert_steps([
         ("launch_batch", launch_batch as StepFnOf),
         ("await_launch", await_launch),
@@ -394,33 +415,19 @@ pub(crate) fn next_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step 
     Step::Next
 }
 
-/// The targets of the batches as first recorded: those after the first batch are queued
-/// (they wait for their turn).
-pub(crate) fn planned_targets(batches: &[Vec<String>]) -> Vec<(String, TargetState)> {
-    batches
-        .iter()
-        .enumerate()
-        .flat_map(|(i, batch)| {
-            let state = if i == 0 {
-                TargetState::Pending
-            } else {
-                TargetState::Queued
-            };
-            batch.iter().map(move |m| (m.clone(), state))
-        })
-        .collect()
-}
-
 pub(crate) type StepFnOf = fn(&mut RunEnv, &mut Main, &mut Sc) -> Step;
 
 /// Wait until every target of the run is settled; minions waited for
 /// (`retry_unreachable`) that come back meanwhile are launched as a batch of their own.
 pub(crate) fn collect_all(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
-    let run = env.run.unwrap_or_default();
+    let Some((_, rec)) = env.recorded() else {
+        return not_recorded(s);
+    };
+    let run = rec.id();
     let mut wakes = vec![Wake::event(Main::run_event(run))];
-    match super::unreachable::check(env, core, s.now()) {
+    match super::unreachable::check(rec, core, s.now()) {
         super::unreachable::Plan::Relaunch(back) => {
-            join_current_batch(env, back);
+            join_current_batch(rec, back);
             s.insert_steps([
                 (
                     "deploy_wrappers",

@@ -7,11 +7,10 @@
 
 use std::time::{Duration, Instant};
 
+use super::env::{RunEnv, Sc, not_recorded};
 use crate::roles::main::rules::target::Phase;
 use crate::roles::main::run::effects::finish_target;
 use crate::roles::main::shell::throttle;
-use crate::roles::main::state::Sc;
-use crate::roles::main::state::run::RunEnv;
 use crate::roles::main::state::{DbWait, Main};
 use crate::wire::db::{DbRequest, RunUpdate};
 use crate::wire::records::{RunState, TargetReason};
@@ -21,16 +20,17 @@ use crate::workflow::{Step, Wake, WakeEvent};
 const RECHECK: Duration = Duration::from_secs(5);
 
 pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
-    let Some(run) = env.run else {
-        return Step::Next;
+    let Some((req, rec)) = env.recorded() else {
+        return not_recorded(s);
     };
+    let run = rec.id();
     let Some(active) = core.run(run) else {
         return Step::Next;
     };
     let stopping = core.flight.stopping;
     // A run recovered after a restart with a target launched before it is in flight
     // already: never held back.
-    let launched = env.capacity_since.is_none()
+    let launched = rec.capacity_since.is_none()
         && active
             .targets
             .values()
@@ -43,9 +43,9 @@ pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> S
     };
     match admitted {
         Err(reason) => {
-            if env.capacity_since.is_none() {
+            if rec.capacity_since.is_none() {
                 log::info!("run {run}: {reason}");
-                env.capacity_since = Some(s.now());
+                rec.capacity_since = Some(s.now());
                 set_waiting(core, run, true);
                 record(core, run, RunState::Queued, reason);
             }
@@ -56,7 +56,7 @@ pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> S
             ]))
         }
         Ok(()) => {
-            let Some(since) = env.capacity_since.take() else {
+            let Some(since) = rec.capacity_since.take() else {
                 return Step::Next;
             };
             set_waiting(core, run, false);
@@ -76,10 +76,10 @@ pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> S
             let waited = Instant::now().saturating_duration_since(since).as_secs();
             let max = core.config.saltpeter.max_runs_in_flight.unwrap_or_default();
             let mut reason = format!("started after waiting {waited} s (max_runs_in_flight {max})");
-            if let Some(why) = &env.req.reason {
+            if let Some(why) = &req.reason {
                 reason = format!("{why}; {reason}");
             }
-            let state = if env.req.prestaged {
+            let state = if req.prestaged {
                 RunState::Queued
             } else {
                 RunState::Dispatching

@@ -6,13 +6,16 @@
 //! and kills arrive as run events) -> `next_batch` -> always `finalize` (final state
 //! recorded, waiters answered). Target outcomes are written by `finish_target`, the one
 //! place a target becomes `finished`.
-
 //!
-//! The run's state is in `state/run.rs`, below every step; `flow` is the Workflow's shape.
+//! A run is planned, then recorded with its id: the Workflow's env (`env.rs`) holds a
+//! `RunPlan` until `record_run`, a `RecordedRun` from then on, so only a recorded run has
+//! an id. What main keeps of a run in flight is in `state/` (`ActiveRun`, `RunRequest`),
+//! below every step; `flow` is the Workflow's shape.
 
 pub(crate) mod batches;
 mod capacity;
 pub(crate) mod effects;
+mod env;
 mod failed;
 mod fire;
 mod flow;
@@ -28,4 +31,4 @@ pub(crate) mod targets;
 pub(crate) mod unreachable;
 
 pub(super) use fire::fire_as;
-pub(super) use flow::workflow;
+pub(super) use flow::{recovered_workflow, workflow};

@@ -6,29 +6,35 @@
 //! (255, with Salt's word); one that answers had a wrapper that failed (254). A wrapper
 //! that calls back while the ping is out keeps its target.
 
+use super::env::RecordedRun;
 use super::failed::{launch_failed, unreachable};
 use crate::config::Executor;
 use crate::roles::main::state::Main;
-use crate::roles::main::state::run::RunEnv;
+use crate::roles::main::state::run::RunRequest;
 use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
 use crate::workflow::Wake;
 
 /// Act on the `overdue` targets of the current batch; `Some(wake)` while a ping is out.
-pub(super) fn overdue(env: &mut RunEnv, core: &mut Main, overdue: Vec<String>) -> Option<Wake> {
-    let run = env.run.unwrap_or_default();
-    let job = env.req.job.name.clone();
-    if let Some((id, _)) = &env.pickup_probe {
+pub(super) fn overdue(
+    req: &RunRequest,
+    rec: &mut RecordedRun,
+    core: &mut Main,
+    overdue: Vec<String>,
+) -> Option<Wake> {
+    let run = rec.id();
+    let job = req.job.name.clone();
+    if let Some((id, _)) = &rec.pickup_probe {
         let id = *id;
         let Some(reply) = core.take_blocking_reply::<blocking_calls::Resolve>(id) else {
             return Some(Wake::Call(id));
         };
-        let machines = env.pickup_probe.take().map(|(_, m)| m).unwrap_or_default();
+        let machines = rec.pickup_probe.take().map(|(_, m)| m).unwrap_or_default();
         if reply.is_err() && core.flight.stopping {
             // Blocking went first in an ordered stop: the next start judges them.
             return None;
         }
         for machine in machines {
-            let launch = match env.silent.remove(&machine) {
+            let launch = match rec.silent.remove(&machine) {
                 Some(word) => format!("salt said at the launch: {word}"),
                 None => "the launch was published".to_string(),
             };
@@ -36,7 +42,7 @@ pub(super) fn overdue(env: &mut RunEnv, core: &mut Main, overdue: Vec<String>) -
                 Ok(res) if res.live.contains(&machine) => {
                     // Its wrapper may be gone from the minion (a launch published without
                     // waiting for returns does not see that): deploy again next time.
-                    let path = core.wrapper_path(&env.req.job);
+                    let path = core.wrapper_path(&req.job);
                     crate::roles::main::shell::fleet::missing(core, &machine, &path);
                     let why = format!(
                         "its wrapper never called back before the pick-up deadline, though \
@@ -73,7 +79,7 @@ pub(super) fn overdue(env: &mut RunEnv, core: &mut Main, overdue: Vec<String>) -
     if overdue.is_empty() {
         return None;
     }
-    if env.req.job.executor != Executor::Salt {
+    if req.job.executor != Executor::Salt {
         for machine in overdue {
             log::warn!("run {run}: the wrapper on {machine} never picked the run up");
             let why = "its wrapper never called back before the pick-up deadline".to_string();
@@ -91,6 +97,6 @@ pub(super) fn overdue(env: &mut RunEnv, core: &mut Main, overdue: Vec<String>) -
         target_type: SaltTargetType::List,
         from_cache: false,
     });
-    env.pickup_probe = Some((id, overdue));
+    rec.pickup_probe = Some((id, overdue));
     Some(Wake::Call(id))
 }

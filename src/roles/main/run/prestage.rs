@@ -16,27 +16,23 @@ use crate::roles::main::rules::run_rules::{self, AtSlot};
 use crate::roles::main::run::effects::finish_target;
 use crate::roles::main::state::DbWait;
 use crate::roles::main::state::Main;
-use crate::roles::main::state::run::RunEnv;
 use crate::wire::db::{DbRequest, RunUpdate};
 use crate::wire::records::{RunState, TargetReason};
 use crate::wire::wrapper::ServerMsg;
-use crate::workflow::{Step, StepCtx, Wake};
+use crate::workflow::{Step, Wake};
 
-type Sc<'a> = StepCtx<'a, RunEnv, Main>;
+use super::env::{RunEnv, Sc, not_recorded};
 
 /// Wait for the slot, then decide: `go` or `cancel`.
-pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
-    let Some(run) = env.run else {
-        return Step::Next;
+pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+    let Some((req, rec)) = env.recorded() else {
+        return not_recorded(s);
     };
-    if !env.req.prestaged || core.run(run).is_none_or(|r| r.go_sent()) {
+    let run = rec.id();
+    if !req.prestaged || core.run(run).is_none_or(|r| r.go_sent()) {
         return Step::Next;
     }
-    let Some(slot) = env
-        .req
-        .slot
-        .and_then(chrono::DateTime::from_timestamp_millis)
-    else {
+    let Some(slot) = req.slot.and_then(chrono::DateTime::from_timestamp_millis) else {
         return Step::Next;
     };
     let until = slot - Utc::now();
@@ -44,7 +40,7 @@ pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step 
         let wait = until.to_std().unwrap_or(Duration::ZERO);
         return Step::Wait(Wake::At(Instant::now() + wait));
     }
-    let job = env.req.job.clone();
+    let job = req.job.clone();
     let refusal = match run_rules::at_slot(
         &job.name,
         core.run(run).is_some_and(|r| r.kill_requested()),
@@ -72,8 +68,8 @@ pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step 
                 (Utc::now() - slot).num_milliseconds()
             );
             core.tell_wrappers(conns, ServerMsg::Go {});
-            env.extend_pickup(Instant::now() + pickup);
-            if !std::mem::replace(&mut env.start_recorded, true) {
+            rec.extend_pickup(Instant::now() + pickup);
+            if !std::mem::replace(&mut rec.start_recorded, true) {
                 core.db_call(
                     DbRequest::UpdateRun {
                         run,
@@ -109,7 +105,7 @@ pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step 
             for m in unconnected {
                 finish_target(core, run, &m, TargetReason::Canceled, None);
             }
-            env.unresolved = Some((state, reason));
+            rec.unresolved = Some((state, reason));
         }
     }
     Step::Next

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::flow as run_flow;
 use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
@@ -22,7 +21,7 @@ use crate::roles::main::rules::run_rules;
 use crate::roles::main::rules::target::Target;
 use crate::roles::main::run::effects::write_target;
 use crate::roles::main::state::active::ActiveRun;
-use crate::roles::main::state::run::RunRequest;
+use crate::roles::main::state::run::{RecoveredRun, RunRequest};
 use crate::roles::main::state::{DbWait, Main, MainRole};
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
@@ -192,11 +191,11 @@ impl Main {
     fn recover_run(&mut self, req: RunRequest, run: u64, batches: Vec<Vec<String>>) {
         let grace = std::time::Duration::from_secs(self.config.saltpeter.recovery_grace_s);
         let reconnect_until = Instant::now() + grace;
-        self.flight.to_recover.push(run_flow::recovered_workflow(
+        self.flight.to_recover.push(RecoveredRun {
             req,
-            run,
+            id: run,
             batches,
             reconnect_until,
-        ));
+        });
     }
 }

@@ -13,9 +13,9 @@
 
 use std::time::{Duration, Instant};
 
+use super::env::RecordedRun;
 use crate::roles::main::run::effects::transition;
 use crate::roles::main::state::Main;
-use crate::roles::main::state::run::RunEnv;
 
 /// What the run Workflow does about retries now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,20 +27,18 @@ pub(crate) enum RetryPlan {
     WaitUntil(Instant),
 }
 
-pub(crate) fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> RetryPlan {
-    let Some(run) = env.run else {
-        return RetryPlan::Nothing;
-    };
+pub(crate) fn check(rec: &mut RecordedRun, core: &mut Main, now: Instant) -> RetryPlan {
+    let run = rec.id();
     let Some(active) = core.run(run) else {
         return RetryPlan::Nothing;
     };
     if active.kill_requested() || core.flight.stopping || active.job.retries == 0 {
-        env.retry_at.clear();
+        rec.retry_at.clear();
         return RetryPlan::Nothing;
     }
     let retries = active.job.retries;
     let delay = Duration::from_secs(active.job.retry_delay_s);
-    let batch = env.batches.get(env.batch).cloned().unwrap_or_default();
+    let batch = rec.current_batch().to_vec();
     let wanting: Vec<(String, u32)> = batch
         .iter()
         .filter_map(|m| {
@@ -48,11 +46,11 @@ pub(crate) fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> RetryPla
             t.wants_retry(retries).then(|| (m.clone(), t.attempt()))
         })
         .collect();
-    env.retry_at
+    rec.retry_at
         .retain(|m, _| wanting.iter().any(|(w, _)| w == m));
     let mut relaunch = false;
     for (machine, attempt) in wanting {
-        let at = match env.retry_at.get(&machine) {
+        let at = match rec.retry_at.get(&machine) {
             Some(at) => *at,
             None => {
                 let at = now + delay;
@@ -61,12 +59,12 @@ pub(crate) fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> RetryPla
                     attempt + 1,
                     delay.as_secs()
                 );
-                env.retry_at.insert(machine.clone(), at);
+                rec.retry_at.insert(machine.clone(), at);
                 at
             }
         };
         if at <= now {
-            env.retry_at.remove(&machine);
+            rec.retry_at.remove(&machine);
             transition(core, run, &machine, |t| t.retry());
             relaunch = true;
         }
@@ -74,7 +72,7 @@ pub(crate) fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> RetryPla
     if relaunch {
         return RetryPlan::Relaunch;
     }
-    env.retry_at
+    rec.retry_at
         .values()
         .min()
         .map_or(RetryPlan::Nothing, |at| RetryPlan::WaitUntil(*at))

@@ -9,58 +9,68 @@
 //!   "no minions matched" skips it with that reason. A minion without this build's
 //!   wrapper gets it first (`fleet.rs`).
 
+use super::env::{RunEnv, Sc, not_planned, not_recorded};
 use crate::config::Executor;
 use crate::roles::main::shell::fleet::{self, Need};
 use crate::roles::main::state::Main;
-use crate::roles::main::state::run::RunEnv;
 use crate::wire::link::{BlockingRequest, blocking_calls};
 use crate::wire::records::RunState;
-use crate::workflow::{Step, StepCtx, Wake, WakeEvent};
+use crate::workflow::{Step, Wake, WakeEvent};
 
-type Sc<'a> = StepCtx<'a, RunEnv, Main>;
-
-pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> Step {
-    let job = env.req.job.clone();
+pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
+    let Some((req, plan)) = env.planned() else {
+        return not_planned(s);
+    };
+    let job = req.job.clone();
     // A pre-staged salt run is part of its slot's launch round until its launch is queued.
     if job.executor == Executor::Salt
-        && env.req.prestaged
-        && env.round.is_none()
-        && let Some(slot) = env.req.slot
+        && req.prestaged
+        && plan.round.is_none()
+        && let Some(slot) = req.slot
     {
         core.rounds.join(slot);
-        env.round = Some(slot);
+        plan.round = Some(slot);
     }
     if job.executor == Executor::Local {
         for t in &job.targets {
-            if !env.live.contains(t) {
-                env.live.push(t.clone());
+            if !plan.live.contains(t) {
+                plan.live.push(t.clone());
             }
         }
         return Step::Next;
     }
-    let Some(id) = env.call else {
-        // The master's own match (no publish) when nothing needs liveness before the
-        // launch: choosing `number_of_targets` live minions and `retry_unreachable` do.
-        let from_cache = job.number_of_targets.is_none() && job.retry_unreachable_s == 0;
-        let id = core.blocking_call(BlockingRequest::Resolve {
-            salt: core.salt_settings(),
-            target: job.target_expr.clone(),
-            target_type: job.target_type.into(),
-            from_cache,
-        });
-        env.call = Some(id);
-        core.resolution_sent(id);
-        return Step::Wait(Wake::Call(id));
+    let resolved = env.call(
+        core,
+        |_, core| {
+            // The master's own match (no publish) when nothing needs liveness before the
+            // launch: choosing `number_of_targets` live minions and `retry_unreachable` do.
+            let from_cache = job.number_of_targets.is_none() && job.retry_unreachable_s == 0;
+            let id = core.blocking_call(BlockingRequest::Resolve {
+                salt: core.salt_settings(),
+                target: job.target_expr.clone(),
+                target_type: job.target_type.into(),
+                from_cache,
+            });
+            core.resolution_sent(id);
+            Ok(id)
+        },
+        |core, id| {
+            let reply = core.take_blocking_reply::<blocking_calls::Resolve>(id)?;
+            core.resolution_answered(id);
+            Some(reply)
+        },
+    );
+    let reply = match resolved {
+        Ok(reply) => reply,
+        Err(step) => return step,
     };
-    let Some(reply) = core.take_blocking_reply::<blocking_calls::Resolve>(id) else {
-        return Step::Wait(Wake::Call(id));
+    let Some((_, plan)) = env.planned() else {
+        return not_planned(s);
     };
-    env.call = None;
-    core.resolution_answered(id);
     match reply {
         Ok(res) => {
             if res.no_match {
-                env.unresolved = Some((
+                plan.unresolved = Some((
                     RunState::Skipped,
                     format!(
                         "no minions matched the target {} ({})",
@@ -68,14 +78,13 @@ pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> 
                     ),
                 ));
             }
-            env.live = res.live;
-            env.live.sort();
-            env.unreachable = res.unreachable;
-            env.resolved_from_cache = res.from_cache;
+            plan.live = res.live;
+            plan.live.sort();
+            plan.unreachable = res.unreachable;
         }
         Err(e) => {
             log::error!("{}: target resolution failed: {e}", job.name);
-            env.unresolved = Some((RunState::Failed, format!("target resolution failed: {e}")));
+            plan.unresolved = Some((RunState::Failed, format!("target resolution failed: {e}")));
         }
     }
     Step::Next
@@ -87,21 +96,22 @@ pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> 
 /// its target (254); one that did not return is launched all the same (its silence is
 /// judged at the pick-up deadline).
 pub(crate) fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
-    let job = env.req.job.clone();
-    let run = env.run.unwrap_or_default();
+    let Some((req, rec)) = env.recorded() else {
+        return not_recorded(s);
+    };
+    let job = req.job.clone();
+    let run = rec.id();
     if job.executor != Executor::Salt {
         return Step::Next;
     }
     let path = core.wrapper_path(&job);
-    let minions: Vec<String> = env
-        .batches
-        .get(env.batch)
-        .into_iter()
-        .flatten()
+    let minions: Vec<String> = rec
+        .current_batch()
+        .iter()
         .filter(|m| core.target(run, m).is_some_and(|t| t.awaiting_pickup()))
         .cloned()
         .collect();
-    let since = *env.deploy_since.get_or_insert(s.now());
+    let since = *rec.deploy_since.get_or_insert(s.now());
     match fleet::need(core, &minions, &path, since) {
         Need::Ready => {}
         Need::Wait => {
@@ -113,7 +123,7 @@ pub(crate) fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> 
         Need::Failed(failures) => {
             for (machine, failure) in failures {
                 if failure.silent {
-                    env.silent.insert(machine, failure.why);
+                    rec.silent.insert(machine, failure.why);
                 } else {
                     let why = format!("wrapper deployment failed: {}", failure.why);
                     super::failed::launch_failed(core, &job.name, run, &machine, why);
@@ -121,6 +131,6 @@ pub(crate) fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> 
             }
         }
     }
-    env.deploy_since = None;
+    rec.deploy_since = None;
     Step::Next
 }

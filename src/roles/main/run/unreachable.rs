@@ -22,10 +22,10 @@
 
 use std::time::{Duration, Instant};
 
+use super::env::RecordedRun;
 use crate::config::Job;
 use crate::roles::main::run::effects::{finish_target, transition};
 use crate::roles::main::state::Main;
-use crate::roles::main::state::run::RunEnv;
 use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
 use crate::wire::records::{RunId, TargetReason};
 
@@ -90,10 +90,8 @@ pub(crate) enum Plan {
     },
 }
 
-pub(crate) fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> Plan {
-    let Some(run) = env.run else {
-        return Plan::Nothing;
-    };
+pub(crate) fn check(rec: &mut RecordedRun, core: &mut Main, now: Instant) -> Plan {
+    let run = rec.id();
     let Some(active) = core.run(run) else {
         return Plan::Nothing;
     };
@@ -105,11 +103,11 @@ pub(crate) fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> Plan {
         .filter_map(|(m, t)| t.waiting_until().map(|u| (m.clone(), u)))
         .collect();
     // A probe's answer is taken even when nobody waits any more (killed meanwhile).
-    let answer = match env.probe {
+    let answer = match rec.probe {
         Some(id) => match core.take_blocking_reply::<blocking_calls::Resolve>(id) {
             Some(reply) => {
-                env.probe = None;
-                env.next_probe = Some(now + probe_period(window));
+                rec.probe = None;
+                rec.next_probe = Some(now + probe_period(window));
                 Some(reply)
             }
             None => None,
@@ -162,22 +160,22 @@ pub(crate) fn check(env: &mut RunEnv, core: &mut Main, now: Instant) -> Plan {
     let Some(first_close) = waiting.iter().map(|(_, u)| *u).filter(|u| *u > now).min() else {
         return Plan::Nothing;
     };
-    if env.probe.is_none() && env.next_probe.is_none_or(|at| at <= now) {
+    if rec.probe.is_none() && rec.next_probe.is_none_or(|at| at <= now) {
         let id = core.blocking_call(BlockingRequest::Resolve {
             salt: core.salt_settings(),
             target: still.join(","),
             target_type: SaltTargetType::List,
             from_cache: false,
         });
-        env.probe = Some(id);
+        rec.probe = Some(id);
     }
-    let at = match (env.probe, env.next_probe) {
+    let at = match (rec.probe, rec.next_probe) {
         (None, Some(next)) => next.min(first_close),
         _ => first_close,
     };
     Plan::Wait {
         at,
-        probe: env.probe,
+        probe: rec.probe,
     }
 }
 

@@ -28,11 +28,11 @@ use crate::roles::main::rules::tokens::Secret;
 use crate::wire::db::DbReply;
 use crate::wire::link::{ConnId, ProcessInfo};
 use crate::wire::records::RunId;
-use crate::workflow::{Registry, StepCtx, WakeEvent, WakeKey};
+use crate::workflow::{Registry, WakeEvent, WakeKey};
 use active::ActiveRun;
 use lifecycle::{Boot, Ha, Reloads};
 use notify::Notifier;
-use run::{Orphans, Rounds, RunEnv, RunRequest};
+use run::{Orphans, RecoveredRun, Rounds, RunRequest};
 use schedule::JobCtl;
 use views::{Live, Mirror, UiState};
 use wrappers::{Fleet, Launcher, Refusals};
@@ -46,9 +46,6 @@ pub(super) type Links = links::Links<Main>;
 /// What to do with a db reply (or its failure): a continuation of the part that made the
 /// call. Timeouts and a lost link call it with the error.
 pub(super) type DbWait = links::OnReply<Main>;
-
-/// A step of a run's Workflow is handed this.
-pub(super) type Sc<'a> = StepCtx<'a, RunEnv, Main>;
 
 /// Blocking call ids live in their own range so they never collide with db call ids in
 /// the Workflow registry's wake keys.
@@ -136,8 +133,8 @@ pub(crate) struct Flight {
     pub(super) busy_jobs: HashMap<String, usize>,
     /// Runs to start, queued by handlers that cannot reach the registry.
     pub(super) to_start: Vec<RunRequest>,
-    /// Workflows of recovered runs, to start.
-    pub(super) to_recover: Vec<crate::workflow::Workflow<RunEnv, Main>>,
+    /// Recovered runs whose Workflows are to start.
+    pub(super) to_recover: Vec<RecoveredRun>,
     /// Runs in flight are being loaded: no hello is vetted, no run started.
     pub recovering: bool,
     /// The recovery answer, handed to the loop (it needs the registry).
