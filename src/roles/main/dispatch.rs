@@ -2,6 +2,9 @@
 //! runs after every event, before the Workflows are woken (`main_loop::pump`), until no
 //! message is left (a part's answer may post another).
 
+mod lifecycle;
+
+use crate::evloop::Ctx;
 use crate::roles::main::messages::Message;
 use crate::roles::main::state::MainRole;
 
@@ -9,9 +12,9 @@ use crate::roles::main::state::MainRole;
 const MAX_PER_TURN: usize = 100_000;
 
 /// Hand every message posted to the part it is for.
-pub(super) fn drain(role: &mut MainRole) {
-    let core = &mut role.core;
+pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     for _ in 0..MAX_PER_TURN {
+        let core = &mut role.core;
         let Some(msg) = core.inbox.pop_front() else {
             return;
         };
@@ -22,10 +25,46 @@ pub(super) fn drain(role: &mut MainRole) {
                     .saved(&core.config.maintenance, call, note, result);
                 core.perform(out);
             }
+            Message::StartupLoaded { load, result } => {
+                let now = std::time::Instant::now();
+                let (restore, out) = core.boot.loaded(load, result, now);
+                lifecycle::restore(core, restore);
+                core.perform(out);
+            }
+            Message::StartupRetry => {
+                let out = core.boot.retry();
+                core.perform(out);
+            }
+            Message::StartupDone { last_slots, parked } => {
+                lifecycle::finish_start(role, ctx, &last_slots, parked)
+            }
+            Message::Adopt => lifecycle::adopt(core),
+            Message::Lease(report) => {
+                if let Some(secret) = crate::roles::main::lifecycle::ha::shared_secret(&report) {
+                    core.secret = secret;
+                }
+                let out = core.ha.reported(report);
+                core.perform(out);
+            }
+            Message::LeaseApply => {
+                let out = core.ha.apply();
+                core.perform(out);
+            }
+            Message::LeaseLost => ctx.stop(),
+            Message::ScheduleChanged => role.arm_schedule(ctx),
+            Message::ConfigRead { started, result } => {
+                lifecycle::config_read(role, ctx, started, result)
+            }
+            Message::Later { at, msg } => {
+                let _ = ctx.at(at, move |role: &mut MainRole, ctx| {
+                    role.core.post(*msg);
+                    role.pump(ctx);
+                });
+            }
         }
     }
     log::warn!(
         "{} messages are left for the next turn: more than {MAX_PER_TURN} were posted in this one",
-        core.inbox.len()
+        role.core.inbox.len()
     );
 }

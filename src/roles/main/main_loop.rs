@@ -20,8 +20,6 @@ use crate::ipc::rpc::{CallError, Packet};
 use crate::roles::common::{RoleArgs, RoleError, attach_control, open_link};
 use crate::roles::main::firing::jobctl;
 use crate::roles::main::firing::missed;
-use crate::roles::main::lifecycle::boot;
-use crate::roles::main::reload;
 use crate::roles::main::requests;
 use crate::roles::main::rules::scheduler::Scheduler;
 use crate::roles::main::rules::tokens::Secret;
@@ -104,17 +102,15 @@ pub(super) fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 
 /// Start the runs handlers queued, and resume Workflows on the wake keys emitted.
 pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
-    reload::poll(role, ctx);
     crate::roles::main::shell::notify::poll(&mut role.core);
     if let Some(reply) = role.core.flight.recovery_reply.take() {
         run_flow::recovery::recovered(role, ctx, reply);
     }
-    crate::roles::main::lifecycle::ha::apply(role, ctx);
-    boot::finish_when_ready(role, ctx);
+    // Before the queued runs start: a start-up done or a lease confirmed again frees them.
+    super::dispatch::drain(role, ctx);
     start_queued(role, ctx);
     crate::roles::main::shell::fleet::poll(&mut role.core);
     run_flow::rounds::poll(&mut role.core);
-    super::dispatch::drain(role);
     let now = Instant::now();
     let mut rounds = 0;
     while !role.core.links.wakes.is_empty() && rounds < 1000 {
@@ -232,7 +228,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     )?;
     let mut scheduler = Scheduler::default();
     scheduler.plan(config.valid_jobs(), now);
-    crate::roles::main::reload::watch::start(ev.ctx(), &args.dirs.config);
+    crate::roles::main::lifecycle::watch::start(ev.ctx(), &args.dirs.config);
     ev.ctx().every(Duration::from_secs(30), report_stalls);
     ev.ctx().every(
         Duration::from_secs(1),
@@ -283,11 +279,11 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             views: super::state::Views::default(),
             maintenance: Default::default(),
             inbox: Default::default(),
-            boot: super::state::lifecycle::Boot::default(),
-            reloads: super::state::lifecycle::Reloads::default(),
+            boot: Default::default(),
+            reloads: Default::default(),
             notify: Default::default(),
             jobctl: super::state::schedule::JobCtl::default(),
-            ha: super::state::lifecycle::Ha::default(),
+            ha: Default::default(),
             delegation: Default::default(),
         },
         workflows: Registry::new(),
@@ -296,9 +292,16 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         call_timer: None,
         hooks: LoopHooks { pump, arm_schedule },
     };
-    crate::roles::main::lifecycle::ha::start(&mut role.core);
+    // Nothing fires and no run starts until this server leads and start-up has loaded
+    // what it needs; a lone daemon leads at once, and its start-up loads go out now.
+    role.core.flight.recovering = true;
+    let sp = &role.core.config.saltpeter;
+    let server = crate::roles::main::lifecycle::ha::server_name(sp.server_name.as_deref());
+    let out = role.core.ha.start(sp.database_url.is_some(), server);
+    role.core.perform(out);
+    super::dispatch::drain(&mut role, ev.ctx());
     ui::start(&mut role.core);
-    crate::roles::main::reload::heap::trim_soon(ev.ctx());
+    crate::roles::main::lifecycle::heap::trim_soon(ev.ctx());
     ev.run_with(&mut role, |role, _| role.core.flush_links())
         .map_err(RoleError::setup("event loop"))?;
     Ok(0)
@@ -340,7 +343,7 @@ pub(super) fn on_link(
                             core.views.ui.metrics.db_commit = Some(h)
                         }
                         Packet::Cast(DbNotice::Lease(report)) => {
-                            crate::roles::main::lifecycle::ha::report(core, report)
+                            core.post(crate::roles::main::messages::Message::Lease(report))
                         }
                         Packet::Cast(DbNotice::Live(notice)) => {
                             crate::roles::main::views::mirror::notice(core, notice)

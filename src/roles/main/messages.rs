@@ -30,6 +30,40 @@ pub(crate) enum Message {
         note: Option<String>,
         result: DbResult,
     },
+    /// db answered one of start-up's loads, or could not (`lifecycle/boot.rs`).
+    StartupLoaded { load: StartupLoad, result: DbResult },
+    /// Start-up's failed loads are due to be asked again (`lifecycle/boot.rs`).
+    StartupRetry,
+    /// Start-up has all it needs: settle the slots missed since `last_slots` (each job's
+    /// newest recorded slot), lift the start-up hold, arm the schedule, then handle the
+    /// admin requests parked meanwhile (`lifecycle/boot.rs`).
+    StartupDone {
+        last_slots: std::collections::BTreeMap<String, crate::wire::records::Millis>,
+        parked: Vec<Parked>,
+    },
+    /// This server leads from now on: start-up's loads, the runs in flight, the
+    /// notifications (`lifecycle/ha.rs`).
+    Adopt,
+    /// db reported the leader lease (`DbNotice::Lease`).
+    Lease(crate::wire::db::LeaseReport),
+    /// The newest lease report of the turn is to be acted on (`lifecycle/ha.rs`).
+    LeaseApply,
+    /// Another server took the leader lease while this one led: its daemon stops
+    /// (`lifecycle/ha.rs`).
+    LeaseLost,
+    /// What may fire, or when, changed: the schedule timer is armed again.
+    ScheduleChanged,
+    /// blocking read the configuration files for the reload asked for at `started`, or
+    /// could not (`lifecycle/reload.rs`).
+    ConfigRead {
+        started: std::time::Instant,
+        result: BlockingResult,
+    },
+    /// `msg`, posted at `at`: a part's timer.
+    Later {
+        at: std::time::Instant,
+        msg: Box<Message>,
+    },
 }
 
 /// What a part asks the shell to do.
@@ -172,4 +206,24 @@ impl From<Cmd> for Out {
     fn from(cmd: Cmd) -> Out {
         Out(vec![cmd])
     }
+}
+
+/// One of the loads start-up waits for (`lifecycle/boot.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StartupLoad {
+    /// The run-time maintenance settings (`meta`).
+    Maintenance,
+    /// The newest recorded slot of every job.
+    LastSlots,
+    /// The job control state: paused and skipping jobs (`meta`).
+    JobCtl,
+}
+
+/// An admin request kept until start-up is done, with the uid of the admin socket's peer
+/// that made it (its audit names it once it is handled).
+#[derive(Debug)]
+pub(crate) struct Parked {
+    pub call: CallId,
+    pub req: crate::wire::admin::AdminRequest,
+    pub uid: Option<u32>,
 }

@@ -23,7 +23,6 @@ mod lifecycle;
 mod main_loop;
 mod maintenance;
 mod messages;
-mod reload;
 mod requests;
 mod rules;
 mod run;
@@ -94,7 +93,9 @@ impl Controlled for MainRole {
                 pump(self, ctx);
             }
             ControlDown::Reload => {
-                reload::request(&mut self.core, None);
+                let core = &mut self.core;
+                let out = core.reloads.request(&core.config, None, Instant::now());
+                core.perform(out);
                 pump(self, ctx);
             }
             ControlDown::Processes {

@@ -1,221 +1,303 @@
 //! Start-up: what main must know from db before it fires anything.
 //!
-//! 1. `start` asks db for the run-time maintenance settings and the job control state
-//!    (paused and skipping jobs, `jobctl.rs`), both in `meta`, and the newest recorded slot
-//!    of every job; `recovery::start` asks for the runs in flight.
-//! 2. Until all four answers are in, `Main::recovering` holds: no slot fires, no run
-//!    starts, no hello is vetted. A failed load is asked again (at most once a second).
-//!    Admin requests that depend on these (run now, maintenance) are parked meanwhile.
-//! 3. `finish_when_ready` (called from the loop's pump) then records or catches up the
-//!    slots missed while the daemon was down (`missed.rs`), arms the schedule and answers
-//!    the parked requests.
+//! 1. [`Boot::start`] asks db for the run-time maintenance settings and the job control
+//!    state (paused and skipping jobs), both in `meta`, and the newest recorded slot of
+//!    every job; `run::recovery::start` asks for the runs in flight.
+//! 2. Until all four answers are in, the start-up hold (`Flight::recovering`) holds: no
+//!    slot fires, no run starts, no hello is vetted. A failed load is asked again (at most
+//!    once a second: [`Boot::loaded`] posts `StartupRetry` for a second later). Admin
+//!    requests that depend on these (run now, maintenance) are parked meanwhile.
+//! 3. The answer that completes them posts `Message::StartupDone`, and the loop then
+//!    records or catches up the slots missed while the daemon was down (`missed.rs`),
+//!    lifts the hold, arms the schedule and handles the parked requests
+//!    (`dispatch/lifecycle.rs`).
+//!
+//! [`Boot`] keeps what has come so far; its methods say what to do next (`Out`). The
+//! maintenance and job control settings belong to their parts: [`Boot::loaded`] hands
+//! them back to be restored there.
 
-use crate::roles::main::state::lifecycle::{Boot, Load};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
-
-use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
-use crate::ipc::rpc::CallError;
-use crate::roles::main::firing::jobctl;
-use crate::roles::main::firing::missed;
 use crate::roles::main::maintenance;
-use crate::roles::main::rules::scheduler::Due;
-use crate::roles::main::state::{DbWait, Main, MainRole};
+use crate::roles::main::messages::{DbResult, Message, Out, Parked, StartupLoad, Then};
 use crate::wire::admin::AdminRequest;
-use crate::wire::db::NewRun;
+use crate::wire::db::DbRequest;
 use crate::wire::db::calls;
-use crate::wire::db::{DbReply, DbRequest};
-use crate::wire::records::{Millis, RunState, Trigger};
+use crate::wire::records::Millis;
 
-/// Why a slot found missed at start-up was missed.
-const DOWN: &str = "the daemon was not running at this slot";
+/// How long a failed load waits before it is asked again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// What start-up has received so far.
+#[derive(Debug, Default)]
+pub(crate) struct Boot {
+    /// The `meta` key of the job control state (that part's own, handed in by `start`).
+    jobctl_key: &'static str,
+    maintenance_loaded: bool,
+    jobctl_loaded: bool,
+    last_slots: Option<BTreeMap<String, Millis>>,
+    in_flight_loaded: bool,
+    /// Loads that failed, to ask again once `retry_at` has come.
+    failed: Vec<StartupLoad>,
+    retry_at: Option<Instant>,
+    done: bool,
+    /// Admin requests waiting for start-up to finish.
+    parked: Vec<Parked>,
+}
+
+/// A setting start-up loaded for another part to restore.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Restore {
+    /// The value of the maintenance `meta` key (the maintenance part's).
+    Maintenance(Option<String>),
+    /// The value of the job control `meta` key (job control's).
+    JobCtl(Option<String>),
+}
 
 impl Boot {
-    /// Keep an admin request that depends on what start-up loads (run now, maintenance)
-    /// until start-up is done.
-    pub(crate) fn park(&mut self, call: CallId, req: AdminRequest, uid: Option<u32>) {
-        self.parked.push((call, req, uid));
-    }
-
-    /// The runs in flight are restored (`recovery.rs`).
-    pub(crate) fn in_flight_loaded(&mut self) {
-        self.in_flight_loaded = true;
-    }
-}
-
-/// Ask db for the maintenance settings and the newest slot of every job.
-pub(crate) fn start(core: &mut Main) {
-    core.flight.recovering = true;
-    crate::roles::main::shell::fleet::start(core);
-    ask(core, Load::Maintenance);
-    ask(core, Load::LastSlots);
-    ask(core, Load::JobCtl);
-}
-
-fn ask(core: &mut Main, load: Load) {
-    let req = match load {
-        Load::Maintenance => DbRequest::GetMeta(maintenance::META_KEY.to_string()),
-        Load::LastSlots => DbRequest::LastSlots,
-        Load::JobCtl => DbRequest::GetMeta(jobctl::META_KEY.to_string()),
-    };
-    core.db_call(req, DbWait::with(load, answer));
-}
-
-/// db's answer to one load.
-pub(crate) fn answer(core: &mut Main, load: Load, result: Result<DbReply, CallError>) {
-    let loaded = match load {
-        Load::Maintenance => calls::GetMeta::take(result).map(|value| {
-            core.maintenance.restore(value);
-            core.boot.maintenance_loaded = true;
-        }),
-        Load::LastSlots => calls::LastSlots::take(result).map(|slots| {
-            core.boot.last_slots = Some(slots);
-        }),
-        Load::JobCtl => calls::GetMeta::take(result).map(|value| {
-            jobctl::restore(core, value);
-            core.boot.jobctl_loaded = true;
-        }),
-    };
-    match loaded {
-        Ok(()) => {}
-        Err(e) => {
-            // Without these main cannot tell what may fire: ask again rather than guess.
-            log::error!("start-up could not load {load:?} ({e}); asking again");
-            core.boot.failed.push(load);
-            core.boot
-                .retry_at
-                .get_or_insert_with(|| Instant::now() + Duration::from_secs(1));
+    /// Ask db for the maintenance and job control settings (`jobctl_key`: the `meta` key
+    /// of the latter) and the newest slot of every job.
+    pub(crate) fn start(&mut self, jobctl_key: &'static str) -> Out {
+        self.jobctl_key = jobctl_key;
+        let mut out = Out::new();
+        for load in [
+            StartupLoad::Maintenance,
+            StartupLoad::LastSlots,
+            StartupLoad::JobCtl,
+        ] {
+            self.ask(load, &mut out);
         }
+        out
     }
-}
 
-/// Once everything is loaded: settle the missed slots, lift the start-up hold, arm the
-/// schedule.
-pub(crate) fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
-    let core = &mut role.core;
-    if core.boot.done {
-        return;
-    }
-    if core.boot.retry_at.is_some_and(|at| at <= Instant::now()) {
-        core.boot.retry_at = None;
-        for load in std::mem::take(&mut core.boot.failed) {
-            ask(core, load);
-        }
-    }
-    let boot = &core.boot;
-    let loaded = boot.maintenance_loaded && boot.jobctl_loaded && boot.in_flight_loaded;
-    if !(loaded && boot.last_slots.is_some()) {
-        return;
-    }
-    core.boot.done = true;
-    core.flight.recovering = false;
-    let last = core.boot.last_slots.take().unwrap_or_default();
-    catch_up(core, &last, Utc::now());
-    role.arm_schedule(ctx);
-    for (call, req, uid) in std::mem::take(&mut role.core.boot.parked) {
-        // Handled as the peer that asked, as it would have been without the wait.
-        role.core.actor.uid = uid;
-        crate::roles::main::requests::handle(role, ctx, call, req);
-        role.core.actor.uid = None;
-    }
-}
-
-/// Record (or run, for `missed: latest`) the slots each job missed while the daemon was
-/// down: those after its newest recorded slot and before its next planned one.
-fn catch_up(core: &mut Main, last_slots: &BTreeMap<String, Millis>, now: DateTime<Utc>) {
-    let limit = core.config.saltpeter.missed_record_limit as usize;
-    let started = Instant::now();
-    let mut jobs = Vec::new();
-    for job in core
-        .config
-        .jobs
-        .values()
-        .filter_map(|e| e.job_ref())
-        .filter(|j| j.enabled)
-    {
-        let Some(last) = last_slots
-            .get(&job.name)
-            .and_then(|ms| DateTime::from_timestamp_millis(*ms))
-        else {
-            continue; // never fired: nothing can have been missed
+    fn ask(&self, load: StartupLoad, out: &mut Out) {
+        let req = match load {
+            StartupLoad::Maintenance => DbRequest::GetMeta(maintenance::META_KEY.to_string()),
+            StartupLoad::LastSlots => DbRequest::LastSlots,
+            StartupLoad::JobCtl => DbRequest::GetMeta(self.jobctl_key.to_string()),
         };
-        let before = core
-            .scheduler
-            .next_of(&job.name)
-            .unwrap_or(now + chrono::Duration::milliseconds(1));
-        let slots = missed::missed_slots(&job.schedule, last, before, limit);
-        if !slots.slots.is_empty() {
-            jobs.push((Arc::clone(job), slots));
-        }
-    }
-    let mut recorded = 0;
-    for (job, slots) in jobs {
-        core.views.ui.metrics.slots_missed(&job.name, slots.count());
-        log::warn!(
-            "{}: {} slot(s) missed while the daemon was down, since {}",
-            job.name,
-            slots.slots.len(),
-            slots.since
+        out.db(
+            req,
+            Then::tell(move |result| Message::StartupLoaded { load, result }),
         );
-        for action in missed::decide(&job, &slots, now, DOWN) {
-            match action {
-                missed::Action::Skip { slot, reason } => {
-                    record_skip(core, &job.name, slot, Trigger::Schedule, reason);
-                    recorded += 1;
+    }
+
+    /// db's answer to `load` at `now`: what to restore in another part, and what to do
+    /// next (ask again a second later; or, with everything in, finish).
+    pub(crate) fn loaded(
+        &mut self,
+        load: StartupLoad,
+        result: DbResult,
+        now: Instant,
+    ) -> (Option<Restore>, Out) {
+        let loaded = match load {
+            StartupLoad::Maintenance => calls::GetMeta::take(result).map(|value| {
+                self.maintenance_loaded = true;
+                Some(Restore::Maintenance(value))
+            }),
+            StartupLoad::LastSlots => calls::LastSlots::take(result).map(|slots| {
+                self.last_slots = Some(slots);
+                None
+            }),
+            StartupLoad::JobCtl => calls::GetMeta::take(result).map(|value| {
+                self.jobctl_loaded = true;
+                Some(Restore::JobCtl(value))
+            }),
+        };
+        let mut out = Out::new();
+        let restore = match loaded {
+            Ok(restore) => restore,
+            Err(e) => {
+                // Without these main cannot tell what may fire: ask again rather than guess.
+                log::error!("start-up could not load {load:?} ({e}); asking again");
+                self.failed.push(load);
+                if self.retry_at.is_none() {
+                    let at = now + RETRY;
+                    self.retry_at = Some(at);
+                    out.post(Message::Later {
+                        at,
+                        msg: Box::new(Message::StartupRetry),
+                    });
                 }
-                missed::Action::Run { slot } => catch_up_run(core, &job, slot, now),
+                None
             }
-        }
+        };
+        out.extend(self.finish_when_ready());
+        (restore, out)
     }
-    if recorded > 0 {
-        log::info!(
-            "recorded {recorded} missed slot(s) in {} ms",
-            started.elapsed().as_millis()
+
+    /// The loads that failed are due: ask them again.
+    pub(crate) fn retry(&mut self) -> Out {
+        let mut out = Out::new();
+        if self.done {
+            return out;
+        }
+        self.retry_at = None;
+        for load in std::mem::take(&mut self.failed) {
+            self.ask(load, &mut out);
+        }
+        out
+    }
+
+    /// The runs in flight are restored (`run/recovery.rs`).
+    pub(crate) fn in_flight_loaded(&mut self) -> Out {
+        self.in_flight_loaded = true;
+        self.finish_when_ready()
+    }
+
+    /// Keep an admin request that depends on what start-up loads (run now, maintenance)
+    /// until start-up is done; `uid`: the admin socket's peer that made it.
+    pub(crate) fn park(&mut self, call: CallId, req: AdminRequest, uid: Option<u32>) {
+        self.parked.push(Parked { call, req, uid });
+    }
+
+    /// Once everything is loaded, and only once: start-up is done.
+    fn finish_when_ready(&mut self) -> Out {
+        let mut out = Out::new();
+        let loaded = self.maintenance_loaded && self.jobctl_loaded && self.in_flight_loaded;
+        if self.done || !loaded {
+            return out;
+        }
+        let Some(last_slots) = self.last_slots.take() else {
+            return out;
+        };
+        self.done = true;
+        out.post(Message::StartupDone {
+            last_slots,
+            parked: std::mem::take(&mut self.parked),
+        });
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipc::rpc::CallError;
+    use crate::roles::main::messages::Cmd;
+    use crate::wire::db::DbReply;
+
+    fn asked(out: &Out) -> Vec<String> {
+        out.cmds()
+            .iter()
+            .filter_map(|c| match c {
+                Cmd::Db { req, .. } => Some(format!("{req:?}")),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn posted(out: &Out) -> Vec<&Message> {
+        out.cmds()
+            .iter()
+            .filter_map(|c| match c {
+                Cmd::Post(m) => Some(m),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn meta(value: Option<&str>) -> DbResult {
+        Ok(DbReply::Meta(value.map(str::to_string)))
+    }
+
+    fn slots() -> DbResult {
+        Ok(DbReply::LastSlots(BTreeMap::from([(
+            "backup".to_string(),
+            60_000,
+        )])))
+    }
+
+    #[test]
+    fn start_asks_the_three_loads_in_order() {
+        let mut boot = Boot::default();
+        let out = boot.start("jobctl");
+        assert_eq!(
+            asked(&out),
+            [
+                "GetMeta(\"maintenance\")",
+                "LastSlots",
+                "GetMeta(\"jobctl\")"
+            ]
         );
     }
-}
 
-/// A missed slot runs late (trigger `catchup`), under the rules of any firing (global
-/// maintenance, overlap).
-fn catch_up_run(
-    core: &mut Main,
-    job: &Arc<crate::config::Job>,
-    slot: DateTime<Utc>,
-    now: DateTime<Utc>,
-) {
-    log::info!("{}: catching up the missed slot {slot}", job.name);
-    let due = Due {
-        job: job.name.clone(),
-        slot,
-        missed: false,
-        early: false,
-    };
-    jobctl::fire(core, &due, now, Trigger::Catchup, None);
-}
+    #[test]
+    fn start_up_is_done_once_all_four_answers_are_in_and_hands_on_the_parked_requests() {
+        let t0 = Instant::now();
+        let mut boot = Boot::default();
+        let _ = boot.start("jobctl");
+        boot.park(7, AdminRequest::Status, Some(1000));
+        let (restore, out) = boot.loaded(StartupLoad::Maintenance, meta(Some("{}")), t0);
+        assert_eq!(restore, Some(Restore::Maintenance(Some("{}".into()))));
+        assert!(out.is_empty());
+        let (restore, out) = boot.loaded(StartupLoad::LastSlots, slots(), t0);
+        assert_eq!(restore, None);
+        assert!(out.is_empty());
+        let (restore, out) = boot.loaded(StartupLoad::JobCtl, meta(None), t0);
+        assert_eq!(restore, Some(Restore::JobCtl(None)));
+        assert!(out.is_empty(), "the runs in flight are not in yet");
 
-/// Record a slot as a run in state `skipped`.
-pub(crate) fn record_skip(
-    core: &mut Main,
-    job: &str,
-    slot: DateTime<Utc>,
-    trigger: Trigger,
-    reason: String,
-) {
-    core.db_call(
-        DbRequest::CreateRun(NewRun {
-            job: job.to_string(),
-            slot: Some(slot.timestamp_millis()),
-            trigger,
-            state: RunState::Skipped,
-            reason: Some(reason),
-            targets: Vec::new(),
-            now: Utc::now().timestamp_millis(),
-        }),
-        DbWait::write("a skipped slot"),
-    );
+        let out = boot.in_flight_loaded();
+        match posted(&out)[..] {
+            [Message::StartupDone { last_slots, parked }] => {
+                assert_eq!(last_slots.get("backup"), Some(&60_000));
+                assert_eq!(parked.len(), 1);
+                assert_eq!((parked[0].call, parked[0].uid), (7, Some(1000)));
+            }
+            _ => panic!("start-up is done"),
+        }
+        assert!(boot.in_flight_loaded().is_empty(), "done only once");
+        assert!(boot.retry().is_empty(), "nothing is asked again once done");
+    }
+
+    #[test]
+    fn failed_loads_are_asked_again_together_a_second_after_the_first_failure() {
+        let t0 = Instant::now();
+        let mut boot = Boot::default();
+        let _ = boot.start("jobctl");
+        let gone = || Err(CallError::PeerGone(crate::ipc::Role::Db));
+        let (restore, out) = boot.loaded(StartupLoad::Maintenance, gone(), t0);
+        assert_eq!(restore, None);
+        match posted(&out)[..] {
+            [Message::Later { at, msg }] => {
+                assert_eq!(*at, t0 + RETRY);
+                assert!(matches!(**msg, Message::StartupRetry));
+            }
+            _ => panic!("a retry a second later"),
+        }
+        let (_, out) = boot.loaded(StartupLoad::JobCtl, gone(), t0 + RETRY / 2);
+        assert!(out.is_empty(), "the retry already armed takes this one too");
+
+        let out = boot.retry();
+        assert_eq!(
+            asked(&out),
+            ["GetMeta(\"maintenance\")", "GetMeta(\"jobctl\")"]
+        );
+        let (_, out) = boot.loaded(StartupLoad::LastSlots, gone(), t0 + RETRY * 2);
+        assert_eq!(posted(&out).len(), 1, "a later failure arms a new retry");
+    }
+
+    #[test]
+    fn a_failed_load_does_not_count_as_loaded() {
+        let t0 = Instant::now();
+        let mut boot = Boot::default();
+        let _ = boot.start("jobctl");
+        let _ = boot.in_flight_loaded();
+        let _ = boot.loaded(StartupLoad::Maintenance, meta(None), t0);
+        let _ = boot.loaded(StartupLoad::JobCtl, meta(None), t0);
+        let wrong = Ok(DbReply::Meta(None));
+        let (_, out) = boot.loaded(StartupLoad::LastSlots, wrong, t0);
+        assert!(
+            !posted(&out)
+                .iter()
+                .any(|m| matches!(m, Message::StartupDone { .. })),
+            "a wrong reply is a failure, not an empty answer"
+        );
+        let (_, out) = boot.loaded(StartupLoad::LastSlots, slots(), t0);
+        assert!(matches!(posted(&out)[..], [Message::StartupDone { .. }]));
+    }
 }

@@ -31,8 +31,8 @@ pub(crate) fn status(core: &mut Main, call: CallId) {
         wrapper_port: core.daemon.wrapper_port,
         db_error: core.storage.trouble().map(str::to_owned),
         api_port: core.daemon.api_port,
-        ha: core.ha.shared.then(|| crate::wire::admin::HaInfo {
-            server: core.ha.server.clone(),
+        ha: core.ha.shared().then(|| crate::wire::admin::HaInfo {
+            server: core.ha.server().to_string(),
             role: core.ha.role().to_string(),
             leader: core.ha.known_holder().map(str::to_owned),
         }),
@@ -43,11 +43,6 @@ pub(crate) fn status(core: &mut Main, call: CallId) {
 pub(crate) fn metrics(core: &mut Main, call: CallId) {
     let text = crate::roles::main::views::metrics::render(core);
     respond(core, call, AdminResponse::Metrics(text));
-}
-
-/// Answered with the summary once the reload is applied (`reload::poll`).
-pub(crate) fn reload(core: &mut Main, call: CallId) {
-    crate::roles::main::reload::request(core, Some(call));
 }
 
 pub(crate) fn deploy_wrapper(role: &mut MainRole, call: CallId, target: Option<String>) {

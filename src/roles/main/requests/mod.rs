@@ -74,14 +74,19 @@ pub(super) fn handle(
         )
     {
         // They depend on the maintenance and job control settings, still being loaded:
-        // answered once start-up is done (`boot::finish_when_ready`).
+        // answered once start-up is done (`Message::StartupDone`).
         core.boot.park(call, req, core.actor.uid);
         return;
     }
     match req {
         AdminRequest::Status => daemon::status(core, call),
         AdminRequest::Metrics => daemon::metrics(core, call),
-        AdminRequest::Reload => daemon::reload(core, call),
+        AdminRequest::Reload => {
+            // Answered with the summary once the reload is applied (`lifecycle/reload.rs`).
+            let now = std::time::Instant::now();
+            let out = core.reloads.request(&core.config, Some(call), now);
+            core.perform(out);
+        }
         AdminRequest::DeployWrapper { target } => daemon::deploy_wrapper(role, call, target),
         AdminRequest::WrapperStatus => {
             let fleet = crate::wire::admin::WrapperFleet {

@@ -52,7 +52,7 @@ pub(crate) fn tick(core: &mut Main, now: Instant) {
 
 fn read(core: &mut Main, early: bool) {
     let idle = core.flight.recovering || core.flight.stopping || core.ha.holding();
-    if !core.ha.leader || idle || core.flight.orphans.reading {
+    if !core.ha.leader() || idle || core.flight.orphans.reading {
         return;
     }
     core.flight.orphans.reading = true;

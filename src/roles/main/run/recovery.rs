@@ -64,13 +64,14 @@ pub(crate) fn recovered(
     }
     // A standby that took over: the runs it mirrored are its own now, or ended.
     crate::roles::main::views::mirror::adopted(&mut role.core);
-    role.core.boot.in_flight_loaded();
+    let out = role.core.boot.in_flight_loaded();
+    role.core.perform(out);
     if count > 0 {
         log::info!("recovered {count} run(s) in flight");
     }
     role.core.apply_retention_to_all();
     // The start-up hold is lifted, and the schedule armed, once every start-up load is in
-    // (`boot::finish_when_ready`, from the pump).
+    // (`Message::StartupDone`, handled in the pump).
     role.pump(ctx);
 }
 

@@ -42,10 +42,10 @@ const MAX_REACHED: usize = 200_000;
 /// Step 1: `Some(req)` when the call goes to this server's blocking unchanged; `None`
 /// when it became a composite under `id`.
 pub(crate) fn route(core: &mut Main, id: CallId, req: BlockingRequest) -> Option<BlockingRequest> {
-    if !core.ha.shared || core.delegation.peers.is_empty() {
+    if !core.ha.shared() || core.delegation.peers.is_empty() {
         return Some(req);
     }
-    let me = core.ha.server.clone();
+    let me = core.ha.server().to_string();
     let plan: Option<Vec<(String, BlockingRequest, Vec<String>)>> = match &req {
         BlockingRequest::Resolve {
             target_type,
@@ -133,14 +133,14 @@ fn split(
 ) -> Option<Vec<(String, BlockingRequest, Vec<String>)>> {
     let d = &core.delegation;
     let owners = Owners {
-        me: &core.ha.server,
+        me: core.ha.server(),
         own: &d.own,
         published: &d.published,
         peers: &d.peers,
         reached: &d.reached,
     };
     let parts = owners.split(minions);
-    if parts.iter().all(|(server, _)| *server == core.ha.server) {
+    if parts.iter().all(|(server, _)| *server == core.ha.server()) {
         return None;
     }
     Some(
@@ -208,7 +208,7 @@ fn send_part(
     let to = server.to_string();
     core.db_call(
         DbRequest::SendSaltCall {
-            from: core.ha.server.clone(),
+            from: core.ha.server().to_string(),
             to,
             request,
         },
@@ -294,7 +294,7 @@ fn part_answered(
 
 /// The parts' answers as one reply.
 fn merge(core: &mut Main, composite: Composite) -> Result<BlockingReply, CallError> {
-    let me = core.ha.server.clone();
+    let me = core.ha.server().to_string();
     let failed = |why: String| CallError::Remote(RemoteError::Failed(why));
     let wrong = |server: &str, reply: &BlockingReply| format!("{server} answered with {reply:?}");
     match composite.kind {

@@ -24,7 +24,7 @@ pub(crate) fn serve(core: &mut Main, rows: Vec<SaltCallRow>) {
                     row.id,
                     row.from
                 );
-                let why = format!("{} could not read the request: {e}", core.ha.server);
+                let why = format!("{} could not read the request: {e}", core.ha.server());
                 answer_served(core, row.id, &row.from, Err(why));
                 continue;
             }
@@ -37,7 +37,7 @@ pub(crate) fn serve(core: &mut Main, rows: Vec<SaltCallRow>) {
                     row.id,
                     row.from
                 );
-                let why = format!("{} refuses the call: {refusal}", core.ha.server);
+                let why = format!("{} refuses the call: {refusal}", core.ha.server());
                 answer_served(core, row.id, &row.from, Err(why));
                 continue;
             }

@@ -4,7 +4,6 @@
 
 pub(super) mod active;
 pub(crate) mod delegation;
-pub(super) mod lifecycle;
 pub(super) mod links;
 pub(crate) mod liveness;
 pub(super) mod notify;
@@ -30,7 +29,6 @@ use crate::wire::link::{ConnId, ProcessInfo};
 use crate::wire::records::RunId;
 use crate::workflow::{Registry, WakeEvent, WakeKey};
 use active::ActiveRun;
-use lifecycle::{Boot, Ha, Reloads};
 use notify::Notifier;
 use run::{Orphans, RecoveredRun, Rounds, RunRequest};
 use schedule::JobCtl;
@@ -106,16 +104,16 @@ pub(crate) struct Main {
     pub(super) maintenance: Maintenance,
     /// Messages for the loop (`messages.rs`), drained in one match (`dispatch.rs`).
     pub(super) inbox: std::collections::VecDeque<crate::roles::main::messages::Message>,
-    /// What start-up has loaded from db so far.
-    pub(super) boot: Boot,
-    /// Configuration reloads in flight and asked for.
-    pub(super) reloads: Reloads,
+    /// What start-up has loaded from db so far (`lifecycle/boot.rs`).
+    pub(super) boot: crate::roles::main::lifecycle::Boot,
+    /// Configuration reloads in flight and asked for (`lifecycle/reload.rs`).
+    pub(super) reloads: crate::roles::main::lifecycle::Reloads,
     /// Notifications decided, queued and in flight.
     pub(super) notify: Notifier,
     /// Paused and skipping jobs, slots deferred by maintenance windows.
     pub jobctl: JobCtl,
-    /// Leader or standby among the servers sharing the database.
-    pub ha: Ha,
+    /// Leader or standby among the servers sharing the database (`lifecycle/ha.rs`).
+    pub(super) ha: crate::roles::main::lifecycle::Ha,
     /// Salt calls spread over the servers' masters (several masters, one database).
     pub delegation: delegation::Delegation,
 }

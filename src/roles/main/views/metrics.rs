@@ -327,7 +327,7 @@ fn render_watch(m: &MainMetrics, out: &mut String) {
 /// which server leads as far as this one knows.
 fn render_ha(core: &Main, out: &mut String) {
     let ha = &core.ha;
-    if !ha.shared {
+    if !ha.shared() {
         return;
     }
     header(
@@ -336,12 +336,12 @@ fn render_ha(core: &Main, out: &mut String) {
         "gauge",
         "1 while this server holds the leader lease.",
     );
-    let server = label_value(&ha.server);
+    let server = label_value(ha.server());
     let _ = writeln!(
         out,
         "saltpeter_ha_leader{{server=\"{server}\",role=\"{}\"}} {}",
         ha.role(),
-        u8::from(ha.leader)
+        u8::from(ha.leader())
     );
     header(
         out,
@@ -362,7 +362,7 @@ fn render_ha(core: &Main, out: &mut String) {
         "counter",
         "Times this server took the leader lease.",
     );
-    let _ = writeln!(out, "saltpeter_ha_takeovers_total {}", ha.takeovers);
+    let _ = writeln!(out, "saltpeter_ha_takeovers_total {}", ha.takeovers());
 }
 
 /// Whether the database stores, what failed to be written, and the stalls liveness

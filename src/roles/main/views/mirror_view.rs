@@ -7,7 +7,7 @@ use crate::wire::records::{Millis, RunId, RunRecord, TargetRecord, TargetState};
 use crate::wire::ui::{RunningView, TargetView};
 
 pub(crate) fn standby(core: &Main) -> bool {
-    core.ha.shared && !core.ha.leader
+    core.ha.standby()
 }
 
 /// `output -f` or `logs -f` of `record`: whether it is in flight on the leader (the

@@ -10,13 +10,12 @@
 use std::time::Duration;
 
 use crate::evloop::Ctx;
-use crate::roles::main::state::MainRole;
 
 /// Long enough for the views and replies that follow a load to be sent and freed.
 const AFTER: Duration = Duration::from_secs(2);
 
 /// Release free heap pages in a moment.
-pub(crate) fn trim_soon(ctx: &mut Ctx<MainRole>) {
+pub(crate) fn trim_soon<R: 'static>(ctx: &mut Ctx<R>) {
     ctx.after(AFTER, |_, _| trim());
 }
 

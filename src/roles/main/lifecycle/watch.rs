@@ -3,9 +3,9 @@
 //! The directory is watched with inotify: a file created, written, renamed, removed or
 //! given new attributes wakes main's loop, which waits [`SETTLE`] for the writer to finish
 //! (an editor's save or a `cp` is several events) and then runs the same check as before
-//! ([`reload::watch_config`]: a `stat` per file compared with the fingerprints of the
-//! loaded files), so what counts as a change did not move. While a reload is in flight the
-//! check waits for it, as the scan did.
+//! ([`Rescan::rescan`]: a `stat` per file compared with the fingerprints of the loaded
+//! files), so what counts as a change did not move. While a reload is in flight the check
+//! waits for it, as the scan did.
 //!
 //! inotify does not see a file changed through a symbolic link that points out of the
 //! directory, and it can fail (no inotify, the per-user watch limit reached, the directory
@@ -26,8 +26,6 @@ use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
 use crate::evloop::{Ctx, Flow, Listener};
-use crate::roles::main::reload;
-use crate::roles::main::state::MainRole;
 
 /// From the first event of a burst to the check.
 const SETTLE: Duration = Duration::from_millis(100);
@@ -38,6 +36,17 @@ const SAFETY_SCAN: Duration = Duration::from_secs(60);
 /// The scan when there is no watch.
 const FALLBACK_SCAN: Duration = Duration::from_secs(1);
 
+/// What the watch asks of the loop's state (main's, `dispatch/lifecycle.rs`).
+pub(crate) trait Rescan: Sized + 'static {
+    /// A reload is in flight: the check waits for it.
+    fn reloading(&self) -> bool;
+
+    /// Compare the configuration directory with what is loaded, and reload when a file
+    /// changed (none while a load is in flight: the next scan after it sees what changed
+    /// meanwhile).
+    fn rescan(&mut self, ctx: &mut Ctx<Self>);
+}
+
 /// The inotify watch of the configuration directory, as an event-loop listener.
 struct ConfigWatch {
     inotify: Inotify,
@@ -46,10 +55,10 @@ struct ConfigWatch {
 }
 
 /// Watch `dir`; falls back to scanning it every second when inotify is unavailable.
-pub(crate) fn start(ctx: &mut Ctx<MainRole>, dir: &Path) {
+pub(crate) fn start<R: Rescan>(ctx: &mut Ctx<R>, dir: &Path) {
     match watch(ctx, dir) {
         Ok(()) => {
-            ctx.every(SAFETY_SCAN, reload::watch_config);
+            ctx.every(SAFETY_SCAN, R::rescan);
         }
         Err(e) => {
             log::warn!(
@@ -58,12 +67,12 @@ pub(crate) fn start(ctx: &mut Ctx<MainRole>, dir: &Path) {
                 dir.display(),
                 FALLBACK_SCAN.as_secs()
             );
-            ctx.every(FALLBACK_SCAN, reload::watch_config);
+            ctx.every(FALLBACK_SCAN, R::rescan);
         }
     }
 }
 
-fn watch(ctx: &mut Ctx<MainRole>, dir: &Path) -> Result<(), String> {
+fn watch<R: Rescan>(ctx: &mut Ctx<R>, dir: &Path) -> Result<(), String> {
     let inotify = open_watch(dir)?;
     let fd = inotify.as_fd().as_raw_fd();
     let listener = ConfigWatch {
@@ -95,13 +104,8 @@ fn open_watch(dir: &Path) -> Result<Inotify, String> {
     Ok(inotify)
 }
 
-impl Listener<MainRole> for ConfigWatch {
-    fn handle_event(
-        &mut self,
-        _role: &mut MainRole,
-        ctx: &mut Ctx<MainRole>,
-        _event: &Event,
-    ) -> Flow {
+impl<R: Rescan> Listener<R> for ConfigWatch {
+    fn handle_event(&mut self, _role: &mut R, ctx: &mut Ctx<R>, _event: &Event) -> Flow {
         let mut watch_gone = false;
         loop {
             match self.inotify.read_events() {
@@ -134,7 +138,7 @@ impl Listener<MainRole> for ConfigWatch {
                  unreadable events); scanning it every {} s instead",
                 FALLBACK_SCAN.as_secs()
             );
-            ctx.every(FALLBACK_SCAN, reload::watch_config);
+            ctx.every(FALLBACK_SCAN, R::rescan);
             return Flow::Close;
         }
         Flow::Continue
@@ -143,13 +147,13 @@ impl Listener<MainRole> for ConfigWatch {
 
 /// The settled check: wait for a reload in flight, then compare the directory with what
 /// is loaded.
-fn check(role: &mut MainRole, ctx: &mut Ctx<MainRole>, armed: Rc<Cell<bool>>) {
-    if role.core.reloads.in_flight() {
+fn check<R: Rescan>(role: &mut R, ctx: &mut Ctx<R>, armed: Rc<Cell<bool>>) {
+    if role.reloading() {
         ctx.after(WAIT_FOR_RELOAD, move |role, ctx| check(role, ctx, armed));
         return;
     }
     armed.set(false);
-    reload::watch_config(role, ctx);
+    role.rescan(ctx);
 }
 
 #[cfg(test)]
