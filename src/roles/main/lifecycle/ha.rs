@@ -29,6 +29,7 @@ use crate::roles::main::run;
 use crate::roles::main::state::lifecycle::Ha;
 use crate::roles::main::state::{Main, MainRole};
 use crate::wire::db::LeaseReport;
+use crate::wire::records::now_ms;
 
 impl Ha {
     /// The role shown by `saltpeterctl status` and `/metrics`.
@@ -105,7 +106,8 @@ fn adopt(core: &mut Main) {
     boot::start(core);
     run::recovery::start(core);
     // Only the leader sends notifications: a standby would release the leader's leases.
-    crate::roles::main::shell::notify::start(core);
+    let out = core.notify.start(now_ms());
+    core.perform(out);
 }
 
 /// db's report, kept for the loop (`apply`).

@@ -1,22 +1,61 @@
-//! What a reader of the delivery list sees of a webhook's or export's URL.
+//! `saltpeterctl deliveries`: the outbox as db lists it, and what a reader of the list
+//! sees of a webhook's or export's URL.
 //!
 //! A webhook URL's path often is its secret (Slack, Teams, Discord put the credential
 //! there). Admins (the admin socket, admin API identities) see it whole; anyone else
 //! sees the scheme and host only, in the destination and wherever the URL is repeated
 //! (the de-duplication key, the last error).
 
-use crate::config::{ApiAuth, ApiRole};
-use crate::roles::main::state::Main;
-use crate::wire::notify::DeliveryRecord;
+use crate::config::{ApiAuth, ApiRole, SaltpeterConfig};
+use crate::ipc::CallId;
+use crate::ipc::rpc::Call;
+use crate::roles::main::messages::{DbResult, Message, Out, Then};
+use crate::wire::admin::{AdminFailure, AdminResponse};
+use crate::wire::db::{DbRequest, calls};
+use crate::wire::notify::{DeliveryFilter, DeliveryRecord};
 
-/// Whether the request being handled comes from an admin: the admin socket (root, the
-/// daemon's user, `admin_group`), an `admin` API identity, or `api_auth: none` (loopback
-/// only, everyone is admin there).
-pub(crate) fn reader_is_admin(core: &Main) -> bool {
-    let Some(who) = core.actor.name.as_deref() else {
+/// Messages listed when the request names no limit.
+const DEFAULT_LIMIT: usize = 50;
+/// Most messages listed at once.
+const MAX_LIMIT: usize = 10_000;
+
+/// `saltpeterctl deliveries` (admin call `call`), by a reader who is `admin` or not
+/// ([`reader_is_admin`]).
+pub(crate) fn list(call: CallId, mut filter: DeliveryFilter, admin: bool) -> Out {
+    filter.limit = Some(filter.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT));
+    let mut out = Out::new();
+    out.db(
+        DbRequest::ListDeliveries(filter),
+        Then::tell(move |result| Message::DeliveriesListed {
+            call,
+            admin,
+            result,
+        }),
+    );
+    out
+}
+
+/// db listed the outbox for admin call `call`: its answer, URLs cut for a reader who is
+/// not `admin`.
+pub(crate) fn listed(call: CallId, admin: bool, result: DbResult) -> Out {
+    let resp = match calls::ListDeliveries::take(result) {
+        Ok(list) if admin => AdminResponse::Deliveries(list),
+        Ok(list) => AdminResponse::Deliveries(list.into_iter().map(redacted).collect()),
+        Err(e) => AdminResponse::Failure(AdminFailure::Internal(e.to_string())),
+    };
+    let mut out = Out::new();
+    out.answer(call, resp);
+    out
+}
+
+/// Whether the request being handled, by `actor` (the API identity as `api:<name>`, or
+/// `None` for the admin socket), comes from an admin: the admin socket (root, the
+/// daemon's user, `admin_group`), an `admin` API identity, or `api_auth: none`
+/// (loopback only, everyone is admin there).
+pub(crate) fn reader_is_admin(actor: Option<&str>, sp: &SaltpeterConfig) -> bool {
+    let Some(who) = actor else {
         return true;
     };
-    let sp = &core.config.saltpeter;
     let Some(name) = who.strip_prefix("api:") else {
         return false;
     };
@@ -32,7 +71,7 @@ pub(crate) fn reader_is_admin(core: &Main) -> bool {
 }
 
 /// `url` cut to its scheme and host (with port): `https://hooks.example.org/…`.
-pub(crate) fn url_origin(url: &str) -> String {
+fn url_origin(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return "…".to_string();
     };
@@ -48,7 +87,7 @@ pub(crate) fn url_origin(url: &str) -> String {
 }
 
 /// The record as a non-admin sees it.
-pub(crate) fn redacted(mut d: DeliveryRecord) -> DeliveryRecord {
+fn redacted(mut d: DeliveryRecord) -> DeliveryRecord {
     if !d.destination.contains("://") {
         return d;
     }
