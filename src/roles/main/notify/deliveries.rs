@@ -136,4 +136,80 @@ mod tests {
         assert!(!text.contains("secret-path"), "{text}");
         assert_eq!(shown.destination, "https://hooks.example/…");
     }
+
+    #[test]
+    fn the_admin_socket_and_admin_identities_read_urls_whole() {
+        use crate::config::ApiIdentity;
+        let id = |name: &str, role| ApiIdentity {
+            name: name.into(),
+            role,
+            token_sha256: [0; 32],
+        };
+        let sp = SaltpeterConfig {
+            api_tokens: vec![id("alice", ApiRole::Admin), id("grafana", ApiRole::Viewer)],
+            ..Default::default()
+        };
+        assert!(reader_is_admin(None, &sp), "the admin socket");
+        assert!(reader_is_admin(Some("api:alice"), &sp));
+        assert!(!reader_is_admin(Some("api:grafana"), &sp));
+        assert!(
+            !reader_is_admin(Some("api:api_token"), &sp),
+            "no api_token set"
+        );
+        assert!(!reader_is_admin(Some("ui:alice"), &sp));
+        let open = SaltpeterConfig {
+            api_auth: ApiAuth::None,
+            ..Default::default()
+        };
+        assert!(reader_is_admin(Some("api:anyone"), &open));
+    }
+
+    #[test]
+    fn a_list_is_bounded_and_answered_redacted_to_a_reader_not_admin() {
+        use crate::roles::main::messages::Cmd;
+        use crate::wire::db::DbReply;
+        let out = list(3, DeliveryFilter::default(), false);
+        assert!(matches!(
+            out.cmds(),
+            [Cmd::Db { req: DbRequest::ListDeliveries(f), then: Then::Tell(_), .. }]
+                if f.limit == Some(DEFAULT_LIMIT)
+        ));
+        let out = list(
+            3,
+            DeliveryFilter {
+                limit: Some(1_000_000),
+                ..Default::default()
+            },
+            true,
+        );
+        assert!(matches!(
+            out.cmds(),
+            [Cmd::Db { req: DbRequest::ListDeliveries(f), .. }] if f.limit == Some(MAX_LIMIT)
+        ));
+        let url = "https://hooks.example/T/secret-path";
+        let record = DeliveryRecord {
+            id: 1,
+            key: format!("run:7:webhook:{url}"),
+            job: None,
+            run: None,
+            event: "failure".into(),
+            channel: "webhook".into(),
+            destination: url.into(),
+            state: crate::wire::notify::DeliveryState::Pending,
+            attempts: 0,
+            created: 0,
+            next_attempt: None,
+            last_error: None,
+            delivered: None,
+        };
+        for (admin, shown) in [(true, url), (false, "https://hooks.example/…")] {
+            let out = listed(3, admin, Ok(DbReply::Deliveries(vec![record.clone()])));
+            match out.cmds() {
+                [Cmd::Answer(3, AdminResponse::Deliveries(list))] => {
+                    assert_eq!(list[0].destination, shown)
+                }
+                _ => panic!("not the answer"),
+            }
+        }
+    }
 }
