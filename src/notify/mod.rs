@@ -1,7 +1,7 @@
 //! Notifications, the pure part: which rules fire for a run's end, what the webhook body
 //! and the mail say, the signature, the retry schedule and the per-job rate limit.
 //!
-//! Main decides and queues (`roles/main/shell/notify.rs`), db keeps the outbox
+//! Main decides and queues (`roles/main/notify/`), db keeps the outbox
 //! (`roles/db/deliveries.rs`), blocking sends through a helper process (`send.rs`,
 //! `roles/blocking/deliver.rs`). Everything here takes its inputs and `now`, so it is
 //! tested without sockets.

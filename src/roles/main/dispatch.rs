@@ -6,7 +6,9 @@ mod lifecycle;
 
 use crate::evloop::Ctx;
 use crate::roles::main::messages::Message;
+use crate::roles::main::notify;
 use crate::roles::main::state::MainRole;
+use crate::wire::records::now_ms;
 
 /// Most messages handled in one turn: a part that posts forever cannot hold the loop.
 const MAX_PER_TURN: usize = 100_000;
@@ -61,6 +63,29 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                     role.pump(ctx);
                 });
             }
+            Message::NotifyLastRuns { result } => core.notify.last_runs(result),
+            Message::NotifyTailsRead { decided, result } => {
+                let limit = core.config.saltpeter.notify_rate_limit;
+                let out = core.notify.tails_read(limit, *decided, result, now_ms());
+                core.perform(out);
+            }
+            Message::NotifyQueued { result } => {
+                let out = core.notify.queued(result, now_ms());
+                core.perform(out);
+            }
+            Message::DeliveriesDue { result } => {
+                let out = core.notify.due(&core.config.saltpeter, result, now_ms());
+                core.perform(out);
+            }
+            Message::DeliveryAnswered { attempt, result } => {
+                let out = core.notify.answered(attempt, result, now_ms());
+                core.perform(out);
+            }
+            Message::DeliveriesListed {
+                call,
+                admin,
+                result,
+            } => core.perform(notify::deliveries::listed(call, admin, result)),
         }
     }
     log::warn!(

@@ -29,6 +29,7 @@ use crate::roles::main::views::ui;
 use crate::roles::main::wrappers::sessions;
 use crate::wire::db::DbNotice;
 use crate::wire::link::{HubAnswer, HubRequest};
+use crate::wire::records::now_ms;
 use crate::workflow::Registry;
 use crate::workflow::{WakeEvent, WakeKey};
 
@@ -102,7 +103,6 @@ pub(super) fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 
 /// Start the runs handlers queued, and resume Workflows on the wake keys emitted.
 pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
-    crate::roles::main::shell::notify::poll(&mut role.core);
     if let Some(reply) = role.core.flight.recovery_reply.take() {
         run_flow::recovery::recovered(role, ctx, reply);
     }
@@ -230,10 +230,14 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     scheduler.plan(config.valid_jobs(), now);
     crate::roles::main::lifecycle::watch::start(ev.ctx(), &args.dirs.config);
     ev.ctx().every(Duration::from_secs(30), report_stalls);
-    ev.ctx().every(
-        Duration::from_secs(1),
-        crate::roles::main::shell::notify::tick,
-    );
+    ev.ctx()
+        .every(Duration::from_secs(1), |role: &mut MainRole, ctx| {
+            let out = role.core.notify.tick(now_ms());
+            if !out.is_empty() {
+                role.core.perform(out);
+                pump(role, ctx);
+            }
+        });
     ev.ctx()
         .every(run_flow::orphans::SWEEP, run_flow::orphans::sweep);
     ev.ctx()

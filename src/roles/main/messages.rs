@@ -10,8 +10,10 @@
 //! list of what main reacts to between a part and the next, a run's end listeners
 //! included.
 
+use crate::config::notify::{NotifyOn, NotifyRule};
 use crate::ipc::CallId;
 use crate::ipc::rpc::{CallError, Due};
+use crate::notify::Notice;
 use crate::wire::admin::AdminResponse;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{BlockingReply, BlockingRequest};
@@ -64,6 +66,57 @@ pub(crate) enum Message {
         at: std::time::Instant,
         msg: Box<Message>,
     },
+    /// db read the newest run of every job, at start: the notifier's memory of each
+    /// job's last final state, for `recovery` rules (`notify/`).
+    NotifyLastRuns { result: DbResult },
+    /// db read the output tails of a run whose end fires notification rules: its
+    /// messages can be rendered and queued (`notify/`).
+    NotifyTailsRead {
+        decided: Box<Decided>,
+        result: DbResult,
+    },
+    /// db queued notification messages in the outbox (or could not) (`notify/`).
+    NotifyQueued { result: DbResult },
+    /// db leased the outbox's due messages to main (or could not) (`notify/`).
+    DeliveriesDue { result: DbResult },
+    /// blocking tried to send a message of the outbox: what the receiver said, or why
+    /// the attempt failed (`notify/`).
+    DeliveryAnswered {
+        attempt: Attempt,
+        result: BlockingResult,
+    },
+    /// db listed the outbox for `saltpeterctl deliveries` (admin call `call`); `admin`:
+    /// its reader sees webhook URLs whole (`notify/`).
+    DeliveriesListed {
+        call: CallId,
+        admin: bool,
+        result: DbResult,
+    },
+}
+
+/// A run's end or a skipped slot, and the notification rules that fire for it, waiting
+/// for the run's output tails to be rendered into messages.
+#[derive(Debug, Clone)]
+pub(crate) struct Decided {
+    pub notice: Notice,
+    pub firing: Vec<(NotifyRule, NotifyOn)>,
+    /// What makes its messages' keys unique: `run:<id>:<end>` or `slot:<job>:<slot>`.
+    pub key: String,
+}
+
+/// A message of the outbox being sent, as main remembers it until blocking answers.
+#[derive(Debug, Clone)]
+pub(crate) struct Attempt {
+    /// Its row in db's `deliveries`.
+    pub id: u64,
+    /// Attempts before this one.
+    pub attempts: u32,
+    pub job: Option<String>,
+    pub run: Option<RunId>,
+    /// The rule's event (`failure`, `recovery`, ...), or `export` for a log export.
+    pub event: String,
+    /// The address, URL or export it goes to.
+    pub destination: String,
 }
 
 /// What a part asks the shell to do.

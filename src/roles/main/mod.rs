@@ -23,6 +23,7 @@ mod lifecycle;
 mod main_loop;
 mod maintenance;
 mod messages;
+mod notify;
 mod requests;
 mod rules;
 mod run;

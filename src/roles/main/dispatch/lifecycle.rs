@@ -45,7 +45,8 @@ pub(super) fn adopt(core: &mut Main) {
     core.perform(out);
     crate::roles::main::run::recovery::start(core);
     // Only the leader sends notifications: a standby would release the leader's leases.
-    crate::roles::main::shell::notify::start(core);
+    let out = core.notify.start(crate::wire::records::now_ms());
+    core.perform(out);
 }
 
 /// Start-up has everything: settle the missed slots, lift the start-up hold, arm the

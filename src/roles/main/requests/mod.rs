@@ -174,7 +174,10 @@ pub(super) fn handle(
             crate::roles::main::firing::jobctl::request(core, call, change)
         }
         AdminRequest::Deliveries(filter) => {
-            crate::roles::main::shell::notify::list(core, call, filter)
+            use crate::roles::main::notify::deliveries;
+            let admin =
+                deliveries::reader_is_admin(core.actor.name.as_deref(), &core.config.saltpeter);
+            core.perform(deliveries::list(call, filter, admin));
         }
     }
 }

@@ -100,7 +100,15 @@ pub(crate) fn fire_as(
     match skip {
         Some(reason) => {
             log::info!("{}: slot {} skipped ({reason})", job.name, due.slot);
-            crate::roles::main::shell::notify::slot_skipped(core, &job, slot, &reason, due.missed);
+            let out = core.notify.slot_skipped(
+                &core.config.saltpeter,
+                &job,
+                slot,
+                &reason,
+                due.missed,
+                now_ms(),
+            );
+            core.perform(out);
             crate::roles::main::shell::joblog::slot_skipped(core, &job, &reason);
             core.event(
                 "run_skipped",

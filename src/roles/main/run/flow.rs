@@ -266,7 +266,17 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         };
         crate::roles::main::views::ui::run_finished(core, &active, state);
         let why = rec.unresolved.as_ref().map(|(_, why)| why.clone());
-        crate::roles::main::shell::notify::run_ended(core, &active, state, why);
+        let end = crate::roles::main::notify::FinishedRun {
+            job: &active.job,
+            run,
+            slot: active.slot,
+            trigger: active.trigger.as_str(),
+            state,
+            reason: why,
+            targets: active.targets.iter().map(|(m, t)| t.record(m)).collect(),
+        };
+        let out = core.notify.run_ended(&core.config.saltpeter, end, now_ms());
+        core.perform(out);
         crate::roles::main::shell::joblog::run_ended(core, &active);
         core.flight.sessions.retain(|_, (r, _)| *r != run);
         log::info!("run {run} of {} ended", active.job.name);

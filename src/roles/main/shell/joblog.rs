@@ -1,6 +1,6 @@
 //! Job logs: what main tells db to write to `{logdir}/{job}.log` and to export to
 //! Elasticsearch/OpenSearch (`roles/db/joblog.rs` writes and queues; the outbox of
-//! `notify.rs` sends). Nothing is sent when neither `logdir` nor an export is set.
+//! `notify/` sends). Nothing is sent when neither `logdir` nor an export is set.
 //!
 //! Events: `start` when a run is recorded, `machine_result` per target and `end` when it
 //! ends, `overlap` and `maintenance` for slots not run for those reasons.

@@ -105,18 +105,6 @@ pub(crate) struct MainMetrics {
     pub(crate) targets_by_result: BTreeMap<&'static str, u64>,
     /// Slots not acted on in time (the daemon down, the loop late).
     pub(crate) slots_missed: u64,
-    /// The notification outbox as db last counted it, and attempts by result.
-    pub(crate) outbox: Outbox,
-    pub(crate) deliveries: BTreeMap<&'static str, u64>,
-}
-
-/// The notification outbox (db's `deliveries` in state `pending`, leased or not), as of
-/// db's last count (each take of due messages), less what was settled since.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub(crate) struct Outbox {
-    pub(crate) pending: u64,
-    /// When the oldest pending message was queued (unix milliseconds).
-    pub(crate) oldest: Option<Millis>,
 }
 
 #[derive(Default)]

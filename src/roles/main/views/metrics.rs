@@ -1,18 +1,15 @@
 //! What main measures for `/metrics`, and the rendering of all of the daemon's metrics
 //! (db reports its commit latency to main; the hub adds its own connection counts).
 
-use crate::roles::main::state::views::{MainMetrics, Outbox};
+use crate::roles::main::notify::{DELIVERY_RESULTS, Outbox};
+use crate::roles::main::state::views::MainMetrics;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::metrics::{DURATION_BUCKETS, Histogram, LATENCY_BUCKETS, header, label_value};
 use crate::roles::main::rules::job_metrics::{EndedRun, PerJob, TARGET_RESULTS, target_result};
 use crate::roles::main::state::Main;
-use crate::wire::records::{Millis, RunState};
-
-/// The `result` of a delivery attempt: `delivered`, `failed` (tried again later) or
-/// `given_up` (its last attempt).
-pub(crate) const DELIVERY_RESULTS: &[&str] = &["delivered", "failed", "given_up"];
+use crate::wire::records::RunState;
 
 impl Default for MainMetrics {
     fn default() -> Self {
@@ -27,8 +24,6 @@ impl Default for MainMetrics {
             per_job: PerJob::default(),
             targets_by_result: BTreeMap::new(),
             slots_missed: 0,
-            outbox: Outbox::default(),
-            deliveries: BTreeMap::new(),
         }
     }
 }
@@ -51,28 +46,6 @@ impl MainMetrics {
     pub(crate) fn slots_missed(&mut self, job: &str, n: u64) {
         self.slots_missed += n;
         self.per_job.slots_missed(job, n);
-    }
-
-    /// db counted the outbox: `pending` messages, the oldest queued at `oldest`.
-    pub(crate) fn outbox_counted(&mut self, pending: u64, oldest: Option<Millis>) {
-        self.outbox = Outbox { pending, oldest };
-    }
-
-    /// A delivery attempt came back: `ok`, or failed and `retried` later or not. A
-    /// message delivered or given up leaves the outbox (until db counts it again).
-    pub(crate) fn delivery_attempted(&mut self, ok: bool, retried: bool) {
-        let result = match (ok, retried) {
-            (true, _) => "delivered",
-            (false, true) => "failed",
-            (false, false) => "given_up",
-        };
-        *self.deliveries.entry(result).or_insert(0) += 1;
-        if result != "failed" {
-            self.outbox.pending = self.outbox.pending.saturating_sub(1);
-            if self.outbox.pending == 0 {
-                self.outbox.oldest = None;
-            }
-        }
     }
 
     /// How late a slot was acted on (milliseconds; early is 0).
@@ -110,7 +83,7 @@ pub(crate) fn render(core: &Main) -> String {
         );
     }
     m.per_job.render(core.config.jobs.keys(), &mut out);
-    render_watch(m, &mut out);
+    render_watch(m, core.notify.outbox(), &mut out);
     header(
         &mut out,
         "saltpeter_run_duration_seconds",
@@ -269,7 +242,7 @@ pub(crate) fn render(core: &Main) -> String {
 
 /// Targets by how they ended, missed slots, the notification outbox: what the alerts on
 /// lost targets, missed slots and notifications watch (every series present from start).
-fn render_watch(m: &MainMetrics, out: &mut String) {
+fn render_watch(m: &MainMetrics, outbox: &Outbox, out: &mut String) {
     header(
         out,
         "saltpeter_targets_total",
@@ -294,7 +267,7 @@ fn render_watch(m: &MainMetrics, out: &mut String) {
         "gauge",
         "Notification and log export messages queued and not yet delivered or given up.",
     );
-    let _ = writeln!(out, "saltpeter_notify_outbox_pending {}", m.outbox.pending);
+    let _ = writeln!(out, "saltpeter_notify_outbox_pending {}", outbox.pending());
     header(
         out,
         "saltpeter_notify_outbox_oldest_seconds",
@@ -302,7 +275,7 @@ fn render_watch(m: &MainMetrics, out: &mut String) {
         "Age of the oldest message pending in the outbox (0 when none is).",
     );
     let now = chrono::Utc::now().timestamp_millis();
-    let oldest = m.outbox.oldest.map_or(0, |at| (now - at).max(0));
+    let oldest = outbox.oldest().map_or(0, |at| (now - at).max(0));
     let _ = writeln!(
         out,
         "saltpeter_notify_outbox_oldest_seconds {}",
@@ -315,7 +288,7 @@ fn render_watch(m: &MainMetrics, out: &mut String) {
         "Delivery attempts of notifications and log exports since start, by result.",
     );
     for result in DELIVERY_RESULTS {
-        let n = m.deliveries.get(result).copied().unwrap_or(0);
+        let n = outbox.attempts(result);
         let _ = writeln!(
             out,
             "saltpeter_notify_deliveries_total{{result=\"{result}\"}} {n}"
@@ -426,26 +399,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_outbox_shrinks_as_messages_are_settled_and_attempts_count_by_result() {
-        let mut m = MainMetrics::default();
-        m.outbox_counted(2, Some(1_000));
-        m.delivery_attempted(false, true);
-        assert_eq!(
-            m.outbox,
-            Outbox {
-                pending: 2,
-                oldest: Some(1_000)
-            },
-            "retried: still pending"
-        );
-        m.delivery_attempted(true, false);
-        assert_eq!(m.outbox.pending, 1);
-        m.delivery_attempted(false, false);
-        assert_eq!(m.outbox, Outbox::default(), "given up: gone, and no oldest");
-        m.delivery_attempted(true, false);
-        assert_eq!(m.outbox.pending, 0, "never below zero");
+    fn the_outbox_and_attempts_by_result_are_rendered() {
+        // How the numbers change is the notifier's (`notify/tests.rs`).
+        let m = MainMetrics::default();
+        let mut outbox = Outbox::default();
+        outbox.counted(2, Some(1_000));
+        outbox.attempted(false, true);
+        outbox.attempted(true, false);
+        outbox.attempted(false, false);
+        outbox.attempted(true, false);
         let mut out = String::new();
-        render_watch(&m, &mut out);
+        render_watch(&m, &outbox, &mut out);
         for line in [
             "saltpeter_notify_deliveries_total{result=\"delivered\"} 2",
             "saltpeter_notify_deliveries_total{result=\"failed\"} 1",
@@ -466,7 +430,7 @@ mod tests {
         m.slots_missed("b", 0);
         m.slots_missed("a", 1);
         let mut out = String::new();
-        render_watch(&m, &mut out);
+        render_watch(&m, &Outbox::default(), &mut out);
         assert!(out.contains("saltpeter_slots_missed_total 4\n"), "{out}");
         let mut out = String::new();
         m.per_job

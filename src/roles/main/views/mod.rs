@@ -1,10 +1,9 @@
 //! What operators see: how an answer leaves main (`answer`), live streams (`live`), the
 //! dashboard's and `/ws`'s typed views (`ui`), `/metrics` (`metrics`), the run-time
-//! maintenance settings (`maintenance`), a standby's mirror of the leader's runs
-//! (`mirror`, `mirror_view`) and the notification deliveries (`delivery_view`).
+//! maintenance settings (`maintenance`) and a standby's mirror of the leader's runs
+//! (`mirror`, `mirror_view`).
 
 pub(crate) mod answer;
-pub(crate) mod delivery_view;
 pub(crate) mod live;
 pub(crate) mod metrics;
 pub(crate) mod mirror;
