@@ -2,6 +2,9 @@
 //! runs after every event, before the Workflows are woken (`main_loop::pump`), until no
 //! message is left (a part's answer may post another).
 
+use std::time::Instant;
+
+use crate::roles::main::masters::serve;
 use crate::roles::main::messages::Message;
 use crate::roles::main::state::MainRole;
 
@@ -21,6 +24,32 @@ pub(super) fn drain(role: &mut MainRole) {
                     .maintenance
                     .saved(&core.config.maintenance, call, note, result);
                 core.perform(out);
+            }
+            Message::SaltCallSent {
+                call,
+                index,
+                wait,
+                result,
+            } => {
+                let me = &core.ha.server;
+                let out = core
+                    .delegation
+                    .sent(me, call, index, wait, result, Instant::now());
+                core.perform(out);
+            }
+            Message::SaltPartAnswered {
+                call,
+                index,
+                result,
+            } => {
+                let out = core
+                    .delegation
+                    .local_part(&core.ha.server, call, index, result);
+                core.perform(out);
+            }
+            Message::SaltCallMerged { call, result } => core.blocking_merged(call, result),
+            Message::SaltCallServed { row, from, result } => {
+                core.perform(serve::served(row, &from, result));
             }
         }
     }
