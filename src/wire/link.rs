@@ -363,7 +363,7 @@ pub(crate) struct MinionOutcome {
     /// call back; if it never does, this is Salt's word for the record.
     pub silent: Option<String>,
     /// The server whose master made the call, when another server made it for this one
-    /// or several masters share the database (`roles/main/shell/delegate.rs`); set by
+    /// or several masters share the database (`roles/main/masters/`); set by
     /// main, never by blocking.
     pub server: Option<String>,
 }

@@ -1,7 +1,7 @@
 //! Several masters, one database (docs/ha.md): two servers on one PostgreSQL database,
 //! each driving its own salt-master of a `--masters 2` testbed (each master has half
 //! the minions, and only its own). The leader drives the runs; the Salt calls for the
-//! other master's minions go through the other server (`roles/main/shell/delegate.rs`).
+//! other master's minions go through the other server (`roles/main/masters/`).
 //! Then the standby's master dies mid-run, and a server that never answers joins.
 //!
 //! The testbed is this test's own (`scripts/salt-testbed up /tmp/sp-masters 4 --masters

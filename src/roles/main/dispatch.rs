@@ -5,6 +5,9 @@
 mod lifecycle;
 
 use crate::evloop::Ctx;
+use std::time::Instant;
+
+use crate::roles::main::masters::serve;
 use crate::roles::main::messages::Message;
 use crate::roles::main::notify;
 use crate::roles::main::state::MainRole;
@@ -86,6 +89,32 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                 admin,
                 result,
             } => core.perform(notify::deliveries::listed(call, admin, result)),
+            Message::SaltCallSent {
+                call,
+                index,
+                wait,
+                result,
+            } => {
+                let me = core.ha.server();
+                let out = core
+                    .delegation
+                    .sent(me, call, index, wait, result, Instant::now());
+                core.perform(out);
+            }
+            Message::SaltPartAnswered {
+                call,
+                index,
+                result,
+            } => {
+                let out = core
+                    .delegation
+                    .local_part(core.ha.server(), call, index, result);
+                core.perform(out);
+            }
+            Message::SaltCallMerged { call, result } => core.blocking_merged(call, result),
+            Message::SaltCallServed { row, from, result } => {
+                core.perform(serve::served(row, &from, result));
+            }
         }
     }
     log::warn!(

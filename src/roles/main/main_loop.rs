@@ -20,10 +20,10 @@ use crate::ipc::rpc::{CallError, Packet};
 use crate::roles::common::{RoleArgs, RoleError, attach_control, open_link};
 use crate::roles::main::firing::jobctl;
 use crate::roles::main::firing::missed;
+use crate::roles::main::masters;
 use crate::roles::main::requests;
 use crate::roles::main::rules::scheduler::Scheduler;
 use crate::roles::main::rules::tokens::Secret;
-use crate::roles::main::shell::delegate;
 use crate::roles::main::views::live;
 use crate::roles::main::views::ui;
 use crate::roles::main::wrappers::sessions;
@@ -242,7 +242,9 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         .every(run_flow::orphans::SWEEP, run_flow::orphans::sweep);
     ev.ctx()
         .every(Duration::from_secs(1), |role: &mut MainRole, ctx| {
-            delegate::expire(&mut role.core, Instant::now());
+            let core = &mut role.core;
+            let out = core.delegation.expire(core.ha.server(), Instant::now());
+            core.perform(out);
             crate::roles::main::run::record::tick(&mut role.core, Instant::now());
             run_flow::orphans::tick(&mut role.core, Instant::now());
             pump(role, ctx);
@@ -353,11 +355,16 @@ pub(super) fn on_link(
                             crate::roles::main::views::mirror::notice(core, notice)
                         }
                         Packet::Cast(DbNotice::SaltCalls(rows)) => {
-                            crate::roles::main::shell::serve_salt::serve(core, rows)
+                            let policy =
+                                masters::serve::Policy::of(&core.config, core.salt_settings());
+                            core.perform(masters::serve::serve(rows, core.ha.server(), &policy));
                         }
-                        Packet::Cast(DbNotice::SaltReplies(rows)) => delegate::replies(core, rows),
-                        Packet::Cast(DbNotice::SaltPeers(peers)) => delegate::peers(core, peers),
-                        Packet::Cast(DbNotice::MinionKeys(keys)) => delegate::keys(core, keys),
+                        Packet::Cast(DbNotice::SaltReplies(rows)) => {
+                            let out = core.delegation.replies(core.ha.server(), rows);
+                            core.perform(out);
+                        }
+                        Packet::Cast(DbNotice::SaltPeers(peers)) => core.delegation.peers(peers),
+                        Packet::Cast(DbNotice::MinionKeys(keys)) => core.delegation.keys(keys),
                         other => log::warn!("unexpected message from db: {other:?}"),
                     }
                 }

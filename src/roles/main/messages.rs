@@ -92,6 +92,34 @@ pub(crate) enum Message {
         admin: bool,
         result: DbResult,
     },
+    /// db wrote (or could not) the `salt_calls` row of part `index` of the Salt call
+    /// `call` spread over several servers; its answer is due within `wait` (`masters/`).
+    SaltCallSent {
+        call: CallId,
+        index: usize,
+        wait: std::time::Duration,
+        result: DbResult,
+    },
+    /// This server's own blocking answered its part `index` of the Salt call `call`
+    /// spread over several servers (`masters/`).
+    SaltPartAnswered {
+        call: CallId,
+        index: usize,
+        result: BlockingResult,
+    },
+    /// Every part of the Salt call `call` spread over several servers answered: the
+    /// merged answer, for its caller as any blocking reply (`masters/`).
+    SaltCallMerged {
+        call: CallId,
+        result: BlockingResult,
+    },
+    /// This server's blocking answered the Salt call it made for server `from`
+    /// (`salt_calls` row `row`): the answer goes back into the row (`masters/serve.rs`).
+    SaltCallServed {
+        row: i64,
+        from: String,
+        result: BlockingResult,
+    },
 }
 
 /// A run's end or a skipped slot, and the notification rules that fire for it, waiting

@@ -22,6 +22,7 @@ mod firing;
 mod lifecycle;
 mod main_loop;
 mod maintenance;
+mod masters;
 mod messages;
 mod notify;
 mod requests;

@@ -115,15 +115,20 @@ impl Main {
     }
 
     /// A call to blocking, or, with several masters on one database, to the blocking of
-    /// the servers whose masters reach its minions (`delegate`): one reply under `id`
+    /// the servers whose masters reach its minions (`masters`): one reply under `id`
     /// either way.
     pub(crate) fn blocking_call(&mut self, req: BlockingRequest) -> CallId {
         let id = self
             .links
             .blocking_calls
             .start(Instant::now(), LAUNCH_TIMEOUT, ());
-        if let Some(req) = crate::roles::main::shell::delegate::route(self, id, req) {
-            self.post_blocking(id, req);
+        let ping_timeout_s = self.config.saltpeter.ping_timeout_s;
+        match self
+            .delegation
+            .route(id, &req, self.ha.server(), self.ha.shared(), ping_timeout_s)
+        {
+            None => self.post_blocking(id, req),
+            Some(spread) => self.perform(spread),
         }
         id
     }
@@ -150,20 +155,38 @@ impl Main {
         }
     }
 
-    /// A blocking reply (or why there is none) for call `id`: to the Salt calls of
-    /// several servers if it is one of theirs, else kept for its caller and woken.
+    /// A blocking reply (or why there is none) for call `id`, for its caller: a message
+    /// when a part asked (`Cmd::Blocking`; the parts of a Salt call spread over several
+    /// servers, and the calls made for another server, among them), else kept for its
+    /// Workflow step and woken. A call spread over servers that ends this way (its
+    /// deadline, blocking lost) drops its parts.
     pub(crate) fn blocking_answered(
         &mut self,
         id: CallId,
         result: Result<BlockingReply, CallError>,
     ) {
-        if let Some(result) = crate::roles::main::shell::delegate::answered(self, id, result) {
-            match self.links.blocking_tells.remove(&id) {
-                Some(tell) => self.post(tell(result)),
-                None => {
-                    self.links.blocking_replies.insert(id, result);
-                    self.wake(WakeKey::Call(id));
-                }
+        self.delegation.ended(id, &result);
+        self.hand_blocking_reply(id, result);
+    }
+
+    /// The merged answer of the Salt call `call` spread over several servers, once every
+    /// part answered: to its caller as any blocking reply, unless it ended meanwhile.
+    pub(crate) fn blocking_merged(
+        &mut self,
+        call: CallId,
+        result: Result<BlockingReply, CallError>,
+    ) {
+        if self.links.blocking_calls.finish(call).is_some() {
+            self.hand_blocking_reply(call, result);
+        }
+    }
+
+    fn hand_blocking_reply(&mut self, id: CallId, result: Result<BlockingReply, CallError>) {
+        match self.links.blocking_tells.remove(&id) {
+            Some(tell) => self.post(tell(result)),
+            None => {
+                self.links.blocking_replies.insert(id, result);
+                self.wake(WakeKey::Call(id));
             }
         }
     }

@@ -1,10 +1,8 @@
 //! What the parts above use to act on the world, on top of the state: the links to the
 //! other processes (`links`), launch settings (`launcher`), the fleet's wrapper builds
-//! (`fleet`, `deploy`), maintenance windows (`windows`), capacity (`throttle`), the job
-//! log (`joblog`), retention (`history`) and the Salt calls other servers' masters make
-//! (`delegate`) or this one makes for them (`serve_salt`).
+//! (`fleet`, `deploy`), maintenance windows (`windows`), capacity (`throttle`), the
+//! notification outbox (`notify`), the job log (`joblog`) and retention (`history`).
 
-pub(crate) mod delegate;
 pub(crate) mod deploy;
 pub(crate) mod fleet;
 pub(crate) mod history;
@@ -12,5 +10,4 @@ pub(crate) mod joblog;
 pub(crate) mod launcher;
 pub(crate) mod links;
 pub(crate) mod perform;
-pub(crate) mod serve_salt;
 pub(crate) mod throttle;

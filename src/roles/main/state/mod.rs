@@ -3,7 +3,6 @@
 //! main's behaviour.
 
 pub(super) mod active;
-pub(crate) mod delegation;
 pub(super) mod links;
 pub(crate) mod liveness;
 pub(super) mod run;
@@ -114,7 +113,7 @@ pub(crate) struct Main {
     /// Leader or standby among the servers sharing the database (`lifecycle/ha.rs`).
     pub(super) ha: crate::roles::main::lifecycle::Ha,
     /// Salt calls spread over the servers' masters (several masters, one database).
-    pub delegation: delegation::Delegation,
+    pub(super) delegation: crate::roles::main::masters::Delegation,
 }
 
 /// Runs in flight, as main keeps them, and the wrapper sessions bound to them.

@@ -1,7 +1,7 @@
 //! Several masters on one database, the pure part (docs/ha.md, "Several masters, one
 //! database"): which server's master makes a Salt call for a minion, and how the
-//! answers of several servers become the one answer the caller waits for. The router
-//! that sends and collects the parts is `shell/delegate.rs`.
+//! answers of several servers become the one answer the caller waits for. The part that
+//! sends and collects the parts is `Delegation` (`mod.rs`, `answers.rs`).
 //!
 //! 1. **Owner** of a minion ([`Owners::owner_of`]): the server the last resolution found
 //!    it live on (this server if it was one of them), else this server if its own
@@ -209,5 +209,5 @@ fn failed(server: &str, minion: &str, why: &str) -> MinionOutcome {
 }
 
 #[cfg(test)]
-#[path = "masters_tests.rs"]
+#[path = "rules_tests.rs"]
 mod tests;

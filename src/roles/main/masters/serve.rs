@@ -1,19 +1,22 @@
 //! Several masters on one database (docs/ha.md, "Several masters, one database"): the
-//! Salt calls other servers ask of this one (`delegate.rs` is the asking side). db takes
-//! the rows asked of this server (`DbNotice::SaltCalls`); each is read, checked to be a
-//! Salt resolution, launch or deployment, given this server's own `SaltSettings` (its
-//! master, its `salt` binary) and made through its own blocking; the answer, or why there
-//! is none, is written back into the row for the asker's db to collect.
+//! Salt calls other servers ask of this one (the rest of `masters/` is the asking side).
+//! db takes the rows asked of this server (`DbNotice::SaltCalls`); each is read, checked
+//! to be a Salt resolution, launch or deployment, given this server's own `SaltSettings`
+//! (its master, its `salt` binary) and made through its own blocking; the answer, or why
+//! there is none, is written back into the row for the asker's db to collect. What a call
+//! is waiting for travels in its blocking reply's message (`Message::SaltCallServed`):
+//! nothing is kept here.
 
-use crate::roles::main::state::{DbWait, Main};
+use crate::config::LoadedConfig;
+use crate::roles::main::messages::{BlockingResult, Message, Out, Then};
 use crate::wire::db::{DbRequest, SaltCallRow};
-use crate::wire::link::{BlockingReply, BlockingRequest, ExecutorKind, LaunchTarget};
+use crate::wire::link::{BlockingReply, BlockingRequest, ExecutorKind, LaunchTarget, SaltSettings};
 
-/// Calls other servers ask of this one (step 2, serving): made through this server's
-/// own master, with its own settings. A request that cannot be read, or that is not a
-/// Salt call, is answered with why.
-pub(crate) fn serve(core: &mut Main, rows: Vec<SaltCallRow>) {
-    let policy = policy(core);
+/// Calls other servers ask of this one, `me` (step 2, serving): made through this
+/// server's own master, with its own settings (`policy`). A request that cannot be
+/// read, or that is not a Salt call, is answered with why.
+pub(crate) fn serve(rows: Vec<SaltCallRow>, me: &str, policy: &Policy) -> Out {
+    let mut out = Out::new();
     for row in rows {
         let req = match bincode::deserialize::<BlockingRequest>(&row.request) {
             Ok(req) => req,
@@ -24,12 +27,12 @@ pub(crate) fn serve(core: &mut Main, rows: Vec<SaltCallRow>) {
                     row.id,
                     row.from
                 );
-                let why = format!("{} could not read the request: {e}", core.ha.server());
-                answer_served(core, row.id, &row.from, Err(why));
+                let why = format!("{me} could not read the request: {e}");
+                out.extend(answer(row.id, &row.from, Err(why)));
                 continue;
             }
         };
-        let req = match with_settings(req, &policy) {
+        let req = match with_settings(req, policy) {
             Ok(req) => req,
             Err(refusal) => {
                 log::error!(
@@ -37,8 +40,8 @@ pub(crate) fn serve(core: &mut Main, rows: Vec<SaltCallRow>) {
                     row.id,
                     row.from
                 );
-                let why = format!("{} refuses the call: {refusal}", core.ha.server());
-                answer_served(core, row.id, &row.from, Err(why));
+                let why = format!("{me} refuses the call: {refusal}");
+                out.extend(answer(row.id, &row.from, Err(why)));
                 continue;
             }
         };
@@ -48,9 +51,20 @@ pub(crate) fn serve(core: &mut Main, rows: Vec<SaltCallRow>) {
             row.from,
             row.id
         );
-        let id = core.local_blocking_call(req);
-        core.delegation.serving.insert(id, (row.id, row.from));
+        let (id, from) = (row.id, row.from);
+        out.local_blocking(req, move |result| Message::SaltCallServed {
+            row: id,
+            from,
+            result,
+        });
     }
+    out
+}
+
+/// This server's blocking answered the call made for `from` (salt call row `row`): the
+/// answer goes back into the row.
+pub(crate) fn served(row: i64, from: &str, result: BlockingResult) -> Out {
+    answer(row, from, result.map_err(|e| e.to_string()))
 }
 
 /// What a call made for another server may be: this server's own Salt settings, and
@@ -59,7 +73,7 @@ pub(crate) fn serve(core: &mut Main, rows: Vec<SaltCallRow>) {
 /// trusts (the job's command comes from there): a row written behind the servers'
 /// backs must not make the minions run another program, or fetch their jobs elsewhere.
 pub(crate) struct Policy {
-    pub settings: crate::wire::link::SaltSettings,
+    pub settings: SaltSettings,
     /// Every wrapper path this configuration names (`default_wrapper_path`, each job's
     /// `wrapper_path`, the built-in default).
     pub wrapper_paths: Vec<String>,
@@ -69,27 +83,29 @@ pub(crate) struct Policy {
     pub wrapper_source: Option<String>,
 }
 
-fn policy(core: &Main) -> Policy {
-    let sp = &core.config.saltpeter;
-    let mut wrapper_paths: Vec<String> = core
-        .config
-        .jobs
-        .values()
-        .filter_map(|entry| entry.job())
-        .map(|job| job.wrapper_path_or_default().to_string())
-        .collect();
-    wrapper_paths.push(
-        sp.default_wrapper_path
-            .clone()
-            .unwrap_or_else(|| crate::config::DEFAULT_WRAPPER_PATH.to_string()),
-    );
-    wrapper_paths.sort();
-    wrapper_paths.dedup();
-    Policy {
-        settings: core.salt_settings(),
-        wrapper_paths,
-        servers: sp.servers.clone(),
-        wrapper_source: sp.wrapper_source.clone(),
+impl Policy {
+    /// The policy of this configuration, whose Salt settings are `settings`.
+    pub(crate) fn of(config: &LoadedConfig, settings: SaltSettings) -> Policy {
+        let sp = &config.saltpeter;
+        let mut wrapper_paths: Vec<String> = config
+            .jobs
+            .values()
+            .filter_map(|entry| entry.job())
+            .map(|job| job.wrapper_path_or_default().to_string())
+            .collect();
+        wrapper_paths.push(
+            sp.default_wrapper_path
+                .clone()
+                .unwrap_or_else(|| crate::config::DEFAULT_WRAPPER_PATH.to_string()),
+        );
+        wrapper_paths.sort();
+        wrapper_paths.dedup();
+        Policy {
+            settings,
+            wrapper_paths,
+            servers: sp.servers.clone(),
+            wrapper_source: sp.wrapper_source.clone(),
+        }
     }
 }
 
@@ -223,23 +239,21 @@ fn trusted_urls(urls: &str, servers: &[String]) -> Result<String, String> {
         .join(","))
 }
 
-pub(super) fn answer_served(
-    core: &mut Main,
-    row: i64,
-    from: &str,
-    answer: Result<BlockingReply, String>,
-) {
+/// The answer to salt call row `row` from `from`, written back into the row.
+fn answer(row: i64, from: &str, answer: Result<BlockingReply, String>) -> Out {
+    let mut out = Out::new();
     let reply = match bincode::serialize(&answer) {
         Ok(bytes) => bytes,
         Err(e) => {
             log::error!("salt call row {row} from {from}: could not encode the answer: {e}");
-            return;
+            return out;
         }
     };
-    core.db_call(
+    out.db(
         DbRequest::AnswerSaltCall { id: row, reply },
-        DbWait::write("the answer to another server's salt call"),
+        Then::Write("the answer to another server's salt call"),
     );
+    out
 }
 
 /// The kind of a call, for the log.
@@ -257,7 +271,7 @@ pub(super) fn kind_name(req: &BlockingRequest) -> &'static str {
 mod tests {
     use super::*;
     use crate::wire::Redacted;
-    use crate::wire::link::{SaltSettings, SaltTargetType};
+    use crate::wire::link::SaltTargetType;
 
     fn settings(dir: &str) -> SaltSettings {
         SaltSettings {
@@ -409,5 +423,58 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A row is made through this server's own blocking and its answer goes back into
+    /// the row; a row that cannot be read is answered at once with why.
+    #[test]
+    fn a_row_is_made_here_and_answered_into_the_row() {
+        use crate::roles::main::messages::Cmd;
+        let mine = policy("/etc/salt-here");
+        let row = |id, request| SaltCallRow {
+            id,
+            from: "b".into(),
+            request,
+        };
+        let good = bincode::serialize(&launch(ExecutorKind::Salt)).unwrap_or_default();
+        let out = serve(vec![row(3, vec![0xff]), row(4, good)], "a", &mine);
+        let mut cmds = out.into_cmds().into_iter();
+        assert!(matches!(
+            cmds.next(),
+            Some(Cmd::Db {
+                req: DbRequest::AnswerSaltCall { id: 3, .. },
+                then: Then::Write(_),
+                ..
+            })
+        ));
+        let Some(Cmd::Blocking {
+            req: BlockingRequest::Launch { salt, .. },
+            local: true,
+            tell,
+        }) = cmds.next()
+        else {
+            panic!("the launch is made through this server's blocking");
+        };
+        assert_eq!(salt, Some(mine.settings.clone()));
+        assert!(cmds.next().is_none());
+        let Message::SaltCallServed { row, from, result } =
+            tell(Ok(BlockingReply::Launched(Vec::new())))
+        else {
+            panic!("the reply comes back as served");
+        };
+        assert_eq!((row, from.as_str()), (4, "b"));
+        let out = served(row, &from, result);
+        let [
+            Cmd::Db {
+                req: DbRequest::AnswerSaltCall { id: 4, reply },
+                ..
+            },
+        ] = out.cmds()
+        else {
+            panic!("the answer goes into row 4");
+        };
+        let answer: Result<BlockingReply, String> =
+            bincode::deserialize(reply).unwrap_or_else(|e| Err(e.to_string()));
+        assert!(matches!(answer, Ok(BlockingReply::Launched(v)) if v.is_empty()));
     }
 }
