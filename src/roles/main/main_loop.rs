@@ -113,8 +113,10 @@ pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     run_flow::rounds::poll(&mut role.core);
     let now = Instant::now();
     let mut rounds = 0;
-    while !role.core.links.wakes.is_empty() && rounds < 1000 {
+    while (!role.core.links.wakes.is_empty() || !role.core.inbox.is_empty()) && rounds < 1000 {
         rounds += 1;
+        // What the woken steps posted is handled in the same turn, and may wake others.
+        super::dispatch::drain(role, ctx);
         let mut wakes = std::mem::take(&mut role.core.links.wakes);
         // A run's 10,000 targets changing in one turn wake it once, not 10,000 times:
         // a woken step looks at the whole state anyway.
