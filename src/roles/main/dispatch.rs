@@ -22,6 +22,10 @@ pub(super) fn drain(role: &mut MainRole) {
                     .saved(&core.config.maintenance, call, note, result);
                 core.perform(out);
             }
+            Message::JobCtlSaved { call, note, result } => {
+                let out = core.jobctl.saved(call, note, result);
+                core.perform(out);
+            }
         }
     }
     log::warn!(

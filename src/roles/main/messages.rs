@@ -30,6 +30,13 @@ pub(crate) enum Message {
         note: Option<String>,
         result: DbResult,
     },
+    /// db saved the job control state (or could not); with `call`, the admin call whose
+    /// change it was, to answer with `note` (`jobctl/`).
+    JobCtlSaved {
+        call: Option<CallId>,
+        note: Option<String>,
+        result: DbResult,
+    },
 }
 
 /// What a part asks the shell to do.

@@ -1,7 +1,7 @@
 //! Start-up: what main must know from db before it fires anything.
 //!
 //! 1. `start` asks db for the run-time maintenance settings and the job control state
-//!    (paused and skipping jobs, `jobctl.rs`), both in `meta`, and the newest recorded slot
+//!    (paused and skipping jobs, `jobctl/`), both in `meta`, and the newest recorded slot
 //!    of every job; `recovery::start` asks for the runs in flight.
 //! 2. Until all four answers are in, `Main::recovering` holds: no slot fires, no run
 //!    starts, no hello is vetted. A failed load is asked again (at most once a second).
@@ -21,8 +21,8 @@ use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
-use crate::roles::main::firing::jobctl;
-use crate::roles::main::firing::missed;
+use crate::roles::main::firing::{self, missed};
+use crate::roles::main::jobctl;
 use crate::roles::main::maintenance;
 use crate::roles::main::rules::scheduler::Due;
 use crate::roles::main::state::{DbWait, Main, MainRole};
@@ -77,7 +77,7 @@ pub(crate) fn answer(core: &mut Main, load: Load, result: Result<DbReply, CallEr
             core.boot.last_slots = Some(slots);
         }),
         Load::JobCtl => calls::GetMeta::take(result).map(|value| {
-            jobctl::restore(core, value);
+            core.jobctl.restore(value);
             core.boot.jobctl_loaded = true;
         }),
     };
@@ -195,7 +195,7 @@ fn catch_up_run(
         missed: false,
         early: false,
     };
-    jobctl::fire(core, &due, now, Trigger::Catchup, None);
+    firing::fire(core, &due, now, Trigger::Catchup, None);
 }
 
 /// Record a slot as a run in state `skipped`.

@@ -9,7 +9,6 @@ pub(super) mod links;
 pub(crate) mod liveness;
 pub(super) mod notify;
 pub(super) mod run;
-pub(super) mod schedule;
 pub(crate) mod storage;
 pub(super) mod views;
 pub(super) mod wrappers;
@@ -21,6 +20,7 @@ use crate::config::LoadedConfig;
 use crate::evloop::Ctx;
 use crate::evloop::timers::TimerId;
 use crate::ipc::rpc::{CallError, CallId};
+use crate::roles::main::jobctl::JobCtl;
 use crate::roles::main::maintenance::Maintenance;
 use crate::roles::main::rules::scheduler::Scheduler;
 use crate::roles::main::rules::target::Target;
@@ -33,7 +33,6 @@ use active::ActiveRun;
 use lifecycle::{Boot, Ha, Reloads};
 use notify::Notifier;
 use run::{Orphans, Rounds, RunEnv, RunRequest};
-use schedule::JobCtl;
 use views::{Live, Mirror, UiState};
 use wrappers::{Fleet, Launcher, Refusals};
 
@@ -116,7 +115,7 @@ pub(crate) struct Main {
     /// Notifications decided, queued and in flight.
     pub(super) notify: Notifier,
     /// Paused and skipping jobs, slots deferred by maintenance windows.
-    pub jobctl: JobCtl,
+    pub(super) jobctl: JobCtl,
     /// Leader or standby among the servers sharing the database.
     pub ha: Ha,
     /// Salt calls spread over the servers' masters (several masters, one database).
