@@ -118,7 +118,7 @@ pub(crate) enum AdminRequest {
     MaintenanceWindows {
         count: u32,
     },
-    // Job control (`jobctl.rs`, which keeps the paused and skipping jobs).
+    // Job control (`roles/main/jobctl/`, which keeps the paused and skipping jobs).
     /// Show, pause, resume or skip jobs (answered with `JobControl`).
     JobControl(JobControl),
     // Runs again (`requests/runs.rs`), last so the variants before keep their numbers.

@@ -115,6 +115,10 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
             Message::SaltCallServed { row, from, result } => {
                 core.perform(serve::served(row, &from, result));
             }
+            Message::JobCtlSaved { call, note, result } => {
+                let out = core.jobctl.saved(call, note, result);
+                core.perform(out);
+            }
         }
     }
     log::warn!(

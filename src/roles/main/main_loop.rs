@@ -18,7 +18,7 @@ use crate::ipc::Role;
 use crate::ipc::rpc::PendingCalls;
 use crate::ipc::rpc::{CallError, Packet};
 use crate::roles::common::{RoleArgs, RoleError, attach_control, open_link};
-use crate::roles::main::firing::jobctl;
+use crate::roles::main::firing;
 use crate::roles::main::firing::missed;
 use crate::roles::main::masters;
 use crate::roles::main::requests;
@@ -96,7 +96,7 @@ pub(super) fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let leads = core.leads();
     let due = core.scheduler.take_due(now, &core.config.jobs, 100, &leads);
     missed::fire_due(core, due, now);
-    jobctl::tick(core, now);
+    firing::tick(core, now);
     start_queued(role, ctx);
     arm_schedule(role, ctx);
 }
@@ -290,7 +290,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             boot: Default::default(),
             reloads: Default::default(),
             notify: Default::default(),
-            jobctl: super::state::schedule::JobCtl::default(),
+            jobctl: Default::default(),
             ha: Default::default(),
             delegation: Default::default(),
         },

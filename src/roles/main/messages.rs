@@ -120,6 +120,13 @@ pub(crate) enum Message {
         from: String,
         result: BlockingResult,
     },
+    /// db saved the job control state (or could not); with `call`, the admin call whose
+    /// change it was, to answer with `note` (`jobctl/`).
+    JobCtlSaved {
+        call: Option<CallId>,
+        note: Option<String>,
+        result: DbResult,
+    },
 }
 
 /// A run's end or a skipped slot, and the notification rules that fire for it, waiting

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 
 use crate::config::LoadedConfig;
 use crate::evloop::Ctx;
-use crate::roles::main::firing::jobctl;
+use crate::roles::main::firing;
 use crate::roles::main::firing::missed;
 use crate::roles::main::lifecycle::boot::Restore;
 use crate::roles::main::lifecycle::heap;
@@ -31,7 +31,7 @@ const DOWN: &str = "the daemon was not running at this slot";
 pub(super) fn restore(core: &mut Main, restore: Option<Restore>) {
     match restore {
         Some(Restore::Maintenance(value)) => core.maintenance.restore(value),
-        Some(Restore::JobCtl(value)) => jobctl::restore(core, value),
+        Some(Restore::JobCtl(value)) => core.jobctl.restore(value),
         None => {}
     }
 }
@@ -41,7 +41,7 @@ pub(super) fn restore(core: &mut Main, restore: Option<Restore>) {
 pub(super) fn adopt(core: &mut Main) {
     core.flight.recovering = true;
     crate::roles::main::shell::fleet::start(core);
-    let out = core.boot.start(jobctl::META_KEY);
+    let out = core.boot.start(crate::roles::main::jobctl::META_KEY);
     core.perform(out);
     crate::roles::main::run::recovery::start(core);
     // Only the leader sends notifications: a standby would release the leader's leases.
@@ -139,7 +139,7 @@ fn catch_up_run(
         missed: false,
         early: false,
     };
-    jobctl::fire(core, &due, now, Trigger::Catchup, None);
+    firing::fire(core, &due, now, Trigger::Catchup, None);
 }
 
 /// Record a slot as a run in state `skipped`.

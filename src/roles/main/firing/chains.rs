@@ -3,7 +3,7 @@
 //!
 //! `run_ended` is called by the run Workflow's `finalize` once the upstream run's end is
 //! recorded. Each chained job's run goes through the same door as a scheduled slot
-//! (`jobctl::fire`, trigger `chain`, slot = the upstream run's end), so global
+//! (`firing::fire`, trigger `chain`, slot = the upstream run's end), so global
 //! maintenance, pause, skips, maintenance windows and the overlap rule apply to it too. The
 //! run records what triggered it: its reason says `after run N of X (succeeded)`, and an
 //! event of kind `chain` links the two runs. Cycles are refused when the configuration is
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use chrono::Utc;
 
 use crate::config::ChainOn;
-use crate::roles::main::firing::jobctl;
+use crate::roles::main::firing;
 use crate::roles::main::rules::scheduler::Due;
 use crate::roles::main::state::Main;
 use crate::wire::records::{RunId, RunState, Trigger};
@@ -75,7 +75,7 @@ pub(crate) fn run_ended(core: &mut Main, job: &str, run: RunId, state: RunState)
             missed: false,
             early: false,
         };
-        jobctl::fire(core, &due, now, Trigger::Chain, Some(reason));
+        firing::fire(core, &due, now, Trigger::Chain, Some(reason));
     }
 }
 

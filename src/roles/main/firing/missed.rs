@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use chrono::{DateTime, Duration, Utc};
 
 use crate::config::{Job, JobEntry, Missed};
-use crate::roles::main::firing::jobctl;
+use crate::roles::main::firing;
 use crate::roles::main::rules::scheduler::Due;
 use crate::roles::main::state::Main;
 use crate::schedule::Schedule;
@@ -221,7 +221,7 @@ pub(crate) fn live_catch_ups(
     newest
 }
 
-/// Act on the loop's due slots: each runs or is recorded as skipped (`jobctl::fire`),
+/// Act on the loop's due slots: each runs or is recorded as skipped (`firing::fire`),
 /// except the catch-ups of `missed: latest` jobs, which run with trigger `catchup`.
 pub(crate) fn fire_due(core: &mut Main, due: Vec<Due>, now: DateTime<Utc>) {
     let catch_ups = live_catch_ups(&due, &core.config.jobs, now);
@@ -232,9 +232,9 @@ pub(crate) fn fire_due(core: &mut Main, due: Vec<Due>, now: DateTime<Utc>) {
             .slots_missed(&d.job, u64::from(d.missed));
         if catch_ups.get(&d.job) == Some(&d.slot) {
             let late = Due { missed: false, ..d };
-            jobctl::fire(core, &late, now, Trigger::Catchup, None);
+            firing::fire(core, &late, now, Trigger::Catchup, None);
         } else {
-            jobctl::fire(core, &d, now, Trigger::Schedule, None);
+            firing::fire(core, &d, now, Trigger::Schedule, None);
         }
     }
 }

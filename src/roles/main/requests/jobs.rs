@@ -165,7 +165,13 @@ pub(super) fn next_firings(
         )));
     }
     AdminResponse::NextFirings(
-        crate::roles::main::firing::jobctl::account(core, j, upcoming)
+        core.jobctl
+            .account(
+                j,
+                &core.config.maintenance.windows,
+                upcoming,
+                chrono::Utc::now(),
+            )
             .iter()
             .map(|t| t.timestamp_millis())
             .collect(),
@@ -351,9 +357,7 @@ fn job_state(core: &Main, entry: &JobEntry, last: Option<RunState>) -> (JobState
         JobEntry::Invalid(_) => JobState::Invalid,
         JobEntry::Valid(_) if !running.is_empty() => JobState::Running,
         JobEntry::Valid(j) if !j.enabled => JobState::Disabled,
-        JobEntry::Valid(j) if core.jobctl.paused(&j.name, chrono::Utc::now()).is_some() => {
-            JobState::Paused
-        }
+        JobEntry::Valid(j) if core.jobctl.paused(&j.name, chrono::Utc::now()) => JobState::Paused,
         JobEntry::Valid(_) if matches!(last, Some(RunState::Failed | RunState::Partial)) => {
             JobState::Failing
         }

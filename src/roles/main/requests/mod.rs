@@ -171,7 +171,12 @@ pub(super) fn handle(
             respond(core, call, AdminResponse::Windows(list));
         }
         AdminRequest::JobControl(change) => {
-            crate::roles::main::firing::jobctl::request(core, call, change)
+            let uid = core.actor.uid;
+            let now = chrono::Utc::now();
+            let out = core
+                .jobctl
+                .request(call, change, &core.config.jobs, uid, now);
+            core.perform(out);
         }
         AdminRequest::Deliveries(filter) => {
             use crate::roles::main::notify::deliveries;

@@ -17,7 +17,7 @@ use crate::wire::db::{DbRequest, NewRun};
 use crate::wire::records::{RunId, RunState, Trigger};
 
 /// Act on a due slot whose run, if any, has `trigger` (`schedule`, `catchup` for a missed
-/// slot run late, `chain`), as the job's controls decided (`hold`, from `jobctl::fire`).
+/// slot run late, `chain`), as the job's controls decided (`hold`, from `firing::fire`).
 pub(crate) fn fire_as(
     core: &mut Main,
     due: &Due,

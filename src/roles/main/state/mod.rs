@@ -6,7 +6,6 @@ pub(super) mod active;
 pub(super) mod links;
 pub(crate) mod liveness;
 pub(super) mod run;
-pub(super) mod schedule;
 pub(crate) mod storage;
 pub(super) mod views;
 pub(super) mod wrappers;
@@ -18,6 +17,7 @@ use crate::config::LoadedConfig;
 use crate::evloop::Ctx;
 use crate::evloop::timers::TimerId;
 use crate::ipc::rpc::{CallError, CallId};
+use crate::roles::main::jobctl::JobCtl;
 use crate::roles::main::maintenance::Maintenance;
 use crate::roles::main::notify::Notifier;
 use crate::roles::main::rules::scheduler::Scheduler;
@@ -29,7 +29,6 @@ use crate::wire::records::RunId;
 use crate::workflow::{Registry, WakeEvent, WakeKey};
 use active::ActiveRun;
 use run::{Orphans, RecoveredRun, Rounds, RunRequest};
-use schedule::JobCtl;
 use views::{Live, Mirror, UiState};
 use wrappers::{Fleet, Launcher, Refusals};
 
@@ -109,7 +108,7 @@ pub(crate) struct Main {
     /// Notifications decided, queued and in flight.
     pub(super) notify: Notifier,
     /// Paused and skipping jobs, slots deferred by maintenance windows.
-    pub jobctl: JobCtl,
+    pub(super) jobctl: JobCtl,
     /// Leader or standby among the servers sharing the database (`lifecycle/ha.rs`).
     pub(super) ha: crate::roles::main::lifecycle::Ha,
     /// Salt calls spread over the servers' masters (several masters, one database).
