@@ -26,8 +26,6 @@ use crate::roles::main::requests;
 use crate::roles::main::rules::scheduler::Scheduler;
 use crate::roles::main::rules::tokens::Secret;
 use crate::roles::main::shell::delegate;
-use crate::roles::main::views::live;
-use crate::roles::main::views::ui;
 use crate::roles::main::wrappers::sessions;
 use crate::wire::db::DbNotice;
 use crate::wire::link::{HubAnswer, HubRequest};
@@ -128,6 +126,9 @@ pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
             role.workflows.wake(&key, &mut role.core, now);
         }
         start_queued_inner(role);
+        // What the Workflows posted (a run changed, a run ended) is handed on before the
+        // next round and before the end of the turn.
+        super::dispatch::drain(role);
     }
     run_flow::rounds::flush(&mut role.core, now);
     for finished in role.workflows.drain_finished() {
@@ -136,8 +137,7 @@ pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     arm_workflow_timer(role, ctx);
     arm_liveness(role, ctx);
     arm_call_expiry(role, ctx);
-    crate::roles::main::views::mirror::poll(&mut role.core);
-    ui::flush(&mut role.core);
+    crate::roles::main::shell::views::end_of_turn(&mut role.core);
     role.core.flush_hub_outbox();
 }
 
@@ -279,7 +279,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             storage: Default::default(),
             liveness: Default::default(),
             actor: super::state::Actor::default(),
-            views: super::state::Views::default(),
+            views: Default::default(),
             maintenance: Default::default(),
             inbox: Default::default(),
             boot: super::state::lifecycle::Boot::default(),
@@ -296,7 +296,8 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         hooks: LoopHooks { pump, arm_schedule },
     };
     crate::roles::main::lifecycle::ha::start(&mut role.core);
-    ui::start(&mut role.core);
+    let out = role.core.views.start();
+    role.core.perform(out);
     crate::roles::main::reload::heap::trim_soon(ev.ctx());
     ev.run_with(&mut role, |role, _| role.core.flush_links())
         .map_err(RoleError::setup("event loop"))?;
@@ -336,13 +337,13 @@ pub(super) fn on_link(
                             None => run_flow::orphans::answered_late(core, id, result),
                         },
                         Packet::Cast(DbNotice::CommitLatency(h)) => {
-                            core.views.ui.metrics.db_commit = Some(h)
+                            core.views.metrics_mut().db_committed(h)
                         }
                         Packet::Cast(DbNotice::Lease(report)) => {
                             crate::roles::main::lifecycle::ha::report(core, report)
                         }
                         Packet::Cast(DbNotice::Live(notice)) => {
-                            crate::roles::main::views::mirror::notice(core, notice)
+                            crate::roles::main::shell::views::notice(core, notice)
                         }
                         Packet::Cast(DbNotice::SaltCalls(rows)) => {
                             crate::roles::main::shell::serve_salt::serve(core, rows)
@@ -438,9 +439,9 @@ pub(super) fn on_hub(
             req: HubRequest::AdminBy { who, req },
             ..
         } => crate::roles::main::requests::audit::handle_by(role, ctx, id, who, req),
-        Packet::Cast(HubRequest::AdminGone { calls }) => live::calls_gone(&mut role.core, &calls),
+        Packet::Cast(HubRequest::AdminGone { calls }) => role.core.views.live().calls_gone(&calls),
         Packet::Call { id, req, .. } => sessions::handle_call(&mut role.core, id, req),
-        Packet::Cast(HubRequest::UiWatch { job, watch }) => ui::watch(&mut role.core, job, watch),
+        Packet::Cast(HubRequest::UiWatch { job, watch }) => role.core.views.ui().watch(job, watch),
         Packet::Cast(req) => sessions::handle_cast(&mut role.core, req),
         Packet::Reply { id, .. } => log::warn!("hub answered call {id} that main never made"),
     }

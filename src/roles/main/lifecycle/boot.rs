@@ -155,7 +155,9 @@ fn catch_up(core: &mut Main, last_slots: &BTreeMap<String, Millis>, now: DateTim
     }
     let mut recorded = 0;
     for (job, slots) in jobs {
-        core.views.ui.metrics.slots_missed(&job.name, slots.count());
+        core.views
+            .metrics_mut()
+            .slots_missed(&job.name, slots.count());
         log::warn!(
             "{}: {} slot(s) missed while the daemon was down, since {}",
             job.name,

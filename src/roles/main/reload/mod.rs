@@ -33,7 +33,6 @@ use crate::config::{self, LoadedConfig};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::roles::main::state::{Main, MainRole};
-use crate::roles::main::views::ui;
 use crate::wire::admin::AdminResponse;
 use crate::wire::link::{BlockingReply, BlockingRequest, HubReply};
 
@@ -162,11 +161,11 @@ fn apply(
         // New retention applies to the existing history too.
         core.apply_retention_to_all();
     }
-    ui::config_changed(core);
+    core.views.ui().config_changed(core.config.jobs.keys());
     core.scheduler.plan(core.config.valid_jobs(), now);
     role.arm_schedule(ctx);
     // Connected `/ws` clients see the change now, not at the next event.
-    ui::flush(&mut role.core);
+    crate::roles::main::shell::views::flush_ui(&mut role.core);
     crate::roles::main::reload::heap::trim_soon(ctx);
 }
 

@@ -64,7 +64,7 @@ pub(crate) fn recovered(
         restore(&mut role.core, run, details);
     }
     // A standby that took over: the runs it mirrored are its own now, or ended.
-    crate::roles::main::views::mirror::adopted(&mut role.core);
+    crate::roles::main::shell::views::adopted(&mut role.core);
     role.core.boot.in_flight_loaded();
     if count > 0 {
         log::info!("recovered {count} run(s) in flight");

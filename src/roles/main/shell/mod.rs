@@ -3,7 +3,7 @@
 //! (`fleet`, `deploy`), maintenance windows (`windows`), capacity (`throttle`), the
 //! notification outbox (`notify`), the job log (`joblog`), retention (`history`) and
 //! the Salt calls other servers' masters make (`delegate`) or this one makes for them
-//! (`serve_salt`).
+//! (`serve_salt`), and what the views are handed of the other parts (`views`).
 
 pub(crate) mod delegate;
 pub(crate) mod deploy;
@@ -16,3 +16,4 @@ pub(crate) mod notify;
 pub(crate) mod perform;
 pub(crate) mod serve_salt;
 pub(crate) mod throttle;
+pub(crate) mod views;

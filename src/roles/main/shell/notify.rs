@@ -366,8 +366,7 @@ pub(crate) fn db_answer(core: &mut Main, wait: Wait, result: Result<DbReply, Cal
             match calls::TakeDueDeliveries::take(result) {
                 Ok(due) => {
                     core.views
-                        .ui
-                        .metrics
+                        .metrics_mut()
                         .outbox_counted(due.pending, due.oldest_pending);
                     // While something is pending, count again at least every minute.
                     core.notify.due_at = due.next_due.map(|at| at.min(now_ms() + RECOUNT_MS));
@@ -509,8 +508,7 @@ pub(crate) fn poll(core: &mut Main) {
             ),
         };
         core.views
-            .ui
-            .metrics
+            .metrics_mut()
             .delivery_attempted(result.is_ok(), retry_at.is_some());
         match &result {
             Ok(_) => log::info!("{message}"),
