@@ -1,10 +1,10 @@
 //! The pure rules of main: no state, no sockets, no clock. One target's life
 //! (`target/`), the run-level rules (`run_rules`), when jobs fire (`scheduler`), launch
-//! tokens and session keys (`tokens`), the per-job series of `/metrics` (`job_metrics`),
-//! which master makes a Salt call and how several servers' answers merge (`masters`).
+//! tokens and session keys (`tokens`), which master makes a Salt call and how several
+//! servers' answers merge (`masters`). (The per-job series of `/metrics` are the
+//! views', `views/job_metrics.rs`.)
 //! Everything else in main stands on these.
 
-pub(crate) mod job_metrics;
 pub(crate) mod masters;
 pub(crate) mod run_rules;
 #[cfg(test)]

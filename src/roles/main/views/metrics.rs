@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use crate::config::{LoadedConfig, Severity};
 use crate::metrics::{DURATION_BUCKETS, Histogram, LATENCY_BUCKETS, header, label_value};
-use crate::roles::main::rules::job_metrics::{EndedRun, PerJob, TARGET_RESULTS, target_result};
+use crate::roles::main::views::job_metrics::{EndedRun, PerJob, TARGET_RESULTS, target_result};
 use crate::wire::records::{Millis, RunState};
 
 /// What main counts since start.

@@ -1,16 +1,16 @@
 //! What operators watch: admin calls that stream before their answer (`live`: output
 //! followers and run watchers), the dashboard's `/ws` views (`ui`), `/metrics`
-//! (`metrics`), a standby's mirror of the leader's runs (`mirror`), and the bounds and
-//! shapes every answer keeps (`answer`). (The notification deliveries' view is
-//! `delivery_view`.)
+//! (`metrics`, and its per-job series, `job_metrics`), a standby's mirror of the
+//! leader's runs (`mirror`), and the bounds and shapes every answer keeps (`answer`).
+//! (The notification deliveries' view is `delivery_view`.)
 //!
 //! [`Views`] is the part. Each of its pieces keeps its state in private fields and changes
 //! it only in its own methods, which return what should happen (`messages::Out`): db reads
 //! whose replies come back as messages (`dispatch.rs`), responses streamed to admin calls,
 //! views and stored output for the hub, answers. What they show of other parts (runs in
-//! flight as [`RunSeen`](seen::RunSeen), the configuration, the schedule, whether this server is a
-//! standby) is handed in by the caller (`shell/views.rs`, the dispatch, the requests), and
-//! time is an input, so the tests pin it.
+//! flight as [`RunSeen`](seen::RunSeen), the configuration, the schedule, whether this
+//! server is a standby) is handed in by the caller (`shell/views.rs`, the dispatch, the
+//! requests), and time is an input, so the tests pin it.
 //!
 //! What moves them:
 //! 1. a run changes (`Message::RunChanged`): its watchers hear which targets moved, the
@@ -24,6 +24,7 @@
 
 pub(crate) mod answer;
 pub(crate) mod delivery_view;
+pub(crate) mod job_metrics;
 pub(crate) mod live;
 pub(crate) mod metrics;
 pub(crate) mod mirror;

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::ipc::rpc::Call;
 use crate::roles::main::messages::{DbResult, FinishedRun, Message, Out, Then};
-use crate::roles::main::rules::job_metrics::{EndedRun, run_lateness};
+use crate::roles::main::views::job_metrics::{EndedRun, run_lateness};
 use crate::roles::main::views::metrics::MainMetrics;
 use crate::wire::db::{DbRequest, calls};
 use crate::wire::records::{Millis, RunId, RunRecord, RunState, TargetRecord};
