@@ -6,12 +6,14 @@
 use std::time::Instant;
 
 use crate::ipc::CallId;
+use crate::ipc::rpc::Call;
+use crate::roles::main::messages::DbResult;
 use crate::roles::main::state::Main;
 use crate::roles::main::state::active::ActiveRun;
 use crate::roles::main::views::metrics::{Gauges, HaGauges, render};
 use crate::roles::main::views::seen::RunSeen;
 use crate::roles::main::views::ui::render::Shown;
-use crate::wire::db::LiveNotice;
+use crate::wire::db::{LiveNotice, calls};
 use crate::wire::records::{RunId, now_ms};
 
 /// A run in flight as the views read it.
@@ -88,11 +90,7 @@ pub(crate) fn adopted(core: &mut Main) {
 }
 
 /// `Message::MirrorRun`: db's record of a run the leader drives.
-pub(crate) fn mirror_run(
-    core: &mut Main,
-    run: RunId,
-    result: crate::roles::main::messages::DbResult,
-) {
+pub(crate) fn mirror_run(core: &mut Main, run: RunId, result: DbResult) {
     let here = core.in_flight(run);
     let standby = standby(core);
     let out = core.views.mirror_run(run, result, here, standby);
@@ -100,13 +98,8 @@ pub(crate) fn mirror_run(
 }
 
 /// `Message::FollowRun`: db's record of the run an output follower follows.
-pub(crate) fn follow_run(
-    core: &mut Main,
-    call: CallId,
-    result: crate::roles::main::messages::DbResult,
-) {
-    use crate::ipc::rpc::Call;
-    let record = crate::wire::db::calls::GetRun::take(result);
+pub(crate) fn follow_run(core: &mut Main, call: CallId, result: DbResult) {
+    let record = calls::GetRun::take(result);
     let here = matches!(&record, Ok(Some(r)) if core.in_flight(r.id));
     let standby = standby(core);
     let out = core.views.follow_run(call, record, here, standby);

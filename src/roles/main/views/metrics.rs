@@ -510,4 +510,61 @@ mod tests {
         );
         assert!(!out.contains("\"b\""), "{out}");
     }
+
+    #[test]
+    fn the_other_parts_gauges_are_rendered_as_handed_in() {
+        let config = crate::config::check_yaml(
+            "j:\n  schedule: '0 * * * *'\n  command: 'true'\n  targets: a\n",
+            chrono::Utc::now(),
+        );
+        let mut m = MainMetrics::default();
+        m.outbox_counted(1, Some(1_000));
+        let mut g = Gauges {
+            config: &config,
+            publishes: 4,
+            deployments: 2,
+            prestage_leads: vec![("j", 1.5)],
+            wrappers_connected: 3,
+            runs_in_flight: 1,
+            targets_suspended: 1,
+            targets_throttled: 0,
+            ha: None,
+            storage_trouble: true,
+            db_write_failures: 7,
+            slots_refused: 0,
+            outcomes_unstored: 2,
+            stalls: 1,
+            now: 3_500,
+        };
+        let text = render(&m, &g);
+        for line in [
+            "saltpeter_salt_launch_publishes_total 4\n",
+            "saltpeter_wrapper_deployments_total 2\n",
+            "saltpeter_prestage_lead_seconds{job=\"j\"} 1.5\n",
+            "saltpeter_wrappers_connected 3\n",
+            "saltpeter_targets_suspended 1\n",
+            "saltpeter_jobs 1\n",
+            "saltpeter_notify_outbox_oldest_seconds 2.5\n",
+            "saltpeter_storage_trouble 1\n",
+            "saltpeter_db_write_failures_total 7\n",
+            "saltpeter_outcomes_unstored 2\n",
+            "saltpeter_stalls_total 1\n",
+        ] {
+            assert!(text.contains(line), "missing `{line}` in:\n{text}");
+        }
+        assert!(
+            !text.contains("saltpeter_ha_"),
+            "a lone server has no lease"
+        );
+        g.ha = Some(HaGauges {
+            server: "s1",
+            role: "standby",
+            leader: false,
+            holder: Some("s2"),
+            takeovers: 0,
+        });
+        let text = render(&m, &g);
+        assert!(text.contains("saltpeter_ha_leader{server=\"s1\",role=\"standby\"} 0\n"));
+        assert!(text.contains("saltpeter_ha_lease_holder{server=\"s2\"} 1\n"));
+    }
 }
