@@ -91,7 +91,7 @@ pub(crate) enum AdminRequest {
         run: RunId,
         machine: String,
     },
-    // Live streams (`roles/main/views/live.rs`).
+    // Live streams (`roles/main/views/live/`).
     /// Output of a run (or of the newest run of a job) as it arrives: `FollowStart`, then
     /// `OutputChunk`s, then the final `Followed` once the run has ended (at once when
     /// `live` is false or the run is not in flight).

@@ -231,7 +231,7 @@ pub(crate) enum MainToHub {
     /// the live output of its targets from the wrapper frames it relays.
     UiDetails(super::ui::DetailsView),
     /// `/ws` on a standby: output of a run the leader drives, read from the database
-    /// (`roles/main/views/mirror.rs`). `seq` is the position after `data` in the target's
+    /// (`roles/main/views/mirror/`). `seq` is the position after `data` in the target's
     /// stored output: it stands for the frame seq of a relayed frame, and the hub's
     /// read of the stored output (`LiveBase::upto_seq`) counts in the same bytes.
     UiStoredOutput {

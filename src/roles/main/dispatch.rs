@@ -10,7 +10,10 @@ use std::time::Instant;
 use crate::roles::main::masters::serve;
 use crate::roles::main::messages::Message;
 use crate::roles::main::notify;
+use crate::roles::main::requests::answer::send_run;
+use crate::roles::main::shell::views;
 use crate::roles::main::state::MainRole;
+use crate::roles::main::views::answer::live_base_read;
 use crate::wire::records::now_ms;
 
 /// Most messages handled in one turn: a part that posts forever cannot hold the loop.
@@ -117,6 +120,61 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
             }
             Message::JobCtlSaved { call, note, result } => {
                 let out = core.jobctl.saved(call, note, result);
+                core.perform(out);
+            }
+            Message::RunChanged(run) => views::run_changed(core, run),
+            Message::RunEnded(end) => {
+                for call in &end.waiters {
+                    // The stored record is the truth (ended time, state): read it back.
+                    send_run(core, *call, end.run);
+                }
+                let out = core.views.run_ended(end, now_ms());
+                core.perform(out);
+            }
+            Message::FollowLatest { call, result } => {
+                let out = core.views.live().latest_read(call, result);
+                core.perform(out);
+            }
+            Message::FollowRun { call, result } => views::follow_run(core, call, result),
+            Message::FollowRead {
+                call,
+                machine,
+                result,
+            } => {
+                let out = core.views.live().output_read(call, &machine, result);
+                core.perform(out);
+            }
+            Message::FollowEnd { call, result } => {
+                let out = core.views.live().end_read(call, result);
+                core.perform(out);
+            }
+            Message::LiveBase {
+                call,
+                upto_seq,
+                result,
+            } => core.perform(live_base_read(call, upto_seq, result)),
+            Message::LastRuns(result) => core.views.ui().last_runs(result),
+            Message::MirrorInFlight(result) => {
+                let standby = views::standby(core);
+                let out = core.views.mirror_in_flight(result, standby);
+                core.perform(out);
+            }
+            Message::MirrorRun { run, result } => views::mirror_run(core, run, result),
+            Message::MirrorFeed {
+                run,
+                machine,
+                result,
+            } => {
+                let out = core.views.mirror_feed(run, machine, result);
+                core.perform(out);
+            }
+            Message::MirrorBase {
+                call,
+                run,
+                machine,
+                result,
+            } => {
+                let out = core.views.mirror_base(call, run, machine, result);
                 core.perform(out);
             }
         }

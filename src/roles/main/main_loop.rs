@@ -24,8 +24,6 @@ use crate::roles::main::masters;
 use crate::roles::main::requests;
 use crate::roles::main::rules::scheduler::Scheduler;
 use crate::roles::main::rules::tokens::Secret;
-use crate::roles::main::views::live;
-use crate::roles::main::views::ui;
 use crate::roles::main::wrappers::sessions;
 use crate::wire::db::DbNotice;
 use crate::wire::link::{HubAnswer, HubRequest};
@@ -126,6 +124,9 @@ pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
             role.workflows.wake(&key, &mut role.core, now);
         }
         start_queued_inner(role);
+        // What the Workflows posted (a run changed, a run ended) is handed on before the
+        // next round and before the end of the turn.
+        super::dispatch::drain(role, ctx);
     }
     run_flow::rounds::flush(&mut role.core, now);
     for finished in role.workflows.drain_finished() {
@@ -134,8 +135,7 @@ pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     arm_workflow_timer(role, ctx);
     arm_liveness(role, ctx);
     arm_call_expiry(role, ctx);
-    crate::roles::main::views::mirror::poll(&mut role.core);
-    ui::flush(&mut role.core);
+    crate::roles::main::shell::views::end_of_turn(&mut role.core);
     role.core.flush_hub_outbox();
 }
 
@@ -284,7 +284,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             storage: Default::default(),
             liveness: Default::default(),
             actor: super::state::Actor::default(),
-            views: super::state::Views::default(),
+            views: Default::default(),
             maintenance: Default::default(),
             inbox: Default::default(),
             boot: Default::default(),
@@ -308,7 +308,8 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let out = role.core.ha.start(sp.database_url.is_some(), server);
     role.core.perform(out);
     super::dispatch::drain(&mut role, ev.ctx());
-    ui::start(&mut role.core);
+    let out = role.core.views.start();
+    role.core.perform(out);
     crate::roles::main::lifecycle::heap::trim_soon(ev.ctx());
     ev.run_with(&mut role, |role, _| role.core.flush_links())
         .map_err(RoleError::setup("event loop"))?;
@@ -348,13 +349,13 @@ pub(super) fn on_link(
                             None => run_flow::orphans::answered_late(core, id, result),
                         },
                         Packet::Cast(DbNotice::CommitLatency(h)) => {
-                            core.views.ui.metrics.db_commit = Some(h)
+                            core.views.metrics_mut().db_committed(h)
                         }
                         Packet::Cast(DbNotice::Lease(report)) => {
                             core.post(crate::roles::main::messages::Message::Lease(report))
                         }
                         Packet::Cast(DbNotice::Live(notice)) => {
-                            crate::roles::main::views::mirror::notice(core, notice)
+                            crate::roles::main::shell::views::notice(core, notice)
                         }
                         Packet::Cast(DbNotice::SaltCalls(rows)) => {
                             let policy =
@@ -455,9 +456,9 @@ pub(super) fn on_hub(
             req: HubRequest::AdminBy { who, req },
             ..
         } => crate::roles::main::requests::audit::handle_by(role, ctx, id, who, req),
-        Packet::Cast(HubRequest::AdminGone { calls }) => live::calls_gone(&mut role.core, &calls),
+        Packet::Cast(HubRequest::AdminGone { calls }) => role.core.views.live().calls_gone(&calls),
         Packet::Call { id, req, .. } => sessions::handle_call(&mut role.core, id, req),
-        Packet::Cast(HubRequest::UiWatch { job, watch }) => ui::watch(&mut role.core, job, watch),
+        Packet::Cast(HubRequest::UiWatch { job, watch }) => role.core.views.ui().watch(job, watch),
         Packet::Cast(req) => sessions::handle_cast(&mut role.core, req),
         Packet::Reply { id, .. } => log::warn!("hub answered call {id} that main never made"),
     }

@@ -16,8 +16,8 @@ use crate::ipc::rpc::{CallError, Due};
 use crate::notify::Notice;
 use crate::wire::admin::AdminResponse;
 use crate::wire::db::{DbReply, DbRequest};
-use crate::wire::link::{BlockingReply, BlockingRequest};
-use crate::wire::records::RunId;
+use crate::wire::link::{BlockingReply, BlockingRequest, MainToHub};
+use crate::wire::records::{Millis, RunId, RunState, TargetRecord, Trigger};
 
 /// A db reply or why there is none.
 pub(crate) type DbResult = Result<DbReply, CallError>;
@@ -127,6 +127,51 @@ pub(crate) enum Message {
         note: Option<String>,
         result: DbResult,
     },
+    /// Something about run `run` changed (recorded, a target started, settled or was
+    /// suspended, it waits for a place): the views look again (`run --wait` watchers hear
+    /// which targets moved; the dashboard shows it at the end of the turn).
+    RunChanged(RunId),
+    /// A run ended and its end is stored: the run's end listeners.
+    RunEnded(FinishedRun),
+    /// db's newest run of the job an output follower (admin call `call`) follows.
+    FollowLatest { call: CallId, result: DbResult },
+    /// db's record of the run an output follower follows: its targets.
+    FollowRun { call: CallId, result: DbResult },
+    /// db's read of one target's output for an output follower.
+    FollowRead {
+        call: CallId,
+        machine: String,
+        result: DbResult,
+    },
+    /// db's record of a followed run that ended: the follower's final answer.
+    FollowEnd { call: CallId, result: DbResult },
+    /// db's read of where a target's live view starts (`/ws`), for a run of this
+    /// server's: the answer to `call`, every frame up to `upto_seq` in it.
+    LiveBase {
+        call: CallId,
+        upto_seq: u64,
+        result: DbResult,
+    },
+    /// db's newest run of every job, read at start: the dashboard's last runs.
+    LastRuns(DbResult),
+    /// On a standby: db's runs in flight, read to resync the mirror of the leader's runs.
+    MirrorInFlight(DbResult),
+    /// On a standby: db's record of run `run`, driven by the leader.
+    MirrorRun { run: RunId, result: DbResult },
+    /// On a standby: db's read of a target's output for its `/ws` feed.
+    MirrorFeed {
+        run: RunId,
+        machine: String,
+        result: DbResult,
+    },
+    /// On a standby: db's read of where a target's `/ws` view starts, which starts its
+    /// feed: the answer to `call`.
+    MirrorBase {
+        call: CallId,
+        run: RunId,
+        machine: String,
+        result: DbResult,
+    },
 }
 
 /// A run's end or a skipped slot, and the notification rules that fire for it, waiting
@@ -154,6 +199,20 @@ pub(crate) struct Attempt {
     pub destination: String,
 }
 
+/// A run that ended, its end stored, as its end listeners hear of it.
+pub(crate) struct FinishedRun {
+    pub run: RunId,
+    pub job: String,
+    /// Its final state.
+    pub state: RunState,
+    pub slot: Option<Millis>,
+    pub trigger: Trigger,
+    /// Its targets as they ended.
+    pub targets: Vec<TargetRecord>,
+    /// Admin calls (`run --wait`) answered with the stored record.
+    pub waiters: Vec<CallId>,
+}
+
 /// What a part asks the shell to do.
 pub(crate) enum Cmd {
     /// A db call; its reply goes where `then` says.
@@ -176,6 +235,9 @@ pub(crate) enum Cmd {
         local: bool,
         tell: BlockingTell,
     },
+    /// A message to the hub: a response streamed before an admin call's answer, the
+    /// dashboard's views, stored output for a `/ws` view.
+    Hub(MainToHub),
 }
 
 /// A blocking reply or why there is none.
@@ -267,6 +329,11 @@ impl Out {
     /// Hand `msg` to the loop.
     pub(crate) fn post(&mut self, msg: Message) {
         self.0.push(Cmd::Post(msg));
+    }
+
+    /// Tell the hub `msg`.
+    pub(crate) fn hub(&mut self, msg: MainToHub) {
+        self.0.push(Cmd::Hub(msg));
     }
 
     /// Add what `other` asks for after this.

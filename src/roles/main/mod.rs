@@ -45,23 +45,27 @@ use crate::wire::records::{RunId, RunState};
 use crate::workflow::WakeKey;
 use firing::chains;
 use main_loop::{pump, stop_when_settled};
+use messages::{FinishedRun, Message};
 use state::active::ActiveRun;
 use state::{MainRole, SHUTDOWN_GRACE};
-use views::{answer, live, ui};
 
 pub(crate) use main_loop::run;
 pub(crate) use state::Main;
 
 impl Main {
-    /// A run ended and its end is recorded: whoever waits for it or follows it is told,
-    /// and the jobs chained to it start. (The run Workflow calls this; the parts it
-    /// notifies sit above it.)
+    /// A run ended and its end is recorded: its end listeners hear of it (the dispatch,
+    /// `Message::RunEnded`: its waiters are answered, its followers and watchers told, the
+    /// views count it), and the jobs chained to it start. (The run Workflow calls this.)
     pub(crate) fn run_ended(&mut self, active: &ActiveRun, state: RunState) {
-        for call in &active.waiters {
-            // The stored record is the truth (ended time, state): read it back.
-            answer::send_run(self, *call, active.id);
-        }
-        live::run_ended(self, active.id);
+        self.post(Message::RunEnded(FinishedRun {
+            run: active.id,
+            job: active.job.name.clone(),
+            state,
+            slot: active.slot,
+            trigger: active.trigger,
+            targets: active.targets.iter().map(|(m, t)| t.record(m)).collect(),
+            waiters: active.waiters.clone(),
+        }));
         chains::run_ended(self, &active.job.name, active.id, state);
     }
 
@@ -69,8 +73,8 @@ impl Main {
         self.wake(WakeKey::Event(Main::run_event(run)));
         // A target of it may have ended: runs waiting for a place look again.
         self.wake_capacity();
-        live::run_changed(self, run);
-        ui::run_changed(self, run);
+        // The views look again (`Message::RunChanged`).
+        self.post(Message::RunChanged(run));
     }
 }
 

@@ -20,7 +20,6 @@ use crate::roles::main::lifecycle::watch::Rescan;
 use crate::roles::main::messages::{BlockingResult, Parked};
 use crate::roles::main::rules::scheduler::Due;
 use crate::roles::main::state::{DbWait, Main, MainRole};
-use crate::roles::main::views::ui;
 use crate::wire::db::{DbRequest, NewRun};
 use crate::wire::records::{Millis, RunState, Trigger};
 
@@ -99,7 +98,9 @@ fn catch_up(core: &mut Main, last_slots: &BTreeMap<String, Millis>, now: DateTim
     }
     let mut recorded = 0;
     for (job, slots) in jobs {
-        core.views.ui.metrics.slots_missed(&job.name, slots.count());
+        core.views
+            .metrics_mut()
+            .slots_missed(&job.name, slots.count());
         log::warn!(
             "{}: {} slot(s) missed while the daemon was down, since {}",
             job.name,
@@ -198,11 +199,11 @@ fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>, loaded: LoadedConfig, now
         // New retention applies to the existing history too.
         core.apply_retention_to_all();
     }
-    ui::config_changed(core);
+    core.views.ui().config_changed(core.config.jobs.keys());
     core.scheduler.plan(core.config.valid_jobs(), now);
     role.arm_schedule(ctx);
     // Connected `/ws` clients see the change now, not at the next event.
-    ui::flush(&mut role.core);
+    crate::roles::main::shell::views::flush_ui(&mut role.core);
     heap::trim_soon(ctx);
 }
 

@@ -227,8 +227,7 @@ pub(crate) fn fire_due(core: &mut Main, due: Vec<Due>, now: DateTime<Utc>) {
     let catch_ups = live_catch_ups(&due, &core.config.jobs, now);
     for d in due {
         core.views
-            .ui
-            .metrics
+            .metrics_mut()
             .slots_missed(&d.job, u64::from(d.missed));
         if catch_ups.get(&d.job) == Some(&d.slot) {
             let late = Due { missed: false, ..d };

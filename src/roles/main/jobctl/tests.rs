@@ -86,6 +86,7 @@ fn said(out: &Out) -> Vec<String> {
             Cmd::Db { .. } => "db".to_string(),
             Cmd::Post(_) => "post".to_string(),
             Cmd::Blocking { .. } => "blocking".to_string(),
+            Cmd::Hub(_) => "hub".to_string(),
         })
         .collect()
 }

@@ -2,8 +2,9 @@
 //! deployment, and the audit trail (what was asked, by whom).
 
 use crate::ipc::CallId;
+use crate::roles::main::requests::answer::{answer_with, failure, respond};
 use crate::roles::main::state::{Main, MainRole};
-use crate::roles::main::views::answer::{answer_with, bounded_errors, failure, respond};
+use crate::roles::main::views::answer::bounded_errors;
 use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, EventInfo, StatusInfo};
 use crate::wire::db::DbRequest;
 use crate::wire::db::calls;
@@ -26,7 +27,7 @@ pub(crate) fn status(core: &mut Main, call: CallId) {
         processes: core.daemon.processes.clone(),
         jobs: core.config.jobs.len(),
         // On a standby, the leader's (`mirror`).
-        running_runs: core.runs_in_flight() + crate::roles::main::views::mirror_view::count(core),
+        running_runs: core.runs_in_flight() + core.views.mirrored_count(),
         config_errors,
         wrapper_port: core.daemon.wrapper_port,
         db_error: core.storage.trouble().map(str::to_owned),
@@ -41,7 +42,7 @@ pub(crate) fn status(core: &mut Main, call: CallId) {
 }
 
 pub(crate) fn metrics(core: &mut Main, call: CallId) {
-    let text = crate::roles::main::views::metrics::render(core);
+    let text = crate::roles::main::shell::views::metrics_text(core);
     respond(core, call, AdminResponse::Metrics(text));
 }
 

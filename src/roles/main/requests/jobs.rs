@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use crate::config::{Executor, Job, JobEntry, Overlap, TargetType};
 use crate::ipc::CallId;
+use crate::roles::main::requests::answer::{answer_with, failure, no_job, respond};
 use crate::roles::main::state::Main;
 use crate::roles::main::state::run::RunRequest;
-use crate::roles::main::views::answer::{answer_with, bounded_errors, failure, no_job, respond};
+use crate::roles::main::views::answer::bounded_errors;
 use crate::wire::admin::{AdminFailure, AdminResponse, JobDetail, JobInfo, JobState, JobSummary};
 use crate::wire::db::DbRequest;
 use crate::wire::db::RunFilter;
@@ -98,7 +99,7 @@ fn described(
     };
     JobDetail {
         summary,
-        config: crate::roles::main::views::ui::cron_view(entry),
+        config: crate::roles::main::views::ui::render::cron_view(entry),
         config_json,
         errors,
         next_runs,

@@ -7,23 +7,25 @@
 //!    operator, and state-changing requests record what was asked before anything
 //!    happens.
 //! 2. `handle`: dispatch by topic, one file each — `daemon` (status, metrics, reload,
-//!    wrapper deployment, audit trail), `jobs`, `runs`, `output`; and beside this folder,
-//!    below it, `maintenance` and `live` (streams: output followers, run watchers).
+//!    wrapper deployment, audit trail), `jobs`, `runs`, `output`, `live` (streams:
+//!    output followers, run watchers, kept by the views); and beside this folder, below
+//!    it, `maintenance`.
 //! 3. Requests that need db make their call with the topic's own continuation
 //!    (`answer::answer_with`): the topic's small function shapes the one answer.
 //!
 //! Every answer goes out through main's `answer` (`respond`, `failure`), as one
 //! `AdminResponse` shape per question that the caller renders.
 
+pub(crate) mod answer;
 pub(crate) mod audit;
 pub(crate) mod daemon;
 mod jobs;
+mod live;
 pub(crate) mod output;
 pub(crate) mod runs;
 
 use crate::roles::main::maintenance;
-use crate::roles::main::views::answer::{failure, respond};
-use crate::roles::main::views::live;
+use answer::{failure, respond};
 
 use super::state::MainRole;
 use crate::evloop::Ctx;
@@ -113,9 +115,7 @@ pub(super) fn handle(
             jobs::kill_job(core, call, &job, machine.as_deref(), run)
         }
         AdminRequest::Runs(query) => runs::find(core, call, query),
-        AdminRequest::GetRun { run } => {
-            crate::roles::main::views::answer::send_run(core, call, run)
-        }
+        AdminRequest::GetRun { run } => answer::send_run(core, call, run),
         AdminRequest::Kill { run, machine } => runs::kill(core, call, run, machine),
         AdminRequest::Suspend {
             run,
@@ -138,7 +138,7 @@ pub(super) fn handle(
         } => live::follow(
             core,
             call,
-            crate::roles::main::state::views::FollowSpec {
+            crate::roles::main::views::live::FollowSpec {
                 run,
                 job,
                 machine,

@@ -1,11 +1,12 @@
 //! Requests about stored output: a slice of one target's output (`saltpeterctl output`,
 //! `/api/v1/.../output`), and where a target's live output starts for the hub's `/ws`
 //! views (later frames reach the hub as the wrapper frames it relays, or, for a run the
-//! leader drives on a standby, as `MainToHub::UiStoredOutput`, `mirror.rs`).
+//! leader drives on a standby, as `MainToHub::UiStoredOutput`, `views/mirror/`).
 
 use crate::ipc::CallId;
+use crate::roles::main::requests::answer::answer_with;
 use crate::roles::main::state::Main;
-use crate::roles::main::views::answer::{LIVE_BASE_BYTES, MAX_SLICE, answer_with, live_read};
+use crate::roles::main::views::answer::MAX_SLICE;
 use crate::wire::admin::{AdminResponse, OutputRange, OutputSlice};
 use crate::wire::db::DbRequest;
 use crate::wire::db::calls;
@@ -40,27 +41,12 @@ pub(crate) fn slice(out: OutputBytes) -> AdminResponse {
     })
 }
 
+/// `LiveOutput`: where a target's live view starts (the views know whether the run is
+/// the leader's, mirrored on a standby, or how far its output went to db here).
 pub(crate) fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
-    let query = OutputQuery {
-        tail: Some(LIVE_BASE_BYTES),
-        ..OutputQuery::default()
-    };
-    let wait = match crate::roles::main::views::mirror::base_wait(core, call, run, &machine) {
-        // A run the leader drives, on a standby: fed from the database.
-        Some(wait) => wait,
-        None => {
-            // Everything passed on so far is in what db reads now: the link to db keeps
-            // the order, and frames go to db as they arrive.
-            let upto_seq = crate::roles::main::views::ui::seen_seq(core, run, &machine);
-            answer_with::<calls::Output>(call, move |_, out| live_read(out, upto_seq))
-        }
-    };
-    core.db_call(
-        DbRequest::Output {
-            run,
-            machine,
-            query,
-        },
-        wait,
-    );
+    let acked = core
+        .run(run)
+        .map(|active| active.targets.get(&machine).map_or(0, |t| t.acked_seq()));
+    let out = core.views.live_base(call, run, machine, acked);
+    core.perform(out);
 }

@@ -2,8 +2,8 @@
 //! suspending or resuming a run in flight or one of its targets.
 
 use crate::ipc::CallId;
+use crate::roles::main::requests::answer::{answer_with, failure, respond};
 use crate::roles::main::state::Main;
-use crate::roles::main::views::answer::{answer_with, failure, respond};
 use crate::wire::admin::{AdminFailure, AdminResponse, RunQuery};
 use crate::wire::db::DbRequest;
 use crate::wire::db::RunFilter;

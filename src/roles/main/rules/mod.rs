@@ -1,9 +1,7 @@
 //! The pure rules of main: no state, no sockets, no clock. One target's life
 //! (`target/`), the run-level rules (`run_rules`), when jobs fire (`scheduler`), launch
-//! tokens and session keys (`tokens`), the per-job series of `/metrics` (`job_metrics`).
-//! Everything else in main stands on these.
+//! tokens and session keys (`tokens`). Everything else in main stands on these.
 
-pub(crate) mod job_metrics;
 pub(crate) mod run_rules;
 #[cfg(test)]
 mod run_rules_tests;

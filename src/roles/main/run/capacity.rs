@@ -99,7 +99,7 @@ fn set_waiting(core: &mut Main, run: u64, waiting: bool) {
             active.admitted();
         }
     }
-    crate::roles::main::views::ui::run_changed(core, run);
+    core.post(crate::roles::main::messages::Message::RunChanged(run));
 }
 
 fn record(core: &mut Main, run: u64, state: RunState, reason: String) {

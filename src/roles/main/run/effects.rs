@@ -45,8 +45,7 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                     Due::Soon,
                 );
                 // The dashboard and `run --wait` show the flag at once.
-                crate::roles::main::views::ui::run_changed(core, run);
-                crate::roles::main::views::live::run_changed(core, run);
+                core.post(crate::roles::main::messages::Message::RunChanged(run));
             }
             Effect::Ack(conn, seq) => core.tell_wrapper(conn, ServerMsg::Ack { seq }),
             Effect::Done(conn) => core.tell_wrapper(conn, ServerMsg::Done {}),

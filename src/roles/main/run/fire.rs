@@ -91,12 +91,8 @@ pub(crate) fn fire_as(
     } else {
         None
     };
-    crate::roles::main::views::ui::slot_fired(
-        core,
-        &job.name,
-        lateness.num_milliseconds(),
-        skip.as_deref(),
-    );
+    core.views
+        .slot_fired(&job.name, lateness.num_milliseconds(), skip.as_deref());
     match skip {
         Some(reason) => {
             log::info!("{}: slot {} skipped ({reason})", job.name, due.slot);

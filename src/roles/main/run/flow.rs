@@ -124,7 +124,7 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             active.targets = targets;
             active.workflow = Some(s.id());
             core.insert_run(active);
-            crate::roles::main::views::ui::run_changed(core, id);
+            core.post(crate::roles::main::messages::Message::RunChanged(id));
             log::info!(
                 "run {id} of {} ({}) recorded with {} targets",
                 req.job.name,
@@ -264,7 +264,6 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             Some((state, _)) => *state,
             None => active.final_state(),
         };
-        crate::roles::main::views::ui::run_finished(core, &active, state);
         let why = rec.unresolved.as_ref().map(|(_, why)| why.clone());
         let end = crate::roles::main::notify::FinishedRun {
             job: &active.job,

@@ -59,8 +59,7 @@ pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step 
             active.go(crate::roles::main::run::effects::now_ms());
             let conns: Vec<_> = active.targets.values().filter_map(|t| t.conn()).collect();
             core.views
-                .ui
-                .metrics
+                .metrics_mut()
                 .observe_lateness((Utc::now() - slot).num_milliseconds());
             log::info!(
                 "run {run}: slot reached, go to {} waiting wrapper(s) ({} ms after the slot)",

@@ -63,7 +63,7 @@ pub(crate) fn recovered(
         restore(&mut role.core, run, details);
     }
     // A standby that took over: the runs it mirrored are its own now, or ended.
-    crate::roles::main::views::mirror::adopted(&mut role.core);
+    crate::roles::main::shell::views::adopted(&mut role.core);
     let out = role.core.boot.in_flight_loaded();
     role.core.perform(out);
     if count > 0 {

@@ -242,7 +242,7 @@ pub(crate) fn poll(core: &mut Main) {
             continue;
         };
         let took = sent.elapsed();
-        core.views.ui.metrics.observe_launch(took);
+        core.views.metrics_mut().observe_launch(took);
         let mut per_run: HashMap<RunId, Vec<MinionOutcome>> = HashMap::new();
         let failed = match reply {
             Ok(outcomes) => {

@@ -1,7 +1,7 @@
 //! What the parts above use to act on the world, on top of the state: the links to the
 //! other processes (`links`), launch settings (`launcher`), the fleet's wrapper builds
-//! (`fleet`, `deploy`), maintenance windows (`windows`), capacity (`throttle`), the
-//! notification outbox (`notify`), the job log (`joblog`) and retention (`history`).
+//! (`fleet`, `deploy`), capacity (`throttle`), the job log (`joblog`), retention
+//! (`history`), and what the views are handed of the other parts (`views`).
 
 pub(crate) mod deploy;
 pub(crate) mod fleet;
@@ -11,3 +11,4 @@ pub(crate) mod launcher;
 pub(crate) mod links;
 pub(crate) mod perform;
 pub(crate) mod throttle;
+pub(crate) mod views;

@@ -1,5 +1,6 @@
 //! The one place a part's commands (`messages::Cmd`) are done: db calls with their
-//! replies turned into messages, answers to admin calls, events, messages for the loop.
+//! replies turned into messages, answers to admin calls, events, messages for the loop
+//! and for the hub.
 
 use crate::roles::main::messages::{Cmd, Message, Out, Then};
 use crate::roles::main::state::{DbWait, Main};
@@ -43,6 +44,7 @@ impl Main {
                         }
                     }
                 }
+                Cmd::Hub(msg) => self.tell_hub(msg),
             }
         }
     }

@@ -7,7 +7,6 @@ pub(super) mod links;
 pub(crate) mod liveness;
 pub(super) mod run;
 pub(crate) mod storage;
-pub(super) mod views;
 pub(super) mod wrappers;
 
 use std::collections::{BTreeMap, HashMap};
@@ -23,13 +22,13 @@ use crate::roles::main::notify::Notifier;
 use crate::roles::main::rules::scheduler::Scheduler;
 use crate::roles::main::rules::target::Target;
 use crate::roles::main::rules::tokens::Secret;
+use crate::roles::main::views::Views;
 use crate::wire::db::DbReply;
 use crate::wire::link::{ConnId, ProcessInfo};
 use crate::wire::records::RunId;
 use crate::workflow::{Registry, WakeEvent, WakeKey};
 use active::ActiveRun;
 use run::{Orphans, RecoveredRun, Rounds, RunRequest};
-use views::{Live, Mirror, UiState};
 use wrappers::{Fleet, Launcher, Refusals};
 
 pub(crate) use links::HubOutbox;
@@ -95,8 +94,9 @@ pub(crate) struct Main {
     pub liveness: liveness::Liveness,
     /// Who is behind the request being handled, for audit events.
     pub actor: Actor,
-    /// What operators watch: streaming admin calls, the dashboard's views and `/metrics`.
-    pub views: Views,
+    /// What operators watch: streaming admin calls, the dashboard's views, `/metrics`, a
+    /// standby's mirror of the leader's runs.
+    pub(super) views: Views,
     /// Maintenance set with `saltpeterctl maintenance` (persisted in db).
     pub(super) maintenance: Maintenance,
     /// Messages for the loop (`messages.rs`), drained in one match (`dispatch.rs`).
@@ -158,17 +158,6 @@ pub(crate) struct DaemonInfo {
 pub(crate) struct Actor {
     pub uid: Option<u32>,
     pub name: Option<String>,
-}
-
-/// What operators watch.
-#[derive(Default)]
-pub(crate) struct Views {
-    /// Admin calls that stream: output followers and run watchers.
-    pub live: Live,
-    /// The dashboard's live view and `/metrics`.
-    pub ui: UiState,
-    /// On a standby: the leader's runs in flight, for the same views.
-    pub mirror: Mirror,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.

@@ -1,29 +1,16 @@
-//! How a request's answer leaves main: `respond` (or `failure`), as one `AdminResponse`
-//! shape per question that the caller renders; `answer_with`, the db call of a request
-//! whose reply the topic shapes into that answer; the bounds every answer keeps; the
-//! answers other parts give too (a run record, the start of a live view).
+//! The bounds and shapes every answer keeps: the largest output slice, the configuration
+//! errors an answer carries, a failed db call as the requester sees it, the start of a
+//! live view. (How an answer leaves main is `requests/answer.rs`.)
 
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError, RemoteError};
-use crate::roles::main::state::DbWait;
-use crate::roles::main::state::Main;
+use crate::roles::main::messages::{DbResult, Out};
 use crate::wire::admin::{AdminFailure, AdminResponse};
-use crate::wire::db::{DbReply, DbRequest, OutputBytes, calls};
-use crate::wire::link::HubReply;
-use crate::wire::records::{RunId, RunRecord};
+use crate::wire::db::{OutputBytes, calls};
 use crate::wire::ui::LiveBase;
 
 /// Largest output slice one answer carries (the admin frame limit is 16 MiB).
 pub(crate) const MAX_SLICE: u64 = 8 << 20;
-
-/// The one way an answer leaves main.
-pub(crate) fn respond(core: &mut Main, call: CallId, resp: AdminResponse) {
-    core.reply_hub(call, HubReply::Admin(resp));
-}
-
-pub(crate) fn failure(core: &mut Main, call: CallId, f: AdminFailure) {
-    respond(core, call, AdminResponse::Failure(f));
-}
 
 /// Configuration errors an answer carries (status: in all; a job: its own).
 pub(crate) const ANSWER_ERRORS_MAX: usize = 100;
@@ -51,27 +38,8 @@ pub(crate) fn bounded_errors(errors: impl Iterator<Item = String>) -> Vec<String
     out
 }
 
-pub(crate) fn no_job(job: &str) -> AdminFailure {
-    AdminFailure::NotFound(format!("no job named {job}"))
-}
-
-/// A request's db call: the reply, taken as `C`'s, is shaped by `shape` into the answer to
-/// `call`; a failed call answers with the failure.
-pub(crate) fn answer_with<C: Call<DbReply>>(
-    call: CallId,
-    shape: impl FnOnce(&mut Main, C::Reply) -> AdminResponse + 'static,
-) -> DbWait {
-    DbWait::then(move |core, _, result| {
-        let resp = match C::take(result) {
-            Ok(reply) => shape(core, reply),
-            Err(e) => AdminResponse::Failure(db_failure(e)),
-        };
-        respond(core, call, resp);
-    })
-}
-
 /// A failed db call as the requester sees it.
-fn db_failure(err: CallError) -> AdminFailure {
+pub(crate) fn db_failure(err: CallError) -> AdminFailure {
     match err {
         CallError::Remote(RemoteError::NotFound(what)) => AdminFailure::NotFound(what),
         e => AdminFailure::Internal(e.to_string()),
@@ -97,29 +65,16 @@ pub(crate) fn live_read(out: OutputBytes, upto_seq: u64) -> AdminResponse {
     })
 }
 
-/// db's answer to `GetRun` (and to a finished run's waiters), with what only main knows
-/// of a run in flight: why its queued targets wait (`max_running_per_machine`).
-pub(crate) fn found(core: &Main, record: Option<RunRecord>) -> AdminResponse {
-    match record {
-        Some(mut run) => {
-            let waiting = crate::roles::main::shell::throttle::reasons(core, run.id);
-            for t in &mut run.targets {
-                if t.state == crate::wire::records::TargetState::Queued {
-                    t.waiting = waiting.get(&t.machine).cloned();
-                }
-            }
-            AdminResponse::Run(run)
-        }
-        None => AdminResponse::Failure(AdminFailure::NotFound("no such run".into())),
-    }
-}
-
-/// Answer `call` with the stored record of `run` (db's is the truth: ended time, state).
-pub(crate) fn send_run(core: &mut Main, call: CallId, run: RunId) {
-    core.db_call(
-        DbRequest::GetRun(run),
-        answer_with::<calls::GetRun>(call, |core, record| found(core, record)),
-    );
+/// db's read of where a target's live view starts, for a run of this server's: the
+/// answer to `call`, every frame up to `upto_seq` in it.
+pub(crate) fn live_base_read(call: CallId, upto_seq: u64, result: DbResult) -> Out {
+    let resp = match calls::Output::take(result) {
+        Ok(bytes) => live_read(bytes, upto_seq),
+        Err(e) => AdminResponse::Failure(db_failure(e)),
+    };
+    let mut out = Out::new();
+    out.answer(call, resp);
+    out
 }
 
 #[cfg(test)]

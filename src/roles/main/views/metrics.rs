@@ -1,15 +1,35 @@
-//! What main measures for `/metrics`, and the rendering of all of the daemon's metrics
-//! (db reports its commit latency to main; the hub adds its own connection counts).
+//! What main measures for `/metrics` ([`MainMetrics`]), and the rendering of all of the
+//! daemon's metrics ([`render`]): main's own counts, and the gauges of the other parts
+//! handed in by the caller ([`Gauges`], `shell/views.rs`). db reports its commit latency
+//! to main; the hub adds its own connection counts.
 
 use crate::roles::main::notify::{DELIVERY_RESULTS, Outbox};
-use crate::roles::main::state::views::MainMetrics;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use crate::config::{LoadedConfig, Severity};
 use crate::metrics::{DURATION_BUCKETS, Histogram, LATENCY_BUCKETS, header, label_value};
-use crate::roles::main::rules::job_metrics::{EndedRun, PerJob, TARGET_RESULTS, target_result};
-use crate::roles::main::state::Main;
-use crate::wire::records::RunState;
+use crate::roles::main::views::job_metrics::{EndedRun, PerJob, TARGET_RESULTS, target_result};
+use crate::wire::records::{Millis, RunState};
+
+/// What main counts since start.
+pub(crate) struct MainMetrics {
+    runs_by_state: BTreeMap<&'static str, u64>,
+    run_duration: Histogram,
+    lateness: Histogram,
+    /// Salt batch launches: the salt call to its answer.
+    launch: Histogram,
+    output_bytes: u64,
+    output_frames: u64,
+    /// The latest histogram db reported.
+    db_commit: Option<Histogram>,
+    /// Per job (rendered for the jobs configured now: jobs × states series at most).
+    per_job: PerJob,
+    /// Targets of ended runs by how they ended (`job_metrics::TARGET_RESULTS`).
+    targets_by_result: BTreeMap<&'static str, u64>,
+    /// Slots not acted on in time (the daemon down, the loop late).
+    slots_missed: u64,
+}
 
 impl Default for MainMetrics {
     fn default() -> Self {
@@ -58,15 +78,57 @@ impl MainMetrics {
         self.launch.observe(took.as_secs_f64());
     }
 
+    /// db's latest commit latency histogram.
+    pub(crate) fn db_committed(&mut self, h: Histogram) {
+        self.db_commit = Some(h);
+    }
+
+    /// An output frame of `bytes` bytes arrived from a wrapper.
     pub(crate) fn output(&mut self, bytes: usize) {
         self.output_bytes += bytes as u64;
         self.output_frames += 1;
     }
 }
 
+/// What `/metrics` shows of the other parts, as they are when it is asked.
+pub(crate) struct Gauges<'a> {
+    pub config: &'a LoadedConfig,
+    /// Salt launch publishes since start.
+    pub publishes: u64,
+    /// Wrapper deployments since start.
+    pub deployments: u64,
+    /// How far ahead of its slot each salt job is launched, in seconds.
+    pub prestage_leads: Vec<(&'a str, f64)>,
+    pub wrappers_connected: usize,
+    pub runs_in_flight: usize,
+    pub targets_suspended: usize,
+    pub targets_throttled: usize,
+    /// The leader lease, when the database is shared.
+    pub ha: Option<HaGauges<'a>>,
+    /// Whether the database stores, and what failed to be written.
+    pub storage_trouble: bool,
+    pub db_write_failures: u64,
+    pub slots_refused: u64,
+    pub outcomes_unstored: usize,
+    pub stalls: u64,
+    /// The notification outbox as the notifier counts it.
+    pub outbox: &'a Outbox,
+    /// Now (unix milliseconds): the outbox's age.
+    pub now: Millis,
+}
+
+/// The leader lease as `/metrics` shows it.
+pub(crate) struct HaGauges<'a> {
+    pub server: &'a str,
+    pub role: &'a str,
+    pub leader: bool,
+    /// Which server holds the lease, as this one last read it.
+    pub holder: Option<&'a str>,
+    pub takeovers: u64,
+}
+
 /// main's metrics in the Prometheus text format.
-pub(crate) fn render(core: &Main) -> String {
-    let m = &core.views.ui.metrics;
+pub(crate) fn render(m: &MainMetrics, g: &Gauges) -> String {
     let mut out = String::new();
     header(
         &mut out,
@@ -82,8 +144,8 @@ pub(crate) fn render(core: &Main) -> String {
             label_value(state.as_str())
         );
     }
-    m.per_job.render(core.config.jobs.keys(), &mut out);
-    render_watch(m, core.notify.outbox(), &mut out);
+    m.per_job.render(g.config.jobs.keys(), &mut out);
+    render_watch(m, g.outbox, g.now, &mut out);
     header(
         &mut out,
         "saltpeter_run_duration_seconds",
@@ -114,40 +176,26 @@ pub(crate) fn render(core: &Main) -> String {
         "counter",
         "Salt launch publishes (one per round and distinct set of runs) since start.",
     );
-    let _ = writeln!(
-        out,
-        "saltpeter_salt_launch_publishes_total {}",
-        core.rounds.publishes
-    );
+    let _ = writeln!(out, "saltpeter_salt_launch_publishes_total {}", g.publishes);
     header(
         &mut out,
         "saltpeter_wrapper_deployments_total",
         "counter",
         "Wrapper deployments to a minion since start (one per minion and build).",
     );
-    let _ = writeln!(
-        out,
-        "saltpeter_wrapper_deployments_total {}",
-        core.fleet.deployments_total()
-    );
+    let _ = writeln!(out, "saltpeter_wrapper_deployments_total {}", g.deployments);
     header(
         &mut out,
         "saltpeter_prestage_lead_seconds",
         "gauge",
         "How far ahead of its slot each salt job is launched (the cap until measured).",
     );
-    let leads = core.leads();
-    for (name, entry) in &core.config.jobs {
-        if let Some(job) = entry.job_ref()
-            && job.executor == crate::config::Executor::Salt
-        {
-            let lead = leads.of(job).num_milliseconds() as f64 / 1000.0;
-            let _ = writeln!(
-                out,
-                "saltpeter_prestage_lead_seconds{{job=\"{}\"}} {lead}",
-                label_value(name)
-            );
-        }
+    for (name, lead) in &g.prestage_leads {
+        let _ = writeln!(
+            out,
+            "saltpeter_prestage_lead_seconds{{job=\"{}\"}} {lead}",
+            label_value(name)
+        );
     }
     header(
         &mut out,
@@ -155,42 +203,28 @@ pub(crate) fn render(core: &Main) -> String {
         "gauge",
         "Wrapper sessions bound to a target now.",
     );
-    let _ = writeln!(
-        out,
-        "saltpeter_wrappers_connected {}",
-        core.flight.sessions.len()
-    );
+    let _ = writeln!(out, "saltpeter_wrappers_connected {}", g.wrappers_connected);
     header(
         &mut out,
         "saltpeter_runs_in_flight",
         "gauge",
         "Runs recorded and not finished.",
     );
-    let _ = writeln!(out, "saltpeter_runs_in_flight {}", core.runs_in_flight());
+    let _ = writeln!(out, "saltpeter_runs_in_flight {}", g.runs_in_flight);
     header(
         &mut out,
         "saltpeter_targets_suspended",
         "gauge",
         "Targets of runs in flight suspended by an operator.",
     );
-    // The targets in flight, counted once for both gauges.
-    let (suspended, throttled) =
-        core.runs()
-            .flat_map(|r| r.targets.values())
-            .fold((0, 0), |(s, q), t| {
-                (
-                    s + usize::from(t.suspended()),
-                    q + usize::from(t.is_throttled()),
-                )
-            });
-    let _ = writeln!(out, "saltpeter_targets_suspended {suspended}");
+    let _ = writeln!(out, "saltpeter_targets_suspended {}", g.targets_suspended);
     header(
         &mut out,
         "saltpeter_targets_throttled",
         "gauge",
         "Targets of runs in flight queued for a place on their machine (max_running_per_machine).",
     );
-    let _ = writeln!(out, "saltpeter_targets_throttled {throttled}");
+    let _ = writeln!(out, "saltpeter_targets_throttled {}", g.targets_throttled);
     header(
         &mut out,
         "saltpeter_output_bytes_total",
@@ -211,18 +245,18 @@ pub(crate) fn render(core: &Main) -> String {
         "gauge",
         "Jobs in the configuration, valid or not.",
     );
-    let _ = writeln!(out, "saltpeter_jobs {}", core.config.jobs.len());
+    let _ = writeln!(out, "saltpeter_jobs {}", g.config.jobs.len());
     header(
         &mut out,
         "saltpeter_config_errors",
         "gauge",
         "Errors in the configuration now.",
     );
-    let errors = core
+    let errors = g
         .config
         .diagnostics
         .iter()
-        .filter(|d| d.severity == crate::config::Severity::Error)
+        .filter(|d| d.severity == Severity::Error)
         .count();
     let _ = writeln!(out, "saltpeter_config_errors {errors}");
     header(
@@ -235,14 +269,16 @@ pub(crate) fn render(core: &Main) -> String {
         Some(h) => h.render("saltpeter_db_commit_seconds", "", &mut out),
         None => Histogram::new(LATENCY_BUCKETS).render("saltpeter_db_commit_seconds", "", &mut out),
     }
-    render_ha(core, &mut out);
-    storage_metrics(core, &mut out);
+    if let Some(ha) = &g.ha {
+        render_ha(ha, &mut out);
+    }
+    storage_metrics(g, &mut out);
     out
 }
 
 /// Targets by how they ended, missed slots, the notification outbox: what the alerts on
 /// lost targets, missed slots and notifications watch (every series present from start).
-fn render_watch(m: &MainMetrics, outbox: &Outbox, out: &mut String) {
+fn render_watch(m: &MainMetrics, outbox: &Outbox, now: Millis, out: &mut String) {
     header(
         out,
         "saltpeter_targets_total",
@@ -274,7 +310,6 @@ fn render_watch(m: &MainMetrics, outbox: &Outbox, out: &mut String) {
         "gauge",
         "Age of the oldest message pending in the outbox (0 when none is).",
     );
-    let now = chrono::Utc::now().timestamp_millis();
     let oldest = outbox.oldest().map_or(0, |at| (now - at).max(0));
     let _ = writeln!(
         out,
@@ -298,23 +333,19 @@ fn render_watch(m: &MainMetrics, outbox: &Outbox, out: &mut String) {
 
 /// The leader lease, when the database is shared (docs/ha.md): this server's role, and
 /// which server leads as far as this one knows.
-fn render_ha(core: &Main, out: &mut String) {
-    let ha = &core.ha;
-    if !ha.shared() {
-        return;
-    }
+fn render_ha(ha: &HaGauges, out: &mut String) {
     header(
         out,
         "saltpeter_ha_leader",
         "gauge",
         "1 while this server holds the leader lease.",
     );
-    let server = label_value(ha.server());
+    let server = label_value(ha.server);
     let _ = writeln!(
         out,
         "saltpeter_ha_leader{{server=\"{server}\",role=\"{}\"}} {}",
-        ha.role(),
-        u8::from(ha.leader())
+        ha.role,
+        u8::from(ha.leader)
     );
     header(
         out,
@@ -322,7 +353,7 @@ fn render_ha(core: &Main, out: &mut String) {
         "gauge",
         "The server holding the leader lease, as this server last read it.",
     );
-    if let Some(holder) = ha.known_holder() {
+    if let Some(holder) = ha.holder {
         let _ = writeln!(
             out,
             "saltpeter_ha_lease_holder{{server=\"{}\"}} 1",
@@ -335,12 +366,12 @@ fn render_ha(core: &Main, out: &mut String) {
         "counter",
         "Times this server took the leader lease.",
     );
-    let _ = writeln!(out, "saltpeter_ha_takeovers_total {}", ha.takeovers());
+    let _ = writeln!(out, "saltpeter_ha_takeovers_total {}", ha.takeovers);
 }
 
 /// Whether the database stores, what failed to be written, and the stalls liveness
-/// did not count (`state/storage.rs`, `state/liveness.rs`).
-fn storage_metrics(core: &Main, out: &mut String) {
+/// did not count (`state/storage.rs`, `state/liveness.rs`), as handed in.
+fn storage_metrics(g: &Gauges, out: &mut String) {
     header(
         out,
         "saltpeter_storage_trouble",
@@ -348,7 +379,7 @@ fn storage_metrics(core: &Main, out: &mut String) {
         "1 while the database does not store (a full disk, a database out of reach, a \
          call db did not answer in time); outcomes wait with their wrappers meanwhile.",
     );
-    let trouble = u8::from(core.storage.trouble().is_some());
+    let trouble = u8::from(g.storage_trouble);
     let _ = writeln!(out, "saltpeter_storage_trouble {trouble}");
     header(
         out,
@@ -359,7 +390,7 @@ fn storage_metrics(core: &Main, out: &mut String) {
     let _ = writeln!(
         out,
         "saltpeter_db_write_failures_total {}",
-        core.storage.write_failures()
+        g.db_write_failures
     );
     header(
         out,
@@ -368,22 +399,14 @@ fn storage_metrics(core: &Main, out: &mut String) {
         "Slots whose run could not be recorded since start (recorded as skipped once the \
          database stores again).",
     );
-    let _ = writeln!(
-        out,
-        "saltpeter_slots_refused_total {}",
-        core.storage.slots_refused()
-    );
+    let _ = writeln!(out, "saltpeter_slots_refused_total {}", g.slots_refused);
     header(
         out,
         "saltpeter_outcomes_unstored",
         "gauge",
         "Target outcomes decided and not stored yet (their wrappers keep them).",
     );
-    let _ = writeln!(
-        out,
-        "saltpeter_outcomes_unstored {}",
-        core.storage.outcomes_waiting()
-    );
+    let _ = writeln!(out, "saltpeter_outcomes_unstored {}", g.outcomes_unstored);
     header(
         out,
         "saltpeter_stalls_total",
@@ -391,7 +414,7 @@ fn storage_metrics(core: &Main, out: &mut String) {
         "Stalls of main or the hub (no tick for seconds) since start; wrappers' silence \
          across them is not counted.",
     );
-    let _ = writeln!(out, "saltpeter_stalls_total {}", core.liveness.stalls());
+    let _ = writeln!(out, "saltpeter_stalls_total {}", g.stalls);
 }
 
 #[cfg(test)]
@@ -409,7 +432,7 @@ mod tests {
         outbox.attempted(false, false);
         outbox.attempted(true, false);
         let mut out = String::new();
-        render_watch(&m, &outbox, &mut out);
+        render_watch(&m, &outbox, 0, &mut out);
         for line in [
             "saltpeter_notify_deliveries_total{result=\"delivered\"} 2",
             "saltpeter_notify_deliveries_total{result=\"failed\"} 1",
@@ -430,7 +453,7 @@ mod tests {
         m.slots_missed("b", 0);
         m.slots_missed("a", 1);
         let mut out = String::new();
-        render_watch(&m, &Outbox::default(), &mut out);
+        render_watch(&m, &Outbox::default(), 0, &mut out);
         assert!(out.contains("saltpeter_slots_missed_total 4\n"), "{out}");
         let mut out = String::new();
         m.per_job
@@ -440,5 +463,64 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains("\"b\""), "{out}");
+    }
+
+    #[test]
+    fn the_other_parts_gauges_are_rendered_as_handed_in() {
+        let config = crate::config::check_yaml(
+            "j:\n  schedule: '0 * * * *'\n  command: 'true'\n  targets: a\n",
+            chrono::Utc::now(),
+        );
+        let m = MainMetrics::default();
+        let mut outbox = Outbox::default();
+        outbox.counted(1, Some(1_000));
+        let mut g = Gauges {
+            config: &config,
+            publishes: 4,
+            deployments: 2,
+            prestage_leads: vec![("j", 1.5)],
+            wrappers_connected: 3,
+            runs_in_flight: 1,
+            targets_suspended: 1,
+            targets_throttled: 0,
+            ha: None,
+            storage_trouble: true,
+            db_write_failures: 7,
+            slots_refused: 0,
+            outcomes_unstored: 2,
+            stalls: 1,
+            outbox: &outbox,
+            now: 3_500,
+        };
+        let text = render(&m, &g);
+        for line in [
+            "saltpeter_salt_launch_publishes_total 4\n",
+            "saltpeter_wrapper_deployments_total 2\n",
+            "saltpeter_prestage_lead_seconds{job=\"j\"} 1.5\n",
+            "saltpeter_wrappers_connected 3\n",
+            "saltpeter_targets_suspended 1\n",
+            "saltpeter_jobs 1\n",
+            "saltpeter_notify_outbox_oldest_seconds 2.5\n",
+            "saltpeter_storage_trouble 1\n",
+            "saltpeter_db_write_failures_total 7\n",
+            "saltpeter_outcomes_unstored 2\n",
+            "saltpeter_stalls_total 1\n",
+        ] {
+            assert!(text.contains(line), "missing `{line}` in:\n{text}");
+        }
+        assert!(
+            !text.contains("saltpeter_ha_"),
+            "a lone server has no lease"
+        );
+        g.ha = Some(HaGauges {
+            server: "s1",
+            role: "standby",
+            leader: false,
+            holder: Some("s2"),
+            takeovers: 0,
+        });
+        let text = render(&m, &g);
+        assert!(text.contains("saltpeter_ha_leader{server=\"s1\",role=\"standby\"} 0\n"));
+        assert!(text.contains("saltpeter_ha_lease_holder{server=\"s2\"} 1\n"));
     }
 }

@@ -19,7 +19,6 @@ use crate::roles::main::rules::tokens;
 use crate::roles::main::run::effects::{apply, finish_target, now_ms, transition, write_target};
 use crate::roles::main::state::liveness::Verdict;
 use crate::roles::main::state::{DbWait, Main};
-use crate::roles::main::views::live;
 use crate::roles::main::wrappers::welcome::{answer_hello, reject, staged_heartbeat_s};
 use crate::wire::db::TargetUpdate;
 use crate::wire::db::calls;
@@ -235,7 +234,9 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
                 core.credit_output(conn, cost);
                 return;
             };
-            crate::roles::main::views::ui::output_arrived(core, run, &machine, seq, &data);
+            let in_flight = core.in_flight(run);
+            core.views
+                .output_framed(run, &machine, seq, data.len(), in_flight);
             let limit = core
                 .run(run)
                 .map(|r| r.job.output_limit)
@@ -256,7 +257,8 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
                     let stored = result.is_ok();
                     output_stored(core, run, &machine, result);
                     if stored {
-                        live::output_arrived(core, run, &machine);
+                        let out = core.views.live().output_stored(run, &machine);
+                        core.perform(out);
                     }
                 }),
                 due,

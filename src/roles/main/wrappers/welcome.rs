@@ -74,7 +74,9 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         core.reply_hub(id, HubReply::Verdict(verdict));
         return;
     }
-    crate::roles::main::views::ui::wrapper_welcomed(core, run, &machine, &wrapper_version);
+    core.views
+        .ui()
+        .wrapper_welcomed(run, &machine, &wrapper_version);
     if let Some(latency) = core.rounds.arrived(run, &machine, Instant::now()) {
         core.record_launch_latency(latency);
     }
