@@ -112,7 +112,6 @@ pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     crate::roles::main::lifecycle::ha::apply(role, ctx);
     boot::finish_when_ready(role, ctx);
     start_queued(role, ctx);
-    crate::roles::main::shell::fleet::poll(&mut role.core);
     run_flow::rounds::poll(&mut role.core);
     super::dispatch::drain(role);
     let now = Instant::now();
@@ -270,10 +269,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
                 started_at: now.timestamp_millis(),
                 ..Default::default()
             },
-            launcher: super::state::wrappers::Launcher {
-                wrapper_pin,
-                ..Default::default()
-            },
+            launcher: super::fleet::Launcher::new(wrapper_pin),
             fleet: Default::default(),
             rounds: Default::default(),
             storage: Default::default(),

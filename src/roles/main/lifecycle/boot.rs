@@ -51,7 +51,8 @@ impl Boot {
 /// Ask db for the maintenance settings and the newest slot of every job.
 pub(crate) fn start(core: &mut Main) {
     core.flight.recovering = true;
-    crate::roles::main::shell::fleet::start(core);
+    let out = core.fleet.start(&core.config);
+    core.perform(out);
     ask(core, Load::Maintenance);
     ask(core, Load::LastSlots);
     ask(core, Load::JobCtl);
@@ -114,6 +115,7 @@ pub(crate) fn finish_when_ready(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     }
     core.boot.done = true;
     core.flight.recovering = false;
+    core.post(crate::roles::main::messages::Message::StartupDone);
     let last = core.boot.last_slots.take().unwrap_or_default();
     catch_up(core, &last, Utc::now());
     role.arm_schedule(ctx);

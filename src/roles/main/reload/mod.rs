@@ -168,6 +168,8 @@ fn apply(
     // Connected `/ws` clients see the change now, not at the next event.
     ui::flush(&mut role.core);
     crate::roles::main::reload::heap::trim_soon(ctx);
+    role.core
+        .post(crate::roles::main::messages::Message::ConfigReloaded);
 }
 
 /// Reload when a file of the configuration directory changed (a cheap metadata scan; none

@@ -82,7 +82,7 @@ pub(super) fn handle(
         AdminRequest::Status => daemon::status(core, call),
         AdminRequest::Metrics => daemon::metrics(core, call),
         AdminRequest::Reload => daemon::reload(core, call),
-        AdminRequest::DeployWrapper { target } => daemon::deploy_wrapper(role, call, target),
+        AdminRequest::DeployWrapper { target } => daemon::deploy_wrapper(core, call, target),
         AdminRequest::WrapperStatus => {
             let fleet = crate::wire::admin::WrapperFleet {
                 this_build: core.fleet.this_build().map(str::to_string),

@@ -7,10 +7,10 @@
 //!   command line, `number_of_targets`, `retry_unreachable`); matched minions that stay
 //!   silent become unreachable (255), a salt failure fails the run with its cause, and
 //!   "no minions matched" skips it with that reason. A minion without this build's
-//!   wrapper gets it first (`fleet.rs`).
+//!   wrapper gets it first (`fleet/`).
 
 use crate::config::Executor;
-use crate::roles::main::shell::fleet::{self, Need};
+use crate::roles::main::fleet::Need;
 use crate::roles::main::state::Main;
 use crate::roles::main::state::run::RunEnv;
 use crate::wire::link::{BlockingRequest, blocking_calls};
@@ -49,14 +49,15 @@ pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> 
             from_cache,
         });
         env.call = Some(id);
-        core.resolution_sent(id);
+        core.launcher.resolution_sent(id, std::time::Instant::now());
         return Step::Wait(Wake::Call(id));
     };
     let Some(reply) = core.take_blocking_reply::<blocking_calls::Resolve>(id) else {
         return Step::Wait(Wake::Call(id));
     };
     env.call = None;
-    core.resolution_answered(id);
+    core.launcher
+        .resolution_answered(id, std::time::Instant::now());
     match reply {
         Ok(res) => {
             if res.no_match {
@@ -82,7 +83,7 @@ pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, _: &mut Sc) -> 
 }
 
 /// Make sure the minions of the current batch have this build's wrapper: the fleet
-/// state says which do (`fleet.rs`); the others get one deployment, shared with every
+/// state says which do (`fleet/`); the others get one deployment, shared with every
 /// run that needs it, and this run waits for it. A minion whose deployment failed fails
 /// its target (254); one that did not return is launched all the same (its silence is
 /// judged at the pick-up deadline).
@@ -102,7 +103,9 @@ pub(crate) fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> 
         .cloned()
         .collect();
     let since = *env.deploy_since.get_or_insert(s.now());
-    match fleet::need(core, &minions, &path, since) {
+    let (need, out) = core.fleet.need(&core.config, &minions, &path, since);
+    core.perform(out);
+    match need {
         Need::Ready => {}
         Need::Wait => {
             return Step::Wait(Wake::Any(vec![

@@ -287,8 +287,7 @@ fn part_answered(
     };
     let merged = merge(core, composite);
     if core.links.blocking_calls.finish(call).is_some() {
-        core.links.blocking_replies.insert(call, merged);
-        core.wake(crate::workflow::WakeKey::Call(call));
+        core.blocking_reply_for(call, merged);
     }
 }
 

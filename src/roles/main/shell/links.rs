@@ -158,12 +158,22 @@ impl Main {
         result: Result<BlockingReply, CallError>,
     ) {
         if let Some(result) = crate::roles::main::shell::delegate::answered(self, id, result) {
-            match self.links.blocking_tells.remove(&id) {
-                Some(tell) => self.post(tell(result)),
-                None => {
-                    self.links.blocking_replies.insert(id, result);
-                    self.wake(WakeKey::Call(id));
-                }
+            self.blocking_reply_for(id, result);
+        }
+    }
+
+    /// The reply to blocking call `id`, for whoever made it: a part's command gets it as
+    /// its message (`Cmd::Blocking`), a Workflow step keeps it and is woken.
+    pub(crate) fn blocking_reply_for(
+        &mut self,
+        id: CallId,
+        result: Result<BlockingReply, CallError>,
+    ) {
+        match self.links.blocking_tells.remove(&id) {
+            Some(tell) => self.post(tell(result)),
+            None => {
+                self.links.blocking_replies.insert(id, result);
+                self.wake(WakeKey::Call(id));
             }
         }
     }

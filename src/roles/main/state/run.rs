@@ -61,7 +61,7 @@ pub(crate) struct RunEnv {
     pub(crate) round: Option<crate::wire::records::Millis>,
     /// Its launch waits in its round or for the round's answer.
     pub(crate) launch_queued: bool,
-    /// Since when the batch waits for its minions' wrapper deployment (`fleet.rs`).
+    /// Since when the batch waits for its minions' wrapper deployment (`fleet/`).
     pub(crate) deploy_since: Option<Instant>,
     /// The ping of targets whose wrappers never called back by the pick-up deadline: its
     /// call and those targets (255 only if the minion does not answer either).
