@@ -241,3 +241,79 @@ pub(crate) fn wrapper_path(sp: &SaltpeterConfig, job: &config::Job) -> String {
     }
     default_wrapper_path(sp)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> config::LoadedConfig {
+        let yaml = "j:\n  schedule: '* * * * *'\n  command: 'true'\n  targets: a\n";
+        crate::config::check_yaml(yaml, chrono::Utc::now())
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_lead_is_the_cap_until_launches_are_measured() {
+        let config = config();
+        let mut sp = config.saltpeter.clone();
+        sp.prestage_cap_s = 30;
+        let mut launcher = Launcher::new(None);
+        let secs = |l: &Launcher, sp| l.leads(sp).salt.num_milliseconds();
+        assert_eq!(secs(&launcher, &sp), 30_000);
+        launcher.record_launch_latency(Duration::from_secs(2));
+        assert_eq!(
+            secs(&launcher, &sp),
+            5_000,
+            "twice the latency and a second"
+        );
+        // Down slowly, up at once.
+        launcher.record_launch_latency(Duration::from_secs(1));
+        assert_eq!(secs(&launcher, &sp), 4_500);
+        launcher.record_launch_latency(Duration::from_secs(20));
+        assert_eq!(secs(&launcher, &sp), 30_000, "within the cap");
+    }
+
+    #[test]
+    fn the_resolution_is_part_of_the_lead() {
+        let config = config();
+        let mut sp = config.saltpeter.clone();
+        sp.prestage_cap_s = 30;
+        let base = Instant::now();
+        let mut launcher = Launcher::new(None);
+        launcher.record_launch_latency(Duration::from_secs(1));
+        launcher.resolution_sent(9, base);
+        launcher.resolution_answered(9, base + Duration::from_secs(2));
+        launcher.resolution_answered(9, base + Duration::from_secs(9));
+        assert_eq!(launcher.leads(&sp).salt.num_milliseconds(), 5_000);
+    }
+
+    #[test]
+    fn the_wrapper_url_names_this_server_first_then_the_others() {
+        let yaml = "j:\n  schedule: '* * * * *'\n  command: 'true'\n  targets: a\n  \
+                    saltpeter_server_host: sp.example\n";
+        let config = crate::config::check_yaml(yaml, chrono::Utc::now());
+        let Some(job) = config.valid_jobs().next() else {
+            panic!("no job: {:?}", config.diagnostics)
+        };
+        let mut sp = config.saltpeter.clone();
+        sp.servers = names(&[
+            "wss://sp.example:4506/",
+            "wss://127.0.0.1:4506",
+            "wss://other.example:4506",
+        ]);
+        let path = crate::wire::wrapper::WRAPPER_PATH;
+        let plain = Launcher::new(None);
+        assert_eq!(
+            plain.wrapper_url(&sp, 4506, job),
+            format!("ws://sp.example:4506{path},wss://other.example:4506")
+        );
+        let pinned = Launcher::new(Some("#sha256=ab".to_string()));
+        assert_eq!(
+            pinned.wrapper_url(&sp, 4506, job),
+            format!("wss://sp.example:4506{path}#sha256=ab,wss://other.example:4506")
+        );
+    }
+}

@@ -114,8 +114,8 @@ impl Fleet {
     }
 }
 
-/// The answer to a request that failed: `why`, in the words operators have seen since
-/// this request was a Workflow (its outcome, `Failed("...")`).
+/// The answer to a deployment on demand that failed: `why` as `Failed("...")`, the form
+/// `saltpeterctl wrapper deploy` has always answered with.
 fn failed(why: String) -> AdminResponse {
     AdminResponse::Failure(AdminFailure::Internal(format!("Failed({why:?})")))
 }
