@@ -7,14 +7,17 @@ mod lifecycle;
 use crate::evloop::Ctx;
 use std::time::Instant;
 
+use crate::config::LoadedConfig;
+use crate::roles::main::fleet::{self, Now};
 use crate::roles::main::masters::serve;
 use crate::roles::main::messages::Message;
 use crate::roles::main::notify;
 use crate::roles::main::requests::answer::send_run;
 use crate::roles::main::shell::views;
-use crate::roles::main::state::MainRole;
+use crate::roles::main::state::{Flight, MainRole};
 use crate::roles::main::views::answer::live_base_read;
 use crate::wire::records::now_ms;
+use crate::workflow::{WakeEvent, WakeKey};
 
 /// Most messages handled in one turn: a part that posts forever cannot hold the loop.
 const MAX_PER_TURN: usize = 100_000;
@@ -44,7 +47,12 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                 core.perform(out);
             }
             Message::StartupDone { last_slots, parked } => {
-                lifecycle::finish_start(role, ctx, &last_slots, parked)
+                lifecycle::finish_start(role, ctx, &last_slots, parked);
+                // The stale minions' upgrade waits for the start-up hold to be lifted.
+                let core = &mut role.core;
+                let daemon = fleet_daemon(&core.config, &core.flight);
+                let out = core.fleet.upgrade_stale(daemon);
+                core.perform(out);
             }
             Message::Adopt => lifecycle::adopt(core),
             Message::Lease(report) => {
@@ -177,10 +185,69 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                 let out = core.views.mirror_base(call, run, machine, result);
                 core.perform(out);
             }
+            Message::FleetLoaded { result } => {
+                let daemon = fleet_daemon(&core.config, &core.flight);
+                let out = core.fleet.loaded(daemon, result, Now::read());
+                core.perform(out);
+            }
+            Message::WrapperHashed { result } => {
+                let daemon = fleet_daemon(&core.config, &core.flight);
+                let out = core.fleet.hashed(daemon, result, Now::read());
+                core.perform(out);
+            }
+            Message::WrappersDeployed {
+                path,
+                minions,
+                result,
+            } => {
+                let daemon = fleet_daemon(&core.config, &core.flight);
+                let out = core
+                    .fleet
+                    .deployed(daemon, path, minions, result, Now::read());
+                core.perform(out);
+            }
+            Message::FleetChanged => core.wake(WakeKey::event(WakeEvent::Fleet)),
+            Message::WrapperTargetResolved {
+                call,
+                target,
+                path,
+                result,
+            } => {
+                let sp = &core.config.saltpeter;
+                let out = fleet::on_demand::resolved(sp, call, target, path, result);
+                core.perform(out);
+            }
+            Message::WrapperDeployedOnDemand {
+                call,
+                path,
+                lines,
+                result,
+            } => {
+                let daemon = fleet_daemon(&core.config, &core.flight);
+                let out =
+                    core.fleet
+                        .deployed_on_demand(daemon, call, path, lines, result, Now::read());
+                core.perform(out);
+            }
+            Message::ConfigReloaded => {
+                // A reload may turn the deployment on (`wrapper_deploy`).
+                let daemon = fleet_daemon(&core.config, &core.flight);
+                let out = core.fleet.upgrade_stale(daemon);
+                core.perform(out);
+            }
         }
     }
     log::warn!(
         "{} messages are left for the next turn: more than {MAX_PER_TURN} were posted in this one",
         role.core.inbox.len()
     );
+}
+
+/// The daemon around the fleet: its settings and where it is in its life.
+fn fleet_daemon<'a>(config: &'a LoadedConfig, flight: &Flight) -> fleet::Daemon<'a> {
+    fleet::Daemon {
+        sp: &config.saltpeter,
+        recovering: flight.recovering,
+        stopping: flight.stopping,
+    }
 }

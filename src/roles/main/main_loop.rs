@@ -107,7 +107,6 @@ pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     // Before the queued runs start: a start-up done or a lease confirmed again frees them.
     super::dispatch::drain(role, ctx);
     start_queued(role, ctx);
-    crate::roles::main::shell::fleet::poll(&mut role.core);
     run_flow::rounds::poll(&mut role.core);
     let now = Instant::now();
     let mut rounds = 0;
@@ -275,10 +274,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
                 started_at: now.timestamp_millis(),
                 ..Default::default()
             },
-            launcher: super::state::wrappers::Launcher {
-                wrapper_pin,
-                ..Default::default()
-            },
+            launcher: super::fleet::Launcher::new(wrapper_pin),
             fleet: Default::default(),
             rounds: Default::default(),
             storage: Default::default(),

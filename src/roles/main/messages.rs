@@ -172,6 +172,37 @@ pub(crate) enum Message {
         machine: String,
         result: DbResult,
     },
+    /// db's answer to the load of the minions' wrapper builds (`fleet/`).
+    FleetLoaded { result: DbResult },
+    /// Blocking published this build's wrapper for the minions and hashed it, or could
+    /// not (`fleet/`).
+    WrapperHashed { result: BlockingResult },
+    /// A deployment of the wrapper at `path` to `minions` ended (`fleet/`).
+    WrappersDeployed {
+        path: String,
+        minions: Vec<String>,
+        result: BlockingResult,
+    },
+    /// The fleet changed: the runs waiting for it (`WakeEvent::Fleet`) look again.
+    FleetChanged,
+    /// `saltpeterctl wrapper deploy` (admin call `call`): its target, to deploy the wrapper
+    /// at `path` to, is resolved, or could not be (`fleet/on_demand.rs`).
+    WrapperTargetResolved {
+        call: CallId,
+        target: String,
+        path: String,
+        result: BlockingResult,
+    },
+    /// `saltpeterctl wrapper deploy` (admin call `call`): the deployment to the live
+    /// minions ended; `lines` are what the resolution had to say (`fleet/on_demand.rs`).
+    WrapperDeployedOnDemand {
+        call: CallId,
+        path: String,
+        lines: Vec<String>,
+        result: BlockingResult,
+    },
+    /// A reloaded configuration is in effect (`lifecycle/reload.rs`).
+    ConfigReloaded,
 }
 
 /// A run's end or a skipped slot, and the notification rules that fire for it, waiting
@@ -287,6 +318,11 @@ impl Out {
             then,
             due: Due::Soon,
         });
+    }
+
+    /// A db call that db may hold until `due` to commit it with others.
+    pub(crate) fn db_due(&mut self, req: DbRequest, then: Then, due: Due) {
+        self.0.push(Cmd::Db { req, then, due });
     }
 
     /// A call to blocking (spread over the servers' masters when several share the

@@ -19,6 +19,7 @@
 
 mod dispatch;
 mod firing;
+mod fleet;
 mod jobctl;
 mod lifecycle;
 mod main_loop;

@@ -39,7 +39,8 @@ pub(super) fn restore(core: &mut Main, restore: Option<Restore>) {
 /// flight, the notifications.
 pub(super) fn adopt(core: &mut Main) {
     core.flight.recovering = true;
-    crate::roles::main::shell::fleet::start(core);
+    let out = core.fleet.start(&core.config);
+    core.perform(out);
     let out = core.boot.start(crate::roles::main::jobctl::META_KEY);
     core.perform(out);
     crate::roles::main::run::recovery::start(core);
@@ -204,6 +205,9 @@ fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>, loaded: LoadedConfig, now
     role.arm_schedule(ctx);
     // Connected `/ws` clients see the change now, not at the next event.
     crate::roles::main::shell::views::flush_ui(&mut role.core);
+    // A reload may turn the wrappers' deployment on (`wrapper_deploy`).
+    role.core
+        .post(crate::roles::main::messages::Message::ConfigReloaded);
     heap::trim_soon(ctx);
 }
 

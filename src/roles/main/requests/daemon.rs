@@ -3,7 +3,7 @@
 
 use crate::ipc::CallId;
 use crate::roles::main::requests::answer::{answer_with, failure, respond};
-use crate::roles::main::state::{Main, MainRole};
+use crate::roles::main::state::Main;
 use crate::roles::main::views::answer::bounded_errors;
 use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, EventInfo, StatusInfo};
 use crate::wire::db::DbRequest;
@@ -46,15 +46,15 @@ pub(crate) fn metrics(core: &mut Main, call: CallId) {
     respond(core, call, AdminResponse::Metrics(text));
 }
 
-pub(crate) fn deploy_wrapper(role: &mut MainRole, call: CallId, target: Option<String>) {
-    use crate::roles::main::shell::deploy;
-    if !crate::roles::main::shell::fleet::applies(&role.core) {
+/// `saltpeterctl wrapper deploy` (`fleet/on_demand.rs`).
+pub(crate) fn deploy_wrapper(core: &mut Main, call: CallId, target: Option<String>) {
+    use crate::roles::main::fleet;
+    if !fleet::applies(&core.config) {
         let why = AdminFailure::Invalid("no job uses the salt executor".into());
-        return failure(&mut role.core, call, why);
+        return failure(core, call, why);
     }
-    let workflow = deploy::workflow(&role.core, call, target);
-    role.workflows
-        .start(workflow, &mut role.core, std::time::Instant::now());
+    let out = fleet::on_demand::start(&core.config.saltpeter, call, target);
+    core.perform(out);
 }
 
 pub(crate) fn events(

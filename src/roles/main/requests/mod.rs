@@ -89,7 +89,9 @@ pub(super) fn handle(
             let out = core.reloads.request(&core.config, Some(call), now);
             core.perform(out);
         }
-        AdminRequest::DeployWrapper { target } => daemon::deploy_wrapper(role, call, target),
+        AdminRequest::DeployWrapper { target } => {
+            daemon::deploy_wrapper(&mut role.core, call, target)
+        }
         AdminRequest::WrapperStatus => {
             let fleet = crate::wire::admin::WrapperFleet {
                 this_build: core.fleet.this_build().map(str::to_string),

@@ -230,7 +230,8 @@ pub(crate) fn await_launch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Ste
                 if let Err(e) = o.result {
                     log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
                     // Maybe the wrapper went missing: deploy again next time.
-                    crate::roles::main::shell::fleet::missing(core, &o.machine, &path);
+                    let out = core.fleet.missing(&o.machine, &path);
+                    core.perform(out);
                     super::failed::launch_failed(core, &req.job.name, run, &o.machine, e);
                 }
             }

@@ -43,7 +43,8 @@ pub(super) fn overdue(
                     // Its wrapper may be gone from the minion (a launch published without
                     // waiting for returns does not see that): deploy again next time.
                     let path = core.wrapper_path(&req.job);
-                    crate::roles::main::shell::fleet::missing(core, &machine, &path);
+                    let out = core.fleet.missing(&machine, &path);
+                    core.perform(out);
                     let why = format!(
                         "its wrapper never called back before the pick-up deadline, though \
                          the minion answers test.ping ({launch})"

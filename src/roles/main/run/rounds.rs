@@ -220,7 +220,7 @@ pub(crate) fn flush(core: &mut Main, now: Instant) {
         core.rounds.out.insert(id, (g.runs, now));
     }
     for late in core.rounds.overdue_arrivals(now) {
-        core.record_launch_latency(late);
+        core.launcher.record_launch_latency(late);
     }
 }
 

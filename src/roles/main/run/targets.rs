@@ -7,11 +7,11 @@
 //!   command line, `number_of_targets`, `retry_unreachable`); matched minions that stay
 //!   silent become unreachable (255), a salt failure fails the run with its cause, and
 //!   "no minions matched" skips it with that reason. A minion without this build's
-//!   wrapper gets it first (`fleet.rs`).
+//!   wrapper gets it first (`fleet/`).
 
 use super::env::{RunEnv, Sc, not_planned, not_recorded};
 use crate::config::Executor;
-use crate::roles::main::shell::fleet::{self, Need};
+use crate::roles::main::fleet::Need;
 use crate::roles::main::state::Main;
 use crate::wire::link::{BlockingRequest, blocking_calls};
 use crate::wire::records::RunState;
@@ -51,12 +51,13 @@ pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> 
                 target_type: job.target_type.into(),
                 from_cache,
             });
-            core.resolution_sent(id);
+            core.launcher.resolution_sent(id, std::time::Instant::now());
             Ok(id)
         },
         |core, id| {
             let reply = core.take_blocking_reply::<blocking_calls::Resolve>(id)?;
-            core.resolution_answered(id);
+            core.launcher
+                .resolution_answered(id, std::time::Instant::now());
             Some(reply)
         },
     );
@@ -91,7 +92,7 @@ pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> 
 }
 
 /// Make sure the minions of the current batch have this build's wrapper: the fleet
-/// state says which do (`fleet.rs`); the others get one deployment, shared with every
+/// state says which do (`fleet/`); the others get one deployment, shared with every
 /// run that needs it, and this run waits for it. A minion whose deployment failed fails
 /// its target (254); one that did not return is launched all the same (its silence is
 /// judged at the pick-up deadline).
@@ -112,7 +113,9 @@ pub(crate) fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> 
         .cloned()
         .collect();
     let since = *rec.deploy_since.get_or_insert(s.now());
-    match fleet::need(core, &minions, &path, since) {
+    let (need, out) = core.fleet.need(&core.config, &minions, &path, since);
+    core.perform(out);
+    match need {
         Need::Ready => {}
         Need::Wait => {
             return Step::Wait(Wake::Any(vec![

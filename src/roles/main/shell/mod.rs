@@ -1,10 +1,8 @@
 //! What the parts above use to act on the world, on top of the state: the links to the
-//! other processes (`links`), launch settings (`launcher`), the fleet's wrapper builds
-//! (`fleet`, `deploy`), capacity (`throttle`), the job log (`joblog`), retention
-//! (`history`), and what the views are handed of the other parts (`views`).
+//! other processes (`links`), launch settings as the other parts ask for them
+//! (`launcher`, over `fleet::Launcher`), capacity (`throttle`), the job log (`joblog`),
+//! retention (`history`), and what the views are handed of the other parts (`views`).
 
-pub(crate) mod deploy;
-pub(crate) mod fleet;
 pub(crate) mod history;
 pub(crate) mod joblog;
 pub(crate) mod launcher;

@@ -16,6 +16,7 @@ use crate::config::LoadedConfig;
 use crate::evloop::Ctx;
 use crate::evloop::timers::TimerId;
 use crate::ipc::rpc::{CallError, CallId};
+use crate::roles::main::fleet::{Fleet, Launcher};
 use crate::roles::main::jobctl::JobCtl;
 use crate::roles::main::maintenance::Maintenance;
 use crate::roles::main::notify::Notifier;
@@ -29,7 +30,7 @@ use crate::wire::records::RunId;
 use crate::workflow::{Registry, WakeEvent, WakeKey};
 use active::ActiveRun;
 use run::{Orphans, RecoveredRun, Rounds, RunRequest};
-use wrappers::{Fleet, Launcher, Refusals};
+use wrappers::Refusals;
 
 pub(crate) use links::HubOutbox;
 pub(crate) use run::JobRef;
@@ -82,9 +83,9 @@ pub(crate) struct Main {
     pub(super) scheduler: Scheduler,
     /// This daemon: its processes, start time and ports.
     pub daemon: DaemonInfo,
-    /// The wrapper URL and the pre-staging lead.
+    /// The wrapper URL and the pre-staging lead (`fleet/launcher.rs`).
     pub launcher: Launcher,
-    /// Which wrapper build each minion has; deployments in flight.
+    /// Which wrapper build each minion has; deployments in flight (`fleet/`).
     pub fleet: Fleet,
     /// Salt launches coalesced per round.
     pub rounds: Rounds,

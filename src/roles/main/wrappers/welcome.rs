@@ -78,11 +78,13 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         .ui()
         .wrapper_welcomed(run, &machine, &wrapper_version);
     if let Some(latency) = core.rounds.arrived(run, &machine, Instant::now()) {
-        core.record_launch_latency(latency);
+        core.launcher.record_launch_latency(latency);
     }
     // A minion proven by its key says which wrapper build it has: fleet state, for free.
     if by_key && let Some(build) = build {
-        crate::roles::main::shell::fleet::hello(core, &machine, build);
+        let now = crate::roles::main::fleet::Now::read();
+        let out = core.fleet.hello(&machine, build, now);
+        core.perform(out);
     }
     let hash = store.clone();
     let verdict = match store {
