@@ -327,7 +327,7 @@ pub(super) fn on_link(
             }
             core.links.hub.receive().map(|msgs| {
                 for msg in msgs {
-                    on_hub(role, ctx, msg);
+                    on_hub(role, msg);
                 }
             })
         }
@@ -431,27 +431,23 @@ pub(super) fn on_link(
     }
 }
 
-pub(super) fn on_hub(
-    role: &mut MainRole,
-    ctx: &mut Ctx<MainRole>,
-    msg: Packet<HubRequest, HubAnswer>,
-) {
+pub(super) fn on_hub(role: &mut MainRole, msg: Packet<HubRequest, HubAnswer>) {
     match msg {
         Packet::Call {
             id,
             req: HubRequest::Admin(req),
             ..
-        } => requests::handle(role, ctx, id, req),
+        } => requests::handle(&mut role.core, id, req),
         Packet::Call {
             id,
             req: HubRequest::AdminFrom { peer, req },
             ..
-        } => requests::handle_from(role, ctx, id, peer, req),
+        } => requests::audit::handle_from(&mut role.core, id, peer, req),
         Packet::Call {
             id,
             req: HubRequest::AdminBy { who, req },
             ..
-        } => crate::roles::main::requests::audit::handle_by(role, ctx, id, who, req),
+        } => requests::audit::handle_by(&mut role.core, id, who, req),
         Packet::Cast(HubRequest::AdminGone { calls }) => role.core.views.live().calls_gone(&calls),
         Packet::Call { id, req, .. } => sessions::handle_call(&mut role.core, id, req),
         Packet::Cast(HubRequest::UiWatch { job, watch }) => role.core.views.ui().watch(job, watch),

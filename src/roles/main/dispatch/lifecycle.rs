@@ -64,7 +64,7 @@ pub(super) fn finish_start(
     for Parked { call, req, uid } in parked {
         // Handled as the peer that asked, as it would have been without the wait.
         role.core.actor.uid = uid;
-        crate::roles::main::requests::handle(role, ctx, call, req);
+        crate::roles::main::requests::handle(&mut role.core, call, req);
         role.core.actor.uid = None;
     }
 }

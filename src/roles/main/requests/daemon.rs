@@ -1,17 +1,17 @@
-//! Requests about the daemon itself: status, metrics, configuration reload, wrapper
-//! deployment, and the audit trail (what was asked, by whom).
+//! Requests about the daemon itself: status, metrics, and the audit trail (what was
+//! asked, by whom: `Events`; the entries are recorded by `audit.rs`).
 
 use crate::ipc::CallId;
-use crate::roles::main::requests::answer::{answer_with, failure, respond};
+use crate::roles::main::requests::answer::{answer_with, respond};
 use crate::roles::main::state::Main;
 use crate::roles::main::views::answer::bounded_errors;
-use crate::wire::admin::{AdminFailure, AdminRequest, AdminResponse, EventInfo, StatusInfo};
+use crate::wire::admin::{AdminResponse, EventInfo, StatusInfo};
 use crate::wire::db::DbRequest;
 use crate::wire::db::calls;
 use crate::wire::db::{EventFilter, EventRecord};
 use crate::wire::records::{Millis, RunId};
 
-pub(crate) fn status(core: &mut Main, call: CallId) {
+pub(super) fn status(core: &mut Main, call: CallId) {
     let now = chrono::Utc::now().timestamp_millis();
     let config_errors = bounded_errors(
         core.config
@@ -41,23 +41,12 @@ pub(crate) fn status(core: &mut Main, call: CallId) {
     respond(core, call, AdminResponse::Status(status));
 }
 
-pub(crate) fn metrics(core: &mut Main, call: CallId) {
+pub(super) fn metrics(core: &mut Main, call: CallId) {
     let text = crate::roles::main::shell::views::metrics_text(core);
     respond(core, call, AdminResponse::Metrics(text));
 }
 
-/// `saltpeterctl wrapper deploy` (`fleet/on_demand.rs`).
-pub(crate) fn deploy_wrapper(core: &mut Main, call: CallId, target: Option<String>) {
-    use crate::roles::main::fleet;
-    if !fleet::applies(&core.config) {
-        let why = AdminFailure::Invalid("no job uses the salt executor".into());
-        return failure(core, call, why);
-    }
-    let out = fleet::on_demand::start(&core.config.saltpeter, call, target);
-    core.perform(out);
-}
-
-pub(crate) fn events(
+pub(super) fn events(
     core: &mut Main,
     call: CallId,
     job: Option<String>,
@@ -81,7 +70,7 @@ pub(crate) fn events(
 }
 
 /// db's answer to `events`.
-pub(crate) fn events_read(events: Vec<EventRecord>) -> AdminResponse {
+pub(super) fn events_read(events: Vec<EventRecord>) -> AdminResponse {
     AdminResponse::Events(
         events
             .into_iter()
@@ -97,39 +86,4 @@ pub(crate) fn events_read(events: Vec<EventRecord>) -> AdminResponse {
             })
             .collect(),
     )
-}
-
-/// The audit entry of a state-changing request (kills record their own, per run); `by`
-/// names who asked (" by uid N"), or is empty when `Main::event` adds an API name.
-pub(crate) fn record_request(core: &mut Main, by: &str, req: &AdminRequest) {
-    let (kind, job, message) = match req {
-        AdminRequest::RunNow { job, targets: None } => (
-            "run_requested",
-            Some(job),
-            format!("manual run requested{by}"),
-        ),
-        AdminRequest::RunNow {
-            job,
-            targets: Some(targets),
-        } => (
-            "run_requested",
-            Some(job),
-            format!("manual run on {} requested{by}", targets.join(", ")),
-        ),
-        AdminRequest::Reload => (
-            "reload_requested",
-            None,
-            format!("configuration reload requested{by}"),
-        ),
-        AdminRequest::DeployWrapper { target } => (
-            "wrapper_deploy_requested",
-            None,
-            format!(
-                "wrapper deployment to {} requested{by}",
-                target.as_deref().unwrap_or("*")
-            ),
-        ),
-        _ => return,
-    };
-    core.event(kind, job.map(String::as_str), None, None, message);
 }

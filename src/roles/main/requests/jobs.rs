@@ -29,7 +29,7 @@ pub(super) fn list(core: &mut Main, call: CallId, group: Option<String>, state: 
 }
 
 /// db's newest run of every job: the list, filtered.
-pub(super) fn listed(
+fn listed(
     core: &Main,
     last: &BTreeMap<String, RunRecord>,
     group: Option<String>,
@@ -59,12 +59,7 @@ pub(super) fn detail(core: &mut Main, call: CallId, job: String, upcoming: u32) 
 }
 
 /// db's last runs of the job: its detail.
-pub(super) fn detailed(
-    core: &Main,
-    name: &str,
-    upcoming: u32,
-    runs: Vec<RunRecord>,
-) -> AdminResponse {
+fn detailed(core: &Main, name: &str, upcoming: u32, runs: Vec<RunRecord>) -> AdminResponse {
     // The job may have left the configuration while db was reading.
     let Some(entry) = core.config.jobs.get(name) else {
         return AdminResponse::Failure(no_job(name));
@@ -127,13 +122,20 @@ fn next_runs(core: &Main, entry: &JobEntry, upcoming: u32) -> Vec<Millis> {
     times
 }
 
-/// The next `count` firings of a configured job after `from` (default now).
+/// `NextFirings`: answered at once from the configuration and the job control state.
 pub(super) fn next_firings(
-    core: &Main,
+    core: &mut Main,
+    call: CallId,
     job: &str,
     from: Option<Millis>,
     count: u32,
-) -> AdminResponse {
+) {
+    let resp = firings(core, job, from, count);
+    respond(core, call, resp);
+}
+
+/// The next `count` firings of a configured job after `from` (default now).
+fn firings(core: &Main, job: &str, from: Option<Millis>, count: u32) -> AdminResponse {
     let j = match valid_job(core, job) {
         Ok(j) => j,
         Err(f) => return AdminResponse::Failure(f),

@@ -11,7 +11,7 @@ use crate::wire::records::RunId;
 
 /// `Follow`: the job's newest run in flight here, if a job is followed, is handed to the
 /// views (which look at the leader's mirrored runs after it).
-pub(crate) fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
+pub(super) fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
     let newest = match (&spec.run, &spec.job) {
         (None, Some(job)) => core
             .runs()
@@ -25,7 +25,7 @@ pub(crate) fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
 }
 
 /// `WatchRun`: stream the run's progress, answer when it ends.
-pub(crate) fn watch(core: &mut Main, call: CallId, run: RunId) {
+pub(super) fn watch(core: &mut Main, call: CallId, run: RunId) {
     let Some(active) = core.run_mut(run) else {
         // Not in flight (it may have ended already): the stored record answers.
         return send_run(core, call, run);

@@ -13,7 +13,7 @@ use crate::wire::db::calls;
 use crate::wire::db::{OutputBytes, OutputQuery};
 use crate::wire::records::RunId;
 
-pub(crate) fn read(core: &mut Main, call: CallId, run: RunId, machine: String, range: OutputRange) {
+pub(super) fn read(core: &mut Main, call: CallId, run: RunId, machine: String, range: OutputRange) {
     let query = OutputQuery {
         stream: range.stream,
         from: range.from,
@@ -31,7 +31,7 @@ pub(crate) fn read(core: &mut Main, call: CallId, run: RunId, machine: String, r
 }
 
 /// db's answer to `read`.
-pub(crate) fn slice(out: OutputBytes) -> AdminResponse {
+pub(super) fn slice(out: OutputBytes) -> AdminResponse {
     AdminResponse::OutputSlice(OutputSlice {
         data: out.data,
         omitted_bytes: out.omitted_bytes,
@@ -43,7 +43,7 @@ pub(crate) fn slice(out: OutputBytes) -> AdminResponse {
 
 /// `LiveOutput`: where a target's live view starts (the views know whether the run is
 /// the leader's, mirrored on a standby, or how far its output went to db here).
-pub(crate) fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
+pub(super) fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
     let acked = core
         .run(run)
         .map(|active| active.targets.get(&machine).map_or(0, |t| t.acked_seq()));

@@ -2,7 +2,7 @@
 //! suspending or resuming a run in flight or one of its targets.
 
 use crate::ipc::CallId;
-use crate::roles::main::requests::answer::{answer_with, failure, respond};
+use crate::roles::main::requests::answer::{answer_with, failure, respond, send_run};
 use crate::roles::main::state::Main;
 use crate::wire::admin::{AdminFailure, AdminResponse, RunQuery};
 use crate::wire::db::DbRequest;
@@ -13,7 +13,7 @@ use crate::wire::records::RunId;
 /// Most runs one answer lists.
 const MAX_RUNS: u32 = 10_000;
 
-pub(crate) fn find(core: &mut Main, call: CallId, q: RunQuery) {
+pub(super) fn find(core: &mut Main, call: CallId, q: RunQuery) {
     // History of a job that left the configuration is still shown.
     let filter = RunFilter {
         job: q.job,
@@ -29,7 +29,12 @@ pub(crate) fn find(core: &mut Main, call: CallId, q: RunQuery) {
     );
 }
 
-pub(crate) fn kill(core: &mut Main, call: CallId, run: RunId, machine: Option<String>) {
+/// `GetRun`: the stored record, with what only main knows of a run in flight.
+pub(super) fn get(core: &mut Main, call: CallId, run: RunId) {
+    send_run(core, call, run);
+}
+
+pub(super) fn kill(core: &mut Main, call: CallId, run: RunId, machine: Option<String>) {
     match crate::roles::main::wrappers::sessions::kill(core, run, machine.as_deref()) {
         Ok(n) => {
             let msg = format!("kill sent to {n} target(s) of run {run}");
@@ -39,7 +44,7 @@ pub(crate) fn kill(core: &mut Main, call: CallId, run: RunId, machine: Option<St
     }
 }
 
-pub(crate) fn suspend(
+pub(super) fn suspend(
     core: &mut Main,
     call: CallId,
     run: RunId,
