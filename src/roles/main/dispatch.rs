@@ -14,7 +14,7 @@ use crate::roles::main::messages::Message;
 use crate::roles::main::notify;
 use crate::roles::main::requests::answer::send_run;
 use crate::roles::main::shell::views;
-use crate::roles::main::state::{Flight, MainRole};
+use crate::roles::main::state::{Flight, Main, MainRole};
 use crate::roles::main::views::answer::live_base_read;
 use crate::wire::records::now_ms;
 use crate::workflow::{WakeEvent, WakeKey};
@@ -234,6 +234,16 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                 let daemon = fleet_daemon(&core.config, &core.flight);
                 let out = core.fleet.upgrade_stale(daemon);
                 core.perform(out);
+            }
+            Message::LaunchAnswered { runs, sent, result } => {
+                let stopping = core.flight.stopping;
+                let now = Instant::now();
+                if let Some(answered) = core.rounds.answered(runs, sent, result, stopping, now) {
+                    core.views.metrics_mut().observe_launch(answered.took);
+                    for run in answered.runs {
+                        core.wake(WakeKey::event(Main::run_event(run)));
+                    }
+                }
             }
         }
     }

@@ -28,6 +28,7 @@ mod masters;
 mod messages;
 mod notify;
 mod requests;
+mod rounds;
 mod rules;
 mod run;
 mod shell;
