@@ -13,6 +13,7 @@ use crate::roles::main::masters::serve;
 use crate::roles::main::messages::Message;
 use crate::roles::main::notify;
 use crate::roles::main::requests::answer::send_run;
+use crate::roles::main::run;
 use crate::roles::main::shell::views;
 use crate::roles::main::state::{Flight, Main, MainRole};
 use crate::roles::main::views::answer::live_base_read;
@@ -245,6 +246,7 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                     }
                 }
             }
+            Message::OrphansRead { result } => run::orphans::loaded(core, result),
         }
     }
     log::warn!(

@@ -240,7 +240,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             }
         });
     ev.ctx()
-        .every(run_flow::orphans::SWEEP, run_flow::orphans::sweep);
+        .every(crate::roles::main::orphans::SWEEP, run_flow::orphans::sweep);
     ev.ctx()
         .every(Duration::from_secs(1), |role: &mut MainRole, ctx| {
             let core = &mut role.core;

@@ -210,6 +210,8 @@ pub(crate) enum Message {
         sent: std::time::Instant,
         result: BlockingResult,
     },
+    /// db read the runs in flight for the orphan sweep, or could not (`orphans/`).
+    OrphansRead { result: DbResult },
 }
 
 /// A run's end or a skipped slot, and the notification rules that fire for it, waiting

@@ -27,6 +27,7 @@ mod maintenance;
 mod masters;
 mod messages;
 mod notify;
+mod orphans;
 mod requests;
 mod rounds;
 mod rules;

@@ -20,6 +20,7 @@ use crate::roles::main::fleet::{Fleet, Launcher};
 use crate::roles::main::jobctl::JobCtl;
 use crate::roles::main::maintenance::Maintenance;
 use crate::roles::main::notify::Notifier;
+use crate::roles::main::orphans::Orphans;
 use crate::roles::main::rounds::Rounds;
 use crate::roles::main::rules::scheduler::Scheduler;
 use crate::roles::main::rules::target::Target;
@@ -30,7 +31,7 @@ use crate::wire::link::{ConnId, ProcessInfo};
 use crate::wire::records::RunId;
 use crate::workflow::{Registry, WakeEvent, WakeKey};
 use active::ActiveRun;
-use run::{Orphans, RecoveredRun, RunRequest};
+use run::{RecoveredRun, RunRequest};
 use wrappers::Refusals;
 
 pub(crate) use links::HubOutbox;
@@ -140,7 +141,7 @@ pub(crate) struct Flight {
     pub stopping: bool,
     /// The liveness check is armed (only while targets are picked up).
     pub(super) liveness_armed: bool,
-    /// Runs in flight in the database that nobody here drives (`run::orphans`).
+    /// Runs in flight in the database that nobody here drives (`orphans/`).
     pub orphans: Orphans,
 }
 

@@ -1,9 +1,9 @@
 //! A run's state: what was asked (`RunRequest`), a recovered run to resume
 //! (`RecoveredRun`), the run in flight as main keeps it (`ActiveRun`, in `active.rs`);
-//! runs in flight that nobody here drives (`Orphans`). How far a run's Workflow got is its
-//! env (`run/env.rs`); launches coalesced per round are the `rounds` part.
+//! how far a run's Workflow got is its env (`run/env.rs`). Launches coalesced per round
+//! and runs in flight that nobody here drives are parts of their own (`rounds/`,
+//! `orphans/`).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -36,23 +36,3 @@ pub(crate) struct RecoveredRun {
 
 /// Shared handle to a job definition inside runs.
 pub(crate) type JobRef = Arc<Job>;
-
-#[derive(Default)]
-pub(crate) struct Orphans {
-    /// Runs in flight in the database, not driven here, at the last sweep.
-    pub(crate) suspects: BTreeSet<RunId>,
-    /// A sweep's read is out.
-    pub(crate) reading: bool,
-    /// An early sweep is due then (storage is back after a trouble, during which a call
-    /// may have timed out and been applied later).
-    pub(crate) soon: Option<std::time::Instant>,
-    /// The sweep out is an early one: suspects it finds are looked at again soon.
-    pub(crate) early: bool,
-}
-
-impl Orphans {
-    /// Storage is back after a trouble: sweep a second from `now` (`run::orphans`).
-    pub(crate) fn storage_back(&mut self, now: std::time::Instant) {
-        self.soon = Some(now + std::time::Duration::from_secs(1));
-    }
-}
