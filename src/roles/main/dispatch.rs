@@ -13,8 +13,9 @@ use crate::roles::main::masters::serve;
 use crate::roles::main::messages::Message;
 use crate::roles::main::notify;
 use crate::roles::main::requests::answer::send_run;
+use crate::roles::main::run;
 use crate::roles::main::shell::views;
-use crate::roles::main::state::{Flight, MainRole};
+use crate::roles::main::state::{Flight, Main, MainRole};
 use crate::roles::main::views::answer::live_base_read;
 use crate::wire::records::now_ms;
 use crate::workflow::{WakeEvent, WakeKey};
@@ -235,6 +236,17 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                 let out = core.fleet.upgrade_stale(daemon);
                 core.perform(out);
             }
+            Message::LaunchAnswered { runs, sent, result } => {
+                let stopping = core.flight.stopping;
+                let now = Instant::now();
+                if let Some(answered) = core.rounds.answered(runs, sent, result, stopping, now) {
+                    core.views.metrics_mut().observe_launch(answered.took);
+                    for run in answered.runs {
+                        core.wake(WakeKey::event(Main::run_event(run)));
+                    }
+                }
+            }
+            Message::OrphansRead { result } => run::orphans::loaded(core, result),
         }
     }
     log::warn!(

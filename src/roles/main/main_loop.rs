@@ -107,7 +107,6 @@ pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     // Before the queued runs start: a start-up done or a lease confirmed again frees them.
     super::dispatch::drain(role, ctx);
     start_queued(role, ctx);
-    run_flow::rounds::poll(&mut role.core);
     let now = Instant::now();
     let mut rounds = 0;
     while (!role.core.links.wakes.is_empty() || !role.core.inbox.is_empty()) && rounds < 1000 {
@@ -127,7 +126,8 @@ pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         // next round and before the end of the turn.
         super::dispatch::drain(role, ctx);
     }
-    run_flow::rounds::flush(&mut role.core, now);
+    // End of turn: every launch the turn's steps queued is in, so a round goes whole.
+    crate::roles::main::shell::rounds::flush(&mut role.core, now);
     for finished in role.workflows.drain_finished() {
         log::debug!("workflow {} ended: {:?}", finished.name, finished.outcome);
     }
@@ -240,7 +240,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             }
         });
     ev.ctx()
-        .every(run_flow::orphans::SWEEP, run_flow::orphans::sweep);
+        .every(crate::roles::main::orphans::SWEEP, run_flow::orphans::sweep);
     ev.ctx()
         .every(Duration::from_secs(1), |role: &mut MainRole, ctx| {
             let core = &mut role.core;

@@ -203,6 +203,15 @@ pub(crate) enum Message {
     },
     /// A reloaded configuration is in effect (`lifecycle/reload.rs`).
     ConfigReloaded,
+    /// Blocking answered the salt launch of `runs` published at `sent`, one round's
+    /// publish, or could not (`rounds/`).
+    LaunchAnswered {
+        runs: Vec<RunId>,
+        sent: std::time::Instant,
+        result: BlockingResult,
+    },
+    /// db read the runs in flight for the orphan sweep, or could not (`orphans/`).
+    OrphansRead { result: DbResult },
 }
 
 /// A run's end or a skipped slot, and the notification rules that fire for it, waiting

@@ -113,7 +113,7 @@ const CAPACITY_RECHECK: Duration = Duration::from_secs(5);
 const LAUNCH_BARRIER: &str = "launch_barrier";
 
 /// Hands the batch's wrappers to blocking: a local batch at once, a salt batch to its
-/// launch round (`rounds.rs`), which publishes it with the other runs of the round.
+/// launch round (`rounds/`), which publishes it with the other runs of the round.
 fn send_launch(
     req: &RunRequest,
     rec: &mut RecordedRun,
@@ -135,7 +135,7 @@ fn send_launch(
     }
     rec.launch_started = Some(now);
     if job.executor == crate::config::Executor::Salt {
-        let queued = crate::roles::main::state::run::Queued {
+        let queued = crate::roles::main::rounds::Queued {
             run,
             url,
             wrapper_path: core.wrapper_path(&job),

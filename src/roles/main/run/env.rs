@@ -69,7 +69,7 @@ pub(crate) struct RunPlan {
     /// Counted in `Main::busy_jobs` until recorded.
     pub(super) counted: bool,
     /// The launch round (its slot) this pre-staged salt run belongs to until its launch
-    /// is queued (`rounds.rs`).
+    /// is queued (`rounds/`).
     pub(super) round: Option<Millis>,
 }
 

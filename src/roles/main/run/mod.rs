@@ -25,7 +25,6 @@ pub(crate) mod prestage;
 pub(crate) mod record;
 pub(crate) mod recovery;
 pub(crate) mod retry;
-pub(crate) mod rounds;
 pub(crate) mod suspend;
 pub(crate) mod targets;
 pub(crate) mod unreachable;

@@ -136,7 +136,7 @@ pub(crate) fn metrics_text(core: &Main) -> String {
     let ha = &core.ha;
     let gauges = Gauges {
         config: &core.config,
-        publishes: core.rounds.publishes,
+        publishes: core.rounds.publishes(),
         deployments: core.fleet.deployments_total(),
         prestage_leads,
         wrappers_connected: core.flight.sessions.len(),

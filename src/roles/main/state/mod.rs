@@ -20,6 +20,8 @@ use crate::roles::main::fleet::{Fleet, Launcher};
 use crate::roles::main::jobctl::JobCtl;
 use crate::roles::main::maintenance::Maintenance;
 use crate::roles::main::notify::Notifier;
+use crate::roles::main::orphans::Orphans;
+use crate::roles::main::rounds::Rounds;
 use crate::roles::main::rules::scheduler::Scheduler;
 use crate::roles::main::rules::target::Target;
 use crate::roles::main::rules::tokens::Secret;
@@ -29,7 +31,7 @@ use crate::wire::link::{ConnId, ProcessInfo};
 use crate::wire::records::RunId;
 use crate::workflow::{Registry, WakeEvent, WakeKey};
 use active::ActiveRun;
-use run::{Orphans, RecoveredRun, Rounds, RunRequest};
+use run::{RecoveredRun, RunRequest};
 use wrappers::Refusals;
 
 pub(crate) use links::HubOutbox;
@@ -87,8 +89,8 @@ pub(crate) struct Main {
     pub launcher: Launcher,
     /// Which wrapper build each minion has; deployments in flight (`fleet/`).
     pub fleet: Fleet,
-    /// Salt launches coalesced per round.
-    pub rounds: Rounds,
+    /// Salt launches coalesced per round (`rounds/`).
+    pub(super) rounds: Rounds,
     /// Whether the database stores, and what waits for it to store again.
     pub storage: storage::Storage,
     /// When a wrapper's silence may be judged (stalls of main or the hub do not count).
@@ -139,7 +141,7 @@ pub(crate) struct Flight {
     pub stopping: bool,
     /// The liveness check is armed (only while targets are picked up).
     pub(super) liveness_armed: bool,
-    /// Runs in flight in the database that nobody here drives (`run::orphans`).
+    /// Runs in flight in the database that nobody here drives (`orphans/`).
     pub orphans: Orphans,
 }
 

@@ -345,7 +345,7 @@ impl Mirror {
             out.extend(live.run_ended(run));
         } else if !standby {
             // A run nobody adopted, seen after taking over: the leader's orphan sweep
-            // (`run::orphans`) takes it up.
+            // (`orphans/`) takes it up.
             self.runs.remove(&run);
             return out;
         }
