@@ -30,6 +30,7 @@ mod notify;
 mod requests;
 mod rules;
 mod run;
+mod sessions;
 mod shell;
 mod state;
 mod views;
