@@ -269,6 +269,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             config,
             secret,
             flight: super::state::Flight::default(),
+            sessions: Default::default(),
             scheduler,
             daemon: super::state::DaemonInfo {
                 started_at: now.timestamp_millis(),

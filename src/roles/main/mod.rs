@@ -32,6 +32,7 @@ mod requests;
 mod rounds;
 mod rules;
 mod run;
+mod sessions;
 mod shell;
 mod state;
 mod views;

@@ -57,7 +57,7 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                 // A leader that cannot confirm its lease may have lost it to a server that
                 // stores: the wrapper is sent on to the next server instead of held here.
                 if core.ha.holding() {
-                    core.flight.sessions.remove(&conn);
+                    core.sessions.unbind(conn);
                     core.tell_hub(MainToHub::CloseWrapper { conn });
                     continue;
                 }
@@ -69,7 +69,7 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                 core.tell_wrapper(conn, msg);
             }
             Effect::Close(conn) => {
-                core.flight.sessions.remove(&conn);
+                core.sessions.unbind(conn);
                 core.tell_hub(MainToHub::CloseWrapper { conn });
             }
             Effect::StoreState(state, started) => {

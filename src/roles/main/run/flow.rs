@@ -277,7 +277,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         let out = core.notify.run_ended(&core.config.saltpeter, end, now_ms());
         core.perform(out);
         crate::roles::main::shell::joblog::run_ended(core, &active);
-        core.flight.sessions.retain(|_, (r, _)| *r != run);
+        core.sessions.run_ended(run);
         log::info!("run {run} of {} ended", active.job.name);
         core.apply_retention(&active.job.name);
         core.run_ended(&active, state);

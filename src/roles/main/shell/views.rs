@@ -139,7 +139,7 @@ pub(crate) fn metrics_text(core: &Main) -> String {
         publishes: core.rounds.publishes(),
         deployments: core.fleet.deployments_total(),
         prestage_leads,
-        wrappers_connected: core.flight.sessions.len(),
+        wrappers_connected: core.sessions.len(),
         runs_in_flight: core.runs_in_flight(),
         targets_suspended: suspended,
         targets_throttled: throttled,

@@ -7,7 +7,6 @@ pub(super) mod links;
 pub(crate) mod liveness;
 pub(super) mod run;
 pub(crate) mod storage;
-pub(super) mod wrappers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -27,12 +26,11 @@ use crate::roles::main::rules::target::Target;
 use crate::roles::main::rules::tokens::Secret;
 use crate::roles::main::views::Views;
 use crate::wire::db::DbReply;
-use crate::wire::link::{ConnId, ProcessInfo};
+use crate::wire::link::ProcessInfo;
 use crate::wire::records::RunId;
 use crate::workflow::{Registry, WakeEvent, WakeKey};
 use active::ActiveRun;
 use run::{RecoveredRun, RunRequest};
-use wrappers::Refusals;
 
 pub(crate) use links::HubOutbox;
 pub(crate) use run::JobRef;
@@ -80,8 +78,10 @@ pub(crate) struct Main {
     pub links: Links,
     pub config: LoadedConfig,
     pub secret: Secret,
-    /// Runs in flight and wrapper sessions.
+    /// Runs in flight.
     pub flight: Flight,
+    /// Wrapper connections and the target each serves; refused hellos (`sessions/`).
+    pub(super) sessions: crate::roles::main::sessions::Sessions,
     pub(super) scheduler: Scheduler,
     /// This daemon: its processes, start time and ports.
     pub daemon: DaemonInfo,
@@ -118,14 +118,10 @@ pub(crate) struct Main {
     pub(super) delegation: crate::roles::main::masters::Delegation,
 }
 
-/// Runs in flight, as main keeps them, and the wrapper sessions bound to them.
+/// Runs in flight, as main keeps them.
 #[derive(Default)]
 pub(crate) struct Flight {
     runs: BTreeMap<RunId, ActiveRun>,
-    /// Wrapper connections and the target each serves.
-    pub sessions: HashMap<ConnId, (RunId, String)>,
-    /// Refused hellos logged and recorded per peer address (a rate limit).
-    pub refusals: Refusals,
     /// Runs queued or being recorded, per job (the overlap rule; recorded runs are in
     /// `runs`).
     pub(super) busy_jobs: HashMap<String, usize>,

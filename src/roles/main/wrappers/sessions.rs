@@ -7,7 +7,7 @@
 //!   follows once the outcome is recorded.
 //! - liveness is judged on the server clock: no frame for 3 heartbeats -> `lost` (253).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
@@ -17,9 +17,12 @@ use crate::roles::main::rules::target::exit_outcome;
 use crate::roles::main::rules::target::{KillAction, PendingExit};
 use crate::roles::main::rules::tokens;
 use crate::roles::main::run::effects::{apply, finish_target, now_ms, transition, write_target};
+use crate::roles::main::sessions::verdicts::{
+    RefusedLine, coming_back, look_up_first, refused_line, reject, silences, start_time,
+};
 use crate::roles::main::state::liveness::Verdict;
 use crate::roles::main::state::{DbWait, Main};
-use crate::roles::main::wrappers::welcome::{answer_hello, reject, staged_heartbeat_s};
+use crate::roles::main::wrappers::welcome::answer_hello;
 use crate::wire::db::TargetUpdate;
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
@@ -31,10 +34,12 @@ pub(crate) fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
     match req {
         HubRequest::WrapperHello(hello) => {
             let run = hello.run;
-            if !core.flight.recovering
-                && !core.in_flight(run)
-                && (hello.resume_key.is_some() || hello.proof.is_some())
-            {
+            if look_up_first(
+                core.flight.recovering,
+                core.in_flight(run),
+                hello.resume_key.is_some(),
+                hello.proof.is_some(),
+            ) {
                 // Maybe a wrapper that was declared lost, coming back after its run ended.
                 core.db_call(
                     DbRequest::RunDetails(run),
@@ -98,19 +103,14 @@ pub(crate) fn reconcile(
         (None, Some(k)) => tokens::verify_resume_key(target.resume_key_sha256.as_deref(), &k.0),
         (None, None) => false,
     };
-    if target.record.reason != Some(TargetReason::Lost) || !proven {
-        // Only a peer that proved the target learns that its outcome is recorded.
-        let verdict = if proven && target.record.state == TargetState::Finished {
-            reject(
-                RejectCode::Finished,
-                format!(
-                    "the outcome of {} in run {} is already recorded",
-                    hello.machine, hello.run
-                ),
-            )
-        } else {
-            crate::roles::main::wrappers::welcome::not_in_flight(hello.run)
-        };
+    let verdict = coming_back(
+        hello.run,
+        &hello.machine,
+        target.record.reason,
+        target.record.state,
+        proven,
+    );
+    if let Some(verdict) = verdict {
         core.reply_hub(id, HubReply::Verdict(verdict));
         return;
     }
@@ -160,22 +160,11 @@ fn reopen_target(core: &mut Main, run: RunId, machine: &str) {
 /// run's `go`, nor before the last frame main had from the wrapper until now (its hello,
 /// which the welcome answered, or a heartbeat while it waited for `go`).
 fn earliest_start(core: &Main, conn: ConnId) -> Option<Millis> {
-    let (run, machine) = core.flight.sessions.get(&conn)?;
-    let active = core.run(*run)?;
+    let (run, machine) = core.sessions.target_of(conn)?;
+    let active = core.run(run)?;
     let heard = active.targets.get(machine)?.last_seen()?;
     let heard_ms = now_ms() - i64::try_from(heard.elapsed().as_millis()).unwrap_or(i64::MAX);
     Some(active.go_at().map_or(heard_ms, |go| go.max(heard_ms)))
-}
-
-/// When a command started: the wrapper's word (`at`, its clock at the spawn), kept
-/// inside what the server knows — not before `since` (what let it start) and not after
-/// `now` (when the news arrived). A wrapper whose clock is off lands on an edge of that
-/// window, never outside it; without a window, the arrival.
-pub(crate) fn start_time(at: Millis, since: Option<Millis>, now: Millis) -> Millis {
-    match since {
-        Some(since) if since <= now => at.clamp(since, now),
-        _ => now,
-    }
 }
 
 /// The target of a bound connection, with its liveness clock refreshed. The first
@@ -185,7 +174,11 @@ pub(crate) fn start_time(at: Millis, since: Option<Millis>, now: Millis) -> Mill
 /// A bound connection main has no session for (its run ended, its target was settled) is
 /// closed: its wrapper reconnects and gets a verdict instead of talking to nobody.
 fn touch(core: &mut Main, conn: ConnId) -> Option<(RunId, String)> {
-    let Some((run, machine)) = core.flight.sessions.get(&conn).cloned() else {
+    let Some((run, machine)) = core
+        .sessions
+        .target_of(conn)
+        .map(|(run, m)| (run, m.to_string()))
+    else {
         log::debug!("a wrapper on connection {conn} has no session any more; closing it");
         core.tell_hub(crate::wire::link::MainToHub::CloseWrapper { conn });
         return None;
@@ -289,7 +282,7 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
             }
         }
         HubRequest::WrapperGone { conn } => {
-            if let Some((run, machine)) = core.flight.sessions.remove(&conn) {
+            if let Some((run, machine)) = core.sessions.unbind(conn) {
                 log::debug!("run {run}: wrapper on {machine} disconnected");
                 if let Some(t) = core.target_mut(run, &machine) {
                     t.gone(conn);
@@ -330,19 +323,15 @@ pub(crate) fn output_stored(
             }
         }
         Err(e) => {
-            if refused_before.is_none() {
-                log::error!(
+            match refused_line(refused_before) {
+                RefusedLine::First => log::error!(
                     "run {run}: output of {machine} not stored: {e}; its wrapper keeps it \
                      and sends it again (logged again once stored)"
-                );
-            } else if let Some(frames) = refused_before.map(|f| f.saturating_add(1))
-                && frames.is_power_of_two()
-            {
-                // Logarithmic: a talker refused for a minute writes a dozen lines, not
-                // one per frame.
-                log::debug!(
+                ),
+                RefusedLine::Still(frames) => log::debug!(
                     "run {run}: output of {machine} still not stored ({frames} frames refused): {e}"
-                );
+                ),
+                RefusedLine::Quiet => {}
             }
             transition(core, run, machine, |t| t.output_refused(Instant::now()));
         }
@@ -399,13 +388,14 @@ pub(crate) fn check_liveness(core: &mut Main, now: Instant) {
     // Wrappers cannot reach a stopping daemon, and may be refused while the database
     // does not store: their silence says nothing then.
     let held = core.flight.stopping || core.storage.trouble().is_some();
-    let heartbeat_s = core.config.saltpeter.heartbeat_s.max(1);
-    let silence = Duration::from_secs(heartbeat_s * 3);
+    let sp = &core.config.saltpeter;
+    let windows = silences(sp.heartbeat_s, sp.recovery_grace_s);
+    let silence = windows.heard;
     match core.liveness.check(now, held) {
         Verdict::Judge => {}
         Verdict::Paused => return,
         Verdict::Resumed => {
-            let grace = silence.max(Duration::from_secs(core.config.saltpeter.recovery_grace_s));
+            let grace = windows.grace;
             log::info!(
                 "the daemon was stalled or paused; every wrapper has {} s to be heard again",
                 grace.as_secs()
@@ -421,7 +411,7 @@ pub(crate) fn check_liveness(core: &mut Main, now: Instant) {
             return;
         }
     }
-    let staged = Duration::from_secs(staged_heartbeat_s(heartbeat_s) * 3);
+    let staged = windows.staged;
     let mut lost = Vec::new();
     for active in core.runs() {
         let run = &active.id;
@@ -493,21 +483,4 @@ pub(crate) fn kill(core: &mut Main, run: RunId, machine: Option<&str>) -> Result
         apply(core, run, &m, effects);
     }
     Ok(count)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::start_time;
-
-    #[test]
-    fn a_start_is_the_wrappers_word_inside_what_the_server_knows() {
-        // go at 1,000, the news at 1,150: the wrapper's 1,040 stands.
-        assert_eq!(start_time(1_040, Some(1_000), 1_150), 1_040);
-        // A wrapper clock behind or ahead lands on an edge of the window.
-        assert_eq!(start_time(400, Some(1_000), 1_150), 1_000);
-        assert_eq!(start_time(9_000, Some(1_000), 1_150), 1_150);
-        // No window known, or an impossible one: the arrival.
-        assert_eq!(start_time(1_040, None, 1_150), 1_150);
-        assert_eq!(start_time(1_040, Some(2_000), 1_150), 1_150);
-    }
 }

@@ -5,29 +5,25 @@
 //! the spent token and the session's resume-key hash to be committed (`StoredWelcome`);
 //! refusals are recorded as `wrapper_refused` events.
 
-use crate::roles::main::state::wrappers::Refusals;
 use std::time::Instant;
 
 use crate::ipc::CallId;
 use crate::ipc::rpc::{CallError, Due};
-use crate::logsafe::{Admit, NAME_MAX, PerKey, clip};
+use crate::logsafe::{NAME_MAX, clip};
 use crate::roles::main::rules::target::suspend::SuspendReport;
 use crate::roles::main::rules::target::{Credential, Effect, Token};
 use crate::roles::main::rules::tokens;
 use crate::roles::main::run::effects::apply;
+use crate::roles::main::sessions::Refusal;
+use crate::roles::main::sessions::verdicts::{
+    Shown, cannot_limit, finished, not_in_flight, reject, shown, staged_heartbeat_s,
+};
 use crate::roles::main::state::{DbWait, Main};
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, TargetUpdate};
 use crate::wire::link::{ConnId, HubReply, MinionProof, WrapperHello, WrapperVerdict};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::{JobSpec, RejectCode};
-
-pub(super) fn reject(code: RejectCode, message: impl Into<String>) -> WrapperVerdict {
-    WrapperVerdict::Reject {
-        code,
-        message: message.into(),
-    }
-}
 
 pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
     let WrapperHello {
@@ -67,7 +63,16 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
             clip(&wrapper_version, NAME_MAX)
         ),
         WrapperVerdict::Reject { code, message } => {
-            refused(core, run, &machine, &peer, *code, message)
+            let refusal = Refusal {
+                run,
+                machine: &machine,
+                peer: &peer,
+                code: *code,
+                message,
+            };
+            let job = core.run(run).map(|r| r.job.name.clone());
+            let out = core.sessions.refused(refusal, job, Instant::now());
+            core.perform(out);
         }
     }
     if !matches!(verdict, WrapperVerdict::Welcome { .. }) {
@@ -128,77 +133,6 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
     );
 }
 
-/// Log and record a refusal, at most [`REFUSALS_PER_MINUTE`] per peer address a minute
-/// (the rest are counted and said in the next line that goes through). Everything the
-/// peer sent is clipped and escaped: a refusal costs the peer one hello and must not cost
-/// the server more than a bounded line and row.
-fn refused(
-    core: &mut Main,
-    run: RunId,
-    machine: &str,
-    peer: &str,
-    code: RejectCode,
-    message: &str,
-) {
-    let address = peer_address(peer);
-    let held = match core.flight.refusals.admit(&address, Instant::now()) {
-        Admit::Record { held } => held,
-        Admit::Hold => return,
-    };
-    let machine = clip(machine, NAME_MAX);
-    let message = clip(message, MESSAGE_MAX);
-    let peer = clip(peer, NAME_MAX);
-    let earlier = match held {
-        0 => String::new(),
-        n => format!(" ({n} more refusal(s) of {address} in the last minute were not recorded)"),
-    };
-    log::warn!(
-        "run {run}: wrapper on {machine} from {peer} rejected ({code:?}): {message}{earlier}"
-    );
-    if !code.is_transient() {
-        let job = core.run(run).map(|r| r.job.name.clone());
-        core.event(
-            "wrapper_refused",
-            job.as_deref(),
-            Some(run),
-            Some(&machine),
-            format!("a wrapper from {peer} was refused ({code:?}): {message}{earlier}"),
-        );
-    }
-}
-
-/// The address of `peer` (`ip:port`) without its port, clipped: the unit refusals are
-/// counted by.
-fn peer_address(peer: &str) -> String {
-    match peer.parse::<std::net::SocketAddr>() {
-        Ok(addr) => addr.ip().to_string(),
-        Err(_) => clip(peer, NAME_MAX),
-    }
-}
-
-/// Refusals logged and recorded per peer address a minute.
-pub(crate) const REFUSALS_PER_MINUTE: u32 = 10;
-/// Peer addresses whose refusals are counted at once.
-const REFUSAL_PEERS: usize = 4096;
-/// How much of a refusal's message a log line or event carries.
-const MESSAGE_MAX: usize = 1024;
-
-impl Default for Refusals {
-    fn default() -> Refusals {
-        Refusals(PerKey::new(
-            std::time::Duration::from_secs(60),
-            REFUSALS_PER_MINUTE,
-            REFUSAL_PEERS,
-        ))
-    }
-}
-
-impl Refusals {
-    fn admit(&mut self, address: &String, now: Instant) -> Admit {
-        self.0.admit(address, now)
-    }
-}
-
 /// A welcome waiting for its session (spent token, resume key hash) to be committed.
 #[derive(Debug, Clone)]
 pub(crate) struct StoredWelcome {
@@ -224,7 +158,7 @@ pub(crate) fn session_stored(
                 w.run,
                 w.machine
             );
-            core.flight.sessions.remove(&w.conn);
+            core.sessions.unbind(w.conn);
             if let Some(t) = core.target_mut(w.run, &w.machine) {
                 t.session_not_stored(w.conn);
             }
@@ -258,15 +192,6 @@ impl From<WrapperVerdict> for Vetted {
     fn from(verdict: WrapperVerdict) -> Vetted {
         Vetted::Now(verdict)
     }
-}
-
-/// The refusal of a run that is not in flight and of a machine that is not its target
-/// alike: an unauthenticated peer learns neither which runs nor which machines exist.
-pub(super) fn not_in_flight(run: RunId) -> WrapperVerdict {
-    reject(
-        RejectCode::UnknownRun,
-        format!("run {run} has no such target in flight"),
-    )
 }
 
 fn vet_hello(
@@ -312,29 +237,24 @@ fn vet_hello(
     // minion's key says nothing about a local target that happens to share its name,
     // and a launch token is only ever written for a local wrapper.
     let salt_run = job.executor == crate::config::Executor::Salt;
-    let credential = match (&p.token, &p.resume_key, &p.proof) {
-        (_, _, Some(_)) if !salt_run => {
-            return reject(
-                RejectCode::BadToken,
-                "a minion-key proof is accepted for Salt runs only",
-            )
-            .into();
+    let what = shown(
+        salt_run,
+        p.token.is_some(),
+        p.resume_key.is_some(),
+        p.proof.is_some(),
+    );
+    let credential = match (what, &p.token, &p.resume_key, &p.proof) {
+        (Shown::Refused(why), ..) => return reject(RejectCode::BadToken, why).into(),
+        (Shown::MinionKey, _, _, Some(proof)) => {
+            match core.check_minion_proof(run, machine, proof) {
+                Ok(()) => Credential::MinionKey { valid: true },
+                Err(why) => return reject(RejectCode::BadToken, why).into(),
+            }
         }
-        (Some(_), None, None) if salt_run => {
-            return reject(
-                RejectCode::BadToken,
-                "a launch token is accepted for local runs only",
-            )
-            .into();
-        }
-        (_, _, Some(proof)) => match core.check_minion_proof(run, machine, proof) {
-            Ok(()) => Credential::MinionKey { valid: true },
-            Err(why) => return reject(RejectCode::BadToken, why).into(),
-        },
-        (_, Some(key), None) => Credential::ResumeKey {
+        (Shown::ResumeKey, _, Some(key), _) => Credential::ResumeKey {
             valid: tokens::verify_resume_key(stored_hash.as_deref(), &key.0),
         },
-        (Some(token), None, None) => {
+        (Shown::LaunchToken, Some(token), _, _) => {
             let valid = core
                 .secret
                 .verify_launch_token(run, machine, attempt, &token.0);
@@ -356,7 +276,7 @@ fn vet_hello(
             }
             Credential::LaunchToken { valid }
         }
-        (None, None, None) => Credential::None,
+        _ => Credential::None,
     };
     // A wrapper that would ignore the job's limits does not run it (told only to a
     // wrapper that proved its target).
@@ -366,16 +286,8 @@ fn vet_hello(
             | Credential::ResumeKey { valid: true }
             | Credential::MinionKey { valid: true }
     );
-    if proven && !can_limit && !job.limits.is_empty() {
-        return reject(
-            RejectCode::Version,
-            format!(
-                "job {} has resource limits and this wrapper cannot apply them; deploy the \
-                 current saltpeter-wrapper",
-                job.name
-            ),
-        )
-        .into();
+    if let Some(verdict) = cannot_limit(&job.name, proven, can_limit, !job.limits.is_empty()) {
+        return verdict.into();
     }
     let Some(target) = core.target_mut(run, machine) else {
         return reject(RejectCode::UnknownRun, "run ended").into();
@@ -388,17 +300,11 @@ fn vet_hello(
             welcomed
         }
         Err(refusal) if refusal.code == RejectCode::Finished => {
-            return reject(
-                RejectCode::Finished,
-                format!("the outcome of {machine} in run {run} is already recorded"),
-            )
-            .into();
+            return finished(run, machine).into();
         }
         Err(refusal) => return reject(refusal.code, refusal.message).into(),
     };
-    core.flight
-        .sessions
-        .insert(conn, (run, machine.to_string()));
+    core.sessions.bind(conn, run, machine);
     let acked_seq = welcomed.acked_seq;
     // A token welcome opens a session with a key of its own, recorded (hashed, with the
     // spent token) before the welcome goes out; a resume gets its key back; a minion-key
@@ -447,13 +353,4 @@ fn vet_hello(
         Some(hash) => Vetted::AfterStore { verdict, hash },
         None => Vetted::Now(verdict),
     }
-}
-
-/// How many heartbeat periods a pre-staged wrapper waits between its heartbeats.
-const STAGED_HEARTBEATS: u64 = 6;
-
-/// The heartbeat period a pre-staged wrapper is told to keep while it waits for `go`
-/// (`JobSpec::staged_heartbeat_s`): it only waits, so a slower beat is enough.
-pub(crate) fn staged_heartbeat_s(heartbeat_s: u64) -> u64 {
-    heartbeat_s.max(1) * STAGED_HEARTBEATS
 }
