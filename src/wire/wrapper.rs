@@ -94,7 +94,7 @@ pub enum WrapperMsg {
     Started {
         pid: u32,
         /// Wrapper clock at the spawn, unix milliseconds; the server records it inside
-        /// the window its own clock allows (`roles::main::wrappers::sessions::start_time`).
+        /// the window its own clock allows (`roles::main::shell::wrappers::sessions::start_time`).
         at: i64,
         /// How the job's limits were applied, or why one was not (absent without limits
         /// and from older wrappers); kept in the target's record.

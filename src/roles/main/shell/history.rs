@@ -12,7 +12,7 @@ use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::ipc::rpc::Due;
 use crate::logsafe::cut;
-use crate::roles::main::state::{DbWait, Main};
+use crate::roles::main::shell::{DbWait, Main};
 use crate::wire::db::NewEvent;
 use crate::wire::db::Retention;
 use crate::wire::db::calls;

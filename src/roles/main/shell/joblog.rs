@@ -6,8 +6,8 @@
 //! ends, `overlap` and `maintenance` for slots not run for those reasons.
 
 use crate::config::Job;
-use crate::roles::main::state::active::ActiveRun;
-use crate::roles::main::state::{DbWait, Main};
+use crate::roles::main::run::active::ActiveRun;
+use crate::roles::main::shell::{DbWait, Main};
 use crate::wire::db::DbRequest;
 use crate::wire::notify::{ExportDest, JobLog, JobLogEntry};
 use crate::wire::records::now_ms;

@@ -5,7 +5,7 @@
 use crate::config;
 use crate::roles::main::fleet::launcher;
 use crate::roles::main::rules::scheduler;
-use crate::roles::main::state::Main;
+use crate::roles::main::shell::Main;
 use crate::wire::link::{MinionProof, SaltSettings};
 use crate::wire::records::RunId;
 

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use crate::ipc::Role;
 use crate::ipc::rpc::{Call, CallError, CallId, Due, Packet, RemoteError};
-use crate::roles::main::state::{DbWait, LAUNCH_TIMEOUT, Main, db_timeout};
+use crate::roles::main::shell::{DbWait, LAUNCH_TIMEOUT, Main, db_timeout};
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::link::{BlockingReply, BlockingRequest, ConnId, HubReply, MainToHub};
 use crate::wire::records::now_ms;

@@ -3,7 +3,7 @@
 //! and for the hub.
 
 use crate::roles::main::messages::{Cmd, Message, Out, Then};
-use crate::roles::main::state::{DbWait, Main};
+use crate::roles::main::shell::{DbWait, Main};
 use crate::wire::link::HubReply;
 
 impl Main {

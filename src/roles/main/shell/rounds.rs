@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use crate::roles::main::state::Main;
+use crate::roles::main::shell::Main;
 
 /// Send the rounds that are complete (the loop's end of turn, so every launch the turn's
 /// steps queued is in), and fold the latencies of overdue publishes into the pre-staging

@@ -26,12 +26,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::roles::main::rules::target::Target;
-use crate::roles::main::state::Main;
-use crate::roles::main::state::active::ActiveRun;
+use crate::roles::main::run::active::ActiveRun;
+use crate::roles::main::run::target::Target;
+use crate::roles::main::shell::Main;
 use crate::wire::records::RunId;
 
-pub(crate) use crate::roles::main::state::active::QueueKey;
+pub(crate) use crate::roles::main::run::active::QueueKey;
 
 /// What one machine has: places taken, and the keys of the targets waiting for it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

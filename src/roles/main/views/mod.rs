@@ -38,7 +38,7 @@ use std::time::Instant;
 use crate::ipc::CallId;
 use crate::ipc::rpc::CallError;
 use crate::roles::main::messages::{DbResult, FinishedRun, Message, Out, Then};
-use crate::roles::main::rules::target::Target;
+use crate::roles::main::run::target::Target;
 use crate::wire::db::{DbRequest, LiveNotice, OutputQuery};
 use crate::wire::records::{Millis, RunId, RunRecord, TargetRecord};
 use answer::LIVE_BASE_BYTES;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::roles::main::rules::target::Target;
+use crate::roles::main::run::target::Target;
 use crate::wire::records::{Millis, RunId, Trigger};
 
 /// A run in flight as the views read it (lent by the caller for one call).

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use super::{Live, Watcher, stream};
 use crate::ipc::CallId;
 use crate::roles::main::messages::Out;
-use crate::roles::main::rules::target::Target;
+use crate::roles::main::run::target::Target;
 use crate::roles::main::views::seen::RunSeen;
 use crate::wire::admin::AdminResponse;
 use crate::wire::records::{RunId, RunRecord, RunState, TargetReason, TargetRecord, TargetState};
