@@ -72,7 +72,28 @@ pub(crate) fn start<R: Rescan>(ctx: &mut Ctx<R>, dir: &Path) {
     }
 }
 
-fn watch<R: Rescan>(ctx: &mut Ctx<R>, dir: &Path) -> Result<(), String> {
+/// Why the configuration directory cannot be watched (it is scanned instead).
+#[derive(Debug)]
+enum WatchError {
+    /// `inotify_init` failed (no inotify, or the instance limit is reached).
+    Init(Errno),
+    /// `inotify_add_watch` failed (the watch limit is reached, the directory is gone).
+    AddWatch(Errno),
+    /// The descriptor could not be registered with the loop.
+    Register(std::io::Error),
+}
+
+impl std::fmt::Display for WatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Init(e) => write!(f, "inotify_init: {e}"),
+            Self::AddWatch(e) => write!(f, "inotify_add_watch: {e}"),
+            Self::Register(e) => write!(f, "registering the inotify descriptor: {e}"),
+        }
+    }
+}
+
+fn watch<R: Rescan>(ctx: &mut Ctx<R>, dir: &Path) -> Result<(), WatchError> {
     let inotify = open_watch(dir)?;
     let fd = inotify.as_fd().as_raw_fd();
     let listener = ConfigWatch {
@@ -80,14 +101,14 @@ fn watch<R: Rescan>(ctx: &mut Ctx<R>, dir: &Path) -> Result<(), String> {
         check_armed: Rc::new(Cell::new(false)),
     };
     ctx.register(&mut SourceFd(&fd), Interest::READABLE, listener)
-        .map_err(|e| format!("registering the inotify descriptor: {e}"))?;
+        .map_err(WatchError::Register)?;
     Ok(())
 }
 
 /// A non-blocking inotify descriptor watching what can change a configuration file.
-fn open_watch(dir: &Path) -> Result<Inotify, String> {
-    let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-        .map_err(|e| format!("inotify_init: {e}"))?;
+fn open_watch(dir: &Path) -> Result<Inotify, WatchError> {
+    let inotify =
+        Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).map_err(WatchError::Init)?;
     let flags = AddWatchFlags::IN_CLOSE_WRITE
         | AddWatchFlags::IN_MODIFY
         | AddWatchFlags::IN_ATTRIB
@@ -100,7 +121,7 @@ fn open_watch(dir: &Path) -> Result<Inotify, String> {
         | AddWatchFlags::IN_ONLYDIR;
     inotify
         .add_watch(dir, flags)
-        .map_err(|e| format!("inotify_add_watch: {e}"))?;
+        .map_err(WatchError::AddWatch)?;
     Ok(inotify)
 }
 

@@ -30,13 +30,56 @@ pub(crate) struct SuspendReport {
     pub suspended: bool,
 }
 
+/// Why a target cannot be suspended or resumed now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Its outcome is already decided.
+    Decided,
+    /// Its command is not running (not started yet, or exited).
+    NotRunning,
+    /// Its wrapper is connected but an older build without suspend and resume.
+    OlderWrapper,
+    /// Its wrapper is not connected and has not said it can suspend.
+    NotConnected,
+}
+
+/// A suspend or resume refused for one target, and why (shown to the operator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SuspendRefused {
+    /// It was a resume (else a suspend).
+    pub resume: bool,
+    pub why: Refusal,
+}
+
+impl std::fmt::Display for SuspendRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let verb = if self.resume { "resume" } else { "suspend" };
+        match self.why {
+            Refusal::Decided => write!(f, "cannot {verb}: its outcome is already decided"),
+            Refusal::NotRunning => write!(f, "cannot {verb}: its command is not running"),
+            Refusal::OlderWrapper => write!(
+                f,
+                "cannot {verb}: its wrapper is an older build without suspend and \
+                 resume (deploy the new wrapper for later runs)"
+            ),
+            Refusal::NotConnected => write!(
+                f,
+                "cannot {verb}: its wrapper is not connected and has not said it can \
+                 suspend; try again once it reconnects"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SuspendRefused {}
+
 impl Target {
     /// An operator suspends (`want` true) or resumes this target. `Ok` with no effects:
     /// it already is as asked.
-    pub(crate) fn set_suspended(&mut self, want: bool) -> Result<Vec<Effect>, String> {
-        let verb = if want { "suspend" } else { "resume" };
+    pub(crate) fn set_suspended(&mut self, want: bool) -> Result<Vec<Effect>, SuspendRefused> {
+        let refused = |why| SuspendRefused { resume: !want, why };
         if self.is_decided() {
-            return Err(format!("cannot {verb}: its outcome is already decided"));
+            return Err(refused(Refusal::Decided));
         }
         let Phase::PickedUp {
             running: true,
@@ -44,19 +87,13 @@ impl Target {
             ..
         } = self.phase
         else {
-            return Err(format!("cannot {verb}: its command is not running"));
+            return Err(refused(Refusal::NotRunning));
         };
         if !self.can_suspend {
-            return Err(match self.conn {
-                Some(_) => format!(
-                    "cannot {verb}: its wrapper is an older build without suspend and \
-                     resume (deploy the new wrapper for later runs)"
-                ),
-                None => format!(
-                    "cannot {verb}: its wrapper is not connected and has not said it can \
-                     suspend; try again once it reconnects"
-                ),
-            });
+            return Err(refused(match self.conn {
+                Some(_) => Refusal::OlderWrapper,
+                None => Refusal::NotConnected,
+            }));
         }
         if self.suspended == want {
             // Said again (idempotent for the wrapper), nothing stored.
@@ -113,7 +150,7 @@ fn order(conn: ConnId, suspend: bool) -> Effect {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use super::SuspendReport;
+    use super::{Refusal, SuspendReport};
     use crate::roles::main::run::target::{Credential, Effect, Target};
     use crate::wire::records::{TargetReason, TargetRecord, TargetState};
 
@@ -159,7 +196,8 @@ mod tests {
     fn an_older_wrapper_or_a_command_not_running_is_refused() {
         let mut old = running(false);
         let why = old.set_suspended(true).expect_err("older wrapper");
-        assert!(why.contains("older build"), "{why}");
+        assert_eq!(why.why, Refusal::OlderWrapper);
+        assert!(why.to_string().contains("older build"), "{why}");
         assert!(!old.suspended);
         let mut staged = Target::new(0);
         staged.launch();
@@ -168,10 +206,18 @@ mod tests {
             .expect("welcome");
         staged.wrapper_hello(1, CAPABLE);
         let why = staged.set_suspended(true).expect_err("not started");
-        assert!(why.contains("not running"), "{why}");
+        assert_eq!(why.why, Refusal::NotRunning);
+        assert_eq!(
+            why.to_string(),
+            "cannot suspend: its command is not running"
+        );
         let mut done = running(true);
         done.finish(TargetReason::Exit, Some(0), 2_000);
-        assert!(done.set_suspended(true).is_err(), "decided");
+        let why = done.set_suspended(false).expect_err("decided");
+        assert_eq!(
+            why.to_string(),
+            "cannot resume: its outcome is already decided"
+        );
     }
 
     #[test]
