@@ -211,6 +211,7 @@ mod tests {
     fn a_missing_directory_is_an_error_that_names_the_call() {
         let dir = tempfile::tempdir().expect("tempdir");
         let err = open_watch(&dir.path().join("gone")).expect_err("no directory");
-        assert!(err.contains("inotify_add_watch"), "{err}");
+        assert!(matches!(err, WatchError::AddWatch(Errno::ENOENT)), "{err}");
+        assert!(err.to_string().starts_with("inotify_add_watch: "), "{err}");
     }
 }
