@@ -1,7 +1,7 @@
 //! When a wrapper's silence may be judged: only over time the daemon itself ran.
 //!
-//! Main judges silence once a second (`wrappers::sessions::check_liveness`); the frames
-//! it judges come through the hub. Two stalls make every wrapper look silent without
+//! Main judges silence once a second (`shell::wrappers::sessions::check_liveness`); the
+//! frames it judges come through the hub. Two stalls make every wrapper look silent without
 //! any wrapper being so:
 //!
 //! - main itself was stopped (SIGSTOP, a VM pause, a swap storm): the gap between two

@@ -4,8 +4,9 @@
 //! 1. `saltpeterctl pause JOB [--until T]`, `resume JOB`, `skip JOB [--next N]` (and the
 //!    HTTP API) change the state (`request.rs`), which is persisted as JSON under the
 //!    `jobctl` key of db's `meta` table (the answer goes out once db has committed) and
-//!    loaded at start-up before anything fires (`boot.rs`), so it survives restarts. Each
-//!    change is an audit event of kind `job_control` with the operator's uid.
+//!    loaded at start-up before anything fires (`lifecycle/boot.rs`), so it survives
+//!    restarts. Each change is an audit event of kind `job_control` with the operator's
+//!    uid.
 //! 2. Every slot that is about to run asks `hold` first: a paused job's slot, or one of the
 //!    next N slots to skip, is recorded as skipped with the reason; a slot inside a
 //!    fleet-wide maintenance window is skipped (reason names the window) or deferred to
@@ -22,7 +23,7 @@
 //! They take the time and what they need of the configuration as arguments and return
 //! what to do (`messages::Out`): events, answers, and the db call that persists the state,
 //! whose reply comes back as `Message::JobCtlSaved` (`saved`). Firing a slot is not this
-//! part's: the loop (`firing/`) asks `hold` and fires as it says.
+//! part's: the loop (`shell/firing/`) asks `hold` and fires as it says.
 
 mod request;
 #[cfg(test)]

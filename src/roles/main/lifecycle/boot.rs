@@ -2,15 +2,15 @@
 //!
 //! 1. [`Boot::start`] asks db for the run-time maintenance settings and the job control
 //!    state (paused and skipping jobs), both in `meta`, and the newest recorded slot of
-//!    every job; `run::recovery::start` asks for the runs in flight.
+//!    every job; `shell::run::recovery::start` asks for the runs in flight.
 //! 2. Until all four answers are in, the start-up hold (`Flight::recovering`) holds: no
 //!    slot fires, no run starts, no hello is vetted. A failed load is asked again (at most
 //!    once a second: [`Boot::loaded`] posts `StartupRetry` for a second later). Admin
 //!    requests that depend on these (run now, maintenance) are parked meanwhile.
 //! 3. The answer that completes them posts `Message::StartupDone`, and the loop then
-//!    records or catches up the slots missed while the daemon was down (`missed.rs`),
-//!    lifts the hold, arms the schedule and handles the parked requests
-//!    (`dispatch/lifecycle.rs`).
+//!    records or catches up the slots missed while the daemon was down
+//!    (`shell/firing/missed.rs`), lifts the hold, arms the schedule and handles the parked
+//!    requests (`shell/dispatch/lifecycle.rs`).
 //!
 //! [`Boot`] keeps what has come so far; its methods say what to do next (`Out`). The
 //! maintenance and job control settings belong to their parts: [`Boot::loaded`] hands

@@ -11,11 +11,11 @@
 //! 2. The first report carries the secret every server shares ([`shared_secret`]):
 //!    tokens and resume keys made by any server are valid on this one.
 //! 3. Given the lease, main **adopts** (`Message::Adopt`): the start-up of a lone daemon,
-//!    unchanged (`boot.rs`, `run::recovery::start`): runs in flight are loaded from the
-//!    database and wait for their wrappers, slots missed since the last recorded one
+//!    unchanged (`boot.rs`, `shell::run::recovery::start`): runs in flight are loaded from
+//!    the database and wait for their wrappers, slots missed since the last recorded one
 //!    follow each job's `missed` policy, then the schedule is armed. The (job, slot)
-//!    uniqueness of the database stays the last guard against a slot run twice. The
-//!    leader alone pumps the notification outbox.
+//!    uniqueness of the database stays the last guard against a slot run twice. The leader
+//!    alone pumps the notification outbox.
 //! 4. A leader whose lease cannot be confirmed (the database unreachable) holds
 //!    ([`Ha::holding`]): no new slot fires and no run starts, its wrappers are still
 //!    served and nothing is lost (output stays unacknowledged in the wrappers); when the

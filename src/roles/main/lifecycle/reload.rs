@@ -12,7 +12,7 @@
 //!    or, while one is in flight, asks for another after it: the files may have changed
 //!    after the first one's scan. Requests meanwhile coalesce into that one.
 //! 2. The reply comes back as `Message::ConfigRead` ([`Reloads::read`]); the loop puts
-//!    the configuration in effect (`dispatch/lifecycle.rs`) and [`Reloads::applied`]
+//!    the configuration in effect (`shell/dispatch/lifecycle.rs`) and [`Reloads::applied`]
 //!    answers who asked.
 //! 3. A failure (blocking gone, helper killed at its deadline, answer too large) keeps
 //!    the previous configuration, says why, and the next change or request tries again.

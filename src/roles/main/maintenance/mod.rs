@@ -4,7 +4,7 @@
 //! - `saltpeter_maintenance` in the configuration files (hot-reloaded with them);
 //! - run-time settings from `saltpeterctl maintenance on|off|add|remove`, persisted as JSON
 //!   under the `maintenance` key of db's `meta` table, loaded at start-up before anything
-//!   fires (`boot.rs`), so they survive restarts.
+//!   fires (`lifecycle/boot.rs`), so they survive restarts.
 //!
 //! Global maintenance: no new run starts (a firing is recorded as skipped with reason
 //! `maintenance`, `saltpeterctl run` is refused), running runs finish. A machine in

@@ -25,8 +25,8 @@
 //! repeat by `X-Saltpeter-Delivery`).
 //!
 //! [`Notifier`] is the part: its state is private and changes only through its methods,
-//! which take the time and the settings they need and return what to do
-//! (`messages::Out`); db's and blocking's answers come back as messages (`dispatch.rs`).
+//! which take the time and the settings they need and return what to do (`messages::Out`);
+//! db's and blocking's answers come back as messages (`shell/dispatch.rs`).
 
 mod counts;
 pub(crate) mod deliveries;

@@ -7,10 +7,10 @@
 //! leader of a shared database sweeps every [`SWEEP`]:
 //!
 //! 1. read the runs in flight (`InFlightDetails`, as a takeover does);
-//! 2. a run this leader does not drive is a suspect; a suspect of the previous sweep
-//!    still there (a recording whose answer is merely on its way is not an orphan) is
-//!    adopted exactly as a takeover adopts it (`run::recovery::restore`): its wrappers,
-//!    if any, get `recovery_grace` to call, and its targets are settled as after a crash;
+//! 2. a run this leader does not drive is a suspect; a suspect of the previous sweep still
+//!    there (a recording whose answer is merely on its way is not an orphan) is adopted
+//!    exactly as a takeover adopts it (`shell::run::recovery::restore`): its wrappers, if
+//!    any, get `recovery_grace` to call, and its targets are settled as after a crash;
 //! 3. the adoption is logged and recorded as a `run_orphan_adopted` event.
 //!
 //! A lone daemon on SQLite meets the same through a call that timed out: db, stopped or
@@ -21,8 +21,9 @@
 //! minute.
 //!
 //! `Orphans` keeps the sweep's state private; its methods take the time and whether this
-//! server may sweep, and return what is to be done. The adoption itself, and the close of
-//! a run recorded after main stopped waiting, act on the runs in flight: `run/orphans.rs`.
+//! server may sweep, and return what is to be done. The adoption itself, and the close of a
+//! run recorded after main stopped waiting, act on the runs in flight:
+//! `shell/run/orphans.rs`.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

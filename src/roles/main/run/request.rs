@@ -1,6 +1,6 @@
 //! A run's state: what was asked (`RunRequest`), a recovered run to resume
-//! (`RecoveredRun`), the run in flight as main keeps it (`ActiveRun`, in `active.rs`);
-//! how far a run's Workflow got is its env (`run/env.rs`). Launches coalesced per round
+//! (`RecoveredRun`), the run in flight as main keeps it (`ActiveRun`, in `active.rs`); how
+//! far a run's Workflow got is its env (`shell/run/env.rs`). Launches coalesced per round
 //! and runs in flight that nobody here drives are parts of their own (`rounds/`,
 //! `orphans/`).
 

@@ -1,7 +1,7 @@
 //! The pure rules of a run as a whole: how targets are cut into batches, when a job
 //! counts as busy (the overlap rule), what a pre-staged run does at its slot, and which
-//! targets missed the pick-up deadline. The run Workflow (`run/`, `prestage`) calls
-//! these and performs what they decide; `run_rules_tests.rs` tests them without sockets
+//! targets missed the pick-up deadline. The run Workflow (`shell/run/`, `prestage`) calls
+//! these and performs what they decide; `rules_tests.rs` tests them without sockets
 //! or clocks.
 
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! The wrapper sessions main keeps beside the runs: which connection serves which target,
 //! and the rate limit of refused hellos; and the pure decisions about wrappers
 //! (`verdicts.rs`: what a hello gets, when silence makes a target lost). The hub's wrapper
-//! traffic is handled by `wrappers/`, which calls this part and the run's targets (it
+//! traffic is handled by `shell/wrappers/`, which calls this part and the run's targets (it
 //! holds `Main`, which holds this part, so the two live apart). (How main launches
 //! wrappers and which build each minion has is the fleet, `fleet/`.)
 

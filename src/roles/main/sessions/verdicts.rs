@@ -1,6 +1,7 @@
 //! The pure decisions about wrappers: what a hello gets, when a wrapper's silence makes it
 //! lost, when a command started, what a refused output frame logs. No clock, no db: the
-//! glue in `welcome.rs` and `sessions.rs` feeds them and acts on the answer.
+//! glue in `shell/wrappers/` (`welcome.rs`, `sessions.rs`) feeds them and acts on the
+//! answer.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! Main's links and the calls in flight on them (`links.rs` sends and receives). A call's
-//! continuation is handed the state it belongs to (`M`, main's `Main`: see `state/mod.rs`),
+//! continuation is handed the state it belongs to (`M`, main's `Main`: see `shell/mod.rs`),
 //! so this file names none of it.
 
 use std::collections::HashMap;

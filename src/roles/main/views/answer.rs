@@ -1,6 +1,6 @@
 //! The bounds and shapes every answer keeps: the largest output slice, the configuration
-//! errors an answer carries, a failed db call as the requester sees it, the start of a
-//! live view. (How an answer leaves main is `requests/answer.rs`.)
+//! errors an answer carries, a failed db call as the requester sees it, the start of a live
+//! view. (How an answer leaves main is `shell/requests/answer.rs`.)
 
 use crate::ipc::CallId;
 use crate::ipc::rpc::{Call, CallError, RemoteError};

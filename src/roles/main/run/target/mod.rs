@@ -13,7 +13,7 @@
 //! ```
 //!
 //! Every transition takes the time it happens at and returns the [`Effect`]s the shell
-//! (`effects.rs`) must perform: messages to the wrapper, writes to db, events.
+//! (`shell/run/effects.rs`) must perform: messages to the wrapper, writes to db, events.
 //! Nothing here touches a socket or a clock, so the rules — a launch token works once,
 //! output is acked only once committed, an exit settles only when all its output is
 //! stored, silence for three heartbeats is a loss, a kill before pick-up cancels — are unit

@@ -1,4 +1,4 @@
-//! A target's silence: judged only over time the daemon ran (`state/liveness.rs`).
+//! A target's silence: judged only over time the daemon ran (`health/liveness.rs`).
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,5 @@
 //! A target whose minion did not answer, waiting for it to come back
-//! (`retry_unreachable`, driven by `run/unreachable.rs`).
+//! (`retry_unreachable`, driven by `shell/run/unreachable.rs`).
 
 use std::time::{Duration, Instant};
 

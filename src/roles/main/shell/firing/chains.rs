@@ -1,8 +1,9 @@
 //! Chains of jobs: a job with `after: {job: X, on: success|failure|always}` runs when a run
 //! of X ends with a matching outcome.
 //!
-//! `run_ended` is called by the run Workflow's `finalize` once the upstream run's end is
-//! recorded. Each chained job's run goes through the same door as a scheduled slot
+//! `run_ended` is called from the `Message::RunEnded` arm of the loop's dispatch
+//! (`shell/dispatch.rs`), which `finalize` posts once the upstream run's end is recorded.
+//! Each chained job's run goes through the same door as a scheduled slot
 //! (`firing::fire`, trigger `chain`, slot = the upstream run's end), so global
 //! maintenance, pause, skips, maintenance windows and the overlap rule apply to it too. The
 //! run records what triggered it: its reason says `after run N of X (succeeded)`, and an

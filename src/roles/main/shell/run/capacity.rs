@@ -1,9 +1,10 @@
 //! The run Workflow's `await_capacity` step: a recorded run waits here, before any wrapper
-//! is deployed or launched, while `max_runs_in_flight` runs are going (`throttle.rs` has the
-//! rule and the order). Meanwhile the run is `queued` with the reason; once admitted it is
-//! `dispatching` again (a pre-staged run stays `queued` until its slot) and its reason
-//! says how long it waited. A run recovered after a restart passes here too: one that
-//! was still waiting waits again, one with a target launched before is in flight already.
+//! is deployed or launched, while `max_runs_in_flight` runs are going (`shell/throttle.rs`
+//! has the rule and the order). Meanwhile the run is `queued` with the reason; once
+//! admitted it is `dispatching` again (a pre-staged run stays `queued` until its slot) and
+//! its reason says how long it waited. A run recovered after a restart passes here too: one
+//! that was still waiting waits again, one with a target launched before is in flight
+//! already.
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! The shell around the pure target core (`target/`): performs the [`Effect`]s a
+//! The shell around the pure target core (`run/target/`): performs the [`Effect`]s a
 //! transition returns — messages to the wrapper through the hub, writes to db, events —
 //! and offers the transitions that every part of main uses by name.
 

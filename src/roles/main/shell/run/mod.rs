@@ -1,16 +1,18 @@
-//! The run Workflow (docs/architecture.md, Event loop and Workflows) and the firing of slots.
+//! The run Workflow (docs/architecture.md, "A run's states") and the firing of slots.
 //!
-//! Steps: `resolve_targets` (maintenance hosts out, `number_of_targets`, batches) ->
-//! `record_run` (unique per job and slot: a slot never runs twice) -> per batch
-//! `launch_batch` -> `await_launch` -> `collect_batch` (pickup deadline; exits, losses
-//! and kills arrive as run events) -> `next_batch` -> always `finalize` (final state
-//! recorded, waiters answered). Target outcomes are written by `finish_target`, the one
-//! place a target becomes `finished`.
+//! Steps (`flow.rs`): `resolve_targets` (the live targets) -> `plan_batches` (maintenance
+//! hosts out, `number_of_targets`, batches) -> `record_run` (unique per job and slot: a
+//! slot never runs twice) -> `await_capacity` -> `deploy_wrappers` -> per batch
+//! `launch_batch` -> `await_launch` -> `await_slot` (pre-staged runs) -> `collect_batch`
+//! (pickup deadline; exits, losses and kills arrive as run events) -> `next_batch` ->
+//! `collect_all` -> always `finalize` (final state recorded, then `Message::RunEnded`). A
+//! recovered run starts at `await_capacity`. Target outcomes are written by
+//! `finish_target`, the one place a target becomes `finished`.
 //!
 //! A run is planned, then recorded with its id: the Workflow's env (`env.rs`) holds a
 //! `RunPlan` until `record_run`, a `RecordedRun` from then on, so only a recorded run has
-//! an id. What main keeps of a run in flight is in `state/` (`ActiveRun`, `RunRequest`),
-//! below every step; `flow` is the Workflow's shape.
+//! an id. What main keeps of a run in flight is the run part (`run/`: `ActiveRun`,
+//! `Flight`, `RunRequest`, the target core), which names none of these steps.
 
 pub(crate) mod batches;
 mod capacity;

@@ -1,5 +1,5 @@
 //! What is final only once stored: a target's outcome, a slot's record; and the way out
-//! of storage trouble (`state/storage.rs` keeps the state, this file acts on it).
+//! of storage trouble (`health/storage.rs` keeps the state, this file acts on it).
 //!
 //! - A target's outcome is written when decided (`Effect::RecordOutcome`). When the write
 //!   fails the target stays `Finishing`, its wrapper keeps its exit (no `done` goes out),

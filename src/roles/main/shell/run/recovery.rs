@@ -1,13 +1,13 @@
 //! Restart recovery: runs left in flight are loaded back from db at start-up.
 //!
-//! Until db has answered (and the other start-up loads of `boot.rs` are in), main vets no
-//! wrapper (`retry_later`), fires no slot and starts no run. Each run in flight becomes an
-//! `ActiveRun` again, with what its targets had durably reached: state, the last committed
-//! output seq (so a resumed wrapper resends only what is missing), whether the launch token
-//! was spent and the hash of the resume key. Wrappers that reconnect with their resume key
-//! are re-attached; those that stay silent for 3 heartbeats become `lost` (253); those
-//! never picked up get the pickup deadline (254); targets never launched are launched now.
-//! A slot already recorded is never launched again: its run is this one.
+//! Until db has answered (and the other start-up loads of `lifecycle/boot.rs` are in), main
+//! vets no wrapper (`retry_later`), fires no slot and starts no run. Each run in flight
+//! becomes an `ActiveRun` again, with what its targets had durably reached: state, the last
+//! committed output seq (so a resumed wrapper resends only what is missing), whether the
+//! launch token was spent and the hash of the resume key. Wrappers that reconnect with
+//! their resume key are re-attached; those that stay silent for 3 heartbeats become `lost`
+//! (253); those never picked up get the pickup deadline (254); targets never launched are
+//! launched now. A slot already recorded is never launched again: its run is this one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

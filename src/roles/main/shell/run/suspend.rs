@@ -1,7 +1,7 @@
 //! An operator's suspend or resume of a run in flight (every target, or one): each target
-//! decides by its own rules (`target/suspend.rs`), the effects go out, and the request is
-//! recorded in the audit trail (`suspend_requested` / `resume_requested`, with who asked)
-//! whatever it reached.
+//! decides by its own rules (`run/target/suspend.rs`), the effects go out, and the request
+//! is recorded in the audit trail (`suspend_requested` / `resume_requested`, with who
+//! asked) whatever it reached.
 
 use crate::roles::main::shell::Main;
 use crate::roles::main::shell::run::effects::apply;

@@ -1,8 +1,8 @@
 //! A wrapper's `hello` and main's verdict: the run and target must be in flight and not
-//! finished, and the wrapper must prove the (run, machine): a launch token (accepted
-//! once, spent by its welcome), the resume key of its session, or a minion-key proof
-//! checked against the master's accepted key (`launcher.rs`). A token welcome waits for
-//! the spent token and the session's resume-key hash to be committed (`StoredWelcome`);
+//! finished, and the wrapper must prove the (run, machine): a launch token (accepted once,
+//! spent by its welcome), the resume key of its session, or a minion-key proof checked
+//! against the master's accepted key (`fleet/launcher.rs`). A token welcome waits for the
+//! spent token and the session's resume-key hash to be committed (`StoredWelcome`);
 //! refusals are recorded as `wrapper_refused` events.
 
 use std::time::Instant;
