@@ -370,7 +370,7 @@ fn render_ha(ha: &HaGauges, out: &mut String) {
 }
 
 /// Whether the database stores, what failed to be written, and the stalls liveness
-/// did not count (`state/storage.rs`, `state/liveness.rs`), as handed in.
+/// did not count (`health/storage.rs`, `health/liveness.rs`), as handed in.
 fn storage_metrics(g: &Gauges, out: &mut String) {
     header(
         out,

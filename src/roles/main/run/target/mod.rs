@@ -90,7 +90,7 @@ pub(crate) enum Phase {
     /// Left out: its machine was in maintenance.
     SkippedMaintenance,
     /// Its minion did not answer; waiting until `until` for it to come back
-    /// (`retry_unreachable`, `run/unreachable.rs`).
+    /// (`retry_unreachable`, `shell/run/unreachable.rs`).
     WaitingUnreachable { until: Instant },
 }
 

@@ -33,7 +33,7 @@ impl Target {
 
     /// The next attempt after `previous`: pending again with a fresh session (the launch
     /// token works again, no resume key, output acknowledged from seq 1 again); shared by
-    /// `retry` and an unreachable minion that came back (`run/unreachable.rs`).
+    /// `retry` and an unreachable minion that came back (`shell/run/unreachable.rs`).
     pub(crate) fn new_attempt(&mut self, previous: Outcome) -> Vec<Effect> {
         self.attempt += 1;
         self.phase = Phase::Pending;

@@ -28,7 +28,7 @@ impl Target {
         }
     }
 
-    /// A stall of the daemon ended at `now` (`state/liveness.rs`): its silence until
+    /// A stall of the daemon ended at `now` (`health/liveness.rs`): its silence until
     /// then does not count, and it has `grace` to be heard again.
     pub(crate) fn excuse_silence(&mut self, now: Instant, grace: Duration) {
         if let Phase::PickedUp {
