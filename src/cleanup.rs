@@ -19,7 +19,7 @@ use crate::paths;
     version,
     about = "Remove what a crashed Saltpeter daemon left behind"
 )]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     pub dirs: paths::DirArgs,
 }

@@ -17,7 +17,7 @@ use crate::supervisor::{self, Policy, preflight};
     version,
     about = "Saltpeter: distributed cron for SaltStack fleets"
 )]
-pub struct Args {
+pub(crate) struct Args {
     #[command(flatten)]
     pub dirs: paths::DirArgs,
     /// Log at debug level.
@@ -47,7 +47,7 @@ pub struct Args {
 
 /// Exit code for a bad start (configuration, directories, ports): systemd must not
 /// restart in a loop (`RestartPreventExitStatus=2`).
-pub const EXIT_BAD_START: i32 = 2;
+pub(crate) const EXIT_BAD_START: i32 = 2;
 
 pub fn main() -> i32 {
     let args = match Args::try_parse() {

@@ -53,7 +53,7 @@ mod schedule;
 mod supervisor;
 pub mod tls;
 pub mod wire;
-pub mod workflow;
+pub(crate) mod workflow;
 pub mod wrapper;
 
 /// Launch tokens and session keys from the server secret (the integration tests forge and

@@ -24,7 +24,7 @@ use crate::tls::{from_hex, hex};
 /// Domain tag of the signed message (a signature for anything else never matches).
 const PROOF_DOMAIN: &[u8] = b"saltpeter-minion-proof-v1";
 /// Bytes of a challenge.
-pub const CHALLENGE_BYTES: usize = 32;
+pub(crate) const CHALLENGE_BYTES: usize = 32;
 /// Largest key file read (Salt's 4096-bit PEM keys are about 3.3 KiB).
 const MAX_KEY_FILE: u64 = 64 * 1024;
 
@@ -44,7 +44,7 @@ pub enum KeyError {
 
 /// The bytes a wrapper signs: domain, challenge (hex as sent), run and minion id, each
 /// separated by a NUL so no field can run into the next.
-pub fn proof_message(challenge: &str, run: u64, minion: &str) -> Vec<u8> {
+pub(crate) fn proof_message(challenge: &str, run: u64, minion: &str) -> Vec<u8> {
     let mut msg = Vec::with_capacity(PROOF_DOMAIN.len() + challenge.len() + minion.len() + 24);
     msg.extend_from_slice(PROOF_DOMAIN);
     msg.push(0);
@@ -57,7 +57,7 @@ pub fn proof_message(challenge: &str, run: u64, minion: &str) -> Vec<u8> {
 }
 
 /// A fresh random challenge, as hex.
-pub fn new_challenge() -> String {
+pub(crate) fn new_challenge() -> String {
     let bytes: [u8; CHALLENGE_BYTES] = rand::random();
     hex(&bytes)
 }
@@ -117,7 +117,7 @@ pub fn sign_proof(
 /// The accepted public key of `minion` under the master's pki dir: `DIR/minions/ID`.
 /// Only keys the master has accepted live there (pending, rejected and denied keys have
 /// directories of their own).
-pub fn accepted_key_path(master_pki_dir: &Path, minion: &str) -> Result<PathBuf, KeyError> {
+pub(crate) fn accepted_key_path(master_pki_dir: &Path, minion: &str) -> Result<PathBuf, KeyError> {
     let usable = !minion.is_empty()
         && minion != "."
         && minion != ".."
@@ -132,10 +132,12 @@ pub fn accepted_key_path(master_pki_dir: &Path, minion: &str) -> Result<PathBuf,
 
 // The master's pki and socket directories, read from its configuration by the one reader
 // of it (`salt_master`), under the names their callers know.
-pub use crate::salt_master::{pki_dir as master_pki_dir, sock_dir as master_sock_dir};
+pub(crate) use crate::salt_master::{pki_dir as master_pki_dir, sock_dir as master_sock_dir};
 
-/// Check a proof (hex signature) against the PEM public key in `pem`.
-pub fn verify_proof(
+/// Check a proof (hex signature) against the PEM public key in `pem` (the tests' way in;
+/// main checks with the keys of a [`KeyCache`], through `minion_trust`).
+#[cfg(test)]
+pub(crate) fn verify_proof(
     pem: &[u8],
     challenge: &str,
     run: u64,
@@ -181,7 +183,7 @@ pub(crate) fn verify_with_key(
 /// then costs a `stat` and the signature check. A file that changed (its inode, size or
 /// modification time) is read again, one that is gone refuses as before.
 #[derive(Default)]
-pub struct KeyCache {
+pub(crate) struct KeyCache {
     keys: std::collections::HashMap<PathBuf, (FileStamp, Vec<u8>)>,
 }
 
@@ -192,8 +194,9 @@ const MAX_CACHED_KEYS: usize = 100_000;
 
 impl KeyCache {
     /// Check a proof against the accepted key in `key_file`, the key parsed once per
-    /// file version.
-    pub fn verify(
+    /// file version (the tests' way in; main goes through `minion_trust`).
+    #[cfg(test)]
+    pub(crate) fn verify(
         &mut self,
         key_file: &Path,
         challenge: &str,
@@ -211,7 +214,7 @@ impl KeyCache {
     /// The parsed public key in `key_file` (PKCS#1 DER), `None` when there is no such
     /// file (the master has not accepted the id); any other failure to read or parse it
     /// is an error, never "no key".
-    pub fn accepted(&mut self, key_file: &Path) -> Result<Option<Vec<u8>>, KeyError> {
+    pub(crate) fn accepted(&mut self, key_file: &Path) -> Result<Option<Vec<u8>>, KeyError> {
         use std::os::unix::fs::MetadataExt;
         let meta = match std::fs::metadata(key_file) {
             Ok(meta) => meta,
@@ -244,7 +247,7 @@ impl KeyCache {
 }
 
 /// The first PEM block: its label and decoded bytes.
-pub fn pem_block(text: &[u8]) -> Result<(String, Vec<u8>), String> {
+pub(crate) fn pem_block(text: &[u8]) -> Result<(String, Vec<u8>), String> {
     let text = std::str::from_utf8(text).map_err(|_| "not text".to_string())?;
     let mut lines = text.lines().map(str::trim);
     let label = lines

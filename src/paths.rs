@@ -17,39 +17,39 @@ pub(crate) const LAUNCH_TOKENS: &str = "launch-tokens";
 
 /// The three directories of a daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dirs {
+pub(crate) struct Dirs {
     pub config: PathBuf,
     pub state: PathBuf,
     pub runtime: PathBuf,
 }
 
 impl Dirs {
-    pub fn admin_socket(&self) -> PathBuf {
+    pub(crate) fn admin_socket(&self) -> PathBuf {
         self.runtime.join(ADMIN_SOCKET)
     }
 
-    pub fn pid_file(&self) -> PathBuf {
+    pub(crate) fn pid_file(&self) -> PathBuf {
         self.runtime.join(PID_FILE)
     }
 
-    pub fn database(&self) -> PathBuf {
+    pub(crate) fn database(&self) -> PathBuf {
         self.state.join(DATABASE)
     }
 
     /// The local executor's launch token files (0600, one per launch; the cleanup
     /// removes those no wrapper took).
-    pub fn launch_tokens(&self) -> PathBuf {
+    pub(crate) fn launch_tokens(&self) -> PathBuf {
         self.state.join(LAUNCH_TOKENS)
     }
 
-    pub fn secret(&self) -> PathBuf {
+    pub(crate) fn secret(&self) -> PathBuf {
         self.state.join(SECRET_FILE)
     }
 }
 
 /// The directory options shared by `saltpeter-daemon` and `saltpeter-cleanup`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct DirArgs {
+pub(crate) struct DirArgs {
     /// Directory of job YAML files.
     #[arg(long, default_value = DEFAULT_CONFIG_DIR)]
     pub config: PathBuf,
@@ -64,7 +64,7 @@ pub struct DirArgs {
 impl DirArgs {
     /// The directories: command line, then `saltpeter_config` (`state_dir`,
     /// `runtime_dir`, when given), then systemd's variables, then the defaults.
-    pub fn resolve(&self, from_config: (Option<&Path>, Option<&Path>)) -> Dirs {
+    pub(crate) fn resolve(&self, from_config: (Option<&Path>, Option<&Path>)) -> Dirs {
         Dirs {
             config: self.config.clone(),
             state: pick_dir(

@@ -27,13 +27,13 @@ pub(crate) fn read<T: serde::de::DeserializeOwned>(config_dir: &Path) -> Option<
 
 /// The master's pki directory (`pki_dir`, under `root_dir` as Salt places it), else
 /// Salt's default `/etc/salt/pki/master`.
-pub fn pki_dir(config_dir: &Path) -> PathBuf {
+pub(crate) fn pki_dir(config_dir: &Path) -> PathBuf {
     rooted_path(config_dir, |c| c.pki_dir, "/etc/salt/pki/master")
 }
 
 /// The master's socket directory (`sock_dir` under `root_dir`), else Salt's default
 /// `/var/run/salt/master`.
-pub fn sock_dir(config_dir: &Path) -> PathBuf {
+pub(crate) fn sock_dir(config_dir: &Path) -> PathBuf {
     rooted_path(config_dir, |c| c.sock_dir, "/var/run/salt/master")
 }
 

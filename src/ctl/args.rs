@@ -12,7 +12,7 @@ use crate::wire::records::RunState;
     version,
     about = "Control a running Saltpeter daemon"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Admin socket (default: $SALTPETER_SOCKET, then the runtime directory's admin.sock).
     #[arg(long, global = true)]
     pub socket: Option<PathBuf>,
@@ -24,7 +24,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Daemon version, uptime and processes.
     Status,
     /// Every job with its state, next and last run.
@@ -200,7 +200,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum CrontabAction {
+pub(crate) enum CrontabAction {
     /// Convert a crontab file (`-` for standard input) into job YAML on standard output.
     Import {
         file: PathBuf,
@@ -220,7 +220,7 @@ pub enum CrontabAction {
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum JobStateArg {
+pub(crate) enum JobStateArg {
     Running,
     Idle,
     Disabled,
@@ -244,7 +244,7 @@ impl From<JobStateArg> for crate::wire::admin::JobState {
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum RunStateArg {
+pub(crate) enum RunStateArg {
     Queued,
     Dispatching,
     Running,
@@ -286,7 +286,7 @@ impl From<StreamArg> for crate::wire::wrapper::Stream {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum WrapperAction {
+pub(crate) enum WrapperAction {
     /// Push this build's wrapper to minions (a glob; all of them by default).
     Deploy { target: Option<String> },
     /// List the minions by the wrapper build they have (this build, older ones,
@@ -295,7 +295,7 @@ pub enum WrapperAction {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ConfigAction {
+pub(crate) enum ConfigAction {
     /// Validate a configuration directory; exit 1 on errors.
     Check { dir: PathBuf },
 }

@@ -15,7 +15,7 @@ use crate::wire::admin::{
 };
 
 #[derive(Debug, Subcommand)]
-pub enum MaintenanceAction {
+pub(crate) enum MaintenanceAction {
     /// Global maintenance on: no new runs start anywhere; running ones finish.
     On,
     /// Global maintenance off (unless the configuration files turn it on).

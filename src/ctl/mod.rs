@@ -33,11 +33,9 @@ mod wrappers;
 use clap::Parser;
 
 use crate::wire::admin::{AdminRequest, RunQuery};
-pub use args::{
-    Cli, Command, ConfigAction, CrontabAction, JobStateArg, RunStateArg, StreamArg, WrapperAction,
-};
+pub(crate) use args::{Cli, Command, ConfigAction, CrontabAction, WrapperAction};
 use exit::CtlResult;
-pub use exit::{EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+pub(crate) use exit::{EXIT_OK, EXIT_USAGE};
 
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {

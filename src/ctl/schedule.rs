@@ -17,13 +17,13 @@ use crate::schedule::{MAX_UPCOMING, Schedule};
 use crate::wire::admin::{AdminRequest, AdminResponse};
 
 #[derive(Debug, Subcommand)]
-pub enum ScheduleAction {
+pub(crate) enum ScheduleAction {
     /// The next fire times, as RFC 3339 UTC.
     Next(NextArgs),
 }
 
 #[derive(Debug, Args)]
-pub struct NextArgs {
+pub(crate) struct NextArgs {
     /// A cron expression: 5 fields (min hour dom mon dow), 6 (seconds first), 7 (year last),
     /// or @yearly @monthly @weekly @daily @hourly.
     #[arg(long, required_unless_present = "job", conflicts_with = "job")]

@@ -1,44 +1,40 @@
 //! The typed half of the engine: a [`Workflow`] (its env and its list of steps) and the
 //! [`StepCtx`] a step receives. The [`Registry`](super::Registry) only sees workflows
 //! through the type-erased [`Flow`] trait, so one registry holds workflows of any env
-//! type and children need not share their parent's env.
+//! type.
 
-use std::any::Any;
 use std::borrow::Cow;
 use std::time::Instant;
 
-use super::types::{
-    DEFAULT_MAX_INSERTED_STEPS, Finished, Fired, Outcome, Step, WorkflowError, WorkflowId,
-};
+use super::types::{MAX_INSERTED_STEPS, Outcome, Step, WorkflowError, WorkflowId};
 
 /// A step: reads and updates the env, starts work through the caller's state `C`, and
 /// says what comes next.
-pub type StepFn<E, C> = fn(&mut E, &mut C, &mut StepCtx<'_, E, C>) -> Step;
+pub(crate) type StepFn<E, C> = fn(&mut E, &mut C, &mut StepCtx<'_, E, C>) -> Step;
 
 pub(super) struct StepDef<E, C> {
     name: Cow<'static, str>,
     run: StepFn<E, C>,
-    /// A cleanup step: it runs even after `Done`, `Fail` or an interrupt.
+    /// A cleanup step: it runs even after `Done` or `Fail`.
     always: bool,
 }
 
 /// A flat list of named steps over an env of type `E`, run by a
 /// [`Registry`](super::Registry) on behalf of the caller's state `C`.
-pub struct Workflow<E, C> {
+pub(crate) struct Workflow<E, C> {
     name: Cow<'static, str>,
     env: E,
     steps: Vec<StepDef<E, C>>,
     /// Index of the step that runs (or waits) now; `steps.len()` once all have run.
     cursor: usize,
-    /// Set once the normal steps are over (`Done`, `Fail`, interrupt): from then on
+    /// Set once the normal steps are over (`Done`, `Fail`): from then on
     /// only `always` steps run.
     cleanup: bool,
     inserted: usize,
-    max_inserted: usize,
 }
 
 impl<E, C> Workflow<E, C> {
-    pub fn new(name: impl Into<Cow<'static, str>>, env: E) -> Self {
+    pub(crate) fn new(name: impl Into<Cow<'static, str>>, env: E) -> Self {
         Workflow {
             name: name.into(),
             env,
@@ -46,12 +42,11 @@ impl<E, C> Workflow<E, C> {
             cursor: 0,
             cleanup: false,
             inserted: 0,
-            max_inserted: DEFAULT_MAX_INSERTED_STEPS,
         }
     }
 
     /// Appends a normal step.
-    pub fn step(mut self, name: impl Into<Cow<'static, str>>, run: StepFn<E, C>) -> Self {
+    pub(crate) fn step(mut self, name: impl Into<Cow<'static, str>>, run: StepFn<E, C>) -> Self {
         self.steps.push(StepDef {
             name: name.into(),
             run,
@@ -61,7 +56,7 @@ impl<E, C> Workflow<E, C> {
     }
 
     /// Appends a cleanup step, which runs on every path (see the module outline).
-    pub fn always(mut self, name: impl Into<Cow<'static, str>>, run: StepFn<E, C>) -> Self {
+    pub(crate) fn always(mut self, name: impl Into<Cow<'static, str>>, run: StepFn<E, C>) -> Self {
         self.steps.push(StepDef {
             name: name.into(),
             run,
@@ -70,18 +65,8 @@ impl<E, C> Workflow<E, C> {
         self
     }
 
-    /// Caps the steps this workflow may insert over its life.
-    pub fn max_inserted_steps(mut self, limit: usize) -> Self {
-        self.max_inserted = limit;
-        self
-    }
-
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
-    }
-
-    pub fn env(&self) -> &E {
-        &self.env
     }
 
     /// Moves the cursor forward to the next step that may run in the current phase.
@@ -98,18 +83,7 @@ impl<E, C> Workflow<E, C> {
 pub(super) struct Shared<'a> {
     pub id: WorkflowId,
     pub now: Instant,
-    pub fired: Option<Fired>,
     pub outcome: &'a Outcome,
-    pub children_running: usize,
-    pub child_outcomes: &'a mut Vec<Finished>,
-    pub next_id: &'a mut u64,
-}
-
-/// What one run of a step hands back to the registry.
-pub(super) struct Ran<C> {
-    pub step: Step,
-    pub spawned: Vec<(WorkflowId, Box<dyn Flow<C>>)>,
-    pub interrupt_children: Option<String>,
 }
 
 /// A workflow as the registry drives it, whatever its env type.
@@ -117,18 +91,13 @@ pub(super) trait Flow<C> {
     fn name(&self) -> &str;
     /// The step at the cursor; `None` once every step has run.
     fn current_step(&self) -> Option<&str>;
-    fn in_cleanup(&self) -> bool;
     /// Runs the step at the cursor once.
-    fn run_current(&mut self, ctx: &mut C, shared: Shared<'_>) -> Ran<C>;
+    fn run_current(&mut self, ctx: &mut C, shared: Shared<'_>) -> Step;
     /// The current step is over; `leave_normal` ends the normal steps (`Done`, `Fail`).
     fn advance(&mut self, leave_normal: bool);
-    /// Ends the normal steps from outside. Returns whether the current step was skipped
-    /// (it was a normal step); a cleanup step in progress is left to finish.
-    fn interrupt(&mut self) -> bool;
-    fn into_env(self: Box<Self>) -> Box<dyn Any>;
 }
 
-impl<E: 'static, C> Flow<C> for Workflow<E, C> {
+impl<E, C> Flow<C> for Workflow<E, C> {
     fn name(&self) -> &str {
         &self.name
     }
@@ -137,42 +106,26 @@ impl<E: 'static, C> Flow<C> for Workflow<E, C> {
         self.steps.get(self.cursor).map(|step| &*step.name)
     }
 
-    fn in_cleanup(&self) -> bool {
-        self.cleanup
-    }
-
-    fn run_current(&mut self, ctx: &mut C, shared: Shared<'_>) -> Ran<C> {
+    fn run_current(&mut self, ctx: &mut C, shared: Shared<'_>) -> Step {
         let Some(def) = self.steps.get(self.cursor) else {
             debug_assert!(false, "the registry runs a step only while one is left");
-            return Ran {
-                step: Step::Done,
-                spawned: Vec::new(),
-                interrupt_children: None,
-            };
+            return Step::Done;
         };
         let run = def.run;
         let mut step_ctx = StepCtx {
             shared,
-            workflow: &self.name,
             step: &def.name,
             always: def.always,
             inserts: Vec::new(),
-            spawned: Vec::new(),
-            interrupt_children: None,
         };
         let mut step = run(&mut self.env, ctx, &mut step_ctx);
-        let StepCtx {
-            inserts,
-            spawned,
-            interrupt_children,
-            ..
-        } = step_ctx;
+        let inserts = step_ctx.inserts;
         if !inserts.is_empty() {
-            if self.inserted.saturating_add(inserts.len()) > self.max_inserted {
+            if self.inserted.saturating_add(inserts.len()) > MAX_INSERTED_STEPS {
                 step = Step::fail(WorkflowError::TooManyInsertedSteps {
                     workflow: self.name.to_string(),
                     step: def.name.to_string(),
-                    limit: self.max_inserted,
+                    limit: MAX_INSERTED_STEPS,
                 });
             } else {
                 self.inserted += inserts.len();
@@ -180,11 +133,7 @@ impl<E: 'static, C> Flow<C> for Workflow<E, C> {
                 self.steps.splice(at..at, inserts);
             }
         }
-        Ran {
-            step,
-            spawned,
-            interrupt_children,
-        }
+        step
     }
 
     fn advance(&mut self, leave_normal: bool) {
@@ -196,63 +145,33 @@ impl<E: 'static, C> Flow<C> for Workflow<E, C> {
         self.cursor += 1;
         self.skip_to_runnable();
     }
-
-    fn interrupt(&mut self) -> bool {
-        let was_cleanup = std::mem::replace(&mut self.cleanup, true);
-        let current_is_normal = self.steps.get(self.cursor).is_some_and(|step| !step.always);
-        if was_cleanup || !current_is_normal {
-            return false;
-        }
-        self.skip_to_runnable();
-        true
-    }
-
-    fn into_env(self: Box<Self>) -> Box<dyn Any> {
-        Box::new(self.env)
-    }
 }
 
 /// What a step can see and ask for besides its env and the caller's state.
-pub struct StepCtx<'a, E, C> {
+pub(crate) struct StepCtx<'a, E, C> {
     shared: Shared<'a>,
-    workflow: &'a str,
     step: &'a str,
     always: bool,
     inserts: Vec<StepDef<E, C>>,
-    spawned: Vec<(WorkflowId, Box<dyn Flow<C>>)>,
-    interrupt_children: Option<String>,
 }
 
 impl<E, C> StepCtx<'_, E, C> {
-    pub fn id(&self) -> WorkflowId {
+    pub(crate) fn id(&self) -> WorkflowId {
         self.shared.id
     }
 
-    pub fn workflow(&self) -> &str {
-        self.workflow
-    }
-
-    pub fn step(&self) -> &str {
+    pub(crate) fn step(&self) -> &str {
         self.step
     }
 
     /// The `now` the caller passed to the registry for this round.
-    pub fn now(&self) -> Instant {
+    pub(crate) fn now(&self) -> Instant {
         self.shared.now
     }
 
-    /// The source that made this step run again; `None` on its first run.
-    pub fn fired(&self) -> Option<&Fired> {
-        self.shared.fired.as_ref()
-    }
-
-    pub fn first_run(&self) -> bool {
-        self.shared.fired.is_none()
-    }
-
     /// How the workflow will end if nothing else happens: `Done` during the normal
-    /// steps, the failure or the interrupt reason in cleanup steps after one.
-    pub fn outcome(&self) -> &Outcome {
+    /// steps, the failure in cleanup steps after one.
+    pub(crate) fn outcome(&self) -> &Outcome {
         self.shared.outcome
     }
 
@@ -260,7 +179,7 @@ impl<E, C> StepCtx<'_, E, C> {
     /// before it). Inserted steps inherit this step's `always` flag, so cleanup steps
     /// can extend the cleanup. They are added whatever this step returns, so a step
     /// that runs several times should insert only on the run that returns `Next`.
-    pub fn insert_next(&mut self, name: impl Into<Cow<'static, str>>, run: StepFn<E, C>) {
+    pub(crate) fn insert_next(&mut self, name: impl Into<Cow<'static, str>>, run: StepFn<E, C>) {
         self.inserts.push(StepDef {
             name: name.into(),
             run,
@@ -269,47 +188,12 @@ impl<E, C> StepCtx<'_, E, C> {
     }
 
     /// Inserts several steps, in this order, right after this one.
-    pub fn insert_steps<N: Into<Cow<'static, str>>>(
+    pub(crate) fn insert_steps<N: Into<Cow<'static, str>>>(
         &mut self,
         steps: impl IntoIterator<Item = (N, StepFn<E, C>)>,
     ) {
         for (name, run) in steps {
             self.insert_next(name, run);
         }
-    }
-
-    /// Starts a child workflow once this step returns. Wait on [`Wake::Children`] to
-    /// join; outcomes then appear in [`StepCtx::child_outcomes`].
-    ///
-    /// [`Wake::Children`]: super::Wake::Children
-    pub fn spawn<E2: 'static>(&mut self, child: Workflow<E2, C>) -> WorkflowId
-    where
-        C: 'static,
-    {
-        *self.shared.next_id += 1;
-        let id = WorkflowId(*self.shared.next_id);
-        self.spawned.push((id, Box::new(child)));
-        id
-    }
-
-    /// Children not ended yet, counting those spawned by this run.
-    pub fn children_running(&self) -> usize {
-        self.shared.children_running + self.spawned.len()
-    }
-
-    /// Children that have ended and not been taken yet, in the order they ended.
-    pub fn child_outcomes(&self) -> &[Finished] {
-        self.shared.child_outcomes
-    }
-
-    /// Takes the ended children's outcomes, e.g. to join one batch before the next.
-    pub fn take_child_outcomes(&mut self) -> Vec<Finished> {
-        std::mem::take(self.shared.child_outcomes)
-    }
-
-    /// Interrupts every running child (not those spawned by this very run) once this
-    /// step returns.
-    pub fn interrupt_children(&mut self, reason: impl Into<String>) {
-        self.interrupt_children = Some(reason.into());
     }
 }

@@ -1,14 +1,18 @@
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use super::{
-    Fired, Outcome, Registry, Step, StepCtx, Wake, WakeEvent, WakeKey, Workflow, WorkflowError,
-    WorkflowId,
-};
+use super::steps::StepFn;
+use super::types::{MAX_INSERTED_STEPS, WorkflowError};
+use super::{Outcome, Registry, Step, StepCtx, Wake, WakeEvent, WakeKey, Workflow, WorkflowId};
 
-/// Stands in for `main`'s state: hands out call ids and records what steps did.
+/// Stands in for `main`'s state: hands out call ids, keeps the calls that completed and
+/// the runs that changed (as main keeps replies for the steps that wait on them), and
+/// records what steps did.
 #[derive(Default)]
 struct Main {
     next_call: u64,
+    replied: BTreeSet<u64>,
+    changed: BTreeSet<u64>,
     log: Vec<String>,
 }
 
@@ -16,6 +20,12 @@ impl Main {
     fn call(&mut self) -> u64 {
         self.next_call += 1;
         self.next_call
+    }
+
+    /// A call completes: its reply is kept, then its waiters are woken.
+    fn reply(&mut self, registry: &mut Registry<Main>, call: u64, now: Instant) -> usize {
+        self.replied.insert(call);
+        registry.wake(&WakeKey::Call(call), self, now)
     }
 }
 
@@ -36,16 +46,21 @@ fn next(_: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
     Step::Next
 }
 
-/// Starts one call on its first run and waits until that call completes.
+/// Starts one call on its first run and waits until that call's reply is in.
 fn await_call(env: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
-    if s.first_run() {
-        log(main, s);
-        env.calls.push(main.call());
-    }
-    let call = env.calls.last().copied().unwrap_or_default();
-    match s.fired() {
-        Some(Fired::Call(id)) if *id == call => Step::Next,
-        _ => Step::Wait(Wake::Call(call)),
+    let call = match env.calls.last() {
+        Some(&call) => call,
+        None => {
+            log(main, s);
+            let call = main.call();
+            env.calls.push(call);
+            call
+        }
+    };
+    if main.replied.contains(&call) {
+        Step::Next
+    } else {
+        Step::Wait(Wake::Call(call))
     }
 }
 
@@ -90,10 +105,7 @@ fn inserted_steps_run_right_after_the_inserting_step_in_order() {
     fn plan_batches(_: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
         log(main, s);
         s.insert_next("batch-1", next);
-        s.insert_steps([
-            ("batch-2", next as super::StepFn<Env, Main>),
-            ("batch-3", next),
-        ]);
+        s.insert_steps([("batch-2", next as StepFn<Env, Main>), ("batch-3", next)]);
         Step::Next
     }
     let (mut registry, mut main) = (Registry::new(), Main::default());
@@ -116,10 +128,11 @@ fn a_call_wakes_only_the_workflow_waiting_on_it() {
     let now = Instant::now();
     let id = registry.start(wf, &mut main, now);
     assert_eq!(registry.current_step(id), Some("launch"));
-    assert_eq!(registry.wake(&WakeKey::Call(99), &mut main, now), 0);
-    assert_eq!(registry.wake(&WakeKey::Timer(1), &mut main, now), 0);
+    assert_eq!(main.reply(&mut registry, 99, now), 0);
+    let other_run = WakeKey::event(WakeEvent::RunChanged(1));
+    assert_eq!(registry.wake(&other_run, &mut main, now), 0);
     assert_eq!(registry.current_step(id), Some("launch"));
-    assert_eq!(registry.wake(&WakeKey::Call(1), &mut main, now), 1);
+    assert_eq!(main.reply(&mut registry, 1, now), 1);
     assert_eq!(main.log, ["launch", "record"]);
     assert!(registry.is_idle());
 }
@@ -127,12 +140,11 @@ fn a_call_wakes_only_the_workflow_waiting_on_it() {
 #[test]
 fn a_step_that_waits_again_keeps_waiting_until_it_is_satisfied() {
     /// Needs both replies; either one alone re-parks it.
-    fn await_both(env: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
-        if s.first_run() {
+    fn await_both(env: &mut Env, main: &mut Main, _: &mut Ctx) -> Step {
+        if env.calls.is_empty() {
             env.calls = vec![main.call(), main.call()];
-        } else if let Some(Fired::Call(id)) = s.fired() {
-            env.calls.retain(|c| c != id);
         }
+        env.calls.retain(|c| !main.replied.contains(c));
         match env.calls.as_slice() {
             [] => Step::Next,
             left => Step::Wait(Wake::Any(left.iter().map(|&c| Wake::Call(c)).collect())),
@@ -142,35 +154,32 @@ fn a_step_that_waits_again_keeps_waiting_until_it_is_satisfied() {
     let wf = Workflow::new("run", Env::default()).step("await_both", await_both);
     let now = Instant::now();
     let id = registry.start(wf, &mut main, now);
-    assert_eq!(registry.wake(&WakeKey::Call(2), &mut main, now), 1);
-    assert!(registry.contains(id));
-    assert_eq!(registry.wake(&WakeKey::Call(2), &mut main, now), 0);
+    // A wake with no reply kept re-runs the step, which waits again.
     assert_eq!(registry.wake(&WakeKey::Call(1), &mut main, now), 1);
-    assert!(!registry.contains(id));
+    assert_eq!(registry.current_step(id), Some("await_both"));
+    assert_eq!(main.reply(&mut registry, 2, now), 1);
+    assert_eq!(registry.current_step(id), Some("await_both"));
+    assert_eq!(main.reply(&mut registry, 2, now), 0);
+    assert_eq!(main.reply(&mut registry, 1, now), 1);
+    assert_eq!(registry.current_step(id), None);
 }
 
 #[test]
-fn caller_timers_events_and_deadlines_wake_their_waiters() {
-    fn wait_timer(_: &mut Env, _: &mut Main, s: &mut Ctx) -> Step {
-        match s.fired() {
-            Some(Fired::Timer(7)) => Step::Next,
-            _ => Step::Wait(Wake::Timer(7)),
-        }
-    }
-    fn wait_exit(_: &mut Env, _: &mut Main, s: &mut Ctx) -> Step {
-        match s.fired() {
-            Some(Fired::Event(_)) => Step::Next,
-            _ => Step::Wait(Wake::event(WakeEvent::RunChanged(42))),
+fn events_and_deadlines_wake_their_waiters() {
+    fn wait_exit(_: &mut Env, main: &mut Main, _: &mut Ctx) -> Step {
+        match main.changed.contains(&42) {
+            true => Step::Next,
+            false => Step::Wait(Wake::event(WakeEvent::RunChanged(42))),
         }
     }
     fn wait_deadline(env: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
         let deadline = *env
             .deadline
             .get_or_insert(s.now() + Duration::from_secs(10));
-        match s.fired() {
-            Some(Fired::At(at)) if *at == deadline => Step::Next,
+        match s.now() >= deadline {
+            true => Step::Next,
             // Any: the deadline, or a call that never completes.
-            _ => Step::Wait(Wake::Any(vec![
+            false => Step::Wait(Wake::Any(vec![
                 Wake::Call(main.next_call + 1),
                 Wake::At(deadline),
             ])),
@@ -178,11 +187,6 @@ fn caller_timers_events_and_deadlines_wake_their_waiters() {
     }
     let (mut registry, mut main) = (Registry::new(), Main::default());
     let now = Instant::now();
-    let timer = registry.start(
-        Workflow::new("t", Env::default()).step("wait_timer", wait_timer),
-        &mut main,
-        now,
-    );
     let exits: Vec<WorkflowId> = (0..2)
         .map(|_| {
             let wf = Workflow::new("e", Env::default()).step("wait_exit", wait_exit);
@@ -194,20 +198,18 @@ fn caller_timers_events_and_deadlines_wake_their_waiters() {
         &mut main,
         now,
     );
-    assert_eq!(registry.running(), 4);
     assert_eq!(
         registry.next_deadline(),
         Some(now + Duration::from_secs(10))
     );
 
-    assert_eq!(registry.wake(&WakeKey::Timer(7), &mut main, now), 1);
-    assert!(!registry.contains(timer));
     // Another run's event wakes nobody; this run's wakes both waiters.
+    main.changed.extend([42, 43]);
     let other = WakeKey::event(WakeEvent::RunChanged(43));
     assert_eq!(registry.wake(&other, &mut main, now), 0);
     let event = WakeKey::event(WakeEvent::RunChanged(42));
     assert_eq!(registry.wake(&event, &mut main, now), 2);
-    assert!(exits.iter().all(|&id| !registry.contains(id)));
+    assert!(exits.iter().all(|&id| registry.current_step(id).is_none()));
 
     assert_eq!(
         registry.due_timers(&mut main, now + Duration::from_secs(9)),
@@ -217,78 +219,43 @@ fn caller_timers_events_and_deadlines_wake_their_waiters() {
         registry.due_timers(&mut main, now + Duration::from_secs(10)),
         1
     );
-    assert!(!registry.contains(deadline));
+    assert_eq!(registry.current_step(deadline), None);
     assert_eq!(registry.next_deadline(), None);
     // The other source of the Any was dropped with the wait.
     assert_eq!(registry.wake(&WakeKey::Call(1), &mut main, now), 0);
     assert!(registry.is_idle());
 }
 
+/// A cleanup step that waits (the run's record) keeps the failure for the steps after it.
 #[test]
-fn interrupt_skips_the_normal_steps_and_runs_the_cleanup_steps() {
-    let (mut registry, mut main) = (Registry::new(), Main::default());
-    let wf = Workflow::new("run", Env::default())
-        .step("collect_output", await_call)
-        .step("next_batch", next)
-        .always("finalize", finalize)
-        .step("skipped_after_cleanup_began", next)
-        .always("notify", finalize);
-    let now = Instant::now();
-    let id = registry.start(wf, &mut main, now);
-    registry
-        .interrupt(id, "killed by admin", &mut main, now)
-        .expect("the run is registered");
-    assert_eq!(
-        main.log,
-        [
-            "collect_output",
-            "finalize interrupted: killed by admin",
-            "notify interrupted: killed by admin"
-        ]
-    );
-    assert_eq!(registry.wake(&WakeKey::Call(1), &mut main, now), 0);
-    assert_eq!(
-        outcomes(&mut registry),
-        [Outcome::Interrupted("killed by admin".into())]
-    );
-    assert_eq!(
-        registry.interrupt(id, "again", &mut main, now),
-        Err(WorkflowError::NotRunning(id))
-    );
-}
-
-#[test]
-fn interrupt_lets_a_waiting_cleanup_step_finish() {
+fn a_waiting_cleanup_step_runs_to_its_end_after_a_failure() {
     fn record_run(env: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
         main.log.push(format!("record_run {}", s.outcome()));
         await_call(env, main, s)
     }
     let (mut registry, mut main) = (Registry::new(), Main::default());
     let wf = Workflow::new("run", Env::default())
-        .step("launch", next)
+        .step("launch", fail)
         .always("record_run", record_run)
         .always("notify", finalize);
     let now = Instant::now();
     let id = registry.start(wf, &mut main, now);
     assert_eq!(registry.current_step(id), Some("record_run"));
-    registry
-        .interrupt(id, "shutdown", &mut main, now)
-        .expect("the run is registered");
-    assert_eq!(registry.current_step(id), Some("record_run"));
-    registry.wake(&WakeKey::Call(1), &mut main, now);
+    main.reply(&mut registry, 1, now);
+    let failed = "failed: salt returned no minions";
     assert_eq!(
         main.log,
         [
-            "launch",
-            "record_run done",
-            "record_run",
-            "record_run interrupted: shutdown",
-            "notify interrupted: shutdown"
+            "launch".to_owned(),
+            format!("record_run {failed}"),
+            "record_run".to_owned(),
+            format!("record_run {failed}"),
+            format!("notify {failed}"),
         ]
     );
     assert_eq!(
         outcomes(&mut registry),
-        [Outcome::Interrupted("shutdown".into())]
+        [Outcome::Failed("salt returned no minions".into())]
     );
 }
 
@@ -345,13 +312,12 @@ fn runaway_inserts_fail_the_workflow_with_the_step_name() {
     let (mut registry, mut main) = (Registry::new(), Main::default());
     let wf = Workflow::new("run", Env::default())
         .step("loop", insert_myself)
-        .always("finalize", finalize)
-        .max_inserted_steps(10);
+        .always("finalize", finalize);
     start(&mut registry, &mut main, wf);
     let expected = WorkflowError::TooManyInsertedSteps {
         workflow: "run".into(),
         step: "again".into(),
-        limit: 10,
+        limit: MAX_INSERTED_STEPS,
     };
     assert_eq!(main.log, [format!("finalize failed: {expected}")]);
     assert_eq!(
@@ -361,18 +327,26 @@ fn runaway_inserts_fail_the_workflow_with_the_step_name() {
 }
 
 #[test]
-fn waiting_forever_on_a_source_that_already_fired_fails() {
-    fn join_nothing(_: &mut Env, _: &mut Main, _: &mut Ctx) -> Step {
-        Step::Wait(Wake::Children)
+fn waiting_forever_on_a_deadline_that_already_passed_fails() {
+    /// Waits on the present moment and never accepts it.
+    fn wait_past(_: &mut Env, main: &mut Main, s: &mut Ctx) -> Step {
+        main.log.push(s.step().to_owned());
+        Step::Wait(Wake::At(s.now()))
     }
     let (mut registry, mut main) = (Registry::new(), Main::default());
-    let wf = Workflow::new("run", Env::default()).step("join_nothing", join_nothing);
+    let wf = Workflow::new("run", Env::default()).step("wait_past", wait_past);
     start(&mut registry, &mut main, wf);
     let outcome = outcomes(&mut registry);
     assert!(
-        matches!(&outcome[..], [Outcome::Failed(r)] if r.contains("join_nothing")),
+        matches!(&outcome[..], [Outcome::Failed(r)] if r.contains("wait_past")),
         "{outcome:?}"
     );
+    // The first run, then one run per wait on the passed deadline up to the cap.
+    assert_eq!(
+        main.log.len(),
+        1 + super::types::MAX_ALREADY_FIRED_WAITS as usize
+    );
+    assert_eq!(registry.next_deadline(), None);
 }
 
 #[test]
@@ -423,31 +397,56 @@ fn shutdown_waits_for_running_workflows_up_to_the_grace_period() {
     assert!(registry.shutdown_complete(now, deadline));
     let wf = Workflow::new("run", Env::default()).step("await_exit", await_call);
     registry.start(wf, &mut main, now);
-    assert_eq!(registry.running(), 1);
     assert!(!registry.is_idle());
     assert!(!registry.shutdown_complete(now, deadline));
     assert!(registry.shutdown_complete(deadline, deadline));
-    registry.wake(&WakeKey::Call(1), &mut main, now);
+    main.reply(&mut registry, 1, now);
     assert!(registry.is_idle());
     assert!(registry.shutdown_complete(now, deadline));
 }
 
+/// A run written as the module outline describes: launch, wait for the exit, finalize.
 #[test]
-fn interrupt_all_reaches_every_top_level_workflow() {
-    let (mut registry, mut main) = (Registry::new(), Main::default());
-    let now = Instant::now();
-    for _ in 0..2 {
-        let wf = Workflow::new("run", Env::default())
-            .step("await_exit", await_call)
-            .always("finalize", finalize);
-        registry.start(wf, &mut main, now);
+fn a_run_launches_waits_for_its_exit_and_finalizes() {
+    #[derive(Default)]
+    struct RunEnv {
+        call: u64,
+        exit_code: Option<i32>,
     }
-    assert_eq!(registry.interrupt_all("shutdown", &mut main, now), 2);
-    assert!(registry.is_idle());
-    let interrupted = Outcome::Interrupted("shutdown".into());
-    assert_eq!(outcomes(&mut registry), [interrupted.clone(), interrupted]);
-}
+    type RunCtx<'a> = StepCtx<'a, RunEnv, Main>;
 
-/// Child workflows: fan-out, joins, interrupts reaching children.
-#[path = "children_tests.rs"]
-mod children;
+    fn launch_wrapper(env: &mut RunEnv, main: &mut Main, _: &mut RunCtx) -> Step {
+        env.call = main.call(); // a real step would queue an IPC request here
+        Step::Next
+    }
+    fn await_exit(env: &mut RunEnv, main: &mut Main, _: &mut RunCtx) -> Step {
+        if main.replied.contains(&env.call) {
+            env.exit_code = Some(0);
+            Step::Next
+        } else {
+            Step::Wait(Wake::Call(env.call))
+        }
+    }
+    fn finalize(env: &mut RunEnv, main: &mut Main, s: &mut RunCtx) -> Step {
+        main.log
+            .push(format!("{:?} exit={:?}", s.outcome(), env.exit_code));
+        Step::Next
+    }
+
+    let now = Instant::now();
+    let mut main = Main::default();
+    let mut registry = Registry::new();
+    let run = Workflow::new("job-run", RunEnv::default())
+        .step("launch_wrapper", launch_wrapper)
+        .step("await_exit", await_exit)
+        .always("finalize", finalize);
+    let id = registry.start(run, &mut main, now);
+    assert_eq!(registry.current_step(id), Some("await_exit"));
+
+    main.reply(&mut registry, 1, now);
+    assert!(registry.is_idle());
+    assert_eq!(main.log, ["Done exit=Some(0)"]);
+    let finished = registry.drain_finished();
+    assert_eq!(finished[0].name, "job-run");
+    assert_eq!(finished[0].outcome, Outcome::Done);
+}

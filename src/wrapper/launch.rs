@@ -9,12 +9,12 @@ use super::error::WrapperError;
 use crate::wire::wrapper::ENV_RUN;
 
 /// Most runs one launch command may start.
-pub const MAX_RUNS: usize = 1000;
+pub(crate) const MAX_RUNS: usize = 1000;
 
 /// The runs of `SP_RUN`: one run id, or several separated by commas, each a positive
 /// decimal number. Duplicates are started once (first position kept). An empty item, a
 /// non-number, 0 or more than [`MAX_RUNS`] runs refuse the whole list, naming the value.
-pub fn parse_runs(text: &str) -> Result<Vec<u64>, WrapperError> {
+pub(crate) fn parse_runs(text: &str) -> Result<Vec<u64>, WrapperError> {
     let bad = |reason: String| WrapperError::InvalidEnv {
         var: ENV_RUN,
         reason,

@@ -48,16 +48,15 @@ use std::time::Duration;
 
 use clap::Parser;
 
-pub use build::{Build, sha256_hex};
-pub use error::WrapperError;
+pub(crate) use build::Build;
+pub use build::sha256_hex;
+pub(crate) use error::WrapperError;
 pub use files::{lock_dir, lock_file_name, spool_dir};
-pub use launch::{MAX_RUNS, parse_runs};
 pub use outbuf::Limits;
-pub use patience::MAX_STAGE_GRACE;
 pub use session::run;
-pub use settings::{
-    Credential, DEFAULT_GIVE_UP, ENV_STAGE_GRACE, HubUrl, Launch, Minion, Options, Settings,
-    parse_hub_url, settings_from_env, stage_grace, take_token_file,
+pub use settings::{Credential, HubUrl, Launch, Minion, Options, Settings, parse_hub_url};
+pub(crate) use settings::{
+    DEFAULT_GIVE_UP, ENV_STAGE_GRACE, settings_from_env, stage_grace, take_token_file,
 };
 
 use crate::wire::wrapper::{ENV_TOKEN, ENV_TOKEN_FILE};
@@ -70,7 +69,7 @@ use launch::check_runs;
     version,
     about = "Runs one Saltpeter job on this host"
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// Fork into the background and return at once (so Salt returns): one background
     /// wrapper for each run of SP_RUN (a comma-separated list).
     #[arg(long, conflicts_with = "detach")]

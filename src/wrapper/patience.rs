@@ -26,7 +26,7 @@
 use std::time::{Duration, Instant};
 
 /// Default and largest stage grace.
-pub const MAX_STAGE_GRACE: Duration = Duration::from_secs(120);
+pub(crate) const MAX_STAGE_GRACE: Duration = Duration::from_secs(120);
 /// How far ahead of its slot a pre-staging server that does not send `slot_in_ms` is
 /// assumed to have launched the wrapper (the default `prestage_cap`).
 pub(super) const FALLBACK_LEAD: Duration = Duration::from_secs(60);

@@ -63,7 +63,7 @@ impl std::fmt::Debug for Settings {
 }
 
 /// Default give-up period: a day without hearing from the hub.
-pub const DEFAULT_GIVE_UP: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const DEFAULT_GIVE_UP: Duration = Duration::from_secs(24 * 3600);
 
 /// A wrapper started through Salt: its minion id and key file, rendered by the minion
 /// (`--minion-id`, `--minion-key`).
@@ -76,7 +76,7 @@ pub struct Minion {
 /// Builds the [`Launch`] from a variable lookup (the process environment in production):
 /// `SP_URL` and `SP_RUN` (one run or a list, `launch::parse_runs`), then either the
 /// minion (Salt) or `SP_MACHINE` and the token.
-pub fn settings_from_env(
+pub(crate) fn settings_from_env(
     lookup: impl Fn(&str) -> Option<String>,
     give_up: Duration,
     minion: Option<Minion>,
@@ -141,7 +141,7 @@ impl Launch {
 
 /// The launch token from its 0600 file (`SP_TOKEN_FILE`), which is deleted once read: the
 /// token is then in this process's memory only.
-pub fn take_token_file(path: &std::path::Path) -> Result<String, WrapperError> {
+pub(crate) fn take_token_file(path: &std::path::Path) -> Result<String, WrapperError> {
     use std::io::Read;
     let bad = |reason: String| WrapperError::InvalidEnv {
         var: crate::wire::wrapper::ENV_TOKEN_FILE,
@@ -165,11 +165,14 @@ pub fn take_token_file(path: &std::path::Path) -> Result<String, WrapperError> {
 /// Environment variable that sets the stage grace when `--stage-grace` is not given
 /// (inherited from the daemon by local wrappers; tests use it to wait seconds, not
 /// minutes).
-pub const ENV_STAGE_GRACE: &str = "SP_STAGE_GRACE_S";
+pub(crate) const ENV_STAGE_GRACE: &str = "SP_STAGE_GRACE_S";
 
 /// The stage grace from `--stage-grace` or else `SP_STAGE_GRACE_S`: whole seconds from 1
 /// to 120 (the grace is at most two minutes), 120 when neither is given.
-pub fn stage_grace(flag: Option<u64>, env: Option<String>) -> Result<Duration, WrapperError> {
+pub(crate) fn stage_grace(
+    flag: Option<u64>,
+    env: Option<String>,
+) -> Result<Duration, WrapperError> {
     let max = MAX_STAGE_GRACE.as_secs();
     let secs = match (flag, env) {
         // clap has checked the flag's range already.
