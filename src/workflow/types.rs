@@ -88,10 +88,6 @@ pub(crate) enum WakeEvent {
 pub(crate) enum WakeKey {
     /// An IPC call completed (reply, remote error, `Timeout` or `PeerGone` alike).
     Call(u64),
-    /// No step waits on a caller-owned timer any more; `main`'s stall report still names
-    /// this key in its match, and the variant goes when that arm does.
-    #[expect(dead_code, reason = "still matched in roles/main/main_loop.rs")]
-    Timer(u64),
     /// This event happened.
     Event(WakeEvent),
 }

@@ -59,7 +59,6 @@ pub(super) fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
         WakeKey::Event(WakeEvent::Fleet) => core.fleet.busy(),
         // Runs in flight end, and with them the wait for a place.
         WakeKey::Event(WakeEvent::Capacity) => core.runs_in_flight() != 0,
-        WakeKey::Timer(_) => true,
     };
     for stall in role
         .workflows
