@@ -104,7 +104,7 @@ impl Secret {
 
     /// The secret the servers sharing a database keep there (hex), for tokens and resume
     /// keys valid on every server (`ha.rs`).
-    pub fn from_hex(text: &str) -> Option<Secret> {
+    pub(crate) fn from_hex(text: &str) -> Option<Secret> {
         from_hex(text)
             .filter(|b| b.len() == SECRET_BYTES)
             .and_then(|b| Secret::from_bytes(&b))
@@ -132,7 +132,7 @@ impl Secret {
     }
 
     /// Constant-time check of a presented launch token.
-    pub fn verify_launch_token(&self, run: u64, machine: &str, attempt: u32, token: &str) -> bool {
+    pub(crate) fn verify_launch_token(&self, run: u64, machine: &str, attempt: u32, token: &str) -> bool {
         match from_hex(token) {
             Some(bytes) => self.mac(run, machine, attempt).verify_slice(&bytes).is_ok(),
             None => false,
@@ -142,7 +142,7 @@ impl Secret {
 
 /// A fresh resume key for a session (32 random bytes as hex) and its SHA-256 (hex), which
 /// is all the server keeps: a copy of the database does not let anyone resume a session.
-pub fn new_resume_key() -> (String, String) {
+pub(crate) fn new_resume_key() -> (String, String) {
     let bytes: [u8; SECRET_BYTES] = rand::random();
     let key = crate::tls::hex(&bytes);
     let hash = resume_key_hash(&key);
@@ -150,18 +150,18 @@ pub fn new_resume_key() -> (String, String) {
 }
 
 /// SHA-256 (hex) of a resume key.
-pub fn resume_key_hash(key: &str) -> String {
+fn resume_key_hash(key: &str) -> String {
     use sha2::Digest;
     crate::tls::hex(&Sha256::digest(key.as_bytes()))
 }
 
 /// Does a presented resume key match the stored hash (constant time)?
-pub fn verify_resume_key(stored_hash: Option<&str>, presented: &str) -> bool {
+pub(crate) fn verify_resume_key(stored_hash: Option<&str>, presented: &str) -> bool {
     stored_hash.is_some_and(|hash| keys_match(hash, &resume_key_hash(presented)))
 }
 
 /// Constant-time comparison of two keys.
-pub fn keys_match(expected: &str, presented: &str) -> bool {
+fn keys_match(expected: &str, presented: &str) -> bool {
     let (a, b) = (expected.as_bytes(), presented.as_bytes());
     if a.len() != b.len() {
         return false;
