@@ -171,7 +171,7 @@ pub(crate) enum DbReply {
     SaltCallSent(i64),
 }
 
-/// Each request's reply, in one place: `core.take_db_reply::<calls::GetRun>(id)` gives
+/// Each request's reply, in one place: `core.links.take_db_reply::<calls::GetRun>(id)` gives
 /// the `Option<RunRecord>`, and any other reply is a `CallError::WrongReply`.
 pub(crate) mod calls {
     use super::*;

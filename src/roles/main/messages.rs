@@ -4,7 +4,8 @@
 //! private fields and changes it only in its own methods, the way a run's targets do
 //! (`run/target/`). A method returns what should happen next as an [`Out`]: a db call,
 //! an answer to an admin call, an event to record, a message to another part. The shell
-//! performs them (`shell/perform.rs`); no part calls db or writes another part's fields.
+//! performs them (`Main::perform`, `shell/mod.rs`); no part calls db or writes another
+//! part's fields.
 //!
 //! A message is drained by the loop in one match (`shell/dispatch.rs`): that match is the
 //! whole list of what main reacts to between a part and the next, a run's end listeners

@@ -11,7 +11,7 @@ use crate::wire::link::ControlDown;
 
 impl Controlled for MainRole {
     fn control(&mut self) -> &mut ControlLink {
-        &mut self.core.links.control
+        self.core.links.control()
     }
 
     fn on_control(&mut self, ctx: &mut Ctx<Self>, msg: ControlDown) {

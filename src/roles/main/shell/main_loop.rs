@@ -2,7 +2,6 @@
 //! every event (wake keys to the registry, queued runs started, timers re-armed), the
 //! liveness check, stall reports and the ordered stop.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -10,14 +9,14 @@ use chrono::Utc;
 use mio::event::Event;
 
 use super::run as run_flow;
-use super::{BLOCKING_CALL_BASE, LoopHooks, Main, MainRole, Peer, STALL_THRESHOLD};
+use super::{LoopHooks, Main, MainRole, Peer, STALL_THRESHOLD};
 use crate::config;
 use crate::evloop::Flow;
 use crate::evloop::{Ctx, EventLoop};
 use crate::ipc::Role;
-use crate::ipc::rpc::PendingCalls;
 use crate::ipc::rpc::{CallError, Packet};
 use crate::roles::common::{RoleArgs, RoleError, attach_control, open_link};
+use crate::roles::main::fleet::launcher;
 use crate::roles::main::masters;
 use crate::roles::main::rules::scheduler::Scheduler;
 use crate::roles::main::rules::tokens::Secret;
@@ -49,12 +48,7 @@ pub(super) fn stop_when_settled(role: &mut MainRole, ctx: &mut Ctx<MainRole>, de
 pub(super) fn report_stalls(role: &mut MainRole, _ctx: &mut Ctx<MainRole>) {
     let core = &role.core;
     let pending = |key: &WakeKey| match key {
-        WakeKey::Call(id) => {
-            core.links.db_calls.get(*id).is_some()
-                || core.links.blocking_calls.get(*id).is_some()
-                || core.links.db_replies.contains_key(id)
-                || core.links.blocking_replies.contains_key(id)
-        }
+        WakeKey::Call(id) => core.links.awaits(*id),
         WakeKey::Event(WakeEvent::RunChanged(run)) => core.in_flight(*run),
         WakeKey::Event(WakeEvent::Fleet) => core.fleet.busy(),
         // Runs in flight end, and with them the wait for a place.
@@ -77,7 +71,10 @@ pub(super) fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
         return; // armed when recovery is done, or the leader lease confirmed again
     }
     let core = &role.core;
-    let slot = core.scheduler.earliest(&core.config.jobs, &core.leads());
+    let slot = core.scheduler.earliest(
+        &core.config.jobs,
+        &core.launcher.leads(&core.config.saltpeter),
+    );
     // Deferred slots and pause ends wake the loop too (`jobctl`).
     let Some(at) = slot.into_iter().chain(core.jobctl.next_wake()).min() else {
         return;
@@ -90,7 +87,7 @@ pub(super) fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     role.schedule_timer = None;
     let now = Utc::now();
     let core = &mut role.core;
-    let leads = core.leads();
+    let leads = core.launcher.leads(&core.config.saltpeter);
     let due = core.scheduler.take_due(now, &core.config.jobs, 100, &leads);
     missed::fire_due(core, due, now);
     firing::tick(core, now);
@@ -108,11 +105,11 @@ pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     start_queued(role, ctx);
     let now = Instant::now();
     let mut rounds = 0;
-    while (!role.core.links.wakes.is_empty() || !role.core.inbox.is_empty()) && rounds < 1000 {
+    while (role.core.links.has_wakes() || !role.core.inbox.is_empty()) && rounds < 1000 {
         rounds += 1;
         // What the woken steps posted is handled in the same turn, and may wake others.
         super::dispatch::drain(role, ctx);
-        let mut wakes = std::mem::take(&mut role.core.links.wakes);
+        let mut wakes = role.core.links.take_wakes();
         // A run's 10,000 targets changing in one turn wake it once, not 10,000 times:
         // a woken step looks at the whole state anyway.
         let mut seen = std::collections::HashSet::with_capacity(wakes.len());
@@ -134,7 +131,7 @@ pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     arm_liveness(role, ctx);
     arm_call_expiry(role, ctx);
     crate::roles::main::shell::views::end_of_turn(&mut role.core);
-    role.core.flush_hub_outbox();
+    role.core.links.flush_hub_outbox();
 }
 
 pub(super) fn start_queued(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
@@ -252,19 +249,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let control = attach_control(ev.ctx(), &mut args)?;
     let mut role = MainRole {
         core: Main {
-            links: super::Links {
-                control,
-                hub,
-                db,
-                blocking,
-                db_calls: PendingCalls::new(Role::Db),
-                blocking_calls: PendingCalls::with_first_id(Role::Blocking, BLOCKING_CALL_BASE),
-                db_replies: HashMap::new(),
-                blocking_replies: HashMap::new(),
-                blocking_tells: HashMap::new(),
-                wakes: Vec::new(),
-                hub_outbox: super::HubOutbox::default(),
-            },
+            links: super::Links::new(control, hub, db, blocking),
             config,
             secret,
             flight: crate::roles::main::run::Flight::default(),
@@ -307,7 +292,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let out = role.core.views.start();
     role.core.perform(out);
     crate::roles::main::lifecycle::heap::trim_soon(ev.ctx());
-    ev.run_with(&mut role, |role, _| role.core.flush_links())
+    ev.run_with(&mut role, |role, _| role.core.links.flush())
         .map_err(RoleError::setup("event loop"))?;
     Ok(0)
 }
@@ -321,73 +306,58 @@ pub(super) fn on_link(
     let core = &mut role.core;
     let writable = event.is_writable();
     let result = match peer {
-        Peer::Hub => {
-            if writable {
-                let _ = core.links.hub.on_writable();
+        Peer::Hub => core.links.receive_hub(writable).map(|msgs| {
+            for msg in msgs {
+                on_hub(role, msg);
             }
-            core.links.hub.receive().map(|msgs| {
-                for msg in msgs {
-                    on_hub(role, msg);
-                }
-            })
-        }
-        Peer::Db => {
-            if writable {
-                let _ = core.links.db.on_writable();
-            }
-            core.links.db.receive().map(|msgs| {
-                for msg in msgs {
-                    match msg {
-                        Packet::Reply { id, result } => match core.links.db_calls.finish(id) {
-                            Some(wait) => {
-                                core.db_answer(id, wait, result.map_err(CallError::Remote))
-                            }
-                            None => run_flow::orphans::answered_late(core, id, result),
-                        },
-                        Packet::Cast(DbNotice::CommitLatency(h)) => {
-                            core.views.metrics_mut().db_committed(h)
-                        }
-                        Packet::Cast(DbNotice::Lease(report)) => {
-                            core.post(crate::roles::main::messages::Message::Lease(report))
-                        }
-                        Packet::Cast(DbNotice::Live(notice)) => {
-                            crate::roles::main::shell::views::notice(core, notice)
-                        }
-                        Packet::Cast(DbNotice::SaltCalls(rows)) => {
-                            let policy =
-                                masters::serve::Policy::of(&core.config, core.salt_settings());
-                            core.perform(masters::serve::serve(rows, core.ha.server(), &policy));
-                        }
-                        Packet::Cast(DbNotice::SaltReplies(rows)) => {
-                            let out = core.delegation.replies(core.ha.server(), rows);
-                            core.perform(out);
-                        }
-                        Packet::Cast(DbNotice::SaltPeers(peers)) => core.delegation.peers(peers),
-                        Packet::Cast(DbNotice::MinionKeys(keys)) => core.delegation.keys(keys),
-                        other => log::warn!("unexpected message from db: {other:?}"),
+        }),
+        Peer::Db => core.links.receive_db(writable).map(|msgs| {
+            for msg in msgs {
+                match msg {
+                    Packet::Reply { id, result } => match core.links.finish_db_call(id) {
+                        Some(wait) => core.db_answer(id, wait, result.map_err(CallError::Remote)),
+                        None => run_flow::orphans::answered_late(core, id, result),
+                    },
+                    Packet::Cast(DbNotice::CommitLatency(h)) => {
+                        core.views.metrics_mut().db_committed(h)
                     }
-                }
-            })
-        }
-        Peer::Blocking => {
-            if writable {
-                let _ = core.links.blocking.on_writable();
-            }
-            core.links.blocking.receive().map(|msgs| {
-                for msg in msgs {
-                    match msg {
-                        Packet::Reply { id, result } => {
-                            if core.links.blocking_calls.finish(id).is_some() {
-                                core.blocking_answered(id, result.map_err(CallError::Remote));
-                            } else {
-                                log::warn!("blocking answered call {id} after its deadline");
-                            }
-                        }
-                        other => log::warn!("unexpected message from blocking: {other:?}"),
+                    Packet::Cast(DbNotice::Lease(report)) => {
+                        core.post(crate::roles::main::messages::Message::Lease(report))
                     }
+                    Packet::Cast(DbNotice::Live(notice)) => {
+                        crate::roles::main::shell::views::notice(core, notice)
+                    }
+                    Packet::Cast(DbNotice::SaltCalls(rows)) => {
+                        let policy = masters::serve::Policy::of(
+                            &core.config,
+                            launcher::salt_settings(&core.config.saltpeter),
+                        );
+                        core.perform(masters::serve::serve(rows, core.ha.server(), &policy));
+                    }
+                    Packet::Cast(DbNotice::SaltReplies(rows)) => {
+                        let out = core.delegation.replies(core.ha.server(), rows);
+                        core.perform(out);
+                    }
+                    Packet::Cast(DbNotice::SaltPeers(peers)) => core.delegation.peers(peers),
+                    Packet::Cast(DbNotice::MinionKeys(keys)) => core.delegation.keys(keys),
+                    other => log::warn!("unexpected message from db: {other:?}"),
                 }
-            })
-        }
+            }
+        }),
+        Peer::Blocking => core.links.receive_blocking(writable).map(|msgs| {
+            for msg in msgs {
+                match msg {
+                    Packet::Reply { id, result } => {
+                        if core.links.finish_blocking_call(id) {
+                            core.blocking_answered(id, result.map_err(CallError::Remote));
+                        } else {
+                            log::warn!("blocking answered call {id} after its deadline");
+                        }
+                    }
+                    other => log::warn!("unexpected message from blocking: {other:?}"),
+                }
+            }
+        }),
     };
     match result {
         Ok(()) => {
@@ -398,12 +368,12 @@ pub(super) fn on_link(
             let core = &mut role.core;
             match peer {
                 Peer::Db => {
-                    for (id, wait, err) in core.links.db_calls.fail_all() {
+                    for (id, wait, err) in core.links.fail_db_calls() {
                         core.db_answer(id, wait, Err(err));
                     }
                 }
                 Peer::Blocking => {
-                    let calls = core.links.blocking_calls.fail_all();
+                    let calls = core.links.fail_blocking_calls();
                     if core.flight.stopping {
                         // An ordered stop ends blocking first: its unanswered launches and
                         // resolutions are handed over, not failed. Their runs stay as
@@ -460,11 +430,11 @@ pub(super) fn on_hub(role: &mut MainRole, msg: Packet<HubRequest, HubAnswer>) {
 pub(super) fn expire_calls(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     let now = Instant::now();
     let core = &mut role.core;
-    for (id, wait, err) in core.links.db_calls.expire(now) {
+    for (id, wait, err) in core.links.expire_db_calls(now) {
         log::error!("db call {id}: {err}");
         core.db_answer(id, wait, Err(err));
     }
-    for (id, (), err) in core.links.blocking_calls.expire(now) {
+    for (id, (), err) in core.links.expire_blocking_calls(now) {
         log::error!("blocking call {id}: {err}");
         core.blocking_answered(id, Err(err));
     }
@@ -473,13 +443,7 @@ pub(super) fn expire_calls(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 
 /// Keep one timer at the earliest deadline of the calls in flight (none when idle).
 pub(super) fn arm_call_expiry(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
-    let next = [
-        role.core.links.db_calls.next_deadline(),
-        role.core.links.blocking_calls.next_deadline(),
-    ]
-    .into_iter()
-    .flatten()
-    .min();
+    let next = role.core.links.next_deadline();
     match (role.call_timer, next) {
         (Some((_, at)), Some(next)) if at <= next => {}
         (current, next) => {

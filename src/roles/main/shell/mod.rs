@@ -3,15 +3,16 @@
 //! `maintenance/`, `notify/`, `run/`, `views/`, ...) keep their own state and return what
 //! should happen (`messages::Out`); what is here performs it:
 //! - the loop (`main_loop`) and its one match over the parts' messages (`dispatch`);
-//! - the commands a part returns (`perform`), the links to hub, db and blocking and the
-//!   calls in flight on them (`links`, `links_state`);
+//! - `Main` itself: the commands a part returns (`Main::perform`), the db and blocking
+//!   calls and their answers, events; the links to hub, db and blocking and the calls in
+//!   flight on them are the links' own (`links_state`; `links`: the db continuations);
 //! - the run Workflow (`run/`): the steps that drive a run's targets (`run/target/`, the
 //!   pure core) through db, blocking and the wrappers;
 //! - the admin requests (`requests/`, one file per topic), the wrapper sessions
 //!   (`wrappers/`), the firing of slots and chains (`firing/`);
-//! - what several parts are read for together: launch settings (`launcher`), capacity
-//!   (`throttle`), the job log (`joblog`), retention and events (`history`), what the
-//!   views are handed (`views`), the launch rounds (`rounds`).
+//! - what several parts are read for together: capacity (`throttle`), the job log
+//!   (`joblog`), retention (`history`), what the views are handed (`views`), the launch
+//!   rounds (`rounds`).
 //!
 //! No part names this folder: every arrow points from here to a part.
 
@@ -20,11 +21,9 @@ pub(crate) mod dispatch;
 pub(crate) mod firing;
 pub(crate) mod history;
 pub(crate) mod joblog;
-pub(crate) mod launcher;
 pub(crate) mod links;
 pub(crate) mod links_state;
 pub(crate) mod main_loop;
-pub(crate) mod perform;
 pub(crate) mod requests;
 pub(crate) mod rounds;
 pub(crate) mod run;
@@ -34,29 +33,34 @@ pub(crate) mod wrappers;
 
 use std::time::{Duration, Instant};
 
+use chrono::Utc;
+
 use crate::config::LoadedConfig;
 use crate::evloop::Ctx;
 use crate::evloop::timers::TimerId;
-use crate::ipc::rpc::{CallError, CallId};
+use crate::ipc::Role;
+use crate::ipc::rpc::{CallError, CallId, Due, RemoteError};
+use crate::logsafe::cut;
 use crate::roles::main::fleet::{Fleet, Launcher};
 use crate::roles::main::jobctl::JobCtl;
 use crate::roles::main::maintenance::Maintenance;
-use crate::roles::main::messages::{FinishedRun, Message};
+use crate::roles::main::messages::{Cmd, FinishedRun, Message, Out, Then};
 use crate::roles::main::notify::Notifier;
 use crate::roles::main::rounds::Rounds;
 use crate::roles::main::rules::scheduler::Scheduler;
 use crate::roles::main::rules::tokens::Secret;
 use crate::roles::main::run::Flight;
 use crate::roles::main::run::active::ActiveRun;
+use crate::roles::main::run::request::{RecoveredRun, RunRequest};
+use crate::roles::main::run::rules;
 use crate::roles::main::run::target::Target;
 use crate::roles::main::views::Views;
-use crate::wire::db::DbReply;
-use crate::wire::link::ProcessInfo;
-use crate::wire::records::{RunId, RunState};
+use crate::wire::db::{DbReply, DbRequest, NewEvent};
+use crate::wire::link::{BlockingReply, BlockingRequest, HubReply, ProcessInfo};
+use crate::wire::records::{RunId, RunState, now_ms};
 use crate::workflow::{Registry, WakeEvent, WakeKey};
 
 pub(crate) use crate::roles::main::run::request::JobRef;
-pub(crate) use links_state::HubOutbox;
 
 /// The links as main keeps them.
 pub(crate) type Links = links_state::Links<Main>;
@@ -65,24 +69,10 @@ pub(crate) type Links = links_state::Links<Main>;
 /// call. Timeouts and a lost link call it with the error.
 pub(crate) type DbWait = links_state::OnReply<Main>;
 
-/// Blocking call ids live in their own range so they never collide with db call ids in
-/// the Workflow registry's wake keys.
-pub(crate) const BLOCKING_CALL_BASE: u64 = 1 << 40;
-pub(crate) const DB_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// How long main waits for a db call: [`DB_TIMEOUT`], or `SP_DB_TIMEOUT_S` from the
-/// environment (for the tests that stall db past it; read once).
-pub(crate) fn db_timeout() -> Duration {
-    static TIMEOUT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *TIMEOUT.get_or_init(|| {
-        std::env::var("SP_DB_TIMEOUT_S")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .filter(|s| *s > 0)
-            .map_or(DB_TIMEOUT, Duration::from_secs)
-    })
-}
-pub(crate) const LAUNCH_TIMEOUT: Duration = Duration::from_secs(120);
+/// How many characters of a job name or machine id an event row holds.
+pub(crate) const EVENT_NAME_MAX: usize = crate::logsafe::NAME_MAX;
+/// How many characters of a message an event row holds.
+pub(crate) const EVENT_MESSAGE_MAX: usize = 4096;
 /// How long shutdown waits for running Workflows.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// A Workflow waiting this long on nothing live is reported.
@@ -206,7 +196,7 @@ impl Main {
     }
 
     pub(crate) fn wake(&mut self, key: WakeKey) {
-        self.links.wakes.push(key);
+        self.links.wake(key);
     }
 
     /// A run in flight.
@@ -267,49 +257,7 @@ impl Main {
     pub(crate) fn run_event(run: RunId) -> WakeEvent {
         WakeEvent::RunChanged(run)
     }
-}
 
-impl DbWait {
-    /// The reply goes to `then`.
-    pub(crate) fn then(
-        then: impl FnOnce(&mut Main, CallId, Result<DbReply, CallError>) + 'static,
-    ) -> Self {
-        links_state::OnReply(Box::new(then))
-    }
-
-    /// The reply goes to `answer` with `wait`, what the part keeps about the call.
-    pub(crate) fn with<W: 'static>(
-        wait: W,
-        answer: fn(&mut Main, W, Result<DbReply, CallError>),
-    ) -> Self {
-        Self::then(move |core, _, result| answer(core, wait, result))
-    }
-
-    /// A Workflow step waits on this call id: the reply is kept for it (`take_db_reply`)
-    /// and the step woken.
-    pub(crate) fn step() -> Self {
-        Self::then(|core, id, result| {
-            core.links.db_replies.insert(id, result);
-            core.wake(WakeKey::Call(id));
-        })
-    }
-
-    /// A write nobody waits for; a failure is logged.
-    /// While the database does not store, the trouble was logged once when it began.
-    pub(crate) fn write(what: &'static str) -> Self {
-        Self::then(move |core, _, result| {
-            if let Err(e) = result {
-                if core.storage.trouble().is_some() {
-                    log::debug!("could not record {what}: {e}");
-                } else {
-                    log::error!("could not record {what}: {e}");
-                }
-            }
-        })
-    }
-}
-
-impl Main {
     /// A run ended and its end is recorded: its end listeners hear of it (the dispatch,
     /// `Message::RunEnded`: the jobs chained to it start, its waiters are answered, its
     /// followers and watchers told, the views count it). (The run Workflow calls this.)
@@ -331,5 +279,249 @@ impl Main {
         self.wake_capacity();
         // The views look again (`Message::RunChanged`).
         self.post(Message::RunChanged(run));
+    }
+    /// Do what a part asked for, in order: db calls with their replies turned into
+    /// messages, answers to admin calls, events, messages for the loop and for the hub.
+    pub(crate) fn perform(&mut self, out: Out) {
+        for cmd in out.into_cmds() {
+            match cmd {
+                Cmd::Db { req, then, due } => {
+                    let wait = match then {
+                        Then::Write(what) => DbWait::write(what),
+                        Then::Tell(to) => DbWait::then(move |core, _, result| {
+                            core.post(to(result));
+                        }),
+                    };
+                    self.db_call_due(req, wait, due);
+                }
+                Cmd::Answer(call, resp) => self.links.reply_hub(call, HubReply::Admin(resp)),
+                Cmd::Event(e) => self.event(
+                    e.kind,
+                    e.job.as_deref(),
+                    e.run,
+                    e.machine.as_deref(),
+                    e.message,
+                ),
+                Cmd::Post(msg) => self.post(msg),
+                Cmd::Blocking { req, local, tell } => {
+                    let id = if local {
+                        self.local_blocking_call(req)
+                    } else {
+                        self.blocking_call(req)
+                    };
+                    // Answered at once when blocking could not be reached: the reply
+                    // waits in the links and goes to `tell` now.
+                    if let Some(msg) = self.links.tell_blocking(id, tell) {
+                        self.post(msg);
+                    }
+                }
+                Cmd::Hub(msg) => self.links.tell_hub(msg),
+            }
+        }
+    }
+
+    /// A message for the loop, drained after the event being handled (`dispatch.rs`).
+    pub(crate) fn post(&mut self, msg: Message) {
+        self.inbox.push_back(msg);
+    }
+
+    pub(crate) fn db_call(&mut self, req: DbRequest, wait: DbWait) -> CallId {
+        self.db_call_due(req, wait, Due::Soon)
+    }
+
+    /// A db call whose answer nothing needs before `due` (`Links::db_call`); answered at
+    /// once with the error when db cannot be reached.
+    pub(crate) fn db_call_due(&mut self, req: DbRequest, wait: DbWait, due: Due) -> CallId {
+        let (id, unsent) = self.links.db_call(req, wait, due);
+        if let Some(wait) = unsent {
+            self.db_answer(id, wait, Err(CallError::PeerGone(Role::Db)));
+        }
+        id
+    }
+
+    /// Hand a db reply (or its failure) to whoever waits for it, noting on the way
+    /// whether the database stores.
+    pub(crate) fn db_answer(
+        &mut self,
+        id: CallId,
+        wait: DbWait,
+        result: Result<DbReply, CallError>,
+    ) {
+        match &result {
+            // Storage trouble: the database did not store (a full disk, a database out of
+            // reach, a call db did not answer in time). Not a missing row or a bad value.
+            Err(
+                e @ (CallError::Remote(RemoteError::DiskFull(_) | RemoteError::Failed(_))
+                | CallError::Timeout(..)),
+            ) => {
+                let why = e.to_string();
+                if self.storage.write_failed(&why, Instant::now()) {
+                    log::error!(
+                        "the database does not store ({why}); outcomes wait with their \
+                         wrappers and slots are recorded once it stores again"
+                    );
+                    self.event("storage_trouble", None, None, None, why);
+                }
+            }
+            Ok(DbReply::OutputStored { .. } | DbReply::Done | DbReply::RunCreated(_)) => {
+                if let Some(back) = self.storage.write_stored(Instant::now()) {
+                    self.flight.orphans.storage_back(Instant::now());
+                    let again = format!(
+                        "the database stores again after {:.1} s ({})",
+                        back.lasted.as_secs_f64(),
+                        back.why
+                    );
+                    log::info!("{again}");
+                    self.event("storage_recovered", None, None, None, again);
+                }
+            }
+            _ => {}
+        }
+        wait.answer(self, id, result);
+    }
+
+    /// A call to blocking, or, with several masters on one database, to the blocking of
+    /// the servers whose masters reach its minions (`masters`): one reply under `id`
+    /// either way.
+    pub(crate) fn blocking_call(&mut self, req: BlockingRequest) -> CallId {
+        let id = self.links.start_blocking_call();
+        let ping_timeout_s = self.config.saltpeter.ping_timeout_s;
+        match self
+            .delegation
+            .route(id, &req, self.ha.server(), self.ha.shared(), ping_timeout_s)
+        {
+            None => self.post_blocking(id, req),
+            Some(spread) => self.perform(spread),
+        }
+        id
+    }
+
+    /// A call to this server's own blocking, never spread over other servers.
+    pub(crate) fn local_blocking_call(&mut self, req: BlockingRequest) -> CallId {
+        let id = self.links.start_blocking_call();
+        self.post_blocking(id, req);
+        id
+    }
+
+    fn post_blocking(&mut self, id: CallId, req: BlockingRequest) {
+        if !self.links.post_blocking(id, req) {
+            self.blocking_answered(id, Err(CallError::PeerGone(Role::Blocking)));
+        }
+    }
+
+    /// A blocking reply (or why there is none) for call `id`, for its caller: a message
+    /// when a part asked (`Cmd::Blocking`; the parts of a Salt call spread over several
+    /// servers, and the calls made for another server, among them), else kept for its
+    /// Workflow step and woken. A call spread over servers that ends this way (its
+    /// deadline, blocking lost) drops its parts.
+    pub(crate) fn blocking_answered(
+        &mut self,
+        id: CallId,
+        result: Result<BlockingReply, CallError>,
+    ) {
+        self.delegation.ended(id, &result);
+        if let Some(msg) = self.links.blocking_reply(id, result) {
+            self.post(msg);
+        }
+    }
+
+    /// The merged answer of the Salt call `call` spread over several servers, once every
+    /// part answered: to its caller as any blocking reply, unless it ended meanwhile.
+    pub(crate) fn blocking_merged(
+        &mut self,
+        call: CallId,
+        result: Result<BlockingReply, CallError>,
+    ) {
+        if self.links.finish_blocking_call(call)
+            && let Some(msg) = self.links.blocking_reply(call, result)
+        {
+            self.post(msg);
+        }
+    }
+
+    /// Record an event in the audit trail. Its strings are bounded ([`EVENT_NAME_MAX`],
+    /// [`EVENT_MESSAGE_MAX`]): a machine id or message can come from a peer, and a row
+    /// stays until it ages out.
+    pub(crate) fn event(
+        &mut self,
+        kind: &str,
+        job: Option<&str>,
+        run: Option<RunId>,
+        machine: Option<&str>,
+        message: String,
+    ) {
+        self.db_call(
+            DbRequest::RecordEvent(NewEvent {
+                at: Utc::now().timestamp_millis(),
+                kind: kind.to_string(),
+                job: job.map(|j| cut(j, EVENT_NAME_MAX)),
+                run,
+                machine: machine.map(|m| cut(m, EVENT_NAME_MAX)),
+                message: cut(
+                    &match &self.actor.name {
+                        Some(who) => format!("{message} (by {who})"),
+                        None => message,
+                    },
+                    EVENT_MESSAGE_MAX,
+                ),
+                uid: self.actor.uid,
+            }),
+            DbWait::write("an event"),
+        );
+    }
+
+    /// How soon db must store a write of `run` that nothing waits for
+    /// ([`ActiveRun::write_due`](crate::roles::main::run::active::ActiveRun::write_due)).
+    pub(crate) fn write_due(&self, run: RunId) -> Due {
+        self.run(run).map_or(Due::Soon, |r| r.write_due(now_ms()))
+    }
+
+    /// Whether a run of `job` is in flight or about to start.
+    pub(crate) fn job_busy(&self, job: &str) -> bool {
+        self.job_busy_besides(job, None)
+    }
+
+    /// Whether a run of `job` other than `except` is going (the overlap rule): one in
+    /// flight that is not a pre-staged run still waiting for its slot, or one queued or
+    /// being recorded.
+    pub(crate) fn job_busy_besides(&self, job: &str, except: Option<RunId>) -> bool {
+        let runs = self
+            .runs()
+            .filter(|r| r.job.name == job)
+            .map(|r| rules::RunView {
+                id: r.id,
+                prestaged: r.is_prestaged(),
+                go_sent: r.go_sent(),
+            });
+        rules::job_busy(
+            self.flight.busy_jobs.get(job).copied().unwrap_or(0),
+            runs,
+            except,
+        )
+    }
+
+    /// Queue a run; until it is recorded it counts as busy for the overlap rule (a
+    /// pre-staged run counts only once it has gone, see `job_busy_besides`).
+    pub(crate) fn queue_run(&mut self, req: RunRequest) {
+        if !req.prestaged {
+            *self
+                .flight
+                .busy_jobs
+                .entry(req.job.name.clone())
+                .or_insert(0) += 1;
+        }
+        self.flight.to_start.push(req);
+    }
+
+    /// Resume the Workflow of a recovered run.
+    fn recover_run(&mut self, req: RunRequest, run: u64, batches: Vec<Vec<String>>) {
+        let grace = std::time::Duration::from_secs(self.config.saltpeter.recovery_grace_s);
+        let reconnect_until = Instant::now() + grace;
+        self.flight.to_recover.push(RecoveredRun {
+            req,
+            id: run,
+            batches,
+            reconnect_until,
+        });
     }
 }

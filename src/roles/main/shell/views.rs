@@ -108,7 +108,7 @@ pub(crate) fn follow_run(core: &mut Main, call: CallId, result: DbResult) {
 
 /// `/metrics`: main's counts and the other parts' gauges.
 pub(crate) fn metrics_text(core: &Main) -> String {
-    let leads = core.leads();
+    let leads = core.launcher.leads(&core.config.saltpeter);
     let prestage_leads = core
         .config
         .jobs

@@ -19,7 +19,7 @@ use crate::roles::main::messages::{BlockingResult, Parked};
 use crate::roles::main::rules::scheduler::Due;
 use crate::roles::main::shell::firing;
 use crate::roles::main::shell::firing::missed;
-use crate::roles::main::shell::{DbWait, Main, MainRole};
+use crate::roles::main::shell::{DbWait, Main, MainRole, history};
 use crate::wire::db::{DbRequest, NewRun};
 use crate::wire::records::{Millis, RunState, Trigger};
 
@@ -198,7 +198,7 @@ fn apply(role: &mut MainRole, ctx: &mut Ctx<MainRole>, loaded: LoadedConfig, now
     }
     if changes.retention {
         // New retention applies to the existing history too.
-        core.apply_retention_to_all();
+        history::apply_retention_to_all(core);
     }
     core.views.ui().config_changed(core.config.jobs.keys());
     core.scheduler.plan(core.config.valid_jobs(), now);

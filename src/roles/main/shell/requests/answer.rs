@@ -16,7 +16,7 @@ use crate::wire::records::{RunId, RunRecord};
 
 /// The one way an answer leaves main.
 pub(crate) fn respond(core: &mut Main, call: CallId, resp: AdminResponse) {
-    core.reply_hub(call, HubReply::Admin(resp));
+    core.links.reply_hub(call, HubReply::Admin(resp));
 }
 
 pub(crate) fn failure(core: &mut Main, call: CallId, f: AdminFailure) {

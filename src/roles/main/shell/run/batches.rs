@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::env::{RecordedRun, RunEnv, Sc, not_recorded};
+use crate::roles::main::fleet::launcher;
 use crate::roles::main::run::request::RunRequest;
 use crate::roles::main::run::rules;
 use crate::roles::main::shell::run::effects::now_ms;
@@ -122,7 +123,9 @@ fn send_launch(
 ) -> Step {
     let job = req.job.clone();
     let run = rec.id();
-    let url = core.wrapper_url(&job);
+    let url = core
+        .launcher
+        .wrapper_url(&core.config.saltpeter, core.daemon.wrapper_port, &job);
     let now = Instant::now();
     if let Some(slot) = rec.round.take() {
         core.rounds.leave(slot);
@@ -138,9 +141,9 @@ fn send_launch(
         let queued = crate::roles::main::rounds::Queued {
             run,
             url,
-            wrapper_path: core.wrapper_path(&job),
+            wrapper_path: launcher::wrapper_path(&core.config.saltpeter, &job),
             minions: launch.into_iter().map(|t| t.machine).collect(),
-            settings: core.salt_settings(),
+            settings: launcher::salt_settings(&core.config.saltpeter),
             // After its slot (targets held back by a cap, retries) nothing is to coalesce.
             urgent: !req.prestaged || core.run(run).is_some_and(|r| r.go_sent()),
         };
@@ -150,7 +153,7 @@ fn send_launch(
     }
     let id = core.blocking_call(BlockingRequest::Launch {
         executor: ExecutorKind::Local,
-        wrapper_path: core.wrapper_path(&job),
+        wrapper_path: launcher::wrapper_path(&core.config.saltpeter, &job),
         runs: vec![run],
         url,
         targets: launch,
@@ -186,7 +189,7 @@ fn launched(rec: &mut RecordedRun, core: &mut Main) -> Launched {
     let Some(id) = rec.launch else {
         return Launched::Nothing;
     };
-    match core.take_blocking_reply::<blocking_calls::Launch>(id) {
+    match core.links.take_blocking_reply::<blocking_calls::Launch>(id) {
         None => Launched::Waiting(Wake::Call(id)),
         Some(reply) => {
             rec.launch = None;
@@ -214,7 +217,7 @@ pub(crate) fn await_launch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Ste
         active.launch_answered();
     }
     rec.launch_started = None;
-    let path = core.wrapper_path(&req.job);
+    let path = launcher::wrapper_path(&core.config.saltpeter, &req.job);
     match reply {
         Ok(outcomes) => {
             for o in outcomes {

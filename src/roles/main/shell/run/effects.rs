@@ -21,7 +21,7 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
         match effect {
             Effect::Kill(conn) => {
                 let grace_s = core.run(run).map_or(0, |r| r.job.kill_grace_s);
-                core.tell_wrapper(
+                core.links.tell_wrapper(
                     conn,
                     ServerMsg::Kill {
                         reason: KillReason::User,
@@ -29,8 +29,8 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                     },
                 );
             }
-            Effect::Suspend(conn) => core.tell_wrapper(conn, ServerMsg::Suspend {}),
-            Effect::Resume(conn) => core.tell_wrapper(conn, ServerMsg::Resume {}),
+            Effect::Suspend(conn) => core.links.tell_wrapper(conn, ServerMsg::Suspend {}),
+            Effect::Resume(conn) => core.links.tell_wrapper(conn, ServerMsg::Resume {}),
             Effect::StoreSuspended(suspended) => {
                 let update = TargetUpdate {
                     suspended: Some(suspended),
@@ -47,8 +47,8 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                 // The dashboard and `run --wait` show the flag at once.
                 core.post(crate::roles::main::messages::Message::RunChanged(run));
             }
-            Effect::Ack(conn, seq) => core.tell_wrapper(conn, ServerMsg::Ack { seq }),
-            Effect::Done(conn) => core.tell_wrapper(conn, ServerMsg::Done {}),
+            Effect::Ack(conn, seq) => core.links.tell_wrapper(conn, ServerMsg::Ack { seq }),
+            Effect::Done(conn) => core.links.tell_wrapper(conn, ServerMsg::Done {}),
             Effect::HoldOutput {
                 conn,
                 from_seq,
@@ -58,7 +58,7 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                 // stores: the wrapper is sent on to the next server instead of held here.
                 if core.ha.holding() {
                     core.sessions.unbind(conn);
-                    core.tell_hub(MainToHub::CloseWrapper { conn });
+                    core.links.tell_hub(MainToHub::CloseWrapper { conn });
                     continue;
                 }
                 let retry_after_ms = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
@@ -66,11 +66,11 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                     from_seq,
                     retry_after_ms,
                 };
-                core.tell_wrapper(conn, msg);
+                core.links.tell_wrapper(conn, msg);
             }
             Effect::Close(conn) => {
                 core.sessions.unbind(conn);
-                core.tell_hub(MainToHub::CloseWrapper { conn });
+                core.links.tell_hub(MainToHub::CloseWrapper { conn });
             }
             Effect::StoreState(state, started) => {
                 let update = TargetUpdate {
@@ -163,14 +163,6 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                 write_target(core, run, machine, update, what, Due::Soon);
             }
         }
-    }
-}
-
-impl Main {
-    /// How soon db must store a write of `run` that nothing waits for
-    /// ([`ActiveRun::write_due`](crate::roles::main::run::active::ActiveRun::write_due)).
-    pub(crate) fn write_due(&self, run: RunId) -> Due {
-        self.run(run).map_or(Due::Soon, |r| r.write_due(now_ms()))
     }
 }
 

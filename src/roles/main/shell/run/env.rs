@@ -265,7 +265,7 @@ impl RunEnv {
                 let req = ask(env, core)?;
                 Ok(core.db_call(req, DbWait::step()))
             },
-            |core, id| core.take_db_reply::<C>(id),
+            |core, id| core.links.take_db_reply::<C>(id),
         )
     }
 }

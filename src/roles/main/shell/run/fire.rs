@@ -14,7 +14,7 @@ use crate::roles::main::run::rules::{self, Hold};
 use crate::roles::main::shell::run::effects::now_ms;
 use crate::roles::main::shell::{DbWait, JobRef, Main};
 use crate::wire::db::{DbRequest, NewRun};
-use crate::wire::records::{RunId, RunState, Trigger};
+use crate::wire::records::{RunState, Trigger};
 
 /// Act on a due slot whose run, if any, has `trigger` (`schedule`, `catchup` for a missed
 /// slot run late, `chain`), as the job's controls decided (`hold`, from `firing::fire`).
@@ -171,43 +171,4 @@ fn launches_behind(core: &Main, job: &str, slot: crate::wire::records::Millis) -
         .filter(|r| r.job.name == job)
         .count();
     rules::launches_behind(&views, slot, queued)
-}
-
-impl Main {
-    /// Whether a run of `job` is in flight or about to start.
-    pub(crate) fn job_busy(&self, job: &str) -> bool {
-        self.job_busy_besides(job, None)
-    }
-
-    /// Whether a run of `job` other than `except` is going (the overlap rule): one in
-    /// flight that is not a pre-staged run still waiting for its slot, or one queued or
-    /// being recorded.
-    pub(crate) fn job_busy_besides(&self, job: &str, except: Option<RunId>) -> bool {
-        let runs = self
-            .runs()
-            .filter(|r| r.job.name == job)
-            .map(|r| rules::RunView {
-                id: r.id,
-                prestaged: r.is_prestaged(),
-                go_sent: r.go_sent(),
-            });
-        rules::job_busy(
-            self.flight.busy_jobs.get(job).copied().unwrap_or(0),
-            runs,
-            except,
-        )
-    }
-
-    /// Queue a run; until it is recorded it counts as busy for the overlap rule (a
-    /// pre-staged run counts only once it has gone, see `job_busy_besides`).
-    pub(crate) fn queue_run(&mut self, req: RunRequest) {
-        if !req.prestaged {
-            *self
-                .flight
-                .busy_jobs
-                .entry(req.job.name.clone())
-                .or_insert(0) += 1;
-        }
-        self.flight.to_start.push(req);
-    }
 }

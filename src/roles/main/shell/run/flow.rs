@@ -13,8 +13,8 @@ use crate::roles::main::maintenance::windows;
 use crate::roles::main::run::active::ActiveRun;
 use crate::roles::main::run::request::{RecoveredRun, RunRequest};
 use crate::roles::main::run::rules;
-use crate::roles::main::shell::Main;
 use crate::roles::main::shell::run::effects::now_ms;
+use crate::roles::main::shell::{Main, history};
 use crate::wire::admin::{AdminFailure, AdminResponse};
 use crate::wire::db::{DbRequest, RunUpdate, calls};
 use crate::wire::link::HubReply;
@@ -86,7 +86,7 @@ fn plan_batches(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
 
 fn answer_admin(core: &mut Main, env: &mut RunEnv, resp: AdminResponse) {
     if let Some(call) = env.req.admin_call.take() {
-        core.reply_hub(call, HubReply::Admin(resp));
+        core.links.reply_hub(call, HubReply::Admin(resp));
     }
 }
 
@@ -279,7 +279,7 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         crate::roles::main::shell::joblog::run_ended(core, &active);
         core.sessions.run_ended(run);
         log::info!("run {run} of {} ended", active.job.name);
-        core.apply_retention(&active.job.name);
+        history::apply_retention(core, &active.job.name);
         core.run_ended(&active, state);
     }
     Step::Next

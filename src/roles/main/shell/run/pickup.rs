@@ -9,6 +9,7 @@
 use super::env::RecordedRun;
 use super::failed::{launch_failed, unreachable};
 use crate::config::Executor;
+use crate::roles::main::fleet::launcher;
 use crate::roles::main::run::request::RunRequest;
 use crate::roles::main::shell::Main;
 use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
@@ -25,7 +26,10 @@ pub(super) fn overdue(
     let job = req.job.name.clone();
     if let Some((id, _)) = &rec.pickup_probe {
         let id = *id;
-        let Some(reply) = core.take_blocking_reply::<blocking_calls::Resolve>(id) else {
+        let Some(reply) = core
+            .links
+            .take_blocking_reply::<blocking_calls::Resolve>(id)
+        else {
             return Some(Wake::Call(id));
         };
         let machines = rec.pickup_probe.take().map(|(_, m)| m).unwrap_or_default();
@@ -42,7 +46,7 @@ pub(super) fn overdue(
                 Ok(res) if res.live.contains(&machine) => {
                     // Its wrapper may be gone from the minion (a launch published without
                     // waiting for returns does not see that): deploy again next time.
-                    let path = core.wrapper_path(&req.job);
+                    let path = launcher::wrapper_path(&core.config.saltpeter, &req.job);
                     let out = core.fleet.missing(&machine, &path);
                     core.perform(out);
                     let why = format!(
@@ -93,7 +97,7 @@ pub(super) fn overdue(
         overdue.join(", ")
     );
     let id = core.blocking_call(BlockingRequest::Resolve {
-        salt: core.salt_settings(),
+        salt: launcher::salt_settings(&core.config.saltpeter),
         target: overdue.join(","),
         target_type: SaltTargetType::List,
         from_cache: false,

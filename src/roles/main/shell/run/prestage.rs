@@ -66,7 +66,7 @@ pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step 
                 conns.len(),
                 (Utc::now() - slot).num_milliseconds()
             );
-            core.tell_wrappers(conns, ServerMsg::Go {});
+            core.links.tell_wrappers(conns, ServerMsg::Go {});
             rec.extend_pickup(Instant::now() + pickup);
             if !std::mem::replace(&mut rec.start_recorded, true) {
                 core.db_call(
@@ -95,7 +95,7 @@ pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step 
                     None => unconnected.push(m.clone()),
                 }
             }
-            core.tell_wrappers(
+            core.links.tell_wrappers(
                 conns,
                 ServerMsg::Cancel {
                     reason: reason.clone(),

@@ -18,11 +18,11 @@ use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::ipc::rpc::Due;
 use crate::roles::main::run::active::ActiveRun;
-use crate::roles::main::run::request::{RecoveredRun, RunRequest};
+use crate::roles::main::run::request::RunRequest;
 use crate::roles::main::run::rules;
 use crate::roles::main::run::target::Target;
 use crate::roles::main::shell::run::effects::write_target;
-use crate::roles::main::shell::{DbWait, Main, MainRole};
+use crate::roles::main::shell::{DbWait, Main, MainRole, history};
 use crate::wire::db::calls;
 use crate::wire::db::{DbReply, DbRequest};
 use crate::wire::db::{RunUpdate, TargetDetail, TargetUpdate};
@@ -69,7 +69,7 @@ pub(crate) fn recovered(
     if count > 0 {
         log::info!("recovered {count} run(s) in flight");
     }
-    role.core.apply_retention_to_all();
+    history::apply_retention_to_all(&mut role.core);
     // The start-up hold is lifted, and the schedule armed, once every start-up load is in
     // (`Message::StartupDone`, handled in the pump).
     role.pump(ctx);
@@ -113,8 +113,9 @@ pub(crate) fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail
     // Staged wrappers were welcomed (their token is spent) but nothing ran: the run is
     // still pre-staged, and waits for its slot again.
     let started_any = targets.values().any(|t| t.started().is_some());
-    let prestaged =
-        run.slot.is_some() && !started_any && core.prestage_lead(&job) > chrono::Duration::zero();
+    let prestaged = run.slot.is_some()
+        && !started_any
+        && core.launcher.leads(&core.config.saltpeter).of(&job) > chrono::Duration::zero();
     log::info!(
         "run {} of {}: recovered with {} target(s) still open",
         run.id,
@@ -185,18 +186,4 @@ fn give_up(core: &mut Main, run: &RunRecord, why: &str) {
         },
         DbWait::write("a closed run"),
     );
-}
-
-impl Main {
-    /// Resume the Workflow of a recovered run.
-    fn recover_run(&mut self, req: RunRequest, run: u64, batches: Vec<Vec<String>>) {
-        let grace = std::time::Duration::from_secs(self.config.saltpeter.recovery_grace_s);
-        let reconnect_until = Instant::now() + grace;
-        self.flight.to_recover.push(RecoveredRun {
-            req,
-            id: run,
-            batches,
-            reconnect_until,
-        });
-    }
 }

@@ -12,6 +12,7 @@
 use super::env::{RunEnv, Sc, not_planned, not_recorded};
 use crate::config::Executor;
 use crate::roles::main::fleet::Need;
+use crate::roles::main::fleet::launcher;
 use crate::roles::main::shell::Main;
 use crate::wire::link::{BlockingRequest, blocking_calls};
 use crate::wire::records::RunState;
@@ -46,7 +47,7 @@ pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> 
             // launch: choosing `number_of_targets` live minions and `retry_unreachable` do.
             let from_cache = job.number_of_targets.is_none() && job.retry_unreachable_s == 0;
             let id = core.blocking_call(BlockingRequest::Resolve {
-                salt: core.salt_settings(),
+                salt: launcher::salt_settings(&core.config.saltpeter),
                 target: job.target_expr.clone(),
                 target_type: job.target_type.into(),
                 from_cache,
@@ -55,7 +56,9 @@ pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> 
             Ok(id)
         },
         |core, id| {
-            let reply = core.take_blocking_reply::<blocking_calls::Resolve>(id)?;
+            let reply = core
+                .links
+                .take_blocking_reply::<blocking_calls::Resolve>(id)?;
             core.launcher
                 .resolution_answered(id, std::time::Instant::now());
             Some(reply)
@@ -105,7 +108,7 @@ pub(crate) fn deploy_wrappers(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> 
     if job.executor != Executor::Salt {
         return Step::Next;
     }
-    let path = core.wrapper_path(&job);
+    let path = launcher::wrapper_path(&core.config.saltpeter, &job);
     let minions: Vec<String> = rec
         .current_batch()
         .iter()

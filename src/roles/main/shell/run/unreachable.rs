@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::env::RecordedRun;
 use crate::config::Job;
+use crate::roles::main::fleet::launcher;
 use crate::roles::main::shell::Main;
 use crate::roles::main::shell::run::effects::{finish_target, transition};
 use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
@@ -107,7 +108,10 @@ pub(crate) fn check(rec: &mut RecordedRun, core: &mut Main, now: Instant) -> Pla
         .collect();
     // A probe's answer is taken even when nobody waits any more (killed meanwhile).
     let answer = match rec.probe {
-        Some(id) => match core.take_blocking_reply::<blocking_calls::Resolve>(id) {
+        Some(id) => match core
+            .links
+            .take_blocking_reply::<blocking_calls::Resolve>(id)
+        {
             Some(reply) => {
                 rec.probe = None;
                 rec.next_probe = Some(now + probe_period(window));
@@ -165,7 +169,7 @@ pub(crate) fn check(rec: &mut RecordedRun, core: &mut Main, now: Instant) -> Pla
     };
     if rec.probe.is_none() && rec.next_probe.is_none_or(|at| at <= now) {
         let id = core.blocking_call(BlockingRequest::Resolve {
-            salt: core.salt_settings(),
+            salt: launcher::salt_settings(&core.config.saltpeter),
             target: still.join(","),
             target_type: SaltTargetType::List,
             from_cache: false,

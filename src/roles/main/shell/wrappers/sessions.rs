@@ -23,7 +23,7 @@ use crate::roles::main::sessions::verdicts::{
 use crate::roles::main::shell::run::effects::{
     apply, finish_target, now_ms, transition, write_target,
 };
-use crate::roles::main::shell::wrappers::welcome::answer_hello;
+use crate::roles::main::shell::wrappers::welcome::{answer_hello, check_minion_proof};
 use crate::roles::main::shell::{DbWait, Main};
 use crate::wire::db::TargetUpdate;
 use crate::wire::db::calls;
@@ -73,7 +73,7 @@ pub(crate) fn reconcile(
                 RejectCode::RetryLater,
                 "the server could not look the run up",
             );
-            core.reply_hub(id, HubReply::Verdict(verdict));
+            core.links.reply_hub(id, HubReply::Verdict(verdict));
             return;
         }
     };
@@ -97,10 +97,7 @@ pub(crate) fn reconcile(
         .is_some_and(|j| j.executor == crate::config::Executor::Salt);
     let proven = match (&hello.proof, &hello.resume_key) {
         (Some(proof), _) => {
-            salt_job
-                && core
-                    .check_minion_proof(hello.run, &hello.machine, proof)
-                    .is_ok()
+            salt_job && check_minion_proof(core, hello.run, &hello.machine, proof).is_ok()
         }
         (None, Some(k)) => tokens::verify_resume_key(target.resume_key_sha256.as_deref(), &k.0),
         (None, None) => false,
@@ -113,7 +110,7 @@ pub(crate) fn reconcile(
         proven,
     );
     if let Some(verdict) = verdict {
-        core.reply_hub(id, HubReply::Verdict(verdict));
+        core.links.reply_hub(id, HubReply::Verdict(verdict));
         return;
     }
     log::info!(
@@ -182,7 +179,8 @@ fn touch(core: &mut Main, conn: ConnId) -> Option<(RunId, String)> {
         .map(|(run, m)| (run, m.to_string()))
     else {
         log::debug!("a wrapper on connection {conn} has no session any more; closing it");
-        core.tell_hub(crate::wire::link::MainToHub::CloseWrapper { conn });
+        core.links
+            .tell_hub(crate::wire::link::MainToHub::CloseWrapper { conn });
         return None;
     };
     transition(core, run, &machine, |t| t.heard(Instant::now()));
@@ -226,7 +224,7 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
             let cost = crate::wire::link::output_cost(data.len());
             let Some((run, machine)) = touch(core, conn) else {
                 // Not a session (any more): dropped, and its cost given back at once.
-                core.credit_output(conn, cost);
+                core.links.credit_output(conn, cost);
                 return;
             };
             let in_flight = core.in_flight(run);
@@ -248,7 +246,7 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
                 },
                 DbWait::then(move |core, _, result| {
                     // Stored or not, main no longer holds it: the hub gets the credit.
-                    core.credit_output(conn, cost);
+                    core.links.credit_output(conn, cost);
                     let stored = result.is_ok();
                     output_stored(core, run, &machine, result);
                     if stored {

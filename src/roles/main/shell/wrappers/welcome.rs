@@ -76,7 +76,7 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         }
     }
     if !matches!(verdict, WrapperVerdict::Welcome { .. }) {
-        core.reply_hub(id, HubReply::Verdict(verdict));
+        core.links.reply_hub(id, HubReply::Verdict(verdict));
         return;
     }
     core.views
@@ -95,7 +95,7 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
     let verdict = match store {
         Some(_) => Some(verdict),
         None => {
-            core.reply_hub(id, HubReply::Verdict(verdict));
+            core.links.reply_hub(id, HubReply::Verdict(verdict));
             None
         }
     };
@@ -151,7 +151,7 @@ pub(crate) fn session_stored(
     result: Result<crate::wire::db::DbReply, CallError>,
 ) {
     match result {
-        Ok(_) => core.reply_hub(w.call, HubReply::Verdict(w.verdict)),
+        Ok(_) => core.links.reply_hub(w.call, HubReply::Verdict(w.verdict)),
         Err(e) => {
             log::error!(
                 "run {}: the session of {} could not be recorded ({e}); it retries",
@@ -166,7 +166,7 @@ pub(crate) fn session_stored(
                 RejectCode::RetryLater,
                 "the server could not record the session",
             );
-            core.reply_hub(w.call, HubReply::Verdict(verdict));
+            core.links.reply_hub(w.call, HubReply::Verdict(verdict));
         }
     }
 }
@@ -246,7 +246,7 @@ fn vet_hello(
     let credential = match (what, &p.token, &p.resume_key, &p.proof) {
         (Shown::Refused(why), ..) => return reject(RejectCode::BadToken, why).into(),
         (Shown::MinionKey, _, _, Some(proof)) => {
-            match core.check_minion_proof(run, machine, proof) {
+            match check_minion_proof(core, run, machine, proof) {
                 Ok(()) => Credential::MinionKey { valid: true },
                 Err(why) => return reject(RejectCode::BadToken, why).into(),
             }
@@ -353,4 +353,17 @@ fn vet_hello(
         Some(hash) => Vetted::AfterStore { verdict, hash },
         None => Vetted::Now(verdict),
     }
+}
+
+/// Check a wrapper's minion-key proof (`Launcher::check_minion_proof`), with the keys
+/// other servers' masters published for `machine` (`delegation`).
+pub(crate) fn check_minion_proof(
+    core: &mut Main,
+    run: RunId,
+    machine: &str,
+    proof: &MinionProof,
+) -> Result<(), String> {
+    let published = core.delegation.published_keys(machine);
+    core.launcher
+        .check_minion_proof(&core.config.saltpeter, published, run, machine, proof)
 }
