@@ -146,7 +146,8 @@ fn print(times: &[DateTime<Utc>], json: bool) {
     }
 }
 
-/// RFC 3339 in UTC with a `Z`, with fractions only when there are any.
+/// In Saltpeter's one JSON time format (`crate::wire::records::rfc3339`), the text list
+/// too, so both show the same instants.
 fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+    crate::wire::records::rfc3339(t.timestamp_millis()).unwrap_or_default()
 }

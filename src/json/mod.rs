@@ -12,17 +12,18 @@ pub(crate) mod ui;
 use serde_json::{Value, json};
 
 use crate::wire::admin::{JobInfo, StatusInfo};
-use crate::wire::records::{Millis, RunRecord, TargetRecord};
+use crate::wire::records::{Millis, RunRecord, TargetRecord, rfc3339};
 
 /// The line shown where the output limit left bytes out.
 pub(crate) fn elision_marker(omitted: u64) -> String {
     format!("\n[saltpeter: {omitted} bytes of output left out here (output_limit)]\n")
 }
 
-/// RFC 3339 in UTC, or null.
+/// An instant in Saltpeter's one JSON time format (`crate::wire::records::rfc3339`), or
+/// null.
 pub(crate) fn time(ms: Option<Millis>) -> Value {
-    match ms.and_then(chrono::DateTime::from_timestamp_millis) {
-        Some(t) => Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+    match ms.and_then(rfc3339) {
+        Some(t) => Value::String(t),
         None => Value::Null,
     }
 }

@@ -7,13 +7,23 @@
 
 use serde_json::{Map, Value, json};
 
-use super::time;
 use crate::wire::records::{Millis, RunRecord};
 use crate::wire::ui::{
     ConfigView, CronEntryView, CronView, DetailsView, StatusView, TargetView, instance,
 };
 
 const SP_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// An instant as the original UI reads it: RFC 3339 in UTC with a `Z`, a fraction only
+/// when there is one, or null (left out). Deliberately not `crate::json::time`: the
+/// original UI is a client Saltpeter does not change, so what `/ws` sends stays as it is
+/// whatever Saltpeter's own JSON does.
+fn time(ms: Option<Millis>) -> Value {
+    match ms.and_then(chrono::DateTime::from_timestamp_millis) {
+        Some(t) => Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+        None => Value::Null,
+    }
+}
 
 /// Remove every `null` member of objects, at any depth (arrays keep their items).
 pub(crate) fn strip_nulls(v: &mut Value) {

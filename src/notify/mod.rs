@@ -18,7 +18,7 @@ use hmac::{KeyInit, Mac};
 use serde_json::json;
 
 use crate::config::notify::NotifyOn;
-use crate::wire::records::{Millis, RunId, RunState, TargetReason};
+use crate::wire::records::{Millis, RunId, RunState, TargetReason, rfc3339};
 
 /// Bytes of each target's output shown in a notification.
 pub(crate) const TAIL_BYTES: u64 = 2048;
@@ -94,6 +94,8 @@ pub(crate) fn fires(on: &[NotifyOn], facts: &Facts) -> Option<NotifyOn> {
         .find(|o| on.contains(o) && happened(*o))
 }
 
+/// An instant in text for people (headlines, mail): to the second. The webhook payload
+/// is JSON and has `rfc3339`.
 fn iso(ms: Option<Millis>) -> Option<String> {
     ms.and_then(chrono::DateTime::from_timestamp_millis)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
@@ -142,12 +144,12 @@ pub(crate) fn webhook_body(n: &Notice, event: NotifyOn, slack: bool) -> String {
         "event": event.as_str(),
         "job": n.job,
         "run": n.run,
-        "slot": iso(n.slot),
+        "slot": n.slot.and_then(rfc3339),
         "state": n.state.as_str(),
         "trigger": n.trigger,
         "reason": n.reason,
-        "started": iso(n.started),
-        "ended": iso(n.ended),
+        "started": n.started.and_then(rfc3339),
+        "ended": n.ended.and_then(rfc3339),
         "targets": targets,
         "text": text,
     })

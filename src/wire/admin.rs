@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::records::{Millis, RunId, RunRecord, RunState, TargetRecord};
+use super::records::{Millis, RunId, RunRecord, RunState, TargetRecord, rfc3339};
 use super::wrapper::Stream;
 
 /// A process of the daemon, as `status` shows it.
@@ -506,10 +506,7 @@ pub(crate) struct JobControlInfo {
 impl JobControlInfo {
     /// The JSON shape `saltpeterctl --json` and the HTTP API print.
     pub(crate) fn to_json(&self) -> serde_json::Value {
-        let ms = |t: Option<Millis>| {
-            t.and_then(chrono::DateTime::from_timestamp_millis)
-                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        };
+        let ms = |t: Option<Millis>| t.and_then(rfc3339);
         serde_json::json!({
             "jobs": self.jobs.iter().map(|e| serde_json::json!({
                 "job": e.job,
@@ -544,17 +541,13 @@ pub(crate) struct WindowOccurrence {
 impl WindowOccurrence {
     /// The JSON shape `saltpeterctl --json` and the HTTP API print.
     pub(crate) fn to_json(list: &[WindowOccurrence]) -> serde_json::Value {
-        let t = |ms: Millis| {
-            chrono::DateTime::from_timestamp_millis(ms)
-                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        };
         serde_json::Value::Array(
             list.iter()
                 .map(|w| {
                     serde_json::json!({
                         "name": w.name,
-                        "start": t(w.start),
-                        "end": t(w.end),
+                        "start": rfc3339(w.start),
+                        "end": rfc3339(w.end),
                         "open": w.open,
                         "policy": w.policy,
                         "machines": w.machines,

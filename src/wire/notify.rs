@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::wire::records::{Millis, RunId};
+use crate::wire::records::{Millis, RunId, rfc3339};
 
 /// One message, ready to send.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,10 +115,7 @@ pub(crate) struct DeliveryRecord {
 impl DeliveryRecord {
     /// The JSON shape shared by `saltpeterctl deliveries --json` and the HTTP API.
     pub(crate) fn to_json(&self) -> serde_json::Value {
-        let iso = |ms: Option<Millis>| {
-            ms.and_then(chrono::DateTime::from_timestamp_millis)
-                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-        };
+        let iso = |ms: Option<Millis>| ms.and_then(rfc3339);
         serde_json::json!({
             "id": self.id,
             "job": self.job,

@@ -19,6 +19,24 @@ pub(crate) fn now_ms() -> Millis {
     chrono::Utc::now().timestamp_millis()
 }
 
+/// An instant as Saltpeter's own JSON writes it (the HTTP API, `saltpeterctl --json`,
+/// webhook payloads, job log documents): RFC 3339 in UTC with a `Z`, with a fraction of
+/// exactly three digits when the instant has milliseconds and none when it falls on a
+/// whole second (`2026-01-01T00:00:00Z`, `2026-01-01T00:00:01.250Z`). `None` only for
+/// an instant outside the calendar chrono knows.
+///
+/// One format everywhere, from this one function (`crate::json::time` wraps it): it
+/// loses nothing, since instants are milliseconds; whole-second instants (slots, windows)
+/// read as before; and RFC 3339 with or without a fraction is what every common parser
+/// takes (chrono, Python's `datetime.fromisoformat`, JavaScript's `Date`, Go's
+/// `time.RFC3339`, Elasticsearch's `date`). Text for people (tables, notes, log lines,
+/// mail) is not JSON and keeps its own, to-the-second form; the original UI's `/ws`
+/// protocol keeps its own function (`crate::json::ui`), pinned to what that UI reads.
+pub(crate) fn rfc3339(ms: Millis) -> Option<String> {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+}
+
 macro_rules! str_enum {
     ($(#[$m:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$m])*
@@ -226,6 +244,29 @@ mod tests {
             serde_json::to_string(&TargetState::SkippedMaintenance).unwrap(),
             "\"skipped_maintenance\""
         );
+    }
+
+    #[test]
+    fn one_json_time_format() {
+        assert_eq!(rfc3339(0).as_deref(), Some("1970-01-01T00:00:00Z"));
+        let whole = 1_795_000_000_000;
+        assert_eq!(rfc3339(whole).as_deref(), Some("2026-11-18T11:06:40Z"));
+        assert_eq!(
+            rfc3339(whole + 250).as_deref(),
+            Some("2026-11-18T11:06:40.250Z")
+        );
+        assert_eq!(
+            rfc3339(whole + 7).as_deref(),
+            Some("2026-11-18T11:06:40.007Z")
+        );
+        assert_eq!(rfc3339(-1).as_deref(), Some("1969-12-31T23:59:59.999Z"));
+        assert_eq!(rfc3339(Millis::MAX), None);
+        // Every instant reads back as itself.
+        for ms in [0, whole, whole + 1, whole + 999, -1] {
+            let text = rfc3339(ms).unwrap();
+            let back = chrono::DateTime::parse_from_rfc3339(&text).unwrap();
+            assert_eq!(back.timestamp_millis(), ms, "{text}");
+        }
     }
 
     #[test]

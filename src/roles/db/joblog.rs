@@ -146,7 +146,7 @@ pub(super) fn write_job_log<S: Storage + ?Sized>(
                     "job_name": log.job,
                     "group": log.group,
                     "job_instance": log.instance,
-                    "@timestamp": ts.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                    "@timestamp": crate::wire::records::rfc3339(ts.timestamp_millis()),
                     "return_code": e.return_code,
                     "machine": e.machine,
                     "output": output,
