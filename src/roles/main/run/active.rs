@@ -105,6 +105,11 @@ impl ActiveRun {
         }
     }
 
+    /// The run's id.
+    pub(crate) fn id(&self) -> RunId {
+        self.id
+    }
+
     /// Launched ahead of its slot (whether or not `go` went out since).
     pub(crate) fn is_prestaged(&self) -> bool {
         match self.phase {

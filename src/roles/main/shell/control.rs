@@ -21,13 +21,13 @@ impl Controlled for MainRole {
                     "shutting down; {} runs in flight continue on their targets",
                     self.core.runs_in_flight()
                 );
-                self.core.flight.stopping = true;
+                self.core.flight.stop();
                 let deadline = Instant::now() + SHUTDOWN_GRACE;
                 stop_when_settled(self, ctx, deadline);
             }
             ControlDown::Stopping => {
                 log::info!("an ordered stop began: nothing new is launched");
-                self.core.flight.stopping = true;
+                self.core.flight.stop();
                 pump(self, ctx);
             }
             ControlDown::Reload => {

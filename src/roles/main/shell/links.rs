@@ -74,7 +74,7 @@ impl Main {
             }
             Ok(DbReply::OutputStored { .. } | DbReply::Done | DbReply::RunCreated(_)) => {
                 if let Some(back) = self.storage.write_stored(Instant::now()) {
-                    self.flight.orphans.storage_back(Instant::now());
+                    self.flight.orphans_mut().storage_back(Instant::now());
                     log::info!(
                         "the database stores again after {:.1} s ({})",
                         back.lasted.as_secs_f64(),

@@ -214,7 +214,7 @@ pub(super) fn run_now(core: &mut Main, call: CallId, name: &str, targets: Option
             Err(why) => return failure(core, call, AdminFailure::Invalid(why)),
         },
     };
-    let refused = if core.flight.stopping {
+    let refused = if core.flight.is_stopping() {
         Some("the daemon is stopping".to_string())
     } else if !job.enabled {
         // One rule for saltpeterctl, the API and /ws: `enabled: false` switches the job

@@ -27,7 +27,7 @@ pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> S
     let Some(active) = core.run(run) else {
         return Step::Next;
     };
-    let stopping = core.flight.stopping;
+    let stopping = core.flight.is_stopping();
     // A run recovered after a restart with a target launched before it is in flight
     // already: never held back.
     let launched = rec.capacity_since.is_none()

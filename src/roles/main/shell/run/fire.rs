@@ -164,12 +164,7 @@ fn launches_behind(core: &Main, job: &str, slot: crate::wire::records::Millis) -
                     .any(crate::roles::main::run::target::Target::is_pending),
         })
         .collect();
-    let queued = core
-        .flight
-        .to_start
-        .iter()
-        .filter(|r| r.job.name == job)
-        .count();
+    let queued = core.flight.queued_of(job);
     rules::launches_behind(&views, slot, queued)
 }
 
@@ -191,23 +186,12 @@ impl Main {
                 prestaged: r.is_prestaged(),
                 go_sent: r.go_sent(),
             });
-        rules::job_busy(
-            self.flight.busy_jobs.get(job).copied().unwrap_or(0),
-            runs,
-            except,
-        )
+        rules::job_busy(self.flight.busy_count(job), runs, except)
     }
 
     /// Queue a run; until it is recorded it counts as busy for the overlap rule (a
     /// pre-staged run counts only once it has gone, see `job_busy_besides`).
     pub(crate) fn queue_run(&mut self, req: RunRequest) {
-        if !req.prestaged {
-            *self
-                .flight
-                .busy_jobs
-                .entry(req.job.name.clone())
-                .or_insert(0) += 1;
-        }
-        self.flight.to_start.push(req);
+        self.flight.queue_start(req);
     }
 }

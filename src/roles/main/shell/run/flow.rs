@@ -290,13 +290,7 @@ fn release_job(core: &mut Main, env: &mut RunEnv) {
     if !env.uncount() {
         return;
     }
-    let job = env.req.job.name.as_str();
-    if let Some(n) = core.flight.busy_jobs.get_mut(job) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            core.flight.busy_jobs.remove(job);
-        }
-    }
+    core.flight.release_job(&env.req.job.name);
 }
 
 /// A machine of a run about to be planned is in an open `defer` machine window: the run

@@ -30,10 +30,10 @@ use crate::wire::records::{RunRecord, RunState, TargetReason, TargetState};
 
 /// Ask db for the runs in flight; the answer arrives in `recovered`.
 pub(crate) fn start(core: &mut Main) {
-    core.flight.recovering = true;
+    core.flight.begin_recovery();
     core.db_call(
         DbRequest::InFlightDetails,
-        DbWait::then(|core, _, result| core.flight.recovery_reply = Some(result)),
+        DbWait::then(|core, _, result| core.flight.keep_recovery_reply(result)),
     );
 }
 
@@ -192,7 +192,7 @@ impl Main {
     fn recover_run(&mut self, req: RunRequest, run: u64, batches: Vec<Vec<String>>) {
         let grace = std::time::Duration::from_secs(self.config.saltpeter.recovery_grace_s);
         let reconnect_until = Instant::now() + grace;
-        self.flight.to_recover.push(RecoveredRun {
+        self.flight.queue_recovery(RecoveredRun {
             req,
             id: run,
             batches,

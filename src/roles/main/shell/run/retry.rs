@@ -32,7 +32,7 @@ pub(crate) fn check(rec: &mut RecordedRun, core: &mut Main, now: Instant) -> Ret
     let Some(active) = core.run(run) else {
         return RetryPlan::Nothing;
     };
-    if active.kill_requested() || core.flight.stopping || active.job.retries == 0 {
+    if active.kill_requested() || core.flight.is_stopping() || active.job.retries == 0 {
         rec.retry_at.clear();
         return RetryPlan::Nothing;
     }

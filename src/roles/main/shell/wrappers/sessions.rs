@@ -37,7 +37,7 @@ pub(crate) fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
         HubRequest::WrapperHello(hello) => {
             let run = hello.run;
             if look_up_first(
-                core.flight.recovering,
+                core.flight.is_recovering(),
                 core.in_flight(run),
                 hello.resume_key.is_some(),
                 hello.proof.is_some(),
@@ -389,7 +389,7 @@ pub(crate) fn check_liveness(core: &mut Main, now: Instant) {
     }
     // Wrappers cannot reach a stopping daemon, and may be refused while the database
     // does not store: their silence says nothing then.
-    let held = core.flight.stopping || core.storage.trouble().is_some();
+    let held = core.flight.is_stopping() || core.storage.trouble().is_some();
     let sp = &core.config.saltpeter;
     let windows = silences(sp.heartbeat_s, sp.recovery_grace_s);
     let silence = windows.heard;

@@ -203,7 +203,7 @@ fn vet_hello(
     report: SuspendReport,
     can_limit: bool,
 ) -> Vetted {
-    if core.flight.recovering {
+    if core.flight.is_recovering() {
         return reject(
             RejectCode::RetryLater,
             "the server is loading the runs in flight",
