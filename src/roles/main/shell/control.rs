@@ -42,10 +42,9 @@ impl Controlled for MainRole {
                 wrapper_port,
                 api_port,
             } => {
-                self.core.daemon.started_at = started_at;
-                self.core.daemon.processes = processes;
-                self.core.daemon.wrapper_port = wrapper_port;
-                self.core.daemon.api_port = api_port;
+                self.core
+                    .daemon
+                    .processes_known(started_at, processes, wrapper_port, api_port);
             }
             // Answered by `roles::common::control_event` before it reaches a role.
             ControlDown::Ping(_) => {}

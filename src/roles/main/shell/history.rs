@@ -46,13 +46,13 @@ impl Main {
                 run,
                 machine: machine.map(|m| cut(m, EVENT_NAME_MAX)),
                 message: cut(
-                    &match &self.actor.name {
+                    &match self.actor.name() {
                         Some(who) => format!("{message} (by {who})"),
                         None => message,
                     },
                     EVENT_MESSAGE_MAX,
                 ),
-                uid: self.actor.uid,
+                uid: self.actor.uid(),
             }),
             DbWait::write("an event"),
         );

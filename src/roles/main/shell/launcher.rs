@@ -13,7 +13,7 @@ impl Main {
     /// URL the wrappers of `job` connect to (`Launcher::wrapper_url`).
     pub(crate) fn wrapper_url(&self, job: &config::Job) -> String {
         self.launcher
-            .wrapper_url(&self.config.saltpeter, self.daemon.wrapper_port, job)
+            .wrapper_url(&self.config.saltpeter, self.daemon.wrapper_port(), job)
     }
 
     /// How far ahead of its slot a run of `job` is launched (`Launcher::leads`).

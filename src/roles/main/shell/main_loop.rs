@@ -270,10 +270,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             flight: crate::roles::main::run::Flight::default(),
             sessions: Default::default(),
             scheduler,
-            daemon: super::DaemonInfo {
-                started_at: now.timestamp_millis(),
-                ..Default::default()
-            },
+            daemon: super::DaemonInfo::started(now.timestamp_millis()),
             launcher: crate::roles::main::fleet::Launcher::new(wrapper_pin),
             fleet: Default::default(),
             rounds: Default::default(),

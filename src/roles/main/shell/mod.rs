@@ -15,7 +15,9 @@
 //!
 //! No part names this folder: every arrow points from here to a part.
 
+mod actor;
 mod control;
+mod daemon_info;
 pub(crate) mod dispatch;
 pub(crate) mod firing;
 pub(crate) mod history;
@@ -51,11 +53,12 @@ use crate::roles::main::run::active::ActiveRun;
 use crate::roles::main::run::target::Target;
 use crate::roles::main::views::Views;
 use crate::wire::db::DbReply;
-use crate::wire::link::ProcessInfo;
 use crate::wire::records::{RunId, RunState};
 use crate::workflow::{Registry, WakeEvent, WakeKey};
 
 pub(crate) use crate::roles::main::run::request::JobRef;
+pub(crate) use actor::Actor;
+pub(crate) use daemon_info::DaemonInfo;
 pub(crate) use links_state::HubOutbox;
 
 /// The links as main keeps them.
@@ -139,24 +142,6 @@ pub(crate) struct Main {
     ha: crate::roles::main::lifecycle::Ha,
     /// Salt calls spread over the servers' masters (several masters, one database).
     delegation: crate::roles::main::masters::Delegation,
-}
-
-/// This daemon as operators see it.
-#[derive(Default)]
-pub(crate) struct DaemonInfo {
-    pub(crate) processes: Vec<ProcessInfo>,
-    pub(crate) started_at: i64,
-    pub wrapper_port: u16,
-    /// The HTTP API's port (0: not served).
-    pub api_port: u16,
-}
-
-/// Who is behind the request being handled: an admin socket peer's uid, or an API
-/// identity (`api:NAME`).
-#[derive(Default)]
-pub(crate) struct Actor {
-    pub uid: Option<u32>,
-    pub name: Option<String>,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.

@@ -63,9 +63,9 @@ pub(super) fn finish_start(
     role.arm_schedule(ctx);
     for Parked { call, req, uid } in parked {
         // Handled as the peer that asked, as it would have been without the wait.
-        role.core.actor.uid = uid;
+        role.core.actor.admin(uid);
         crate::roles::main::shell::requests::handle(&mut role.core, call, req);
-        role.core.actor.uid = None;
+        role.core.actor.admin_done();
     }
 }
 

@@ -17,7 +17,7 @@ pub(super) fn admit(core: &mut Main, call: CallId, req: AdminRequest) -> Option<
         return None;
     }
     if core.flight.is_recovering() && needs_settings(&req) {
-        core.boot.park(call, req, core.actor.uid);
+        core.boot.park(call, req, core.actor.uid());
         return None;
     }
     Some(req)
