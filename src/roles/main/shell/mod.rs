@@ -231,13 +231,11 @@ impl Main {
 
     /// A target of a run in flight.
     pub(crate) fn target(&self, run: RunId, machine: &str) -> Option<&Target> {
-        self.flight.get(run).and_then(|r| r.targets.get(machine))
+        self.flight.get(run).and_then(|r| r.target(machine))
     }
 
     pub(crate) fn target_mut(&mut self, run: RunId, machine: &str) -> Option<&mut Target> {
-        self.flight
-            .get_mut(run)
-            .and_then(|r| r.targets.get_mut(machine))
+        self.flight.get_mut(run).and_then(|r| r.target_mut(machine))
     }
 
     /// Wake the Workflows waiting for a place (`throttle.rs`), when a cap is set.
@@ -300,13 +298,13 @@ impl Main {
     /// followers and watchers told, the views count it). (The run Workflow calls this.)
     pub(crate) fn run_ended(&mut self, active: &ActiveRun, state: RunState) {
         self.post(Message::RunEnded(FinishedRun {
-            run: active.id,
-            job: active.job.name.clone(),
+            run: active.id(),
+            job: active.job().name.clone(),
             state,
-            slot: active.slot,
-            trigger: active.trigger,
-            targets: active.targets.iter().map(|(m, t)| t.record(m)).collect(),
-            waiters: active.waiters.clone(),
+            slot: active.slot(),
+            trigger: active.trigger(),
+            targets: active.targets().iter().map(|(m, t)| t.record(m)).collect(),
+            waiters: active.waiters().to_vec(),
         }));
     }
 

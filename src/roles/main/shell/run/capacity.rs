@@ -32,7 +32,7 @@ pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> S
     // already: never held back.
     let launched = rec.capacity_since.is_none()
         && active
-            .targets
+            .targets()
             .values()
             .any(|t| !matches!(t.phase(), Phase::Pending | Phase::SkippedMaintenance));
     // A kill (its targets are canceled already) or a stop: nothing is to start.
@@ -62,7 +62,7 @@ pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> S
             set_waiting(core, run, false);
             if stopping {
                 let open: Vec<String> = core.run(run).map_or(Vec::new(), |a| {
-                    a.targets
+                    a.targets()
                         .iter()
                         .filter(|(_, t)| !t.is_decided())
                         .map(|(m, _)| m.clone())

@@ -150,16 +150,16 @@ fn launches_behind(core: &Main, job: &str, slot: crate::wire::records::Millis) -
     let now = std::time::Instant::now();
     let views: Vec<rules::LaunchView> = core
         .runs()
-        .filter(|r| r.job.name == job)
+        .filter(|r| r.job().name == job)
         .map(|r| rules::LaunchView {
-            slot: r.slot,
+            slot: r.slot(),
             out_for: r
                 .launching()
                 .map(|since| now.saturating_duration_since(since)),
             // Staged and not launched yet (resolving, deploying, waiting in its round).
             waiting: r.awaiting_go()
                 && r.launching().is_none()
-                && r.targets
+                && r.targets()
                     .values()
                     .any(crate::roles::main::run::target::Target::is_pending),
         })
@@ -180,9 +180,9 @@ impl Main {
     pub(crate) fn job_busy_besides(&self, job: &str, except: Option<RunId>) -> bool {
         let runs = self
             .runs()
-            .filter(|r| r.job.name == job)
+            .filter(|r| r.job().name == job)
             .map(|r| rules::RunView {
-                id: r.id,
+                id: r.id(),
                 prestaged: r.is_prestaged(),
                 go_sent: r.go_sent(),
             });

@@ -38,7 +38,7 @@ pub(crate) fn tick(core: &mut Main, now: Instant) {
 /// db's answer to a sweep: adopt the suspects of the last sweep that are still not
 /// driven here, as a takeover would.
 pub(crate) fn loaded(core: &mut Main, result: DbResult) {
-    let driven: std::collections::BTreeSet<RunId> = core.runs().map(|r| r.id).collect();
+    let driven: std::collections::BTreeSet<RunId> = core.runs().map(|r| r.id()).collect();
     let adopt =
         core.flight
             .orphans_mut()

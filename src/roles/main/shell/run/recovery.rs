@@ -121,15 +121,15 @@ pub(crate) fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail
         job.name,
         unsettled.len()
     );
-    let mut active = ActiveRun::new(
+    let active = ActiveRun::new(
         run.id,
         job.clone(),
         run.slot,
         run.trigger,
         prestaged,
         run.started.unwrap_or(0),
-    );
-    active.targets = targets;
+    )
+    .with_targets(targets);
     core.insert_run(active);
     let batch_size = job.batch_size;
     core.recover_run(
