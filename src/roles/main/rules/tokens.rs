@@ -132,7 +132,13 @@ impl Secret {
     }
 
     /// Constant-time check of a presented launch token.
-    pub(crate) fn verify_launch_token(&self, run: u64, machine: &str, attempt: u32, token: &str) -> bool {
+    pub(crate) fn verify_launch_token(
+        &self,
+        run: u64,
+        machine: &str,
+        attempt: u32,
+        token: &str,
+    ) -> bool {
         match from_hex(token) {
             Some(bytes) => self.mac(run, machine, attempt).verify_slice(&bytes).is_ok(),
             None => false,

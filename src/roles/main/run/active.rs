@@ -13,7 +13,6 @@ use crate::roles::main::run::target::Target;
 use crate::wire::records::{
     Millis, RunId, RunState, TargetReason, TargetRecord, TargetState, Trigger, settle_run_state,
 };
-use crate::workflow::WorkflowId;
 
 /// How long before its slot a pre-staged run's held writes are committed.
 const STAGED_WRITES_LEAD_MS: i64 = 1_000;
@@ -58,22 +57,23 @@ pub(crate) enum RunPhase {
 
 /// A run in flight.
 pub(crate) struct ActiveRun {
-    pub id: RunId,
-    pub job: Arc<Job>,
-    pub slot: Option<Millis>,
-    pub trigger: Trigger,
-    pub targets: BTreeMap<String, Target>,
+    id: RunId,
+    job: Arc<Job>,
+    slot: Option<Millis>,
+    trigger: Trigger,
+    /// Its targets by machine: added when the run is recorded (or recovered), never
+    /// removed while it is in flight.
+    targets: BTreeMap<String, Target>,
     phase: RunPhase,
     /// An operator killed the whole run. Not a phase: a kill may come in any of them
     /// (staged: canceled at its slot; waiting for a place: admitted to end at once;
     /// launching or running: its targets are killed) and does not move the run by itself.
     kill_requested: bool,
-    pub workflow: Option<WorkflowId>,
     /// Admin calls (`run --wait`) to answer when the run ends.
-    pub waiters: Vec<CallId>,
+    waiters: Vec<CallId>,
     /// When the run was recorded: its place in the throttling queues when it has no slot
     /// (a manual run).
-    pub recorded_at: Millis,
+    recorded_at: Millis,
 }
 
 impl ActiveRun {
@@ -99,10 +99,65 @@ impl ActiveRun {
                 RunPhase::Immediate { launching: None }
             },
             kill_requested: false,
-            workflow: None,
             waiters: Vec::new(),
             recorded_at,
         }
+    }
+
+    /// The run with its targets (the run is recorded, or recovered, with them).
+    pub(crate) fn with_targets(mut self, targets: BTreeMap<String, Target>) -> ActiveRun {
+        self.targets = targets;
+        self
+    }
+
+    /// The run's id.
+    pub(crate) fn id(&self) -> RunId {
+        self.id
+    }
+
+    /// The job it runs.
+    pub(crate) fn job(&self) -> &Arc<Job> {
+        &self.job
+    }
+
+    /// Its slot (unix ms); a manual run has none.
+    pub(crate) fn slot(&self) -> Option<Millis> {
+        self.slot
+    }
+
+    /// What started it.
+    pub(crate) fn trigger(&self) -> Trigger {
+        self.trigger
+    }
+
+    /// Its targets by machine.
+    pub(crate) fn targets(&self) -> &BTreeMap<String, Target> {
+        &self.targets
+    }
+
+    /// A target of it.
+    pub(crate) fn target(&self, machine: &str) -> Option<&Target> {
+        self.targets.get(machine)
+    }
+
+    /// A target of it, to move.
+    pub(crate) fn target_mut(&mut self, machine: &str) -> Option<&mut Target> {
+        self.targets.get_mut(machine)
+    }
+
+    /// Its targets by machine, to move (none is added or removed).
+    pub(crate) fn targets_mut(&mut self) -> impl Iterator<Item = (&String, &mut Target)> {
+        self.targets.iter_mut()
+    }
+
+    /// An admin call (`run --wait`, a watch) is answered when the run ends.
+    pub(crate) fn add_waiter(&mut self, call: CallId) {
+        self.waiters.push(call);
+    }
+
+    /// The admin calls to answer when the run ends.
+    pub(crate) fn waiters(&self) -> &[CallId] {
+        &self.waiters
     }
 
     /// Launched ahead of its slot (whether or not `go` went out since).

@@ -21,13 +21,13 @@ impl Controlled for MainRole {
                     "shutting down; {} runs in flight continue on their targets",
                     self.core.runs_in_flight()
                 );
-                self.core.flight.stopping = true;
+                self.core.flight.stop();
                 let deadline = Instant::now() + SHUTDOWN_GRACE;
                 stop_when_settled(self, ctx, deadline);
             }
             ControlDown::Stopping => {
                 log::info!("an ordered stop began: nothing new is launched");
-                self.core.flight.stopping = true;
+                self.core.flight.stop();
                 pump(self, ctx);
             }
             ControlDown::Reload => {
@@ -42,10 +42,9 @@ impl Controlled for MainRole {
                 wrapper_port,
                 api_port,
             } => {
-                self.core.daemon.started_at = started_at;
-                self.core.daemon.processes = processes;
-                self.core.daemon.wrapper_port = wrapper_port;
-                self.core.daemon.api_port = api_port;
+                self.core
+                    .daemon
+                    .processes_known(started_at, processes, wrapper_port, api_port);
             }
             // Answered by `roles::common::control_event` before it reaches a role.
             ControlDown::Ping(_) => {}

@@ -241,7 +241,7 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                 core.perform(out);
             }
             Message::LaunchAnswered { runs, sent, result } => {
-                let stopping = core.flight.stopping;
+                let stopping = core.flight.is_stopping();
                 let now = Instant::now();
                 if let Some(answered) = core.rounds.answered(runs, sent, result, stopping, now) {
                     core.views.metrics_mut().observe_launch(answered.took);
@@ -263,7 +263,7 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 fn fleet_daemon<'a>(config: &'a LoadedConfig, flight: &Flight) -> fleet::Daemon<'a> {
     fleet::Daemon {
         sp: &config.saltpeter,
-        recovering: flight.recovering,
-        stopping: flight.stopping,
+        recovering: flight.is_recovering(),
+        stopping: flight.is_stopping(),
     }
 }

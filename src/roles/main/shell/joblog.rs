@@ -69,13 +69,13 @@ pub(crate) fn run_started(core: &mut Main, job: &Job, run: RunId) {
 pub(crate) fn run_ended(core: &mut Main, active: &ActiveRun) {
     let now = now_ms();
     let mut entries: Vec<JobLogEntry> = active
-        .targets
+        .targets()
         .iter()
         .filter(|(_, t)| t.state() != TargetState::SkippedMaintenance)
         .map(|(m, t)| {
             let r = t.record(m);
             JobLogEntry {
-                output_of_run: Some(active.id),
+                output_of_run: Some(active.id()),
                 ..entry(
                     "machine_result",
                     Some(m),
@@ -86,7 +86,7 @@ pub(crate) fn run_ended(core: &mut Main, active: &ActiveRun) {
         })
         .collect();
     entries.push(entry("end", None, None, now));
-    send(core, &active.job.clone(), Some(active.id), entries);
+    send(core, &active.job().clone(), Some(active.id()), entries);
 }
 
 /// A slot was not run: logged for overlap and maintenance, as the original did.

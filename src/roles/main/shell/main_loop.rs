@@ -67,7 +67,7 @@ pub(super) fn arm_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
     if let Some(timer) = role.schedule_timer.take() {
         ctx.cancel(timer);
     }
-    if role.core.flight.recovering || role.core.ha.holding() {
+    if role.core.flight.is_recovering() || role.core.ha.holding() {
         return; // armed when recovery is done, or the leader lease confirmed again
     }
     let core = &role.core;
@@ -97,7 +97,7 @@ pub(super) fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 
 /// Start the runs handlers queued, and resume Workflows on the wake keys emitted.
 pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
-    if let Some(reply) = role.core.flight.recovery_reply.take() {
+    if let Some(reply) = role.core.flight.take_recovery_reply() {
         run_flow::recovery::recovered(role, ctx, reply);
     }
     // Before the queued runs start: a start-up done or a lease confirmed again frees them.
@@ -140,19 +140,19 @@ pub(super) fn start_queued(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 }
 
 pub(super) fn start_queued_inner(role: &mut MainRole) {
-    if role.core.flight.recovering || role.core.ha.holding() {
+    if role.core.flight.is_recovering() || role.core.ha.holding() {
         return;
     }
-    for run in std::mem::take(&mut role.core.flight.to_recover) {
+    for run in role.core.flight.take_to_recover() {
         let workflow = run_flow::recovered_workflow(run);
         let id = role
             .workflows
             .start(workflow, &mut role.core, Instant::now());
         log::debug!("resumed a recovered run as {id}");
     }
-    let queued = std::mem::take(&mut role.core.flight.to_start);
+    let queued = role.core.flight.take_to_start();
     for req in queued {
-        if role.core.flight.stopping {
+        if role.core.flight.is_stopping() {
             log::info!("not starting {}: shutting down", req.job.name);
             continue;
         }
@@ -185,12 +185,11 @@ pub(super) fn arm_workflow_timer(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 
 /// While runs are in flight, check wrapper liveness every second.
 pub(super) fn arm_liveness(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
-    if role.core.runs_in_flight() == 0 || role.core.flight.liveness_armed {
+    if !role.core.flight.arm_liveness() {
         return;
     }
-    role.core.flight.liveness_armed = true;
     ctx.after(Duration::from_secs(1), |role: &mut MainRole, ctx| {
-        role.core.flight.liveness_armed = false;
+        role.core.flight.liveness_fired();
         sessions::check_liveness(&mut role.core, Instant::now());
         pump(role, ctx);
     });
@@ -255,10 +254,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             flight: crate::roles::main::run::Flight::default(),
             sessions: Default::default(),
             scheduler,
-            daemon: super::DaemonInfo {
-                started_at: now.timestamp_millis(),
-                ..Default::default()
-            },
+            daemon: super::DaemonInfo::started(now.timestamp_millis()),
             launcher: crate::roles::main::fleet::Launcher::new(wrapper_pin),
             fleet: Default::default(),
             rounds: Default::default(),
@@ -283,7 +279,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     };
     // Nothing fires and no run starts until this server leads and start-up has loaded
     // what it needs; a lone daemon leads at once, and its start-up loads go out now.
-    role.core.flight.recovering = true;
+    role.core.flight.begin_recovery();
     let sp = &role.core.config.saltpeter;
     let server = crate::roles::main::lifecycle::ha::server_name(sp.server_name.as_deref());
     let out = role.core.ha.start(sp.database_url.is_some(), server);
@@ -374,7 +370,7 @@ pub(super) fn on_link(
                 }
                 Peer::Blocking => {
                     let calls = core.links.fail_blocking_calls();
-                    if core.flight.stopping {
+                    if core.flight.is_stopping() {
                         // An ordered stop ends blocking first: its unanswered launches and
                         // resolutions are handed over, not failed. Their runs stay as
                         // recorded and the next start recovers them (staged wrappers

@@ -16,7 +16,9 @@
 //!
 //! No part names this folder: every arrow points from here to a part.
 
+mod actor;
 mod control;
+mod daemon_info;
 pub(crate) mod dispatch;
 pub(crate) mod firing;
 pub(crate) mod history;
@@ -61,6 +63,8 @@ use crate::wire::records::{RunId, RunState, now_ms};
 use crate::workflow::{Registry, WakeEvent, WakeKey};
 
 pub(crate) use crate::roles::main::run::request::JobRef;
+pub(crate) use actor::Actor;
+pub(crate) use daemon_info::DaemonInfo;
 
 /// The links as main keeps them.
 pub(crate) type Links = links_state::Links<Main>;
@@ -129,24 +133,6 @@ pub(crate) struct Main {
     ha: crate::roles::main::lifecycle::Ha,
     /// Salt calls spread over the servers' masters (several masters, one database).
     delegation: crate::roles::main::masters::Delegation,
-}
-
-/// This daemon as operators see it.
-#[derive(Default)]
-pub(crate) struct DaemonInfo {
-    pub(crate) processes: Vec<ProcessInfo>,
-    pub(crate) started_at: i64,
-    pub wrapper_port: u16,
-    /// The HTTP API's port (0: not served).
-    pub api_port: u16,
-}
-
-/// Who is behind the request being handled: an admin socket peer's uid, or an API
-/// identity (`api:NAME`).
-#[derive(Default)]
-pub(crate) struct Actor {
-    pub uid: Option<u32>,
-    pub name: Option<String>,
 }
 
 /// The loop state: the process state and the Workflow registry side by side.
@@ -236,13 +222,11 @@ impl Main {
 
     /// A target of a run in flight.
     pub(crate) fn target(&self, run: RunId, machine: &str) -> Option<&Target> {
-        self.flight.get(run).and_then(|r| r.targets.get(machine))
+        self.flight.get(run).and_then(|r| r.target(machine))
     }
 
     pub(crate) fn target_mut(&mut self, run: RunId, machine: &str) -> Option<&mut Target> {
-        self.flight
-            .get_mut(run)
-            .and_then(|r| r.targets.get_mut(machine))
+        self.flight.get_mut(run).and_then(|r| r.target_mut(machine))
     }
 
     /// Wake the Workflows waiting for a place (`throttle.rs`), when a cap is set.
@@ -263,13 +247,13 @@ impl Main {
     /// followers and watchers told, the views count it). (The run Workflow calls this.)
     pub(crate) fn run_ended(&mut self, active: &ActiveRun, state: RunState) {
         self.post(Message::RunEnded(FinishedRun {
-            run: active.id,
-            job: active.job.name.clone(),
+            run: active.id(),
+            job: active.job().name.clone(),
             state,
-            slot: active.slot,
-            trigger: active.trigger,
-            targets: active.targets.iter().map(|(m, t)| t.record(m)).collect(),
-            waiters: active.waiters.clone(),
+            slot: active.slot(),
+            trigger: active.trigger(),
+            targets: active.targets().iter().map(|(m, t)| t.record(m)).collect(),
+            waiters: active.waiters().to_vec(),
         }));
     }
 
@@ -365,7 +349,7 @@ impl Main {
             }
             Ok(DbReply::OutputStored { .. } | DbReply::Done | DbReply::RunCreated(_)) => {
                 if let Some(back) = self.storage.write_stored(Instant::now()) {
-                    self.flight.orphans.storage_back(Instant::now());
+                    self.flight.orphans_mut().storage_back(Instant::now());
                     let again = format!(
                         "the database stores again after {:.1} s ({})",
                         back.lasted.as_secs_f64(),
@@ -458,13 +442,13 @@ impl Main {
                 run,
                 machine: machine.map(|m| cut(m, EVENT_NAME_MAX)),
                 message: cut(
-                    &match &self.actor.name {
+                    &match self.actor.name() {
                         Some(who) => format!("{message} (by {who})"),
                         None => message,
                     },
                     EVENT_MESSAGE_MAX,
                 ),
-                uid: self.actor.uid,
+                uid: self.actor.uid(),
             }),
             DbWait::write("an event"),
         );
@@ -487,37 +471,26 @@ impl Main {
     pub(crate) fn job_busy_besides(&self, job: &str, except: Option<RunId>) -> bool {
         let runs = self
             .runs()
-            .filter(|r| r.job.name == job)
+            .filter(|r| r.job().name == job)
             .map(|r| rules::RunView {
-                id: r.id,
+                id: r.id(),
                 prestaged: r.is_prestaged(),
                 go_sent: r.go_sent(),
             });
-        rules::job_busy(
-            self.flight.busy_jobs.get(job).copied().unwrap_or(0),
-            runs,
-            except,
-        )
+        rules::job_busy(self.flight.busy_count(job), runs, except)
     }
 
     /// Queue a run; until it is recorded it counts as busy for the overlap rule (a
     /// pre-staged run counts only once it has gone, see `job_busy_besides`).
     pub(crate) fn queue_run(&mut self, req: RunRequest) {
-        if !req.prestaged {
-            *self
-                .flight
-                .busy_jobs
-                .entry(req.job.name.clone())
-                .or_insert(0) += 1;
-        }
-        self.flight.to_start.push(req);
+        self.flight.queue_start(req);
     }
 
     /// Resume the Workflow of a recovered run.
     fn recover_run(&mut self, req: RunRequest, run: u64, batches: Vec<Vec<String>>) {
         let grace = std::time::Duration::from_secs(self.config.saltpeter.recovery_grace_s);
         let reconnect_until = Instant::now() + grace;
-        self.flight.to_recover.push(RecoveredRun {
+        self.flight.queue_recovery(RecoveredRun {
             req,
             id: run,
             batches,

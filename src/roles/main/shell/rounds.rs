@@ -9,7 +9,7 @@ use crate::roles::main::shell::Main;
 /// steps queued is in), and fold the latencies of overdue publishes into the pre-staging
 /// lead.
 pub(crate) fn flush(core: &mut Main, now: Instant) {
-    let stopping = core.flight.stopping;
+    let stopping = core.flight.is_stopping();
     let fleet = &core.fleet;
     let (out, late) = core.rounds.flush(now, stopping, |minion, path| {
         fleet.build_of(minion, path).is_none()

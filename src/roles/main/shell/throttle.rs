@@ -94,7 +94,7 @@ pub(crate) fn machine_load<'a>(
 ) -> MachineLoad {
     let mut load = MachineLoad::default();
     for run in runs {
-        let Some(t) = run.targets.get(machine) else {
+        let Some(t) = run.target(machine) else {
             continue;
         };
         if t.occupies_machine() {
@@ -119,7 +119,7 @@ pub(crate) fn may_start(core: &Main, run: RunId, machine: &str) -> Result<(), St
     let Some(me) = core.run(run).map(ActiveRun::queue_key) else {
         return Ok(());
     };
-    let load = machine_load(core.runs().filter(|r| r.id != run), machine);
+    let load = machine_load(core.runs().filter(|r| r.id() != run), machine);
     target_admission(max, machine, &load, me)
 }
 
@@ -145,10 +145,14 @@ fn batch_targets<'a>(
     active: &'a ActiveRun,
     batch: &'a [String],
 ) -> Box<dyn Iterator<Item = (&'a String, &'a Target)> + 'a> {
-    if batch.len() == active.targets.len() {
-        Box::new(active.targets.iter())
+    if batch.len() == active.targets().len() {
+        Box::new(active.targets().iter())
     } else {
-        Box::new(batch.iter().filter_map(|m| active.targets.get_key_value(m)))
+        Box::new(
+            batch
+                .iter()
+                .filter_map(|m| active.targets().get_key_value(m)),
+        )
     }
 }
 
@@ -160,7 +164,7 @@ pub(crate) fn run_may_start(core: &Main, run: RunId) -> Result<(), String> {
     let Some(me) = core.run(run).map(ActiveRun::queue_key) else {
         return Ok(());
     };
-    let others = || core.runs().filter(|r| r.id != run);
+    let others = || core.runs().filter(|r| r.id() != run);
     let in_flight = others().filter(|r| !r.awaiting_capacity()).count();
     let waiting: Vec<QueueKey> = others()
         .filter(|r| r.awaiting_capacity())
@@ -173,7 +177,7 @@ pub(crate) fn run_may_start(core: &Main, run: RunId) -> Result<(), String> {
 pub(crate) fn reasons(core: &Main, run: RunId) -> BTreeMap<String, String> {
     core.run(run)
         .map(|a| {
-            a.targets
+            a.targets()
                 .iter()
                 .filter(|(_, t)| t.is_throttled())
                 .filter_map(|(m, t)| Some((m.clone(), t.throttled()?.to_owned())))

@@ -19,12 +19,12 @@ use crate::wire::records::{RunId, now_ms};
 /// A run in flight as the views read it.
 pub(crate) fn seen(active: &ActiveRun) -> RunSeen<'_> {
     RunSeen {
-        id: active.id,
-        job: &active.job.name,
-        slot: active.slot,
-        trigger: active.trigger,
+        id: active.id(),
+        job: &active.job().name,
+        slot: active.slot(),
+        trigger: active.trigger(),
         awaiting_go: active.awaiting_go(),
-        targets: &active.targets,
+        targets: active.targets(),
     }
 }
 
@@ -40,8 +40,8 @@ pub(crate) fn run_changed(core: &mut Main, run: RunId) {
         core.views.live().run_gone(run);
         return;
     };
-    let moved = core.views.live_progress(run, &active.targets);
-    let job = active.job.name.clone();
+    let moved = core.views.live_progress(run, active.targets());
+    let job = active.job().name.clone();
     let out = core.views.run_changed(run, &job, moved, now_ms());
     core.perform(out);
 }
@@ -126,7 +126,7 @@ pub(crate) fn metrics_text(core: &Main) -> String {
     // The targets in flight, counted once for both gauges.
     let (suspended, throttled) =
         core.runs()
-            .flat_map(|r| r.targets.values())
+            .flat_map(|r| r.targets().values())
             .fold((0, 0), |(s, q), t| {
                 (
                     s + usize::from(t.suspended()),

@@ -38,7 +38,7 @@ pub(super) fn restore(core: &mut Main, restore: Option<Restore>) {
 /// This server leads from now on: the start-up hold, start-up's loads, the runs in
 /// flight, the notifications.
 pub(super) fn adopt(core: &mut Main) {
-    core.flight.recovering = true;
+    core.flight.begin_recovery();
     let out = core.fleet.start(&core.config);
     core.perform(out);
     let out = core.boot.start(crate::roles::main::jobctl::META_KEY);
@@ -58,14 +58,14 @@ pub(super) fn finish_start(
     parked: Vec<Parked>,
 ) {
     let core = &mut role.core;
-    core.flight.recovering = false;
+    core.flight.recovered();
     catch_up(core, last_slots, Utc::now());
     role.arm_schedule(ctx);
     for Parked { call, req, uid } in parked {
         // Handled as the peer that asked, as it would have been without the wait.
-        role.core.actor.uid = uid;
+        role.core.actor.admin(uid);
         crate::roles::main::shell::requests::handle(&mut role.core, call, req);
-        role.core.actor.uid = None;
+        role.core.actor.admin_done();
     }
 }
 

@@ -34,7 +34,7 @@ pub(crate) fn fires_on(on: ChainOn, state: RunState) -> bool {
 
 /// A run of `job` ended in `state`: start the jobs chained to it.
 pub(crate) fn run_ended(core: &mut Main, job: &str, run: RunId, state: RunState) {
-    if core.flight.stopping {
+    if core.flight.is_stopping() {
         return;
     }
     let chained: Vec<Arc<crate::config::Job>> = core

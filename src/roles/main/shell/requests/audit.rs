@@ -13,18 +13,18 @@ use crate::wire::admin::{AdminPeer, AdminRequest};
 
 /// A request from the admin socket: handled as the peer.
 pub(crate) fn handle_from(core: &mut Main, call: CallId, peer: AdminPeer, req: AdminRequest) {
-    core.actor.uid = Some(peer.uid);
+    core.actor.admin(Some(peer.uid));
     record_request(core, &format!(" by uid {}", peer.uid), &req);
     handle(core, call, req);
-    core.actor.uid = None;
+    core.actor.admin_done();
 }
 
 /// A request from the HTTP API or `/ws`: handled as `who`.
 pub(crate) fn handle_by(core: &mut Main, call: CallId, who: String, req: AdminRequest) {
-    core.actor.name = Some(who);
+    core.actor.api(who);
     record_request(core, "", &req);
     handle(core, call, req);
-    core.actor.name = None;
+    core.actor.api_done();
 }
 
 /// The audit entry of a state-changing request (kills record their own, per run); `by`

@@ -22,16 +22,16 @@ pub(super) fn status(core: &mut Main, call: CallId) {
     );
     let status = StatusInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
-        started_at: core.daemon.started_at,
-        uptime_s: ((now - core.daemon.started_at).max(0) / 1000) as u64,
-        processes: core.daemon.processes.clone(),
+        started_at: core.daemon.started_at(),
+        uptime_s: ((now - core.daemon.started_at()).max(0) / 1000) as u64,
+        processes: core.daemon.processes().to_vec(),
         jobs: core.config.jobs.len(),
         // On a standby, the leader's (`mirror`).
         running_runs: core.runs_in_flight() + core.views.mirrored_count(),
         config_errors,
-        wrapper_port: core.daemon.wrapper_port,
+        wrapper_port: core.daemon.wrapper_port(),
         db_error: core.storage.trouble().map(str::to_owned),
-        api_port: core.daemon.api_port,
+        api_port: core.daemon.api_port(),
         ha: core.ha.shared().then(|| crate::wire::admin::HaInfo {
             server: core.ha.server().to_string(),
             role: core.ha.role().to_string(),

@@ -9,6 +9,6 @@ use crate::wire::notify::DeliveryFilter;
 
 /// `Deliveries`: the list, as the one who asked may read it.
 pub(super) fn list(core: &mut Main, call: CallId, filter: DeliveryFilter) {
-    let admin = part::reader_is_admin(core.actor.name.as_deref(), &core.config.saltpeter);
+    let admin = part::reader_is_admin(core.actor.name(), &core.config.saltpeter);
     core.perform(part::list(call, filter, admin));
 }

@@ -16,8 +16,8 @@ pub(super) fn admit(core: &mut Main, call: CallId, req: AdminRequest) -> Option<
         failure(core, call, AdminFailure::Invalid(why));
         return None;
     }
-    if core.flight.recovering && needs_settings(&req) {
-        core.boot.park(call, req, core.actor.uid);
+    if core.flight.is_recovering() && needs_settings(&req) {
+        core.boot.park(call, req, core.actor.uid());
         return None;
     }
     Some(req)

@@ -8,7 +8,7 @@ use crate::wire::admin::JobControl;
 
 /// `JobControl`: the part changes, as the admin socket's peer that asked.
 pub(super) fn change(core: &mut Main, call: CallId, change: JobControl) {
-    let uid = core.actor.uid;
+    let uid = core.actor.uid();
     let now = chrono::Utc::now();
     let out = core
         .jobctl

@@ -214,7 +214,7 @@ pub(super) fn run_now(core: &mut Main, call: CallId, name: &str, targets: Option
             Err(why) => return failure(core, call, AdminFailure::Invalid(why)),
         },
     };
-    let refused = if core.flight.stopping {
+    let refused = if core.flight.is_stopping() {
         Some("the daemon is stopping".to_string())
     } else if !job.enabled {
         // One rule for saltpeterctl, the API and /ws: `enabled: false` switches the job
@@ -287,9 +287,9 @@ pub(super) fn kill_job(
 ) {
     let runs: Vec<RunId> = core
         .runs()
-        .filter(|r| r.job.name == job && only.is_none_or(|id| id == r.id))
-        .filter(|r| machine.is_none_or(|m| r.targets.contains_key(m)))
-        .map(|r| r.id)
+        .filter(|r| r.job().name == job && only.is_none_or(|id| id == r.id()))
+        .filter(|r| machine.is_none_or(|m| r.targets().contains_key(m)))
+        .map(|r| r.id())
         .collect();
     if runs.is_empty() {
         let why = match machine {
@@ -353,8 +353,8 @@ fn job_infos(core: &Main, last: &BTreeMap<String, RunRecord>) -> Vec<JobInfo> {
 fn job_state(core: &Main, entry: &JobEntry, last: Option<RunState>) -> (JobState, Vec<RunId>) {
     let running: Vec<RunId> = core
         .runs()
-        .filter(|r| r.job.name == entry.name())
-        .map(|r| r.id)
+        .filter(|r| r.job().name == entry.name())
+        .map(|r| r.id())
         .collect();
     let state = match entry {
         JobEntry::Invalid(_) => JobState::Invalid,

@@ -15,8 +15,8 @@ pub(super) fn follow(core: &mut Main, call: CallId, spec: FollowSpec) {
     let newest = match (&spec.run, &spec.job) {
         (None, Some(job)) => core
             .runs()
-            .filter(|r| r.job.name == *job)
-            .map(|r| r.id)
+            .filter(|r| r.job().name == *job)
+            .map(|r| r.id())
             .max(),
         _ => None,
     };
@@ -30,7 +30,7 @@ pub(super) fn watch(core: &mut Main, call: CallId, run: RunId) {
         // Not in flight (it may have ended already): the stored record answers.
         return send_run(core, call, run);
     };
-    active.waiters.push(call);
+    active.add_waiter(call);
     let snapshot = progress(&seen(active));
     let out = core.views.live().watch(call, snapshot);
     core.perform(out);

@@ -11,8 +11,8 @@ use crate::wire::admin::{AdminResponse, MaintenanceChange};
 /// `Maintenance`: the part changes, as whoever asked.
 pub(super) fn change(core: &mut Main, call: CallId, change: MaintenanceChange) {
     let who = part::Who {
-        name: core.actor.name.as_deref(),
-        uid: core.actor.uid,
+        name: core.actor.name(),
+        uid: core.actor.uid(),
     };
     let now = crate::wire::records::now_ms();
     let out = core

@@ -46,7 +46,7 @@ pub(super) fn slice(out: OutputBytes) -> AdminResponse {
 pub(super) fn live_base(core: &mut Main, call: CallId, run: RunId, machine: String) {
     let acked = core
         .run(run)
-        .map(|active| active.targets.get(&machine).map_or(0, |t| t.acked_seq()));
+        .map(|active| active.target(&machine).map_or(0, |t| t.acked_seq()));
     let out = core.views.live_base(call, run, machine, acked);
     core.perform(out);
 }

@@ -125,7 +125,7 @@ fn send_launch(
     let run = rec.id();
     let url = core
         .launcher
-        .wrapper_url(&core.config.saltpeter, core.daemon.wrapper_port, &job);
+        .wrapper_url(&core.config.saltpeter, core.daemon.wrapper_port(), &job);
     let now = Instant::now();
     if let Some(slot) = rec.round.take() {
         core.rounds.leave(slot);
@@ -344,12 +344,12 @@ pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> St
     let Some(active) = core.run(run) else {
         return Step::Next;
     };
-    let pickup = if rec.batches.len() == 1 && batch.len() == active.targets.len() {
+    let pickup = if rec.batches.len() == 1 && batch.len() == active.targets().len() {
         // One batch holding every target of the run (none in maintenance or waiting for
         // its minion): no lookup per target.
-        rules::check_pickup_of(active.targets.iter(), rec.pickup_deadline, now)
+        rules::check_pickup_of(active.targets().iter(), rec.pickup_deadline, now)
     } else {
-        rules::check_pickup(&active.targets, batch, rec.pickup_deadline, now)
+        rules::check_pickup(active.targets(), batch, rec.pickup_deadline, now)
     };
     let probe = super::pickup::overdue(req, rec, core, pickup.overdue.clone());
     let event = Wake::event(Main::run_event(run));
@@ -452,7 +452,7 @@ pub(crate) fn collect_all(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step
     }
     let open = core
         .run(run)
-        .is_some_and(|r| r.targets.values().any(|t| !t.is_settled()));
+        .is_some_and(|r| r.targets().values().any(|t| !t.is_settled()));
     if open {
         Step::Wait(Wake::Any(wakes))
     } else {

@@ -28,12 +28,12 @@ pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> S
     let Some(active) = core.run(run) else {
         return Step::Next;
     };
-    let stopping = core.flight.stopping;
+    let stopping = core.flight.is_stopping();
     // A run recovered after a restart with a target launched before it is in flight
     // already: never held back.
     let launched = rec.capacity_since.is_none()
         && active
-            .targets
+            .targets()
             .values()
             .any(|t| !matches!(t.phase(), Phase::Pending | Phase::SkippedMaintenance));
     // A kill (its targets are canceled already) or a stop: nothing is to start.
@@ -63,7 +63,7 @@ pub(super) fn await_capacity(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> S
             set_waiting(core, run, false);
             if stopping {
                 let open: Vec<String> = core.run(run).map_or(Vec::new(), |a| {
-                    a.targets
+                    a.targets()
                         .iter()
                         .filter(|(_, t)| !t.is_decided())
                         .map(|(m, _)| m.clone())

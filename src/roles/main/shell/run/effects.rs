@@ -20,7 +20,7 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
     for effect in effects {
         match effect {
             Effect::Kill(conn) => {
-                let grace_s = core.run(run).map_or(0, |r| r.job.kill_grace_s);
+                let grace_s = core.run(run).map_or(0, |r| r.job().kill_grace_s);
                 core.links.tell_wrapper(
                     conn,
                     ServerMsg::Kill {
@@ -137,7 +137,7 @@ pub(crate) fn apply(core: &mut Main, run: RunId, machine: &str, effects: Vec<Eff
                 log::info!(
                     "run {run}: the wrapper on {machine} came back after being declared lost"
                 );
-                let job = core.run(run).map(|r| r.job.name.clone());
+                let job = core.run(run).map(|r| r.job().name.clone());
                 core.event(
                     "target_reconciled",
                     job.as_deref(),
@@ -237,7 +237,7 @@ fn store_retry(core: &mut Main, run: RunId, machine: &str, attempt: u32, previou
         },
         DbWait::write("a new attempt"),
     );
-    let job = core.run(run).map(|r| r.job.name.clone());
+    let job = core.run(run).map(|r| r.job().name.clone());
     let how = match (previous.reason, previous.code) {
         (Some(reason), Some(code)) => format!("{reason} {code}"),
         (Some(reason), None) => reason.to_string(),

@@ -150,25 +150,20 @@ fn launches_behind(core: &Main, job: &str, slot: crate::wire::records::Millis) -
     let now = std::time::Instant::now();
     let views: Vec<rules::LaunchView> = core
         .runs()
-        .filter(|r| r.job.name == job)
+        .filter(|r| r.job().name == job)
         .map(|r| rules::LaunchView {
-            slot: r.slot,
+            slot: r.slot(),
             out_for: r
                 .launching()
                 .map(|since| now.saturating_duration_since(since)),
             // Staged and not launched yet (resolving, deploying, waiting in its round).
             waiting: r.awaiting_go()
                 && r.launching().is_none()
-                && r.targets
+                && r.targets()
                     .values()
                     .any(crate::roles::main::run::target::Target::is_pending),
         })
         .collect();
-    let queued = core
-        .flight
-        .to_start
-        .iter()
-        .filter(|r| r.job.name == job)
-        .count();
+    let queued = core.flight.queued_of(job);
     rules::launches_behind(&views, slot, queued)
 }

@@ -113,16 +113,15 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
             let Some((req, run)) = env.recorded() else {
                 return not_recorded(s);
             };
-            let mut active = ActiveRun::new(
+            let active = ActiveRun::new(
                 id,
                 req.job.clone(),
                 req.slot,
                 req.trigger,
                 req.prestaged,
                 now_ms(),
-            );
-            active.targets = targets;
-            active.workflow = Some(s.id());
+            )
+            .with_targets(targets);
             core.insert_run(active);
             core.post(crate::roles::main::messages::Message::RunChanged(id));
             log::info!(
@@ -143,9 +142,11 @@ fn record_run(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
                 format!("{} run", env.req.trigger),
             );
             unreachable::record_unreachable(core, id, &job, unreachable);
-            let unreachable_only = core
-                .run(id)
-                .is_some_and(|r| r.targets.values().any(|t| t.is_decided() || t.is_waiting()));
+            let unreachable_only = core.run(id).is_some_and(|r| {
+                r.targets()
+                    .values()
+                    .any(|t| t.is_decided() || t.is_waiting())
+            });
             if no_batch && !unreachable_only {
                 return Step::Done;
             }
@@ -266,20 +267,20 @@ fn finalize(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step {
         };
         let why = rec.unresolved.as_ref().map(|(_, why)| why.clone());
         let end = crate::roles::main::notify::FinishedRun {
-            job: &active.job,
+            job: active.job(),
             run,
-            slot: active.slot,
-            trigger: active.trigger.as_str(),
+            slot: active.slot(),
+            trigger: active.trigger().as_str(),
             state,
             reason: why,
-            targets: active.targets.iter().map(|(m, t)| t.record(m)).collect(),
+            targets: active.targets().iter().map(|(m, t)| t.record(m)).collect(),
         };
         let out = core.notify.run_ended(&core.config.saltpeter, end, now_ms());
         core.perform(out);
         crate::roles::main::shell::joblog::run_ended(core, &active);
         core.sessions.run_ended(run);
-        log::info!("run {run} of {} ended", active.job.name);
-        history::apply_retention(core, &active.job.name);
+        log::info!("run {run} of {} ended", active.job().name);
+        history::apply_retention(core, &active.job().name);
         core.run_ended(&active, state);
     }
     Step::Next
@@ -290,13 +291,7 @@ fn release_job(core: &mut Main, env: &mut RunEnv) {
     if !env.uncount() {
         return;
     }
-    let job = env.req.job.name.as_str();
-    if let Some(n) = core.flight.busy_jobs.get_mut(job) {
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            core.flight.busy_jobs.remove(job);
-        }
-    }
+    core.flight.release_job(&env.req.job.name);
 }
 
 /// A machine of a run about to be planned is in an open `defer` machine window: the run

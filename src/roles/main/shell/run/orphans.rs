@@ -16,32 +16,33 @@ use crate::wire::records::{RunId, RunState, TargetReason, TargetState, now_ms};
 
 /// This server may sweep: it leads and is neither starting, stopping nor holding.
 fn may_sweep(core: &Main) -> bool {
-    let idle = core.flight.recovering || core.flight.stopping || core.ha.holding();
+    let idle = core.flight.is_recovering() || core.flight.is_stopping() || core.ha.holding();
     core.ha.leader() && !idle
 }
 
 /// The timer's turn (every `orphans::SWEEP`): read the runs in flight.
 pub(crate) fn sweep(role: &mut MainRole, _: &mut Ctx<MainRole>) {
     let core = &mut role.core;
-    let out = core.flight.orphans.sweep(may_sweep(core), false);
+    let may = may_sweep(core);
+    let out = core.flight.orphans_mut().sweep(may, false);
     core.perform(out);
 }
 
 /// The 1 s tick: an early sweep, when one is due.
 pub(crate) fn tick(core: &mut Main, now: Instant) {
     let may = may_sweep(core);
-    let out = core.flight.orphans.tick(now, may);
+    let out = core.flight.orphans_mut().tick(now, may);
     core.perform(out);
 }
 
 /// db's answer to a sweep: adopt the suspects of the last sweep that are still not
 /// driven here, as a takeover would.
 pub(crate) fn loaded(core: &mut Main, result: DbResult) {
-    let driven: std::collections::BTreeSet<RunId> = core.runs().map(|r| r.id).collect();
-    let adopt = core
-        .flight
-        .orphans
-        .loaded(result, |run| driven.contains(&run), Instant::now());
+    let driven: std::collections::BTreeSet<RunId> = core.runs().map(|r| r.id()).collect();
+    let adopt =
+        core.flight
+            .orphans_mut()
+            .loaded(result, |run| driven.contains(&run), Instant::now());
     for (run, details) in adopt {
         core.perform(Orphans::adopting(&run));
         super::recovery::restore(core, run, details);

@@ -33,7 +33,7 @@ pub(super) fn overdue(
             return Some(Wake::Call(id));
         };
         let machines = rec.pickup_probe.take().map(|(_, m)| m).unwrap_or_default();
-        if reply.is_err() && core.flight.stopping {
+        if reply.is_err() && core.flight.is_stopping() {
             // Blocking went first in an ordered stop: the next start judges them.
             return None;
         }

@@ -57,7 +57,7 @@ pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step 
     match refusal {
         None => {
             active.go(crate::roles::main::shell::run::effects::now_ms());
-            let conns: Vec<_> = active.targets.values().filter_map(|t| t.conn()).collect();
+            let conns: Vec<_> = active.targets().values().filter_map(|t| t.conn()).collect();
             core.views
                 .metrics_mut()
                 .observe_lateness((Utc::now() - slot).num_milliseconds());
@@ -86,7 +86,7 @@ pub(crate) fn await_slot(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Step 
             log::info!("run {run}: not started at its slot: {reason}");
             let mut unconnected = Vec::new();
             let mut conns = Vec::new();
-            for (m, t) in &active.targets {
+            for (m, t) in active.targets() {
                 if t.is_decided() {
                     continue;
                 }

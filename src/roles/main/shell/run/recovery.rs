@@ -30,10 +30,10 @@ use crate::wire::records::{RunRecord, RunState, TargetReason, TargetState};
 
 /// Ask db for the runs in flight; the answer arrives in `recovered`.
 pub(crate) fn start(core: &mut Main) {
-    core.flight.recovering = true;
+    core.flight.begin_recovery();
     core.db_call(
         DbRequest::InFlightDetails,
-        DbWait::then(|core, _, result| core.flight.recovery_reply = Some(result)),
+        DbWait::then(|core, _, result| core.flight.keep_recovery_reply(result)),
     );
 }
 
@@ -122,15 +122,15 @@ pub(crate) fn restore(core: &mut Main, run: RunRecord, details: Vec<TargetDetail
         job.name,
         unsettled.len()
     );
-    let mut active = ActiveRun::new(
+    let active = ActiveRun::new(
         run.id,
         job.clone(),
         run.slot,
         run.trigger,
         prestaged,
         run.started.unwrap_or(0),
-    );
-    active.targets = targets;
+    )
+    .with_targets(targets);
     core.insert_run(active);
     let batch_size = job.batch_size;
     core.recover_run(

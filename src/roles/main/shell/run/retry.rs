@@ -32,17 +32,17 @@ pub(crate) fn check(rec: &mut RecordedRun, core: &mut Main, now: Instant) -> Ret
     let Some(active) = core.run(run) else {
         return RetryPlan::Nothing;
     };
-    if active.kill_requested() || core.flight.stopping || active.job.retries == 0 {
+    if active.kill_requested() || core.flight.is_stopping() || active.job().retries == 0 {
         rec.retry_at.clear();
         return RetryPlan::Nothing;
     }
-    let retries = active.job.retries;
-    let delay = Duration::from_secs(active.job.retry_delay_s);
+    let retries = active.job().retries;
+    let delay = Duration::from_secs(active.job().retry_delay_s);
     let batch = rec.current_batch().to_vec();
     let wanting: Vec<(String, u32)> = batch
         .iter()
         .filter_map(|m| {
-            let t = active.targets.get(m)?;
+            let t = active.target(m)?;
             t.wants_retry(retries).then(|| (m.clone(), t.attempt()))
         })
         .collect();

@@ -24,7 +24,7 @@ pub(crate) fn suspend(
         )));
     };
     if let Some(m) = machine
-        && !active.targets.contains_key(m)
+        && !active.targets().contains_key(m)
     {
         return Err(AdminFailure::NotFound(format!(
             "{m} is not a target of run {run}"
@@ -32,7 +32,7 @@ pub(crate) fn suspend(
     }
     let mut reached = Vec::new();
     let mut refused = Vec::new();
-    for (m, t) in active.targets.iter_mut() {
+    for (m, t) in active.targets_mut() {
         if machine.is_some_and(|only| only != m) {
             continue;
         }
@@ -41,7 +41,7 @@ pub(crate) fn suspend(
             Err(why) => refused.push(format!("{m}: {why}")),
         }
     }
-    let job = active.job.name.clone();
+    let job = active.job().name.clone();
     let mut summary = format!("{verb} sent to {} target(s) of run {run}", reached.len());
     if !refused.is_empty() {
         summary.push_str(&format!("; not to {}", refused.join("; ")));

@@ -99,10 +99,10 @@ pub(crate) fn check(rec: &mut RecordedRun, core: &mut Main, now: Instant) -> Pla
     let Some(active) = core.run(run) else {
         return Plan::Nothing;
     };
-    let window = Duration::from_secs(active.job.retry_unreachable_s);
-    let job = active.job.name.clone();
+    let window = Duration::from_secs(active.job().retry_unreachable_s);
+    let job = active.job().name.clone();
     let waiting: Vec<(String, Instant)> = active
-        .targets
+        .targets()
         .iter()
         .filter_map(|(m, t)| t.waiting_until().map(|u| (m.clone(), u)))
         .collect();

@@ -37,7 +37,7 @@ pub(crate) fn handle_call(core: &mut Main, id: CallId, req: HubRequest) {
         HubRequest::WrapperHello(hello) => {
             let run = hello.run;
             if look_up_first(
-                core.flight.recovering,
+                core.flight.is_recovering(),
                 core.in_flight(run),
                 hello.resume_key.is_some(),
                 hello.proof.is_some(),
@@ -161,7 +161,7 @@ fn reopen_target(core: &mut Main, run: RunId, machine: &str) {
 fn earliest_start(core: &Main, conn: ConnId) -> Option<Millis> {
     let (run, machine) = core.sessions.target_of(conn)?;
     let active = core.run(run)?;
-    let heard = active.targets.get(machine)?.last_seen()?;
+    let heard = active.target(machine)?.last_seen()?;
     let heard_ms = now_ms() - i64::try_from(heard.elapsed().as_millis()).unwrap_or(i64::MAX);
     Some(active.go_at().map_or(heard_ms, |go| go.max(heard_ms)))
 }
@@ -232,7 +232,7 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
                 .output_framed(run, &machine, seq, data.len(), in_flight);
             let limit = core
                 .run(run)
-                .map(|r| r.job.output_limit)
+                .map(|r| r.job().output_limit)
                 .unwrap_or_default();
             let due = core.write_due(run);
             core.db_call_due(
@@ -387,7 +387,7 @@ pub(crate) fn check_liveness(core: &mut Main, now: Instant) {
     }
     // Wrappers cannot reach a stopping daemon, and may be refused while the database
     // does not store: their silence says nothing then.
-    let held = core.flight.stopping || core.storage.trouble().is_some();
+    let held = core.flight.is_stopping() || core.storage.trouble().is_some();
     let sp = &core.config.saltpeter;
     let windows = silences(sp.heartbeat_s, sp.recovery_grace_s);
     let silence = windows.heard;
@@ -400,10 +400,10 @@ pub(crate) fn check_liveness(core: &mut Main, now: Instant) {
                 "the daemon was stalled or paused; every wrapper has {} s to be heard again",
                 grace.as_secs()
             );
-            let runs: Vec<RunId> = core.runs().map(|r| r.id).collect();
+            let runs: Vec<RunId> = core.runs().map(|r| r.id()).collect();
             for run in runs {
                 if let Some(active) = core.run_mut(run) {
-                    for t in active.targets.values_mut() {
+                    for (_, t) in active.targets_mut() {
                         t.excuse_silence(now, grace);
                     }
                 }
@@ -414,13 +414,13 @@ pub(crate) fn check_liveness(core: &mut Main, now: Instant) {
     let staged = windows.staged;
     let mut lost = Vec::new();
     for active in core.runs() {
-        let run = &active.id;
+        let run = &active.id();
         let before_start = if active.is_prestaged() {
             staged
         } else {
             silence
         };
-        for (machine, t) in &active.targets {
+        for (machine, t) in active.targets() {
             // Not picked up yet: the pickup deadline applies instead.
             if t.silent_too_long(now, silence, before_start) {
                 lost.push((*run, machine.clone()));
@@ -429,7 +429,7 @@ pub(crate) fn check_liveness(core: &mut Main, now: Instant) {
     }
     for (run, machine) in lost {
         log::warn!("run {run}: no word from the wrapper on {machine} for 3 heartbeats; lost");
-        let job = core.run(run).map(|r| r.job.name.clone());
+        let job = core.run(run).map(|r| r.job().name.clone());
         core.event(
             "target_lost",
             job.as_deref(),
@@ -450,13 +450,13 @@ pub(crate) fn kill(core: &mut Main, run: RunId, machine: Option<&str>) -> Result
         active.request_kill();
     }
     if let Some(m) = machine
-        && !active.targets.contains_key(m)
+        && !active.targets().contains_key(m)
     {
         return Err(format!("{m} is not a target of run {run}"));
     }
     let now = now_ms();
     let mut reached = Vec::new();
-    for (m, t) in active.targets.iter_mut() {
+    for (m, t) in active.targets_mut() {
         if machine.is_some_and(|only| only != m) {
             continue;
         }
@@ -467,7 +467,7 @@ pub(crate) fn kill(core: &mut Main, run: RunId, machine: Option<&str>) -> Result
             }
         }
     }
-    let job = active.job.name.clone();
+    let job = active.job().name.clone();
     core.event(
         "kill_requested",
         Some(&job),

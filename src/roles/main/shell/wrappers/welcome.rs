@@ -70,7 +70,7 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
                 code: *code,
                 message,
             };
-            let job = core.run(run).map(|r| r.job.name.clone());
+            let job = core.run(run).map(|r| r.job().name.clone());
             let out = core.sessions.refused(refusal, job, Instant::now());
             core.perform(out);
         }
@@ -203,7 +203,7 @@ fn vet_hello(
     report: SuspendReport,
     can_limit: bool,
 ) -> Vetted {
-    if core.flight.recovering {
+    if core.flight.is_recovering() {
         return reject(
             RejectCode::RetryLater,
             "the server is loading the runs in flight",
@@ -213,14 +213,14 @@ fn vet_hello(
     let Some(active) = core.run(run) else {
         return not_in_flight(run).into();
     };
-    let job = active.job.clone();
+    let job = active.job().clone();
     let wait_for_go = active.awaiting_go();
     let slot_in_ms = active
-        .slot
+        .slot()
         .filter(|_| wait_for_go)
         .map(|slot| u64::try_from(slot - chrono::Utc::now().timestamp_millis()).unwrap_or(0));
     let heartbeat_s = core.config.saltpeter.heartbeat_s;
-    if !active.targets.contains_key(machine) {
+    if !active.targets().contains_key(machine) {
         return not_in_flight(run).into();
     }
     // A resume key proves an earlier welcome; the launch token works until its session
