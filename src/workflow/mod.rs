@@ -44,4 +44,4 @@ mod types;
 
 pub(crate) use registry::Registry;
 pub(crate) use steps::{StepCtx, Workflow};
-pub(crate) use types::{Outcome, Step, Wake, WakeEvent, WakeKey, WorkflowId};
+pub(crate) use types::{Outcome, Step, Wake, WakeEvent, WakeKey};

@@ -296,7 +296,6 @@ impl<C: 'static> Registry<C> {
                 return;
             }
             let shared = Shared {
-                id,
                 now,
                 outcome: &entry.outcome,
             };

@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::time::Instant;
 
-use super::types::{MAX_INSERTED_STEPS, Outcome, Step, WorkflowError, WorkflowId};
+use super::types::{MAX_INSERTED_STEPS, Outcome, Step, WorkflowError};
 
 /// A step: reads and updates the env, starts work through the caller's state `C`, and
 /// says what comes next.
@@ -81,7 +81,6 @@ impl<E, C> Workflow<E, C> {
 
 /// What the registry lends a step for one run.
 pub(super) struct Shared<'a> {
-    pub id: WorkflowId,
     pub now: Instant,
     pub outcome: &'a Outcome,
 }
@@ -156,10 +155,6 @@ pub(crate) struct StepCtx<'a, E, C> {
 }
 
 impl<E, C> StepCtx<'_, E, C> {
-    pub(crate) fn id(&self) -> WorkflowId {
-        self.shared.id
-    }
-
     pub(crate) fn step(&self) -> &str {
         self.step
     }

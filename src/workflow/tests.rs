@@ -2,8 +2,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::steps::StepFn;
+use super::types::WorkflowId;
 use super::types::{MAX_INSERTED_STEPS, WorkflowError};
-use super::{Outcome, Registry, Step, StepCtx, Wake, WakeEvent, WakeKey, Workflow, WorkflowId};
+use super::{Outcome, Registry, Step, StepCtx, Wake, WakeEvent, WakeKey, Workflow};
 
 /// Stands in for `main`'s state: hands out call ids, keeps the calls that completed and
 /// the runs that changed (as main keeps replies for the steps that wait on them), and

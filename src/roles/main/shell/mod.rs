@@ -58,7 +58,7 @@ use crate::roles::main::run::rules;
 use crate::roles::main::run::target::Target;
 use crate::roles::main::views::Views;
 use crate::wire::db::{DbReply, DbRequest, NewEvent};
-use crate::wire::link::{BlockingReply, BlockingRequest, HubReply, ProcessInfo};
+use crate::wire::link::{BlockingReply, BlockingRequest, HubReply};
 use crate::wire::records::{RunId, RunState, now_ms};
 use crate::workflow::{Registry, WakeEvent, WakeKey};
 
