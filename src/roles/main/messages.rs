@@ -213,6 +213,9 @@ pub(crate) enum Message {
     },
     /// db read the runs in flight for the orphan sweep, or could not (`orphans/`).
     OrphansRead { result: DbResult },
+    /// db read the runs in flight at start-up or on becoming leader, or could not: they
+    /// are rebuilt and their Workflows resumed (`shell/run/recovery.rs`).
+    InFlightRead { result: DbResult },
 }
 
 /// A run's end or a skipped slot, and the notification rules that fire for it, waiting

@@ -7,11 +7,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::ipc::rpc::CallError;
 use crate::roles::main::orphans::Orphans;
 use crate::roles::main::run::active::ActiveRun;
 use crate::roles::main::run::request::{RecoveredRun, RunRequest};
-use crate::wire::db::DbReply;
 use crate::wire::records::RunId;
 
 #[cfg(test)]
@@ -30,8 +28,6 @@ pub(crate) struct Flight {
     to_recover: Vec<RecoveredRun>,
     /// Runs in flight are being loaded: no hello is vetted, no run started.
     recovering: bool,
-    /// The recovery answer, handed to the loop (it needs the registry).
-    recovery_reply: Option<Result<DbReply, CallError>>,
     /// New runs are not started once shutdown began.
     stopping: bool,
     /// The liveness check is armed (only while targets are picked up).
@@ -128,16 +124,6 @@ impl Flight {
     /// Whether the runs in flight are being loaded.
     pub(crate) fn is_recovering(&self) -> bool {
         self.recovering
-    }
-
-    /// db answered the load of the runs in flight: kept for the loop.
-    pub(crate) fn keep_recovery_reply(&mut self, reply: Result<DbReply, CallError>) {
-        self.recovery_reply = Some(reply);
-    }
-
-    /// The answer to the load of the runs in flight, if one came since last asked.
-    pub(crate) fn take_recovery_reply(&mut self) -> Option<Result<DbReply, CallError>> {
-        self.recovery_reply.take()
     }
 
     /// Shutdown (or an ordered stop) began: no new run starts from now on.

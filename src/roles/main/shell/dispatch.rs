@@ -251,6 +251,7 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                 }
             }
             Message::OrphansRead { result } => run::orphans::loaded(core, result),
+            Message::InFlightRead { result } => run::recovery::recovered(role, ctx, result),
         }
     }
     log::warn!(

@@ -97,9 +97,6 @@ pub(super) fn on_schedule(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 
 /// Start the runs handlers queued, and resume Workflows on the wake keys emitted.
 pub(super) fn pump(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
-    if let Some(reply) = role.core.flight.take_recovery_reply() {
-        run_flow::recovery::recovered(role, ctx, reply);
-    }
     // Before the queued runs start: a start-up done or a lease confirmed again frees them.
     super::dispatch::drain(role, ctx);
     start_queued(role, ctx);

@@ -17,6 +17,7 @@ use crate::evloop::Ctx;
 use crate::ipc::rpc::Call;
 use crate::ipc::rpc::CallError;
 use crate::ipc::rpc::Due;
+use crate::roles::main::messages::Message;
 use crate::roles::main::run::active::ActiveRun;
 use crate::roles::main::run::request::RunRequest;
 use crate::roles::main::run::rules;
@@ -33,7 +34,7 @@ pub(crate) fn start(core: &mut Main) {
     core.flight.begin_recovery();
     core.db_call(
         DbRequest::InFlightDetails,
-        DbWait::then(|core, _, result| core.flight.keep_recovery_reply(result)),
+        DbWait::then(|core, _, result| core.post(Message::InFlightRead { result })),
     );
 }
 
