@@ -33,13 +33,50 @@ pub enum KeyError {
     #[error("could not read key file {path}: {reason}")]
     Read { path: PathBuf, reason: String },
     #[error("key file {path} holds no PEM block this reader knows ({reason})")]
-    Pem { path: PathBuf, reason: String },
+    Pem {
+        path: PathBuf,
+        reason: KeyFormatError,
+    },
     #[error("key file {path} is not a usable RSA key: {reason}")]
-    Key { path: PathBuf, reason: String },
+    Key {
+        path: PathBuf,
+        reason: KeyFormatError,
+    },
     #[error("signing failed: {0}")]
     Sign(String),
     #[error("minion id {0:?} cannot name a key file")]
     BadMinionId(String),
+}
+
+/// Why bytes are not a key this reader can use: the PEM armour, the DER inside it, or
+/// the kind of key it holds.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum KeyFormatError {
+    #[error("not text")]
+    NotText,
+    #[error("no -----BEGIN line")]
+    NoBegin,
+    #[error("no -----END {label}----- line")]
+    NoEnd { label: String },
+    #[error("the {label} block is not base64")]
+    NotBase64 { label: String },
+    #[error("a {label} block is not a private key")]
+    NotPrivateKey { label: String },
+    #[error("a {label} block is not a public key")]
+    NotPublicKey { label: String },
+    /// ring refused the private key (its own words: ring's error cannot be compared).
+    #[error("{0}")]
+    Rejected(String),
+    #[error("truncated DER")]
+    TruncatedDer,
+    #[error("bad DER length")]
+    BadDerLength,
+    #[error("SubjectPublicKeyInfo is not a SEQUENCE")]
+    NotSequence,
+    #[error("the public key is not an RSA key")]
+    NotRsa,
+    #[error("SubjectPublicKeyInfo has no key BIT STRING")]
+    NoBitString,
 }
 
 /// The bytes a wrapper signs: domain, challenge (hex as sent), run and minion id, each
@@ -87,21 +124,21 @@ pub fn sign_proof(
     minion: &str,
 ) -> Result<String, KeyError> {
     let pem = read_small(key_file)?;
-    let pem_err = |reason: String| KeyError::Pem {
+    let pem_err = |reason: KeyFormatError| KeyError::Pem {
         path: key_file.to_path_buf(),
         reason,
     };
     let (label, der) = pem_block(&pem).map_err(pem_err)?;
-    let key_err = |reason: String| KeyError::Key {
+    let key_err = |reason: KeyFormatError| KeyError::Key {
         path: key_file.to_path_buf(),
         reason,
     };
     let pair = match label.as_str() {
         "RSA PRIVATE KEY" => RsaKeyPair::from_der(&der),
         "PRIVATE KEY" => RsaKeyPair::from_pkcs8(&der),
-        other => return Err(key_err(format!("a {other} block is not a private key"))),
+        _ => return Err(key_err(KeyFormatError::NotPrivateKey { label })),
     }
-    .map_err(|e| key_err(e.to_string()))?;
+    .map_err(|e| key_err(KeyFormatError::Rejected(e.to_string())))?;
     let msg = proof_message(challenge, run, minion);
     let mut sig = vec![0u8; pair.public().modulus_len()];
     pair.sign(
@@ -143,7 +180,7 @@ pub(crate) fn verify_proof(
     run: u64,
     minion: &str,
     signature_hex: &str,
-) -> Result<bool, String> {
+) -> Result<bool, KeyFormatError> {
     let rsa_public = rsa_public_key(pem)?;
     Ok(verify_with_key(
         &rsa_public,
@@ -155,12 +192,12 @@ pub(crate) fn verify_proof(
 }
 
 /// The PKCS#1 RSA public key (DER) in a PEM public key file.
-pub(crate) fn rsa_public_key(pem: &[u8]) -> Result<Vec<u8>, String> {
+pub(crate) fn rsa_public_key(pem: &[u8]) -> Result<Vec<u8>, KeyFormatError> {
     let (label, der) = pem_block(pem)?;
     match label.as_str() {
         "PUBLIC KEY" => spki_rsa_key(&der),
         "RSA PUBLIC KEY" => Ok(der),
-        other => Err(format!("a {other} block is not a public key")),
+        _ => Err(KeyFormatError::NotPublicKey { label }),
     }
 }
 
@@ -247,8 +284,8 @@ impl KeyCache {
 }
 
 /// The first PEM block: its label and decoded bytes.
-pub(crate) fn pem_block(text: &[u8]) -> Result<(String, Vec<u8>), String> {
-    let text = std::str::from_utf8(text).map_err(|_| "not text".to_string())?;
+pub(crate) fn pem_block(text: &[u8]) -> Result<(String, Vec<u8>), KeyFormatError> {
+    let text = std::str::from_utf8(text).map_err(|_| KeyFormatError::NotText)?;
     let mut lines = text.lines().map(str::trim);
     let label = lines
         .by_ref()
@@ -256,7 +293,7 @@ pub(crate) fn pem_block(text: &[u8]) -> Result<(String, Vec<u8>), String> {
             l.strip_prefix("-----BEGIN ")
                 .and_then(|rest| rest.strip_suffix("-----"))
         })
-        .ok_or_else(|| "no -----BEGIN line".to_string())?
+        .ok_or(KeyFormatError::NoBegin)?
         .to_string();
     let end = format!("-----END {label}-----");
     let mut body = String::new();
@@ -272,9 +309,11 @@ pub(crate) fn pem_block(text: &[u8]) -> Result<(String, Vec<u8>), String> {
         body.push_str(line);
     }
     if !ended {
-        return Err(format!("no {end} line"));
+        return Err(KeyFormatError::NoEnd { label });
     }
-    let der = base64_decode(&body).ok_or_else(|| format!("the {label} block is not base64"))?;
+    let Some(der) = base64_decode(&body) else {
+        return Err(KeyFormatError::NotBase64 { label });
+    };
     Ok((label, der))
 }
 
@@ -311,16 +350,15 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
 }
 
 /// One DER element at the start of `input`: (tag, contents, rest).
-fn der_element(input: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
-    let short = || "truncated DER".to_string();
-    let (&tag, rest) = input.split_first().ok_or_else(short)?;
-    let (&first, mut rest) = rest.split_first().ok_or_else(short)?;
+fn der_element(input: &[u8]) -> Result<(u8, &[u8], &[u8]), KeyFormatError> {
+    let (&tag, rest) = input.split_first().ok_or(KeyFormatError::TruncatedDer)?;
+    let (&first, mut rest) = rest.split_first().ok_or(KeyFormatError::TruncatedDer)?;
     let len = if first < 0x80 {
         first as usize
     } else {
         let n = (first & 0x7f) as usize;
         if n == 0 || n > 4 || rest.len() < n {
-            return Err("bad DER length".into());
+            return Err(KeyFormatError::BadDerLength);
         }
         let len = rest[..n]
             .iter()
@@ -329,29 +367,29 @@ fn der_element(input: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
         len
     };
     if rest.len() < len {
-        return Err(short());
+        return Err(KeyFormatError::TruncatedDer);
     }
     Ok((tag, &rest[..len], &rest[len..]))
 }
 
 /// The RSAPublicKey inside a SubjectPublicKeyInfo, after checking it is an RSA key.
-fn spki_rsa_key(spki: &[u8]) -> Result<Vec<u8>, String> {
+fn spki_rsa_key(spki: &[u8]) -> Result<Vec<u8>, KeyFormatError> {
     /// DER of the OID 1.2.840.113549.1.1.1 (rsaEncryption).
     const RSA_OID: &[u8] = &[
         0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01,
     ];
     let (tag, body, _) = der_element(spki)?;
     if tag != 0x30 {
-        return Err("SubjectPublicKeyInfo is not a SEQUENCE".into());
+        return Err(KeyFormatError::NotSequence);
     }
     let (tag, algorithm, rest) = der_element(body)?;
     if tag != 0x30 || !algorithm.starts_with(RSA_OID) {
-        return Err("the public key is not an RSA key".into());
+        return Err(KeyFormatError::NotRsa);
     }
     let (tag, bits, _) = der_element(rest)?;
     match (tag, bits.split_first()) {
         (0x03, Some((0, key))) => Ok(key.to_vec()),
-        _ => Err("SubjectPublicKeyInfo has no key BIT STRING".into()),
+        _ => Err(KeyFormatError::NoBitString),
     }
 }
 

@@ -7,8 +7,8 @@
 //! (the pin is stronger than both). Without a pin (a URL typed by hand) the certificate
 //! must chain to the system's CA roots and name the host, as a browser would check it.
 
-use std::io::Read;
-use std::path::Path;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::danger::{ServerCertVerified, ServerCertVerifier};
@@ -24,6 +24,38 @@ const CA_BUNDLES: &[&str] = &[
     "/etc/ssl/certs/ca-certificates.crt",
     "/etc/pki/tls/certs/ca-bundle.crt",
 ];
+
+/// Why a client configuration or a CA file could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    /// rustls refused the protocol versions of the provider.
+    #[error("{0}")]
+    Protocols(rustls::Error),
+    #[error(
+        "no pinned fingerprint in the URL and no CA bundle found (SSL_CERT_FILE, {})",
+        CA_BUNDLES.join(", ")
+    )]
+    NoBundle,
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{path} is larger than {} bytes: not a CA file", MAX_CA_FILE)]
+    TooLarge { path: PathBuf },
+    #[error("{path}: not a PEM certificate file ({source})")]
+    NotPem {
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{path} holds no PEM certificate")]
+    NoCertificate { path: PathBuf },
+}
+
+/// Configuration diagnostics are text by design (`config::notify` reports a bad
+/// `notify_ca_file` with `?`): the error becomes its message there.
+impl From<CaError> for String {
+    fn from(e: CaError) -> String {
+        e.to_string()
+    }
+}
 
 /// The handshake-signature half of a `ServerCertVerifier` whose `algorithms` field
 /// checks them (`rustls::crypto`'s own checks), for verifiers that decide only about the
@@ -91,11 +123,11 @@ impl ServerCertVerifier for PinVerifier {
 }
 
 /// Client configuration: pinned when `pin` is given, else the system's CA roots.
-pub fn client_config(pin: Option<[u8; 32]>) -> Result<Arc<rustls::ClientConfig>, String> {
+pub fn client_config(pin: Option<[u8; 32]>) -> Result<Arc<rustls::ClientConfig>, CaError> {
     let provider = provider();
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?;
+        .map_err(CaError::Protocols)?;
     let config = match pin {
         Some(pin) => builder
             .dangerous()
@@ -111,7 +143,7 @@ pub fn client_config(pin: Option<[u8; 32]>) -> Result<Arc<rustls::ClientConfig>,
     Ok(Arc::new(config))
 }
 
-pub fn system_roots() -> Result<rustls::RootCertStore, String> {
+pub fn system_roots() -> Result<rustls::RootCertStore, CaError> {
     let from_env = std::env::var("SSL_CERT_FILE").ok();
     let candidates = from_env
         .iter()
@@ -128,34 +160,38 @@ pub fn system_roots() -> Result<rustls::RootCertStore, String> {
             return Ok(roots);
         }
     }
-    Err(format!(
-        "no pinned fingerprint in the URL and no CA bundle found (SSL_CERT_FILE, {})",
-        CA_BUNDLES.join(", ")
-    ))
+    Err(CaError::NoBundle)
 }
 
 /// A CA file larger than this is not a CA file.
 const MAX_CA_FILE: u64 = 4 * 1024 * 1024;
 
 /// The certificates of a PEM file (at least one).
-pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let file =
-        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, CaError> {
+    let read = |source| CaError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read)?;
     let mut pem = Vec::new();
     file.take(MAX_CA_FILE + 1)
         .read_to_end(&mut pem)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        .map_err(read)?;
     if pem.len() as u64 > MAX_CA_FILE {
-        return Err(format!(
-            "{} is larger than {MAX_CA_FILE} bytes: not a CA file",
-            path.display()
-        ));
+        return Err(CaError::TooLarge {
+            path: path.to_path_buf(),
+        });
     }
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: not a PEM certificate file ({e})", path.display()))?;
+        .map_err(|source| CaError::NotPem {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(format!("{} holds no PEM certificate", path.display()));
+        return Err(CaError::NoCertificate {
+            path: path.to_path_buf(),
+        });
     }
     Ok(certs)
 }

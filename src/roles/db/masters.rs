@@ -266,11 +266,24 @@ pub(super) fn scan_accepted(
     keys
 }
 
-fn read_key(path: &Path, len: u64) -> Result<String, String> {
+/// Why an accepted key file is not published.
+#[derive(Debug, thiserror::Error)]
+enum KeyFileError {
+    #[error("larger than {} bytes", MAX_KEY_FILE)]
+    TooLarge,
+    #[error("{0}")]
+    Read(std::io::Error),
+    #[error("{0}")]
+    NotKey(crate::minion_key::KeyFormatError),
+    #[error("not text")]
+    NotText,
+}
+
+fn read_key(path: &Path, len: u64) -> Result<String, KeyFileError> {
     if len > MAX_KEY_FILE {
-        return Err(format!("larger than {MAX_KEY_FILE} bytes"));
+        return Err(KeyFileError::TooLarge);
     }
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    crate::minion_key::rsa_public_key(&bytes)?;
-    String::from_utf8(bytes).map_err(|_| "not text".to_string())
+    let bytes = std::fs::read(path).map_err(KeyFileError::Read)?;
+    crate::minion_key::rsa_public_key(&bytes).map_err(KeyFileError::NotKey)?;
+    String::from_utf8(bytes).map_err(|_| KeyFileError::NotText)
 }

@@ -230,14 +230,18 @@ fn report_commit_latency(db: &mut Db, _ctx: &mut Ctx<Db>) {
 }
 
 /// Read-only check of the database for `saltpeter-cleanup`.
-pub(crate) fn check_database(path: &std::path::Path) -> Result<(), String> {
+pub(crate) fn check_database(path: &std::path::Path) -> Result<(), StoreError> {
     if !path.exists() {
         return Ok(());
     }
-    match Store::check(path) {
-        Ok(report) if report.is_ok() => Ok(()),
-        Ok(report) => Err(format!("database {}: {report:?}", path.display())),
-        Err(e) => Err(e.to_string()),
+    let report = Store::check(path)?;
+    if report.is_ok() {
+        Ok(())
+    } else {
+        Err(StoreError::Damaged {
+            path: path.to_path_buf(),
+            report,
+        })
     }
 }
 

@@ -205,7 +205,7 @@ impl PgStore {
         let shown = redact(url);
         let unusable = |e: String| StoreError::Unusable(format!("database_url {shown}: {e}"));
         let settings = crate::config::database::resolve(url, ca_file).map_err(unusable)?;
-        let tls = tls::PgTls::new(&settings).map_err(unusable)?;
+        let tls = tls::PgTls::new(&settings).map_err(|e| unusable(e.to_string()))?;
         let mut config = postgres::Config::from_str(&settings.driver_url).map_err(|e| {
             StoreError::Unusable(format!(
                 "database_url {shown} is not a valid URL: {}",

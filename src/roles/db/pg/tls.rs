@@ -33,6 +33,22 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::config::database::{CaSource, DatabaseTls, Verify};
 
+/// Why the TLS settings of the database cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PgTlsError {
+    #[error("TLS set-up failed: {0}")]
+    Protocols(rustls::Error),
+    #[error("TLS set-up failed: {0}")]
+    Verifier(rustls::client::VerifierBuilderError),
+    /// No system CA bundle (the message says where it was looked for).
+    #[error("{0}")]
+    SystemRoots(crate::tls::verify::CaError),
+    #[error("database_ca_file: {0}")]
+    CaFile(crate::tls::verify::CaError),
+    #[error("database_ca_file {path}: none of its certificates is usable as a CA")]
+    NoUsableCa { path: std::path::PathBuf },
+}
+
 /// The connector factory handed to `postgres::Config::connect`.
 #[derive(Clone)]
 pub(crate) struct PgTls {
@@ -43,11 +59,11 @@ pub(crate) struct PgTls {
 
 impl PgTls {
     /// The rustls configuration for `tls`; reads the CA file (an error names it).
-    pub(crate) fn new(tls: &DatabaseTls) -> Result<PgTls, String> {
+    pub(crate) fn new(tls: &DatabaseTls) -> Result<PgTls, PgTlsError> {
         let provider = crate::tls::provider();
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS set-up failed: {e}"))?;
+            .map_err(PgTlsError::Protocols)?;
         let algorithms = provider.signature_verification_algorithms;
         let (verifier, ca): (Arc<dyn ServerCertVerifier>, String) = match &tls.verify {
             Verify::Nothing => (
@@ -75,26 +91,22 @@ impl PgTls {
 fn webpki_verifier(
     ca: &CaSource,
     provider: Arc<rustls::crypto::CryptoProvider>,
-) -> Result<Arc<WebPkiServerVerifier>, String> {
+) -> Result<Arc<WebPkiServerVerifier>, PgTlsError> {
     let roots = match ca {
-        CaSource::System => crate::tls::verify::system_roots()?,
+        CaSource::System => crate::tls::verify::system_roots().map_err(PgTlsError::SystemRoots)?,
         CaSource::File(path) => {
             let mut roots = rustls::RootCertStore::empty();
-            let certs = crate::tls::verify::read_ca_file(path)
-                .map_err(|e| format!("database_ca_file: {e}"))?;
+            let certs = crate::tls::verify::read_ca_file(path).map_err(PgTlsError::CaFile)?;
             let (added, _) = roots.add_parsable_certificates(certs);
             if added == 0 {
-                return Err(format!(
-                    "database_ca_file {}: none of its certificates is usable as a CA",
-                    path.display()
-                ));
+                return Err(PgTlsError::NoUsableCa { path: path.clone() });
             }
             roots
         }
     };
     WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()
-        .map_err(|e| format!("TLS set-up failed: {e}"))
+        .map_err(PgTlsError::Verifier)
 }
 
 impl<S> MakeTlsConnect<S> for PgTls
