@@ -20,6 +20,17 @@ pub(crate) enum AccessError {
     Lookup { name: String, source: nix::Error },
 }
 
+/// Why a peer may not use the admin socket.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Denied {
+    #[error("uid {uid} is neither root nor a member of the admin group {group}")]
+    NotMember { uid: u32, group: String },
+    #[error(
+        "uid {uid} is not root, and no admin group is configured (saltpeter_config.admin_group)"
+    )]
+    NoGroup { uid: u32 },
+}
+
 /// The admin group by name and id: the configured one (which must exist), else
 /// `saltpeter` if it exists, else none.
 pub(crate) fn admin_group(configured: Option<&str>) -> Result<Option<(String, Gid)>, AccessError> {
@@ -53,20 +64,17 @@ pub(crate) fn decide(
     peer: &Peer,
     daemon_uid: u32,
     group: Option<(&str, u32)>,
-) -> Result<(), String> {
+) -> Result<(), Denied> {
     if peer.uid == 0 || peer.uid == daemon_uid {
         return Ok(());
     }
     match group {
         Some((_, gid)) if peer.gid == gid || peer.groups.contains(&gid) => Ok(()),
-        Some((name, _)) => Err(format!(
-            "uid {} is neither root nor a member of the admin group {name}",
-            peer.uid
-        )),
-        None => Err(format!(
-            "uid {} is not root, and no admin group is configured (saltpeter_config.admin_group)",
-            peer.uid
-        )),
+        Some((name, _)) => Err(Denied::NotMember {
+            uid: peer.uid,
+            group: name.to_string(),
+        }),
+        None => Err(Denied::NoGroup { uid: peer.uid }),
     }
 }
 
@@ -109,13 +117,13 @@ mod tests {
         assert!(decide(&peer(999, 999, &[]), 999, None).is_ok());
         assert!(decide(&peer(1000, 500, &[]), 999, group).is_ok());
         assert!(decide(&peer(1000, 1000, &[27, 500]), 999, group).is_ok());
-        let err = decide(&peer(1000, 1000, &[27]), 999, group).unwrap_err();
+        let err = decide(&peer(1000, 1000, &[27]), 999, group)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("uid 1000") && err.contains("ops"), "{err}");
-        assert!(
-            decide(&peer(1000, 500, &[]), 999, None)
-                .unwrap_err()
-                .contains("admin_group")
-        );
+        let err = decide(&peer(1000, 500, &[]), 999, None).unwrap_err();
+        assert_eq!(err, Denied::NoGroup { uid: 1000 });
+        assert!(err.to_string().contains("admin_group"));
     }
 
     #[test]

@@ -86,26 +86,47 @@ pub(crate) fn spawn_role(
     Ok(child)
 }
 
+/// Why a child's `--fd NAME=N` argument cannot be taken.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FdArgError {
+    #[error("--fd {arg}: expected NAME=NUMBER")]
+    NoNumber { arg: String },
+    #[error("--fd {arg}: {num} is not a descriptor number")]
+    NotANumber {
+        arg: String,
+        num: String,
+        source: std::num::ParseIntError,
+    },
+    #[error("--fd {arg}: descriptor {fd} is given twice")]
+    Twice { arg: String, fd: RawFd },
+    #[error("--fd {arg}: descriptor {fd} is reserved for stdio")]
+    Stdio { arg: String, fd: RawFd },
+    #[error("--fd {arg}: descriptor {fd} is not open")]
+    NotOpen { arg: String, fd: RawFd },
+}
+
 /// Turn the `--fd NAME=N` arguments of a child back into owned descriptors.
-pub(crate) fn parse_fd_args(args: &[String]) -> Result<Vec<(String, OwnedFd)>, String> {
+pub(crate) fn parse_fd_args(args: &[String]) -> Result<Vec<(String, OwnedFd)>, FdArgError> {
     let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for arg in args {
-        let (name, num) = arg
-            .split_once('=')
-            .ok_or_else(|| format!("--fd {arg}: expected NAME=NUMBER"))?;
-        let fd: RawFd = num
-            .parse()
-            .map_err(|_| format!("--fd {arg}: {num} is not a descriptor number"))?;
+        let Some((name, num)) = arg.split_once('=') else {
+            return Err(FdArgError::NoNumber { arg: arg.clone() });
+        };
+        let fd: RawFd = num.parse().map_err(|source| FdArgError::NotANumber {
+            arg: arg.clone(),
+            num: num.to_string(),
+            source,
+        })?;
         if !seen.insert(fd) {
-            return Err(format!("--fd {arg}: descriptor {fd} is given twice"));
+            return Err(FdArgError::Twice { arg: arg.clone(), fd });
         }
         if fd < FIRST_CHILD_FD {
-            return Err(format!("--fd {arg}: descriptor {fd} is reserved for stdio"));
+            return Err(FdArgError::Stdio { arg: arg.clone(), fd });
         }
         // SAFETY: F_GETFD only inspects the descriptor; -1 means it is not open.
         if unsafe { nix::libc::fcntl(fd, nix::libc::F_GETFD) } < 0 {
-            return Err(format!("--fd {arg}: descriptor {fd} is not open"));
+            return Err(FdArgError::NotOpen { arg: arg.clone(), fd });
         }
         // SAFETY: the supervisor handed this open descriptor to this process alone, and
         // each number appears once on the command line.

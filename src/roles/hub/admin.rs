@@ -18,7 +18,7 @@ use mio::event::Event;
 use mio::net::{UnixListener, UnixStream};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
-use super::state::admin::{Admin, Conn, ConnId, Refused};
+use super::state::admin::{Admin, Conn, ConnId, PeerRefusal, Refused};
 use super::state::{Hub, Waiting};
 use crate::evloop::{Ctx, Flow, Forward, Listener};
 use crate::ipc::Role;
@@ -75,8 +75,8 @@ impl Admin {
     }
 }
 
-fn allowed(stream: &UnixStream, group: Option<&(String, u32)>) -> Result<AdminPeer, String> {
-    let creds = getsockopt(stream, PeerCredentials).map_err(|e| format!("SO_PEERCRED: {e}"))?;
+fn allowed(stream: &UnixStream, group: Option<&(String, u32)>) -> Result<AdminPeer, PeerRefusal> {
+    let creds = getsockopt(stream, PeerCredentials).map_err(PeerRefusal::Credentials)?;
     let me = nix::unistd::geteuid().as_raw();
     let peer = crate::access::Peer {
         uid: creds.uid(),
@@ -94,7 +94,10 @@ fn allowed(stream: &UnixStream, group: Option<&(String, u32)>) -> Result<AdminPe
             gid: peer.gid,
             pid: peer.pid,
         })
-        .map_err(|why| format!("{why} (pid {})", peer.pid))
+        .map_err(|why| PeerRefusal::Denied {
+            why,
+            pid: peer.pid,
+        })
 }
 
 impl Listener<Hub> for AdminListener {

@@ -43,7 +43,7 @@ fn call_failed(hub: &mut Hub, waiting: Waiting, err: CallError) {
         Waiting::Hello(conn) => wrappers::hello_failed(hub, conn, &err),
         Waiting::Http(conn, _) => http::call_failed(hub, conn, &err),
         Waiting::Ws(conn, expect) => http::ws_ui::call_failed(hub, conn, expect, &err),
-        Waiting::LiveFetch(fid) => http::feed::live_base(hub, None, fid, Err(err.to_string())),
+        Waiting::LiveFetch(fid) => http::feed::live_base(hub, None, fid, Err(err)),
     }
 }
 

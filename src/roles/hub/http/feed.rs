@@ -18,6 +18,7 @@
 use super::conns::reap;
 use super::ws_push::{CALL_TIMEOUT, push_details, push_output};
 use crate::evloop::Ctx;
+use crate::ipc::CallError;
 use crate::roles::hub::state::http::{JobView, new_target};
 use crate::roles::hub::state::{Hub, Waiting};
 use crate::wire::admin::{AdminRequest, AdminResponse};
@@ -140,7 +141,7 @@ pub(crate) fn live_base(
     hub: &mut Hub,
     ctx: Option<&mut Ctx<Hub>>,
     fid: u64,
-    answer: Result<AdminResponse, String>,
+    answer: Result<AdminResponse, CallError>,
 ) {
     let Some(http) = hub.http.as_mut() else {
         return;

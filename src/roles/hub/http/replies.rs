@@ -43,7 +43,7 @@ pub(crate) fn call_failed(hub: &mut Hub, id: ConnId, err: &CallError) {
     if let Err(why) = write_out(hub, id)
         && let Some(conn) = hub.http.as_mut().and_then(|h| h.conn_mut(id))
     {
-        conn.mark_dead(why);
+        conn.mark_dead(why.to_string());
     }
     settle(hub, id);
 }

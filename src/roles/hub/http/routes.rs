@@ -106,7 +106,7 @@ pub(crate) fn route(
                 if let Action::Call { req: call, .. } = &action
                     && let Err(why) = authorize(&identity, call)
                 {
-                    return error(403, "forbidden", &why);
+                    return error(403, "forbidden", &why.to_string());
                 }
                 *who = Some(identity);
                 action

@@ -9,6 +9,15 @@ use crate::evloop::Ctx;
 use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::http::{ConnId, ConnState, HttpConn};
 
+/// Why queued answers could not be written: the connection is then dropped.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum WriteError {
+    #[error("write returned 0")]
+    Zero,
+    #[error("write failed: {0}")]
+    Failed(io::Error),
+}
+
 /// Queue an answer; the connection reads the next request (or closes after it).
 pub(super) fn queue(conn: &mut HttpConn, resp: &Response, keep_alive: bool, head: bool) {
     conn.wbuf
@@ -23,26 +32,26 @@ pub(super) fn queue(conn: &mut HttpConn, resp: &Response, keep_alive: bool, head
 /// Write what is queued; close once the last answer is out.
 pub(super) fn flush(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
     if let Err(why) = write_out(hub, id) {
-        drop_conn(hub, ctx, id, &why);
+        drop_conn(hub, ctx, id, &why.to_string());
     }
 }
 
 /// `flush` without the loop context: a failure marks the connection for `reap`.
-pub(super) fn write_out(hub: &mut Hub, id: ConnId) -> Result<(), String> {
+pub(super) fn write_out(hub: &mut Hub, id: ConnId) -> Result<(), WriteError> {
     let Some(conn) = http_conn(hub, id) else {
         return Ok(());
     };
     let mut written = 0;
     while written < conn.wbuf.len() {
         match conn.stream.write(&conn.wbuf[written..]) {
-            Ok(0) => return Err("write returned 0".into()),
+            Ok(0) => return Err(WriteError::Zero),
             Ok(n) => {
                 written += n;
                 conn.last_write = Instant::now();
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("write failed: {e}")),
+            Err(e) => return Err(WriteError::Failed(e)),
         }
     }
     conn.wbuf.drain(..written);
@@ -51,7 +60,7 @@ pub(super) fn write_out(hub: &mut Hub, id: ConnId) -> Result<(), String> {
     match conn.stream.flush() {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-        Err(e) => return Err(format!("write failed: {e}")),
+        Err(e) => return Err(WriteError::Failed(e)),
     }
     if conn.wbuf.is_empty()
         && conn.close_after_write

@@ -281,7 +281,7 @@ fn client_message(hub: &mut Hub, id: ConnId, text: &str) {
                 Ok(()) => who.request(req),
                 Err(why) => {
                     if let Some(http) = hub.http.as_mut() {
-                        let text = json!({"error": why}).to_string();
+                        let text = json!({"error": why.to_string()}).to_string();
                         send(http, id, &Utf8Bytes::from(text));
                     }
                     return;

@@ -12,11 +12,23 @@ use crate::wire::admin::{AdminPeer, AdminRequest, AdminResponse};
 
 pub(crate) type ConnId = u64;
 
+/// Why a peer of the admin socket is refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PeerRefusal {
+    #[error("SO_PEERCRED: {0}")]
+    Credentials(nix::Error),
+    #[error("{why} (pid {pid})")]
+    Denied {
+        why: crate::access::Denied,
+        pid: i32,
+    },
+}
+
 pub(crate) struct Conn {
     pub link: Channel<UnixStream, AdminResponse, AdminRequest>,
     pub token: Token,
     /// Who it is, or why it is refused.
-    pub peer: Result<AdminPeer, String>,
+    pub peer: Result<AdminPeer, PeerRefusal>,
     /// Calls that stream (follow, watch): main drops them when the connection closes.
     pub long_calls: Vec<CallId>,
 }

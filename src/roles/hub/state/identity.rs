@@ -76,18 +76,26 @@ pub(crate) fn required_role(req: &AdminRequest) -> ApiRole {
     }
 }
 
+/// A request beyond the identity's role: the 403 message names both.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name} has the {} role; this needs {}", role.as_str(), needed.as_str())]
+pub(crate) struct Forbidden {
+    pub name: String,
+    pub role: ApiRole,
+    pub needed: ApiRole,
+}
+
 /// `Err` with the 403 message when `who` may not make `req`.
-pub(crate) fn authorize(who: &Identity, req: &AdminRequest) -> Result<(), String> {
+pub(crate) fn authorize(who: &Identity, req: &AdminRequest) -> Result<(), Forbidden> {
     let needed = required_role(req);
     if who.role >= needed {
         Ok(())
     } else {
-        Err(format!(
-            "{} has the {} role; this needs {}",
-            who.name,
-            who.role.as_str(),
-            needed.as_str()
-        ))
+        Err(Forbidden {
+            name: who.name.clone(),
+            role: who.role,
+            needed,
+        })
     }
 }
 
@@ -118,6 +126,8 @@ mod tests {
             assert!(authorize(&who(ApiRole::Operator), r).is_ok());
         }
         let err = authorize(&who(ApiRole::Operator), &reload).unwrap_err();
+        assert_eq!(err.needed, ApiRole::Admin);
+        let err = err.to_string();
         assert!(err.contains("operator") && err.contains("admin"), "{err}");
         assert!(authorize(&who(ApiRole::Admin), &reload).is_ok());
     }

@@ -38,6 +38,28 @@ pub(crate) const MAX_TRACKED: usize = 10_000;
 const KEY_FILE: &str = "session.key";
 const REVOKED_FILE: &str = "revoked-sessions";
 
+/// Why the session key or the revocations could not be kept in the state directory.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SessionsError {
+    #[error("{path} is not 64 hex digits")]
+    BadKey { path: PathBuf },
+    #[error("could not create {path}: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("could not write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 /// A valid session: who, and its id (for logout).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Session {
@@ -81,11 +103,13 @@ impl Sessions {
         }
     }
 
-    fn try_open(state: &Path) -> Result<Sessions, String> {
+    fn try_open(state: &Path) -> Result<Sessions, SessionsError> {
         let key_path = state.join(KEY_FILE);
         let key = match std::fs::read_to_string(&key_path) {
-            Ok(text) => crate::tls::parse_pin(&text)
-                .ok_or_else(|| format!("{} is not 64 hex digits", key_path.display()))?,
+            Ok(text) => match crate::tls::parse_pin(&text) {
+                Some(key) => key,
+                None => return Err(SessionsError::BadKey { path: key_path }),
+            },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let key: [u8; 32] = rand::random();
                 let mut f = std::fs::OpenOptions::new()
@@ -93,12 +117,23 @@ impl Sessions {
                     .create_new(true)
                     .mode(0o600)
                     .open(&key_path)
-                    .map_err(|e| format!("could not create {}: {e}", key_path.display()))?;
+                    .map_err(|source| SessionsError::Create {
+                        path: key_path.clone(),
+                        source,
+                    })?;
                 f.write_all(crate::tls::hex(&key).as_bytes())
-                    .map_err(|e| format!("could not write {}: {e}", key_path.display()))?;
+                    .map_err(|source| SessionsError::Write {
+                        path: key_path.clone(),
+                        source,
+                    })?;
                 key
             }
-            Err(e) => return Err(format!("cannot read {}: {e}", key_path.display())),
+            Err(source) => {
+                return Err(SessionsError::Read {
+                    path: key_path,
+                    source,
+                });
+            }
         };
         let revoked_path = state.join(REVOKED_FILE);
         let now = unix_now();
@@ -118,8 +153,12 @@ impl Sessions {
             .iter()
             .map(|(id, exp)| format!("{id} {exp}\n"))
             .collect();
-        std::fs::write(&revoked_path, text)
-            .map_err(|e| format!("could not write {}: {e}", revoked_path.display()))?;
+        if let Err(source) = std::fs::write(&revoked_path, text) {
+            return Err(SessionsError::Write {
+                path: revoked_path,
+                source,
+            });
+        }
         Ok(Sessions {
             key,
             revoked,
