@@ -5,32 +5,49 @@ use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-pub(super) fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, String> {
+use super::error::DeliveryError;
+
+/// TCP to the first address of `host` that answers (the error of the last one tried).
+pub(super) fn connect(
+    host: &str,
+    port: u16,
+    timeout: Duration,
+) -> Result<TcpStream, DeliveryError> {
     let addrs = (host, port)
         .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {host}: {e}"))?;
-    let mut last = format!("{host} has no address");
+        .map_err(|source| DeliveryError::Resolve {
+            host: host.to_string(),
+            source,
+        })?;
+    let mut last = DeliveryError::NoAddress {
+        host: host.to_string(),
+    };
     for addr in addrs {
         match TcpStream::connect_timeout(&addr, timeout) {
             Ok(stream) => {
                 stream
                     .set_read_timeout(Some(timeout))
                     .and_then(|()| stream.set_write_timeout(Some(timeout)))
-                    .map_err(|e| format!("cannot set timeouts: {e}"))?;
+                    .map_err(DeliveryError::Timeouts)?;
                 return Ok(stream);
             }
-            Err(e) => last = format!("cannot connect to {addr}: {e}"),
+            Err(source) => last = DeliveryError::Connect { addr, source },
         }
     }
     Err(last)
 }
 
-pub(super) fn io_error(what: &str, timeout: Duration) -> impl Fn(std::io::Error) -> String + '_ {
-    move |e| match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-            format!("{what}: no answer within {} s", timeout.as_secs())
-        }
-        _ => format!("{what}: {e}"),
+/// The failure of step `what`: a timeout said as such, any other error as it is.
+pub(super) fn io_error(
+    what: &'static str,
+    timeout: Duration,
+) -> impl Fn(std::io::Error) -> DeliveryError {
+    move |source| match source.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => DeliveryError::Silent {
+            what,
+            secs: timeout.as_secs(),
+        },
+        _ => DeliveryError::Io { what, source },
     }
 }
 

@@ -7,6 +7,7 @@
 //! tested without sockets.
 
 mod conn;
+pub(crate) mod error;
 pub(crate) mod send;
 pub(crate) mod smtp;
 pub(crate) mod tls;

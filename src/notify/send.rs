@@ -13,6 +13,7 @@ use std::time::Duration;
 
 pub use super::conn::base64;
 use super::conn::{Conn, connect, io_error};
+use super::error::DeliveryError;
 use crate::config::notify::split_authority;
 use crate::wire::notify::{DeliverOrder, MailTransport, Outgoing};
 
@@ -21,7 +22,7 @@ use crate::wire::notify::{DeliverOrder, MailTransport, Outgoing};
 const ANSWER_LIMIT: u64 = 1 << 20;
 
 /// Send `order`'s message; `Ok(what the receiver said)` or `Err(cause)`.
-pub(crate) fn deliver(order: &DeliverOrder) -> Result<String, String> {
+pub(crate) fn deliver(order: &DeliverOrder) -> Result<String, DeliveryError> {
     let timeout = Duration::from_secs(order.io_timeout_s.max(1));
     match &order.message {
         Outgoing::Webhook {
@@ -48,7 +49,7 @@ pub(crate) fn deliver(order: &DeliverOrder) -> Result<String, String> {
             let (status, answer) = post(url, &headers, body, timeout, order.ca_file.as_deref())?;
             // The bulk API answers 200 even when items failed; the flag says so.
             if answer.contains("\"errors\":true") || answer.contains("\"errors\": true") {
-                return Err(format!("{status}, but the bulk answer reports item errors"));
+                return Err(DeliveryError::BulkItems { status });
             }
             Ok(status)
         }
@@ -82,14 +83,17 @@ pub(crate) fn post(
     body: &str,
     timeout: Duration,
     ca_file: Option<&Path>,
-) -> Result<(String, String), String> {
+) -> Result<(String, String), DeliveryError> {
     let (rest, tls) = match url.strip_prefix("https://") {
         Some(rest) => (rest, true),
-        None => (
-            url.strip_prefix("http://")
-                .ok_or_else(|| format!("{url}: not an http:// or https:// URL"))?,
-            false,
-        ),
+        None => match url.strip_prefix("http://") {
+            Some(rest) => (rest, false),
+            None => {
+                return Err(DeliveryError::NotHttp {
+                    url: url.to_string(),
+                });
+            }
+        },
     };
     let (authority, path) = match rest.find(['/', '?']) {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -100,7 +104,8 @@ pub(crate) fn post(
     } else {
         path.to_string()
     };
-    let (host, port) = split_authority(authority, if tls { 443 } else { 80 })?;
+    let (host, port) =
+        split_authority(authority, if tls { 443 } else { 80 }).map_err(DeliveryError::Authority)?;
     let tcp = connect(&host, port, timeout)?;
     let mut stream = if tls {
         let config = super::tls::client_config(ca_file)?;
@@ -131,15 +136,17 @@ pub(crate) fn post(
     // answered: judge by what arrived.
     if answer.is_empty() {
         read?;
-        return Err("the receiver closed the connection without an answer".to_string());
+        return Err(DeliveryError::NoAnswer);
     }
     let text = String::from_utf8_lossy(&answer).into_owned();
     let status_line = text.lines().next().unwrap_or_default().trim().to_string();
-    let code = status_line
+    let Some(code) = status_line
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse::<u16>().ok())
-        .ok_or_else(|| format!("not an HTTP answer: {status_line:.80}"))?;
+    else {
+        return Err(DeliveryError::NotHttpAnswer { status_line });
+    };
     let status = status_line
         .split_once(' ')
         .map(|(_, s)| format!("HTTP {s}"))
@@ -151,7 +158,7 @@ pub(crate) fn post(
             .unwrap_or_default();
         Ok((status, body))
     } else {
-        Err(status)
+        Err(DeliveryError::Status { status })
     }
 }
 
@@ -183,31 +190,39 @@ pub(crate) fn mail_text(from: &str, to: &[String], subject: &str, body: &str) ->
 }
 
 /// `sendmail -t -i` with the message on its stdin.
-pub(crate) fn sendmail(path: &str, message: &str) -> Result<String, String> {
+pub(crate) fn sendmail(path: &str, message: &str) -> Result<String, DeliveryError> {
     let mut child = Command::new(path)
         .args(["-t", "-i"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start {path}: {e}"))?;
+        .map_err(|source| DeliveryError::SendmailStart {
+            path: path.to_string(),
+            source,
+        })?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin
             .write_all(message.replace("\r\n", "\n").as_bytes())
-            .map_err(|e| format!("cannot write to {path}: {e}"))?;
+            .map_err(|source| DeliveryError::SendmailWrite {
+                path: path.to_string(),
+                source,
+            })?;
     }
     let out = child
         .wait_with_output()
-        .map_err(|e| format!("{path} did not finish: {e}"))?;
+        .map_err(|source| DeliveryError::SendmailWait {
+            path: path.to_string(),
+            source,
+        })?;
     if out.status.success() {
         Ok(format!("{path} accepted the mail"))
     } else {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        Err(format!(
-            "{path} failed ({}): {:.200}",
-            out.status,
-            stderr.trim()
-        ))
+        Err(DeliveryError::Sendmail {
+            path: path.to_string(),
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
     }
 }
 
@@ -243,7 +258,11 @@ mod tests {
             None,
         )
         .unwrap_err();
-        assert!(err.contains("no answer within 1 s"), "{err}");
+        assert!(
+            matches!(err, DeliveryError::Silent { secs: 1, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("no answer within 1 s"), "{err}");
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "hang detection"
@@ -264,6 +283,7 @@ mod tests {
             None,
         )
         .unwrap_err();
-        assert!(err.contains("cannot connect"), "{err}");
+        assert!(matches!(err, DeliveryError::Connect { .. }), "{err}");
+        assert!(err.to_string().contains("cannot connect"), "{err}");
     }
 }

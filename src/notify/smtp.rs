@@ -11,6 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::conn::{Conn, base64, connect, io_error};
+use super::error::DeliveryError;
 use crate::wire::notify::SmtpTls;
 
 /// Where and how to send.
@@ -56,7 +57,12 @@ struct Session<'a> {
 impl Session<'_> {
     /// Send `command` (none: read the greeting) and expect one of `want`; `what` names the
     /// step in a failure (never the command itself: it may hold the password).
-    fn step(&mut self, command: Option<&str>, what: &str, want: &[u16]) -> Result<Reply, String> {
+    fn step(
+        &mut self,
+        command: Option<&str>,
+        what: &'static str,
+        want: &[u16],
+    ) -> Result<Reply, DeliveryError> {
         if let Some(c) = command {
             let w = self.reader.get_mut();
             w.write_all(c.as_bytes())
@@ -68,15 +74,15 @@ impl Session<'_> {
         if want.contains(&reply.code) {
             Ok(reply)
         } else {
-            Err(format!(
-                "SMTP {what} refused: {} {}",
-                reply.code,
-                reply.last()
-            ))
+            Err(DeliveryError::SmtpRefused {
+                what,
+                code: reply.code,
+                text: reply.last().to_string(),
+            })
         }
     }
 
-    fn ehlo(&mut self, me: &str) -> Result<Reply, String> {
+    fn ehlo(&mut self, me: &str) -> Result<Reply, DeliveryError> {
         match self.step(Some(&format!("EHLO {me}")), "EHLO", &[250]) {
             Ok(reply) => Ok(reply),
             Err(_) => self.step(Some(&format!("HELO {me}")), "HELO", &[250]),
@@ -84,17 +90,17 @@ impl Session<'_> {
     }
 
     /// STARTTLS: the same connection, now under TLS.
-    fn start_tls(self) -> Result<Self, String> {
+    fn start_tls(self) -> Result<Self, DeliveryError> {
         let Session {
             reader,
             timeout,
             server,
         } = self;
         if !reader.buffer().is_empty() {
-            return Err("the server sent data before the TLS handshake".to_string());
+            return Err(DeliveryError::DataBeforeTls);
         }
         let Conn::Plain(tcp) = reader.into_inner() else {
-            return Err("STARTTLS on a connection already under TLS".to_string());
+            return Err(DeliveryError::AlreadyTls);
         };
         let config = super::tls::client_config(server.ca_file)?;
         let tls = super::tls::connect(tcp, server.host, config)?;
@@ -105,7 +111,12 @@ impl Session<'_> {
         })
     }
 
-    fn login(&mut self, offered: &[String], user: &str, password: &str) -> Result<(), String> {
+    fn login(
+        &mut self,
+        offered: &[String],
+        user: &str,
+        password: &str,
+    ) -> Result<(), DeliveryError> {
         if offered.iter().any(|m| m == "PLAIN") {
             let token = base64(format!("\0{user}\0{password}").as_bytes());
             self.step(Some(&format!("AUTH PLAIN {token}")), "AUTH PLAIN", &[235])?;
@@ -118,14 +129,9 @@ impl Session<'_> {
                 &[235],
             )?;
         } else {
-            return Err(format!(
-                "the server offers no login this build speaks (PLAIN, LOGIN); it offers: {}",
-                if offered.is_empty() {
-                    "none".to_string()
-                } else {
-                    offered.join(" ")
-                }
-            ));
+            return Err(DeliveryError::NoLogin {
+                offered: offered.to_vec(),
+            });
         }
         Ok(())
     }
@@ -138,7 +144,7 @@ pub(crate) fn send(
     to: &[String],
     message: &str,
     timeout: Duration,
-) -> Result<String, String> {
+) -> Result<String, DeliveryError> {
     let tcp = connect(server.host, server.port, timeout)?;
     let conn = if server.tls == SmtpTls::Implicit {
         let config = super::tls::client_config(server.ca_file)?;
@@ -166,21 +172,19 @@ pub(crate) fn send(
             // What the server offers may change under TLS (AUTH often appears only then).
             ehlo = s.ehlo(&me)?;
         } else if server.tls == SmtpTls::Starttls {
-            return Err(format!(
-                "{} does not offer STARTTLS (smtp_tls: starttls requires it)",
-                server.host
-            ));
+            return Err(DeliveryError::NoStartTls {
+                host: server.host.to_string(),
+            });
         }
     }
     if let Some((user, password)) = server.auth {
         if !secure {
-            return Err(format!(
-                "not sending the SMTP password to {} without TLS (it offers no STARTTLS, or smtp_tls is none)",
-                server.host
-            ));
+            return Err(DeliveryError::PasswordWithoutTls {
+                host: server.host.to_string(),
+            });
         }
         if password.is_empty() {
-            return Err("smtp_user is set but smtp_password is not".to_string());
+            return Err(DeliveryError::NoPassword);
         }
         let offered = ehlo.extension("AUTH").unwrap_or_default();
         s.login(&offered, user, password)?;
@@ -284,7 +288,11 @@ mod tests {
         port
     }
 
-    fn send_to(port: u16, tls: SmtpTls, auth: Option<&(String, String)>) -> Result<String, String> {
+    fn send_to(
+        port: u16,
+        tls: SmtpTls,
+        auth: Option<&(String, String)>,
+    ) -> Result<String, DeliveryError> {
         send(
             &Server {
                 host: "127.0.0.1",
@@ -304,6 +312,18 @@ mod tests {
     fn smtp_refusals_carry_the_server_answer() {
         let port = server(b"250 ok\r\n", &[b"550 5.7.1 relay denied\r\n"]);
         let err = send_to(port, SmtpTls::Auto, None).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DeliveryError::SmtpRefused {
+                    what: "MAIL",
+                    code: 550,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = err.to_string();
         assert!(err.contains("550 5.7.1 relay denied"), "{err}");
         assert!(err.contains("MAIL"), "{err}");
     }
@@ -313,10 +333,16 @@ mod tests {
         let port = server(b"250-ok\r\n250 AUTH PLAIN\r\n", &[]);
         let auth = ("u".to_string(), "the-password".to_string());
         let err = send_to(port, SmtpTls::Auto, Some(&auth)).unwrap_err();
+        assert!(
+            matches!(err, DeliveryError::PasswordWithoutTls { .. }),
+            "{err}"
+        );
+        let err = err.to_string();
         assert!(err.contains("without TLS"), "{err}");
         assert!(!err.contains("the-password"), "{err}");
         let port = server(b"250 ok\r\n", &[]);
         let err = send_to(port, SmtpTls::Starttls, None).unwrap_err();
-        assert!(err.contains("does not offer STARTTLS"), "{err}");
+        assert!(matches!(err, DeliveryError::NoStartTls { .. }), "{err}");
+        assert!(err.to_string().contains("does not offer STARTTLS"), "{err}");
     }
 }

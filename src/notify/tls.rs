@@ -14,34 +14,36 @@ use std::sync::Arc;
 
 use rustls::pki_types::ServerName;
 
+use super::error::DeliveryError;
+
 /// A client-side TLS connection over a TCP stream (the stream's timeouts apply).
 pub(crate) type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
 use crate::tls::verify::read_ca_file;
 
 /// Client configuration: the system's CA roots plus those of `ca_file`.
-pub(crate) fn client_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+pub(crate) fn client_config(
+    ca_file: Option<&Path>,
+) -> Result<Arc<rustls::ClientConfig>, DeliveryError> {
     let mut roots = crate::tls::verify::system_roots().unwrap_or_else(|_| {
         // No system bundle: only a configured CA file can make TLS work.
         rustls::RootCertStore::empty()
     });
     if let Some(path) = ca_file {
-        let (added, _) = roots.add_parsable_certificates(read_ca_file(path)?);
+        let certs = read_ca_file(path).map_err(DeliveryError::CaFile)?;
+        let (added, _) = roots.add_parsable_certificates(certs);
         if added == 0 {
-            return Err(format!(
-                "{}: none of its certificates is usable as a CA",
-                path.display()
-            ));
+            return Err(DeliveryError::NoUsableCa {
+                path: path.to_path_buf(),
+            });
         }
     }
     if roots.is_empty() {
-        return Err(
-            "no CA certificates: no system CA bundle found and no notify_ca_file".to_string(),
-        );
+        return Err(DeliveryError::NoCa);
     }
     let config = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS set-up failed: {e}"))?
+        .map_err(DeliveryError::TlsSetUp)?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))
@@ -52,45 +54,52 @@ pub(crate) fn connect(
     tcp: TcpStream,
     host: &str,
     config: Arc<rustls::ClientConfig>,
-) -> Result<TlsStream, String> {
-    let name = ServerName::try_from(host.to_string())
-        .map_err(|e| format!("`{host}` is not a valid TLS server name: {e}"))?;
-    let conn = rustls::ClientConnection::new(config, name)
-        .map_err(|e| format!("TLS set-up failed: {e}"))?;
+) -> Result<TlsStream, DeliveryError> {
+    let name =
+        ServerName::try_from(host.to_string()).map_err(|source| DeliveryError::ServerName {
+            host: host.to_string(),
+            source,
+        })?;
+    let conn = rustls::ClientConnection::new(config, name).map_err(DeliveryError::TlsSetUp)?;
     let mut stream = rustls::StreamOwned::new(conn, tcp);
+    let failed = |source: std::io::Error| DeliveryError::Handshake {
+        host: host.to_string(),
+        source,
+    };
     while stream.conn.is_handshaking() {
         stream
             .conn
             .complete_io(&mut stream.sock)
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                    format!("TLS handshake with {host}: no answer in time")
+                    DeliveryError::HandshakeSilent {
+                        host: host.to_string(),
+                    }
                 }
-                _ => format!("TLS handshake with {host} failed: {e}"),
+                _ => failed(e),
             })?;
     }
-    stream
-        .flush()
-        .map_err(|e| format!("TLS handshake with {host} failed: {e}"))?;
+    stream.flush().map_err(failed)?;
     Ok(stream)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tls::verify::CaError;
 
     #[test]
     fn ca_files_are_checked() {
         let dir = tempfile::tempdir().unwrap();
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "no certificate here\n").unwrap();
-        assert!(
-            read_ca_file(&empty)
-                .unwrap_err()
-                .contains("no PEM certificate")
-        );
+        let err = read_ca_file(&empty).unwrap_err();
+        assert!(matches!(err, CaError::NoCertificate { .. }), "{err}");
+        assert!(err.to_string().contains("no PEM certificate"), "{err}");
         let missing = dir.path().join("missing.pem");
-        assert!(read_ca_file(&missing).unwrap_err().contains("cannot read"));
+        let err = read_ca_file(&missing).unwrap_err();
+        assert!(matches!(err, CaError::Read { .. }), "{err}");
+        assert!(err.to_string().contains("cannot read"), "{err}");
         let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
         let good = dir.path().join("ca.pem");
         std::fs::write(&good, cert.cert.pem()).unwrap();
@@ -114,7 +123,11 @@ mod tests {
         std::fs::write(&ca, cert.cert.pem()).unwrap();
         let config = client_config(Some(&ca)).unwrap();
         let err = connect(tcp, "127.0.0.1", config).map(|_| ()).unwrap_err();
-        assert!(err.contains("no answer in time"), "{err}");
+        assert!(
+            matches!(err, DeliveryError::HandshakeSilent { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("no answer in time"), "{err}");
         drop(listener);
     }
 }

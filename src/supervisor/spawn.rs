@@ -119,14 +119,23 @@ pub(crate) fn parse_fd_args(args: &[String]) -> Result<Vec<(String, OwnedFd)>, F
             source,
         })?;
         if !seen.insert(fd) {
-            return Err(FdArgError::Twice { arg: arg.clone(), fd });
+            return Err(FdArgError::Twice {
+                arg: arg.clone(),
+                fd,
+            });
         }
         if fd < FIRST_CHILD_FD {
-            return Err(FdArgError::Stdio { arg: arg.clone(), fd });
+            return Err(FdArgError::Stdio {
+                arg: arg.clone(),
+                fd,
+            });
         }
         // SAFETY: F_GETFD only inspects the descriptor; -1 means it is not open.
         if unsafe { nix::libc::fcntl(fd, nix::libc::F_GETFD) } < 0 {
-            return Err(FdArgError::NotOpen { arg: arg.clone(), fd });
+            return Err(FdArgError::NotOpen {
+                arg: arg.clone(),
+                fd,
+            });
         }
         // SAFETY: the supervisor handed this open descriptor to this process alone, and
         // each number appears once on the command line.

@@ -9,7 +9,7 @@
 
 use std::ffi::CString;
 use std::fs;
-use std::io::ErrorKind;
+use std::io::{self, ErrorKind};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -21,6 +21,35 @@ const PERIOD_US: u64 = 100_000;
 /// `cpu_quota` (percent of one CPU) as microseconds of CPU time per period.
 fn quota_us(pct: u32) -> u64 {
     u64::from(pct) * PERIOD_US / 100
+}
+
+/// Why no control group of the command's own could be made (said in the limits' record,
+/// and the next way is tried).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CgroupError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("the {controller} controller is not available in {parent}")]
+    Unavailable {
+        controller: &'static str,
+        parent: PathBuf,
+    },
+    #[error("no cgroup v1 hierarchy has the {controller} controller")]
+    NoHierarchy { controller: &'static str },
+    #[error("/proc/self/cgroup names no {controller} group")]
+    NoOwnGroup { controller: String },
+    #[error("/proc/self/cgroup names no cgroup v2 group")]
+    NoOwnV2Group,
+    #[error("control group path {dir} holds NUL")]
+    Nul { dir: PathBuf },
+    #[error("cannot create {dir}: {source}")]
+    Create { dir: PathBuf, source: io::Error },
+    #[error("cannot write {value} to {file}: {source}")]
+    Write {
+        file: PathBuf,
+        value: String,
+        source: io::Error,
+    },
 }
 
 /// A group made for one command.
@@ -100,22 +129,17 @@ pub(super) fn leaf_name(run: u64, machine: &str) -> String {
 }
 
 /// Makes the group under cgroup v2 (unified hierarchy at `root`), or says why not.
-pub(super) fn make_v2(root: &Path, limits: &Limits, leaf: &str) -> Result<Group, String> {
+pub(super) fn make_v2(root: &Path, limits: &Limits, leaf: &str) -> Result<Group, CgroupError> {
     let wanted = controllers(limits);
     let own = own_path(None)?;
     let parent = root.join(own.trim_start_matches('/'));
-    let available = fs::read_to_string(parent.join("cgroup.controllers")).map_err(|e| {
-        format!(
-            "cannot read {}: {e}",
-            parent.join("cgroup.controllers").display()
-        )
-    })?;
+    let available = read(&parent.join("cgroup.controllers"))?;
     for c in &wanted {
         if !available.split_whitespace().any(|a| a == *c) {
-            return Err(format!(
-                "the {c} controller is not available in {}",
-                parent.display()
-            ));
+            return Err(CgroupError::Unavailable {
+                controller: *c,
+                parent,
+            });
         }
     }
     let enable: String = wanted.iter().map(|c| format!("+{c} ")).collect();
@@ -134,7 +158,7 @@ pub(super) fn make_v2(root: &Path, limits: &Limits, leaf: &str) -> Result<Group,
         procs: vec![procs_file(&dir)?],
         oom_file: limits.memory_max.map(|_| dir.join("memory.events")),
     };
-    let set = || -> Result<(), String> {
+    let set = || -> Result<(), CgroupError> {
         if let Some(bytes) = limits.memory_max {
             write(&dir.join("memory.max"), &bytes.to_string())?;
             write_if_present(&dir.join("memory.swap.max"), "0")?;
@@ -155,17 +179,17 @@ pub(super) fn make_v2(root: &Path, limits: &Limits, leaf: &str) -> Result<Group,
 
 /// Makes the group under cgroup v1 (one hierarchy per controller, found in
 /// `mountinfo`), or says why not.
-pub(super) fn make_v1(mountinfo: &str, limits: &Limits, leaf: &str) -> Result<Group, String> {
+pub(super) fn make_v1(mountinfo: &str, limits: &Limits, leaf: &str) -> Result<Group, CgroupError> {
     let mut group = Group {
         version: "v1",
         dirs: Vec::new(),
         procs: Vec::new(),
         oom_file: None,
     };
-    let made = (|| -> Result<(), String> {
+    let made = (|| -> Result<(), CgroupError> {
         for controller in controllers(limits) {
-            let mount = v1_mount(mountinfo, controller)
-                .ok_or_else(|| format!("no cgroup v1 hierarchy has the {controller} controller"))?;
+            let mount =
+                v1_mount(mountinfo, controller).ok_or(CgroupError::NoHierarchy { controller })?;
             let own = own_path(Some(controller))?;
             let base = mount.join(own.trim_start_matches('/')).join("saltpeter");
             mkdir(&base)?;
@@ -251,12 +275,21 @@ pub(super) fn v1_mount(mountinfo: &str, controller: &str) -> Option<PathBuf> {
 
 /// The wrapper's own group: for v2 (`None`) the `0::` line of /proc/self/cgroup, for v1
 /// the line whose controller list names `controller`.
-fn own_path(controller: Option<&str>) -> Result<String, String> {
-    let text = fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+fn own_path(controller: Option<&str>) -> Result<String, CgroupError> {
+    let text = read(Path::new("/proc/self/cgroup"))?;
     own_path_in(&text, controller).ok_or_else(|| match controller {
-        Some(c) => format!("/proc/self/cgroup names no {c} group"),
-        None => "/proc/self/cgroup names no cgroup v2 group".to_string(),
+        Some(c) => CgroupError::NoOwnGroup {
+            controller: c.to_string(),
+        },
+        None => CgroupError::NoOwnV2Group,
+    })
+}
+
+/// A file of the kernel's (`/proc`, the cgroup file system) as text.
+pub(super) fn read(path: &Path) -> Result<String, CgroupError> {
+    fs::read_to_string(path).map_err(|source| CgroupError::Read {
+        path: path.to_path_buf(),
+        source,
     })
 }
 
@@ -272,24 +305,32 @@ pub(super) fn own_path_in(text: &str, controller: Option<&str>) -> Option<String
     })
 }
 
-fn procs_file(dir: &Path) -> Result<CString, String> {
-    CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
-        .map_err(|_| format!("control group path {} holds NUL", dir.display()))
+fn procs_file(dir: &Path) -> Result<CString, CgroupError> {
+    CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).map_err(|_| CgroupError::Nul {
+        dir: dir.to_path_buf(),
+    })
 }
 
-fn mkdir(dir: &Path) -> Result<(), String> {
+fn mkdir(dir: &Path) -> Result<(), CgroupError> {
     match fs::create_dir(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(format!("cannot create {}: {e}", dir.display())),
+        Err(source) => Err(CgroupError::Create {
+            dir: dir.to_path_buf(),
+            source,
+        }),
     }
 }
 
-fn write(file: &Path, value: &str) -> Result<(), String> {
-    fs::write(file, value).map_err(|e| format!("cannot write {value} to {}: {e}", file.display()))
+fn write(file: &Path, value: &str) -> Result<(), CgroupError> {
+    fs::write(file, value).map_err(|source| CgroupError::Write {
+        file: file.to_path_buf(),
+        value: value.to_string(),
+        source,
+    })
 }
 
-fn write_if_present(file: &Path, value: &str) -> Result<(), String> {
+fn write_if_present(file: &Path, value: &str) -> Result<(), CgroupError> {
     if file.exists() {
         write(file, value)
     } else {

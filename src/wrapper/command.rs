@@ -9,6 +9,7 @@
 //! `setgroups`, `setgid`, `setuid` (async-signal-safe syscalls) before exec.
 
 use std::ffi::{CString, OsString};
+use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 
@@ -18,6 +19,32 @@ use nix::unistd::{Gid, Pid, Uid, User};
 
 use super::limits::Plan;
 use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN, ENV_TOKEN_FILE, ENV_URL, JobSpec};
+
+/// Why the command did not start; the text goes to the hub as the command's stderr with
+/// reason `spawn_failed`.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SpawnError {
+    #[error("unknown user {name:?} on this host")]
+    UnknownUser { name: String },
+    #[error("could not look up user {name:?}: {source}")]
+    LookUpUser { name: String, source: nix::Error },
+    #[error("user name {name:?} holds NUL")]
+    NulInUser { name: String },
+    #[error("could not list the groups of user {name:?}: {source}")]
+    ListGroups { name: String, source: nix::Error },
+    #[error("cannot run as user {name:?}: the wrapper runs as uid {euid}, not root")]
+    NotRoot { name: String, euid: Uid },
+    #[error("cwd {cwd:?} holds NUL")]
+    NulInCwd { cwd: String },
+    #[error("could not start /bin/sh -c in {cwd:?}: {source}")]
+    StartIn { cwd: String, source: io::Error },
+    #[error("could not start /bin/sh -c: {0}")]
+    Start(io::Error),
+    #[error("could not start the command: output pipes missing")]
+    NoPipes,
+    #[error("could not make an output pipe non-blocking: {0}")]
+    NonBlocking(io::Error),
+}
 
 /// A started command: the child, its process group and its two output pipes.
 pub(super) struct Spawned {
@@ -38,26 +65,41 @@ pub(super) struct RunAs {
     pub switch_groups: Option<Vec<Gid>>,
 }
 
-/// Resolves `user` against the current identity. Errors are the text sent to the hub
-/// as the command's stderr with reason `spawn_failed`.
-pub(super) fn resolve_user(name: &str) -> Result<RunAs, String> {
+/// Resolves `user` against the current identity.
+pub(super) fn resolve_user(name: &str) -> Result<RunAs, SpawnError> {
     let user = match User::from_name(name) {
         Ok(Some(u)) => u,
-        Ok(None) => return Err(format!("unknown user {name:?} on this host")),
-        Err(e) => return Err(format!("could not look up user {name:?}: {e}")),
+        Ok(None) => {
+            return Err(SpawnError::UnknownUser {
+                name: name.to_string(),
+            });
+        }
+        Err(source) => {
+            return Err(SpawnError::LookUpUser {
+                name: name.to_string(),
+                source,
+            });
+        }
     };
     let euid = Uid::effective();
     let switch_groups = if euid == user.uid {
         None
     } else if euid.is_root() {
-        let cname = CString::new(name).map_err(|_| format!("user name {name:?} holds NUL"))?;
-        let groups = nix::unistd::getgrouplist(&cname, user.gid)
-            .map_err(|e| format!("could not list the groups of user {name:?}: {e}"))?;
+        let cname = CString::new(name).map_err(|_| SpawnError::NulInUser {
+            name: name.to_string(),
+        })?;
+        let groups = nix::unistd::getgrouplist(&cname, user.gid).map_err(|source| {
+            SpawnError::ListGroups {
+                name: name.to_string(),
+                source,
+            }
+        })?;
         Some(groups)
     } else {
-        return Err(format!(
-            "cannot run as user {name:?}: the wrapper runs as uid {euid}, not root"
-        ));
+        return Err(SpawnError::NotRoot {
+            name: name.to_string(),
+            euid,
+        });
     };
     Ok(RunAs {
         name: user.name,
@@ -100,7 +142,7 @@ pub(super) fn command_env(
     env
 }
 
-/// Starts the command. The error text goes to the hub as stderr (`spawn_failed`).
+/// Starts the command.
 /// `limits` is prepared by the caller (`limits::Plan::prepare`): its scope prefix goes
 /// before `/bin/sh`, its child steps run in the child before the user switch.
 pub(super) fn spawn(
@@ -108,7 +150,7 @@ pub(super) fn spawn(
     env: Vec<(OsString, OsString)>,
     run_as: Option<&RunAs>,
     limits: &Plan,
-) -> Result<Spawned, String> {
+) -> Result<Spawned, SpawnError> {
     let mut cmd = match limits.prefix.split_first() {
         Some((bin, args)) => {
             let mut cmd = Command::new(bin);
@@ -136,7 +178,7 @@ pub(super) fn spawn(
             let (uid, gid) = (u.uid, u.gid);
             // The directory is entered after the switch, so the user needs access to it.
             let cwd = cwd
-                .map(|c| CString::new(c).map_err(|_| format!("cwd {c:?} holds NUL")))
+                .map(|c| CString::new(c).map_err(|_| SpawnError::NulInCwd { cwd: c.to_string() }))
                 .transpose()?;
             // SAFETY: the closure runs in the forked child before exec and only makes
             // syscalls (the limits' steps, setgroups/setgid/setuid/chdir) on data prepared
@@ -165,15 +207,18 @@ pub(super) fn spawn(
             }
         }
     }
-    let mut child = cmd.spawn().map_err(|e| match job.cwd.as_deref() {
-        Some(cwd) => format!("could not start /bin/sh -c in {cwd:?}: {e}"),
-        None => format!("could not start /bin/sh -c: {e}"),
+    let mut child = cmd.spawn().map_err(|source| match job.cwd.as_deref() {
+        Some(cwd) => SpawnError::StartIn {
+            cwd: cwd.to_string(),
+            source,
+        },
+        None => SpawnError::Start(source),
     })?;
     let pgid = Pid::from_raw(child.id() as i32);
     let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
         kill_group(pgid, Signal::SIGKILL);
         let _ = child.wait();
-        return Err("could not start the command: output pipes missing".into());
+        return Err(SpawnError::NoPipes);
     };
     let stdout = Receiver::from(out);
     let stderr = Receiver::from(err);
@@ -181,7 +226,7 @@ pub(super) fn spawn(
         if let Err(e) = pipe.set_nonblocking(true) {
             kill_group(pgid, Signal::SIGKILL);
             let _ = child.wait();
-            return Err(format!("could not make an output pipe non-blocking: {e}"));
+            return Err(SpawnError::NonBlocking(e));
         }
     }
     Ok(Spawned {
@@ -288,18 +333,20 @@ mod tests {
     #[test]
     fn unknown_user_and_bad_cwd_fail_with_text() {
         let err = resolve_user("no-such-user-sp").unwrap_err();
-        assert!(err.contains("unknown user"), "{err}");
+        assert!(matches!(err, SpawnError::UnknownUser { .. }), "{err}");
+        assert!(err.to_string().contains("unknown user"), "{err}");
         let mut j = job();
         j.cwd = Some("/nonexistent/dir".into());
         let err = spawn(&j, vec![], None, &Plan::default()).err().unwrap();
-        assert!(err.contains("/nonexistent/dir"), "{err}");
+        assert!(matches!(err, SpawnError::StartIn { .. }), "{err}");
+        assert!(err.to_string().contains("/nonexistent/dir"), "{err}");
     }
 
     #[test]
     fn runs_as_another_user_with_its_groups_when_root() {
         if !Uid::effective().is_root() {
             let err = resolve_user("root").unwrap_err();
-            assert!(err.contains("not root"), "{err}");
+            assert!(err.to_string().contains("not root"), "{err}");
             return;
         }
         let u = resolve_user("nobody").unwrap();

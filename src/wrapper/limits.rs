@@ -119,8 +119,7 @@ impl Plan {
             let made = if root.join("cgroup.controllers").exists() {
                 cgroup::make_v2(root, limits, &leaf)
             } else {
-                std::fs::read_to_string("/proc/self/mountinfo")
-                    .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))
+                cgroup::read(Path::new("/proc/self/mountinfo"))
                     .and_then(|info| cgroup::make_v1(&info, limits, &leaf))
             };
             match made {

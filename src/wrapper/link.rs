@@ -33,6 +33,27 @@ const MAX_INBOUND: usize = 1024 * 1024;
 /// Outbound buffer beyond which `write` refuses messages (backpressure).
 const MAX_WRITE_BUFFER: usize = 2 * 1024 * 1024;
 
+/// Why a connection to the hub could not be started.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum LinkError {
+    #[error("could not connect to {addr}: {source}")]
+    Connect {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("could not register the hub socket: {0}")]
+    Register(std::io::Error),
+    #[error("cannot set up TLS to the hub: {0}")]
+    TlsConfig(crate::tls::verify::CaError),
+    #[error("{host:?} is not a TLS server name: {source}")]
+    ServerName {
+        host: String,
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    #[error("cannot start TLS to the hub: {0}")]
+    StartTls(rustls::Error),
+}
+
 pub(super) enum LinkEvent {
     /// The WebSocket is open; the caller sends `hello`.
     Open,
@@ -102,17 +123,17 @@ impl Link {
         registry: &Registry,
         addr: SocketAddr,
         now: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), LinkError> {
         self.close();
         let mut stream =
-            TcpStream::connect(addr).map_err(|e| format!("could not connect to {addr}: {e}"))?;
+            TcpStream::connect(addr).map_err(|source| LinkError::Connect { addr, source })?;
         registry
             .register(
                 &mut stream,
                 self.token,
                 Interest::READABLE | Interest::WRITABLE,
             )
-            .map_err(|e| format!("could not register the hub socket: {e}"))?;
+            .map_err(LinkError::Register)?;
         self.state = State::Connecting { stream, since: now };
         Ok(())
     }
@@ -163,7 +184,7 @@ impl Link {
             let _ = stream.set_nodelay(true);
             let (url, stream) = match self.secure(url, stream) {
                 Ok(secured) => secured,
-                Err(reason) => return self.fail(events, reason),
+                Err(reason) => return self.fail(events, reason.to_string()),
             };
             let config = WebSocketConfig::default()
                 .max_message_size(Some(MAX_INBOUND))
@@ -187,7 +208,11 @@ impl Link {
 
     /// The socket for `url`: TLS for `wss://` (pinned when the URL has `#sha256=`), and
     /// the URL without its fragment for the WebSocket request.
-    fn secure<'u>(&mut self, url: &'u str, stream: TcpStream) -> Result<(&'u str, Stream), String> {
+    fn secure<'u>(
+        &mut self,
+        url: &'u str,
+        stream: TcpStream,
+    ) -> Result<(&'u str, Stream), LinkError> {
         let (bare, pin) = match url.split_once('#') {
             Some((bare, pin)) => (bare, crate::tls::parse_pin(pin)),
             None => (url, None),
@@ -202,8 +227,8 @@ impl Link {
         let config = match &self.tls {
             Some(config) => config.clone(),
             None => {
-                let config = crate::tls::verify::client_config(pin)
-                    .map_err(|e| format!("cannot set up TLS to the hub: {e}"))?;
+                let config =
+                    crate::tls::verify::client_config(pin).map_err(LinkError::TlsConfig)?;
                 self.tls = Some(config.clone());
                 config
             }
@@ -213,10 +238,13 @@ impl Link {
             Some(v6) => v6.split(']').next().unwrap_or(v6),
             None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
         };
-        let name = rustls::pki_types::ServerName::try_from(host.to_string())
-            .map_err(|e| format!("{host:?} is not a TLS server name: {e}"))?;
-        let stream = Stream::connect_tls(stream, config, name)
-            .map_err(|e| format!("cannot start TLS to the hub: {e}"))?;
+        let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|source| {
+            LinkError::ServerName {
+                host: host.to_string(),
+                source,
+            }
+        })?;
+        let stream = Stream::connect_tls(stream, config, name).map_err(LinkError::StartTls)?;
         Ok((bare, stream))
     }
 

@@ -121,7 +121,7 @@ impl Running {
             .map(resolve_user)
         {
             Some(Ok(u)) => Some(u),
-            Some(Err(text)) => return Err(StartFailure::SpawnFailed(text)),
+            Some(Err(e)) => return Err(StartFailure::SpawnFailed(e.to_string())),
             None => None,
         };
         let env = command_env(
@@ -140,8 +140,8 @@ impl Running {
             log::info!("limits: {text}");
         }
         // On any failure below, dropping `limits` removes the control group made for it.
-        let mut sp =
-            spawn(job, env, run_as.as_ref(), &limits).map_err(StartFailure::SpawnFailed)?;
+        let mut sp = spawn(job, env, run_as.as_ref(), &limits)
+            .map_err(|e| StartFailure::SpawnFailed(e.to_string()))?;
         if let Err(e) = registry
             .register(&mut sp.stdout, tokens.0, Interest::READABLE)
             .and_then(|()| registry.register(&mut sp.stderr, tokens.1, Interest::READABLE))

@@ -73,7 +73,8 @@ pub(crate) fn run_helper() -> i32 {
             return 1;
         }
     };
-    let answer = crate::notify::send::deliver(&order);
+    // Bincode across the pipe: the cause goes back as its message.
+    let answer = crate::notify::send::deliver(&order).map_err(|e| e.to_string());
     match codec::encode(&answer, child::CAPTURE_LIMIT) {
         Ok(bytes) => {
             use std::io::Write;

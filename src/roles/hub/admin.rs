@@ -94,10 +94,7 @@ fn allowed(stream: &UnixStream, group: Option<&(String, u32)>) -> Result<AdminPe
             gid: peer.gid,
             pid: peer.pid,
         })
-        .map_err(|why| PeerRefusal::Denied {
-            why,
-            pid: peer.pid,
-        })
+        .map_err(|why| PeerRefusal::Denied { why, pid: peer.pid })
 }
 
 impl Listener<Hub> for AdminListener {

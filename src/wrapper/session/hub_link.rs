@@ -124,7 +124,7 @@ impl Session {
         let addr = self.addrs[self.next_addr % self.addrs.len()];
         self.next_addr += 1;
         if let Err(reason) = self.link.connect(self.poll.registry(), addr, now) {
-            self.link_down(now, &reason);
+            self.link_down(now, &reason.to_string());
         }
     }
 }
