@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
+use super::arg_error::ArgError;
 use super::exit::{CtlResult, EXIT_OK, EXIT_USAGE};
 use super::{client, render};
 use crate::wire::admin::{
@@ -16,7 +17,7 @@ use crate::wire::records::Millis;
 
 /// `--until`: an RFC 3339 instant, `YYYY-MM-DD HH:MM[:SS]` or `YYYY-MM-DD` in UTC, or a
 /// delay from now (`90s`, `30m`, `2h`, `1d`, `1w`).
-pub(super) fn parse_until(text: &str, now: DateTime<Utc>) -> Result<Millis, String> {
+pub(super) fn parse_until(text: &str, now: DateTime<Utc>) -> Result<Millis, ArgError> {
     let t = text.trim();
     if let Ok(at) = DateTime::parse_from_rfc3339(t) {
         return Ok(at.timestamp_millis());
@@ -41,11 +42,8 @@ pub(super) fn parse_until(text: &str, now: DateTime<Utc>) -> Result<Millis, Stri
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(delay.len());
     let (n, unit) = delay.split_at(split);
-    let bad = || {
-        format!(
-            "--until `{text}` is not a time: give an RFC 3339 instant \
-             (2026-11-30T08:00:00Z), a UTC date and time (2026-11-30 08:00) or a delay (2h, 1d)"
-        )
+    let bad = || ArgError::Until {
+        text: text.to_string(),
     };
     let n: i64 = n.parse().map_err(|_| bad())?;
     let unit_ms: i64 = match unit {
@@ -83,7 +81,7 @@ pub(super) fn pause(
     let until = until
         .map(|u| parse_until(&u, Utc::now()))
         .transpose()
-        .map_err(|e| (EXIT_USAGE, e))?;
+        .map_err(|e| (EXIT_USAGE, e.to_string()))?;
     run(socket, JobControl::Pause { job, until }, json)
 }
 

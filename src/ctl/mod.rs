@@ -13,6 +13,7 @@
 #[macro_use]
 mod out;
 
+mod arg_error;
 mod args;
 mod exit;
 
@@ -58,7 +59,7 @@ fn since(text: Option<String>) -> Result<Option<crate::wire::records::Millis>, (
     let now = crate::wire::records::now_ms();
     text.map(|t| verbs::parse_since(&t, now))
         .transpose()
-        .map_err(|e| (EXIT_USAGE, e))
+        .map_err(|e| (EXIT_USAGE, e.to_string()))
 }
 
 fn run(cli: Cli) -> CtlResult {

@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use clap::{Args, Subcommand};
 
+use super::arg_error::ArgError;
 use super::exit::{CtlResult, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use super::{client, render};
 use crate::schedule::{MAX_UPCOMING, Schedule};
@@ -55,40 +56,34 @@ struct Validated {
 }
 
 impl NextArgs {
-    fn validate(self) -> Result<Validated, String> {
+    fn validate(self) -> Result<Validated, ArgError> {
         if !(1..=MAX_UPCOMING).contains(&self.count) {
-            return Err(format!(
-                "--count {} is out of range: it must be 1-{MAX_UPCOMING}",
-                self.count
-            ));
+            return Err(ArgError::Count { count: self.count });
         }
-        let from = match &self.from {
+        let from = match self.from {
             None => None,
-            Some(text) => Some(
-                DateTime::parse_from_rfc3339(text)
-                    .map(|t| t.with_timezone(&Utc))
-                    .map_err(|e| {
-                        format!(
-                            "--from `{text}` is not an RFC 3339 instant \
-                             (e.g. 2026-11-25T10:00:00Z): {e}"
-                        )
-                    })?,
-            ),
+            Some(text) => match DateTime::parse_from_rfc3339(&text) {
+                Ok(t) => Some(t.with_timezone(&Utc)),
+                Err(source) => return Err(ArgError::From { text, source }),
+            },
         };
         let source = match (self.expr, self.job) {
             (_, Some(job)) => Source::Job(job),
             (Some(expr), None) => {
-                let tz = match &self.tz {
+                let tz = match self.tz {
                     None => Tz::UTC,
-                    Some(name) => name.parse::<Tz>().map_err(|_| {
-                        format!("--tz `{name}` is not an IANA time zone (e.g. Europe/Berlin)")
-                    })?,
+                    Some(name) => match name.parse::<Tz>() {
+                        Ok(tz) => tz,
+                        Err(_) => return Err(ArgError::Tz { name }),
+                    },
                 };
-                let schedule = Schedule::from_expr(&expr, tz)
-                    .map_err(|e| format!("invalid schedule `{expr}`: {e}"))?;
+                let schedule = match Schedule::from_expr(&expr, tz) {
+                    Ok(schedule) => schedule,
+                    Err(source) => return Err(ArgError::Schedule { expr, source }),
+                };
                 Source::Expr(Box::new(schedule))
             }
-            (None, None) => return Err("give --expr EXPR or --job NAME".to_string()),
+            (None, None) => return Err(ArgError::NoSource),
         };
         Ok(Validated {
             source,
@@ -99,7 +94,7 @@ impl NextArgs {
 }
 
 pub(super) fn next(socket: Option<PathBuf>, args: NextArgs, json: bool) -> CtlResult {
-    let args = args.validate().map_err(|e| (EXIT_USAGE, e))?;
+    let args = args.validate().map_err(|e| (EXIT_USAGE, e.to_string()))?;
     let after = args.from.unwrap_or_else(Utc::now);
     let times: Vec<DateTime<Utc>> = match args.source {
         Source::Expr(schedule) => schedule.upcoming(after, args.count as usize),

@@ -6,6 +6,7 @@ use std::io::Write;
 
 use serde_json::{Value, json};
 
+use super::arg_error::ArgError;
 use super::client::Client;
 use super::exit::{CtlResult, EXIT_FAILED, EXIT_OK};
 use super::render::{elision_marker, run_json, time};
@@ -35,7 +36,7 @@ pub(super) fn unexpected(resp: AdminResponse, json: bool) -> CtlResult {
 
 /// `--since`: RFC 3339, a date (`2026-11-25`, midnight UTC), or an age (`90s`, `15m`,
 /// `2h`, `7d`, optionally written `now-2h`).
-pub(super) fn parse_since(text: &str, now: Millis) -> Result<Millis, String> {
+pub(super) fn parse_since(text: &str, now: Millis) -> Result<Millis, ArgError> {
     let t = text.trim();
     if let Ok(at) = chrono::DateTime::parse_from_rfc3339(t) {
         return Ok(at.timestamp_millis());
@@ -48,8 +49,8 @@ pub(super) fn parse_since(text: &str, now: Millis) -> Result<Millis, String> {
     let age = t.strip_prefix("now-").unwrap_or(t);
     let split = age.find(|c: char| !c.is_ascii_digit()).unwrap_or(age.len());
     let (n, unit) = age.split_at(split);
-    let n: i64 = n.parse().map_err(|_| {
-        format!("cannot read the time {text:?} (try 2h, 7d, 2026-11-25 or RFC 3339)")
+    let n: i64 = n.parse().map_err(|_| ArgError::Since {
+        text: text.to_string(),
     })?;
     let unit_ms = match unit {
         "s" | "" => 1_000,
@@ -58,9 +59,10 @@ pub(super) fn parse_since(text: &str, now: Millis) -> Result<Millis, String> {
         "d" => 86_400_000,
         "w" => 7 * 86_400_000,
         _ => {
-            return Err(format!(
-                "unknown time unit {unit:?} in {text:?} (s, m, h, d, w)"
-            ));
+            return Err(ArgError::SinceUnit {
+                unit: unit.to_string(),
+                text: text.to_string(),
+            });
         }
     };
     Ok(now - n.saturating_mul(unit_ms))

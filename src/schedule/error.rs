@@ -6,11 +6,16 @@ use chrono_tz::Tz;
 /// Why a schedule was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
-    /// One field is invalid; the message says what was expected.
-    #[error("field `{field}`: {message}")]
+    /// One field is invalid: what is wrong with it and, unless that already names the
+    /// field's range, everything the field takes.
+    #[error(
+        "field `{field}`: {problem}{}",
+        takes.map(|t| format!("; {field} takes {t}")).unwrap_or_default()
+    )]
     Field {
         field: &'static str,
-        message: String,
+        problem: FieldProblem,
+        takes: Option<&'static str>,
     },
     /// A `schedule:` expression with the wrong number of fields.
     #[error(
@@ -34,4 +39,47 @@ pub enum ScheduleError {
         tz: Tz,
         after: DateTime<Utc>,
     },
+}
+
+/// What is wrong with one field of a schedule (the field itself is named by
+/// [`ScheduleError::Field`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldProblem {
+    #[error("is empty")]
+    Empty,
+    #[error("`{text}` contains spaces; separate list items with commas")]
+    Spaces { text: String },
+    #[error("`{text}` has an empty list item")]
+    EmptyItem { text: String },
+    /// A month or day name whose position does not fit a number (cannot happen).
+    #[error("`{token}` is out of range")]
+    NameIndex { token: String },
+    /// `names`: how the field also takes names (" or a month name (jan-dec)"), or empty.
+    #[error("`{token}` is not a number in {lo}-{hi}{names}")]
+    NotANumber {
+        token: String,
+        lo: u32,
+        hi: u32,
+        names: &'static str,
+    },
+    #[error("{token} is out of range {lo}-{hi}")]
+    OutOfRange { token: String, lo: u32, hi: u32 },
+    #[error("step `{step}` in `{item}` must be a whole number of at least 1")]
+    Step { step: String, item: String },
+    #[error("range {a}-{b} goes backwards; write it as two ranges")]
+    Backwards { a: String, b: String },
+    #[error(
+        "`{item}`: dom takes `L` (last day), `LW` (last weekday) or `<day>W` (nearest weekday)"
+    )]
+    DomSpecial { item: String },
+    #[error("`#{nth}` must name an occurrence 1-5")]
+    Occurrence { nth: String },
+    #[error("`L` alone is not a weekday; write e.g. `5L` for the last Friday")]
+    LoneLast,
+    #[error("`{item}`: `L`, `W` and `#` are only allowed in dom and dow")]
+    SpecialElsewhere { item: String },
+    /// croner refused the checked field (its words: its error cannot be cloned or
+    /// compared, and a schedule's error is both).
+    #[error("`{text}`: {message}")]
+    CronRefused { text: String, message: String },
 }

@@ -5,7 +5,7 @@
 //! month and day names become numbers, `?` becomes `*`, the original's `L5` (last Friday)
 //! becomes `5L`, and `a/n` becomes `a-max/n`. An error names the field and its allowed range.
 
-use super::error::ScheduleError;
+use super::error::{FieldProblem, ScheduleError};
 
 /// One of the seven fields of a Saltpeter schedule, in their canonical order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,21 +76,18 @@ impl FieldKind {
     }
 
     /// An error about this field; the message always names the allowed range.
-    pub(crate) fn error(self, message: String) -> ScheduleError {
+    pub(crate) fn error(self, problem: FieldProblem) -> ScheduleError {
         let (lo, hi) = self.bounds();
-        let message = if message.contains(&format!("{lo}-{hi}")) {
-            message
-        } else {
-            format!("{message}; {} takes {}", self.name(), self.allowed())
-        };
+        let names_range = problem.to_string().contains(&format!("{lo}-{hi}"));
         ScheduleError::Field {
             field: self.name(),
-            message,
+            problem,
+            takes: (!names_range).then(|| self.allowed()),
         }
     }
 
     /// Parses one value: a number, or a month or day name where the field takes names.
-    fn value(self, token: &str) -> Result<u32, String> {
+    fn value(self, token: &str) -> Result<u32, FieldProblem> {
         let (lo, hi) = self.bounds();
         let lower = token.to_ascii_lowercase();
         let named = match self {
@@ -99,7 +96,9 @@ impl FieldKind {
             _ => None,
         };
         if let Some(index) = named {
-            return u32::try_from(index).map_err(|_| format!("`{token}` is out of range"));
+            return u32::try_from(index).map_err(|_| FieldProblem::NameIndex {
+                token: token.to_string(),
+            });
         }
         if token.is_empty() || !token.bytes().all(|b| b.is_ascii_digit()) {
             let names = match self {
@@ -107,11 +106,20 @@ impl FieldKind {
                 FieldKind::Dow => " or a day name (sun-sat)",
                 _ => "",
             };
-            return Err(format!("`{token}` is not a number in {lo}-{hi}{names}"));
+            return Err(FieldProblem::NotANumber {
+                token: token.to_string(),
+                lo,
+                hi,
+                names,
+            });
         }
         match token.parse::<u32>() {
             Ok(n) if (lo..=hi).contains(&n) => Ok(n),
-            _ => Err(format!("{token} is out of range {lo}-{hi}")),
+            _ => Err(FieldProblem::OutOfRange {
+                token: token.to_string(),
+                lo,
+                hi,
+            }),
         }
     }
 }
@@ -120,17 +128,19 @@ impl FieldKind {
 pub(crate) fn normalize(kind: FieldKind, text: &str) -> Result<String, ScheduleError> {
     let text = text.trim();
     if text.is_empty() {
-        return Err(kind.error("is empty".to_string()));
+        return Err(kind.error(FieldProblem::Empty));
     }
     if text.contains(char::is_whitespace) {
-        return Err(kind.error(format!(
-            "`{text}` contains spaces; separate list items with commas"
-        )));
+        return Err(kind.error(FieldProblem::Spaces {
+            text: text.to_string(),
+        }));
     }
     let mut items = Vec::new();
     for item in text.split(',') {
         if item.is_empty() {
-            return Err(kind.error(format!("`{text}` has an empty list item")));
+            return Err(kind.error(FieldProblem::EmptyItem {
+                text: text.to_string(),
+            }));
         }
         items.push(normalize_item(kind, item).map_err(|m| kind.error(m))?);
     }
@@ -141,7 +151,7 @@ pub(crate) fn normalize(kind: FieldKind, text: &str) -> Result<String, ScheduleE
     Ok(items.join(","))
 }
 
-fn normalize_item(kind: FieldKind, item: &str) -> Result<String, String> {
+fn normalize_item(kind: FieldKind, item: &str) -> Result<String, FieldProblem> {
     let lower = item.to_ascii_lowercase();
     if item == "*" || (item == "?" && matches!(kind, FieldKind::Dom | FieldKind::Dow)) {
         return Ok("*".to_string());
@@ -155,9 +165,10 @@ fn normalize_item(kind: FieldKind, item: &str) -> Result<String, String> {
         let step_value = match step.parse::<u32>() {
             Ok(n) if n >= 1 => n,
             _ => {
-                return Err(format!(
-                    "step `{step}` in `{item}` must be a whole number of at least 1"
-                ));
+                return Err(FieldProblem::Step {
+                    step: step.to_string(),
+                    item: item.to_string(),
+                });
             }
         };
         let (lo, hi) = kind.bounds();
@@ -185,7 +196,7 @@ fn normalize_item(kind: FieldKind, item: &str) -> Result<String, String> {
     Ok(kind.value(item)?.to_string())
 }
 
-fn range(kind: FieldKind, a: &str, b: &str) -> Result<(u32, u32), String> {
+fn range(kind: FieldKind, a: &str, b: &str) -> Result<(u32, u32), FieldProblem> {
     let start = kind.value(a)?;
     let mut end = kind.value(b)?;
     // `fri-sun` and `5-0` mean Friday to Sunday.
@@ -193,16 +204,17 @@ fn range(kind: FieldKind, a: &str, b: &str) -> Result<(u32, u32), String> {
         end = 7;
     }
     if start > end {
-        return Err(format!(
-            "range {a}-{b} goes backwards; write it as two ranges"
-        ));
+        return Err(FieldProblem::Backwards {
+            a: a.to_string(),
+            b: b.to_string(),
+        });
     }
     Ok((start, end))
 }
 
 /// `L`, `LW`, `15W` in dom; `5L`, `L5`, `friL`, `5#2` in dow. `Ok(None)` when the item is
 /// none of these (so a month name containing `l`, like `jul`, is parsed as a value).
-fn special_day(kind: FieldKind, lower: &str) -> Result<Option<String>, String> {
+fn special_day(kind: FieldKind, lower: &str) -> Result<Option<String>, FieldProblem> {
     match kind {
         FieldKind::Dom => {
             if lower == "l" {
@@ -215,16 +227,18 @@ fn special_day(kind: FieldKind, lower: &str) -> Result<Option<String>, String> {
                 let day = kind.value(day)?;
                 return Ok(Some(format!("{day}W")));
             }
-            Err(format!(
-                "`{lower}`: dom takes `L` (last day), `LW` (last weekday) or `<day>W` (nearest weekday)"
-            ))
+            Err(FieldProblem::DomSpecial {
+                item: lower.to_string(),
+            })
         }
         FieldKind::Dow => {
             if let Some((day, nth)) = lower.split_once('#') {
                 let day = kind.value(day)? % 7;
                 return match nth.parse::<u32>() {
                     Ok(n @ 1..=5) => Ok(Some(format!("{day}#{n}"))),
-                    _ => Err(format!("`#{nth}` must name an occurrence 1-5")),
+                    _ => Err(FieldProblem::Occurrence {
+                        nth: nth.to_string(),
+                    }),
                 };
             }
             let day = lower
@@ -233,15 +247,13 @@ fn special_day(kind: FieldKind, lower: &str) -> Result<Option<String>, String> {
                 .or_else(|| lower.strip_prefix('l').filter(|d| !d.is_empty()));
             match day {
                 Some(day) => Ok(Some(format!("{}L", kind.value(day)? % 7))),
-                None if lower == "l" => Err(
-                    "`L` alone is not a weekday; write e.g. `5L` for the last Friday".to_string(),
-                ),
+                None if lower == "l" => Err(FieldProblem::LoneLast),
                 None => Ok(None),
             }
         }
         FieldKind::Mon => Ok(None),
-        _ => Err(format!(
-            "`{lower}`: `L`, `W` and `#` are only allowed in dom and dow"
-        )),
+        _ => Err(FieldProblem::SpecialElsewhere {
+            item: lower.to_string(),
+        }),
     }
 }

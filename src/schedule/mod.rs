@@ -48,7 +48,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 
-pub(crate) use error::ScheduleError;
+pub(crate) use error::{FieldProblem, ScheduleError};
 use fields::FieldKind;
 pub(crate) use range::{ActiveRange, RangePhase};
 use walk::Matcher;
@@ -358,7 +358,10 @@ fn blame_field(
         let mut probe: [&str; 7] = ["0", "*", "*", "*", "*", "*", "*"];
         probe[index] = &canonical[index];
         if let Err(field_err) = parser.parse(&probe.join(" ")) {
-            return kind.error(format!("`{}`: {field_err}", canonical[index]));
+            return kind.error(FieldProblem::CronRefused {
+                text: canonical[index].clone(),
+                message: field_err.to_string(),
+            });
         }
     }
     ScheduleError::Rejected {
