@@ -9,7 +9,7 @@
 use std::io::Read;
 use std::time::Duration;
 
-use super::helpers::run_helper as spawn_helper;
+use super::helpers::{HelperFailure, run_helper as spawn_helper};
 use super::state::Blocking;
 use crate::evloop::{Ctx, child};
 use crate::ipc::CallId;
@@ -43,13 +43,18 @@ pub(crate) fn deliver_call(
         Some(&input),
         DELIVER_DEADLINE,
         move |state, _ctx, out| {
-            let result = out.and_then(|bytes| {
-                codec::decode::<Result<String, String>>(&bytes, child::CAPTURE_LIMIT)
-                    .map_err(|e| format!("the delivery helper's answer: {e}"))
+            let answer = out.and_then(|bytes| {
+                codec::decode::<Result<String, String>>(&bytes, child::CAPTURE_LIMIT).map_err(
+                    |source| HelperFailure::Answer {
+                        helper: "delivery",
+                        source,
+                    },
+                )
             });
-            let result = match result {
+            // The attempt's cause arrives as its message (bincode across the pipe).
+            let result = match answer {
                 Ok(answer) => answer,
-                Err(why) => Err(why),
+                Err(why) => Err(why.to_string()),
             };
             state.reply(id, Ok(BlockingReply::Delivered(result)));
         },

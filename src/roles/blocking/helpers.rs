@@ -13,9 +13,9 @@
 //! is the loop side: a child with drained pipes, a deadline after which it is killed, and
 //! a bounded answer ([`child::CAPTURE_LIMIT`]).
 
-use std::io::{Read, Seek, Write};
+use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -24,7 +24,7 @@ use super::state::Blocking;
 use crate::config::{self, Fingerprint, ParsedFiles};
 use crate::evloop::{Ctx, child};
 use crate::ipc::CallId;
-use crate::ipc::codec;
+use crate::ipc::codec::{self, CodecError};
 use crate::ipc::rpc::RemoteError;
 use crate::wire::link::BlockingReply;
 
@@ -37,6 +37,71 @@ pub(crate) const PUBLISH_DEADLINE: Duration = Duration::from_secs(60);
 const HANDOVER_BYTES: usize = 6 * config::MIB as usize;
 /// Path of the wrapper inside the master's file roots.
 pub(crate) const PUBLISHED_WRAPPER: &str = "saltpeter/saltpeter-wrapper";
+
+/// Why a helper gave no answer, as the loop sees it (told to main as the call's failure).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HelperFailure {
+    #[error("cannot create the helper's input: {0}")]
+    CreateInput(nix::Error),
+    #[error("cannot write the helper's input: {0}")]
+    WriteInput(io::Error),
+    #[error("cannot start the {name} helper: {source}")]
+    Start { name: String, source: io::Error },
+    #[error("the {name} helper answered more than {} MiB", child::CAPTURE_LIMIT >> 20)]
+    TooLarge { name: String },
+    #[error(
+        "the {name} helper (pid {pid}) was killed ({status}) after {deadline:?} without \
+         finishing"
+    )]
+    Killed {
+        name: String,
+        pid: u32,
+        status: ExitStatus,
+        deadline: Duration,
+    },
+    /// It exited with a failure; `stderr` is what it said, trimmed.
+    #[error("the {name} helper failed ({status}): {stderr}")]
+    Failed {
+        name: String,
+        status: ExitStatus,
+        stderr: String,
+    },
+    /// Its stdout is not the answer it owes (`helper`: "configuration", "delivery").
+    #[error("the {helper} helper's answer: {source}")]
+    Answer {
+        helper: &'static str,
+        source: CodecError,
+    },
+    #[error("the wrapper helper answered no hash: {answer:?}")]
+    NoHash { answer: String },
+}
+
+/// Why a helper process failed (said on its stderr, which the loop reports).
+#[derive(Debug, thiserror::Error)]
+enum HelperError {
+    #[error("cannot read the known files on stdin: {0}")]
+    ReadKnown(io::Error),
+    #[error("cannot read the known files on stdin: {0}")]
+    DecodeKnown(CodecError),
+    #[error("{0}")]
+    Encode(CodecError),
+    #[error("cannot write the answer: {0}")]
+    WriteAnswer(io::Error),
+    #[error("cannot find my own executable: {0}")]
+    OwnExe(io::Error),
+    #[error("my executable has no directory")]
+    NoExeDir,
+    #[error("{path} does not exist")]
+    NoWrapper { path: PathBuf },
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("cannot create {dir}: {source}")]
+    CreateDir { dir: PathBuf, source: io::Error },
+    #[error("cannot copy the wrapper to {tmp}: {source}")]
+    Copy { tmp: PathBuf, source: io::Error },
+    #[error("cannot publish {dest}: {source}")]
+    Publish { dest: PathBuf, source: io::Error },
+}
 
 /// A helper mode of the daemon binary.
 #[derive(Debug, Clone)]
@@ -56,7 +121,9 @@ pub(crate) fn run(helper: Helper) -> i32 {
                 .map(|h| println!("{h}"))
         }
         Helper::HashWrapper => own_wrapper()
-            .and_then(|p| sha256_file(&p).map_err(|e| format!("cannot read {}: {e}", p.display())))
+            .and_then(|path| {
+                sha256_file(&path).map_err(|source| HelperError::Read { path, source })
+            })
             .map(|h| println!("{h}")),
     };
     match result {
@@ -68,21 +135,22 @@ pub(crate) fn run(helper: Helper) -> i32 {
     }
 }
 
-fn load_config(dir: &Path) -> Result<(), String> {
+fn load_config(dir: &Path) -> Result<(), HelperError> {
     let mut input = Vec::new();
     std::io::stdin()
         .take(child::CAPTURE_LIMIT as u64)
         .read_to_end(&mut input)
-        .map_err(|e| format!("cannot read the known files on stdin: {e}"))?;
-    let known: Vec<(PathBuf, Fingerprint)> = codec::decode(&input, child::CAPTURE_LIMIT)
-        .map_err(|e| format!("cannot read the known files on stdin: {e}"))?;
+        .map_err(HelperError::ReadKnown)?;
+    let known: Vec<(PathBuf, Fingerprint)> =
+        codec::decode(&input, child::CAPTURE_LIMIT).map_err(HelperError::DecodeKnown)?;
+    // Bincode across the pipe: a configuration error goes back as its message.
     let answer: Result<ParsedFiles, String> =
         config::parse_changed(dir, &known.into_iter().collect(), Some(HANDOVER_BYTES))
             .map_err(|e| e.to_string());
-    let bytes = codec::encode(&answer, child::CAPTURE_LIMIT).map_err(|e| e.to_string())?;
+    let bytes = codec::encode(&answer, child::CAPTURE_LIMIT).map_err(HelperError::Encode)?;
     std::io::stdout()
         .write_all(&bytes)
-        .map_err(|e| format!("cannot write the answer: {e}"))
+        .map_err(HelperError::WriteAnswer)
 }
 
 /// Start the daemon binary as `args` with `input` on stdin; `on_done` gets its stdout, or
@@ -93,7 +161,7 @@ pub(crate) fn run_helper(
     args: &[&std::ffi::OsStr],
     input: Option<&[u8]>,
     deadline: Duration,
-    on_done: impl FnOnce(&mut Blocking, &mut Ctx<Blocking>, Result<Vec<u8>, String>) + 'static,
+    on_done: impl FnOnce(&mut Blocking, &mut Ctx<Blocking>, Result<Vec<u8>, HelperFailure>) + 'static,
 ) {
     let what = args
         .first()
@@ -112,25 +180,22 @@ pub(crate) fn run_helper(
     let spawned =
         child::spawn_with_stdin(ctx, cmd, stdin, move |state: &mut Blocking, ctx, out| {
             let result = if out.dropped > 0 {
-                Err(format!(
-                    "the {name} helper answered more than {} MiB",
-                    child::CAPTURE_LIMIT >> 20
-                ))
+                Err(HelperFailure::TooLarge { name })
             } else if out.status.success() {
                 Ok(out.stdout)
             } else if out.status.code().is_none() {
-                Err(format!(
-                    "the {name} helper (pid {}) was killed ({}) after {deadline:?} without \
-                     finishing",
-                    out.pid, out.status
-                ))
+                Err(HelperFailure::Killed {
+                    name,
+                    pid: out.pid,
+                    status: out.status,
+                    deadline,
+                })
             } else {
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                Err(format!(
-                    "the {name} helper failed ({}): {}",
-                    out.status,
-                    stderr.trim()
-                ))
+                Err(HelperFailure::Failed {
+                    name,
+                    status: out.status,
+                    stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                })
             };
             if let Some(on_done) = on_exit.take() {
                 on_done(state, ctx, result);
@@ -144,29 +209,25 @@ pub(crate) fn run_helper(
                 }
             });
         }
-        Err(e) => {
+        Err(source) => {
             if let Some(on_done) = on_done.take() {
-                on_done(
-                    state,
-                    ctx,
-                    Err(format!("cannot start the {what} helper: {e}")),
-                );
+                on_done(state, ctx, Err(HelperFailure::Start { name: what, source }));
             }
         }
     }
 }
 
 /// `bytes` as a readable file (in memory) for a child's stdin.
-fn stdin_of(bytes: &[u8]) -> Result<Stdio, String> {
+fn stdin_of(bytes: &[u8]) -> Result<Stdio, HelperFailure> {
     let fd = nix::sys::memfd::memfd_create(
         c"saltpeter-helper-input",
         nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
     )
-    .map_err(|e| format!("cannot create the helper's input: {e}"))?;
+    .map_err(HelperFailure::CreateInput)?;
     let mut file = std::fs::File::from(fd);
     file.write_all(bytes)
         .and_then(|()| file.rewind())
-        .map_err(|e| format!("cannot write the helper's input: {e}"))?;
+        .map_err(HelperFailure::WriteInput)?;
     Ok(Stdio::from(file))
 }
 
@@ -193,10 +254,19 @@ pub(crate) fn load_config_call(
         Some(&input),
         LOAD_DEADLINE,
         move |state, _ctx, out| {
-            let result = out.and_then(|bytes| {
-                codec::decode::<Result<ParsedFiles, String>>(&bytes, child::CAPTURE_LIMIT)
-                    .map_err(|e| format!("the configuration helper's answer: {e}"))?
+            let answer = out.and_then(|bytes| {
+                codec::decode::<Result<ParsedFiles, String>>(&bytes, child::CAPTURE_LIMIT).map_err(
+                    |source| HelperFailure::Answer {
+                        helper: "configuration",
+                        source,
+                    },
+                )
             });
+            // The helper's own failure arrives as its message (bincode across the pipe).
+            let result = match answer {
+                Ok(parsed) => parsed,
+                Err(e) => Err(e.to_string()),
+            };
             state.reply(
                 id,
                 result
@@ -212,35 +282,43 @@ fn sha256_file(path: &Path) -> std::io::Result<String> {
 }
 
 /// This build's wrapper binary (beside the daemon's own executable).
-pub(crate) fn own_wrapper() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own executable: {e}"))?;
+fn own_wrapper() -> Result<PathBuf, HelperError> {
+    let exe = std::env::current_exe().map_err(HelperError::OwnExe)?;
     let path = exe
         .parent()
         .map(|d| d.join("saltpeter-wrapper"))
-        .ok_or_else(|| "my executable has no directory".to_string())?;
+        .ok_or(HelperError::NoExeDir)?;
     if path.exists() {
         Ok(path)
     } else {
-        Err(format!("{} does not exist", path.display()))
+        Err(HelperError::NoWrapper { path })
     }
 }
 
 /// Copy the wrapper into the file root if its hash differs (write + rename: minions never
 /// fetch a half-written file). Returns the hash.
-fn publish(file_root: &Path) -> Result<String, String> {
+fn publish(file_root: &Path) -> Result<String, HelperError> {
     let source = own_wrapper()?;
-    let hash =
-        sha256_file(&source).map_err(|e| format!("cannot read {}: {e}", source.display()))?;
+    let hash = sha256_file(&source).map_err(|e| HelperError::Read {
+        path: source.clone(),
+        source: e,
+    })?;
     let dest = file_root.join(PUBLISHED_WRAPPER);
     if sha256_file(&dest).ok().as_deref() == Some(hash.as_str()) {
         return Ok(hash);
     }
     let dir = dest.parent().unwrap_or(file_root);
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|e| HelperError::CreateDir {
+        dir: dir.to_path_buf(),
+        source: e,
+    })?;
     let tmp = dir.join(format!(".saltpeter-wrapper.{}", std::process::id()));
-    std::fs::copy(&source, &tmp)
-        .map_err(|e| format!("cannot copy the wrapper to {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, &dest).map_err(|e| format!("cannot publish {}: {e}", dest.display()))?;
+    if let Err(e) = std::fs::copy(&source, &tmp) {
+        return Err(HelperError::Copy { tmp, source: e });
+    }
+    if let Err(e) = std::fs::rename(&tmp, &dest) {
+        return Err(HelperError::Publish { dest, source: e });
+    }
     log::info!("published the wrapper ({hash}) at {}", dest.display());
     Ok(hash)
 }

@@ -21,8 +21,9 @@
 //! run starts 1,000 local targets: `--daemonize` forked twice more per target
 //! (docs/benchmarks.md, fan-out).
 
+use std::io;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -44,6 +45,23 @@ const LAUNCH_TIMEOUT: Duration = Duration::from_secs(30);
 /// holds two pipes and a pidfd until it reports: 10,000 targets at once would be 30,000
 /// descriptors and as many processes starting on a few cores.
 const MAX_IN_FLIGHT: usize = 64;
+
+/// Why a local wrapper was not started (told to main as the target's launch outcome).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum LaunchError {
+    #[error("could not create {dir}: {source}")]
+    CreateTokenDir { dir: PathBuf, source: io::Error },
+    #[error("could not restrict {dir}: {source}")]
+    RestrictTokenDir { dir: PathBuf, source: io::Error },
+    #[error("could not write a token file in {dir}: {source}")]
+    TokenFile { dir: PathBuf, source: io::Error },
+    #[error("could not start {wrapper}: {source}")]
+    Start { wrapper: String, source: io::Error },
+    /// The launch command, or the wrapper before it detached, exited with a failure;
+    /// `stderr` is what it said, trimmed.
+    #[error("wrapper launch failed ({status}): {stderr}")]
+    Failed { status: ExitStatus, stderr: String },
+}
 
 fn under_systemd() -> bool {
     std::env::var_os("INVOCATION_ID").is_some() && Path::new("/run/systemd/system").exists()
@@ -126,25 +144,38 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Create (or restrict) the private directory `dir` (0700) of the token files, once
 /// per launch.
-fn prepare_token_dir(dir: &Path) -> Result<(), String> {
+fn prepare_token_dir(dir: &Path) -> Result<(), LaunchError> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    let fail = |what: &str, e: std::io::Error| format!("could not {what} {}: {e}", dir.display());
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| fail("create", e))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| fail("restrict", e))
+        .map_err(|source| LaunchError::CreateTokenDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|source| {
+        LaunchError::RestrictTokenDir {
+            dir: dir.to_path_buf(),
+            source,
+        }
+    })
 }
 
 /// Write the launch token of (run, machine) to a fresh 0600 file in the private
 /// directory `dir` ([`prepare_token_dir`]); the wrapper reads and deletes it.
-fn write_token_file(dir: &Path, run: RunId, machine: &str, token: &str) -> Result<PathBuf, String> {
+fn write_token_file(
+    dir: &Path,
+    run: RunId,
+    machine: &str,
+    token: &str,
+) -> Result<PathBuf, LaunchError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let fail =
-        |e: std::io::Error| format!("could not write a token file in {}: {e}", dir.display());
+    let fail = |source| LaunchError::TokenFile {
+        dir: dir.to_path_buf(),
+        source,
+    };
     let path = dir.join(format!("{}.token", unit_name(run, machine)));
     // A file left by an earlier launch of the same target is replaced, never reused.
     let _ = std::fs::remove_file(&path);
@@ -170,7 +201,7 @@ fn command_for(
     machine: &str,
     env: &[(String, String)],
     log_dir: &Path,
-) -> Result<Starter, String> {
+) -> Result<Starter, LaunchError> {
     let unit = unit_name(launch.run, machine);
     let log = log_dir.join(format!("{unit}.log"));
     if let Some(scope) = under_systemd().then(systemd_run_scope).flatten() {
@@ -198,24 +229,25 @@ fn command_for(
         ]);
         Exec::new(Path::new(ENV_PROGRAM), &args, &[])
             .map(Starter::Detached)
-            .map_err(|e| format!("could not start {}: {e}", launch.wrapper))
+            .map_err(|source| LaunchError::Start {
+                wrapper: launch.wrapper.clone(),
+                source,
+            })
     }
 }
 
 /// The launch outcome of a wrapper that exited (the launch command, or a detached
 /// wrapper that never started): a failure removes the token nobody took.
-fn exit_outcome(out: &child::ChildOutput, token_file: &Path) -> Result<(), String> {
+fn exit_outcome(out: &child::ChildOutput, token_file: &Path) -> Result<(), LaunchError> {
     if out.status.success() {
         return Ok(());
     }
     // The wrapper did not take its token: do not leave it lying around.
     let _ = std::fs::remove_file(token_file);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    Err(format!(
-        "wrapper launch failed ({}): {}",
-        out.status,
-        stderr.trim()
-    ))
+    Err(LaunchError::Failed {
+        status: out.status,
+        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    })
 }
 
 pub(super) fn launch(
@@ -242,7 +274,7 @@ pub(super) fn launch(
     );
     if let Err(e) = prepare_token_dir(&state.token_dir) {
         for target in targets {
-            record(state, id, target.machine, Err(e.clone()));
+            record(state, id, target.machine, Err(&e));
         }
         return;
     }
@@ -271,10 +303,10 @@ fn finished(
     ctx: &mut Ctx<Blocking>,
     id: CallId,
     machine: String,
-    result: Result<(), String>,
+    result: Result<(), LaunchError>,
 ) {
     state.launches.in_flight = state.launches.in_flight.saturating_sub(1);
-    record(state, id, machine, result);
+    record(state, id, machine, result.as_ref().map(|_| ()));
     start_waiting(state, ctx);
 }
 
@@ -290,7 +322,7 @@ fn start_one(
     let token_file = match write_token_file(&state.token_dir, launch.run, &machine, &token) {
         Ok(path) => path,
         Err(e) => {
-            record(state, id, machine, Err(e));
+            record(state, id, machine, Err(&e));
             return;
         }
     };
@@ -300,7 +332,7 @@ fn start_one(
         Ok(starter) => starter,
         Err(e) => {
             let _ = std::fs::remove_file(&token_file);
-            record(state, id, machine, Err(e));
+            record(state, id, machine, Err(&e));
             return;
         }
     };
@@ -344,24 +376,29 @@ fn start_one(
                 }
             });
         }
-        Err(e) => record(
+        Err(source) => record(
             state,
             id,
             machine,
-            Err(format!("could not start {}: {e}", launch.wrapper)),
+            Err(&LaunchError::Start {
+                wrapper: launch.wrapper.clone(),
+                source,
+            }),
         ),
     }
 }
 
+/// One target's launch outcome; main gets a failure as its message.
 pub(super) fn record(
     state: &mut Blocking,
     id: CallId,
     machine: String,
-    result: Result<(), String>,
+    result: Result<(), &LaunchError>,
 ) {
     if let Err(e) = &result {
         log::warn!("launching the wrapper for {machine} failed: {e}");
     }
+    let result = result.map_err(|e| e.to_string());
     let Some(batch) = state.batches.get_mut(&id) else {
         return;
     };

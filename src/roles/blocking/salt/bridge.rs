@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,32 @@ const READY_DEADLINE: Duration = Duration::from_secs(30);
 const FALLBACK_PERIOD: Duration = Duration::from_secs(300);
 /// Longest answer line taken from the bridge (one minion's return).
 const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// Why the bridge could not start (the command line is then used for a while).
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("{salt_bin} is not a Python script")]
+    NotPython { salt_bin: String },
+    #[error("could not write {path}: {source}")]
+    Script { path: PathBuf, source: io::Error },
+    #[error("could not open {path}: {source}")]
+    Log { path: PathBuf, source: io::Error },
+    #[error("could not run {command}: {source}")]
+    Run { command: String, source: io::Error },
+    #[error("no pipes to the salt bridge")]
+    NoPipes,
+    #[error("could not watch the salt bridge's pipes: {0}")]
+    Watch(io::Error),
+}
+
+/// The ready line of a simulated fleet's stand-in bridge, without the environment that
+/// allows it.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "it is a simulated fleet's stand-in bridge, which reaches no real minion; refused (set \
+     {SIMULATED_FLEET_ENV}=1 only to benchmark or test the daemon)"
+)]
+struct SimulatedRefused;
 
 /// The Python interpreter of a `salt` script: its `#!` line (`/path/python3`, or
 /// `/usr/bin/env python3`). `None`: not a Python script (the command line is used).
@@ -146,21 +172,34 @@ fn start(
     ctx: &mut Ctx<Blocking>,
     key: &BridgeKey,
     workers: u32,
-) -> Result<Bridge, String> {
+) -> Result<Bridge, StartError> {
     let (salt_bin, config_dir) = key;
-    let interp = interpreter_of(Path::new(salt_bin))
-        .ok_or_else(|| format!("{salt_bin} is not a Python script"))?;
+    let interp = interpreter_of(Path::new(salt_bin)).ok_or_else(|| StartError::NotPython {
+        salt_bin: salt_bin.clone(),
+    })?;
     let script = state.state_dir.join("salt-bridge.py");
-    write_if_changed(&script, SCRIPT)
-        .map_err(|e| format!("could not write {}: {e}", script.display()))?;
+    if let Err(source) = write_if_changed(&script, SCRIPT) {
+        return Err(StartError::Script {
+            path: script,
+            source,
+        });
+    }
     let master = crate::salt_master::file(config_dir.as_deref());
     let log_path = state.state_dir.join("salt-bridge.log");
-    let log = std::fs::OpenOptions::new()
+    let log = match std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
         .open(&log_path)
-        .map_err(|e| format!("could not open {}: {e}", log_path.display()))?;
+    {
+        Ok(log) => log,
+        Err(source) => {
+            return Err(StartError::Log {
+                path: log_path,
+                source,
+            });
+        }
+    };
     let mut cmd = Command::new(&interp[0]);
     cmd.args(&interp[1..])
         .arg(&script)
@@ -178,13 +217,14 @@ fn start(
             Ok(())
         });
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("could not run {}: {e}", interp.join(" ")))?;
+    let mut child = cmd.spawn().map_err(|source| StartError::Run {
+        command: interp.join(" "),
+        source,
+    })?;
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         let _ = child.kill();
         let _ = child.wait();
-        return Err("no pipes to the salt bridge".into());
+        return Err(StartError::NoPipes);
     };
     let mut stdin = Sender::from(stdin);
     let mut stdout = Receiver::from(stdout);
@@ -201,7 +241,7 @@ fn start(
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!("could not watch the salt bridge's pipes: {e}"));
+            return Err(StartError::Watch(e));
         }
     };
     log::info!(
@@ -333,7 +373,7 @@ fn answer(state: &mut Blocking, ctx: &mut Ctx<Blocking>, line: &[u8]) {
     if msg.get("ready").is_some() {
         let simulated_allowed = std::env::var_os(SIMULATED_FLEET_ENV).is_some_and(|v| v == "1");
         if let Err(why) = accept_ready(&msg, simulated_allowed) {
-            died(state, ctx, &why);
+            died(state, ctx, &why.to_string());
             return;
         }
         let State::Running(b) = &mut state.salt.bridge else {
@@ -398,15 +438,15 @@ pub(crate) const SIMULATED_FLEET_ENV: &str = "SALTPETER_SIMULATED_FLEET";
 /// The bridge's ready line. A bridge that says it is simulated reaches no real minion:
 /// it is refused (as a bridge that failed to start: the command line takes over) unless
 /// the daemon was started with `SALTPETER_SIMULATED_FLEET=1`, and then only with a warning.
-fn accept_ready(ready: &serde_json::Value, simulated_allowed: bool) -> Result<(), String> {
+fn accept_ready(
+    ready: &serde_json::Value,
+    simulated_allowed: bool,
+) -> Result<(), SimulatedRefused> {
     if ready.get("simulated").and_then(serde_json::Value::as_bool) != Some(true) {
         return Ok(());
     }
     if !simulated_allowed {
-        return Err(format!(
-            "it is a simulated fleet's stand-in bridge, which reaches no real minion; \
-             refused (set {SIMULATED_FLEET_ENV}=1 only to benchmark or test the daemon)"
-        ));
+        return Err(SimulatedRefused);
     }
     log::warn!(
         "the salt bridge is a SIMULATED fleet ({SIMULATED_FLEET_ENV}=1): no real minion is \
@@ -491,7 +531,7 @@ mod tests {
         assert_eq!(accept_ready(&real, false), Ok(()));
         assert_eq!(accept_ready(&real, true), Ok(()));
         let sim = serde_json::json!({"ready": true, "salt": "simulated", "simulated": true});
-        let why = accept_ready(&sim, false).expect_err("refused");
+        let why = accept_ready(&sim, false).expect_err("refused").to_string();
         assert!(
             why.contains("simulated") && why.contains(SIMULATED_FLEET_ENV),
             "{why}"

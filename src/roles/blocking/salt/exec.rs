@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use super::super::helpers::HelperFailure;
 use super::super::state::{Blocking, Invocation, Outcome};
 use super::calls::{self as salt, MinionResult, SaltCall, SaltSettings};
 use super::cli::{self, DEADLINE_SLACK};
@@ -254,7 +255,7 @@ pub(crate) fn deploy(
                 let hash = String::from_utf8_lossy(&stdout).trim().to_string();
                 match hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()) {
                     true => Ok(hash),
-                    false => Err(format!("the wrapper helper answered no hash: {hash:?}")),
+                    false => Err(HelperFailure::NoHash { answer: hash }),
                 }
             });
             match hash {
@@ -269,7 +270,7 @@ pub(crate) fn deploy(
                     hash,
                     operator,
                 ),
-                Err(why) => state.reply(id, Err(RemoteError::Failed(why))),
+                Err(why) => state.reply(id, Err(RemoteError::Failed(why.to_string()))),
             }
         },
     );
