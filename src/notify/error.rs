@@ -109,3 +109,89 @@ fn offered_text(offered: &[String]) -> String {
         offered.join(" ")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    /// The messages are recorded with each attempt and read by operators: they stay as
+    /// they were written when they were strings.
+    #[test]
+    fn messages_read_as_before() {
+        let io = || io::Error::other("boom");
+        let cases = [
+            (
+                DeliveryError::Resolve {
+                    host: "h".into(),
+                    source: io(),
+                },
+                "cannot resolve h: boom",
+            ),
+            (
+                DeliveryError::Silent {
+                    what: "reading the answer",
+                    secs: 3,
+                },
+                "reading the answer: no answer within 3 s",
+            ),
+            (
+                DeliveryError::Connect {
+                    addr: "127.0.0.1:25".parse().unwrap(),
+                    source: io(),
+                },
+                "cannot connect to 127.0.0.1:25: boom",
+            ),
+            (
+                DeliveryError::SmtpRefused {
+                    what: "RCPT",
+                    code: 550,
+                    text: "no".into(),
+                },
+                "SMTP RCPT refused: 550 no",
+            ),
+            (
+                DeliveryError::NoLogin { offered: vec![] },
+                "the server offers no login this build speaks (PLAIN, LOGIN); it offers: none",
+            ),
+            (
+                DeliveryError::NoLogin {
+                    offered: vec!["CRAM-MD5".into(), "XOAUTH2".into()],
+                },
+                "the server offers no login this build speaks (PLAIN, LOGIN); it offers: \
+                 CRAM-MD5 XOAUTH2",
+            ),
+            (
+                DeliveryError::PasswordWithoutTls { host: "mx".into() },
+                "not sending the SMTP password to mx without TLS (it offers no STARTTLS, or \
+                 smtp_tls is none)",
+            ),
+            (
+                DeliveryError::NotHttpAnswer {
+                    status_line: "x".repeat(100),
+                },
+                &format!("not an HTTP answer: {}", "x".repeat(80)),
+            ),
+            (
+                DeliveryError::Sendmail {
+                    path: "/usr/sbin/sendmail".into(),
+                    status: ExitStatus::from_raw(256),
+                    stderr: "y".repeat(300),
+                },
+                &format!(
+                    "/usr/sbin/sendmail failed (exit status: 1): {}",
+                    "y".repeat(200)
+                ),
+            ),
+            (
+                DeliveryError::BulkItems {
+                    status: "HTTP 200 OK".into(),
+                },
+                "HTTP 200 OK, but the bulk answer reports item errors",
+            ),
+        ];
+        for (err, text) in cases {
+            assert_eq!(err.to_string(), text);
+        }
+    }
+}

@@ -1,7 +1,7 @@
 use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 
-use super::{CronFields, Schedule, ScheduleError};
+use super::{CronFields, FieldKind, FieldProblem, Schedule, ScheduleError};
 
 fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> DateTime<Utc> {
     match Utc.with_ymd_and_hms(y, mo, d, h, mi, s) {
@@ -172,6 +172,33 @@ fn invalid_fields_name_the_field_and_range() {
         empty,
         Err(ScheduleError::Field { field: "min", .. })
     ));
+}
+
+#[test]
+fn field_errors_say_what_the_field_takes_unless_they_name_its_range() {
+    assert_eq!(
+        field_error("*/0 * * * *"),
+        "field `min`: step `0` in `*/0` must be a whole number of at least 1; min takes 0-59"
+    );
+    assert_eq!(
+        field_error("0 0 * * L"),
+        "field `dow`: `L` alone is not a weekday; write e.g. `5L` for the last Friday; dow \
+         takes 0-7 (0 and 7 are Sunday) or sun-sat, `<day>L` (last in the month), `<day>#<n>`"
+    );
+    // The text names the range already (here inside what was given): nothing is added.
+    assert_eq!(
+        field_error("0-59, * * * *"),
+        "field `min`: `0-59,` has an empty list item"
+    );
+    let err = Schedule::from_expr("0 0 * * 5#6", Tz::UTC).map(|_| ());
+    assert_eq!(
+        err,
+        Err(ScheduleError::Field {
+            field: "dow",
+            problem: FieldProblem::Occurrence { nth: "6".into() },
+            takes: Some(FieldKind::Dow.allowed()),
+        })
+    );
 }
 
 #[test]

@@ -195,3 +195,30 @@ pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, CaError
     }
     Ok(certs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ca_errors_read_as_before() {
+        assert_eq!(
+            CaError::NoBundle.to_string(),
+            "no pinned fingerprint in the URL and no CA bundle found (SSL_CERT_FILE, \
+             /etc/ssl/certs/ca-certificates.crt, /etc/pki/tls/certs/ca-bundle.crt)"
+        );
+        let path = PathBuf::from("/etc/ca.pem");
+        assert_eq!(
+            CaError::TooLarge { path: path.clone() }.to_string(),
+            "/etc/ca.pem is larger than 4194304 bytes: not a CA file"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.pem");
+        std::fs::write(&big, vec![b'A'; MAX_CA_FILE as usize + 1]).unwrap();
+        assert!(matches!(read_ca_file(&big), Err(CaError::TooLarge { .. })));
+        assert_eq!(
+            CaError::NoCertificate { path }.to_string(),
+            "/etc/ca.pem holds no PEM certificate"
+        );
+    }
+}

@@ -134,10 +134,10 @@ pub(super) fn make_v2(root: &Path, limits: &Limits, leaf: &str) -> Result<Group,
     let own = own_path(None)?;
     let parent = root.join(own.trim_start_matches('/'));
     let available = read(&parent.join("cgroup.controllers"))?;
-    for c in &wanted {
-        if !available.split_whitespace().any(|a| a == *c) {
+    for &c in &wanted {
+        if !available.split_whitespace().any(|a| a == c) {
             return Err(CgroupError::Unavailable {
-                controller: *c,
+                controller: c,
                 parent,
             });
         }

@@ -322,3 +322,43 @@ fn publish(file_root: &Path) -> Result<String, HelperError> {
     log::info!("published the wrapper ({hash}) at {}", dest.display());
     Ok(hash)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    /// Main reports these as the call's failure: they read as they did as strings.
+    #[test]
+    fn failures_read_as_before() {
+        let name = || "--load-config".to_string();
+        assert_eq!(
+            HelperFailure::TooLarge { name: name() }.to_string(),
+            "the --load-config helper answered more than 8 MiB"
+        );
+        assert_eq!(
+            HelperFailure::Killed {
+                name: name(),
+                pid: 42,
+                status: ExitStatus::from_raw(9),
+                deadline: LOAD_DEADLINE,
+            }
+            .to_string(),
+            "the --load-config helper (pid 42) was killed (signal: 9 (SIGKILL)) after 20s \
+             without finishing"
+        );
+        assert_eq!(
+            HelperFailure::Failed {
+                name: name(),
+                status: ExitStatus::from_raw(256),
+                stderr: "no such directory".into(),
+            }
+            .to_string(),
+            "the --load-config helper failed (exit status: 1): no such directory"
+        );
+        assert_eq!(
+            HelperFailure::NoHash { answer: "x".into() }.to_string(),
+            "the wrapper helper answered no hash: \"x\""
+        );
+    }
+}

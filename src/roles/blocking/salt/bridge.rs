@@ -536,6 +536,11 @@ mod tests {
             why.contains("simulated") && why.contains(SIMULATED_FLEET_ENV),
             "{why}"
         );
+        assert_eq!(
+            why,
+            "it is a simulated fleet's stand-in bridge, which reaches no real minion; refused \
+             (set SALTPETER_SIMULATED_FLEET=1 only to benchmark or test the daemon)"
+        );
         assert_eq!(accept_ready(&sim, true), Ok(()));
     }
 
