@@ -109,12 +109,6 @@ pub(crate) enum StoreError {
         found: u32,
         supported: u32,
     },
-    /// `saltpeter-cleanup`'s read-only check found problems (or a migration to come).
-    #[error("database {path}: {report:?}")]
-    Damaged {
-        path: PathBuf,
-        report: super::schema::CheckReport,
-    },
     #[error("could not migrate database {path} to schema version {version}: {source}")]
     Migrate {
         path: PathBuf,

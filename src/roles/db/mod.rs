@@ -229,8 +229,21 @@ fn report_commit_latency(db: &mut Db, _ctx: &mut Ctx<Db>) {
     }
 }
 
+/// Why `saltpeter-cleanup`'s read-only check of the database did not pass.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CheckError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// Problems found (or a migration to come).
+    #[error("database {path}: {report:?}")]
+    Damaged {
+        path: std::path::PathBuf,
+        report: schema::CheckReport,
+    },
+}
+
 /// Read-only check of the database for `saltpeter-cleanup`.
-pub(crate) fn check_database(path: &std::path::Path) -> Result<(), StoreError> {
+pub(crate) fn check_database(path: &std::path::Path) -> Result<(), CheckError> {
     if !path.exists() {
         return Ok(());
     }
@@ -238,7 +251,7 @@ pub(crate) fn check_database(path: &std::path::Path) -> Result<(), StoreError> {
     if report.is_ok() {
         Ok(())
     } else {
-        Err(StoreError::Damaged {
+        Err(CheckError::Damaged {
             path: path.to_path_buf(),
             report,
         })
