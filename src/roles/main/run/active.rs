@@ -40,10 +40,10 @@ pub(crate) type QueueKey = (Millis, RunId);
 /// the Workflow waits for a place before it launches anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RunPhase {
-    /// Recorded, waiting for a place under `max_runs_in_flight` (`run/capacity.rs`);
+    /// Recorded, waiting for a place under `max_runs_in_flight` (`shell/run/capacity.rs`);
     /// `staged`: launched ahead of its slot once admitted.
     AwaitingCapacity { staged: bool },
-    /// Launched ahead of its slot: its wrappers wait for `go` (`run/prestage.rs`).
+    /// Launched ahead of its slot: its wrappers wait for `go` (`shell/run/prestage.rs`).
     Staged { launching: Option<Instant> },
     /// Pre-staged, and `go` went out at `go_at` (server clock, unix ms): no command of
     /// the run starts before.
@@ -212,7 +212,7 @@ impl ActiveRun {
         self.kill_requested = true;
     }
 
-    /// No place under `max_runs_in_flight`: it waits (`run/capacity.rs`).
+    /// No place under `max_runs_in_flight`: it waits (`shell/run/capacity.rs`).
     pub(crate) fn wait_for_capacity(&mut self) {
         let staged = self.is_prestaged();
         self.phase = RunPhase::AwaitingCapacity { staged };

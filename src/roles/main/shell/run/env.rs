@@ -66,7 +66,7 @@ pub(crate) struct RunPlan {
     pub(super) batches: Vec<Vec<String>>,
     /// Targets in maintenance: recorded as skipped.
     pub(super) maintenance: Vec<String>,
-    /// Counted in `Main::busy_jobs` until recorded.
+    /// Counted busy in `Flight` (`queue_start`) until recorded.
     pub(super) counted: bool,
     /// The launch round (its slot) this pre-staged salt run belongs to until its launch
     /// is queued (`rounds/`).
@@ -158,7 +158,7 @@ impl RunEnv {
     }
 
     /// A run to plan and record: until recorded it counts as busy for the overlap rule,
-    /// unless pre-staged (see `Main::queue_run`).
+    /// unless pre-staged (see `Flight::queue_start`).
     pub(super) fn plan(req: RunRequest) -> RunEnv {
         let plan = RunPlan {
             counted: !req.prestaged,

@@ -377,7 +377,7 @@ fn ask_stored_seq(core: &mut Main, run: RunId, machine: String) {
 /// wrappers may be waiting for `go` with the slower beat; after `go` their `started`
 /// comes at once).
 ///
-/// Silence counts only over time the daemon ran (`state/liveness.rs`): after a stall of
+/// Silence counts only over time the daemon ran (`health/liveness.rs`): after a stall of
 /// main or the hub, or a pause (a stop, storage trouble), every wrapper gets a fresh
 /// grace instead.
 pub(crate) fn check_liveness(core: &mut Main, now: Instant) {
