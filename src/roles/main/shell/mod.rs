@@ -137,14 +137,14 @@ pub(crate) struct Main {
 
 /// The loop state: the process state and the Workflow registry side by side.
 pub(crate) struct MainRole {
-    pub(crate) core: Main,
-    pub(crate) workflows: Registry<Main>,
-    pub(crate) schedule_timer: Option<TimerId>,
-    pub(crate) workflow_timer: Option<(TimerId, Instant)>,
+    core: Main,
+    workflows: Registry<Main>,
+    schedule_timer: Option<TimerId>,
+    workflow_timer: Option<(TimerId, Instant)>,
     /// Fires at the earliest call deadline.
-    pub(crate) call_timer: Option<(TimerId, Instant)>,
+    call_timer: Option<(TimerId, Instant)>,
     /// What the loop does for the parts (installed by `main_loop`, above them).
-    pub(crate) hooks: LoopHooks,
+    hooks: LoopHooks,
 }
 
 /// A role handler of the loop.
@@ -154,8 +154,8 @@ pub(crate) type RoleFn = fn(&mut MainRole, &mut Ctx<MainRole>);
 /// pumps (wakes Workflows, starts queued runs), and one that changed what is due
 /// re-arms the schedule timer.
 pub(crate) struct LoopHooks {
-    pub pump: RoleFn,
-    pub arm_schedule: RoleFn,
+    pump: RoleFn,
+    arm_schedule: RoleFn,
 }
 
 impl MainRole {
