@@ -72,7 +72,12 @@ impl Main {
                     self.event("storage_trouble", None, None, None, why);
                 }
             }
-            Ok(DbReply::OutputStored { .. } | DbReply::Done | DbReply::RunCreated(_)) => {
+            Ok(
+                DbReply::OutputStored { .. }
+                | DbReply::Done
+                | DbReply::RunCreated(_)
+                | DbReply::OutcomeKept(_),
+            ) => {
                 if let Some(back) = self.storage.write_stored(Instant::now()) {
                     self.flight.orphans.storage_back(Instant::now());
                     log::info!(

@@ -279,7 +279,10 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
                 code,
             };
             transition(core, run, &machine, |t| t.exited(conn, exit, now_ms()));
-            if core.target(run, &machine).is_some_and(|t| t.awaits_output()) {
+            if core
+                .target(run, &machine)
+                .is_some_and(|t| t.awaits_output())
+            {
                 ask_stored_seq(core, run, machine);
             }
         }
@@ -355,22 +358,26 @@ fn ask_stored_seq(core: &mut Main, run: RunId, machine: String) {
             run,
             machine: machine.clone(),
         },
-        DbWait::then(move |core, _, result| match calls::StoredSeq::take(result) {
-            Ok(contiguous) => {
-                let known = core.target(run, &machine).map(|t| t.acked_seq());
-                if known.is_some_and(|seq| contiguous > seq) {
-                    log::info!(
-                        "run {run}: output of {machine} up to seq {contiguous} was already \
+        DbWait::then(
+            move |core, _, result| match calls::StoredSeq::take(result) {
+                Ok(contiguous) => {
+                    let known = core.target(run, &machine).map(|t| t.acked_seq());
+                    if known.is_some_and(|seq| contiguous > seq) {
+                        log::info!(
+                            "run {run}: output of {machine} up to seq {contiguous} was already \
                          stored (by the server that drove the run before this one)"
-                    );
+                        );
+                    }
+                    transition(core, run, &machine, |t| {
+                        t.output_stored(contiguous, now_ms())
+                    });
                 }
-                transition(core, run, &machine, |t| t.output_stored(contiguous, now_ms()));
-            }
-            Err(e) => log::warn!(
-                "run {run}: could not read how much output of {machine} is stored: {e}; \
+                Err(e) => log::warn!(
+                    "run {run}: could not read how much output of {machine} is stored: {e}; \
                  asked again when its wrapper sends its exit again"
-            ),
-        }),
+                ),
+            },
+        ),
     );
 }
 
