@@ -178,7 +178,7 @@ fn final_outcome<D: Db>(
 ) -> Result<Option<KeptOutcome>, StoreError> {
     let Some(row) = db.row(
         op,
-        "SELECT state, reason, exit_code, ended FROM targets
+        "SELECT reason, exit_code, ended FROM targets
          WHERE run_id = ?1 AND machine = ?2 AND state = 'finished'
          AND reason IS NOT NULL AND reason <> 'lost'",
         params![id, machine],
@@ -186,11 +186,11 @@ fn final_outcome<D: Db>(
     else {
         return Ok(None);
     };
-    let reason: String = row.get(op, 1)?;
+    let reason: String = row.get(op, 0)?;
     Ok(Some(KeptOutcome {
         reason: parse_name(op, "targets.reason", &reason, TargetReason::parse)?,
-        exit_code: row.get(op, 2)?,
-        ended: row.get(op, 3)?,
+        exit_code: row.get(op, 1)?,
+        ended: row.get(op, 2)?,
     }))
 }
 
