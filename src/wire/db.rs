@@ -146,6 +146,9 @@ pub(crate) enum DbReply {
     /// `None`: the (job, slot) was already recorded; nothing was created.
     RunCreated(Option<RunId>),
     Done,
+    /// A target's final outcome was stored already (by another server, before this one
+    /// took the run over): it is kept, and this is it.
+    OutcomeKept(KeptOutcome),
     /// Every seq up to `contiguous_seq` is committed.
     OutputStored {
         contiguous_seq: u64,
@@ -349,6 +352,14 @@ pub(crate) struct TargetUpdate {
     pub limits: Option<String>,
     /// The server whose master launched it (`targets.server`; several masters).
     pub server: Option<String>,
+}
+
+/// A target's final outcome as stored, when a later one was not written over it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct KeptOutcome {
+    pub reason: TargetReason,
+    pub exit_code: Option<i32>,
+    pub ended: Option<Millis>,
 }
 
 /// A target with the columns that `TargetRecord` does not show.

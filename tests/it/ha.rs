@@ -52,9 +52,15 @@ pub fn server_prepared(
         .iter()
         .map(|p| format!("ws://127.0.0.1:{p}"))
         .collect();
+    // A short grace keeps takeover tests quick; `extra` may set its own.
+    let grace = if extra.contains("recovery_grace:") {
+        String::new()
+    } else {
+        "  recovery_grace: 10\n".to_string()
+    };
     let ha = format!(
         "saltpeter_config:\n  machines_ws_port: {port}\n  database_url: '{url}'\n  \
-         server_name: {name}\n  servers: [{}]\n  recovery_grace: 10\n  api_ws: true\n  \
+         server_name: {name}\n  servers: [{}]\n{grace}  api_ws: true\n  \
          api_ws_port: 0\n  api_token: {}\n{extra}",
         servers.join(", "),
         crate::api::TOKEN

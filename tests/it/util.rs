@@ -237,7 +237,6 @@ impl Daemon {
         })
     }
 
-    /// `(role, pid)` of every process, from `status --json`.
     /// The pid of the daemon's process of `role` (`supervisor`, `hub`, ...).
     pub fn pid_of(&self, role: &str) -> u32 {
         self.processes()
@@ -247,6 +246,7 @@ impl Daemon {
             .unwrap_or_else(|| panic!("no {role} process"))
     }
 
+    /// `(role, pid)` of every process, from `status --json`.
     pub fn processes(&self) -> Vec<(String, u32)> {
         let status = self.ctl_json(&["status"]);
         status["processes"]

@@ -32,10 +32,10 @@ fn apply_in_batch(
             run,
             machine,
             update,
-        } => {
-            store.update_target(*run, machine, update)?;
-            DbReply::Done
-        }
+        } => match store.update_target(*run, machine, update)? {
+            None => DbReply::Done,
+            Some(kept) => DbReply::OutcomeKept(kept),
+        },
         DbRequest::AppendOutput {
             run,
             machine,

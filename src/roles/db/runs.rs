@@ -13,7 +13,7 @@ use super::attempts::target_attempts_of;
 use super::errors::{Op, StoreError, from_db, parse_name, to_db};
 use super::sql::{Db, Row, Select, params};
 use crate::wire::db::{
-    NewRun, PruneOutcome, Retention, RunFilter, RunUpdate, TargetDetail, TargetUpdate,
+    KeptOutcome, NewRun, PruneOutcome, Retention, RunFilter, RunUpdate, TargetDetail, TargetUpdate,
 };
 use crate::wire::records::{
     Millis, RunId, RunRecord, RunState, TargetReason, TargetRecord, TargetState, Trigger,
@@ -115,10 +115,16 @@ pub(crate) fn update_target<D: Db>(
     run: RunId,
     machine: &str,
     update: &TargetUpdate,
-) -> Result<(), StoreError> {
+) -> Result<Option<KeptOutcome>, StoreError> {
     let op = Op::UpdateTarget;
     let id = to_db(op, "run id", run)?;
     db.atomic(op, |db| {
+        if update.state == Some(TargetState::Finished)
+            && let Some(kept) = final_outcome(db, op, id, machine)?
+        {
+            // Another server recorded it first (a takeover): a fact stays.
+            return Ok(Some(kept));
+        }
         let changed = db.exec(
             op,
             "UPDATE targets SET state = coalesce(?3, state),
@@ -155,8 +161,37 @@ pub(crate) fn update_target<D: Db>(
                 what: format!("target {machine} of run {run}"),
             });
         }
-        Ok(())
+        Ok(None)
     })
+}
+
+/// The outcome stored for a target that finished for a reason other than `lost`: an
+/// outcome a wrapper reported, a kill, a cancel. Such an outcome is final: a second
+/// server that took the run over and judged the same target (its wrapper, told `done` by
+/// the first, never came back) does not overwrite it. A `lost` verdict may still be
+/// replaced by the outcome of a wrapper that comes back.
+fn final_outcome<D: Db>(
+    db: &mut D,
+    op: Op,
+    id: i64,
+    machine: &str,
+) -> Result<Option<KeptOutcome>, StoreError> {
+    let Some(row) = db.row(
+        op,
+        "SELECT reason, exit_code, ended FROM targets
+         WHERE run_id = ?1 AND machine = ?2 AND state = 'finished'
+         AND reason IS NOT NULL AND reason <> 'lost'",
+        params![id, machine],
+    )?
+    else {
+        return Ok(None);
+    };
+    let reason: String = row.get(op, 0)?;
+    Ok(Some(KeptOutcome {
+        reason: parse_name(op, "targets.reason", &reason, TargetReason::parse)?,
+        exit_code: row.get(op, 1)?,
+        ended: row.get(op, 2)?,
+    }))
 }
 
 /// One run with its targets, and its targets' earlier attempts.

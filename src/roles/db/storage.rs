@@ -23,8 +23,9 @@ use super::{attempts, deliveries, events, output, runs, salt_calls, wrappers};
 #[cfg(test)]
 use crate::wire::db::OutputLimit;
 use crate::wire::db::{
-    AttemptRecord, EventFilter, EventRecord, NewEvent, NewRun, OutputBytes, OutputQuery,
-    PruneOutcome, Retention, RunFilter, RunUpdate, TargetDetail, TargetUpdate, WrapperSeen,
+    AttemptRecord, EventFilter, EventRecord, KeptOutcome, NewEvent, NewRun, OutputBytes,
+    OutputQuery, PruneOutcome, Retention, RunFilter, RunUpdate, TargetDetail, TargetUpdate,
+    WrapperSeen,
 };
 use crate::wire::notify::{
     DeliveryAttempt, DeliveryFilter, DeliveryRecord, DueDeliveries, NewDelivery,
@@ -121,8 +122,9 @@ operations! {
         -> Result<Vec<(String, String, String)>, StoreError> => salt_calls;
     fn create_run(&mut self, run: &NewRun) -> Result<Option<RunId>, StoreError> => runs;
     fn update_run(&mut self, run: RunId, update: &RunUpdate) -> Result<(), StoreError> => runs;
+    /// `Some`: the target's final outcome was stored already, and is kept as it is.
     fn update_target(&mut self, run: RunId, machine: &str, update: &TargetUpdate)
-        -> Result<(), StoreError> => runs;
+        -> Result<Option<KeptOutcome>, StoreError> => runs;
     fn get_run(&mut self, run: RunId) -> Result<Option<RunRecord>, StoreError> => runs;
     fn run_details(&mut self, run: RunId) -> Result<Option<RunWithDetails>, StoreError> => runs;
     fn in_flight_details(&mut self) -> Result<Vec<RunWithDetails>, StoreError> => runs;

@@ -48,11 +48,16 @@ on_both_backends!(
     the_outbox_leases_once,
     attempts_keep_their_history,
     a_suspended_target_is_stored_and_read_back,
+    a_final_outcome_is_not_written_over,
 );
 
 #[path = "suspend_tests.rs"]
 mod suspend_checks;
 use suspend_checks::a_suspended_target_is_stored_and_read_back;
+
+#[path = "outcome_tests.rs"]
+mod outcome_checks;
+use outcome_checks::a_final_outcome_is_not_written_over;
 
 /// The fleet state of wrapper builds, in a file of its own (after the macro, which it
 /// uses).

@@ -4,8 +4,14 @@
 use std::time::Duration;
 
 use super::*;
-use crate::ha::{leader_and_standby, server, server_prepared, wait_role};
+use crate::ha::{leader_and_standby, server_prepared, server_with, wait_role};
 use crate::pg_cluster::{self, PgCluster};
+
+/// The grace wrappers get after a restart or an outage, as in production (60 s by
+/// default): it must outlast their reconnect backoff (30 s ± 50 %), or a wrapper refused
+/// during the outage is judged before its next try. The HA tests' short 10 s grace is
+/// for quick takeovers without an outage.
+const GRACE: &str = "  recovery_grace: 50\n";
 
 fn stopped_for(cluster: &PgCluster, pause: Duration) -> FaultEnd {
     cluster.stop_immediately();
@@ -22,12 +28,13 @@ fn one_server(fault: &str, pause: Duration) {
     };
     let ledger = Ledger::new();
     let port = free_port();
-    let d = server(
+    let d = server_with(
         &cluster.fresh_database(),
         "solo",
         port,
         &[port],
         &jobs(&ledger.path),
+        GRACE,
     );
     wait_role(&d, "leader");
     warm_up(&d);
@@ -55,7 +62,7 @@ fn postgresql_stopped_under_two_servers_loses_nothing() {
         return;
     };
     let ledger = Ledger::new();
-    let (a, b) = leader_and_standby(&cluster.fresh_database(), &jobs(&ledger.path), "", "");
+    let (a, b) = leader_and_standby(&cluster.fresh_database(), &jobs(&ledger.path), GRACE, GRACE);
     warm_up(&a);
     let end = stopped_for(&cluster, lasting(20, 75));
     let tally = check(&[&a, &b], &ledger, &end);
@@ -72,8 +79,8 @@ fn postgresql_down_while_two_servers_start_loses_nothing() {
     let jobs = jobs(&ledger.path);
     let (pa, pb) = (free_port(), free_port());
     cluster.stop_immediately();
-    let mut a = server_prepared(&url, "alpha", pa, &[pa, pb], &jobs, "");
-    let mut b = server_prepared(&url, "beta", pb, &[pa, pb], &jobs, "");
+    let mut a = server_prepared(&url, "alpha", pa, &[pa, pb], &jobs, GRACE);
+    let mut b = server_prepared(&url, "beta", pb, &[pa, pb], &jobs, GRACE);
     a.spawn();
     b.spawn();
     std::thread::sleep(lasting(10, 20));

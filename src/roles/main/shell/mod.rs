@@ -347,7 +347,12 @@ impl Main {
                     self.event("storage_trouble", None, None, None, why);
                 }
             }
-            Ok(DbReply::OutputStored { .. } | DbReply::Done | DbReply::RunCreated(_)) => {
+            Ok(
+                DbReply::OutputStored { .. }
+                | DbReply::Done
+                | DbReply::RunCreated(_)
+                | DbReply::OutcomeKept(_),
+            ) => {
                 if let Some(back) = self.storage.write_stored(Instant::now()) {
                     self.flight.orphans_mut().storage_back(Instant::now());
                     let again = format!(

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::{Effect, Outcome, Phase, Target, Token};
 use crate::wire::records::TargetReason;
-use crate::wire::records::{TargetRecord, TargetState};
+use crate::wire::records::{Millis, TargetRecord, TargetState};
 
 impl Target {
     /// db recorded the outcome: final now; the wrapper may exit. A wrapper still
@@ -28,6 +28,20 @@ impl Target {
         };
         effects.push(Effect::WakeRun);
         effects
+    }
+
+    /// Its outcome was not written: another server had stored this target's final
+    /// outcome first (`kept`, ended at `ended`), and that one stands. Settled with it, as
+    /// if it were its own.
+    pub(crate) fn recorded_as(&mut self, kept: Outcome, ended: Option<Millis>) -> Vec<Effect> {
+        match &mut self.phase {
+            Phase::Finishing { outcome, .. } => *outcome = kept,
+            _ => return Vec::new(),
+        }
+        if ended.is_some() {
+            self.ended = ended;
+        }
+        self.recorded()
     }
 
     /// Its outcome's write failed: written again, as decided (nothing while it is not

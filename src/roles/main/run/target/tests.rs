@@ -251,6 +251,26 @@ fn an_exit_after_output_another_server_stored_settles_on_db_s_answer() {
 }
 
 #[test]
+fn an_outcome_stored_first_by_another_server_stands() {
+    let t0 = Instant::now();
+    let mut t = running(t0);
+    // Judged lost here, while the server that drove it before had stored exit 0.
+    t.finish(TargetReason::Lost, Some(253), 5_000);
+    let kept = Outcome {
+        reason: Some(TargetReason::Exit),
+        code: Some(0),
+    };
+    assert_eq!(
+        t.recorded_as(kept, Some(4_000)),
+        [Effect::Done(C1), Effect::WakeRun]
+    );
+    assert_eq!(t.record("m").reason, Some(TargetReason::Exit));
+    assert_eq!(t.record("m").exit_code, Some(0));
+    assert_eq!(t.record("m").ended, Some(4_000));
+    assert!(t.recorded_as(kept, None).is_empty(), "settled once");
+}
+
+#[test]
 fn an_outcome_is_decided_once() {
     let t0 = Instant::now();
     let mut t = running(t0);

@@ -330,9 +330,12 @@ pub(crate) fn collect_batch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> St
         waiting.push(Wake::event(WakeEvent::Capacity));
         waiting.push(Wake::At(now + CAPACITY_RECHECK));
     }
-    // A stall of the daemon while the window was open does not count against it.
+    // A stall of the daemon, or a pause of its own (storage trouble), while the window was
+    // open does not count against it. Wrappers refused meanwhile backed off as if the
+    // server had restarted: they get the same grace to come back (`recovery_grace`).
     if let Some(deadline) = rec.pickup_deadline {
-        let window = Duration::from_secs(core.config.saltpeter.pickup_timeout_s);
+        let window = Duration::from_secs(core.config.saltpeter.pickup_timeout_s)
+            .max(Duration::from_secs(core.config.saltpeter.recovery_grace_s));
         rec.pickup_deadline = Some(crate::roles::main::health::liveness::pickup_after_stall(
             deadline,
             window,

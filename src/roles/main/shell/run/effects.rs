@@ -281,7 +281,20 @@ pub(crate) fn outcome_recorded(
     let Some(t) = core.target_mut(run, machine) else {
         return;
     };
-    let effects = t.recorded();
+    let effects = match result {
+        Ok(DbReply::OutcomeKept(kept)) => {
+            log::warn!(
+                "run {run}: {machine} already had its outcome stored (by the server that \
+                 drove the run before this one); that outcome stands"
+            );
+            let outcome = Outcome {
+                reason: Some(kept.reason),
+                code: kept.exit_code,
+            };
+            t.recorded_as(outcome, kept.ended)
+        }
+        _ => t.recorded(),
+    };
     let outcome = t.outcome();
     log::info!(
         "run {run}: {machine} finished ({}, exit {})",
