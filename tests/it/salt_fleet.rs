@@ -484,7 +484,7 @@ fn launches_slower_than_the_period_share_publishes_and_their_slots_run_late_not_
     // still going"). Now the slots staged while a launch is out join the next launch
     // round: one publish carries several slots' runs, each runs late with its lateness
     // recorded, and no slot is skipped (the backlog does not grow; the rule that skips
-    // when it does is `run_rules::launches_behind`, tested on its own).
+    // when it does is `run::rules::launches_behind`, tested on its own).
     let dir = tempfile::tempdir().expect("tempdir");
     let salt = dir.path().join("slow-salt");
     std::fs::write(
