@@ -22,19 +22,11 @@ use crate::workflow::{Step, Wake, Workflow};
 
 pub(crate) fn workflow(req: RunRequest) -> Workflow<RunEnv, Main> {
     let name = format!("run of {}", req.job.name);
-    Workflow::new(name, RunEnv::plan(req))
+    let planned = Workflow::new(name, RunEnv::plan(req))
         .step("resolve_targets", targets::resolve_targets)
         .step("plan_batches", plan_batches)
-        .step("record_run", record_run)
-        .step("await_capacity", capacity::await_capacity)
-        .step("deploy_wrappers", targets::deploy_wrappers)
-        .step("launch_batch", launch_batch)
-        .step("await_launch", await_launch)
-        .step("await_slot", prestage::await_slot)
-        .step("collect_batch", collect_batch)
-        .step("next_batch", next_batch)
-        .step("collect_all", collect_all)
-        .always("finalize", finalize)
+        .step("record_run", record_run);
+    recorded_steps(planned)
 }
 
 /// The Workflow of a run recovered after a restart: its open targets launched before it
@@ -50,8 +42,16 @@ pub(crate) fn recovered_workflow(run: RecoveredRun) -> Workflow<RunEnv, Main> {
         reconnect_until,
     } = run;
     let name = format!("recovered run of {}", req.job.name);
-    Workflow::new(name, RunEnv::recovered(req, id, batches, reconnect_until))
-        .step("await_capacity", capacity::await_capacity)
+    recorded_steps(Workflow::new(
+        name,
+        RunEnv::recovered(req, id, batches, reconnect_until),
+    ))
+}
+
+/// The steps of a recorded run, new or recovered: a place, the batches launched and
+/// collected, then always `finalize`.
+fn recorded_steps(w: Workflow<RunEnv, Main>) -> Workflow<RunEnv, Main> {
+    w.step("await_capacity", capacity::await_capacity)
         .step("deploy_wrappers", targets::deploy_wrappers)
         .step("launch_batch", launch_batch)
         .step("await_launch", await_launch)
