@@ -38,6 +38,7 @@ pub mod config;
 pub mod ctl;
 pub mod daemon;
 mod evloop;
+pub mod executor;
 mod ipc;
 mod json;
 mod logging;

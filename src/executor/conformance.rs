@@ -1,0 +1,1 @@
+//! `saltpeterctl executor test PATH` (filled in by the conformance work).

@@ -1,0 +1,1 @@
+//! The Rust SDK for executor plugins (filled in by the SDK work).
