@@ -27,7 +27,7 @@ impl DefaultsKey {
     pub(super) fn of(defaults: &JobDefaults<'_>) -> DefaultsKey {
         DefaultsKey {
             timezone: defaults.timezone,
-            executor: defaults.executor,
+            executor: defaults.executor.clone(),
             wrapper_path: defaults.wrapper_path.map(str::to_string),
             server_host: defaults.server_host.map(str::to_string),
         }

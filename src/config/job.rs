@@ -29,7 +29,12 @@ pub struct Job {
     /// The target expression as given to Salt (a YAML list is joined with commas).
     pub target_expr: String,
     pub target_type: TargetType,
+    /// A plugin executor's target type, as written (default `glob`); `None` for Salt
+    /// and local jobs.
+    pub plugin_target_type: Option<String>,
     pub executor: Executor,
+    /// Line of the job's `executor` key (0: inherited from `saltpeter_config`).
+    pub executor_line: usize,
     pub user: Option<String>,
     pub cwd: Option<String>,
     /// Never printed: `Debug` and [`Job::redacted_json`] show the values as `***`.

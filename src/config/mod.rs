@@ -40,6 +40,8 @@ pub(crate) mod database;
 mod derived;
 mod diagnostic;
 mod entries;
+pub mod executors;
+pub mod plugin_check;
 pub(crate) mod export;
 mod files;
 mod identities;
@@ -296,7 +298,7 @@ pub fn load_parsed(
 
     let defaults = JobDefaults {
         timezone: saltpeter.timezone,
-        executor: saltpeter.executor,
+        executor: saltpeter.executor.clone(),
         wrapper_path: saltpeter.default_wrapper_path.as_deref(),
         server_host: saltpeter.default_saltpeter_server_host.as_deref(),
         now,
@@ -320,7 +322,7 @@ pub fn load_parsed(
     }
 
     diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
-    Load::Loaded(Box::new(LoadedConfig {
+    let mut loaded = LoadedConfig {
         dir: dir.to_path_buf(),
         jobs,
         saltpeter,
@@ -329,5 +331,7 @@ pub fn load_parsed(
         files,
         saltpeter_good,
         job_cache: Arc::new(job_cache),
-    }))
+    };
+    plugin_check::check_found(&mut loaded);
+    Load::Loaded(Box::new(loaded))
 }

@@ -93,12 +93,21 @@ pub(crate) fn read_job(
         Some((list, expr)) => (Some(list), expr),
         None => (None, String::new()),
     };
-    let target_type = reader
-        .parsed(get("target_type"), TargetType::parse)
-        .unwrap_or_default();
     let executor = reader
         .parsed(get("executor"), Executor::parse)
-        .unwrap_or(defaults.executor);
+        .unwrap_or_else(|| defaults.executor.clone());
+    let executor_line = get("executor").map_or(0, |n| n.pos.line);
+    // A plugin's target types are its own (`check_config` judges them); Salt's words
+    // are checked here.
+    let (target_type, plugin_target_type) = if executor.plugin().is_some() {
+        let word = get("target_type").and_then(|n| reader.read(n, plugin_target_word));
+        (TargetType::default(), Some(word.unwrap_or_else(|| "glob".to_string())))
+    } else {
+        let salt = reader
+            .parsed(get("target_type"), TargetType::parse)
+            .unwrap_or_default();
+        (salt, None)
+    };
     let user = get("user")
         .and_then(|n| reader.read(n, values::optional_string))
         .flatten();
@@ -176,7 +185,9 @@ pub(crate) fn read_job(
             targets,
             target_expr,
             target_type,
+            plugin_target_type,
             executor,
+            executor_line,
             user,
             cwd,
             env,
@@ -261,4 +272,17 @@ fn targets(node: &Node) -> Result<(Vec<String>, String), String> {
         _ => values::string(node)?.trim().to_string(),
     };
     Ok((list, expr))
+}
+
+/// A plugin executor's `target_type`: a word of 1 to 32 of a-z, 0-9 and `_`.
+fn plugin_target_word(node: &super::yaml::Node) -> Result<String, String> {
+    let word = values::non_empty_string(node)?.trim().to_ascii_lowercase();
+    if word.len() <= 32 && word.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+        Ok(word)
+    } else {
+        Err(format!(
+            "`{}` is not a target type (1 to 32 of a-z, 0-9 and _)",
+            crate::logsafe::clip(&word, 40)
+        ))
+    }
 }

@@ -41,6 +41,10 @@ pub struct SaltpeterConfig {
     pub default_saltpeter_server_host: Option<String>,
     pub default_wrapper_path: Option<String>,
     pub executor: Executor,
+    /// `executors`: the executor plugins named explicitly (docs/executors.md).
+    pub executors: std::collections::BTreeMap<String, super::executors::PluginEntry>,
+    /// `executor_path`: where `saltpeter-executor-NAME` is looked for.
+    pub executor_path: Vec<PathBuf>,
     pub timezone: Tz,
     pub state_dir: Option<PathBuf>,
     pub runtime_dir: Option<PathBuf>,
@@ -164,6 +168,8 @@ impl Default for SaltpeterConfig {
             default_saltpeter_server_host: None,
             default_wrapper_path: None,
             executor: Executor::Salt,
+            executors: Default::default(),
+            executor_path: super::executors::default_executor_path(),
             timezone: Tz::UTC,
             state_dir: None,
             runtime_dir: None,
@@ -273,6 +279,8 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "default_saltpeter_server_host",
     "default_wrapper_path",
     "executor",
+    "executors",
+    "executor_path",
     "timezone",
     "state_dir",
     "runtime_dir",
@@ -396,6 +404,8 @@ impl SaltpeterConfig {
             "executor" => {
                 self.executor = Executor::parse(values::string(node)?.trim())?;
             }
+            "executors" => self.executors = super::executors::read_executors(node)?,
+            "executor_path" => self.executor_path = super::executors::read_executor_path(node)?,
             "timezone" => self.timezone = values::timezone(node)?,
             "state_dir" => self.state_dir = path(node)?,
             "runtime_dir" => self.runtime_dir = path(node)?,

@@ -184,7 +184,7 @@ inherit:
         (vec!["web1".to_string(), "web2".to_string()], "web1,web2")
     );
     assert_eq!(
-        (r.target_type, r.executor),
+        (r.target_type, r.executor.clone()),
         (TargetType::List, Executor::Salt)
     );
     assert_eq!(

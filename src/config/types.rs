@@ -62,13 +62,67 @@ word_enum!(
     } default Glob
 );
 
-word_enum!(
-    /// Who starts the command on the targets.
-    Executor {
-        Salt = "salt",
-        Local = "local",
-    } default Salt
-);
+/// Who starts the wrapper on the targets: Salt, this host, or an executor plugin
+/// (`saltpeter-executor-NAME`, docs/executors.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Executor {
+    /// `salt`
+    #[default]
+    Salt,
+    /// `local`
+    Local,
+    /// Any other name: the plugin of that name.
+    Plugin(std::sync::Arc<str>),
+}
+
+impl Executor {
+    /// The YAML spelling.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Executor::Salt => "salt",
+            Executor::Local => "local",
+            Executor::Plugin(name) => name,
+        }
+    }
+
+    /// Reads the YAML spelling: `salt`, `local` (case-insensitive), or a plugin's name.
+    pub(crate) fn parse(text: &str) -> Result<Executor, String> {
+        if text.eq_ignore_ascii_case("salt") {
+            return Ok(Executor::Salt);
+        }
+        if text.eq_ignore_ascii_case("local") {
+            return Ok(Executor::Local);
+        }
+        if crate::executor::valid_name(text) {
+            return Ok(Executor::Plugin(text.into()));
+        }
+        Err(format!(
+            "`{}` is not salt, local or an executor plugin's name (1 to 64 of a-z, 0-9, _ \
+             and -, starting with a letter)",
+            crate::logsafe::clip(text, 80)
+        ))
+    }
+
+    /// The plugin's name, for a plugin executor.
+    pub fn plugin(&self) -> Option<&str> {
+        match self {
+            Executor::Plugin(name) => Some(name),
+            _ => None,
+        }
+    }
+
+    /// Whether the wrapper proves its machine with a one-time launch token (every
+    /// executor but Salt, whose wrappers sign with the minion's key).
+    pub fn uses_tokens(&self) -> bool {
+        !matches!(self, Executor::Salt)
+    }
+}
+
+impl std::fmt::Display for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 word_enum!(
     /// What happens when a job fires while its previous run is still going.

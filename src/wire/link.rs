@@ -362,6 +362,8 @@ pub(crate) struct MinionOutcome {
     /// Salt published the launch but the minion did not return: its wrapper may still
     /// call back; if it never does, this is Salt's word for the record.
     pub silent: Option<String>,
+    /// An executor plugin could not reach the machine (its word): unreachable (255).
+    pub unreachable: Option<String>,
     /// The server whose master made the call, when another server made it for this one
     /// or several masters share the database (`roles/main/masters/`); set by
     /// main, never by blocking.

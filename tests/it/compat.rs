@@ -93,7 +93,7 @@ fn the_original_examples_load_with_the_same_meaning() {
         (Some("/home/deploy"), Some("deploy"))
     );
     assert_eq!(
-        (j.timeout_s, j.overlap, j.executor),
+        (j.timeout_s, j.overlap, j.executor.clone()),
         (3600, Overlap::Forbid, Executor::Salt)
     );
     assert!(j.enabled);

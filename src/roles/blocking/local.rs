@@ -408,6 +408,7 @@ pub(super) fn record(
             machine,
             result,
             silent: None,
+            unreachable: None,
             server: None,
         },
     ));

@@ -260,6 +260,7 @@ pub(crate) fn launch_outcomes(
                     machine: machine.clone(),
                     result,
                     silent,
+                    unreachable: None,
                     server: None,
                 },
             ));

@@ -194,6 +194,7 @@ pub(crate) fn launch(
                                 machine: machine.clone(),
                                 result: Err(why.clone()),
                                 silent: None,
+                                unreachable: None,
                                 server: None,
                             };
                             (*run, failed)
@@ -383,6 +384,7 @@ fn deploy_to(
                     machine,
                     result,
                     silent,
+                    unreachable: None,
                     server: None,
                 });
             }

@@ -80,7 +80,7 @@ impl Launcher {
             .or_else(|| sp.default_saltpeter_server_host.clone())
             .unwrap_or_else(|| match job.executor {
                 config::Executor::Local => "127.0.0.1".to_string(),
-                config::Executor::Salt => nix::unistd::gethostname()
+                config::Executor::Salt | config::Executor::Plugin(_) => nix::unistd::gethostname()
                     .ok()
                     .and_then(|h| h.into_string().ok())
                     .unwrap_or_else(|| "localhost".to_string()),
@@ -130,6 +130,7 @@ impl Launcher {
         scheduler::Leads {
             salt: to_chrono(lead),
             per_job: Default::default(),
+            plugin: to_chrono(PLUGIN_LEAD.min(cap)),
         }
     }
 
@@ -202,6 +203,12 @@ impl Launcher {
             .map_err(|e| e.to_string())
     }
 }
+
+/// How far ahead of its slot a job of an executor plugin is launched (within
+/// `prestage_cap`): its wrappers connect and wait for `go`, so an executor that takes a
+/// few hundred milliseconds per host (an SSH connection) still starts the command at the
+/// slot.
+pub(crate) const PLUGIN_LEAD: Duration = Duration::from_secs(10);
 
 /// How blocking calls salt, from the current `saltpeter_config`.
 pub(crate) fn salt_settings(sp: &SaltpeterConfig) -> SaltSettings {

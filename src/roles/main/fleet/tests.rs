@@ -103,6 +103,7 @@ fn ok(machine: &str) -> MinionOutcome {
         machine: machine.to_string(),
         result: Ok(()),
         silent: None,
+        unreachable: None,
         server: None,
     }
 }
@@ -112,6 +113,7 @@ fn failed(machine: &str, why: &str, silent: bool) -> MinionOutcome {
         machine: machine.to_string(),
         result: Err(why.to_string()),
         silent: silent.then(|| "Minion did not return".to_string()),
+        unreachable: None,
         server: None,
     }
 }

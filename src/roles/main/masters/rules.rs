@@ -204,6 +204,7 @@ fn failed(server: &str, minion: &str, why: &str) -> MinionOutcome {
             "server {server}, whose master reaches {minion}: {why}"
         )),
         silent: None,
+        unreachable: None,
         server: Some(server.to_string()),
     }
 }

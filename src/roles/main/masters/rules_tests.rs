@@ -196,6 +196,7 @@ fn ok(machine: &str) -> MinionOutcome {
         machine: machine.into(),
         result: Ok(()),
         silent: None,
+        unreachable: None,
         server: None,
     }
 }

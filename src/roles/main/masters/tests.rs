@@ -65,6 +65,7 @@ fn ok(machine: &str) -> MinionOutcome {
         machine: machine.into(),
         result: Ok(()),
         silent: None,
+        unreachable: None,
         server: None,
     }
 }

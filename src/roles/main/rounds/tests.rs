@@ -144,6 +144,7 @@ fn a_due_round_is_one_launch_and_its_answer_goes_to_each_run() {
         machine: "a".into(),
         result: Ok(()),
         silent: None,
+        unreachable: None,
         server: None,
     };
     let reply = crate::wire::link::BlockingReply::Launched(vec![(1, outcome)]);

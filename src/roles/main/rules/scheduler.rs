@@ -41,6 +41,9 @@ pub(crate) struct Leads {
     pub salt: Duration,
     /// Salt jobs with measured launches: their own lead (at most `salt`).
     pub per_job: std::collections::HashMap<String, Duration>,
+    /// The lead of a job of an executor plugin (a fixed one: `PLUGIN_LEAD` within
+    /// `prestage_cap`).
+    pub plugin: Duration,
 }
 
 impl Leads {
@@ -57,6 +60,7 @@ impl Leads {
                 .copied()
                 .unwrap_or(self.salt)
                 .max(Duration::zero()),
+            Executor::Plugin(_) => self.plugin.max(Duration::zero()),
             Executor::Local => Duration::zero(),
         }
     }
@@ -66,7 +70,7 @@ impl Leads {
         self.per_job
             .values()
             .copied()
-            .fold(self.salt, Duration::max)
+            .fold(self.salt.max(self.plugin), Duration::max)
             .max(Duration::zero())
     }
 }
