@@ -43,6 +43,10 @@ pub(crate) struct Args {
     /// Internal (helper of `blocking`): send one notification, the order on stdin.
     #[arg(long, hide = true)]
     pub deliver: bool,
+    /// Internal (executor plugins with a `sha256` pin): hash the file at PATH and execute
+    /// that very file if it has this hash.
+    #[arg(long, hide = true, num_args = 2, value_names = ["SHA256", "PATH"])]
+    pub exec_pinned: Option<Vec<String>>,
 }
 
 /// Exit code for a bad start (configuration, directories, ports): systemd must not
@@ -66,6 +70,9 @@ pub fn main() -> i32 {
     }
     if args.hash_wrapper {
         return helpers::run(Helper::HashWrapper);
+    }
+    if let Some([sha, path]) = args.exec_pinned.as_deref() {
+        return crate::executor::spec::exec_pinned(sha, std::path::Path::new(path));
     }
     if args.deliver {
         return crate::roles::blocking::deliver::run_helper();

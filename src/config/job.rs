@@ -119,6 +119,13 @@ pub struct After {
 }
 
 impl Job {
+    /// The target type as written: a plugin's own word, else Salt's.
+    pub fn target_type_word(&self) -> &str {
+        self.plugin_target_type
+            .as_deref()
+            .unwrap_or(self.target_type.as_str())
+    }
+
     /// `wrapper_path`, or the built-in [`super::saltpeter::DEFAULT_WRAPPER_PATH`].
     pub fn wrapper_path_or_default(&self) -> &str {
         self.wrapper_path

@@ -198,8 +198,15 @@ pub(crate) fn response(resp: AdminResponse, json: bool) -> CtlResult {
 /// `config check DIR`: validate without a daemon; exit 1 when any error is found.
 pub(crate) fn config_check(dir: &Path, json: bool) -> CtlResult {
     use crate::config::Severity;
-    let loaded = crate::config::check_dir(dir, chrono::Utc::now())
+    let mut loaded = crate::config::check_dir(dir, chrono::Utc::now())
         .map_err(|e| (EXIT_USAGE, e.to_string()))?;
+    // The executor plugins judge their part, as the daemon's start does (a pinned one
+    // runs through the daemon binary beside this one).
+    let daemon = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("saltpeter-daemon")))
+        .unwrap_or_else(|| std::path::PathBuf::from("saltpeter-daemon"));
+    crate::config::plugin_check::run_checks(&mut loaded, &daemon);
     let (errors, warnings): (Vec<_>, Vec<_>) = loaded
         .diagnostics
         .iter()

@@ -156,6 +156,22 @@ pub(crate) fn signal<S>(ctx: &mut Ctx<S>, id: ChildId, signal: nix::sys::signal:
     }
 }
 
+/// Send `signal` to the process group a running child leads (started with
+/// `process_group(0)`), so what it started goes too.
+pub(crate) fn signal_group<S>(
+    ctx: &mut Ctx<S>,
+    id: ChildId,
+    signal: nix::sys::signal::Signal,
+) -> bool {
+    match ctx.children.running.get(&id) {
+        Some(r) if r.status.is_none() && !matches!(r.report, Report::Reaped) => {
+            let pid = nix::unistd::Pid::from_raw(r.child.id() as i32);
+            nix::sys::signal::killpg(pid, signal).is_ok()
+        }
+        _ => false,
+    }
+}
+
 pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is shared.
     let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid as nix::libc::pid_t, 0) };

@@ -265,10 +265,36 @@ pub(crate) fn output_cost(data_len: usize) -> u64 {
 pub(crate) enum HubAnswer {}
 
 /// Which executor launches wrappers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum ExecutorKind {
     Salt,
     Local,
+    /// An executor plugin (docs/executors.md), and the machines that get this build's
+    /// wrapper first (capability `deploy`); never served for another server.
+    Plugin {
+        spec: Box<crate::executor::PluginSpec>,
+        deploy: Vec<String>,
+    },
+}
+
+/// An executor plugin's operations other than `launch` (`roles/blocking/plugin.rs`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) enum PluginCall {
+    /// `check_config` of a configuration being loaded (the request line built by
+    /// `config::plugin_check`): answered `Checked`.
+    Check { request: String },
+    /// `resolve` the expression, then, with `ping_timeout_s`, `ping` what it found:
+    /// answered `Resolved` (without a ping every machine found is live).
+    Resolve {
+        target: String,
+        target_type: String,
+        ping_timeout_s: Option<u64>,
+    },
+    /// `ping` these machines: answered `Resolved`.
+    Ping { machines: Vec<String>, timeout_s: u64 },
+    /// `kill` the wrappers of `run` on `machines` out of band: answered `Launched` (a
+    /// failure per machine that was not killed).
+    Kill { run: RunId, machines: Vec<String> },
 }
 
 /// One wrapper to start. Through Salt nothing secret travels (the wrapper proves the
@@ -340,6 +366,11 @@ pub(crate) enum BlockingRequest {
     },
     /// Send one notification (in a `--deliver` helper process, with a deadline).
     Deliver(crate::wire::notify::DeliverOrder),
+    /// An operation of an executor plugin.
+    Plugin {
+        spec: Box<crate::executor::PluginSpec>,
+        call: PluginCall,
+    },
 }
 
 /// Minions of a target expression, by liveness.
@@ -385,6 +416,8 @@ pub(crate) enum BlockingReply {
     ConfigParsed(crate::config::ParsedFiles),
     /// What the receiver said, or why the attempt failed.
     Delivered(Result<String, String>),
+    /// A plugin's `check_config`: its errors, or why it gave no answer.
+    Checked(Result<Vec<crate::executor::protocol::ConfigError>, String>),
 }
 
 /// Each blocking request's reply, in one place (see `wire::db::calls`).

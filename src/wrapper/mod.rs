@@ -93,6 +93,10 @@ pub(crate) struct Args {
     /// wrapper proves it with the minion's key instead of a token.
     #[arg(long, value_name = "ID", requires = "minion_key")]
     pub minion_id: Option<String>,
+    /// Read the launch token from the first line of stdin (an executor plugin hands it
+    /// over there: never on a command line or in an environment).
+    #[arg(long, conflicts_with = "minion_id")]
+    pub token_stdin: bool,
     /// The minion's Salt private key (`pki_dir/minion.pem`), to sign the hub's challenge.
     #[arg(long, value_name = "FILE", requires = "minion_id")]
     pub minion_key: Option<PathBuf>,
@@ -170,6 +174,7 @@ fn validate(args: &Args) -> Result<(Launch, Options), WrapperError> {
     };
     // The local executor's token comes in a 0600 file, deleted once read.
     let token_from_file = match std::env::var_os(ENV_TOKEN_FILE) {
+        _ if args.token_stdin => Some(settings::read_token(std::io::stdin().lock())?),
         Some(path) if minion.is_none() => Some(take_token_file(std::path::Path::new(&path))?),
         _ => None,
     };

@@ -139,6 +139,27 @@ impl Launch {
     }
 }
 
+/// The launch token from the first line of `input` (`--token-stdin`), at most 4 KiB.
+pub(crate) fn read_token(input: impl std::io::BufRead) -> Result<String, WrapperError> {
+    use std::io::BufRead;
+    let mut line = String::new();
+    input
+        .take(4096)
+        .read_line(&mut line)
+        .map_err(|e| WrapperError::InvalidEnv {
+            var: "--token-stdin",
+            reason: format!("cannot read the token from stdin: {e}"),
+        })?;
+    let token = line.trim().to_string();
+    if token.is_empty() || token.chars().any(char::is_control) {
+        return Err(WrapperError::InvalidEnv {
+            var: "--token-stdin",
+            reason: "no token on the first line of stdin".into(),
+        });
+    }
+    Ok(token)
+}
+
 /// The launch token from its 0600 file (`SP_TOKEN_FILE`), which is deleted once read: the
 /// token is then in this process's memory only.
 pub(crate) fn take_token_file(path: &std::path::Path) -> Result<String, WrapperError> {
@@ -471,6 +492,16 @@ mod tests {
         assert_eq!(launch.runs, [7, 9]);
         let nine = launch.for_run(9);
         assert_eq!((nine.run, nine.machine.as_str()), (9, "minion-01"));
+    }
+
+    #[test]
+    fn a_token_is_read_from_the_first_line_of_stdin() {
+        assert_eq!(read_token(&b"abc123\nrest"[..]).unwrap(), "abc123");
+        assert!(read_token(&b"\n"[..]).is_err(), "an empty line is no token");
+        assert!(read_token(&b""[..]).is_err(), "nothing is no token");
+        let long = vec![b'x'; 10_000];
+        let t = read_token(&long[..]).unwrap();
+        assert_eq!(t.len(), 4096, "read at most 4 KiB");
     }
 
     #[test]

@@ -11,6 +11,8 @@
 pub(crate) mod deliver;
 pub(crate) mod helpers;
 mod local;
+mod plugin;
+mod plugin_launch;
 pub(crate) mod salt;
 mod state;
 
@@ -88,10 +90,18 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
                 };
                 local::launch(state, ctx, id, launch, targets)
             }
-            (ExecutorKind::Local, _, _) => state.reply(
+            (ExecutorKind::Plugin { spec, deploy }, _, &[run]) => {
+                let launch = state::Launch {
+                    wrapper: wrapper_path,
+                    run,
+                    url,
+                };
+                plugin_launch::launch(state, ctx, id, *spec, deploy, launch, targets)
+            }
+            (ExecutorKind::Local | ExecutorKind::Plugin { .. }, _, _) => state.reply(
                 id,
                 Err(RemoteError::Failed(
-                    "a local launch starts exactly one run".into(),
+                    "a local or plugin launch starts exactly one run".into(),
                 )),
             ),
             (ExecutorKind::Salt, Some(salt), _) => {
@@ -126,6 +136,7 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
             helpers::load_config_call(state, ctx, id, dir, known)
         }
         BlockingRequest::Deliver(order) => deliver::deliver_call(state, ctx, id, order),
+        BlockingRequest::Plugin { spec, call } => plugin::call(state, ctx, id, *spec, call),
     }
 }
 

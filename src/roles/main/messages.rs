@@ -62,6 +62,12 @@ pub(crate) enum Message {
         started: std::time::Instant,
         result: BlockingResult,
     },
+    /// An executor plugin's `check_config` of the configuration being loaded answered
+    /// (`lifecycle/reload.rs`).
+    PluginChecked {
+        plugin: String,
+        result: BlockingResult,
+    },
     /// `msg`, posted at `at`: a part's timer.
     Later {
         at: std::time::Instant,

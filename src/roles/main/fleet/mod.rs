@@ -27,6 +27,7 @@
 //! 5. `saltpeterctl wrapper deploy` (`on_demand.rs`) and `wrapper status` ([`Fleet::status`]).
 
 mod deploy;
+pub(crate) mod plugin_builds;
 pub(crate) mod launcher;
 pub(crate) mod on_demand;
 #[cfg(test)]
@@ -132,6 +133,8 @@ pub(crate) struct Fleet {
     upgraded: bool,
     /// Deployments started since this daemon started, per minion (for `wrapper status`).
     deployments: BTreeMap<String, u32>,
+    /// The machines of executor plugins known to have this build.
+    plugins: plugin_builds::PluginBuilds,
 }
 
 /// Whether deployment makes sense in this configuration.
@@ -152,6 +155,11 @@ fn operator_installs(sp: &SaltpeterConfig) -> bool {
 }
 
 impl Fleet {
+    /// The machines of executor plugins and their builds.
+    pub(crate) fn plugin_builds(&mut self) -> &mut plugin_builds::PluginBuilds {
+        &mut self.plugins
+    }
+
     /// The build recorded for `minion` at `path`.
     pub(crate) fn build_of(&self, minion: &str, path: &str) -> Option<&str> {
         self.builds

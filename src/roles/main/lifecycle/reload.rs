@@ -50,6 +50,17 @@ pub(crate) struct Reloads {
     waiting_next: Vec<CallId>,
     /// Unchanged files the load in flight reads again all the same.
     reread: BTreeSet<PathBuf>,
+    /// A loaded configuration waiting for its executor plugins' `check_config`.
+    checking: Option<Checking>,
+}
+
+/// A loaded configuration whose plugins are asked to check it.
+#[derive(Debug)]
+struct Checking {
+    loaded: Box<LoadedConfig>,
+    started: Instant,
+    /// The plugins that have not answered yet.
+    waiting: BTreeSet<String>,
 }
 
 /// What a load read by blocking comes to.
@@ -129,6 +140,66 @@ impl Reloads {
             Err(e) => failed(e.to_string()),
         };
         Read::Done(self.answer(config, summary, at))
+    }
+
+    /// `loaded` (asked for at `started`) goes to each executor plugin its jobs use for
+    /// its `check_config` (`Ok`: wait for [`Reloads::plugin_checked`]), or, using none,
+    /// comes back to be put in effect now (`Err`).
+    pub(crate) fn check_plugins(
+        &mut self,
+        loaded: Box<LoadedConfig>,
+        started: Instant,
+    ) -> Result<Out, Box<LoadedConfig>> {
+        let orders = config::plugin_check::check_orders(&loaded);
+        if orders.is_empty() {
+            return Err(loaded);
+        }
+        let mut out = Out::new();
+        let mut waiting = BTreeSet::new();
+        for order in orders {
+            let plugin = order.spec.name.clone();
+            waiting.insert(plugin.clone());
+            let call = crate::wire::link::PluginCall::Check {
+                request: order.request,
+            };
+            let spec = Box::new(order.spec);
+            out.blocking(BlockingRequest::Plugin { spec, call }, move |result| {
+                Message::PluginChecked { plugin, result }
+            });
+        }
+        // Still in flight: reloads asked for meanwhile come after it.
+        self.in_flight = Some(started);
+        self.checking = Some(Checking {
+            loaded,
+            started,
+            waiting,
+        });
+        Ok(out)
+    }
+
+    /// `plugin` answered its `check_config`: applied to the configuration waiting for
+    /// it, which comes back (with when its load was asked for) once every plugin has.
+    pub(crate) fn plugin_checked(
+        &mut self,
+        plugin: &str,
+        result: BlockingResult,
+    ) -> Option<(Box<LoadedConfig>, Instant)> {
+        let checking = self.checking.as_mut()?;
+        if !checking.waiting.remove(plugin) {
+            return None;
+        }
+        let answer = match result {
+            Ok(BlockingReply::Checked(answer)) => answer,
+            Ok(other) => Err(format!("blocking answered {other:?}")),
+            Err(e) => Err(e.to_string()),
+        };
+        config::plugin_check::apply_check(&mut checking.loaded, plugin, answer);
+        if !checking.waiting.is_empty() {
+            return None;
+        }
+        let done = self.checking.take()?;
+        self.in_flight = None;
+        Some((done.loaded, done.started))
     }
 
     /// The load asked for at `started` is in effect (`config`) at `now`: answer who asked.

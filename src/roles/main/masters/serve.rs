@@ -264,6 +264,7 @@ pub(super) fn kind_name(req: &BlockingRequest) -> &'static str {
         BlockingRequest::Deploy { .. } => "a deployment",
         BlockingRequest::LoadConfig { .. } => "a configuration load",
         BlockingRequest::Deliver(_) => "a notification",
+        BlockingRequest::Plugin { .. } => "an executor plugin's operation",
     }
 }
 

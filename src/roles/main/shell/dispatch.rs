@@ -73,6 +73,9 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
             Message::ConfigRead { started, result } => {
                 lifecycle::config_read(role, ctx, started, result)
             }
+            Message::PluginChecked { plugin, result } => {
+                lifecycle::plugin_checked(role, ctx, plugin, result)
+            }
             Message::Later { at, msg } => {
                 let _ = ctx.at(at, move |role: &mut MainRole, ctx| {
                     role.core.post(*msg);

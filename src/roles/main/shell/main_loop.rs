@@ -194,8 +194,11 @@ pub(super) fn arm_liveness(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
 
 pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     let now = Utc::now();
-    let config = config::load_dir(&args.dirs.config, None, now)
+    let mut config = config::load_dir(&args.dirs.config, None, now)
         .map_err(|e| RoleError::BadStart(e.to_string()))?;
+    // Nothing runs yet: the executor plugins check their jobs here, each within its
+    // deadline (reloads ask blocking, `lifecycle/reload.rs`).
+    config::plugin_check::run_checks(&mut config, std::path::Path::new("/proc/self/exe"));
     for d in &config.diagnostics {
         log::warn!("{d}");
     }

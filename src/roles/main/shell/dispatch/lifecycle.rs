@@ -177,7 +177,29 @@ pub(super) fn config_read(
         Read::Apply(loaded) => loaded,
         Read::Done(out) => return core.perform(out),
     };
+    // Executor plugins check their part of it first (`config::plugin_check`).
+    let loaded = match core.reloads.check_plugins(loaded, started) {
+        Ok(out) => return core.perform(out),
+        Err(loaded) => loaded,
+    };
     apply(role, ctx, *loaded, now);
+    let core = &mut role.core;
+    let out = core.reloads.applied(&core.config, started, Instant::now());
+    core.perform(out);
+}
+
+/// A plugin's `check_config` of the configuration being loaded answered: once every
+/// plugin has, put it in effect.
+pub(super) fn plugin_checked(
+    role: &mut MainRole,
+    ctx: &mut Ctx<MainRole>,
+    plugin: String,
+    result: BlockingResult,
+) {
+    let Some((loaded, started)) = role.core.reloads.plugin_checked(&plugin, result) else {
+        return;
+    };
+    apply(role, ctx, *loaded, Utc::now());
     let core = &mut role.core;
     let out = core.reloads.applied(&core.config, started, Instant::now());
     core.perform(out);

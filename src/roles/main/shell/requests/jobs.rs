@@ -269,6 +269,9 @@ fn narrowed(job: &Job, targets: Vec<String>) -> Result<Job, String> {
                 job.targets.join(", ")
             ));
         }
+    } else if job.executor.plugin().is_some() {
+        // Every plugin understands a list (docs/executors.md).
+        job.plugin_target_type = Some("list".to_string());
     } else {
         job.target_type = TargetType::List;
     }

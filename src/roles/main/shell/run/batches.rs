@@ -15,7 +15,7 @@ use crate::roles::main::shell::{DbWait, Main};
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, RunUpdate, TargetUpdate, calls};
 use crate::wire::link::{
-    BlockingRequest, ExecutorKind, LaunchTarget, MinionOutcome, blocking_calls,
+    BlockingRequest, LaunchTarget, MinionOutcome, blocking_calls,
 };
 use crate::wire::records::{RunId, RunState, TargetReason};
 use crate::workflow::{Step, Wake, WakeEvent};
@@ -72,10 +72,13 @@ fn plan_launch(env: &mut RunEnv, core: &mut Main) -> Result<DbRequest, Step> {
             continue;
         }
         transition(core, run, machine, |t| t.launch());
-        // Salt wrappers prove the machine with its minion key; only local ones get a
-        // launch token (in a private file, never on a command line).
+        // Salt wrappers prove the machine with its minion key; local and plugin ones get
+        // a launch token (in a private file or on the wrapper's stdin, never on a
+        // command line).
         let attempt = core.target(run, machine).map_or(1, |t| t.attempt());
-        let token = (job.executor == crate::config::Executor::Local)
+        let token = job
+            .executor
+            .uses_tokens()
             .then(|| Redacted(core.secret.launch_token(run, machine, attempt)));
         launch.push(LaunchTarget {
             machine: machine.clone(),
@@ -151,8 +154,18 @@ fn send_launch(
         rec.launch_queued = true;
         return Step::Next;
     }
+    let machines: Vec<String> = launch.iter().map(|t| t.machine.clone()).collect();
+    let executor = match super::plugins::launch_executor(core, &job, &machines) {
+        Ok(executor) => executor,
+        Err(why) => {
+            for m in &machines {
+                super::failed::launch_failed(core, &job.name, run, m, why.clone());
+            }
+            return Step::Next;
+        }
+    };
     let id = core.blocking_call(BlockingRequest::Launch {
-        executor: ExecutorKind::Local,
+        executor,
         wrapper_path: launcher::wrapper_path(&core.config.saltpeter, &job),
         runs: vec![run],
         url,
@@ -220,9 +233,22 @@ pub(crate) fn await_launch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Ste
     let path = launcher::wrapper_path(&core.config.saltpeter, &req.job);
     match reply {
         Ok(outcomes) => {
+            let plugin = req.job.executor.plugin();
             for o in outcomes {
                 if let Some(server) = o.server {
                     record_server(core, run, &o.machine, server);
+                }
+                if let Some(name) = plugin {
+                    let builds = core.fleet.plugin_builds();
+                    match (&o.result, &o.unreachable) {
+                        (Ok(()), None) => builds.launched(name, &o.machine, &path),
+                        (Err(_), _) => builds.failed(name, &o.machine, &path),
+                        _ => {}
+                    }
+                }
+                if let Some(why) = o.unreachable {
+                    super::failed::unreachable(core, &req.job.name, run, &o.machine, why);
+                    continue;
                 }
                 if let Some(word) = o.silent {
                     // Salt's silence is not unreachability: the wrapper may still call
@@ -233,8 +259,10 @@ pub(crate) fn await_launch(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> Ste
                 if let Err(e) = o.result {
                     log::warn!("run {run}: wrapper for {} failed to launch: {e}", o.machine);
                     // Maybe the wrapper went missing: deploy again next time.
-                    let out = core.fleet.missing(&o.machine, &path);
-                    core.perform(out);
+                    if plugin.is_none() {
+                        let out = core.fleet.missing(&o.machine, &path);
+                        core.perform(out);
+                    }
                     super::failed::launch_failed(core, &req.job.name, run, &o.machine, e);
                 }
             }

@@ -23,6 +23,7 @@ mod fire;
 mod flow;
 pub(crate) mod orphans;
 mod pickup;
+pub(crate) mod plugins;
 pub(crate) mod prestage;
 pub(crate) mod record;
 pub(crate) mod recovery;

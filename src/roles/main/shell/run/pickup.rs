@@ -1,10 +1,11 @@
 //! Targets whose wrapper never called back by the pick-up deadline.
 //!
 //! A local target fails at once (254). A salt target is not judged on Salt's silence
-//! alone: the minions of every overdue target are pinged together (one `test.ping`), and
-//! only a minion that answers neither its wrapper's call nor the ping is unreachable
-//! (255, with Salt's word); one that answers had a wrapper that failed (254). A wrapper
-//! that calls back while the ping is out keeps its target.
+//! alone: the minions of every overdue target are pinged together (one `test.ping`, or
+//! an executor plugin's `ping`), and only a machine that answers neither its wrapper's
+//! call nor the ping is unreachable (255, with the executor's word); one that answers
+//! had a wrapper that failed (254). A wrapper that calls back while the ping is out
+//! keeps its target.
 
 use super::env::RecordedRun;
 use super::failed::{launch_failed, unreachable};
@@ -12,7 +13,7 @@ use crate::config::Executor;
 use crate::roles::main::fleet::launcher;
 use crate::roles::main::run::request::RunRequest;
 use crate::roles::main::shell::Main;
-use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
+use crate::wire::link::blocking_calls;
 use crate::workflow::Wake;
 
 /// Act on the `overdue` targets of the current batch; `Some(wake)` while a ping is out.
@@ -37,6 +38,11 @@ pub(super) fn overdue(
             // Blocking went first in an ordered stop: the next start judges them.
             return None;
         }
+        // An executor plugin's own words for what Salt calls a minion and test.ping.
+        let (who, what, ping_name) = match req.job.executor.plugin() {
+            Some(name) => (name.to_string(), "the machine", "its ping"),
+            None => ("salt".to_string(), "the minion", "test.ping"),
+        };
         for machine in machines {
             let launch = match rec.silent.remove(&machine) {
                 Some(word) => format!("salt said at the launch: {word}"),
@@ -47,11 +53,16 @@ pub(super) fn overdue(
                     // Its wrapper may be gone from the minion (a launch published without
                     // waiting for returns does not see that): deploy again next time.
                     let path = launcher::wrapper_path(&core.config.saltpeter, &req.job);
-                    let out = core.fleet.missing(&machine, &path);
-                    core.perform(out);
+                    match req.job.executor.plugin() {
+                        Some(name) => core.fleet.plugin_builds().failed(name, &machine, &path),
+                        None => {
+                            let out = core.fleet.missing(&machine, &path);
+                            core.perform(out);
+                        }
+                    }
                     let why = format!(
                         "its wrapper never called back before the pick-up deadline, though \
-                         the minion answers test.ping ({launch})"
+                         {what} answers {ping_name} ({launch})"
                     );
                     launch_failed(core, &job, run, &machine, why);
                 }
@@ -62,8 +73,8 @@ pub(super) fn overdue(
                         .find(|(m, _)| *m == machine)
                         .map_or("no answer", |(_, why)| why.as_str());
                     let why = format!(
-                        "salt: its wrapper never called back ({launch}) and the minion does \
-                         not answer test.ping: {ping}"
+                        "{who}: its wrapper never called back ({launch}) and {what} does \
+                         not answer {ping_name}: {ping}"
                     );
                     unreachable(core, &job, run, &machine, why);
                 }
@@ -84,7 +95,7 @@ pub(super) fn overdue(
     if overdue.is_empty() {
         return None;
     }
-    if req.job.executor != Executor::Salt {
+    if req.job.executor == Executor::Local {
         for machine in overdue {
             log::warn!("run {run}: the wrapper on {machine} never picked the run up");
             let why = "its wrapper never called back before the pick-up deadline".to_string();
@@ -96,12 +107,17 @@ pub(super) fn overdue(
         "run {run}: no wrapper called back from {} by the pick-up deadline; pinging",
         overdue.join(", ")
     );
-    let id = core.blocking_call(BlockingRequest::Resolve {
-        salt: launcher::salt_settings(&core.config.saltpeter),
-        target: overdue.join(","),
-        target_type: SaltTargetType::List,
-        from_cache: false,
-    });
+    let ping = super::plugins::ping_request(&core.config.saltpeter, &req.job, overdue.clone());
+    let id = match ping {
+        Ok(request) => core.blocking_call(request),
+        Err(why) => {
+            for machine in overdue {
+                let why = format!("its wrapper never called back before the pick-up deadline; {why}");
+                launch_failed(core, &job, run, &machine, why);
+            }
+            return None;
+        }
+    };
     rec.pickup_probe = Some((id, overdue));
     Some(Wake::Call(id))
 }

@@ -1,6 +1,9 @@
 //! Run steps that depend on the executor: finding the targets and deploying wrappers.
 //!
 //! - `local`: the targets are the names given; all are live.
+//! - an executor plugin: its `resolve` (and its `ping` of what it found when liveness
+//!   matters before the launch: `number_of_targets`, `retry_unreachable`); no machine
+//!   found skips the run (`plugins.rs`). Its wrappers are deployed by its launch.
 //! - `salt`: the master matches the target expression from its own data through the salt
 //!   bridge (no publish; a minion that does not return the launch is then unreachable,
 //!   255, with Salt's word), or `test.ping` on it says which minions are live (the
@@ -40,19 +43,24 @@ pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> 
         }
         return Step::Next;
     }
+    let request = match super::plugins::resolve_request(&core.config.saltpeter, &job) {
+        Ok(request) => request,
+        Err(why) => {
+            log::error!("{}: {why}", job.name);
+            plan.unresolved = Some((RunState::Failed, why));
+            return Step::Next;
+        }
+    };
     let resolved = env.call(
         core,
         |_, core| {
-            // The master's own match (no publish) when nothing needs liveness before the
-            // launch: choosing `number_of_targets` live minions and `retry_unreachable` do.
-            let from_cache = job.number_of_targets.is_none() && job.retry_unreachable_s == 0;
-            let id = core.blocking_call(BlockingRequest::Resolve {
-                salt: launcher::salt_settings(&core.config.saltpeter),
-                target: job.target_expr.clone(),
-                target_type: job.target_type.into(),
-                from_cache,
-            });
-            core.launcher.resolution_sent(id, std::time::Instant::now());
+            // Salt: the master's own match (no publish) when nothing needs liveness before
+            // the launch; a plugin: its `resolve`, and a `ping` when liveness is needed.
+            let salt = matches!(request, BlockingRequest::Resolve { .. });
+            let id = core.blocking_call(request);
+            if salt {
+                core.launcher.resolution_sent(id, std::time::Instant::now());
+            }
             Ok(id)
         },
         |core, id| {
@@ -74,11 +82,13 @@ pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> 
     match reply {
         Ok(res) => {
             if res.no_match {
+                let what = if job.executor.plugin().is_some() { "machines" } else { "minions" };
                 plan.unresolved = Some((
                     RunState::Skipped,
                     format!(
-                        "no minions matched the target {} ({})",
-                        job.target_expr, job.target_type
+                        "no {what} matched the target {} ({})",
+                        job.target_expr,
+                        job.target_type_word()
                     ),
                 ));
             }

@@ -24,10 +24,9 @@ use std::time::{Duration, Instant};
 
 use super::env::RecordedRun;
 use crate::config::Job;
-use crate::roles::main::fleet::launcher;
 use crate::roles::main::shell::Main;
 use crate::roles::main::shell::run::effects::{finish_target, transition};
-use crate::wire::link::{BlockingRequest, SaltTargetType, blocking_calls};
+use crate::wire::link::blocking_calls;
 use crate::wire::records::{RunId, TargetReason};
 
 /// How often the waiting minions are pinged: a tenth of the window, 2 s to 30 s.
@@ -168,13 +167,15 @@ pub(crate) fn check(rec: &mut RecordedRun, core: &mut Main, now: Instant) -> Pla
         return Plan::Nothing;
     };
     if rec.probe.is_none() && rec.next_probe.is_none_or(|at| at <= now) {
-        let id = core.blocking_call(BlockingRequest::Resolve {
-            salt: launcher::salt_settings(&core.config.saltpeter),
-            target: still.join(","),
-            target_type: SaltTargetType::List,
-            from_cache: false,
-        });
-        rec.probe = Some(id);
+        let job = active_job(core, run);
+        match job.map(|j| super::plugins::ping_request(&core.config.saltpeter, &j, still.clone())) {
+            Some(Ok(request)) => rec.probe = Some(core.blocking_call(request)),
+            Some(Err(why)) => {
+                log::warn!("run {run}: cannot check the unreachable machines: {why}");
+                rec.next_probe = Some(now + probe_period(window));
+            }
+            None => {}
+        }
     }
     let at = match (rec.probe, rec.next_probe) {
         (None, Some(next)) => next.min(first_close),
@@ -184,6 +185,11 @@ pub(crate) fn check(rec: &mut RecordedRun, core: &mut Main, now: Instant) -> Pla
         at,
         probe: rec.probe,
     }
+}
+
+/// The job of run `run` in flight.
+fn active_job(core: &Main, run: RunId) -> Option<std::sync::Arc<Job>> {
+    core.run(run).map(|r| std::sync::Arc::clone(r.job()))
 }
 
 #[cfg(test)]
