@@ -95,9 +95,16 @@ fn read_entry(node: &Node) -> Result<PluginEntry, String> {
             "config" => {
                 let json = to_json(value);
                 if !json.is_object() && !json.is_null() {
-                    return Err(format!("config: expected a mapping, found {}", value.describe()));
+                    return Err(format!(
+                        "config: expected a mapping, found {}",
+                        value.describe()
+                    ));
                 }
-                entry.config = if json.is_null() { "{}".to_string() } else { json.to_string() };
+                entry.config = if json.is_null() {
+                    "{}".to_string()
+                } else {
+                    json.to_string()
+                };
             }
             other => {
                 return Err(format!(
@@ -123,7 +130,10 @@ pub(crate) fn to_json(node: &Node) -> serde_json::Value {
                 .collect(),
         ),
         NodeKind::Scalar { text, quoted: true } => Value::String(text.clone()),
-        NodeKind::Scalar { text, quoted: false } => {
+        NodeKind::Scalar {
+            text,
+            quoted: false,
+        } => {
             if node.is_null() {
                 return Value::Null;
             }
@@ -220,12 +230,16 @@ mod tests {
     use super::*;
 
     fn node(yaml: &str) -> Node {
-        crate::config::yaml::parse(yaml).expect("yaml").expect("a tree")
+        crate::config::yaml::parse(yaml)
+            .expect("yaml")
+            .expect("a tree")
     }
 
     #[test]
     fn entries_read_with_their_config_as_json() {
-        let n = node("ssh:\n  sha256: ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789\n  timeout: 30\n  config:\n    user: ops\n    port: 2222\n    ssh_options: [A=b]\n");
+        let n = node(
+            "ssh:\n  sha256: ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789\n  timeout: 30\n  config:\n    user: ops\n    port: 2222\n    ssh_options: [A=b]\n",
+        );
         let e = read_executors(&n).unwrap();
         let ssh = &e["ssh"];
         assert_eq!(ssh.timeout_s, Some(30));

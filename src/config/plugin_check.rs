@@ -42,12 +42,27 @@ fn plugin_jobs(jobs: &BTreeMap<String, JobEntry>) -> BTreeMap<String, Vec<&Job>>
 }
 
 /// Disable `job` with `message` (an error at its `executor` key).
-fn disable(jobs: &mut BTreeMap<String, JobEntry>, out: &mut Vec<Diagnostic>, name: &str, message: String) {
+fn disable(
+    jobs: &mut BTreeMap<String, JobEntry>,
+    out: &mut Vec<Diagnostic>,
+    name: &str,
+    message: String,
+) {
     let Some(JobEntry::Valid(job)) = jobs.get(name) else {
         return;
     };
-    let line = if job.executor_line > 0 { job.executor_line } else { job.line };
-    let d = diagnostic(&job.file, Severity::Error, Pos { line, column: 1 }, Some(name), message);
+    let line = if job.executor_line > 0 {
+        job.executor_line
+    } else {
+        job.line
+    };
+    let d = diagnostic(
+        &job.file,
+        Severity::Error,
+        Pos { line, column: 1 },
+        Some(name),
+        message,
+    );
     out.push(d.clone());
     let invalid = JobEntry::Invalid(Box::new(InvalidJob {
         name: name.to_string(),
@@ -98,7 +113,8 @@ pub fn check_orders(config: &LoadedConfig) -> Vec<CheckOrder> {
                     .collect(),
             };
             let args = serde_json::to_value(args).unwrap_or_default();
-            let request = protocol::request_line(Op::CheckConfig, &plugin, &spec.config_value(), args);
+            let request =
+                protocol::request_line(Op::CheckConfig, &plugin, &spec.config_value(), args);
             Some(CheckOrder { spec, request })
         })
         .collect()
@@ -107,7 +123,11 @@ pub fn check_orders(config: &LoadedConfig) -> Vec<CheckOrder> {
 /// What one plugin's `check_config` answered (or why it did not), applied: its jobs
 /// named in an error are disabled, every one of them for an error of its own
 /// configuration or a plugin that did not answer.
-pub fn apply_check(config: &mut LoadedConfig, plugin: &str, answer: Result<Vec<ConfigError>, String>) {
+pub fn apply_check(
+    config: &mut LoadedConfig,
+    plugin: &str,
+    answer: Result<Vec<ConfigError>, String>,
+) {
     let names: Vec<String> = plugin_jobs(&config.jobs)
         .remove(plugin)
         .unwrap_or_default()
@@ -122,7 +142,11 @@ pub fn apply_check(config: &mut LoadedConfig, plugin: &str, answer: Result<Vec<C
         }
         Ok(errors) => {
             for e in errors {
-                let at = e.key.as_deref().map(|k| format!(" ({k})")).unwrap_or_default();
+                let at = e
+                    .key
+                    .as_deref()
+                    .map(|k| format!(" ({k})"))
+                    .unwrap_or_default();
                 let message = format!(
                     "executor `{plugin}`{at}: {}",
                     crate::logsafe::clip(&e.message, 400)
@@ -145,10 +169,9 @@ pub fn apply_check(config: &mut LoadedConfig, plugin: &str, answer: Result<Vec<C
 pub fn read_check(raw: &protocol::RawOutput) -> Result<Vec<ConfigError>, String> {
     let reading = protocol::read_output(Op::CheckConfig, raw);
     let result = reading.outcome()?;
-    result
-        .errors
-        .clone()
-        .ok_or_else(|| "protocol breach bad_result: a check_config result without `errors`".to_string())
+    result.errors.clone().ok_or_else(|| {
+        "protocol breach bad_result: a check_config result without `errors`".to_string()
+    })
 }
 
 /// Run every plugin's `check_config` in turn and apply the answers (start-up and

@@ -101,7 +101,10 @@ pub(crate) fn read_job(
     // are checked here.
     let (target_type, plugin_target_type) = if executor.plugin().is_some() {
         let word = get("target_type").and_then(|n| reader.read(n, plugin_target_word));
-        (TargetType::default(), Some(word.unwrap_or_else(|| "glob".to_string())))
+        (
+            TargetType::default(),
+            Some(word.unwrap_or_else(|| "glob".to_string())),
+        )
     } else {
         let salt = reader
             .parsed(get("target_type"), TargetType::parse)
@@ -277,7 +280,11 @@ fn targets(node: &Node) -> Result<(Vec<String>, String), String> {
 /// A plugin executor's `target_type`: a word of 1 to 32 of a-z, 0-9 and `_`.
 fn plugin_target_word(node: &super::yaml::Node) -> Result<String, String> {
     let word = values::non_empty_string(node)?.trim().to_ascii_lowercase();
-    if word.len() <= 32 && word.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+    if word.len() <= 32
+        && word
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    {
         Ok(word)
     } else {
         Err(format!(

@@ -291,7 +291,10 @@ pub(crate) enum PluginCall {
         ping_timeout_s: Option<u64>,
     },
     /// `ping` these machines: answered `Resolved`.
-    Ping { machines: Vec<String>, timeout_s: u64 },
+    Ping {
+        machines: Vec<String>,
+        timeout_s: u64,
+    },
     /// `kill` the wrappers of `run` on `machines` out of band: answered `Launched` (a
     /// failure per machine that was not killed).
     Kill { run: RunId, machines: Vec<String> },

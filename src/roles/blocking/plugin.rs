@@ -60,27 +60,28 @@ pub(super) fn run_op(
     let seen = Rc::clone(&timed_out);
     let on_read = Rc::new(std::cell::Cell::new(Some(on_read)));
     let on_exit = Rc::clone(&on_read);
-    let spawned = child::spawn_with_stdin(ctx, cmd, stdin, move |state: &mut Blocking, ctx, out| {
-        // Whatever the plugin left in its group goes with it.
-        crate::executor::runner::kill_group(out.pid);
-        let stdout_dropped = if out.stdout.len() >= MAX_STDOUT.min(child::CAPTURE_LIMIT) {
-            out.dropped.max(1)
-        } else {
-            0
-        };
-        let raw = RawOutput {
-            stdout: out.stdout,
-            dropped: stdout_dropped,
-            stderr: out.stderr,
-            code: out.status.code(),
-            deadline: seen.get().then_some(deadline.as_secs()),
-        };
-        let reading = protocol::read_output(op, &raw);
-        log_chatter(&name, op, &raw, &reading);
-        if let Some(on_read) = on_exit.take() {
-            on_read(state, ctx, Ok(reading));
-        }
-    });
+    let spawned =
+        child::spawn_with_stdin(ctx, cmd, stdin, move |state: &mut Blocking, ctx, out| {
+            // Whatever the plugin left in its group goes with it.
+            crate::executor::runner::kill_group(out.pid);
+            let stdout_dropped = if out.stdout.len() >= MAX_STDOUT.min(child::CAPTURE_LIMIT) {
+                out.dropped.max(1)
+            } else {
+                0
+            };
+            let raw = RawOutput {
+                stdout: out.stdout,
+                dropped: stdout_dropped,
+                stderr: out.stderr,
+                code: out.status.code(),
+                deadline: seen.get().then_some(deadline.as_secs()),
+            };
+            let reading = protocol::read_output(op, &raw);
+            log_chatter(&name, op, &raw, &reading);
+            if let Some(on_read) = on_exit.take() {
+                on_read(state, ctx, Ok(reading));
+            }
+        });
     match spawned {
         Ok(id) => {
             let what = format!("executor {} {op}", spec.name);
@@ -128,7 +129,10 @@ fn log_chatter(name: &str, op: Op, raw: &RawOutput, reading: &Reading) {
         );
     }
     for line in &reading.foreign {
-        log::info!("executor {name} {op} wrote: {}", crate::logsafe::clip(line, 200));
+        log::info!(
+            "executor {name} {op} wrote: {}",
+            crate::logsafe::clip(line, 200)
+        );
     }
     if let Some(breach) = &reading.breach {
         log::error!("executor {name} {op}: protocol breach {breach}");
@@ -147,39 +151,78 @@ pub(super) fn call(
     match call {
         PluginCall::Check { request } => {
             let deadline = spec.deadline(Op::CheckConfig, 0);
-            start(state, ctx, &spec, Op::CheckConfig, request, deadline, Box::new(move |state: &mut Blocking, _, read| {
-                let answer = read.and_then(|r| {
-                    let result = r.outcome()?;
-                    result.errors.clone().ok_or_else(|| {
-                        "protocol breach bad_result: a check_config result without `errors`".to_string()
-                    })
-                });
-                state.reply(id, Ok(BlockingReply::Checked(answer)));
-            }));
+            start(
+                state,
+                ctx,
+                &spec,
+                Op::CheckConfig,
+                request,
+                deadline,
+                Box::new(move |state: &mut Blocking, _, read| {
+                    let answer = read.and_then(|r| {
+                        let result = r.outcome()?;
+                        result.errors.clone().ok_or_else(|| {
+                            "protocol breach bad_result: a check_config result without `errors`"
+                                .to_string()
+                        })
+                    });
+                    state.reply(id, Ok(BlockingReply::Checked(answer)));
+                }),
+            );
         }
-        PluginCall::Resolve { target, target_type, ping_timeout_s } => {
+        PluginCall::Resolve {
+            target,
+            target_type,
+            ping_timeout_s,
+        } => {
             let args = serde_json::json!({"target": target, "target_type": target_type});
             let request = protocol::request_line(Op::Resolve, &spec.name, &config, args);
             let deadline = spec.deadline(Op::Resolve, 0);
             let spec2 = spec.clone();
-            start(state, ctx, &spec, Op::Resolve, request, deadline, Box::new(move |state: &mut Blocking, ctx, read| {
-                let machines = match read.and_then(|r| resolved(&r)) {
-                    Ok(machines) => machines,
-                    Err(why) => return state.reply(id, Err(RemoteError::Failed(format!("executor {}: {why}", spec2.name)))),
-                };
-                match ping_timeout_s {
-                    Some(timeout_s) if !machines.is_empty() => ping(state, ctx, id, &spec2, machines, timeout_s),
-                    _ => state.reply(id, Ok(BlockingReply::Resolved(Resolution {
-                        no_match: machines.is_empty(),
-                        live: machines,
-                        unreachable: Vec::new(),
-                        from_cache: true,
-                    }))),
-                }
-            }));
+            start(
+                state,
+                ctx,
+                &spec,
+                Op::Resolve,
+                request,
+                deadline,
+                Box::new(move |state: &mut Blocking, ctx, read| {
+                    let machines = match read.and_then(|r| resolved(&r)) {
+                        Ok(machines) => machines,
+                        Err(why) => {
+                            return state.reply(
+                                id,
+                                Err(RemoteError::Failed(format!(
+                                    "executor {}: {why}",
+                                    spec2.name
+                                ))),
+                            );
+                        }
+                    };
+                    match ping_timeout_s {
+                        Some(timeout_s) if !machines.is_empty() => {
+                            ping(state, ctx, id, &spec2, machines, timeout_s)
+                        }
+                        _ => state.reply(
+                            id,
+                            Ok(BlockingReply::Resolved(Resolution {
+                                no_match: machines.is_empty(),
+                                live: machines,
+                                unreachable: Vec::new(),
+                                from_cache: true,
+                            })),
+                        ),
+                    }
+                }),
+            );
         }
-        PluginCall::Ping { machines, timeout_s } => ping(state, ctx, id, &spec, machines, timeout_s),
-        PluginCall::Kill { run, machines } => super::plugin_launch::kill(state, ctx, id, &spec, run, machines),
+        PluginCall::Ping {
+            machines,
+            timeout_s,
+        } => ping(state, ctx, id, &spec, machines, timeout_s),
+        PluginCall::Kill { run, machines } => {
+            super::plugin_launch::kill(state, ctx, id, &spec, run, machines)
+        }
     }
 }
 
@@ -220,34 +263,48 @@ fn ping(
     let request = protocol::request_line(Op::Ping, &spec.name, &spec.config_value(), args);
     let deadline = spec.deadline(Op::Ping, timeout_s);
     let name = spec.name.clone();
-    start(state, ctx, spec, Op::Ping, request, deadline, Box::new(move |state: &mut Blocking, _, read| {
-        let reading = match read {
-            Ok(reading) => reading,
-            Err(why) => return state.reply(id, Err(RemoteError::Failed(format!("executor {name}: {why}")))),
-        };
-        let failure = reading.outcome().err();
-        let mut res = Resolution::default();
-        for line in &reading.progress {
-            match line {
-                PluginLine::Reachable { machine } if machines.contains(machine) => {
-                    res.live.push(machine.clone())
+    start(
+        state,
+        ctx,
+        spec,
+        Op::Ping,
+        request,
+        deadline,
+        Box::new(move |state: &mut Blocking, _, read| {
+            let reading = match read {
+                Ok(reading) => reading,
+                Err(why) => {
+                    return state.reply(
+                        id,
+                        Err(RemoteError::Failed(format!("executor {name}: {why}"))),
+                    );
                 }
-                PluginLine::Unreachable { machine, reason } if machines.contains(machine) => res
-                    .unreachable
-                    .push((machine.clone(), crate::logsafe::clip(reason, 400))),
-                _ => {}
+            };
+            let failure = reading.outcome().err();
+            let mut res = Resolution::default();
+            for line in &reading.progress {
+                match line {
+                    PluginLine::Reachable { machine } if machines.contains(machine) => {
+                        res.live.push(machine.clone())
+                    }
+                    PluginLine::Unreachable { machine, reason } if machines.contains(machine) => {
+                        res.unreachable
+                            .push((machine.clone(), crate::logsafe::clip(reason, 400)))
+                    }
+                    _ => {}
+                }
             }
-        }
-        for m in &machines {
-            if !res.live.contains(m) && !res.unreachable.iter().any(|(u, _)| u == m) {
-                let why = match &failure {
-                    Some(f) => format!("executor {name}: {f}"),
-                    None => format!("executor {name} said nothing about it"),
-                };
-                res.unreachable.push((m.clone(), why));
+            for m in &machines {
+                if !res.live.contains(m) && !res.unreachable.iter().any(|(u, _)| u == m) {
+                    let why = match &failure {
+                        Some(f) => format!("executor {name}: {f}"),
+                        None => format!("executor {name} said nothing about it"),
+                    };
+                    res.unreachable.push((m.clone(), why));
+                }
             }
-        }
-        res.live.sort();
-        state.reply(id, Ok(BlockingReply::Resolved(res)));
-    }));
+            res.live.sort();
+            state.reply(id, Ok(BlockingReply::Resolved(res)));
+        }),
+    );
 }

@@ -65,18 +65,18 @@ pub(super) fn launch(
         None,
         super::helpers::PUBLISH_DEADLINE,
         move |state, ctx, out| {
-            let file = out
-                .map_err(|e| e.to_string())
-                .and_then(|stdout| {
-                    let hash = String::from_utf8_lossy(&stdout).trim().to_string();
-                    let source = own_wrapper().ok_or("no wrapper beside the daemon binary")?;
-                    (hash.len() == 64).then_some(()).ok_or("no hash of the wrapper")?;
-                    Ok(WrapperFile {
-                        path: launch.wrapper.clone(),
-                        source: source.to_string_lossy().into_owned(),
-                        sha256: hash,
-                    })
-                });
+            let file = out.map_err(|e| e.to_string()).and_then(|stdout| {
+                let hash = String::from_utf8_lossy(&stdout).trim().to_string();
+                let source = own_wrapper().ok_or("no wrapper beside the daemon binary")?;
+                (hash.len() == 64)
+                    .then_some(())
+                    .ok_or("no hash of the wrapper")?;
+                Ok(WrapperFile {
+                    path: launch.wrapper.clone(),
+                    source: source.to_string_lossy().into_owned(),
+                    sha256: hash,
+                })
+            });
             match file {
                 Ok(file) => send_launch(state, ctx, id, spec, deploy, Some(file), launch, targets),
                 Err(why) => {
@@ -110,7 +110,11 @@ fn send_launch(
     let machines: Vec<String> = targets.iter().map(|t| t.machine.clone()).collect();
     let args = LaunchArgs {
         run,
-        urls: launch.url.split(',').map(|u| u.trim().to_string()).collect(),
+        urls: launch
+            .url
+            .split(',')
+            .map(|u| u.trim().to_string())
+            .collect(),
         wrapper: file.unwrap_or_else(|| WrapperFile {
             path: launch.wrapper.clone(),
             source: String::new(),
@@ -177,7 +181,7 @@ fn per_target(
     machines
         .iter()
         .map(|m| {
-            let clip = |why: &str| crate::logsafe::clip(why, 1000);
+            let clip = |why: &str| crate::logsafe::clip(why.trim(), 1000);
             let (result, unreachable) = match said.get(m.as_str()) {
                 Some(PluginLine::Launched { .. } | PluginLine::Killed { .. }) => (Ok(()), None),
                 Some(PluginLine::Failed { reason, .. }) => {
@@ -254,17 +258,38 @@ mod tests {
     fn each_target_gets_what_the_plugin_said_of_it() {
         let machines: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
         let lines = vec![
-            PluginLine::Deployed { machine: "a".into() },
-            PluginLine::Launched { machine: "a".into() },
-            PluginLine::Failed { machine: "b".into(), reason: "no wrapper".into() },
-            PluginLine::Unreachable { machine: "c".into(), reason: "refused".into() },
-            PluginLine::Launched { machine: "zz".into() },
+            PluginLine::Deployed {
+                machine: "a".into(),
+            },
+            PluginLine::Launched {
+                machine: "a".into(),
+            },
+            PluginLine::Failed {
+                machine: "b".into(),
+                reason: "no wrapper".into(),
+            },
+            PluginLine::Unreachable {
+                machine: "c".into(),
+                reason: "refused".into(),
+            },
+            PluginLine::Launched {
+                machine: "zz".into(),
+            },
         ];
-        let out = per_target("ssh", 7, &machines, &lines, Some("protocol breach deadline"));
+        let out = per_target(
+            "ssh",
+            7,
+            &machines,
+            &lines,
+            Some("protocol breach deadline"),
+        );
         assert_eq!(out.len(), 4);
         assert!(out[0].1.result.is_ok() && out[0].1.unreachable.is_none());
         assert_eq!(out[1].1.result, Err("executor ssh: no wrapper".to_string()));
-        assert_eq!(out[2].1.unreachable.as_deref(), Some("executor ssh: refused"));
+        assert_eq!(
+            out[2].1.unreachable.as_deref(),
+            Some("executor ssh: refused")
+        );
         assert_eq!(
             out[3].1.result,
             Err("executor ssh: protocol breach deadline".to_string())

@@ -27,9 +27,9 @@
 //! 5. `saltpeterctl wrapper deploy` (`on_demand.rs`) and `wrapper status` ([`Fleet::status`]).
 
 mod deploy;
-pub(crate) mod plugin_builds;
 pub(crate) mod launcher;
 pub(crate) mod on_demand;
+pub(crate) mod plugin_builds;
 #[cfg(test)]
 mod tests;
 

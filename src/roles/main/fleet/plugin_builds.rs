@@ -50,8 +50,16 @@ mod tests {
         assert_eq!(b.to_deploy("ssh", &ms, "/w"), ms);
         b.launched("ssh", "a", "/w");
         assert_eq!(b.to_deploy("ssh", &ms, "/w"), vec!["b".to_string()]);
-        assert_eq!(b.to_deploy("ssh", &ms, "/other"), ms, "another path is another file");
-        assert_eq!(b.to_deploy("py", &ms, "/w"), ms, "another executor is another estate");
+        assert_eq!(
+            b.to_deploy("ssh", &ms, "/other"),
+            ms,
+            "another path is another file"
+        );
+        assert_eq!(
+            b.to_deploy("py", &ms, "/w"),
+            ms,
+            "another executor is another estate"
+        );
         b.failed("ssh", "a", "/w");
         assert_eq!(b.to_deploy("ssh", &ms, "/w"), ms);
     }

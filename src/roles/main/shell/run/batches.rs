@@ -14,9 +14,7 @@ use crate::roles::main::shell::throttle;
 use crate::roles::main::shell::{DbWait, Main};
 use crate::wire::Redacted;
 use crate::wire::db::{DbRequest, RunUpdate, TargetUpdate, calls};
-use crate::wire::link::{
-    BlockingRequest, LaunchTarget, MinionOutcome, blocking_calls,
-};
+use crate::wire::link::{BlockingRequest, LaunchTarget, MinionOutcome, blocking_calls};
 use crate::wire::records::{RunId, RunState, TargetReason};
 use crate::workflow::{Step, Wake, WakeEvent};
 

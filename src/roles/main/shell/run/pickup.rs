@@ -112,7 +112,8 @@ pub(super) fn overdue(
         Ok(request) => core.blocking_call(request),
         Err(why) => {
             for machine in overdue {
-                let why = format!("its wrapper never called back before the pick-up deadline; {why}");
+                let why =
+                    format!("its wrapper never called back before the pick-up deadline; {why}");
                 launch_failed(core, &job, run, &machine, why);
             }
             return None;

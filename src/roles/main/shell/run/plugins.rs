@@ -36,7 +36,10 @@ pub(crate) fn resolve_request(sp: &SaltpeterConfig, job: &Job) -> Result<Blockin
         spec: Box::new(spec(sp, job)?),
         call: PluginCall::Resolve {
             target: job.target_expr.clone(),
-            target_type: job.plugin_target_type.clone().unwrap_or_else(|| "glob".into()),
+            target_type: job
+                .plugin_target_type
+                .clone()
+                .unwrap_or_else(|| "glob".into()),
             ping_timeout_s: needs_ping.then_some(sp.ping_timeout_s),
         },
     })

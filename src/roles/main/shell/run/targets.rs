@@ -82,7 +82,11 @@ pub(crate) fn resolve_targets(env: &mut RunEnv, core: &mut Main, s: &mut Sc) -> 
     match reply {
         Ok(res) => {
             if res.no_match {
-                let what = if job.executor.plugin().is_some() { "machines" } else { "minions" };
+                let what = if job.executor.plugin().is_some() {
+                    "machines"
+                } else {
+                    "minions"
+                };
                 plan.unresolved = Some((
                     RunState::Skipped,
                     format!(
