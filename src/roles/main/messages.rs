@@ -68,6 +68,8 @@ pub(crate) enum Message {
         plugin: String,
         result: BlockingResult,
     },
+    /// An executor plugin's out-of-band `kill` of run `run`'s wrappers answered.
+    PluginKilled { run: RunId, result: BlockingResult },
     /// `msg`, posted at `at`: a part's timer.
     Later {
         at: std::time::Instant,

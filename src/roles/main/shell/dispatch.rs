@@ -73,6 +73,23 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
             Message::ConfigRead { started, result } => {
                 lifecycle::config_read(role, ctx, started, result)
             }
+            Message::PluginKilled { run, result } => match result {
+                Ok(crate::wire::link::BlockingReply::Launched(outcomes)) => {
+                    for (_, o) in outcomes {
+                        match o.result {
+                            Ok(()) => log::info!(
+                                "run {run}: the executor killed the wrapper on {}",
+                                o.machine
+                            ),
+                            Err(why) => {
+                                log::warn!("run {run}: no out-of-band kill on {}: {why}", o.machine)
+                            }
+                        }
+                    }
+                }
+                Ok(other) => log::warn!("run {run}: the out-of-band kill got {other:?}"),
+                Err(e) => log::warn!("run {run}: the out-of-band kill failed: {e}"),
+            },
             Message::PluginChecked { plugin, result } => {
                 lifecycle::plugin_checked(role, ctx, plugin, result)
             }

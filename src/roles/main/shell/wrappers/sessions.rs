@@ -456,12 +456,16 @@ pub(crate) fn kill(core: &mut Main, run: RunId, machine: Option<&str>) -> Result
     }
     let now = now_ms();
     let mut reached = Vec::new();
+    let mut out_of_reach = Vec::new();
     for (m, t) in active.targets_mut() {
         if machine.is_some_and(|only| only != m) {
             continue;
         }
         match t.kill(now) {
-            KillAction::None | KillAction::Deferred => {}
+            KillAction::None => {}
+            // Its wrapper runs the command but its link is down: it gets the kill when it
+            // reconnects, and an executor plugin may reach it sooner (`kill`).
+            KillAction::Deferred => out_of_reach.push(m.clone()),
             KillAction::Sent(effects) | KillAction::Canceled(effects) => {
                 reached.push((m.clone(), effects))
             }
@@ -482,5 +486,30 @@ pub(crate) fn kill(core: &mut Main, run: RunId, machine: Option<&str>) -> Result
     for (m, effects) in reached {
         apply(core, run, &m, effects);
     }
+    kill_out_of_band(core, run, out_of_reach);
     Ok(count)
+}
+
+/// Ask the executor plugin of run `run` to kill the wrappers of `machines` out of band
+/// (docs/executors.md, `kill`): their links are down. The answer is only logged: the
+/// target's outcome still comes from its wrapper.
+fn kill_out_of_band(core: &mut Main, run: RunId, machines: Vec<String>) {
+    let Some(job) = core.run(run).map(|r| std::sync::Arc::clone(r.job())) else {
+        return;
+    };
+    if machines.is_empty() || job.executor.plugin().is_none() {
+        return;
+    }
+    let spec = match crate::roles::main::shell::run::plugins::spec(&core.config.saltpeter, &job) {
+        Ok(spec) => spec,
+        Err(why) => return log::warn!("run {run}: no out-of-band kill: {why}"),
+    };
+    let mut out = crate::roles::main::messages::Out::new();
+    let call = crate::wire::link::PluginCall::Kill { run, machines };
+    let spec = Box::new(spec);
+    out.blocking(
+        crate::wire::link::BlockingRequest::Plugin { spec, call },
+        move |result| crate::roles::main::messages::Message::PluginKilled { run, result },
+    );
+    core.perform(out);
 }
