@@ -140,6 +140,12 @@ pub(crate) enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Executor plugins: `executor test PATH` checks one against the protocol (no daemon
+    /// needed).
+    Executor {
+        #[command(subcommand)]
+        action: super::executor::ExecutorAction,
+    },
     /// Crontab conversion (no daemon needed).
     Crontab {
         #[command(subcommand)]

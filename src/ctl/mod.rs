@@ -7,8 +7,9 @@
 //!
 //! Modules: `client` (the socket), `render` and `table` (tables, colours), `verbs` (the
 //! ask-once verbs), `follow` (`logs -f`, `output -f`), `progress` (`run --wait`),
-//! `completions` (shell completions, man page), `crontab` (`crontab import`), `out`
-//! (standard output; a closed pipe ends the program quietly).
+//! `completions` (shell completions, man page), `crontab` (`crontab import`), `executor`
+//! (`executor test`, a plugin's conformance check), `out` (standard output; a closed pipe
+//! ends the program quietly).
 
 #[macro_use]
 mod out;
@@ -21,6 +22,7 @@ mod client;
 mod completions;
 mod crontab;
 mod deliveries;
+mod executor;
 mod follow;
 mod jobctl;
 mod maintenance;
@@ -71,6 +73,7 @@ fn run(cli: Cli) -> CtlResult {
         } => return render::config_check(&dir, json),
         Command::Completions { shell } => return completions::completions(shell),
         Command::Manpage { dir } => return completions::manpage(dir.as_deref()),
+        Command::Executor { action } => return executor::run(action, json),
         Command::Crontab {
             action:
                 CrontabAction::Import {

@@ -18,6 +18,7 @@ mod ctl_more;
 mod ctl_verbs;
 mod daemon;
 mod durability;
+mod executor_conformance;
 mod executor_plugin;
 mod faults;
 mod ha;
