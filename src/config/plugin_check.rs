@@ -167,6 +167,9 @@ pub fn apply_check(
 
 /// A `check_config` reading: the errors, or why there is no answer.
 pub fn read_check(raw: &protocol::RawOutput) -> Result<Vec<ConfigError>, String> {
+    if let Some(why) = crate::executor::spec::pinned_refusal(raw.code, &raw.stderr) {
+        return Err(why);
+    }
     let reading = protocol::read_output(Op::CheckConfig, raw);
     let result = reading.outcome()?;
     result.errors.clone().ok_or_else(|| {

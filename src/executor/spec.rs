@@ -172,6 +172,14 @@ pub fn sha256_file(path: &Path) -> Result<String, FileProblem> {
 /// Exit status of `--exec-pinned` when the file may not run (its stderr names why).
 pub const PINNED_REFUSED: i32 = 126;
 
+/// Why `--exec-pinned` refused to run a plugin (`sha256_mismatch: ...`), from what the
+/// operation left; `None` when it ran.
+pub fn pinned_refusal(code: Option<i32>, stderr: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(stderr);
+    let line = text.lines().find_map(|l| l.strip_prefix("saltpeter: "))?;
+    (code == Some(PINNED_REFUSED)).then(|| crate::logsafe::clip(line, 400))
+}
+
 /// The daemon binary's `--exec-pinned SHA256 PATH`: open PATH, hash it, and execute the
 /// very file opened if the hash is SHA256 (this process becomes the plugin); otherwise
 /// say why on stderr and return [`PINNED_REFUSED`].

@@ -312,3 +312,39 @@ fn the_launch_token_is_in_no_argv_environment_or_log() {
         }
     }
 }
+
+#[test]
+fn a_plugin_whose_file_does_not_match_its_pin_does_not_run() {
+    let pinned = format!(
+        "saltpeter_config:\n  executors:\n    pyexec:\n      path: {PYEXEC_DIR}/saltpeter-executor-pyexec\n      \
+         sha256: {}\n",
+        "0".repeat(64)
+    );
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        ("02-plugins.yaml", &pinned),
+        ("jobs.yaml", &job("pinned", "p1", "true", "")),
+    ]);
+    let out = d.ctl(&["config", "check", &d.config_dir().to_string_lossy()]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("sha256_mismatch"), "{text}");
+    let log = d.log_text();
+    assert!(
+        log.contains("sha256_mismatch"),
+        "the daemon says why: {log}"
+    );
+    assert!(
+        !d.ctl(&["run", "pinned"]).status.success(),
+        "the job is disabled"
+    );
+    // The right pin runs it.
+    let hash = saltpeter::executor::spec::sha256_file(Path::new(&format!(
+        "{PYEXEC_DIR}/saltpeter-executor-pyexec"
+    )))
+    .expect("hash");
+    d.write_config("02-plugins.yaml", &pinned.replace(&"0".repeat(64), &hash));
+    assert!(d.ctl(&["reload"]).status.success());
+    let (r, code) = d.run_wait("pinned");
+    assert_eq!(code, 0, "{r}");
+}

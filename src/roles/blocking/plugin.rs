@@ -76,10 +76,15 @@ pub(super) fn run_op(
                 code: out.status.code(),
                 deadline: seen.get().then_some(deadline.as_secs()),
             };
+            let refused = crate::executor::spec::pinned_refusal(raw.code, &raw.stderr);
             let reading = protocol::read_output(op, &raw);
-            log_chatter(&name, op, &raw, &reading);
+            if let Some(why) = &refused {
+                log::error!("executor {name} {op} not run: {why}");
+            } else {
+                log_chatter(&name, op, &raw, &reading);
+            }
             if let Some(on_read) = on_exit.take() {
-                on_read(state, ctx, Ok(reading));
+                on_read(state, ctx, refused.map_or(Ok(reading), Err));
             }
         });
     match spawned {
