@@ -7,6 +7,9 @@ mod pg_cluster;
 /// `SALTPETER_TEST_SKIP`: which missing components skip their tests instead of failing.
 use pg_cluster::components;
 
+#[path = "../support/sshd.rs"]
+mod sshd;
+
 mod active_range;
 mod api;
 mod bench;
@@ -18,6 +21,7 @@ mod ctl_more;
 mod ctl_verbs;
 mod daemon;
 mod durability;
+mod executor_ssh;
 mod faults;
 mod ha;
 mod ha_bench;
