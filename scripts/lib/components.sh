@@ -16,8 +16,9 @@
 #   rpmlint   rpmlint on the RPM packages
 #   promtool  promtool (Debian's prometheus package) for the alert rules
 #   cgroups   control groups root may write (cgroup v1 or v2), for the resource limit tests
+#   ssh       OpenSSH's sshd, ssh and ssh-keygen: a throwaway loopback sshd for the ssh executor
 
-SALTPETER_COMPONENTS=(salt postgres browser root lintian rpm rpmlint promtool cgroups)
+SALTPETER_COMPONENTS=(salt postgres browser root lintian rpm rpmlint promtool cgroups ssh)
 
 # component_skipped NAME: true when SALTPETER_TEST_SKIP names NAME.
 component_skipped() {

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# The file trees of the packages saltpeter and saltpeter-wrapper, shared by
+# The file trees of the packages saltpeter and saltpeter-wrapper (the server's with the
+# ssh executor plugin in /usr/lib/saltpeter/executors), shared by
 # scripts/build-deb and scripts/build-rpm so both formats ship the same files. Sourced
 # from the repository's root; the caller adds its format's own files (Debian's
 # changelog and control data, the RPM spec).
@@ -38,6 +39,11 @@ stage_server() {
     for bin in saltpeter-daemon saltpeterctl saltpeter-cleanup; do
         stage_bin "$bin" "$root" "$bin_dir"
     done
+    # Executor plugins, where the daemon looks by default (executor_path).
+    install -d "$root/usr/lib/saltpeter/executors"
+    install -m 0755 "$bin_dir/saltpeter-executor-ssh" "$root/usr/lib/saltpeter/executors/saltpeter-executor-ssh"
+    strip --strip-unneeded --remove-section=.comment --remove-section=.note \
+        "$root/usr/lib/saltpeter/executors/saltpeter-executor-ssh"
     install -d "$root/usr/lib/systemd/system" "$root/usr/lib/tmpfiles.d" "$root/usr/lib/sysusers.d"
     install -m 0644 systemd/saltpeter.service "$root/usr/lib/systemd/system/saltpeter.service"
     install -m 0644 packaging/saltpeter/tmpfiles.conf "$root/usr/lib/tmpfiles.d/saltpeter.conf"

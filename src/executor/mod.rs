@@ -23,6 +23,7 @@ pub mod protocol;
 pub mod runner;
 pub mod sdk;
 pub mod spec;
+pub mod ssh;
 
 pub use spec::PluginSpec;
 

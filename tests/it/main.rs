@@ -7,6 +7,9 @@ mod pg_cluster;
 /// `SALTPETER_TEST_SKIP`: which missing components skip their tests instead of failing.
 use pg_cluster::components;
 
+#[path = "../support/sshd.rs"]
+mod sshd;
+
 mod active_range;
 mod api;
 mod bench;
@@ -20,6 +23,7 @@ mod daemon;
 mod durability;
 mod executor_conformance;
 mod executor_plugin;
+mod executor_ssh;
 mod faults;
 mod ha;
 mod ha_bench;
