@@ -113,8 +113,13 @@ pub fn check_orders(config: &LoadedConfig) -> Vec<CheckOrder> {
                     .collect(),
             };
             let args = serde_json::to_value(args).unwrap_or_default();
-            let request =
-                protocol::request_line(Op::CheckConfig, &plugin, &spec.config_value(), args);
+            let request = protocol::request_within(
+                Op::CheckConfig,
+                &plugin,
+                &spec.config_value(),
+                args,
+                spec.deadline(Op::CheckConfig, 0),
+            );
             Some(CheckOrder { spec, request })
         })
         .collect()

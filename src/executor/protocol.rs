@@ -70,6 +70,10 @@ pub struct Request {
     pub config: Value,
     #[serde(default)]
     pub args: Value,
+    /// Seconds the daemon gives the operation before it kills the plugin's group: a
+    /// plugin stops its work a little before (reporting what it did not finish).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_s: Option<u64>,
 }
 
 /// One job as `check_config` sees it.
@@ -236,13 +240,31 @@ pub fn encode<T: Serialize>(line: &T) -> String {
     format!("{value}\n")
 }
 
-/// The request line for `op`.
+/// The request line for `op` (without a deadline: a plugin run by a test).
 pub fn request_line(op: Op, executor: &str, config: &Value, args: Value) -> String {
     encode(&Request {
         op,
         executor: executor.to_string(),
         config: config.clone(),
         args,
+        deadline_s: None,
+    })
+}
+
+/// The request line for `op`, which the plugin gets `deadline` to answer.
+pub fn request_within(
+    op: Op,
+    executor: &str,
+    config: &Value,
+    args: Value,
+    deadline: std::time::Duration,
+) -> String {
+    encode(&Request {
+        op,
+        executor: executor.to_string(),
+        config: config.clone(),
+        args,
+        deadline_s: Some(deadline.as_secs()),
     })
 }
 

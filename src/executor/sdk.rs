@@ -72,13 +72,21 @@ pub trait Executor: Sync {
 /// one by one (a plugin may report from several threads).
 pub struct Reporter<'a> {
     out: Mutex<&'a mut (dyn Write + Send)>,
+    deadline: Option<std::time::Instant>,
 }
 
 impl<'a> Reporter<'a> {
     pub fn new(out: &'a mut (dyn Write + Send)) -> Reporter<'a> {
         Reporter {
             out: Mutex::new(out),
+            deadline: None,
         }
+    }
+
+    /// When the daemon kills this operation (the request's `deadline_s`, counted from
+    /// when the request was read), if it said.
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline
     }
 
     /// Write `line` (a progress line, or the result). A daemon that stopped reading is
@@ -166,7 +174,7 @@ pub fn serve(
     input: impl BufRead,
     output: &mut (dyn Write + Send),
 ) -> bool {
-    let reporter = Reporter::new(output);
+    let mut reporter = Reporter::new(output);
     reporter.send(&PluginLine::Hello(Hello {
         protocols: vec![PROTOCOL],
         name: executor.name().to_string(),
@@ -179,7 +187,12 @@ pub fn serve(
         ))
     } else {
         match read_request(input) {
-            Ok(request) => answer(executor, &request, &reporter),
+            Ok(request) => {
+                reporter.deadline = request
+                    .deadline_s
+                    .map(|s| std::time::Instant::now() + std::time::Duration::from_secs(s));
+                answer(executor, &request, &reporter)
+            }
             Err(why) => failure(why),
         }
     };

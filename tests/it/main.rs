@@ -24,6 +24,7 @@ mod durability;
 mod executor_conformance;
 mod executor_plugin;
 mod executor_ssh;
+mod executor_ssh_daemon;
 mod faults;
 mod ha;
 mod ha_bench;

@@ -134,14 +134,14 @@ impl Executor for SshExecutor {
 
     fn launch(&self, args: &LaunchArgs, config: &Value, report: &Reporter) -> Result<(), String> {
         let config = SshConfig::load(config)?;
-        let until = Instant::now() + Duration::from_secs(config.op_timeout);
+        let until = budget(&config, report);
         launch::launch(&config, args, report, until);
         Ok(())
     }
 
     fn kill(&self, args: &KillArgs, config: &Value, report: &Reporter) -> Result<(), String> {
         let config = SshConfig::load(config)?;
-        let until = Instant::now() + Duration::from_secs(config.op_timeout);
+        let until = budget(&config, report);
         let skipped = for_each(
             &args.machines,
             config.parallel,
@@ -267,3 +267,17 @@ fn sha256_of_file(path: &str) -> std::io::Result<(String, u64)> {
 
 #[cfg(test)]
 mod tests;
+
+/// When an operation stops its work: 5 s before the daemon's deadline (the request's
+/// `deadline_s`), and within `op_timeout`.
+fn budget(config: &SshConfig, report: &Reporter) -> Instant {
+    let own = Instant::now() + Duration::from_secs(config.op_timeout);
+    match report.deadline() {
+        Some(deadline) => own.min(
+            deadline
+                .checked_sub(Duration::from_secs(5))
+                .unwrap_or(deadline),
+        ),
+        None => own,
+    }
+}

@@ -181,8 +181,9 @@ pub(super) fn call(
             ping_timeout_s,
         } => {
             let args = serde_json::json!({"target": target, "target_type": target_type});
-            let request = protocol::request_line(Op::Resolve, &spec.name, &config, args);
             let deadline = spec.deadline(Op::Resolve, 0);
+            let request =
+                protocol::request_within(Op::Resolve, &spec.name, &config, args, deadline);
             let spec2 = spec.clone();
             start(
                 state,
@@ -265,8 +266,9 @@ fn ping(
     timeout_s: u64,
 ) {
     let args = serde_json::json!({"machines": machines, "timeout_s": timeout_s});
-    let request = protocol::request_line(Op::Ping, &spec.name, &spec.config_value(), args);
     let deadline = spec.deadline(Op::Ping, timeout_s);
+    let request =
+        protocol::request_within(Op::Ping, &spec.name, &spec.config_value(), args, deadline);
     let name = spec.name.clone();
     start(
         state,

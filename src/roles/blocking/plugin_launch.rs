@@ -131,8 +131,9 @@ fn send_launch(
             .collect(),
     };
     let args = serde_json::to_value(args).unwrap_or_default();
-    let request = protocol::request_line(Op::Launch, &spec.name, &spec.config_value(), args);
     let deadline = spec.deadline(Op::Launch, 0);
+    let request =
+        protocol::request_within(Op::Launch, &spec.name, &spec.config_value(), args, deadline);
     let name = spec.name.clone();
     start(
         state,
@@ -226,8 +227,9 @@ pub(super) fn kill(
         machines: machines.clone(),
     })
     .unwrap_or_default();
-    let request = protocol::request_line(Op::Kill, &spec.name, &spec.config_value(), args);
     let deadline = spec.deadline(Op::Kill, 0);
+    let request =
+        protocol::request_within(Op::Kill, &spec.name, &spec.config_value(), args, deadline);
     let name = spec.name.clone();
     start(
         state,
