@@ -17,8 +17,8 @@ use std::path::PathBuf;
 
 use super::values;
 use super::yaml::{Node, NodeKind};
-use crate::executor::PluginSpec;
 use crate::executor::spec::DEFAULT_TIMEOUT_S;
+use crate::executor::spec::PluginSpec;
 
 /// One entry of `saltpeter_config.executors`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

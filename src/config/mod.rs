@@ -119,6 +119,32 @@ pub struct LoadedConfig {
 }
 
 impl LoadedConfig {
+    /// The `check_config` each executor plugin of the jobs is to run
+    /// (`plugin_check.rs`).
+    pub fn plugin_check_orders(&self) -> Vec<plugin_check::CheckOrder> {
+        plugin_check::check_orders(&self.jobs, &self.saltpeter)
+    }
+
+    /// What `plugin`'s `check_config` answered (or why it did not), applied.
+    pub fn apply_plugin_check(
+        &mut self,
+        plugin: &str,
+        answer: Result<Vec<crate::executor::protocol::ConfigError>, String>,
+    ) {
+        plugin_check::apply_check(&mut self.jobs, &mut self.diagnostics, plugin, answer);
+    }
+
+    /// Run every plugin's `check_config` in turn and apply the answers (outside any
+    /// loop: start-up, `saltpeterctl config check`).
+    pub fn run_plugin_checks(&mut self, daemon_exe: &std::path::Path) {
+        plugin_check::run_checks(
+            &mut self.jobs,
+            &self.saltpeter,
+            &mut self.diagnostics,
+            daemon_exe,
+        );
+    }
+
     /// Whether any diagnostic is an error (`saltpeterctl config check` then exits non-zero).
     pub fn has_errors(&self) -> bool {
         self.diagnostics
@@ -332,6 +358,6 @@ pub fn load_parsed(
         saltpeter_good,
         job_cache: Arc::new(job_cache),
     };
-    plugin_check::check_found(&mut loaded);
+    plugin_check::check_found(&mut loaded.jobs, &loaded.saltpeter, &mut loaded.diagnostics);
     Load::Loaded(Box::new(loaded))
 }

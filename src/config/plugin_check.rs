@@ -17,11 +17,12 @@ use std::path::Path;
 use super::diagnostic::{Diagnostic, Severity};
 use super::entries::{InvalidJob, JobEntry};
 use super::executors::find_plugin;
+use super::job::Job;
+use super::saltpeter::SaltpeterConfig;
 use super::values::diagnostic;
 use super::yaml::Pos;
-use super::{Job, LoadedConfig};
-use crate::executor::PluginSpec;
 use crate::executor::protocol::{self, CheckConfigArgs, ConfigError, JobRef, Op};
+use crate::executor::spec::PluginSpec;
 
 /// One plugin's `check_config` to run: the plugin and its request line.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -74,10 +75,16 @@ fn disable(
     jobs.insert(name.to_string(), invalid);
 }
 
+/// The jobs of a configuration and its diagnostics, which the checks change.
+pub(crate) type Jobs = BTreeMap<String, JobEntry>;
+
 /// Jobs whose plugin cannot be found (or is not executable) are disabled.
-pub(crate) fn check_found(config: &mut LoadedConfig) {
-    let sp = &config.saltpeter;
-    let missing: Vec<(String, String)> = plugin_jobs(&config.jobs)
+pub(crate) fn check_found(
+    jobs: &mut Jobs,
+    sp: &SaltpeterConfig,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    let missing: Vec<(String, String)> = plugin_jobs(jobs)
         .into_iter()
         .filter_map(|(plugin, jobs)| {
             let why = find_plugin(&plugin, &sp.executors, &sp.executor_path).err()?;
@@ -86,9 +93,9 @@ pub(crate) fn check_found(config: &mut LoadedConfig) {
         .flatten()
         .collect();
     for (name, why) in missing {
-        disable(&mut config.jobs, &mut config.diagnostics, &name, why);
+        disable(jobs, diagnostics, &name, why);
     }
-    sort(&mut config.diagnostics);
+    sort(diagnostics);
 }
 
 fn sort(diagnostics: &mut [Diagnostic]) {
@@ -96,9 +103,8 @@ fn sort(diagnostics: &mut [Diagnostic]) {
 }
 
 /// The `check_config` of every plugin the valid jobs use.
-pub fn check_orders(config: &LoadedConfig) -> Vec<CheckOrder> {
-    let sp = &config.saltpeter;
-    plugin_jobs(&config.jobs)
+pub(crate) fn check_orders(jobs: &Jobs, sp: &SaltpeterConfig) -> Vec<CheckOrder> {
+    plugin_jobs(jobs)
         .into_iter()
         .filter_map(|(plugin, jobs)| {
             let spec = find_plugin(&plugin, &sp.executors, &sp.executor_path).ok()?;
@@ -128,12 +134,13 @@ pub fn check_orders(config: &LoadedConfig) -> Vec<CheckOrder> {
 /// What one plugin's `check_config` answered (or why it did not), applied: its jobs
 /// named in an error are disabled, every one of them for an error of its own
 /// configuration or a plugin that did not answer.
-pub fn apply_check(
-    config: &mut LoadedConfig,
+pub(crate) fn apply_check(
+    jobs: &mut Jobs,
+    diagnostics: &mut Vec<Diagnostic>,
     plugin: &str,
     answer: Result<Vec<ConfigError>, String>,
 ) {
-    let names: Vec<String> = plugin_jobs(&config.jobs)
+    let names: Vec<String> = plugin_jobs(jobs)
         .remove(plugin)
         .unwrap_or_default()
         .into_iter()
@@ -165,9 +172,9 @@ pub fn apply_check(
         }
     }
     for (name, message) in disabled {
-        disable(&mut config.jobs, &mut config.diagnostics, &name, message);
+        disable(jobs, diagnostics, &name, message);
     }
-    sort(&mut config.diagnostics);
+    sort(diagnostics);
 }
 
 /// A `check_config` reading: the errors, or why there is no answer.
@@ -185,8 +192,13 @@ pub fn read_check(raw: &protocol::RawOutput) -> Result<Vec<ConfigError>, String>
 /// Run every plugin's `check_config` in turn and apply the answers (start-up and
 /// `saltpeterctl config check`; each bounded by its deadline). `daemon_exe` runs pinned
 /// plugins (`--exec-pinned`).
-pub fn run_checks(config: &mut LoadedConfig, daemon_exe: &Path) {
-    for order in check_orders(config) {
+pub(crate) fn run_checks(
+    jobs: &mut Jobs,
+    sp: &SaltpeterConfig,
+    diagnostics: &mut Vec<Diagnostic>,
+    daemon_exe: &Path,
+) {
+    for order in check_orders(jobs, sp) {
         let deadline = order.spec.deadline(Op::CheckConfig, 0);
         let answer = crate::executor::runner::run(
             order.spec.command(daemon_exe),
@@ -204,6 +216,6 @@ pub fn run_checks(config: &mut LoadedConfig, daemon_exe: &Path) {
             }
             read_check(&raw)
         });
-        apply_check(config, &order.spec.name, answer);
+        apply_check(jobs, diagnostics, &order.spec.name, answer);
     }
 }

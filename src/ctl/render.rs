@@ -206,7 +206,7 @@ pub(crate) fn config_check(dir: &Path, json: bool) -> CtlResult {
         .ok()
         .and_then(|exe| Some(exe.parent()?.join("saltpeter-daemon")))
         .unwrap_or_else(|| std::path::PathBuf::from("saltpeter-daemon"));
-    crate::config::plugin_check::run_checks(&mut loaded, &daemon);
+    loaded.run_plugin_checks(&daemon);
     let (errors, warnings): (Vec<_>, Vec<_>) = loaded
         .diagnostics
         .iter()

@@ -25,8 +25,6 @@ pub mod sdk;
 pub mod spec;
 pub mod ssh;
 
-pub use spec::PluginSpec;
-
 /// The protocol version this build speaks.
 pub const PROTOCOL: u32 = 1;
 

@@ -272,7 +272,7 @@ pub(crate) enum ExecutorKind {
     /// An executor plugin (docs/executors.md), and the machines that get this build's
     /// wrapper first (capability `deploy`); never served for another server.
     Plugin {
-        spec: Box<crate::executor::PluginSpec>,
+        spec: Box<crate::executor::spec::PluginSpec>,
         deploy: Vec<String>,
     },
 }
@@ -371,7 +371,7 @@ pub(crate) enum BlockingRequest {
     Deliver(crate::wire::notify::DeliverOrder),
     /// An operation of an executor plugin.
     Plugin {
-        spec: Box<crate::executor::PluginSpec>,
+        spec: Box<crate::executor::spec::PluginSpec>,
         call: PluginCall,
     },
 }

@@ -10,7 +10,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use saltpeter::executor::protocol::{Op, read_output, request_line};
-use saltpeter::executor::{MAX_STDOUT, PluginSpec, runner, spec};
+use saltpeter::executor::spec::{self, PluginSpec};
+use saltpeter::executor::{MAX_STDOUT, runner};
 use serde_json::{Value, json};
 
 use crate::util::*;

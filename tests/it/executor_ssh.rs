@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use saltpeter::executor::protocol::{self, Op, PluginLine, RawOutput, Reading};
-use saltpeter::executor::{PluginSpec, runner};
+use saltpeter::executor::runner;
+use saltpeter::executor::spec::PluginSpec;
 use serde_json::{Value, json};
 
 use crate::sshd::{self, Sshd};

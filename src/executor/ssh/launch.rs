@@ -19,8 +19,7 @@ use std::time::Instant;
 use super::command::{self, DEPLOYED, HAVE, Install, NEED, READY};
 use super::config::SshConfig;
 use super::hosts::parse_spec;
-use super::session::{Ended, Session, for_each};
-use super::{reason, sha256_of_file};
+use super::session::{Ended, Session, for_each, reason};
 use crate::executor::protocol::{LaunchArgs, LaunchTarget, WrapperFile};
 use crate::executor::sdk::Reporter;
 
@@ -89,7 +88,7 @@ fn check_source(wrapper: &WrapperFile) -> Result<Source<'_>, String> {
             crate::logsafe::clip(path, 200)
         ));
     }
-    let (actual, size) = sha256_of_file(&wrapper.source)
+    let (actual, size) = sha256_and_size(&wrapper.source)
         .map_err(|e| format!("cannot read the wrapper {}: {e}", wrapper.source))?;
     if !actual.eq_ignore_ascii_case(&wrapper.sha256) {
         return Err(format!(
@@ -204,6 +203,14 @@ fn ended(end: Ended, phase: Phase, token: &str, cause: Option<String>) -> Outcom
         ))),
         (_, None, false) => Outcome::Failed(with("ssh was killed by a signal".to_string())),
     }
+}
+
+/// The sha256 (lower-case hex) and size of the file at `path`.
+pub(super) fn sha256_and_size(path: &str) -> Result<(String, u64), String> {
+    let size = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+    let hash = crate::executor::spec::sha256_file(std::path::Path::new(path))
+        .map_err(|e| e.to_string())?;
+    Ok((hash, size))
 }
 
 #[cfg(test)]

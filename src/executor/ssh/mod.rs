@@ -22,14 +22,12 @@ mod hosts;
 mod launch;
 mod session;
 
-use std::io::Read;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sha2::Digest;
 
 use self::config::SshConfig;
-use self::session::{Session, for_each};
+use self::session::{Session, for_each, reason};
 use super::protocol::{CheckConfigArgs, ConfigError, KillArgs, LaunchArgs, PingArgs, ResolveArgs};
 use super::sdk::{Description, Executor, Reporter};
 
@@ -40,9 +38,6 @@ pub struct SshExecutor;
 /// How much sooner than the daemon's deadline a ping gives up (the daemon allows
 /// `timeout_s` + 10 s).
 const PING_MARGIN: Duration = Duration::from_secs(5);
-
-/// The longest reason reported for a machine.
-const REASON_MAX: usize = 300;
 
 impl Executor for SshExecutor {
     fn name(&self) -> &str {
@@ -225,44 +220,6 @@ fn kill_one(config: &SshConfig, run: u64, machine: &str, deadline: Instant) -> R
             code.map_or("killed".to_string(), |c| format!("exit {c}"))
         )),
     }
-}
-
-/// ssh's stderr as a reason: the token (if any) masked, lines joined, control characters
-/// escaped, at most [`REASON_MAX`] characters.
-fn reason(stderr: &str, token: &str) -> String {
-    let masked = if token.is_empty() {
-        stderr.to_string()
-    } else {
-        stderr.replace(token, "[the token]")
-    };
-    let lines: Vec<&str> = masked
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    crate::logsafe::clip(&lines.join(" | "), REASON_MAX)
-}
-
-/// The sha256 (lower-case hex) and size of the file at `path`.
-fn sha256_of_file(path: &str) -> std::io::Result<(String, u64)> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = sha2::Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut size = 0u64;
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        size += n as u64;
-        hasher.update(&buf[..n]);
-    }
-    let hex = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    Ok((hex, size))
 }
 
 #[cfg(test)]

@@ -265,3 +265,22 @@ pub(super) fn for_each<T: Sync>(
     skipped.sort_unstable();
     skipped.into_iter().filter_map(|i| items.get(i)).collect()
 }
+
+/// The most characters of ssh's stderr kept as a reason.
+pub(super) const REASON_MAX: usize = 300;
+
+/// ssh's stderr as a reason: the token (if any) masked, lines joined, control characters
+/// escaped, at most [`REASON_MAX`] characters.
+pub(super) fn reason(stderr: &str, token: &str) -> String {
+    let masked = if token.is_empty() {
+        stderr.to_string()
+    } else {
+        stderr.replace(token, "[the token]")
+    };
+    let lines: Vec<&str> = masked
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    crate::logsafe::clip(&lines.join(" | "), REASON_MAX)
+}

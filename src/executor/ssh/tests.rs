@@ -245,7 +245,8 @@ fn the_launch_script_runs_in_a_real_shell() {
     let dir = tempfile::tempdir().expect("tempdir");
     let source = dir.path().join("source");
     std::fs::write(&source, b"#!/bin/sh\ncat > \"$1\"\n").expect("source");
-    let (sha256, size) = sha256_of_file(source.to_str().expect("utf-8")).expect("hash");
+    let (sha256, size) =
+        super::launch::sha256_and_size(source.to_str().expect("utf-8")).expect("hash");
     let target = dir.path().join("sub/dir/wrapper");
     let got = dir.path().join("got");
     let install = Install {
@@ -299,9 +300,12 @@ fn the_launch_script_runs_in_a_real_shell() {
 fn reasons_are_one_clipped_line_without_the_token() {
     let stderr = "Warning: x\n\nssh: connect to host a: refused \u{1b}[31m tok-123\n";
     assert_eq!(
-        reason(stderr, "tok-123"),
+        super::session::reason(stderr, "tok-123"),
         "Warning: x | ssh: connect to host a: refused \\u{1b}[31m [the token]"
     );
     let long = "x".repeat(1000);
-    assert_eq!(reason(&long, "").chars().count(), REASON_MAX + 1);
+    assert_eq!(
+        super::session::reason(&long, "").chars().count(),
+        super::session::REASON_MAX + 1
+    );
 }

@@ -22,7 +22,7 @@ use super::common::{ControlLink, Controlled, RoleArgs, RoleError, attach_control
 use crate::evloop::{Ctx, EventLoop, Flow};
 use crate::ipc::Role;
 use crate::ipc::rpc::{CallId, Packet, RemoteError};
-use crate::wire::link::{BlockingReply, BlockingRequest, ControlDown, ExecutorKind};
+use crate::wire::link::{BlockingReply, BlockingRequest, ControlDown, ExecutorKind, PluginCall};
 use state::Blocking;
 
 impl Controlled for Blocking {
@@ -136,6 +136,10 @@ fn handle(state: &mut Blocking, ctx: &mut Ctx<Blocking>, id: CallId, req: Blocki
             helpers::load_config_call(state, ctx, id, dir, known)
         }
         BlockingRequest::Deliver(order) => deliver::deliver_call(state, ctx, id, order),
+        BlockingRequest::Plugin {
+            spec,
+            call: PluginCall::Kill { run, machines },
+        } => plugin_launch::kill(state, ctx, id, &spec, run, machines),
         BlockingRequest::Plugin { spec, call } => plugin::call(state, ctx, id, *spec, call),
     }
 }

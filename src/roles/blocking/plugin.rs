@@ -25,8 +25,8 @@ use nix::sys::signal::Signal;
 
 use super::state::Blocking;
 use crate::evloop::{Ctx, child};
-use crate::executor::PluginSpec;
 use crate::executor::protocol::{self, Op, PluginLine, RawOutput, Reading};
+use crate::executor::spec::PluginSpec;
 use crate::executor::{MAX_STDERR_LOGGED, MAX_STDOUT};
 use crate::ipc::CallId;
 use crate::ipc::rpc::RemoteError;
@@ -226,9 +226,13 @@ pub(super) fn call(
             machines,
             timeout_s,
         } => ping(state, ctx, id, &spec, machines, timeout_s),
-        PluginCall::Kill { run, machines } => {
-            super::plugin_launch::kill(state, ctx, id, &spec, run, machines)
-        }
+        // Answered per machine, as a launch (`plugin_launch.rs`, dispatched by `mod.rs`).
+        PluginCall::Kill { .. } => state.reply(
+            id,
+            Err(RemoteError::Failed(
+                "a plugin's kill goes to plugin_launch".into(),
+            )),
+        ),
     }
 }
 

@@ -150,7 +150,7 @@ impl Reloads {
         loaded: Box<LoadedConfig>,
         started: Instant,
     ) -> Result<Out, Box<LoadedConfig>> {
-        let orders = config::plugin_check::check_orders(&loaded);
+        let orders = loaded.plugin_check_orders();
         if orders.is_empty() {
             return Err(loaded);
         }
@@ -193,7 +193,7 @@ impl Reloads {
             Ok(other) => Err(format!("blocking answered {other:?}")),
             Err(e) => Err(e.to_string()),
         };
-        config::plugin_check::apply_check(&mut checking.loaded, plugin, answer);
+        checking.loaded.apply_plugin_check(plugin, answer);
         if !checking.waiting.is_empty() {
             return None;
         }

@@ -198,7 +198,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
         .map_err(|e| RoleError::BadStart(e.to_string()))?;
     // Nothing runs yet: the executor plugins check their jobs here, each within its
     // deadline (reloads ask blocking, `lifecycle/reload.rs`).
-    config::plugin_check::run_checks(&mut config, std::path::Path::new("/proc/self/exe"));
+    config.run_plugin_checks(std::path::Path::new("/proc/self/exe"));
     for d in &config.diagnostics {
         log::warn!("{d}");
     }

@@ -5,7 +5,7 @@
 //! that get this build's wrapper first.
 
 use crate::config::{Job, SaltpeterConfig};
-use crate::executor::PluginSpec;
+use crate::executor::spec::PluginSpec;
 use crate::roles::main::fleet::launcher;
 use crate::roles::main::shell::Main;
 use crate::wire::link::{BlockingRequest, ExecutorKind, PluginCall, SaltTargetType};
