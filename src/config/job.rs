@@ -156,7 +156,7 @@ impl Job {
             "command": self.command,
             "targets": self.targets,
             "target_expr": self.target_expr,
-            "target_type": self.target_type.as_str(),
+            "target_type": self.target_type_word(),
             "executor": self.executor.as_str(),
             "user": self.user,
             "cwd": self.cwd,

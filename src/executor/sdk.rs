@@ -14,6 +14,45 @@
 //! [`serve`] is steps 2 to 4 over any reader and writer, so the dispatcher is tested in
 //! memory. The [`Reporter`] writes whole lines under a lock and flushes each, so worker
 //! threads of a plugin may report at once without interleaving.
+//!
+//! The example of docs/executors.md, compiled by the doc tests:
+//!
+//! ```no_run
+//! use saltpeter::executor::protocol::{ConfigError, LaunchArgs, PingArgs, ResolveArgs, CheckConfigArgs};
+//! use saltpeter::executor::sdk::{self, Description, Executor, Reporter};
+//! use serde_json::Value;
+//!
+//! struct Demo;
+//!
+//! impl Executor for Demo {
+//!     fn name(&self) -> &str { "demo" }
+//!     fn version(&self) -> &str { env!("CARGO_PKG_VERSION") }
+//!     fn describe(&self, _config: &Value) -> Result<Description, String> {
+//!         Ok(Description::default())
+//!     }
+//!     fn check_config(&self, _args: &CheckConfigArgs, _config: &Value) -> Result<Vec<ConfigError>, String> {
+//!         Ok(Vec::new())
+//!     }
+//!     fn resolve(&self, args: &ResolveArgs, _config: &Value) -> Result<Vec<String>, String> {
+//!         Ok(args.target.split(',').map(|m| m.trim().to_string()).collect())
+//!     }
+//!     fn ping(&self, args: &PingArgs, _config: &Value, report: &Reporter) -> Result<(), String> {
+//!         args.machines.iter().for_each(|m| report.reachable(m));
+//!         Ok(())
+//!     }
+//!     fn launch(&self, args: &LaunchArgs, _config: &Value, report: &Reporter) -> Result<(), String> {
+//!         for t in &args.targets {
+//!             // Run t.command on t.machine with t.token and "\n" on its stdin, then:
+//!             report.launched(&t.machine);
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     sdk::main(Demo)
+//! }
+//! ```
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;

@@ -223,7 +223,7 @@ pub(crate) fn cron_view(entry: &JobEntry) -> CronEntryView {
             command: job.command.clone(),
             targets: job.targets.clone(),
             target_expr: job.target_expr.clone(),
-            target_type: job.target_type.as_str().to_string(),
+            target_type: job.target_type_word().to_string(),
             executor: job.executor.as_str().to_string(),
             user: job.user.clone(),
             cwd: job.cwd.clone(),
