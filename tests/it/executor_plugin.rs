@@ -348,3 +348,32 @@ fn a_plugin_whose_file_does_not_match_its_pin_does_not_run() {
     let (r, code) = d.run_wait("pinned");
     assert_eq!(code, 0, "{r}");
 }
+
+#[test]
+fn a_scheduled_plugin_job_is_pre_staged_and_its_machines_in_maintenance_stay_out() {
+    let d = Daemon::start(&[
+        ("01-fast.yaml", FAST),
+        ("02-plugins.yaml", &plugins("{}")),
+        (
+            "03-maintenance.yaml",
+            "saltpeter_maintenance:\n  machines: [off]\n",
+        ),
+        (
+            "jobs.yaml",
+            &format!(
+                "ticks:\n  schedule: '*/2 * * * * *'\n  executor: pyexec\n  targets: [on, off]\n  \
+                 target_type: list\n  wrapper_path: {WRAPPER}\n  command: 'echo tick'\n"
+            ),
+        ),
+    ]);
+    let runs = d.wait_final_runs("ticks", 2);
+    let run = &runs[1];
+    assert!(run["slot"].is_string(), "a scheduled run: {run}");
+    assert_eq!(target(run, "on")["exit_code"], 0, "{run}");
+    assert_eq!(target(run, "off")["state"], "skipped_maintenance", "{run}");
+    let log = d.log_text();
+    assert!(
+        log.contains("ticks: pre-staging slot"),
+        "launched ahead of its slot: {log}"
+    );
+}
