@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 
 use crate::util::*;
 
-fn ms(v: &serde_json::Value) -> Option<i64> {
+pub(crate) fn ms(v: &serde_json::Value) -> Option<i64> {
     chrono::DateTime::parse_from_rfc3339(v.as_str()?)
         .ok()
         .map(|t| t.timestamp_millis())
 }
 
-fn percentile(sorted: &[i64], p: f64) -> i64 {
+pub(crate) fn percentile(sorted: &[i64], p: f64) -> i64 {
     if sorted.is_empty() {
         return 0;
     }
@@ -36,7 +36,7 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 }
 
 /// CPU-seconds of a process, with its reaped children (utime, stime, cutime, cstime).
-fn cpu_s(pid: u32) -> f64 {
+pub(crate) fn cpu_s(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };
@@ -53,7 +53,7 @@ fn cpu_s(pid: u32) -> f64 {
 
 /// CPU-seconds of the daemon's processes and their children (the salt bridge, salt
 /// processes alive), by name.
-fn daemon_cpu(d: &Daemon) -> std::collections::BTreeMap<String, f64> {
+pub(crate) fn daemon_cpu(d: &Daemon) -> std::collections::BTreeMap<String, f64> {
     let roles = d.processes();
     let role_pids: Vec<u32> = roles.iter().map(|(_, pid)| *pid).collect();
     let mut out: std::collections::BTreeMap<String, f64> = roles

@@ -15,6 +15,7 @@ mod api;
 mod bench;
 mod bench_salt;
 mod bench_scale;
+mod bench_ssh;
 mod compat;
 mod ctl;
 mod ctl_more;

@@ -208,6 +208,11 @@ impl Sshd {
         }
     }
 
+    /// The listening sshd's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Stop the listener (open sessions go on).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
