@@ -25,6 +25,7 @@ mod action;
 mod answers;
 pub(crate) mod auth;
 mod conns;
+mod output_json;
 pub(crate) mod feed;
 pub(crate) mod parse;
 mod query;

@@ -179,7 +179,14 @@ pub(crate) enum Expect {
     Job,
     Runs { limit: u32 },
     Run,
-    Output { raw: bool, from: u64 },
+    /// An output read: its form, where it starts (or that it asks for the last bytes),
+    /// and the most bytes it asked for, which decide the room its answer has.
+    Output {
+        raw: bool,
+        from: u64,
+        tail: bool,
+        max_bytes: u64,
+    },
     Started,
     Done,
     Metrics,
