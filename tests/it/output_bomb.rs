@@ -23,7 +23,7 @@ use crate::util::*;
 /// How far hub and main together may grow over their size before the flood (KiB): the
 /// output budget (32 MiB, 16 MiB reserve) with room for allocator slack and the
 /// concurrent run, far below the gigabytes an unbounded hub reaches.
-const GROWTH_KIB: u64 = 200 * 1024;
+const GROWTH_KIB: u64 = 100 * 1024;
 /// Where the test stops the flood whatever happens (KiB, hub plus main), so an
 /// unbounded daemon does not take the machine down with it.
 const STOP_KIB: u64 = 3 * 1024 * 1024;
@@ -112,7 +112,11 @@ impl Peaks {
 /// pass [`STOP_KIB`]. Returns the peaks and the number of frames the socket took.
 fn flood(s: Session, frames: u64, window: Duration) -> (Daemon, u64, Peaks, Peaks) {
     let Session {
-        d, port, mut ws, raw, ..
+        d,
+        port,
+        mut ws,
+        raw,
+        ..
     } = s;
     let (hub, main) = (d.pid_of("hub"), d.pid_of("main"));
     let mut before = Peaks::default();

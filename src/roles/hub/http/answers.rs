@@ -5,8 +5,8 @@ use serde_json::{Value, json};
 
 use super::parse::Response;
 use crate::json::{job_json, run_json, status_json, time};
-use crate::roles::hub::state::http::Expect;
 use crate::roles::hub::state::budget;
+use crate::roles::hub::state::http::Expect;
 use crate::roles::hub::state::http::Http;
 use crate::wire::admin::{AdminFailure, AdminResponse, JobDetail, OutputSlice};
 
@@ -47,7 +47,7 @@ fn output_response(s: OutputSlice, expect: Expect) -> Response {
             .with_header("X-Saltpeter-Total-Bytes", &s.total_bytes.to_string())
             .with_header("X-Saltpeter-Omitted-Bytes", &s.omitted_bytes.to_string());
     }
-    let room = budget::output_data_room(max_bytes, false);
+    let room = budget::output_data_room(u64::from(max_bytes), false);
     let body = super::output_json::render(&s, from, tail, room);
     Response::new(200, "application/json", body)
 }

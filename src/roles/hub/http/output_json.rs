@@ -218,7 +218,11 @@ mod tests {
         let keep = fitting(data.as_bytes(), 17, false);
         assert_eq!(keep, 6, "two of (6 + 2 JSON bytes, 3 bytes)");
         assert!(data.is_char_boundary(keep));
-        assert_eq!(fitting(b"\0\0", 1, false), 1, "one unit even if it does not fit");
+        assert_eq!(
+            fitting(b"\0\0", 1, false),
+            1,
+            "one unit even if it does not fit"
+        );
         assert_eq!(fitting(b"\xff\xfe", 1, true), 1);
         assert_eq!(fitting(b"", 0, false), 0);
     }
@@ -233,7 +237,11 @@ mod tests {
         let v = answer(&render(&s, 0, true, 120));
         assert_eq!(v["bytes"], 20);
         assert_eq!(v["next_from"], 1000, "it ended where the slice ends");
-        assert_eq!(v["omitted_at"], serde_json::Value::Null, "the gap was cut off");
+        assert_eq!(
+            v["omitted_at"],
+            serde_json::Value::Null,
+            "the gap was cut off"
+        );
         s.omitted_at = Some(85);
         let v = answer(&render(&s, 0, true, 120));
         assert_eq!(v["omitted_at"], 5);

@@ -123,7 +123,9 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
 /// Set aside room for the answer expected on connection `id` (`budget`, rule 3).
 fn reserve_answer(hub: &mut Hub, id: ConnId, expect: Expect) -> bool {
     let bytes = match expect {
-        Expect::Output { raw, max_bytes, .. } => budget::output_answer_room(max_bytes, raw),
+        Expect::Output { raw, max_bytes, .. } => {
+            budget::output_answer_room(u64::from(max_bytes), raw)
+        }
         _ => budget::CALL_RESERVE,
     };
     let Some(http) = hub.http.as_mut() else {

@@ -174,8 +174,16 @@ mod tests {
         let mut big = Charge::default();
         assert_eq!(b.room_to_read(FLOOR * 4), READ_CHUNK, "an open budget");
         b.settle(&mut big, BUDGET / 2, 0);
-        assert_eq!(b.room_to_read(FLOOR), 0, "request buffers hold half the budget");
-        assert_eq!(b.room_to_read(FLOOR - 100), 100, "a connection's floor is always there");
+        assert_eq!(
+            b.room_to_read(FLOOR),
+            0,
+            "request buffers hold half the budget"
+        );
+        assert_eq!(
+            b.room_to_read(FLOOR - 100),
+            100,
+            "a connection's floor is always there"
+        );
         assert_eq!(b.room_to_read(0), READ_CHUNK);
         assert!(b.may_serve(FLOOR), "answers have the other half");
         let mut other = Charge::default();

@@ -177,15 +177,17 @@ pub(crate) enum Expect {
     ConfigErrors,
     Jobs,
     Job,
-    Runs { limit: u32 },
+    Runs {
+        limit: u32,
+    },
     Run,
     /// An output read: its form, where it starts (or that it asks for the last bytes),
-    /// and the most bytes it asked for, which decide the room its answer has.
+    /// and the most bytes it asked for (at most 8 MiB), which decide its answer's room.
     Output {
         raw: bool,
         from: u64,
         tail: bool,
-        max_bytes: u64,
+        max_bytes: u32,
     },
     Started,
     Done,
