@@ -244,9 +244,19 @@ fn rejected_for(frame: Vec<u8>, why: &str) -> (Daemon, u64) {
             Ok(_) => continue,
         }
     }
-    wait_until("the reason in the log", HANG, || {
-        d.log_text().contains(why).then_some(())
+    // The log names the session and why, on one line.
+    let line = wait_until("the reason in the log", HANG, || {
+        d.log_text()
+            .lines()
+            .find(|l| l.contains(why))
+            .map(str::to_string)
     });
+    assert!(
+        line.contains(&format!(
+            "(run {run}, machine bomb1): rejected (BadMessage): output frame refused"
+        )),
+        "{line}"
+    );
     (d, run)
 }
 
