@@ -305,8 +305,28 @@ impl OutputFrame {
         out
     }
 
+    /// How many bytes of output a frame from a link holds, read from its header without
+    /// decompressing anything: a compressed frame's declared length, a plain frame's data.
+    /// A reader charges its budget this much *before* decoding, so memory is counted by
+    /// what a frame becomes, not by what it costs on the wire (a few dozen bytes of zstd
+    /// declare a MiB). A frame too short to say counts as its own length (its decoding
+    /// fails); one whose data does not match its declaration fails to decode
+    /// ([`CompressError::Corrupt`]), so the charge is never less than what it brings.
+    pub fn declared_len(bytes: &[u8]) -> usize {
+        match bytes.first() {
+            Some(first) if first & COMPRESSED_FLAG != 0 && bytes.len() >= COMPRESSED_HEADER_LEN => {
+                let mut raw = [0u8; 4];
+                raw.copy_from_slice(&bytes[OUTPUT_HEADER_LEN..COMPRESSED_HEADER_LEN]);
+                usize::try_from(u32::from_be_bytes(raw)).unwrap_or(usize::MAX)
+            }
+            Some(first) if first & COMPRESSED_FLAG != 0 => bytes.len(),
+            _ => bytes.len().saturating_sub(OUTPUT_HEADER_LEN),
+        }
+    }
+
     /// Decodes a frame from a link: plain, or compressed when `compressed_ok` (the link
-    /// negotiated it), decompressed to at most `limit` bytes.
+    /// negotiated it), decompressed to at most `limit` bytes; the result holds exactly
+    /// [`OutputFrame::declared_len`] bytes.
     pub fn decode_link(
         bytes: &[u8],
         compressed_ok: bool,

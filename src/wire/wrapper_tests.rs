@@ -101,6 +101,27 @@ fn a_decompression_bomb_frame_is_refused() {
     ));
 }
 
+#[test]
+fn a_frame_declares_what_it_decodes_to_before_it_is_decoded() {
+    // A MiB of zeros is a few dozen bytes on the wire and declares its MiB.
+    let bomb = frame(vec![0; 1 << 20]).encode_for_link(true);
+    assert!(bomb.len() < 100, "{} bytes", bomb.len());
+    assert_eq!(OutputFrame::declared_len(&bomb), 1 << 20);
+    let decoded = OutputFrame::decode_link(&bomb, true, 1 << 20).expect("decodes");
+    assert_eq!(decoded.data.len(), OutputFrame::declared_len(&bomb));
+    // A plain frame declares its data; short frames their own length.
+    let plain = frame(b"line\n".to_vec()).encode();
+    assert_eq!(OutputFrame::declared_len(&plain), 5);
+    assert_eq!(OutputFrame::declared_len(&[1, 0, 0]), 0);
+    assert_eq!(OutputFrame::declared_len(&[]), 0);
+    assert_eq!(OutputFrame::declared_len(&bomb[..12]), 12);
+    // The largest declaration is counted as it is (and refused when decoded).
+    let mut huge = bomb.clone();
+    huge[9..13].copy_from_slice(&u32::MAX.to_be_bytes());
+    assert_eq!(OutputFrame::declared_len(&huge), u32::MAX as usize);
+    assert!(OutputFrame::decode_link(&huge, true, 1 << 20).is_err());
+}
+
 /// `hello` and `welcome` as a peer built before compression decodes them.
 #[allow(dead_code)] // Its fields are what an old peer requires: decoding them is the test.
 #[derive(Debug, Deserialize)]

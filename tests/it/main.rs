@@ -43,6 +43,7 @@ mod maintenance;
 mod notify;
 mod notify_tls;
 mod output_backpressure;
+mod output_bomb;
 mod pg_tls;
 mod queued;
 mod quickstart;

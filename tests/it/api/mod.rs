@@ -9,6 +9,7 @@ mod compression;
 mod endpoints;
 mod guard;
 mod memory;
+mod memory_bounds;
 mod metrics;
 mod ws;
 mod ws_truth;

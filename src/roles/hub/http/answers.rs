@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::parse::Response;
 use crate::json::{job_json, run_json, status_json, time};
+use crate::roles::hub::state::budget;
 use crate::roles::hub::state::http::Expect;
 use crate::roles::hub::state::http::Http;
 use crate::wire::admin::{AdminFailure, AdminResponse, JobDetail, OutputSlice};
@@ -28,25 +29,27 @@ fn job_detail_json(d: &JobDetail) -> Value {
     v
 }
 
-fn output_response(s: OutputSlice, raw: bool, from: u64) -> Response {
+/// An output read's answer, within the room set aside for it (`budget::output_answer_room`):
+/// the raw form is the slice itself; the JSON form is cut to fit (`output_json`).
+fn output_response(s: OutputSlice, expect: Expect) -> Response {
+    let Expect::Output {
+        raw,
+        from,
+        tail,
+        max_bytes,
+    } = expect
+    else {
+        return Response::error(500, "internal", "unexpected answer from main");
+    };
     if raw {
         return Response::new(200, "application/octet-stream", s.data)
             .with_header("X-Saltpeter-Next-From", &s.next_from.to_string())
             .with_header("X-Saltpeter-Total-Bytes", &s.total_bytes.to_string())
             .with_header("X-Saltpeter-Omitted-Bytes", &s.omitted_bytes.to_string());
     }
-    Response::json(
-        200,
-        &json!({
-            "from": from,
-            "next_from": s.next_from,
-            "total_bytes": s.total_bytes,
-            "omitted_bytes": s.omitted_bytes,
-            "omitted_at": s.omitted_at,
-            "bytes": s.data.len(),
-            "data": String::from_utf8_lossy(&s.data),
-        }),
-    )
+    let room = budget::output_data_room(u64::from(max_bytes), false);
+    let body = super::output_json::render(&s, from, tail, room);
+    Response::new(200, "application/json", body)
 }
 
 /// main's answer to a request, as the HTTP response.
@@ -84,8 +87,8 @@ pub(super) fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Respon
             ok(json!({"runs": runs.iter().map(run_json).collect::<Vec<_>>(), "next_before": next}))
         }
         (Expect::Run, AdminResponse::Run(r)) => ok(run_json(&r)),
-        (Expect::Output { raw, from }, AdminResponse::OutputSlice(s)) => {
-            output_response(s, raw, from)
+        (expect @ Expect::Output { .. }, AdminResponse::OutputSlice(s)) => {
+            output_response(s, expect)
         }
         (Expect::Started, AdminResponse::Started { run }) => {
             Response::json(202, &json!({"run": run}))

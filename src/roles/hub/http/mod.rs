@@ -26,6 +26,7 @@ mod answers;
 pub(crate) mod auth;
 mod conns;
 pub(crate) mod feed;
+mod output_json;
 pub(crate) mod parse;
 mod query;
 mod reading;

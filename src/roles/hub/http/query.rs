@@ -117,6 +117,9 @@ pub(super) fn output_query(req: &Request, id: &str, machine: &str) -> Action {
         Expect::Output {
             raw,
             from: range.from,
+            tail: range.tail.is_some(),
+            max_bytes: u32::try_from(range.max_bytes.unwrap_or(DEFAULT_OUTPUT_BYTES))
+                .unwrap_or(u32::MAX),
         },
     )
 }

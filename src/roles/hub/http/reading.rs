@@ -11,11 +11,8 @@ use super::serve::process;
 use super::writing::{flush, queue};
 use crate::evloop::Ctx;
 use crate::roles::hub::state::Hub;
-use crate::roles::hub::state::budget::FLOOR;
-use crate::roles::hub::state::budget::READ_CHUNK;
-use crate::roles::hub::state::http::{ConnState, MAX_UNSENT};
-
-use crate::roles::hub::state::http::ConnId;
+use crate::roles::hub::state::budget::{self, READ_CHUNK};
+use crate::roles::hub::state::http::{Conn, ConnId, ConnState, Kind, MAX_UNSENT};
 
 /// Read, serve and write until nothing moves. Reading stops while the answers not yet
 /// sent pass [`MAX_UNSENT`]: a client that pipelines requests and never reads its
@@ -35,12 +32,24 @@ pub(super) fn on_http_event(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
 }
 
 /// One round; `None` when the connection is gone, `Some(progress)` otherwise.
+///
+/// What each read adds is counted into the budget at once (`Budget::settle`), and the
+/// budget is asked again before the next read: counting only after the event let one
+/// connection read a whole request (~1 MiB) past a spent budget, and the sweep's retry of
+/// a thousand held-back connections read them all before counting any (435 MB held
+/// against a budget of 48 MiB + floors).
 fn http_round(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) -> Option<bool> {
-    let (limits, reads_open) = hub
-        .http
-        .as_ref()
-        .map(|h| (h.limits, h.budget.may_read(usize::MAX)))?;
-    let conn = http_conn(hub, id)?;
+    let http = hub.http.as_mut()?;
+    let limits = http.limits;
+    let budget = &mut http.budget;
+    let Some(Conn {
+        kind: Kind::Http(conn),
+        charge,
+        ..
+    }) = http.conns.get_mut(&id)
+    else {
+        return None;
+    };
     conn.starved = false;
     let (rbuf_before, wbuf_before, served_before) = (conn.rbuf.len(), conn.wbuf.len(), conn.served);
     // Everything the peer sent so far, within what one request may need.
@@ -48,14 +57,16 @@ fn http_round(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) -> Option<bool> {
     let mut buf = [0u8; READ_CHUNK];
     let mut ended = false;
     let mut read_any = false;
+    let mut failed = None;
     while conn.wbuf.len() < MAX_UNSENT && conn.rbuf.len() <= cap {
-        if !reads_open && conn.rbuf.len() + conn.wbuf.len() >= FLOOR {
+        let room = budget.room_to_read(conn.rbuf.len() + conn.wbuf.len());
+        if room == 0 {
             // The hub's request buffers are at their share of the budget: this one keeps
             // its floor and waits (the sweep tries it again).
             conn.starved = true;
             break;
         }
-        match conn.stream.read(&mut buf) {
+        match conn.stream.read(&mut buf[..room]) {
             Ok(0) => {
                 ended = true;
                 break;
@@ -68,7 +79,9 @@ fn http_round(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) -> Option<bool> {
                 if conn.rbuf.is_empty() && conn.partial_since.is_none() {
                     conn.partial_since = Some(Instant::now());
                 }
+                budget::reserve_for(&mut conn.rbuf, n);
                 conn.rbuf.extend_from_slice(&buf[..n]);
+                budget.settle(charge, conn.rbuf.len(), conn.wbuf.len());
                 if conn.rbuf.len() > cap
                     && matches!(
                         parse::parse(&conn.rbuf, &limits.parse),
@@ -90,14 +103,18 @@ fn http_round(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) -> Option<bool> {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                drop_conn(hub, ctx, id, &format!("read failed: {e}"));
-                return None;
+                failed = Some(format!("read failed: {e}"));
+                break;
             }
         }
     }
+    if let Some(why) = failed {
+        drop_conn(hub, ctx, id, &why);
+        return None;
+    }
     process(hub, ctx, id);
     let conn = http_conn(hub, id)?;
-    crate::roles::hub::state::budget::shrink(&mut conn.rbuf);
+    budget::shrink(&mut conn.rbuf);
     if ended {
         match conn.state {
             // The answer still goes out; the peer may only have shut its write side.

@@ -10,7 +10,7 @@ use super::writing::queue;
 use super::{action, auth, routes, ws_ui};
 use crate::evloop::Ctx;
 use crate::roles::hub::state::http::MAX_UNSENT;
-use crate::roles::hub::state::http::{Conn, ConnId, ConnState, Kind};
+use crate::roles::hub::state::http::{Conn, ConnId, ConnState, Expect, Kind};
 use crate::roles::hub::state::{Hub, Waiting};
 use crate::roles::hub::state::{budget, identity};
 use crate::wire::link::HubRequest;
@@ -88,7 +88,7 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
             expect,
             timeout,
         } => {
-            if !reserve_answer(hub, id, &admin) {
+            if !reserve_answer(hub, id, expect) {
                 let busy = Response::error(
                     503,
                     "busy",
@@ -120,14 +120,11 @@ fn dispatch(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, req: parse::Request, 
     }
 }
 
-/// Set aside room for the answer to `admin` on connection `id` (`budget`, rule 3).
-fn reserve_answer(hub: &mut Hub, id: ConnId, admin: &crate::wire::admin::AdminRequest) -> bool {
-    let bytes = match admin {
-        crate::wire::admin::AdminRequest::Output { range, .. } => {
-            let max = range.max_bytes.unwrap_or(action::DEFAULT_OUTPUT_BYTES);
-            usize::try_from(max.saturating_mul(2))
-                .unwrap_or(usize::MAX)
-                .saturating_add(budget::CALL_RESERVE)
+/// Set aside room for the answer expected on connection `id` (`budget`, rule 3).
+fn reserve_answer(hub: &mut Hub, id: ConnId, expect: Expect) -> bool {
+    let bytes = match expect {
+        Expect::Output { raw, max_bytes, .. } => {
+            budget::output_answer_room(u64::from(max_bytes), raw)
         }
         _ => budget::CALL_RESERVE,
     };

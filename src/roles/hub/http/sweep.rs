@@ -97,9 +97,11 @@ pub(super) fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
     for (id, why) in drop_now {
         drop_conn(hub, ctx, id, why);
     }
-    // Connections the budget held back get another go, now that others may have left.
+    // Connections the budget held back get another go, now that others may have left;
+    // each is counted before the next reads (its reads are, and so is what it served).
     for id in starved {
         reading::on_http_event(hub, ctx, id);
+        settle(hub, id);
     }
     reap(hub, ctx);
     let ids: Vec<ConnId> = hub

@@ -20,8 +20,14 @@ pub(super) enum WriteError {
 
 /// Queue an answer; the connection reads the next request (or closes after it).
 pub(super) fn queue(conn: &mut HttpConn, resp: &Response, keep_alive: bool, head: bool) {
-    conn.wbuf
-        .extend_from_slice(&resp.to_bytes(keep_alive, head));
+    let bytes = resp.to_bytes(keep_alive, head);
+    // Nothing queued before it (the usual case): the answer becomes the buffer, rather
+    // than a second copy of an answer of up to 16 MiB.
+    if conn.wbuf.is_empty() {
+        conn.wbuf = bytes;
+    } else {
+        conn.wbuf.extend_from_slice(&bytes);
+    }
     conn.state = ConnState::Reading;
     conn.idle_since = Instant::now();
     if !keep_alive {

@@ -10,15 +10,34 @@
 //!    the others do: an ordinary request and its answer always fit.
 //! 2. Beyond that it reads more only while request buffers hold less than half of
 //!    [`BUDGET`], and serves its next request only while the whole is under `BUDGET`; a
-//!    connection held back this way is tried again by the one-second sweep.
-//! 3. A call to main sets aside the largest answer it may bring (an output read: twice
-//!    its `max_bytes`, for the JSON form) until the answer is queued; one that does not
-//!    fit is answered 503 with `Retry-After`, unless it is small and its connection holds
-//!    nothing (rule 1).
+//!    connection held back this way is tried again by the one-second sweep. The budget
+//!    is asked before every read and every read is counted at once
+//!    ([`Budget::room_to_read`]), so a sweep that retries a thousand held-back
+//!    connections stops reading them at the read that fills the share.
+//! 3. A call to main sets aside the largest answer it may bring until the answer is
+//!    queued; one that does not fit is answered 503 with `Retry-After`, unless it is
+//!    small and its connection holds nothing (rule 1). An output read sets aside its
+//!    `max_bytes` in the raw form and twice that as JSON, and its JSON answer is cut to
+//!    fit ([`output_answer_room`]): escaped, a control byte takes 6 bytes, and answers
+//!    three times their room took the hub past its budget.
 //!
 //! Buffers start empty, grow with what arrives, and are shrunk back once drained
-//! ([`shrink`]). The hub's own numbers are kept per connection (`charged`) and settled
-//! after each event on it, so the total needs no scan.
+//! ([`shrink`]); within its floor a buffer's capacity stays within the floor
+//! ([`reserve_for`]). The hub's own numbers are kept per connection (`charged`) and
+//! settled after each read and each event on it, so the total needs no scan.
+
+/// Bytes the data of an output read's answer may take, for `max_bytes` asked: the bytes
+/// themselves in the raw form; twice them as JSON text, which the answer is cut to fit
+/// (`http/output_json.rs`: a control byte takes 6 bytes in JSON, invalid UTF-8 3).
+pub(crate) fn output_data_room(max_bytes: u64, raw: bool) -> usize {
+    let factor = if raw { 1 } else { 2 };
+    usize::try_from(max_bytes.saturating_mul(factor)).unwrap_or(usize::MAX)
+}
+
+/// Room set aside for an output read's answer (rule 3): its data and the rest of it.
+pub(crate) fn output_answer_room(max_bytes: u64, raw: bool) -> usize {
+    output_data_room(max_bytes, raw).saturating_add(CALL_RESERVE)
+}
 
 /// Bytes the API may hold for all its clients together, beyond their floors.
 pub(crate) const BUDGET: usize = 48 << 20;
@@ -50,9 +69,16 @@ pub(crate) struct Charge {
 }
 
 impl Budget {
-    /// Whether a connection holding `own` bytes may read more.
-    pub(crate) fn may_read(&self, own: usize) -> bool {
-        own < FLOOR || self.requests < BUDGET / 2
+    /// How many bytes a connection holding `own` may read now (0: it waits): a chunk
+    /// while request buffers hold less than half the budget, else what is left of its
+    /// floor. Asked before every read, with every read settled at once, so neither one
+    /// connection nor a sweep over many can read past the budget.
+    pub(crate) fn room_to_read(&self, own: usize) -> usize {
+        if self.requests < BUDGET / 2 {
+            READ_CHUNK
+        } else {
+            FLOOR.saturating_sub(own).min(READ_CHUNK)
+        }
     }
 
     /// Whether a connection holding `own` bytes may serve its next request.
@@ -115,6 +141,22 @@ impl Budget {
     }
 }
 
+/// Make room for `extra` more bytes in a request buffer. Within the floor the capacity
+/// stops at [`FLOOR`]: doubling from a client's small reads would make a floor cost up to
+/// twice its bytes, and floors are what a thousand held-back connections hold.
+pub(crate) fn reserve_for(buf: &mut Vec<u8>, extra: usize) {
+    let need = buf.len() + extra;
+    if need <= buf.capacity() {
+        return;
+    }
+    if need <= FLOOR {
+        let target = buf.capacity().saturating_mul(2).clamp(need, FLOOR);
+        buf.reserve_exact(target - buf.len());
+    } else {
+        buf.reserve(extra);
+    }
+}
+
 /// Give a drained buffer's memory back when it holds far less than it grew to.
 pub(crate) fn shrink(buf: &mut Vec<u8>) {
     if buf.capacity() > FLOOR && buf.len() < buf.capacity() / 4 {
@@ -130,9 +172,19 @@ mod tests {
     fn floors_always_fit_and_the_rest_shares_the_budget() {
         let mut b = Budget::default();
         let mut big = Charge::default();
+        assert_eq!(b.room_to_read(FLOOR * 4), READ_CHUNK, "an open budget");
         b.settle(&mut big, BUDGET / 2, 0);
-        assert!(!b.may_read(FLOOR), "request buffers hold half the budget");
-        assert!(b.may_read(100), "a connection's floor is always there");
+        assert_eq!(
+            b.room_to_read(FLOOR),
+            0,
+            "request buffers hold half the budget"
+        );
+        assert_eq!(
+            b.room_to_read(FLOOR - 100),
+            100,
+            "a connection's floor is always there"
+        );
+        assert_eq!(b.room_to_read(0), READ_CHUNK);
         assert!(b.may_serve(FLOOR), "answers have the other half");
         let mut other = Charge::default();
         assert!(
@@ -152,6 +204,43 @@ mod tests {
         b.release(&mut other);
         b.release(&mut third);
         assert_eq!((b.buffered, b.requests, b.reserved), (0, 0, 0));
+    }
+
+    #[test]
+    fn reading_past_half_the_budget_stops_at_the_read_that_reaches_it() {
+        // A thousand connections read in a row (the sweep), each settled as it reads.
+        let mut b = Budget::default();
+        let mut charges = vec![Charge::default(); 1000];
+        let mut held = vec![0usize; 1000];
+        for (charge, own) in charges.iter_mut().zip(held.iter_mut()) {
+            loop {
+                let room = b.room_to_read(*own);
+                if room == 0 || *own >= 1 << 20 {
+                    break;
+                }
+                *own += room;
+                b.settle(charge, *own, 0);
+            }
+        }
+        let total: usize = held.iter().sum();
+        assert!(
+            total <= BUDGET / 2 + READ_CHUNK + 1000 * FLOOR,
+            "{total} bytes read"
+        );
+        assert!(held.iter().all(|own| *own >= FLOOR), "every floor is there");
+    }
+
+    #[test]
+    fn a_floor_costs_its_bytes_not_twice_them() {
+        let mut v = Vec::new();
+        while v.len() < FLOOR {
+            let n = 1000.min(FLOOR - v.len());
+            reserve_for(&mut v, n);
+            v.extend(std::iter::repeat_n(b'x', n));
+        }
+        assert_eq!(v.capacity(), FLOOR);
+        reserve_for(&mut v, READ_CHUNK);
+        assert!(v.capacity() >= FLOOR + READ_CHUNK);
     }
 
     #[test]

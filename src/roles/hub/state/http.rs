@@ -177,9 +177,18 @@ pub(crate) enum Expect {
     ConfigErrors,
     Jobs,
     Job,
-    Runs { limit: u32 },
+    Runs {
+        limit: u32,
+    },
     Run,
-    Output { raw: bool, from: u64 },
+    /// An output read: its form, where it starts (or that it asks for the last bytes),
+    /// and the most bytes it asked for (at most 8 MiB), which decide its answer's room.
+    Output {
+        raw: bool,
+        from: u64,
+        tail: bool,
+        max_bytes: u32,
+    },
     Started,
     Done,
     Metrics,

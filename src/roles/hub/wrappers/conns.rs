@@ -78,8 +78,16 @@ pub(super) fn reject(
     message: &str,
 ) {
     if let Some(conn) = hub.wrappers.conns.get(&id) {
+        // A session's link names its target (welcomed, so main vouched for both).
+        let of = match (&conn.target, conn.phase) {
+            (Some((run, machine)), Phase::Bound) => format!(
+                " (run {run}, machine {})",
+                crate::roles::hub::logsafe::clip(machine, 256)
+            ),
+            _ => String::new(),
+        };
         log::warn!(
-            "wrapper connection from {}: rejected ({code:?}): {}",
+            "wrapper connection from {}{of}: rejected ({code:?}): {}",
             conn.peer,
             crate::roles::hub::logsafe::clip(message, 300)
         );

@@ -149,7 +149,7 @@ pub(super) fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg:
                     data: frame.data,
                 })
             }
-            (Phase::Bound, Err(e)) => reject(hub, ctx, id, RejectCode::BadMessage, &e.to_string()),
+            (Phase::Bound, Err(e)) => refuse_output(hub, ctx, id, &e),
             (Phase::Closing, _) => {}
             _ => reject(
                 hub,
@@ -165,10 +165,21 @@ pub(super) fn handle_message(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg:
 }
 
 /// An output frame as the command wrote it: compressed ones (when this link negotiated
-/// them) are decompressed here, to at most the message limit (no decompression bomb).
+/// them) are decompressed here, to exactly the length they declare, which the read budget
+/// already counted (`read.rs`), and never past the message limit (no decompression bomb).
 fn decode_output(hub: &Hub, id: ConnId, bytes: &[u8]) -> Result<OutputFrame, OutputFrameError> {
     let compressed = hub.wrappers.conns.get(&id).is_some_and(|c| c.compressed);
     OutputFrame::decode_link(bytes, compressed, hub.wrappers.limits.max_message)
+}
+
+/// A session's output frame that cannot be taken (malformed; compressed and holding other
+/// than it declares, or declaring more than a message may hold): its link is closed with
+/// a `reject` naming why, logged (escaped) with the run and machine (`reject`). Main hears
+/// the wrapper is gone; unless it comes back with frames that hold what they say, its
+/// target ends `lost`.
+fn refuse_output(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, err: &OutputFrameError) {
+    let why = format!("output frame refused: {err}");
+    reject(hub, ctx, id, RejectCode::BadMessage, &why);
 }
 
 /// The job, run and machine of a bound connection, when a `/ws` client watches the job

@@ -3,7 +3,10 @@
 //! 1. An event (or room freed by main's credits) reads the connection: the handshake
 //!    first, then WebSocket messages until the socket would block or, for a bound
 //!    connection, until its output in flight reaches the budget; then the connection
-//!    is paused (queued in `flow`), with whatever the wrapper sent still unread.
+//!    is paused (queued in `flow`), with whatever the wrapper sent still unread. An
+//!    output frame counts what it declares it holds (`OutputFrame::declared_len`), not
+//!    its compressed size, so a wrapper cannot make the hub decompress more than the
+//!    budget by sending frames that compress well (a decompression bomb).
 //! 2. The messages read are handled in order (`handle_message`); pending writes
 //!    (acks, commands) are flushed on every event, paused or not.
 //! 3. main's credits free budget; the paused connections with room are read again at
@@ -25,6 +28,7 @@ use crate::evloop::{Ctx, Flow};
 use crate::roles::hub::state::Hub;
 use crate::roles::hub::state::wrappers::{Phase, Session};
 use crate::wire::link::{ConnId, HubRequest, output_cost};
+use crate::wire::wrapper::OutputFrame;
 
 /// How often the hub vouches for paused connections (main declares a wrapper lost after
 /// 3 heartbeats of silence, and a heartbeat is at least a second).
@@ -75,8 +79,10 @@ fn read_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
         }
         match ws.read() {
             Ok(msg) => {
+                // Counted at what it declares it holds, before anything is decompressed
+                // (`handle_message`): 50 bytes of zstd declaring a MiB cost a MiB.
                 if let Message::Binary(bytes) = &msg {
-                    reading += output_cost(bytes.len());
+                    reading += output_cost(OutputFrame::declared_len(bytes));
                 }
                 incoming.push(msg);
             }
