@@ -1,4 +1,5 @@
-//! What counts as one client when the hub limits or throttles by address.
+//! What counts as one client when a limit or a throttle is kept per address (the hub's
+//! connection caps and credential throttle, main's records of refused hellos).
 //!
 //! An IPv4 address is one client. An IPv6 host usually holds a whole /64 (privacy
 //! addresses, SLAAC), so a cap keyed on the exact address would let one host take as
