@@ -12,11 +12,13 @@
 //! Modules:
 //! - `access`: who may use the admin socket (peer credentials, admin group)
 //! - `cleanup`: `saltpeter-cleanup`, repairing what a crashed daemon left behind
+//! - `client_addr`: what counts as one client address (IPv6 by its /64)
 //! - `config`: the configuration directory: YAML files loaded, validated, diagnosed
 //! - `ctl`: `saltpeterctl`, the admin tool over the admin socket
 //! - `daemon`: `saltpeter-daemon`'s arguments: supervisor, child role or helper mode
 //! - `evloop`: the mio event loop (listeners, timers, signals, children with drained pipes)
 //! - `ipc`: frames, codec, typed channels, calls with deadlines
+//! - `log_budget`: log lines and records that all peers share, with a summary of the rest
 //! - `logging`: log set-up, the role on every line
 //! - `json`: the JSON shapes of `saltpeterctl --json`, the HTTP API and `/ws`, role-free
 //! - `metrics`: histograms and the Prometheus text format for `/metrics`
@@ -34,6 +36,7 @@
 
 mod access;
 pub mod cleanup;
+mod client_addr;
 pub mod config;
 pub mod ctl;
 pub mod daemon;
@@ -41,6 +44,7 @@ mod evloop;
 pub mod executor;
 mod ipc;
 mod json;
+mod log_budget;
 mod logging;
 mod logsafe;
 mod metrics;

@@ -50,7 +50,7 @@ fn forged_replayed_and_wrong_run_tokens_are_rejected() {
     let port = d.wrapper_port();
     let mut ws = wrapper_ws(port);
     ws.send(hello(id, "w1", &"ab".repeat(32))).expect("send");
-    assert_eq!(reject_code(&mut ws), "bad_token");
+    assert_eq!(reject_code(&mut ws), "unknown_run");
 
     // The genuine token, computed from the server secret: already used by the real
     // wrapper, so it is refused (single use).
@@ -59,13 +59,13 @@ fn forged_replayed_and_wrong_run_tokens_are_rejected() {
     let mut ws = wrapper_ws(port);
     ws.send(hello(id, "w1", &secret.launch_token(id, "w1", 1)))
         .expect("send");
-    assert_eq!(reject_code(&mut ws), "bad_token");
+    assert_eq!(reject_code(&mut ws), "unknown_run");
 
     // A valid token of another run or machine does not open this one.
     let mut ws = wrapper_ws(port);
     ws.send(hello(id, "w1", &secret.launch_token(id + 1, "w1", 1)))
         .expect("send");
-    assert_eq!(reject_code(&mut ws), "bad_token");
+    assert_eq!(reject_code(&mut ws), "unknown_run");
     let mut ws = wrapper_ws(port);
     ws.send(hello(id + 7, "w1", &secret.launch_token(id + 7, "w1", 1)))
         .expect("send");

@@ -1,8 +1,9 @@
 //! Named API identities with roles against a real daemon: viewer, operator and admin
-//! over HTTP and `/ws`, their names in the audit trail, login throttling, and the
+//! over HTTP and `/ws`, their names in the audit trail (also of a request that waited for
+//! start-up), the throttle of wrong credentials (right ones always pass), and the
 //! Origin/Host checks that remain with `api_auth: none`.
 
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, TcpStream};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -11,7 +12,7 @@ use tungstenite::client::IntoClientRequest;
 
 use std::io::Write;
 
-use crate::api::client::{Conn, request};
+use crate::api::client::{Conn, Resp, request};
 use crate::api::{Ws, next_msg, start_with, ws_send};
 use crate::util::*;
 
@@ -117,35 +118,104 @@ fn roles_over_http_and_ws_with_names_in_the_audit_trail() {
     );
 }
 
+/// One request on a fresh connection from `src` (a loopback address of its own).
+fn from(
+    src: Ipv4Addr,
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Resp {
+    Conn::from_stream(connect_from(src, port)).send(method, path, headers, body)
+}
+
+/// The throttle holds back wrong credentials only: after 5 wrong tokens from an address,
+/// the right token, a valid session cookie, a `/metrics` scrape, a login and a `/ws`
+/// handshake from it are served, while every wrong credential (token, forged cookie,
+/// login) gets 429 for the rest of the minute.
 #[test]
-fn failed_logins_are_throttled_per_address() {
+fn wrong_credentials_are_throttled_and_right_ones_pass() {
     let (_d, port) = start_with(&identities_config(), JOBS);
     let ct = ("Content-Type", "application/json");
+    let addr = Ipv4Addr::new(127, 0, 0, 31);
+    // A dashboard session opened before the guessing starts.
+    let body = json!({ "token": VIEWER }).to_string();
+    let login = from(addr, port, "POST", "/api/v1/login", &[ct], body.as_bytes());
+    assert_eq!(login.status, 200, "{}", login.text());
+    let cookie = login
+        .header("set-cookie")
+        .and_then(|c| c.split(';').next())
+        .expect("a session cookie")
+        .to_string();
     for _ in 0..5 {
-        let r = request(
+        let guess = from(
+            addr,
             port,
             "POST",
             "/api/v1/login",
             &[ct],
             br#"{"token":"guess"}"#,
         );
-        assert_eq!(r.status, 401, "{}", r.text());
+        assert_eq!(guess.status, 401, "{}", guess.text());
     }
-    let body = json!({ "token": VIEWER }).to_string();
-    let r = request(port, "POST", "/api/v1/login", &[ct], body.as_bytes());
-    assert_eq!(r.status, 429, "even the right token waits: {}", r.text());
-    // One throttle for every credential: a Bearer token from that address waits too
-    // (api/guard.rs covers the cookie and /ws).
-    let auth = bearer(VIEWER);
-    let held = request(
-        port,
-        "GET",
-        "/api/v1/jobs",
-        &[("Authorization", &auth)],
-        b"",
-    );
+    let wrong = [("Authorization", "Bearer guess")];
+    let held = from(addr, port, "GET", "/api/v1/jobs", &wrong, b"");
     assert_eq!(held.status, 429, "{}", held.text());
     assert_eq!(held.header("retry-after"), Some("60"));
+
+    let right = bearer(VIEWER);
+    let right = [("Authorization", right.as_str())];
+    let r = from(addr, port, "GET", "/api/v1/jobs", &right, b"");
+    eprintln!("the right token after 5 wrong ones: {}", r.status);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let c = [("Cookie", cookie.as_str())];
+    assert_eq!(from(addr, port, "GET", "/api/v1/jobs", &c, b"").status, 200);
+    let metrics = from(addr, port, "GET", "/metrics", &right, b"");
+    assert_eq!(metrics.status, 200, "{}", metrics.text());
+    assert!(metrics.text().contains("saltpeter_"), "{}", metrics.text());
+    let again = from(addr, port, "POST", "/api/v1/login", &[ct], body.as_bytes());
+    assert_eq!(again.status, 200, "{}", again.text());
+    let upgrade = |auth: &'static str| {
+        let headers = [
+            ("Authorization", auth),
+            ("Connection", "Upgrade"),
+            ("Upgrade", "websocket"),
+            ("Sec-WebSocket-Version", "13"),
+            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+        ];
+        from(addr, port, "GET", "/ws", &headers, b"").status
+    };
+    assert_eq!(upgrade("Bearer viewer-token-1"), 101);
+
+    // Wrong ones still wait, whatever the door.
+    assert_eq!(
+        from(addr, port, "GET", "/api/v1/jobs", &wrong, b"").status,
+        429
+    );
+    let forged = [("Cookie", "sp_session=v1:9999999999:00:ada:00")];
+    assert_eq!(
+        from(addr, port, "GET", "/api/v1/jobs", &forged, b"").status,
+        429
+    );
+    let guess = from(
+        addr,
+        port,
+        "POST",
+        "/api/v1/login",
+        &[ct],
+        br#"{"token":"guess"}"#,
+    );
+    assert_eq!(guess.status, 429, "{}", guess.text());
+    assert_eq!(upgrade("Bearer guess"), 429);
+    let scrape = from(addr, port, "GET", "/metrics", &wrong, b"");
+    assert_eq!(scrape.status, 429, "{}", scrape.text());
+    // Another address is not held back.
+    let other = Ipv4Addr::new(127, 0, 0, 32);
+    assert_eq!(
+        from(other, port, "GET", "/api/v1/jobs", &wrong, b"").status,
+        401
+    );
 }
 
 #[test]
@@ -270,4 +340,69 @@ fn webhook_paths_are_shown_to_admins_only() {
     // The admin socket is an admin's.
     let ctl = d.ctl_json(&["deliveries"]).to_string();
     assert!(ctl.contains("secret-path"), "{ctl}");
+}
+
+/// A change asked over the API while start-up still loads what it depends on waits for
+/// start-up (`Boot::park`), and is then made as the identity that asked: the audit trail
+/// names `api:otto`, not saltpeterctl.
+#[test]
+fn a_request_parked_during_start_up_keeps_its_identity() {
+    let mut d = Daemon::start(&[("01-api.yaml", &identities_config()), ("jobs.yaml", JOBS)]);
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(d.wait_exit().success(), "{}", d.log_tail(20));
+    // Start-up cannot read `meta` (a view that fails on every row) and asks again every
+    // second: the start-up hold lasts until the table is back.
+    let db = rusqlite::Connection::open(d.state_dir().join("saltpeter.db")).expect("open db");
+    db.execute_batch(
+        "ALTER TABLE meta RENAME TO meta_kept;
+         CREATE VIEW meta AS SELECT abs(-9223372036854775808) AS key, '' AS value;",
+    )
+    .expect("hide meta");
+    d.start_again();
+    wait_until("start-up to fail a load", HANG, || {
+        d.log_text()
+            .contains("start-up could not load")
+            .then_some(())
+    });
+    let port = d.ctl_json(&["status"])["api_port"]
+        .as_u64()
+        .expect("api_port") as u16;
+    let auth = bearer(OPERATOR);
+    let mut c = Conn::open(port);
+    c.stream
+        .write_all(&crate::api::client::request_bytes(
+            "PUT",
+            "/api/v1/maintenance",
+            &[
+                ("Authorization", &auth),
+                ("Content-Type", "application/json"),
+            ],
+            br#"{"add": "parked1"}"#,
+        ))
+        .expect("send");
+    // Parked: no answer while start-up holds.
+    c.stream
+        .set_read_timeout(Some(Duration::from_millis(1500)))
+        .expect("timeout");
+    let mut byte = [0u8; 1];
+    let early = std::io::Read::read(&mut c.stream, &mut byte);
+    assert!(early.is_err(), "answered during start-up: {early:?}");
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    db.execute_batch("DROP VIEW meta; ALTER TABLE meta_kept RENAME TO meta;")
+        .expect("bring meta back");
+    let r = c
+        .read_response(false)
+        .expect("an answer once start-up is done");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let trail = wait_until("the maintenance event", HANG, || {
+        let e = events(&d);
+        e.contains("parked1 in maintenance").then_some(e)
+    });
+    assert!(
+        trail.contains("parked1 in maintenance (by api:otto)"),
+        "{trail}"
+    );
+    assert!(!trail.contains("by saltpeterctl"), "{trail}");
 }

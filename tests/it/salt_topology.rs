@@ -210,7 +210,7 @@ fn a_job_on_star_behind_two_syndics_runs_everywhere_with_minion_keys() {
     let answer = crate::salt_fleet::prove(port, run, "minion-01", |n| {
         saltpeter::minion_key::sign_proof(&forged_with, n, run, "minion-01").expect("sign")
     });
-    assert_eq!(answer["code"], "bad_token", "{answer}");
+    assert_eq!(answer["code"], "unknown_run", "{answer}");
     let done = wait_until("the run to finish", SALT_HANG, || {
         let r = d.run_record(run);
         is_final(&r).then_some(r)

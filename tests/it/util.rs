@@ -600,6 +600,36 @@ impl Proxy {
     }
 }
 
+/// A TCP connection to `port` from a chosen loopback source address (127.0.0.0/8 is all
+/// local on Linux), so a test can be two clients.
+pub fn connect_from(src: std::net::Ipv4Addr, port: u16) -> std::net::TcpStream {
+    use nix::libc;
+    use std::net::{Ipv4Addr, TcpStream};
+    use std::os::fd::FromRawFd;
+    let sockaddr = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: plain socket calls on a descriptor this function owns, with addresses that
+    // live across the calls; the TcpStream takes the descriptor over at the end.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0, "socket");
+        let from = sockaddr(src, 0);
+        let rc = libc::bind(fd, (&raw const from).cast(), len);
+        assert_eq!(rc, 0, "bind {src}");
+        let to = sockaddr(Ipv4Addr::LOCALHOST, port);
+        let rc = libc::connect(fd, (&raw const to).cast(), len);
+        assert_eq!(rc, 0, "connect to port {port}");
+        TcpStream::from_raw_fd(fd)
+    }
+}
+
 /// A plain-text WebSocket client on a daemon's wrapper port (the tests run with
 /// `tls: false`).
 pub fn wrapper_ws(port: u16) -> tungstenite::WebSocket<std::net::TcpStream> {

@@ -431,11 +431,13 @@ pub(crate) enum StartupLoad {
     JobCtl,
 }
 
-/// An admin request kept until start-up is done, with the uid of the admin socket's peer
-/// that made it (its audit names it once it is handled).
+/// An admin request kept until start-up is done, with who made it: the uid of the admin
+/// socket's peer, or the API identity (`api:NAME`). Its audit names them once it is
+/// handled, as it would have without the wait.
 #[derive(Debug)]
 pub(crate) struct Parked {
     pub call: CallId,
     pub req: crate::wire::admin::AdminRequest,
     pub uid: Option<u32>,
+    pub name: Option<String>,
 }

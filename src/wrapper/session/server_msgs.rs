@@ -4,7 +4,10 @@
 //! (a server reconciling the state may send them before its welcome) and are answered
 //! with a heartbeat saying the new state. A rejection
 //! saying the server does not know the run ends a wrapper that has not started its
-//! command, but not one whose command runs (`patience`). No message that ends the run
+//! command, but not one whose command runs (`patience`). Servers tell every hello that
+//! proved nothing `unknown_run` with one wording, whatever the reason (older servers said
+//! `bad_token` for a wrong credential): the two codes are handled alike, so a wrapper
+//! acts the same with either server. No message that ends the run
 //! for the server is ignored in any phase: `done` before `exited` ends the wrapper too
 //! (a running command is killed), and one before the welcome is acted on after it.
 
@@ -40,7 +43,9 @@ impl Session {
                 {
                     // Another server (another state directory, another secret) may
                     // answer on this address for a while; the command's output is only
-                    // safe with the server that launched it, so keep it and retry.
+                    // safe with the server that launched it, so keep it and retry. (A
+                    // server that knows the run and has recorded its outcome says
+                    // `finished` to this wrapper, which proves its session: that ends it.)
                     let why = format!(
                         "the server does not know run {} ({code:?}: {message}); the \
                          command keeps its output and the wrapper retries",

@@ -257,7 +257,12 @@ fn exited_without_done_asks_again_on_a_new_link() {
 
 #[test]
 fn final_rejections_while_waiting_for_go_end_the_wrapper() {
-    for code in [RejectCode::Finished, RejectCode::UnknownRun] {
+    // `unknown_run` from a current server, `bad_token` from an older one: alike.
+    for code in [
+        RejectCode::Finished,
+        RejectCode::UnknownRun,
+        RejectCode::BadToken,
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let mut s = session(&dir);
         let t0 = Instant::now();
@@ -275,18 +280,21 @@ fn final_rejections_while_waiting_for_go_end_the_wrapper() {
 
 #[test]
 fn a_server_that_does_not_know_a_running_command_is_asked_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = session(&dir);
-    let t0 = Instant::now();
-    let _peer = connect(&mut s, t0);
-    s.on_message(t0, welcome("sleep 30", None));
-    let message = "run 7 is not in flight".to_string();
-    let code = RejectCode::UnknownRun;
-    s.on_message(t0, ServerMsg::Reject { code, message });
-    assert_eq!(turn(&mut s, Instant::now()), Standing::Reconnecting);
-    assert!(s.abandon.is_none() && ended_with(&s).is_none());
-    if let Phase::Running(r) = &mut s.phase {
-        r.kill_now();
+    // A current server's one refusal of an unproven hello, and an older server's
+    // `bad_token`: alike.
+    for code in [RejectCode::UnknownRun, RejectCode::BadToken] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = session(&dir);
+        let t0 = Instant::now();
+        let _peer = connect(&mut s, t0);
+        s.on_message(t0, welcome("sleep 30", None));
+        let message = "no target in flight matches this run, machine and credential".to_string();
+        s.on_message(t0, ServerMsg::Reject { code, message });
+        assert_eq!(turn(&mut s, Instant::now()), Standing::Reconnecting);
+        assert!(s.abandon.is_none() && ended_with(&s).is_none());
+        if let Phase::Running(r) = &mut s.phase {
+            r.kill_now();
+        }
     }
 }
 

@@ -12,8 +12,8 @@ use std::io::{ErrorKind, Write};
 use std::net::{Ipv4Addr, TcpStream};
 use std::time::{Duration, Instant};
 
-use super::guard::connect_from;
 use super::*;
+use crate::util::connect_from;
 
 fn raise_fd_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};

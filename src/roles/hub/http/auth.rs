@@ -6,7 +6,10 @@
 //!   and `/ws` (`sessions.rs`: random per login, expiring, revoked by logout; `HttpOnly`,
 //!   `SameSite=Strict`, `Secure` under TLS). Failed credentials, however presented (login form, Bearer
 //!   header, a cookie we did not sign, a `/ws` handshake), count against one throttle
-//!   per client address (`sessions::Throttle`); past it every credential gets 429.
+//!   per client address (`sessions::Throttle`); past it every wrong credential gets 429.
+//!   A right one is always accepted: it is checked like a wrong one (the same constant-
+//!   time comparisons), so another local user's guesses cannot lock the dashboard, a
+//!   script or a Prometheus scrape from the same address out.
 //! - `api_auth: none`: no credentials (the supervisor refuses it unless the API is bound
 //!   to a loopback address, behind an authenticating proxy); requests run as
 //!   `anonymous` with the admin role, but every request must come with a loopback `Host`
@@ -35,7 +38,7 @@ pub(crate) const COOKIE: &str = "sp_session";
 pub(crate) const CSRF_HEADER: &str = "x-saltpeter-csrf";
 
 /// Why a request is refused: 401 (no or wrong credentials), 403 (cross-site or a role
-/// short of the request), 429 (too many failed logins).
+/// short of the request), 429 (a wrong credential from an address past its throttle).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Denied {
     Unauthorized(String),
@@ -116,10 +119,11 @@ impl Auth {
         found
     }
 
-    /// The credentials of a request from `peer`. A wrong token or a cookie we never
-    /// signed counts against the address's throttle; while it is spent, every credential
-    /// from there is refused with 429 before it is looked at. A request without any, or
-    /// with a session that merely expired or was logged out, is not a guess.
+    /// The credentials of a request from `peer`. Every credential is checked, and a
+    /// right one is accepted whatever the throttle says. A wrong token or a cookie we
+    /// never signed counts against the address's throttle, and once it is spent gets 429
+    /// instead of 401. A request without any, or with a session that merely expired or
+    /// was logged out, is not a guess.
     pub(crate) fn check(
         &mut self,
         req: &Request,
@@ -147,14 +151,28 @@ impl Auth {
                 "authentication required: `Authorization: Bearer <token>` or log in".into(),
             ));
         }
-        if !self.throttle.allows(peer, now) {
-            return Err(too_many());
+        match self.credentials(bearer, session) {
+            Ok(identity) => Ok(identity),
+            Err(Guess::Counted(denied)) => Err(self.wrong(denied, peer, now)),
+            Err(Guess::Stale(denied)) => Err(denied),
         }
-        let verdict = self.credentials(bearer, session);
-        if let Err(Guess::Counted(_)) = &verdict {
+    }
+
+    /// A wrong credential from `peer`: counted while the throttle allows, 429 past it.
+    ///
+    /// Letting the right credential through a spent throttle does not help a guesser:
+    /// a token is compared as a SHA-256 digest and a cookie as an HMAC, in constant time,
+    /// so the only thing an answer tells is whether that guess was right, which a
+    /// high-entropy token (`openssl rand -hex 32`) makes hopeless at any rate. What the
+    /// throttle still does is answer wrong guesses 429 (so a guessing client is told to
+    /// stop) and keep them from costing more than a counter.
+    fn wrong(&mut self, denied: Denied, peer: IpAddr, now: Instant) -> Denied {
+        if self.throttle.allows(peer, now) {
             self.throttle.failed(peer, now);
+            denied
+        } else {
+            too_many()
         }
-        verdict.map_err(Guess::into_denied)
     }
 
     /// Who the credentials name.
@@ -265,12 +283,9 @@ impl Auth {
         if self.is_open() {
             return Ok(format!("{COOKIE}=open; Path=/; HttpOnly; SameSite=Strict"));
         }
-        if !self.throttle.allows(peer, now) {
-            return Err(too_many());
-        }
         let Some(id) = self.identity_of(presented).cloned() else {
-            self.throttle.failed(peer, now);
-            return Err(Denied::Unauthorized("wrong token".into()));
+            let denied = Denied::Unauthorized("wrong token".into());
+            return Err(self.wrong(denied, peer, now));
         };
         let value = self.sessions.create(&id.name);
         let secure = if self.secure { "; Secure" } else { "" };
@@ -295,14 +310,6 @@ impl Auth {
 enum Guess {
     Counted(Denied),
     Stale(Denied),
-}
-
-impl Guess {
-    fn into_denied(self) -> Denied {
-        match self {
-            Guess::Counted(d) | Guess::Stale(d) => d,
-        }
-    }
 }
 
 fn too_many() -> Denied {
@@ -444,9 +451,11 @@ mod tests {
         for _ in 0..crate::roles::hub::state::sessions::MAX_FAILURES {
             assert_eq!(a.login("wrong", PEER, now).unwrap_err().status(), 401);
         }
-        assert_eq!(a.login("s3cret", PEER, now).unwrap_err().status(), 429);
+        assert_eq!(a.login("wrong", PEER, now).unwrap_err().status(), 429);
+        // The right token is never held back.
+        assert!(a.login("s3cret", PEER, now).is_ok());
         let other: IpAddr = "10.1.1.1".parse().unwrap();
-        assert!(a.login("s3cret", other, now).is_ok());
+        assert_eq!(a.login("wrong", other, now).unwrap_err().status(), 401);
     }
 
     #[test]
@@ -463,18 +472,20 @@ mod tests {
         for _ in 0..2 {
             assert_eq!(a.check(&bad, PEER, now).unwrap_err().status(), 401);
         }
-        assert_eq!(a.check(&good, PEER, now).unwrap_err().status(), 429);
-        assert_eq!(a.login("s3cret", PEER, now).unwrap_err().status(), 429);
+        // Past the throttle every wrong credential waits, whatever the door...
+        assert_eq!(a.check(&bad, PEER, now).unwrap_err().status(), 429);
+        assert_eq!(a.check(&forged, PEER, now).unwrap_err().status(), 429);
+        assert_eq!(a.login("wrong", PEER, now).unwrap_err().status(), 429);
+        // ...and every right one passes: the token, a login, the session it made.
+        assert!(a.check(&good, PEER, now).is_ok());
+        let set = a.login("s3cret", PEER, now).unwrap();
+        let value = set.split(';').next().unwrap().to_string();
+        let session = req(&format!("GET / HTTP/1.1\r\nCookie: {value}\r\n\r\n"));
+        assert_eq!(a.check(&session, PEER, now).unwrap().name, "api_token");
         let other: IpAddr = "10.1.1.1".parse().unwrap();
-        assert!(a.check(&good, other, now).is_ok());
-        assert!(
-            a.check(
-                &good,
-                PEER,
-                now + crate::roles::hub::state::sessions::WINDOW
-            )
-            .is_ok()
-        );
+        assert_eq!(a.check(&bad, other, now).unwrap_err().status(), 401);
+        let later = now + crate::roles::hub::state::sessions::WINDOW;
+        assert_eq!(a.check(&bad, PEER, later).unwrap_err().status(), 401);
         // A session we signed that was logged out is not a guess.
         let set = a.login("s3cret", other, now).unwrap();
         let value = set.split(';').next().unwrap().to_string();

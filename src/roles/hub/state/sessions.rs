@@ -13,8 +13,11 @@
 //!
 //! The throttle counts failed credentials per client address (an IPv6 /64 counts as one),
 //! however they were presented (login form, Bearer header, session cookie, `/ws`):
-//! [`MAX_FAILURES`] within [`WINDOW`] and every further credential from that address gets
-//! 429 until it passes, the right one too (else 200 against 429 would tell a guess).
+//! [`MAX_FAILURES`] within [`WINDOW`] and every further wrong credential from that
+//! address gets 429 until it passes. A right credential is always accepted
+//! (`http/auth.rs`): the throttle keeps guesses cheap and tells a guesser to stop, it
+//! never locks the right clients of a shared address (every local client comes from
+//! 127.0.0.1) out.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -254,14 +257,16 @@ impl Sessions {
 
 /// Failed credentials per client address: the login form, a Bearer token, a session
 /// cookie not signed by us, a `/ws` handshake's credentials. One counter for all of them,
-/// so a guesser cannot pick the door that is not counted.
+/// so a guesser cannot pick the door that is not counted. It holds back wrong
+/// credentials only: the caller accepts a right one without asking it.
 #[derive(Default)]
 pub(crate) struct Throttle {
     failures: HashMap<IpAddr, (Instant, u32)>,
 }
 
 impl Throttle {
-    /// Whether `ip` may try a login now.
+    /// Whether a wrong credential from `ip` is still answered as such (401) and counted,
+    /// rather than 429.
     pub(crate) fn allows(&self, ip: IpAddr, now: Instant) -> bool {
         match self.failures.get(&key(ip)) {
             Some((since, n)) => now.duration_since(*since) >= WINDOW || *n < MAX_FAILURES,

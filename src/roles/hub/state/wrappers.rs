@@ -124,6 +124,9 @@ pub(crate) struct Wrappers {
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     /// Per-address refusals are logged at most every 10 s.
     pub refusals: crate::roles::hub::logsafe::Repeated,
+    /// The hub's lines about refused or dropped peers (a malformed hello, no hello in
+    /// time), shared by all addresses; main logs its own verdicts (`conns::reject`).
+    pub refusal_lines: crate::log_budget::Budget,
     /// Output in flight to main and db, and the connections paused for it (`flow.rs`).
     pub flow: super::flow::OutputFlow,
     /// The timer that vouches for long-paused connections is armed (`wrappers/read.rs`).

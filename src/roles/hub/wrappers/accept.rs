@@ -60,6 +60,10 @@ impl Wrappers {
             limits,
             tls,
             refusals: crate::roles::hub::logsafe::Repeated::new(Duration::from_secs(10)),
+            refusal_lines: crate::log_budget::Budget::new(
+                super::conns::REFUSAL_WINDOW,
+                super::conns::REFUSAL_LINES,
+            ),
             flow: flow::OutputFlow::new(flow::FlowLimits::default()),
             pause_watch_armed: false,
         })
@@ -131,7 +135,9 @@ impl Listener<Hub> for Acceptor {
                 Ok(ws) => Session::Open(Box::new(ws)),
                 Err(HandshakeError::Interrupted(mid)) => Session::Handshaking(Box::new(mid)),
                 Err(HandshakeError::Failure(e)) => {
-                    log::info!("wrapper handshake from {peer} failed: {e}");
+                    super::conns::refusal_line(w, || {
+                        format!("wrapper handshake from {peer} failed: {e}")
+                    });
                     ctx.remove(token);
                     release_addr(w, peer.ip());
                     continue;

@@ -1,6 +1,9 @@
 //! The wrapper connections' bookkeeping: sending (control messages, a `reject`),
 //! closing and dropping, the per-address hello quota, and the sweep of connections that
-//! wait too long for their hello or to close.
+//! wait too long for their hello or to close. The hub's lines about refused and dropped
+//! peers share one budget ([`REFUSAL_LINES`] per [`REFUSAL_WINDOW`], the rest counted
+//! and said once per window): one malformed hello from each of thousands of addresses
+//! costs a few lines, not thousands.
 
 use std::io;
 use std::net::IpAddr;
@@ -29,6 +32,30 @@ pub(super) fn ws_config(limits: &Limits) -> WebSocketConfig {
 
 /// The read buffer of a wrapper connection (see `ws_config`).
 pub(super) const READ_BUFFER: usize = 4 * 1024;
+
+/// Lines about refused or dropped peers the hub writes per [`REFUSAL_WINDOW`] in all.
+pub(super) const REFUSAL_LINES: u32 = 10;
+pub(super) const REFUSAL_WINDOW: Duration = Duration::from_secs(10);
+
+/// Log `line` about a refused or dropped peer if the budget has room (else count it).
+pub(super) fn refusal_line(w: &mut Wrappers, line: impl FnOnce() -> String) {
+    summarize_refusals(w, Instant::now());
+    if w.refusal_lines.admit(Instant::now()) {
+        log::warn!("{}", line());
+    }
+}
+
+/// The count of lines held back by the budget, once their window has ended.
+fn summarize_refusals(w: &mut Wrappers, now: Instant) {
+    if let Some(held) = w.refusal_lines.summary_due(now) {
+        log::warn!(
+            "{held} more refused or dropped wrapper connection(s) were not logged (at most \
+             {} lines every {} s)",
+            w.refusal_lines.allowance(),
+            w.refusal_lines.window().as_secs()
+        );
+    }
+}
 
 pub(super) fn release_addr(w: &mut Wrappers, ip: IpAddr) {
     let key = client_key(ip);
@@ -69,7 +96,8 @@ pub(super) fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str
     }
 }
 
-/// Send a `reject` and close the connection once it is flushed.
+/// Send a `reject` and close the connection once it is flushed; logged within the
+/// budget of refusal lines.
 pub(super) fn reject(
     hub: &mut Hub,
     ctx: &mut Ctx<Hub>,
@@ -86,12 +114,26 @@ pub(super) fn reject(
             ),
             _ => String::new(),
         };
-        log::warn!(
-            "wrapper connection from {}{of}: rejected ({code:?}): {}",
-            conn.peer,
-            crate::roles::hub::logsafe::clip(message, 300)
-        );
+        let peer = conn.peer;
+        refusal_line(&mut hub.wrappers, || {
+            format!(
+                "wrapper connection from {peer}{of}: rejected ({code:?}): {}",
+                crate::roles::hub::logsafe::clip(message, 300)
+            )
+        });
     }
+    send_reject(hub, ctx, id, code, message);
+}
+
+/// Send main's refusal of a hello and close the connection once it is flushed. Not
+/// logged here: main logs and records it with its precise reason, within its budgets.
+pub(super) fn send_reject(
+    hub: &mut Hub,
+    ctx: &mut Ctx<Hub>,
+    id: ConnId,
+    code: RejectCode,
+    message: &str,
+) {
     let was_bound = hub
         .wrappers
         .conns
@@ -230,10 +272,13 @@ pub(super) fn sweep(hub: &mut Hub, ctx: &mut Ctx<Hub>) {
         .collect();
     for (id, why) in late {
         if why != "closed"
-            && let Some(c) = hub.wrappers.conns.get(&id)
+            && let Some(peer) = hub.wrappers.conns.get(&id).map(|c| c.peer)
         {
-            log::warn!("wrapper connection from {}: {why}; dropping it", c.peer);
+            refusal_line(&mut hub.wrappers, || {
+                format!("wrapper connection from {peer}: {why}; dropping it")
+            });
         }
         drop_conn(hub, ctx, id, why);
     }
+    summarize_refusals(&mut hub.wrappers, now);
 }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::conns::{reject, send, vetted};
+use super::conns::{send, send_reject, vetted};
 use crate::evloop::Ctx;
 use crate::roles::hub::state::wrappers::{Conn, Phase, Session};
 use crate::roles::hub::state::{Hub, Waiting};
@@ -109,7 +109,7 @@ pub(crate) fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: Wr
                 conn.phase = Phase::New;
             }
             hub.wrappers.maybe_waiting = true;
-            reject(hub, ctx, id, code, &message)
+            send_reject(hub, ctx, id, code, &message)
         }
     }
 }

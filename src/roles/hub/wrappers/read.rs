@@ -22,7 +22,7 @@ use mio::event::Event;
 use tungstenite::Message;
 use tungstenite::handshake::HandshakeError;
 
-use super::conns::drop_conn;
+use super::conns::{drop_conn, refusal_line};
 use super::message::handle_message;
 use crate::evloop::{Ctx, Flow};
 use crate::roles::hub::state::Hub;
@@ -56,7 +56,12 @@ fn read_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
                 return;
             }
             Err(HandshakeError::Failure(e)) => {
-                log::info!("wrapper handshake from {peer} failed: {e}");
+                refusal_line(&mut hub.wrappers, || {
+                    format!(
+                        "wrapper handshake from {peer} failed: {}",
+                        crate::roles::hub::logsafe::clip(&e.to_string(), 300)
+                    )
+                });
                 drop_conn(hub, ctx, id, "handshake failed");
                 return;
             }
@@ -92,7 +97,12 @@ fn read_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId) {
                 break;
             }
             Err(e) => {
-                log::warn!("wrapper connection from {peer}: {e}; dropping it");
+                refusal_line(&mut hub.wrappers, || {
+                    format!(
+                        "wrapper connection from {peer}: {}; dropping it",
+                        crate::roles::hub::logsafe::clip(&e.to_string(), 300)
+                    )
+                });
                 ended = Some(e.to_string());
                 break;
             }

@@ -149,9 +149,21 @@ impl Boot {
     }
 
     /// Keep an admin request that depends on what start-up loads (run now, maintenance)
-    /// until start-up is done; `uid`: the admin socket's peer that made it.
-    pub(crate) fn park(&mut self, call: CallId, req: AdminRequest, uid: Option<u32>) {
-        self.parked.push(Parked { call, req, uid });
+    /// until start-up is done, with who made it: `uid`, the admin socket's peer, or
+    /// `name`, the API identity (`api:NAME`).
+    pub(crate) fn park(
+        &mut self,
+        call: CallId,
+        req: AdminRequest,
+        uid: Option<u32>,
+        name: Option<String>,
+    ) {
+        self.parked.push(Parked {
+            call,
+            req,
+            uid,
+            name,
+        });
     }
 
     /// Once everything is loaded, and only once: start-up is done.
@@ -230,7 +242,8 @@ mod tests {
         let t0 = Instant::now();
         let mut boot = Boot::default();
         let _ = boot.start("jobctl");
-        boot.park(7, AdminRequest::Status, Some(1000));
+        boot.park(7, AdminRequest::Status, Some(1000), None);
+        boot.park(8, AdminRequest::Reload, None, Some("api:alice".into()));
         let (restore, out) = boot.loaded(StartupLoad::Maintenance, meta(Some("{}")), t0);
         assert_eq!(restore, Some(Restore::Maintenance(Some("{}".into()))));
         assert!(out.is_empty());
@@ -245,8 +258,14 @@ mod tests {
         match posted(&out)[..] {
             [Message::StartupDone { last_slots, parked }] => {
                 assert_eq!(last_slots.get("backup"), Some(&60_000));
-                assert_eq!(parked.len(), 1);
+                assert_eq!(parked.len(), 2);
                 assert_eq!((parked[0].call, parked[0].uid), (7, Some(1000)));
+                let who = (parked[1].call, parked[1].uid, parked[1].name.as_deref());
+                assert_eq!(
+                    who,
+                    (8, None, Some("api:alice")),
+                    "the API identity is kept"
+                );
             }
             _ => panic!("start-up is done"),
         }

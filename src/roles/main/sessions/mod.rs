@@ -1,5 +1,7 @@
 //! The wrapper sessions main keeps beside the runs: which connection serves which target,
-//! and the rate limit of refused hellos; and the pure decisions about wrappers
+//! and the budgets of refused hellos (per address, IPv6 by its /64, and in all: what is
+//! held back is counted and said in one summary line per window); and the pure decisions
+//! about wrappers
 //! (`verdicts.rs`: what a hello gets, when silence makes a target lost). The hub's wrapper
 //! traffic is handled by `shell/wrappers/`, which calls this part and the run's targets (it
 //! holds `Main`, which holds this part, so the two live apart). (How main launches
@@ -10,8 +12,9 @@ mod tests;
 pub(crate) mod verdicts;
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use crate::log_budget::Budget;
 use crate::logsafe::{Admit, NAME_MAX, PerKey, clip};
 use crate::roles::main::messages::{Event, Out};
 use crate::wire::link::ConnId;
@@ -24,15 +27,20 @@ use verdicts::peer_address;
 pub(crate) const REFUSALS_PER_MINUTE: u32 = 10;
 /// Peer addresses whose refusals are counted at once.
 const REFUSAL_PEERS: usize = 4096;
+/// Refusals logged and recorded per [`REFUSAL_WINDOW`] in all, whatever their addresses.
+pub(crate) const REFUSAL_RECORDS: u32 = 10;
+/// The window of [`REFUSAL_RECORDS`]: the refusals held in one are said at its end.
+pub(crate) const REFUSAL_WINDOW: Duration = Duration::from_secs(10);
 /// How much of a refusal's message a log line or event carries.
 const MESSAGE_MAX: usize = 1024;
 
 /// Wrapper connections bound to the target each serves, and the refused hellos logged and
-/// recorded per peer address (a rate limit).
+/// recorded per peer address and in all (rate limits).
 #[derive(Debug)]
 pub(crate) struct Sessions {
     bound: HashMap<ConnId, (RunId, String)>,
     refusals: PerKey<String>,
+    budget: Budget,
 }
 
 impl Default for Sessions {
@@ -44,11 +52,13 @@ impl Default for Sessions {
                 REFUSALS_PER_MINUTE,
                 REFUSAL_PEERS,
             ),
+            budget: Budget::new(REFUSAL_WINDOW, REFUSAL_RECORDS),
         }
     }
 }
 
-/// A hello refused: what the peer said and the verdict's code and message.
+/// A hello refused: what the peer said and the verdict's code and message (the precise
+/// ones, for the server's records; the peer may have been told less, `verdicts::told`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Refusal<'a> {
     pub run: RunId,
@@ -86,17 +96,25 @@ impl Sessions {
     }
 
     /// Log and record a refusal, at most [`REFUSALS_PER_MINUTE`] per peer address a
-    /// minute (the rest are counted and said in the next line that goes through).
-    /// Everything the peer sent is clipped and escaped: a refusal costs the peer one hello
-    /// and must not cost the server more than a bounded line and row. `job`: the run's
-    /// job, if the run is in flight.
+    /// minute (the rest are counted and said in that address's next line that goes
+    /// through) and [`REFUSAL_RECORDS`] per [`REFUSAL_WINDOW`] in all (the rest counted and
+    /// said in one summary at the window's end, [`Sessions::tick`]). Everything the peer
+    /// sent is clipped and escaped: a refusal costs the peer one hello and must not cost
+    /// the server more than a bounded line and row, nor a flood from many addresses more
+    /// than a bounded number of them. `job`: the run's job, if the run is in flight.
     pub(crate) fn refused(&mut self, r: Refusal<'_>, job: Option<String>, now: Instant) -> Out {
-        let mut out = Out::new();
+        let mut out = self.tick(now);
+        // Past the budget nothing is looked up per address: a flood costs a count.
+        if !self.budget.has_room(now) {
+            self.budget.hold();
+            return out;
+        }
         let address = peer_address(r.peer);
         let held = match self.refusals.admit(&address, now) {
             Admit::Record { held } => held,
             Admit::Hold => return out,
         };
+        self.budget.admit(now);
         let Refusal { run, code, .. } = r;
         let machine = clip(r.machine, NAME_MAX);
         let message = clip(r.message, MESSAGE_MAX);
@@ -121,6 +139,31 @@ impl Sessions {
                 ),
             });
         }
+        out
+    }
+
+    /// The summary of the refusals held back by the budget in all, once their window has
+    /// ended: one line and one `wrapper_refused` row (main's one-second tick, and before
+    /// the next refusal).
+    pub(crate) fn tick(&mut self, now: Instant) -> Out {
+        let mut out = Out::new();
+        let Some(held) = self.budget.summary_due(now) else {
+            return out;
+        };
+        let message = format!(
+            "{held} more refused wrapper hello(s) were not logged or recorded (at most \
+             {REFUSAL_RECORDS} every {} s in all and {REFUSALS_PER_MINUTE} a minute per \
+             address are)",
+            REFUSAL_WINDOW.as_secs()
+        );
+        log::warn!("{message}");
+        out.event(Event {
+            kind: "wrapper_refused",
+            job: None,
+            run: None,
+            machine: None,
+            message,
+        });
         out
     }
 }

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::verdicts::*;
-use super::{REFUSALS_PER_MINUTE, Refusal, Sessions};
+use super::{REFUSAL_RECORDS, REFUSAL_WINDOW, REFUSALS_PER_MINUTE, Refusal, Sessions};
 use crate::roles::main::messages::{Cmd, Out};
 use crate::wire::link::WrapperVerdict;
 use crate::wire::records::{TargetReason, TargetState};
@@ -145,10 +145,128 @@ fn a_refusal_clips_what_the_peer_sent() {
 }
 
 #[test]
-fn refusals_are_counted_per_address_without_port() {
+fn refusals_are_counted_per_address_without_port_ipv6_by_its_64() {
     assert_eq!(peer_address("10.1.2.3:5000"), "10.1.2.3");
-    assert_eq!(peer_address("[::1]:5000"), "::1");
+    assert_eq!(peer_address("[::1]:5000"), "::/64");
+    assert_eq!(
+        peer_address("[2001:db8:1:2:aaaa::1]:5000"),
+        "2001:db8:1:2::/64"
+    );
+    assert_eq!(
+        peer_address("[2001:db8:1:2:bbbb::9]:6000"),
+        peer_address("[2001:db8:1:2::7]:5000")
+    );
+    assert_eq!(peer_address("[::ffff:10.0.0.1]:5000"), "10.0.0.1");
     assert_eq!(peer_address("local"), "local");
+}
+
+#[test]
+fn one_ipv6_host_gets_one_share_whatever_its_addresses() {
+    let mut s = Sessions::default();
+    let t0 = Instant::now();
+    let recorded = (0..REFUSALS_PER_MINUTE + 5)
+        .map(|i| {
+            let peer = format!("[2001:db8:1:2::{:x}]:4000", i + 1);
+            let at = t0 + Duration::from_secs(u64::from(i));
+            events(&s.refused(refusal(&peer, RejectCode::BadToken), None, at)).len()
+        })
+        .sum::<usize>();
+    assert_eq!(recorded, REFUSALS_PER_MINUTE as usize);
+}
+
+#[test]
+fn a_flood_from_many_addresses_costs_the_budget_in_all_and_one_summary() {
+    let mut s = Sessions::default();
+    let t0 = Instant::now();
+    let mut lines = 0;
+    for i in 0..5_000u32 {
+        let peer = format!("10.{}.{}.{}:4000", i >> 16, (i >> 8) & 255, i & 255);
+        let at = t0 + Duration::from_millis(u64::from(i));
+        lines += events(&s.refused(refusal(&peer, RejectCode::BadToken), None, at)).len();
+    }
+    // 5 s of flood: one window's allowance, nothing said yet of the rest.
+    assert_eq!(lines, REFUSAL_RECORDS as usize);
+    assert!(s.tick(t0 + Duration::from_secs(6)).cmds().is_empty());
+    let summary = events(&s.tick(t0 + REFUSAL_WINDOW));
+    assert_eq!(summary.len(), 1, "{summary:?}");
+    let held = 5_000 - REFUSAL_RECORDS;
+    assert!(
+        summary[0].1.starts_with(&format!(
+            "{held} more refused wrapper hello(s) were not logged"
+        )),
+        "{summary:?}"
+    );
+    assert!(
+        s.tick(t0 + REFUSAL_WINDOW * 2).cmds().is_empty(),
+        "said once"
+    );
+    // A later refusal is recorded again.
+    let later = s.refused(
+        refusal("10.9.9.9:1", RejectCode::BadToken),
+        None,
+        t0 + REFUSAL_WINDOW * 3,
+    );
+    assert_eq!(events(&later).len(), 1);
+}
+
+#[test]
+fn a_summary_due_goes_out_before_the_next_refusal() {
+    let mut s = Sessions::default();
+    let t0 = Instant::now();
+    for i in 0..=REFUSAL_RECORDS {
+        let peer = format!("10.0.1.{i}:1");
+        let _ = s.refused(refusal(&peer, RejectCode::BadToken), None, t0);
+    }
+    // No tick came: the next refusal after the window says the count first.
+    let out = s.refused(
+        refusal("10.0.2.1:1", RejectCode::BadToken),
+        None,
+        t0 + REFUSAL_WINDOW,
+    );
+    let said = events(&out);
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(
+        said[0].1.starts_with("1 more refused wrapper hello(s)"),
+        "{said:?}"
+    );
+}
+
+#[test]
+fn a_peer_that_proved_nothing_is_told_one_refusal_whatever_the_reason() {
+    let told_of = |v: WrapperVerdict| match told(v) {
+        WrapperVerdict::Reject { code, message } => (code, message),
+        WrapperVerdict::Welcome { .. } => panic!("welcomed"),
+    };
+    let same = (RejectCode::UnknownRun, REFUSED.to_string());
+    for v in [
+        not_in_flight(7),
+        not_in_flight(8),
+        not_a_target(7),
+        reject(
+            RejectCode::BadToken,
+            "a minion-key proof is accepted for Salt runs only",
+        ),
+        reject(RejectCode::BadToken, "the token is not valid"),
+        coming_back(
+            7,
+            "web1",
+            Some(TargetReason::Lost),
+            TargetState::Finished,
+            false,
+        )
+        .expect("refused"),
+    ] {
+        assert_eq!(told_of(v), same);
+    }
+    // What only a proven wrapper or nobody in particular hears is told as decided.
+    for code in [
+        RejectCode::Finished,
+        RejectCode::Version,
+        RejectCode::RetryLater,
+    ] {
+        assert_eq!(told_of(reject(code, "why")), (code, "why".to_string()));
+    }
+    assert!(!REFUSED.contains('7'));
 }
 
 #[test]
@@ -164,9 +282,9 @@ fn only_a_wrapper_proving_a_session_is_looked_up_when_its_run_is_not_in_flight()
 fn a_lost_target_whose_wrapper_proves_itself_is_reopened() {
     let lost = Some(TargetReason::Lost);
     assert!(coming_back(7, "web1", lost, TargetState::Finished, true).is_none());
-    // Not proven: nothing is told about the run.
+    // Not proven: refused (and told nothing about the run, `told`).
     let v = coming_back(7, "web1", lost, TargetState::Finished, false);
-    assert_eq!(v.as_ref().and_then(code), Some(RejectCode::UnknownRun));
+    assert_eq!(v.as_ref().and_then(code), Some(RejectCode::BadToken));
     // Proven but not lost: its outcome is recorded.
     let v = coming_back(7, "web1", None, TargetState::Finished, true);
     assert_eq!(v.as_ref().and_then(code), Some(RejectCode::Finished));
@@ -176,7 +294,10 @@ fn a_lost_target_whose_wrapper_proves_itself_is_reopened() {
         panic!("not refused");
     };
     assert_eq!(code, RejectCode::UnknownRun);
-    assert_eq!(message, "run 7 has no such target in flight");
+    assert_eq!(
+        message,
+        "run 7 is not in flight and its target was not lost"
+    );
 }
 
 #[test]

@@ -17,16 +17,50 @@ pub(crate) fn reject(code: RejectCode, message: impl Into<String>) -> WrapperVer
     }
 }
 
-/// The refusal of a run that is not in flight and of a machine that is not its target
-/// alike: an unauthenticated peer learns neither which runs nor which machines exist.
+/// What a peer whose hello proved nothing is told, whatever the reason: the run does not
+/// exist or has ended, the machine is not its target, the credential is wrong, spent or of
+/// another executor. One code and one wording, byte for byte, so an unauthenticated peer
+/// learns neither which runs and targets are in flight nor which executor they use; the
+/// server's log and `wrapper_refused` events keep the precise reason. The code is
+/// `unknown_run`, which every wrapper, old or new, treats as `bad_token` (a wrapper that
+/// has not started its command gives up, one whose command runs keeps it and retries).
+pub(crate) const REFUSED: &str =
+    "no target in flight matches this run, machine and credential (the server's log says why)";
+
+/// The verdict the peer gets for `verdict`: a refusal of a hello that proved nothing
+/// (`unknown_run`, `bad_token`) becomes [`REFUSED`]; the rest is told as decided (a
+/// transient `retry_later` says nothing of the run; `finished` and `version` are decided
+/// only for a wrapper that proved its target).
+pub(crate) fn told(verdict: WrapperVerdict) -> WrapperVerdict {
+    match verdict {
+        WrapperVerdict::Reject {
+            code: RejectCode::UnknownRun | RejectCode::BadToken,
+            ..
+        } => reject(RejectCode::UnknownRun, REFUSED),
+        other => other,
+    }
+}
+
+/// The refusal of a run that is not in flight (the precise reason; the peer is told
+/// [`REFUSED`]).
 pub(crate) fn not_in_flight(run: RunId) -> WrapperVerdict {
     reject(
         RejectCode::UnknownRun,
-        format!("run {run} has no such target in flight"),
+        format!("run {run} is not in flight"),
     )
 }
 
-/// The refusal of a target whose outcome is recorded.
+/// The refusal of a machine that is not a target of run `run` in flight (the peer is told
+/// [`REFUSED`]).
+pub(crate) fn not_a_target(run: RunId) -> WrapperVerdict {
+    reject(
+        RejectCode::UnknownRun,
+        format!("run {run} is in flight, the machine is not its target"),
+    )
+}
+
+/// The refusal of a target whose outcome is recorded (told only to a wrapper that proved
+/// the target).
 pub(crate) fn finished(run: RunId, machine: &str) -> WrapperVerdict {
     reject(
         RejectCode::Finished,
@@ -34,11 +68,15 @@ pub(crate) fn finished(run: RunId, machine: &str) -> WrapperVerdict {
     )
 }
 
-/// The address of `peer` (`ip:port`) without its port, clipped: the unit refusals are
+/// The address of `peer` (`ip:port`) without its port, an IPv6 address as its /64
+/// (`2001:db8:1:2::/64`: one host holds a whole /64), clipped: the unit refusals are
 /// counted by.
 pub(crate) fn peer_address(peer: &str) -> String {
     match peer.parse::<std::net::SocketAddr>() {
-        Ok(addr) => addr.ip().to_string(),
+        Ok(addr) => match crate::client_addr::client_key(addr.ip()) {
+            ip @ std::net::IpAddr::V4(_) => ip.to_string(),
+            ip @ std::net::IpAddr::V6(_) => format!("{ip}/64"),
+        },
         Err(_) => clip(peer, NAME_MAX),
     }
 }
@@ -65,14 +103,21 @@ pub(crate) fn coming_back(
     state: TargetState,
     proven: bool,
 ) -> Option<WrapperVerdict> {
-    if reason == Some(TargetReason::Lost) && proven {
-        return None;
+    match (proven, reason == Some(TargetReason::Lost), state) {
+        (true, true, _) => None,
+        (true, false, TargetState::Finished) => Some(finished(run, machine)),
+        (true, false, _) => Some(reject(
+            RejectCode::UnknownRun,
+            format!("run {run} is not in flight and its target was not lost"),
+        )),
+        (false, ..) => Some(reject(
+            RejectCode::BadToken,
+            format!(
+                "run {run} is not in flight, and the hello does not prove its target's \
+                 earlier session"
+            ),
+        )),
     }
-    Some(if proven && state == TargetState::Finished {
-        finished(run, machine)
-    } else {
-        not_in_flight(run)
-    })
 }
 
 /// Which credential of a hello is checked. A credential proves a target only for the

@@ -241,6 +241,9 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
             let core = &mut role.core;
             let out = core.delegation.expire(core.ha.server(), Instant::now());
             core.perform(out);
+            // What the refusal budget held back, said once its window has ended.
+            let out = core.sessions.tick(Instant::now());
+            core.perform(out);
             crate::roles::main::shell::run::record::tick(&mut role.core, Instant::now());
             run_flow::orphans::tick(&mut role.core, Instant::now());
             pump(role, ctx);

@@ -61,11 +61,22 @@ pub(super) fn finish_start(
     core.flight.recovered();
     catch_up(core, last_slots, Utc::now());
     role.arm_schedule(ctx);
-    for Parked { call, req, uid } in parked {
-        // Handled as the peer that asked, as it would have been without the wait.
+    for Parked {
+        call,
+        req,
+        uid,
+        name,
+    } in parked
+    {
+        // Handled as whoever asked (the admin socket's peer or the API identity), as it
+        // would have been without the wait.
         role.core.actor.admin(uid);
+        if let Some(name) = name {
+            role.core.actor.api(name);
+        }
         crate::roles::main::shell::requests::handle(&mut role.core, call, req);
         role.core.actor.admin_done();
+        role.core.actor.api_done();
     }
 }
 

@@ -17,7 +17,8 @@ pub(super) fn admit(core: &mut Main, call: CallId, req: AdminRequest) -> Option<
         return None;
     }
     if core.flight.is_recovering() && needs_settings(&req) {
-        core.boot.park(call, req, core.actor.uid());
+        let name = core.actor.name().map(str::to_owned);
+        core.boot.park(call, req, core.actor.uid(), name);
         return None;
     }
     Some(req)

@@ -23,7 +23,7 @@ use crate::roles::main::sessions::verdicts::{
 use crate::roles::main::shell::run::effects::{
     apply, finish_target, now_ms, transition, write_target,
 };
-use crate::roles::main::shell::wrappers::welcome::{answer_hello, check_minion_proof};
+use crate::roles::main::shell::wrappers::welcome::{answer_hello, check_minion_proof, refuse};
 use crate::roles::main::shell::{DbWait, Main};
 use crate::wire::db::TargetUpdate;
 use crate::wire::db::calls;
@@ -110,8 +110,7 @@ pub(crate) fn reconcile(
         proven,
     );
     if let Some(verdict) = verdict {
-        core.links.reply_hub(id, HubReply::Verdict(verdict));
-        return;
+        return refuse(core, id, &hello.peer, hello.run, &hello.machine, verdict);
     }
     log::info!(
         "run {}: the wrapper on {} came back after being declared lost; reconciling",

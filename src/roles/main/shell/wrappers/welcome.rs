@@ -3,7 +3,9 @@
 //! spent by its welcome), the resume key of its session, or a minion-key proof checked
 //! against the master's accepted key (`fleet/launcher.rs`). A token welcome waits for the
 //! spent token and the session's resume-key hash to be committed (`StoredWelcome`);
-//! refusals are recorded as `wrapper_refused` events.
+//! refusals are logged and recorded as `wrapper_refused` events with their precise reason
+//! (within the refusal budgets, `sessions/`), while a peer whose hello proved nothing is
+//! told one and the same refusal whatever the reason (`verdicts::told`).
 
 use std::time::Instant;
 
@@ -15,7 +17,8 @@ use crate::roles::main::run::target::suspend::SuspendReport;
 use crate::roles::main::run::target::{Credential, Effect, Token};
 use crate::roles::main::sessions::Refusal;
 use crate::roles::main::sessions::verdicts::{
-    Shown, cannot_limit, finished, not_in_flight, reject, shown, staged_heartbeat_s,
+    Shown, cannot_limit, finished, not_a_target, not_in_flight, reject, shown, staged_heartbeat_s,
+    told,
 };
 use crate::roles::main::shell::run::effects::apply;
 use crate::roles::main::shell::{DbWait, Main};
@@ -57,28 +60,13 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         Vetted::Now(verdict) => (verdict, None),
         Vetted::AfterStore { verdict, hash } => (verdict, Some(hash)),
     };
-    match &verdict {
-        WrapperVerdict::Welcome { .. } => log::info!(
-            "run {run}: wrapper {} on {machine} (pid {pid}, from {peer}) connected",
-            clip(&wrapper_version, NAME_MAX)
-        ),
-        WrapperVerdict::Reject { code, message } => {
-            let refusal = Refusal {
-                run,
-                machine: &machine,
-                peer: &peer,
-                code: *code,
-                message,
-            };
-            let job = core.run(run).map(|r| r.job().name.clone());
-            let out = core.sessions.refused(refusal, job, Instant::now());
-            core.perform(out);
-        }
+    if matches!(verdict, WrapperVerdict::Reject { .. }) {
+        return refuse(core, id, &peer, run, &machine, verdict);
     }
-    if !matches!(verdict, WrapperVerdict::Welcome { .. }) {
-        core.links.reply_hub(id, HubReply::Verdict(verdict));
-        return;
-    }
+    log::info!(
+        "run {run}: wrapper {} on {machine} (pid {pid}, from {peer}) connected",
+        clip(&wrapper_version, NAME_MAX)
+    );
     core.views
         .ui()
         .wrapper_welcomed(run, &machine, &wrapper_version);
@@ -131,6 +119,32 @@ pub(super) fn answer_hello(core: &mut Main, id: CallId, hello: WrapperHello) {
         },
         due,
     );
+}
+
+/// Refuse the hello of `machine` in `run` from `peer` (`verdict` is a `Reject` with its
+/// precise code and reason): logged and recorded as decided, within the refusal budgets;
+/// the peer gets what it may know ([`told`]).
+pub(crate) fn refuse(
+    core: &mut Main,
+    id: CallId,
+    peer: &str,
+    run: RunId,
+    machine: &str,
+    verdict: WrapperVerdict,
+) {
+    if let WrapperVerdict::Reject { code, message } = &verdict {
+        let refusal = Refusal {
+            run,
+            machine,
+            peer,
+            code: *code,
+            message,
+        };
+        let job = core.run(run).map(|r| r.job().name.clone());
+        let out = core.sessions.refused(refusal, job, Instant::now());
+        core.perform(out);
+    }
+    core.links.reply_hub(id, HubReply::Verdict(told(verdict)));
 }
 
 /// A welcome waiting for its session (spent token, resume key hash) to be committed.
@@ -221,7 +235,7 @@ fn vet_hello(
         .map(|slot| u64::try_from(slot - chrono::Utc::now().timestamp_millis()).unwrap_or(0));
     let heartbeat_s = core.config.saltpeter.heartbeat_s;
     if !active.targets().contains_key(machine) {
-        return not_in_flight(run).into();
+        return not_a_target(run).into();
     }
     // A resume key proves an earlier welcome; the launch token works until its session
     // has been confirmed by a first message (so a welcome lost in a crash can be retried).
@@ -231,7 +245,13 @@ fn vet_hello(
             t.resume_hash().map(str::to_owned),
             t.token() == Token::Spent,
         ),
-        None => return reject(RejectCode::UnknownRun, "run ended").into(),
+        None => {
+            return reject(
+                RejectCode::UnknownRun,
+                "run ended while its hello was vetted",
+            )
+            .into();
+        }
     };
     // A credential proves a target only for the executor that hands it out: a Salt
     // minion's key says nothing about a local target that happens to share its name,
@@ -290,7 +310,11 @@ fn vet_hello(
         return verdict.into();
     }
     let Some(target) = core.target_mut(run, machine) else {
-        return reject(RejectCode::UnknownRun, "run ended").into();
+        return reject(
+            RejectCode::UnknownRun,
+            "run ended while its hello was vetted",
+        )
+        .into();
     };
     let welcomed = match target.hello(Instant::now(), conn, credential) {
         Ok(mut welcomed) => {
