@@ -232,7 +232,7 @@ pub(super) fn run_now(core: &mut Main, call: CallId, name: &str, targets: Option
             "job {name} is still running and its overlap is `forbid`"
         ))
     } else {
-        None
+        crate::roles::main::shell::throttle::job_queue_full(core, name)
     };
     if let Some(why) = refused {
         return failure(core, call, AdminFailure::Invalid(why));
