@@ -39,6 +39,7 @@ mod content;
 pub(crate) mod database;
 mod derived;
 mod diagnostic;
+mod digest;
 mod entries;
 pub mod executors;
 pub(crate) mod export;
@@ -77,6 +78,9 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 pub use diagnostic::{Diagnostic, Severity};
+pub use digest::ErrorDigest;
+pub(crate) use digest::bounded as bounded_by_file;
+pub(crate) use digest::{SHOWN_MAX, SHOWN_PER_FILE};
 pub use entries::{ConfigDirError, FileState, FileStatus, Fingerprint, InvalidJob, JobEntry};
 pub use identities::{ApiIdentity, ApiRole};
 pub use job::{After, ChainOn, Job};
@@ -116,6 +120,8 @@ pub struct LoadedConfig {
     /// Validated jobs by file and name, reused by the next load when nothing they depend on
     /// changed.
     job_cache: Arc<JobCache>,
+    /// What answers carry of the errors, made once per load (`digest.rs`).
+    digest: Arc<ErrorDigest>,
 }
 
 impl LoadedConfig {
@@ -132,6 +138,7 @@ impl LoadedConfig {
         answer: Result<Vec<crate::executor::protocol::ConfigError>, String>,
     ) {
         plugin_check::apply_check(&mut self.jobs, &mut self.diagnostics, plugin, answer);
+        self.digest_errors();
     }
 
     /// Run every plugin's `check_config` in turn and apply the answers (outside any
@@ -143,6 +150,17 @@ impl LoadedConfig {
             &mut self.diagnostics,
             daemon_exe,
         );
+        self.digest_errors();
+    }
+
+    /// What answers carry of the errors: bounded, made once per load.
+    pub fn error_digest(&self) -> &ErrorDigest {
+        &self.digest
+    }
+
+    /// The digest made again, after the jobs or the diagnostics changed.
+    fn digest_errors(&mut self) {
+        self.digest = Arc::new(ErrorDigest::of(&self.diagnostics, self.jobs.values()));
     }
 
     /// Whether any diagnostic is an error (`saltpeterctl config check` then exits non-zero).
@@ -357,7 +375,9 @@ pub fn load_parsed(
         files,
         saltpeter_good,
         job_cache: Arc::new(job_cache),
+        digest: Arc::default(),
     };
     plugin_check::check_found(&mut loaded.jobs, &loaded.saltpeter, &mut loaded.diagnostics);
+    loaded.digest_errors();
     Load::Loaded(Box::new(loaded))
 }

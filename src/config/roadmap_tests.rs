@@ -213,3 +213,39 @@ fn throttling_caps_take_a_number_or_a_default_with_machine_globs() {
     );
     assert!(!config.saltpeter.max_running_per_machine.is_set());
 }
+
+#[test]
+fn a_jobs_queue_is_bounded_by_default_and_the_bound_must_be_positive() {
+    let dir = tempdir();
+    write(
+        dir.path(),
+        "a.yaml",
+        "saltpeter_config:\n  max_runs_in_flight: 4\n",
+    );
+    assert_eq!(load(dir.path(), None).saltpeter.max_queued_runs_per_job, 5);
+    write(
+        dir.path(),
+        "a.yaml",
+        "saltpeter_config:\n  max_queued_runs_per_job: 2\n",
+    );
+    assert_eq!(load(dir.path(), None).saltpeter.max_queued_runs_per_job, 2);
+    for bad in ["0", "-1", "lots"] {
+        write(
+            dir.path(),
+            "a.yaml",
+            &format!("saltpeter_config:\n  max_queued_runs_per_job: {bad}\n"),
+        );
+        let config = load(dir.path(), None);
+        let errors = messages(&config, Severity::Error);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("max_queued_runs_per_job") && e.contains("a.yaml:2:")),
+            "{bad}: {errors:?}"
+        );
+        assert_eq!(
+            config.saltpeter.max_queued_runs_per_job, 5,
+            "{bad}: the default"
+        );
+    }
+}

@@ -126,6 +126,9 @@ pub struct SaltpeterConfig {
     pub max_running_per_machine: super::saltpeter_values::MachineCaps,
     /// Most runs in flight at once on this server; `None`: no limit.
     pub max_runs_in_flight: Option<u32>,
+    /// Most runs of one job waiting to start at once (for a place under
+    /// `max_runs_in_flight` or on their machines); a slot beyond it is skipped.
+    pub max_queued_runs_per_job: u32,
     /// Notification rules of jobs without their own `notify`.
     pub notify: Vec<super::notify::NotifyRule>,
     /// SMTP server for `email` rules (host, port if given); `None`: the host's `sendmail`.
@@ -212,6 +215,7 @@ impl Default for SaltpeterConfig {
             missed_record_limit: 100,
             max_running_per_machine: Default::default(),
             max_runs_in_flight: None,
+            max_queued_runs_per_job: 5,
             notify: Vec::new(),
             smtp: None,
             smtp_tls: super::notify::SmtpTls::Auto,
@@ -318,6 +322,7 @@ pub(crate) const SALTPETER_KEYS: &[&str] = &[
     "missed_record_limit",
     "max_running_per_machine",
     "max_runs_in_flight",
+    "max_queued_runs_per_job",
     "default_wrapper_loglevel",
     "default_wrapper_logdir",
     "api_auth",
@@ -465,6 +470,7 @@ impl SaltpeterConfig {
             "max_runs_in_flight" => {
                 self.max_runs_in_flight = super::saltpeter_values::read_limit(node)?;
             }
+            "max_queued_runs_per_job" => self.max_queued_runs_per_job = small(node)?,
             "notify" => {
                 let mut errors = Vec::new();
                 self.notify = super::notify::read_rules(node, &mut errors);

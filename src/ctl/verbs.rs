@@ -98,12 +98,25 @@ pub(super) fn jobs(
     state: Option<JobState>,
     json: bool,
 ) -> CtlResult {
-    let jobs = match client.request(&AdminRequest::Jobs { group, state })? {
-        AdminResponse::Jobs(jobs) => jobs,
+    let (jobs, invalid_omitted) = match client.request(&AdminRequest::Jobs { group, state })? {
+        AdminResponse::Jobs {
+            jobs,
+            invalid_omitted,
+        } => (jobs, invalid_omitted),
         other => return unexpected(other, json),
     };
+    // The daemon lists a bounded number of invalid jobs; `config check` lists them all.
+    let omitted = (invalid_omitted > 0).then(|| {
+        format!(
+            "{invalid_omitted} more invalid job(s) not listed \
+             (saltpeterctl config check lists them all)"
+        )
+    });
     if json {
         print_json(&Value::Array(jobs.iter().map(job_json).collect()));
+        if let Some(note) = omitted {
+            eprintln!("{note}");
+        }
         return Ok(EXIT_OK);
     }
     let style = Style::stdout();
@@ -144,6 +157,9 @@ pub(super) fn jobs(
             "{}",
             style.paint(&format!("{}: {e}", j.info.name), Some(Color::Red))
         );
+    }
+    if let Some(note) = omitted {
+        outln!("{}", style.paint(&note, Some(Color::Red)));
     }
     Ok(EXIT_OK)
 }

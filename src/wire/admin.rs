@@ -387,7 +387,12 @@ pub(crate) enum AdminResponse {
     Events(Vec<EventInfo>),
     /// Answer to `Maintenance`: the effective maintenance after the change.
     Maintenance(MaintenanceInfo),
-    Jobs(Vec<JobSummary>),
+    /// The jobs listed, and how many invalid jobs the list leaves out (beyond the bounds
+    /// of `config::ErrorDigest`).
+    Jobs {
+        jobs: Vec<JobSummary>,
+        invalid_omitted: usize,
+    },
     Job(Box<JobDetail>),
     /// Answer to `NextFirings`: instants in order.
     NextFirings(Vec<Millis>),

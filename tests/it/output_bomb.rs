@@ -183,7 +183,13 @@ fn flood(s: Session, frames: u64, window: Duration) -> (Daemon, u64, Peaks, Peak
     assert_eq!(api_failures, 0, "/healthz failed during the flood");
     // The concurrent run is not lost.
     let r = d.wait_run_final(steady);
-    assert_eq!(r["state"], "succeeded", "{r}\n{}", d.log_tail(40));
+    assert_eq!(
+        r["state"],
+        "succeeded",
+        "{r}\n{}\n{}",
+        d.ctl_json(&["events", "--limit", "30"]),
+        d.log_tail(40)
+    );
     let expected: String = (1..=6).map(|i| format!("steady-{i}\n")).collect();
     assert_eq!(d.output(steady, "steady1"), expected);
     (d, sent, before, peak)

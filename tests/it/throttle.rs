@@ -144,3 +144,70 @@ fn a_run_beyond_max_runs_in_flight_waits_for_the_one_going() {
         runs[1]
     );
 }
+
+/// Issue 41, E12: a job that fires every second with runs longer than that
+/// (`overlap: allow`) under `max_runs_in_flight: 2` queues at most
+/// `max_queued_runs_per_job` runs (its other slots are recorded as skipped, saying why),
+/// and another job's runs start at the next place that frees up, each before its next
+/// slot, never behind the first job's backlog.
+#[test]
+fn one_jobs_backlog_is_bounded_and_does_not_hold_another_job_back() {
+    let config = "saltpeter_config:\n  max_runs_in_flight: 2\n  max_queued_runs_per_job: 3\n\
+         hog:\n  schedule: '* * * * * *'\n  targets: [solo]\n  command: 'sleep 3'\n  \
+         overlap: allow\n\
+         other:\n  schedule: '*/5 * * * * *'\n  targets: [solo]\n  command: 'true'\n";
+    let d = Daemon::start(&[("jobs.yaml", config)]);
+    let started = std::time::Instant::now();
+    let watch = std::time::Duration::from_secs(30);
+    // hog's queue, as the runs waiting for a place (state `queued`), all along.
+    let mut deepest = 0;
+    let mut refused = None;
+    while started.elapsed() < watch {
+        let queued = d.ctl_json(&["runs", "hog", "--state", "queued", "--limit", "1000"]);
+        let depth = queued.as_array().map_or(0, Vec::len);
+        deepest = deepest.max(depth);
+        assert!(depth <= 3, "hog has {depth} runs queued: {queued}");
+        // A run asked for now while the queue is full is refused, saying why.
+        if depth == 3 && refused.is_none() {
+            let out = d.ctl(&["run", "hog"]);
+            if !out.status.success() {
+                refused = Some(String::from_utf8_lossy(&out.stderr).into_owned());
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(
+        deepest >= 2,
+        "hog's backlog formed (deepest queue {deepest})"
+    );
+    if let Some(why) = &refused {
+        assert!(
+            why.contains("queue: 3 run(s) of hog are already waiting to start"),
+            "{why}"
+        );
+    }
+    let hog = d.runs("hog");
+    let full: Vec<&Value> = hog.iter().filter(|r| r["state"] == "skipped").collect();
+    assert!(!full.is_empty(), "hog's slots beyond its queue are skipped");
+    for r in &full {
+        assert_eq!(
+            r["reason"],
+            "queue: 3 run(s) of hog are already waiting to start (max_queued_runs_per_job 3)",
+            "{r}"
+        );
+    }
+    // Every slot of other (but the newest, which may still wait) ran, each started
+    // before its next slot: at most one of hog's runs ended before it got a place.
+    let mut other = d.runs("other");
+    other.retain(|r| instant(&r["slot"]) < Utc::now() - Duration::seconds(8));
+    assert!(other.len() >= 4, "{other:?}");
+    for r in &other {
+        assert_ne!(r["state"], "skipped", "{r}");
+        let waited = instant(&r["started"]) - instant(&r["slot"]);
+        assert!(
+            waited < Duration::seconds(5),
+            "other's run of slot {} started {waited} after it: {r}",
+            r["slot"]
+        );
+    }
+}

@@ -6,6 +6,7 @@ mod bench;
 mod browser;
 pub mod client;
 mod compression;
+mod config_errors;
 mod endpoints;
 mod guard;
 mod memory;

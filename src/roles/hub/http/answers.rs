@@ -10,6 +10,9 @@ use crate::roles::hub::state::http::Expect;
 use crate::roles::hub::state::http::Http;
 use crate::wire::admin::{AdminFailure, AdminResponse, JobDetail, OutputSlice};
 
+/// How many invalid jobs `GET /api/v1/jobs` leaves out (docs/api.md).
+const INVALID_OMITTED_HEADER: &str = "X-Saltpeter-Invalid-Jobs-Omitted";
+
 fn job_detail_json(d: &JobDetail) -> Value {
     let mut v = job_json(&d.summary.info);
     if let Value::Object(map) = &mut v {
@@ -76,9 +79,23 @@ pub(super) fn render(http: &Http, expect: Expect, resp: AdminResponse) -> Respon
                 .collect(),
         )),
         (Expect::ConfigErrors, AdminResponse::Status(s)) => ok(json!({"errors": s.config_errors})),
-        (Expect::Jobs, AdminResponse::Jobs(jobs)) => ok(Value::Array(
-            jobs.iter().map(|j| job_json(&j.info)).collect(),
-        )),
+        (
+            Expect::Jobs,
+            AdminResponse::Jobs {
+                jobs,
+                invalid_omitted,
+            },
+        ) => {
+            let list = ok(Value::Array(
+                jobs.iter().map(|j| job_json(&j.info)).collect(),
+            ));
+            // The list stays an array; the invalid jobs it leaves out are counted here
+            // (and in the configuration errors, `/api/v1/config/errors`).
+            match invalid_omitted {
+                0 => list,
+                n => list.with_header(INVALID_OMITTED_HEADER, &n.to_string()),
+            }
+        }
         (Expect::Job, AdminResponse::Job(d)) => ok(job_detail_json(&d)),
         (Expect::Runs { limit }, AdminResponse::Runs(runs)) => {
             let next = (runs.len() >= limit as usize)

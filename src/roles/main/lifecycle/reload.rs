@@ -241,6 +241,27 @@ fn summary(config: &LoadedConfig, started: Instant, now: Instant) -> String {
     )
 }
 
+/// Log `diagnostics` (of a load, in file order) within the bounds answers keep
+/// (`config::ErrorDigest`: 20 of a file, 100 in all), then how many were not: a directory
+/// with 200,000 errors writes 100 lines, not 200,000, at each start.
+pub(crate) fn log_diagnostics<'a>(diagnostics: impl Iterator<Item = &'a config::Diagnostic>) {
+    let (logged, left_out) = config::bounded_by_file(
+        diagnostics,
+        |d| d.file.as_path(),
+        config::SHOWN_PER_FILE,
+        config::SHOWN_MAX,
+    );
+    for d in logged {
+        log::warn!("{d}");
+    }
+    if left_out > 0 {
+        log::warn!(
+            "… and {left_out} more configuration problem(s) not logged \
+             (saltpeterctl config check lists them all)"
+        );
+    }
+}
+
 /// What a reload changes beyond the jobs, for the loop to follow up.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Changes {
@@ -258,9 +279,7 @@ impl Changes {
             log::warn!("saltpeter_config.{change} changed: it takes effect at the next start");
         }
         let known: HashSet<&config::Diagnostic> = current.diagnostics.iter().collect();
-        for d in loaded.diagnostics.iter().filter(|d| !known.contains(d)) {
-            log::warn!("{d}");
-        }
+        log_diagnostics(loaded.diagnostics.iter().filter(|d| !known.contains(d)));
         Changes {
             maintenance: current.maintenance != loaded.maintenance,
             retention: current.saltpeter.retention != loaded.saltpeter.retention,

@@ -2,9 +2,10 @@
 //!
 //! - Events (`Main::event`): who or what started, skipped, killed, lost and reconciled
 //!   each run and target, in db's `events` table (`saltpeterctl events` reads them).
-//! - Retention: each time a run of a job ends (and for every job at start-up) db prunes
-//!   the job's final runs beyond `saltpeter_config.retention` (count, age, bytes) and then
-//!   gives the freed pages back to the file system.
+//! - Retention: each time a run of a job ends (and at start-up for every configured job
+//!   with a recorded run) db prunes the job's final runs beyond
+//!   `saltpeter_config.retention` (count, age, bytes) and then gives the freed pages back
+//!   to the file system.
 
 use chrono::Utc;
 
@@ -44,12 +45,26 @@ pub(crate) fn apply_retention(core: &mut Main, job: &str) {
     );
 }
 
-/// Retention for every configured job (at start-up: history older than this run).
+/// Retention for every configured job (at start-up: history older than this run). Only
+/// the jobs with a recorded run have anything to prune: db names them first, so a
+/// configuration of 200,000 jobs (valid or not) that never ran does not queue 200,000
+/// prunes in front of the first answer that reads the database.
 pub(crate) fn apply_retention_to_all(core: &mut Main) {
-    let jobs: Vec<String> = core.config.jobs.keys().cloned().collect();
-    for job in jobs {
-        apply_retention(core, &job);
-    }
+    core.db_call(
+        DbRequest::LastRuns,
+        DbWait::then(|core, _, result| match calls::LastRuns::take(result) {
+            Ok(last) => {
+                let jobs: Vec<String> = last
+                    .into_keys()
+                    .filter(|job| core.config.jobs.contains_key(job))
+                    .collect();
+                for job in jobs {
+                    apply_retention(core, &job);
+                }
+            }
+            Err(e) => log::warn!("retention: could not list the jobs with runs: {e}"),
+        }),
+    );
 }
 
 /// db pruned a job: reclaim the space if anything went.

@@ -199,9 +199,7 @@ pub(crate) fn run(mut args: RoleArgs) -> Result<i32, RoleError> {
     // Nothing runs yet: the executor plugins check their jobs here, each within its
     // deadline (reloads ask blocking, `lifecycle/reload.rs`).
     config.run_plugin_checks(std::path::Path::new("/proc/self/exe"));
-    for d in &config.diagnostics {
-        log::warn!("{d}");
-    }
+    crate::roles::main::lifecycle::reload::log_diagnostics(config.diagnostics.iter());
     let secret = Secret::load_or_create(&args.dirs.secret())
         .map_err(|e| RoleError::BadStart(e.to_string()))?;
     let wrapper_pin =

@@ -11,9 +11,15 @@
 //!   not run. `Target::throttled` holds the reason; the target shows as `queued`. Its run's
 //!   `collect_batch` launches it again once it may start ([`any_admitted`]).
 //!
-//! Order: both queues are served in slot order (a manual run: when it was recorded), then
-//! run id ([`QueueKey`]). A waiting entry is admitted only when the places taken plus the
-//! entries waiting ahead of it leave room, so a later slot never overtakes an earlier one.
+//! Order (`run/queue.rs`, pure): both queues are served round-robin between jobs (a free
+//! place goes to the job with the fewest places taken, ties to its oldest waiting entry),
+//! and each job's entries in slot order (a manual run: when it was recorded), then run id.
+//! A waiting entry is admitted only when the places taken plus the entries served before
+//! it leave room, so a job's later slot never overtakes its earlier one, and one job's
+//! backlog never holds another job back for more than the next free place.
+//!
+//! Bound: a job with `max_queued_runs_per_job` runs waiting queues no more
+//! ([`job_queue_full`]): its slot is recorded as skipped with the reason.
 //!
 //! A machine's place is taken from the launch of a target's wrapper until its command
 //! ended (`Launching` and `PickedUp`): a pre-staged salt target waiting for `go` counts,
@@ -24,66 +30,66 @@
 //! The functions of the rules are pure (counts in, decision out); the scans over the runs in
 //! flight cost one lookup per run, and are done only when a limit is set.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::roles::main::run::active::ActiveRun;
+use crate::roles::main::run::queue::{self, Queued};
 use crate::roles::main::run::target::Target;
 use crate::roles::main::shell::Main;
 use crate::wire::records::RunId;
 
-pub(crate) use crate::roles::main::run::active::QueueKey;
-
-/// What one machine has: places taken, and the keys of the targets waiting for it.
+/// What one machine has: places taken (in all and per job), and the targets waiting for
+/// it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct MachineLoad {
+pub(crate) struct MachineLoad<'a> {
     pub running: usize,
-    pub waiting: Vec<QueueKey>,
+    pub running_by_job: HashMap<&'a str, usize>,
+    pub waiting: Vec<Queued<'a>>,
 }
 
-/// May a target with key `me` start on `machine` now? `Err` holds the reason it waits.
+/// May a target `me` start on `machine` now? `Err` holds the reason it waits.
 pub(crate) fn target_admission(
     max: u32,
     machine: &str,
-    load: &MachineLoad,
-    me: QueueKey,
+    load: &MachineLoad<'_>,
+    me: Queued<'_>,
 ) -> Result<(), String> {
-    let Some(queued) = no_place(max, load.running, &load.waiting, me) else {
+    let Some(ahead) = queue::no_place(max, load.running, &load.running_by_job, &load.waiting, me)
+    else {
         return Ok(());
     };
     Err(format!(
-        "waiting: {} command(s) already running on {machine}{queued} \
+        "waiting: {} command(s) already running on {machine}{} \
          (max_running_per_machine {max})",
-        load.running
+        load.running,
+        queued_ahead(ahead)
     ))
 }
 
-/// `None` when `taken` places and those waiting ahead of `me` leave one of `max` for
-/// it; otherwise how many wait ahead, as the reason says it (", 2 queued ahead").
-fn no_place(max: u32, taken: usize, waiting: &[QueueKey], me: QueueKey) -> Option<String> {
-    let ahead = waiting.iter().filter(|k| **k < me).count();
-    if taken + ahead < max as usize {
-        return None;
-    }
-    Some(if ahead > 0 {
+/// How many wait ahead, as a reason says it (", 2 queued ahead").
+fn queued_ahead(ahead: usize) -> String {
+    if ahead > 0 {
         format!(", {ahead} queued ahead")
     } else {
         String::new()
-    })
+    }
 }
 
-/// May a run with key `me` start now, with `in_flight` runs admitted and the keys of those
-/// waiting in `waiting`? `Err` holds the reason it waits.
+/// May a run `me` start now, with `in_flight` runs admitted (`by_job` of them per job)
+/// and `waiting` besides it? `Err` holds the reason it waits.
 pub(crate) fn run_admission(
     max: u32,
     in_flight: usize,
-    waiting: &[QueueKey],
-    me: QueueKey,
+    by_job: &HashMap<&str, usize>,
+    waiting: &[Queued<'_>],
+    me: Queued<'_>,
 ) -> Result<(), String> {
-    let Some(queued) = no_place(max, in_flight, waiting, me) else {
+    let Some(ahead) = queue::no_place(max, in_flight, by_job, waiting, me) else {
         return Ok(());
     };
     Err(format!(
-        "waiting: {in_flight} run(s) in flight{queued} (max_runs_in_flight {max})"
+        "waiting: {in_flight} run(s) in flight{} (max_runs_in_flight {max})",
+        queued_ahead(ahead)
     ))
 }
 
@@ -91,7 +97,7 @@ pub(crate) fn run_admission(
 pub(crate) fn machine_load<'a>(
     runs: impl Iterator<Item = &'a ActiveRun>,
     machine: &str,
-) -> MachineLoad {
+) -> MachineLoad<'a> {
     let mut load = MachineLoad::default();
     for run in runs {
         let Some(t) = run.target(machine) else {
@@ -99,11 +105,23 @@ pub(crate) fn machine_load<'a>(
         };
         if t.occupies_machine() {
             load.running += 1;
+            *load
+                .running_by_job
+                .entry(run.job().name.as_str())
+                .or_default() += 1;
         } else if t.is_throttled() {
-            load.waiting.push(run.queue_key());
+            load.waiting.push(queued(run));
         }
     }
     load
+}
+
+/// `run`'s entry in the queues.
+fn queued(run: &ActiveRun) -> Queued<'_> {
+    Queued {
+        job: &run.job().name,
+        key: run.queue_key(),
+    }
 }
 
 /// May the pending target of `run` on `machine` start now (`max_running_per_machine`)?
@@ -116,7 +134,7 @@ pub(crate) fn may_start(core: &Main, run: RunId, machine: &str) -> Result<(), St
     else {
         return Ok(());
     };
-    let Some(me) = core.run(run).map(ActiveRun::queue_key) else {
+    let Some(me) = core.run(run).map(queued) else {
         return Ok(());
     };
     let load = machine_load(core.runs().filter(|r| r.id() != run), machine);
@@ -161,16 +179,39 @@ pub(crate) fn run_may_start(core: &Main, run: RunId) -> Result<(), String> {
     let Some(max) = core.config.saltpeter.max_runs_in_flight else {
         return Ok(());
     };
-    let Some(me) = core.run(run).map(ActiveRun::queue_key) else {
+    let Some(me) = core.run(run).map(queued) else {
         return Ok(());
     };
-    let others = || core.runs().filter(|r| r.id() != run);
-    let in_flight = others().filter(|r| !r.awaiting_capacity()).count();
-    let waiting: Vec<QueueKey> = others()
-        .filter(|r| r.awaiting_capacity())
-        .map(ActiveRun::queue_key)
-        .collect();
-    run_admission(max, in_flight, &waiting, me)
+    let mut in_flight = 0;
+    let mut by_job: HashMap<&str, usize> = HashMap::new();
+    let mut waiting = Vec::new();
+    for other in core.runs().filter(|r| r.id() != run) {
+        if other.awaiting_capacity() {
+            waiting.push(queued(other));
+        } else {
+            in_flight += 1;
+            *by_job.entry(other.job().name.as_str()).or_default() += 1;
+        }
+    }
+    run_admission(max, in_flight, &by_job, &waiting, me)
+}
+
+/// Why `job` may not queue another run now (`max_queued_runs_per_job`); `None` when it
+/// may. Only with a throttle set does anything wait: its runs waiting for a place under
+/// `max_runs_in_flight`, those with a target waiting for its machine, and those queued
+/// or being recorded (which join them unless a place is free).
+pub(crate) fn job_queue_full(core: &Main, job: &str) -> Option<String> {
+    let s = &core.config.saltpeter;
+    if s.max_runs_in_flight.is_none() && !s.max_running_per_machine.is_set() {
+        return None;
+    }
+    let waiting = core
+        .runs()
+        .filter(|r| r.job().name == job)
+        .filter(|r| r.awaiting_capacity() || r.targets().values().any(Target::is_throttled))
+        .count()
+        + core.flight.busy_count(job);
+    queue::queue_full(job, waiting, s.max_queued_runs_per_job)
 }
 
 /// The reasons of the throttled targets of `run`, by machine (for the run's view).
@@ -190,17 +231,29 @@ pub(crate) fn reasons(core: &Main, run: RunId) -> BTreeMap<String, String> {
 mod tests {
     use super::*;
 
-    fn load(running: usize, waiting: &[QueueKey]) -> MachineLoad {
+    fn q(job: &str, slot: i64, id: u64) -> Queued<'_> {
+        Queued {
+            job,
+            key: (slot, id),
+        }
+    }
+
+    fn load<'a>(running: &[(&'a str, usize)], waiting: &[Queued<'a>]) -> MachineLoad<'a> {
         MachineLoad {
-            running,
+            running: running.iter().map(|(_, n)| n).sum(),
+            running_by_job: running.iter().copied().collect(),
             waiting: waiting.to_vec(),
         }
     }
 
     #[test]
     fn a_machine_admits_up_to_its_limit() {
-        assert_eq!(target_admission(3, "m", &load(2, &[]), (10, 1)), Ok(()));
-        let full = target_admission(3, "minion-04", &load(3, &[]), (10, 1));
+        let two = [("a", 2)];
+        assert_eq!(
+            target_admission(3, "m", &load(&two, &[]), q("a", 10, 1)),
+            Ok(())
+        );
+        let full = target_admission(3, "minion-04", &load(&[("a", 3)], &[]), q("a", 10, 1));
         assert_eq!(
             full,
             Err("waiting: 3 command(s) already running on minion-04 \
@@ -210,34 +263,72 @@ mod tests {
     }
 
     #[test]
-    fn waiting_targets_start_in_slot_order() {
+    fn waiting_targets_of_a_job_start_in_slot_order() {
         // One place free, two waiting: the earlier slot goes first, whatever the run ids.
-        let waiting = [(10, 7), (20, 3)];
+        let two = [("j", 2)];
+        let waiting = [q("j", 10, 7), q("j", 20, 3)];
         assert_eq!(
-            target_admission(3, "m", &load(2, &waiting), (10, 7)),
+            target_admission(3, "m", &load(&two, &waiting), q("j", 10, 7)),
             Ok(())
         );
-        let later = target_admission(3, "m", &load(2, &waiting), (20, 3));
+        let later = target_admission(3, "m", &load(&two, &waiting), q("j", 20, 3));
         assert!(later.is_err_and(|r| r.contains("1 queued ahead")));
         // A new target of a later slot does not overtake those waiting.
-        assert!(target_admission(3, "m", &load(2, &waiting), (30, 9)).is_err());
+        assert!(target_admission(3, "m", &load(&two, &waiting), q("j", 30, 9)).is_err());
         // The same slot: the lower run id first.
-        let same = [(10, 4), (10, 2)];
-        assert_eq!(target_admission(1, "m", &load(0, &same), (10, 2)), Ok(()));
-        assert!(target_admission(1, "m", &load(0, &same), (10, 4)).is_err());
+        let same = [q("j", 10, 4), q("j", 10, 2)];
+        assert_eq!(
+            target_admission(1, "m", &load(&[], &same), q("j", 10, 2)),
+            Ok(())
+        );
+        assert!(target_admission(1, "m", &load(&[], &same), q("j", 10, 4)).is_err());
     }
 
     #[test]
-    fn runs_are_admitted_in_slot_order_up_to_the_limit() {
-        assert_eq!(run_admission(1, 0, &[], (10, 1)), Ok(()));
-        let busy = run_admission(1, 1, &[], (10, 2));
+    fn a_machine_full_of_one_job_serves_another_job_next() {
+        // hog runs 2 commands on m and has 3 more waiting from earlier slots.
+        let waiting = [
+            q("hog", 1, 1),
+            q("hog", 2, 2),
+            q("hog", 3, 3),
+            q("other", 9, 9),
+        ];
+        let hog = [("hog", 2)];
+        assert_eq!(
+            target_admission(3, "m", &load(&hog, &waiting), q("other", 9, 9)),
+            Ok(())
+        );
+        assert!(target_admission(3, "m", &load(&hog, &waiting), q("hog", 1, 1)).is_err());
+    }
+
+    #[test]
+    fn runs_are_admitted_up_to_the_limit_round_robin_between_jobs() {
+        let none = HashMap::new();
+        assert_eq!(run_admission(1, 0, &none, &[], q("j", 10, 1)), Ok(()));
+        let busy = run_admission(1, 1, &none, &[], q("j", 10, 2));
         assert_eq!(
             busy,
             Err("waiting: 1 run(s) in flight (max_runs_in_flight 1)".to_string())
         );
-        let waiting = [(5, 9), (20, 1)];
-        assert_eq!(run_admission(2, 1, &waiting, (5, 9)), Ok(()));
-        assert!(run_admission(2, 1, &waiting, (20, 1)).is_err());
-        assert_eq!(run_admission(3, 1, &waiting, (20, 1)), Ok(()));
+        let waiting = [q("j", 5, 9), q("j", 20, 1)];
+        assert_eq!(run_admission(2, 1, &none, &waiting, q("j", 5, 9)), Ok(()));
+        assert!(run_admission(2, 1, &none, &waiting, q("j", 20, 1)).is_err());
+        assert_eq!(run_admission(3, 1, &none, &waiting, q("j", 20, 1)), Ok(()));
+        // hog holds both places and has two runs waiting: other's run, of a later slot,
+        // gets the next place.
+        let hog: HashMap<&str, usize> = [("hog", 2)].into_iter().collect();
+        let waiting = [q("hog", 1, 1), q("hog", 2, 2), q("other", 3, 3)];
+        let other = run_admission(2, 2, &hog, &waiting, q("other", 3, 3));
+        assert_eq!(
+            other,
+            Err("waiting: 2 run(s) in flight (max_runs_in_flight 2)".to_string())
+        );
+        let one_ended: HashMap<&str, usize> = [("hog", 1)].into_iter().collect();
+        assert_eq!(
+            run_admission(2, 1, &one_ended, &waiting, q("other", 3, 3)),
+            Ok(())
+        );
+        let hog_next = run_admission(2, 1, &one_ended, &waiting, q("hog", 1, 1));
+        assert!(hog_next.is_err_and(|r| r.contains("1 queued ahead")));
     }
 }

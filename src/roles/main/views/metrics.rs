@@ -7,7 +7,7 @@ use crate::roles::main::notify::{DELIVERY_RESULTS, Outbox};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::config::{LoadedConfig, Severity};
+use crate::config::LoadedConfig;
 use crate::metrics::{DURATION_BUCKETS, Histogram, LATENCY_BUCKETS, header, label_value};
 use crate::roles::main::views::job_metrics::{EndedRun, PerJob, TARGET_RESULTS, target_result};
 use crate::wire::records::{Millis, RunState};
@@ -252,12 +252,7 @@ pub(crate) fn render(m: &MainMetrics, g: &Gauges) -> String {
         "gauge",
         "Errors in the configuration now.",
     );
-    let errors = g
-        .config
-        .diagnostics
-        .iter()
-        .filter(|d| d.severity == Severity::Error)
-        .count();
+    let errors = g.config.error_digest().errors();
     let _ = writeln!(out, "saltpeter_config_errors {errors}");
     header(
         &mut out,

@@ -4,7 +4,6 @@
 use crate::ipc::CallId;
 use crate::roles::main::shell::Main;
 use crate::roles::main::shell::requests::answer::{answer_with, respond};
-use crate::roles::main::views::answer::bounded_errors;
 use crate::wire::admin::{AdminResponse, EventInfo, StatusInfo};
 use crate::wire::db::DbRequest;
 use crate::wire::db::calls;
@@ -13,13 +12,8 @@ use crate::wire::records::{Millis, RunId};
 
 pub(super) fn status(core: &mut Main, call: CallId) {
     let now = chrono::Utc::now().timestamp_millis();
-    let config_errors = bounded_errors(
-        core.config
-            .diagnostics
-            .iter()
-            .filter(|d| d.severity == crate::config::Severity::Error)
-            .map(|d| d.to_string()),
-    );
+    // Bounded, and made once per load (`config::ErrorDigest`).
+    let config_errors = core.config.error_digest().shown().to_vec();
     let status = StatusInfo {
         version: env!("CARGO_PKG_VERSION").to_string(),
         started_at: core.daemon.started_at(),

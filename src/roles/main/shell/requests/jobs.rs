@@ -9,7 +9,6 @@ use crate::ipc::CallId;
 use crate::roles::main::run::request::RunRequest;
 use crate::roles::main::shell::Main;
 use crate::roles::main::shell::requests::answer::{answer_with, failure, no_job, respond};
-use crate::roles::main::views::answer::bounded_errors;
 use crate::wire::admin::{AdminFailure, AdminResponse, JobDetail, JobInfo, JobState, JobSummary};
 use crate::wire::db::DbRequest;
 use crate::wire::db::RunFilter;
@@ -39,7 +38,10 @@ fn listed(
     jobs.retain(|j| {
         group.as_ref().is_none_or(|g| &j.info.group == g) && state.is_none_or(|s| j.state == s)
     });
-    AdminResponse::Jobs(jobs)
+    AdminResponse::Jobs {
+        jobs,
+        invalid_omitted: core.config.error_digest().invalid_omitted(),
+    }
 }
 
 pub(super) fn detail(core: &mut Main, call: CallId, job: String, upcoming: u32) {
@@ -87,10 +89,7 @@ fn described(
 ) -> JobDetail {
     let (config_json, errors) = match entry {
         JobEntry::Valid(job) => (Some(job.redacted_json().to_string()), Vec::new()),
-        JobEntry::Invalid(bad) => (
-            None,
-            bounded_errors(bad.errors.iter().map(|d| d.to_string())),
-        ),
+        JobEntry::Invalid(bad) => (None, bad.shown_errors()),
     };
     JobDetail {
         summary,
@@ -233,7 +232,7 @@ pub(super) fn run_now(core: &mut Main, call: CallId, name: &str, targets: Option
             "job {name} is still running and its overlap is `forbid`"
         ))
     } else {
-        None
+        crate::roles::main::shell::throttle::job_queue_full(core, name)
     };
     if let Some(why) = refused {
         return failure(core, call, AdminFailure::Invalid(why));
@@ -320,20 +319,20 @@ pub(super) fn kill_job(
     respond(core, call, AdminResponse::Done(msg));
 }
 
-/// Every configured job as the list shows it, with its newest run from `last`.
+/// Every configured job the list shows (the invalid ones within the bounds of
+/// `config::ErrorDigest`), with its newest run from `last`.
 fn job_infos(core: &Main, last: &BTreeMap<String, RunRecord>) -> Vec<JobInfo> {
+    let digest = core.config.error_digest();
     core.config
         .jobs
         .values()
+        .filter(|entry| digest.listed(entry))
         .map(|entry| {
             let name = entry.name().to_string();
             let last_run = last.get(&name);
             let (enabled, error) = match entry {
                 JobEntry::Valid(j) => (j.enabled, None),
-                JobEntry::Invalid(bad) => (
-                    false,
-                    Some(bounded_errors(bad.errors.iter().map(|d| d.to_string())).join("; ")),
-                ),
+                JobEntry::Invalid(bad) => (false, Some(bad.error_line())),
             };
             JobInfo {
                 paused: core.jobctl.paused_note(&name, chrono::Utc::now()),

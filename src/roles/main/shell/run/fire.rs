@@ -1,6 +1,6 @@
 //! A due slot becomes a run, a pre-staged run, or a skipped slot recorded with its
-//! reason (missed, maintenance, a job control hold, overlap, or a launch of the previous
-//! slot still out); and the overlap rule's view of a job's runs.
+//! reason (missed, maintenance, a job control hold, overlap, a launch of the previous
+//! slot still out, or the job's queue full); and the overlap rule's view of a job's runs.
 
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use crate::roles::main::rules::scheduler::Due;
 use crate::roles::main::run::request::RunRequest;
 use crate::roles::main::run::rules::{self, Hold};
 use crate::roles::main::shell::run::effects::now_ms;
+use crate::roles::main::shell::throttle;
 use crate::roles::main::shell::{DbWait, JobRef, Main};
 use crate::wire::db::{DbRequest, NewRun};
 use crate::wire::records::{RunState, Trigger};
@@ -51,6 +52,12 @@ pub(crate) fn fire_as(
              than a period and the backlog grows)",
             job.name
         )),
+        // The job's queue is full (`max_queued_runs_per_job`): this slot is not queued
+        // behind the others (`overlap: allow` firing faster than its runs can start).
+        Hold::Run => match throttle::job_queue_full(core, &job.name) {
+            Some(reason) => Hold::Skip(reason),
+            None => Hold::Run,
+        },
         other => other,
     };
     if due.early && !due.missed && hold == Hold::Run {

@@ -7,9 +7,8 @@
 use std::time::Instant;
 
 use super::{LastRun, UiState};
-use crate::config::{JobEntry, LoadedConfig, Severity};
+use crate::config::{JobEntry, LoadedConfig};
 use crate::roles::main::messages::Out;
-use crate::roles::main::views::answer::bounded_errors;
 use crate::roles::main::views::seen::RunSeen;
 use crate::wire::link::MainToHub;
 use crate::wire::records::{Millis, RunId};
@@ -246,7 +245,7 @@ pub(crate) fn cron_view(entry: &JobEntry) -> CronEntryView {
             name: bad.name.clone(),
             group: bad.group.clone(),
             file: bad.file.display().to_string(),
-            error: bounded_errors(bad.errors.iter().map(|d| d.to_string())).join("; "),
+            error: bad.error_line(),
         },
     }
 }
@@ -254,8 +253,16 @@ pub(crate) fn cron_view(entry: &JobEntry) -> CronEntryView {
 /// The configuration's view, `serial` the time it is sent.
 fn config_view(config: &LoadedConfig, serial: Millis) -> ConfigView {
     let sp = &config.saltpeter;
+    let digest = config.error_digest();
     ConfigView {
-        crons: config.jobs.values().map(cron_view).collect(),
+        // The invalid jobs within the bounds of `config::ErrorDigest`; its errors count
+        // the others.
+        crons: config
+            .jobs
+            .values()
+            .filter(|e| digest.listed(e))
+            .map(cron_view)
+            .collect(),
         maintenance_global: config.maintenance.global,
         maintenance_machines: config.maintenance.machines.iter().cloned().collect(),
         settings: SettingsView {
@@ -273,12 +280,6 @@ fn config_view(config: &LoadedConfig, serial: Millis) -> ConfigView {
             api_token_set: sp.api_token.is_some(),
         },
         serial,
-        errors: bounded_errors(
-            config
-                .diagnostics
-                .iter()
-                .filter(|d| d.severity == Severity::Error)
-                .map(|d| d.to_string()),
-        ),
+        errors: digest.shown().to_vec(),
     }
 }
