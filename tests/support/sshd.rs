@@ -134,10 +134,16 @@ impl Sshd {
             .collect();
         std::fs::write(dir.path().join("known_hosts"), known).expect("known_hosts");
         let d = dir.path().display();
-        let mut config: String = addrs
-            .iter()
-            .map(|a| format!("ListenAddress {a}:{port}\n"))
-            .collect();
+        // sshd listens on at most 16 sockets (MAX_LISTEN_SOCKS): more hosts share the
+        // wildcard address, which every 127.0.0.N reaches (key authentication only).
+        let mut config: String = if addrs.len() > 16 {
+            format!("ListenAddress 0.0.0.0:{port}\n")
+        } else {
+            addrs
+                .iter()
+                .map(|a| format!("ListenAddress {a}:{port}\n"))
+                .collect()
+        };
         config.push_str(&format!(
             "HostKey {d}/host_key\nPidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\n\
              StrictModes no\nUsePAM no\nPubkeyAuthentication yes\nPasswordAuthentication no\n\
