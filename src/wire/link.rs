@@ -101,8 +101,13 @@ pub(crate) enum HubRequest {
         signal: Option<i32>,
         reason: ExitReason,
     },
-    /// The connection closed (either side) or was dropped for a protocol error.
-    WrapperGone { conn: ConnId },
+    /// The connection closed (either side) or was dropped for a protocol error;
+    /// `rejected`: the hub closed a bound link for what its wrapper sent (a `reject`),
+    /// and why, for main to record.
+    WrapperGone {
+        conn: ConnId,
+        rejected: Option<(super::wrapper::RejectCode, String)>,
+    },
     /// An operator's request from the admin socket, with who sent it (call).
     AdminFrom {
         peer: super::admin::AdminPeer,

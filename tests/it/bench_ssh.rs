@@ -11,8 +11,11 @@
 //!    first slot after the start apart), and the CPU per target per firing of the daemon
 //!    (by process), of the plugin with its ssh clients (reaped by `blocking`), and of
 //!    sshd with its sessions; beside it, a bare `ssh HOST true` per host.
-//! 2. `SSH_BENCH_JOBS` jobs (default 5) on the same hosts in the same second: slot →
-//!    command running over all of them.
+//!    The CPU is read over six periods in which nothing polls the daemon.
+//! 2. `SSH_BENCH_JOBS` jobs (default 5) on the same hosts in the same second, every
+//!    `SSH_BENCH_HERD_EVERY` seconds (default 30: each firing costs the testbed's sshd and
+//!    ssh clients seconds of CPU): slot → command running over all of them, and any
+//!    target that did not run.
 //!
 //! Every host is this machine: the sshd and ssh figures are the testbed's, not the
 //! daemon's; the commands (`date`) and the wrappers run here too.
@@ -77,7 +80,10 @@ fn lateness(d: &Daemon, runs: &[serde_json::Value]) -> (Vec<i64>, Vec<i64>) {
         let id = run["id"].as_u64().expect("id");
         for t in run["targets"].as_array().expect("targets") {
             let m = t["machine"].as_str().expect("machine");
-            assert_eq!(t["exit_code"], 0, "{run}");
+            if t["exit_code"] != 0 {
+                eprintln!("run {id}: {m} ended {} ({})", t["exit_code"], t["reason"]);
+                continue;
+            }
             if let Ok(at) = d.output(id, m).trim().parse::<i64>() {
                 if i == 0 { &mut first } else { &mut rest }.push(at - slot);
             }
@@ -172,16 +178,19 @@ fn bench_ssh() {
         ("jobs.yaml", &jobs(&["stamp".into()], &hosts, every)),
     ]);
     finished(&d, "stamp", 1, wait);
+    // CPU over six periods with nobody asking the daemon anything (polling it costs more
+    // than what is measured): six firings.
+    let firings = 6u32;
     let roles0 = daemon_cpu(&d);
     let blocking = d.pid_of("blocking");
     let sshd_pid = sshd.pid().expect("sshd runs");
     let (b0, s0) = (cpu_split(blocking), cpu_split(sshd_pid));
-    let runs0 = d.runs("stamp").into_iter().filter(is_final).count();
-    let runs = finished(&d, "stamp", runs0 + 6, wait);
+    std::thread::sleep(Duration::from_secs(every * u64::from(firings)));
     let (b1, s1) = (cpu_split(blocking), cpu_split(sshd_pid));
     let roles1 = daemon_cpu(&d);
-    let firings = (runs.len() - runs0) as f64;
+    let firings = f64::from(firings);
     let per = |s: f64| s * 1000.0 / firings / n;
+    let runs = finished(&d, "stamp", 7, wait);
     let (first, rest) = lateness(&d, &runs);
     println!(
         "{n} hosts, a slot every {every} s (daemon up {:.1} s before its first run): \
@@ -194,6 +203,7 @@ fn bench_ssh() {
     let mut daemon_total = 0.0;
     let split: Vec<String> = roles1
         .iter()
+        .filter(|(name, _)| !name.starts_with("child"))
         .map(|(name, end)| {
             let mut spent = end - roles0.get(name).copied().unwrap_or(0.0);
             if name == "blocking" {
@@ -223,20 +233,23 @@ fn bench_ssh() {
     let names: Vec<String> = (0..env_or("SSH_BENCH_JOBS", 5))
         .map(|i| format!("herd{i}"))
         .collect();
+    // Each firing costs the testbed about (ssh client + sshd) x jobs x hosts of CPU
+    // (a second per 5 targets here): the period leaves it room.
+    let herd_every = env_or("SSH_BENCH_HERD_EVERY", 30);
     let d = Daemon::start(&[
         ("01-ssh.yaml", &config(&sshd)),
-        ("jobs.yaml", &jobs(&names, &hosts, every)),
+        ("jobs.yaml", &jobs(&names, &hosts, herd_every)),
     ]);
     let mut all = (Vec::new(), Vec::new());
     for name in &names {
-        let runs = finished(&d, name, 4, wait);
+        let runs = finished(&d, name, 4, Duration::from_secs(herd_every * 6 + 120));
         let (first, rest) = lateness(&d, &runs[..4]);
         all.0.extend(first);
         all.1.extend(rest);
     }
     all.1.sort();
     println!(
-        "{} jobs x {n} hosts in the same second: slot -> running {}",
+        "{} jobs x {n} hosts in the same second, every {herd_every} s: slot -> running {}",
         names.len(),
         figures(&all.1)
     );

@@ -263,6 +263,18 @@ fn rejected_for(frame: Vec<u8>, why: &str) -> (Daemon, u64) {
         )),
         "{line}"
     );
+    // And it is recorded against the target, as a refusal.
+    wait_until("the refusal recorded", HANG, || {
+        d.ctl_json(&["events", "--kind", "wrapper_refused", "--limit", "50"])
+            .as_array()?
+            .iter()
+            .find(|e| {
+                e["run"] == run
+                    && e["machine"] == "bomb1"
+                    && e["message"].as_str().is_some_and(|m| m.contains(why))
+            })
+            .cloned()
+    });
     (d, run)
 }
 

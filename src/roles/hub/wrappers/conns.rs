@@ -92,7 +92,10 @@ pub(super) fn drop_conn(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, why: &str
         release_addr(&mut hub.wrappers, conn.peer.ip());
     }
     if matches!(conn.phase, Phase::Bound | Phase::Vetting) {
-        hub.cast_main(HubRequest::WrapperGone { conn: id });
+        hub.cast_main(HubRequest::WrapperGone {
+            conn: id,
+            rejected: None,
+        });
     }
 }
 
@@ -149,7 +152,11 @@ pub(super) fn send_reject(
         },
     );
     if was_bound {
-        hub.cast_main(HubRequest::WrapperGone { conn: id });
+        // Main records why a target's link was closed (within its refusal budget).
+        hub.cast_main(HubRequest::WrapperGone {
+            conn: id,
+            rejected: Some((code, crate::roles::hub::logsafe::clip(message, 1024))),
+        });
     }
     close(hub, ctx, id);
 }
@@ -166,7 +173,10 @@ pub(crate) fn send(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, msg: &ServerMs
     {
         log::debug!("wrapper connection {id}: output refused; an older wrapper, so closing");
         if matches!(conn.phase, Phase::Bound | Phase::Vetting) {
-            hub.cast_main(HubRequest::WrapperGone { conn: id });
+            hub.cast_main(HubRequest::WrapperGone {
+                conn: id,
+                rejected: None,
+            });
         }
         return close(hub, ctx, id);
     }

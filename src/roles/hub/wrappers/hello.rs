@@ -87,7 +87,10 @@ pub(crate) fn verdict(hub: &mut Hub, ctx: &mut Ctx<Hub>, id: ConnId, verdict: Wr
                 compression
             } else {
                 // Gone while main decided: main must forget the session again.
-                hub.cast_main(HubRequest::WrapperGone { conn: id });
+                hub.cast_main(HubRequest::WrapperGone {
+                    conn: id,
+                    rejected: None,
+                });
                 return;
             };
             send(

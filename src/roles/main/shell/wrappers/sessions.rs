@@ -280,9 +280,12 @@ pub(crate) fn handle_cast(core: &mut Main, req: HubRequest) {
                 ask_stored_seq(core, run, machine);
             }
         }
-        HubRequest::WrapperGone { conn } => {
+        HubRequest::WrapperGone { conn, rejected } => {
             if let Some((run, machine)) = core.sessions.unbind(conn) {
                 log::debug!("run {run}: wrapper on {machine} disconnected");
+                if let Some((code, why)) = rejected {
+                    super::welcome::link_rejected(core, run, &machine, code, &why);
+                }
                 if let Some(t) = core.target_mut(run, &machine) {
                     t.gone(conn);
                 }

@@ -147,6 +147,29 @@ pub(crate) fn refuse(
     core.links.reply_hub(id, HubReply::Verdict(told(verdict)));
 }
 
+/// The hub closed the link of `machine`'s wrapper in `run` for what it sent (a frame
+/// that lies about its size, a message out of place): logged and recorded as a
+/// `wrapper_refused` event within the refusal budgets, so a wrapper that keeps
+/// reconnecting to do it again costs a bounded log and table.
+pub(crate) fn link_rejected(
+    core: &mut Main,
+    run: RunId,
+    machine: &str,
+    code: RejectCode,
+    why: &str,
+) {
+    let refusal = Refusal {
+        run,
+        machine,
+        peer: "its link",
+        code,
+        message: why,
+    };
+    let job = core.run(run).map(|r| r.job().name.clone());
+    let out = core.sessions.refused(refusal, job, Instant::now());
+    core.perform(out);
+}
+
 /// A welcome waiting for its session (spent token, resume key hash) to be committed.
 #[derive(Debug, Clone)]
 pub(crate) struct StoredWelcome {
