@@ -93,7 +93,10 @@ pub(crate) fn merge_resolutions(
     let (mut answered, mut no_match, mut from_cache) = (0, true, true);
     for part in parts {
         match part.answer {
-            Ok(res) => {
+            Ok(mut res) => {
+                // Another server's answer comes from a database row: its ids are
+                // checked as this server's blocking checks its own.
+                res.refuse_unplain_ids();
                 answered += 1;
                 no_match &= res.no_match;
                 from_cache &= res.from_cache;
