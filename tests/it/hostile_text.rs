@@ -151,10 +151,7 @@ fn failing_receiver(listener: TcpListener) -> Arc<Mutex<Vec<String>>> {
             let mut buf = Vec::new();
             let mut chunk = [0u8; 4096];
             // The head and a body of Content-Length bytes.
-            loop {
-                let Ok(n) = stream.read(&mut chunk) else {
-                    break;
-                };
+            while let Ok(n) = stream.read(&mut chunk) {
                 if n == 0 {
                     break;
                 }
