@@ -439,6 +439,27 @@ pub(crate) struct MinionOutcome {
     pub server: Option<String>,
 }
 
+impl MinionOutcome {
+    /// The outcome as another server's `salt_calls` answer may be trusted to say it:
+    /// its machine name and reasons escaped and clipped (`logsafe`), as this server's
+    /// blocking bounds its own, since main logs and records them.
+    pub(crate) fn bounded(mut self) -> MinionOutcome {
+        use crate::logsafe::{NAME_MAX, REASON_MAX, clip, is_plain_name};
+        if !is_plain_name(&self.machine) {
+            self.machine = clip(&self.machine, NAME_MAX);
+        }
+        let reasons = [
+            self.result.as_mut().err(),
+            self.silent.as_mut(),
+            self.unreachable.as_mut(),
+        ];
+        for why in reasons.into_iter().flatten() {
+            *why = clip(why, REASON_MAX);
+        }
+        self
+    }
+}
+
 /// Blocking -> main replies.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum BlockingReply {
@@ -573,5 +594,25 @@ mod tests {
         assert!(res.unreachable[0].1.starts_with("no\\nxxx"));
         assert!(res.unreachable[0].1.len() < 1100);
         assert!(res.unreachable[1].1.contains("not a usable target name"));
+    }
+
+    #[test]
+    fn another_servers_outcome_is_bounded() {
+        let o = MinionOutcome {
+            machine: "m\n1999 ERROR forged".into(),
+            result: Err(format!("boom\n{}", "x".repeat(100_000))),
+            silent: Some("quiet\u{1b}[2J".into()),
+            unreachable: None,
+            server: None,
+        }
+        .bounded();
+        assert_eq!(o.machine, "m\\n1999 ERROR forged");
+        let why = o.result.unwrap_err();
+        assert!(
+            why.starts_with("boom\\nxxx") && why.len() < 1100,
+            "{}",
+            why.len()
+        );
+        assert_eq!(o.silent.as_deref(), Some("quiet\\u{1b}[2J"));
     }
 }

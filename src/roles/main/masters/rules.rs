@@ -155,7 +155,8 @@ pub(crate) fn merge_launches(
     let mut all = Vec::new();
     for part in parts {
         match part.answer {
-            Ok(outcomes) => all.extend(outcomes.into_iter().map(|(run, mut o)| {
+            Ok(outcomes) => all.extend(outcomes.into_iter().map(|(run, o)| {
+                let mut o = o.bounded();
                 o.server = Some(part.server.clone());
                 (run, o)
             })),
@@ -183,7 +184,8 @@ pub(crate) fn merge_deploys(
         match part.answer {
             Ok((done, h)) => {
                 hash.get_or_insert(h);
-                outcomes.extend(done.into_iter().map(|mut o| {
+                outcomes.extend(done.into_iter().map(|o| {
+                    let mut o = o.bounded();
                     o.server = Some(part.server.clone());
                     o
                 }));
@@ -204,7 +206,8 @@ fn failed(server: &str, minion: &str, why: &str) -> MinionOutcome {
     MinionOutcome {
         machine: minion.to_string(),
         result: Err(format!(
-            "server {server}, whose master reaches {minion}: {why}"
+            "server {server}, whose master reaches {minion}: {}",
+            crate::logsafe::clip(why, crate::logsafe::REASON_MAX)
         )),
         silent: None,
         unreachable: None,
