@@ -18,6 +18,11 @@ use std::time::{Duration, Instant};
 /// How many characters of a peer's machine id or name main writes in a log line or event.
 pub(crate) const NAME_MAX: usize = 256;
 
+/// How many characters of a reason that comes from outside are kept (a failed launch's
+/// stderr, a minion's answer, a helper's complaint, a receiver's reply): enough to say
+/// why, and the log line, event and link message that carry it stay small.
+pub(crate) const REASON_MAX: usize = 1024;
+
 /// Format characters that reorder or hide text on a terminal: LRM/RLM, the embeddings
 /// and overrides (U+202A–U+202E) and the isolates (U+2066–U+2069).
 fn is_bidi(c: char) -> bool {
@@ -62,6 +67,12 @@ pub(crate) fn escape(text: &str) -> String {
         push_escaped(&mut out, c);
     }
     out
+}
+
+/// Whether `name` can stand as it is in a log line, an event or a terminal: 1 to 255
+/// bytes, nothing that [`needs_escape`]. Job names, target names and minion ids must be.
+pub(crate) fn is_plain_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 255 && !name.chars().any(needs_escape)
 }
 
 /// At most `max` characters of `text`, and `…` when cut; nothing escaped (for stored
@@ -205,6 +216,17 @@ mod tests {
         assert_eq!(escape("\u{9b}31m"), "\\u{9b}31m");
         assert_eq!(escape("\u{1b}]0;title\u{7}"), "\\u{1b}]0;title\\u{7}");
         assert_eq!(escape("plain é ✓"), "plain é ✓");
+    }
+
+    #[test]
+    fn plain_names() {
+        assert!(is_plain_name("minion-01.example.org"));
+        assert!(is_plain_name("--out-file=x"));
+        assert!(!is_plain_name(""));
+        assert!(!is_plain_name("a\nb"));
+        assert!(!is_plain_name("a\u{1b}[31m"));
+        assert!(!is_plain_name("gnp.\u{202e}exe"));
+        assert!(!is_plain_name(&"x".repeat(256)));
     }
 
     #[test]

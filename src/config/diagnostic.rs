@@ -20,7 +20,10 @@ impl fmt::Display for Severity {
     }
 }
 
-/// One problem found in the configuration. Displays as `file:line:column: message`.
+/// One problem found in the configuration. Displays as `file:line:column: message`, with
+/// the file's name and the message escaped (`logsafe::escape`): they quote what the
+/// files say (a job name, a value) and go to the log, `status`, `config check` and the
+/// dashboard, one line each.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Diagnostic {
     pub file: PathBuf,
@@ -38,10 +41,10 @@ impl fmt::Display for Diagnostic {
         write!(
             f,
             "{}:{}:{}: {}",
-            self.file.display(),
+            crate::logsafe::escape(&self.file.display().to_string()),
             self.line,
             self.column,
-            self.message
+            crate::logsafe::escape(&self.message)
         )
     }
 }

@@ -105,8 +105,13 @@ fn definitions<'a>(
                 );
                 continue;
             };
-            if name.trim().is_empty() || name.contains('/') || name.chars().any(char::is_control) {
-                sink.push(Severity::Error, key.pos, Some(name), format!("job name {} is not valid: it must be non-empty, without `/` or control characters", values::found(key)));
+            // A job name is written as it is in log lines, events and terminals: nothing
+            // that would forge a line or drive a terminal (`logsafe::needs_escape`).
+            if name.trim().is_empty()
+                || name.contains('/')
+                || name.chars().any(crate::logsafe::needs_escape)
+            {
+                sink.push(Severity::Error, key.pos, Some(name), format!("job name {} is not valid: it must be non-empty, without `/`, control, escape or bidi characters", values::found(key)));
                 continue;
             }
             let list = definitions.entry(name.to_string()).or_default();

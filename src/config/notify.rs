@@ -76,8 +76,8 @@ impl NotifyOn {
     }
 }
 
-/// Where a rule sends.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a rule sends. `Debug` shows a webhook's URL as [`url_shown`] does.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Channel {
     Webhook {
         url: String,
@@ -91,6 +91,20 @@ pub enum Channel {
     },
 }
 
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Channel::Webhook { url, secret, slack } => f
+                .debug_struct("Webhook")
+                .field("url", &url_shown(url))
+                .field("secret", secret)
+                .field("slack", slack)
+                .finish(),
+            Channel::Email { to } => f.debug_struct("Email").field("to", to).finish(),
+        }
+    }
+}
+
 /// One `notify` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotifyRule {
@@ -101,13 +115,14 @@ pub struct NotifyRule {
 }
 
 impl NotifyRule {
-    /// The rule for the API and UI: the secret is shown as `***`.
+    /// The rule for the API and UI: the secret is shown as `***`, the webhook as
+    /// [`url_shown`] (its path is often a credential).
     pub fn redacted_json(&self) -> serde_json::Value {
         let on: Vec<&str> = self.on.iter().map(|o| o.as_str()).collect();
         match &self.channel {
             Channel::Webhook { url, secret, slack } => serde_json::json!({
                 "on": on,
-                "webhook": url,
+                "webhook": url_shown(url),
                 "secret": secret.as_ref().map(|_| "***"),
                 "format": if *slack { "slack" } else { "json" },
                 "line": self.line,
@@ -253,26 +268,50 @@ fn read_rule(node: &Node, errors: &mut Vec<(Pos, String)>) -> Option<NotifyRule>
     })
 }
 
-/// An `http://` or `https://` URL with a host, an optional port and no credentials (they
-/// would be shown with the deliveries).
+/// An `http://` or `https://` URL with a host, an optional port and no credentials. The
+/// messages show it as [`url_shown`]: the path of a webhook is often its credential,
+/// and they are logged and printed (the line says which one).
 pub(crate) fn check_url(url: &str) -> Result<String, String> {
+    let shown = url_shown(url);
     if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("`{url}` contains a space or a control character"));
+        return Err(format!(
+            "the URL `{shown}` contains a space or a control character"
+        ));
     }
     let Some(rest) = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"))
     else {
-        return Err(format!("`{url}` is not an http:// or https:// URL"));
+        return Err(format!("`{shown}` is not an http:// or https:// URL"));
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     if authority.contains('@') {
         return Err(format!(
-            "`{url}` carries credentials; use `secret` (signature) instead"
+            "the URL `{shown}` carries credentials; use `secret` (signature) instead"
         ));
     }
-    split_authority(authority, 80).map_err(|m| format!("`{url}`: {m}"))?;
+    split_authority(authority, 80).map_err(|m| format!("`{shown}`: {m}"))?;
     Ok(url.to_string())
+}
+
+/// What the log, events, the API and terminals show of a webhook's or an export's URL:
+/// its scheme, host and port, and `/…` for whatever followed (path, query, fragment),
+/// which for Slack, Teams or Discord hooks is the credential; never a `user:password@`.
+/// `https://hooks.slack.com/services/T0/B0/XYZ` is `https://hooks.slack.com/…`. The
+/// result is escaped (`logsafe`), so it also holds no control character.
+pub(crate) fn url_shown(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "…".to_string();
+    };
+    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let host = &rest[..host_end];
+    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+    let shown = if host_end < rest.len() {
+        format!("{scheme}://{host}/…")
+    } else {
+        format!("{scheme}://{host}")
+    };
+    crate::logsafe::clip(&shown, 300)
 }
 
 /// `host[:port]` of a URL or a server address (`default_port` when absent).
@@ -422,6 +461,37 @@ mod tests {
         assert!(e[5].1.contains("port"), "{e:?}");
         let (r, e) = rules("- webhook: https://hooks.slack.com/services/T0/B0/X\n");
         assert!(e.is_empty() && r.len() == 1, "{e:?}");
+    }
+
+    #[test]
+    fn a_webhook_shows_its_scheme_and_host_only() {
+        assert_eq!(
+            url_shown("https://hooks.slack.com/services/T0/B0/secret?x=1"),
+            "https://hooks.slack.com/…"
+        );
+        assert_eq!(url_shown("http://10.0.0.1:8080"), "http://10.0.0.1:8080");
+        assert_eq!(
+            url_shown("http://[::1]:8080?token=x"),
+            "http://[::1]:8080/…"
+        );
+        assert_eq!(url_shown("https://u:p@h.example/x"), "https://h.example/…");
+        assert_eq!(url_shown("not a url"), "…");
+        assert_eq!(
+            url_shown("http://h\n1999 forged/x"),
+            "http://h\\n1999 forged/…"
+        );
+        // Nor in the configuration's own errors, nor in `Debug`.
+        let (_, e) = rules(
+            "- webhook: 'https://hooks.slack.com/services/T0/B0/SECRET with space'\n\
+             - webhook: 'ftp://h/SECRET'\n- webhook: 'https://user:SECRET@h/x'\n\
+             - webhook: 'https://h:0/SECRET'\n",
+        );
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert!(e.iter().all(|(_, m)| !m.contains("SECRET")), "{e:?}");
+        let (r, _) = rules("- webhook: https://h.example/T0/SECRET\n  secret: k\n");
+        let shown = format!("{:?} {}", r[0], r[0].redacted_json());
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert!(shown.contains("https://h.example/…"), "{shown}");
     }
 
     #[test]

@@ -90,8 +90,10 @@ pub(crate) fn read_job(
     );
     let (targets, target_expr) = match reader.required(get("targets"), "targets", name_pos, targets)
     {
-        Some((list, expr)) => (Some(list), expr),
-        None => (None, String::new()),
+        Some((list, expr)) if get("targets").is_some_and(|n| plain_targets(&mut reader, n)) => {
+            (Some(list), expr)
+        }
+        Some(_) | None => (None, String::new()),
     };
     let executor = reader
         .parsed(get("executor"), Executor::parse)
@@ -275,6 +277,35 @@ fn targets(node: &Node) -> Result<(Vec<String>, String), String> {
         _ => values::string(node)?.trim().to_string(),
     };
     Ok((list, expr))
+}
+
+/// Whether every target of `node` (a list, or one expression) can be written as it is in
+/// the log, an event and on a terminal: one holding a control, escape or bidi character
+/// (a local target name is a machine name everywhere; a Salt expression is never one)
+/// is an error at its own line.
+fn plain_targets(reader: &mut Reader<'_, '_>, node: &Node) -> bool {
+    let items: Vec<&Node> = match &node.kind {
+        NodeKind::Seq(items) => items.iter().collect(),
+        _ => vec![node],
+    };
+    let mut plain = true;
+    for item in items {
+        if item
+            .scalar()
+            .is_some_and(|text| text.chars().any(crate::logsafe::needs_escape))
+        {
+            reader.error(
+                item.pos,
+                format!(
+                    "target {} holds a control, escape or bidi character; a target must be \
+                     printable as it is",
+                    values::found(item)
+                ),
+            );
+            plain = false;
+        }
+    }
+    plain
 }
 
 /// A plugin executor's `target_type`: a word of 1 to 32 of a-z, 0-9 and `_`.

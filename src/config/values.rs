@@ -157,13 +157,11 @@ pub(crate) fn string_list(node: &Node) -> Result<Vec<String>, String> {
     }
 }
 
-/// A short rendering of a scalar for messages.
+/// A short rendering of a scalar for messages: 40 characters at most, escaped (a message
+/// is logged and printed on terminals).
 pub(crate) fn found(node: &Node) -> String {
     match node.scalar() {
-        Some(text) if !node.is_null() => {
-            let short: String = text.chars().take(40).collect();
-            format!("`{short}`")
-        }
+        Some(text) if !node.is_null() => format!("`{}`", crate::logsafe::clip(text, 40)),
         _ => node.describe().to_string(),
     }
 }

@@ -126,14 +126,19 @@ pub(crate) fn response(resp: AdminResponse, json: bool) -> CtlResult {
                 }
                 outln!("  {} jobs, {} runs in flight", s.jobs, s.running_runs);
                 for e in &s.config_errors {
-                    outln!("  config error: {e}");
+                    outln!("  config error: {}", crate::logsafe::escape(e));
                 }
                 if let Some(e) = &s.db_error {
-                    outln!("  DATABASE CANNOT STORE: {e}");
+                    outln!("  DATABASE CANNOT STORE: {}", crate::logsafe::escape(e));
                 }
                 if let Some(ha) = &s.ha {
-                    let leader = ha.leader.as_deref().unwrap_or("unknown");
-                    outln!("  server {} is {}; leader: {leader}", ha.server, ha.role);
+                    // The leader's name is what another server wrote in the database.
+                    let leader = crate::logsafe::escape(ha.leader.as_deref().unwrap_or("unknown"));
+                    outln!(
+                        "  server {} is {}; leader: {leader}",
+                        crate::logsafe::escape(&ha.server),
+                        ha.role
+                    );
                 }
             }
         }

@@ -199,7 +199,10 @@ pub(super) fn show(client: &mut Client, job: String, json: bool) -> CtlResult {
     for e in &d.errors {
         outln!(
             "  {}",
-            style.paint(&format!("error: {e}"), Some(Color::Red))
+            style.paint(
+                &format!("error: {}", crate::logsafe::escape(e)),
+                Some(Color::Red)
+            )
         );
     }
     if let Value::Object(map) = &config {

@@ -72,6 +72,7 @@ pub(crate) enum DeliveryError {
     #[error("smtp_user is set but smtp_password is not")]
     NoPassword,
 
+    /// `url` is as shown (`config::notify::url_shown`): the cause is recorded and shown.
     #[error("{url}: not an http:// or https:// URL")]
     NotHttp { url: String },
     /// The URL's host and port (`config::notify::split_authority`'s words).

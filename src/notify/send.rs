@@ -90,7 +90,7 @@ pub(crate) fn post(
             Some(rest) => (rest, false),
             None => {
                 return Err(DeliveryError::NotHttp {
-                    url: url.to_string(),
+                    url: crate::config::notify::url_shown(url),
                 });
             }
         },

@@ -393,6 +393,41 @@ pub(crate) struct Resolution {
     pub from_cache: bool,
 }
 
+impl Resolution {
+    /// Minion ids that cannot stand as they are in a log line, an event or a terminal
+    /// (`logsafe::is_plain_name`: control, escape or bidi characters, empty, over 255
+    /// bytes) are not targets: Salt accepts them (its `valid_id` refuses only `/`, `\`
+    /// and NUL), and another server's row may carry anything. Each moves to
+    /// `unreachable` under its escaped, clipped id (which no real minion has: Salt
+    /// refuses `\`), with why; nothing is launched on it and the run shows it. The
+    /// reasons are escaped and clipped too. Returns how many ids were refused.
+    pub(crate) fn refuse_unplain_ids(&mut self) -> usize {
+        use crate::logsafe::{NAME_MAX, REASON_MAX, clip, is_plain_name};
+        let refused: Vec<String> = self
+            .live
+            .iter()
+            .filter(|m| !is_plain_name(m))
+            .cloned()
+            .collect();
+        self.live.retain(|m| is_plain_name(m));
+        for (minion, why) in &mut self.unreachable {
+            if !is_plain_name(minion) {
+                *minion = clip(minion, NAME_MAX);
+            }
+            *why = clip(why, REASON_MAX);
+        }
+        for minion in &refused {
+            self.unreachable.push((
+                clip(minion, NAME_MAX),
+                "its minion id is not a usable target name (1 to 255 bytes, no control, \
+                 escape or bidi characters): nothing is run on it"
+                    .to_string(),
+            ));
+        }
+        refused.len()
+    }
+}
+
 /// What one minion (or local target) made of a launch or a deployment.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct MinionOutcome {
@@ -407,6 +442,27 @@ pub(crate) struct MinionOutcome {
     /// or several masters share the database (`roles/main/masters/`); set by
     /// main, never by blocking.
     pub server: Option<String>,
+}
+
+impl MinionOutcome {
+    /// The outcome as another server's `salt_calls` answer may be trusted to say it:
+    /// its machine name and reasons escaped and clipped (`logsafe`), as this server's
+    /// blocking bounds its own, since main logs and records them.
+    pub(crate) fn bounded(mut self) -> MinionOutcome {
+        use crate::logsafe::{NAME_MAX, REASON_MAX, clip, is_plain_name};
+        if !is_plain_name(&self.machine) {
+            self.machine = clip(&self.machine, NAME_MAX);
+        }
+        let reasons = [
+            self.result.as_mut().err(),
+            self.silent.as_mut(),
+            self.unreachable.as_mut(),
+        ];
+        for why in reasons.into_iter().flatten() {
+            *why = clip(why, REASON_MAX);
+        }
+        self
+    }
 }
 
 /// Blocking -> main replies.
@@ -514,5 +570,54 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn minion_ids_that_would_forge_a_log_line_are_not_targets() {
+        let mut res = Resolution {
+            live: vec![
+                "ok".into(),
+                "evil\n1999 ERROR forged".into(),
+                "gnp\u{202e}exe".into(),
+                "--out-file=x".into(),
+            ],
+            unreachable: vec![("down\u{1b}[2J".into(), format!("no\n{}", "x".repeat(5000)))],
+            ..Default::default()
+        };
+        assert_eq!(res.refuse_unplain_ids(), 2);
+        // A name that reads as an option is a name (the command line has `--`).
+        assert_eq!(res.live, ["ok", "--out-file=x"]);
+        let names: Vec<&str> = res.unreachable.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "down\\u{1b}[2J",
+                "evil\\n1999 ERROR forged",
+                "gnp\\u{202e}exe"
+            ]
+        );
+        assert!(res.unreachable[0].1.starts_with("no\\nxxx"));
+        assert!(res.unreachable[0].1.len() < 1100);
+        assert!(res.unreachable[1].1.contains("not a usable target name"));
+    }
+
+    #[test]
+    fn another_servers_outcome_is_bounded() {
+        let o = MinionOutcome {
+            machine: "m\n1999 ERROR forged".into(),
+            result: Err(format!("boom\n{}", "x".repeat(100_000))),
+            silent: Some("quiet\u{1b}[2J".into()),
+            unreachable: None,
+            server: None,
+        }
+        .bounded();
+        assert_eq!(o.machine, "m\\n1999 ERROR forged");
+        let why = o.result.unwrap_err();
+        assert!(
+            why.starts_with("boom\\nxxx") && why.len() < 1100,
+            "{}",
+            why.len()
+        );
+        assert_eq!(o.silent.as_deref(), Some("quiet\\u{1b}[2J"));
     }
 }

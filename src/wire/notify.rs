@@ -42,11 +42,22 @@ impl Outgoing {
         }
     }
 
-    /// Where it goes, as shown to operators (no secrets: URLs carrying credentials are
-    /// refused by the configuration).
+    /// Where it goes, whole: what db stores (the outbox's row, its de-duplication key).
+    /// Never shown: a webhook's path is often its credential ([`Outgoing::destination_shown`]).
     pub(crate) fn destination(&self) -> String {
         match self {
             Outgoing::Webhook { url, .. } | Outgoing::Bulk { url, .. } => url.clone(),
+            Outgoing::Email { to, .. } => to.join(", "),
+        }
+    }
+
+    /// Where it goes, as the log, events, the API and terminals show it: a URL as its
+    /// scheme and host (`config::notify::url_shown`), addresses as they are.
+    pub(crate) fn destination_shown(&self) -> String {
+        match self {
+            Outgoing::Webhook { url, .. } | Outgoing::Bulk { url, .. } => {
+                crate::config::notify::url_shown(url)
+            }
             Outgoing::Email { to, .. } => to.join(", "),
         }
     }

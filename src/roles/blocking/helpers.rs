@@ -59,7 +59,7 @@ pub(crate) enum HelperFailure {
         status: ExitStatus,
         deadline: Duration,
     },
-    /// It exited with a failure; `stderr` is what it said, trimmed.
+    /// It exited with a failure; `stderr` is what it said, trimmed, escaped and clipped.
     #[error("the {name} helper failed ({status}): {stderr}")]
     Failed {
         name: String,
@@ -194,7 +194,10 @@ pub(crate) fn run_helper(
                 Err(HelperFailure::Failed {
                     name,
                     status: out.status,
-                    stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                    stderr: crate::logsafe::clip(
+                        String::from_utf8_lossy(&out.stderr).trim(),
+                        crate::logsafe::REASON_MAX,
+                    ),
                 })
             };
             if let Some(on_done) = on_exit.take() {

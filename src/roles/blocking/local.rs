@@ -34,6 +34,7 @@ use crate::evloop::Ctx;
 use crate::evloop::child::{self, Start};
 use crate::evloop::fork_exec::Exec;
 use crate::ipc::rpc::CallId;
+use crate::logsafe;
 use crate::wire::link::{BlockingReply, LaunchTarget, MinionOutcome};
 use crate::wire::records::RunId;
 use crate::wire::wrapper::{ENV_MACHINE, ENV_RUN, ENV_TOKEN_FILE, ENV_URL};
@@ -58,7 +59,8 @@ pub(super) enum LaunchError {
     #[error("could not start {wrapper}: {source}")]
     Start { wrapper: String, source: io::Error },
     /// The launch command, or the wrapper before it detached, exited with a failure;
-    /// `stderr` is what it said, trimmed.
+    /// `stderr` is what it said, trimmed, escaped and clipped (`logsafe::clip`): it goes
+    /// to the log twice (here and in main) and into an event.
     #[error("wrapper launch failed ({status}): {stderr}")]
     Failed { status: ExitStatus, stderr: String },
 }
@@ -246,7 +248,10 @@ fn exit_outcome(out: &child::ChildOutput, token_file: &Path) -> Result<(), Launc
     let _ = std::fs::remove_file(token_file);
     Err(LaunchError::Failed {
         status: out.status,
-        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        stderr: logsafe::clip(
+            String::from_utf8_lossy(&out.stderr).trim(),
+            logsafe::REASON_MAX,
+        ),
     })
 }
 
@@ -349,14 +354,15 @@ fn start_one(
                         stdout,
                         stderr,
                     } => {
+                        let name = logsafe::clip(&done_machine, logsafe::NAME_MAX);
                         log::debug!(
-                            "the wrapper for {done_machine} runs on its own (pid {pid}): {}",
-                            String::from_utf8_lossy(&stdout).trim()
+                            "the wrapper for {name} runs on its own (pid {pid}): {}",
+                            logsafe::clip(String::from_utf8_lossy(&stdout).trim(), 400)
                         );
                         if !stderr.is_empty() {
                             log::warn!(
-                                "the wrapper for {done_machine} wrote before it detached: {}",
-                                crate::logsafe::clip(&String::from_utf8_lossy(&stderr), 400)
+                                "the wrapper for {name} wrote before it detached: {}",
+                                logsafe::clip(&String::from_utf8_lossy(&stderr), 400)
                             );
                         }
                         Ok(())
@@ -396,7 +402,10 @@ pub(super) fn record(
     result: Result<(), &LaunchError>,
 ) {
     if let Err(e) = &result {
-        log::warn!("launching the wrapper for {machine} failed: {e}");
+        log::warn!(
+            "launching the wrapper for {} failed: {e}",
+            logsafe::clip(&machine, logsafe::NAME_MAX)
+        );
     }
     let result = result.map_err(|e| e.to_string());
     let Some(batch) = state.batches.get_mut(&id) else {

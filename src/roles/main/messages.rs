@@ -94,13 +94,8 @@ pub(crate) enum Message {
         attempt: Attempt,
         result: BlockingResult,
     },
-    /// db listed the outbox for `saltpeterctl deliveries` (admin call `call`); `admin`:
-    /// its reader sees webhook URLs whole (`notify/`).
-    DeliveriesListed {
-        call: CallId,
-        admin: bool,
-        result: DbResult,
-    },
+    /// db listed the outbox for `saltpeterctl deliveries` (admin call `call`; `notify/`).
+    DeliveriesListed { call: CallId, result: DbResult },
     /// db wrote (or could not) the `salt_calls` row of part `index` of the Salt call
     /// `call` spread over several servers; its answer is due within `wait` (`masters/`).
     SaltCallSent {
@@ -247,7 +242,8 @@ pub(crate) struct Attempt {
     pub run: Option<RunId>,
     /// The rule's event (`failure`, `recovery`, ...), or `export` for a log export.
     pub event: String,
-    /// The address, URL or export it goes to.
+    /// The address, URL or export it goes to, as shown (a URL cut to its host:
+    /// `Outgoing::destination_shown`).
     pub destination: String,
 }
 

@@ -30,6 +30,7 @@ use super::super::state::{
 use super::cli;
 use crate::evloop::timers::TimerId;
 use crate::evloop::{Ctx, Flow, Forward};
+use crate::logsafe;
 
 /// The script, embedded in the binary and written next to the daemon's state.
 const SCRIPT: &str = include_str!("bridge.py");
@@ -366,7 +367,7 @@ fn answer(state: &mut Blocking, ctx: &mut Ctx<Blocking>, line: &[u8]) {
     let Ok(msg) = serde_json::from_slice::<serde_json::Value>(line) else {
         log::warn!(
             "the salt bridge sent a line that is not JSON: {}",
-            String::from_utf8_lossy(&line[..line.len().min(200)])
+            logsafe::clip(&String::from_utf8_lossy(&line[..line.len().min(800)]), 200)
         );
         return;
     };
@@ -391,11 +392,17 @@ fn answer(state: &mut Blocking, ctx: &mut Ctx<Blocking>, line: &[u8]) {
         return;
     };
     if let Some(fatal) = msg.get("fatal") {
-        log::error!("the salt bridge failed: {fatal}");
+        log::error!(
+            "the salt bridge failed: {}",
+            logsafe::clip(&fatal.to_string(), logsafe::REASON_MAX)
+        );
         return;
     }
     let Some(id) = msg.get("id").and_then(serde_json::Value::as_u64) else {
-        log::warn!("the salt bridge answered without a request id: {msg}");
+        log::warn!(
+            "the salt bridge answered without a request id: {}",
+            logsafe::clip(&msg.to_string(), logsafe::REASON_MAX)
+        );
         return;
     };
     if let Some(value) = msg.get("line") {
@@ -426,7 +433,10 @@ fn answer(state: &mut Blocking, ctx: &mut Ctx<Blocking>, line: &[u8]) {
             },
         );
     } else if let Some(error) = msg.get("error") {
-        let why = format!("salt (through the salt bridge) failed: {error}");
+        let why = format!(
+            "salt (through the salt bridge) failed: {}",
+            logsafe::clip(&error.to_string(), logsafe::REASON_MAX)
+        );
         finish(state, ctx, id, Outcome::Failed(why));
     }
 }

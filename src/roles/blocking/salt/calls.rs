@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use crate::logsafe;
 pub(crate) use crate::wire::link::SaltSettings;
 use crate::wire::link::{MinionOutcome, SaltTargetType};
 use crate::wire::wrapper::{ENV_RUN, ENV_URL};
@@ -30,10 +31,15 @@ pub(crate) fn target_flag(target_type: SaltTargetType) -> Option<&'static str> {
     }
 }
 
-/// `salt [-c DIR] --out=json --out-indent=-1 -t T [FLAG] TARGET FUNCTION ARGS...`
+/// `salt [-c DIR] --out=json --out-indent=-1 -t T [FLAG] [OPTIONS] -- TARGET FUNCTION
+/// ARGS...`: every option first, then `--`, after which salt's option parser (Python's
+/// optparse) takes every word as it is. A target starting with `-` (a minion id such as
+/// `--out-file=x` first in a list, a row another server wrote) is then a target, never
+/// an option; checked against salt 3008 (docs/security.md, "Salt's command line").
 pub(crate) fn argv(
     settings: &SaltSettings,
     flag: Option<&str>,
+    options: &[String],
     target: &str,
     function: &str,
     args: &[String],
@@ -50,6 +56,8 @@ pub(crate) fn argv(
     if let Some(flag) = flag {
         argv.push(flag.to_string());
     }
+    argv.extend(options.iter().cloned());
+    argv.push("--".to_string());
     argv.push(target.to_string());
     argv.push(function.to_string());
     argv.extend(args.iter().cloned());
@@ -94,10 +102,12 @@ impl SaltCall {
         self
     }
 
-    /// `salt` argv. `cmd` is never YAML-parsed (`--no-parse=cmd`); booleans are `True` and
-    /// `False`, strings as they are, anything else as JSON (which Salt's YAML reads).
+    /// `salt` argv. `cmd` is never YAML-parsed (`--no-parse=cmd`, an option: before the
+    /// `--`); booleans are `True` and `False`, strings as they are, anything else as JSON
+    /// (which Salt's YAML reads).
     pub(crate) fn argv(&self, settings: &SaltSettings, extra_timeout_s: u64) -> Vec<String> {
         let mut args = self.arg.clone();
+        let mut options = Vec::new();
         for (k, v) in &self.kwarg {
             let text = match v {
                 Value::String(s) => s.clone(),
@@ -107,7 +117,7 @@ impl SaltCall {
             };
             args.push(format!("{k}={text}"));
             if k == "cmd" {
-                args.push("--no-parse=cmd".to_string());
+                options.push("--no-parse=cmd".to_string());
             }
         }
         let mut settings = settings.clone();
@@ -115,6 +125,7 @@ impl SaltCall {
         argv(
             &settings,
             target_flag(self.target_type),
+            &options,
             &self.target,
             &self.function,
             &args,
@@ -285,7 +296,7 @@ fn run_line(value: &Value, run: u64) -> RunLine {
     }
     let failed = format!("saltpeter-wrapper: run {run}: ");
     match text("stderr").lines().find(|l| l.starts_with(&failed)) {
-        Some(line) => RunLine::Failed(line[failed.len()..].trim().to_string()),
+        Some(line) => RunLine::Failed(said(&line[failed.len()..])),
         None => RunLine::Absent,
     }
 }
@@ -326,13 +337,19 @@ pub(crate) enum MinionResult {
     Failed(String),
 }
 
+/// A minion's words (its stderr, a comment, an answer) as a reason: escaped and clipped,
+/// as everything from outside that blocking and main log and record in an event.
+fn said(text: &str) -> String {
+    logsafe::clip(text.trim(), logsafe::REASON_MAX)
+}
+
 fn no_return(text: &str) -> Option<String> {
     text.strip_prefix("Minion did not return.").map(|rest| {
         let why = rest.lines().next().unwrap_or("").trim();
         if why.is_empty() {
             "the minion did not return".to_string()
         } else {
-            format!("the minion did not return {why}")
+            format!("the minion did not return {}", said(why))
         }
     })
 }
@@ -343,9 +360,9 @@ pub(crate) fn ping_result(value: &Value) -> MinionResult {
         Value::Bool(true) => MinionResult::Ok,
         Value::String(s) => match no_return(s) {
             Some(why) => MinionResult::NoReturn(why),
-            None => MinionResult::Failed(s.clone()),
+            None => MinionResult::Failed(said(s)),
         },
-        other => MinionResult::Failed(format!("unexpected ping answer {other}")),
+        other => MinionResult::Failed(said(&format!("unexpected ping answer {other}"))),
     }
 }
 
@@ -354,13 +371,7 @@ pub(crate) fn run_all_result(value: &Value) -> MinionResult {
     match value {
         Value::Object(map) => {
             let retcode = map.get("retcode").and_then(Value::as_i64);
-            let text = |key: &str| {
-                map.get(key)
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .trim()
-                    .to_string()
-            };
+            let text = |key: &str| said(map.get(key).and_then(Value::as_str).unwrap_or(""));
             match retcode {
                 Some(0) => MinionResult::Ok,
                 Some(code) => {
@@ -370,7 +381,7 @@ pub(crate) fn run_all_result(value: &Value) -> MinionResult {
                     }
                     MinionResult::Failed(format!("exit code {code}: {why}"))
                 }
-                None => MinionResult::Failed(format!("no retcode in {value}")),
+                None => MinionResult::Failed(said(&format!("no retcode in {value}"))),
             }
         }
         // A publish without returns reached it (the salt bridge's word, never a minion's:
@@ -378,9 +389,9 @@ pub(crate) fn run_all_result(value: &Value) -> MinionResult {
         Value::String(s) if s == PUBLISHED => MinionResult::Ok,
         Value::String(s) => match no_return(s) {
             Some(why) => MinionResult::NoReturn(why),
-            None => MinionResult::Failed(s.clone()),
+            None => MinionResult::Failed(said(s)),
         },
-        other => MinionResult::Failed(format!("unexpected cmd.run_all answer {other}")),
+        other => MinionResult::Failed(said(&format!("unexpected cmd.run_all answer {other}"))),
     }
 }
 
@@ -391,8 +402,8 @@ pub(crate) fn managed_result(value: &Value) -> MinionResult {
             match ret.get("result").and_then(Value::as_bool) {
                 Some(true) => MinionResult::Ok,
                 _ => MinionResult::Failed(match ret.get("comment") {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(other) => other.to_string(),
+                    Some(Value::String(s)) => said(s),
+                    Some(other) => said(&other.to_string()),
                     None => "the deployment failed without a comment".to_string(),
                 }),
             }
@@ -414,17 +425,17 @@ pub(crate) fn state_result(value: &Value) -> MinionResult {
                             other => other.to_string(),
                         })
                         .unwrap_or_default();
-                    return MinionResult::Failed(comment);
+                    return MinionResult::Failed(said(&comment));
                 }
             }
             MinionResult::Ok
         }
         Value::String(s) => match no_return(s) {
             Some(why) => MinionResult::NoReturn(why),
-            None => MinionResult::Failed(s.clone()),
+            None => MinionResult::Failed(said(s)),
         },
-        Value::Array(errors) => MinionResult::Failed(
-            errors
+        Value::Array(errors) => MinionResult::Failed(said(
+            &errors
                 .iter()
                 .map(|e| {
                     e.as_str()
@@ -433,8 +444,8 @@ pub(crate) fn state_result(value: &Value) -> MinionResult {
                 })
                 .collect::<Vec<_>>()
                 .join("; "),
-        ),
-        other => MinionResult::Failed(format!("unexpected state answer {other}")),
+        )),
+        other => MinionResult::Failed(said(&format!("unexpected state answer {other}"))),
     }
 }
 

@@ -17,6 +17,7 @@ fn argv_has_no_shell_and_no_static() {
     let a = argv(
         &settings(),
         target_flag(SaltTargetType::Compound),
+        &[],
         "G@role:web and G@env:prod",
         "test.ping",
         &[],
@@ -31,6 +32,7 @@ fn argv_has_no_shell_and_no_static() {
             "-t",
             "20",
             "-C",
+            "--",
             "G@role:web and G@env:prod",
             "test.ping"
         ]
@@ -89,17 +91,17 @@ fn the_batch_launch_is_one_call_with_nothing_secret_rendered_per_minion() {
         "wss://h:8889/wrapper/v1#sha256=ab",
     );
     let argv = call.argv(&settings(), 0);
-    assert_eq!(&argv[6..9], ["-L", "m1,m 2", "cmd.run_all"]);
     assert_eq!(
-        argv[9],
+        &argv[6..11],
+        ["-L", "--no-parse=cmd", "--", "m1,m 2", "cmd.run_all"]
+    );
+    assert_eq!(
+        argv[11],
         "cmd='/opt/sp wrapper' --daemonize --minion-id '{{ opts[\"id\"] }}' --minion-key \
          '{{ opts[\"pki_dir\"] }}/minion.pem'"
     );
-    assert_eq!(
-        &argv[10..13],
-        ["--no-parse=cmd", "template=jinja", "python_shell=False"]
-    );
-    let env: Value = serde_json::from_str(argv[13].trim_start_matches("env=")).unwrap();
+    assert_eq!(&argv[12..14], ["template=jinja", "python_shell=False"]);
+    let env: Value = serde_json::from_str(argv[14].trim_start_matches("env=")).unwrap();
     assert_eq!(
         env,
         serde_json::json!({"SP_URL": "wss://h:8889/wrapper/v1#sha256=ab", "SP_RUN": "42,43"})
@@ -218,12 +220,88 @@ fn state_call_arguments_are_typed_for_the_bridge_and_words_for_the_cli() {
     let argv = call.argv(&settings(), 120);
     assert_eq!(argv[5], "140", "the extra time lengthens -t");
     assert_eq!(
-        &argv[9..],
-        ["file.managed", "name=/w", "mode=0755", "queue=True"]
+        &argv[6..],
+        [
+            "-L",
+            "--",
+            "a,b",
+            "state.single",
+            "file.managed",
+            "name=/w",
+            "mode=0755",
+            "queue=True"
+        ]
     );
     let req = call.bridge_request(140);
     assert_eq!(req["arg"], serde_json::json!(["file.managed"]));
     assert_eq!(req["kwarg"]["queue"], true);
     assert_eq!(req["kwarg"]["mode"], "0755");
     assert_eq!(tgt_type_name(SaltTargetType::GrainPcre), "grain_pcre");
+}
+
+#[test]
+fn a_target_that_reads_as_an_option_stays_a_target() {
+    // A minion id first in a list, or a row another server wrote: after `--`, salt's
+    // option parser takes it as it is.
+    let minions = vec!["--out-file=/tmp/x".to_string(), "m1".to_string()];
+    let argv = launch_call(&minions, "/w", &[1], "wss://h/wrapper/v1").argv(&settings(), 0);
+    let sep = argv.iter().position(|a| a == "--").expect("a `--`");
+    assert_eq!(argv[sep + 1], "--out-file=/tmp/x,m1");
+    // Every option is before it, the function's arguments after.
+    assert!(
+        argv[..sep]
+            .iter()
+            .all(|a| a.starts_with('-') || !a.contains('='))
+    );
+    assert!(argv[..sep].contains(&"--no-parse=cmd".to_string()));
+    assert!(argv[sep + 2..].iter().all(|a| !a.starts_with("--")));
+    let deploy = deploy_call(&minions, "/w", "salt://w", None).argv(&settings(), 0);
+    let sep = deploy.iter().position(|a| a == "--").expect("a `--`");
+    assert_eq!(deploy[sep + 1], "--out-file=/tmp/x,m1");
+    let ping = SaltCall::new(SaltTargetType::Glob, "-c/tmp/evil", "test.ping").argv(&settings(), 0);
+    assert_eq!(&ping[ping.len() - 3..], ["--", "-c/tmp/evil", "test.ping"]);
+}
+
+#[test]
+fn a_minions_words_are_escaped_and_clipped() {
+    let hostile = format!(
+        "boom\n1999-01-01 ERROR forged\u{1b}]0;x\u{7}{}",
+        "y".repeat(3_000_000)
+    );
+    let value = serde_json::json!({"retcode": 1, "stdout": "", "stderr": hostile});
+    let MinionResult::Failed(why) = run_all_result(&value) else {
+        panic!("not a failure");
+    };
+    assert!(
+        why.starts_with("exit code 1: boom\\n1999-01-01 ERROR forged\\u{1b}]0;x\\u{7}"),
+        "{}",
+        &why[..100]
+    );
+    assert!(
+        why.len() < 2 * crate::logsafe::REASON_MAX,
+        "{} bytes",
+        why.len()
+    );
+    assert!(!why.contains('\n') && !why.contains('\u{1b}'));
+    let state = serde_json::json!({"s": {"result": false, "comment": hostile}});
+    let MinionResult::Failed(why) = state_result(&state) else {
+        panic!("not a failure");
+    };
+    assert!(why.len() < 2 * crate::logsafe::REASON_MAX && !why.contains('\n'));
+    let ping = ping_result(&serde_json::json!(hostile));
+    assert!(matches!(ping, MinionResult::Failed(w) if w.len() < 2 * crate::logsafe::REASON_MAX));
+    // A launch line naming the run is clipped too.
+    let line = serde_json::json!({"retcode": 1, "stdout": "",
+        "stderr": format!("saltpeter-wrapper: run 7: {hostile}")});
+    let returns = Returns {
+        by_minion: [("m".to_string(), line)].into_iter().collect(),
+        no_match: false,
+    };
+    let out = launch_outcomes(&[7], &["m".to_string()], &returns, "");
+    let err = out[0].1.result.clone().unwrap_err();
+    assert!(
+        err.len() < 2 * crate::logsafe::REASON_MAX && !err.contains('\n'),
+        "{}",
+        err.len()
+    );
 }

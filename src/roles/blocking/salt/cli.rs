@@ -45,7 +45,7 @@ fn start_waiting(state: &mut Blocking, ctx: &mut Ctx<Blocking>) {
         // Shared by the exit callback and the spawn-error path; only one ever runs.
         let on_done = std::rc::Rc::new(std::cell::Cell::new(Some(inv.on_done)));
         let on_exit = std::rc::Rc::clone(&on_done);
-        log::debug!("salt {}", inv.argv.join(" "));
+        log::debug!("salt {}", crate::logsafe::escape(&inv.argv.join(" ")));
         match child::spawn(ctx, cmd, move |state: &mut Blocking, ctx, out| {
             state.salt.running -= 1;
             let outcome = Outcome::Finished {

@@ -15,6 +15,7 @@ use super::cli::{self, DEADLINE_SLACK};
 use crate::evloop::Ctx;
 use crate::ipc::CallId;
 use crate::ipc::rpc::RemoteError;
+use crate::logsafe;
 use crate::wire::link::{BlockingReply, LaunchTarget, MinionOutcome, Resolution, SaltTargetType};
 use crate::wire::records::RunId;
 
@@ -55,7 +56,11 @@ fn submit(
     if settings.bridge {
         let key = (settings.salt_bin.clone(), settings.config_dir.clone());
         let deadline = Duration::from_secs(settings.timeout_s + extra_timeout_s) + DEADLINE_SLACK;
-        log::debug!("salt (bridge) {} {}", call.function, call.target);
+        log::debug!(
+            "salt (bridge) {} {}",
+            call.function,
+            logsafe::escape(&call.target)
+        );
         match super::bridge::submit(
             state,
             ctx,
@@ -72,14 +77,15 @@ fn submit(
     cli::run(state, ctx, invocation);
 }
 
-/// The last lines of salt's stderr, for error messages.
+/// The last lines of salt's stderr, for error messages: escaped and clipped, as any
+/// text from outside (a minion's words reach salt's stderr).
 fn tail(text: &str) -> String {
     let lines: Vec<&str> = text
         .lines()
         .filter(|l| !l.trim().is_empty() && !l.contains("[WARNING ]"))
         .collect();
     let start = lines.len().saturating_sub(3);
-    lines[start..].join(" | ")
+    logsafe::clip(&lines[start..].join(" | "), logsafe::REASON_MAX)
 }
 
 pub(crate) fn resolve(
@@ -93,14 +99,16 @@ pub(crate) fn resolve(
 ) {
     if from_cache
         && settings.bridge
-        && let Some(res) = super::keymatch::from_accepted_keys(
+        && let Some(mut res) = super::keymatch::from_accepted_keys(
             settings.config_dir.as_deref(),
             target_type,
             &target,
         )
     {
+        res.refuse_unplain_ids();
         log::debug!(
-            "salt match {target}: {} minion(s) from the accepted keys",
+            "salt match {}: {} minion(s) from the accepted keys",
+            logsafe::escape(&target),
             res.live.len()
         );
         state.reply(id, Ok(BlockingReply::Resolved(res)));
@@ -144,6 +152,7 @@ pub(crate) fn resolve(
                                 }
                             }
                         }
+                        res.refuse_unplain_ids();
                         Ok(BlockingReply::Resolved(res))
                     }
                 }
@@ -213,7 +222,10 @@ pub(crate) fn launch(
                 if let Err(e) = &o.result
                     && logged.insert((&o.machine, e))
                 {
-                    log::warn!("launching the wrapper on {} failed: {e}", o.machine);
+                    log::warn!(
+                        "launching the wrapper on {} failed: {e}",
+                        logsafe::clip(&o.machine, logsafe::NAME_MAX)
+                    );
                 }
             }
             state.reply(id, Ok(BlockingReply::Launched(outcomes)));
@@ -256,7 +268,9 @@ pub(crate) fn deploy(
                 let hash = String::from_utf8_lossy(&stdout).trim().to_string();
                 match hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()) {
                     true => Ok(hash),
-                    false => Err(HelperFailure::NoHash { answer: hash }),
+                    false => Err(HelperFailure::NoHash {
+                        answer: logsafe::cut(&hash, 200),
+                    }),
                 }
             });
             match hash {
@@ -367,7 +381,8 @@ fn deploy_to(
                         }
                         MinionResult::Failed(why) if attempt.attempts_left > 0 => {
                             log::warn!(
-                                "wrapper deployment on {machine} failed ({why}); trying again"
+                                "wrapper deployment on {} failed ({why}); trying again",
+                                logsafe::clip(&machine, logsafe::NAME_MAX)
                             );
                             retry.push(machine);
                             continue;

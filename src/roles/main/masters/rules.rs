@@ -93,7 +93,10 @@ pub(crate) fn merge_resolutions(
     let (mut answered, mut no_match, mut from_cache) = (0, true, true);
     for part in parts {
         match part.answer {
-            Ok(res) => {
+            Ok(mut res) => {
+                // Another server's answer comes from a database row: its ids are
+                // checked as this server's blocking checks its own.
+                res.refuse_unplain_ids();
                 answered += 1;
                 no_match &= res.no_match;
                 from_cache &= res.from_cache;
@@ -152,7 +155,8 @@ pub(crate) fn merge_launches(
     let mut all = Vec::new();
     for part in parts {
         match part.answer {
-            Ok(outcomes) => all.extend(outcomes.into_iter().map(|(run, mut o)| {
+            Ok(outcomes) => all.extend(outcomes.into_iter().map(|(run, o)| {
+                let mut o = o.bounded();
                 o.server = Some(part.server.clone());
                 (run, o)
             })),
@@ -180,7 +184,8 @@ pub(crate) fn merge_deploys(
         match part.answer {
             Ok((done, h)) => {
                 hash.get_or_insert(h);
-                outcomes.extend(done.into_iter().map(|mut o| {
+                outcomes.extend(done.into_iter().map(|o| {
+                    let mut o = o.bounded();
                     o.server = Some(part.server.clone());
                     o
                 }));
@@ -201,7 +206,8 @@ fn failed(server: &str, minion: &str, why: &str) -> MinionOutcome {
     MinionOutcome {
         machine: minion.to_string(),
         result: Err(format!(
-            "server {server}, whose master reaches {minion}: {why}"
+            "server {server}, whose master reaches {minion}: {}",
+            crate::logsafe::clip(why, crate::logsafe::REASON_MAX)
         )),
         silent: None,
         unreachable: None,

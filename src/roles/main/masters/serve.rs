@@ -8,6 +8,7 @@
 //! nothing is kept here.
 
 use crate::config::LoadedConfig;
+use crate::logsafe;
 use crate::roles::main::messages::{BlockingResult, Message, Out, Then};
 use crate::wire::db::{DbRequest, SaltCallRow};
 use crate::wire::link::{BlockingReply, BlockingRequest, ExecutorKind, LaunchTarget, SaltSettings};
@@ -25,7 +26,7 @@ pub(crate) fn serve(rows: Vec<SaltCallRow>, me: &str, policy: &Policy) -> Out {
                     "salt call row {} from {}: the request could not be read ({e}); \
                      answered with the error",
                     row.id,
-                    row.from
+                    logsafe::clip(&row.from, logsafe::NAME_MAX)
                 );
                 let why = format!("{me} could not read the request: {e}");
                 out.extend(answer(row.id, &row.from, Err(why)));
@@ -38,7 +39,7 @@ pub(crate) fn serve(rows: Vec<SaltCallRow>, me: &str, policy: &Policy) -> Out {
                 log::error!(
                     "salt call row {} from {}: refused: {refusal}",
                     row.id,
-                    row.from
+                    logsafe::clip(&row.from, logsafe::NAME_MAX)
                 );
                 let why = format!("{me} refuses the call: {refusal}");
                 out.extend(answer(row.id, &row.from, Err(why)));
@@ -48,7 +49,7 @@ pub(crate) fn serve(rows: Vec<SaltCallRow>, me: &str, policy: &Policy) -> Out {
         log::info!(
             "making {} for {} (salt call row {})",
             kind_name(&req),
-            row.from,
+            logsafe::clip(&row.from, logsafe::NAME_MAX),
             row.id
         );
         let (id, from) = (row.id, row.from);
@@ -134,12 +135,20 @@ pub(crate) fn with_settings(
             target_type,
             from_cache,
             ..
-        } => BlockingRequest::Resolve {
-            salt: settings,
-            target,
-            target_type,
-            from_cache,
-        },
+        } => {
+            if target.chars().any(logsafe::needs_escape) {
+                return Err(format!(
+                    "the target expression {} holds control, escape or bidi characters",
+                    logsafe::clip(&target, logsafe::NAME_MAX)
+                ));
+            }
+            BlockingRequest::Resolve {
+                salt: settings,
+                target,
+                target_type,
+                from_cache,
+            }
+        }
         BlockingRequest::Launch {
             executor: ExecutorKind::Salt,
             wrapper_path,
@@ -150,6 +159,7 @@ pub(crate) fn with_settings(
             ..
         } => {
             path_known(&wrapper_path)?;
+            plain_names(targets.iter().map(|t| t.machine.as_str()))?;
             let url = trusted_urls(&url, &policy.servers)?;
             BlockingRequest::Launch {
                 executor: ExecutorKind::Salt,
@@ -174,6 +184,7 @@ pub(crate) fn with_settings(
             ..
         } => {
             path_known(&wrapper_path)?;
+            plain_names(minions.iter().map(String::as_str))?;
             BlockingRequest::Deploy {
                 salt: settings,
                 minions,
@@ -188,6 +199,21 @@ pub(crate) fn with_settings(
             ));
         }
     })
+}
+
+/// Every machine a served launch or deployment names is a minion id this server would
+/// target itself (`logsafe::is_plain_name`): a row holding another could forge the
+/// lines that log it. (One that reads as an option is a name: the command line puts
+/// `--` before it.)
+fn plain_names<'a>(mut names: impl Iterator<Item = &'a str>) -> Result<(), String> {
+    match names.find(|m| !logsafe::is_plain_name(m)) {
+        Some(bad) => Err(format!(
+            "the machine name {} is not a minion id (1 to 255 bytes, no control, escape or \
+             bidi characters)",
+            logsafe::clip(bad, logsafe::NAME_MAX)
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Scheme, host and port, and certificate pin of a wrapper URL (lower case but the pin).
@@ -336,6 +362,55 @@ mod tests {
             with_settings(resolve, &mine),
             Ok(BlockingRequest::Resolve { salt, .. }) if salt == mine.settings
         ));
+    }
+
+    /// A row naming a machine or a target that would forge the lines logging it is
+    /// refused, with why; a name that reads as an option is a name.
+    #[test]
+    fn a_served_call_names_only_plain_machines_and_targets() {
+        let mine = policy("/etc/salt-here");
+        let named = |machine: &str| match launch(ExecutorKind::Salt) {
+            BlockingRequest::Launch {
+                executor,
+                wrapper_path,
+                runs,
+                url,
+                salt,
+                await_returns,
+                ..
+            } => BlockingRequest::Launch {
+                executor,
+                wrapper_path,
+                runs,
+                url,
+                targets: vec![LaunchTarget {
+                    machine: machine.into(),
+                    token: None,
+                }],
+                salt,
+                await_returns,
+            },
+            _ => unreachable!(),
+        };
+        let why = with_settings(named("m1\n1999 ERROR forged"), &mine).unwrap_err();
+        assert!(why.contains("m1\\n1999 ERROR forged"), "{why}");
+        assert!(why.contains("not a minion id"), "{why}");
+        assert!(with_settings(named("--out-file=x"), &mine).is_ok());
+        let deploy = BlockingRequest::Deploy {
+            salt: settings("/x"),
+            minions: vec!["ok".into(), "a\u{202e}b".into()],
+            wrapper_path: "/w".into(),
+            wrapper_source: None,
+        };
+        assert!(with_settings(deploy, &mine).is_err());
+        let resolve = BlockingRequest::Resolve {
+            salt: settings("/x"),
+            target: "web*\n1999 ERROR forged".into(),
+            target_type: SaltTargetType::Glob,
+            from_cache: false,
+        };
+        let why = with_settings(resolve, &mine).unwrap_err();
+        assert!(!why.contains('\n'), "{why}");
     }
 
     #[test]

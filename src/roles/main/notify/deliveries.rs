@@ -2,11 +2,12 @@
 //! sees of a webhook's or export's URL.
 //!
 //! A webhook URL's path often is its secret (Slack, Teams, Discord put the credential
-//! there). Admins (the admin socket, admin API identities) see it whole; anyone else
-//! sees the scheme and host only, in the destination and wherever the URL is repeated
-//! (the de-duplication key, the last error).
+//! there). Every reader (the admin socket and API identities of any role) sees the
+//! scheme and host only (`config::notify::url_shown`), in the destination and wherever
+//! the URL is repeated (the de-duplication key, the last error): the configuration
+//! files are where the whole URL is kept.
 
-use crate::config::{ApiAuth, ApiRole, SaltpeterConfig};
+use crate::config::notify::url_shown;
 use crate::ipc::CallId;
 use crate::ipc::rpc::Call;
 use crate::roles::main::messages::{DbResult, Message, Out, Then};
@@ -19,27 +20,20 @@ const DEFAULT_LIMIT: usize = 50;
 /// Most messages listed at once.
 const MAX_LIMIT: usize = 10_000;
 
-/// `saltpeterctl deliveries` (admin call `call`), by a reader who is `admin` or not
-/// ([`reader_is_admin`]).
-pub(crate) fn list(call: CallId, mut filter: DeliveryFilter, admin: bool) -> Out {
+/// `saltpeterctl deliveries` (admin call `call`).
+pub(crate) fn list(call: CallId, mut filter: DeliveryFilter) -> Out {
     filter.limit = Some(filter.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT));
     let mut out = Out::new();
     out.db(
         DbRequest::ListDeliveries(filter),
-        Then::tell(move |result| Message::DeliveriesListed {
-            call,
-            admin,
-            result,
-        }),
+        Then::tell(move |result| Message::DeliveriesListed { call, result }),
     );
     out
 }
 
-/// db listed the outbox for admin call `call`: its answer, URLs cut for a reader who is
-/// not `admin`.
-pub(crate) fn listed(call: CallId, admin: bool, result: DbResult) -> Out {
+/// db listed the outbox for admin call `call`: its answer, URLs cut to their host.
+pub(crate) fn listed(call: CallId, result: DbResult) -> Out {
     let resp = match calls::ListDeliveries::take(result) {
-        Ok(list) if admin => AdminResponse::Deliveries(list),
         Ok(list) => AdminResponse::Deliveries(list.into_iter().map(redacted).collect()),
         Err(e) => AdminResponse::Failure(AdminFailure::Internal(e.to_string())),
     };
@@ -48,50 +42,12 @@ pub(crate) fn listed(call: CallId, admin: bool, result: DbResult) -> Out {
     out
 }
 
-/// Whether the request being handled, by `actor` (the API identity as `api:<name>`, or
-/// `None` for the admin socket), comes from an admin: the admin socket (root, the
-/// daemon's user, `admin_group`), an `admin` API identity, or `api_auth: none`
-/// (loopback only, everyone is admin there).
-pub(crate) fn reader_is_admin(actor: Option<&str>, sp: &SaltpeterConfig) -> bool {
-    let Some(who) = actor else {
-        return true;
-    };
-    let Some(name) = who.strip_prefix("api:") else {
-        return false;
-    };
-    if sp.api_auth == ApiAuth::None {
-        return true;
-    }
-    if name == "api_token" {
-        return sp.api_token.is_some();
-    }
-    sp.api_tokens
-        .iter()
-        .any(|i| i.name == name && i.role == ApiRole::Admin)
-}
-
-/// `url` cut to its scheme and host (with port): `https://hooks.example.org/…`.
-fn url_origin(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "…".to_string();
-    };
-    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let host = &rest[..host_end];
-    // A `user:password@` part is refused by the configuration; never shown anyway.
-    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
-    if host_end < rest.len() {
-        format!("{scheme}://{host}/…")
-    } else {
-        format!("{scheme}://{host}")
-    }
-}
-
-/// The record as a non-admin sees it.
+/// The record as it is shown.
 fn redacted(mut d: DeliveryRecord) -> DeliveryRecord {
     if !d.destination.contains("://") {
         return d;
     }
-    let shown = url_origin(&d.destination);
+    let shown = url_shown(&d.destination);
     d.key = d.key.replace(&d.destination, &shown);
     d.last_error = d.last_error.map(|e| e.replace(&d.destination, &shown));
     d.destination = shown;
@@ -101,17 +57,6 @@ fn redacted(mut d: DeliveryRecord) -> DeliveryRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls_keep_scheme_and_host_only() {
-        assert_eq!(
-            url_origin("https://hooks.slack.com/services/T0/B0/secret?x=1"),
-            "https://hooks.slack.com/…"
-        );
-        assert_eq!(url_origin("http://10.0.0.1:8080"), "http://10.0.0.1:8080");
-        assert_eq!(url_origin("https://u:p@h.example/x"), "https://h.example/…");
-        assert_eq!(url_origin("not a url"), "…");
-    }
 
     #[test]
     fn a_record_hides_the_path_everywhere() {
@@ -138,37 +83,10 @@ mod tests {
     }
 
     #[test]
-    fn the_admin_socket_and_admin_identities_read_urls_whole() {
-        use crate::config::ApiIdentity;
-        let id = |name: &str, role| ApiIdentity {
-            name: name.into(),
-            role,
-            token_sha256: [0; 32],
-        };
-        let sp = SaltpeterConfig {
-            api_tokens: vec![id("alice", ApiRole::Admin), id("grafana", ApiRole::Viewer)],
-            ..Default::default()
-        };
-        assert!(reader_is_admin(None, &sp), "the admin socket");
-        assert!(reader_is_admin(Some("api:alice"), &sp));
-        assert!(!reader_is_admin(Some("api:grafana"), &sp));
-        assert!(
-            !reader_is_admin(Some("api:api_token"), &sp),
-            "no api_token set"
-        );
-        assert!(!reader_is_admin(Some("ui:alice"), &sp));
-        let open = SaltpeterConfig {
-            api_auth: ApiAuth::None,
-            ..Default::default()
-        };
-        assert!(reader_is_admin(Some("api:anyone"), &open));
-    }
-
-    #[test]
-    fn a_list_is_bounded_and_answered_redacted_to_a_reader_not_admin() {
+    fn a_list_is_bounded_and_answered_redacted_to_every_reader() {
         use crate::roles::main::messages::Cmd;
         use crate::wire::db::DbReply;
-        let out = list(3, DeliveryFilter::default(), false);
+        let out = list(3, DeliveryFilter::default());
         assert!(matches!(
             out.cmds(),
             [Cmd::Db { req: DbRequest::ListDeliveries(f), then: Then::Tell(_), .. }]
@@ -180,7 +98,6 @@ mod tests {
                 limit: Some(1_000_000),
                 ..Default::default()
             },
-            true,
         );
         assert!(matches!(
             out.cmds(),
@@ -202,14 +119,13 @@ mod tests {
             last_error: None,
             delivered: None,
         };
-        for (admin, shown) in [(true, url), (false, "https://hooks.example/…")] {
-            let out = listed(3, admin, Ok(DbReply::Deliveries(vec![record.clone()])));
-            match out.cmds() {
-                [Cmd::Answer(3, AdminResponse::Deliveries(list))] => {
-                    assert_eq!(list[0].destination, shown)
-                }
-                _ => panic!("not the answer"),
+        let out = listed(3, Ok(DbReply::Deliveries(vec![record.clone()])));
+        match out.cmds() {
+            [Cmd::Answer(3, AdminResponse::Deliveries(list))] => {
+                assert_eq!(list[0].destination, "https://hooks.example/…");
+                assert!(!list[0].key.contains("secret-path"));
             }
+            _ => panic!("not the answer"),
         }
     }
 }

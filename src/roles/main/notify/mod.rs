@@ -303,7 +303,7 @@ impl Notifier {
                         "{} to {} not sent: more than {limit} notifications of this job in an \
                          hour",
                         event.as_str(),
-                        message.destination()
+                        message.destination_shown()
                     ),
                 });
                 continue;

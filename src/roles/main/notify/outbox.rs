@@ -4,6 +4,7 @@
 use super::Notifier;
 use crate::config::SaltpeterConfig;
 use crate::ipc::rpc::Call;
+use crate::logsafe;
 use crate::notify;
 use crate::roles::main::messages::{Attempt, BlockingResult, DbResult, Event, Message, Out, Then};
 use crate::wire::db::{DbRequest, calls};
@@ -74,7 +75,7 @@ impl Notifier {
                         job: d.job.clone(),
                         run: d.run,
                         event: d.event.clone(),
-                        destination: d.message.destination(),
+                        destination: d.message.destination_shown(),
                     };
                     let order = order(sp, d, mail_from(sp));
                     self.in_flight += 1;
@@ -108,6 +109,9 @@ impl Notifier {
             Ok(result) => result,
             Err(e) => Err(e.to_string()),
         };
+        // What the receiver said, or why not (its status line, an SMTP server's text):
+        // from outside, so escaped and clipped for the log and the event.
+        let said = |text: &str| logsafe::clip(text, logsafe::REASON_MAX);
         let f = attempt;
         let attempts = f.attempts.saturating_add(1);
         let retry_at = match &result {
@@ -116,9 +120,9 @@ impl Notifier {
         };
         let export = f.event == "export";
         let (kind, message) = match (&result, retry_at) {
-            (Ok(said), _) if export => (
+            (Ok(ok), _) if export => (
                 "export_delivered",
-                format!("to {}: {said} (attempt {attempts})", f.destination),
+                format!("to {}: {} (attempt {attempts})", f.destination, said(ok)),
             ),
             (Err(why), _) if export => (
                 if retry_at.is_some() {
@@ -126,29 +130,34 @@ impl Notifier {
                 } else {
                     "export_given_up"
                 },
-                format!("to {}: {why} (attempt {attempts})", f.destination),
+                format!("to {}: {} (attempt {attempts})", f.destination, said(why)),
             ),
-            (Ok(said), _) => (
+            (Ok(ok), _) => (
                 "notification_delivered",
                 format!(
-                    "{} to {}: {said} (attempt {attempts})",
-                    f.event, f.destination
+                    "{} to {}: {} (attempt {attempts})",
+                    f.event,
+                    f.destination,
+                    said(ok)
                 ),
             ),
             (Err(why), Some(at)) => (
                 "notification_failed",
                 format!(
-                    "{} to {}: {why} (attempt {attempts}; next in {} s)",
+                    "{} to {}: {} (attempt {attempts}; next in {} s)",
                     f.event,
                     f.destination,
+                    said(why),
                     (at - now) / 1000
                 ),
             ),
             (Err(why), None) => (
                 "notification_given_up",
                 format!(
-                    "{} to {}: {why} (attempt {attempts}, the last)",
-                    f.event, f.destination
+                    "{} to {}: {} (attempt {attempts}, the last)",
+                    f.event,
+                    f.destination,
+                    said(why)
                 ),
             ),
         };

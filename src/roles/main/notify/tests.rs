@@ -12,6 +12,8 @@ use crate::wire::notify::{DeliveryAttempt, DueDeliveries, DueDelivery, MailTrans
 use crate::wire::records::{RunRecord, TargetState, Trigger};
 
 const URL: &str = "https://hooks.example/T/secret-path";
+/// How the log and events show [`URL`].
+const SHOWN: &str = "https://hooks.example/…";
 const NOW: Millis = 1_000_000;
 
 /// A job `j` with the `notify` rules of `rules` (YAML, indented for the job).
@@ -136,7 +138,7 @@ fn attempt(event: &str, attempts: u32) -> Attempt {
         job: Some("j".into()),
         run: Some(7),
         event: event.into(),
-        destination: URL.into(),
+        destination: SHOWN.into(),
     }
 }
 
@@ -387,7 +389,7 @@ fn the_pump_takes_what_is_due_at_most_four_at_a_time_one_take_at_a_time() {
         events(&out),
         [(
             "notification_delivered",
-            format!("failure to {URL}: 204 (attempt 1)")
+            format!("failure to {SHOWN}: 204 (attempt 1)")
         )]
     );
     assert!(matches!(
@@ -442,7 +444,7 @@ fn a_failed_attempt_is_tried_again_later_and_the_last_is_given_up() {
         events(&out),
         [(
             "notification_failed",
-            format!("failure to {URL}: connection refused (attempt 1; next in 5 s)")
+            format!("failure to {SHOWN}: connection refused (attempt 1; next in 5 s)")
         )]
     );
     assert!(matches!(
@@ -469,7 +471,7 @@ fn a_failed_attempt_is_tried_again_later_and_the_last_is_given_up() {
         events(&out),
         [(
             "export_failed",
-            format!("to {URL}: the blocking process went away before answering (attempt 1)")
+            format!("to {SHOWN}: the blocking process went away before answering (attempt 1)")
         )]
     );
     assert_eq!(n.outbox().attempts("failed"), 1);

@@ -117,11 +117,9 @@ pub(super) fn drain(role: &mut MainRole, ctx: &mut Ctx<MainRole>) {
                 let out = core.notify.answered(attempt, result, now_ms());
                 core.perform(out);
             }
-            Message::DeliveriesListed {
-                call,
-                admin,
-                result,
-            } => core.perform(notify::deliveries::listed(call, admin, result)),
+            Message::DeliveriesListed { call, result } => {
+                core.perform(notify::deliveries::listed(call, result))
+            }
             Message::SaltCallSent {
                 call,
                 index,
