@@ -28,10 +28,25 @@ const GROWTH_KIB: u64 = 100 * 1024;
 /// unbounded daemon does not take the machine down with it.
 const STOP_KIB: u64 = 3 * 1024 * 1024;
 
-const JOBS: &str = "bomb:\n  schedule: '@yearly'\n  targets: [bomb1]\n  \
-                    wrapper_path: /bin/true\n  command: 'sleep 600'\n\
-                    steady:\n  schedule: '@yearly'\n  targets: [steady1]\n  \
-                    command: 'for i in 1 2 3 4 5 6; do echo steady-$i; sleep 0.5; done'\n";
+/// The jobs: `bomb`, whose wrapper is the test, and `steady`, a real local run beside it
+/// on `steady`, a machine of this test's own.
+fn jobs(steady: &str) -> String {
+    format!(
+        "bomb:\n  schedule: '@yearly'\n  targets: [bomb1]\n  \
+         wrapper_path: /bin/true\n  command: 'sleep 600'\n\
+         steady:\n  schedule: '@yearly'\n  targets: [{}]\n  \
+         command: 'for i in 1 2 3 4 5 6; do echo steady-$i; sleep 0.5; done'\n",
+        steady
+    )
+}
+
+/// A machine for the steady job. Local wrappers take an overlap lock per job and
+/// machine on the host, so tests running at the same time need machines of their own.
+fn steady_machine() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("steady{}-{n}", std::process::id())
+}
 
 /// A compressed output frame as the wrapper protocol carries it: `[stream | 0x80][seq]
 /// [u32 declared length][zstd]`.
@@ -55,11 +70,14 @@ struct Session {
     ws: WebSocket<TcpStream>,
     /// The same socket, to cut it from another thread.
     raw: TcpStream,
+    /// The steady job's machine.
+    steady: String,
 }
 
 /// A daemon with a `bomb` run whose wrapper is this test (welcomed with zstd output).
 fn hostile_session() -> Session {
-    let (d, port) = start_with(&api_config(""), JOBS);
+    let steady = steady_machine();
+    let (d, port) = start_with(&api_config(""), &jobs(&steady));
     let run = d.run_now("bomb");
     let secret = saltpeter::tokens::Secret::load_or_create(&d.state_dir().join("server.secret"))
         .expect("secret");
@@ -88,6 +106,7 @@ fn hostile_session() -> Session {
         run,
         ws,
         raw,
+        steady,
     }
 }
 
@@ -116,6 +135,7 @@ fn flood(s: Session, frames: u64, window: Duration) -> (Daemon, u64, Peaks, Peak
         port,
         mut ws,
         raw,
+        steady: machine,
         ..
     } = s;
     let (hub, main) = (d.pid_of("hub"), d.pid_of("main"));
@@ -191,7 +211,7 @@ fn flood(s: Session, frames: u64, window: Duration) -> (Daemon, u64, Peaks, Peak
         d.log_tail(40)
     );
     let expected: String = (1..=6).map(|i| format!("steady-{i}\n")).collect();
-    assert_eq!(d.output(steady, "steady1"), expected);
+    assert_eq!(d.output(steady, &machine), expected);
     (d, sent, before, peak)
 }
 
