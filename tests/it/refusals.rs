@@ -243,7 +243,9 @@ fn every_refusal_of_an_unproven_hello_reads_the_same() {
 /// The hub's answer to `msg` on a wrapper-port connection from `src` (a loopback address
 /// of its own: 127.0.0.0/8 is all local), as the text frame it sent; the connection is
 /// then closed with a closing handshake, as a wrapper does.
-fn answer_from(src: Ipv4Addr, port: u16, msg: &Value) -> String {
+/// The answer to `msg` from `src`; then the connection is closed, or with `reset` cut
+/// with a TCP reset (linger 0), as a client that vanishes does.
+fn answer_from(src: Ipv4Addr, port: u16, msg: &Value, reset: bool) -> String {
     let stream = connect_from(src, port);
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
@@ -252,6 +254,15 @@ fn answer_from(src: Ipv4Addr, port: u16, msg: &Value) -> String {
     let (mut ws, _) = tungstenite::client(url, stream).expect("websocket handshake");
     ws.send(Message::text(msg.to_string())).expect("send");
     let answer = text_answer(&mut ws);
+    if reset {
+        let linger = nix::libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        let _ =
+            nix::sys::socket::setsockopt(ws.get_ref(), nix::sys::socket::sockopt::Linger, &linger);
+        return answer;
+    }
     let _ = ws.close(None);
     while ws.read().is_ok() {}
     answer
@@ -269,7 +280,8 @@ fn hellos_from_many_addresses_cost_a_bounded_log_and_database() {
     const ADDRESSES: u32 = 5_000;
     for i in 0..ADDRESSES {
         let src = Ipv4Addr::new(127, 10, (i / 250 + 1) as u8, (i % 250 + 1) as u8);
-        let text = answer_from(src, port, &hello(999_999, &format!("m{i}")));
+        // Half of them close cleanly, half vanish with a reset.
+        let text = answer_from(src, port, &hello(999_999, &format!("m{i}")), i % 2 == 1);
         let a: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         assert_eq!(a["code"], "unknown_run", "{src}: {text}");
     }
