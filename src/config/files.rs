@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use super::content::CONFIG_KEY;
 use super::entries::{ConfigDirError, Fingerprint};
-use super::saltpeter;
 use super::saltpeter::SaltpeterConfig;
+use super::saltpeter_merge;
 use super::types::MIB;
 use super::values::Section;
 use super::yaml::{self, Node, NodeKind, Pos};
@@ -194,7 +194,7 @@ pub fn load_settings(dir: &Path) -> Result<SaltpeterConfig, ConfigDirError> {
         }
     }
     let mut ignored = Vec::new();
-    let settings = saltpeter::merge_saltpeter(&sections, None, &mut ignored).0;
+    let settings = saltpeter_merge::merge_saltpeter(&sections, None, &mut ignored).0;
     check_database_settings(&sections, &settings, &ignored)?;
     if let Some(key) = &settings.tls_key {
         check_key_file(key)?;
@@ -229,7 +229,7 @@ fn check_database_settings(
         }
     }
     if let Some(message) = settings.database_problem()
-        && let Some((file, pos)) = saltpeter::key_origin(sections, "database_url")
+        && let Some((file, pos)) = saltpeter_merge::key_origin(sections, "database_url")
     {
         return Err(file_error(
             file,

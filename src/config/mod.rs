@@ -56,6 +56,7 @@ pub mod plugin_check;
 mod read_job;
 pub(crate) mod resources;
 mod saltpeter;
+mod saltpeter_merge;
 mod saltpeter_values;
 mod types;
 mod values;
@@ -333,7 +334,7 @@ pub fn load_parsed(
             }
         }
     }
-    let (saltpeter, saltpeter_good) = saltpeter::merge_saltpeter(
+    let (saltpeter, saltpeter_good) = saltpeter_merge::merge_saltpeter(
         &config_sections,
         previous.map(|p| &p.saltpeter_good),
         &mut diagnostics,

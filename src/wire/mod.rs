@@ -42,6 +42,7 @@ pub mod compress;
 pub(crate) mod db;
 pub(crate) mod limits;
 pub(crate) mod link;
+pub(crate) mod link_blocking;
 pub(crate) mod notify;
 pub(crate) mod records;
 pub(crate) mod ui;
