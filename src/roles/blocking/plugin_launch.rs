@@ -131,15 +131,30 @@ fn send_launch(
             .collect(),
     };
     let args = serde_json::to_value(args).unwrap_or_default();
-    let deadline = spec.deadline(Op::Launch, 0);
-    let request =
-        protocol::request_within(Op::Launch, &spec.name, &spec.config_value(), args, deadline);
+    per_target_op(state, ctx, id, &spec, Op::Launch, args, run, machines);
+}
+
+/// A plugin operation on targets of `run` (`launch`, `kill`): each machine's outcome as
+/// the plugin said it, or the operation's failure for those it said nothing of.
+#[allow(clippy::too_many_arguments)]
+fn per_target_op(
+    state: &mut Blocking,
+    ctx: &mut Ctx<Blocking>,
+    id: CallId,
+    spec: &PluginSpec,
+    op: Op,
+    args: serde_json::Value,
+    run: RunId,
+    machines: Vec<String>,
+) {
+    let deadline = spec.deadline(op, 0);
+    let request = protocol::request_within(op, &spec.name, &spec.config_value(), args, deadline);
     let name = spec.name.clone();
     start(
         state,
         ctx,
-        &spec,
-        Op::Launch,
+        spec,
+        op,
         request,
         deadline,
         Box::new(move |state: &mut Blocking, _, read| {
@@ -227,29 +242,7 @@ pub(super) fn kill(
         machines: machines.clone(),
     })
     .unwrap_or_default();
-    let deadline = spec.deadline(Op::Kill, 0);
-    let request =
-        protocol::request_within(Op::Kill, &spec.name, &spec.config_value(), args, deadline);
-    let name = spec.name.clone();
-    start(
-        state,
-        ctx,
-        spec,
-        Op::Kill,
-        request,
-        deadline,
-        Box::new(move |state: &mut Blocking, _, read| {
-            let (lines, failure) = match read {
-                Ok(reading) => {
-                    let failure = reading.outcome().err();
-                    (reading.progress, failure)
-                }
-                Err(why) => (Vec::new(), Some(why)),
-            };
-            let outcomes = per_target(&name, run, &machines, &lines, failure.as_deref());
-            state.reply(id, Ok(BlockingReply::Launched(outcomes)));
-        }),
-    );
+    per_target_op(state, ctx, id, spec, Op::Kill, args, run, machines);
 }
 
 #[cfg(test)]
