@@ -69,17 +69,16 @@ impl PluginSpec {
     }
 }
 
-/// `PATH` for a plugin when the daemon has none.
+/// `PATH` for a child when the daemon has none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// A plugin's whole environment: the protocol versions, `PATH`, `LANG`, the daemon
-/// user's `HOME`, `USER`, `LOGNAME`, and `SSH_AUTH_SOCK`, `XDG_RUNTIME_DIR` and `TMPDIR`
-/// when set. Nothing else of the daemon's environment (it may hold anything its unit
-/// had) reaches a plugin.
-pub fn plugin_env() -> Vec<(String, String)> {
+/// The environment every child the daemon starts begins from (a plugin, a local
+/// wrapper): `PATH` and `LANG` (the daemon's, else defaults) and the daemon user's `HOME`,
+/// `USER` and `LOGNAME`. Nothing else of the daemon's environment (it may hold anything
+/// its unit had).
+pub fn base_env() -> Vec<(String, String)> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let mut env = vec![
-        (ENV_PROTOCOL.to_string(), super::PROTOCOL.to_string()),
         (
             "PATH".to_string(),
             var("PATH").unwrap_or_else(|| DEFAULT_PATH.to_string()),
@@ -94,6 +93,15 @@ pub fn plugin_env() -> Vec<(String, String)> {
         env.push(("USER".to_string(), me.name.clone()));
         env.push(("LOGNAME".to_string(), me.name));
     }
+    env
+}
+
+/// A plugin's whole environment: the protocol versions, [`base_env`], and
+/// `SSH_AUTH_SOCK`, `XDG_RUNTIME_DIR` and `TMPDIR` when set.
+pub fn plugin_env() -> Vec<(String, String)> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let mut env = vec![(ENV_PROTOCOL.to_string(), super::PROTOCOL.to_string())];
+    env.extend(base_env());
     for name in ["SSH_AUTH_SOCK", "XDG_RUNTIME_DIR", "TMPDIR"] {
         if let Some(value) = var(name) {
             env.push((name.to_string(), value));

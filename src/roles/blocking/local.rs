@@ -91,9 +91,6 @@ fn unit_name(run: RunId, machine: &str) -> String {
 /// Starts a local wrapper in an environment of its own.
 const ENV_PROGRAM: &str = "/usr/bin/env";
 
-/// `PATH` for a wrapper when the daemon has none.
-const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
 /// The variables a local wrapper starts with, and nothing else (it hands its own to the
 /// command, which adds HOME/USER/LOGNAME of the job's `user` and the job's `env`): the
 /// daemon's environment can hold anything its unit or its operator's shell had, and a
@@ -103,21 +100,7 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// file.
 fn wrapper_env(launch: &Launch, machine: &str, token_file: &Path) -> Vec<(String, String)> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    let mut env = vec![
-        (
-            "PATH".to_string(),
-            var("PATH").unwrap_or_else(|| DEFAULT_PATH.to_string()),
-        ),
-        (
-            "LANG".to_string(),
-            var("LANG").unwrap_or_else(|| "C.UTF-8".to_string()),
-        ),
-    ];
-    if let Ok(Some(me)) = nix::unistd::User::from_uid(nix::unistd::getuid()) {
-        env.push(("HOME".to_string(), me.dir.to_string_lossy().into_owned()));
-        env.push(("USER".to_string(), me.name.clone()));
-        env.push(("LOGNAME".to_string(), me.name));
-    }
+    let mut env = crate::executor::spec::base_env();
     if let Some(dir) = var("XDG_RUNTIME_DIR") {
         env.push(("XDG_RUNTIME_DIR".to_string(), dir));
     }
