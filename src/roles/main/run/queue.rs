@@ -103,16 +103,19 @@ pub(crate) fn queue_full(job: &str, waiting: usize, bound: u32) -> Option<String
     })
 }
 
+/// An entry of `job` for slot `slot`, run `id` (the tests' shorthand, here and in
+/// `shell/throttle.rs`).
+#[cfg(test)]
+pub(crate) fn q(job: &str, slot: i64, id: u64) -> Queued<'_> {
+    Queued {
+        job,
+        key: (slot, id),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn q(job: &str, slot: i64, id: u64) -> Queued<'_> {
-        Queued {
-            job,
-            key: (slot, id),
-        }
-    }
 
     fn taken<'a>(pairs: &[(&'a str, usize)]) -> HashMap<&'a str, usize> {
         pairs.iter().copied().collect()

@@ -230,13 +230,7 @@ pub(crate) fn reasons(core: &Main, run: RunId) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn q(job: &str, slot: i64, id: u64) -> Queued<'_> {
-        Queued {
-            job,
-            key: (slot, id),
-        }
-    }
+    use crate::roles::main::run::queue::q;
 
     fn load<'a>(running: &[(&'a str, usize)], waiting: &[Queued<'a>]) -> MachineLoad<'a> {
         MachineLoad {
